@@ -1,0 +1,30 @@
+# Every target bootstraps .venv (and reinstalls when pyproject.toml changes).
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-dev
+
+.PHONY: demo test check lint bench stress clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)  ## the seed's waves, strict order on one worker, CPU speed-up
+	$(PY) examples/seed_demo.py
+	$(PY) examples/strict_order.py
+	$(PY) examples/cpu_speedup.py
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+lint: $(STAMP)
+	$(PY) -m ruff check mpsched tests examples
+	$(PY) -m mypy
+
+check: lint test
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

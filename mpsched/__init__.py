@@ -1,0 +1,42 @@
+"""mpsched: run Python jobs at a scheduled time, in priority order, on worker processes."""
+
+from mpsched._errors import InvalidJobError as InvalidJobError
+from mpsched._errors import JobError as JobError
+from mpsched._errors import JobPicklingError as JobPicklingError
+from mpsched._errors import JobUnpicklingError as JobUnpicklingError
+from mpsched._errors import MpschedError as MpschedError
+from mpsched._errors import QueueFullError as QueueFullError
+from mpsched._errors import RemoteTraceback as RemoteTraceback
+from mpsched._errors import ResultPicklingError as ResultPicklingError
+from mpsched._errors import ResultUnpicklingError as ResultUnpicklingError
+from mpsched._errors import SchedulerShutdownError as SchedulerShutdownError
+from mpsched._errors import WorkerCrashedError as WorkerCrashedError
+from mpsched._job import Order as Order
+from mpsched._job import Priority as Priority
+from mpsched._manager import Stats as Stats
+from mpsched._manager import WorkerStatus as WorkerStatus
+from mpsched._queue import QueueStats as QueueStats
+from mpsched._scheduler import JobFuture as JobFuture
+from mpsched._scheduler import Scheduler as Scheduler
+
+__all__ = [
+    "InvalidJobError",
+    "JobError",
+    "JobFuture",
+    "JobPicklingError",
+    "JobUnpicklingError",
+    "MpschedError",
+    "Order",
+    "Priority",
+    "QueueFullError",
+    "QueueStats",
+    "RemoteTraceback",
+    "ResultPicklingError",
+    "ResultUnpicklingError",
+    "Scheduler",
+    "SchedulerShutdownError",
+    "Stats",
+    "WorkerCrashedError",
+    "WorkerStatus",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,110 @@
+"""The errors mpsched raises.
+
+Every error derives from :class:`MpschedError` and, where one fits, from the standard
+exception a caller would already catch for the same situation::
+
+    MpschedError
+     ├── InvalidJobError(ValueError)            bad due time, delay or priority at the call site
+     ├── SchedulerShutdownError(RuntimeError)   submit after shutdown, manager gone
+     ├── QueueFullError(queue.Full)             bounded queue had no room before the timeout
+     ├── JobPicklingError(pickle.PicklingError) the callable or its arguments did not pickle
+     ├── JobUnpicklingError(pickle.UnpicklingError)   ... or did not unpickle in the worker
+     ├── ResultPicklingError(pickle.PicklingError)    the result did not pickle in the worker
+     ├── ResultUnpicklingError(pickle.UnpicklingError) ... or did not unpickle in the client
+     ├── JobError                               a job raised an exception that cannot travel
+     └── WorkerCrashedError(ChildProcessError)  the worker running a job died
+
+A job's own exception reaches ``Future.exception()`` as itself, with the worker's formatted
+traceback chained as ``__cause__`` (a :class:`RemoteTraceback`).
+"""
+
+from __future__ import annotations
+
+import pickle
+import queue
+
+
+class MpschedError(Exception):
+    """Base class of every error mpsched raises."""
+
+
+class InvalidJobError(MpschedError, ValueError):
+    """A job was described wrongly: a NaN, infinite or overflowing time, an unknown priority."""
+
+
+class SchedulerShutdownError(MpschedError, RuntimeError):
+    """The scheduler (or its manager) was shut down; it takes no more jobs."""
+
+
+class QueueFullError(MpschedError, queue.Full):
+    """A bounded queue stayed full for the whole submit timeout."""
+
+    def __init__(self, max_pending: int, timeout: float | None) -> None:
+        self.max_pending = max_pending
+        self.timeout = timeout
+        super().__init__(f"queue full: {max_pending} jobs pending, no room within {timeout} s")
+
+    def __reduce__(self) -> tuple[type[QueueFullError], tuple[int, float | None]]:
+        return (type(self), (self.max_pending, self.timeout))
+
+
+class JobPicklingError(MpschedError, pickle.PicklingError):
+    """The callable or its arguments could not be pickled at the call site."""
+
+
+class JobUnpicklingError(MpschedError, pickle.UnpicklingError):
+    """The worker could not unpickle the job's callable or arguments."""
+
+
+class ResultPicklingError(MpschedError, pickle.PicklingError):
+    """The job ran, but the worker could not pickle its result."""
+
+
+class ResultUnpicklingError(MpschedError, pickle.UnpicklingError):
+    """The job ran, but the submitting client could not unpickle its result."""
+
+
+class JobError(MpschedError):
+    """A job raised an exception that could not be sent back as itself.
+
+    The message names the original type and text; the remote traceback is the ``__cause__``.
+    """
+
+
+class RemoteTraceback(Exception):
+    """Carries the worker's formatted traceback; set as ``__cause__`` of a job's exception."""
+
+    def __init__(self, tb: str) -> None:
+        self.tb = tb
+        super().__init__(tb)
+
+    def __str__(self) -> str:
+        return self.tb
+
+
+class WorkerCrashedError(MpschedError, ChildProcessError):
+    """The worker process running a job died before reporting its outcome."""
+
+    def __init__(self, job_id: str, worker_id: str, exitcode: int | None) -> None:
+        self.job_id = job_id
+        self.worker_id = worker_id
+        self.exitcode = exitcode
+        if exitcode is None:
+            how = "went away"
+        elif exitcode < 0:
+            how = f"was killed by signal {_signal_name(-exitcode)}"
+        else:
+            how = f"exited with code {exitcode}"
+        super().__init__(f"job {job_id}: worker {worker_id} {how} while running it")
+
+    def __reduce__(self) -> tuple[type[WorkerCrashedError], tuple[str, str, int | None]]:
+        return (type(self), (self.job_id, self.worker_id, self.exitcode))
+
+
+def _signal_name(number: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)

@@ -1,0 +1,442 @@
+"""JobQueue: the heap of pending jobs, the lock and conditions that guard it, and leases.
+
+This is the seed design's ``JobScheduler`` grown up. It is pure: no multiprocessing, no
+pickling, and the clock is injected, so ordering, leases and the leader/follower wait are
+tested with threads and a fake clock, without sleeping. The manager process serves one
+instance of it to workers and clients.
+
+Waiting follows Java's ``DelayedWorkQueue`` (leader/follower): at most one taker, the
+*leader*, sleeps with a timeout equal to the head job's remaining delay; every other taker
+waits untimed on the same condition. Whoever changes the head, or the leader on its way out,
+wakes exactly one waiter. So a due job is never stranded behind a busy or sleeping taker (the
+seed's ``signal()`` trap), and each event wakes O(1) threads instead of all of them.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Protocol
+
+from mpsched._errors import InvalidJobError, QueueFullError, SchedulerShutdownError
+from mpsched._job import Assignment, Job, JobRequest, Lease, Order, Outcome, Priority
+
+# Drift between the wall clock and the monotonic clock that makes us re-read their offset.
+# Below it, equal ``at`` values must keep getting equal due times (so ties break by
+# priority, then FIFO), which a fresh offset per submit would not give.
+WALL_OFFSET_RESYNC = 1e-3
+
+# How many recent lateness samples stats() summarises.
+LATENESS_SAMPLES = 10_000
+
+
+class Waitable(Protocol):
+    """The part of ``threading.Condition`` JobQueue uses; a fake clock provides its own."""
+
+    def wait(self, timeout: float | None = None) -> bool: ...
+    def notify(self, n: int = 1) -> None: ...
+    def notify_all(self) -> None: ...
+
+
+class Clock(Protocol):
+    """Time as JobQueue sees it: a monotonic now, the wall clock, and timed waits."""
+
+    def now(self) -> float: ...
+    def wall(self) -> float: ...
+    def condition(self, lock: threading.Lock) -> Waitable: ...
+
+
+class SystemClock:
+    """The real clock: ``time.monotonic``, ``time.time`` and ``threading.Condition``."""
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    def wall(self) -> float:
+        return time.time()
+
+    def condition(self, lock: threading.Lock) -> Waitable:
+        return threading.Condition(lock)
+
+
+@dataclass(slots=True)
+class _InFlight:
+    job: Job
+    lease: Lease
+    taken: float
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """A snapshot of the queue's counters (see ``Scheduler.stats()``)."""
+
+    pending: dict[str, int]  # by priority name
+    in_flight: int
+    submitted: int
+    completed: int
+    failed: int
+    cancelled: int
+    next_due_in: float | None  # seconds until the earliest pending job is due
+    lateness: dict[str, float]  # p50, p90, p99, max (seconds), over recent jobs
+    lateness_samples: int
+    wakeups: int  # returns from a condition wait, by takers and blocked submitters
+    waiting: int  # takers and submitters inside a wait right now
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    """p50/p90/p99/max of ``samples`` (nearest rank); zeros when there are none."""
+    if not samples:
+        return {"p50": 0.0, "p90": 0.0, "p99": 0.0, "max": 0.0}
+    ordered = sorted(samples)
+    last = len(ordered) - 1
+
+    def rank(q: float) -> float:
+        return ordered[min(last, max(0, math.ceil(q * len(ordered)) - 1))]
+
+    return {"p50": rank(0.50), "p90": rank(0.90), "p99": rank(0.99), "max": ordered[last]}
+
+
+class JobQueue:
+    """Pending jobs in heap order, handed out under leases to takers.
+
+    Args:
+        clock: the time source; ``SystemClock()`` by default.
+        order: ``"time"`` (due, priority, seq) or ``"priority"`` (among due jobs: priority,
+            due, seq).
+        max_pending: bound on pending jobs; ``submit`` then waits for room. ``None``: no bound.
+    """
+
+    def __init__(
+        self,
+        *,
+        clock: Clock | None = None,
+        order: Order | str = Order.TIME,
+        max_pending: int | None = None,
+    ) -> None:
+        if max_pending is not None and max_pending < 1:
+            raise InvalidJobError(f"max_pending must be at least 1, not {max_pending}")
+        self._clock = clock if clock is not None else SystemClock()
+        self._order = Order.coerce(order)
+        self._max_pending = max_pending
+        # Guards every field below. Held only for heap and table updates, never while a
+        # job runs or while anything crosses a process boundary.
+        self._lock = threading.Lock()
+        # Takers wait here: untimed when the heap is empty or another taker leads, timed
+        # (head's delay) when leading. Notified (one waiter) by a submit that makes a new
+        # head, a cancel that removes the head, and a leaving taker when work remains and
+        # no leader does; notified all by close().
+        self._available = self._clock.condition(self._lock)
+        # Submitters wait here while max_pending jobs are pending. Notified (one waiter)
+        # each time a pending job leaves the heap (taken or cancelled); all by close().
+        self._room = self._clock.condition(self._lock)
+        # Not yet due, keyed (due, level, seq); in "time" order due jobs stay here too.
+        self._delayed: list[tuple[float, int, int, Job]] = []
+        # "priority" order only: due jobs, keyed (level, due, seq).
+        self._ready: list[tuple[int, float, int, Job]] = []
+        self._pending: dict[str, Job] = {}  # live pending jobs; heaps hold cancelled ones too
+        self._stale = 0  # cancelled entries still in a heap
+        self._in_flight: dict[int, _InFlight] = {}
+        self._leader: object | None = None  # the taker sleeping until the head is due
+        self._waiting = 0  # takers and submitters inside a wait
+        self._closed = False
+        self._wall_offset: float | None = None
+        self._seq = itertools.count()
+        self._lease_ids = itertools.count(1)
+        self._lateness: deque[float] = deque(maxlen=LATENESS_SAMPLES)
+        self._submitted = self._completed = self._failed = self._cancelled = 0
+        self._wakeups = 0
+
+    # ----------------------------------------------------------------- submit / cancel
+
+    def submit(self, request: JobRequest, timeout: float | None = None) -> None:
+        """Add a job. Waits for room up to ``timeout`` seconds when the queue is bounded.
+
+        The due time is the manager's receipt plus ``delay``, or ``at`` converted with one
+        fixed wall-to-monotonic offset; a time already past means due now.
+
+        Raises:
+            InvalidJobError: a time that is not a finite number, an unknown priority, or a
+                job id already pending.
+            QueueFullError: no room appeared within ``timeout``.
+            SchedulerShutdownError: the queue was closed.
+        """
+        _validate(request)
+        with self._lock:
+            now = self._clock.now()
+            due = self._due_locked(request, now)
+            if request.job_id in self._pending:
+                raise InvalidJobError(f"job id {request.job_id!r} is already pending")
+            self._wait_for_room_locked(now, timeout)
+            job = Job(
+                job_id=request.job_id,
+                client_id=request.client_id,
+                payload=request.payload,
+                priority=request.priority,
+                due=due,
+                seq=next(self._seq),
+            )
+            self._push_locked(job)
+
+    def requeue(self, job: Job) -> None:
+        """Put a job that never ran (or will run again) back, keeping its due time and seq."""
+        with self._lock:
+            if self._closed:
+                raise SchedulerShutdownError("the queue is closed")
+            self._push_locked(job, count=False)
+
+    def cancel(self, job_id: str) -> bool:
+        """Remove a pending job. Returns False when it is not pending (taken, done, unknown).
+
+        The entry is marked, not searched for: the heaps drop it when it reaches their top.
+        """
+        with self._lock:
+            job = self._pending.pop(job_id, None)
+            if job is None:
+                return False
+            self._discard_locked(job)
+            return True
+
+    def cancel_client(self, client_id: str) -> list[str]:
+        """Remove every pending job of one client; returns their ids."""
+        with self._lock:
+            jobs = [j for j in self._pending.values() if j.client_id == client_id]
+            for job in jobs:
+                del self._pending[job.job_id]
+                self._discard_locked(job)
+            return [j.job_id for j in jobs]
+
+    # ------------------------------------------------------------------------ take
+
+    def take(self, worker_id: str, timeout: float) -> Assignment | None:
+        """Hand out the next due job under a new lease, waiting at most ``timeout`` seconds.
+
+        Returns None when no job became due in time, so a caller that went away holds no
+        server thread (and no job) for longer than one ``timeout``.
+
+        Raises:
+            SchedulerShutdownError: the queue was closed; the taker should exit.
+        """
+        with self._lock:
+            deadline = self._clock.now() + timeout
+            try:
+                while True:
+                    if self._closed:
+                        raise SchedulerShutdownError("the queue is closed")
+                    now = self._clock.now()
+                    job = self._pop_due_locked(now)
+                    if job is not None:
+                        return self._lease_locked(job, worker_id, now)
+                    remaining = deadline - now
+                    if remaining <= 0:
+                        return None
+                    head_due = self._head_due_locked()
+                    if head_due is None or self._leader is not None:
+                        self._wait_locked(self._available, remaining)
+                        continue
+                    me = object()
+                    self._leader = me
+                    try:
+                        self._wait_locked(self._available, min(head_due - now, remaining))
+                    finally:
+                        if self._leader is me:
+                            self._leader = None
+            finally:
+                # Pass leadership on: without this, a follower could sleep untimed past
+                # the head's due time while no one else is watching the clock.
+                if self._leader is None and self._pending and not self._closed:
+                    self._available.notify()
+
+    def complete(self, lease_id: int, outcome: Outcome) -> Job | None:
+        """End a lease with the job's outcome. Returns the job, or None for an unknown lease.
+
+        A lease the manager already ended (its worker was declared dead) is unknown, so a
+        late report can never resolve a job twice.
+        """
+        with self._lock:
+            flight = self._in_flight.pop(lease_id, None)
+            if flight is None:
+                return None
+            if outcome.ok:
+                self._completed += 1
+            else:
+                self._failed += 1
+            if outcome.started is not None:
+                self._lateness.append(max(0.0, outcome.started - flight.job.due))
+            return flight.job
+
+    def release_worker(self, worker_id: str) -> list[tuple[Job, Lease]]:
+        """End every lease a worker holds (it died or went away) and return them."""
+        with self._lock:
+            lost = [(f.job, f.lease) for f in self._in_flight.values()
+                    if f.lease.worker_id == worker_id]
+            for _, lease in lost:
+                del self._in_flight[lease.lease_id]
+            return lost
+
+    def fail(self, job: Job) -> None:
+        """Count a job whose lease was lost and will not be retried as failed."""
+        with self._lock:
+            self._failed += 1
+
+    def close(self) -> None:
+        """Stop: every waiting or future ``take``/``submit`` raises SchedulerShutdownError."""
+        with self._lock:
+            self._closed = True
+            self._available.notify_all()
+            self._room.notify_all()
+
+    # ----------------------------------------------------------------------- stats
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._pending)
+
+    def stats(self) -> QueueStats:
+        """Counters, pending jobs per priority and recent lateness percentiles."""
+        with self._lock:
+            pending = {p.name.lower(): 0 for p in Priority}
+            names = {p.level: p.name.lower() for p in Priority}
+            for job in self._pending.values():
+                pending[names[job.priority]] += 1
+            head_due = self._head_due_locked()
+            if self._ready:
+                head_due = self._clock.now()
+            samples = list(self._lateness)
+            return QueueStats(
+                pending=pending,
+                in_flight=len(self._in_flight),
+                submitted=self._submitted,
+                completed=self._completed,
+                failed=self._failed,
+                cancelled=self._cancelled,
+                next_due_in=None if head_due is None else head_due - self._clock.now(),
+                lateness=percentiles(samples),
+                lateness_samples=len(samples),
+                wakeups=self._wakeups,
+                waiting=self._waiting,
+            )
+
+    def in_flight(self) -> list[Lease]:
+        """The leases currently held."""
+        with self._lock:
+            return [f.lease for f in self._in_flight.values()]
+
+    # ------------------------------------------------------- helpers, lock held
+
+    def _due_locked(self, request: JobRequest, now: float) -> float:
+        if request.at is not None:
+            fresh = self._clock.wall() - now
+            if self._wall_offset is None or abs(fresh - self._wall_offset) > WALL_OFFSET_RESYNC:
+                self._wall_offset = fresh
+            due = request.at - self._wall_offset
+        else:
+            due = now + (request.delay or 0.0)
+        return max(due, now)
+
+    def _wait_for_room_locked(self, now: float, timeout: float | None) -> None:
+        if self._closed:
+            raise SchedulerShutdownError("the queue is closed")
+        if self._max_pending is None:
+            return
+        deadline = None if timeout is None else now + timeout
+        while len(self._pending) >= self._max_pending:
+            remaining = None if deadline is None else deadline - self._clock.now()
+            if remaining is not None and remaining <= 0:
+                raise QueueFullError(self._max_pending, timeout)
+            self._wait_locked(self._room, remaining)
+            if self._closed:
+                raise SchedulerShutdownError("the queue is closed")
+
+    def _push_locked(self, job: Job, *, count: bool = True) -> None:
+        self._pending[job.job_id] = job
+        heapq.heappush(self._delayed, (job.due, job.priority, job.seq, job))
+        if count:
+            self._submitted += 1
+        if self._delayed[0][3] is job:
+            # A new head may be due sooner than what the leader sleeps for: hand the
+            # lead to one waiter, which re-reads the head.
+            self._leader = None
+            self._available.notify()
+
+    def _discard_locked(self, job: Job) -> None:
+        job.cancelled = True
+        self._stale += 1
+        self._cancelled += 1
+        self._room.notify()
+        old_head = self._delayed[0][3] if self._delayed else None
+        self._drop_stale_heads_locked()
+        if self._delayed and self._delayed[0][3] is not old_head:
+            self._leader = None
+            self._available.notify()
+        if self._stale > 1024 and self._stale > len(self._pending):
+            self._delayed = [e for e in self._delayed if not e[3].cancelled]
+            self._ready = [e for e in self._ready if not e[3].cancelled]
+            heapq.heapify(self._delayed)
+            heapq.heapify(self._ready)
+            self._stale = 0
+
+    def _drop_stale_heads_locked(self) -> None:
+        while self._delayed and self._delayed[0][3].cancelled:
+            heapq.heappop(self._delayed)
+            self._stale -= 1
+        while self._ready and self._ready[0][3].cancelled:
+            heapq.heappop(self._ready)
+            self._stale -= 1
+
+    def _head_due_locked(self) -> float | None:
+        self._drop_stale_heads_locked()
+        return self._delayed[0][0] if self._delayed else None
+
+    def _pop_due_locked(self, now: float) -> Job | None:
+        self._drop_stale_heads_locked()
+        if self._order is Order.TIME:
+            if self._delayed and self._delayed[0][0] <= now:
+                return self._take_entry_locked(heapq.heappop(self._delayed)[3])
+            return None
+        while self._delayed and self._delayed[0][0] <= now:
+            job = heapq.heappop(self._delayed)[3]
+            if job.cancelled:
+                self._stale -= 1
+            else:
+                heapq.heappush(self._ready, (job.priority, job.due, job.seq, job))
+        self._drop_stale_heads_locked()
+        if self._ready:
+            return self._take_entry_locked(heapq.heappop(self._ready)[3])
+        return None
+
+    def _take_entry_locked(self, job: Job) -> Job:
+        del self._pending[job.job_id]
+        self._room.notify()
+        return job
+
+    def _lease_locked(self, job: Job, worker_id: str, now: float) -> Assignment:
+        job.attempt += 1
+        lease = Lease(next(self._lease_ids), job.job_id, worker_id, job.attempt)
+        self._in_flight[lease.lease_id] = _InFlight(job, lease, now)
+        return Assignment(lease, job.payload, job.due)
+
+    def _wait_locked(self, condition: Waitable, timeout: float | None) -> None:
+        if timeout is not None:
+            timeout = min(timeout, threading.TIMEOUT_MAX)
+        self._waiting += 1
+        try:
+            condition.wait(timeout)
+        finally:
+            self._waiting -= 1
+            self._wakeups += 1
+
+
+def _validate(request: JobRequest) -> None:
+    if request.priority not in (1, 2, 3):
+        raise InvalidJobError(f"unknown priority level {request.priority!r}")
+    if (request.delay is None) == (request.at is None):
+        raise InvalidJobError("give exactly one of delay and at")
+    value = request.delay if request.delay is not None else request.at
+    if not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InvalidJobError(f"due time must be a finite number of seconds, not {value!r}")
+
