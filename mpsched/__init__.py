@@ -16,10 +16,13 @@ from mpsched._job import Priority as Priority
 from mpsched._manager import Stats as Stats
 from mpsched._manager import WorkerStatus as WorkerStatus
 from mpsched._queue import QueueStats as QueueStats
+from mpsched._scheduler import Client as Client
 from mpsched._scheduler import JobFuture as JobFuture
 from mpsched._scheduler import Scheduler as Scheduler
+from mpsched._scheduler import connect as connect
 
 __all__ = [
+    "Client",
     "InvalidJobError",
     "JobError",
     "JobFuture",
@@ -38,5 +41,6 @@ __all__ = [
     "Stats",
     "WorkerCrashedError",
     "WorkerStatus",
+    "connect",
 ]
 __version__ = "0.1.0"

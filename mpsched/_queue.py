@@ -141,6 +141,7 @@ class JobQueue:
         self._pending: dict[str, Job] = {}  # live pending jobs; heaps hold cancelled ones too
         self._stale = 0  # cancelled entries still in a heap
         self._in_flight: dict[int, _InFlight] = {}
+        self._gone: set[str] = set()  # released workers: their takes never get a job again
         self._leader: object | None = None  # the taker sleeping until the head is due
         self._waiting = 0  # takers and submitters inside a wait
         self._closed = False
@@ -227,6 +228,10 @@ class JobQueue:
                 while True:
                     if self._closed:
                         raise SchedulerShutdownError("the queue is closed")
+                    if worker_id in self._gone:
+                        # A dead worker's call can outlive it in a server thread; handing
+                        # it a job would leave that job in flight with no one to run it.
+                        return None
                     now = self._clock.now()
                     job = self._pop_due_locked(now)
                     if job is not None:
@@ -270,8 +275,12 @@ class JobQueue:
             return flight.job
 
     def release_worker(self, worker_id: str) -> list[tuple[Job, Lease]]:
-        """End every lease a worker holds (it died or went away) and return them."""
+        """End every lease a worker holds (it died or went away) and return them.
+
+        The worker id is retired: a ``take`` still running for it returns None.
+        """
         with self._lock:
+            self._gone.add(worker_id)
             lost = [(f.job, f.lease) for f in self._in_flight.values()
                     if f.lease.worker_id == worker_id]
             for _, lease in lost:

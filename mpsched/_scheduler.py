@@ -434,6 +434,7 @@ class Scheduler(Client):
             _stop_manager(process, parent_end)
             raise
         self.address = ready.address
+        self.authkey = config.authkey
         self.workers = workers
         # Stops the manager if this Scheduler is dropped or the program exits without
         # shutdown(); runs before multiprocessing joins its children at exit.
@@ -477,6 +478,25 @@ def _stop_manager(process: BaseProcess, control: Any, timeout: float = 10.0) -> 
         process.kill()
         process.join(2.0)
     control.close()
+
+
+def connect(address: Any, *, authkey: bytes, submit_timeout: float | None = None) -> Client:
+    """A client of a running manager: the Scheduler API without local workers.
+
+    Args:
+        address: the manager's address (``Scheduler.address``: a Unix socket path or a
+            ``(host, port)`` pair).
+        authkey: the manager's key (``Scheduler.authkey``).
+        submit_timeout: as for :class:`Scheduler`.
+
+    Raises:
+        SchedulerShutdownError: no manager answers at ``address``.
+    """
+    try:
+        service = connect_service(address, authkey)
+    except _DISCONNECTED as exc:
+        raise SchedulerShutdownError(f"no mpsched manager at {address!r}: {exc!r}") from exc
+    return Client(service, submit_timeout=submit_timeout)
 
 
 def _start_method(mp_context: str | Any) -> str:

@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # job modules import as top-level `jobs`
+
+from mpsched import Scheduler
+
+
+def stop_hard(scheduler: Scheduler) -> None:
+    """Stop a scheduler and its processes whatever state a test left it in."""
+    scheduler.shutdown(wait=False, cancel_futures=True)
+    scheduler._finalizer()  # stops the manager, which stops its workers
+    if scheduler._closer is not None:
+        scheduler._closer.join(30)
+        assert not scheduler._closer.is_alive(), "shutdown thread did not finish"
+
+
+@pytest.fixture
+def make_scheduler() -> Iterator[Callable[..., Scheduler]]:
+    """Build schedulers that are always stopped when the test ends."""
+    made: list[Scheduler] = []
+
+    def make(**options: Any) -> Scheduler:
+        scheduler = Scheduler(**options)
+        made.append(scheduler)
+        return scheduler
+
+    yield make
+    for scheduler in made:
+        stop_hard(scheduler)

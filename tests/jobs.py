@@ -1,0 +1,66 @@
+"""Job functions used across processes: importable, so workers unpickle them by reference."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from typing import Any
+
+
+def stamp(tag: Any = None) -> tuple[Any, int, float]:
+    """Return (tag, worker pid, monotonic start time)."""
+    return tag, os.getpid(), time.monotonic()
+
+
+def burn(cpu_seconds: float) -> tuple[int, float, float, float]:
+    """Spin for ``cpu_seconds`` of this process's CPU time; return (pid, start, end, cpu)."""
+    start_wall = time.monotonic()
+    start_cpu = time.process_time()
+    while time.process_time() - start_cpu < cpu_seconds:
+        sum(range(1000))
+    return os.getpid(), start_wall, time.monotonic(), time.process_time() - start_cpu
+
+
+def fail(message: str) -> None:
+    raise ValueError(message)
+
+
+def record(log_path: str, key: str) -> tuple[str, float]:
+    """Append ``key`` to a log (one O_APPEND write per run) and return (key, start)."""
+    started = time.monotonic()
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, f"{key}\n".encode())
+    finally:
+        os.close(fd)
+    return key, started
+
+
+def produce(address: Any, authkey: bytes, producer: int, count: int, log_path: str,
+            horizon: float) -> dict[str, Any]:
+    """A producer process: submit ``count`` jobs with random due times and priorities.
+
+    Returns how many ran, how many started before their due time, and which keys.
+    """
+    from mpsched import Priority, connect
+
+    rng = random.Random(producer)
+    client = connect(address, authkey=authkey)
+    futures = []
+    try:
+        for i in range(count):
+            delay = rng.uniform(0, horizon)
+            priority = rng.choice(list(Priority))
+            earliest = time.monotonic() + delay
+            key = f"p{producer}-{i}"
+            futures.append((earliest, client.schedule(record, log_path, key, delay=delay,
+                                                      priority=priority)))
+        keys, early = [], 0
+        for earliest, future in futures:
+            key, started = future.result(timeout=120)
+            keys.append(key)
+            early += started < earliest
+        return {"keys": keys, "early": early}
+    finally:
+        client.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,253 @@
+"""End to end: a Scheduler with real manager and worker processes."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import threading
+import time
+from concurrent.futures import CancelledError
+from datetime import datetime, timedelta, timezone
+
+import jobs
+import psutil
+import pytest
+
+from mpsched import (
+    InvalidJobError,
+    JobPicklingError,
+    Priority,
+    QueueFullError,
+    RemoteTraceback,
+    SchedulerShutdownError,
+)
+
+pytestmark = pytest.mark.slow
+
+START_METHODS = [pytest.param("forkserver", id="forkserver"), pytest.param("spawn", id="spawn")]
+
+
+@pytest.mark.parametrize("method", START_METHODS)
+def test_jobs_start_at_their_due_time_not_before(make_scheduler, method):
+    s = make_scheduler(workers=2, mp_context=method)
+    delays = [0.2, 0.4, 0.6, 0.8]
+    submitted = [(time.monotonic() + d, s.schedule(jobs.stamp, d, delay=d)) for d in delays]
+    for earliest, future in submitted:
+        _, _, started = future.result(timeout=30)
+        assert started >= earliest
+        assert started - earliest < 1.0  # generous: lateness numbers live in benchmarks/
+
+
+def test_one_worker_runs_jobs_in_exact_heap_order(make_scheduler):
+    s = make_scheduler(workers=1)
+    at1 = time.time() + 1.0
+    at2 = at1 + 0.2
+    plan = [  # (tag, at, priority) in scrambled submission order
+        ("b-low-1", at2, Priority.LOW), ("a-med-1", at1, Priority.MEDIUM),
+        ("b-high-1", at2, Priority.HIGH), ("a-low-1", at1, Priority.LOW),
+        ("a-high-1", at1, Priority.HIGH), ("a-med-2", at1, Priority.MEDIUM),
+        ("b-low-2", at2, Priority.LOW), ("a-high-2", at1, Priority.HIGH),
+    ]
+    futures = [s.schedule(jobs.stamp, tag, at=at, priority=p) for tag, at, p in plan]
+    ran = sorted((f.result(timeout=30) for f in futures), key=lambda r: r[2])
+    expected = ["a-high-1", "a-high-2", "a-med-1", "a-med-2", "a-low-1",
+                "b-high-1", "b-low-1", "b-low-2"]
+    assert [tag for tag, _, _ in ran] == expected
+
+
+def test_cpu_bound_jobs_run_in_parallel_on_distinct_processes(make_scheduler):
+    s = make_scheduler(workers=2)
+    t0 = time.monotonic()
+    results = [f.result(timeout=60) for f in [s.submit(jobs.burn, 0.5) for _ in range(4)]]
+    elapsed = time.monotonic() - t0
+    assert len({pid for pid, *_ in results}) == 2
+    intervals = sorted((start, end) for _, start, end, _ in results)
+    assert any(b_start < a_end for (_, a_end), (b_start, _) in itertools.pairwise(intervals))
+    # Serial would take the sum of the job durations; two workers take about half of it.
+    # The job durations stretch under load, so the ratio, not 2 s, is what is checked.
+    serial = sum(end - start for _, start, end, _ in results)
+    assert elapsed < 0.8 * serial
+
+
+def test_lambdas_and_closures_run(make_scheduler):
+    s = make_scheduler(workers=1)
+    base = 40
+
+    def add(x: int) -> int:
+        return base + x
+
+    assert s.submit(lambda: 1 + 1).result(timeout=30) == 2
+    assert s.submit(add, 2).result(timeout=30) == 42
+    assert list(s.map(lambda x: x * x, range(5), timeout=30)) == [0, 1, 4, 9, 16]
+
+
+def test_exception_reaches_future_with_remote_traceback(make_scheduler):
+    s = make_scheduler(workers=1)
+    future = s.submit(jobs.fail, "boom")
+    exc = future.exception(timeout=30)
+    assert isinstance(exc, ValueError) and str(exc) == "boom"
+    assert isinstance(exc.__cause__, RemoteTraceback)
+    assert "in fail" in str(exc.__cause__) and "ValueError: boom" in str(exc.__cause__)
+    with pytest.raises(ValueError, match="boom"):
+        future.result()
+    assert s.submit(jobs.stamp, "after").result(timeout=30)[0] == "after"  # worker survived
+
+
+def test_cancel_removes_pending_job_from_heap(make_scheduler):
+    s = make_scheduler(workers=1)
+    future = s.schedule(jobs.stamp, "never", delay=3600)
+    assert s.stats().pending["medium"] == 1
+    assert future.cancel()
+    assert future.cancelled()
+    with pytest.raises(CancelledError):
+        future.result(timeout=1)
+    stats = s.stats()
+    assert stats.pending["medium"] == 0 and stats.queue.cancelled == 1
+    done = s.submit(jobs.stamp, "done")
+    done.result(timeout=30)
+    assert not done.cancel()
+
+
+def test_shutdown_waits_for_pending_jobs(make_scheduler):
+    s = make_scheduler(workers=1)
+    future = s.schedule(jobs.stamp, "late", delay=0.5)
+    s.shutdown(wait=True)
+    assert future.done() and future.result()[0] == "late"
+    with pytest.raises(SchedulerShutdownError):
+        s.submit(jobs.stamp)
+    assert not s._manager_process.is_alive()
+
+
+def test_shutdown_cancel_futures_cancels_pending_and_returns_promptly(make_scheduler):
+    s = make_scheduler(workers=1)
+    far = [s.schedule(jobs.stamp, i, delay=3600) for i in range(5)]
+    t0 = time.monotonic()
+    s.shutdown(wait=True, cancel_futures=True)
+    assert time.monotonic() - t0 < 15
+    assert all(f.cancelled() for f in far)
+    assert not s._manager_process.is_alive()
+
+
+def test_shutdown_without_wait_returns_at_once_and_finishes_later(make_scheduler):
+    s = make_scheduler(workers=1)
+    future = s.schedule(jobs.stamp, "bg", delay=0.5)
+    t0 = time.monotonic()
+    s.shutdown(wait=False)
+    assert time.monotonic() - t0 < 0.5
+    assert future.result(timeout=30)[0] == "bg"
+    s._closer.join(30)
+    assert not s._manager_process.is_alive()
+
+
+def test_idle_workers_and_manager_use_almost_no_cpu(make_scheduler):
+    s = make_scheduler(workers=2)
+    s.schedule(jobs.stamp, delay=3600)
+    procs = [psutil.Process(s._manager_process.pid)]
+    procs += [psutil.Process(w.pid) for w in s.stats().workers]
+    assert len(procs) == 3
+
+    def cpu() -> float:
+        return sum(sum(p.cpu_times()[:2]) for p in procs)
+
+    before = cpu()
+    # A measurement window, not synchronisation: idle cost is CPU used over time.
+    threading.Event().wait(2.0)
+    assert cpu() - before < 0.05
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        pytest.param({"delay": math.nan}, "finite", id="nan-delay"),
+        pytest.param({"delay": math.inf}, "finite", id="inf-delay"),
+        pytest.param({"delay": 10**400}, "overflows", id="overflowing-delay"),
+        pytest.param({"at": -math.inf}, "finite", id="inf-at"),
+        pytest.param({"delay": 1, "at": time.time()}, "not both", id="both"),
+        pytest.param({"delay": "soon"}, "number", id="string-delay"),
+        pytest.param({"priority": "urgent"}, "unknown priority", id="unknown-priority"),
+        pytest.param({"priority": 1}, "unknown priority", id="int-priority"),
+    ],
+)
+def test_bad_schedule_arguments_raise_at_call_site_and_queue_nothing(make_scheduler, options,
+                                                                    message):
+    s = make_scheduler(workers=1)
+    with pytest.raises(InvalidJobError, match=message):
+        s.schedule(jobs.stamp, **options)
+    assert s.stats().queue.submitted == 0
+
+
+def test_unpicklable_arguments_raise_at_call_site_and_queue_nothing(make_scheduler):
+    s = make_scheduler(workers=1)
+    with pytest.raises(JobPicklingError, match="stamp"):
+        s.submit(jobs.stamp, threading.Lock())
+    with pytest.raises(InvalidJobError, match="not callable"):
+        s.submit(42)
+    assert s.stats().queue.submitted == 0
+    assert s.submit(jobs.stamp, "ok").result(timeout=30)[0] == "ok"
+
+
+def test_times_as_datetime_timedelta_epoch_and_past(make_scheduler):
+    s = make_scheduler(workers=2)
+    now = time.time()
+    t0 = time.monotonic()
+    futures = {
+        "aware": s.schedule(jobs.stamp, delay=None,
+                            at=datetime.fromtimestamp(now + 0.4, tz=timezone.utc)),
+        "naive": s.schedule(jobs.stamp, at=datetime.fromtimestamp(now + 0.4)),
+        "epoch": s.schedule(jobs.stamp, at=now + 0.4),
+        "timedelta": s.schedule(jobs.stamp, delay=timedelta(milliseconds=400)),
+        "past": s.schedule(jobs.stamp, at=now - 3600),
+        "negative": s.schedule(jobs.stamp, delay=-5),
+    }
+    started = {name: f.result(timeout=30)[2] - t0 for name, f in futures.items()}
+    for name in ("aware", "naive", "epoch", "timedelta"):
+        assert 0.39 <= started[name] < 2.0, (name, started)
+    assert started["past"] < 0.39 and started["negative"] < 0.39
+
+
+def test_bounded_queue_times_out_with_queue_full_and_queues_nothing(make_scheduler):
+    s = make_scheduler(workers=1, max_pending=2, submit_timeout=0.5)
+    held = [s.schedule(jobs.stamp, i, delay=3600) for i in range(2)]
+    t0 = time.monotonic()
+    with pytest.raises(QueueFullError):
+        s.schedule(jobs.stamp, "third", delay=3600)
+    assert time.monotonic() - t0 >= 0.5
+    assert s.stats().queue.submitted == 2
+    assert held[0].cancel()  # room again: the next submit goes in
+    s.schedule(jobs.stamp, "third", delay=3600)
+    assert sum(s.stats().pending.values()) == 2
+
+
+def test_priority_order_lets_urgent_job_overtake_overdue_backlog(make_scheduler):
+    s = make_scheduler(workers=1, order="priority")
+    gate = s.submit(jobs.burn, 0.3)  # keeps the one worker busy while the backlog builds
+    at = time.time() + 0.1
+    low = [s.schedule(jobs.stamp, f"low{i}", at=at, priority="low") for i in range(3)]
+    high = s.schedule(jobs.stamp, "high", at=at + 0.05, priority="high")
+    gate.result(timeout=30)
+    order = sorted((f.result(timeout=30) for f in [*low, high]), key=lambda r: r[2])
+    assert order[0][0] == "high"
+
+
+def test_stats_report_counts_workers_and_lateness(make_scheduler):
+    s = make_scheduler(workers=2)
+    for f in [s.submit(jobs.stamp, i) for i in range(10)]:
+        f.result(timeout=30)
+    s.submit(jobs.fail, "x").exception(timeout=30)
+    stats = s.stats()
+    assert stats.completed == 10 and stats.failed == 1 and stats.in_flight == 0
+    assert stats.queue.lateness_samples == 11
+    assert set(stats.lateness) == {"p50", "p90", "p99", "max"}
+    assert 0 <= stats.lateness["p50"] <= stats.lateness["max"] < 5
+    assert len(stats.workers) == 2 and sum(w.jobs_done for w in stats.workers) == 11
+
+
+def test_bad_scheduler_options_raise():
+    from mpsched import Scheduler
+
+    with pytest.raises(InvalidJobError):
+        Scheduler(workers=0)
+    with pytest.raises(InvalidJobError):
+        Scheduler(workers=1, mp_context="fork")
+    with pytest.raises(InvalidJobError):
+        Scheduler(workers=1, order="random")
