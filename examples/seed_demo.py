@@ -90,7 +90,9 @@ def run_producers(s: Scheduler) -> tuple[float, list[ProducerReport]]:
     ctx = multiprocessing.get_context("spawn")
     links = [ctx.Pipe() for _ in range(PRODUCERS)]
     producers = [
-        ctx.Process(target=produce, args=(p, s.address, s.authkey, child), name=f"producer-{p}")
+        # daemon: should this process fail, its producers must not keep it from exiting
+        ctx.Process(target=produce, args=(p, s.address, s.authkey, child),
+                    name=f"producer-{p}", daemon=True)
         for p, (_, child) in enumerate(links)
     ]
     for process, (_, child) in zip(producers, links, strict=True):

@@ -3,6 +3,7 @@
 from mpsched._errors import InvalidJobError as InvalidJobError
 from mpsched._errors import JobError as JobError
 from mpsched._errors import JobPicklingError as JobPicklingError
+from mpsched._errors import JobTimeoutError as JobTimeoutError
 from mpsched._errors import JobUnpicklingError as JobUnpicklingError
 from mpsched._errors import MpschedError as MpschedError
 from mpsched._errors import QueueFullError as QueueFullError
@@ -27,6 +28,7 @@ __all__ = [
     "JobError",
     "JobFuture",
     "JobPicklingError",
+    "JobTimeoutError",
     "JobUnpicklingError",
     "MpschedError",
     "Order",

@@ -12,7 +12,8 @@ exception a caller would already catch for the same situation::
      ├── ResultPicklingError(pickle.PicklingError)    the result did not pickle in the worker
      ├── ResultUnpicklingError(pickle.UnpicklingError) ... or did not unpickle in the client
      ├── JobError                               a job raised an exception that cannot travel
-     └── WorkerCrashedError(ChildProcessError)  the worker running a job died
+     ├── WorkerCrashedError(ChildProcessError)  the worker running a job died
+     └── JobTimeoutError(TimeoutError)          the job ran past its timeout and was killed
 
 A job's own exception reaches ``Future.exception()`` as itself, with the worker's formatted
 traceback chained as ``__cause__`` (a :class:`RemoteTraceback`).
@@ -108,3 +109,15 @@ def _signal_name(number: int) -> str:
         return signal.Signals(number).name
     except ValueError:
         return str(number)
+
+
+class JobTimeoutError(MpschedError, TimeoutError):
+    """A job ran longer than its ``timeout``; its worker's process tree was killed."""
+
+    def __init__(self, job_id: str, timeout: float) -> None:
+        self.job_id = job_id
+        self.timeout = timeout
+        super().__init__(f"job {job_id} ran past its timeout of {timeout:g} s and was killed")
+
+    def __reduce__(self) -> tuple[type[JobTimeoutError], tuple[str, float]]:
+        return (type(self), (self.job_id, self.timeout))

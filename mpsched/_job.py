@@ -73,6 +73,8 @@ class JobRequest(NamedTuple):
     priority: int  # Priority.level
     delay: float | None  # seconds from the manager's receipt, >= 0
     at: float | None  # wall-clock epoch seconds
+    timeout: float | None = None  # seconds a worker may run it before it is killed
+    retries: int = 0  # times it is run again after its worker died under it
 
 
 @dataclass(eq=False, slots=True)
@@ -85,7 +87,9 @@ class Job:
     priority: int
     due: float  # the manager's monotonic clock
     seq: int  # manager-wide submission counter: the FIFO tie-break
-    attempt: int = 0
+    timeout: float | None = None
+    retries: int = 0
+    attempt: int = 0  # times handed to a worker that received it
     cancelled: bool = field(default=False)
 
     def time_key(self) -> tuple[float, int, int]:
@@ -112,6 +116,7 @@ class Assignment(NamedTuple):
     lease: Lease
     payload: bytes
     due: float  # the manager's monotonic clock, for the worker's lateness stamp
+    timeout: float | None = None  # enforced by the manager, not the worker
 
 
 class Outcome(NamedTuple):

@@ -190,7 +190,14 @@ class ManagerService:
         if assignment is not None:
             with self._workers_lock:
                 self._current[worker_id] = assignment.lease.job_id
+            if assignment.timeout is not None:
+                self.wake_supervisor()  # it sleeps until the earliest job deadline
         return assignment
+
+    def finish(self, worker_id: str, report: Report | None) -> None:
+        """Report the last job of a worker that is leaving (recycling)."""
+        if report is not None:
+            self._report(worker_id, report)
 
     def _report(self, worker_id: str, report: Report) -> None:
         job = self.queue.complete(report.lease_id, report.outcome)
@@ -255,7 +262,7 @@ class ManagerService:
 class ServiceProxy(BaseProxy):
     """Typed client side of ManagerService."""
 
-    _exposed_ = ("hello", "take", "open_client", "close_client", "submit", "cancel",
+    _exposed_ = ("hello", "take", "finish", "open_client", "close_client", "submit", "cancel",
                  "cancel_client", "collect", "stats", "stop")
 
     def _call(self, method: str, *args: Any) -> Any:
@@ -267,6 +274,9 @@ class ServiceProxy(BaseProxy):
     def take(self, worker_id: str, report: Report | None, timeout: float) -> Assignment | None:
         result: Assignment | None = self._call("take", worker_id, report, timeout)
         return result
+
+    def finish(self, worker_id: str, report: Report | None) -> None:
+        self._call("finish", worker_id, report)
 
     def open_client(self, client_id: str) -> None:
         self._call("open_client", client_id)
@@ -332,6 +342,8 @@ class ManagerConfig:
     max_pending: int | None = None
     start_timeout: float = 60.0
     log_level: int = logging.WARNING
+    max_tasks_per_worker: int | None = None
+    max_memory_per_worker: int | None = None  # bytes of RSS
 
 
 class ManagerReady(NamedTuple):
@@ -369,8 +381,12 @@ def run_manager(config: ManagerConfig, control: Connection) -> None:
     threading.Thread(target=server.accepter, name="mpsched-accept", daemon=True).start()
     supervisor = Supervisor(service, config, server.address)
     try:
-        supervisor.start_workers()
-        failure = supervisor.await_workers(config.start_timeout)
+        try:
+            supervisor.start_workers()
+            failure = supervisor.await_workers(config.start_timeout)
+        except Exception as exc:
+            log.exception("manager start-up failed")
+            failure = f"{type(exc).__name__}: {exc}"
         if failure:
             control.send(ManagerFailed(failure))
             return

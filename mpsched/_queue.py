@@ -69,6 +69,7 @@ class _InFlight:
     job: Job
     lease: Lease
     taken: float
+    deadline: float | None  # taken + job.timeout
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,8 @@ class QueueStats:
     completed: int
     failed: int
     cancelled: int
+    retried: int  # jobs run again after their worker died under them
+    timed_out: int
     next_due_in: float | None  # seconds until the earliest pending job is due
     lateness: dict[str, float]  # p50, p90, p99, max (seconds), over recent jobs
     lateness_samples: int
@@ -150,6 +153,7 @@ class JobQueue:
         self._lease_ids = itertools.count(1)
         self._lateness: deque[float] = deque(maxlen=LATENESS_SAMPLES)
         self._submitted = self._completed = self._failed = self._cancelled = 0
+        self._retried = self._timed_out = 0
         self._wakeups = 0
 
     # ----------------------------------------------------------------- submit / cancel
@@ -170,9 +174,10 @@ class JobQueue:
         with self._lock:
             now = self._clock.now()
             due = self._due_locked(request, now)
+            self._wait_for_room_locked(now, timeout)
+            # Checked after the wait: another submitter may have queued this id meanwhile.
             if request.job_id in self._pending:
                 raise InvalidJobError(f"job id {request.job_id!r} is already pending")
-            self._wait_for_room_locked(now, timeout)
             job = Job(
                 job_id=request.job_id,
                 client_id=request.client_id,
@@ -180,15 +185,28 @@ class JobQueue:
                 priority=request.priority,
                 due=due,
                 seq=next(self._seq),
+                timeout=request.timeout,
+                retries=request.retries,
             )
             self._push_locked(job)
 
-    def requeue(self, job: Job) -> None:
-        """Put a job that never ran (or will run again) back, keeping its due time and seq."""
+    def requeue(self, job: Job, *, retry: bool) -> bool:
+        """Put back a job whose lease was lost, keeping its due time and seq (so it goes
+        first among what is due).
+
+        ``retry``: the worker had received it, so this is another attempt; otherwise it
+        never started and its attempt is not counted. Returns False when the queue is closed
+        (the job then stays out).
+        """
         with self._lock:
             if self._closed:
-                raise SchedulerShutdownError("the queue is closed")
+                return False
+            if retry:
+                self._retried += 1
+            else:
+                job.attempt -= 1
             self._push_locked(job, count=False)
+            return True
 
     def cancel(self, job_id: str) -> bool:
         """Remove a pending job. Returns False when it is not pending (taken, done, unknown).
@@ -287,10 +305,21 @@ class JobQueue:
                 del self._in_flight[lease.lease_id]
             return lost
 
-    def fail(self, job: Job) -> None:
-        """Count a job whose lease was lost and will not be retried as failed."""
+    def fail(self, job: Job, *, timed_out: bool = False) -> None:
+        """Count as failed a job whose lease was lost and that will not run again."""
         with self._lock:
             self._failed += 1
+            self._timed_out += timed_out
+
+    def expired(self, now: float | None = None) -> tuple[list[Lease], float | None]:
+        """Leases past their job's timeout, and the earliest deadline still ahead."""
+        with self._lock:
+            now = self._clock.now() if now is None else now
+            late = [f.lease for f in self._in_flight.values()
+                    if f.deadline is not None and f.deadline <= now]
+            ahead = [f.deadline for f in self._in_flight.values()
+                     if f.deadline is not None and f.deadline > now]
+            return late, min(ahead, default=None)
 
     def close(self) -> None:
         """Stop: every waiting or future ``take``/``submit`` raises SchedulerShutdownError."""
@@ -323,6 +352,8 @@ class JobQueue:
                 completed=self._completed,
                 failed=self._failed,
                 cancelled=self._cancelled,
+                retried=self._retried,
+                timed_out=self._timed_out,
                 next_due_in=None if head_due is None else head_due - self._clock.now(),
                 lateness=percentiles(samples),
                 lateness_samples=len(samples),
@@ -426,8 +457,9 @@ class JobQueue:
     def _lease_locked(self, job: Job, worker_id: str, now: float) -> Assignment:
         job.attempt += 1
         lease = Lease(next(self._lease_ids), job.job_id, worker_id, job.attempt)
-        self._in_flight[lease.lease_id] = _InFlight(job, lease, now)
-        return Assignment(lease, job.payload, job.due)
+        deadline = None if job.timeout is None else now + job.timeout
+        self._in_flight[lease.lease_id] = _InFlight(job, lease, now, deadline)
+        return Assignment(lease, job.payload, job.due, job.timeout)
 
     def _wait_locked(self, condition: Waitable, timeout: float | None) -> None:
         if timeout is not None:
@@ -446,6 +478,16 @@ def _validate(request: JobRequest) -> None:
     if (request.delay is None) == (request.at is None):
         raise InvalidJobError("give exactly one of delay and at")
     value = request.delay if request.delay is not None else request.at
-    if not isinstance(value, (int, float)) or not math.isfinite(value):
+    try:
+        finite = isinstance(value, (int, float)) and math.isfinite(value)
+    except OverflowError:  # an int beyond float range
+        finite = False
+    if not finite:
         raise InvalidJobError(f"due time must be a finite number of seconds, not {value!r}")
+    if request.timeout is not None and not (
+            isinstance(request.timeout, (int, float)) and 0 < request.timeout < math.inf):
+        raise InvalidJobError(f"timeout must be a positive number, not {request.timeout!r}")
+    if isinstance(request.retries, bool) or not isinstance(request.retries, int) \
+            or request.retries < 0:
+        raise InvalidJobError(f"retries must be a non-negative int, not {request.retries!r}")
 

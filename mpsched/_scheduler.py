@@ -268,6 +268,8 @@ class Client(Executor):
         delay: float | timedelta | None = None,
         at: float | datetime | None = None,
         priority: Priority | str = Priority.MEDIUM,
+        timeout: float | None = None,
+        retries: int = 0,
         **kwargs: Any,
     ) -> JobFuture[T]:
         """Run ``fn(*args, **kwargs)`` on a worker at a time, returning its future.
@@ -277,19 +279,25 @@ class Client(Executor):
             at: when, as epoch seconds or a datetime (naive means local time); past means now.
             priority: among jobs due at the same time, HIGH runs before MEDIUM before LOW.
                 A Priority or its name, in any case.
+            timeout: seconds the job may run (from when a worker takes it); past that its
+                worker's process tree is killed, the worker replaced, and the future fails
+                with JobTimeoutError.
+            retries: how many more times to run the job if its worker dies under it
+                (killed, segfault, ``os._exit``). A job that raises is not retried.
 
         Without ``delay`` and ``at`` the job is due now.
 
         Raises:
             InvalidJobError: both times, a NaN, infinite or overflowing time, an unknown
-                priority, or ``fn`` not callable.
+                priority, a timeout that is not a positive number, negative retries, or
+                ``fn`` not callable.
             JobPicklingError: ``fn`` or its arguments cannot be pickled.
             QueueFullError: ``max_pending`` jobs were pending for all of ``submit_timeout``.
             SchedulerShutdownError: after ``shutdown()``, or when the manager is gone.
 
         On any error nothing was queued.
         """
-        return self._schedule(fn, args, kwargs, delay, at, priority)
+        return self._schedule(fn, args, kwargs, delay, at, priority, timeout, retries)
 
     def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> JobFuture[T]:
         """Run ``fn(*args, **kwargs)`` as soon as a worker is free, at MEDIUM priority.
@@ -300,12 +308,20 @@ class Client(Executor):
 
     def _schedule(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                   delay: float | timedelta | None, at: float | datetime | None,
-                  priority: Priority | str) -> JobFuture[Any]:
+                  priority: Priority | str, timeout: float | None = None,
+                  retries: int = 0) -> JobFuture[Any]:
         level = Priority.coerce(priority).level
         delay_s, at_s = due_arguments(delay, at)
+        if timeout is not None:
+            timeout = _seconds("timeout", timeout)
+            if timeout <= 0:
+                raise InvalidJobError(f"timeout must be positive, not {timeout!r}")
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise InvalidJobError(f"retries must be a non-negative int, not {retries!r}")
         payload = pickle_job(fn, args, kwargs)
         future = self._core.new_future()
-        request = JobRequest(future.job_id, self._core.client_id, payload, level, delay_s, at_s)
+        request = JobRequest(future.job_id, self._core.client_id, payload, level, delay_s, at_s,
+                             timeout, retries)
         try:
             self._send(request)
         except BaseException:
@@ -392,6 +408,9 @@ class Scheduler(Client):
         max_pending: bound on jobs waiting in the heap; ``submit`` then waits for room.
         submit_timeout: longest ``submit`` waits for room (None: no limit).
         start_timeout: longest the constructor waits for the manager and workers.
+        max_tasks_per_worker: a worker leaves after this many jobs and is replaced.
+        max_memory_per_worker: a worker whose RSS exceeds this many bytes after a job leaves
+            and is replaced. Both are checked between jobs: nothing is lost or run twice.
 
     Raises:
         InvalidJobError: a bad option.
@@ -407,8 +426,15 @@ class Scheduler(Client):
         max_pending: int | None = None,
         submit_timeout: float | None = None,
         start_timeout: float = 60.0,
+        max_tasks_per_worker: int | None = None,
+        max_memory_per_worker: int | None = None,
     ) -> None:
         workers = os.cpu_count() or 1 if workers is None else workers
+        for name, limit in (("max_tasks_per_worker", max_tasks_per_worker),
+                            ("max_memory_per_worker", max_memory_per_worker)):
+            if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                                      or limit < 1):
+                raise InvalidJobError(f"{name} must be a positive int, not {limit!r}")
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise InvalidJobError(f"workers must be a positive int, not {workers!r}")
         if max_pending is not None and (not isinstance(max_pending, int) or max_pending < 1):
@@ -418,6 +444,8 @@ class Scheduler(Client):
             authkey=os.urandom(32), workers=workers, mp_method=method,
             order=Order.coerce(order), max_pending=max_pending, start_timeout=start_timeout,
             log_level=logging.getLogger("mpsched").getEffectiveLevel(),
+            max_tasks_per_worker=max_tasks_per_worker,
+            max_memory_per_worker=max_memory_per_worker,
         )
         ctx: Any = multiprocessing.get_context(method)
         parent_end, child_end = ctx.Pipe(duplex=True)
@@ -448,6 +476,7 @@ class Scheduler(Client):
         try:
             message = self._control.recv()
         except EOFError:
+            self._manager_process.join(5.0)
             raise MpschedError(
                 f"the mpsched manager exited during start-up "
                 f"(exit code {self._manager_process.exitcode})") from None

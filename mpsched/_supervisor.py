@@ -1,29 +1,49 @@
-"""Local worker processes: start them, watch their sentinels, replace the dead, stop them.
+"""Local worker processes: start them, watch them, resolve what a dead one held, replace it.
 
-Runs in the manager process. Workers are started with an explicit start method (spawn or
-forkserver), never by forking this process, which has server threads.
+Runs in the manager process, in its main thread. Workers are started with an explicit start
+method (spawn or forkserver), never by forking this process, which has server threads.
+
+What happens to a job whose worker dies (design.md §5):
+- never received (the worker had not acknowledged the lease): back to the heap untouched;
+  it is neither an attempt nor a failure;
+- received, attempts left (``retries``): back to the heap, first among what is due;
+- received, past its ``timeout`` (we killed it): JobTimeoutError;
+- otherwise: WorkerCrashedError naming the exit code or signal.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import multiprocessing
 import os
 import pickle
+import signal
 import time
+from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from mpsched._errors import WorkerCrashedError
-from mpsched._job import Outcome
+import psutil
+
+from mpsched._errors import JobTimeoutError, MpschedError, WorkerCrashedError
+from mpsched._job import Job, Lease, Outcome
 from mpsched._manager import ManagerConfig, ManagerService
 from mpsched._worker import WorkerConfig, worker_main
 
 log = logging.getLogger("mpsched.supervisor")
 
 STOP = "stop"  # the owner's message on the control pipe
+
+
+@dataclass(eq=False)
+class _Local:
+    """One local worker process and its delivery acknowledgement slot."""
+
+    proc: BaseProcess
+    ack: Any  # shared int64: the last lease id the worker received
 
 
 class Supervisor:
@@ -36,7 +56,11 @@ class Supervisor:
         self._ctx: Any = multiprocessing.get_context(config.mp_method)
         if config.mp_method == "forkserver":
             self._ctx.set_forkserver_preload(["mpsched._worker"])
-        self._procs: dict[str, BaseProcess] = {}  # touched by the manager's main thread only
+        # Workers watch the read end; only this process holds the write end, so it closes
+        # (and they exit) when this process dies, however it dies.
+        self._lifeline_r, self._lifeline_w = self._ctx.Pipe(duplex=False)
+        self._workers: dict[str, _Local] = {}  # touched by the manager's main thread only
+        self._timed_out: set[int] = set()  # lease ids whose worker we killed for timeout
         self._ids = itertools.count(1)
 
     def start_workers(self) -> None:
@@ -45,21 +69,25 @@ class Supervisor:
 
     def _start_one(self) -> None:
         worker_id = f"w{next(self._ids)}"
-        config = WorkerConfig(self._address, self._config.authkey, worker_id,
-                              self._config.log_level)
-        proc = self._ctx.Process(target=worker_main, args=(config,),
+        ack = self._ctx.RawValue("q", 0)
+        config = WorkerConfig(
+            address=self._address, authkey=self._config.authkey, worker_id=worker_id,
+            log_level=self._config.log_level, max_tasks=self._config.max_tasks_per_worker,
+            max_memory=self._config.max_memory_per_worker)
+        proc = self._ctx.Process(target=worker_main, args=(config, ack, self._lifeline_r),
                                  name=f"mpsched-worker-{worker_id}")
         proc.start()
-        self._procs[worker_id] = proc
+        self._workers[worker_id] = _Local(proc, ack)
 
     def await_workers(self, timeout: float) -> str:
         """Wait until every worker said hello; returns why not ("" when they all did)."""
         deadline = time.monotonic() + timeout
-        while self._service.worker_count() < len(self._procs):
+        while self._service.worker_count() < len(self._workers):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return f"workers did not start within {timeout} s"
-            sentinels: dict[Any, BaseProcess] = {p.sentinel: p for p in self._procs.values()}
+            sentinels: dict[Any, BaseProcess] = {
+                w.proc.sentinel: w.proc for w in self._workers.values()}
             ready = wait([self._service.wake_reader, *sentinels], remaining)
             self._drain_wake()
             for sentinel in ready:
@@ -78,52 +106,113 @@ class Supervisor:
             pass
 
     def watch(self, control: Connection) -> None:
-        """Serve until the owner says stop or goes away, or ``service.stop()`` is called."""
+        """Serve until the owner says stop or goes away, or ``service.stop()`` is called.
+
+        Sleeps until a worker exits, the owner writes, ``wake_supervisor()`` is called (a
+        hello, a lease with a timeout, stop), or the earliest job timeout arrives.
+        """
         while not self._service.stopping.is_set():
-            by_sentinel: dict[Any, str] = {p.sentinel: w for w, p in self._procs.items()}
-            ready = wait([control, self._service.wake_reader, *by_sentinel])
-            if control in ready:
-                try:
-                    message = control.recv()
-                except (EOFError, OSError):
-                    log.warning("the process that started this manager is gone; stopping")
-                    return
-                if message == STOP:
-                    return
+            _, next_deadline = self._service.queue.expired()
+            timeout = None if next_deadline is None else max(0.0, next_deadline - time.monotonic())
+            by_sentinel: dict[Any, str] = {w.proc.sentinel: i for i, w in self._workers.items()}
+            ready = wait([control, self._service.wake_reader, *by_sentinel], timeout)
+            if control in ready and self._owner_says_stop(control):
+                return
             if self._service.wake_reader in ready:
                 self._drain_wake()
-            for sentinel in ready:
-                worker_id = by_sentinel.get(sentinel)
-                if worker_id is not None:
-                    self._on_exit(worker_id)
+            try:
+                self._kill_expired()
+                for sentinel in ready:
+                    worker_id = by_sentinel.get(sentinel)
+                    if worker_id is not None:
+                        self._on_exit(worker_id)
+            except Exception:  # the supervisor must outlive its own bugs: futures depend on it
+                log.exception("supervisor error; carrying on")
+
+    def _owner_says_stop(self, control: Connection) -> bool:
+        try:
+            return bool(control.recv() == STOP)
+        except (EOFError, OSError):
+            log.warning("the process that started this manager is gone; stopping")
+            return True
+
+    def _kill_expired(self) -> None:
+        late, _ = self._service.queue.expired()
+        for lease in late:
+            if lease.lease_id in self._timed_out:
+                continue
+            local = self._workers.get(lease.worker_id)
+            if local is None:
+                continue
+            self._timed_out.add(lease.lease_id)
+            log.warning("job %s ran past its timeout; killing worker %s (pid %s)",
+                        lease.job_id, lease.worker_id, local.proc.pid)
+            kill_tree(local.proc.pid)
 
     def _on_exit(self, worker_id: str) -> None:
-        proc = self._procs.pop(worker_id)
-        proc.join()
+        local = self._workers.pop(worker_id)
+        local.proc.join()
+        exitcode = local.proc.exitcode
         self._service.forget_worker(worker_id)
         lost = self._service.queue.release_worker(worker_id)
-        if self._service.stopping.is_set():
+        if lost or exitcode != 0:
+            log.error("worker %s (pid %s) exited with code %s holding %d job(s)",
+                      worker_id, local.proc.pid, exitcode, len(lost))
+        for job, lease in lost:
+            self._resolve_lost(job, lease, received=local.ack.value == lease.lease_id,
+                               exitcode=exitcode)
+        if not self._service.stopping.is_set():
+            self._start_one()
+
+    def _resolve_lost(self, job: Job, lease: Lease, *, received: bool,
+                      exitcode: int | None) -> None:
+        queue = self._service.queue
+        error: MpschedError
+        if lease.lease_id in self._timed_out:
+            self._timed_out.discard(lease.lease_id)
+            assert job.timeout is not None
+            queue.fail(job, timed_out=True)
+            error = JobTimeoutError(job.job_id, job.timeout)
+        elif not received and queue.requeue(job, retry=False):
+            log.info("job %s never reached worker %s; requeued", job.job_id, lease.worker_id)
             return
-        log.error("worker %s (pid %s) exited with code %s holding %d job(s); replacing it",
-                  worker_id, proc.pid, proc.exitcode, len(lost))
-        for job, _lease in lost:
-            self._service.queue.fail(job)
-            error = WorkerCrashedError(job.job_id, worker_id, proc.exitcode)
-            self._service.mailboxes.post(job.client_id, Outcome(
-                job.job_id, False, pickle.dumps(error), "", None, "worker-crashed"))
-        self._start_one()
+        elif received and job.attempt <= job.retries and queue.requeue(job, retry=True):
+            log.warning("job %s: worker %s died on attempt %d; requeued", job.job_id,
+                        lease.worker_id, job.attempt)
+            return
+        else:
+            queue.fail(job)
+            error = WorkerCrashedError(job.job_id, lease.worker_id, exitcode)
+        self._service.mailboxes.post(job.client_id, Outcome(
+            job.job_id, False, pickle.dumps(error), "", None, type(error).__name__))
+
+    def worker_pids(self) -> list[int]:
+        return [w.proc.pid for w in self._workers.values() if w.proc.pid is not None]
 
     def stop_workers(self, grace: float = 5.0) -> None:
-        """Wait up to ``grace`` seconds for workers to leave, then terminate, then kill."""
+        """Wait up to ``grace`` seconds for workers to leave, then kill their trees."""
         deadline = time.monotonic() + grace
-        for proc in self._procs.values():
-            proc.join(max(0.0, deadline - time.monotonic()))
-        for proc in self._procs.values():
-            if proc.is_alive():
-                log.warning("worker pid %s did not stop in %.1f s; terminating", proc.pid, grace)
-                proc.terminate()
-                proc.join(1.0)
-            if proc.is_alive() and proc.pid is not None:
-                os.kill(proc.pid, 9)
-                proc.join(1.0)
-        self._procs.clear()
+        for local in self._workers.values():
+            local.proc.join(max(0.0, deadline - time.monotonic()))
+        for local in self._workers.values():
+            if local.proc.is_alive():
+                log.warning("worker pid %s did not stop in %.1f s; killing it",
+                            local.proc.pid, grace)
+                kill_tree(local.proc.pid)
+                local.proc.join(2.0)
+        self._workers.clear()
+        self._lifeline_w.close()
+
+
+def kill_tree(pid: int | None) -> None:
+    """SIGKILL a process and all its descendants (children first found, then killed)."""
+    if pid is None:
+        return
+    try:
+        root = psutil.Process(pid)
+        family = [*root.children(recursive=True), root]
+    except psutil.NoSuchProcess:
+        return
+    for proc in family:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.send_signal(signal.SIGKILL)

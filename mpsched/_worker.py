@@ -7,17 +7,21 @@ both completes a job and asks for the next.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import logging
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from typing import Any
 
 import cloudpickle
+import psutil
 
 from mpsched._errors import (
     JobError,
@@ -46,14 +50,26 @@ class WorkerConfig:
     authkey: bytes
     worker_id: str
     log_level: int = logging.WARNING
+    max_tasks: int | None = None  # leave (and be replaced) after this many jobs
+    max_memory: int | None = None  # leave after a job that leaves RSS above this (bytes)
 
 
-def worker_main(config: WorkerConfig) -> None:
-    """Entry point of a worker process: join the manager, then serve until it stops."""
+def worker_main(config: WorkerConfig, ack: Any = None, lifeline: Connection | None = None) -> None:
+    """Entry point of a worker process: join the manager, then serve until it stops.
+
+    Args:
+        ack: a shared int the worker sets to each lease id it receives, so the manager can
+            tell a job that never arrived (requeued untouched) from one that started.
+        lifeline: the read end of a pipe only the manager writes to; when it closes the
+            manager is gone and this worker exits at once, even in the middle of a job.
+    """
     logging.basicConfig(level=config.log_level, stream=sys.stderr,
                         format="%(asctime)s %(name)s[%(process)d] %(levelname)s %(message)s")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the owner, which drains
     faulthandler.enable()
+    if lifeline is not None:
+        threading.Thread(target=_exit_with_manager, args=(lifeline,), daemon=True,
+                         name="mpsched-lifeline").start()
     service = connect_service(config.address, config.authkey)
     service.hello(WorkerHello(
         worker_id=config.worker_id,
@@ -62,12 +78,26 @@ def worker_main(config: WorkerConfig) -> None:
         python=f"{sys.version_info.major}.{sys.version_info.minor}",
         cloudpickle=cloudpickle.__version__,
     ))
-    serve(service, config.worker_id)
+    serve(service, config, ack)
 
 
-def serve(service: ServiceProxy, worker_id: str, long_poll: float = LONG_POLL) -> None:
-    """Take, run and report jobs until the manager stops or goes away."""
+def _exit_with_manager(lifeline: Connection) -> None:
+    with contextlib.suppress(EOFError, OSError):
+        lifeline.recv()
+    log.warning("worker pid %d: manager gone; exiting", os.getpid())
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.kill()
+    os._exit(1)
+
+
+def serve(service: ServiceProxy, config: WorkerConfig, ack: Any = None,
+          long_poll: float = LONG_POLL) -> None:
+    """Take, run and report jobs until the manager stops or goes away, or it is time to
+    recycle this process (``max_tasks`` / ``max_memory``)."""
+    worker_id = config.worker_id
     report: Report | None = None
+    done = 0
     while True:
         try:
             assignment = service.take(worker_id, report, long_poll)
@@ -77,8 +107,25 @@ def serve(service: ServiceProxy, worker_id: str, long_poll: float = LONG_POLL) -
             log.warning("worker %s lost its manager (%s); exiting", worker_id, exc)
             return
         report = None
-        if assignment is not None:
-            report = Report(assignment.lease.lease_id, run(assignment))
+        if assignment is None:
+            continue
+        if ack is not None:
+            ack.value = assignment.lease.lease_id
+        report = Report(assignment.lease.lease_id, run(assignment))
+        done += 1
+        if _should_recycle(config, done):
+            log.info("worker %s recycles after %d job(s)", worker_id, done)
+            with contextlib.suppress(EOFError, OSError):
+                service.finish(worker_id, report)
+            return
+
+
+def _should_recycle(config: WorkerConfig, done: int) -> bool:
+    if config.max_tasks is not None and done >= config.max_tasks:
+        return True
+    if config.max_memory is not None:
+        return bool(psutil.Process().memory_info().rss > config.max_memory)
+    return False
 
 
 def run(assignment: Assignment) -> Outcome:
@@ -106,8 +153,10 @@ def run(assignment: Assignment) -> Outcome:
 
 def _failure(job_id: str, exc: BaseException, tb: str, started: float | None,
              kind: str) -> Outcome:
-    if not isinstance(exc, Exception):
-        # SystemExit, KeyboardInterrupt and friends must not escape into the client.
+    if isinstance(exc, SystemExit):
+        exc = JobError(f"job {job_id} called sys.exit({exc.code!r})")
+    elif not isinstance(exc, Exception):
+        # KeyboardInterrupt and friends must not escape into the client.
         exc = JobError(f"job {job_id} raised {type(exc).__name__}{exc.args!r}")
     try:
         payload = cloudpickle.dumps(exc)

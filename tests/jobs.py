@@ -64,3 +64,88 @@ def produce(address: Any, authkey: bytes, producer: int, count: int, log_path: s
         return {"keys": keys, "early": early}
     finally:
         client.shutdown(wait=False, cancel_futures=True)
+
+
+def announce(fifo: str) -> None:
+    """Tell the test (blocked reading ``fifo``) this job started, and in which pid."""
+    with open(fifo, "w") as out:
+        out.write(str(os.getpid()))
+
+
+def announce_then_sleep(fifo: str, seconds: float, child: bool = False) -> str:
+    """Announce, optionally start a child process, then sleep; announces "pid child_pid"."""
+    import subprocess
+
+    extra = ""
+    if child:
+        proc = subprocess.Popen(["sleep", str(seconds)])
+        extra = f" {proc.pid}"
+    with open(fifo, "w") as out:
+        out.write(f"{os.getpid()}{extra}")
+    time.sleep(seconds)
+    return "woke"
+
+
+def die_once(marker: str) -> str:
+    """SIGKILL our own worker the first time; succeed the next."""
+    import signal
+
+    if not os.path.exists(marker):
+        with open(marker, "w"):
+            pass
+        os.kill(os.getpid(), signal.SIGKILL)
+    return "survived"
+
+
+def exit_process(code: int) -> None:
+    os._exit(code)
+
+
+def call_sys_exit(code: int) -> None:
+    import sys
+
+    sys.exit(code)
+
+
+def segfault() -> None:
+    import ctypes
+
+    ctypes.string_at(0)
+
+
+def unpicklable_result() -> Any:
+    import threading
+
+    return threading.Lock()
+
+
+def explode(*args: Any) -> Any:
+    raise RuntimeError("this object refuses to be unpickled")
+
+
+class LoadsBadly:
+    """Pickles fine; unpickling it raises (the callable runs at load time)."""
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return (explode, ())
+
+
+def return_loads_badly() -> LoadsBadly:
+    return LoadsBadly()
+
+
+def noop(x: Any = None) -> Any:
+    return x
+
+
+_HOARD: list[bytes] = []
+
+
+def hoard(megabytes: int) -> int:
+    """Keep ``megabytes`` alive in this worker; return its pid."""
+    _HOARD.append(b"x" * (megabytes << 20))
+    return os.getpid()
+
+
+def pid() -> int:
+    return os.getpid()

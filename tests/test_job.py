@@ -89,9 +89,9 @@ def test_order_coerce_rejects_unknown_orders(value: object) -> None:
     assert repr(value) in str(caught.value)
 
 
-def test_order_members_compare_equal_to_their_option_strings() -> None:
-    assert Order.TIME == "time"
-    assert Order.PRIORITY == "priority"
+def test_order_members_are_their_option_strings() -> None:
+    assert isinstance(Order.TIME, str)
+    assert (Order.TIME.value, Order.PRIORITY.value) == ("time", "priority")
 
 
 # ----------------------------------------------------------------------------- Job keys

@@ -251,3 +251,10 @@ def test_bad_scheduler_options_raise():
         Scheduler(workers=1, mp_context="fork")
     with pytest.raises(InvalidJobError):
         Scheduler(workers=1, order="random")
+
+
+def test_workers_not_ready_in_start_timeout_raise_instead_of_hanging():
+    from mpsched import MpschedError, Scheduler
+
+    with pytest.raises(MpschedError, match="did not start within"):
+        Scheduler(workers=1, mp_context="spawn", start_timeout=0.001)

@@ -1,0 +1,37 @@
+"""The runnable examples: each one runs as its own program, exits 0 and says it checked out."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+RUN_TIMEOUT = 60.0  # each example finishes in about 5 s on 2 cores
+
+CASES = [
+    pytest.param("seed_demo.py", ["wave 3  job", "✓ every wave started on time"],
+                 id="seed_demo"),
+    pytest.param("strict_order.py", ["✓ exactly time → priority → FIFO"], id="strict_order"),
+    pytest.param("cpu_speedup.py", ["speed-up:", "✓ every job found 17,984 primes"],
+                 id="cpu_speedup"),
+]
+
+
+@pytest.mark.parametrize(("script", "phrases"), CASES)
+def test_example_runs_and_checks_out(script: str, phrases: list[str]) -> None:
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8"}  # the examples print ✓ and →
+    completed = subprocess.run(
+        [sys.executable, str(EXAMPLES / script)],
+        capture_output=True, encoding="utf-8", env=env, timeout=RUN_TIMEOUT, check=False,
+    )
+    output = f"--- stdout\n{completed.stdout}--- stderr\n{completed.stderr}"
+    assert completed.returncode == 0, output
+    for phrase in phrases:
+        assert phrase in completed.stdout, output
+    assert "Traceback" not in completed.stderr, output
