@@ -13,9 +13,12 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)  ## the seed's waves, strict order on one worker, CPU speed-up
-	$(PY) examples/seed_demo.py
+	$(PY) -m mpsched demo
 	$(PY) examples/strict_order.py
 	$(PY) examples/cpu_speedup.py
+
+stress: $(STAMP)
+	$(PY) -m mpsched stress --producers 3 --workers 4 --jobs 20000
 
 test: $(STAMP)
 	$(PY) -m pytest

@@ -1,5 +1,9 @@
 """mpsched: run Python jobs at a scheduled time, in priority order, on worker processes."""
 
+from mpsched._client import Client as Client
+from mpsched._client import JobFuture as JobFuture
+from mpsched._client import connect as connect
+from mpsched._errors import AuthenticationError as AuthenticationError
 from mpsched._errors import InvalidJobError as InvalidJobError
 from mpsched._errors import JobError as JobError
 from mpsched._errors import JobPicklingError as JobPicklingError
@@ -11,18 +15,17 @@ from mpsched._errors import RemoteTraceback as RemoteTraceback
 from mpsched._errors import ResultPicklingError as ResultPicklingError
 from mpsched._errors import ResultUnpicklingError as ResultUnpicklingError
 from mpsched._errors import SchedulerShutdownError as SchedulerShutdownError
+from mpsched._errors import VersionMismatchError as VersionMismatchError
 from mpsched._errors import WorkerCrashedError as WorkerCrashedError
 from mpsched._job import Order as Order
 from mpsched._job import Priority as Priority
 from mpsched._manager import Stats as Stats
 from mpsched._manager import WorkerStatus as WorkerStatus
 from mpsched._queue import QueueStats as QueueStats
-from mpsched._scheduler import Client as Client
-from mpsched._scheduler import JobFuture as JobFuture
 from mpsched._scheduler import Scheduler as Scheduler
-from mpsched._scheduler import connect as connect
 
 __all__ = [
+    "AuthenticationError",
     "Client",
     "InvalidJobError",
     "JobError",
@@ -41,6 +44,7 @@ __all__ = [
     "Scheduler",
     "SchedulerShutdownError",
     "Stats",
+    "VersionMismatchError",
     "WorkerCrashedError",
     "WorkerStatus",
     "connect",

@@ -13,7 +13,9 @@ exception a caller would already catch for the same situation::
      ├── ResultUnpicklingError(pickle.UnpicklingError) ... or did not unpickle in the client
      ├── JobError                               a job raised an exception that cannot travel
      ├── WorkerCrashedError(ChildProcessError)  the worker running a job died
-     └── JobTimeoutError(TimeoutError)          the job ran past its timeout and was killed
+     ├── JobTimeoutError(TimeoutError)          the job ran past its timeout and was killed
+     ├── AuthenticationError(multiprocessing.AuthenticationError)   wrong or unsafe authkey
+     └── VersionMismatchError                   peer runs another Python or cloudpickle
 
 A job's own exception reaches ``Future.exception()`` as itself, with the worker's formatted
 traceback chained as ``__cause__`` (a :class:`RemoteTraceback`).
@@ -21,6 +23,7 @@ traceback chained as ``__cause__`` (a :class:`RemoteTraceback`).
 
 from __future__ import annotations
 
+import multiprocessing
 import pickle
 import queue
 
@@ -121,3 +124,30 @@ class JobTimeoutError(MpschedError, TimeoutError):
 
     def __reduce__(self) -> tuple[type[JobTimeoutError], tuple[str, float]]:
         return (type(self), (self.job_id, self.timeout))
+
+
+class AuthenticationError(MpschedError, multiprocessing.AuthenticationError):
+    """The manager and this process do not share the authkey, or the key is unsafe."""
+
+
+class VersionMismatchError(MpschedError):
+    """A worker or client runs another Python minor or cloudpickle version than its manager.
+
+    Pickles of code are not portable across those, so the peer is refused.
+    """
+
+    def __init__(self, peer: str, mine: tuple[str, str], theirs: tuple[str, str]) -> None:
+        self.peer = peer
+        self.mine = mine
+        self.theirs = theirs
+        super().__init__(
+            f"{peer} runs Python {theirs[0]} with cloudpickle {theirs[1]}, but the manager "
+            f"runs Python {mine[0]} with cloudpickle {mine[1]}: use the same versions")
+
+    def __reduce__(self) -> tuple[type[VersionMismatchError], tuple[str, tuple[str, str],
+                                                                    tuple[str, str]]]:
+        return (type(self), (self.peer, self.mine, self.theirs))
+
+
+class WorkerRetiredError(MpschedError):
+    """The manager declared this worker gone (missed heartbeats); it must join again."""

@@ -2,11 +2,11 @@
 
 ```
  clients                      manager process                          workers
- Scheduler                    heap + lock + condition (JobQueue)       loop: take -> run -> report
+ Scheduler / connect()        heap + lock + condition (JobQueue)       loop: take -> run -> report
    submit(JobRequest) ──────▶  seq, due, priority                ◀──── take(worker_id, report)
    cancel(job_id) ──────────▶  in-flight leases                  ────▶ Assignment(lease, payload)
-   result thread ◀──────────   per-client result mailboxes       ◀──── report rides on next take
-                               supervisor: local worker sentinels
+   result thread ◀──────────   per-client result mailboxes       ◀──── ack / heartbeat (remote)
+                               supervisor: local worker sentinels, remote heartbeats
 ```
 
 Everything crosses through ``multiprocessing.managers``: each proxied call runs in the
@@ -18,27 +18,43 @@ imports user code.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import pickle
 import signal
-import socket
 import sys
 import threading
+import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.managers import BaseManager, BaseProxy
 from typing import Any, NamedTuple
 
-from mpsched._errors import SchedulerShutdownError
-from mpsched._job import Assignment, JobRequest, Order, Outcome
-from mpsched._queue import JobQueue, QueueStats
+import psutil
+
+from mpsched._errors import (
+    JobTimeoutError,
+    MpschedError,
+    SchedulerShutdownError,
+    VersionMismatchError,
+    WorkerCrashedError,
+    WorkerRetiredError,
+)
+from mpsched._job import Assignment, JobRequest, Lease, Order, Outcome
+from mpsched._mailbox import Mailboxes
+from mpsched._queue import JobQueue, LostLease, QueueStats
+from mpsched._transport import SERIALIZER, HardenedServer, describe_versions, host_name
 
 log = logging.getLogger("mpsched.manager")
 
 # Longest a single proxied call may block in the manager. A caller that went away frees
 # its server thread within this; live callers simply call again.
 LONG_POLL = 5.0
+HEARTBEAT_TIMEOUT = 10.0  # a remote worker silent this long is declared gone
+THROUGHPUT_WINDOW = 10.0  # seconds over which stats() measures throughput
 
 
 class Report(NamedTuple):
@@ -49,13 +65,29 @@ class Report(NamedTuple):
 
 
 class WorkerHello(NamedTuple):
-    """What a worker says when it connects."""
+    """What a worker says when it joins."""
 
     worker_id: str
     pid: int
     host: str
     python: str  # "3.11"
     cloudpickle: str
+    remote: bool = False  # joined with ``worker --connect``: kept alive by heartbeats
+
+
+class ClientHello(NamedTuple):
+    """What a client says when it connects."""
+
+    client_id: str
+    python: str
+    cloudpickle: str
+
+
+class WorkerLoad(NamedTuple):
+    """A remote worker's heartbeat: how busy its process is."""
+
+    cpu_percent: float
+    rss: int
 
 
 @dataclass(frozen=True)
@@ -65,8 +97,11 @@ class WorkerStatus:
     worker_id: str
     pid: int
     host: str
+    remote: bool
     jobs_done: int
     current_job: str | None
+    cpu_percent: float
+    rss: int
 
 
 @dataclass(frozen=True)
@@ -75,6 +110,8 @@ class Stats:
 
     queue: QueueStats
     workers: tuple[WorkerStatus, ...]
+    uptime: float
+    throughput: float  # jobs finished per second over the last THROUGHPUT_WINDOW seconds
 
     @property
     def pending(self) -> dict[str, int]:
@@ -98,87 +135,50 @@ class Stats:
 
 
 @dataclass(eq=False)
-class _Mailbox:
-    outcomes: deque[Outcome] = field(default_factory=deque)
-    closed: bool = False
-
-
-class Mailboxes:
-    """Outcomes waiting for their submitting client's result thread."""
-
-    def __init__(self) -> None:
-        # Guards _boxes and every mailbox in it.
-        self._lock = threading.Lock()
-        # Each client's result thread waits here in collect(); post() and close wake all,
-        # and every waiter re-checks its own mailbox (one result thread per client, so
-        # there are as many waiters as connected clients, usually one).
-        self._posted = threading.Condition(self._lock)
-        self._boxes: dict[str, _Mailbox] = {}
-
-    def open(self, client_id: str) -> None:
-        with self._lock:
-            self._boxes.setdefault(client_id, _Mailbox())
-
-    def post(self, client_id: str, outcome: Outcome) -> None:
-        with self._lock:
-            box = self._boxes.get(client_id)
-            if box is None or box.closed:
-                log.warning("dropped the outcome of job %s: client %s is gone",
-                            outcome.job_id, client_id)
-                return
-            box.outcomes.append(outcome)
-            self._posted.notify_all()
-
-    def collect(self, client_id: str, timeout: float) -> list[Outcome] | None:
-        """All outcomes waiting for ``client_id``, after at most ``timeout`` seconds.
-
-        Returns None once the mailbox is closed and empty.
-        """
-        with self._lock:
-            box = self._boxes.get(client_id)
-            if box is None:
-                return None
-            self._posted.wait_for(lambda: bool(box.outcomes) or box.closed, timeout)
-            if not box.outcomes:
-                if box.closed:
-                    self._boxes.pop(client_id, None)
-                    return None
-                return []
-            outcomes = list(box.outcomes)
-            box.outcomes.clear()
-            return outcomes
-
-    def close(self, client_id: str | None = None) -> None:
-        """Close one client's mailbox, or all; its result thread returns what is left."""
-        with self._lock:
-            for cid, box in self._boxes.items():
-                if client_id is None or cid == client_id:
-                    box.closed = True
-            self._posted.notify_all()
+class _Worker:
+    hello: WorkerHello
+    last_seen: float
+    jobs_done: int = 0
+    current: str | None = None
+    acked: int = 0  # remote workers: the last lease id they acknowledged
+    load: WorkerLoad | None = None
+    proc: psutil.Process | None = field(default=None, repr=False)  # same-host workers
 
 
 class ManagerService:
     """The object the manager serves; each public method is one proxied call."""
 
-    def __init__(self, queue: JobQueue) -> None:
+    def __init__(self, queue: JobQueue, *, heartbeat_timeout: float = HEARTBEAT_TIMEOUT) -> None:
         self.queue = queue
         self.mailboxes = Mailboxes()
-        # Guards _workers, _done and _current. Nobody waits on it.
-        self._workers_lock = threading.Lock()
-        self._workers: dict[str, WorkerHello] = {}
-        self._done: dict[str, int] = {}
-        self._current: dict[str, str | None] = {}
-        # Set once stop() is called; the supervisor loop sees it through the wake pipe.
+        self.heartbeat_timeout = heartbeat_timeout
+        self.versions = describe_versions()
+        self.host = host_name()
+        # Guards _workers, _retired and _finished. Nobody waits on it.
+        self._lock = threading.Lock()
+        self._workers: dict[str, _Worker] = {}
+        self._retired: set[str] = set()
+        self._finished: deque[float] = deque(maxlen=100_000)  # completion times
+        self._started = time.monotonic()
+        # Set once stop() is called; the supervisor sees it through the wake pipe.
         self.stopping = threading.Event()
         self.wake_reader, self._wake_writer = os.pipe()
 
-    # ---- workers
+    def wake_supervisor(self) -> None:
+        """Wake the supervisor loop (it waits on ``wake_reader`` with the worker sentinels)."""
+        os.write(self._wake_writer, b"x")
+
+    # ------------------------------------------------------------------ workers
 
     def hello(self, hello: WorkerHello) -> None:
-        with self._workers_lock:
-            self._workers[hello.worker_id] = hello
-            self._done.setdefault(hello.worker_id, 0)
-            self._current[hello.worker_id] = None
+        self._check_versions(f"worker {hello.worker_id} on {hello.host}",
+                             (hello.python, hello.cloudpickle))
+        proc = None
+        if hello.host == self.host:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc = psutil.Process(hello.pid)
+        with self._lock:
+            self._workers[hello.worker_id] = _Worker(hello, time.monotonic(), proc=proc)
         self.wake_supervisor()
         log.info("worker %s joined (pid %d on %s)", hello.worker_id, hello.pid, hello.host)
 
@@ -186,45 +186,121 @@ class ManagerService:
         """Report the previous job (if any), then wait for the next due one."""
         if report is not None:
             self._report(worker_id, report)
+        self._seen(worker_id)
         assignment = self.queue.take(worker_id, min(timeout, LONG_POLL))
         if assignment is not None:
-            with self._workers_lock:
-                self._current[worker_id] = assignment.lease.job_id
+            with self._lock:
+                worker = self._workers.get(worker_id)
+                if worker is not None:
+                    worker.current = assignment.lease.job_id
             if assignment.timeout is not None:
                 self.wake_supervisor()  # it sleeps until the earliest job deadline
         return assignment
 
+    def ack(self, worker_id: str, lease_id: int) -> None:
+        """A remote worker received a lease: from now on losing it counts as an attempt."""
+        with self._lock:
+            worker = self._workers.get(worker_id)
+            if worker is not None:
+                worker.acked = lease_id
+                worker.last_seen = time.monotonic()
+
+    def heartbeat(self, worker_id: str, load: WorkerLoad) -> None:
+        self._seen(worker_id)
+        with self._lock:
+            worker = self._workers.get(worker_id)
+            if worker is not None:
+                worker.load = load
+
     def finish(self, worker_id: str, report: Report | None) -> None:
-        """Report the last job of a worker that is leaving (recycling)."""
+        """Report the last job of a worker that is leaving to be replaced (recycling)."""
         if report is not None:
             self._report(worker_id, report)
 
+    def leave(self, worker_id: str, report: Report | None) -> None:
+        """A remote worker leaves (drained): report its last job and end its leases."""
+        self.finish(worker_id, report)
+        self.lose_worker(worker_id, exitcode=0)
+
+    def _seen(self, worker_id: str) -> None:
+        with self._lock:
+            if worker_id in self._retired:
+                raise WorkerRetiredError(f"worker {worker_id} was declared gone; join again")
+            worker = self._workers.get(worker_id)
+            if worker is not None:
+                worker.last_seen = time.monotonic()
+
     def _report(self, worker_id: str, report: Report) -> None:
         job = self.queue.complete(report.lease_id, report.outcome)
-        with self._workers_lock:
-            self._current[worker_id] = None
-            self._done[worker_id] = self._done.get(worker_id, 0) + 1
+        with self._lock:
+            worker = self._workers.get(worker_id)
+            if worker is not None:
+                worker.current = None
+                worker.jobs_done += 1
+            self._finished.append(time.monotonic())
         if job is not None:
             self.mailboxes.post(job.client_id, report.outcome)
 
-    def forget_worker(self, worker_id: str) -> None:
-        with self._workers_lock:
-            self._workers.pop(worker_id, None)
-            self._current.pop(worker_id, None)
-            self._done.pop(worker_id, None)
+    def lose_worker(self, worker_id: str, exitcode: int | None,
+                    received: Callable[[Lease], bool] | None = None) -> int:
+        """Forget a worker and resolve each job it held; returns how many it held.
+
+        ``received`` tells whether the worker got a lease (local workers: their shared
+        acknowledgement slot); by default, the last lease it acknowledged.
+        """
+        lost = self.queue.release_worker(worker_id)
+        with self._lock:
+            worker = self._workers.pop(worker_id, None)
+            self._retired.add(worker_id)
+        acked = worker.acked if worker is not None else 0
+        for item in lost:
+            got = received(item.lease) if received else item.lease.lease_id == acked
+            self._resolve_lost(item, got, exitcode)
+        return len(lost)
+
+    def _resolve_lost(self, item: LostLease, received: bool, exitcode: int | None) -> None:
+        job, lease = item.job, item.lease
+        error: MpschedError
+        if item.past_deadline:
+            assert job.timeout is not None
+            self.queue.fail(job, timed_out=True)
+            error = JobTimeoutError(job.job_id, job.timeout)
+        elif not received and self.queue.requeue(job, retry=False):
+            log.info("job %s never reached worker %s; requeued", job.job_id, lease.worker_id)
+            return
+        elif received and job.attempt <= job.retries and self.queue.requeue(job, retry=True):
+            log.warning("job %s: worker %s died on attempt %d; requeued", job.job_id,
+                        lease.worker_id, job.attempt)
+            return
+        elif self.stopping.is_set():
+            self.queue.fail(job)
+            error = SchedulerShutdownError(f"the manager stopped before job {job.job_id} ran")
+        else:
+            self.queue.fail(job)
+            error = WorkerCrashedError(job.job_id, lease.worker_id, exitcode)
+            log.error("%s", error)
+        self.mailboxes.post(job.client_id, Outcome(
+            job.job_id, False, pickle.dumps(error), "", None, type(error).__name__))
+
+    def expired_remote(self) -> tuple[list[str], float | None]:
+        """Remote workers silent past the heartbeat timeout, and the next such deadline."""
+        now = time.monotonic()
+        with self._lock:
+            deadlines = {wid: w.last_seen + self.heartbeat_timeout
+                         for wid, w in self._workers.items() if w.hello.remote}
+        late = [wid for wid, deadline in deadlines.items() if deadline <= now]
+        ahead = [deadline for deadline in deadlines.values() if deadline > now]
+        return late, min(ahead, default=None)
 
     def worker_count(self) -> int:
-        with self._workers_lock:
+        with self._lock:
             return len(self._workers)
 
-    def wake_supervisor(self) -> None:
-        """Wake the supervisor loop (it waits on ``wake_reader`` with the worker sentinels)."""
-        os.write(self._wake_writer, b"x")
+    # ------------------------------------------------------------------ clients
 
-    # ---- clients
-
-    def open_client(self, client_id: str) -> None:
-        self.mailboxes.open(client_id)
+    def open_client(self, hello: ClientHello) -> None:
+        self._check_versions(f"client {hello.client_id}", (hello.python, hello.cloudpickle))
+        self.mailboxes.open(hello.client_id)
 
     def close_client(self, client_id: str) -> None:
         self.mailboxes.close(client_id)
@@ -243,27 +319,43 @@ class ManagerService:
         return self.mailboxes.collect(client_id, min(timeout, LONG_POLL))
 
     def stats(self) -> Stats:
-        with self._workers_lock:
-            workers = tuple(
-                WorkerStatus(w.worker_id, w.pid, w.host, self._done.get(w.worker_id, 0),
-                             self._current.get(w.worker_id))
-                for w in self._workers.values()
-            )
-        return Stats(self.queue.stats(), workers)
+        now = time.monotonic()
+        with self._lock:
+            workers = list(self._workers.values())
+            recent = sum(1 for t in self._finished if t >= now - THROUGHPUT_WINDOW)
+        window = min(THROUGHPUT_WINDOW, max(now - self._started, 1e-9))
+        return Stats(self.queue.stats(), tuple(_status(w) for w in workers),
+                     uptime=now - self._started, throughput=recent / window)
 
     def stop(self) -> None:
-        """Stop handing out jobs; the manager process then stops its workers and exits."""
+        """Stop handing out jobs; the manager process then drains, stops workers, exits."""
         self.stopping.set()
         self.queue.close()
-        self.mailboxes.close()
         self.wake_supervisor()
+
+    def _check_versions(self, peer: str, theirs: tuple[str, str]) -> None:
+        if theirs != self.versions:
+            error = VersionMismatchError(peer, self.versions, theirs)
+            log.warning("refused %s", error)
+            raise error
+
+
+def _status(worker: _Worker) -> WorkerStatus:
+    cpu, rss = (worker.load.cpu_percent, worker.load.rss) if worker.load else (0.0, 0)
+    if worker.proc is not None:
+        with contextlib.suppress(psutil.Error):
+            cpu, rss = worker.proc.cpu_percent(None), worker.proc.memory_info().rss
+    hello = worker.hello
+    return WorkerStatus(hello.worker_id, hello.pid, hello.host, hello.remote,
+                        worker.jobs_done, worker.current, cpu, rss)
 
 
 class ServiceProxy(BaseProxy):
     """Typed client side of ManagerService."""
 
-    _exposed_ = ("hello", "take", "finish", "open_client", "close_client", "submit", "cancel",
-                 "cancel_client", "collect", "stats", "stop")
+    _exposed_ = ("hello", "take", "ack", "heartbeat", "finish", "leave", "open_client",
+                 "close_client", "submit", "cancel", "cancel_client", "collect", "stats",
+                 "stop")
 
     def _call(self, method: str, *args: Any) -> Any:
         return self._callmethod(method, args)
@@ -275,11 +367,20 @@ class ServiceProxy(BaseProxy):
         result: Assignment | None = self._call("take", worker_id, report, timeout)
         return result
 
+    def ack(self, worker_id: str, lease_id: int) -> None:
+        self._call("ack", worker_id, lease_id)
+
+    def heartbeat(self, worker_id: str, load: WorkerLoad) -> None:
+        self._call("heartbeat", worker_id, load)
+
     def finish(self, worker_id: str, report: Report | None) -> None:
         self._call("finish", worker_id, report)
 
-    def open_client(self, client_id: str) -> None:
-        self._call("open_client", client_id)
+    def leave(self, worker_id: str, report: Report | None) -> None:
+        self._call("leave", worker_id, report)
+
+    def open_client(self, hello: ClientHello) -> None:
+        self._call("open_client", hello)
 
     def close_client(self, client_id: str) -> None:
         self._call("close_client", client_id)
@@ -318,13 +419,19 @@ def _get_service() -> ManagerService:
 class ServiceManager(BaseManager):
     """The ``multiprocessing.managers`` registry for the one served object."""
 
+    _Server = HardenedServer
+
 
 ServiceManager.register("service", callable=_get_service, proxytype=ServiceProxy)
 
 
 def connect_service(address: Any, authkey: bytes) -> ServiceProxy:
-    """Connect to a manager and return a proxy of its service."""
-    manager = ServiceManager(address=address, authkey=authkey, serializer="pickle")
+    """Connect to a manager and return a proxy of its service.
+
+    Raises:
+        AuthenticationError: wrong key. OSError: nothing answers at ``address``.
+    """
+    manager = ServiceManager(address=address, authkey=authkey, serializer=SERIALIZER)
     manager.connect()
     proxy: ServiceProxy = manager.service()  # type: ignore[attr-defined]
     return proxy
@@ -332,7 +439,7 @@ def connect_service(address: Any, authkey: bytes) -> ServiceProxy:
 
 @dataclass(frozen=True)
 class ManagerConfig:
-    """How a manager process is set up; sent to it when it starts."""
+    """How a manager process is set up."""
 
     authkey: bytes
     workers: int
@@ -344,6 +451,8 @@ class ManagerConfig:
     log_level: int = logging.WARNING
     max_tasks_per_worker: int | None = None
     max_memory_per_worker: int | None = None  # bytes of RSS
+    heartbeat_timeout: float = HEARTBEAT_TIMEOUT
+    drain_timeout: float = 30.0  # on stop, how long running jobs may take to finish
 
 
 class ManagerReady(NamedTuple):
@@ -359,43 +468,60 @@ class ManagerFailed(NamedTuple):
     reason: str
 
 
-def run_manager(config: ManagerConfig, control: Connection) -> None:
-    """Entry point of the manager process.
+def run_manager(config: ManagerConfig, control: Connection | None = None,
+                on_ready: Callable[[ManagerReady, ManagerService], None] | None = None) -> int:
+    """Run a manager in this process until it is told to stop; returns an exit code.
 
-    Serves until ``stop`` is called or the process holding the other end of ``control``
-    goes away (its end closes, even on SIGKILL), then stops its workers and returns.
+    Args:
+        control: a pipe to the process that started this one. It may send "stop"; when
+            it closes (that process died, even by SIGKILL) the manager stops at once.
+        on_ready: called once the manager listens and its workers have joined.
     """
     from mpsched._supervisor import Supervisor
 
     global _SERVICE
     logging.basicConfig(level=config.log_level, stream=sys.stderr,
                         format="%(asctime)s %(name)s[%(process)d] %(levelname)s %(message)s")
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the owner decides when we stop
+    if control is not None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the owner decides when we stop
     service = _SERVICE = ManagerService(
-        JobQueue(order=config.order, max_pending=config.max_pending))
+        JobQueue(order=config.order, max_pending=config.max_pending),
+        heartbeat_timeout=config.heartbeat_timeout)
     server = ServiceManager(address=config.address, authkey=config.authkey,
-                            serializer="pickle").get_server()
+                            serializer=SERIALIZER).get_server()
     # serve_client reads stop_event, which only serve_forever would create; we run the
-    # accepter ourselves so this thread can supervise.
+    # accepter ourselves so that this thread can supervise.
     server.stop_event = threading.Event()  # type: ignore[attr-defined]
     threading.Thread(target=server.accepter, name="mpsched-accept", daemon=True).start()
     supervisor = Supervisor(service, config, server.address)
+    grace = config.drain_timeout
     try:
-        try:
-            supervisor.start_workers()
-            failure = supervisor.await_workers(config.start_timeout)
-        except Exception as exc:
-            log.exception("manager start-up failed")
-            failure = f"{type(exc).__name__}: {exc}"
+        failure = _start(supervisor, config)
         if failure:
-            control.send(ManagerFailed(failure))
-            return
-        control.send(ManagerReady(server.address, os.getpid()))
-        supervisor.watch(control)
+            if control is not None:
+                control.send(ManagerFailed(failure))
+            log.error("manager start-up failed: %s", failure)
+            return 1
+        ready = ManagerReady(server.address, os.getpid())
+        if control is not None:
+            control.send(ready)
+        if on_ready is not None:
+            on_ready(ready, service)
+        if supervisor.watch(control) == "owner-gone":
+            grace = 0.0
+        return 0
     finally:
         service.stop()
-        supervisor.stop_workers()
+        if not service.queue.wait_drained(grace):
+            log.warning("jobs still running after %.0f s; stopping their workers", grace)
+        supervisor.stop_workers(grace=2.0)
+        service.mailboxes.close()
 
 
-def host_name() -> str:
-    return socket.gethostname()
+def _start(supervisor: Any, config: ManagerConfig) -> str:
+    try:
+        supervisor.start_workers()
+        return str(supervisor.await_workers(config.start_timeout))
+    except Exception as exc:
+        log.exception("manager start-up failed")
+        return f"{type(exc).__name__}: {exc}"

@@ -21,7 +21,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from mpsched._errors import InvalidJobError, QueueFullError, SchedulerShutdownError
 from mpsched._job import Assignment, Job, JobRequest, Lease, Order, Outcome, Priority
@@ -62,6 +62,14 @@ class SystemClock:
 
     def condition(self, lock: threading.Lock) -> Waitable:
         return threading.Condition(lock)
+
+
+class LostLease(NamedTuple):
+    """A lease ended because its worker went away, with whether it was past its timeout."""
+
+    job: Job
+    lease: Lease
+    past_deadline: bool
 
 
 @dataclass(slots=True)
@@ -137,6 +145,9 @@ class JobQueue:
         # Submitters wait here while max_pending jobs are pending. Notified (one waiter)
         # each time a pending job leaves the heap (taken or cancelled); all by close().
         self._room = self._clock.condition(self._lock)
+        # A stopping manager waits here (wait_drained) for in-flight jobs to end; notified
+        # (all) whenever the in-flight table becomes empty.
+        self._drained = self._clock.condition(self._lock)
         # Not yet due, keyed (due, level, seq); in "time" order due jobs stay here too.
         self._delayed: list[tuple[float, int, int, Job]] = []
         # "priority" order only: due jobs, keyed (level, due, seq).
@@ -284,6 +295,8 @@ class JobQueue:
             flight = self._in_flight.pop(lease_id, None)
             if flight is None:
                 return None
+            if not self._in_flight:
+                self._drained.notify_all()
             if outcome.ok:
                 self._completed += 1
             else:
@@ -292,18 +305,32 @@ class JobQueue:
                 self._lateness.append(max(0.0, outcome.started - flight.job.due))
             return flight.job
 
-    def release_worker(self, worker_id: str) -> list[tuple[Job, Lease]]:
+    def release_worker(self, worker_id: str) -> list[LostLease]:
         """End every lease a worker holds (it died or went away) and return them.
 
         The worker id is retired: a ``take`` still running for it returns None.
         """
         with self._lock:
             self._gone.add(worker_id)
-            lost = [(f.job, f.lease) for f in self._in_flight.values()
-                    if f.lease.worker_id == worker_id]
-            for _, lease in lost:
-                del self._in_flight[lease.lease_id]
+            now = self._clock.now()
+            lost = [LostLease(f.job, f.lease, f.deadline is not None and f.deadline <= now)
+                    for f in self._in_flight.values() if f.lease.worker_id == worker_id]
+            for entry in lost:
+                del self._in_flight[entry.lease.lease_id]
+            if not self._in_flight:
+                self._drained.notify_all()
             return lost
+
+    def wait_drained(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds until no job is in flight; True if none is."""
+        with self._lock:
+            deadline = self._clock.now() + timeout
+            while self._in_flight:
+                remaining = deadline - self._clock.now()
+                if remaining <= 0:
+                    return False
+                self._wait_locked(self._drained, remaining)
+            return True
 
     def fail(self, job: Job, *, timed_out: bool = False) -> None:
         """Count as failed a job whose lease was lost and that will not run again."""

@@ -1,13 +1,13 @@
-"""Local worker processes: start them, watch them, resolve what a dead one held, replace it.
+"""Local worker processes and remote heartbeats: watch them, resolve what the dead held.
 
-Runs in the manager process, in its main thread. Workers are started with an explicit start
-method (spawn or forkserver), never by forking this process, which has server threads.
+Runs in the manager process, in its main thread. Local workers are started with an explicit
+start method (spawn or forkserver), never by forking this process, which has server threads.
 
-What happens to a job whose worker dies (design.md §5):
+What happens to a job whose worker dies (design.md §5, ManagerService._resolve_lost):
+- past its ``timeout`` (we killed it, or it died late): JobTimeoutError;
 - never received (the worker had not acknowledged the lease): back to the heap untouched;
   it is neither an attempt nor a failure;
 - received, attempts left (``retries``): back to the heap, first among what is due;
-- received, past its ``timeout`` (we killed it): JobTimeoutError;
 - otherwise: WorkerCrashedError naming the exit code or signal.
 """
 
@@ -18,7 +18,6 @@ import itertools
 import logging
 import multiprocessing
 import os
-import pickle
 import signal
 import time
 from dataclasses import dataclass
@@ -28,8 +27,6 @@ from typing import Any
 
 import psutil
 
-from mpsched._errors import JobTimeoutError, MpschedError, WorkerCrashedError
-from mpsched._job import Job, Lease, Outcome
 from mpsched._manager import ManagerConfig, ManagerService
 from mpsched._worker import WorkerConfig, worker_main
 
@@ -60,7 +57,7 @@ class Supervisor:
         # (and they exit) when this process dies, however it dies.
         self._lifeline_r, self._lifeline_w = self._ctx.Pipe(duplex=False)
         self._workers: dict[str, _Local] = {}  # touched by the manager's main thread only
-        self._timed_out: set[int] = set()  # lease ids whose worker we killed for timeout
+        self._killed: set[int] = set()  # lease ids whose worker we killed for its timeout
         self._ids = itertools.count(1)
 
     def start_workers(self) -> None:
@@ -80,7 +77,7 @@ class Supervisor:
         self._workers[worker_id] = _Local(proc, ack)
 
     def await_workers(self, timeout: float) -> str:
-        """Wait until every worker said hello; returns why not ("" when they all did)."""
+        """Wait until every local worker said hello; returns why not ("" when all did)."""
         deadline = time.monotonic() + timeout
         while self._service.worker_count() < len(self._workers):
             remaining = deadline - time.monotonic()
@@ -99,98 +96,85 @@ class Supervisor:
 
     def _drain_wake(self) -> None:
         os.set_blocking(self._service.wake_reader, False)
-        try:
+        with contextlib.suppress(BlockingIOError):
             while os.read(self._service.wake_reader, 4096):
                 pass
-        except BlockingIOError:
-            pass
 
-    def watch(self, control: Connection) -> None:
-        """Serve until the owner says stop or goes away, or ``service.stop()`` is called.
+    def watch(self, control: Connection | None) -> str:
+        """Supervise until stopped; returns "stop" or "owner-gone".
 
-        Sleeps until a worker exits, the owner writes, ``wake_supervisor()`` is called (a
-        hello, a lease with a timeout, stop), or the earliest job timeout arrives.
+        Sleeps until a local worker exits, the owner writes or goes away, something calls
+        ``wake_supervisor()`` (a hello, a lease with a timeout, stop), the earliest job
+        timeout, or the earliest remote heartbeat deadline.
         """
         while not self._service.stopping.is_set():
-            _, next_deadline = self._service.queue.expired()
-            timeout = None if next_deadline is None else max(0.0, next_deadline - time.monotonic())
             by_sentinel: dict[Any, str] = {w.proc.sentinel: i for i, w in self._workers.items()}
-            ready = wait([control, self._service.wake_reader, *by_sentinel], timeout)
-            if control in ready and self._owner_says_stop(control):
-                return
+            waitables: list[Any] = [self._service.wake_reader, *by_sentinel]
+            if control is not None:
+                waitables.append(control)
+            ready = wait(waitables, self._next_timeout())
+            if control is not None and control in ready:
+                reason = self._owner_message(control)
+                if reason:
+                    return reason
             if self._service.wake_reader in ready:
                 self._drain_wake()
             try:
                 self._kill_expired()
+                self._expire_remote()
                 for sentinel in ready:
                     worker_id = by_sentinel.get(sentinel)
                     if worker_id is not None:
                         self._on_exit(worker_id)
             except Exception:  # the supervisor must outlive its own bugs: futures depend on it
                 log.exception("supervisor error; carrying on")
+        return "stop"
 
-    def _owner_says_stop(self, control: Connection) -> bool:
+    def _next_timeout(self) -> float | None:
+        _, job_deadline = self._service.queue.expired()
+        _, heartbeat_deadline = self._service.expired_remote()
+        deadlines = [d for d in (job_deadline, heartbeat_deadline) if d is not None]
+        return max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
+
+    def _owner_message(self, control: Connection) -> str:
         try:
-            return bool(control.recv() == STOP)
+            return "stop" if control.recv() == STOP else ""
         except (EOFError, OSError):
             log.warning("the process that started this manager is gone; stopping")
-            return True
+            return "owner-gone"
 
     def _kill_expired(self) -> None:
         late, _ = self._service.queue.expired()
         for lease in late:
-            if lease.lease_id in self._timed_out:
-                continue
             local = self._workers.get(lease.worker_id)
-            if local is None:
-                continue
-            self._timed_out.add(lease.lease_id)
+            if local is None or lease.lease_id in self._killed:
+                continue  # remote workers enforce their jobs' timeouts themselves
+            self._killed.add(lease.lease_id)
             log.warning("job %s ran past its timeout; killing worker %s (pid %s)",
                         lease.job_id, lease.worker_id, local.proc.pid)
             kill_tree(local.proc.pid)
+
+    def _expire_remote(self) -> None:
+        late, _ = self._service.expired_remote()
+        for worker_id in late:
+            held = self._service.lose_worker(worker_id, exitcode=None)
+            log.error("remote worker %s missed its heartbeats; declared gone with %d job(s)",
+                      worker_id, held)
 
     def _on_exit(self, worker_id: str) -> None:
         local = self._workers.pop(worker_id)
         local.proc.join()
         exitcode = local.proc.exitcode
-        self._service.forget_worker(worker_id)
-        lost = self._service.queue.release_worker(worker_id)
-        if lost or exitcode != 0:
+        held = self._service.lose_worker(
+            worker_id, exitcode, received=lambda lease: bool(local.ack.value == lease.lease_id))
+        if held or exitcode != 0:
             log.error("worker %s (pid %s) exited with code %s holding %d job(s)",
-                      worker_id, local.proc.pid, exitcode, len(lost))
-        for job, lease in lost:
-            self._resolve_lost(job, lease, received=local.ack.value == lease.lease_id,
-                               exitcode=exitcode)
+                      worker_id, local.proc.pid, exitcode, held)
         if not self._service.stopping.is_set():
             self._start_one()
 
-    def _resolve_lost(self, job: Job, lease: Lease, *, received: bool,
-                      exitcode: int | None) -> None:
-        queue = self._service.queue
-        error: MpschedError
-        if lease.lease_id in self._timed_out:
-            self._timed_out.discard(lease.lease_id)
-            assert job.timeout is not None
-            queue.fail(job, timed_out=True)
-            error = JobTimeoutError(job.job_id, job.timeout)
-        elif not received and queue.requeue(job, retry=False):
-            log.info("job %s never reached worker %s; requeued", job.job_id, lease.worker_id)
-            return
-        elif received and job.attempt <= job.retries and queue.requeue(job, retry=True):
-            log.warning("job %s: worker %s died on attempt %d; requeued", job.job_id,
-                        lease.worker_id, job.attempt)
-            return
-        else:
-            queue.fail(job)
-            error = WorkerCrashedError(job.job_id, lease.worker_id, exitcode)
-        self._service.mailboxes.post(job.client_id, Outcome(
-            job.job_id, False, pickle.dumps(error), "", None, type(error).__name__))
-
-    def worker_pids(self) -> list[int]:
-        return [w.proc.pid for w in self._workers.values() if w.proc.pid is not None]
-
-    def stop_workers(self, grace: float = 5.0) -> None:
-        """Wait up to ``grace`` seconds for workers to leave, then kill their trees."""
+    def stop_workers(self, grace: float) -> None:
+        """Wait up to ``grace`` seconds for local workers to leave, then kill their trees."""
         deadline = time.monotonic() + grace
         for local in self._workers.values():
             local.proc.join(max(0.0, deadline - time.monotonic()))
@@ -205,7 +189,7 @@ class Supervisor:
 
 
 def kill_tree(pid: int | None) -> None:
-    """SIGKILL a process and all its descendants (children first found, then killed)."""
+    """SIGKILL a process and all its descendants."""
     if pid is None:
         return
     try:

@@ -3,6 +3,11 @@
 A worker runs each job in its own process, outside any manager lock, and survives any
 exception the job raises. Its report rides on its next ``take`` call, so one round trip
 both completes a job and asks for the next.
+
+Local workers are started by the manager's supervisor, which watches their sentinels and
+reads their delivery acknowledgements from shared memory. Remote workers (``python -m
+mpsched worker --connect``) acknowledge each lease with a call, send heartbeats, enforce
+their jobs' timeouts themselves, and drain on the first SIGTERM.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -28,6 +34,7 @@ from mpsched._errors import (
     JobUnpicklingError,
     ResultPicklingError,
     SchedulerShutdownError,
+    WorkerRetiredError,
 )
 from mpsched._job import Assignment, Outcome
 from mpsched._manager import (
@@ -35,11 +42,14 @@ from mpsched._manager import (
     Report,
     ServiceProxy,
     WorkerHello,
+    WorkerLoad,
     connect_service,
-    host_name,
 )
+from mpsched._transport import describe_versions, host_name
 
 log = logging.getLogger("mpsched.worker")
+
+EXIT_TIMEOUT = 124  # a remote worker exits with this after killing a job past its timeout
 
 
 @dataclass(frozen=True)
@@ -52,10 +62,44 @@ class WorkerConfig:
     log_level: int = logging.WARNING
     max_tasks: int | None = None  # leave (and be replaced) after this many jobs
     max_memory: int | None = None  # leave after a job that leaves RSS above this (bytes)
+    heartbeat_interval: float = 2.0  # remote workers only
+
+
+class Draining(Exception):
+    """Raised by the SIGTERM handler to interrupt an idle remote worker's take."""
+
+
+@dataclass
+class _DrainState:
+    draining: bool = False
+    in_take: bool = False
+
+    def on_sigterm(self, signum: int, frame: Any) -> None:
+        if self.draining:  # the second SIGTERM kills
+            _kill_children()
+            os._exit(128 + signum)
+        self.draining = True
+        if self.in_take:
+            raise Draining
+
+
+def _setup(config: WorkerConfig, lifeline: Connection | None) -> None:
+    logging.basicConfig(level=config.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(name)s[%(process)d] %(levelname)s %(message)s")
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the owner, which drains
+    faulthandler.enable()
+    if lifeline is not None:
+        threading.Thread(target=_exit_with_parent, args=(lifeline,), daemon=True,
+                         name="mpsched-lifeline").start()
+
+
+def _hello(worker_id: str, remote: bool) -> WorkerHello:
+    python, cp = describe_versions()
+    return WorkerHello(worker_id, os.getpid(), host_name(), python, cp, remote)
 
 
 def worker_main(config: WorkerConfig, ack: Any = None, lifeline: Connection | None = None) -> None:
-    """Entry point of a worker process: join the manager, then serve until it stops.
+    """Entry point of a local worker process: join the manager, serve until it stops.
 
     Args:
         ack: a shared int the worker sets to each lease id it receives, so the manager can
@@ -63,61 +107,152 @@ def worker_main(config: WorkerConfig, ack: Any = None, lifeline: Connection | No
         lifeline: the read end of a pipe only the manager writes to; when it closes the
             manager is gone and this worker exits at once, even in the middle of a job.
     """
-    logging.basicConfig(level=config.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(name)s[%(process)d] %(levelname)s %(message)s")
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the owner, which drains
-    faulthandler.enable()
-    if lifeline is not None:
-        threading.Thread(target=_exit_with_manager, args=(lifeline,), daemon=True,
-                         name="mpsched-lifeline").start()
+    _setup(config, lifeline)
     service = connect_service(config.address, config.authkey)
-    service.hello(WorkerHello(
-        worker_id=config.worker_id,
-        pid=os.getpid(),
-        host=host_name(),
-        python=f"{sys.version_info.major}.{sys.version_info.minor}",
-        cloudpickle=cloudpickle.__version__,
-    ))
-    serve(service, config, ack)
+    service.hello(_hello(config.worker_id, remote=False))
+
+    def received(lease_id: int) -> None:
+        if ack is not None:
+            ack.value = lease_id
+
+    serve(service, config, received)
 
 
-def _exit_with_manager(lifeline: Connection) -> None:
+def remote_worker_main(config: WorkerConfig, lifeline: Connection | None = None) -> int:
+    """Entry point of a remote worker process; returns its exit code.
+
+    Joins again under a new id if the manager declared it gone (a network cut longer than
+    the heartbeat timeout). The first SIGTERM drains: the current job finishes and is
+    reported, no new job is taken.
+    """
+    _setup(config, lifeline)
+    drain = _DrainState()
+    signal.signal(signal.SIGTERM, drain.on_sigterm)
+    for rejoin in range(1_000_000):
+        worker_id = f"{config.worker_id}.{rejoin}"
+        service = connect_service(config.address, config.authkey)
+        service.hello(_hello(worker_id, remote=True))
+        stop = threading.Event()
+        beat = threading.Thread(target=_heartbeats, args=(service, worker_id, config, stop),
+                                daemon=True, name="mpsched-heartbeat")
+        beat.start()
+        acknowledge = _acknowledger(service, worker_id)
+        try:
+            ended = serve(service, replace(config, worker_id=worker_id), acknowledge, drain)
+            return 1 if ended == "lost" else 0
+        except WorkerRetiredError:
+            log.warning("worker %s was declared gone by the manager; joining again", worker_id)
+        finally:
+            stop.set()
+    return 1
+
+
+def _acknowledger(service: ServiceProxy, worker_id: str) -> Callable[[int], None]:
+    def acknowledge(lease_id: int) -> None:
+        service.ack(worker_id, lease_id)
+
+    return acknowledge
+
+
+def _heartbeats(service: ServiceProxy, worker_id: str, config: WorkerConfig,
+                stop: threading.Event) -> None:
+    me = psutil.Process()
+    me.cpu_percent(None)
+    while not stop.wait(config.heartbeat_interval):
+        try:
+            service.heartbeat(worker_id, WorkerLoad(me.cpu_percent(None), me.memory_info().rss))
+        except (WorkerRetiredError, SchedulerShutdownError, EOFError, OSError):
+            return
+
+
+def _exit_with_parent(lifeline: Connection) -> None:
     with contextlib.suppress(EOFError, OSError):
         lifeline.recv()
-    log.warning("worker pid %d: manager gone; exiting", os.getpid())
-    for child in psutil.Process().children(recursive=True):
-        with contextlib.suppress(psutil.NoSuchProcess):
-            child.kill()
+    log.warning("worker pid %d: its manager or parent is gone; exiting", os.getpid())
+    _kill_children()
     os._exit(1)
 
 
-def serve(service: ServiceProxy, config: WorkerConfig, ack: Any = None,
-          long_poll: float = LONG_POLL) -> None:
-    """Take, run and report jobs until the manager stops or goes away, or it is time to
-    recycle this process (``max_tasks`` / ``max_memory``)."""
+def _kill_children() -> None:
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.kill()
+
+
+def serve(service: ServiceProxy, config: WorkerConfig, received: Callable[[int], None],
+          drain: _DrainState | None = None, long_poll: float = LONG_POLL) -> str:
+    """Take, run and report jobs until the manager stops ("stopped") or goes away ("lost"),
+    the worker drains ("drained"), or it is time to recycle this process ("recycled":
+    ``max_tasks`` / ``max_memory``)."""
     worker_id = config.worker_id
     report: Report | None = None
     done = 0
-    while True:
+    while drain is None or not drain.draining:
         try:
-            assignment = service.take(worker_id, report, long_poll)
+            assignment = _take(service, worker_id, report, long_poll, drain)
+        except Draining:
+            break
         except SchedulerShutdownError:
-            return
+            return "stopped"
         except (EOFError, OSError) as exc:
             log.warning("worker %s lost its manager (%s); exiting", worker_id, exc)
-            return
+            return "lost"
         report = None
         if assignment is None:
             continue
-        if ack is not None:
-            ack.value = assignment.lease.lease_id
-        report = Report(assignment.lease.lease_id, run(assignment))
+        received(assignment.lease.lease_id)
+        report = Report(assignment.lease.lease_id, _run_guarded(assignment, drain, service,
+                                                                 worker_id))
         done += 1
         if _should_recycle(config, done):
             log.info("worker %s recycles after %d job(s)", worker_id, done)
-            with contextlib.suppress(EOFError, OSError):
-                service.finish(worker_id, report)
-            return
+            _leave(config, worker_id, report, drain is not None)
+            return "recycled"
+    _leave(config, worker_id, report, drain is not None)
+    return "drained"
+
+
+def _take(service: ServiceProxy, worker_id: str, report: Report | None, long_poll: float,
+          drain: _DrainState | None) -> Assignment | None:
+    if drain is None:
+        return service.take(worker_id, report, long_poll)
+    drain.in_take = True
+    try:
+        return service.take(worker_id, report, long_poll)
+    finally:
+        drain.in_take = False
+
+
+def _leave(config: WorkerConfig, worker_id: str, report: Report | None, remote: bool) -> None:
+    # A fresh connection: a take interrupted by SIGTERM left the old one mid-reply.
+    with contextlib.suppress(Exception):
+        service = connect_service(config.address, config.authkey)
+        if remote:
+            service.leave(worker_id, report)
+        else:
+            service.finish(worker_id, report)
+
+
+def _run_guarded(assignment: Assignment, drain: _DrainState | None, service: ServiceProxy,
+                 worker_id: str) -> Outcome:
+    """Run a job; a remote worker also enforces its timeout by exiting when it passes."""
+    if drain is None or assignment.timeout is None:
+        return run(assignment)
+    timer = threading.Timer(assignment.timeout, _timed_out, args=(service, worker_id))
+    timer.daemon = True
+    timer.start()
+    try:
+        return run(assignment)
+    finally:
+        timer.cancel()
+
+
+def _timed_out(service: ServiceProxy, worker_id: str) -> None:
+    log.warning("worker %s: job ran past its timeout; exiting", worker_id)
+    _kill_children()
+    with contextlib.suppress(Exception):
+        service.leave(worker_id, None)
+    os._exit(EXIT_TIMEOUT)
 
 
 def _should_recycle(config: WorkerConfig, done: int) -> bool:

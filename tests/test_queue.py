@@ -780,7 +780,7 @@ def test_release_worker_returns_only_that_workers_leases(harness: Harness) -> No
         assert assignment is not None
         leases[f"job-{i}"] = assignment.lease
     lost = queue.release_worker("dead")
-    assert sorted((job.job_id, lease) for job, lease in lost) == [
+    assert sorted((job.job_id, lease) for job, lease, _ in lost) == [
         ("job-0", leases["job-0"]),
         ("job-2", leases["job-2"]),
     ]
@@ -802,7 +802,7 @@ def test_requeued_job_keeps_its_place_in_line(
     queue.submit(request("first", LOW))
     queue.submit(request("second", LOW))
     assert take_now(queue) == "first"
-    [(job, _)] = queue.release_worker("main")
+    [(job, _, _)] = queue.release_worker("main")
     assert queue.requeue(job, retry=retry) is True
     assignment = queue.take("w2", 0)
     assert assignment is not None
@@ -810,11 +810,35 @@ def test_requeued_job_keeps_its_place_in_line(
     assert queue.stats().submitted == 2
 
 
+def test_released_lease_past_its_timeout_says_so(harness: Harness) -> None:
+    queue = harness.queue()
+    queue.submit(request("slow")._replace(timeout=5.0))
+    queue.submit(request("quick")._replace(timeout=50.0))
+    assert take_now(queue) == "slow"
+    assert take_now(queue) == "quick"
+    assert queue.expired() == ([], harness.clock.now() + 5.0)
+    harness.clock.advance(6.0)
+    late, next_deadline = queue.expired()
+    assert [lease.job_id for lease in late] == ["slow"] and next_deadline is not None
+    lost = {entry.job.job_id: entry.past_deadline for entry in queue.release_worker("main")}
+    assert lost == {"slow": True, "quick": False}
+
+
+def test_wait_drained_returns_once_in_flight_jobs_end(harness: Harness) -> None:
+    queue = harness.queue()
+    queue.submit(request("job"))
+    assignment = queue.take("w", 0)
+    assert assignment is not None
+    assert queue.wait_drained(0) is False
+    queue.complete(assignment.lease.lease_id, outcome("job"))
+    assert queue.wait_drained(0) is True
+
+
 def test_requeue_after_close_leaves_the_job_out(harness: Harness) -> None:
     queue = harness.queue()
     queue.submit(request("job"))
     assert take_now(queue) == "job"
-    [(job, _)] = queue.release_worker("main")
+    [(job, _, _)] = queue.release_worker("main")
     queue.close()
     assert queue.requeue(job, retry=True) is False
     assert len(queue) == 0

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import multiprocessing
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 
 import jobs
 import pytest
+
+from mpsched._stress import run_stress
 
 pytestmark = pytest.mark.slow
 
@@ -36,3 +39,49 @@ def test_many_producers_and_workers_run_every_job_exactly_once_never_early(
     stats = s.stats()
     assert stats.completed == PRODUCERS * JOBS_EACH
     assert stats.in_flight == 0 and sum(stats.pending.values()) == 0
+
+
+STRESS = {"producers": 2, "workers": 2, "jobs": 600, "horizon": 1.0}
+
+
+def test_run_stress_passes_and_says_ok() -> None:
+    out = io.StringIO()
+    assert run_stress(**STRESS, out=out) == 0, out.getvalue()
+    report = out.getvalue()
+    assert report.splitlines()[-1] == "OK: 600 jobs ran exactly once, none early", report
+    for label in ("jobs:", "producers:", "workers:", "elapsed:", "throughput:",
+                  "lateness, manager", "lateness, producers"):
+        assert label in report, report
+
+
+@pytest.mark.parametrize(("inject", "named"), [
+    pytest.param("duplicate", "1 duplicated", id="duplicate"),
+    pytest.param("loss", "1 lost", id="loss"),
+])
+def test_run_stress_verifier_catches_an_injected_fault(inject: str, named: str) -> None:
+    out = io.StringIO()
+    assert run_stress(**STRESS, inject=inject, out=out) == 1, out.getvalue()
+    last = out.getvalue().splitlines()[-1]
+    assert last.startswith("FAIL:") and named in last, out.getvalue()
+    assert "early" not in last and "unresolved" not in last, out.getvalue()
+
+
+def test_run_stress_uses_a_running_manager(make_scheduler) -> None:
+    s = make_scheduler(workers=2)
+    out = io.StringIO()
+    assert run_stress(producers=2, workers=99, jobs=200, horizon=0.5, address=s.address,
+                      authkey=s.authkey, out=out) == 0, out.getvalue()
+    assert "OK: 200 jobs ran exactly once" in out.getvalue()
+    assert s.stats().completed == 200
+
+
+@pytest.mark.parametrize("bad", [
+    pytest.param({"jobs": 0}, id="no-jobs"),
+    pytest.param({"producers": 0}, id="no-producers"),
+    pytest.param({"horizon": -1.0}, id="negative-horizon"),
+    pytest.param({"inject": "reorder"}, id="unknown-inject"),
+    pytest.param({"address": "/tmp/mpsched.sock"}, id="address-without-authkey"),
+])
+def test_run_stress_refuses_bad_arguments(bad: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        run_stress(**{**STRESS, **bad}, out=io.StringIO())

@@ -1,0 +1,3 @@
+from mpsched._cli import main
+
+raise SystemExit(main())

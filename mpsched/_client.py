@@ -1,0 +1,423 @@
+"""The client side: JobFuture, Client (the Executor API) and connect().
+
+``schedule``/``submit`` validate and pickle the job here, at the call site, send it to the
+manager and return a :class:`JobFuture`; one result thread per client collects outcomes
+from the manager in batches and resolves the futures.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import itertools
+import logging
+import math
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from concurrent.futures import Executor, Future
+from datetime import datetime, timedelta
+from typing import Any, ParamSpec, TypeVar
+
+import cloudpickle
+
+from mpsched._errors import (
+    AuthenticationError,
+    InvalidJobError,
+    JobError,
+    JobPicklingError,
+    MpschedError,
+    QueueFullError,
+    RemoteTraceback,
+    ResultUnpicklingError,
+    SchedulerShutdownError,
+)
+from mpsched._job import JobRequest, Outcome, Priority
+from mpsched._manager import LONG_POLL, ClientHello, ServiceProxy, Stats, connect_service
+from mpsched._transport import AUTHKEY_ENV, describe_versions, parse_address, read_authkey
+
+log = logging.getLogger("mpsched.client")
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+# Errors that mean the manager process is gone.
+_DISCONNECTED = (EOFError, OSError)  # OSError covers ConnectionError, BrokenPipeError
+
+
+class JobFuture(Future[T]):
+    """A ``concurrent.futures.Future`` for one job; ``cancel()`` removes it from the heap.
+
+    ``cancel()`` succeeds while the job is pending in the manager's heap and returns False
+    once a worker has taken it. ``running()`` stays False: the manager does not report
+    starts, only outcomes.
+    """
+
+    def __init__(self, client: _ClientCore, job_id: str) -> None:
+        super().__init__()
+        self._client = client
+        self.job_id = job_id
+
+    def cancel(self) -> bool:
+        if self.done():
+            return self.cancelled()
+        if not self._client.cancel_job(self.job_id):
+            return False
+        return super().cancel()
+
+
+class _ClientCore:
+    """Futures of one client and the thread that resolves them.
+
+    Kept apart from the Scheduler object so the result thread never holds the Scheduler
+    alive: dropping the last reference to a Scheduler lets its finalizer stop the manager.
+    """
+
+    def __init__(self, service: ServiceProxy) -> None:
+        self.service = service
+        self.client_id = uuid.uuid4().hex[:12]
+        self._ids = itertools.count(1)
+        # Guards _futures and closed. Submitters, cancel() and the result thread take it
+        # briefly; nobody waits on it across a call to the manager.
+        self._lock = threading.Lock()
+        self._futures: dict[str, JobFuture[Any]] = {}
+        self.closed = False
+        python, cp = describe_versions()
+        service.open_client(ClientHello(self.client_id, python, cp))
+        self._thread = threading.Thread(target=self._collect_loop, daemon=True,
+                                        name=f"mpsched-results-{self.client_id}")
+        self._thread.start()
+
+    def new_future(self) -> JobFuture[Any]:
+        """Register a future for a new job id; raises once the client is closed."""
+        with self._lock:
+            if self.closed:
+                raise SchedulerShutdownError("cannot schedule new jobs after shutdown")
+            future: JobFuture[Any] = JobFuture(self, f"{self.client_id}-{next(self._ids)}")
+            self._futures[future.job_id] = future
+            return future
+
+    def forget(self, job_id: str) -> None:
+        with self._lock:
+            self._futures.pop(job_id, None)
+
+    def outstanding(self) -> list[JobFuture[Any]]:
+        with self._lock:
+            return list(self._futures.values())
+
+    def cancel_job(self, job_id: str) -> bool:
+        try:
+            removed = self.service.cancel(job_id)
+        except _DISCONNECTED:
+            return False
+        if removed:
+            self.forget(job_id)
+        return removed
+
+    def cancel_pending(self) -> None:
+        """Cancel every job of this client still in the heap (shutdown(cancel_futures))."""
+        try:
+            job_ids = self.service.cancel_client(self.client_id)
+        except _DISCONNECTED:
+            return
+        with self._lock:
+            futures = [self._futures.pop(j) for j in job_ids if j in self._futures]
+        for future in futures:
+            Future.cancel(future)
+
+    def _collect_loop(self) -> None:
+        while True:
+            try:
+                outcomes = self.service.collect(self.client_id, LONG_POLL)
+            except _DISCONNECTED:
+                self._fail_all(SchedulerShutdownError("the mpsched manager went away"))
+                return
+            if outcomes is None:
+                self._fail_all(SchedulerShutdownError("the mpsched manager stopped"))
+                return
+            for outcome in outcomes:
+                self._resolve(outcome)
+
+    def _resolve(self, outcome: Outcome) -> None:
+        with self._lock:
+            future = self._futures.pop(outcome.job_id, None)
+        if future is None or not future.set_running_or_notify_cancel():
+            return
+        if outcome.ok:
+            try:
+                future.set_result(cloudpickle.loads(outcome.payload))
+            except BaseException as exc:
+                future.set_exception(ResultUnpicklingError(
+                    f"job {outcome.job_id}: the result could not be unpickled here: {exc!r}"))
+            return
+        future.set_exception(_remote_exception(outcome))
+
+    def _fail_all(self, error: MpschedError) -> None:
+        with self._lock:
+            futures = list(self._futures.values())
+            self._futures.clear()
+        for future in futures:
+            if future.set_running_or_notify_cancel():
+                future.set_exception(error)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Close this client's mailbox and wait for the result thread to finish."""
+        with contextlib.suppress(*_DISCONNECTED):
+            self.service.close_client(self.client_id)
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+
+def _remote_exception(outcome: Outcome) -> BaseException:
+    exc: Any
+    try:
+        exc = cloudpickle.loads(outcome.payload)
+    except BaseException as load_error:
+        last = outcome.traceback.strip().splitlines()[-1:] or ["?"]
+        exc = JobError(f"job {outcome.job_id} raised {last[0]} "
+                       f"(its exception could not be unpickled here: {load_error!r})")
+    if not isinstance(exc, BaseException):
+        exc = JobError(f"job {outcome.job_id} failed with a non-exception {exc!r}")
+    if outcome.traceback:
+        exc.__cause__ = RemoteTraceback(f'\n"""\n{outcome.traceback}"""')
+    error: BaseException = exc
+    return error
+
+
+def due_arguments(delay: float | timedelta | None,
+                  at: float | datetime | None) -> tuple[float | None, float | None]:
+    """Validate ``delay``/``at`` and return ``(delay_seconds, at_epoch)`` for a JobRequest.
+
+    Negative delays become 0 (due now). Naive datetimes mean local time.
+
+    Raises:
+        InvalidJobError: both given, a wrong type, NaN, infinity or an overflowing value.
+    """
+    if delay is not None and at is not None:
+        raise InvalidJobError("give delay or at, not both")
+    if at is not None:
+        if isinstance(at, datetime):
+            try:
+                epoch = at.timestamp()
+            except (OverflowError, OSError, ValueError) as exc:
+                raise InvalidJobError(f"at={at!r} is out of range: {exc}") from None
+        else:
+            epoch = _seconds("at", at)
+        return None, epoch
+    if delay is None:
+        return 0.0, None
+    if isinstance(delay, timedelta):
+        seconds = _seconds("delay", delay.total_seconds())
+    else:
+        seconds = _seconds("delay", delay)
+    return max(0.0, seconds), None
+
+
+def _seconds(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidJobError(f"{name} must be a number of seconds, not {value!r}")
+    try:
+        seconds = float(value)
+    except OverflowError:
+        raise InvalidJobError(f"{name}={value!r} overflows a float") from None
+    if not math.isfinite(seconds):
+        raise InvalidJobError(f"{name} must be finite, not {value!r}")
+    return seconds
+
+
+def pickle_job(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
+    """cloudpickle ``(fn, args, kwargs)``; raises JobPicklingError on any failure."""
+    if not callable(fn):
+        raise InvalidJobError(f"{fn!r} is not callable")
+    try:
+        payload: bytes = cloudpickle.dumps((fn, args, kwargs))
+    except Exception as exc:
+        name = getattr(fn, "__qualname__", repr(fn))
+        raise JobPicklingError(f"cannot pickle job {name}: {exc!r}") from exc
+    return payload
+
+
+class Client(Executor):
+    """Submits jobs to a running manager and resolves their futures.
+
+    Use :class:`Scheduler`, which also starts the manager and its workers.
+    """
+
+    def __init__(self, service: ServiceProxy, *, submit_timeout: float | None = None) -> None:
+        self._core = _ClientCore(service)
+        self._submit_timeout = submit_timeout
+        # Guards _closer: shutdown() may be called from several threads.
+        self._shutdown_lock = threading.Lock()
+        self._closer: threading.Thread | None = None
+
+    def schedule(
+        self,
+        fn: Callable[..., T],
+        /,
+        *args: Any,
+        delay: float | timedelta | None = None,
+        at: float | datetime | None = None,
+        priority: Priority | str = Priority.MEDIUM,
+        timeout: float | None = None,
+        retries: int = 0,
+        **kwargs: Any,
+    ) -> JobFuture[T]:
+        """Run ``fn(*args, **kwargs)`` on a worker at a time, returning its future.
+
+        Args:
+            delay: seconds (or a timedelta) from now; negative means now.
+            at: when, as epoch seconds or a datetime (naive means local time); past means now.
+            priority: among jobs due at the same time, HIGH runs before MEDIUM before LOW.
+                A Priority or its name, in any case.
+            timeout: seconds the job may run (from when a worker takes it); past that its
+                worker's process tree is killed, the worker replaced, and the future fails
+                with JobTimeoutError.
+            retries: how many more times to run the job if its worker dies under it
+                (killed, segfault, ``os._exit``). A job that raises is not retried.
+
+        Without ``delay`` and ``at`` the job is due now.
+
+        Raises:
+            InvalidJobError: both times, a NaN, infinite or overflowing time, an unknown
+                priority, a timeout that is not a positive number, negative retries, or
+                ``fn`` not callable.
+            JobPicklingError: ``fn`` or its arguments cannot be pickled.
+            QueueFullError: ``max_pending`` jobs were pending for all of ``submit_timeout``.
+            SchedulerShutdownError: after ``shutdown()``, or when the manager is gone.
+
+        On any error nothing was queued.
+        """
+        return self._schedule(fn, args, kwargs, delay, at, priority, timeout, retries)
+
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> JobFuture[T]:
+        """Run ``fn(*args, **kwargs)`` as soon as a worker is free, at MEDIUM priority.
+
+        The ``Executor`` method: every keyword goes to ``fn``. Raises as :meth:`schedule`.
+        """
+        return self._schedule(fn, args, kwargs, None, None, Priority.MEDIUM)
+
+    def _schedule(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                  delay: float | timedelta | None, at: float | datetime | None,
+                  priority: Priority | str, timeout: float | None = None,
+                  retries: int = 0) -> JobFuture[Any]:
+        level = Priority.coerce(priority).level
+        delay_s, at_s = due_arguments(delay, at)
+        if timeout is not None:
+            timeout = _seconds("timeout", timeout)
+            if timeout <= 0:
+                raise InvalidJobError(f"timeout must be positive, not {timeout!r}")
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise InvalidJobError(f"retries must be a non-negative int, not {retries!r}")
+        payload = pickle_job(fn, args, kwargs)
+        future = self._core.new_future()
+        request = JobRequest(future.job_id, self._core.client_id, payload, level, delay_s, at_s,
+                             timeout, retries)
+        try:
+            self._send(request)
+        except BaseException:
+            self._core.forget(future.job_id)
+            raise
+        return future
+
+    def _send(self, request: JobRequest) -> None:
+        # The manager bounds each wait for room; we repeat until our own deadline.
+        timeout = self._submit_timeout
+        deadline = None if timeout is None else _now() + timeout
+        while True:
+            remaining = None if deadline is None else max(0.0, deadline - _now())
+            try:
+                self._core.service.submit(request, remaining)
+                return
+            except QueueFullError:
+                if deadline is not None and _now() >= deadline:
+                    raise
+                if self._core.closed:
+                    raise SchedulerShutdownError("shut down while waiting for room") from None
+            except _DISCONNECTED as exc:
+                raise SchedulerShutdownError(f"the mpsched manager is gone: {exc!r}") from exc
+
+    def map(self, fn: Callable[..., T], *iterables: Iterable[Any],
+            timeout: float | None = None, chunksize: int = 1) -> Any:
+        """``Executor.map``: one job per item, results in input order."""
+        return super().map(fn, *iterables, timeout=timeout, chunksize=chunksize)
+
+    def stats(self) -> Stats:
+        """Pending jobs per priority, in flight, completed, failed, workers and lateness."""
+        try:
+            return self._core.service.stats()
+        except _DISCONNECTED as exc:
+            raise SchedulerShutdownError(f"the mpsched manager is gone: {exc!r}") from exc
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Take no more jobs; stop once every outstanding future is done.
+
+        Args:
+            wait: block until all jobs finished and everything stopped. With False this
+                returns at once and a background thread finishes the work (the program still
+                waits for it before exiting, as with any Executor).
+            cancel_futures: first cancel every job still pending in the heap.
+        """
+        with self._shutdown_lock:
+            first = not self._core.closed
+            with self._core._lock:
+                self._core.closed = True
+            if first:
+                if cancel_futures:
+                    self._core.cancel_pending()
+                self._closer = threading.Thread(target=self._drain_and_stop,
+                                                name="mpsched-shutdown")
+                self._closer.start()
+            elif cancel_futures:
+                self._core.cancel_pending()
+            closer = self._closer
+        if wait and closer is not None:
+            closer.join()
+
+    def detach(self) -> None:
+        """Close this client without waiting: jobs already submitted still run in the
+        manager, but their outcomes are discarded and their futures fail here with
+        SchedulerShutdownError. (``submit`` without ``--wait`` uses this.)"""
+        with self._shutdown_lock, self._core._lock:
+            self._core.closed = True
+        self._stop()
+
+    def _drain_and_stop(self) -> None:
+        while futures := self._core.outstanding():
+            concurrent.futures.wait(futures)
+        self._stop()
+
+    def _stop(self) -> None:
+        self._core.close()
+
+
+def connect(address: str | tuple[str, int], *, authkey: bytes | None = None,
+            submit_timeout: float | None = None) -> Client:
+    """A client of a running manager: the Scheduler API without local workers.
+
+    Args:
+        address: as the command line takes it (``"unix:/path"``, ``"host:port"``), or as
+            ``Scheduler.address`` gives it (a socket path or a ``(host, port)`` pair).
+        authkey: the manager's key; default: the MPSCHED_AUTHKEY environment variable.
+        submit_timeout: as for :class:`Scheduler`.
+
+    Raises:
+        AuthenticationError: no key, or the manager rejected it.
+        VersionMismatchError: this process runs another Python or cloudpickle version.
+        SchedulerShutdownError: no manager answers at ``address``.
+    """
+    if isinstance(address, str):
+        address = parse_address(address)
+    key = authkey if authkey is not None else read_authkey(None)
+    if key is None:
+        raise AuthenticationError(f"no authkey: pass authkey= or set {AUTHKEY_ENV}")
+    try:
+        service = connect_service(address, key)
+    except _DISCONNECTED as exc:
+        raise SchedulerShutdownError(f"no mpsched manager at {address!r}: {exc!r}") from exc
+    return Client(service, submit_timeout=submit_timeout)
+
+
+def _now() -> float:
+
+    return time.monotonic()

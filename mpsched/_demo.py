@@ -1,0 +1,178 @@
+"""The seed's demo on processes: 4 producer processes, 3 workers, 12 jobs in three waves.
+
+What ``examples/seed_demo.py`` (and ``make demo``) runs; its docstring tells the story.
+The producers run in spawned processes, so ``produce`` and ``run_job`` live here at module
+level, importable by the producer and worker processes. Output goes to the stream given to
+:func:`run_demo`; the library itself never prints.
+"""
+
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import statistics
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any, NamedTuple, TextIO
+
+from mpsched._client import connect
+from mpsched._job import Priority
+from mpsched._scheduler import Scheduler
+
+WORKERS = 3
+PRODUCERS = 4
+WAVES = 3  # the seed's j = 0, 1, 2, due at +1 s, +2 s, +3 s
+WORK_SECONDS = 0.1  # long enough that the 4th job of a wave must wait for a free worker
+SEED_PRIORITIES = (Priority.HIGH, Priority.MEDIUM, Priority.LOW)  # by producer % 3
+EARLY_TOLERANCE = 1e-3  # our and the manager's wall-to-monotonic offsets may differ by µs
+
+
+class JobRun(NamedTuple):
+    """What a job returns: who ran it and when it started."""
+
+    job_id: int
+    priority: str
+    worker_pid: int
+    started: float  # the worker's time.monotonic() as the job began
+
+
+@dataclass(frozen=True)
+class ProducerReport:
+    """What a producer process sends back once its jobs are done."""
+
+    producer: int
+    pid: int
+    submitted_by: float  # time.monotonic() once all its jobs were submitted
+    runs: tuple[JobRun, ...]
+
+
+def run_job(job_id: int, priority: str, work_seconds: float) -> JobRun:
+    """The seed's ``Job.run()``: note who and when, then do a little work."""
+    started = time.monotonic()
+    time.sleep(work_seconds)
+    return JobRun(job_id, priority, os.getpid(), started)
+
+
+def produce(producer: int, address: Any, authkey: bytes, parent: Connection) -> None:
+    """A producer process: submit jobs ``producer*10 + j`` into the shared scheduler."""
+    priority = SEED_PRIORITIES[producer % len(SEED_PRIORITIES)]
+    with connect(address, authkey=authkey) as client:
+        parent.send(os.getpid())  # connected: ready for the origin
+        origin_epoch: float = parent.recv()
+        futures = [
+            client.schedule(run_job, producer * 10 + j, priority.name, WORK_SECONDS,
+                            at=origin_epoch + (j + 1), priority=priority)
+            for j in range(WAVES)
+        ]
+        submitted_by = time.monotonic()
+        runs = tuple(f.result(timeout=30) for f in futures)
+    parent.send(ProducerReport(producer, os.getpid(), submitted_by, runs))
+
+
+def run_producers(s: Scheduler) -> tuple[float, list[ProducerReport]]:
+    """Run the producer processes; return the origin (the seed's ``now``) and their reports.
+
+    Spawning a process and importing mpsched takes a good part of a second, so the origin
+    is taken once every producer has connected, not before they start as in the seed.
+    """
+    ctx = multiprocessing.get_context("spawn")
+    links = [ctx.Pipe() for _ in range(PRODUCERS)]
+    producers = [
+        # daemon: should this process fail, its producers must not keep it from exiting
+        ctx.Process(target=produce, args=(p, s.address, s.authkey, child),
+                    name=f"producer-{p}", daemon=True)
+        for p, (_, child) in enumerate(links)
+    ]
+    for process, (_, child) in zip(producers, links, strict=True):
+        process.start()
+        child.close()  # so a producer that dies shows here as EOFError, not a hang
+    for parent, _ in links:
+        receive(parent)
+    origin = time.monotonic()
+    origin_epoch = origin + (time.time() - time.monotonic())
+    for parent, _ in links:
+        parent.send(origin_epoch)
+    reports: list[ProducerReport] = [receive(parent) for parent, _ in links]
+    for process in producers:
+        process.join(10)
+    return origin, reports
+
+
+def receive(link: Connection, timeout: float = 30.0) -> Any:
+    """The next message from a producer; raises TimeoutError rather than waiting forever."""
+    if not link.poll(timeout):
+        raise TimeoutError(f"no message from a producer within {timeout} s")
+    return link.recv()
+
+
+def print_runs(runs: list[JobRun], origin: float, out: TextIO) -> list[list[JobRun]]:
+    """Print every job's start against its due time; return the runs grouped by wave."""
+    waves: list[list[JobRun]] = [[] for _ in range(WAVES)]
+    for run in sorted(runs, key=lambda r: r.started):
+        wave = run.job_id % 10 + 1
+        late_ms = (run.started - (origin + wave)) * 1000
+        note = "  (waited for a free worker)" if late_ms > WORK_SECONDS * 500 else ""
+        if waves[wave - 1] == [] and wave > 1:
+            print(file=out)
+        waves[wave - 1].append(run)
+        print(f"wave {wave}  job {run.job_id:2d}  {run.priority:<6}  worker {run.worker_pid}"
+              f"  started {late_ms:+7.1f} ms after due{note}", file=out)
+    return waves
+
+
+def check(waves: list[list[JobRun]], origin: float) -> list[str]:
+    """What went wrong, if anything: an early start, a job out of its wave, LOW not last."""
+    problems = []
+    for number, wave in enumerate(waves, start=1):
+        due = origin + number
+        early = [r.job_id for r in wave if r.started < due - EARLY_TOLERANCE]
+        stray = [r.job_id for r in wave if r.started > due + 0.5]
+        if early or stray:
+            problems.append(f"wave {number}: early {early}, more than 0.5 s late {stray}")
+        if len(wave) != PRODUCERS or wave[-1].priority != Priority.LOW.name:
+            problems.append(f"wave {number}: expected LOW to start last, got "
+                            f"{[r.priority for r in wave]}")
+    return problems
+
+
+def run_demo(out: TextIO) -> int:
+    """Run the seed's demo, printing to ``out``.
+
+    Returns:
+        0 when every wave started on time with LOW last, else 1 (the ✗ lines say why).
+    """
+    begun = time.monotonic()
+    with Scheduler(workers=WORKERS) as s:
+        worker_pids = sorted(w.pid for w in s.stats().workers)
+        print(f"scheduler: {WORKERS} worker processes {worker_pids}, "
+              f"ready in {time.monotonic() - begun:.2f} s", file=out)
+        origin, reports = run_producers(s)  # wave j+1 is due at origin + j + 1 s
+        lateness = s.stats().lateness
+    pids = [r.pid for r in reports]
+    last_submit = max(r.submitted_by for r in reports) - origin
+    print(f"{PRODUCERS} producer processes {pids} submitted {len(pids) * WAVES} jobs "
+          f"by {last_submit * 1000:+.0f} ms; waves due at +1 s, +2 s, +3 s\n", file=out)
+    waves = print_runs([run for r in reports for run in r.runs], origin, out)
+    print_summary(waves, origin, lateness, out)
+    problems = check(waves, origin)
+    for problem in problems:
+        print(f"✗ {problem}", file=out)
+    if not problems:
+        print("✓ every wave started on time; in each, LOW started last, once a worker was free",
+              file=out)
+    return 1 if problems else 0
+
+
+def print_summary(waves: list[list[JobRun]], origin: float, lateness: dict[str, float],
+                  out: TextIO) -> None:
+    """Jobs, workers used, the lateness of jobs that found a free worker, the manager's."""
+    on_time = [(r.started - origin - n) * 1000
+               for n, wave in enumerate(waves, start=1) for r in wave[:WORKERS]]
+    print(f"\nsummary: {sum(map(len, waves))} jobs in {WAVES} waves on "
+          f"{len({r.worker_pid for w in waves for r in w})} workers", file=out)
+    print(f"  jobs that found a free worker started {statistics.median(on_time):.1f} ms "
+          f"(median), {max(on_time):.1f} ms (max) after due", file=out)
+    print(f"  the manager's lateness over all jobs: p50 {lateness['p50'] * 1000:.1f} ms, "
+          f"max {lateness['max'] * 1000:.1f} ms", file=out)
