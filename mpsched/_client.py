@@ -15,7 +15,7 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, Future
 from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
@@ -43,6 +43,7 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 # Errors that mean the manager process is gone.
+MAP_BATCH = 256  # jobs per manager call in map()
 _DISCONNECTED = (EOFError, OSError)  # OSError covers ConnectionError, BrokenPipeError
 
 
@@ -84,7 +85,8 @@ class _ClientCore:
         self._futures: dict[str, JobFuture[Any]] = {}
         self.closed = False
         python, cp = describe_versions()
-        service.open_client(ClientHello(self.client_id, python, cp))
+        max_pending = service.open_client(ClientHello(self.client_id, python, cp))
+        self.batch_size = min(MAP_BATCH, max_pending or MAP_BATCH)
         self._thread = threading.Thread(target=self._collect_loop, daemon=True,
                                         name=f"mpsched-results-{self.client_id}")
         self._thread.start()
@@ -169,6 +171,32 @@ class _ClientCore:
             self._thread.join(timeout)
 
 
+class _MapResults(Iterator[T]):
+    """map()'s results in input order; closing it early cancels the jobs not yet started."""
+
+    def __init__(self, futures: list[JobFuture[T]], deadline: float | None) -> None:
+        self._futures = futures[::-1]  # pop() from the end gives input order
+        self._deadline = deadline
+
+    def __next__(self) -> T:
+        if not self._futures:
+            raise StopIteration
+        future = self._futures.pop()
+        remaining = None if self._deadline is None else self._deadline - _now()
+        try:
+            return future.result(remaining)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        while self._futures:
+            self._futures.pop().cancel()
+
+    def __del__(self) -> None:
+        self.close()
+
+
 def _remote_exception(outcome: Outcome) -> BaseException:
     exc: Any
     try:
@@ -226,12 +254,21 @@ def _seconds(name: str, value: object) -> float:
     return seconds
 
 
-def pickle_job(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
-    """cloudpickle ``(fn, args, kwargs)``; raises JobPicklingError on any failure."""
+def pickle_job(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+               fn_bytes: bytes | None = None) -> bytes:
+    """The job's payload: cloudpickled ``(fn_bytes, args, kwargs)``, ``fn_bytes`` being the
+    cloudpickled callable (pass it to pickle one callable once for many jobs).
+
+    Raises:
+        InvalidJobError: ``fn`` is not callable.
+        JobPicklingError: ``fn`` or the arguments cannot be pickled.
+    """
     if not callable(fn):
         raise InvalidJobError(f"{fn!r} is not callable")
     try:
-        payload: bytes = cloudpickle.dumps((fn, args, kwargs))
+        if fn_bytes is None:
+            fn_bytes = cloudpickle.dumps(fn)
+        payload: bytes = cloudpickle.dumps((fn_bytes, args, kwargs))
     except Exception as exc:
         name = getattr(fn, "__qualname__", repr(fn))
         raise JobPicklingError(f"cannot pickle job {name}: {exc!r}") from exc
@@ -310,24 +347,31 @@ class Client(Executor):
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
             raise InvalidJobError(f"retries must be a non-negative int, not {retries!r}")
         payload = pickle_job(fn, args, kwargs)
-        future = self._core.new_future()
-        request = JobRequest(future.job_id, self._core.client_id, payload, level, delay_s, at_s,
-                             timeout, retries)
-        try:
-            self._send(request)
-        except BaseException:
-            self._core.forget(future.job_id)
-            raise
+        [future] = self._send_batch([(payload, JobRequest(
+            "", self._core.client_id, payload, level, delay_s, at_s, timeout, retries))])
         return future
 
-    def _send(self, request: JobRequest) -> None:
+    def _send_batch(self, jobs: list[tuple[bytes, JobRequest]]) -> list[JobFuture[Any]]:
+        """Register a future per job and queue them in one call: all or none."""
+        futures = [self._core.new_future() for _ in jobs]
+        requests = [request._replace(job_id=future.job_id)
+                    for future, (_, request) in zip(futures, jobs, strict=True)]
+        try:
+            self._send(requests)
+        except BaseException:
+            for future in futures:
+                self._core.forget(future.job_id)
+            raise
+        return futures
+
+    def _send(self, requests: list[JobRequest]) -> None:
         # The manager bounds each wait for room; we repeat until our own deadline.
         timeout = self._submit_timeout
         deadline = None if timeout is None else _now() + timeout
         while True:
             remaining = None if deadline is None else max(0.0, deadline - _now())
             try:
-                self._core.service.submit(request, remaining)
+                self._core.service.submit(requests, remaining)
                 return
             except QueueFullError:
                 if deadline is not None and _now() >= deadline:
@@ -338,9 +382,35 @@ class Client(Executor):
                 raise SchedulerShutdownError(f"the mpsched manager is gone: {exc!r}") from exc
 
     def map(self, fn: Callable[..., T], *iterables: Iterable[Any],
-            timeout: float | None = None, chunksize: int = 1) -> Any:
-        """``Executor.map``: one job per item, results in input order."""
-        return super().map(fn, *iterables, timeout=timeout, chunksize=chunksize)
+            timeout: float | None = None, chunksize: int = 1) -> Iterator[T]:
+        """``Executor.map``: one job per item, due now at MEDIUM, results in input order.
+
+        Every job is pickled, then queued before this returns, in batches of up to 256 per
+        manager call (``chunksize`` is accepted for compatibility and ignored: each item is
+        still its own job, in heap order). ``timeout`` counts from this call; when it
+        passes, or the iterator is closed early, the jobs not yet started are cancelled.
+
+        Raises:
+            JobPicklingError: ``fn`` or an item cannot be pickled; nothing was queued.
+            QueueFullError, SchedulerShutdownError: as :meth:`schedule`; the jobs of this
+                call already queued are cancelled (those already started still run).
+        """
+        deadline = None if timeout is None else _now() + timeout
+        level = Priority.MEDIUM.level
+        fn_bytes = cloudpickle.loads(pickle_job(fn, (), {}))[0]  # the callable, pickled once
+        jobs = [(payload, JobRequest("", self._core.client_id, payload, level, 0.0, None))
+                for payload in (pickle_job(fn, args, {}, fn_bytes)
+                                for args in zip(*iterables))]  # noqa: B905 - stop at shortest
+        futures: list[JobFuture[T]] = []
+        size = self._core.batch_size
+        try:
+            for start in range(0, len(jobs), size):
+                futures += self._send_batch(jobs[start:start + size])
+        except BaseException:
+            for future in futures:  # all or nothing: take back the batches already queued
+                future.cancel()
+            raise
+        return _MapResults(futures, deadline)
 
     def stats(self) -> Stats:
         """Pending jobs per priority, in flight, completed, failed, workers and lateness."""

@@ -298,16 +298,19 @@ class ManagerService:
 
     # ------------------------------------------------------------------ clients
 
-    def open_client(self, hello: ClientHello) -> None:
+    def open_client(self, hello: ClientHello) -> int | None:
+        """Register a client; returns the queue's max_pending (a client batches below it)."""
         self._check_versions(f"client {hello.client_id}", (hello.python, hello.cloudpickle))
         self.mailboxes.open(hello.client_id)
+        return self.queue.max_pending
 
     def close_client(self, client_id: str) -> None:
         self.mailboxes.close(client_id)
 
-    def submit(self, request: JobRequest, timeout: float | None) -> None:
+    def submit(self, requests: list[JobRequest], timeout: float | None) -> None:
+        """Queue a batch of jobs, all or none (one job is a batch of one)."""
         bounded = LONG_POLL if timeout is None else min(timeout, LONG_POLL)
-        self.queue.submit(request, bounded)
+        self.queue.submit_many(requests, bounded)
 
     def cancel(self, job_id: str) -> bool:
         return self.queue.cancel(job_id)
@@ -379,14 +382,15 @@ class ServiceProxy(BaseProxy):
     def leave(self, worker_id: str, report: Report | None) -> None:
         self._call("leave", worker_id, report)
 
-    def open_client(self, hello: ClientHello) -> None:
-        self._call("open_client", hello)
+    def open_client(self, hello: ClientHello) -> int | None:
+        result: int | None = self._call("open_client", hello)
+        return result
 
     def close_client(self, client_id: str) -> None:
         self._call("close_client", client_id)
 
-    def submit(self, request: JobRequest, timeout: float | None) -> None:
-        self._call("submit", request, timeout)
+    def submit(self, requests: list[JobRequest], timeout: float | None) -> None:
+        self._call("submit", requests, timeout)
 
     def cancel(self, job_id: str) -> bool:
         return bool(self._call("cancel", job_id))

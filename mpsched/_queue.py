@@ -167,6 +167,10 @@ class JobQueue:
         self._retried = self._timed_out = 0
         self._wakeups = 0
 
+    @property
+    def max_pending(self) -> int | None:
+        return self._max_pending
+
     # ----------------------------------------------------------------- submit / cancel
 
     def submit(self, request: JobRequest, timeout: float | None = None) -> None:
@@ -181,25 +185,40 @@ class JobQueue:
             QueueFullError: no room appeared within ``timeout``.
             SchedulerShutdownError: the queue was closed.
         """
-        _validate(request)
+        self.submit_many([request], timeout)
+
+    def submit_many(self, requests: list[JobRequest], timeout: float | None = None) -> None:
+        """Add jobs all at once, in order (consecutive seqs), or none of them.
+
+        A bounded queue waits until there is room for the whole batch. Raises as
+        :meth:`submit`, and InvalidJobError for a batch larger than ``max_pending`` or one
+        that repeats a job id.
+        """
+        for request in requests:
+            _validate(request)
+        if len({r.job_id for r in requests}) != len(requests):
+            raise InvalidJobError("a batch repeats a job id")
+        if self._max_pending is not None and len(requests) > self._max_pending:
+            raise InvalidJobError(
+                f"a batch of {len(requests)} jobs can never fit max_pending={self._max_pending}")
         with self._lock:
             now = self._clock.now()
-            due = self._due_locked(request, now)
-            self._wait_for_room_locked(now, timeout)
-            # Checked after the wait: another submitter may have queued this id meanwhile.
-            if request.job_id in self._pending:
-                raise InvalidJobError(f"job id {request.job_id!r} is already pending")
-            job = Job(
-                job_id=request.job_id,
-                client_id=request.client_id,
-                payload=request.payload,
-                priority=request.priority,
-                due=due,
-                seq=next(self._seq),
-                timeout=request.timeout,
-                retries=request.retries,
-            )
-            self._push_locked(job)
+            dues = [self._due_locked(request, now) for request in requests]
+            self._wait_for_room_locked(now, timeout, len(requests))
+            # Checked after the wait: another submitter may have queued an id meanwhile.
+            for request in requests:
+                if request.job_id in self._pending:
+                    raise InvalidJobError(f"job id {request.job_id!r} is already pending")
+            old_head = self._delayed[0][3] if self._delayed else None
+            for request, due in zip(requests, dues, strict=True):
+                self._push_locked(Job(
+                    job_id=request.job_id, client_id=request.client_id,
+                    payload=request.payload, priority=request.priority, due=due,
+                    seq=next(self._seq), timeout=request.timeout, retries=request.retries,
+                ), notify=False)
+            self._submitted += len(requests)
+            if self._delayed and self._delayed[0][3] is not old_head:
+                self._new_head_locked()
 
     def requeue(self, job: Job, *, retry: bool) -> bool:
         """Put back a job whose lease was lost, keeping its due time and seq (so it goes
@@ -216,7 +235,7 @@ class JobQueue:
                 self._retried += 1
             else:
                 job.attempt -= 1
-            self._push_locked(job, count=False)
+            self._push_locked(job)
             return True
 
     def cancel(self, job_id: str) -> bool:
@@ -405,13 +424,13 @@ class JobQueue:
             due = now + (request.delay or 0.0)
         return max(due, now)
 
-    def _wait_for_room_locked(self, now: float, timeout: float | None) -> None:
+    def _wait_for_room_locked(self, now: float, timeout: float | None, count: int = 1) -> None:
         if self._closed:
             raise SchedulerShutdownError("the queue is closed")
         if self._max_pending is None:
             return
         deadline = None if timeout is None else now + timeout
-        while len(self._pending) >= self._max_pending:
+        while len(self._pending) + count > self._max_pending:
             remaining = None if deadline is None else deadline - self._clock.now()
             if remaining is not None and remaining <= 0:
                 raise QueueFullError(self._max_pending, timeout)
@@ -419,16 +438,17 @@ class JobQueue:
             if self._closed:
                 raise SchedulerShutdownError("the queue is closed")
 
-    def _push_locked(self, job: Job, *, count: bool = True) -> None:
+    def _push_locked(self, job: Job, *, notify: bool = True) -> None:
         self._pending[job.job_id] = job
         heapq.heappush(self._delayed, (job.due, job.priority, job.seq, job))
-        if count:
-            self._submitted += 1
-        if self._delayed[0][3] is job:
-            # A new head may be due sooner than what the leader sleeps for: hand the
-            # lead to one waiter, which re-reads the head.
-            self._leader = None
-            self._available.notify()
+        if notify and self._delayed[0][3] is job:
+            self._new_head_locked()
+
+    def _new_head_locked(self) -> None:
+        # A new head may be due sooner than what the leader sleeps for: hand the lead to
+        # one waiter, which re-reads the head.
+        self._leader = None
+        self._available.notify()
 
     def _discard_locked(self, job: Job) -> None:
         job.cancelled = True

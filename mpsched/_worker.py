@@ -267,7 +267,8 @@ def run(assignment: Assignment) -> Outcome:
     """Unpickle and run one job; never raises: every failure becomes an Outcome."""
     job_id = assignment.lease.job_id
     try:
-        fn, args, kwargs = cloudpickle.loads(assignment.payload)
+        fn_bytes, args, kwargs = cloudpickle.loads(assignment.payload)
+        fn = cloudpickle.loads(fn_bytes)
     except BaseException as exc:
         unpickling = JobUnpicklingError(f"job {job_id}: the worker could not unpickle it: {exc!r}")
         return _failure(job_id, unpickling, _format(exc), None, "job-unpickling")

@@ -107,8 +107,11 @@ class Taker(threading.Thread):
 class Submitter(threading.Thread):
     """One submit in its own thread, for submits that block on a full queue."""
 
-    def __init__(self, queue: JobQueue, job: JobRequest, timeout: float | None) -> None:
-        super().__init__(name=f"submitter-{job.job_id}", daemon=True)
+    def __init__(
+        self, queue: JobQueue, job: JobRequest | list[JobRequest], timeout: float | None
+    ) -> None:
+        name = job.job_id if isinstance(job, JobRequest) else "+".join(j.job_id for j in job)
+        super().__init__(name=f"submitter-{name}", daemon=True)
         self.queue = queue
         self.job = job
         self.timeout = timeout
@@ -117,7 +120,10 @@ class Submitter(threading.Thread):
 
     def run(self) -> None:
         try:
-            self.queue.submit(self.job, self.timeout)
+            if isinstance(self.job, JobRequest):
+                self.queue.submit(self.job, self.timeout)
+            else:
+                self.queue.submit_many(self.job, self.timeout)
         except BaseException as exc:
             self.error = exc
         else:
@@ -157,7 +163,7 @@ class Harness:
         return taker
 
     def submitter(
-        self, queue: JobQueue, job: JobRequest, timeout: float | None = None
+        self, queue: JobQueue, job: JobRequest | list[JobRequest], timeout: float | None = None
     ) -> Submitter:
         submitter = Submitter(queue, job, timeout)
         self.threads.append(submitter)
@@ -1110,3 +1116,41 @@ def test_real_submit_waits_for_room_are_clamped_to_timeout_max(harness: Harness)
     assert clock.timeouts
     assert all(t is not None and t <= threading.TIMEOUT_MAX for t in clock.timeouts)
     assert take_now(queue) == "two"
+
+
+def test_submit_many_queues_a_batch_in_order(harness: Harness) -> None:
+    queue = harness.queue()
+    queue.submit_many([request(f"b{i}") for i in range(5)])
+    assert drain(queue) == [f"b{i}" for i in range(5)]
+    assert queue.stats().submitted == 5
+
+
+def test_submit_many_is_all_or_nothing(harness: Harness) -> None:
+    queue = harness.queue(max_pending=4)
+    queue.submit(request("old"))
+    with pytest.raises(InvalidJobError, match="repeats"):
+        queue.submit_many([request("x"), request("x")])
+    with pytest.raises(InvalidJobError, match="already pending"):
+        queue.submit_many([request("new"), request("old")])
+    with pytest.raises(InvalidJobError, match="never fit"):
+        queue.submit_many([request(f"big{i}") for i in range(5)])
+    with pytest.raises(InvalidJobError):
+        queue.submit_many([request("fine"), request("bad", delay=math.nan)])
+    with pytest.raises(QueueFullError):
+        queue.submit_many([request(f"four{i}") for i in range(4)], timeout=0)
+    assert len(queue) == 1 and drain(queue) == ["old"]
+
+
+def test_submit_many_waits_for_room_for_the_whole_batch(harness: Harness) -> None:
+    queue = harness.queue(max_pending=3)
+    for job_id in "abc":
+        queue.submit(request(job_id))
+    blocked = harness.submitter(queue, [request("d"), request("e")])
+    harness.settle(1)
+    assert take_now(queue) == "a"  # room for one is not room for the batch of two...
+    harness.settle(1)
+    assert not blocked.submitted
+    assert take_now(queue) == "b"  # ...room for two is
+    blocked.join(JOIN)
+    assert blocked.submitted
+    assert drain(queue) == ["c", "d", "e"]

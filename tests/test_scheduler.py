@@ -258,3 +258,44 @@ def test_workers_not_ready_in_start_timeout_raise_instead_of_hanging():
 
     with pytest.raises(MpschedError, match="did not start within"):
         Scheduler(workers=1, mp_context="spawn", start_timeout=0.001)
+
+
+def test_map_batches_keep_input_order_and_heap_order(make_scheduler):
+    s = make_scheduler(workers=1)
+    items = list(range(600))  # more than one batch of 256
+    results = list(s.map(jobs.stamp, items, timeout=60))
+    assert [tag for tag, _, _ in results] == items
+    starts = [started for _, _, started in results]
+    assert starts == sorted(starts)  # one worker: submission order is run order
+
+
+def test_map_with_an_unpicklable_item_queues_nothing(make_scheduler):
+    s = make_scheduler(workers=1)
+    with pytest.raises(JobPicklingError):
+        s.map(jobs.stamp, [1, 2, threading.Lock()])
+    assert s.stats().queue.submitted == 0
+
+
+def test_map_cancels_unstarted_jobs_when_closed_early(make_scheduler):
+    s = make_scheduler(workers=1)
+    gate = s.submit(jobs.burn, 0.5)  # the one worker is busy: the map's jobs wait
+    results = s.map(jobs.stamp, range(50))
+    results.close()
+    gate.result(timeout=30)
+    stats = s.stats()
+    assert stats.queue.cancelled == 50 and sum(stats.pending.values()) == 0
+
+
+def test_map_timeout_raises_and_cancels_the_rest(make_scheduler):
+    from concurrent.futures import TimeoutError as FuturesTimeout
+
+    s = make_scheduler(workers=1)
+    results = s.map(jobs.burn, [0.5] + [0.01] * 20, timeout=0.1)
+    with pytest.raises(FuturesTimeout):
+        list(results)
+    assert s.stats().queue.cancelled >= 19
+
+
+def test_map_on_a_bounded_queue_batches_below_max_pending(make_scheduler):
+    s = make_scheduler(workers=1, max_pending=4)
+    assert sorted(r[0] for r in s.map(jobs.stamp, range(10), timeout=60)) == list(range(10))
