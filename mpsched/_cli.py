@@ -12,6 +12,7 @@ import json
 import logging
 import multiprocessing
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -23,6 +24,7 @@ from typing import Any, TextIO
 
 from mpsched._errors import (
     AuthenticationError,
+    MpschedError,
     SchedulerShutdownError,
     VersionMismatchError,
 )
@@ -64,6 +66,10 @@ class Exit(IntEnum):
     UNSAFE = 6  # a non-loopback address without an explicit authkey
 
 
+class UsageError(MpschedError, ValueError):
+    """A command line that names something that does not exist or does not parse."""
+
+
 EPILOG_KEY = (f"The authkey comes from --authkey-file (mode 0600) or ${AUTHKEY_ENV}; never "
               f"from the command line.")
 
@@ -79,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler: Callable[[argparse.Namespace, TextIO], int] = args.handler
     try:
         return handler(args, sys.stdout)
-    except AddressError as exc:
+    except (AddressError, UsageError) as exc:
         print(f"mpsched: {exc}", file=sys.stderr)
         return Exit.USAGE
     except AuthenticationError as exc:
@@ -125,7 +131,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--authkey-file", type=Path)
     serve.add_argument("--order", choices=[o.value for o in Order], default="time")
     serve.add_argument("--max-pending", type=int)
-    serve.add_argument("--heartbeat-timeout", type=float, default=HEARTBEAT_TIMEOUT,
+    serve.add_argument("--heartbeat-timeout", type=_seconds, default=HEARTBEAT_TIMEOUT,
                        help="seconds of silence after which a remote worker is declared gone")
     serve.add_argument("--drain-timeout", type=float, default=30.0,
                        help="on SIGTERM, how long running jobs may take to finish")
@@ -133,9 +139,9 @@ def _parser() -> argparse.ArgumentParser:
     worker = command("worker", _worker, "join a running manager with worker processes",
                      "python -m mpsched worker --connect 10.0.0.5:7000 --authkey-file key")
     worker.add_argument("--connect", required=True, help="the manager's address")
-    worker.add_argument("--processes", type=int, default=os.cpu_count() or 1)
+    worker.add_argument("--processes", type=_count, default=os.cpu_count() or 1)
     worker.add_argument("--authkey-file", type=Path)
-    worker.add_argument("--heartbeat-interval", type=float, default=2.0)
+    worker.add_argument("--heartbeat-interval", type=_seconds, default=2.0)
 
     submit = command("submit", _submit, "submit an importable callable",
                      "python -m mpsched submit math:factorial --args '[20]' --delay 5 "
@@ -176,12 +182,32 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text}")
+    return value
+
+
 # ------------------------------------------------------------------------------ serve
 
 
 def _serve(args: argparse.Namespace, out: TextIO) -> int:
     if args.workers < 0:
-        raise AddressError("--workers must be 0 or more")
+        raise UsageError("--workers must be 0 or more")
     key = read_authkey(args.authkey_file)
     runtime: Path | None = None
     if args.address is None:
@@ -199,13 +225,26 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
         runtime = runtime or private_runtime_dir()
         key_file = runtime / "authkey"
         key = write_authkey(key_file)
+    try:
+        return _run_served(args, out, key, key_file, address)
+    finally:
+        if runtime is not None:  # ours alone: the socket and the generated key
+            shutil.rmtree(runtime, ignore_errors=True)
+
+
+def _run_served(args: argparse.Namespace, out: TextIO, key: bytes, key_file: Path | None,
+                address: Address) -> int:
     config = ManagerConfig(
         authkey=key, workers=args.workers, mp_method=_default_method(), address=address,
         order=Order(args.order), max_pending=args.max_pending,
         log_level=logging.getLogger().getEffectiveLevel(),
         heartbeat_timeout=args.heartbeat_timeout, drain_timeout=args.drain_timeout)
 
+    listening = False
+
     def ready(message: ManagerReady, service: ManagerService) -> None:
+        nonlocal listening
+        listening = True
         _install_stop_handlers(service)
         where = format_address(message.address)
         key_hint = f"--authkey-file {key_file}" if key_file else f"(key in ${AUTHKEY_ENV})"
@@ -215,7 +254,13 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
               f"  status: python -m mpsched status --connect {where} {key_hint}",
               file=out, flush=True)
 
-    return run_manager(config, on_ready=ready)
+    try:
+        return run_manager(config, on_ready=ready)
+    except OSError as exc:
+        if listening:
+            raise
+        print(f"mpsched: cannot listen on {format_address(address)}: {exc}", file=sys.stderr)
+        return Exit.USAGE
 
 
 def _install_stop_handlers(service: ManagerService) -> None:
@@ -282,11 +327,14 @@ def _submit(args: argparse.Namespace, out: TextIO) -> int:
     from mpsched._client import connect
 
     fn = _import_target(args.target)
-    call_args = json.loads(args.args)
-    call_kwargs = json.loads(args.kwargs)
+    call_args = _json_option("--args", args.args)
+    call_kwargs = _json_option("--kwargs", args.kwargs)
     if not isinstance(call_args, list) or not isinstance(call_kwargs, dict):
-        raise AddressError("--args must be a JSON list and --kwargs a JSON object")
-    at = datetime.fromisoformat(args.at) if args.at else None
+        raise UsageError("--args must be a JSON list and --kwargs a JSON object")
+    try:
+        at = datetime.fromisoformat(args.at) if args.at else None
+    except ValueError:
+        raise UsageError(f"--at {args.at!r} is not an ISO 8601 time") from None
     client = connect(parse_address(args.connect), authkey=_require_key(args))
     try:
         future = client.schedule(fn, *call_args, delay=args.delay, at=at,
@@ -312,13 +360,23 @@ def _submit(args: argparse.Namespace, out: TextIO) -> int:
 def _import_target(target: str) -> Callable[..., Any]:
     module_name, sep, name = target.partition(":")
     if not sep or not module_name or not name:
-        raise AddressError(f"target {target!r} must be module:function")
-    obj: Any = importlib.import_module(module_name)
-    for part in name.split("."):
-        obj = getattr(obj, part)
+        raise UsageError(f"target {target!r} must be module:function")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in name.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise UsageError(f"cannot import {target}: {exc}") from None
     if not callable(obj):
-        raise AddressError(f"{target} is not callable")
+        raise UsageError(f"{target} is not callable")
     return obj  # type: ignore[no-any-return]
+
+
+def _json_option(option: str, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{option} is not JSON: {exc}") from None
 
 
 def _as_json(value: Any) -> str:

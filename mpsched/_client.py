@@ -35,6 +35,7 @@ from mpsched._errors import (
 )
 from mpsched._job import JobRequest, Outcome, Priority
 from mpsched._manager import LONG_POLL, ClientHello, ServiceProxy, Stats, connect_service
+from mpsched._outbox import Outbox
 from mpsched._transport import AUTHKEY_ENV, describe_versions, parse_address, read_authkey
 
 log = logging.getLogger("mpsched.client")
@@ -87,6 +88,8 @@ class _ClientCore:
         python, cp = describe_versions()
         max_pending = service.open_client(ClientHello(self.client_id, python, cp))
         self.batch_size = min(MAP_BATCH, max_pending or MAP_BATCH)
+        # A bounded queue must report QueueFullError at the call site: send synchronously.
+        self.outbox = None if max_pending is not None else Outbox(service, self._unsent)
         self._thread = threading.Thread(target=self._collect_loop, daemon=True,
                                         name=f"mpsched-results-{self.client_id}")
         self._thread.start()
@@ -108,7 +111,20 @@ class _ClientCore:
         with self._lock:
             return list(self._futures.values())
 
+    def _unsent(self, requests: list[JobRequest], error: BaseException) -> None:
+        # An unbounded queue refuses a batch only when the manager is gone or stopping.
+        with self._lock:
+            self.closed = True
+            futures = [self._futures.pop(r.job_id) for r in requests if r.job_id in self._futures]
+        for future in futures:
+            if future.set_running_or_notify_cancel():
+                future.set_exception(SchedulerShutdownError(
+                    f"job {future.job_id} could not be sent to the manager: {error!r}"))
+
     def cancel_job(self, job_id: str) -> bool:
+        if self.outbox is not None and self.outbox.withdraw(job_id):
+            self.forget(job_id)
+            return True
         try:
             removed = self.service.cancel(job_id)
         except _DISCONNECTED:
@@ -119,10 +135,12 @@ class _ClientCore:
 
     def cancel_pending(self) -> None:
         """Cancel every job of this client still in the heap (shutdown(cancel_futures))."""
-        try:
-            job_ids = self.service.cancel_client(self.client_id)
-        except _DISCONNECTED:
-            return
+        job_ids = []
+        if self.outbox is not None:
+            job_ids = self.outbox.withdraw_all()
+            self.outbox.flush()  # a batch on its way must land before we cancel the rest
+        with contextlib.suppress(*_DISCONNECTED):
+            job_ids += self.service.cancel_client(self.client_id)
         with self._lock:
             futures = [self._futures.pop(j) for j in job_ids if j in self._futures]
         for future in futures:
@@ -133,6 +151,8 @@ class _ClientCore:
             try:
                 outcomes = self.service.collect(self.client_id, LONG_POLL)
             except _DISCONNECTED:
+                with self._lock:
+                    self.closed = True
                 self._fail_all(SchedulerShutdownError("the mpsched manager went away"))
                 return
             if outcomes is None:
@@ -164,7 +184,9 @@ class _ClientCore:
                 future.set_exception(error)
 
     def close(self, timeout: float = 10.0) -> None:
-        """Close this client's mailbox and wait for the result thread to finish."""
+        """Send what is unsent, close this client's mailbox, wait for the result thread."""
+        if self.outbox is not None:
+            self.outbox.close(timeout)
         with contextlib.suppress(*_DISCONNECTED):
             self.service.close_client(self.client_id)
         if threading.current_thread() is not self._thread:
@@ -347,12 +369,20 @@ class Client(Executor):
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
             raise InvalidJobError(f"retries must be a non-negative int, not {retries!r}")
         payload = pickle_job(fn, args, kwargs)
-        [future] = self._send_batch([(payload, JobRequest(
-            "", self._core.client_id, payload, level, delay_s, at_s, timeout, retries))])
+        request = JobRequest("", self._core.client_id, payload, level, delay_s, at_s, timeout,
+                             retries)
+        outbox = self._core.outbox
+        if outbox is None:
+            [future] = self._send_batch([(payload, request)])
+            return future
+        future = self._core.new_future()
+        outbox.put(request._replace(job_id=future.job_id))
         return future
 
     def _send_batch(self, jobs: list[tuple[bytes, JobRequest]]) -> list[JobFuture[Any]]:
         """Register a future per job and queue them in one call: all or none."""
+        if self._core.outbox is not None:
+            self._core.outbox.flush()  # earlier submits first: the seq order is call order
         futures = [self._core.new_future() for _ in jobs]
         requests = [request._replace(job_id=future.job_id)
                     for future, (_, request) in zip(futures, jobs, strict=True)]
@@ -413,7 +443,12 @@ class Client(Executor):
         return _MapResults(futures, deadline)
 
     def stats(self) -> Stats:
-        """Pending jobs per priority, in flight, completed, failed, workers and lateness."""
+        """Pending jobs per priority, in flight, completed, failed, workers and lateness.
+
+        Jobs this client submitted before the call are counted.
+        """
+        if self._core.outbox is not None:
+            self._core.outbox.flush()
         try:
             return self._core.service.stats()
         except _DISCONNECTED as exc:

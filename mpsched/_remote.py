@@ -55,6 +55,7 @@ class WorkerPool:
         self._lifeline_r, self._lifeline_w = self._ctx.Pipe(duplex=False)
         self._procs: list[BaseProcess] = []  # touched by the main thread only
         self._signals = 0
+        self._killed_by = 0  # the signal that made us kill the workers (the second one)
 
     def run(self) -> int:
         """Run until every worker has left; returns the pool's exit code."""
@@ -80,6 +81,8 @@ class WorkerPool:
                                 code)
                     self._start()
         self._lifeline_w.close()
+        if self._killed_by:
+            return 128 + self._killed_by  # as a process killed by that signal would
         return int(result)
 
     def _start(self) -> None:
@@ -94,6 +97,7 @@ class WorkerPool:
             log.warning("received %s: draining workers", signal.Signals(signum).name)
             self._signal_all(signal.SIGTERM)
         else:
+            self._killed_by = signum
             self._signal_all(signal.SIGKILL)
 
     def _signal_all(self, signum: int) -> None:

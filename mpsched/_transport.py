@@ -61,7 +61,12 @@ def parse_address(text: str) -> Address:
     host, sep, port = text.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
         raise AddressError(f"bad address {text!r}: use HOST:PORT or unix:PATH")
-    return (host.strip("[]"), int(port))
+    host = host.strip("[]")
+    if ":" in host:
+        # multiprocessing.connection opens every TCP socket as AF_INET.
+        raise AddressError(f"bad address {text!r}: IPv6 is not supported; use an IPv4 "
+                           f"address, a host name or unix:PATH")
+    return (host, int(port))
 
 
 def format_address(address: Any) -> str:

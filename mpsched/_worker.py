@@ -16,6 +16,7 @@ import contextlib
 import faulthandler
 import logging
 import os
+import pickle
 import signal
 import sys
 import threading
@@ -278,13 +279,22 @@ def run(assignment: Assignment) -> Outcome:
     except BaseException as exc:
         return _failure(job_id, exc, _format(exc), started, "")
     try:
-        payload = cloudpickle.dumps(result)
+        payload = _dumps(result)
     except BaseException as exc:
         pickling = ResultPicklingError(
             f"job {job_id} returned a {type(result).__qualname__} that could not be pickled: "
             f"{exc!r}")
         return _failure(job_id, pickling, _format(exc), started, "result-pickling")
     return Outcome(job_id, True, payload, "", started)
+
+
+def _dumps(result: Any) -> bytes:
+    # The C pickler is several times faster than cloudpickle's; cloudpickle is needed only
+    # for what plain pickle refuses (lambdas, classes the job defined by value).
+    try:
+        return pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        return bytes(cloudpickle.dumps(result))
 
 
 def _failure(job_id: str, exc: BaseException, tb: str, started: float | None,

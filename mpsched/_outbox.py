@@ -1,0 +1,94 @@
+"""Write-behind submission: jobs wait here while the sender thread ships them in batches.
+
+``submit()`` validates and pickles a job at the call site, registers its future and puts
+the request here; the sender thread sends whatever has accumulated in one manager call.
+While one call is in flight the next batch forms, so a burst of submits costs a few manager
+calls instead of one each, and a lone submit is sent at once.
+
+Only for unbounded queues: with ``max_pending`` a full queue must raise QueueFullError at
+the call site, so the client sends synchronously instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from mpsched._job import JobRequest
+from mpsched._manager import ServiceProxy
+
+log = logging.getLogger("mpsched.client")
+
+BATCH = 512  # requests per manager call at most
+
+
+class Outbox:
+    """Requests not yet sent, in submission order, and the thread that sends them."""
+
+    def __init__(self, service: ServiceProxy,
+                 on_failure: Callable[[list[JobRequest], BaseException], None]) -> None:
+        self._service = service
+        self._on_failure = on_failure
+        # Guards _requests and _closed. The sender thread waits on _queued for requests;
+        # put() and close() notify it. Submitters and cancel() hold the lock only briefly.
+        self._lock = threading.Lock()
+        self._queued = threading.Condition(self._lock)
+        # flush() waits on _idle until nothing is queued or being sent; the sender
+        # notifies it after each call to the manager.
+        self._idle = threading.Condition(self._lock)
+        self._requests: dict[str, JobRequest] = {}  # by job id, in insertion order
+        self._sending = False
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, daemon=True, name="mpsched-sender")
+        self._thread.start()
+
+    def put(self, request: JobRequest) -> None:
+        with self._lock:
+            self._requests[request.job_id] = request
+            self._queued.notify()
+
+    def withdraw(self, job_id: str) -> bool:
+        """Take back a request not yet sent; True if it was still here."""
+        with self._lock:
+            return self._requests.pop(job_id, None) is not None
+
+    def withdraw_all(self) -> list[str]:
+        with self._lock:
+            job_ids = list(self._requests)
+            self._requests.clear()
+            return job_ids
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Wait until every request put so far has reached the manager (or failed)."""
+        with self._lock:
+            return self._idle.wait_for(lambda: not self._requests and not self._sending,
+                                       timeout)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Send what is left, then stop the sender thread."""
+        with self._lock:
+            self._closed = True
+            self._queued.notify()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._requests and not self._closed:
+                    self._queued.wait()
+                if not self._requests:
+                    return
+                batch = [self._requests.pop(job_id)
+                         for job_id in list(self._requests)[:BATCH]]
+                self._sending = True
+            try:
+                self._service.submit(batch, None)
+            except BaseException as exc:
+                log.error("could not send %d job(s) to the manager: %r", len(batch), exc)
+                self._on_failure(batch, exc)
+            finally:
+                with self._lock:
+                    self._sending = False
+                    self._idle.notify_all()

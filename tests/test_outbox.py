@@ -1,0 +1,95 @@
+"""The write-behind outbox, against a fake manager whose submit the test can hold."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from mpsched._job import JobRequest
+from mpsched._outbox import Outbox
+
+WAIT = 10.0
+
+
+class FakeService:
+    def __init__(self) -> None:
+        self.batches: list[list[str]] = []
+        self.entered = threading.Semaphore(0)  # released each time a submit starts
+        self.release = threading.Event()  # submits block until set
+        self.fail_with: BaseException | None = None
+
+    def submit(self, requests: list[JobRequest], timeout: float | None) -> None:
+        self.entered.release()
+        assert self.release.wait(WAIT)
+        if self.fail_with is not None:
+            raise self.fail_with
+        self.batches.append([r.job_id for r in requests])
+
+
+def req(job_id: str) -> JobRequest:
+    return JobRequest(job_id, "c", b"", 2, 0.0, None)
+
+
+@pytest.fixture
+def outbox() -> Iterator[tuple[Outbox, FakeService, list[tuple[list[str], BaseException]]]]:
+    service = FakeService()
+    failures: list[tuple[list[str], BaseException]] = []
+    box = Outbox(service, lambda batch, exc: failures.append(([r.job_id for r in batch], exc)))
+    yield box, service, failures
+    service.release.set()
+    box.close()
+
+
+def test_requests_queued_during_a_send_go_in_the_next_batch_in_order(outbox):
+    box, service, _ = outbox
+    box.put(req("a"))
+    assert service.entered.acquire(timeout=WAIT)  # "a" is on its way; the sender is busy
+    for job_id in "bcd":
+        box.put(req(job_id))
+    service.release.set()
+    assert box.flush(WAIT)
+    assert service.batches == [["a"], ["b", "c", "d"]]
+
+
+def test_a_request_not_yet_sent_can_be_withdrawn(outbox):
+    box, service, _ = outbox
+    box.put(req("a"))
+    assert service.entered.acquire(timeout=WAIT)
+    box.put(req("b"))
+    box.put(req("c"))
+    assert box.withdraw("b") is True
+    assert box.withdraw("a") is False  # already on its way
+    service.release.set()
+    assert box.flush(WAIT)
+    assert service.batches == [["a"], ["c"]]
+
+
+def test_flush_waits_for_the_batch_in_flight(outbox):
+    box, service, _ = outbox
+    box.put(req("a"))
+    assert service.entered.acquire(timeout=WAIT)
+    assert box.flush(0.05) is False
+    service.release.set()
+    assert box.flush(WAIT) is True
+
+
+def test_a_failed_send_reports_its_batch(outbox):
+    box, service, failures = outbox
+    service.fail_with = ConnectionResetError("gone")
+    service.release.set()
+    box.put(req("a"))
+    assert box.flush(WAIT)
+    assert failures and failures[0][0] == ["a"]
+    assert isinstance(failures[0][1], ConnectionResetError)
+
+
+def test_close_sends_what_is_left(outbox):
+    box, service, _ = outbox
+    box.put(req("a"))
+    assert service.entered.acquire(timeout=WAIT)
+    box.put(req("b"))
+    service.release.set()
+    box.close()
+    assert service.batches == [["a"], ["b"]]
