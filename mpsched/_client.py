@@ -278,8 +278,8 @@ def _seconds(name: str, value: object) -> float:
 
 def pickle_job(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                fn_bytes: bytes | None = None) -> bytes:
-    """The job's payload: cloudpickled ``(fn_bytes, args, kwargs)``, ``fn_bytes`` being the
-    cloudpickled callable (pass it to pickle one callable once for many jobs).
+    """The job's payload: cloudpickled ``(fn, args, kwargs)``; with ``fn_bytes`` (the
+    callable cloudpickled once for many jobs, as map() does) ``(fn_bytes, args, kwargs)``.
 
     Raises:
         InvalidJobError: ``fn`` is not callable.
@@ -288,9 +288,7 @@ def pickle_job(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, 
     if not callable(fn):
         raise InvalidJobError(f"{fn!r} is not callable")
     try:
-        if fn_bytes is None:
-            fn_bytes = cloudpickle.dumps(fn)
-        payload: bytes = cloudpickle.dumps((fn_bytes, args, kwargs))
+        payload: bytes = cloudpickle.dumps((fn if fn_bytes is None else fn_bytes, args, kwargs))
     except Exception as exc:
         name = getattr(fn, "__qualname__", repr(fn))
         raise JobPicklingError(f"cannot pickle job {name}: {exc!r}") from exc
@@ -427,7 +425,8 @@ class Client(Executor):
         """
         deadline = None if timeout is None else _now() + timeout
         level = Priority.MEDIUM.level
-        fn_bytes = cloudpickle.loads(pickle_job(fn, (), {}))[0]  # the callable, pickled once
+        pickle_job(fn, (), {})  # a clear JobPicklingError if the callable cannot pickle
+        fn_bytes = cloudpickle.dumps(fn)  # pickled once for all items
         jobs = [(payload, JobRequest("", self._core.client_id, payload, level, 0.0, None))
                 for payload in (pickle_job(fn, args, {}, fn_bytes)
                                 for args in zip(*iterables))]  # noqa: B905 - stop at shortest

@@ -18,6 +18,7 @@ import contextlib
 import ipaddress
 import logging
 import os
+import pickle
 import secrets
 import socket
 import stat
@@ -141,7 +142,7 @@ def _tune(conn: connection.Connection, timeout: float) -> None:
         sock.close()
 
 
-def client_connection(address: Any, authkey: bytes | None = None) -> connection.Connection:
+def client_connection(address: Any, authkey: bytes | None = None) -> Any:
     """Connect and authenticate within HANDSHAKE_TIMEOUT.
 
     Raises:
@@ -163,7 +164,29 @@ def client_connection(address: Any, authkey: bytes | None = None) -> connection.
     except BaseException:
         conn.close()
         raise
-    return conn
+    return fast(conn)
+
+
+def _dumps(obj: Any) -> bytes:
+    return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def fast(conn: connection.Connection) -> Any:
+    """``conn`` sending and receiving with the C pickler.
+
+    A plain Connection pickles every message with ForkingPickler, which copies its reducer
+    table per message; manager messages never carry fds or sockets, so the stdlib pickler
+    does the same work in a fraction of the time (the manager sends one per job).
+    """
+    wrapper: Any = connection.ConnectionWrapper  # type: ignore[attr-defined]
+    return wrapper(conn, _dumps, pickle.loads)
+
+
+class FastListener(connection.Listener):
+    """A Listener whose accepted connections use the C pickler (see :func:`fast`)."""
+
+    def accept(self) -> Any:
+        return fast(super().accept())
 
 
 class HardenedServer(managers.Server):
@@ -201,7 +224,7 @@ class HardenedServer(managers.Server):
 
 # The serializer name selects our client function in every process that imports this.
 managers.listener_client[SERIALIZER] = (  # type: ignore[attr-defined]
-    connection.Listener, client_connection)
+    FastListener, client_connection)
 
 
 def host_name() -> str:

@@ -268,8 +268,9 @@ def run(assignment: Assignment) -> Outcome:
     """Unpickle and run one job; never raises: every failure becomes an Outcome."""
     job_id = assignment.lease.job_id
     try:
-        fn_bytes, args, kwargs = cloudpickle.loads(assignment.payload)
-        fn = cloudpickle.loads(fn_bytes)
+        fn, args, kwargs = cloudpickle.loads(assignment.payload)
+        if isinstance(fn, bytes):  # map(): the callable was pickled once, separately
+            fn = cloudpickle.loads(fn)
     except BaseException as exc:
         unpickling = JobUnpicklingError(f"job {job_id}: the worker could not unpickle it: {exc!r}")
         return _failure(job_id, unpickling, _format(exc), None, "job-unpickling")
