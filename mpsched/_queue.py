@@ -92,6 +92,7 @@ class QueueStats:
     cancelled: int
     retried: int  # jobs run again after their worker died under them
     timed_out: int
+    started_early: int  # jobs whose worker started them before their due time (always 0)
     next_due_in: float | None  # seconds until the earliest pending job is due
     lateness: dict[str, float]  # p50, p90, p99, max (seconds), over recent jobs
     lateness_samples: int
@@ -165,6 +166,7 @@ class JobQueue:
         self._lateness: deque[float] = deque(maxlen=LATENESS_SAMPLES)
         self._submitted = self._completed = self._failed = self._cancelled = 0
         self._retried = self._timed_out = 0
+        self._early = 0  # jobs that started before their due time: a bug if ever non-zero
         self._wakeups = 0
 
     @property
@@ -261,8 +263,13 @@ class JobQueue:
 
     # ------------------------------------------------------------------------ take
 
-    def take(self, worker_id: str, timeout: float) -> Assignment | None:
+    def take(self, worker_id: str, timeout: float, early: float = 0.0) -> Assignment | None:
         """Hand out the next due job under a new lease, waiting at most ``timeout`` seconds.
+
+        ``early``: hand a job out up to this many seconds before it is due. The taker must
+        then wait for ``Assignment.due`` itself (a worker on this machine, sharing this
+        monotonic clock, sleeps the rest): the hand-off latency then overlaps the wait
+        instead of adding to the job's lateness.
 
         Returns None when no job became due in time, so a caller that went away holds no
         server thread (and no job) for longer than one ``timeout``.
@@ -281,7 +288,7 @@ class JobQueue:
                         # it a job would leave that job in flight with no one to run it.
                         return None
                     now = self._clock.now()
-                    job = self._pop_due_locked(now)
+                    job = self._pop_due_locked(now + early)
                     if job is not None:
                         return self._lease_locked(job, worker_id, now)
                     remaining = deadline - now
@@ -294,7 +301,8 @@ class JobQueue:
                     me = object()
                     self._leader = me
                     try:
-                        self._wait_locked(self._available, min(head_due - now, remaining))
+                        self._wait_locked(self._available,
+                                          min(head_due - early - now, remaining))
                     finally:
                         if self._leader is me:
                             self._leader = None
@@ -321,7 +329,9 @@ class JobQueue:
             else:
                 self._failed += 1
             if outcome.started is not None:
-                self._lateness.append(max(0.0, outcome.started - flight.job.due))
+                lateness = outcome.started - flight.job.due
+                self._lateness.append(max(0.0, lateness))
+                self._early += lateness < 0
             return flight.job
 
     def release_worker(self, worker_id: str) -> list[LostLease]:
@@ -400,6 +410,7 @@ class JobQueue:
                 cancelled=self._cancelled,
                 retried=self._retried,
                 timed_out=self._timed_out,
+                started_early=self._early,
                 next_due_in=None if head_due is None else head_due - self._clock.now(),
                 lateness=percentiles(samples),
                 lateness_samples=len(samples),

@@ -274,7 +274,7 @@ def run(assignment: Assignment) -> Outcome:
     except BaseException as exc:
         unpickling = JobUnpicklingError(f"job {job_id}: the worker could not unpickle it: {exc!r}")
         return _failure(job_id, unpickling, _format(exc), None, "job-unpickling")
-    started = time.monotonic()
+    started = _wait_until(assignment.due)
     try:
         result = fn(*args, **kwargs)
     except BaseException as exc:
@@ -287,6 +287,15 @@ def run(assignment: Assignment) -> Outcome:
             f"{exc!r}")
         return _failure(job_id, pickling, _format(exc), started, "result-pickling")
     return Outcome(job_id, True, payload, "", started)
+
+
+def _wait_until(due: float) -> float:
+    """Sleep until ``due`` (a job handed out early, see EARLY_HANDOFF); return the time."""
+    now = time.monotonic()
+    while now < due:
+        time.sleep(due - now)
+        now = time.monotonic()
+    return now
 
 
 def _dumps(result: Any) -> bytes:

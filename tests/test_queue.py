@@ -1154,3 +1154,38 @@ def test_submit_many_waits_for_room_for_the_whole_batch(harness: Harness) -> Non
     blocked.join(JOIN)
     assert blocked.submitted
     assert drain(queue) == ["c", "d", "e"]
+
+
+def test_early_take_hands_out_a_job_just_before_it_is_due(harness: Harness) -> None:
+    queue = harness.queue()
+    taken: list[Assignment | None] = []
+    thread = threading.Thread(target=lambda: taken.append(queue.take("w", FOREVER, early=0.25)),
+                              daemon=True)
+    harness.threads.append(thread)
+    queue.submit(request("job", delay=10.0))
+    thread.start()
+    harness.advance(9.5, parked=1)  # half a second before due: not yet
+    assert taken == []
+    harness.clock.advance(0.25)  # a quarter before due: within the early window
+    thread.join(JOIN)
+    [assignment] = taken
+    assert assignment is not None and assignment.lease.job_id == "job"
+    assert assignment.due == harness.clock.now() + 0.25
+
+
+def test_take_without_early_waits_for_the_due_time(harness: Harness) -> None:
+    queue = harness.queue()
+    queue.submit(request("job", delay=10.0))
+    harness.clock.advance(9.75)
+    assert queue.take("w", 0) is None
+    assert queue.take("w", 0, early=0.25) is not None
+
+
+def test_stats_count_jobs_started_before_their_due_time(harness: Harness) -> None:
+    queue = harness.queue()
+    queue.submit(request("job", delay=1.0))
+    assignment = queue.take("w", 0, early=2.0)
+    assert assignment is not None
+    queue.complete(assignment.lease.lease_id, outcome("job", started=assignment.due - 0.5))
+    stats = queue.stats()
+    assert stats.started_early == 1 and stats.lateness["max"] == 0.0

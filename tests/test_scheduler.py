@@ -38,6 +38,18 @@ def test_jobs_start_at_their_due_time_not_before(make_scheduler, method):
         assert started - earliest < 1.0  # generous: lateness numbers live in benchmarks/
 
 
+def test_jobs_handed_out_early_still_start_at_their_due_time(make_scheduler):
+    # Local workers get a job EARLY_HANDOFF before it is due and sleep the rest; the
+    # manager compares each start with the exact due time it computed.
+    s = make_scheduler(workers=2)
+    at = time.time() + 0.3
+    futures = [s.schedule(jobs.stamp, i, at=at + i * 0.003) for i in range(100)]
+    for future in futures:
+        future.result(timeout=30)
+    stats = s.stats().queue
+    assert stats.completed == 100 and stats.started_early == 0
+
+
 def test_one_worker_runs_jobs_in_exact_heap_order(make_scheduler):
     s = make_scheduler(workers=1)
     at1 = time.time() + 1.0

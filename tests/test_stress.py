@@ -39,6 +39,7 @@ def test_many_producers_and_workers_run_every_job_exactly_once_never_early(
     stats = s.stats()
     assert stats.completed == PRODUCERS * JOBS_EACH
     assert stats.in_flight == 0 and sum(stats.pending.values()) == 0
+    assert stats.queue.started_early == 0
 
 
 STRESS = {"producers": 2, "workers": 2, "jobs": 600, "horizon": 1.0}
