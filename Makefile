@@ -17,6 +17,10 @@ demo: $(STAMP)  ## the seed's waves, strict order on one worker, CPU speed-up
 	$(PY) examples/strict_order.py
 	$(PY) examples/cpu_speedup.py
 
+bench: $(STAMP)  ## side by side with the peers; rewrites benchmarks/README.md
+	$(PY) -m pip install --quiet -e '.[bench]'
+	$(PY) benchmarks/run.py
+
 stress: $(STAMP)
 	$(PY) -m mpsched stress --producers 3 --workers 4 --jobs 20000
 

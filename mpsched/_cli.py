@@ -24,6 +24,7 @@ from typing import Any, TextIO
 
 from mpsched._errors import (
     AuthenticationError,
+    InvalidJobError,
     MpschedError,
     SchedulerShutdownError,
     VersionMismatchError,
@@ -85,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler: Callable[[argparse.Namespace, TextIO], int] = args.handler
     try:
         return handler(args, sys.stdout)
-    except (AddressError, UsageError) as exc:
+    except (AddressError, UsageError, InvalidJobError) as exc:
         print(f"mpsched: {exc}", file=sys.stderr)
         return Exit.USAGE
     except AuthenticationError as exc:
@@ -130,7 +131,7 @@ def _parser() -> argparse.ArgumentParser:
                             "remote workers only)")
     serve.add_argument("--authkey-file", type=Path)
     serve.add_argument("--order", choices=[o.value for o in Order], default="time")
-    serve.add_argument("--max-pending", type=int)
+    serve.add_argument("--max-pending", type=_count)
     serve.add_argument("--heartbeat-timeout", type=_seconds, default=HEARTBEAT_TIMEOUT,
                        help="seconds of silence after which a remote worker is declared gone")
     serve.add_argument("--drain-timeout", type=float, default=30.0,
@@ -170,10 +171,10 @@ def _parser() -> argparse.ArgumentParser:
 
     stress = command("stress", _stress, "flood a manager and verify exactly-once, none early",
                      "python -m mpsched stress --producers 3 --workers 4 --jobs 5000")
-    stress.add_argument("--producers", type=int, default=3)
-    stress.add_argument("--workers", type=int, default=2)
-    stress.add_argument("--jobs", type=int, default=3000)
-    stress.add_argument("--horizon", type=float, default=2.0,
+    stress.add_argument("--producers", type=_count, default=3)
+    stress.add_argument("--workers", type=_count, default=2)
+    stress.add_argument("--jobs", type=_count, default=3000)
+    stress.add_argument("--horizon", type=_seconds_or_zero, default=2.0,
                         help="due times are random in [0, horizon] seconds")
     stress.add_argument("--connect", help="use a running manager instead of starting one")
     stress.add_argument("--authkey-file", type=Path)
@@ -193,12 +194,19 @@ def _count(text: str) -> int:
 
 
 def _seconds(text: str) -> float:
+    value = _seconds_or_zero(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be more than 0 seconds")
+    return value
+
+
+def _seconds_or_zero(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text}")
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, not {text}")
     return value
 
 

@@ -35,9 +35,11 @@ class Mailboxes:
             self._boxes.setdefault(client_id, _Mailbox())
 
     def post(self, client_id: str, outcome: Outcome) -> None:
+        # A closed mailbox still takes outcomes: its client collects them before it is
+        # told the box is closed (a stopping manager waits for that in wait_collected()).
         with self._lock:
             box = self._boxes.get(client_id)
-            if box is None or box.closed:
+            if box is None:
                 log.info("dropped the outcome of job %s: client %s is gone",
                          outcome.job_id, client_id)
                 return
@@ -61,12 +63,25 @@ class Mailboxes:
                 return []
             outcomes = list(box.outcomes)
             box.outcomes.clear()
+            self._posted.notify_all()  # wait_collected() watches the boxes empty
             return outcomes
 
     def close(self, client_id: str | None = None) -> None:
-        """Close one client's mailbox, or all; its result thread gets what is left."""
+        """Close one client's mailbox, or all; its result thread gets what is left.
+
+        An empty mailbox closed by its own client is forgotten at once.
+        """
         with self._lock:
-            for cid, box in self._boxes.items():
+            for cid, box in list(self._boxes.items()):
                 if client_id is None or cid == client_id:
                     box.closed = True
+                    if client_id is not None and not box.outcomes:
+                        del self._boxes[cid]
             self._posted.notify_all()
+
+    def wait_collected(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds until every mailbox is empty (its client took
+        what was left); True if they all are."""
+        with self._lock:
+            return self._posted.wait_for(
+                lambda: not any(box.outcomes for box in self._boxes.values()), timeout)

@@ -174,7 +174,8 @@ class ManagerService:
 
     # ------------------------------------------------------------------ workers
 
-    def hello(self, hello: WorkerHello) -> None:
+    def hello(self, hello: WorkerHello) -> float:
+        """Register a worker; returns the heartbeat timeout its heartbeats must beat."""
         self._check_versions(f"worker {hello.worker_id} on {hello.host}",
                              (hello.python, hello.cloudpickle))
         proc = None
@@ -185,6 +186,7 @@ class ManagerService:
             self._workers[hello.worker_id] = _Worker(hello, time.monotonic(), proc=proc)
         self.wake_supervisor()
         log.info("worker %s joined (pid %d on %s)", hello.worker_id, hello.pid, hello.host)
+        return self.heartbeat_timeout
 
     def take(self, worker_id: str, report: Report | None, timeout: float) -> Assignment | None:
         """Report the previous job (if any), then wait for the next due one."""
@@ -370,8 +372,8 @@ class ServiceProxy(BaseProxy):
     def _call(self, method: str, *args: Any) -> Any:
         return self._callmethod(method, args)
 
-    def hello(self, hello: WorkerHello) -> None:
-        self._call("hello", hello)
+    def hello(self, hello: WorkerHello) -> float:
+        return float(self._call("hello", hello))
 
     def take(self, worker_id: str, report: Report | None, timeout: float) -> Assignment | None:
         result: Assignment | None = self._call("take", worker_id, report, timeout)
@@ -498,8 +500,9 @@ def run_manager(config: ManagerConfig, control: Connection | None = None,
     service = _SERVICE = ManagerService(
         JobQueue(order=config.order, max_pending=config.max_pending),
         heartbeat_timeout=config.heartbeat_timeout)
-    server = ServiceManager(address=config.address, authkey=config.authkey,
-                            serializer=SERIALIZER).get_server()
+    # Not BaseManager.get_server(): it builds a plain Server and ignores _Server.
+    server = HardenedServer(ServiceManager._registry, config.address,  # type: ignore[attr-defined]
+                            config.authkey, SERIALIZER)
     # serve_client reads stop_event, which only serve_forever would create; we run the
     # accepter ourselves so that this thread can supervise.
     server.stop_event = threading.Event()  # type: ignore[attr-defined]
@@ -527,6 +530,8 @@ def run_manager(config: ManagerConfig, control: Connection | None = None,
             log.warning("jobs still running after %.0f s; stopping their workers", grace)
         supervisor.stop_workers(grace=2.0)
         service.mailboxes.close()
+        # Let connected clients take the last outcomes before the sockets close.
+        service.mailboxes.wait_collected(0.0 if grace == 0 else 5.0)
 
 
 def _start(supervisor: Any, config: ManagerConfig) -> str:

@@ -132,7 +132,9 @@ def remote_worker_main(config: WorkerConfig, lifeline: Connection | None = None)
     for rejoin in range(1_000_000):
         worker_id = f"{config.worker_id}.{rejoin}"
         service = connect_service(config.address, config.authkey)
-        service.hello(_hello(worker_id, remote=True))
+        timeout = service.hello(_hello(worker_id, remote=True))
+        # Several beats per timeout, whatever --heartbeat-interval says.
+        config = replace(config, heartbeat_interval=min(config.heartbeat_interval, timeout / 4))
         stop = threading.Event()
         beat = threading.Thread(target=_heartbeats, args=(service, worker_id, config, stop),
                                 daemon=True, name="mpsched-heartbeat")

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,6 +20,14 @@ def stop_hard(scheduler: Scheduler) -> None:
     if scheduler._closer is not None:
         scheduler._closer.join(30)
         assert not scheduler._closer.is_alive(), "shutdown thread did not finish"
+
+
+@pytest.fixture
+def fifo(tmp_path: Path) -> str:
+    """A named pipe a job can announce itself on (see processes.wait_started)."""
+    path = str(tmp_path / "started.fifo")
+    os.mkfifo(path)
+    return path
 
 
 @pytest.fixture

@@ -14,8 +14,8 @@ import time
 from collections import Counter
 
 import jobs
-import psutil
 import pytest
+from processes import assert_gone, wait_for, wait_started
 
 from mpsched import (
     JobError,
@@ -28,45 +28,6 @@ from mpsched import (
 )
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def fifo(tmp_path):
-    path = str(tmp_path / "started.fifo")
-    os.mkfifo(path)
-    return path
-
-
-def wait_started(fifo: str) -> list[int]:
-    """Block until a job announces itself on ``fifo``; returns the pids it wrote."""
-    with open(fifo) as announced:
-        return [int(x) for x in announced.read().split()]
-
-
-def wait_for(predicate, timeout: float = 30.0) -> None:
-    """Poll an observable state the code under test offers no event for."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        threading.Event().wait(0.05)
-
-
-def assert_gone(pids: list[int], timeout: float = 15.0) -> None:
-    """Every pid exits within ``timeout`` (a zombie awaiting its reaper counts as gone)."""
-    procs = []
-    for pid in pids:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            procs.append(psutil.Process(pid))
-    _, alive = psutil.wait_procs(procs, timeout=timeout)
-    running = [p for p in alive if _running(p)]
-    assert not running, f"left behind: {running}"
-
-
-def _running(proc: psutil.Process) -> bool:
-    try:
-        return proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def test_killed_worker_fails_only_its_job_and_is_replaced(make_scheduler, fifo):

@@ -1,0 +1,732 @@
+"""``python -m mpsched`` end to end: real serve, worker, submit, status and stress processes.
+
+Every process is started in its own session, so a finalizer can kill it together with all
+it started (forkserver, workers) by its process group, even when a test fails halfway.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import re
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jobs
+import psutil
+import pytest
+from processes import assert_gone, wait_for, wait_started
+
+import mpsched
+from mpsched import AuthenticationError, SchedulerShutdownError, VersionMismatchError
+from mpsched._cli import Exit, main
+from mpsched._manager import (
+    ClientHello,
+    ServiceProxy,
+    Stats,
+    WorkerHello,
+    WorkerStatus,
+    connect_service,
+)
+from mpsched._transport import AUTHKEY_ENV, HANDSHAKE_TIMEOUT, describe_versions, parse_address
+
+pytestmark = pytest.mark.slow
+
+TESTS_DIR = Path(__file__).parent
+START_TIMEOUT = 60.0  # a process printing its first line, on a loaded 2-core machine
+EXIT_TIMEOUT = 30.0
+LISTENING = re.compile(r"listening on (\S+) \(pid (\d+)")
+KEY_FILE = re.compile(r"--authkey-file (\S+)")
+
+
+# ------------------------------------------------------------------------------ processes
+
+
+class Proc:
+    """One started ``python -m mpsched`` process; a thread queues its stdout lines."""
+
+    def __init__(self, popen: subprocess.Popen[str], stderr_path: Path) -> None:
+        self.popen = popen
+        self.pid = popen.pid
+        self._stderr_path = stderr_path
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.popen.stdout is not None
+        with contextlib.suppress(ValueError, OSError):
+            for line in self.popen.stdout:
+                self._lines.put(line.rstrip("\n"))
+        self._lines.put(None)
+
+    def line(self, timeout: float = START_TIMEOUT) -> str:
+        try:
+            line = self._lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"pid {self.pid} printed nothing in {timeout} s; stderr:\n"
+                                 f"{self.stderr()}") from None
+        if line is None:
+            self._lines.put(None)
+            raise AssertionError(f"pid {self.pid} exited ({self.popen.poll()}) before printing; "
+                                 f"stderr:\n{self.stderr()}")
+        return line
+
+    def wait(self, timeout: float = EXIT_TIMEOUT) -> int:
+        try:
+            return self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"pid {self.pid} still running after {timeout} s; stderr:\n"
+                                 f"{self.stderr()}") from None
+
+    def stderr(self) -> str:
+        return self._stderr_path.read_text(errors="replace")
+
+    def descendants(self) -> list[psutil.Process]:
+        try:
+            return list(psutil.Process(self.pid).children(recursive=True))
+        except psutil.NoSuchProcess:
+            return []
+
+
+class Processes:
+    """Starts mpsched subprocesses and kills every one of them (and their process groups)."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        # Short: a Unix socket path must fit in 108 bytes.
+        self.runtime_dir = Path(tempfile.mkdtemp(prefix="mps-"))
+        pythonpath = os.pathsep.join(filter(None, [str(TESTS_DIR),
+                                                   os.environ.get("PYTHONPATH")]))
+        self.env = {**os.environ, "PYTHONPATH": pythonpath,
+                    "XDG_RUNTIME_DIR": str(self.runtime_dir)}
+        self.env.pop(AUTHKEY_ENV, None)
+        self._popens: list[subprocess.Popen[str]] = []
+        self._descendants: list[psutil.Process] = []  # noted while running, for orphans
+        self._count = 0
+
+    def _popen(self, args: tuple[str, ...], env: dict[str, str] | None,
+               stdout: Any, stderr: Any) -> subprocess.Popen[str]:
+        argv = [sys.executable, *args] if args[0] == "-c" else [
+            sys.executable, "-m", "mpsched", *args]
+        popen = subprocess.Popen(argv, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL,
+                                 text=True, env={**self.env, **(env or {})},
+                                 start_new_session=True)
+        self._popens.append(popen)
+        return popen
+
+    def start(self, *args: str, env: dict[str, str] | None = None) -> Proc:
+        """Start a long-running process (serve, worker, a client)."""
+        self._count += 1
+        stderr_path = self.workdir / f"stderr-{self._count}-{args[0].strip('-')}.txt"
+        with open(stderr_path, "w") as stderr:
+            popen = self._popen(args, env, subprocess.PIPE, stderr)
+        return Proc(popen, stderr_path)
+
+    def run(self, *args: str, env: dict[str, str] | None = None,
+            timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+        """Run a short command (submit, status) to completion."""
+        popen = self._popen(args, env, subprocess.PIPE, subprocess.PIPE)
+        out, err = popen.communicate(timeout=timeout)
+        return subprocess.CompletedProcess(popen.args, popen.returncode, out, err)
+
+    def note_descendants(self, proc: Proc) -> list[psutil.Process]:
+        found = proc.descendants()
+        self._descendants.extend(found)
+        return found
+
+    def stop_all(self) -> None:
+        for popen in self._popens:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                self._descendants.extend(psutil.Process(popen.pid).children(recursive=True))
+        for popen in self._popens:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(popen.pid, signal.SIGKILL)  # its session: what it started
+        for proc in self._descendants:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.kill()  # psutil checks the pid was not reused
+        for popen in self._popens:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                popen.wait(10)
+            if popen.stdout is not None:
+                popen.stdout.close()
+        shutil.rmtree(self.runtime_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def procs(tmp_path: Path) -> Iterator[Processes]:
+    started = Processes(tmp_path)
+    yield started
+    started.stop_all()
+
+
+@pytest.fixture
+def connect_client() -> Iterator[Callable[..., mpsched.Client]]:
+    """In-process clients of a manager, detached when the test ends."""
+    clients: list[mpsched.Client] = []
+
+    def make(manager: Manager) -> mpsched.Client:
+        client = mpsched.connect(manager.address, authkey=manager.key)
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.detach()
+
+
+# ------------------------------------------------------------------------------ a cluster
+
+
+@dataclass
+class Manager:
+    """A ``serve`` process, from the lines it printed."""
+
+    proc: Proc
+    address: str  # as printed: "127.0.0.1:4242" or "unix:/..."
+    key_file: Path
+
+    @property
+    def key(self) -> bytes:
+        return self.key_file.read_bytes().strip()
+
+    def cli(self, key_file: Path | None = None) -> list[str]:
+        return ["--connect", self.address, "--authkey-file", str(key_file or self.key_file)]
+
+    def service(self) -> ServiceProxy:
+        return connect_service(parse_address(self.address), self.key)
+
+    def stats(self) -> Stats:
+        return self.service().stats()
+
+    def remote_workers(self) -> list[WorkerStatus]:
+        return [w for w in self.stats().workers if w.remote]
+
+
+def serve(procs: Processes, *args: str) -> Manager:
+    proc = procs.start("serve", *args)
+    first = proc.line()
+    listening = LISTENING.search(first)
+    assert listening, first
+    assert int(listening.group(2)) == proc.pid, first
+    join = proc.line()
+    key_file = KEY_FILE.search(join)
+    assert key_file and "worker --connect" in join, join
+    return Manager(proc, listening.group(1), Path(key_file.group(1)))
+
+
+def start_pool(procs: Processes, manager: Manager, processes: int = 1) -> Proc:
+    pool = procs.start("worker", *manager.cli(), "--processes", str(processes),
+                       "--heartbeat-interval", "0.5")
+    assert f"{processes} processes joined" in pool.line()
+    return pool
+
+
+def pool_workers(manager: Manager, pool: Proc) -> list[WorkerStatus]:
+    mine = {p.pid for p in pool.descendants()}
+    return [w for w in manager.remote_workers() if w.pid in mine]
+
+
+@dataclass
+class Cluster:
+    kind: str  # "tcp" or "unix"
+    manager: Manager
+
+
+@pytest.fixture(scope="module", params=["tcp", "unix"])
+def cluster(request: pytest.FixtureRequest,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """``serve`` (no local workers) and two ``worker --connect`` pools of one process each,
+    over TCP loopback or over the default private Unix socket."""
+    procs = Processes(tmp_path_factory.mktemp(f"cluster-{request.param}"))
+    try:
+        address = ["--address", "127.0.0.1:0"] if request.param == "tcp" else []
+        manager = serve(procs, *address, "--workers", "0")
+        pools = [start_pool(procs, manager) for _ in range(2)]
+        wait_for(lambda: all(len(pool_workers(manager, p)) == 1 for p in pools),
+                 START_TIMEOUT, "both pools joined")
+        yield Cluster(request.param, manager)
+    finally:
+        procs.stop_all()
+
+
+# ------------------------------------------------------------------------------ end to end
+
+
+CLIENT = textwrap.dedent("""
+    import json, os, sys, time
+    import mpsched
+
+    def nap(seconds):
+        time.sleep(seconds)
+        return os.getpid()
+
+    client = mpsched.connect(sys.argv[1])  # the key comes from MPSCHED_AUTHKEY
+    futures = [client.submit(nap, 0.5) for _ in range(4)]
+    print(json.dumps(sorted({f.result(timeout=60) for f in futures})), flush=True)
+    client.shutdown()
+""")
+
+
+def test_serve_prints_its_address_and_a_private_0600_key_file(cluster: Cluster) -> None:
+    manager = cluster.manager
+    if cluster.kind == "tcp":
+        assert re.fullmatch(r"127\.0\.0\.1:\d+", manager.address)
+        assert int(manager.address.rpartition(":")[2]) != 0
+    else:
+        assert manager.address.startswith("unix:")
+        assert Path(manager.address[len("unix:"):]).parent == manager.key_file.parent
+    assert stat.S_IMODE(manager.key_file.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(manager.key_file.stat().st_mode) == 0o600
+    assert len(manager.key) >= 32
+
+
+def test_remote_workers_run_jobs_of_clients_in_other_processes(
+        cluster: Cluster, procs: Processes) -> None:
+    manager = cluster.manager
+    submitted = procs.run("submit", "math:factorial", "--args", "[20]", "--wait",
+                          *manager.cli())
+    assert submitted.returncode == Exit.OK, submitted.stderr
+    job_id, result = submitted.stdout.splitlines()
+    assert result == "2432902008176640000" and job_id
+
+    client = procs.run("-c", CLIENT, manager.address, env={AUTHKEY_ENV: manager.key.decode()})
+    assert client.returncode == 0, client.stderr
+    ran_on = set(json.loads(client.stdout))
+    assert ran_on == {w.pid for w in manager.remote_workers()}  # both pools took jobs
+
+
+def test_status_json_shows_queue_workers_and_lateness(
+        cluster: Cluster, procs: Processes, connect_client: Callable[..., mpsched.Client],
+        fifo: str) -> None:
+    manager = cluster.manager
+    client = connect_client(manager)
+    later = client.schedule(jobs.noop, delay=3600, priority="high")
+    running = client.submit(jobs.announce_then_sleep, fifo, 1.0)
+    [job_pid] = wait_started(fifo)
+
+    shown = procs.run("status", "--json", *manager.cli())
+    assert shown.returncode == Exit.OK, shown.stderr
+    status = json.loads(shown.stdout)
+    q = status["queue"]
+    assert set(q["pending"]) == {"high", "medium", "low"}
+    assert q["pending"]["high"] >= 1
+    assert q["in_flight"] >= 1 and q["next_due_in"] > 3000
+    assert set(q["lateness"]) == {"p50", "p90", "p99", "max"}
+    assert q["lateness"]["p50"] <= q["lateness"]["p90"] <= q["lateness"]["p99"] \
+        <= q["lateness"]["max"]
+    assert isinstance(status["throughput"], float) and status["throughput"] >= 0
+    assert status["uptime"] > 0
+    workers = {w["pid"]: w for w in status["workers"]}
+    assert set(workers) == {w.pid for w in manager.remote_workers()} and len(workers) == 2
+    for worker in workers.values():
+        assert worker["host"] == socket.gethostname() and worker["remote"] is True
+        assert worker["rss"] > 0 and worker["cpu_percent"] >= 0
+        assert isinstance(worker["jobs_done"], int)
+    assert workers[job_pid]["current_job"] == running.job_id
+    done_before = workers[job_pid]["jobs_done"]
+
+    assert running.result(timeout=30) == "woke"
+    assert later.cancel()
+    wait_for(lambda: {w.pid: w for w in manager.stats().workers}[job_pid].current_job is None,
+             what="the report reached the manager")
+    text = procs.run("status", *manager.cli())
+    assert text.returncode == Exit.OK, text.stderr
+    assert "workers   2" in text.stdout and "lateness  p50" in text.stdout
+    assert str(job_pid) in text.stdout
+    [after] = [w for w in manager.stats().workers if w.pid == job_pid]
+    assert after.jobs_done == done_before + 1
+
+
+def test_submit_prints_the_result_and_exits_1_when_the_job_fails(
+        cluster: Cluster, procs: Processes, tmp_path: Path) -> None:
+    manager = cluster.manager
+    ok = procs.run("submit", "jobs:noop", "--kwargs", '{"x": [1, "two"]}', "--priority",
+                   "high", "--wait", *manager.cli())
+    assert ok.returncode == Exit.OK, ok.stderr
+    assert ok.stdout.splitlines()[1] == '[1, "two"]'
+
+    failed = procs.run("submit", "math:sqrt", "--args", "[-1]", "--wait", *manager.cli())
+    assert failed.returncode == Exit.FAILURE
+    job_id = failed.stdout.strip()
+    assert f"job {job_id} failed: ValueError: math domain error" in failed.stderr
+
+    log = tmp_path / "ran.log"
+    fire = procs.run("submit", "jobs:record", "--args", json.dumps([str(log), "k1"]),
+                     "--delay", "0.2", *manager.cli())
+    assert fire.returncode == Exit.OK, fire.stderr
+    wait_for(lambda: log.exists() and log.read_text() == "k1\n", what="the job ran")
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    pytest.param(["no_such_module:f"], "no_such_module", id="unimportable-module"),
+    pytest.param(["math:no_such_function"], "no_such_function", id="missing-function"),
+    pytest.param(["math"], "module:function", id="not-a-target"),
+    pytest.param(["math:factorial", "--args", "[20"], "--args", id="args-not-json"),
+    pytest.param(["math:factorial", "--args", '{"a": 1}'], "JSON list", id="args-not-list"),
+    pytest.param(["math:factorial", "--at", "noon"], "--at", id="bad-at"),
+    pytest.param(["math:factorial", "--delay", "nan"], "delay", id="nan-delay"),
+    pytest.param(["math:factorial", "--timeout", "-1"], "timeout", id="negative-timeout"),
+    pytest.param(["math:factorial", "--retries", "-1"], "retries", id="negative-retries"),
+])
+def test_submit_refuses_bad_input_as_a_usage_error(
+        cluster: Cluster, argv: list[str], message: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["submit", *argv, *cluster.manager.cli()]) == Exit.USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("mpsched: ") and message in err
+    assert sum(cluster.manager.stats().pending.values()) == 0  # nothing was queued
+
+
+def test_wrong_key_is_refused_clearly_and_the_manager_keeps_working(
+        cluster: Cluster, procs: Processes, tmp_path: Path) -> None:
+    manager = cluster.manager
+    with pytest.raises(AuthenticationError, match="wrong authkey") as caught:
+        mpsched.connect(manager.address, authkey=b"not the key")
+    assert isinstance(caught.value, mpsched.MpschedError)
+
+    wrong = tmp_path / "wrong.key"
+    wrong.write_bytes(b"not the key\n")
+    wrong.chmod(0o600)
+    for command in (["status"], ["submit", "math:factorial", "--args", "[3]", "--wait"],
+                    ["worker", "--processes", "1"]):
+        refused = procs.run(*command, *manager.cli(wrong))
+        assert refused.returncode == Exit.AUTH, (command, refused.stderr)
+        assert "wrong authkey" in refused.stderr and "Traceback" not in refused.stderr
+
+    submitted = procs.run("submit", "math:factorial", "--args", "[3]", "--wait",
+                          *manager.cli())
+    assert submitted.returncode == Exit.OK and submitted.stdout.splitlines()[1] == "6"
+    assert len(manager.remote_workers()) == 2
+
+
+def test_a_different_python_or_cloudpickle_version_is_refused(cluster: Cluster) -> None:
+    manager = cluster.manager
+    python, cp = describe_versions()
+    service = manager.service()
+    with pytest.raises(VersionMismatchError) as caught:
+        service.hello(WorkerHello("impostor", 1, "elsewhere", "2.7", cp, remote=True))
+    message = str(caught.value)
+    assert f"Python 2.7 with cloudpickle {cp}" in message
+    assert f"manager runs Python {python} with cloudpickle {cp}" in message
+
+    with pytest.raises(VersionMismatchError) as caught:
+        service.open_client(ClientHello("old-client", python, "0.0.1"))
+    message = str(caught.value)
+    assert "cloudpickle 0.0.1" in message and f"cloudpickle {cp}" in message
+    assert python in message
+    assert all(w.worker_id != "impostor" for w in manager.stats().workers)
+    assert len(manager.remote_workers()) == 2
+
+
+@pytest.mark.parametrize("command", [
+    pytest.param(["worker", "--processes", "1"], id="worker"),
+    pytest.param(["submit", "math:factorial", "--args", "[3]", "--wait"], id="submit"),
+])
+def test_the_cli_exits_with_version_when_refused(
+        cluster: Cluster, command: list[str], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    python, cp = describe_versions()
+    for module in ("mpsched._transport", "mpsched._client"):  # as an old install would say
+        monkeypatch.setattr(f"{module}.describe_versions", lambda: ("3.0", cp))
+    assert main([*command, *cluster.manager.cli()]) == Exit.VERSION
+    err = capsys.readouterr().err
+    assert "refused" in err and "Python 3.0" in err and f"Python {python}" in err
+    assert len(cluster.manager.remote_workers()) == 2
+
+
+def test_stress_against_a_running_manager_with_remote_workers(
+        cluster: Cluster, procs: Processes) -> None:
+    done = procs.run("stress", "--producers", "2", "--jobs", "200", "--horizon", "0.5",
+                     *cluster.manager.cli(), timeout=120)
+    assert done.returncode == Exit.OK, done.stdout + done.stderr
+    assert done.stdout.splitlines()[-1] == "OK: 200 jobs ran exactly once, none early"
+
+
+# ------------------------------------------------------------------------------ faults
+
+
+@pytest.mark.parametrize("retries", [0, 1], ids=["no-retry", "retry"])
+def test_a_remote_worker_killed_mid_job_is_resolved_within_the_heartbeat_timeout(
+        procs: Processes, connect_client: Callable[..., mpsched.Client], fifo: str,
+        tmp_path: Path, retries: int) -> None:
+    heartbeat_timeout = 2.0
+    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0",
+                    "--heartbeat-timeout", str(heartbeat_timeout))
+    pool = start_pool(procs, manager)
+    wait_for(lambda: len(pool_workers(manager, pool)) == 1, START_TIMEOUT, "pool joined")
+    client = connect_client(manager)
+    if retries:
+        future = client.schedule(jobs.die_once, str(tmp_path / "marker"), retries=1)
+        t0 = time.monotonic()  # the job SIGKILLs its worker the first time
+        assert future.result(timeout=30) == "survived"
+        assert manager.stats().queue.retried == 1
+    else:
+        future = client.schedule(jobs.announce_then_sleep, fifo, 60)
+        [pid] = wait_started(fifo)
+        assert [w.pid for w in pool_workers(manager, pool)] == [pid]
+        os.kill(pid, signal.SIGKILL)
+        t0 = time.monotonic()
+        error = future.exception(timeout=30)
+        assert isinstance(error, mpsched.WorkerCrashedError), error
+        assert future.job_id in str(error) and "went away" in str(error)
+        assert manager.stats().failed == 1
+    assert time.monotonic() - t0 < heartbeat_timeout + 5
+    # The pool replaced its worker, which takes jobs.
+    wait_for(lambda: len(pool_workers(manager, pool)) == 1, what="replacement joined")
+    replacement = client.submit(jobs.pid).result(timeout=30)
+    assert replacement in {p.pid for p in pool.descendants()}
+
+
+def test_a_busy_remote_worker_with_default_heartbeats_survives_a_short_heartbeat_timeout(
+        procs: Processes, connect_client: Callable[..., mpsched.Client]) -> None:
+    # Only the manager is told the timeout (shorter than the worker's default heartbeat
+    # interval, 2 s); the worker's heartbeats must keep up with it.
+    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0",
+                    "--heartbeat-timeout", "1.5")
+    pool = procs.start("worker", *manager.cli(), "--processes", "1")
+    pool.line()
+    wait_for(lambda: len(pool_workers(manager, pool)) == 1, START_TIMEOUT, "pool joined")
+    client = connect_client(manager)
+    assert client.submit(time.sleep, 4).result(timeout=30) is None
+    assert manager.stats().failed == 0
+
+
+def test_sigterm_drains_a_remote_pool(
+        procs: Processes, connect_client: Callable[..., mpsched.Client], fifo: str) -> None:
+    # A long heartbeat timeout: only a proper leave removes the workers in time.
+    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0",
+                    "--heartbeat-timeout", "60")
+    pool = start_pool(procs, manager, processes=2)
+    wait_for(lambda: len(pool_workers(manager, pool)) == 2, START_TIMEOUT, "pool joined")
+    children = procs.note_descendants(pool)
+    client = connect_client(manager)
+    running = client.submit(jobs.announce_then_sleep, fifo, 3.0)
+    wait_started(fifo)
+    # Due while the running job still runs: the draining pool must not take it.
+    later = client.schedule(jobs.noop, "late", delay=1.5)
+    os.kill(pool.pid, signal.SIGTERM)
+    assert running.result(timeout=30) == "woke"
+    assert pool.wait() == Exit.OK, pool.stderr()
+    assert_gone(children)
+    wait_for(lambda: not manager.stats().workers, 5, "the pool's workers left")
+    stats = manager.stats()
+    assert stats.pending["medium"] == 1 and stats.in_flight == 0 and stats.failed == 0
+    assert not later.done() and later.cancel()
+
+
+def test_a_second_sigterm_kills_a_remote_pool(
+        procs: Processes, connect_client: Callable[..., mpsched.Client], fifo: str) -> None:
+    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0",
+                    "--heartbeat-timeout", "2")
+    pool = start_pool(procs, manager)
+    wait_for(lambda: len(pool_workers(manager, pool)) == 1, START_TIMEOUT, "pool joined")
+    children = procs.note_descendants(pool)
+    client = connect_client(manager)
+    stuck = client.submit(jobs.announce_then_sleep, fifo, 60)
+    wait_started(fifo)
+    os.kill(pool.pid, signal.SIGTERM)
+    time.sleep(0.2)
+    os.kill(pool.pid, signal.SIGTERM)
+    assert pool.wait(10) == 128 + signal.SIGTERM, pool.stderr()
+    assert_gone(children)
+    assert isinstance(stuck.exception(timeout=30), mpsched.WorkerCrashedError)
+
+
+def test_serve_sigterm_finishes_the_running_job_and_leaves_no_process(
+        procs: Processes, connect_client: Callable[..., mpsched.Client], fifo: str) -> None:
+    manager = serve(procs, "--workers", "1")
+    runtime = Path(manager.address[len("unix:"):]).parent
+    client = connect_client(manager)
+    running = client.submit(jobs.announce_then_sleep, fifo, 1.5)
+    [job_pid] = wait_started(fifo)
+    never = client.schedule(jobs.noop, delay=3600)
+    family = procs.note_descendants(manager.proc)
+    assert job_pid in {p.pid for p in family}
+    os.kill(manager.proc.pid, signal.SIGTERM)
+    assert running.result(timeout=30) == "woke"
+    assert manager.proc.wait() == Exit.OK, manager.proc.stderr()
+    assert isinstance(never.exception(timeout=30), SchedulerShutdownError)
+    assert_gone(family)
+    assert not runtime.exists(), "serve left its runtime directory behind"
+
+
+def test_serve_sigterm_delivers_the_result_of_a_job_on_a_remote_worker(
+        procs: Processes, connect_client: Callable[..., mpsched.Client], fifo: str) -> None:
+    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0")
+    pool = start_pool(procs, manager)
+    wait_for(lambda: len(pool_workers(manager, pool)) == 1, START_TIMEOUT, "pool joined")
+    client = connect_client(manager)
+    running = client.submit(jobs.announce_then_sleep, fifo, 0.5)
+    wait_started(fifo)
+    os.kill(manager.proc.pid, signal.SIGTERM)
+    assert running.result(timeout=30) == "woke"
+    assert manager.proc.wait() == Exit.OK, manager.proc.stderr()
+    assert pool.wait() == Exit.OK, pool.stderr()  # its workers stopped with the manager
+
+
+def test_serve_sigterm_kills_a_job_that_outlives_the_drain_timeout(
+        procs: Processes, connect_client: Callable[..., mpsched.Client], fifo: str) -> None:
+    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "1",
+                    "--drain-timeout", "1")
+    client = connect_client(manager)
+    stuck = client.submit(jobs.announce_then_sleep, fifo, 60)
+    wait_started(fifo)
+    family = procs.note_descendants(manager.proc)
+    os.kill(manager.proc.pid, signal.SIGTERM)
+    t0 = time.monotonic()
+    assert manager.proc.wait() == Exit.OK, manager.proc.stderr()
+    assert time.monotonic() - t0 < 1 + 2 + 5  # drain timeout, worker stop grace, margin
+    assert_gone(family)
+    assert isinstance(stuck.exception(timeout=30), mpsched.MpschedError)
+
+
+def test_a_second_sigterm_stops_serve_at_once(
+        procs: Processes, connect_client: Callable[..., mpsched.Client], fifo: str) -> None:
+    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "1")
+    client = connect_client(manager)
+    stuck = client.submit(jobs.announce_then_sleep, fifo, 60)
+    wait_started(fifo)
+    family = procs.note_descendants(manager.proc)
+    os.kill(manager.proc.pid, signal.SIGTERM)
+    time.sleep(0.2)
+    os.kill(manager.proc.pid, signal.SIGTERM)
+    assert manager.proc.wait(10) == 128 + signal.SIGTERM, manager.proc.stderr()
+    assert_gone(family)
+    assert isinstance(stuck.exception(timeout=30), SchedulerShutdownError)
+
+
+def test_silent_connections_do_not_pin_manager_threads(procs: Processes) -> None:
+    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0")
+    process = psutil.Process(manager.proc.pid)
+    host, port = parse_address(manager.address)
+    baseline = process.num_threads()
+    silent: list[socket.socket] = []
+    try:
+        for _ in range(50):
+            silent.append(socket.create_connection((host, port), timeout=10))
+        wait_for(lambda: process.num_threads() >= baseline + 40, 10,
+                 "the manager accepted the silent connections")
+        t0 = time.monotonic()
+        assert manager.stats().uptime > 0  # a real client is served meanwhile
+        assert time.monotonic() - t0 < HANDSHAKE_TIMEOUT
+        wait_for(lambda: process.num_threads() <= baseline + 2, HANDSHAKE_TIMEOUT + 5,
+                 f"thread count back near {baseline} (now {process.num_threads()})")
+    finally:
+        for sock in silent:
+            sock.close()
+
+
+# ------------------------------------------------------------------------------ refusals
+
+
+def test_serve_refuses_a_public_address_without_a_key(procs: Processes) -> None:
+    for address in ("0.0.0.0:0", "192.0.2.1:0", "example.org:0"):
+        refused = procs.run("serve", "--address", address, "--workers", "0", timeout=30)
+        assert refused.returncode == Exit.UNSAFE, refused.stderr
+        assert "refusing to serve" in refused.stderr and AUTHKEY_ENV in refused.stderr
+        assert "--authkey-file" in refused.stderr
+
+
+def test_serve_says_when_it_cannot_listen(procs: Processes, tmp_path: Path) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        busy = procs.run("serve", "--address", f"127.0.0.1:{port}", "--workers", "0",
+                         timeout=30)
+    assert busy.returncode == Exit.USAGE, busy.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in busy.stderr
+    nowhere = procs.run("serve", "--address", f"unix:{tmp_path}/no/such/dir.sock",
+                        "--workers", "0", timeout=30)
+    assert nowhere.returncode == Exit.USAGE and "cannot listen" in nowhere.stderr
+    assert "Traceback" not in busy.stderr + nowhere.stderr
+
+
+@pytest.mark.parametrize("argv", [
+    pytest.param(["worker", "--processes", "0"], id="worker-no-processes"),
+    pytest.param(["worker", "--heartbeat-interval", "0"], id="worker-zero-heartbeat"),
+    pytest.param(["serve", "--heartbeat-timeout", "-1"], id="serve-negative-heartbeat"),
+    pytest.param(["serve", "--max-pending", "0"], id="serve-max-pending-0"),
+    pytest.param(["stress", "--jobs", "0"], id="stress-no-jobs"),
+    pytest.param(["stress", "--horizon", "inf"], id="stress-infinite-horizon"),
+])
+def test_bad_numbers_are_usage_errors(argv: list[str],
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main([*argv, "--connect", "127.0.0.1:1"] if argv[0] == "worker" else argv)
+    assert exited.value.code == Exit.USAGE
+    assert f"argument {argv[1]}" in capsys.readouterr().err
+
+
+def test_key_files_others_can_read_are_refused(procs: Processes, tmp_path: Path) -> None:
+    key_file = tmp_path / "key"
+    key_file.write_bytes(b"secret\n")
+    key_file.chmod(0o644)
+    for command in (["serve", "--address", "127.0.0.1:0", "--workers", "0"],
+                    ["status", "--connect", "127.0.0.1:1"],
+                    ["worker", "--connect", "127.0.0.1:1"]):
+        refused = procs.run(*command, "--authkey-file", str(key_file), timeout=30)
+        assert refused.returncode == Exit.AUTH, (command, refused.stderr)
+        assert "chmod 600" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_clients_without_a_key_or_a_manager_get_clear_exit_codes(
+        procs: Processes, tmp_path: Path) -> None:
+    no_key = procs.run("status", "--connect", "127.0.0.1:1", timeout=30)
+    assert no_key.returncode == Exit.AUTH and "no authkey" in no_key.stderr
+    key_file = tmp_path / "key"
+    key_file.write_bytes(b"secret\n")
+    key_file.chmod(0o600)
+    nobody = procs.run("status", "--connect", f"unix:{tmp_path}/none.sock",
+                       "--authkey-file", str(key_file), timeout=30)
+    assert nobody.returncode == Exit.UNREACHABLE and "no manager answers" in nobody.stderr
+    bad = procs.run("status", "--connect", "nowhere", "--authkey-file", str(key_file))
+    assert bad.returncode == Exit.USAGE and "HOST:PORT" in bad.stderr
+
+
+# ------------------------------------------------------------------------------ stress, help
+
+
+@pytest.mark.parametrize(("inject", "code", "last"), [
+    pytest.param(None, Exit.OK, "OK: 300 jobs ran exactly once, none early", id="healthy"),
+    pytest.param("duplicate", Exit.FAILURE, "FAIL: 1 duplicated", id="duplicate"),
+    pytest.param("loss", Exit.FAILURE, "FAIL: 1 lost", id="loss"),
+])
+def test_stress_exit_code_says_whether_every_job_ran_once(
+        procs: Processes, inject: str | None, code: Exit, last: str) -> None:
+    options = ["--inject", inject] if inject else []
+    done = procs.run("stress", "--producers", "2", "--workers", "2", "--jobs", "300",
+                     "--horizon", "0.5", *options, timeout=120)
+    assert done.returncode == code, done.stdout + done.stderr
+    assert done.stdout.splitlines()[-1].startswith(last), done.stdout
+
+
+@pytest.mark.parametrize("command", ["serve", "worker", "submit", "status", "demo", "stress"])
+def test_every_subcommand_has_help_with_an_example(
+        command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main([command, "--help"])
+    assert exited.value.code == 0
+    out = capsys.readouterr().out
+    assert "example:" in out and f"python -m mpsched {command}" in out
+    assert AUTHKEY_ENV in out
+
+
+def test_no_subcommand_prints_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == Exit.USAGE
+    out = capsys.readouterr().out
+    for command in ("serve", "worker", "submit", "status", "demo", "stress"):
+        assert command in out

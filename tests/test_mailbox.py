@@ -1,0 +1,51 @@
+"""Per-client result mailboxes in the manager."""
+
+from __future__ import annotations
+
+import threading
+
+from mpsched._job import Outcome
+from mpsched._mailbox import Mailboxes
+
+
+def outcome(job_id: str) -> Outcome:
+    return Outcome(job_id, True, b"", "", None)
+
+
+def test_collect_returns_everything_posted_in_order():
+    boxes = Mailboxes()
+    boxes.open("c")
+    for i in range(3):
+        boxes.post("c", outcome(f"j{i}"))
+    assert [o.job_id for o in boxes.collect("c", 0)] == ["j0", "j1", "j2"]
+    assert boxes.collect("c", 0) == []
+
+
+def test_outcomes_posted_after_a_stop_are_still_collected():
+    boxes = Mailboxes()
+    boxes.open("c")
+    boxes.close()  # the manager is stopping
+    boxes.post("c", outcome("late"))  # a job that finished while it drained
+    assert [o.job_id for o in boxes.collect("c", 0)] == ["late"]
+    assert boxes.collect("c", 0) is None  # then the client learns the box is closed
+
+
+def test_wait_collected_returns_once_clients_took_what_was_left():
+    boxes = Mailboxes()
+    boxes.open("c")
+    boxes.post("c", outcome("j"))
+    boxes.close()
+    assert boxes.wait_collected(0) is False
+    taker = threading.Thread(target=boxes.collect, args=("c", 5))
+    taker.start()
+    assert boxes.wait_collected(10) is True
+    taker.join(10)
+
+
+def test_a_client_closing_its_empty_box_leaves_nothing_behind():
+    boxes = Mailboxes()
+    boxes.open("c")
+    boxes.close("c")
+    assert boxes.collect("c", 0) is None
+    boxes.post("c", outcome("stray"))  # dropped: nobody will collect it
+    assert boxes.wait_collected(0) is True
