@@ -11,9 +11,15 @@ from mpsched._job import Outcome
 
 log = logging.getLogger("mpsched.manager")
 
+# A result thread that finds fewer than BATCH outcomes waits up to LINGER for more, so
+# under load one reply carries many outcomes (it only delays results, never job starts).
+BATCH = 64
+LINGER = 0.001
+
 
 @dataclass(eq=False)
 class _Mailbox:
+    ready: threading.Condition  # over Mailboxes._lock; its client's result thread waits
     outcomes: deque[Outcome] = field(default_factory=deque)
     closed: bool = False
 
@@ -24,15 +30,14 @@ class Mailboxes:
     def __init__(self) -> None:
         # Guards _boxes and every mailbox in it.
         self._lock = threading.Lock()
-        # Each client's result thread waits here in collect(); post() and close() wake all
-        # and every waiter re-checks its own mailbox. There is one result thread per
-        # connected client, so this wakes as many threads as there are clients (usually 1).
-        self._posted = threading.Condition(self._lock)
+        # A stopping manager waits here (wait_collected) for the boxes to empty; collect()
+        # notifies it each time it empties one.
+        self._emptied = threading.Condition(self._lock)
         self._boxes: dict[str, _Mailbox] = {}
 
     def open(self, client_id: str) -> None:
         with self._lock:
-            self._boxes.setdefault(client_id, _Mailbox())
+            self._boxes.setdefault(client_id, _Mailbox(threading.Condition(self._lock)))
 
     def post(self, client_id: str, outcome: Outcome) -> None:
         # A closed mailbox still takes outcomes: its client collects them before it is
@@ -44,7 +49,8 @@ class Mailboxes:
                          outcome.job_id, client_id)
                 return
             box.outcomes.append(outcome)
-            self._posted.notify_all()
+            if len(box.outcomes) in (1, BATCH):  # the waiter's two conditions
+                box.ready.notify()
 
     def collect(self, client_id: str, timeout: float) -> list[Outcome] | None:
         """All outcomes waiting for ``client_id``, after at most ``timeout`` seconds.
@@ -55,7 +61,9 @@ class Mailboxes:
             box = self._boxes.get(client_id)
             if box is None:
                 return None
-            self._posted.wait_for(lambda: bool(box.outcomes) or box.closed, timeout)
+            box.ready.wait_for(lambda: bool(box.outcomes) or box.closed, timeout)
+            if box.outcomes and len(box.outcomes) < BATCH and not box.closed:
+                box.ready.wait_for(lambda: len(box.outcomes) >= BATCH or box.closed, LINGER)
             if not box.outcomes:
                 if box.closed:
                     self._boxes.pop(client_id, None)
@@ -63,7 +71,7 @@ class Mailboxes:
                 return []
             outcomes = list(box.outcomes)
             box.outcomes.clear()
-            self._posted.notify_all()  # wait_collected() watches the boxes empty
+            self._emptied.notify_all()
             return outcomes
 
     def close(self, client_id: str | None = None) -> None:
@@ -75,13 +83,13 @@ class Mailboxes:
             for cid, box in list(self._boxes.items()):
                 if client_id is None or cid == client_id:
                     box.closed = True
+                    box.ready.notify_all()
                     if client_id is not None and not box.outcomes:
                         del self._boxes[cid]
-            self._posted.notify_all()
 
     def wait_collected(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds until every mailbox is empty (its client took
         what was left); True if they all are."""
         with self._lock:
-            return self._posted.wait_for(
+            return self._emptied.wait_for(
                 lambda: not any(box.outcomes for box in self._boxes.values()), timeout)

@@ -49,3 +49,24 @@ def test_a_client_closing_its_empty_box_leaves_nothing_behind():
     assert boxes.collect("c", 0) is None
     boxes.post("c", outcome("stray"))  # dropped: nobody will collect it
     assert boxes.wait_collected(0) is True
+
+
+def test_a_full_batch_is_returned_without_lingering():
+    from mpsched._mailbox import BATCH
+
+    boxes = Mailboxes()
+    boxes.open("c")
+    for i in range(BATCH):
+        boxes.post("c", outcome(f"j{i}"))
+    assert len(boxes.collect("c", 0)) == BATCH
+
+
+def test_a_waiting_collector_wakes_for_the_first_outcome():
+    boxes = Mailboxes()
+    boxes.open("c")
+    got: list[list[Outcome] | None] = []
+    taker = threading.Thread(target=lambda: got.append(boxes.collect("c", 30)))
+    taker.start()
+    boxes.post("c", outcome("j"))
+    taker.join(10)
+    assert not taker.is_alive() and [o.job_id for o in got[0]] == ["j"]
