@@ -413,10 +413,12 @@ class Client(Executor):
             timeout: float | None = None, chunksize: int = 1) -> Iterator[T]:
         """``Executor.map``: one job per item, due now at MEDIUM, results in input order.
 
-        Every job is pickled, then queued before this returns, in batches of up to 256 per
-        manager call (``chunksize`` is accepted for compatibility and ignored: each item is
-        still its own job, in heap order). ``timeout`` counts from this call; when it
-        passes, or the iterator is closed early, the jobs not yet started are cancelled.
+        Every item is pickled first (the callable once), then all jobs are queued in call
+        order: handed to the write-behind sender, or with ``max_pending`` sent in batches
+        of up to 256 per manager call. ``chunksize`` is accepted for compatibility and
+        ignored: each item is still its own job, in heap order. ``timeout`` counts from
+        this call; when it passes, or the iterator is closed early, the jobs not yet
+        started are cancelled.
 
         Raises:
             JobPicklingError: ``fn`` or an item cannot be pickled; nothing was queued.
@@ -430,7 +432,14 @@ class Client(Executor):
         jobs = [(payload, JobRequest("", self._core.client_id, payload, level, 0.0, None))
                 for payload in (pickle_job(fn, args, {}, fn_bytes)
                                 for args in zip(*iterables))]  # noqa: B905 - stop at shortest
-        futures: list[JobFuture[T]] = []
+        outbox = self._core.outbox
+        if outbox is not None:  # every item pickled: now queue them all, write-behind
+            futures: list[JobFuture[T]] = []
+            for _, request in jobs:
+                futures.append(self._core.new_future())
+                outbox.put(request._replace(job_id=futures[-1].job_id))
+            return _MapResults(futures, deadline)
+        futures = []
         size = self._core.batch_size
         try:
             for start in range(0, len(jobs), size):

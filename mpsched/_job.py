@@ -11,6 +11,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from mpsched._errors import InvalidJobError
+
 
 class Priority(enum.Enum):
     """How urgent a job is among jobs due at the same time.
@@ -35,8 +37,6 @@ class Priority(enum.Enum):
         Raises:
             InvalidJobError: ``priority`` is neither a member nor one of their names.
         """
-        from mpsched._errors import InvalidJobError
-
         if isinstance(priority, Priority):
             return priority
         if isinstance(priority, str):
@@ -56,8 +56,6 @@ class Order(str, enum.Enum):
 
     @classmethod
     def coerce(cls, order: Order | str) -> Order:
-        from mpsched._errors import InvalidJobError
-
         try:
             return cls(order)
         except ValueError:

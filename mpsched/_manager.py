@@ -68,6 +68,30 @@ class Report(NamedTuple):
     outcome: Outcome
 
 
+# The three messages sent once per job cross as flat tuples: pickling nested NamedTuples
+# runs Python code per record (~12 us against ~1 us flat). ServiceProxy converts on the
+# client side, ManagerService on the manager side; the code on both sides sees records.
+AssignmentWire = tuple[int, str, str, int, bytes, float, "float | None"]
+ReportWire = tuple[int, str, bool, bytes, str, "float | None", str]
+OutcomeWire = tuple[str, bool, bytes, str, "float | None", str]
+
+
+def assignment_to_wire(a: Assignment) -> AssignmentWire:
+    return (*a.lease, a.payload, a.due, a.timeout)
+
+
+def assignment_from_wire(w: AssignmentWire) -> Assignment:
+    return Assignment(Lease(w[0], w[1], w[2], w[3]), w[4], w[5], w[6])
+
+
+def report_to_wire(r: Report) -> ReportWire:
+    return (r.lease_id, *r.outcome)
+
+
+def report_from_wire(w: ReportWire) -> Report:
+    return Report(w[0], Outcome(*w[1:]))
+
+
 class WorkerHello(NamedTuple):
     """What a worker says when it joins."""
 
@@ -188,10 +212,11 @@ class ManagerService:
         log.info("worker %s joined (pid %d on %s)", hello.worker_id, hello.pid, hello.host)
         return self.heartbeat_timeout
 
-    def take(self, worker_id: str, report: Report | None, timeout: float) -> Assignment | None:
+    def take(self, worker_id: str, report: ReportWire | None,
+             timeout: float) -> AssignmentWire | None:
         """Report the previous job (if any), then wait for the next due one."""
         if report is not None:
-            self._report(worker_id, report)
+            self._report(worker_id, report_from_wire(report))
         early = self._seen(worker_id)
         assignment = self.queue.take(worker_id, min(timeout, LONG_POLL), early)
         if assignment is not None:
@@ -201,7 +226,8 @@ class ManagerService:
                     worker.current = assignment.lease.job_id
             if assignment.timeout is not None:
                 self.wake_supervisor()  # it sleeps until the earliest job deadline
-        return assignment
+            return assignment_to_wire(assignment)
+        return None
 
     def ack(self, worker_id: str, lease_id: int) -> None:
         """A remote worker received a lease: from now on losing it counts as an attempt."""
@@ -218,12 +244,12 @@ class ManagerService:
             if worker is not None:
                 worker.load = load
 
-    def finish(self, worker_id: str, report: Report | None) -> None:
+    def finish(self, worker_id: str, report: ReportWire | None) -> None:
         """Report the last job of a worker that is leaving to be replaced (recycling)."""
         if report is not None:
-            self._report(worker_id, report)
+            self._report(worker_id, report_from_wire(report))
 
-    def leave(self, worker_id: str, report: Report | None) -> None:
+    def leave(self, worker_id: str, report: ReportWire | None) -> None:
         """A remote worker leaves (drained): report its last job and end its leases."""
         self.finish(worker_id, report)
         self.lose_worker(worker_id, exitcode=0)
@@ -327,8 +353,9 @@ class ManagerService:
     def cancel_client(self, client_id: str) -> list[str]:
         return self.queue.cancel_client(client_id)
 
-    def collect(self, client_id: str, timeout: float) -> list[Outcome] | None:
-        return self.mailboxes.collect(client_id, min(timeout, LONG_POLL))
+    def collect(self, client_id: str, timeout: float) -> list[OutcomeWire] | None:
+        outcomes = self.mailboxes.collect(client_id, min(timeout, LONG_POLL))
+        return None if outcomes is None else [tuple(o) for o in outcomes]  # type: ignore[misc]
 
     def stats(self) -> Stats:
         now = time.monotonic()
@@ -376,8 +403,9 @@ class ServiceProxy(BaseProxy):
         return float(self._call("hello", hello))
 
     def take(self, worker_id: str, report: Report | None, timeout: float) -> Assignment | None:
-        result: Assignment | None = self._call("take", worker_id, report, timeout)
-        return result
+        wire = self._call("take", worker_id, None if report is None else report_to_wire(report),
+                          timeout)
+        return None if wire is None else assignment_from_wire(wire)
 
     def ack(self, worker_id: str, lease_id: int) -> None:
         self._call("ack", worker_id, lease_id)
@@ -386,10 +414,10 @@ class ServiceProxy(BaseProxy):
         self._call("heartbeat", worker_id, load)
 
     def finish(self, worker_id: str, report: Report | None) -> None:
-        self._call("finish", worker_id, report)
+        self._call("finish", worker_id, None if report is None else report_to_wire(report))
 
     def leave(self, worker_id: str, report: Report | None) -> None:
-        self._call("leave", worker_id, report)
+        self._call("leave", worker_id, None if report is None else report_to_wire(report))
 
     def open_client(self, hello: ClientHello) -> int | None:
         result: int | None = self._call("open_client", hello)
@@ -409,8 +437,8 @@ class ServiceProxy(BaseProxy):
         return result
 
     def collect(self, client_id: str, timeout: float) -> list[Outcome] | None:
-        result: list[Outcome] | None = self._call("collect", client_id, timeout)
-        return result
+        wire: list[OutcomeWire] | None = self._call("collect", client_id, timeout)
+        return None if wire is None else [Outcome._make(w) for w in wire]
 
     def stats(self) -> Stats:
         result: Stats = self._call("stats")

@@ -38,7 +38,7 @@ class Outbox:
         # notifies it after each call to the manager.
         self._idle = threading.Condition(self._lock)
         self._requests: dict[str, JobRequest] = {}  # by job id, in insertion order
-        self._sending = False
+        self._sending: set[str] = set()  # job ids of the batch on its way
         self._closed = False
         self._thread = threading.Thread(target=self._run, daemon=True, name="mpsched-sender")
         self._thread.start()
@@ -48,10 +48,17 @@ class Outbox:
             self._requests[request.job_id] = request
             self._queued.notify()
 
-    def withdraw(self, job_id: str) -> bool:
-        """Take back a request not yet sent; True if it was still here."""
+    def withdraw(self, job_id: str, timeout: float = 30.0) -> bool:
+        """Take back a request not yet sent; True if it was still here.
+
+        If it is on its way, wait until it has reached the manager (False), so that the
+        caller can cancel it there.
+        """
         with self._lock:
-            return self._requests.pop(job_id, None) is not None
+            if self._requests.pop(job_id, None) is not None:
+                return True
+            self._idle.wait_for(lambda: job_id not in self._sending, timeout)
+            return False
 
     def withdraw_all(self) -> list[str]:
         with self._lock:
@@ -82,7 +89,7 @@ class Outbox:
                     return
                 batch = [self._requests.pop(job_id)
                          for job_id in list(self._requests)[:BATCH]]
-                self._sending = True
+                self._sending = {request.job_id for request in batch}
             try:
                 self._service.submit(batch, None)
             except BaseException as exc:
@@ -90,5 +97,5 @@ class Outbox:
                 self._on_failure(batch, exc)
             finally:
                 with self._lock:
-                    self._sending = False
+                    self._sending = set()
                     self._idle.notify_all()

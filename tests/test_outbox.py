@@ -60,7 +60,6 @@ def test_a_request_not_yet_sent_can_be_withdrawn(outbox):
     box.put(req("b"))
     box.put(req("c"))
     assert box.withdraw("b") is True
-    assert box.withdraw("a") is False  # already on its way
     service.release.set()
     assert box.flush(WAIT)
     assert service.batches == [["a"], ["c"]]
@@ -93,3 +92,17 @@ def test_close_sends_what_is_left(outbox):
     service.release.set()
     box.close()
     assert service.batches == [["a"], ["b"]]
+
+
+def test_withdrawing_a_request_on_its_way_waits_until_it_landed(outbox):
+    box, service, _ = outbox
+    box.put(req("a"))
+    assert service.entered.acquire(timeout=WAIT)  # "a" is on its way
+    result: list[bool] = []
+    withdrawer = threading.Thread(target=lambda: result.append(box.withdraw("a")))
+    withdrawer.start()
+    withdrawer.join(0.05)
+    assert withdrawer.is_alive()  # waits for the send: the manager must see "a" first
+    service.release.set()
+    withdrawer.join(WAIT)
+    assert result == [False] and service.batches == [["a"]]
