@@ -266,13 +266,17 @@ class ManagerService:
             return EARLY_HANDOFF if worker.proc is not None else 0.0
 
     def _report(self, worker_id: str, report: Report) -> None:
-        job = self.queue.complete(report.lease_id, report.outcome)
         with self._lock:
             worker = self._workers.get(worker_id)
             if worker is not None:
                 worker.current = None
                 worker.jobs_done += 1
             self._finished.append(time.monotonic())
+            same_clock = worker is not None and worker.proc is not None
+        # A start stamp from another machine's monotonic clock says nothing about lateness
+        # here: such jobs stay out of the lateness and started-early counts.
+        stats_outcome = report.outcome if same_clock else report.outcome._replace(started=None)
+        job = self.queue.complete(report.lease_id, stats_outcome)
         if job is not None:
             self.mailboxes.post(job.client_id, report.outcome)
 

@@ -1,0 +1,1 @@
+"""Side-by-side benchmarks of mpsched and its peers; run ``python benchmarks/run.py``."""

@@ -1,0 +1,55 @@
+"""Job functions the benchmarks run, at module level so every peer can import them.
+
+ProcessPoolExecutor, multiprocessing.Pool, loky and APScheduler pickle a function by
+reference, so it must be importable as ``benchmarks.jobs.NAME`` in their workers; mpsched's
+cloudpickle does the same for an importable module. ``run.py`` puts the repository root on
+``sys.path`` and ``PYTHONPATH`` before any process starts.
+"""
+
+from __future__ import annotations
+
+import time
+
+
+def noop() -> None:
+    """The dispatch benchmark's job: all cost is the scheduler's."""
+
+
+def stamp() -> float:
+    """Return the moment the job started, on the machine-wide monotonic clock.
+
+    On Linux ``time.monotonic()`` is CLOCK_MONOTONIC, shared by every process, so the
+    value compares directly with a due instant computed in the benchmark process.
+    """
+    return time.monotonic()
+
+
+def spin(loops: int) -> int:
+    """Pure-Python CPU work that holds the GIL for its whole run (about 0.1 us a loop)."""
+    total = 0
+    for i in range(loops):
+        total += i * i % 7
+    return total
+
+
+def calibrate_spin(seconds: float, trials: int = 3) -> int:
+    """How many ``spin`` loops take ``seconds`` in this process (median of ``trials``)."""
+    probe = 200_000
+    rates = []
+    for _ in range(trials):
+        start = time.perf_counter()
+        spin(probe)
+        rates.append(probe / (time.perf_counter() - start))
+    rates.sort()
+    return max(1, int(rates[len(rates) // 2] * seconds))
+
+
+def noop_arg(_item: object) -> None:
+    """``noop`` for ``map``: one argument, ignored."""
+
+
+def mpsched_location() -> str:
+    """Where the worker running this imported mpsched from (checked once per run)."""
+    import mpsched
+
+    return str(mpsched.__file__)
