@@ -12,6 +12,7 @@ import contextlib
 import itertools
 import logging
 import math
+import pickle
 import threading
 import time
 import uuid
@@ -276,6 +277,26 @@ def _seconds(name: str, value: object) -> float:
     return seconds
 
 
+# Names in a pickle that mean "look this up in the main module": the worker's main module
+# is not the client's, so such pickles must be made by cloudpickle, by value.
+_MAIN_MODULES = (b"__main__", b"__mp_main__")
+
+
+def fast_dumps(obj: Any) -> bytes | None:
+    """Pickle ``obj`` with the C pickler when that gives what cloudpickle would: only
+    importable things by reference. None when cloudpickle is needed (lambdas, closures,
+    anything from ``__main__``, modules registered for pickling by value)."""
+    if cloudpickle.list_registry_pickle_by_value():
+        return None
+    try:
+        data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        return None
+    if any(name in data for name in _MAIN_MODULES):
+        return None
+    return data
+
+
 def pickle_job(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                fn_bytes: bytes | None = None) -> bytes:
     """The job's payload: cloudpickled ``(fn, args, kwargs)``; with ``fn_bytes`` (the
@@ -287,8 +308,12 @@ def pickle_job(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, 
     """
     if not callable(fn):
         raise InvalidJobError(f"{fn!r} is not callable")
+    job = (fn if fn_bytes is None else fn_bytes, args, kwargs)
+    fast = fast_dumps(job)
+    if fast is not None:
+        return fast
     try:
-        payload: bytes = cloudpickle.dumps((fn if fn_bytes is None else fn_bytes, args, kwargs))
+        payload: bytes = cloudpickle.dumps(job)
     except Exception as exc:
         name = getattr(fn, "__qualname__", repr(fn))
         raise JobPicklingError(f"cannot pickle job {name}: {exc!r}") from exc
@@ -428,7 +453,7 @@ class Client(Executor):
         deadline = None if timeout is None else _now() + timeout
         level = Priority.MEDIUM.level
         pickle_job(fn, (), {})  # a clear JobPicklingError if the callable cannot pickle
-        fn_bytes = cloudpickle.dumps(fn)  # pickled once for all items
+        fn_bytes = fast_dumps(fn) or cloudpickle.dumps(fn)  # pickled once for all items
         jobs = [(payload, JobRequest("", self._core.client_id, payload, level, 0.0, None))
                 for payload in (pickle_job(fn, args, {}, fn_bytes)
                                 for args in zip(*iterables))]  # noqa: B905 - stop at shortest

@@ -315,3 +315,45 @@ def test_map_timeout_raises_and_cancels_the_rest(make_scheduler):
 def test_map_on_a_bounded_queue_batches_below_max_pending(make_scheduler):
     s = make_scheduler(workers=1, max_pending=4)
     assert sorted(r[0] for r in s.map(jobs.stamp, range(10), timeout=60)) == list(range(10))
+
+
+MAIN_SCRIPT = """
+import sys
+from mpsched import Scheduler
+
+class Point:
+    def __init__(self, x):
+        self.x = x
+
+def norm(p):
+    return abs(p.x)
+
+if __name__ == "__main__":
+    with Scheduler(workers=1) as s:
+        print(s.submit(norm, Point(-3)).result(timeout=30),
+              list(s.map(norm, [Point(-1), Point(2)], timeout=30)), flush=True)
+"""
+
+
+def test_functions_and_classes_from_the_main_script_run_in_workers(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "main_script.py"
+    script.write_text(MAIN_SCRIPT)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=60, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "3 [1, 2]"
+
+
+def test_fast_pickling_is_used_only_where_it_matches_cloudpickle():
+    import types
+
+    from mpsched._client import fast_dumps
+
+    assert fast_dumps((jobs.stamp, (1, "x"), {})) is not None  # importable: by reference
+    assert fast_dumps((lambda: 1, (), {})) is None  # needs cloudpickle
+    main_class = types.new_class("Local")
+    main_class.__module__ = "__main__"
+    assert fast_dumps((jobs.stamp, (main_class,), {})) is None  # the worker has no such main
