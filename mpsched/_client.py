@@ -205,7 +205,7 @@ class _MapResults(Iterator[T]):
         if not self._futures:
             raise StopIteration
         future = self._futures.pop()
-        remaining = None if self._deadline is None else self._deadline - _now()
+        remaining = None if self._deadline is None else self._deadline - time.monotonic()
         try:
             return future.result(remaining)
         except BaseException:
@@ -420,14 +420,14 @@ class Client(Executor):
     def _send(self, requests: list[JobRequest]) -> None:
         # The manager bounds each wait for room; we repeat until our own deadline.
         timeout = self._submit_timeout
-        deadline = None if timeout is None else _now() + timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            remaining = None if deadline is None else max(0.0, deadline - _now())
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
                 self._core.service.submit(requests, remaining)
                 return
             except QueueFullError:
-                if deadline is not None and _now() >= deadline:
+                if deadline is not None and time.monotonic() >= deadline:
                     raise
                 if self._core.closed:
                     raise SchedulerShutdownError("shut down while waiting for room") from None
@@ -450,7 +450,7 @@ class Client(Executor):
             QueueFullError, SchedulerShutdownError: as :meth:`schedule`; the jobs of this
                 call already queued are cancelled (those already started still run).
         """
-        deadline = None if timeout is None else _now() + timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
         level = Priority.MEDIUM.level
         pickle_job(fn, (), {})  # a clear JobPicklingError if the callable cannot pickle
         fn_bytes = fast_dumps(fn) or cloudpickle.dumps(fn)  # pickled once for all items
@@ -554,8 +554,3 @@ def connect(address: str | tuple[str, int], *, authkey: bytes | None = None,
     except _DISCONNECTED as exc:
         raise SchedulerShutdownError(f"no mpsched manager at {address!r}: {exc!r}") from exc
     return Client(service, submit_timeout=submit_timeout)
-
-
-def _now() -> float:
-
-    return time.monotonic()
