@@ -279,7 +279,7 @@ def _seconds(name: str, value: object) -> float:
 
 # Names in a pickle that mean "look this up in the main module": the worker's main module
 # is not the client's, so such pickles must be made by cloudpickle, by value.
-_MAIN_MODULES = (b"__main__", b"__mp_main__")
+_MAIN, _MP_MAIN = b"__main__", b"__mp_main__"
 
 
 def fast_dumps(obj: Any) -> bytes | None:
@@ -292,7 +292,7 @@ def fast_dumps(obj: Any) -> bytes | None:
         data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:
         return None
-    if any(name in data for name in _MAIN_MODULES):
+    if _MAIN in data or _MP_MAIN in data:
         return None
     return data
 
@@ -392,14 +392,15 @@ class Client(Executor):
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
             raise InvalidJobError(f"retries must be a non-negative int, not {retries!r}")
         payload = pickle_job(fn, args, kwargs)
-        request = JobRequest("", self._core.client_id, payload, level, delay_s, at_s, timeout,
-                             retries)
         outbox = self._core.outbox
         if outbox is None:
+            request = JobRequest("", self._core.client_id, payload, level, delay_s, at_s,
+                                 timeout, retries)
             [future] = self._send_batch([(payload, request)])
             return future
         future = self._core.new_future()
-        outbox.put(request._replace(job_id=future.job_id))
+        outbox.put(JobRequest(future.job_id, self._core.client_id, payload, level, delay_s,
+                              at_s, timeout, retries))
         return future
 
     def _send_batch(self, jobs: list[tuple[bytes, JobRequest]]) -> list[JobFuture[Any]]:

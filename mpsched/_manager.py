@@ -68,9 +68,12 @@ class Report(NamedTuple):
     outcome: Outcome
 
 
-# The three messages sent once per job cross as flat tuples: pickling nested NamedTuples
-# runs Python code per record (~12 us against ~1 us flat). ServiceProxy converts on the
-# client side, ManagerService on the manager side; the code on both sides sees records.
+# The messages sent once per job cross as flat tuples: pickling nested NamedTuples
+# runs Python code per record (~12 us against ~1 us flat; a JobRequest in a submit batch
+# 2.1 us against 0.5). ServiceProxy converts on the client side, ManagerService on the
+# manager side; the code on both sides sees records.
+JobRequestWire = tuple[str, str, bytes, int, "float | None", "float | None", "float | None",
+                       int]
 AssignmentWire = tuple[int, str, str, int, bytes, float, "float | None"]
 ReportWire = tuple[int, str, bool, bytes, str, "float | None", str]
 OutcomeWire = tuple[str, bool, bytes, str, "float | None", str]
@@ -346,10 +349,10 @@ class ManagerService:
     def close_client(self, client_id: str) -> None:
         self.mailboxes.close(client_id)
 
-    def submit(self, requests: list[JobRequest], timeout: float | None) -> None:
+    def submit(self, requests: list[JobRequestWire], timeout: float | None) -> None:
         """Queue a batch of jobs, all or none (one job is a batch of one)."""
         bounded = LONG_POLL if timeout is None else min(timeout, LONG_POLL)
-        self.queue.submit_many(requests, bounded)
+        self.queue.submit_many([JobRequest._make(r) for r in requests], bounded)
 
     def cancel(self, job_id: str) -> bool:
         return self.queue.cancel(job_id)
@@ -431,7 +434,7 @@ class ServiceProxy(BaseProxy):
         self._call("close_client", client_id)
 
     def submit(self, requests: list[JobRequest], timeout: float | None) -> None:
-        self._call("submit", requests, timeout)
+        self._call("submit", [tuple(r) for r in requests], timeout)
 
     def cancel(self, job_id: str) -> bool:
         return bool(self._call("cancel", job_id))

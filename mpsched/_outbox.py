@@ -30,8 +30,9 @@ class Outbox:
                  on_failure: Callable[[list[JobRequest], BaseException], None]) -> None:
         self._service = service
         self._on_failure = on_failure
-        # Guards _requests and _closed. The sender thread waits on _queued for requests;
-        # put() and close() notify it. Submitters and cancel() hold the lock only briefly.
+        # Guards _requests, _closed and _sender_waits. The sender thread waits on _queued
+        # for requests; put() notifies it when it waits, close() always. Submitters and
+        # cancel() hold the lock only briefly.
         self._lock = threading.Lock()
         self._queued = threading.Condition(self._lock)
         # flush() waits on _idle until nothing is queued or being sent; the sender
@@ -40,13 +41,15 @@ class Outbox:
         self._requests: dict[str, JobRequest] = {}  # by job id, in insertion order
         self._sending: set[str] = set()  # job ids of the batch on its way
         self._closed = False
+        self._sender_waits = False  # the sender waits on _queued: put() must notify
         self._thread = threading.Thread(target=self._run, daemon=True, name="mpsched-sender")
         self._thread.start()
 
     def put(self, request: JobRequest) -> None:
         with self._lock:
             self._requests[request.job_id] = request
-            self._queued.notify()
+            if self._sender_waits:
+                self._queued.notify()
 
     def withdraw(self, job_id: str, timeout: float = 30.0) -> bool:
         """Take back a request not yet sent; True if it was still here.
@@ -84,7 +87,11 @@ class Outbox:
         while True:
             with self._lock:
                 while not self._requests and not self._closed:
-                    self._queued.wait()
+                    self._sender_waits = True
+                    try:
+                        self._queued.wait()
+                    finally:
+                        self._sender_waits = False
                 if not self._requests:
                     return
                 batch = [self._requests.pop(job_id)

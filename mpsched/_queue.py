@@ -308,8 +308,10 @@ class JobQueue:
                             self._leader = None
             finally:
                 # Pass leadership on: without this, a follower could sleep untimed past
-                # the head's due time while no one else is watching the clock.
-                if self._leader is None and self._pending and not self._closed:
+                # the head's due time while no one else is watching the clock. (With
+                # nobody waiting there is no one to notify: skip the call, it is per job.)
+                if self._waiting and self._leader is None and self._pending \
+                        and not self._closed:
                     self._available.notify()
 
     def complete(self, lease_id: int, outcome: Outcome) -> Job | None:
@@ -509,7 +511,8 @@ class JobQueue:
 
     def _take_entry_locked(self, job: Job) -> Job:
         del self._pending[job.job_id]
-        self._room.notify()
+        if self._waiting:  # a submitter may wait for room
+            self._room.notify()
         return job
 
     def _lease_locked(self, job: Job, worker_id: str, now: float) -> Assignment:

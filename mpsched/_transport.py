@@ -164,29 +164,114 @@ def client_connection(address: Any, authkey: bytes | None = None) -> Any:
     except BaseException:
         conn.close()
         raise
-    return fast(conn)
+    return FastConnection(conn)
 
 
-def _dumps(obj: Any) -> bytes:
-    return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+_SHORT = struct.Struct("!i")  # multiprocessing's framing: a signed 32-bit length,
+_LONG = struct.Struct("!Q")  # or -1 and then a 64-bit one
+_READ = 65536  # bytes asked of the kernel per read
 
 
-def fast(conn: connection.Connection) -> Any:
-    """``conn`` sending and receiving with the C pickler.
+class FastConnection:
+    """A manager connection: the C pickler, and one system call per small message.
 
-    A plain Connection pickles every message with ForkingPickler, which copies its reducer
-    table per message; manager messages never carry fds or sockets, so the stdlib pickler
-    does the same work in a fraction of the time (the manager sends one per job).
+    Speaks multiprocessing's framing, so either end may be a plain ``Connection``. Two
+    differences make it cheaper per message (the manager handles a few per job):
+    messages are pickled with the C pickler (``Connection`` uses ForkingPickler, which
+    copies its reducer table per message; manager messages never carry fds or sockets),
+    and a read asks for up to 64 KiB, so a small message arrives in one system call
+    where ``Connection`` makes two (length, then body) and assembles them in a BytesIO.
+    Bytes read past the end of a message are kept for the next one.
+
+    Not thread-safe: like ``Connection``, one thread uses it at a time (manager proxies
+    keep one connection per thread).
     """
-    wrapper: Any = connection.ConnectionWrapper  # type: ignore[attr-defined]
-    return wrapper(conn, _dumps, pickle.loads)
+
+    def __init__(self, conn: connection.Connection) -> None:
+        self._sock = socket.socket(fileno=os.dup(conn.fileno()))
+        conn.close()
+        self._sock.setblocking(True)
+        self._rest = b""  # bytes received beyond the last message
+
+    def send(self, obj: Any) -> None:
+        self.send_bytes(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def recv(self) -> Any:
+        return pickle.loads(self.recv_bytes())
+
+    def send_bytes(self, data: bytes) -> None:
+        size = len(data)
+        header = _SHORT.pack(size) if size <= 0x7FFFFFFF else _SHORT.pack(-1) + _LONG.pack(size)
+        if size <= _READ:
+            self._sock.sendall(header + data)
+        else:  # no copy of a big message just to prepend its length
+            self._sock.sendall(header)
+            self._sock.sendall(data)
+
+    def recv_bytes(self, maxlength: int | None = None) -> bytes:
+        data = self._rest
+        while len(data) < 4:
+            data += self._read()
+        size: int = _SHORT.unpack_from(data)[0]
+        start = 4
+        if size == -1:
+            while len(data) < 12:
+                data += self._read()
+            size = _LONG.unpack_from(data, 4)[0]
+            start = 12
+        if size < 0 or (maxlength is not None and size > maxlength):
+            self.close()
+            raise OSError(f"bad message length {size}")
+        end = start + size
+        if len(data) >= end:
+            self._rest = data[end:]
+            return data[start:end]
+        # A message longer than what arrived: read the rest straight into its buffer.
+        self._rest = b""
+        body = bytearray(size)
+        have = len(data) - start
+        body[:have] = data[start:]
+        view = memoryview(body)
+        while have < size:
+            got = self._sock.recv_into(view[have:])
+            if not got:
+                raise EOFError
+            have += got
+        return bytes(body)
+
+    def _read(self) -> bytes:
+        chunk = self._sock.recv(_READ)
+        if not chunk:
+            raise EOFError
+        return chunk
+
+    def poll(self, timeout: float | None = 0.0) -> bool:
+        if self._rest:
+            return True
+        return bool(connection.wait([self._sock], timeout))
+
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+    @property
+    def closed(self) -> bool:
+        return self._sock.fileno() < 0
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def __enter__(self) -> FastConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class FastListener(connection.Listener):
-    """A Listener whose accepted connections use the C pickler (see :func:`fast`)."""
+    """A Listener whose accepted connections are :class:`FastConnection` s."""
 
     def accept(self) -> Any:
-        return fast(super().accept())
+        return FastConnection(super().accept())
 
 
 class HardenedServer(managers.Server):

@@ -24,6 +24,7 @@ from mpsched._transport import (
     AUTHKEY_ENV,
     SERIALIZER,
     AddressError,
+    FastConnection,
     HardenedServer,
     client_connection,
     describe_versions,
@@ -319,3 +320,133 @@ def test_client_handshake_times_out_against_a_silent_server(
         with pytest.raises(OSError):
             client_connection(listener.getsockname(), KEY)
         assert time.monotonic() - t0 < 5
+
+
+# ------------------------------------------------------------------------ FastConnection
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[FastConnection, connection.Connection]]:
+    """A FastConnection and a plain multiprocessing Connection on its other end."""
+    left, right = connection.Pipe(duplex=True)  # a socketpair on Linux
+    fast = FastConnection(left)
+    yield fast, right
+    fast.close()
+    right.close()
+
+
+@pytest.fixture
+def threads() -> Iterator[list[threading.Thread]]:
+    started: list[threading.Thread] = []
+    yield started
+    for thread in started:
+        thread.join(10)
+        assert not thread.is_alive()
+
+
+def _in_thread(threads: list[threading.Thread], target: Any, *args: Any) -> None:
+    thread = threading.Thread(target=target, args=args, daemon=True)
+    threads.append(thread)
+    thread.start()
+
+
+# Around the 64 KiB read size: a message that fits one read with its header, one that
+# is a byte too long for it, and ones far larger than the socket buffer.
+SIZES = [0, 1, 100, 65532, 65533, 65536, 300_000, 3_000_000]
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_fast_connection_speaks_multiprocessing_framing_both_ways(
+        pair: tuple[FastConnection, connection.Connection], threads: list[threading.Thread],
+        size: int) -> None:
+    fast, plain = pair
+    data = os.urandom(size)
+    _in_thread(threads, plain.send_bytes, data)
+    assert fast.recv_bytes() == data
+    _in_thread(threads, fast.send_bytes, data)
+    assert plain.recv_bytes() == data
+    _in_thread(threads, fast.send, {"data": data})
+    assert plain.recv() == {"data": data}
+    _in_thread(threads, plain.send, ("reply", data))
+    assert fast.recv() == ("reply", data)
+
+
+def test_fast_connection_keeps_bytes_read_past_a_message(
+        pair: tuple[FastConnection, connection.Connection]) -> None:
+    fast, plain = pair
+    for i in range(3):  # all three arrive before the first read
+        plain.send(i)
+    assert [fast.recv(), fast.poll(), fast.recv(), fast.recv(), fast.poll()] == \
+        [0, True, 1, 2, False]
+
+
+class _ScriptedSocket:
+    """Hands out the given chunks as they would arrive: a read returns at most one chunk
+    (or its first ``size`` bytes; the rest stays for the next read); then EOF."""
+
+    def __init__(self, *chunks: bytes) -> None:
+        self.chunks = list(chunks)
+
+    def recv(self, size: int) -> bytes:
+        if not self.chunks:
+            return b""
+        chunk = self.chunks.pop(0)
+        if len(chunk) > size:
+            self.chunks.insert(0, chunk[size:])
+        return chunk[:size]
+
+    def recv_into(self, view: memoryview) -> int:
+        chunk = self.recv(len(view))
+        view[:len(chunk)] = chunk
+        return len(chunk)
+
+    def close(self) -> None:
+        self.chunks = []
+
+
+def _scripted(pair: tuple[FastConnection, connection.Connection],
+              *chunks: bytes) -> FastConnection:
+    fast = pair[0]
+    fast._sock.close()
+    fast._sock = _ScriptedSocket(*chunks)  # type: ignore[assignment]
+    return fast
+
+
+def test_fast_connection_reassembles_headers_and_bodies_split_across_reads(
+        pair: tuple[FastConnection, connection.Connection]) -> None:
+    fast = _scripted(pair, b"\x00\x00", b"\x00\x05he", b"llo\x00\x00\x00\x03ab",
+                     b"c\xff\xff\xff\xff\x00\x00", b"\x00\x00\x00\x00\x00\x02", b"xy")
+    assert [fast.recv_bytes(), fast.recv_bytes(), fast.recv_bytes()] == [b"hello", b"abc",
+                                                                        b"xy"]
+
+
+def test_fast_connection_refuses_a_message_longer_than_maxlength(
+        pair: tuple[FastConnection, connection.Connection]) -> None:
+    fast, plain = pair
+    plain.send_bytes(b"x" * 300)
+    with pytest.raises(OSError, match="bad message length 300"):
+        fast.recv_bytes(256)
+    assert fast.closed
+
+
+@pytest.mark.parametrize("chunks", [
+    pytest.param((), id="before-a-message"),
+    pytest.param((b"\x00\x00",), id="in-the-header"),
+    pytest.param((b"\x00\x00\x00\x05he",), id="in-a-short-body"),
+    pytest.param((b"\x00\x01\x00\x00" + b"x" * 100,), id="in-a-long-body"),
+])
+def test_fast_connection_raises_eof_when_the_peer_closes(
+        pair: tuple[FastConnection, connection.Connection], chunks: tuple[bytes, ...]) -> None:
+    fast = _scripted(pair, *chunks)
+    with pytest.raises(EOFError):
+        fast.recv_bytes()
+
+
+def test_fast_connection_sees_a_real_peer_close(
+        pair: tuple[FastConnection, connection.Connection]) -> None:
+    fast, plain = pair
+    plain.send(1)
+    plain.close()
+    assert fast.recv() == 1
+    with pytest.raises(EOFError):
+        fast.recv()
