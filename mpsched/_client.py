@@ -97,12 +97,12 @@ class _ClientCore:
 
     def new_future(self) -> JobFuture[Any]:
         """Register a future for a new job id; raises once the client is closed."""
-        with self._lock:
+        future: JobFuture[Any] = JobFuture(self, f"{self.client_id}-{next(self._ids)}")
+        with self._lock:  # held briefly: the result thread takes it per outcome
             if self.closed:
                 raise SchedulerShutdownError("cannot schedule new jobs after shutdown")
-            future: JobFuture[Any] = JobFuture(self, f"{self.client_id}-{next(self._ids)}")
             self._futures[future.job_id] = future
-            return future
+        return future
 
     def forget(self, job_id: str) -> None:
         with self._lock:

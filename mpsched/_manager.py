@@ -218,9 +218,12 @@ class ManagerService:
     def take(self, worker_id: str, report: ReportWire | None,
              timeout: float) -> AssignmentWire | None:
         """Report the previous job (if any), then wait for the next due one."""
+        local = self._check_in(worker_id, reported=report is not None)
         if report is not None:
-            self._report(worker_id, report_from_wire(report))
-        early = self._seen(worker_id)
+            self._complete(report_from_wire(report), same_clock=local)
+        # A worker on this machine shares our monotonic clock: it can be handed a job
+        # early and sleep the rest itself.
+        early = EARLY_HANDOFF if local else 0.0
         assignment = self.queue.take(worker_id, min(timeout, LONG_POLL), early)
         if assignment is not None:
             with self._lock:
@@ -241,7 +244,7 @@ class ManagerService:
                 worker.last_seen = time.monotonic()
 
     def heartbeat(self, worker_id: str, load: WorkerLoad) -> None:
-        self._seen(worker_id)
+        self._check_in(worker_id, reported=False)
         with self._lock:
             worker = self._workers.get(worker_id)
             if worker is not None:
@@ -250,32 +253,36 @@ class ManagerService:
     def finish(self, worker_id: str, report: ReportWire | None) -> None:
         """Report the last job of a worker that is leaving to be replaced (recycling)."""
         if report is not None:
-            self._report(worker_id, report_from_wire(report))
+            local = self._check_in(worker_id, reported=True)
+            self._complete(report_from_wire(report), same_clock=local)
 
     def leave(self, worker_id: str, report: ReportWire | None) -> None:
         """A remote worker leaves (drained): report its last job and end its leases."""
         self.finish(worker_id, report)
         self.lose_worker(worker_id, exitcode=0)
 
-    def _seen(self, worker_id: str) -> float:
-        """Note a sign of life; returns how early this worker may be handed a job."""
+    def _check_in(self, worker_id: str, *, reported: bool) -> bool:
+        """Note a sign of life (and a finished job); True for a worker on this machine.
+
+        Raises:
+            WorkerRetiredError: the worker was declared gone (its leases already ended).
+        """
         with self._lock:
             if worker_id in self._retired:
                 raise WorkerRetiredError(f"worker {worker_id} was declared gone; join again")
+            now = time.monotonic()
+            if reported:
+                self._finished.append(now)
             worker = self._workers.get(worker_id)
             if worker is None:
-                return 0.0
-            worker.last_seen = time.monotonic()
-            return EARLY_HANDOFF if worker.proc is not None else 0.0
-
-    def _report(self, worker_id: str, report: Report) -> None:
-        with self._lock:
-            worker = self._workers.get(worker_id)
-            if worker is not None:
+                return False
+            worker.last_seen = now
+            if reported:
                 worker.current = None
                 worker.jobs_done += 1
-            self._finished.append(time.monotonic())
-            same_clock = worker is not None and worker.proc is not None
+            return worker.proc is not None
+
+    def _complete(self, report: Report, *, same_clock: bool) -> None:
         # A start stamp from another machine's monotonic clock says nothing about lateness
         # here: such jobs stay out of the lateness and started-early counts.
         stats_outcome = report.outcome if same_clock else report.outcome._replace(started=None)

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import time
 
+import pytest
+from fakeclock import FakeClock
+
+from mpsched._errors import WorkerRetiredError
 from mpsched._job import JobRequest, Outcome
 from mpsched._manager import (
+    EARLY_HANDOFF,
     ManagerService,
     Report,
     WorkerHello,
+    WorkerLoad,
     assignment_from_wire,
     report_to_wire,
 )
@@ -32,8 +39,6 @@ def run_one(service: ManagerService, worker_id: str) -> None:
 
 
 def test_a_worker_on_another_machine_does_not_skew_lateness():
-    import os
-
     service = ManagerService(JobQueue())
     service.hello(hello("far", "some-other-host", 4242))
     service.hello(hello("near", service.host, os.getpid()))
@@ -43,3 +48,53 @@ def test_a_worker_on_another_machine_does_not_skew_lateness():
     run_one(service, "near")
     stats = service.stats().queue
     assert stats.completed == 2 and stats.lateness_samples == 1 and stats.started_early == 1
+
+
+def test_take_reports_the_last_job_and_keeps_the_worker_bookkeeping():
+    service = ManagerService(JobQueue())
+    service.mailboxes.open("c")
+    service.hello(hello("w", "some-other-host", 4242))
+    for n in range(2):
+        service.queue.submit(JobRequest(f"job-{n}", "c", b"", 2, 0.0, None))
+    first = assignment_from_wire(service.take("w", None, 0))
+    [worker] = service.stats().workers
+    assert worker.current_job == "job-0" and worker.jobs_done == 0
+    outcome = Outcome("job-0", True, b"result", "", time.monotonic())
+    second = service.take("w", report_to_wire(Report(first.lease.lease_id, outcome)), 0)
+    assert assignment_from_wire(second).lease.job_id == "job-1"
+    [worker] = service.stats().workers
+    assert worker.current_job == "job-1" and worker.jobs_done == 1
+    assert service.mailboxes.collect("c", 0) == [outcome]  # the client gets it as sent
+    assert service.stats().queue.completed == 1
+
+
+def test_only_a_worker_on_this_machine_is_handed_jobs_early():
+    service = ManagerService(JobQueue(clock=FakeClock()))  # time stands still
+    service.hello(hello("far", "some-other-host", 4242))
+    service.hello(hello("near", service.host, os.getpid()))
+    soon = EARLY_HANDOFF / 2  # due within the early hand-off window
+    for n in range(2):
+        service.queue.submit(JobRequest(f"job-{n}", "c", b"", 2, soon + 60 * n, None))
+    assert service.take("far", None, 0) is None
+    wire = service.take("near", None, 0)
+    assert wire is not None and assignment_from_wire(wire).lease.job_id == "job-0"
+
+
+def test_a_worker_declared_gone_is_refused_and_its_late_report_changes_nothing():
+    service = ManagerService(JobQueue(), heartbeat_timeout=10)
+    service.mailboxes.open("c")
+    service.hello(hello("w", "some-other-host", 4242))
+    service.queue.submit(JobRequest("job", "c", b"", 2, 0.0, None, retries=1))
+    assignment = assignment_from_wire(service.take("w", None, 0))
+    service.ack("w", assignment.lease.lease_id)
+    assert service.lose_worker("w", exitcode=None) == 1  # requeued: it has a retry
+    outcome = Outcome("job", True, b"", "", time.monotonic())
+    report = report_to_wire(Report(assignment.lease.lease_id, outcome))
+    for call in (lambda: service.take("w", report, 0),
+                 lambda: service.take("w", None, 0),
+                 lambda: service.heartbeat("w", WorkerLoad(0.0, 0))):
+        with pytest.raises(WorkerRetiredError, match="declared gone"):
+            call()
+    assert service.mailboxes.collect("c", 0) == []
+    stats = service.stats().queue
+    assert stats.completed == 0 and stats.retried == 1 and stats.pending["medium"] == 1
