@@ -40,16 +40,17 @@ STEPS: dict[str, list[tuple[str, str]]] = {
     "client": [
         ("result thread: collect + resolve futures", r"_collect_loop|_resolve"),
         ("submit: cloudpickle the job", r"pickle_job|cloudpickle.*dumps"),
-        ("submit: proxy call (pickle, send, wait for reply)",
-         r"_send \(mpsched|_send_batch|_callmethod"),
+        ("submit: sender thread, proxy call (pickle, send, wait for reply)",
+         r"_send \(mpsched|_send_batch|_callmethod|Outbox\._run"),
         ("submit: Future/bookkeeping", r"_schedule \(mpsched|new_future|JobFuture|map \(mpsched"),
         ("waiting for futures / results", r"wait \(concurrent|_MapResults|__next__"),
     ],
     "manager": [
         ("submit: JobQueue.submit (heap push, lock)", r"JobQueue\.submit|JobQueue\._push"),
         ("take: JobQueue.take (heap pop, lease, condition)", r"JobQueue\.take"),
-        ("complete: JobQueue.complete + mailbox post", r"JobQueue\.complete|Mailboxes\.post"
-                                                        r"|_report \(mpsched"),
+        ("complete: report, JobQueue.complete, mailbox post",
+         r"JobQueue\.complete|Mailboxes\.post"
+         r"|ManagerService\._complete|report_from_wire"),
         ("result: mailbox collect", r"Mailboxes\.collect|collect \(mpsched"),
         ("other service methods", r"ManagerService\."),
         ("server thread: receive + unpickle request", r"recv|_loads|loads"),
