@@ -190,6 +190,8 @@ class FastConnection:
     def __init__(self, conn: connection.Connection) -> None:
         self._sock = socket.socket(fileno=os.dup(conn.fileno()))
         conn.close()
+        # Blocking without a timeout, whatever socket.setdefaulttimeout() says: a long
+        # poll must wait as long as it asks to.
         self._sock.setblocking(True)
         self._rest = b""  # bytes received beyond the last message
 

@@ -450,3 +450,22 @@ def test_fast_connection_sees_a_real_peer_close(
     assert fast.recv() == 1
     with pytest.raises(EOFError):
         fast.recv()
+
+
+@pytest.fixture
+def default_socket_timeout() -> Iterator[None]:
+    """A program that sets a default timeout for its own sockets."""
+    before = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(0.01)
+    yield
+    socket.setdefaulttimeout(before)
+
+
+@pytest.mark.usefixtures("default_socket_timeout")
+def test_fast_connection_blocks_whatever_the_default_socket_timeout() -> None:
+    # A long poll to the manager must still wait as long as it asks to, as
+    # multiprocessing's Connection (plain reads on the descriptor) does.
+    left, right = connection.Pipe(duplex=True)
+    with FastConnection(left) as fast:
+        assert fast._sock.gettimeout() is None
+    right.close()
