@@ -210,7 +210,7 @@ class FastConnection:
             self._sock.sendall(header)
             self._sock.sendall(data)
 
-    def recv_bytes(self, maxlength: int | None = None) -> bytes:
+    def recv_bytes(self, maxlength: int | None = None) -> bytes | bytearray:
         data = self._rest
         while len(data) < 4:
             data += self._read()
@@ -228,7 +228,8 @@ class FastConnection:
         if len(data) >= end:
             self._rest = data[end:]
             return data[start:end]
-        # A message longer than what arrived: read the rest straight into its buffer.
+        # A message longer than what arrived: read the rest straight into its buffer,
+        # which is returned as it is (no copy of a big payload into bytes).
         self._rest = b""
         body = bytearray(size)
         have = len(data) - start
@@ -239,7 +240,7 @@ class FastConnection:
             if not got:
                 raise EOFError
             have += got
-        return bytes(body)
+        return body
 
     def _read(self) -> bytes:
         chunk = self._sock.recv(_READ)
