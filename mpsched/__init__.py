@@ -19,9 +19,9 @@ from mpsched._errors import VersionMismatchError as VersionMismatchError
 from mpsched._errors import WorkerCrashedError as WorkerCrashedError
 from mpsched._job import Order as Order
 from mpsched._job import Priority as Priority
-from mpsched._manager import Stats as Stats
-from mpsched._manager import WorkerStatus as WorkerStatus
-from mpsched._queue import QueueStats as QueueStats
+from mpsched._job import QueueStats as QueueStats
+from mpsched._protocol import Stats as Stats
+from mpsched._protocol import WorkerStatus as WorkerStatus
 from mpsched._scheduler import Scheduler as Scheduler
 
 __all__ = [

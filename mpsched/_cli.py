@@ -1,6 +1,7 @@
 """``python -m mpsched``: serve, worker, submit, status, demo, stress.
 
-``main(argv)`` returns an exit code (see :class:`Exit`), so tests call it directly.
+``main(argv)`` returns an exit code (see :class:`mpsched._protocol.Exit`), so tests call
+it directly.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from enum import IntEnum
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -30,19 +30,22 @@ from mpsched._errors import (
     VersionMismatchError,
 )
 from mpsched._job import Order
-from mpsched._manager import (
+from mpsched._manager import run_manager
+from mpsched._protocol import (
     HEARTBEAT_TIMEOUT,
+    ClientHello,
+    Exit,
     ManagerConfig,
     ManagerReady,
-    ManagerService,
     Stats,
     connect_service,
-    run_manager,
 )
+from mpsched._service import ManagerService
 from mpsched._transport import (
     AUTHKEY_ENV,
     Address,
     AddressError,
+    describe_versions,
     format_address,
     is_loopback,
     parse_address,
@@ -53,18 +56,6 @@ from mpsched._transport import (
 from mpsched._worker import WorkerConfig
 
 log = logging.getLogger("mpsched.cli")
-
-
-class Exit(IntEnum):
-    """Exit codes of ``python -m mpsched``."""
-
-    OK = 0
-    FAILURE = 1  # the job failed (submit --wait), stress found a fault, a worker crashed
-    USAGE = 2  # bad arguments
-    AUTH = 3  # no key, an unsafe key file, or the manager rejected the key
-    VERSION = 4  # Python or cloudpickle version differs from the manager's
-    UNREACHABLE = 5  # no manager answers at the address
-    UNSAFE = 6  # a non-loopback address without an explicit authkey
 
 
 class UsageError(MpschedError, ValueError):
@@ -319,9 +310,6 @@ def _require_key(args: argparse.Namespace) -> bytes:
 
 
 def _probe(address: Address, key: bytes) -> None:
-    from mpsched._manager import ClientHello
-    from mpsched._transport import describe_versions
-
     service = connect_service(address, key)
     python, cp = describe_versions()
     service.open_client(ClientHello(f"probe-{os.getpid()}", python, cp))

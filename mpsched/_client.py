@@ -11,8 +11,6 @@ import concurrent.futures
 import contextlib
 import itertools
 import logging
-import math
-import pickle
 import threading
 import time
 import uuid
@@ -25,18 +23,15 @@ import cloudpickle
 
 from mpsched._errors import (
     AuthenticationError,
-    InvalidJobError,
-    JobError,
-    JobPicklingError,
     MpschedError,
     QueueFullError,
-    RemoteTraceback,
     ResultUnpicklingError,
     SchedulerShutdownError,
 )
-from mpsched._job import JobRequest, Outcome, Priority
-from mpsched._manager import LONG_POLL, ClientHello, ServiceProxy, Stats, connect_service
+from mpsched._job import JobRequest, Outcome, Priority, check_request, due_arguments
 from mpsched._outbox import Outbox
+from mpsched._payload import fast_dumps, pickle_job, remote_exception
+from mpsched._protocol import LONG_POLL, ClientHello, ServiceProxy, Stats, connect_service
 from mpsched._transport import AUTHKEY_ENV, describe_versions, parse_address, read_authkey
 
 log = logging.getLogger("mpsched.client")
@@ -174,7 +169,7 @@ class _ClientCore:
                 future.set_exception(ResultUnpicklingError(
                     f"job {outcome.job_id}: the result could not be unpickled here: {exc!r}"))
             return
-        future.set_exception(_remote_exception(outcome))
+        future.set_exception(remote_exception(outcome))
 
     def _fail_all(self, error: MpschedError) -> None:
         with self._lock:
@@ -218,106 +213,6 @@ class _MapResults(Iterator[T]):
 
     def __del__(self) -> None:
         self.close()
-
-
-def _remote_exception(outcome: Outcome) -> BaseException:
-    exc: Any
-    try:
-        exc = cloudpickle.loads(outcome.payload)
-    except BaseException as load_error:
-        last = outcome.traceback.strip().splitlines()[-1:] or ["?"]
-        exc = JobError(f"job {outcome.job_id} raised {last[0]} "
-                       f"(its exception could not be unpickled here: {load_error!r})")
-    if not isinstance(exc, BaseException):
-        exc = JobError(f"job {outcome.job_id} failed with a non-exception {exc!r}")
-    if outcome.traceback:
-        exc.__cause__ = RemoteTraceback(f'\n"""\n{outcome.traceback}"""')
-    error: BaseException = exc
-    return error
-
-
-def due_arguments(delay: float | timedelta | None,
-                  at: float | datetime | None) -> tuple[float | None, float | None]:
-    """Validate ``delay``/``at`` and return ``(delay_seconds, at_epoch)`` for a JobRequest.
-
-    Negative delays become 0 (due now). Naive datetimes mean local time.
-
-    Raises:
-        InvalidJobError: both given, a wrong type, NaN, infinity or an overflowing value.
-    """
-    if delay is not None and at is not None:
-        raise InvalidJobError("give delay or at, not both")
-    if at is not None:
-        if isinstance(at, datetime):
-            try:
-                epoch = at.timestamp()
-            except (OverflowError, OSError, ValueError) as exc:
-                raise InvalidJobError(f"at={at!r} is out of range: {exc}") from None
-        else:
-            epoch = _seconds("at", at)
-        return None, epoch
-    if delay is None:
-        return 0.0, None
-    if isinstance(delay, timedelta):
-        seconds = _seconds("delay", delay.total_seconds())
-    else:
-        seconds = _seconds("delay", delay)
-    return max(0.0, seconds), None
-
-
-def _seconds(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidJobError(f"{name} must be a number of seconds, not {value!r}")
-    try:
-        seconds = float(value)
-    except OverflowError:
-        raise InvalidJobError(f"{name}={value!r} overflows a float") from None
-    if not math.isfinite(seconds):
-        raise InvalidJobError(f"{name} must be finite, not {value!r}")
-    return seconds
-
-
-# Names in a pickle that mean "look this up in the main module": the worker's main module
-# is not the client's, so such pickles must be made by cloudpickle, by value.
-_MAIN, _MP_MAIN = b"__main__", b"__mp_main__"
-
-
-def fast_dumps(obj: Any) -> bytes | None:
-    """Pickle ``obj`` with the C pickler when that gives what cloudpickle would: only
-    importable things by reference. None when cloudpickle is needed (lambdas, closures,
-    anything from ``__main__``, modules registered for pickling by value)."""
-    if cloudpickle.list_registry_pickle_by_value():
-        return None
-    try:
-        data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception:
-        return None
-    if _MAIN in data or _MP_MAIN in data:
-        return None
-    return data
-
-
-def pickle_job(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-               fn_bytes: bytes | None = None) -> bytes:
-    """The job's payload: cloudpickled ``(fn, args, kwargs)``; with ``fn_bytes`` (the
-    callable cloudpickled once for many jobs, as map() does) ``(fn_bytes, args, kwargs)``.
-
-    Raises:
-        InvalidJobError: ``fn`` is not callable.
-        JobPicklingError: ``fn`` or the arguments cannot be pickled.
-    """
-    if not callable(fn):
-        raise InvalidJobError(f"{fn!r} is not callable")
-    job = (fn if fn_bytes is None else fn_bytes, args, kwargs)
-    fast = fast_dumps(job)
-    if fast is not None:
-        return fast
-    try:
-        payload: bytes = cloudpickle.dumps(job)
-    except Exception as exc:
-        name = getattr(fn, "__qualname__", repr(fn))
-        raise JobPicklingError(f"cannot pickle job {name}: {exc!r}") from exc
-    return payload
 
 
 class Client(Executor):
@@ -383,24 +278,18 @@ class Client(Executor):
                   delay: float | timedelta | None, at: float | datetime | None,
                   priority: Priority | str, timeout: float | None = None,
                   retries: int = 0) -> JobFuture[Any]:
-        level = Priority.coerce(priority).level
         delay_s, at_s = due_arguments(delay, at)
-        if timeout is not None:
-            timeout = _seconds("timeout", timeout)
-            if timeout <= 0:
-                raise InvalidJobError(f"timeout must be positive, not {timeout!r}")
-        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-            raise InvalidJobError(f"retries must be a non-negative int, not {retries!r}")
-        payload = pickle_job(fn, args, kwargs)
+        request = JobRequest("", "", b"", Priority.coerce(priority).level, delay_s, at_s,
+                             timeout, retries)
+        check_request(request)  # the manager's own check, here at the call site
+        request = request._replace(client_id=self._core.client_id,
+                                   payload=pickle_job(fn, args, kwargs))
         outbox = self._core.outbox
         if outbox is None:
-            request = JobRequest("", self._core.client_id, payload, level, delay_s, at_s,
-                                 timeout, retries)
-            [future] = self._send_batch([(payload, request)])
+            [future] = self._send_batch([(request.payload, request)])
             return future
         future = self._core.new_future()
-        outbox.put(JobRequest(future.job_id, self._core.client_id, payload, level, delay_s,
-                              at_s, timeout, retries))
+        outbox.put(request._replace(job_id=future.job_id))
         return future
 
     def _send_batch(self, jobs: list[tuple[bytes, JobRequest]]) -> list[JobFuture[Any]]:

@@ -8,10 +8,17 @@ opaque cloudpickled ``payload``.
 from __future__ import annotations
 
 import enum
+import math
+import time
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import NamedTuple
 
 from mpsched._errors import InvalidJobError
+
+# The epoch seconds of 0001-01-01 and 9999-12-31 23:59:59 UTC: due times must fit a datetime.
+MIN_EPOCH = -62135596800.0
+MAX_EPOCH = 253402300799.0
 
 
 class Priority(enum.Enum):
@@ -132,3 +139,97 @@ class Outcome(NamedTuple):
     traceback: str
     started: float | None
     error_kind: str = ""  # "" for a job's own exception; else names the failed step
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """A snapshot of the queue's counters (see ``Scheduler.stats()``)."""
+
+    pending: dict[str, int]  # by priority name
+    in_flight: int
+    submitted: int
+    completed: int
+    failed: int
+    cancelled: int
+    retried: int  # jobs run again after their worker died under them
+    timed_out: int
+    started_early: int  # jobs whose worker started them before their due time (always 0)
+    next_due_in: float | None  # seconds until the earliest pending job is due
+    lateness: dict[str, float]  # p50, p90, p99, max (seconds), over recent jobs
+    lateness_samples: int
+    wakeups: int  # returns from a condition wait, by takers and blocked submitters
+    waiting: int  # takers and submitters inside a wait right now
+
+
+def due_arguments(delay: float | timedelta | None,
+                  at: float | datetime | None) -> tuple[float | None, float | None]:
+    """Validate ``delay``/``at`` and return ``(delay_seconds, at_epoch)`` for a JobRequest.
+
+    Negative delays become 0 (due now). Naive datetimes mean local time.
+
+    Raises:
+        InvalidJobError: both given, a wrong type, NaN, infinity or an overflowing value.
+    """
+    if delay is not None and at is not None:
+        raise InvalidJobError("give delay or at, not both")
+    if at is not None:
+        if isinstance(at, datetime):
+            try:
+                epoch = at.timestamp()
+            except (OverflowError, OSError, ValueError) as exc:
+                raise InvalidJobError(f"at={at!r} is out of range: {exc}") from None
+        else:
+            epoch = _seconds("at", at)
+        return None, epoch
+    if delay is None:
+        return 0.0, None
+    if isinstance(delay, timedelta):
+        seconds = _seconds("delay", delay.total_seconds())
+    else:
+        seconds = _seconds("delay", delay)
+    return max(0.0, seconds), None
+
+
+def _seconds(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidJobError(f"{name} must be a number of seconds, not {value!r}")
+    try:
+        seconds = float(value)
+    except OverflowError:
+        raise InvalidJobError(f"{name}={value!r} overflows a float") from None
+    if not math.isfinite(seconds):
+        raise InvalidJobError(f"{name} must be finite, not {value!r}")
+    return seconds
+
+
+def check_request(request: JobRequest) -> None:
+    """Check what a client may get wrong in a job; the client and the queue both call it.
+
+    Raises:
+        InvalidJobError: an unknown priority level, not exactly one of delay and at, a due
+            time that is not finite or not representable as a datetime (year 1 to 9999), a
+            timeout that is not a positive number, or retries that is not an int >= 0.
+    """
+    if request.priority not in (1, 2, 3):
+        raise InvalidJobError(f"unknown priority level {request.priority!r}")
+    if (request.delay is None) == (request.at is None):
+        raise InvalidJobError("give exactly one of delay and at")
+    value = request.delay if request.delay is not None else request.at
+    try:
+        finite = isinstance(value, (int, float)) and math.isfinite(value)
+    except OverflowError:  # an int beyond float range
+        finite = False
+    if not finite:
+        raise InvalidJobError(f"due time must be a finite number of seconds, not {value!r}")
+    assert value is not None
+    if request.at is not None and not MIN_EPOCH <= request.at <= MAX_EPOCH:
+        raise InvalidJobError(f"at={request.at!r} is not a time between the years 1 and 9999")
+    if request.delay is not None and request.delay > MAX_EPOCH - time.time():
+        raise InvalidJobError(f"delay={request.delay!r} s ends after the year 9999")
+    if request.timeout is not None and (
+            isinstance(request.timeout, bool) or not isinstance(request.timeout, (int, float))
+            or not 0 < request.timeout < math.inf):
+        raise InvalidJobError(f"timeout must be a positive number, not {request.timeout!r}")
+    if isinstance(request.retries, bool) or not isinstance(request.retries, int) \
+            or request.retries < 0:
+        raise InvalidJobError(f"retries must be a non-negative int, not {request.retries!r}")

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 
 from mpsched._job import JobRequest
-from mpsched._manager import ServiceProxy
+from mpsched._protocol import ServiceProxy
 
 log = logging.getLogger("mpsched.client")
 

@@ -24,7 +24,17 @@ from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 from mpsched._errors import InvalidJobError, QueueFullError, SchedulerShutdownError
-from mpsched._job import Assignment, Job, JobRequest, Lease, Order, Outcome, Priority
+from mpsched._job import (
+    Assignment,
+    Job,
+    JobRequest,
+    Lease,
+    Order,
+    Outcome,
+    Priority,
+    QueueStats,
+    check_request,
+)
 
 # Drift between the wall clock and the monotonic clock that makes us re-read their offset.
 # Below it, equal ``at`` values must keep getting equal due times (so ties break by
@@ -78,26 +88,6 @@ class _InFlight:
     lease: Lease
     taken: float
     deadline: float | None  # taken + job.timeout
-
-
-@dataclass(frozen=True)
-class QueueStats:
-    """A snapshot of the queue's counters (see ``Scheduler.stats()``)."""
-
-    pending: dict[str, int]  # by priority name
-    in_flight: int
-    submitted: int
-    completed: int
-    failed: int
-    cancelled: int
-    retried: int  # jobs run again after their worker died under them
-    timed_out: int
-    started_early: int  # jobs whose worker started them before their due time (always 0)
-    next_due_in: float | None  # seconds until the earliest pending job is due
-    lateness: dict[str, float]  # p50, p90, p99, max (seconds), over recent jobs
-    lateness_samples: int
-    wakeups: int  # returns from a condition wait, by takers and blocked submitters
-    waiting: int  # takers and submitters inside a wait right now
 
 
 def percentiles(samples: list[float]) -> dict[str, float]:
@@ -197,7 +187,7 @@ class JobQueue:
         that repeats a job id.
         """
         for request in requests:
-            _validate(request)
+            check_request(request)
         if len({r.job_id for r in requests}) != len(requests):
             raise InvalidJobError("a batch repeats a job id")
         if self._max_pending is not None and len(requests) > self._max_pending:
@@ -531,24 +521,4 @@ class JobQueue:
         finally:
             self._waiting -= 1
             self._wakeups += 1
-
-
-def _validate(request: JobRequest) -> None:
-    if request.priority not in (1, 2, 3):
-        raise InvalidJobError(f"unknown priority level {request.priority!r}")
-    if (request.delay is None) == (request.at is None):
-        raise InvalidJobError("give exactly one of delay and at")
-    value = request.delay if request.delay is not None else request.at
-    try:
-        finite = isinstance(value, (int, float)) and math.isfinite(value)
-    except OverflowError:  # an int beyond float range
-        finite = False
-    if not finite:
-        raise InvalidJobError(f"due time must be a finite number of seconds, not {value!r}")
-    if request.timeout is not None and not (
-            isinstance(request.timeout, (int, float)) and 0 < request.timeout < math.inf):
-        raise InvalidJobError(f"timeout must be a positive number, not {request.timeout!r}")
-    if isinstance(request.retries, bool) or not isinstance(request.retries, int) \
-            or request.retries < 0:
-        raise InvalidJobError(f"retries must be a non-negative int, not {request.retries!r}")
 

@@ -20,6 +20,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from mpsched._errors import AuthenticationError, VersionMismatchError
+from mpsched._protocol import Exit
 from mpsched._transport import host_name
 from mpsched._worker import WorkerConfig, remote_worker_main
 
@@ -27,8 +28,6 @@ log = logging.getLogger("mpsched.remote")
 
 
 def _child(config: WorkerConfig, lifeline: Connection) -> None:
-    from mpsched._cli import Exit
-
     config = replace(config, worker_id=f"{host_name()}:{os.getpid()}")
     try:
         code = remote_worker_main(config, lifeline)
@@ -59,8 +58,6 @@ class WorkerPool:
 
     def run(self) -> int:
         """Run until every worker has left; returns the pool's exit code."""
-        from mpsched._cli import Exit
-
         fatal = {Exit.AUTH, Exit.VERSION, Exit.UNREACHABLE}
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)

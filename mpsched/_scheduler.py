@@ -18,14 +18,14 @@ from typing import Any
 from mpsched._client import Client
 from mpsched._errors import InvalidJobError, MpschedError
 from mpsched._job import Order
-from mpsched._manager import (
+from mpsched._manager import run_manager
+from mpsched._protocol import (
+    STOP,
     ManagerConfig,
     ManagerFailed,
     ManagerReady,
     connect_service,
-    run_manager,
 )
-from mpsched._supervisor import STOP
 
 log = logging.getLogger("mpsched.scheduler")
 

@@ -18,21 +18,18 @@ import itertools
 import logging
 import multiprocessing
 import os
-import signal
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-import psutil
-
-from mpsched._manager import ManagerConfig, ManagerService
-from mpsched._worker import WorkerConfig, worker_main
+from mpsched._protocol import STOP, ManagerConfig
+from mpsched._service import ManagerService
+from mpsched._worker import WorkerConfig, kill_tree, worker_main
 
 log = logging.getLogger("mpsched.supervisor")
 
-STOP = "stop"  # the owner's message on the control pipe
 
 
 @dataclass(eq=False)
@@ -187,16 +184,3 @@ class Supervisor:
         self._workers.clear()
         self._lifeline_w.close()
 
-
-def kill_tree(pid: int | None) -> None:
-    """SIGKILL a process and all its descendants."""
-    if pid is None:
-        return
-    try:
-        root = psutil.Process(pid)
-        family = [*root.children(recursive=True), root]
-    except psutil.NoSuchProcess:
-        return
-    for proc in family:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            proc.send_signal(signal.SIGKILL)

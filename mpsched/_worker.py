@@ -38,8 +38,9 @@ from mpsched._errors import (
     WorkerRetiredError,
 )
 from mpsched._job import Assignment, Outcome
-from mpsched._manager import (
+from mpsched._protocol import (
     LONG_POLL,
+    Exit,
     Report,
     ServiceProxy,
     WorkerHello,
@@ -49,9 +50,6 @@ from mpsched._manager import (
 from mpsched._transport import describe_versions, host_name
 
 log = logging.getLogger("mpsched.worker")
-
-EXIT_TIMEOUT = 124  # a remote worker exits with this after killing a job past its timeout
-
 
 @dataclass(frozen=True)
 class WorkerConfig:
@@ -176,10 +174,24 @@ def _exit_with_parent(lifeline: Connection) -> None:
     os._exit(1)
 
 
-def _kill_children() -> None:
-    for child in psutil.Process().children(recursive=True):
+def kill_tree(pid: int | None, *, include_root: bool = True) -> None:
+    """SIGKILL a process's descendants, then (unless ``include_root`` is False) itself."""
+    if pid is None:
+        return
+    try:
+        root = psutil.Process(pid)
+        family = root.children(recursive=True)
+    except psutil.NoSuchProcess:
+        return
+    if include_root:
+        family.append(root)
+    for proc in family:
         with contextlib.suppress(psutil.NoSuchProcess):
-            child.kill()
+            proc.kill()
+
+
+def _kill_children() -> None:
+    kill_tree(os.getpid(), include_root=False)
 
 
 def serve(service: ServiceProxy, config: WorkerConfig, received: Callable[[int], None],
@@ -255,7 +267,7 @@ def _timed_out(service: ServiceProxy, worker_id: str) -> None:
     _kill_children()
     with contextlib.suppress(Exception):
         service.leave(worker_id, None)
-    os._exit(EXIT_TIMEOUT)
+    os._exit(Exit.JOB_TIMEOUT)
 
 
 def _should_recycle(config: WorkerConfig, done: int) -> bool:

@@ -34,7 +34,7 @@ from processes import assert_gone, wait_for, wait_started
 import mpsched
 from mpsched import AuthenticationError, SchedulerShutdownError, VersionMismatchError
 from mpsched._cli import Exit, main
-from mpsched._manager import (
+from mpsched._protocol import (
     ClientHello,
     ServiceProxy,
     Stats,
@@ -441,7 +441,7 @@ def test_the_cli_exits_with_version_when_refused(
         cluster: Cluster, command: list[str], monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     python, cp = describe_versions()
-    for module in ("mpsched._transport", "mpsched._client"):  # as an old install would say
+    for module in ("mpsched._transport", "mpsched._client", "mpsched._cli"):  # an old install
         monkeypatch.setattr(f"{module}.describe_versions", lambda: ("3.0", cp))
     assert main([*command, *cluster.manager.cli()]) == Exit.VERSION
     err = capsys.readouterr().err

@@ -5,7 +5,17 @@ import pickle
 import pytest
 
 from mpsched._errors import InvalidJobError, MpschedError
-from mpsched._job import Assignment, Job, Lease, Order, Outcome, Priority
+from mpsched._job import (
+    MAX_EPOCH,
+    Assignment,
+    Job,
+    JobRequest,
+    Lease,
+    Order,
+    Outcome,
+    Priority,
+    check_request,
+)
 
 
 def make_job(job_id: str, *, due: float, priority: Priority, seq: int) -> Job:
@@ -163,3 +173,38 @@ def test_records_pickle_with_the_standard_pickler() -> None:
         assert pickle.loads(pickle.dumps(record)) == record
     copy = pickle.loads(pickle.dumps(job))
     assert (copy.job_id, copy.payload, copy.time_key()) == ("a", job.payload, job.time_key())
+
+
+def _request(**changes: object) -> JobRequest:
+    return JobRequest("j", "c", b"", 2, 0.0, None)._replace(**changes)
+
+
+@pytest.mark.parametrize("changes", [
+    pytest.param({"delay": 1e300}, id="delay-past-9999"),
+    pytest.param({"delay": None, "at": 1e300}, id="at-past-9999"),
+    pytest.param({"delay": None, "at": -1e300}, id="at-before-year-1"),
+    pytest.param({"timeout": True}, id="bool-timeout"),
+    pytest.param({"timeout": 0}, id="zero-timeout"),
+    pytest.param({"retries": -1}, id="negative-retries"),
+])
+def test_check_request_rejects_what_cannot_be_represented(changes: dict[str, object]) -> None:
+    with pytest.raises(InvalidJobError):
+        check_request(_request(**changes))
+
+
+def test_check_request_accepts_the_last_second_of_9999() -> None:
+    check_request(_request(delay=None, at=MAX_EPOCH))
+    check_request(_request(delay=3600.0, timeout=1, retries=2))
+
+
+@pytest.mark.parametrize("kwargs", [
+    pytest.param({"delay": 1e300}, id="delay"),
+    pytest.param({"at": 1e300}, id="at"),
+    pytest.param({"at": MAX_EPOCH + 1}, id="at-just-past"),
+])
+def test_the_client_rejects_overflowing_times_at_the_call_site(kwargs: dict[str, float]) -> None:
+    from mpsched._client import Client
+
+    client = Client.__new__(Client)  # validation happens before any manager call
+    with pytest.raises(InvalidJobError, match="9999"):
+        client.schedule(abs, -1, **kwargs)

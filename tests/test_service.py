@@ -10,9 +10,7 @@ from fakeclock import FakeClock
 
 from mpsched._errors import WorkerRetiredError
 from mpsched._job import JobRequest, Outcome
-from mpsched._manager import (
-    EARLY_HANDOFF,
-    ManagerService,
+from mpsched._protocol import (
     Report,
     WorkerHello,
     WorkerLoad,
@@ -20,6 +18,7 @@ from mpsched._manager import (
     report_to_wire,
 )
 from mpsched._queue import JobQueue
+from mpsched._service import EARLY_HANDOFF, ManagerService
 from mpsched._transport import describe_versions
 
 

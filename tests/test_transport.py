@@ -19,7 +19,7 @@ import pytest
 
 import mpsched._transport as transport
 from mpsched import AuthenticationError
-from mpsched._manager import ServiceManager
+from mpsched._protocol import ServiceManager
 from mpsched._transport import (
     AUTHKEY_ENV,
     SERIALIZER,

@@ -1,0 +1,298 @@
+"""ManagerService: the one object a manager process serves to clients and workers.
+
+It joins the pure JobQueue (heap, leases) with what only a served object needs: the
+workers table (hellos, heartbeats, current jobs), per-client result mailboxes, version
+checks and the statistics ``status`` shows. Each public method is one proxied call and runs
+in the server thread of the caller's connection (mpsched._protocol.ServiceProxy is the
+other side).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import pickle
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import psutil
+
+from mpsched._errors import (
+    JobTimeoutError,
+    MpschedError,
+    SchedulerShutdownError,
+    VersionMismatchError,
+    WorkerCrashedError,
+    WorkerRetiredError,
+)
+from mpsched._job import JobRequest, Lease, Outcome
+from mpsched._mailbox import Mailboxes
+from mpsched._protocol import (
+    HEARTBEAT_TIMEOUT,
+    LONG_POLL,
+    AssignmentWire,
+    ClientHello,
+    JobRequestWire,
+    OutcomeWire,
+    Report,
+    ReportWire,
+    Stats,
+    WorkerHello,
+    WorkerLoad,
+    WorkerStatus,
+    assignment_to_wire,
+    report_from_wire,
+)
+from mpsched._queue import JobQueue, LostLease
+from mpsched._transport import describe_versions, host_name
+
+log = logging.getLogger("mpsched.manager")
+
+# Workers on this machine get a job this long before it is due and sleep the rest on the
+# shared monotonic clock, so the manager's wake-up and the reply's trip do not add to the
+# job's lateness. Remote workers' clocks are not ours: they get jobs when due.
+EARLY_HANDOFF = 0.002
+THROUGHPUT_WINDOW = 10.0  # seconds over which stats() measures throughput
+
+
+@dataclass(eq=False)
+class _Worker:
+    hello: WorkerHello
+    last_seen: float
+    jobs_done: int = 0
+    current: str | None = None
+    acked: int = 0  # remote workers: the last lease id they acknowledged
+    load: WorkerLoad | None = None
+    proc: psutil.Process | None = field(default=None, repr=False)  # same-host workers
+
+
+class ManagerService:
+    """The object the manager serves; each public method is one proxied call."""
+
+    def __init__(self, queue: JobQueue, *, heartbeat_timeout: float = HEARTBEAT_TIMEOUT) -> None:
+        self.queue = queue
+        self.mailboxes = Mailboxes()
+        self.heartbeat_timeout = heartbeat_timeout
+        self.versions = describe_versions()
+        self.host = host_name()
+        # Guards _workers, _retired and _finished. Nobody waits on it.
+        self._lock = threading.Lock()
+        self._workers: dict[str, _Worker] = {}
+        self._retired: set[str] = set()
+        self._finished: deque[float] = deque(maxlen=100_000)  # completion times
+        self._started = time.monotonic()
+        # Set once stop() is called; the supervisor sees it through the wake pipe.
+        self.stopping = threading.Event()
+        self.wake_reader, self._wake_writer = os.pipe()
+
+    def wake_supervisor(self) -> None:
+        """Wake the supervisor loop (it waits on ``wake_reader`` with the worker sentinels)."""
+        os.write(self._wake_writer, b"x")
+
+    # ------------------------------------------------------------------ workers
+
+    def hello(self, hello: WorkerHello) -> float:
+        """Register a worker; returns the heartbeat timeout its heartbeats must beat."""
+        self._check_versions(f"worker {hello.worker_id} on {hello.host}",
+                             (hello.python, hello.cloudpickle))
+        proc = None
+        if hello.host == self.host:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc = psutil.Process(hello.pid)
+        with self._lock:
+            self._workers[hello.worker_id] = _Worker(hello, time.monotonic(), proc=proc)
+        self.wake_supervisor()
+        log.info("worker %s joined (pid %d on %s)", hello.worker_id, hello.pid, hello.host)
+        return self.heartbeat_timeout
+
+    def take(self, worker_id: str, report: ReportWire | None,
+             timeout: float) -> AssignmentWire | None:
+        """Report the previous job (if any), then wait for the next due one."""
+        local = self._check_in(worker_id, reported=report is not None)
+        if report is not None:
+            self._complete(report_from_wire(report), same_clock=local)
+        # A worker on this machine shares our monotonic clock: it can be handed a job
+        # early and sleep the rest itself.
+        early = EARLY_HANDOFF if local else 0.0
+        assignment = self.queue.take(worker_id, min(timeout, LONG_POLL), early)
+        if assignment is not None:
+            with self._lock:
+                worker = self._workers.get(worker_id)
+                if worker is not None:
+                    worker.current = assignment.lease.job_id
+            if assignment.timeout is not None:
+                self.wake_supervisor()  # it sleeps until the earliest job deadline
+            return assignment_to_wire(assignment)
+        return None
+
+    def ack(self, worker_id: str, lease_id: int) -> None:
+        """A remote worker received a lease: from now on losing it counts as an attempt."""
+        with self._lock:
+            worker = self._workers.get(worker_id)
+            if worker is not None:
+                worker.acked = lease_id
+                worker.last_seen = time.monotonic()
+
+    def heartbeat(self, worker_id: str, load: WorkerLoad) -> None:
+        self._check_in(worker_id, reported=False)
+        with self._lock:
+            worker = self._workers.get(worker_id)
+            if worker is not None:
+                worker.load = load
+
+    def finish(self, worker_id: str, report: ReportWire | None) -> None:
+        """Report the last job of a worker that is leaving to be replaced (recycling)."""
+        if report is not None:
+            local = self._check_in(worker_id, reported=True)
+            self._complete(report_from_wire(report), same_clock=local)
+
+    def leave(self, worker_id: str, report: ReportWire | None) -> None:
+        """A remote worker leaves (drained): report its last job and end its leases."""
+        self.finish(worker_id, report)
+        self.lose_worker(worker_id, exitcode=0)
+
+    def _check_in(self, worker_id: str, *, reported: bool) -> bool:
+        """Note a sign of life (and a finished job); True for a worker on this machine.
+
+        Raises:
+            WorkerRetiredError: the worker was declared gone (its leases already ended).
+        """
+        with self._lock:
+            if worker_id in self._retired:
+                raise WorkerRetiredError(f"worker {worker_id} was declared gone; join again")
+            now = time.monotonic()
+            if reported:
+                self._finished.append(now)
+            worker = self._workers.get(worker_id)
+            if worker is None:
+                return False
+            worker.last_seen = now
+            if reported:
+                worker.current = None
+                worker.jobs_done += 1
+            return worker.proc is not None
+
+    def _complete(self, report: Report, *, same_clock: bool) -> None:
+        # A start stamp from another machine's monotonic clock says nothing about lateness
+        # here: such jobs stay out of the lateness and started-early counts.
+        stats_outcome = report.outcome if same_clock else report.outcome._replace(started=None)
+        job = self.queue.complete(report.lease_id, stats_outcome)
+        if job is not None:
+            self.mailboxes.post(job.client_id, report.outcome)
+
+    def lose_worker(self, worker_id: str, exitcode: int | None,
+                    received: Callable[[Lease], bool] | None = None) -> int:
+        """Forget a worker and resolve each job it held; returns how many it held.
+
+        ``received`` tells whether the worker got a lease (local workers: their shared
+        acknowledgement slot); by default, the last lease it acknowledged.
+        """
+        lost = self.queue.release_worker(worker_id)
+        with self._lock:
+            worker = self._workers.pop(worker_id, None)
+            self._retired.add(worker_id)
+        acked = worker.acked if worker is not None else 0
+        for item in lost:
+            got = received(item.lease) if received else item.lease.lease_id == acked
+            self._resolve_lost(item, got, exitcode)
+        return len(lost)
+
+    def _resolve_lost(self, item: LostLease, received: bool, exitcode: int | None) -> None:
+        job, lease = item.job, item.lease
+        error: MpschedError
+        if item.past_deadline:
+            assert job.timeout is not None
+            self.queue.fail(job, timed_out=True)
+            error = JobTimeoutError(job.job_id, job.timeout)
+        elif not received and self.queue.requeue(job, retry=False):
+            log.info("job %s never reached worker %s; requeued", job.job_id, lease.worker_id)
+            return
+        elif received and job.attempt <= job.retries and self.queue.requeue(job, retry=True):
+            log.warning("job %s: worker %s died on attempt %d; requeued", job.job_id,
+                        lease.worker_id, job.attempt)
+            return
+        elif self.stopping.is_set():
+            self.queue.fail(job)
+            error = SchedulerShutdownError(f"the manager stopped before job {job.job_id} ran")
+        else:
+            self.queue.fail(job)
+            error = WorkerCrashedError(job.job_id, lease.worker_id, exitcode)
+            log.error("%s", error)
+        self.mailboxes.post(job.client_id, Outcome(
+            job.job_id, False, pickle.dumps(error), "", None, type(error).__name__))
+
+    def expired_remote(self) -> tuple[list[str], float | None]:
+        """Remote workers silent past the heartbeat timeout, and the next such deadline."""
+        now = time.monotonic()
+        with self._lock:
+            deadlines = {wid: w.last_seen + self.heartbeat_timeout
+                         for wid, w in self._workers.items() if w.hello.remote}
+        late = [wid for wid, deadline in deadlines.items() if deadline <= now]
+        ahead = [deadline for deadline in deadlines.values() if deadline > now]
+        return late, min(ahead, default=None)
+
+    def worker_count(self) -> int:
+        with self._lock:
+            return len(self._workers)
+
+    # ------------------------------------------------------------------ clients
+
+    def open_client(self, hello: ClientHello) -> int | None:
+        """Register a client; returns the queue's max_pending (a client batches below it)."""
+        self._check_versions(f"client {hello.client_id}", (hello.python, hello.cloudpickle))
+        self.mailboxes.open(hello.client_id)
+        return self.queue.max_pending
+
+    def close_client(self, client_id: str) -> None:
+        self.mailboxes.close(client_id)
+
+    def submit(self, requests: list[JobRequestWire], timeout: float | None) -> None:
+        """Queue a batch of jobs, all or none (one job is a batch of one)."""
+        bounded = LONG_POLL if timeout is None else min(timeout, LONG_POLL)
+        self.queue.submit_many([JobRequest._make(r) for r in requests], bounded)
+
+    def cancel(self, job_id: str) -> bool:
+        return self.queue.cancel(job_id)
+
+    def cancel_client(self, client_id: str) -> list[str]:
+        return self.queue.cancel_client(client_id)
+
+    def collect(self, client_id: str, timeout: float) -> list[OutcomeWire] | None:
+        outcomes = self.mailboxes.collect(client_id, min(timeout, LONG_POLL))
+        return None if outcomes is None else [tuple(o) for o in outcomes]  # type: ignore[misc]
+
+    def stats(self) -> Stats:
+        now = time.monotonic()
+        with self._lock:
+            workers = list(self._workers.values())
+            recent = sum(1 for t in self._finished if t >= now - THROUGHPUT_WINDOW)
+        window = min(THROUGHPUT_WINDOW, max(now - self._started, 1e-9))
+        return Stats(self.queue.stats(), tuple(_status(w) for w in workers),
+                     uptime=now - self._started, throughput=recent / window)
+
+    def stop(self) -> None:
+        """Stop handing out jobs; the manager process then drains, stops workers, exits."""
+        self.stopping.set()
+        self.queue.close()
+        self.wake_supervisor()
+
+    def _check_versions(self, peer: str, theirs: tuple[str, str]) -> None:
+        if theirs != self.versions:
+            error = VersionMismatchError(peer, self.versions, theirs)
+            log.warning("refused %s", error)
+            raise error
+
+
+def _status(worker: _Worker) -> WorkerStatus:
+    cpu, rss = (worker.load.cpu_percent, worker.load.rss) if worker.load else (0.0, 0)
+    if worker.proc is not None:
+        with contextlib.suppress(psutil.Error):
+            cpu, rss = worker.proc.cpu_percent(None), worker.proc.memory_info().rss
+    hello = worker.hello
+    return WorkerStatus(hello.worker_id, hello.pid, hello.host, hello.remote,
+                        worker.jobs_done, worker.current, cpu, rss)
+
