@@ -41,6 +41,11 @@ from mpsched._job import (
 # priority, then FIFO), which a fresh offset per submit would not give.
 WALL_OFFSET_RESYNC = 1e-3
 
+# How long a released worker's id is remembered: a take that was already on its way when
+# the worker was released returns None instead of a job (the manager bounds every take by
+# its long poll, a few seconds).
+GONE_MEMORY = 120.0
+
 # How many recent lateness samples stats() summarises.
 LATENESS_SAMPLES = 10_000
 
@@ -133,8 +138,9 @@ class JobQueue:
         # head, a cancel that removes the head, and a leaving taker when work remains and
         # no leader does; notified all by close().
         self._available = self._clock.condition(self._lock)
-        # Submitters wait here while max_pending jobs are pending. Notified (one waiter)
-        # each time a pending job leaves the heap (taken or cancelled); all by close().
+        # Submitters wait here while max_pending jobs are pending. Notified (all of them:
+        # a woken batch that still does not fit must not swallow the wake-up of a smaller
+        # one that would) each time a pending job leaves the heap; all by close().
         self._room = self._clock.condition(self._lock)
         # A stopping manager waits here (wait_drained) for in-flight jobs to end; notified
         # (all) whenever the in-flight table becomes empty.
@@ -146,7 +152,11 @@ class JobQueue:
         self._pending: dict[str, Job] = {}  # live pending jobs; heaps hold cancelled ones too
         self._stale = 0  # cancelled entries still in a heap
         self._in_flight: dict[int, _InFlight] = {}
-        self._gone: set[str] = set()  # released workers: their takes never get a job again
+        # Released workers (by id, with when) whose takes never get a job again; kept for
+        # GONE_MEMORY seconds, far longer than a take that was already under way can last.
+        self._gone: dict[str, float] = {}
+        self._room_waiting = 0  # submitters inside a wait for room
+        self._pending_levels = dict.fromkeys((p.level for p in Priority), 0)
         self._leader: object | None = None  # the taker sleeping until the head is due
         self._waiting = 0  # takers and submitters inside a wait
         self._closed = False
@@ -278,7 +288,7 @@ class JobQueue:
                         # it a job would leave that job in flight with no one to run it.
                         return None
                     now = self._clock.now()
-                    job = self._pop_due_locked(now + early)
+                    job = self._pop_due_locked(now, early)
                     if job is not None:
                         return self._lease_locked(job, worker_id, now)
                     remaining = deadline - now
@@ -332,8 +342,12 @@ class JobQueue:
         The worker id is retired: a ``take`` still running for it returns None.
         """
         with self._lock:
-            self._gone.add(worker_id)
             now = self._clock.now()
+            self._gone[worker_id] = now
+            for old, when in list(self._gone.items()):
+                if when >= now - GONE_MEMORY:
+                    break  # insertion order is time order
+                del self._gone[old]
             lost = [LostLease(f.job, f.lease, f.deadline is not None and f.deadline <= now)
                     for f in self._in_flight.values() if f.lease.worker_id == worker_id]
             for entry in lost:
@@ -385,10 +399,7 @@ class JobQueue:
     def stats(self) -> QueueStats:
         """Counters, pending jobs per priority and recent lateness percentiles."""
         with self._lock:
-            pending = {p.name.lower(): 0 for p in Priority}
-            names = {p.level: p.name.lower() for p in Priority}
-            for job in self._pending.values():
-                pending[names[job.priority]] += 1
+            pending = {p.name.lower(): self._pending_levels[p.level] for p in Priority}
             head_due = self._head_due_locked()
             if self._ready:
                 head_due = self._clock.now()
@@ -437,12 +448,17 @@ class JobQueue:
             remaining = None if deadline is None else deadline - self._clock.now()
             if remaining is not None and remaining <= 0:
                 raise QueueFullError(self._max_pending, timeout)
-            self._wait_locked(self._room, remaining)
+            self._room_waiting += 1
+            try:
+                self._wait_locked(self._room, remaining)
+            finally:
+                self._room_waiting -= 1
             if self._closed:
                 raise SchedulerShutdownError("the queue is closed")
 
     def _push_locked(self, job: Job, *, notify: bool = True) -> None:
         self._pending[job.job_id] = job
+        self._pending_levels[job.priority] += 1
         heapq.heappush(self._delayed, (job.due, job.priority, job.seq, job))
         if notify and self._delayed[0][3] is job:
             self._new_head_locked()
@@ -457,7 +473,9 @@ class JobQueue:
         job.cancelled = True
         self._stale += 1
         self._cancelled += 1
-        self._room.notify()
+        self._pending_levels[job.priority] -= 1
+        if self._room_waiting:
+            self._room.notify_all()
         old_head = self._delayed[0][3] if self._delayed else None
         self._drop_stale_heads_locked()
         if self._delayed and self._delayed[0][3] is not old_head:
@@ -482,12 +500,15 @@ class JobQueue:
         self._drop_stale_heads_locked()
         return self._delayed[0][0] if self._delayed else None
 
-    def _pop_due_locked(self, now: float) -> Job | None:
+    def _pop_due_locked(self, now: float, early: float = 0.0) -> Job | None:
+        """The next job for a taker that may get one ``early`` seconds before it is due."""
         self._drop_stale_heads_locked()
         if self._order is Order.TIME:
-            if self._delayed and self._delayed[0][0] <= now:
+            if self._delayed and self._delayed[0][0] <= now + early:
                 return self._take_entry_locked(heapq.heappop(self._delayed)[3])
             return None
+        # Only jobs really due move to the ready heap: a job there is due for every taker,
+        # including one that must never get a job early (a worker on another clock).
         while self._delayed and self._delayed[0][0] <= now:
             job = heapq.heappop(self._delayed)[3]
             if job.cancelled:
@@ -497,12 +518,15 @@ class JobQueue:
         self._drop_stale_heads_locked()
         if self._ready:
             return self._take_entry_locked(heapq.heappop(self._ready)[3])
+        if early and self._delayed and self._delayed[0][0] <= now + early:
+            return self._take_entry_locked(heapq.heappop(self._delayed)[3])
         return None
 
     def _take_entry_locked(self, job: Job) -> Job:
         del self._pending[job.job_id]
-        if self._waiting:  # a submitter may wait for room
-            self._room.notify()
+        self._pending_levels[job.priority] -= 1
+        if self._room_waiting:
+            self._room.notify_all()
         return job
 
     def _lease_locked(self, job: Job, worker_id: str, now: float) -> Assignment:

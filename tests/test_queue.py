@@ -17,7 +17,7 @@ from mpsched._errors import (
     SchedulerShutdownError,
 )
 from mpsched._job import Assignment, JobRequest, Order, Outcome, Priority
-from mpsched._queue import JobQueue, SystemClock, Waitable
+from mpsched._queue import GONE_MEMORY, JobQueue, SystemClock, Waitable
 
 HIGH = Priority.HIGH.level
 MEDIUM = Priority.MEDIUM.level
@@ -1189,3 +1189,87 @@ def test_stats_count_jobs_started_before_their_due_time(harness: Harness) -> Non
     queue.complete(assignment.lease.lease_id, outcome("job", started=assignment.due - 0.5))
     stats = queue.stats()
     assert stats.started_early == 1 and stats.lateness["max"] == 0.0
+
+
+# ------------------------------------------------------------- hardening: wake-ups, memory
+
+
+def test_room_wakes_a_smaller_batch_when_a_larger_one_still_does_not_fit(
+        harness: Harness) -> None:
+    queue = harness.queue(max_pending=3)
+    for name in ("a", "b", "c"):
+        queue.submit(request(name, delay=5))
+    pair = harness.submitter(queue, [request("p1"), request("p2")])
+    harness.settle(1)
+    single = harness.submitter(queue, request("s"))
+    harness.settle(2)
+    assert queue.cancel("a")  # room for one: the pair (first in line) still does not fit
+    finish(single)
+    assert single.submitted and single.error is None
+    harness.settle(1)  # the pair waits on for more room
+    assert not pair.submitted
+    assert queue.cancel("b")
+    assert queue.cancel("c")
+    finish(pair)
+    assert pair.submitted
+
+
+def test_priority_order_never_hands_a_job_early_to_a_taker_that_may_not_get_it_early(
+        harness: Harness) -> None:
+    queue = harness.queue(order=Order.PRIORITY)
+    queue.submit(request("urgent", HIGH))
+    queue.submit(request("soon", LOW, delay=0.0015))
+    local = queue.take("local", 0, early=0.002)  # may start jobs up to 2 ms early
+    assert local is not None and local.lease.job_id == "urgent"
+    assert queue.take("remote", 0) is None  # "soon" is not due for a worker on another clock
+    harness.clock.advance(0.0015)
+    remote = queue.take("remote", 0)
+    assert remote is not None and remote.lease.job_id == "soon"
+
+
+@ORDERS
+def test_an_early_taker_still_gets_a_job_due_within_its_head_start(
+        harness: Harness, order: Order) -> None:
+    queue = harness.queue(order=order)
+    queue.submit(request("soon", delay=0.001))
+    assert queue.take("remote", 0) is None
+    early = queue.take("local", 0, early=0.002)
+    assert early is not None and early.lease.job_id == "soon"
+
+
+class _NoWalk(dict):  # type: ignore[type-arg]
+    def values(self) -> Any:
+        raise AssertionError("stats() walked the pending jobs")
+
+
+def test_stats_counts_pending_per_priority_without_walking_the_heap(harness: Harness) -> None:
+    queue = harness.queue()
+    queue.submit_many([request("h", HIGH), request("m1"), request("m2", delay=9),
+                       request("l", LOW, delay=9)])
+    assert queue.cancel("m2")
+    assert take_now(queue) == "h"
+    queue._pending = _NoWalk(queue._pending)
+    assert queue.stats().pending == {"high": 0, "medium": 1, "low": 1}
+    assert queue.cancel("m1") and queue.cancel("l")
+    assert queue.stats().pending == {"high": 0, "medium": 0, "low": 0}
+
+
+def test_requeued_jobs_count_as_pending_again(harness: Harness) -> None:
+    queue = harness.queue()
+    queue.submit(request("h", HIGH))
+    assert take_now(queue, "w") == "h"
+    assert queue.stats().pending["high"] == 0
+    [(job, _, _)] = queue.release_worker("w")
+    assert queue.requeue(job, retry=True)
+    assert queue.stats().pending["high"] == 1
+
+
+def test_released_worker_ids_are_forgotten_after_a_while(harness: Harness) -> None:
+    queue = harness.queue()
+    for n in range(100):
+        queue.release_worker(f"dead-{n}")
+    queue.submit(request("x"))
+    assert take_now(queue, "dead-99") is None  # a take still on its way gets nothing
+    harness.clock.advance(GONE_MEMORY + 1)
+    queue.release_worker("dead-100")
+    assert set(queue._gone) == {"dead-100"}
