@@ -124,6 +124,10 @@ class Stats:
     workers: tuple[WorkerStatus, ...]
     uptime: float
     throughput: float  # jobs finished per second over the last THROUGHPUT_WINDOW seconds
+    # Local workers the manager wants but could not start (fork failed, no file descriptors);
+    # it keeps retrying with backoff. start_failures counts every failed attempt.
+    workers_missing: int = 0
+    worker_start_failures: int = 0
 
     @property
     def pending(self) -> dict[str, int]:

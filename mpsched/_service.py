@@ -79,11 +79,12 @@ class ManagerService:
         self.heartbeat_timeout = heartbeat_timeout
         self.versions = describe_versions()
         self.host = host_name()
-        # Guards _workers, _retired and _finished. Nobody waits on it.
+        # Guards _workers and _finished. Nobody waits on it.
         self._lock = threading.Lock()
         self._workers: dict[str, _Worker] = {}
-        self._retired: set[str] = set()
         self._finished: deque[float] = deque(maxlen=100_000)  # completion times
+        self.workers_missing = 0  # set by the supervisor (its thread only); read by stats()
+        self.worker_start_failures = 0
         self._started = time.monotonic()
         # Set once stop() is called; the supervisor sees it through the wake pipe.
         self.stopping = threading.Event()
@@ -159,17 +160,18 @@ class ManagerService:
         """Note a sign of life (and a finished job); True for a worker on this machine.
 
         Raises:
-            WorkerRetiredError: the worker was declared gone (its leases already ended).
+            WorkerRetiredError: the worker is not (or no longer) registered: it was
+                declared gone and its leases already ended, so it must join again. (No set
+                of retired ids is kept: worker ids are never reused.)
         """
         with self._lock:
-            if worker_id in self._retired:
-                raise WorkerRetiredError(f"worker {worker_id} was declared gone; join again")
+            worker = self._workers.get(worker_id)
+            if worker is None:
+                raise WorkerRetiredError(
+                    f"worker {worker_id} was declared gone (or never joined); join again")
             now = time.monotonic()
             if reported:
                 self._finished.append(now)
-            worker = self._workers.get(worker_id)
-            if worker is None:
-                return False
             worker.last_seen = now
             if reported:
                 worker.current = None
@@ -194,7 +196,6 @@ class ManagerService:
         lost = self.queue.release_worker(worker_id)
         with self._lock:
             worker = self._workers.pop(worker_id, None)
-            self._retired.add(worker_id)
         acked = worker.acked if worker is not None else 0
         for item in lost:
             got = received(item.lease) if received else item.lease.lease_id == acked
@@ -272,7 +273,9 @@ class ManagerService:
             recent = sum(1 for t in self._finished if t >= now - THROUGHPUT_WINDOW)
         window = min(THROUGHPUT_WINDOW, max(now - self._started, 1e-9))
         return Stats(self.queue.stats(), tuple(_status(w) for w in workers),
-                     uptime=now - self._started, throughput=recent / window)
+                     uptime=now - self._started, throughput=recent / window,
+                     workers_missing=self.workers_missing,
+                     worker_start_failures=self.worker_start_failures)
 
     def stop(self) -> None:
         """Stop handing out jobs; the manager process then drains, stops workers, exits."""
@@ -290,7 +293,7 @@ class ManagerService:
 def _status(worker: _Worker) -> WorkerStatus:
     cpu, rss = (worker.load.cpu_percent, worker.load.rss) if worker.load else (0.0, 0)
     if worker.proc is not None:
-        with contextlib.suppress(psutil.Error):
+        with contextlib.suppress(psutil.Error, OSError):  # e.g. no fd left to read /proc
             cpu, rss = worker.proc.cpu_percent(None), worker.proc.memory_info().rss
     hello = worker.hello
     return WorkerStatus(hello.worker_id, hello.pid, hello.host, hello.remote,

@@ -20,6 +20,7 @@ import multiprocessing
 import os
 import time
 from dataclasses import dataclass
+from functools import partial
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any
@@ -29,6 +30,10 @@ from mpsched._service import ManagerService
 from mpsched._worker import WorkerConfig, kill_tree, worker_main
 
 log = logging.getLogger("mpsched.supervisor")
+
+# A worker that fails to start is tried again after this many seconds, doubling each time
+# up to the second value; a success resets it.
+RESTART_BACKOFF = (0.1, 10.0)
 
 
 
@@ -53,9 +58,13 @@ class Supervisor:
         # Workers watch the read end; only this process holds the write end, so it closes
         # (and they exit) when this process dies, however it dies.
         self._lifeline_r, self._lifeline_w = self._ctx.Pipe(duplex=False)
-        self._workers: dict[str, _Local] = {}  # touched by the manager's main thread only
-        self._killed: set[int] = set()  # lease ids whose worker we killed for its timeout
+        # Everything below is touched by the manager's main thread only.
+        self._workers: dict[str, _Local] = {}
+        self._killed: dict[str, int] = {}  # worker id -> the lease we killed it for
         self._ids = itertools.count(1)
+        self._missing = 0  # workers to start again after a failed start
+        self._next_start = 0.0  # monotonic time of the next attempt
+        self._backoff = RESTART_BACKOFF[0]
 
     def start_workers(self) -> None:
         for _ in range(self._config.workers):
@@ -97,6 +106,23 @@ class Supervisor:
             while os.read(self._service.wake_reader, 4096):
                 pass
 
+    def _restart_missing(self) -> None:
+        """Start the workers whose replacement failed, once their backoff has passed."""
+        while self._missing and time.monotonic() >= self._next_start:
+            try:
+                self._start_one()
+            except Exception as exc:
+                self._service.worker_start_failures += 1
+                self._next_start = time.monotonic() + self._backoff
+                log.error("could not start a worker (%s: %s); %d missing, retrying in %.1f s",
+                          type(exc).__name__, exc, self._missing, self._backoff)
+                self._backoff = min(self._backoff * 2, RESTART_BACKOFF[1])
+                break
+            self._missing -= 1
+            self._backoff = RESTART_BACKOFF[0]
+            log.info("worker started again; %d missing", self._missing)
+        self._service.workers_missing = self._missing
+
     def watch(self, control: Connection | None) -> str:
         """Supervise until stopped; returns "stop" or "owner-gone".
 
@@ -123,6 +149,8 @@ class Supervisor:
                     worker_id = by_sentinel.get(sentinel)
                     if worker_id is not None:
                         self._on_exit(worker_id)
+                if not self._service.stopping.is_set():
+                    self._restart_missing()
             except Exception:  # the supervisor must outlive its own bugs: futures depend on it
                 log.exception("supervisor error; carrying on")
         return "stop"
@@ -130,7 +158,8 @@ class Supervisor:
     def _next_timeout(self) -> float | None:
         _, job_deadline = self._service.queue.expired()
         _, heartbeat_deadline = self._service.expired_remote()
-        deadlines = [d for d in (job_deadline, heartbeat_deadline) if d is not None]
+        restart = self._next_start if self._missing else None
+        deadlines = [d for d in (job_deadline, heartbeat_deadline, restart) if d is not None]
         return max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
 
     def _owner_message(self, control: Connection) -> str:
@@ -144,12 +173,15 @@ class Supervisor:
         late, _ = self._service.queue.expired()
         for lease in late:
             local = self._workers.get(lease.worker_id)
-            if local is None or lease.lease_id in self._killed:
+            if local is None or self._killed.get(lease.worker_id) == lease.lease_id:
                 continue  # remote workers enforce their jobs' timeouts themselves
-            self._killed.add(lease.lease_id)
-            log.warning("job %s ran past its timeout; killing worker %s (pid %s)",
-                        lease.job_id, lease.worker_id, local.proc.pid)
-            kill_tree(local.proc.pid)
+            pid = local.proc.pid
+            # Only while the lease is still in flight: the worker may have reported the
+            # late job and taken the next one since expired() looked.
+            if self._service.queue.while_in_flight(lease.lease_id, partial(kill_tree, pid)):
+                self._killed[lease.worker_id] = lease.lease_id
+                log.warning("job %s ran past its timeout; killed worker %s (pid %s)",
+                            lease.job_id, lease.worker_id, pid)
 
     def _expire_remote(self) -> None:
         late, _ = self._service.expired_remote()
@@ -160,6 +192,7 @@ class Supervisor:
 
     def _on_exit(self, worker_id: str) -> None:
         local = self._workers.pop(worker_id)
+        self._killed.pop(worker_id, None)
         local.proc.join()
         exitcode = local.proc.exitcode
         held = self._service.lose_worker(
@@ -168,7 +201,7 @@ class Supervisor:
             log.error("worker %s (pid %s) exited with code %s holding %d job(s)",
                       worker_id, local.proc.pid, exitcode, held)
         if not self._service.stopping.is_set():
-            self._start_one()
+            self._missing += 1  # replaced by _restart_missing(), with backoff on failure
 
     def stop_workers(self, grace: float) -> None:
         """Wait up to ``grace`` seconds for local workers to leave, then kill their trees."""

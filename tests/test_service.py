@@ -97,3 +97,15 @@ def test_a_worker_declared_gone_is_refused_and_its_late_report_changes_nothing()
     assert service.mailboxes.collect("c", 0) == []
     stats = service.stats().queue
     assert stats.completed == 0 and stats.retried == 1 and stats.pending["medium"] == 1
+
+
+def test_the_manager_keeps_nothing_per_departed_worker():
+    service = ManagerService(JobQueue(), heartbeat_timeout=10)
+    for n in range(50):
+        service.hello(hello(f"w{n}", "some-other-host", 4242))
+        service.lose_worker(f"w{n}", exitcode=0)
+    kept = [name for name, value in vars(service).items()
+            if isinstance(value, (set, dict)) and len(value) >= 50]
+    assert not kept
+    with pytest.raises(WorkerRetiredError, match="declared gone"):
+        service.take("w7", None, 0)
