@@ -15,6 +15,11 @@ log = logging.getLogger("mpsched.manager")
 # under load one reply carries many outcomes (it only delays results, never job starts).
 BATCH = 64
 LINGER = 0.001
+# One collect() reply carries at most this many outcomes and, past the first, this many
+# payload bytes: a reply must never fail to pickle or exhaust memory. The rest waits for
+# the next call, which returns at once.
+REPLY_OUTCOMES = 4096
+REPLY_BYTES = 64 * 2**20
 
 
 @dataclass(eq=False)
@@ -45,15 +50,16 @@ class Mailboxes:
         with self._lock:
             box = self._boxes.get(client_id)
             if box is None:
-                log.info("dropped the outcome of job %s: client %s is gone",
-                         outcome.job_id, client_id)
+                log.debug("discarded the outcome of job %s: client %s is gone",
+                          outcome.job_id, client_id)
                 return
             box.outcomes.append(outcome)
             if len(box.outcomes) in (1, BATCH):  # the waiter's two conditions
                 box.ready.notify()
 
     def collect(self, client_id: str, timeout: float) -> list[Outcome] | None:
-        """All outcomes waiting for ``client_id``, after at most ``timeout`` seconds.
+        """The outcomes waiting for ``client_id`` (up to REPLY_OUTCOMES / REPLY_BYTES),
+        after at most ``timeout`` seconds.
 
         Returns None once the mailbox is closed and empty (and forgets it).
         """
@@ -69,9 +75,15 @@ class Mailboxes:
                     self._boxes.pop(client_id, None)
                     return None
                 return []
-            outcomes = list(box.outcomes)
-            box.outcomes.clear()
-            self._emptied.notify_all()
+            outcomes = [box.outcomes.popleft()]
+            size = len(outcomes[0].payload)
+            while box.outcomes and len(outcomes) < REPLY_OUTCOMES:
+                size += len(box.outcomes[0].payload)
+                if size > REPLY_BYTES:
+                    break
+                outcomes.append(box.outcomes.popleft())
+            if not box.outcomes:
+                self._emptied.notify_all()
             return outcomes
 
     def close(self, client_id: str | None = None) -> None:
@@ -86,6 +98,22 @@ class Mailboxes:
                     box.ready.notify_all()
                     if client_id is not None and not box.outcomes:
                         del self._boxes[cid]
+
+    def drop(self, client_id: str) -> int | None:
+        """Forget a client that can no longer collect (its connection closed); returns how
+        many outcomes were discarded (None: it had no mailbox). Later outcomes for it are
+        discarded as they come."""
+        with self._lock:
+            box = self._boxes.pop(client_id, None)
+            if box is None:
+                return None
+            self._emptied.notify_all()
+            return len(box.outcomes)
+
+    def __len__(self) -> int:
+        """How many clients have a mailbox."""
+        with self._lock:
+            return len(self._boxes)
 
     def wait_collected(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds until every mailbox is empty (its client took

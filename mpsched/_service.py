@@ -83,6 +83,9 @@ class ManagerService:
         self._lock = threading.Lock()
         self._workers: dict[str, _Worker] = {}
         self._finished: deque[float] = deque(maxlen=100_000)  # completion times
+        # Per server thread: the client whose outcomes this connection collects, so that
+        # the end of that connection (connection_closed) frees what only it could collect.
+        self._collector = threading.local()
         self.workers_missing = 0  # set by the supervisor (its thread only); read by stats()
         self.worker_start_failures = 0
         self._started = time.monotonic()
@@ -263,8 +266,24 @@ class ManagerService:
         return self.queue.cancel_client(client_id)
 
     def collect(self, client_id: str, timeout: float) -> list[OutcomeWire] | None:
+        self._collector.client_id = client_id
         outcomes = self.mailboxes.collect(client_id, min(timeout, LONG_POLL))
         return None if outcomes is None else [tuple(o) for o in outcomes]  # type: ignore[misc]
+
+    def connection_closed(self) -> None:
+        """Called in a connection's own server thread when the connection ends.
+
+        If it was a client's result connection, nobody can collect that client's outcomes
+        any more: its mailbox is dropped (its pending jobs still run; their outcomes are
+        discarded). A client that closed itself properly has no mailbox left by now.
+        """
+        client_id = getattr(self._collector, "client_id", None)
+        if client_id is None:
+            return
+        dropped = self.mailboxes.drop(client_id)
+        if dropped is not None:
+            log.info("client %s went away; %d uncollected outcome(s) discarded", client_id,
+                     dropped)
 
     def stats(self) -> Stats:
         now = time.monotonic()

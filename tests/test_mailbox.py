@@ -70,3 +70,35 @@ def test_a_waiting_collector_wakes_for_the_first_outcome():
     boxes.post("c", outcome("j"))
     taker.join(10)
     assert not taker.is_alive() and [o.job_id for o in got[0]] == ["j"]
+
+
+def test_one_reply_is_capped_by_count_and_the_rest_follows(monkeypatch):
+    monkeypatch.setattr("mpsched._mailbox.REPLY_OUTCOMES", 3)
+    boxes = Mailboxes()
+    boxes.open("c")
+    for i in range(7):
+        boxes.post("c", outcome(f"j{i}"))
+    replies = [boxes.collect("c", 0) for _ in range(4)]
+    assert [[o.job_id for o in r] for r in replies] == [
+        ["j0", "j1", "j2"], ["j3", "j4", "j5"], ["j6"], []]
+
+
+def test_one_reply_is_capped_by_bytes_but_always_carries_one_outcome(monkeypatch):
+    monkeypatch.setattr("mpsched._mailbox.REPLY_BYTES", 100)
+    boxes = Mailboxes()
+    boxes.open("c")
+    for i, size in enumerate([150, 60, 30, 20]):
+        boxes.post("c", Outcome(f"j{i}", True, b"x" * size, "", None))
+    replies = [[o.job_id for o in boxes.collect("c", 0)] for _ in range(3)]
+    assert replies == [["j0"], ["j1", "j2"], ["j3"]]
+
+
+def test_a_dropped_client_keeps_nothing():
+    boxes = Mailboxes()
+    boxes.open("gone")
+    boxes.post("gone", outcome("j1"))
+    assert boxes.drop("gone") == 1
+    boxes.post("gone", outcome("j2"))  # a job of the dead client finishes later
+    assert len(boxes) == 0
+    assert boxes.collect("gone", 0) is None
+    assert boxes.wait_collected(0)

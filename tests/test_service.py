@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 import pytest
@@ -109,3 +110,30 @@ def test_the_manager_keeps_nothing_per_departed_worker():
     assert not kept
     with pytest.raises(WorkerRetiredError, match="declared gone"):
         service.take("w7", None, 0)
+
+
+def test_a_client_whose_result_connection_closes_leaves_no_mailbox():
+    service = ManagerService(JobQueue(), heartbeat_timeout=10)
+    service.mailboxes.open("c")
+    service.mailboxes.post("c", Outcome("j1", True, b"x" * 1000, "", None))
+
+    def result_connection() -> None:  # one server thread serves one connection
+        service.collect("c", 0)
+        service.mailboxes.post("c", Outcome("j2", True, b"x" * 1000, "", None))
+        service.connection_closed()
+
+    thread = threading.Thread(target=result_connection)
+    thread.start()
+    thread.join(10)
+    assert len(service.mailboxes) == 0
+    service.mailboxes.post("c", Outcome("j3", True, b"", "", None))  # a late outcome
+    assert len(service.mailboxes) == 0
+
+
+def test_the_end_of_another_connection_leaves_the_mailbox_alone():
+    service = ManagerService(JobQueue(), heartbeat_timeout=10)
+    service.mailboxes.open("c")
+    thread = threading.Thread(target=service.connection_closed)  # e.g. a submit connection
+    thread.start()
+    thread.join(10)
+    assert len(service.mailboxes) == 1
