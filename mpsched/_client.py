@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, Future
 from datetime import datetime, timedelta
@@ -95,7 +96,7 @@ class _ClientCore:
         future: JobFuture[Any] = JobFuture(self, f"{self.client_id}-{next(self._ids)}")
         with self._lock:  # held briefly: the result thread takes it per outcome
             if self.closed:
-                raise SchedulerShutdownError("cannot schedule new jobs after shutdown")
+                raise SchedulerShutdownError("cannot schedule new futures after shutdown")
             self._futures[future.job_id] = future
         return future
 
@@ -129,33 +130,43 @@ class _ClientCore:
             self.forget(job_id)
         return removed
 
-    def cancel_pending(self) -> None:
-        """Cancel every job of this client still in the heap (shutdown(cancel_futures))."""
+    def cancel_pending(self, *, not_due_only: bool = False) -> int:
+        """Cancel every job of this client still in the heap (shutdown(cancel_futures));
+        with ``not_due_only``, only those whose due time is still ahead (interpreter exit),
+        after sending what is unsent. Returns how many were cancelled."""
         job_ids = []
         if self.outbox is not None:
-            job_ids = self.outbox.withdraw_all()
+            if not not_due_only:
+                job_ids = self.outbox.withdraw_all()
             self.outbox.flush()  # a batch on its way must land before we cancel the rest
         with contextlib.suppress(*_DISCONNECTED):
-            job_ids += self.service.cancel_client(self.client_id)
+            job_ids += self.service.cancel_client(self.client_id, not_due_only)
         with self._lock:
             futures = [self._futures.pop(j) for j in job_ids if j in self._futures]
         for future in futures:
             Future.cancel(future)
+        return len(job_ids)
 
     def _collect_loop(self) -> None:
-        while True:
-            try:
-                outcomes = self.service.collect(self.client_id, LONG_POLL)
-            except _DISCONNECTED:
-                with self._lock:
-                    self.closed = True
-                self._fail_all(SchedulerShutdownError("the mpsched manager went away"))
-                return
-            if outcomes is None:
-                self._fail_all(SchedulerShutdownError("the mpsched manager stopped"))
-                return
-            for outcome in outcomes:
-                self._resolve(outcome)
+        # However this thread ends, every outstanding future fails and the client closes:
+        # nobody else would ever resolve them.
+        error: MpschedError
+        try:
+            while (outcomes := self.service.collect(self.client_id, LONG_POLL)) is not None:
+                for outcome in outcomes:
+                    self._resolve(outcome)
+            error = SchedulerShutdownError("the mpsched manager stopped")
+        except _DISCONNECTED:
+            error = SchedulerShutdownError("the mpsched manager went away")
+        except BaseException as exc:
+            log.error("the result thread of client %s failed: %r", self.client_id, exc)
+            error = SchedulerShutdownError(f"this client's result thread failed: {exc!r}")
+            error.__cause__ = exc
+        with self._lock:
+            self.closed = True
+        if self.outbox is not None:
+            self.outbox.withdraw_all()  # their futures fail below; the jobs must not run
+        self._fail_all(error)
 
     def _resolve(self, outcome: Outcome) -> None:
         with self._lock:
@@ -227,6 +238,7 @@ class Client(Executor):
         # Guards _closer: shutdown() may be called from several threads.
         self._shutdown_lock = threading.Lock()
         self._closer: threading.Thread | None = None
+        _close_at_exit(self)
 
     def schedule(
         self,
@@ -403,11 +415,26 @@ class Client(Executor):
             closer.join()
 
     def detach(self) -> None:
-        """Close this client without waiting: jobs already submitted still run in the
-        manager, but their outcomes are discarded and their futures fail here with
-        SchedulerShutdownError. (``submit`` without ``--wait`` uses this.)"""
+        """Close this client without waiting for its jobs: every job already submitted
+        reaches the manager and stays queued there, and runs. Futures whose outcome had
+        arrived are resolved; every other future fails here with SchedulerShutdownError,
+        and that job's outcome is discarded when it comes. (``submit`` without ``--wait``
+        uses this.)"""
         with self._shutdown_lock, self._core._lock:
             self._core.closed = True
+        self._stop()
+
+    def _at_exit(self) -> None:
+        """The interpreter is exiting: later submits raise, and what this client already
+        submitted is not lost (see :meth:`_exit_work`)."""
+        with self._shutdown_lock, self._core._lock:
+            if self._core.closed:
+                return  # shut down already; a closer thread is joined by the interpreter
+            self._core.closed = True
+        self._exit_work()
+
+    def _exit_work(self) -> None:
+        # A client of a long-lived manager: what it submitted is sent, and runs there.
         self._stop()
 
     def _drain_and_stop(self) -> None:
@@ -417,6 +444,32 @@ class Client(Executor):
 
     def _stop(self) -> None:
         self._core.close()
+
+
+# Clients still open, closed (oldest first) when the interpreter exits. The hook runs
+# with threading's own exit hooks, as concurrent.futures' executors do: before atexit
+# functions (multiprocessing's among them, which would stop a manager) and while the
+# clients' daemon threads still run.
+_open_clients: weakref.WeakSet[Client] = weakref.WeakSet()
+_exit_hook = threading.Lock()  # guards the one-time registration below; nobody waits on it
+_exit_hook_registered = False
+
+
+def _close_at_exit(client: Client) -> None:
+    global _exit_hook_registered
+    with _exit_hook:
+        _open_clients.add(client)
+        if not _exit_hook_registered:
+            threading._register_atexit(_close_open_clients)  # type: ignore[attr-defined]
+            _exit_hook_registered = True
+
+
+def _close_open_clients() -> None:
+    for client in list(_open_clients):
+        try:
+            client._at_exit()
+        except Exception:
+            log.exception("could not close %r at interpreter exit", client)
 
 
 def connect(address: str | tuple[str, int], *, authkey: bytes | None = None,

@@ -195,8 +195,8 @@ class ServiceProxy(BaseProxy):
     def cancel(self, job_id: str) -> bool:
         return bool(self._call("cancel", job_id))
 
-    def cancel_client(self, client_id: str) -> list[str]:
-        result: list[str] = self._call("cancel_client", client_id)
+    def cancel_client(self, client_id: str, not_due_only: bool = False) -> list[str]:
+        result: list[str] = self._call("cancel_client", client_id, not_due_only)
         return result
 
     def collect(self, client_id: str, timeout: float) -> list[Outcome] | None:

@@ -253,10 +253,13 @@ class JobQueue:
             self._discard_locked(job)
             return True
 
-    def cancel_client(self, client_id: str) -> list[str]:
-        """Remove every pending job of one client; returns their ids."""
+    def cancel_client(self, client_id: str, *, not_due_only: bool = False) -> list[str]:
+        """Remove every pending job of one client (with ``not_due_only``, only those whose
+        due time is still ahead); returns their ids."""
         with self._lock:
-            jobs = [j for j in self._pending.values() if j.client_id == client_id]
+            now = self._clock.now()
+            jobs = [j for j in self._pending.values()
+                    if j.client_id == client_id and not (not_due_only and j.due <= now)]
             for job in jobs:
                 del self._pending[job.job_id]
                 self._discard_locked(job)

@@ -127,6 +127,18 @@ class Scheduler(Client):
         super()._stop()
         self._finalizer()
 
+    def _exit_work(self) -> None:
+        # As ProcessPoolExecutor does at exit: what is due runs to completion. Jobs due
+        # later would keep the program alive until then: they are dropped, loudly.
+        dropped = self._core.cancel_pending(not_due_only=True)
+        if dropped:
+            log.warning(
+                "interpreter exit: dropped %d job(s) not yet due. To run them, call "
+                "shutdown(wait=True) before the program ends, or submit them to a "
+                "long-running manager (python -m mpsched serve) with mpsched.connect()",
+                dropped)
+        self._drain_and_stop()
+
     def __repr__(self) -> str:
         return f"<Scheduler workers={self.workers} address={self.address!r}>"
 

@@ -262,8 +262,8 @@ class ManagerService:
     def cancel(self, job_id: str) -> bool:
         return self.queue.cancel(job_id)
 
-    def cancel_client(self, client_id: str) -> list[str]:
-        return self.queue.cancel_client(client_id)
+    def cancel_client(self, client_id: str, not_due_only: bool = False) -> list[str]:
+        return self.queue.cancel_client(client_id, not_due_only=not_due_only)
 
     def collect(self, client_id: str, timeout: float) -> list[OutcomeWire] | None:
         self._collector.client_id = client_id

@@ -26,8 +26,10 @@ def fail(message: str) -> None:
     raise ValueError(message)
 
 
-def record(log_path: str, key: str) -> tuple[str, float]:
-    """Append ``key`` to a log (one O_APPEND write per run) and return (key, start)."""
+def record(log_path: str, key: str, pad: bytes = b"") -> tuple[str, float]:
+    """Append ``key`` to a log (one O_APPEND write per run) and return (key, start).
+
+    ``pad`` only makes the job bigger on the wire."""
     started = time.monotonic()
     fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:

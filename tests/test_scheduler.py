@@ -357,3 +357,21 @@ def test_fast_pickling_is_used_only_where_it_matches_cloudpickle():
     main_class = types.new_class("Local")
     main_class.__module__ = "__main__"
     assert fast_dumps((jobs.stamp, (main_class,), {})) is None  # the worker has no such main
+
+
+def test_any_end_of_the_result_thread_fails_every_outstanding_future(make_scheduler):
+    s = make_scheduler(workers=1)
+    later = s.schedule(jobs.noop, 1, delay=600)
+
+    def broken(client_id, timeout):
+        raise RuntimeError("a bug in the result thread")
+
+    s._core.service.collect = broken  # the result thread's next call fails
+    s.submit(jobs.noop, 2)  # ends the collect under way (or its long poll does)
+    error = later.exception(timeout=30)
+    assert isinstance(error, SchedulerShutdownError)
+    assert "result thread failed" in str(error)
+    assert isinstance(error.__cause__, RuntimeError)
+    with pytest.raises(SchedulerShutdownError):
+        s.submit(jobs.noop, 3)
+    s.shutdown(wait=True)  # nothing outstanding is left to wait for
