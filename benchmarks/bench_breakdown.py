@@ -56,7 +56,7 @@ def in_process_steps() -> Result:
     def take_complete(i: int) -> None:
         a = queue.take("w1", 1.0)
         assert a is not None
-        queue.complete(a.lease.lease_id, outcome)
+        queue.leases.complete(a.lease.lease_id, outcome)
 
     def worker_run(i: int) -> None:
         fn, args, kwargs = cloudpickle.loads(payload)

@@ -31,9 +31,10 @@ from benchmarks._common import (
     summarise,
 )
 from benchmarks.jobs import noop, stamp
+from mpsched._clock import SystemClock
 from mpsched._errors import SchedulerShutdownError
 from mpsched._job import JobRequest, Outcome
-from mpsched._queue import JobQueue, SystemClock
+from mpsched._queue import JobQueue
 
 TAKE_TIMEOUT = 5.0  # as the manager's long poll: takers rarely time out in the window
 
@@ -124,7 +125,7 @@ def _taker(queue: JobQueue, worker_id: str, done: threading.Semaphore) -> None:
         if assignment is None:
             continue
         started = time.monotonic()
-        queue.complete(assignment.lease.lease_id,
+        queue.leases.complete(assignment.lease.lease_id,
                        Outcome(job_id=assignment.lease.job_id, ok=True, payload=b"",
                                traceback="", started=started))
         done.release()

@@ -73,7 +73,7 @@ def queue_fill_and_take(pending: int) -> Result:
         assignment = queue.take("w1", 1.0)
         t1 = time.perf_counter_ns()
         assert assignment is not None
-        queue.complete(assignment.lease.lease_id, Outcome(
+        queue.leases.complete(assignment.lease.lease_id, Outcome(
             job_id=assignment.lease.job_id, ok=True, payload=b"", traceback="", started=None))
         queue.submit(JobRequest(job_id=f"r-{i}", client_id="c0", payload=payload,
                                 priority=2, delay=0.0, at=None))

@@ -84,7 +84,7 @@ def run_manager(config: ManagerConfig, control: Connection | None = None,
         return 0
     finally:
         service.stop()
-        if not service.queue.wait_drained(grace):
+        if not service.queue.leases.wait_drained(grace):
             log.warning("jobs still running after %.0f s; stopping their workers", grace)
         supervisor.stop_workers(grace=2.0)
         service.mailboxes.close()

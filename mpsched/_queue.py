@@ -1,9 +1,10 @@
-"""JobQueue: the heap of pending jobs, the lock and conditions that guard it, and leases.
+"""JobQueue: the heap of pending jobs, and the lock and conditions that guard it.
 
 This is the seed design's ``JobScheduler`` grown up. It is pure: no multiprocessing, no
 pickling, and the clock is injected, so ordering, leases and the leader/follower wait are
 tested with threads and a fake clock, without sleeping. The manager process serves one
-instance of it to workers and clients.
+instance of it to workers and clients. A job leaves the heap and goes in flight under a
+lease (mpsched._leases) in one step, under this queue's lock.
 
 Waiting follows Java's ``DelayedWorkQueue`` (leader/follower): at most one taker, the
 *leader*, sleeps with a timeout equal to the head job's remaining delay; every other taker
@@ -16,26 +17,20 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import math
 import threading
-import time
-from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import NamedTuple, Protocol
 
+from mpsched._clock import Clock, SystemClock, Waitable
 from mpsched._errors import InvalidJobError, QueueFullError, SchedulerShutdownError
 from mpsched._job import (
     Assignment,
     Job,
     JobRequest,
-    Lease,
     Order,
-    Outcome,
     Priority,
     QueueStats,
     check_request,
 )
+from mpsched._leases import Leases, LostLease
 
 # Drift between the wall clock and the monotonic clock that makes us re-read their offset.
 # Below it, equal ``at`` values must keep getting equal due times (so ties break by
@@ -46,68 +41,6 @@ WALL_OFFSET_RESYNC = 1e-3
 # the worker was released returns None instead of a job (the manager bounds every take by
 # its long poll, a few seconds).
 GONE_MEMORY = 120.0
-
-# How many recent lateness samples stats() summarises.
-LATENESS_SAMPLES = 10_000
-
-
-class Waitable(Protocol):
-    """The part of ``threading.Condition`` JobQueue uses; a fake clock provides its own."""
-
-    def wait(self, timeout: float | None = None) -> bool: ...
-    def notify(self, n: int = 1) -> None: ...
-    def notify_all(self) -> None: ...
-
-
-class Clock(Protocol):
-    """Time as JobQueue sees it: a monotonic now, the wall clock, and timed waits."""
-
-    def now(self) -> float: ...
-    def wall(self) -> float: ...
-    def condition(self, lock: threading.Lock) -> Waitable: ...
-
-
-class SystemClock:
-    """The real clock: ``time.monotonic``, ``time.time`` and ``threading.Condition``."""
-
-    def now(self) -> float:
-        return time.monotonic()
-
-    def wall(self) -> float:
-        return time.time()
-
-    def condition(self, lock: threading.Lock) -> Waitable:
-        return threading.Condition(lock)
-
-
-class LostLease(NamedTuple):
-    """A lease ended because its worker went away, with whether it was past its timeout."""
-
-    job: Job
-    lease: Lease
-    past_deadline: bool
-
-
-@dataclass(slots=True)
-class _InFlight:
-    job: Job
-    lease: Lease
-    taken: float
-    deadline: float | None  # taken + job.timeout
-
-
-def percentiles(samples: list[float]) -> dict[str, float]:
-    """p50/p90/p99/max of ``samples`` (nearest rank); zeros when there are none."""
-    if not samples:
-        return {"p50": 0.0, "p90": 0.0, "p99": 0.0, "max": 0.0}
-    ordered = sorted(samples)
-    last = len(ordered) - 1
-
-    def rank(q: float) -> float:
-        return ordered[min(last, max(0, math.ceil(q * len(ordered)) - 1))]
-
-    return {"p50": rank(0.50), "p90": rank(0.90), "p99": rank(0.99), "max": ordered[last]}
-
 
 class JobQueue:
     """Pending jobs in heap order, handed out under leases to takers.
@@ -143,16 +76,14 @@ class JobQueue:
         # a woken batch that still does not fit must not swallow the wake-up of a smaller
         # one that would) each time a pending job leaves the heap; all by close().
         self._room = self._clock.condition(self._lock)
-        # A stopping manager waits here (wait_drained) for in-flight jobs to end; notified
-        # (all) whenever the in-flight table becomes empty.
-        self._drained = self._clock.condition(self._lock)
+        # Jobs in flight, and how the others ended; shares this lock.
+        self.leases = Leases(self._lock, self._clock)
         # Not yet due, keyed (due, level, seq); in "time" order due jobs stay here too.
         self._delayed: list[tuple[float, int, int, Job]] = []
         # "priority" order only: due jobs, keyed (level, due, seq).
         self._ready: list[tuple[int, float, int, Job]] = []
         self._pending: dict[str, Job] = {}  # live pending jobs; heaps hold cancelled ones too
         self._stale = 0  # cancelled entries still in a heap
-        self._in_flight: dict[int, _InFlight] = {}
         # Released workers (by id, with when) whose takes never get a job again; kept for
         # GONE_MEMORY seconds, far longer than a take that was already under way can last.
         self._gone: dict[str, float] = {}
@@ -163,11 +94,7 @@ class JobQueue:
         self._closed = False
         self._wall_offset: float | None = None
         self._seq = itertools.count()
-        self._lease_ids = itertools.count(1)
-        self._lateness: deque[float] = deque(maxlen=LATENESS_SAMPLES)
-        self._submitted = self._completed = self._failed = self._cancelled = 0
-        self._retried = self._timed_out = 0
-        self._early = 0  # jobs that started before their due time: a bug if ever non-zero
+        self._submitted = self._cancelled = self._retried = 0
         self._wakeups = 0
 
     @property
@@ -294,7 +221,7 @@ class JobQueue:
                     now = self._clock.now()
                     job = self._pop_due_locked(now, early)
                     if job is not None:
-                        return self._lease_locked(job, worker_id, now)
+                        return self.leases.grant_locked(job, worker_id, now)
                     remaining = deadline - now
                     if remaining <= 0:
                         return None
@@ -318,28 +245,6 @@ class JobQueue:
                         and not self._closed:
                     self._available.notify()
 
-    def complete(self, lease_id: int, outcome: Outcome) -> Job | None:
-        """End a lease with the job's outcome. Returns the job, or None for an unknown lease.
-
-        A lease the manager already ended (its worker was declared dead) is unknown, so a
-        late report can never resolve a job twice.
-        """
-        with self._lock:
-            flight = self._in_flight.pop(lease_id, None)
-            if flight is None:
-                return None
-            if not self._in_flight:
-                self._drained.notify_all()
-            if outcome.ok:
-                self._completed += 1
-            else:
-                self._failed += 1
-            if outcome.started is not None:
-                lateness = outcome.started - flight.job.due
-                self._lateness.append(max(0.0, lateness))
-                self._early += lateness < 0
-            return flight.job
-
     def release_worker(self, worker_id: str) -> list[LostLease]:
         """End every lease a worker holds (it died or went away) and return them.
 
@@ -352,53 +257,7 @@ class JobQueue:
                 if when >= now - GONE_MEMORY:
                     break  # insertion order is time order
                 del self._gone[old]
-            lost = [LostLease(f.job, f.lease, f.deadline is not None and f.deadline <= now)
-                    for f in self._in_flight.values() if f.lease.worker_id == worker_id]
-            for entry in lost:
-                del self._in_flight[entry.lease.lease_id]
-            if not self._in_flight:
-                self._drained.notify_all()
-            return lost
-
-    def wait_drained(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds until no job is in flight; True if none is."""
-        with self._lock:
-            deadline = self._clock.now() + timeout
-            while self._in_flight:
-                remaining = deadline - self._clock.now()
-                if remaining <= 0:
-                    return False
-                self._wait_locked(self._drained, remaining)
-            return True
-
-    def fail(self, job: Job, *, timed_out: bool = False) -> None:
-        """Count as failed a job whose lease was lost and that will not run again."""
-        with self._lock:
-            self._failed += 1
-            self._timed_out += timed_out
-
-    def while_in_flight(self, lease_id: int, action: Callable[[], None]) -> bool:
-        """Run ``action`` with the lock held if the lease is still in flight; True if it ran.
-
-        While the lock is held the lease cannot complete, nor its worker take another
-        job: killing a worker for a job past its timeout this way can never hit the next
-        job it took after reporting the late one.
-        """
-        with self._lock:
-            if lease_id not in self._in_flight:
-                return False
-            action()
-            return True
-
-    def expired(self, now: float | None = None) -> tuple[list[Lease], float | None]:
-        """Leases past their job's timeout, and the earliest deadline still ahead."""
-        with self._lock:
-            now = self._clock.now() if now is None else now
-            late = [f.lease for f in self._in_flight.values()
-                    if f.deadline is not None and f.deadline <= now]
-            ahead = [f.deadline for f in self._in_flight.values()
-                     if f.deadline is not None and f.deadline > now]
-            return late, min(ahead, default=None)
+            return self.leases.release_worker_locked(worker_id, now)
 
     def close(self) -> None:
         """Stop: every waiting or future ``take``/``submit`` raises SchedulerShutdownError."""
@@ -420,28 +279,23 @@ class JobQueue:
             head_due = self._head_due_locked()
             if self._ready:
                 head_due = self._clock.now()
-            samples = list(self._lateness)
+            done = self.leases.outcomes_locked()
             return QueueStats(
                 pending=pending,
-                in_flight=len(self._in_flight),
+                in_flight=done.in_flight,
                 submitted=self._submitted,
-                completed=self._completed,
-                failed=self._failed,
+                completed=done.completed,
+                failed=done.failed,
                 cancelled=self._cancelled,
                 retried=self._retried,
-                timed_out=self._timed_out,
-                started_early=self._early,
+                timed_out=done.timed_out,
+                started_early=done.started_early,
                 next_due_in=None if head_due is None else head_due - self._clock.now(),
-                lateness=percentiles(samples),
-                lateness_samples=len(samples),
+                lateness=done.lateness,
+                lateness_samples=done.lateness_samples,
                 wakeups=self._wakeups,
                 waiting=self._waiting,
             )
-
-    def in_flight(self) -> list[Lease]:
-        """The leases currently held."""
-        with self._lock:
-            return [f.lease for f in self._in_flight.values()]
 
     # ------------------------------------------------------- helpers, lock held
 
@@ -545,13 +399,6 @@ class JobQueue:
         if self._room_waiting:
             self._room.notify_all()
         return job
-
-    def _lease_locked(self, job: Job, worker_id: str, now: float) -> Assignment:
-        job.attempt += 1
-        lease = Lease(next(self._lease_ids), job.job_id, worker_id, job.attempt)
-        deadline = None if job.timeout is None else now + job.timeout
-        self._in_flight[lease.lease_id] = _InFlight(job, lease, now, deadline)
-        return Assignment(lease, job.payload, job.due, job.timeout)
 
     def _wait_locked(self, condition: Waitable, timeout: float | None) -> None:
         if timeout is not None:

@@ -30,6 +30,7 @@ from mpsched._errors import (
     WorkerRetiredError,
 )
 from mpsched._job import JobRequest, Lease, Outcome
+from mpsched._leases import LostLease
 from mpsched._mailbox import Mailboxes
 from mpsched._protocol import (
     HEARTBEAT_TIMEOUT,
@@ -47,7 +48,7 @@ from mpsched._protocol import (
     assignment_to_wire,
     report_from_wire,
 )
-from mpsched._queue import JobQueue, LostLease
+from mpsched._queue import JobQueue
 from mpsched._transport import describe_versions, host_name
 
 log = logging.getLogger("mpsched.manager")
@@ -185,7 +186,7 @@ class ManagerService:
         # A start stamp from another machine's monotonic clock says nothing about lateness
         # here: such jobs stay out of the lateness and started-early counts.
         stats_outcome = report.outcome if same_clock else report.outcome._replace(started=None)
-        job = self.queue.complete(report.lease_id, stats_outcome)
+        job = self.queue.leases.complete(report.lease_id, stats_outcome)
         if job is not None:
             self.mailboxes.post(job.client_id, report.outcome)
 
@@ -210,7 +211,7 @@ class ManagerService:
         error: MpschedError
         if item.past_deadline:
             assert job.timeout is not None
-            self.queue.fail(job, timed_out=True)
+            self.queue.leases.fail(job, timed_out=True)
             error = JobTimeoutError(job.job_id, job.timeout)
         elif not received and self.queue.requeue(job, retry=False):
             log.info("job %s never reached worker %s; requeued", job.job_id, lease.worker_id)
@@ -220,10 +221,10 @@ class ManagerService:
                         lease.worker_id, job.attempt)
             return
         elif self.stopping.is_set():
-            self.queue.fail(job)
+            self.queue.leases.fail(job)
             error = SchedulerShutdownError(f"the manager stopped before job {job.job_id} ran")
         else:
-            self.queue.fail(job)
+            self.queue.leases.fail(job)
             error = WorkerCrashedError(job.job_id, lease.worker_id, exitcode)
             log.error("%s", error)
         self.mailboxes.post(job.client_id, Outcome(

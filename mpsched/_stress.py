@@ -36,7 +36,7 @@ from typing import Any, TextIO
 
 from mpsched._client import connect
 from mpsched._job import Priority
-from mpsched._queue import percentiles
+from mpsched._leases import percentiles
 from mpsched._scheduler import Scheduler
 
 # Faults ``run_stress(inject=...)`` plants in the run log before verifying it. They exist

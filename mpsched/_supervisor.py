@@ -156,7 +156,7 @@ class Supervisor:
         return "stop"
 
     def _next_timeout(self) -> float | None:
-        _, job_deadline = self._service.queue.expired()
+        _, job_deadline = self._service.queue.leases.expired()
         _, heartbeat_deadline = self._service.expired_remote()
         restart = self._next_start if self._missing else None
         deadlines = [d for d in (job_deadline, heartbeat_deadline, restart) if d is not None]
@@ -170,7 +170,7 @@ class Supervisor:
             return "owner-gone"
 
     def _kill_expired(self) -> None:
-        late, _ = self._service.queue.expired()
+        late, _ = self._service.queue.leases.expired()
         for lease in late:
             local = self._workers.get(lease.worker_id)
             if local is None or self._killed.get(lease.worker_id) == lease.lease_id:
@@ -178,7 +178,7 @@ class Supervisor:
             pid = local.proc.pid
             # Only while the lease is still in flight: the worker may have reported the
             # late job and taken the next one since expired() looked.
-            if self._service.queue.while_in_flight(lease.lease_id, partial(kill_tree, pid)):
+            if self._service.queue.leases.while_in_flight(lease.lease_id, partial(kill_tree, pid)):
                 self._killed[lease.worker_id] = lease.lease_id
                 log.warning("job %s ran past its timeout; killed worker %s (pid %s)",
                             lease.job_id, lease.worker_id, pid)

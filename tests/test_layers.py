@@ -18,6 +18,8 @@ LAYERS: list[set[str]] = [
     {"_job"},
     {"_transport", "_payload"},
     {"_protocol"},
+    {"_clock"},
+    {"_leases"},
     {"_queue", "_mailbox", "_outbox"},
     {"_service"},
     {"_worker"},
@@ -56,7 +58,7 @@ def test_imports_only_go_down() -> None:
 
 
 def test_the_pure_queue_never_imports_multiprocessing() -> None:
-    for name in ("_job", "_queue"):
+    for name in ("_job", "_clock", "_leases", "_queue"):
         tree = ast.parse((PACKAGE / f"{name}.py").read_text())
         modules = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
         modules |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import)

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from fakeclock import FakeClock
 
+from mpsched._clock import SystemClock, Waitable
 from mpsched._errors import (
     InvalidJobError,
     MpschedError,
@@ -17,7 +18,7 @@ from mpsched._errors import (
     SchedulerShutdownError,
 )
 from mpsched._job import Assignment, JobRequest, Order, Outcome, Priority
-from mpsched._queue import GONE_MEMORY, JobQueue, SystemClock, Waitable
+from mpsched._queue import GONE_MEMORY, JobQueue
 
 HIGH = Priority.HIGH.level
 MEDIUM = Priority.MEDIUM.level
@@ -408,7 +409,7 @@ def test_two_idle_takers_each_get_one_of_two_jobs_due_together(
     finish(b)
     assert sorted(a.taken + b.taken) == [("J1", t0 + 3), ("J2", t0 + 3)]
     assert len(a.taken) == len(b.taken) == 1
-    assert sorted(lease.worker_id for lease in queue.in_flight()) == ["A", "B"]
+    assert sorted(lease.worker_id for lease in queue.leases.held()) == ["A", "B"]
 
 
 K_JOBS = 20
@@ -743,7 +744,7 @@ def test_take_hands_out_a_lease_naming_the_worker_and_first_attempt(
     assert (lease.job_id, lease.worker_id, lease.attempt) == ("job", "worker-7", 1)
     assert assignment.payload == b"job"
     assert assignment.due == harness.clock.now()
-    assert queue.in_flight() == [lease]
+    assert queue.leases.held() == [lease]
     assert len(queue) == 0
     stats = queue.stats()
     assert (stats.in_flight, stats.submitted) == (1, 1)
@@ -759,7 +760,7 @@ def test_each_take_gets_a_distinct_lease(harness: Harness) -> None:
         assert assignment is not None
         leases.append(assignment.lease)
     assert len({lease.lease_id for lease in leases}) == 3
-    assert sorted(queue.in_flight()) == sorted(leases)
+    assert sorted(queue.leases.held()) == sorted(leases)
 
 
 def test_complete_returns_the_job_once(harness: Harness) -> None:
@@ -767,12 +768,12 @@ def test_complete_returns_the_job_once(harness: Harness) -> None:
     queue.submit(request("job"))
     assignment = queue.take("w1", 0)
     assert assignment is not None
-    job = queue.complete(assignment.lease.lease_id, outcome("job"))
+    job = queue.leases.complete(assignment.lease.lease_id, outcome("job"))
     assert job is not None
     assert (job.job_id, job.client_id, job.attempt) == ("job", "client-1", 1)
-    assert queue.complete(assignment.lease.lease_id, outcome("job")) is None
-    assert queue.complete(12345, outcome("job")) is None
-    assert queue.in_flight() == []
+    assert queue.leases.complete(assignment.lease.lease_id, outcome("job")) is None
+    assert queue.leases.complete(12345, outcome("job")) is None
+    assert queue.leases.held() == []
     assert queue.stats().completed == 1
 
 
@@ -790,11 +791,11 @@ def test_release_worker_returns_only_that_workers_leases(harness: Harness) -> No
         ("job-0", leases["job-0"]),
         ("job-2", leases["job-2"]),
     ]
-    assert sorted(queue.in_flight()) == sorted([leases["job-1"], leases["job-3"]])
+    assert sorted(queue.leases.held()) == sorted([leases["job-1"], leases["job-3"]])
     assert queue.release_worker("dead") == []
     # A late report from the released worker resolves nothing.
-    assert queue.complete(leases["job-0"].lease_id, outcome("job-0")) is None
-    assert queue.complete(leases["job-1"].lease_id, outcome("job-1")) is not None
+    assert queue.leases.complete(leases["job-0"].lease_id, outcome("job-0")) is None
+    assert queue.leases.complete(leases["job-1"].lease_id, outcome("job-1")) is not None
     assert queue.stats().completed == 1
 
 
@@ -822,9 +823,9 @@ def test_released_lease_past_its_timeout_says_so(harness: Harness) -> None:
     queue.submit(request("quick")._replace(timeout=50.0))
     assert take_now(queue) == "slow"
     assert take_now(queue) == "quick"
-    assert queue.expired() == ([], harness.clock.now() + 5.0)
+    assert queue.leases.expired() == ([], harness.clock.now() + 5.0)
     harness.clock.advance(6.0)
-    late, next_deadline = queue.expired()
+    late, next_deadline = queue.leases.expired()
     assert [lease.job_id for lease in late] == ["slow"] and next_deadline is not None
     lost = {entry.job.job_id: entry.past_deadline for entry in queue.release_worker("main")}
     assert lost == {"slow": True, "quick": False}
@@ -835,9 +836,9 @@ def test_wait_drained_returns_once_in_flight_jobs_end(harness: Harness) -> None:
     queue.submit(request("job"))
     assignment = queue.take("w", 0)
     assert assignment is not None
-    assert queue.wait_drained(0) is False
-    queue.complete(assignment.lease.lease_id, outcome("job"))
-    assert queue.wait_drained(0) is True
+    assert queue.leases.wait_drained(0) is False
+    queue.leases.complete(assignment.lease.lease_id, outcome("job"))
+    assert queue.leases.wait_drained(0) is True
 
 
 def test_requeue_after_close_leaves_the_job_out(harness: Harness) -> None:
@@ -858,11 +859,11 @@ def test_stats_count_outcomes_and_lateness(harness: Harness) -> None:
     assignments = [queue.take("w1", 0) for _ in range(3)]
     assert all(a is not None for a in assignments)
     late_ok, late_failed, never_started = (a for a in assignments if a is not None)
-    queue.complete(late_ok.lease.lease_id, outcome("job-0", started=late_ok.due + 0.25))
-    queue.complete(
+    queue.leases.complete(late_ok.lease.lease_id, outcome("job-0", started=late_ok.due + 0.25))
+    queue.leases.complete(
         late_failed.lease.lease_id, outcome("job-1", ok=False, started=late_failed.due + 2)
     )
-    queue.complete(never_started.lease.lease_id, outcome("job-2", ok=False))
+    queue.leases.complete(never_started.lease.lease_id, outcome("job-2", ok=False))
     stats = queue.stats()
     assert (stats.completed, stats.failed, stats.in_flight) == (1, 2, 0)
     assert stats.lateness_samples == 2
@@ -875,7 +876,7 @@ def test_lateness_of_a_job_started_early_counts_as_zero(harness: Harness) -> Non
     queue.submit(request("job"))
     assignment = queue.take("w1", 0)
     assert assignment is not None
-    queue.complete(assignment.lease.lease_id, outcome("job", started=assignment.due - 1))
+    queue.leases.complete(assignment.lease.lease_id, outcome("job", started=assignment.due - 1))
     assert queue.stats().lateness["max"] == 0.0
 
 
@@ -956,7 +957,7 @@ def test_work_in_flight_can_still_complete_after_close(harness: Harness) -> None
     assignment = queue.take("w1", 0)
     assert assignment is not None
     queue.close()
-    assert queue.complete(assignment.lease.lease_id, outcome("job")) is not None
+    assert queue.leases.complete(assignment.lease.lease_id, outcome("job")) is not None
 
 
 # ------------------------------------------------------------------------ validation
@@ -1186,7 +1187,7 @@ def test_stats_count_jobs_started_before_their_due_time(harness: Harness) -> Non
     queue.submit(request("job", delay=1.0))
     assignment = queue.take("w", 0, early=2.0)
     assert assignment is not None
-    queue.complete(assignment.lease.lease_id, outcome("job", started=assignment.due - 0.5))
+    queue.leases.complete(assignment.lease.lease_id, outcome("job", started=assignment.due - 0.5))
     stats = queue.stats()
     assert stats.started_early == 1 and stats.lateness["max"] == 0.0
 

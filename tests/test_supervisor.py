@@ -73,17 +73,17 @@ def test_a_timeout_kill_never_hits_the_job_taken_after_the_late_one(
     killed: list[int] = []
     monkeypatch.setattr(supervisor_module, "kill_tree", killed.append)
     lease_id = _late_job_then_next(queue, clock)
-    expired = queue.expired
+    expired = queue.leases.expired
 
     def worker_reports_in_between(now: float | None = None) -> Any:
         found = expired(now)
         # Between the supervisor's look and its kill, the worker reports the late job
         # and takes the next one.
-        queue.complete(lease_id, Outcome("late", True, b"", "", None))
+        queue.leases.complete(lease_id, Outcome("late", True, b"", "", None))
         assert queue.take("w1", 0) is not None
         return found
 
-    monkeypatch.setattr(queue, "expired", worker_reports_in_between)
+    monkeypatch.setattr(queue.leases, "expired", worker_reports_in_between)
     supervisor._kill_expired()
     assert killed == []
 
@@ -111,6 +111,8 @@ def test_a_worker_that_cannot_be_restarted_is_retried_until_it_can(
     s = make_scheduler(workers=1)
     manager = psutil.Process(s._manager_process.pid)
     [worker] = s.stats().workers
+    # Every client thread has its connection to the manager before fds run out.
+    assert s.submit(jobs.noop, 1).result(timeout=60) == 1
     # No file descriptor left in the manager: starting a worker fails (EMFILE).
     restore_nofile(manager.pid, manager.num_fds())
     os.kill(worker.pid, signal.SIGKILL)
