@@ -52,9 +52,10 @@ _DISCONNECTED = (EOFError, OSError)  # OSError covers ConnectionError, BrokenPip
 class JobFuture(Future[T]):
     """A ``concurrent.futures.Future`` for one job; ``cancel()`` removes it from the heap.
 
-    ``cancel()`` succeeds while the job is pending in the manager's heap and returns False
-    once a worker has taken it. ``running()`` stays False: the manager does not report
-    starts, only outcomes.
+    ``cancel()`` succeeds while the job is pending in the manager's heap (or not yet sent
+    to it) and returns False once a worker has taken it. A cancelled future wakes
+    ``concurrent.futures.wait()`` and ``as_completed()`` as the stdlib executors' futures
+    do. ``running()`` stays False: the manager does not report starts, only outcomes.
     """
 
     def __init__(self, client: _ClientCore, job_id: str) -> None:
@@ -67,7 +68,22 @@ class JobFuture(Future[T]):
             return self.cancelled()
         if not self._client.cancel_job(self.job_id):
             return False
-        return super().cancel()
+        return _settle_cancelled(self)
+
+
+def _settle_cancelled(future: Future[Any]) -> bool:
+    """Cancel a future whose job was taken back, and tell everyone waiting on it.
+
+    ``Future.cancel()`` wakes ``result()`` but not ``wait()``/``as_completed()``: those
+    hear of a cancellation only from ``set_running_or_notify_cancel()``, which the stdlib
+    executors call when they meet a cancelled work item. The caller must be the one that
+    took the future out of ``_ClientCore._futures``: no other path settles it then, and
+    that call may be made only once.
+    """
+    if not Future.cancel(future):  # already finished: a failure settled it first
+        return False
+    future.set_running_or_notify_cancel()
+    return True
 
 
 class _ClientCore:
@@ -104,9 +120,11 @@ class _ClientCore:
             self._futures[future.job_id] = future
         return future
 
-    def forget(self, job_id: str) -> None:
+    def forget(self, job_id: str) -> bool:
+        """Drop a job's future from those the result thread resolves; True if it was
+        there, which makes the caller the one that settles it."""
         with self._lock:
-            self._futures.pop(job_id, None)
+            return self._futures.pop(job_id, None) is not None
 
     def outstanding(self) -> list[JobFuture[Any]]:
         with self._lock:
@@ -123,29 +141,29 @@ class _ClientCore:
                     f"job {future.job_id} could not be sent to the manager: {error!r}"))
 
     def cancel_job(self, job_id: str) -> bool:
+        """Take a job back from the outbox or the heap. True if it will never run and
+        the caller now owns its future (it left ``_futures``: settle it)."""
         if self.outbox is not None and self.outbox.withdraw(job_id):
-            self.forget(job_id)
-            return True
+            return self.forget(job_id)
         try:
             removed = self.service.cancel(job_id)
         except _DISCONNECTED:
             return False
-        if removed:
-            self.forget(job_id)
-        return removed
+        return removed and self.forget(job_id)
 
     def cancel_pending(self) -> None:
-        """Cancel every job of this client still in the heap (shutdown(cancel_futures))."""
-        job_ids = []
+        """Cancel every job of this client not yet taken (shutdown(cancel_futures))."""
         if self.outbox is not None:
-            job_ids = self.outbox.withdraw_all()
+            self._settle(self.outbox.withdraw_all())  # waiters hear at once, not after
             self.outbox.flush()  # a batch on its way must land before we cancel the rest
         with contextlib.suppress(*_DISCONNECTED):
-            job_ids += self.service.cancel_client(self.client_id)
+            self._settle(self.service.cancel_client(self.client_id))
+
+    def _settle(self, cancelled_ids: list[str]) -> None:
         with self._lock:
-            futures = [self._futures.pop(j) for j in job_ids if j in self._futures]
+            futures = [self._futures.pop(j) for j in cancelled_ids if j in self._futures]
         for future in futures:
-            Future.cancel(future)
+            _settle_cancelled(future)
 
     def _collect_loop(self) -> None:
         while True:
