@@ -7,6 +7,7 @@ from the manager in batches and resolves the futures.
 
 from __future__ import annotations
 
+import atexit
 import concurrent.futures
 import contextlib
 import itertools
@@ -86,6 +87,20 @@ def _settle_cancelled(future: Future[Any]) -> bool:
     return True
 
 
+_interpreter_exiting = False  # set by _refuse_jobs_at_exit; read by new_future
+
+
+def _refuse_jobs_at_exit() -> None:
+    global _interpreter_exiting
+    _interpreter_exiting = True
+
+
+# Registered after multiprocessing's own hook, so it runs first: from the moment the
+# interpreter exits (and a Scheduler's finalizer stops its manager) a submit raises at
+# the call site, as with the stdlib executors, instead of queueing a job nobody runs.
+atexit.register(_refuse_jobs_at_exit)
+
+
 class _ClientCore:
     """Futures of one client and the thread that resolves them.
 
@@ -115,8 +130,9 @@ class _ClientCore:
         """Register a future for a new job id; raises once the client is closed."""
         future: JobFuture[Any] = JobFuture(self, f"{self.client_id}-{next(self._ids)}")
         with self._lock:  # held briefly: the result thread takes it per outcome
-            if self.closed:
-                raise SchedulerShutdownError("cannot schedule new jobs after shutdown")
+            if self.closed or _interpreter_exiting:
+                when = "interpreter shutdown" if _interpreter_exiting else "shutdown"
+                raise SchedulerShutdownError(f"cannot schedule new futures after {when}")
             self._futures[future.job_id] = future
         return future
 
@@ -459,16 +475,19 @@ class Client(Executor):
 
         Every item is pickled first (the callable once), then all jobs are queued in call
         order: handed to the write-behind sender, or with ``max_pending`` sent in batches
-        of up to 256 per manager call. ``chunksize`` is accepted for compatibility and
-        ignored: each item is still its own job, in heap order. ``timeout`` counts from
-        this call; when it passes, or the iterator is closed early, the jobs not yet
-        started are cancelled.
+        of up to 256 per manager call. ``chunksize`` is checked as ProcessPoolExecutor
+        checks it, then ignored: each item is still its own job, in heap order.
+        ``timeout`` counts from this call; when it passes, or the iterator is closed
+        early, the jobs not yet started are cancelled.
 
         Raises:
+            InvalidJobError: ``chunksize`` is not an int of at least 1.
             JobPicklingError: ``fn`` or an item cannot be pickled; nothing was queued.
             QueueFullError, SchedulerShutdownError: as :meth:`schedule`; the jobs of this
                 call already queued are cancelled (those already started still run).
         """
+        if isinstance(chunksize, bool) or not isinstance(chunksize, int) or chunksize < 1:
+            raise InvalidJobError(f"chunksize must be an int >= 1, not {chunksize!r}")
         deadline = None if timeout is None else time.monotonic() + timeout
         level = Priority.MEDIUM.level
         pickle_job(fn, (), {})  # a clear JobPicklingError if the callable cannot pickle
