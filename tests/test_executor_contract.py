@@ -8,6 +8,7 @@ tightened: each job that waits does so on a gate or a fifo, not on a guess.
 
 Where Scheduler deliberately differs, the test asserts our documented behaviour and says
 so (look for "Differs:"):
+- ``Future.running()`` stays False: the manager reports outcomes, not starts;
 - map()'s ``chunksize`` is validated as ProcessPoolExecutor does, then ignored;
 - a worker that dies fails only its own job (WorkerCrashedError), nothing else breaks:
   there is no BrokenProcessPool;
@@ -295,6 +296,9 @@ def test_a_killed_worker_fails_only_its_job(executor, fifo):
     # replaced, and the scheduler takes jobs as before.
     future = executor.submit(jobs.announce_then_sleep, fifo, WAIT)
     [pid] = wait_started(fifo)
+    # Differs: running() stays False while the job runs (documented): the manager
+    # reports outcomes, not starts.
+    assert not future.running() and not future.done()
     os.kill(pid, 9)
     with pytest.raises(WorkerCrashedError) as caught:
         future.result(WAIT)
