@@ -24,6 +24,7 @@ import cloudpickle
 
 from mpsched._errors import (
     AuthenticationError,
+    InvalidJobError,
     MpschedError,
     QueueFullError,
     ResultUnpicklingError,
@@ -48,9 +49,10 @@ _DISCONNECTED = (EOFError, OSError)  # OSError covers ConnectionError, BrokenPip
 class JobFuture(Future[T]):
     """A ``concurrent.futures.Future`` for one job; ``cancel()`` removes it from the heap.
 
-    ``cancel()`` succeeds while the job is pending in the manager's heap and returns False
-    once a worker has taken it. ``running()`` stays False: the manager does not report
-    starts, only outcomes.
+    ``cancel()`` succeeds while the job is pending in the manager's heap (or not yet sent
+    to it) and returns False once a worker has taken it. A cancelled future wakes
+    ``concurrent.futures.wait()`` and ``as_completed()`` as the stdlib executors' futures
+    do. ``running()`` stays False: the manager does not report starts, only outcomes.
     """
 
     def __init__(self, client: _ClientCore, job_id: str) -> None:
@@ -63,7 +65,22 @@ class JobFuture(Future[T]):
             return self.cancelled()
         if not self._client.cancel_job(self.job_id):
             return False
-        return super().cancel()
+        return _settle_cancelled(self)
+
+
+def _settle_cancelled(future: Future[Any]) -> bool:
+    """Cancel a future whose job was taken back, and tell everyone waiting on it.
+
+    ``Future.cancel()`` wakes ``result()`` but not ``wait()``/``as_completed()``: those
+    hear of a cancellation only from ``set_running_or_notify_cancel()``, which the stdlib
+    executors call when they meet a cancelled work item. The caller must be the one that
+    took the future out of ``_ClientCore._futures``: no other path settles it then, and
+    that call may be made only once.
+    """
+    if not Future.cancel(future):  # already finished: a failure settled it first
+        return False
+    future.set_running_or_notify_cancel()
+    return True
 
 
 class _ClientCore:
@@ -82,6 +99,7 @@ class _ClientCore:
         self._lock = threading.Lock()
         self._futures: dict[str, JobFuture[Any]] = {}
         self.closed = False
+        self.exiting = False  # closed by the interpreter's exit: said when a submit is refused
         python, cp = describe_versions()
         max_pending = service.open_client(ClientHello(self.client_id, python, cp))
         self.batch_size = min(MAP_BATCH, max_pending or MAP_BATCH)
@@ -96,13 +114,16 @@ class _ClientCore:
         future: JobFuture[Any] = JobFuture(self, f"{self.client_id}-{next(self._ids)}")
         with self._lock:  # held briefly: the result thread takes it per outcome
             if self.closed:
-                raise SchedulerShutdownError("cannot schedule new futures after shutdown")
+                why = " (the interpreter is exiting)" if self.exiting else ""
+                raise SchedulerShutdownError(f"cannot schedule new futures after shutdown{why}")
             self._futures[future.job_id] = future
         return future
 
-    def forget(self, job_id: str) -> None:
+    def forget(self, job_id: str) -> bool:
+        """Drop a job's future from those the result thread resolves; True if it was
+        there, which makes the caller the one that settles it."""
         with self._lock:
-            self._futures.pop(job_id, None)
+            return self._futures.pop(job_id, None) is not None
 
     def outstanding(self) -> list[JobFuture[Any]]:
         with self._lock:
@@ -119,33 +140,35 @@ class _ClientCore:
                     f"job {future.job_id} could not be sent to the manager: {error!r}"))
 
     def cancel_job(self, job_id: str) -> bool:
+        """Take a job back from the outbox or the heap. True if it will never run and
+        the caller now owns its future (it left ``_futures``: settle it)."""
         if self.outbox is not None and self.outbox.withdraw(job_id):
-            self.forget(job_id)
-            return True
+            return self.forget(job_id)
         try:
             removed = self.service.cancel(job_id)
         except _DISCONNECTED:
             return False
-        if removed:
-            self.forget(job_id)
-        return removed
+        return removed and self.forget(job_id)
 
     def cancel_pending(self, *, not_due_only: bool = False) -> int:
-        """Cancel every job of this client still in the heap (shutdown(cancel_futures));
-        with ``not_due_only``, only those whose due time is still ahead (interpreter exit),
-        after sending what is unsent. Returns how many were cancelled."""
-        job_ids = []
+        """Cancel every job of this client not yet taken (shutdown(cancel_futures)); with
+        ``not_due_only``, after sending what is unsent, only those whose due time is still
+        ahead (interpreter exit). Returns how many were cancelled."""
+        cancelled = 0
         if self.outbox is not None:
             if not not_due_only:
-                job_ids = self.outbox.withdraw_all()
+                cancelled += self._settle(self.outbox.withdraw_all())  # waiters hear at once
             self.outbox.flush()  # a batch on its way must land before we cancel the rest
         with contextlib.suppress(*_DISCONNECTED):
-            job_ids += self.service.cancel_client(self.client_id, not_due_only)
+            cancelled += self._settle(self.service.cancel_client(self.client_id, not_due_only))
+        return cancelled
+
+    def _settle(self, cancelled_ids: list[str]) -> int:
         with self._lock:
-            futures = [self._futures.pop(j) for j in job_ids if j in self._futures]
+            futures = [self._futures.pop(j) for j in cancelled_ids if j in self._futures]
         for future in futures:
-            Future.cancel(future)
-        return len(job_ids)
+            _settle_cancelled(future)
+        return len(cancelled_ids)
 
     def _collect_loop(self) -> None:
         # However this thread ends, every outstanding future fails and the client closes:
@@ -342,16 +365,19 @@ class Client(Executor):
 
         Every item is pickled first (the callable once), then all jobs are queued in call
         order: handed to the write-behind sender, or with ``max_pending`` sent in batches
-        of up to 256 per manager call. ``chunksize`` is accepted for compatibility and
-        ignored: each item is still its own job, in heap order. ``timeout`` counts from
-        this call; when it passes, or the iterator is closed early, the jobs not yet
-        started are cancelled.
+        of up to 256 per manager call. ``chunksize`` is checked as ProcessPoolExecutor
+        checks it, then ignored: each item is still its own job, in heap order.
+        ``timeout`` counts from this call; when it passes, or the iterator is closed
+        early, the jobs not yet started are cancelled.
 
         Raises:
+            InvalidJobError: ``chunksize`` is not an int of at least 1.
             JobPicklingError: ``fn`` or an item cannot be pickled; nothing was queued.
             QueueFullError, SchedulerShutdownError: as :meth:`schedule`; the jobs of this
                 call already queued are cancelled (those already started still run).
         """
+        if isinstance(chunksize, bool) or not isinstance(chunksize, int) or chunksize < 1:
+            raise InvalidJobError(f"chunksize must be an int >= 1, not {chunksize!r}")
         deadline = None if timeout is None else time.monotonic() + timeout
         level = Priority.MEDIUM.level
         pickle_job(fn, (), {})  # a clear JobPicklingError if the callable cannot pickle
@@ -430,7 +456,7 @@ class Client(Executor):
         with self._shutdown_lock, self._core._lock:
             if self._core.closed:
                 return  # shut down already; a closer thread is joined by the interpreter
-            self._core.closed = True
+            self._core.closed = self._core.exiting = True
         self._exit_work()
 
     def _exit_work(self) -> None:

@@ -38,6 +38,7 @@ class Scheduler(Client):
 
     Args:
         workers: number of worker processes; defaults to ``os.cpu_count()``.
+        max_workers: the same, under ``ProcessPoolExecutor``'s name; give one of the two.
         mp_context: start method ("forkserver" or "spawn") or a multiprocessing context.
             Default: forkserver where available, else spawn. "fork" is refused: the
             processes involved run threads.
@@ -59,6 +60,7 @@ class Scheduler(Client):
         self,
         workers: int | None = None,
         *,
+        max_workers: int | None = None,
         mp_context: str | Any = None,
         order: Order | str = Order.TIME,
         max_pending: int | None = None,
@@ -67,14 +69,12 @@ class Scheduler(Client):
         max_tasks_per_worker: int | None = None,
         max_memory_per_worker: int | None = None,
     ) -> None:
-        workers = os.cpu_count() or 1 if workers is None else workers
+        workers = _worker_count(workers, max_workers)
         for name, limit in (("max_tasks_per_worker", max_tasks_per_worker),
                             ("max_memory_per_worker", max_memory_per_worker)):
             if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
                                       or limit < 1):
                 raise InvalidJobError(f"{name} must be a positive int, not {limit!r}")
-        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-            raise InvalidJobError(f"workers must be a positive int, not {workers!r}")
         if max_pending is not None and (not isinstance(max_pending, int) or max_pending < 1):
             raise InvalidJobError(f"max_pending must be a positive int, not {max_pending!r}")
         method = _start_method(mp_context)
@@ -157,6 +157,22 @@ def _stop_manager(process: BaseProcess, control: Any, timeout: float = 10.0) -> 
         process.kill()
         process.join(2.0)
     control.close()
+
+
+def _worker_count(workers: int | None, max_workers: int | None) -> int:
+    """``workers`` or its alias ``max_workers``, checked; errors name the one given."""
+    name, count = "workers", workers
+    if max_workers is not None:
+        if workers is not None:
+            raise InvalidJobError("give workers or max_workers (its alias), not both")
+        name, count = "max_workers", max_workers
+    if count is None:
+        return os.cpu_count() or 1
+    if isinstance(count, bool) or not isinstance(count, int):
+        raise InvalidJobError(f"{name} must be an int, not {count!r}")
+    if count < 1:  # ProcessPoolExecutor's wording, which callers may match on
+        raise InvalidJobError(f"{name} must be greater than 0, not {count}")
+    return count
 
 
 def _start_method(mp_context: str | Any) -> str:

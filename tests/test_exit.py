@@ -67,8 +67,9 @@ def test_a_submit_after_exit_began_is_refused_with_the_stdlib_words(tmp_path: Pa
             print("result:", s.submit(jobs.noop, 5).result(timeout=60), flush=True)
     """)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == [
-        "result: 5", "refused: cannot schedule new futures after shutdown"]
+    result, refused = done.stdout.splitlines()
+    assert result == "result: 5"
+    assert refused.startswith("refused: cannot schedule new futures after shutdown")
 
 
 def test_a_connected_client_sends_what_it_submitted_before_exit(tmp_path: Path) -> None:
