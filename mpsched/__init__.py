@@ -1,7 +1,6 @@
 """mpsched: run Python jobs at a scheduled time, in priority order, on worker processes."""
 
 from mpsched._client import Client as Client
-from mpsched._client import JobFuture as JobFuture
 from mpsched._client import connect as connect
 from mpsched._errors import AuthenticationError as AuthenticationError
 from mpsched._errors import InvalidJobError as InvalidJobError
@@ -17,6 +16,7 @@ from mpsched._errors import ResultUnpicklingError as ResultUnpicklingError
 from mpsched._errors import SchedulerShutdownError as SchedulerShutdownError
 from mpsched._errors import VersionMismatchError as VersionMismatchError
 from mpsched._errors import WorkerCrashedError as WorkerCrashedError
+from mpsched._futures import JobFuture as JobFuture
 from mpsched._job import Order as Order
 from mpsched._job import Priority as Priority
 from mpsched._job import QueueStats as QueueStats

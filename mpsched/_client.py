@@ -1,22 +1,19 @@
-"""The client side: JobFuture, Client (the Executor API) and connect().
+"""The client side: Client (the Executor API) and connect().
 
 ``schedule``/``submit`` validate and pickle the job here, at the call site, send it to the
-manager and return a :class:`JobFuture`; one result thread per client collects outcomes
-from the manager in batches and resolves the futures.
+manager and return a :class:`~mpsched._futures.JobFuture`; the client's result thread
+(mpsched._futures) collects outcomes and resolves the futures.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
-import itertools
 import logging
 import threading
 import time
-import uuid
 import weakref
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Executor, Future
+from concurrent.futures import Executor
 from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
@@ -25,228 +22,20 @@ import cloudpickle
 from mpsched._errors import (
     AuthenticationError,
     InvalidJobError,
-    MpschedError,
     QueueFullError,
-    ResultUnpicklingError,
     SchedulerShutdownError,
 )
-from mpsched._job import JobRequest, Outcome, Priority, check_request, due_arguments
-from mpsched._outbox import Outbox
-from mpsched._payload import fast_dumps, pickle_job, remote_exception
-from mpsched._protocol import LONG_POLL, ClientHello, ServiceProxy, Stats, connect_service
-from mpsched._transport import AUTHKEY_ENV, describe_versions, parse_address, read_authkey
+from mpsched._futures import DISCONNECTED, ClientCore, JobFuture, MapResults
+from mpsched._job import JobRequest, Priority, check_request, due_arguments
+from mpsched._payload import fast_dumps, pickle_job
+from mpsched._protocol import ServiceProxy, Stats, connect_service
+from mpsched._transport import AUTHKEY_ENV, parse_address, read_authkey
 
 log = logging.getLogger("mpsched.client")
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
-# Errors that mean the manager process is gone.
-MAP_BATCH = 256  # jobs per manager call in map()
-_DISCONNECTED = (EOFError, OSError)  # OSError covers ConnectionError, BrokenPipeError
-
-
-class JobFuture(Future[T]):
-    """A ``concurrent.futures.Future`` for one job; ``cancel()`` removes it from the heap.
-
-    ``cancel()`` succeeds while the job is pending in the manager's heap (or not yet sent
-    to it) and returns False once a worker has taken it. A cancelled future wakes
-    ``concurrent.futures.wait()`` and ``as_completed()`` as the stdlib executors' futures
-    do. ``running()`` stays False: the manager does not report starts, only outcomes.
-    """
-
-    def __init__(self, client: _ClientCore, job_id: str) -> None:
-        super().__init__()
-        self._client = client
-        self.job_id = job_id
-
-    def cancel(self) -> bool:
-        if self.done():
-            return self.cancelled()
-        if not self._client.cancel_job(self.job_id):
-            return False
-        return _settle_cancelled(self)
-
-
-def _settle_cancelled(future: Future[Any]) -> bool:
-    """Cancel a future whose job was taken back, and tell everyone waiting on it.
-
-    ``Future.cancel()`` wakes ``result()`` but not ``wait()``/``as_completed()``: those
-    hear of a cancellation only from ``set_running_or_notify_cancel()``, which the stdlib
-    executors call when they meet a cancelled work item. The caller must be the one that
-    took the future out of ``_ClientCore._futures``: no other path settles it then, and
-    that call may be made only once.
-    """
-    if not Future.cancel(future):  # already finished: a failure settled it first
-        return False
-    future.set_running_or_notify_cancel()
-    return True
-
-
-class _ClientCore:
-    """Futures of one client and the thread that resolves them.
-
-    Kept apart from the Scheduler object so the result thread never holds the Scheduler
-    alive: dropping the last reference to a Scheduler lets its finalizer stop the manager.
-    """
-
-    def __init__(self, service: ServiceProxy) -> None:
-        self.service = service
-        self.client_id = uuid.uuid4().hex[:12]
-        self._ids = itertools.count(1)
-        # Guards _futures and closed. Submitters, cancel() and the result thread take it
-        # briefly; nobody waits on it across a call to the manager.
-        self._lock = threading.Lock()
-        self._futures: dict[str, JobFuture[Any]] = {}
-        self.closed = False
-        self.exiting = False  # closed by the interpreter's exit: said when a submit is refused
-        python, cp = describe_versions()
-        max_pending = service.open_client(ClientHello(self.client_id, python, cp))
-        self.batch_size = min(MAP_BATCH, max_pending or MAP_BATCH)
-        # A bounded queue must report QueueFullError at the call site: send synchronously.
-        self.outbox = None if max_pending is not None else Outbox(service, self._unsent)
-        self._thread = threading.Thread(target=self._collect_loop, daemon=True,
-                                        name=f"mpsched-results-{self.client_id}")
-        self._thread.start()
-
-    def new_future(self) -> JobFuture[Any]:
-        """Register a future for a new job id; raises once the client is closed."""
-        future: JobFuture[Any] = JobFuture(self, f"{self.client_id}-{next(self._ids)}")
-        with self._lock:  # held briefly: the result thread takes it per outcome
-            if self.closed:
-                why = " (the interpreter is exiting)" if self.exiting else ""
-                raise SchedulerShutdownError(f"cannot schedule new futures after shutdown{why}")
-            self._futures[future.job_id] = future
-        return future
-
-    def forget(self, job_id: str) -> bool:
-        """Drop a job's future from those the result thread resolves; True if it was
-        there, which makes the caller the one that settles it."""
-        with self._lock:
-            return self._futures.pop(job_id, None) is not None
-
-    def outstanding(self) -> list[JobFuture[Any]]:
-        with self._lock:
-            return list(self._futures.values())
-
-    def _unsent(self, requests: list[JobRequest], error: BaseException) -> None:
-        # An unbounded queue refuses a batch only when the manager is gone or stopping.
-        with self._lock:
-            self.closed = True
-            futures = [self._futures.pop(r.job_id) for r in requests if r.job_id in self._futures]
-        for future in futures:
-            if future.set_running_or_notify_cancel():
-                future.set_exception(SchedulerShutdownError(
-                    f"job {future.job_id} could not be sent to the manager: {error!r}"))
-
-    def cancel_job(self, job_id: str) -> bool:
-        """Take a job back from the outbox or the heap. True if it will never run and
-        the caller now owns its future (it left ``_futures``: settle it)."""
-        if self.outbox is not None and self.outbox.withdraw(job_id):
-            return self.forget(job_id)
-        try:
-            removed = self.service.cancel(job_id)
-        except _DISCONNECTED:
-            return False
-        return removed and self.forget(job_id)
-
-    def cancel_pending(self, *, not_due_only: bool = False) -> int:
-        """Cancel every job of this client not yet taken (shutdown(cancel_futures)); with
-        ``not_due_only``, after sending what is unsent, only those whose due time is still
-        ahead (interpreter exit). Returns how many were cancelled."""
-        cancelled = 0
-        if self.outbox is not None:
-            if not not_due_only:
-                cancelled += self._settle(self.outbox.withdraw_all())  # waiters hear at once
-            self.outbox.flush()  # a batch on its way must land before we cancel the rest
-        with contextlib.suppress(*_DISCONNECTED):
-            cancelled += self._settle(self.service.cancel_client(self.client_id, not_due_only))
-        return cancelled
-
-    def _settle(self, cancelled_ids: list[str]) -> int:
-        with self._lock:
-            futures = [self._futures.pop(j) for j in cancelled_ids if j in self._futures]
-        for future in futures:
-            _settle_cancelled(future)
-        return len(cancelled_ids)
-
-    def _collect_loop(self) -> None:
-        # However this thread ends, every outstanding future fails and the client closes:
-        # nobody else would ever resolve them.
-        error: MpschedError
-        try:
-            while (outcomes := self.service.collect(self.client_id, LONG_POLL)) is not None:
-                for outcome in outcomes:
-                    self._resolve(outcome)
-            error = SchedulerShutdownError("the mpsched manager stopped")
-        except _DISCONNECTED:
-            error = SchedulerShutdownError("the mpsched manager went away")
-        except BaseException as exc:
-            log.error("the result thread of client %s failed: %r", self.client_id, exc)
-            error = SchedulerShutdownError(f"this client's result thread failed: {exc!r}")
-            error.__cause__ = exc
-        with self._lock:
-            self.closed = True
-        if self.outbox is not None:
-            self.outbox.withdraw_all()  # their futures fail below; the jobs must not run
-        self._fail_all(error)
-
-    def _resolve(self, outcome: Outcome) -> None:
-        with self._lock:
-            future = self._futures.pop(outcome.job_id, None)
-        if future is None or not future.set_running_or_notify_cancel():
-            return
-        if outcome.ok:
-            try:
-                future.set_result(cloudpickle.loads(outcome.payload))
-            except BaseException as exc:
-                future.set_exception(ResultUnpicklingError(
-                    f"job {outcome.job_id}: the result could not be unpickled here: {exc!r}"))
-            return
-        future.set_exception(remote_exception(outcome))
-
-    def _fail_all(self, error: MpschedError) -> None:
-        with self._lock:
-            futures = list(self._futures.values())
-            self._futures.clear()
-        for future in futures:
-            if future.set_running_or_notify_cancel():
-                future.set_exception(error)
-
-    def close(self, timeout: float = 10.0) -> None:
-        """Send what is unsent, close this client's mailbox, wait for the result thread."""
-        if self.outbox is not None:
-            self.outbox.close(timeout)
-        with contextlib.suppress(*_DISCONNECTED):
-            self.service.close_client(self.client_id)
-        if threading.current_thread() is not self._thread:
-            self._thread.join(timeout)
-
-
-class _MapResults(Iterator[T]):
-    """map()'s results in input order; closing it early cancels the jobs not yet started."""
-
-    def __init__(self, futures: list[JobFuture[T]], deadline: float | None) -> None:
-        self._futures = futures[::-1]  # pop() from the end gives input order
-        self._deadline = deadline
-
-    def __next__(self) -> T:
-        if not self._futures:
-            raise StopIteration
-        future = self._futures.pop()
-        remaining = None if self._deadline is None else self._deadline - time.monotonic()
-        try:
-            return future.result(remaining)
-        except BaseException:
-            self.close()
-            raise
-
-    def close(self) -> None:
-        while self._futures:
-            self._futures.pop().cancel()
-
-    def __del__(self) -> None:
-        self.close()
 
 
 class Client(Executor):
@@ -256,7 +45,7 @@ class Client(Executor):
     """
 
     def __init__(self, service: ServiceProxy, *, submit_timeout: float | None = None) -> None:
-        self._core = _ClientCore(service)
+        self._core = ClientCore(service)
         self._submit_timeout = submit_timeout
         # Guards _closer: shutdown() may be called from several threads.
         self._shutdown_lock = threading.Lock()
@@ -356,7 +145,7 @@ class Client(Executor):
                     raise
                 if self._core.closed:
                     raise SchedulerShutdownError("shut down while waiting for room") from None
-            except _DISCONNECTED as exc:
+            except DISCONNECTED as exc:
                 raise SchedulerShutdownError(f"the mpsched manager is gone: {exc!r}") from exc
 
     def map(self, fn: Callable[..., T], *iterables: Iterable[Any],
@@ -391,7 +180,7 @@ class Client(Executor):
             for _, request in jobs:
                 futures.append(self._core.new_future())
                 outbox.put(request._replace(job_id=futures[-1].job_id))
-            return _MapResults(futures, deadline)
+            return MapResults(futures, deadline)
         futures = []
         size = self._core.batch_size
         try:
@@ -401,7 +190,7 @@ class Client(Executor):
             for future in futures:  # all or nothing: take back the batches already queued
                 future.cancel()
             raise
-        return _MapResults(futures, deadline)
+        return MapResults(futures, deadline)
 
     def stats(self) -> Stats:
         """Pending jobs per priority, in flight, completed, failed, workers and lateness.
@@ -412,7 +201,7 @@ class Client(Executor):
             self._core.outbox.flush()
         try:
             return self._core.service.stats()
-        except _DISCONNECTED as exc:
+        except DISCONNECTED as exc:
             raise SchedulerShutdownError(f"the mpsched manager is gone: {exc!r}") from exc
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
@@ -520,6 +309,6 @@ def connect(address: str | tuple[str, int], *, authkey: bytes | None = None,
         raise AuthenticationError(f"no authkey: pass authkey= or set {AUTHKEY_ENV}")
     try:
         service = connect_service(address, key)
-    except _DISCONNECTED as exc:
+    except DISCONNECTED as exc:
         raise SchedulerShutdownError(f"no mpsched manager at {address!r}: {exc!r}") from exc
     return Client(service, submit_timeout=submit_timeout)

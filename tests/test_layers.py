@@ -25,6 +25,7 @@ LAYERS: list[set[str]] = [
     {"_worker"},
     {"_supervisor", "_remote"},
     {"_manager"},
+    {"_futures"},
     {"_client"},
     {"_scheduler"},
     {"_demo", "_stress"},

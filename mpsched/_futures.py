@@ -1,0 +1,239 @@
+"""The futures of one client and the thread that resolves them.
+
+``JobFuture`` is the ``concurrent.futures.Future`` of one job. ``ClientCore`` keeps a
+client's futures by job id, owns its write-behind outbox, and runs the result thread that
+collects outcomes from the manager in batches and resolves them. It is kept apart from
+the ``Client`` object so that the thread never holds a Client (or Scheduler) alive:
+dropping the last reference lets its finalizer stop the manager.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+import cloudpickle
+
+from mpsched._errors import MpschedError, ResultUnpicklingError, SchedulerShutdownError
+from mpsched._job import JobRequest, Outcome
+from mpsched._outbox import Outbox
+from mpsched._payload import remote_exception
+from mpsched._protocol import LONG_POLL, ClientHello, ServiceProxy
+from mpsched._transport import describe_versions
+
+log = logging.getLogger("mpsched.client")
+
+T = TypeVar("T")
+
+MAP_BATCH = 256  # jobs per manager call in map()
+DISCONNECTED = (EOFError, OSError)  # the manager is gone; OSError covers ConnectionError
+
+
+class JobFuture(Future[T]):
+    """A ``concurrent.futures.Future`` for one job; ``cancel()`` removes it from the heap.
+
+    ``cancel()`` succeeds while the job is pending in the manager's heap (or not yet sent
+    to it) and returns False once a worker has taken it. A cancelled future wakes
+    ``concurrent.futures.wait()`` and ``as_completed()`` as the stdlib executors' futures
+    do. ``running()`` stays False: the manager does not report starts, only outcomes.
+    """
+
+    def __init__(self, client: ClientCore, job_id: str) -> None:
+        super().__init__()
+        self._client = client
+        self.job_id = job_id
+
+    def cancel(self) -> bool:
+        if self.done():
+            return self.cancelled()
+        if not self._client.cancel_job(self.job_id):
+            return False
+        return _settle_cancelled(self)
+
+
+def _settle_cancelled(future: Future[Any]) -> bool:
+    """Cancel a future whose job was taken back, and tell everyone waiting on it.
+
+    ``Future.cancel()`` wakes ``result()`` but not ``wait()``/``as_completed()``: those
+    hear of a cancellation only from ``set_running_or_notify_cancel()``, which the stdlib
+    executors call when they meet a cancelled work item. The caller must be the one that
+    took the future out of ``ClientCore._futures``: no other path settles it then, and
+    that call may be made only once.
+    """
+    if not Future.cancel(future):  # already finished: a failure settled it first
+        return False
+    future.set_running_or_notify_cancel()
+    return True
+
+
+class ClientCore:
+    """Futures of one client and the thread that resolves them.
+
+    Kept apart from the Scheduler object so the result thread never holds the Scheduler
+    alive: dropping the last reference to a Scheduler lets its finalizer stop the manager.
+    """
+
+    def __init__(self, service: ServiceProxy) -> None:
+        self.service = service
+        self.client_id = uuid.uuid4().hex[:12]
+        self._ids = itertools.count(1)
+        # Guards _futures and closed. Submitters, cancel() and the result thread take it
+        # briefly; nobody waits on it across a call to the manager.
+        self._lock = threading.Lock()
+        self._futures: dict[str, JobFuture[Any]] = {}
+        self.closed = False
+        self.exiting = False  # closed by the interpreter's exit: said when a submit is refused
+        python, cp = describe_versions()
+        max_pending = service.open_client(ClientHello(self.client_id, python, cp))
+        self.batch_size = min(MAP_BATCH, max_pending or MAP_BATCH)
+        # A bounded queue must report QueueFullError at the call site: send synchronously.
+        self.outbox = None if max_pending is not None else Outbox(service, self._unsent)
+        self._thread = threading.Thread(target=self._collect_loop, daemon=True,
+                                        name=f"mpsched-results-{self.client_id}")
+        self._thread.start()
+
+    def new_future(self) -> JobFuture[Any]:
+        """Register a future for a new job id; raises once the client is closed."""
+        future: JobFuture[Any] = JobFuture(self, f"{self.client_id}-{next(self._ids)}")
+        with self._lock:  # held briefly: the result thread takes it per outcome
+            if self.closed:
+                why = " (the interpreter is exiting)" if self.exiting else ""
+                raise SchedulerShutdownError(f"cannot schedule new futures after shutdown{why}")
+            self._futures[future.job_id] = future
+        return future
+
+    def forget(self, job_id: str) -> bool:
+        """Drop a job's future from those the result thread resolves; True if it was
+        there, which makes the caller the one that settles it."""
+        with self._lock:
+            return self._futures.pop(job_id, None) is not None
+
+    def outstanding(self) -> list[JobFuture[Any]]:
+        with self._lock:
+            return list(self._futures.values())
+
+    def _unsent(self, requests: list[JobRequest], error: BaseException) -> None:
+        # An unbounded queue refuses a batch only when the manager is gone or stopping.
+        with self._lock:
+            self.closed = True
+            futures = [self._futures.pop(r.job_id) for r in requests if r.job_id in self._futures]
+        for future in futures:
+            if future.set_running_or_notify_cancel():
+                future.set_exception(SchedulerShutdownError(
+                    f"job {future.job_id} could not be sent to the manager: {error!r}"))
+
+    def cancel_job(self, job_id: str) -> bool:
+        """Take a job back from the outbox or the heap. True if it will never run and
+        the caller now owns its future (it left ``_futures``: settle it)."""
+        if self.outbox is not None and self.outbox.withdraw(job_id):
+            return self.forget(job_id)
+        try:
+            removed = self.service.cancel(job_id)
+        except DISCONNECTED:
+            return False
+        return removed and self.forget(job_id)
+
+    def cancel_pending(self, *, not_due_only: bool = False) -> int:
+        """Cancel every job of this client not yet taken (shutdown(cancel_futures)); with
+        ``not_due_only``, after sending what is unsent, only those whose due time is still
+        ahead (interpreter exit). Returns how many were cancelled."""
+        cancelled = 0
+        if self.outbox is not None:
+            if not not_due_only:
+                cancelled += self._settle(self.outbox.withdraw_all())  # waiters hear at once
+            self.outbox.flush()  # a batch on its way must land before we cancel the rest
+        with contextlib.suppress(*DISCONNECTED):
+            cancelled += self._settle(self.service.cancel_client(self.client_id, not_due_only))
+        return cancelled
+
+    def _settle(self, cancelled_ids: list[str]) -> int:
+        with self._lock:
+            futures = [self._futures.pop(j) for j in cancelled_ids if j in self._futures]
+        for future in futures:
+            _settle_cancelled(future)
+        return len(cancelled_ids)
+
+    def _collect_loop(self) -> None:
+        # However this thread ends, every outstanding future fails and the client closes:
+        # nobody else would ever resolve them.
+        error: MpschedError
+        try:
+            while (outcomes := self.service.collect(self.client_id, LONG_POLL)) is not None:
+                for outcome in outcomes:
+                    self._resolve(outcome)
+            error = SchedulerShutdownError("the mpsched manager stopped")
+        except DISCONNECTED:
+            error = SchedulerShutdownError("the mpsched manager went away")
+        except BaseException as exc:
+            log.error("the result thread of client %s failed: %r", self.client_id, exc)
+            error = SchedulerShutdownError(f"this client's result thread failed: {exc!r}")
+            error.__cause__ = exc
+        with self._lock:
+            self.closed = True
+        if self.outbox is not None:
+            self.outbox.withdraw_all()  # their futures fail below; the jobs must not run
+        self._fail_all(error)
+
+    def _resolve(self, outcome: Outcome) -> None:
+        with self._lock:
+            future = self._futures.pop(outcome.job_id, None)
+        if future is None or not future.set_running_or_notify_cancel():
+            return
+        if outcome.ok:
+            try:
+                future.set_result(cloudpickle.loads(outcome.payload))
+            except BaseException as exc:
+                future.set_exception(ResultUnpicklingError(
+                    f"job {outcome.job_id}: the result could not be unpickled here: {exc!r}"))
+            return
+        future.set_exception(remote_exception(outcome))
+
+    def _fail_all(self, error: MpschedError) -> None:
+        with self._lock:
+            futures = list(self._futures.values())
+            self._futures.clear()
+        for future in futures:
+            if future.set_running_or_notify_cancel():
+                future.set_exception(error)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Send what is unsent, close this client's mailbox, wait for the result thread."""
+        if self.outbox is not None:
+            self.outbox.close(timeout)
+        with contextlib.suppress(*DISCONNECTED):
+            self.service.close_client(self.client_id)
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+
+class MapResults(Iterator[T]):
+    """map()'s results in input order; closing it early cancels the jobs not yet started."""
+
+    def __init__(self, futures: list[JobFuture[T]], deadline: float | None) -> None:
+        self._futures = futures[::-1]  # pop() from the end gives input order
+        self._deadline = deadline
+
+    def __next__(self) -> T:
+        if not self._futures:
+            raise StopIteration
+        future = self._futures.pop()
+        remaining = None if self._deadline is None else self._deadline - time.monotonic()
+        try:
+            return future.result(remaining)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        while self._futures:
+            self._futures.pop().cancel()
+
+    def __del__(self) -> None:
+        self.close()
