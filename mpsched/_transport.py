@@ -1,45 +1,65 @@
-"""The wire: addresses, authkeys, and hardened ``multiprocessing.connection`` sockets.
+"""The wire: addresses, authkeys, and hardened ``multiprocessing.managers`` sockets.
 
 Everything between clients, workers and the manager travels over multiprocessing's
 authenticated connections carrying pickles, so whoever holds the authkey can run code on
-every worker. This module makes the defaults safe:
+every worker. After the handshake the traffic is plaintext pickles, readable by anyone on
+the network path, unless TLS is on (:mod:`mpsched._tls`, TCP only). This module makes the
+defaults safe:
 
-- a handshake (HMAC challenge both ways) must finish within HANDSHAKE_TIMEOUT, or the
-  manager drops the socket: silent connections cannot pin manager threads;
+- the whole handshake (TLS if on, the HMAC challenge both ways, the first request) must
+  finish within HANDSHAKE_TIMEOUT, or the socket is dropped: slow or silent peers cannot
+  pin manager threads, and at most MAX_HANDSHAKES connections may be in their handshake at
+  once (others are closed at once);
+- accept() out of file descriptors backs off instead of spinning;
+- a Unix socket is created mode 0600: other users cannot connect;
 - TCP sockets set TCP_NODELAY on both ends (small request/reply messages otherwise wait
   for delayed ACKs, ~40 ms a new connection here);
-- authkeys come from a 0600 file or the MPSCHED_AUTHKEY environment variable, never argv;
+- authkeys come from a 0600 file of this user or the MPSCHED_AUTHKEY environment
+  variable, never argv; :func:`scrub_authkey_env` keeps the variable from child processes
+  (both in :mod:`mpsched._authkey`, re-exported here);
 - a non-loopback TCP address needs an explicit authkey.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import ipaddress
 import logging
 import os
-import pickle
-import secrets
 import socket
-import stat
-import struct
+import ssl
 import sys
 import tempfile
+import threading
+import time
 import traceback
+from collections.abc import Callable
 from multiprocessing import AuthenticationError as _StdAuthenticationError
 from multiprocessing import connection, managers
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
+from mpsched._authkey import AUTHKEY_ENV as AUTHKEY_ENV
+from mpsched._authkey import child_environment as child_environment
+from mpsched._authkey import read_authkey as read_authkey
+from mpsched._authkey import scrub_authkey_env as scrub_authkey_env
+from mpsched._authkey import write_authkey as write_authkey
 from mpsched._errors import AuthenticationError, MpschedError
+from mpsched._tls import ClientTls, TlsError, client_tls, current_tls
+from mpsched._wire import FastConnection
 
 log = logging.getLogger("mpsched.transport")
 
-HANDSHAKE_TIMEOUT = 5.0
-AUTHKEY_ENV = "MPSCHED_AUTHKEY"
+HANDSHAKE_TIMEOUT = 5.0  # seconds for the whole handshake of one connection
+MAX_HANDSHAKES = 64  # connections a server lets sit in their handshake at once
+ACCEPT_BACKOFF = (0.1, 1.0)  # first and longest wait after accept() ran out of descriptors
 SERIALIZER = "mpsched"  # our entry in multiprocessing.managers.listener_client
 
 Address = str | tuple[str, int]
+
+# accept() errors that persist until some other connection closes: retrying at once spins.
+_OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 
 class AddressError(MpschedError, ValueError):
@@ -89,216 +109,274 @@ def is_loopback(address: Address) -> bool:
         return False
 
 
-def read_authkey(path: str | os.PathLike[str] | None) -> bytes | None:
-    """The key in ``path`` (which must not be readable by group or others), else the
-    MPSCHED_AUTHKEY environment variable, else None.
-
-    Raises:
-        AuthenticationError: the file is readable by others, empty, or unreadable.
-    """
-    if path is not None:
-        try:
-            mode = os.stat(path).st_mode
-            key = Path(path).read_bytes().strip()
-        except OSError as exc:
-            raise AuthenticationError(f"cannot read authkey file {path}: {exc}") from None
-        if mode & (stat.S_IRWXG | stat.S_IRWXO):
-            raise AuthenticationError(
-                f"authkey file {path} is readable by others (mode {stat.S_IMODE(mode):o}); "
-                f"chmod 600 it")
-        if not key:
-            raise AuthenticationError(f"authkey file {path} is empty")
-        return key
-    env = os.environ.get(AUTHKEY_ENV, "").strip()
-    return env.encode() if env else None
-
-
-def write_authkey(path: Path) -> bytes:
-    """Create ``path`` with mode 0600 holding a fresh random key; return the key."""
-    key = secrets.token_hex(32).encode()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as out:
-        out.write(key + b"\n")
-    return key
-
-
 def private_runtime_dir() -> Path:
     """A fresh directory only this user can enter, under $XDG_RUNTIME_DIR or the tmp dir."""
     base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
     return Path(tempfile.mkdtemp(prefix="mpsched-", dir=base))
 
 
-def _tune(conn: connection.Connection, timeout: float) -> None:
-    """Set (0: clear) a kernel read/write timeout on the socket; TCP_NODELAY on TCP."""
-    sock = socket.socket(fileno=os.dup(conn.fileno()))
-    try:
-        seconds = int(timeout)
-        timeval = struct.pack("ll", seconds, int((timeout - seconds) * 1e6))
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
-        if sock.family in (socket.AF_INET, socket.AF_INET6):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    finally:
-        sock.close()
+# ---------------------------------------------------------------------------- the client
 
 
-def client_connection(address: Any, authkey: bytes | None = None) -> Any:
-    """Connect and authenticate within HANDSHAKE_TIMEOUT.
+def client_connection(address: Any, authkey: bytes | None = None) -> FastConnection:
+    """Connect, start TLS on TCP if :func:`mpsched._tls.set_tls` set it up, and
+    authenticate, all within HANDSHAKE_TIMEOUT after the connection is established.
 
     Raises:
         AuthenticationError: the manager rejected our key, or we rejected its.
-        OSError: nothing listens there, or the handshake timed out.
+        TlsError: TLS failed (the manager's certificate did not verify, it does not speak
+            TLS, or it wants a client certificate we did not give).
+        TimeoutError: the handshake did not finish in time.
+        ConnectionError: the manager closed the connection during the handshake.
+        OSError: nothing listens there.
     """
-    conn = connection.Client(address)
+    family = getattr(socket, connection.address_type(address))  # type: ignore[attr-defined]
+    tls = client_tls() if family == socket.AF_INET else None
+    sock = socket.socket(family, socket.SOCK_STREAM)
     try:
-        _tune(conn, HANDSHAKE_TIMEOUT)
-        if authkey is not None:
-            connection.answer_challenge(conn, authkey)
-            connection.deliver_challenge(conn, authkey)
-        _tune(conn, 0)
-    except _StdAuthenticationError as exc:
-        conn.close()
-        raise AuthenticationError(
-            f"authentication with the mpsched manager at {format_address(address)} failed "
-            f"({exc}): wrong authkey?") from None
+        sock.connect(address)
     except BaseException:
-        conn.close()
+        sock.close()
         raise
-    return FastConnection(conn)
-
-
-_SHORT = struct.Struct("!i")  # multiprocessing's framing: a signed 32-bit length,
-_LONG = struct.Struct("!Q")  # or -1 and then a 64-bit one
-_READ = 65536  # bytes asked of the kernel per read
-
-
-class FastConnection:
-    """A manager connection: the C pickler, and one system call per small message.
-
-    Speaks multiprocessing's framing, so either end may be a plain ``Connection``. Two
-    differences make it cheaper per message (the manager handles a few per job):
-    messages are pickled with the C pickler (``Connection`` uses ForkingPickler, which
-    copies its reducer table per message; manager messages never carry fds or sockets),
-    and a read asks for up to 64 KiB, so a small message arrives in one system call
-    where ``Connection`` makes two (length, then body) and assembles them in a BytesIO.
-    Bytes read past the end of a message are kept for the next one.
-
-    Not thread-safe: like ``Connection``, one thread uses it at a time (manager proxies
-    keep one connection per thread).
-    """
-
-    def __init__(self, conn: connection.Connection) -> None:
-        self._sock = socket.socket(fileno=os.dup(conn.fileno()))
+    conn = FastConnection(sock)
+    where = f"the mpsched manager at {format_address(address)}"
+    try:
+        conn.set_deadline(HANDSHAKE_TIMEOUT)
+        if tls is not None:
+            conn.start_tls(tls.context, server_side=False, server_hostname=address[0])
+        if authkey is not None:
+            connection.answer_challenge(_as_connection(conn), authkey)
+            connection.deliver_challenge(_as_connection(conn), authkey)
+        conn.set_deadline(None)
+    except BaseException as exc:
         conn.close()
-        # Blocking without a timeout, whatever socket.setdefaulttimeout() says: a long
-        # poll must wait as long as it asks to.
-        self._sock.setblocking(True)
-        self._rest = b""  # bytes received beyond the last message
+        _raise_client_error(exc, where, tls)
+    return conn
 
-    def send(self, obj: Any) -> None:
-        self.send_bytes(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
 
-    def recv(self) -> Any:
-        return pickle.loads(self.recv_bytes())
+def _as_connection(conn: FastConnection) -> Any:
+    """``conn`` for multiprocessing's challenge functions (typed for Connection, they call
+    only send_bytes and recv_bytes)."""
+    return conn
 
-    def send_bytes(self, data: bytes) -> None:
-        size = len(data)
-        header = _SHORT.pack(size) if size <= 0x7FFFFFFF else _SHORT.pack(-1) + _LONG.pack(size)
-        if size <= _READ:
-            self._sock.sendall(header + data)
-        else:  # no copy of a big message just to prepend its length
-            self._sock.sendall(header)
-            self._sock.sendall(data)
 
-    def recv_bytes(self, maxlength: int | None = None) -> bytes | bytearray:
-        data = self._rest
-        while len(data) < 4:
-            data += self._read()
-        size: int = _SHORT.unpack_from(data)[0]
-        start = 4
-        if size == -1:
-            while len(data) < 12:
-                data += self._read()
-            size = _LONG.unpack_from(data, 4)[0]
-            start = 12
-        if size < 0 or (maxlength is not None and size > maxlength):
-            self.close()
-            raise OSError(f"bad message length {size}")
-        end = start + size
-        if len(data) >= end:
-            self._rest = data[end:]
-            return data[start:end]
-        # A message longer than what arrived: read the rest straight into its buffer,
-        # which is returned as it is (no copy of a big payload into bytes).
-        self._rest = b""
-        body = bytearray(size)
-        have = len(data) - start
-        body[:have] = data[start:]
-        view = memoryview(body)
-        while have < size:
-            got = self._sock.recv_into(view[have:])
-            if not got:
-                raise EOFError
-            have += got
-        return body
+def _raise_client_error(exc: BaseException, where: str, tls: ClientTls | None) -> NoReturn:
+    """Raise ``exc`` as the error that says what went wrong in a client's handshake."""
+    hint = "" if tls else " (does it require TLS? give its CA with --tls-ca)"
+    if isinstance(exc, _StdAuthenticationError):
+        raise AuthenticationError(
+            f"authentication with {where} failed ({exc}): wrong authkey?") from None
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        raise TlsError(f"TLS: the certificate of {where} did not verify against "
+                       f"{_ca_name(tls)}: {exc.verify_message}") from None
+    if isinstance(exc, ssl.SSLError):
+        raise TlsError(f"TLS with {where} failed ({exc.reason or exc}): does it serve TLS, "
+                       f"and does it want a client certificate (--tls-cert, --tls-key)?"
+                       ) from None
+    if isinstance(exc, TimeoutError):
+        raise TimeoutError(f"{where} did not finish the handshake within "
+                           f"{HANDSHAKE_TIMEOUT:g} s{hint}") from None
+    if isinstance(exc, (EOFError, ConnectionError)):
+        raise ConnectionResetError(
+            f"{where} closed the connection during the handshake{hint}") from None
+    raise exc
 
-    def _read(self) -> bytes:
-        chunk = self._sock.recv(_READ)
-        if not chunk:
-            raise EOFError
-        return chunk
 
-    def poll(self, timeout: float | None = 0.0) -> bool:
-        if self._rest:
-            return True
-        return bool(connection.wait([self._sock], timeout))
+def _ca_name(tls: ClientTls | None) -> str:
+    ca = None if tls is None else tls.config.ca
+    return "the system CAs" if ca is None else f"the CA in {ca}"
 
-    def fileno(self) -> int:
-        return self._sock.fileno()
 
-    @property
-    def closed(self) -> bool:
-        return self._sock.fileno() < 0
+# --------------------------------------------------------------------------- the server
 
-    def close(self) -> None:
-        self._sock.close()
 
-    def __enter__(self) -> FastConnection:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+# Held while we swap the process umask to bind a Unix socket, so two binds never restore
+# each other's value. (Other threads' files made meanwhile get 0600: stricter, not looser.)
+_umask_lock = threading.Lock()
 
 
 class FastListener(connection.Listener):
-    """A Listener whose accepted connections are :class:`FastConnection` s."""
+    """A Listener whose accepted connections are :class:`FastConnection` s.
 
-    def accept(self) -> Any:
+    A Unix socket is created mode 0600 (connecting needs write permission: only this user
+    may). A TCP listener created while :func:`mpsched._tls.set_tls` is in force serves TLS:
+    ``tls_context`` is its context (None: no TLS); the server wraps each connection in it.
+    """
+
+    def __init__(self, address: Any = None, family: str | None = None, backlog: int = 1,
+                 authkey: bytes | None = None) -> None:
+        if family is None:
+            family = (connection.address_type(address)  # type: ignore[attr-defined]
+                      if address else connection.default_family)  # type: ignore[attr-defined]
+        tls = current_tls() if family == "AF_INET" else None
+        self.tls_context = None if tls is None else tls.server_context()
+        self.closed = False
+        if family != "AF_UNIX":
+            super().__init__(address, family, backlog, authkey)
+            return
+        # bind() creates the file with the umask applied: no moment where it is open to all.
+        with _umask_lock:
+            before = os.umask(0o177)
+            try:
+                super().__init__(address, family, backlog, authkey)
+            finally:
+                os.umask(before)
+
+    def accept(self) -> FastConnection:  # type: ignore[override]  # a Connection look-alike
         return FastConnection(super().accept())
+
+    def close(self) -> None:
+        self.closed = True
+        super().close()
 
 
 class HardenedServer(managers.Server):
-    """A manager Server whose handshakes time out and whose TCP sockets set NODELAY."""
+    """A ``multiprocessing.managers.Server`` with bounded, deadline-limited handshakes,
+    optionally over TLS. Create it with ``serializer=SERIALIZER`` (its listener is then a
+    :class:`FastListener`).
 
-    def handle_request(self, conn: connection.Connection) -> None:
-        try:
+    Its accepter (run it in a thread, as ``run_manager`` does) stops when ``stop_event``
+    is set or the listener is closed. ``on_disconnect``, if set, is called (with no
+    arguments) in a connection's own server thread once an authenticated connection's
+    serving ends, whatever the reason (client hung up, error, stop): the manager learns
+    from its thread-locals whose connection closed. One-shot connections (``create``,
+    ``decref``, ...) count too. An exception from it is logged.
+    """
+
+    listener: FastListener
+    authkey: bytes
+    on_disconnect: Callable[[], None] | None = None
+    _sleep = staticmethod(time.sleep)  # tests observe accept back-off through it
+
+    def __init__(self, registry: Any, address: Any, authkey: bytes, serializer: str) -> None:
+        super().__init__(registry, address, authkey, serializer)
+        # Guards _handshaking and _refused; taken by the accepter to admit a connection and
+        # by each connection's thread when its handshake ends. Nobody waits on it.
+        self._slots = threading.Lock()
+        self._handshaking = 0  # admitted connections still in their handshake
+        self._refused = 0  # connections closed since the cap was last reached
+
+    def accepter(self) -> None:
+        """Accept connections and serve each in a thread of its own, until ``stop_event``
+        is set or the listener is closed. A connection that arrives while MAX_HANDSHAKES
+        others are still in their handshake is closed at once."""
+        while (conn := self._next_connection()) is not None:
+            if not self._admit():
+                conn.close()
+                continue
             try:
-                _tune(conn, HANDSHAKE_TIMEOUT)
-                authkey: bytes = self.authkey  # type: ignore[attr-defined]
-                connection.deliver_challenge(conn, authkey)
-                connection.answer_challenge(conn, authkey)
-                request = conn.recv()
-                _tune(conn, 0)
-            except (_StdAuthenticationError, OSError, EOFError) as exc:
-                log.warning("refused a connection: %s", exc or type(exc).__name__)
-                return
+                self._start_handler(conn)
+            except RuntimeError as exc:  # no thread to be had: refuse this one, go on
+                log.error("cannot serve a connection: %s", exc)
+                self._handshake_ended()
+                conn.close()
+
+    def _next_connection(self) -> FastConnection | None:
+        """The next connection; None once stopping. While accept() lacks descriptors (or
+        memory), wait between tries: retrying at once would spin until some close."""
+        backoff = 0.0
+        while not self._stopping():
+            try:
+                conn = self.listener.accept()
+            except OSError as exc:
+                if self.listener.closed:
+                    return None
+                if exc.errno in _OUT_OF_RESOURCES:  # others: that one connection's problem
+                    if not backoff:
+                        log.warning("accept() failed (%s); retrying after %g s, then "
+                                    "less often, until it works", exc, ACCEPT_BACKOFF[0])
+                    backoff = min(backoff * 2, ACCEPT_BACKOFF[1]) or ACCEPT_BACKOFF[0]
+                    self._sleep(backoff)
+                continue
+            if backoff:
+                log.warning("accept() works again")
+            if self._stopping():
+                conn.close()
+                return None
+            return conn
+        return None
+
+    def _start_handler(self, conn: FastConnection) -> threading.Thread:
+        thread = threading.Thread(target=self._serve_connection, args=(conn, True),
+                                  name="mpsched-connection", daemon=True)
+        thread.start()
+        return thread
+
+    def _stopping(self) -> bool:
+        # stop_event is made by serve_forever(), or by whoever runs the accepter instead.
+        event: threading.Event | None = getattr(self, "stop_event", None)
+        return event is not None and event.is_set()
+
+    def _admit(self) -> bool:
+        with self._slots:
+            if self._handshaking >= MAX_HANDSHAKES:
+                self._refused += 1
+                if self._refused == 1:
+                    log.warning("%d connections are in their handshake; closing new ones "
+                                "until one finishes", MAX_HANDSHAKES)
+                return False
+            if self._refused:
+                log.warning("accepting connections again; closed %d meanwhile", self._refused)
+                self._refused = 0
+            self._handshaking += 1
+            return True
+
+    def handle_request(self, conn: Any) -> None:
+        """Serve one connection (not counted against MAX_HANDSHAKES)."""
+        self._serve_connection(conn, admitted=False)
+
+    def _serve_connection(self, conn: Any, admitted: bool) -> None:
+        if not isinstance(conn, FastConnection):
+            conn = FastConnection(conn)
+        try:
+            request = self._handshake(conn, admitted)
+            if request is not None:
+                self._serve_authenticated(conn, request)
+        finally:
+            conn.close()
+
+    def _serve_authenticated(self, conn: FastConnection, request: Any) -> None:
+        try:
             self._dispatch(conn, request)
         except SystemExit:  # serve_client() exits this way when its client hangs up
             pass
         finally:
-            conn.close()
+            conn.close()  # first: the peer sees the hang-up whatever the hook does
+            self._disconnected()
 
-    def _dispatch(self, conn: connection.Connection, request: Any) -> None:
+    def _handshake(self, conn: FastConnection, admitted: bool) -> Any:
+        """The first request, after TLS and the HMAC challenge both ways; None: refused.
+        Frees the connection's handshake slot (if ``admitted``) however it ends."""
+        try:
+            conn.set_deadline(HANDSHAKE_TIMEOUT)
+            context = self.listener.tls_context
+            if context is not None:
+                conn.start_tls(context, server_side=True)
+            authkey: bytes = self.authkey
+            connection.deliver_challenge(_as_connection(conn), authkey)
+            connection.answer_challenge(_as_connection(conn), authkey)
+            request = conn.recv()
+            conn.set_deadline(None)
+            return request
+        except Exception as exc:  # whatever a peer sends, this connection is over
+            log.warning("refused a connection: %s", exc or type(exc).__name__)
+            return None
+        finally:
+            if admitted:
+                self._handshake_ended()
+
+    def _handshake_ended(self) -> None:
+        with self._slots:
+            self._handshaking -= 1
+
+    def _disconnected(self) -> None:
+        if self.on_disconnect is not None:
+            try:
+                self.on_disconnect()
+            except Exception:
+                log.exception("on_disconnect failed")
+
+    def _dispatch(self, conn: FastConnection, request: Any) -> None:
         try:
             _, name, args, kwds = request
             if name not in self.public:

@@ -1,12 +1,16 @@
-"""The wire, in-process: addresses, authkey files, handshake timeouts and TCP_NODELAY."""
+"""The wire, in-process: addresses, authkey files, handshake deadlines and limits, accept
+back-off, socket modes and TCP_NODELAY. (TLS: test_tls.py.)"""
 
 from __future__ import annotations
 
-import contextlib
+import errno
+import logging
 import os
+import re
 import socket
 import stat
 import struct
+import subprocess
 import sys
 import threading
 import time
@@ -16,7 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from servers import KEY, InProcessServer, read_until_closed, sockopt, trickle
 
+import mpsched._authkey as _authkey
 import mpsched._transport as transport
 from mpsched import AuthenticationError
 from mpsched._protocol import ServiceManager
@@ -26,6 +32,7 @@ from mpsched._transport import (
     AddressError,
     FastConnection,
     HardenedServer,
+    child_environment,
     client_connection,
     describe_versions,
     format_address,
@@ -33,11 +40,9 @@ from mpsched._transport import (
     parse_address,
     private_runtime_dir,
     read_authkey,
+    scrub_authkey_env,
     write_authkey,
 )
-
-KEY = b"k" * 32
-
 
 # ------------------------------------------------------------------------------ addresses
 
@@ -154,6 +159,57 @@ def test_read_authkey_falls_back_to_the_environment(monkeypatch: pytest.MonkeyPa
     assert read_authkey(None) is None
 
 
+def test_read_authkey_refuses_another_users_file(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _key_file(tmp_path, b"secret\n", 0o600)
+    owner = os.geteuid()
+    monkeypatch.setattr(os, "geteuid", lambda: owner + 1)  # we are someone else now
+    with pytest.raises(AuthenticationError,
+                       match=rf"{re.escape(str(path))} belongs to .*uid {owner}\)?, not to"):
+        read_authkey(path)
+
+
+def test_read_authkey_names_an_owner_without_a_user_name(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _key_file(tmp_path, b"secret\n", 0o600)
+    owner = os.geteuid()
+    monkeypatch.setattr(os, "geteuid", lambda: owner + 1)
+
+    def no_such_user(uid: int) -> Any:
+        raise KeyError(uid)
+
+    monkeypatch.setattr(_authkey.pwd, "getpwuid", no_such_user)
+    with pytest.raises(AuthenticationError,
+                       match=f"belongs to uid {owner}, not to uid {owner + 1} who runs"):
+        read_authkey(path)
+
+
+def test_child_environment_drops_the_key_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    env = {AUTHKEY_ENV: "secret", "PATH": "/bin", "HOME": "/root"}
+    assert child_environment(env) == {"PATH": "/bin", "HOME": "/root"}
+    assert env[AUTHKEY_ENV] == "secret"  # a copy: the caller's mapping is untouched
+    monkeypatch.setenv(AUTHKEY_ENV, "secret")
+    monkeypatch.setenv("MPSCHED_TEST_OTHER", "kept")
+    clean = child_environment()
+    assert AUTHKEY_ENV not in clean and clean["MPSCHED_TEST_OTHER"] == "kept"
+    assert os.environ[AUTHKEY_ENV] == "secret"
+
+
+def test_scrub_authkey_env_keeps_the_key_from_child_processes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(AUTHKEY_ENV, "secret")
+    env = {AUTHKEY_ENV: "secret", "PATH": "/bin"}
+    scrub_authkey_env(env)
+    assert env == {"PATH": "/bin"}
+    scrub_authkey_env()
+    assert AUTHKEY_ENV not in os.environ
+    show = f"import os; print(os.environ.get({AUTHKEY_ENV!r}))"
+    child = subprocess.run([sys.executable, "-c", show], capture_output=True, text=True,
+                           check=True, timeout=60)
+    assert child.stdout.strip() == "None"
+    scrub_authkey_env()  # nothing left to remove: fine
+
+
 def test_private_runtime_dir_is_fresh_and_private(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
@@ -173,82 +229,23 @@ def test_describe_versions() -> None:
 # ------------------------------------------------------------------------------ sockets
 
 
-def _sockopt(conn: connection.Connection, level: int, option: int, size: int = 0) -> Any:
-    sock = socket.socket(fileno=os.dup(conn.fileno()))
-    try:
-        return sock.getsockopt(level, option, size) if size else sock.getsockopt(level, option)
-    finally:
-        sock.close()
-
-
-def _rcvtimeo(conn: connection.Connection) -> float:
-    seconds, micros = struct.unpack("ll", _sockopt(conn, socket.SOL_SOCKET, socket.SO_RCVTIMEO,
-                                                   struct.calcsize("ll")))
+def _rcvtimeo(conn: Any) -> float:
+    seconds, micros = struct.unpack("ll", sockopt(conn, socket.SOL_SOCKET, socket.SO_RCVTIMEO,
+                                                  struct.calcsize("ll")))
     return float(seconds + micros / 1e6)
 
 
-class _RecordingServer(HardenedServer):
-    """A HardenedServer that notes the socket options of each connection it serves."""
-
-    nodelay: list[int]
-
-    def _dispatch(self, conn: connection.Connection, request: Any) -> None:
-        if isinstance(self.address, tuple):
-            self.nodelay.append(_sockopt(conn, socket.IPPROTO_TCP, socket.TCP_NODELAY))
-        super()._dispatch(conn, request)
-
-
-class InProcessServer:
-    """A HardenedServer with our own accept loop, which (unlike Server.accepter) stops."""
-
-    def __init__(self, address: Any) -> None:
-        self.server = _RecordingServer(ServiceManager._registry,  # type: ignore[attr-defined]
-                                       address, KEY, SERIALIZER)
-        self.server.nodelay = []
-        self.server.stop_event = threading.Event()  # type: ignore[attr-defined]
-        self.address = self.server.address
-        self._stopping = False
-        self.handlers: list[threading.Thread] = []
-        self._accepter = threading.Thread(target=self._accept, daemon=True)
-        self._accepter.start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn = self.server.listener.accept()  # type: ignore[attr-defined]
-            except OSError:
-                if self._stopping:
-                    return
-                continue
-            if self._stopping:
-                conn.close()
-                return
-            handler = threading.Thread(target=self.server.handle_request, args=(conn,),
-                                       daemon=True)
-            self.handlers.append(handler)
-            handler.start()
-
-    def live_handlers(self) -> int:
-        return sum(t.is_alive() for t in self.handlers)
-
-    def stop(self) -> None:
-        self._stopping = True
-        with contextlib.suppress(OSError):
-            connection.Client(self.address).close()  # unblocks accept()
-        self._accepter.join(10)
-        self.server.listener.close()  # type: ignore[attr-defined]
-        assert not self._accepter.is_alive()
+def _address(kind: str, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    if kind == "tcp":
+        return ("127.0.0.1", 0)
+    return str(tmp_path_factory.mktemp("sock") / "m.sock")
 
 
 @pytest.fixture(params=["tcp", "unix"])
 def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
            monkeypatch: pytest.MonkeyPatch) -> Iterator[InProcessServer]:
     monkeypatch.setattr(transport, "HANDSHAKE_TIMEOUT", 0.5)
-    if request.param == "tcp":
-        address: Any = ("127.0.0.1", 0)
-    else:
-        address = str(tmp_path_factory.mktemp("sock") / "m.sock")
-    running = InProcessServer(address)
+    running = InProcessServer(_address(request.param, tmp_path_factory)).start()
     yield running
     running.stop()
 
@@ -264,7 +261,7 @@ def test_client_connection_sets_nodelay_and_clears_the_handshake_timeout(
     conn = client_connection(server.address, KEY)
     try:
         if isinstance(server.address, tuple):
-            assert _sockopt(conn, socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+            assert sockopt(conn, socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
         assert _rcvtimeo(conn) == 0.0  # long polls must not time out after the handshake
     finally:
         conn.close()
@@ -320,6 +317,208 @@ def test_client_handshake_times_out_against_a_silent_server(
         with pytest.raises(OSError):
             client_connection(listener.getsockname(), KEY)
         assert time.monotonic() - t0 < 5
+
+
+# A frame whose length (250) is one the challenge functions accept (at most 256 bytes),
+# sent so slowly that only a deadline on the whole handshake ends it (0.1 s a byte: 25 s).
+TRICKLE = struct.pack("!i", 250) + b"#CHALLENGE#" + b"x" * 239
+
+
+def test_a_peer_trickling_its_answer_is_dropped_at_the_handshake_deadline(
+        server: InProcessServer, threads: list[threading.Thread]) -> None:
+    # Each byte arrives well within the 0.5 s handshake timeout: a per-read timeout would
+    # keep the connection for the whole 25 s the trickle lasts.
+    family = socket.AF_INET if isinstance(server.address, tuple) else socket.AF_UNIX
+    stop = threading.Event()
+    with socket.socket(family) as peer:
+        peer.connect(server.address)
+        try:
+            t0 = time.monotonic()
+            _in_thread(threads, trickle, peer, TRICKLE, 0.1, stop)
+            received = read_until_closed(peer, timeout=60)
+            elapsed = time.monotonic() - t0
+        finally:
+            stop.set()
+    assert b"#CHALLENGE#" in received
+    assert elapsed < 5  # 0.5 s deadline, plus generous slack for a busy machine
+
+
+def test_the_client_handshake_deadline_covers_a_trickling_server(
+        monkeypatch: pytest.MonkeyPatch, threads: list[threading.Thread]) -> None:
+    monkeypatch.setattr(transport, "HANDSHAKE_TIMEOUT", 0.5)
+    stop = threading.Event()
+
+    def serve_slowly(listener: socket.socket) -> None:
+        conn, _ = listener.accept()
+        with conn:
+            trickle(conn, TRICKLE, 0.1, stop)
+
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        _in_thread(threads, serve_slowly, listener)
+        t0 = time.monotonic()
+        try:
+            with pytest.raises(TimeoutError, match=r"did not finish the handshake within 0\.5 s"):
+                client_connection(listener.getsockname(), KEY)
+            assert time.monotonic() - t0 < 5
+        finally:
+            stop.set()
+
+
+def _handshaking(sock: socket.socket) -> None:
+    """Wait until the server sent this raw connection its challenge."""
+    sock.settimeout(30)
+    data = b""
+    while b"#CHALLENGE#" not in data:
+        chunk = sock.recv(4096)
+        assert chunk, "closed before the challenge"
+        data += chunk
+
+
+def test_connections_beyond_max_handshakes_are_closed_at_once(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(transport, "MAX_HANDSHAKES", 3)
+    monkeypatch.setattr(transport, "HANDSHAKE_TIMEOUT", 60.0)  # silent ones stay
+    caplog.set_level(logging.WARNING, logger="mpsched.transport")
+    running = InProcessServer(("127.0.0.1", 0)).start()
+    peers: list[socket.socket] = []
+    try:
+        for _ in range(3):
+            peers.append(socket.create_connection(running.address))
+            _handshaking(peers[-1])
+        for _ in range(3):
+            extra = socket.create_connection(running.address)
+            peers.append(extra)
+            assert read_until_closed(extra, timeout=30) == b""  # no challenge: closed
+        warnings = [r for r in caplog.records if "in their handshake" in r.getMessage()]
+        assert len(warnings) == 1
+        for peer in peers[:3]:
+            peer.close()
+        for handler in running.handlers:  # their handshakes end at EOF, freeing the slots
+            handler.join(30)
+        _connect(running)
+        assert "accepting connections again; closed 3 meanwhile" in caplog.text
+    finally:
+        for peer in peers:
+            peer.close()
+        running.stop()
+
+
+class _FlakyAccept:
+    """Stands in for listener.accept: raises the scripted errors (None: really accepts)."""
+
+    def __init__(self, accept: Any, script: list[int | None]) -> None:
+        self.accept = accept
+        self.script = script
+
+    def __call__(self) -> Any:
+        while self.script:
+            error = self.script.pop(0)
+            if error is None:
+                return self.accept()
+            raise OSError(error, os.strerror(error))
+        return self.accept()
+
+
+def test_accept_out_of_descriptors_backs_off_then_resumes(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="mpsched.transport")
+    running = InProcessServer(("127.0.0.1", 0))
+    waits: list[float] = []
+    running.server._sleep = waits.append  # type: ignore[method-assign]
+    listener = running.server.listener
+    script: list[int | None] = [errno.ECONNABORTED, *[errno.EMFILE] * 6, None,
+                                errno.ENFILE, errno.ENFILE, None]
+    monkeypatch.setattr(listener, "accept", _FlakyAccept(listener.accept, script))
+    running.start()
+    try:
+        _connect(running)  # served after six EMFILE
+        _connect(running)  # and after two ENFILE
+    finally:
+        running.stop()
+    # ECONNABORTED is one connection's problem: retry at once. Out of descriptors: wait,
+    # doubling up to 1 s; a success starts over.
+    assert waits == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 0.1, 0.2]
+    assert caplog.text.count("accept() failed") == 2
+    assert caplog.text.count("accept() works again") == 2
+
+
+def test_a_connection_without_a_thread_is_closed_and_the_server_goes_on(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    running = InProcessServer(("127.0.0.1", 0))
+    start_handler = running.server._start_handler
+    failures = [RuntimeError("can't start new thread")]
+
+    def flaky(conn: FastConnection) -> threading.Thread:
+        if failures:
+            raise failures.pop()
+        return start_handler(conn)
+
+    monkeypatch.setattr(running.server, "_start_handler", flaky)
+    running.start()
+    try:
+        with socket.create_connection(running.address) as refused:
+            assert read_until_closed(refused, timeout=30) == b""
+        _connect(running)
+        assert running.server._handshaking == 0
+    finally:
+        running.stop()
+
+
+@pytest.fixture
+def umask() -> Iterator[int]:
+    """A umask that lets everyone connect to a new socket, as many systems' default does."""
+    before = os.umask(0o022)
+    yield 0o022
+    os.umask(before)
+
+
+def test_a_unix_socket_only_its_owner_can_connect_to(tmp_path: Path, umask: int) -> None:
+    path = tmp_path / "m.sock"
+    server = HardenedServer(ServiceManager._registry,  # type: ignore[attr-defined]
+                            str(path), KEY, SERIALIZER)
+    try:
+        mode = path.stat().st_mode
+        assert stat.S_ISSOCK(mode)
+        assert stat.S_IMODE(mode) == 0o600
+        assert os.umask(umask) == umask  # put back as it was
+    finally:
+        server.listener.close()
+
+
+def test_on_disconnect_runs_in_the_connections_thread_when_it_ends(
+        server: InProcessServer) -> None:
+    ended: list[threading.Thread] = []
+    called = threading.Event()  # set by the hook, waited on by the test
+
+    def hook() -> None:
+        ended.append(threading.current_thread())
+        called.set()
+
+    server.server.on_disconnect = hook
+    with pytest.raises(AuthenticationError):
+        _connect(server, b"wrong")  # never authenticated: no call
+    conn = client_connection(server.address, KEY)
+    conn.send((None, "accept_connection", ("test",), {}))
+    assert conn.recv() == ("#RETURN", None)  # now served by serve_client() until hang-up
+    assert not called.is_set()
+    conn.close()
+    assert called.wait(30)
+    assert len(ended) == 1 and ended[0] in server.handlers
+    for handler in server.handlers:
+        handler.join(10)
+    assert len(ended) == 1
+
+
+def test_a_failing_on_disconnect_is_logged(server: InProcessServer,
+                                           caplog: pytest.LogCaptureFixture) -> None:
+    def hook() -> None:
+        raise RuntimeError("boom")
+
+    server.server.on_disconnect = hook
+    _connect(server)
+    for handler in server.handlers:
+        handler.join(10)
+    assert "on_disconnect failed" in caplog.text and "boom" in caplog.text
 
 
 # ------------------------------------------------------------------------ FastConnection

@@ -1,0 +1,281 @@
+"""TLS under the authkey handshake: certificates made at test time with the openssl CLI."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import ssl
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from servers import KEY, InProcessServer, read_until_closed, trickle
+
+import mpsched._transport as transport
+from mpsched import AuthenticationError
+from mpsched._manager import ServiceManager
+from mpsched._tls import TlsConfig, TlsError, current_tls, set_tls
+from mpsched._transport import SERIALIZER, FastConnection, client_connection
+
+EC_KEY = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+
+
+@dataclass(frozen=True)
+class Certs:
+    ca: Path
+    server: TlsConfig  # signed by ca
+    client: TlsConfig  # signed by ca
+    other_ca: Path
+    stranger: TlsConfig  # a client signed by other_ca
+
+
+@pytest.fixture(scope="session")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
+    where = tmp_path_factory.mktemp("certs")
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=where, check=True, capture_output=True,
+                       timeout=60)
+
+    def authority(name: str) -> None:
+        openssl("req", "-x509", *EC_KEY, "-days", "2", "-keyout", f"{name}.key",
+                "-out", f"{name}.pem", "-subj", f"/CN=mpsched test {name}")
+
+    def leaf(name: str, ca: str, serial: int) -> TlsConfig:
+        openssl("req", "-new", *EC_KEY, "-keyout", f"{name}.key", "-out", f"{name}.csr",
+                "-subj", f"/CN=mpsched test {name}")
+        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey",
+                f"{ca}.key", "-set_serial", str(serial), "-days", "2", "-out", f"{name}.pem")
+        return TlsConfig(cert=where / f"{name}.pem", key=where / f"{name}.key")
+
+    authority("ca")
+    authority("other-ca")
+    return Certs(ca=where / "ca.pem", server=leaf("server", "ca", 1),
+                 client=leaf("client", "ca", 2), other_ca=where / "other-ca.pem",
+                 stranger=leaf("stranger", "other-ca", 3))
+
+
+@pytest.fixture
+def serve(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., InProcessServer]]:
+    """Start servers over TCP with the given TLS setting; the test then sets its own
+    (client) setting. Everything is stopped and the setting cleared at the end."""
+    monkeypatch.setattr(transport, "HANDSHAKE_TIMEOUT", 2.0)
+    before = current_tls()
+    started: list[InProcessServer] = []
+
+    def start(config: TlsConfig | None, address: Any = ("127.0.0.1", 0)) -> InProcessServer:
+        set_tls(config)
+        try:
+            started.append(InProcessServer(address).start())
+        finally:
+            set_tls(None)
+        return started[-1]
+
+    yield start
+    set_tls(before)
+    for running in started:
+        running.stop()
+
+
+def _served_by(conn: FastConnection) -> Any:
+    """Ask a manager server for its methods' names over ``conn``: a full request."""
+    conn.send((None, "dummy", (), {}))
+    return conn.recv()
+
+
+def _with_ca(certs: Certs, **more: Any) -> TlsConfig:
+    return TlsConfig(ca=certs.ca, **more)
+
+
+def test_a_client_with_the_ca_talks_tls_to_the_server(
+        certs: Certs, serve: Callable[..., InProcessServer]) -> None:
+    server = serve(TlsConfig(cert=certs.server.cert, key=certs.server.key))
+    set_tls(_with_ca(certs))
+    with client_connection(server.address, KEY) as conn:
+        assert isinstance(conn._sock, ssl.SSLSocket)
+        assert conn._sock.version() in ("TLSv1.2", "TLSv1.3")
+        assert _served_by(conn) == ("#RETURN", None)
+    # What multiprocessing.managers does for every proxy: it works the same way.
+    manager = ServiceManager(address=server.address, authkey=KEY, serializer=SERIALIZER)
+    manager.connect()
+
+
+def test_a_peer_trickling_its_tls_hello_is_dropped_at_the_handshake_deadline(
+        certs: Certs, serve: Callable[..., InProcessServer],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    server = serve(TlsConfig(cert=certs.server.cert, key=certs.server.key))
+    monkeypatch.setattr(transport, "HANDSHAKE_TIMEOUT", 0.5)
+    # The start of a TLS record of 256 bytes, a byte every 0.1 s: 26 s in all.
+    hello = b"\x16\x03\x01\x01\x00" + b"\x01" * 256
+    stop = threading.Event()
+    sender: threading.Thread | None = None
+    with socket.create_connection(server.address) as peer:
+        try:
+            t0 = time.monotonic()
+            sender = threading.Thread(target=trickle, args=(peer, hello, 0.1, stop),
+                                      daemon=True)
+            sender.start()
+            assert read_until_closed(peer, timeout=60) == b""
+            assert time.monotonic() - t0 < 5
+        finally:
+            stop.set()
+            if sender is not None:
+                sender.join(30)
+
+
+def test_the_authkey_is_still_required_under_tls(
+        certs: Certs, serve: Callable[..., InProcessServer]) -> None:
+    server = serve(TlsConfig(cert=certs.server.cert, key=certs.server.key))
+    set_tls(_with_ca(certs))
+    with pytest.raises(AuthenticationError, match="wrong authkey"):
+        client_connection(server.address, b"wrong")
+
+
+def test_a_client_without_tls_fails_cleanly(
+        certs: Certs, serve: Callable[..., InProcessServer],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    server = serve(TlsConfig(cert=certs.server.cert, key=certs.server.key))
+    monkeypatch.setattr(transport, "HANDSHAKE_TIMEOUT", 0.5)
+    with pytest.raises((ConnectionError, TimeoutError), match="does it require TLS"):
+        client_connection(server.address, KEY)
+    set_tls(_with_ca(certs))
+    with client_connection(server.address, KEY) as conn:  # still serving
+        assert _served_by(conn) == ("#RETURN", None)
+
+
+def test_a_client_with_the_wrong_ca_refuses_the_server(
+        certs: Certs, serve: Callable[..., InProcessServer],
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="mpsched.transport")
+    server = serve(TlsConfig(cert=certs.server.cert, key=certs.server.key))
+    set_tls(TlsConfig(ca=certs.other_ca))
+    with pytest.raises(TlsError, match=f"did not verify against the CA in {certs.other_ca}"):
+        client_connection(server.address, KEY)
+    set_tls(None)
+    server.stop()
+    assert "refused a connection" in caplog.text  # and the server dropped it
+
+
+def test_a_tls_client_against_a_plain_server_says_so(
+        certs: Certs, serve: Callable[..., InProcessServer]) -> None:
+    server = serve(None)
+    set_tls(_with_ca(certs))
+    with pytest.raises(TlsError, match="does it serve TLS"):
+        client_connection(server.address, KEY)
+
+
+def test_a_server_with_a_ca_requires_client_certificates_it_signed(
+        certs: Certs, serve: Callable[..., InProcessServer]) -> None:
+    server = serve(TlsConfig(cert=certs.server.cert, key=certs.server.key, ca=certs.ca))
+    set_tls(_with_ca(certs))  # no client certificate
+    with pytest.raises(TlsError, match="client certificate"):
+        client_connection(server.address, KEY)
+    set_tls(_with_ca(certs, cert=certs.stranger.cert, key=certs.stranger.key))
+    with pytest.raises(TlsError):
+        client_connection(server.address, KEY)
+    set_tls(_with_ca(certs, cert=certs.client.cert, key=certs.client.key))
+    with client_connection(server.address, KEY) as conn:
+        assert _served_by(conn) == ("#RETURN", None)
+
+
+def test_unix_sockets_never_use_tls(certs: Certs, serve: Callable[..., InProcessServer],
+                                    tmp_path: Path) -> None:
+    server = serve(TlsConfig(cert=certs.server.cert, key=certs.server.key),
+                   str(tmp_path / "m.sock"))
+    assert server.server.listener.tls_context is None
+    set_tls(_with_ca(certs))
+    with client_connection(server.address, KEY) as conn:
+        assert not isinstance(conn._sock, ssl.SSLSocket)
+        assert _served_by(conn) == ("#RETURN", None)
+
+
+# --------------------------------------------------------------------------- settings
+
+
+def test_serving_tls_needs_a_certificate(certs: Certs) -> None:
+    with pytest.raises(TlsError, match="needs a certificate"):
+        TlsConfig(ca=certs.ca).server_context()
+
+
+def test_a_tcp_listener_refuses_to_start_without_a_certificate(
+        certs: Certs, serve: Callable[..., InProcessServer]) -> None:
+    with pytest.raises(TlsError, match="needs a certificate"):
+        serve(TlsConfig(ca=certs.ca))
+
+
+def test_files_that_do_not_load_are_named(certs: Certs, tmp_path: Path) -> None:
+    missing = tmp_path / "missing.pem"
+    with pytest.raises(TlsError, match=f"CA file {missing}"):
+        TlsConfig(ca=missing).client_context()
+    with pytest.raises(TlsError, match=f"certificate {missing} with key {certs.server.key}"):
+        TlsConfig(cert=missing, key=certs.server.key).server_context()
+    with pytest.raises(TlsError, match=f"certificate {certs.ca} with key {certs.server.key}"):
+        TlsConfig(cert=certs.ca, key=certs.server.key).server_context()  # not its key
+
+
+def test_set_tls_returns_the_previous_setting_and_keeps_it_on_error(
+        certs: Certs, tmp_path: Path) -> None:
+    config = _with_ca(certs)
+    before = set_tls(config)
+    try:
+        with pytest.raises(TlsError):
+            set_tls(TlsConfig(ca=tmp_path / "missing.pem"))
+        assert current_tls() == config
+        assert set_tls(None) == config
+        assert current_tls() is None
+    finally:
+        set_tls(before)
+
+
+# --------------------------------------------------------------------- FastConnection
+
+
+@pytest.fixture
+def tls_pair(certs: Certs) -> Iterator[tuple[FastConnection, FastConnection]]:
+    """Two FastConnections talking TLS over a socketpair."""
+    left, right = socket.socketpair()
+    server, client = FastConnection(left), FastConnection(right)
+    context = certs.server.server_context()
+    handshake = threading.Thread(target=server.start_tls, args=(context,),
+                                 kwargs={"server_side": True}, daemon=True)
+    handshake.start()
+    client.start_tls(_with_ca(certs).client_context(), server_side=False)
+    handshake.join(30)
+    assert not handshake.is_alive()
+    yield server, client
+    server.close()
+    client.close()
+
+
+@pytest.mark.parametrize("size", [0, 100, 16384, 65536, 300_000, 3_000_000])
+def test_fast_connection_frames_messages_over_tls(
+        tls_pair: tuple[FastConnection, FastConnection], size: int) -> None:
+    server, client = tls_pair
+    payload = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+    sender = threading.Thread(target=client.send, args=({"payload": payload},), daemon=True)
+    sender.start()
+    assert server.recv() == {"payload": payload}
+    sender.join(30)
+    assert not sender.is_alive()
+
+
+def test_fast_connection_polls_data_the_tls_layer_holds(
+        tls_pair: tuple[FastConnection, FastConnection]) -> None:
+    server, client = tls_pair
+    # Two messages in one write: the tail of the first and all of the second share the
+    # last TLS record, so after the first is read the second waits decrypted inside the
+    # ssl object, where select() cannot see it.
+    first, second = b"a" * 70_000, b"b"
+    frames = b"".join(len(m).to_bytes(4, "big") + m for m in (first, second))
+    sender = threading.Thread(target=client._sock.sendall, args=(frames,), daemon=True)
+    sender.start()
+    assert server.recv_bytes() == first
+    sender.join(30)
+    assert server.poll(0)
+    assert server.recv_bytes() == second
+    assert not server.poll(0)
