@@ -36,6 +36,7 @@ from mpsched._protocol import (
 from mpsched._queue import JobQueue
 from mpsched._service import ManagerService
 from mpsched._supervisor import Supervisor
+from mpsched._tls import set_tls
 from mpsched._transport import SERIALIZER, HardenedServer
 
 log = logging.getLogger("mpsched.manager")
@@ -58,9 +59,11 @@ def run_manager(config: ManagerConfig, control: Connection | None = None,
         JobQueue(order=config.order, max_pending=config.max_pending),
         heartbeat_timeout=config.heartbeat_timeout)
     serve_object(service)
+    set_tls(config.tls)  # the listener below, and this process's own connections
     # Not BaseManager.get_server(): it builds a plain Server and ignores _Server.
     server = HardenedServer(ServiceManager._registry, config.address,  # type: ignore[attr-defined]
                             config.authkey, SERIALIZER)
+    server.on_disconnect = service.connection_closed
     # serve_client reads stop_event, which only serve_forever would create; we run the
     # accepter ourselves so that this thread can supervise.
     server.stop_event = threading.Event()  # type: ignore[attr-defined]

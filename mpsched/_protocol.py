@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 from mpsched._errors import SchedulerShutdownError
 from mpsched._job import Assignment, JobRequest, Lease, Order, Outcome, QueueStats
+from mpsched._tls import TlsConfig
 from mpsched._transport import SERIALIZER, HardenedServer
 
 # Longest a single proxied call may block in the manager. A caller that went away frees
@@ -128,6 +129,7 @@ class Stats:
     # it keeps retrying with backoff. start_failures counts every failed attempt.
     workers_missing: int = 0
     worker_start_failures: int = 0
+    clients: int = 0  # clients with a mailbox (connected, or closing with outcomes left)
 
     @property
     def pending(self) -> dict[str, int]:
@@ -266,6 +268,7 @@ class ManagerConfig:
     max_memory_per_worker: int | None = None  # bytes of RSS
     heartbeat_timeout: float = HEARTBEAT_TIMEOUT
     drain_timeout: float = 30.0  # on stop, how long running jobs may take to finish
+    tls: TlsConfig | None = None  # TCP only; local workers connect with it too
 
 
 class ManagerReady(NamedTuple):

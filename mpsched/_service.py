@@ -295,7 +295,8 @@ class ManagerService:
         return Stats(self.queue.stats(), tuple(_status(w) for w in workers),
                      uptime=now - self._started, throughput=recent / window,
                      workers_missing=self.workers_missing,
-                     worker_start_failures=self.worker_start_failures)
+                     worker_start_failures=self.worker_start_failures,
+                     clients=len(self.mailboxes))
 
     def stop(self) -> None:
         """Stop handing out jobs; the manager process then drains, stops workers, exits."""

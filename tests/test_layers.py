@@ -16,7 +16,8 @@ PACKAGE = Path(__file__).parent.parent / "mpsched"
 LAYERS: list[set[str]] = [
     {"_errors"},
     {"_job"},
-    {"_transport", "_payload"},
+    {"_authkey", "_tls", "_wire", "_payload"},
+    {"_transport"},
     {"_protocol"},
     {"_clock"},
     {"_leases"},

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta, timezone
 import jobs
 import psutil
 import pytest
+from processes import wait_for
 
 from mpsched import (
     InvalidJobError,
@@ -375,3 +376,30 @@ def test_any_end_of_the_result_thread_fails_every_outstanding_future(make_schedu
     with pytest.raises(SchedulerShutdownError):
         s.submit(jobs.noop, 3)
     s.shutdown(wait=True)  # nothing outstanding is left to wait for
+
+
+DYING_CLIENT = """
+import os, signal, sys
+sys.path.insert(0, {tests!r})
+import jobs, mpsched
+client = mpsched.connect({address!r}, authkey=bytes.fromhex({key!r}))
+futures = [client.schedule(jobs.noop, bytes(200_000), delay=0.5) for _ in range(4)]
+client.stats()  # every job has reached the manager
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_client_that_dies_leaves_nothing_in_the_manager(make_scheduler, tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    s = make_scheduler(workers=1)
+    assert s.stats().clients == 1
+    script = DYING_CLIENT.format(tests=str(Path(__file__).parent), address=s.address,
+                                 key=s.authkey.hex())
+    done = subprocess.run([sys.executable, "-c", script], timeout=60)
+    assert done.returncode == -9
+    # Its jobs still run; their outcomes have nobody to go to and are not kept.
+    wait_for(lambda: s.stats().completed == 4, 60, "the dead client's jobs ran")
+    wait_for(lambda: s.stats().clients == 1, 30, "the dead client's mailbox dropped")
