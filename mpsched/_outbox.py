@@ -30,9 +30,9 @@ class Outbox:
                  on_failure: Callable[[list[JobRequest], BaseException], None]) -> None:
         self._service = service
         self._on_failure = on_failure
-        # Guards _requests, _closed and _sender_waits. The sender thread waits on _queued
-        # for requests; put() notifies it when it waits, close() always. Submitters and
-        # cancel() hold the lock only briefly.
+        # Guards _requests, _withdrawn, _closed and _sender_waits. The sender thread waits
+        # on _queued for requests; put() and withdraw() notify it when it waits, close()
+        # always. Submitters and cancel() hold the lock only briefly.
         self._lock = threading.Lock()
         self._queued = threading.Condition(self._lock)
         # flush() waits on _idle until nothing is queued or being sent; the sender
@@ -40,6 +40,9 @@ class Outbox:
         self._idle = threading.Condition(self._lock)
         self._requests: dict[str, JobRequest] = {}  # by job id, in insertion order
         self._sending: set[str] = set()  # job ids of the batch on its way
+        # Requests taken back before they were sent: the manager is told how many with
+        # the next batch, so its counts agree with what the caller did.
+        self._withdrawn = 0
         self._closed = False
         self._sender_waits = False  # the sender waits on _queued: put() must notify
         self._thread = threading.Thread(target=self._run, daemon=True, name="mpsched-sender")
@@ -59,6 +62,7 @@ class Outbox:
         """
         with self._lock:
             if self._requests.pop(job_id, None) is not None:
+                self._note_withdrawn_locked(1)
                 return True
             self._idle.wait_for(lambda: job_id not in self._sending, timeout)
             return False
@@ -67,13 +71,20 @@ class Outbox:
         with self._lock:
             job_ids = list(self._requests)
             self._requests.clear()
+            self._note_withdrawn_locked(len(job_ids))
             return job_ids
+
+    def _note_withdrawn_locked(self, count: int) -> None:
+        self._withdrawn += count
+        if count and self._sender_waits:
+            self._queued.notify()
 
     def flush(self, timeout: float = 30.0) -> bool:
         """Wait until every request put so far has reached the manager (or failed)."""
         with self._lock:
-            return self._idle.wait_for(lambda: not self._requests and not self._sending,
-                                       timeout)
+            return self._idle.wait_for(
+                lambda: not self._requests and not self._sending and not self._withdrawn,
+                timeout)
 
     def close(self, timeout: float = 10.0) -> None:
         """Send what is left, then stop the sender thread."""
@@ -86,19 +97,20 @@ class Outbox:
     def _run(self) -> None:
         while True:
             with self._lock:
-                while not self._requests and not self._closed:
+                while not self._requests and not self._withdrawn and not self._closed:
                     self._sender_waits = True
                     try:
                         self._queued.wait()
                     finally:
                         self._sender_waits = False
-                if not self._requests:
+                if not self._requests and not self._withdrawn:
                     return
                 batch = [self._requests.pop(job_id)
                          for job_id in list(self._requests)[:BATCH]]
                 self._sending = {request.job_id for request in batch}
+                withdrawn, self._withdrawn = self._withdrawn, 0
             try:
-                self._service.submit(batch, None)
+                self._service.submit(batch, None, withdrawn)
             except BaseException as exc:
                 log.error("could not send %d job(s) to the manager: %r", len(batch), exc)
                 self._on_failure(batch, exc)

@@ -158,8 +158,8 @@ class ServiceProxy(BaseProxy):
     """Typed client side of the manager's ManagerService (mpsched._service)."""
 
     _exposed_ = ("hello", "take", "ack", "heartbeat", "finish", "leave", "open_client",
-                 "close_client", "submit", "cancel", "cancel_client", "collect", "stats",
-                 "stop")
+                 "close_client", "submit", "cancel", "cancel_many", "cancel_client",
+                 "collect", "stats", "stop")
 
     def _call(self, method: str, *args: Any) -> Any:
         return self._callmethod(method, args)
@@ -191,11 +191,16 @@ class ServiceProxy(BaseProxy):
     def close_client(self, client_id: str) -> None:
         self._call("close_client", client_id)
 
-    def submit(self, requests: list[JobRequest], timeout: float | None) -> None:
-        self._call("submit", [tuple(r) for r in requests], timeout)
+    def submit(self, requests: list[JobRequest], timeout: float | None,
+               withdrawn: int = 0) -> None:
+        self._call("submit", [tuple(r) for r in requests], timeout, withdrawn)
 
     def cancel(self, job_id: str) -> bool:
         return bool(self._call("cancel", job_id))
+
+    def cancel_many(self, job_ids: list[str]) -> list[str]:
+        result: list[str] = self._call("cancel_many", job_ids)
+        return result
 
     def cancel_client(self, client_id: str, not_due_only: bool = False) -> list[str]:
         result: list[str] = self._call("cancel_client", client_id, not_due_only)

@@ -150,6 +150,12 @@ class JobQueue:
             if self._delayed and self._delayed[0][3] is not old_head:
                 self._new_head_locked()
 
+    def count_withdrawn(self, count: int) -> None:
+        """Count jobs a client cancelled before sending them: submitted, then cancelled."""
+        with self._lock:
+            self._submitted += count
+            self._cancelled += count
+
     def requeue(self, job: Job, *, retry: bool) -> bool:
         """Put back a job whose lease was lost, keeping its due time and seq (so it goes
         first among what is due).

@@ -255,13 +255,24 @@ class ManagerService:
     def close_client(self, client_id: str) -> None:
         self.mailboxes.close(client_id)
 
-    def submit(self, requests: list[JobRequestWire], timeout: float | None) -> None:
-        """Queue a batch of jobs, all or none (one job is a batch of one)."""
+    def submit(self, requests: list[JobRequestWire], timeout: float | None,
+               withdrawn: int = 0) -> None:
+        """Queue a batch of jobs, all or none (one job is a batch of one).
+
+        ``withdrawn``: jobs the client submitted and cancelled before they were sent; they
+        count as submitted and cancelled, so stats() agrees with what the caller did.
+        """
         bounded = LONG_POLL if timeout is None else min(timeout, LONG_POLL)
         self.queue.submit_many([JobRequest._make(r) for r in requests], bounded)
+        if withdrawn:
+            self.queue.count_withdrawn(withdrawn)
 
     def cancel(self, job_id: str) -> bool:
         return self.queue.cancel(job_id)
+
+    def cancel_many(self, job_ids: list[str]) -> list[str]:
+        """Cancel pending jobs; returns the ids of those that were still pending."""
+        return [job_id for job_id in job_ids if self.queue.cancel(job_id)]
 
     def cancel_client(self, client_id: str, not_due_only: bool = False) -> list[str]:
         return self.queue.cancel_client(client_id, not_due_only=not_due_only)

@@ -71,10 +71,10 @@ class HeldService:
         self.sending = threading.Event()  # set when a send reached us
         self.release = threading.Event()  # the send waits for this
 
-    def submit(self, requests: Any, timeout: float | None) -> None:
+    def submit(self, requests: Any, timeout: float | None, withdrawn: int = 0) -> None:
         self.sending.set()
         assert self.release.wait(WAIT)
-        self._service.submit(requests, timeout)
+        self._service.submit(requests, timeout, withdrawn)
 
 
 def test_future_withdrawn_from_the_outbox_reaches_waiters(make_scheduler):

@@ -19,8 +19,11 @@ class FakeService:
         self.entered = threading.Semaphore(0)  # released each time a submit starts
         self.release = threading.Event()  # submits block until set
         self.fail_with: BaseException | None = None
+        self.withdrawn = 0  # requests the manager was told were taken back unsent
 
-    def submit(self, requests: list[JobRequest], timeout: float | None) -> None:
+    def submit(self, requests: list[JobRequest], timeout: float | None,
+               withdrawn: int = 0) -> None:
+        self.withdrawn += withdrawn
         self.entered.release()
         assert self.release.wait(WAIT)
         if self.fail_with is not None:
@@ -106,3 +109,17 @@ def test_withdrawing_a_request_on_its_way_waits_until_it_landed(outbox):
     service.release.set()
     withdrawer.join(WAIT)
     assert result == [False] and service.batches == [["a"]]
+
+
+def test_the_manager_hears_how_many_requests_were_taken_back_unsent(outbox):
+    box, service, _ = outbox
+    box.put(req("a"))
+    assert service.entered.acquire(timeout=WAIT)
+    for job_id in "bcd":
+        box.put(req(job_id))
+    assert box.withdraw("b") is True
+    assert box.withdraw_all() == ["c", "d"]
+    service.release.set()
+    assert box.flush(WAIT)  # a batch with no request still carries the count
+    assert service.batches[0] == ["a"]
+    assert service.withdrawn == 3

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 import jobs
 import psutil
 import pytest
-from processes import wait_for
+from processes import wait_for, wait_started
 
 from mpsched import (
     InvalidJobError,
@@ -403,3 +403,38 @@ def test_a_client_that_dies_leaves_nothing_in_the_manager(make_scheduler, tmp_pa
     # Its jobs still run; their outcomes have nobody to go to and are not kept.
     wait_for(lambda: s.stats().completed == 4, 60, "the dead client's jobs ran")
     wait_for(lambda: s.stats().clients == 1, 30, "the dead client's mailbox dropped")
+
+
+def test_stats_count_a_job_cancelled_right_after_its_submit(make_scheduler):
+    s = make_scheduler(workers=1)
+    futures = [s.schedule(jobs.noop, n, delay=60) for n in range(20)]
+    assert futures[-1].cancel()  # most likely still in the outbox: never sent
+    q = s.stats().queue
+    assert (q.submitted, q.cancelled, sum(q.pending.values())) == (20, 1, 19)
+
+
+def test_dropping_a_map_iterator_cancels_its_jobs_in_one_call(make_scheduler, fifo):
+    import gc
+
+    s = make_scheduler(workers=1)
+    blocker = s.submit(jobs.announce_then_sleep, fifo, 60)
+    wait_started(fifo)  # the only worker is busy: every map job stays pending
+    results = s.map(jobs.noop, range(50))
+    s.stats()  # they have all reached the manager
+    calls = []
+    service = s._core.service
+    def counting(name):
+        real = getattr(service, name)
+
+        def counted(*args):
+            calls.append(name)
+            return real(*args)
+        return counted
+
+    for name in ("cancel", "cancel_many"):
+        setattr(service, name, counting(name))
+    del results
+    gc.collect()
+    assert calls == ["cancel_many"]
+    assert s.stats().queue.cancelled == 50
+    blocker.cancel()
