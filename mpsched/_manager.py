@@ -37,7 +37,7 @@ from mpsched._queue import JobQueue
 from mpsched._service import ManagerService
 from mpsched._supervisor import Supervisor
 from mpsched._tls import set_tls
-from mpsched._transport import SERIALIZER, HardenedServer
+from mpsched._transport import SERIALIZER, HardenedServer, scrub_authkey_env
 
 log = logging.getLogger("mpsched.manager")
 
@@ -59,6 +59,8 @@ def run_manager(config: ManagerConfig, control: Connection | None = None,
         JobQueue(order=config.order, max_pending=config.max_pending),
         heartbeat_timeout=config.heartbeat_timeout)
     serve_object(service)
+    # The key is in config: workers and the jobs they run must not inherit it.
+    scrub_authkey_env()
     set_tls(config.tls)  # the listener below, and this process's own connections
     # Not BaseManager.get_server(): it builds a plain Server and ignores _Server.
     server = HardenedServer(ServiceManager._registry, config.address,  # type: ignore[attr-defined]

@@ -151,3 +151,8 @@ def hoard(megabytes: int) -> int:
 
 def pid() -> int:
     return os.getpid()
+
+
+def getenv(name: str) -> str | None:
+    """The worker's own environment variable ``name``."""
+    return os.environ.get(name)

@@ -438,3 +438,9 @@ def test_dropping_a_map_iterator_cancels_its_jobs_in_one_call(make_scheduler, fi
     assert calls == ["cancel_many"]
     assert s.stats().queue.cancelled == 50
     blocker.cancel()
+
+
+def test_workers_and_jobs_never_inherit_the_authkey_variable(make_scheduler, monkeypatch):
+    monkeypatch.setenv("MPSCHED_AUTHKEY", "not-for-jobs")
+    s = make_scheduler(workers=1)
+    assert s.submit(jobs.getenv, "MPSCHED_AUTHKEY").result(timeout=60) is None
