@@ -23,6 +23,7 @@ import cloudpickle
 
 from mpsched._errors import (
     AuthenticationError,
+    ManagerUnreachableError,
     MpschedError,
     QueueFullError,
     ResultUnpicklingError,
@@ -32,7 +33,13 @@ from mpsched._job import JobRequest, Outcome, Priority, check_request, due_argum
 from mpsched._outbox import Outbox
 from mpsched._payload import fast_dumps, pickle_job, remote_exception
 from mpsched._protocol import LONG_POLL, ClientHello, ServiceProxy, Stats, connect_service
-from mpsched._transport import AUTHKEY_ENV, describe_versions, parse_address, read_authkey
+from mpsched._transport import (
+    AUTHKEY_ENV,
+    describe_versions,
+    format_address,
+    parse_address,
+    read_authkey,
+)
 
 log = logging.getLogger("mpsched.client")
 
@@ -432,7 +439,8 @@ def connect(address: str | tuple[str, int], *, authkey: bytes | None = None,
     Raises:
         AuthenticationError: no key, or the manager rejected it.
         VersionMismatchError: this process runs another Python or cloudpickle version.
-        SchedulerShutdownError: no manager answers at ``address``.
+        ManagerUnreachableError: no manager answers at ``address`` (a ConnectionError):
+            an unknown host, nothing listening, or something that is not a manager.
     """
     if isinstance(address, str):
         address = parse_address(address)
@@ -441,6 +449,7 @@ def connect(address: str | tuple[str, int], *, authkey: bytes | None = None,
         raise AuthenticationError(f"no authkey: pass authkey= or set {AUTHKEY_ENV}")
     try:
         service = connect_service(address, key)
-    except _DISCONNECTED as exc:
-        raise SchedulerShutdownError(f"no mpsched manager at {address!r}: {exc!r}") from exc
+    # AssertionError: Python < 3.12's handshake asserts that the peer sent a challenge.
+    except (*_DISCONNECTED, AssertionError) as exc:
+        raise ManagerUnreachableError.from_error(format_address(address), exc) from exc
     return Client(service, submit_timeout=submit_timeout)
