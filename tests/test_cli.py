@@ -712,6 +712,8 @@ def test_stress_exit_code_says_whether_every_job_ran_once(
                      "--horizon", "0.5", *options, timeout=120)
     assert done.returncode == code, done.stdout + done.stderr
     assert done.stdout.splitlines()[-1].startswith(last), done.stdout
+    if inject is None:
+        assert "producers count from their submit call" in done.stdout, done.stdout
 
 
 @pytest.mark.parametrize("command", ["serve", "worker", "submit", "status", "demo", "stress"])
