@@ -12,9 +12,13 @@ The Java seed starts 3 worker threads and 4 producer threads; producer ``p`` sub
 - Each job runs on a worker process: it stamps ``time.monotonic()`` (system-wide on Linux,
   so comparable with ours) when it starts, then works for 100 ms.
 
-This process prints every job's start relative to its due time, in start order. Within a
-wave, two HIGH, one MEDIUM and one LOW job are due at the same instant and 3 workers are
-free: the LOW job is the one left waiting until a worker finishes its 100 ms job.
+Before the waves, each worker runs one job: a fresh worker imports the job's module when
+it unpickles its first job, which would make wave 1 start 10-20 ms late.
+
+This process prints every job in the order the manager handed it out (due time, then
+priority) with its start relative to its due time. Within a wave, two HIGH, one MEDIUM and
+one LOW job are due at the same instant and 3 workers are free: the first three start
+together, and the LOW job is the one left waiting until a worker finishes its 100 ms job.
 
 The demo itself lives in ``mpsched/_demo.py`` (spawned producers import their function
 from there); this script only runs it.

@@ -8,6 +8,7 @@ from mpsched._errors import JobError as JobError
 from mpsched._errors import JobPicklingError as JobPicklingError
 from mpsched._errors import JobTimeoutError as JobTimeoutError
 from mpsched._errors import JobUnpicklingError as JobUnpicklingError
+from mpsched._errors import ManagerUnreachableError as ManagerUnreachableError
 from mpsched._errors import MpschedError as MpschedError
 from mpsched._errors import QueueFullError as QueueFullError
 from mpsched._errors import RemoteTraceback as RemoteTraceback
@@ -33,6 +34,7 @@ __all__ = [
     "JobPicklingError",
     "JobTimeoutError",
     "JobUnpicklingError",
+    "ManagerUnreachableError",
     "MpschedError",
     "Order",
     "Priority",

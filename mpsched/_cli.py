@@ -1,7 +1,9 @@
 """``python -m mpsched``: serve, worker, submit, status, demo, stress.
 
 ``main(argv)`` returns an exit code (see :class:`mpsched._protocol.Exit`), so tests call
-it directly.
+it directly. The grammar and help texts live in :mod:`mpsched._cli_parser`, ``serve`` in
+:mod:`mpsched._serve`, ``demo`` and ``stress`` in their own modules; this one runs the
+client commands and turns errors into one line and an exit code.
 """
 
 from __future__ import annotations
@@ -11,47 +13,36 @@ import dataclasses
 import importlib
 import json
 import logging
-import multiprocessing
 import os
-import shutil
 import signal
 import sys
-import threading
+import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from pathlib import Path
 from typing import Any, TextIO
 
+from mpsched._cli_parser import build_parser
+from mpsched._client import connect
 from mpsched._errors import (
     AuthenticationError,
     InvalidJobError,
+    ManagerUnreachableError,
     MpschedError,
     SchedulerShutdownError,
     VersionMismatchError,
 )
-from mpsched._job import Order
-from mpsched._manager import run_manager
-from mpsched._protocol import (
-    HEARTBEAT_TIMEOUT,
-    ClientHello,
-    Exit,
-    ManagerConfig,
-    ManagerReady,
-    Stats,
-    connect_service,
-)
-from mpsched._service import ManagerService
+from mpsched._futures import JobFuture
+from mpsched._protocol import ClientHello, ServiceProxy, Stats, connect_service
+from mpsched._protocol import Exit as Exit  # the codes main() returns, for its callers
+from mpsched._serve import default_method, run_serve
 from mpsched._transport import (
     AUTHKEY_ENV,
     Address,
     AddressError,
     describe_versions,
     format_address,
-    is_loopback,
     parse_address,
-    private_runtime_dir,
     read_authkey,
-    write_authkey,
 )
 from mpsched._worker import WorkerConfig
 
@@ -62,21 +53,21 @@ class UsageError(MpschedError, ValueError):
     """A command line that names something that does not exist or does not parse."""
 
 
-EPILOG_KEY = (f"The authkey comes from --authkey-file (mode 0600) or ${AUTHKEY_ENV}; never "
-              f"from the command line.")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _parser()
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return Exit.USAGE
     logging.basicConfig(level=getattr(logging, args.log_level.upper()), stream=sys.stderr,
                         format="%(asctime)s %(name)s[%(process)d] %(levelname)s %(message)s")
-    handler: Callable[[argparse.Namespace, TextIO], int] = args.handler
+    handler = HANDLERS[args.command]
     try:
         return handler(args, sys.stdout)
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # no second traceback while we leave
+        print("mpsched: interrupted", file=sys.stderr)
+        return Exit.INTERRUPTED
     except (AddressError, UsageError, InvalidJobError) as exc:
         print(f"mpsched: {exc}", file=sys.stderr)
         return Exit.USAGE
@@ -86,200 +77,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except VersionMismatchError as exc:
         print(f"mpsched: refused: {exc}", file=sys.stderr)
         return Exit.VERSION
+    except ManagerUnreachableError as exc:
+        print(f"mpsched: {exc}", file=sys.stderr)
+        return Exit.UNREACHABLE
     except (SchedulerShutdownError, ConnectionError, FileNotFoundError, EOFError) as exc:
         print(f"mpsched: no manager answers at {getattr(args, 'connect', '?')}: {exc}",
               file=sys.stderr)
         return Exit.UNREACHABLE
-
-
-# ------------------------------------------------------------------------------ parser
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m mpsched",
-        description="Run Python jobs at a scheduled time, in priority order, on worker "
-                    "processes.")
-    parser.set_defaults(command=None)
-    sub = parser.add_subparsers(title="commands", metavar="COMMAND")
-
-    def command(name: str, handler: Callable[..., int], help: str,
-                example: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help, description=help,
-                           epilog=f"example:\n  {example}\n\n{EPILOG_KEY}",
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
-        p.set_defaults(command=name, handler=handler)
-        p.add_argument("--log-level", default="warning",
-                       choices=["debug", "info", "warning", "error"])
-        return p
-
-    serve = command("serve", _serve, "run a manager with local workers",
-                    "python -m mpsched serve --address 127.0.0.1:7000 --workers 4")
-    serve.add_argument("--address", help="unix:PATH or HOST:PORT (default: a Unix socket "
-                                         "in a private runtime directory)")
-    serve.add_argument("--workers", type=int, default=os.cpu_count() or 1,
-                       help="local worker processes (default: the number of cores; 0 for "
-                            "remote workers only)")
-    serve.add_argument("--authkey-file", type=Path)
-    serve.add_argument("--order", choices=[o.value for o in Order], default="time")
-    serve.add_argument("--max-pending", type=_count)
-    serve.add_argument("--heartbeat-timeout", type=_seconds, default=HEARTBEAT_TIMEOUT,
-                       help="seconds of silence after which a remote worker is declared gone")
-    serve.add_argument("--drain-timeout", type=float, default=30.0,
-                       help="on SIGTERM, how long running jobs may take to finish")
-
-    worker = command("worker", _worker, "join a running manager with worker processes",
-                     "python -m mpsched worker --connect 10.0.0.5:7000 --authkey-file key")
-    worker.add_argument("--connect", required=True, help="the manager's address")
-    worker.add_argument("--processes", type=_count, default=os.cpu_count() or 1)
-    worker.add_argument("--authkey-file", type=Path)
-    worker.add_argument("--heartbeat-interval", type=_seconds, default=2.0)
-
-    submit = command("submit", _submit, "submit an importable callable",
-                     "python -m mpsched submit math:factorial --args '[20]' --delay 5 "
-                     "--connect unix:/run/mpsched.sock --wait")
-    submit.add_argument("target", help="module:function")
-    submit.add_argument("--connect", required=True)
-    submit.add_argument("--authkey-file", type=Path)
-    submit.add_argument("--args", default="[]", help="JSON list of positional arguments")
-    submit.add_argument("--kwargs", default="{}", help="JSON object of keyword arguments")
-    when = submit.add_mutually_exclusive_group()
-    when.add_argument("--delay", type=float, help="seconds from now")
-    when.add_argument("--at", help="ISO 8601 time (naive means local time)")
-    submit.add_argument("--priority", choices=["high", "medium", "low"], default="medium")
-    submit.add_argument("--timeout", type=float)
-    submit.add_argument("--retries", type=int, default=0)
-    submit.add_argument("--wait", action="store_true", help="wait and print the result")
-
-    status = command("status", _status, "show queue, workers and lateness",
-                     "python -m mpsched status --connect unix:/run/mpsched.sock --json")
-    status.add_argument("--connect", required=True)
-    status.add_argument("--authkey-file", type=Path)
-    status.add_argument("--json", action="store_true")
-
-    command("demo", _demo, "the seed demo: three waves of prioritised jobs on 3 workers",
-            "python -m mpsched demo")
-
-    stress = command("stress", _stress, "flood a manager and verify exactly-once, none early",
-                     "python -m mpsched stress --producers 3 --workers 4 --jobs 5000")
-    stress.add_argument("--producers", type=_count, default=3)
-    stress.add_argument("--workers", type=_count, default=2)
-    stress.add_argument("--jobs", type=_count, default=3000)
-    stress.add_argument("--horizon", type=_seconds_or_zero, default=2.0,
-                        help="due times are random in [0, horizon] seconds")
-    stress.add_argument("--connect", help="use a running manager instead of starting one")
-    stress.add_argument("--authkey-file", type=Path)
-    stress.add_argument("--inject", choices=["duplicate", "loss"],
-                        help=argparse.SUPPRESS)  # proves the verifier catches faults
-    return parser
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
-    return value
-
-
-def _seconds(text: str) -> float:
-    value = _seconds_or_zero(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError("must be more than 0 seconds")
-    return value
-
-
-def _seconds_or_zero(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, not {text}")
-    return value
-
-
-# ------------------------------------------------------------------------------ serve
-
-
-def _serve(args: argparse.Namespace, out: TextIO) -> int:
-    if args.workers < 0:
-        raise UsageError("--workers must be 0 or more")
-    key = read_authkey(args.authkey_file)
-    runtime: Path | None = None
-    if args.address is None:
-        runtime = private_runtime_dir()
-        address: Address = str(runtime / "manager.sock")
-    else:
-        address = parse_address(args.address)
-    if key is None and not is_loopback(address):
-        print(f"mpsched: refusing to serve on {format_address(address)} without an authkey: "
-              f"anyone who can connect could run code here. Give --authkey-file (mode 0600) "
-              f"or set {AUTHKEY_ENV}.", file=sys.stderr)
-        return Exit.UNSAFE
-    key_file = args.authkey_file
-    if key is None:
-        runtime = runtime or private_runtime_dir()
-        key_file = runtime / "authkey"
-        key = write_authkey(key_file)
-    try:
-        return _run_served(args, out, key, key_file, address)
-    finally:
-        if runtime is not None:  # ours alone: the socket and the generated key
-            shutil.rmtree(runtime, ignore_errors=True)
-
-
-def _run_served(args: argparse.Namespace, out: TextIO, key: bytes, key_file: Path | None,
-                address: Address) -> int:
-    config = ManagerConfig(
-        authkey=key, workers=args.workers, mp_method=_default_method(), address=address,
-        order=Order(args.order), max_pending=args.max_pending,
-        log_level=logging.getLogger().getEffectiveLevel(),
-        heartbeat_timeout=args.heartbeat_timeout, drain_timeout=args.drain_timeout)
-
-    listening = False
-
-    def ready(message: ManagerReady, service: ManagerService) -> None:
-        nonlocal listening
-        listening = True
-        _install_stop_handlers(service)
-        where = format_address(message.address)
-        key_hint = f"--authkey-file {key_file}" if key_file else f"(key in ${AUTHKEY_ENV})"
-        print(f"mpsched manager listening on {where} (pid {message.pid}, "
-              f"{args.workers} local workers)\n"
-              f"  join:   python -m mpsched worker --connect {where} {key_hint}\n"
-              f"  status: python -m mpsched status --connect {where} {key_hint}",
-              file=out, flush=True)
-
-    try:
-        return run_manager(config, on_ready=ready)
-    except OSError as exc:
-        if listening:
-            raise
-        print(f"mpsched: cannot listen on {format_address(address)}: {exc}", file=sys.stderr)
-        return Exit.USAGE
-
-
-def _install_stop_handlers(service: ManagerService) -> None:
-    """First SIGTERM/SIGINT: stop handing out jobs and drain. Second: exit now."""
-    stops = 0
-
-    def on_signal(signum: int, frame: Any) -> None:
-        nonlocal stops
-        stops += 1
-        if stops > 1:
-            os._exit(128 + signum)
-        log.warning("received %s: draining", signal.Signals(signum).name)
-        threading.Thread(target=service.stop, daemon=True).start()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-
-
-def _default_method() -> str:
-    return "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
 
 
 # ------------------------------------------------------------------------------ worker
@@ -295,7 +99,7 @@ def _worker(args: argparse.Namespace, out: TextIO) -> int:
     config = WorkerConfig(address=address, authkey=key, worker_id="",
                           log_level=logging.getLogger().getEffectiveLevel(),
                           heartbeat_interval=args.heartbeat_interval)
-    pool = WorkerPool(config, args.processes, _default_method())
+    pool = WorkerPool(config, args.processes, default_method())
     print(f"mpsched worker: {args.processes} processes joined {format_address(address)}",
           file=out, flush=True)
     return pool.run()
@@ -309,8 +113,23 @@ def _require_key(args: argparse.Namespace) -> bytes:
     return key
 
 
+def _connect_service(address: Address, key: bytes) -> ServiceProxy:
+    """``connect_service``, with a failure to reach a manager said as what it was.
+
+    Raises:
+        ManagerUnreachableError: unknown host, nothing listening, or not a manager.
+        AuthenticationError: the manager refused the key.
+    """
+    try:
+        return connect_service(address, key)
+    # AssertionError: Python < 3.12's handshake asserts that the peer sent a challenge.
+    except (EOFError, OSError, AssertionError) as exc:
+        raise ManagerUnreachableError.from_error(format_address(address), exc) from exc
+
+
 def _probe(address: Address, key: bytes) -> None:
-    service = connect_service(address, key)
+    """Connect and say hello as a client: raises what a worker or producer would meet."""
+    service = _connect_service(address, key)
     python, cp = describe_versions()
     service.open_client(ClientHello(f"probe-{os.getpid()}", python, cp))
     service.close_client(f"probe-{os.getpid()}")
@@ -320,8 +139,6 @@ def _probe(address: Address, key: bytes) -> None:
 
 
 def _submit(args: argparse.Namespace, out: TextIO) -> int:
-    from mpsched._client import connect
-
     fn = _import_target(args.target)
     call_args = _json_option("--args", args.args)
     call_kwargs = _json_option("--kwargs", args.kwargs)
@@ -332,25 +149,40 @@ def _submit(args: argparse.Namespace, out: TextIO) -> int:
     except ValueError:
         raise UsageError(f"--at {args.at!r} is not an ISO 8601 time") from None
     client = connect(parse_address(args.connect), authkey=_require_key(args))
+    interrupted = False
     try:
         future = client.schedule(fn, *call_args, delay=args.delay, at=at,
                                  priority=args.priority, timeout=args.timeout,
                                  retries=args.retries, **call_kwargs)
-        print(future.job_id, file=out, flush=True)
-        if not args.wait:
-            return Exit.OK
         try:
-            result = future.result()
-        except Exception as exc:
-            print(f"job {future.job_id} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-            return Exit.FAILURE
-        print(_as_json(result), file=out)
-        return Exit.OK
+            print(future.job_id, file=out, flush=True)
+            return _print_result(future, out) if args.wait else Exit.OK
+        except KeyboardInterrupt:
+            interrupted = True
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # no traceback while we detach
+            print(f"mpsched: interrupted; job {future.job_id} stays queued: it will run, "
+                  f"and its result is discarded (mpsched has no cancel command)",
+                  file=sys.stderr)
+            return Exit.INTERRUPTED
+    except KeyboardInterrupt:
+        interrupted = True
+        raise
     finally:
-        if args.wait:
+        if args.wait and not interrupted:
             client.shutdown()
-        else:
+        else:  # without waiting; a job not sent yet is sent before detach() returns
             client.detach()
+
+
+def _print_result(future: JobFuture[Any], out: TextIO) -> int:
+    """Wait for the job; print its result as JSON, or say why it failed."""
+    try:
+        result = future.result()
+    except Exception as exc:
+        print(f"job {future.job_id} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return Exit.FAILURE
+    print(_as_json(result), file=out)
+    return Exit.OK
 
 
 def _import_target(target: str) -> Callable[..., Any]:
@@ -387,23 +219,24 @@ def _as_json(value: Any) -> str:
 
 def _status(args: argparse.Namespace, out: TextIO) -> int:
     address = parse_address(args.connect)
-    stats = connect_service(address, _require_key(args)).stats()
+    stats = _connect_service(address, _require_key(args)).stats()
     if args.json:
         json.dump(dataclasses.asdict(stats), out, indent=2)
         out.write("\n")
     else:
-        out.write(format_stats(stats, format_address(address)))
+        out.write(format_stats(stats, format_address(address), time.time()))
     return Exit.OK
 
 
-def format_stats(stats: Stats, where: str) -> str:
+def format_stats(stats: Stats, where: str, now: float) -> str:
+    """The text ``status`` prints; ``now`` (epoch seconds) dates the next due job."""
     q = stats.queue
     ms = {k: f"{v * 1000:.1f} ms" for k, v in q.lateness.items()}
-    next_due = "-" if q.next_due_in is None else f"{q.next_due_in:.2f} s"
     lines = [
-        f"manager {where}, up {stats.uptime:.1f} s",
+        f"manager {where}, up {format_duration(stats.uptime)}",
         f"pending   high {q.pending['high']}  medium {q.pending['medium']}  "
-        f"low {q.pending['low']}   in flight {q.in_flight}   next due in {next_due}",
+        f"low {q.pending['low']}   in flight {q.in_flight}   "
+        f"next job {format_due(q.next_due_in, now)}",
         f"done      completed {q.completed}  failed {q.failed}  cancelled {q.cancelled}  "
         f"retried {q.retried}  timed out {q.timed_out}   {stats.throughput:.1f} jobs/s",
         f"lateness  p50 {ms['p50']}  p90 {ms['p90']}  p99 {ms['p99']}  max {ms['max']}  "
@@ -415,6 +248,39 @@ def format_stats(stats: Stats, where: str) -> str:
         lines.append(f"  {w.worker_id:<14} {w.host:<16} {w.pid:>7} {w.cpu_percent:>6.1f} "
                      f"{w.rss / 2**20:>7.1f} {w.jobs_done:>6}  {w.current_job or '-'}")
     return "\n".join(lines) + "\n"
+
+
+def format_due(due_in: float | None, now: float) -> str:
+    """``due in 3 h 02 min (2026-12-03T09:28:11+01:00)`` or ``overdue by 1.2 s (...)``:
+    the wait, then the local wall-clock time; "-" for no job."""
+    if due_in is None:
+        return "-"
+    wait = f"due in {format_duration(due_in)}" if due_in >= 0 else \
+        f"overdue by {format_duration(-due_in)}"
+    try:
+        when = datetime.fromtimestamp(now + due_in).astimezone()
+    except (OverflowError, OSError, ValueError):  # past the year 9999: no date to show
+        return wait
+    return f"{wait} ({when.isoformat(timespec='seconds')})"
+
+
+def format_duration(seconds: float) -> str:
+    """``350 ms``, ``1.2 s``, ``4 min 05 s``, ``3 h 02 min``, ``12 d 04 h``; capped at a
+    century, so that no time prints as a 300-digit number."""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    if seconds >= 100 * 365.25 * 86400:
+        return "more than 100 years"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes:02d} min"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours:02d} h"
 
 
 # ------------------------------------------------------------------------------ demo, stress
@@ -430,10 +296,18 @@ def _stress(args: argparse.Namespace, out: TextIO) -> int:
     from mpsched._stress import run_stress
 
     address = parse_address(args.connect) if args.connect else None
-    key = _require_key(args) if address is not None else None
+    key = None
+    if address is not None:
+        key = _require_key(args)
+        _probe(address, key)  # before any producer starts: a wrong address fails once
     return run_stress(producers=args.producers, workers=args.workers, jobs=args.jobs,
                       horizon=args.horizon, address=address, authkey=key,
                       inject=args.inject, out=out)
+
+
+Handler = Callable[[argparse.Namespace, TextIO], int]
+HANDLERS: dict[str, Handler] = {"serve": run_serve, "worker": _worker, "submit": _submit,
+                                "status": _status, "demo": _demo, "stress": _stress}
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -22,6 +22,7 @@ import cloudpickle
 from mpsched._errors import (
     AuthenticationError,
     InvalidJobError,
+    ManagerUnreachableError,
     QueueFullError,
     SchedulerShutdownError,
 )
@@ -29,7 +30,7 @@ from mpsched._futures import DISCONNECTED, ClientCore, JobFuture, MapResults
 from mpsched._job import JobRequest, Priority, check_request, due_arguments
 from mpsched._payload import fast_dumps, pickle_job
 from mpsched._protocol import ServiceProxy, Stats, connect_service
-from mpsched._transport import AUTHKEY_ENV, parse_address, read_authkey
+from mpsched._transport import AUTHKEY_ENV, format_address, parse_address, read_authkey
 
 log = logging.getLogger("mpsched.client")
 
@@ -300,7 +301,8 @@ def connect(address: str | tuple[str, int], *, authkey: bytes | None = None,
     Raises:
         AuthenticationError: no key, or the manager rejected it.
         VersionMismatchError: this process runs another Python or cloudpickle version.
-        SchedulerShutdownError: no manager answers at ``address``.
+        ManagerUnreachableError: no manager answers at ``address`` (a ConnectionError):
+            an unknown host, nothing listening, or something that is not a manager.
     """
     if isinstance(address, str):
         address = parse_address(address)
@@ -309,6 +311,7 @@ def connect(address: str | tuple[str, int], *, authkey: bytes | None = None,
         raise AuthenticationError(f"no authkey: pass authkey= or set {AUTHKEY_ENV}")
     try:
         service = connect_service(address, key)
-    except DISCONNECTED as exc:
-        raise SchedulerShutdownError(f"no mpsched manager at {address!r}: {exc!r}") from exc
+    # AssertionError: Python < 3.12's handshake asserts that the peer sent a challenge.
+    except (*DISCONNECTED, AssertionError) as exc:
+        raise ManagerUnreachableError.from_error(format_address(address), exc) from exc
     return Client(service, submit_timeout=submit_timeout)

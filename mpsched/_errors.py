@@ -15,6 +15,7 @@ exception a caller would already catch for the same situation::
      ├── WorkerCrashedError(ChildProcessError)  the worker running a job died
      ├── JobTimeoutError(TimeoutError)          the job ran past its timeout and was killed
      ├── AuthenticationError(multiprocessing.AuthenticationError)   wrong or unsafe authkey
+     ├── ManagerUnreachableError(ConnectionError)   no mpsched manager answers at an address
      └── VersionMismatchError                   peer runs another Python or cloudpickle
 
 A job's own exception reaches ``Future.exception()`` as itself, with the worker's formatted
@@ -23,9 +24,11 @@ traceback chained as ``__cause__`` (a :class:`RemoteTraceback`).
 
 from __future__ import annotations
 
+import errno
 import multiprocessing
 import pickle
 import queue
+import socket
 
 
 class MpschedError(Exception):
@@ -128,6 +131,52 @@ class JobTimeoutError(MpschedError, TimeoutError):
 
 class AuthenticationError(MpschedError, multiprocessing.AuthenticationError):
     """The manager and this process do not share the authkey, or the key is unsafe."""
+
+
+class ManagerUnreachableError(MpschedError, ConnectionError):
+    """No mpsched manager answers at an address; ``reason`` says what is there instead.
+
+    Build it with :meth:`from_error` from what connecting raised: an unknown host, nothing
+    listening, or something listening that is not an mpsched manager.
+    """
+
+    def __init__(self, address: str, reason: str) -> None:
+        self.address = address
+        self.reason = reason
+        super().__init__(f"no manager answers at {address}: {reason}")
+
+    def __reduce__(self) -> tuple[type[ManagerUnreachableError], tuple[str, str]]:
+        return (type(self), (self.address, self.reason))
+
+    @classmethod
+    def from_error(cls, address: str, exc: BaseException) -> ManagerUnreachableError:
+        """Say what connecting to ``address`` (as the command line spells it) ran into.
+
+        Failures to connect (name lookup, refused, no socket file, no route) say so;
+        anything that goes wrong once connected (silence until the handshake deadline, a
+        hang-up, bytes that are not a challenge) means the peer is not an mpsched manager.
+        """
+        if isinstance(exc, socket.gaierror):
+            host = address.rpartition(":")[0]
+            return cls(address, f"unknown host {host} ({exc.strerror})")
+        if isinstance(exc, (ConnectionRefusedError, FileNotFoundError)):
+            what = "no such socket file" if isinstance(exc, FileNotFoundError) else exc.strerror
+            return cls(address, f"nothing is listening there ({what})")
+        if isinstance(exc, PermissionError):
+            return cls(address, f"no permission to connect ({exc.strerror})")
+        if isinstance(exc, OSError) and exc.errno in _NO_ROUTE:
+            return cls(address, f"cannot reach the host ({exc.strerror})")
+        if isinstance(exc, (BlockingIOError, TimeoutError)):
+            how = "it sent no handshake in time"
+        elif isinstance(exc, (EOFError, ConnectionError)):
+            how = "it hung up during the handshake"
+        else:
+            how = f"it sent something else: {exc}"
+        return cls(address, f"what listens there is not an mpsched manager ({how})")
+
+
+# connect() failures that mean the host itself cannot be reached
+_NO_ROUTE = frozenset({errno.ENETUNREACH, errno.EHOSTUNREACH, errno.EHOSTDOWN, errno.ETIMEDOUT})
 
 
 class VersionMismatchError(MpschedError):

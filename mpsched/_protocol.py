@@ -31,7 +31,14 @@ STOP = "stop"  # the owner's message on a manager's control pipe
 
 
 class Exit(IntEnum):
-    """Exit codes of ``python -m mpsched`` and of its worker processes."""
+    """Exit codes of ``python -m mpsched`` and of its worker processes.
+
+    A signal that stops a command without a drain exits 128 + its number, as a shell
+    reports a process killed by it: 130 for SIGINT (Ctrl-C), 143 for SIGTERM. ``serve``
+    and ``worker`` drain on the first SIGTERM or SIGINT and exit 0; a second one, or one
+    before they are up, exits 130 or 143. Ctrl-C on ``submit --wait`` exits 130 at once
+    and leaves the job queued.
+    """
 
     OK = 0
     FAILURE = 1  # the job failed (submit --wait), stress found a fault, a worker crashed
@@ -41,6 +48,8 @@ class Exit(IntEnum):
     UNREACHABLE = 5  # no manager answers at the address
     UNSAFE = 6  # a non-loopback address without an explicit authkey
     JOB_TIMEOUT = 124  # a remote worker process that killed its job past its timeout
+    INTERRUPTED = 130  # 128 + SIGINT
+    TERMINATED = 143  # 128 + SIGTERM
 
 
 class Report(NamedTuple):

@@ -364,8 +364,13 @@ def _print_report(report: StressReport, out: TextIO) -> None:
     if report.manager_lateness is not None:
         print(f"lateness, manager (due -> start, last {report.manager_samples} jobs): "
               f"{_ms(report.manager_lateness)}", file=out)
-    print(f"lateness, producers (start - earliest due): {_ms(report.producer_lateness)}",
-          file=out)
+    print(f"lateness, producers (submit call + delay -> start): "
+          f"{_ms(report.producer_lateness)}", file=out)
+    # The manager computes a job's due time when the job arrives; a producer, before its
+    # submit call. Between the two the job waits in the producer's write-behind outbox.
+    print("  producers count from their submit call, so their figure adds each job's trip "
+          "to the manager\n  (batched behind the one in flight while they flood it); the "
+          "manager counts from its arrival", file=out)
     problems = report.problems()
     if problems:
         print(f"FAIL: {'; '.join(problems)}", file=out)

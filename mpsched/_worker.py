@@ -286,7 +286,9 @@ def run(assignment: Assignment) -> Outcome:
         if isinstance(fn, bytes):  # map(): the callable was pickled once, separately
             fn = cloudpickle.loads(fn)
     except BaseException as exc:
-        unpickling = JobUnpicklingError(f"job {job_id}: the worker could not unpickle it: {exc!r}")
+        hint = _MISSING_MODULE_HINT if isinstance(exc, ModuleNotFoundError) else ""
+        unpickling = JobUnpicklingError(
+            f"job {job_id}: the worker could not unpickle it: {exc!r}{hint}")
         return _failure(job_id, unpickling, _format(exc), None, "job-unpickling")
     started = _wait_until(assignment.due)
     try:
@@ -301,6 +303,13 @@ def run(assignment: Assignment) -> Outcome:
             f"{exc!r}")
         return _failure(job_id, pickling, _format(exc), started, "result-pickling")
     return Outcome(job_id, True, payload, "", started)
+
+
+_MISSING_MODULE_HINT = (
+    ". Workers import a job's functions by module name, from their working directory and "
+    "PYTHONPATH; functions from __main__ and lambdas travel by value. For a module only the "
+    "client has, call cloudpickle.register_pickle_by_value(module) in the client before "
+    "submitting, or install the module where the workers run.")
 
 
 def _wait_until(due: float) -> float:

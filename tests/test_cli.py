@@ -217,8 +217,8 @@ class Manager:
         return [w for w in self.stats().workers if w.remote]
 
 
-def serve(procs: Processes, *args: str) -> Manager:
-    proc = procs.start("serve", *args)
+def serve(procs: Processes, *args: str, env: dict[str, str] | None = None) -> Manager:
+    proc = procs.start("serve", *args, env=env)
     first = proc.line()
     listening = LISTENING.search(first)
     assert listening, first
@@ -372,6 +372,24 @@ def test_submit_prints_the_result_and_exits_1_when_the_job_fails(
     wait_for(lambda: log.exists() and log.read_text() == "k1\n", what="the job ran")
 
 
+def test_ctrl_c_on_submit_wait_exits_at_once_and_leaves_the_job_queued(
+        cluster: Cluster, procs: Processes) -> None:
+    manager = cluster.manager
+    waiting = procs.start("submit", "jobs:noop", "--delay", "3600", "--wait", *manager.cli())
+    job_id = waiting.line()
+    try:
+        t0 = time.monotonic()
+        os.kill(waiting.pid, signal.SIGINT)
+        assert waiting.wait(10) == Exit.INTERRUPTED == 128 + signal.SIGINT
+        assert time.monotonic() - t0 < 5  # not the result thread's long poll, nor a shutdown
+        err = waiting.stderr()
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+        assert f"job {job_id} stays queued" in err and "result is discarded" in err, err
+    finally:  # the cluster serves the next tests: take the job out in any case
+        still_queued = manager.service().cancel(job_id)
+    assert still_queued
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     pytest.param(["no_such_module:f"], "no_such_module", id="unimportable-module"),
     pytest.param(["math:no_such_function"], "no_such_function", id="missing-function"),
@@ -380,6 +398,7 @@ def test_submit_prints_the_result_and_exits_1_when_the_job_fails(
     pytest.param(["math:factorial", "--args", '{"a": 1}'], "JSON list", id="args-not-list"),
     pytest.param(["math:factorial", "--at", "noon"], "--at", id="bad-at"),
     pytest.param(["math:factorial", "--delay", "nan"], "delay", id="nan-delay"),
+    pytest.param(["math:factorial", "--delay", "1e300"], "year 9999", id="delay-past-9999"),
     pytest.param(["math:factorial", "--timeout", "-1"], "timeout", id="negative-timeout"),
     pytest.param(["math:factorial", "--retries", "-1"], "retries", id="negative-retries"),
 ])
@@ -610,6 +629,86 @@ def test_a_second_sigterm_stops_serve_at_once(
     assert isinstance(stuck.exception(timeout=30), SchedulerShutdownError)
 
 
+def make_key_file(path: Path) -> Path:
+    path.write_bytes(b"a key for a test\n")
+    path.chmod(0o600)
+    return path
+
+
+def test_a_clean_stop_of_serve_prints_no_traceback_and_leaves_no_file(
+        procs: Processes, tmp_path: Path) -> None:
+    tmp = tmp_path / "tmp"  # multiprocessing's pymp-* directories go here
+    tmp.mkdir()
+    manager = serve(procs, "--workers", "1", env={"TMPDIR": str(tmp)})
+    runtime = Path(manager.address[len("unix:"):]).parent
+    assert [p.name[:5] for p in tmp.iterdir()] == ["pymp-"]  # the forkserver's socket
+    os.kill(manager.proc.pid, signal.SIGTERM)
+    assert manager.proc.wait() == Exit.OK
+    assert "Traceback" not in manager.proc.stderr(), manager.proc.stderr()
+    assert not runtime.exists() and list(tmp.iterdir()) == []
+
+
+@pytest.mark.parametrize("where", ["private-dir", "unix-path"])
+def test_a_second_sigterm_leaves_no_file_and_serve_starts_again(
+        procs: Processes, connect_client: Callable[..., mpsched.Client], fifo: str,
+        tmp_path: Path, where: str) -> None:
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {"TMPDIR": str(tmp)}
+    args = []
+    if where == "unix-path":
+        args = ["--address", f"unix:{procs.runtime_dir}/m.sock",
+                "--authkey-file", str(make_key_file(tmp_path / "key"))]
+    manager = serve(procs, *args, "--workers", "1", env=env)
+    socket_path = Path(manager.address[len("unix:"):])
+    client = connect_client(manager)
+    client.submit(jobs.announce_then_sleep, fifo, 60)
+    wait_started(fifo)
+    family = procs.note_descendants(manager.proc)
+    os.kill(manager.proc.pid, signal.SIGTERM)
+    wait_for(lambda: "draining" in manager.proc.stderr(), what="the first SIGTERM handled")
+    os.kill(manager.proc.pid, signal.SIGTERM)
+    assert manager.proc.wait(10) == Exit.TERMINATED, manager.proc.stderr()
+    assert "Traceback" not in manager.proc.stderr(), manager.proc.stderr()
+    assert_gone(family)
+    assert not socket_path.exists() and list(tmp.iterdir()) == []
+    if where == "private-dir":
+        assert not socket_path.parent.exists(), "the runtime directory and its key remain"
+    else:
+        again = serve(procs, *args, "--workers", "0", env=env)
+        assert again.address == manager.address
+        # A fresh process: this one's proxies keep a connection per address, now dead.
+        status = procs.run("status", *again.cli())
+        assert status.returncode == Exit.OK, status.stderr
+
+
+def test_serve_removes_a_stale_socket_and_refuses_a_live_one(
+        procs: Processes, tmp_path: Path) -> None:
+    socket_path = procs.runtime_dir / "m.sock"
+    key = make_key_file(tmp_path / "key")
+    args = ["--address", f"unix:{socket_path}", "--authkey-file", str(key), "--workers", "0"]
+    tmp = tmp_path / "tmp"  # what the SIGKILL below leaves of multiprocessing's files
+    tmp.mkdir()
+    first = serve(procs, *args, env={"TMPDIR": str(tmp)})
+    live = procs.run("serve", *args, timeout=30)
+    assert live.returncode == Exit.USAGE, live.stderr
+    assert "another process is listening there" in live.stderr
+    assert first.stats().uptime > 0  # undisturbed
+    os.kill(first.proc.pid, signal.SIGKILL)
+    first.proc.wait()
+    assert socket_path.exists()  # nothing can clean up after SIGKILL...
+    again = serve(procs, *args)  # ...so the next serve does
+    status = procs.run("status", *again.cli())  # (this process has a dead connection there)
+    assert status.returncode == Exit.OK, status.stderr
+
+    not_a_socket = tmp_path / "notes.txt"
+    not_a_socket.write_text("mine")
+    refused = procs.run("serve", "--address", f"unix:{not_a_socket}", "--authkey-file",
+                        str(key), "--workers", "0", timeout=30)
+    assert refused.returncode == Exit.USAGE and "not a socket" in refused.stderr
+    assert not_a_socket.read_text() == "mine"
+
+
 def test_silent_connections_do_not_pin_manager_threads(procs: Processes) -> None:
     manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0")
     process = psutil.Process(manager.proc.pid)
@@ -712,6 +811,8 @@ def test_stress_exit_code_says_whether_every_job_ran_once(
                      "--horizon", "0.5", *options, timeout=120)
     assert done.returncode == code, done.stdout + done.stderr
     assert done.stdout.splitlines()[-1].startswith(last), done.stdout
+    if inject is None:
+        assert "producers count from their submit call" in done.stdout, done.stdout
 
 
 @pytest.mark.parametrize("command", ["serve", "worker", "submit", "status", "demo", "stress"])
@@ -722,7 +823,10 @@ def test_every_subcommand_has_help_with_an_example(
     assert exited.value.code == 0
     out = capsys.readouterr().out
     assert "example:" in out and f"python -m mpsched {command}" in out
-    assert AUTHKEY_ENV in out
+    if command == "demo":  # runs its own manager: no key to give
+        assert AUTHKEY_ENV not in out and "authkey" not in out
+    else:
+        assert AUTHKEY_ENV in out
 
 
 def test_no_subcommand_prints_usage(capsys: pytest.CaptureFixture[str]) -> None:

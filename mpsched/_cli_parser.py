@@ -1,0 +1,231 @@
+"""The command line's grammar: subcommands, options, help texts and exit codes.
+
+``build_parser()`` describes ``python -m mpsched``; :mod:`mpsched._cli` runs what it
+parses. Every option has a help text that names its unit; a test holds them to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import os
+import platform
+import textwrap
+from pathlib import Path
+
+from mpsched._job import Order
+from mpsched._protocol import HEARTBEAT_TIMEOUT, Exit
+from mpsched._transport import AUTHKEY_ENV, describe_versions
+
+COMMANDS = ("serve", "worker", "submit", "status", "demo", "stress")
+
+EXIT_MEANINGS = {
+    Exit.OK: "ok",
+    Exit.FAILURE: "the job failed (submit --wait), or stress found a fault",
+    Exit.USAGE: "usage: bad arguments, or serve cannot listen on its address",
+    Exit.AUTH: "key: none given, a key file others can read, or the manager refused it",
+    Exit.VERSION: "version: Python or cloudpickle differs from the manager's",
+    Exit.UNREACHABLE: "unreachable: unknown host, nothing listening, or not an mpsched "
+                      "manager",
+    Exit.UNSAFE: "unsafe: serve on a non-loopback address without an explicit authkey",
+    Exit.JOB_TIMEOUT: "(a remote worker process, not a command) killed its job past its "
+                      "timeout",
+    Exit.INTERRUPTED: "128 + SIGINT (Ctrl-C); submit --wait leaves its job queued",
+    Exit.TERMINATED: "128 + SIGTERM: a second one to serve or worker (the first drains, "
+                     "exits 0)",
+}
+
+EPILOG_KEY = textwrap.fill(
+    f"keys: --authkey-file names a file only its owner can read (chmod 600) holding the "
+    f"key: the file's bytes, surrounding whitespace such as a trailing newline stripped. "
+    f"Or set ${AUTHKEY_ENV} to the key. Never on the command line.", width=79)
+
+EPILOG = "\n".join([
+    "exit codes:",
+    *(f"  {int(code):<4} {meaning}" for code, meaning in EXIT_MEANINGS.items()),
+    "",
+    EPILOG_KEY,
+    "serve without a key writes a random one beside its socket and prints its path.",
+])
+
+
+CONNECT_HELP = "the manager's address, as serve prints it: unix:PATH or HOST:PORT"
+KEY_HELP = f"file holding the manager's key, mode 0600 (default: ${AUTHKEY_ENV})"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``python -m mpsched``; ``args.command`` names the subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="python -m mpsched",
+        description="Run Python jobs at a scheduled time, in priority order, on worker "
+                    "processes.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=_version(),
+                        help="print the versions of mpsched, Python and cloudpickle")
+    parser.set_defaults(command=None)
+    sub = parser.add_subparsers(title="commands", metavar="COMMAND")
+
+    def command(name: str, help: str, example: str,
+                key: bool = True) -> argparse.ArgumentParser:
+        epilog = f"example:\n  {example}"
+        if key:
+            epilog += f"\n\n{EPILOG_KEY}"
+        p = sub.add_parser(name, help=help, description=help,
+                           epilog=f"{epilog}\n\nexit codes: see python -m mpsched --help",
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        p.set_defaults(command=name)
+        p.add_argument("--log-level", default="warning",
+                       choices=["debug", "info", "warning", "error"],
+                       help="what to log on stderr (default: %(default)s)")
+        return p
+
+    _serve_options(command("serve", "run a manager with local workers",
+                           "python -m mpsched serve --address 127.0.0.1:7000 --workers 4"))
+    _worker_options(command(
+        "worker", "join a running manager with worker processes",
+        "python -m mpsched worker --connect 10.0.0.5:7000 --authkey-file key"))
+    _submit_options(command("submit", "submit an importable callable",
+                            "python -m mpsched submit math:factorial --args '[20]' --delay 5 "
+                            "--connect unix:/run/mpsched.sock --wait"))
+    status = command("status", "show queue, workers and lateness",
+                     "python -m mpsched status --connect unix:/run/mpsched.sock --json")
+    status.add_argument("--connect", required=True, metavar="ADDRESS", help=CONNECT_HELP)
+    status.add_argument("--authkey-file", type=Path, metavar="FILE", help=KEY_HELP)
+    status.add_argument("--json", action="store_true",
+                        help="print the status as JSON (times in seconds, memory in bytes)")
+    command("demo", "the seed demo: three waves of prioritised jobs on 3 workers",
+            "python -m mpsched demo", key=False)  # it runs its own manager: no key
+    _stress_options(command("stress", "flood a manager and verify exactly-once, none early",
+                            "python -m mpsched stress --producers 3 --workers 4 --jobs 5000"))
+    return parser
+
+
+def _serve_options(serve: argparse.ArgumentParser) -> None:
+    serve.add_argument("--address", help="where to listen: unix:PATH or HOST:PORT (port 0: "
+                                         "any free port; default: a Unix socket in a fresh "
+                                         "private directory)")
+    serve.add_argument("--workers", type=_count_or_zero, default=os.cpu_count() or 1,
+                       help="local worker processes (default: %(default)s, the number of "
+                            "cores; 0 for remote workers only)")
+    serve.add_argument("--authkey-file", type=Path, metavar="FILE",
+                       help=f"file holding the key, mode 0600 (default: ${AUTHKEY_ENV}, "
+                            f"else a random key written beside the default socket)")
+    serve.add_argument("--order", choices=[o.value for o in Order], default="time",
+                       help="time: earliest due first, then priority; priority: among "
+                            "jobs already due, highest priority first (default: "
+                            "%(default)s)")
+    serve.add_argument("--max-pending", type=_count, metavar="JOBS",
+                       help="most jobs waiting in the queue; a submit waits for room "
+                            "(default: no limit)")
+    serve.add_argument("--heartbeat-timeout", type=_seconds, default=HEARTBEAT_TIMEOUT,
+                       metavar="SECONDS",
+                       help="seconds of silence after which a remote worker is declared "
+                            "gone and its jobs are requeued or failed (default: %(default)s)")
+    serve.add_argument("--drain-timeout", type=_seconds_or_zero, default=30.0,
+                       metavar="SECONDS",
+                       help="on the first SIGTERM or SIGINT, seconds running jobs may take "
+                            "to finish before their workers are killed (default: "
+                            "%(default)s)")
+
+
+def _worker_options(worker: argparse.ArgumentParser) -> None:
+    worker.add_argument("--connect", required=True, metavar="ADDRESS", help=CONNECT_HELP)
+    worker.add_argument("--processes", type=_count, default=os.cpu_count() or 1,
+                        help="worker processes to start (default: %(default)s, the number "
+                             "of cores)")
+    worker.add_argument("--authkey-file", type=Path, metavar="FILE", help=KEY_HELP)
+    worker.add_argument("--heartbeat-interval", type=_seconds, default=2.0,
+                        metavar="SECONDS",
+                        help="seconds between a worker's heartbeats to the manager; at most "
+                             "a quarter of its heartbeat timeout (default: %(default)s)")
+
+
+def _submit_options(submit: argparse.ArgumentParser) -> None:
+    submit.add_argument("target", help="module:function, importable here and on the workers")
+    submit.add_argument("--connect", required=True, metavar="ADDRESS", help=CONNECT_HELP)
+    submit.add_argument("--authkey-file", type=Path, metavar="FILE", help=KEY_HELP)
+    submit.add_argument("--args", default="[]", metavar="JSON",
+                        help="JSON list of positional arguments")
+    submit.add_argument("--kwargs", default="{}", metavar="JSON",
+                        help="JSON object of keyword arguments")
+    when = submit.add_mutually_exclusive_group()
+    when.add_argument("--delay", type=float, metavar="SECONDS",
+                      help="due this many seconds after the manager receives the job "
+                           "(default: due now)")
+    when.add_argument("--at", metavar="TIME",
+                      help="due at this ISO 8601 time, as 2026-12-03T02:00 (naive means "
+                           "local time)")
+    submit.add_argument("--priority", choices=["high", "medium", "low"], default="medium",
+                        help="among jobs due at the same time, high runs before medium "
+                             "before low (default: %(default)s)")
+    submit.add_argument("--timeout", type=float, metavar="SECONDS",
+                        help="seconds the job may run once a worker takes it; then its "
+                             "process tree is killed and the job fails (default: none)")
+    submit.add_argument("--retries", type=int, default=0, metavar="N",
+                        help="times to run the job again if its worker dies under it "
+                             "(default: %(default)s)")
+    submit.add_argument("--wait", action="store_true",
+                        help="wait for the job and print its result as JSON; Ctrl-C stops "
+                             "waiting and leaves the job queued")
+
+
+def _stress_options(stress: argparse.ArgumentParser) -> None:
+    stress.add_argument("--producers", type=_count, default=3,
+                        help="producer processes submitting at once (default: %(default)s)")
+    stress.add_argument("--workers", type=_count, default=2,
+                        help="worker processes of the manager started for the run; ignored "
+                             "with --connect (default: %(default)s)")
+    stress.add_argument("--jobs", type=_count, default=3000,
+                        help="jobs in all, shared by the producers (default: %(default)s)")
+    stress.add_argument("--horizon", type=_seconds_or_zero, default=2.0, metavar="SECONDS",
+                        help="each job is due a random 0 to SECONDS after its submission "
+                             "(default: %(default)s)")
+    stress.add_argument("--connect", metavar="ADDRESS",
+                        help="flood this running manager instead of starting one")
+    stress.add_argument("--authkey-file", type=Path, metavar="FILE",
+                        help=f"with --connect: {KEY_HELP}")
+    stress.add_argument("--inject", choices=["duplicate", "loss"],
+                        help=argparse.SUPPRESS)  # proves the verifier catches faults
+
+
+def _version() -> str:
+    try:
+        mpsched = importlib.metadata.version("mpsched")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree
+        mpsched = "(not installed)"
+    cloudpickle = describe_versions()[1]
+    return f"mpsched {mpsched} (Python {platform.python_version()}, cloudpickle {cloudpickle})"
+
+
+def _count(text: str) -> int:
+    value = _count_or_zero(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
+    return value
+
+
+def _count_or_zero(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    value = _seconds_or_zero(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be more than 0 seconds")
+    return value
+
+
+def _seconds_or_zero(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, not {text}")
+    return value
