@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TextIO
 
-from mpsched._cli_parser import build_parser
+from mpsched._cli_parser import build_parser, tls_from_args
 from mpsched._client import connect
 from mpsched._errors import (
     AuthenticationError,
@@ -35,6 +35,7 @@ from mpsched._futures import JobFuture
 from mpsched._protocol import ClientHello, ServiceProxy, Stats, connect_service
 from mpsched._protocol import Exit as Exit  # the codes main() returns, for its callers
 from mpsched._serve import default_method, run_serve
+from mpsched._tls import set_tls
 from mpsched._transport import (
     AUTHKEY_ENV,
     Address,
@@ -43,6 +44,7 @@ from mpsched._transport import (
     format_address,
     parse_address,
     read_authkey,
+    scrub_authkey_env,
 )
 from mpsched._worker import WorkerConfig
 
@@ -63,6 +65,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(asctime)s %(name)s[%(process)d] %(levelname)s %(message)s")
     handler = HANDLERS[args.command]
     try:
+        tls = tls_from_args(args)
+        if tls is not None and args.command != "serve":  # serve hands it to its manager
+            set_tls(tls)
         return handler(args, sys.stdout)
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # no second traceback while we leave
@@ -96,9 +101,11 @@ def _worker(args: argparse.Namespace, out: TextIO) -> int:
     _probe(address, key)
     from mpsched._remote import WorkerPool
 
+    scrub_authkey_env()  # read: the workers and their jobs must not inherit it
     config = WorkerConfig(address=address, authkey=key, worker_id="",
                           log_level=logging.getLogger().getEffectiveLevel(),
-                          heartbeat_interval=args.heartbeat_interval)
+                          heartbeat_interval=args.heartbeat_interval,
+                          tls=tls_from_args(args))
     pool = WorkerPool(config, args.processes, default_method())
     print(f"mpsched worker: {args.processes} processes joined {format_address(address)}",
           file=out, flush=True)

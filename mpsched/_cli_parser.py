@@ -15,6 +15,7 @@ from pathlib import Path
 
 from mpsched._job import Order
 from mpsched._protocol import HEARTBEAT_TIMEOUT, Exit
+from mpsched._tls import TlsConfig
 from mpsched._transport import AUTHKEY_ENV, describe_versions
 
 COMMANDS = ("serve", "worker", "submit", "status", "demo", "stress")
@@ -91,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "python -m mpsched status --connect unix:/run/mpsched.sock --json")
     status.add_argument("--connect", required=True, metavar="ADDRESS", help=CONNECT_HELP)
     status.add_argument("--authkey-file", type=Path, metavar="FILE", help=KEY_HELP)
+    _tls_options(status, serving=False)
     status.add_argument("--json", action="store_true",
                         help="print the status as JSON (times in seconds, memory in bytes)")
     command("demo", "the seed demo: three waves of prioritised jobs on 3 workers",
@@ -98,6 +100,38 @@ def build_parser() -> argparse.ArgumentParser:
     _stress_options(command("stress", "flood a manager and verify exactly-once, none early",
                             "python -m mpsched stress --producers 3 --workers 4 --jobs 5000"))
     return parser
+
+
+def _tls_options(p: argparse.ArgumentParser, *, serving: bool) -> None:
+    group = p.add_argument_group(
+        "TLS (TCP addresses only; the authkey is still required)",
+        "Without TLS, traffic after the authkey handshake is plaintext pickles: use it on "
+        "any network you do not trust. Files are PEM." if serving else None)
+    if serving:
+        group.add_argument("--tls-cert", type=Path, metavar="FILE",
+                           help="serve TLS with this certificate (its local workers verify "
+                                "it with --tls-ca, or with the certificate itself when it "
+                                "is self-signed)")
+        group.add_argument("--tls-key", type=Path, metavar="FILE",
+                           help="the certificate's private key (default: in --tls-cert)")
+        group.add_argument("--tls-ca", type=Path, metavar="FILE",
+                           help="require every client and worker to present a certificate "
+                                "signed by this CA")
+    else:
+        group.add_argument("--tls-ca", type=Path, metavar="FILE",
+                           help="connect with TLS and verify the manager's certificate with "
+                                "this CA (a self-signed certificate is its own CA)")
+        group.add_argument("--tls-cert", type=Path, metavar="FILE",
+                           help="the client certificate to present, if the manager "
+                                "requires one")
+        group.add_argument("--tls-key", type=Path, metavar="FILE",
+                           help="that certificate's private key (default: in --tls-cert)")
+
+
+def tls_from_args(args: argparse.Namespace) -> TlsConfig | None:
+    """The TLS setting the --tls-* options ask for; None without any of them."""
+    files = [getattr(args, f"tls_{name}", None) for name in ("cert", "key", "ca")]
+    return None if not any(files) else TlsConfig(*files)
 
 
 def _serve_options(serve: argparse.ArgumentParser) -> None:
@@ -126,6 +160,7 @@ def _serve_options(serve: argparse.ArgumentParser) -> None:
                        help="on the first SIGTERM or SIGINT, seconds running jobs may take "
                             "to finish before their workers are killed (default: "
                             "%(default)s)")
+    _tls_options(serve, serving=True)
 
 
 def _worker_options(worker: argparse.ArgumentParser) -> None:
@@ -138,6 +173,7 @@ def _worker_options(worker: argparse.ArgumentParser) -> None:
                         metavar="SECONDS",
                         help="seconds between a worker's heartbeats to the manager; at most "
                              "a quarter of its heartbeat timeout (default: %(default)s)")
+    _tls_options(worker, serving=False)
 
 
 def _submit_options(submit: argparse.ArgumentParser) -> None:
@@ -164,6 +200,7 @@ def _submit_options(submit: argparse.ArgumentParser) -> None:
     submit.add_argument("--retries", type=int, default=0, metavar="N",
                         help="times to run the job again if its worker dies under it "
                              "(default: %(default)s)")
+    _tls_options(submit, serving=False)
     submit.add_argument("--wait", action="store_true",
                         help="wait for the job and print its result as JSON; Ctrl-C stops "
                              "waiting and leaves the job queued")

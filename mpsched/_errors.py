@@ -167,7 +167,9 @@ class ManagerUnreachableError(MpschedError, ConnectionError):
         if isinstance(exc, OSError) and exc.errno in _NO_ROUTE:
             return cls(address, f"cannot reach the host ({exc.strerror})")
         if isinstance(exc, (BlockingIOError, TimeoutError)):
-            how = "it sent no handshake in time"
+            # A manager serving TLS also stays silent until the client speaks TLS.
+            how = ("it sent no handshake in time; if it serves TLS, connect with --tls-ca"
+                   if "TLS" in str(exc) else "it sent no handshake in time")
         elif isinstance(exc, (EOFError, ConnectionError)):
             how = "it hung up during the handshake"
         else:

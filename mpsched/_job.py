@@ -116,12 +116,19 @@ class Lease(NamedTuple):
 
 
 class Assignment(NamedTuple):
-    """What ``take()`` hands a worker: the job's payload under a lease."""
+    """What ``take()`` hands a worker: the job's payload under a lease.
+
+    ``due`` is an instant on the manager's monotonic clock. Only a worker the manager
+    started itself provably shares that clock: it alone receives ``due`` (and may be handed
+    the job early and sleep until then). Every other worker receives ``due=None`` and waits
+    ``delay`` seconds from receipt instead, a duration measured at the manager at hand-off.
+    """
 
     lease: Lease
     payload: bytes
-    due: float  # the manager's monotonic clock, for the worker's lateness stamp
-    timeout: float | None = None  # enforced by the manager, not the worker
+    due: float | None  # the manager's monotonic clock; None for a worker with another clock
+    timeout: float | None = None  # seconds the job may run once started
+    delay: float = 0.0  # seconds from hand-off until due, measured at the manager; >= 0
 
 
 class Outcome(NamedTuple):

@@ -12,6 +12,7 @@ Job records (``JobRequest``, ``Lease``, ``Assignment``, ``Outcome``) live one le
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass
 from enum import IntEnum
@@ -65,17 +66,17 @@ class Report(NamedTuple):
 # manager side; the code on both sides sees records.
 JobRequestWire = tuple[str, str, bytes, int, "float | None", "float | None", "float | None",
                        int]
-AssignmentWire = tuple[int, str, str, int, bytes, float, "float | None"]
+AssignmentWire = tuple[int, str, str, int, bytes, "float | None", "float | None", float]
 ReportWire = tuple[int, str, bool, bytes, str, "float | None", str]
 OutcomeWire = tuple[str, bool, bytes, str, "float | None", str]
 
 
 def assignment_to_wire(a: Assignment) -> AssignmentWire:
-    return (*a.lease, a.payload, a.due, a.timeout)
+    return (*a.lease, a.payload, a.due, a.timeout, a.delay)
 
 
 def assignment_from_wire(w: AssignmentWire) -> Assignment:
-    return Assignment(Lease(w[0], w[1], w[2], w[3]), w[4], w[5], w[6])
+    return Assignment(Lease(w[0], w[1], w[2], w[3]), w[4], w[5], w[6], w[7])
 
 
 def report_to_wire(r: Report) -> ReportWire:
@@ -95,6 +96,9 @@ class WorkerHello(NamedTuple):
     python: str  # "3.11"
     cloudpickle: str
     remote: bool = False  # joined with ``worker --connect``: kept alive by heartbeats
+    # The manager's token (ManagerService.local_token), known only to workers it started:
+    # the proof that this worker shares the manager's monotonic clock.
+    local_token: str = ""
 
 
 class ClientHello(NamedTuple):
@@ -225,6 +229,23 @@ class ServiceProxy(BaseProxy):
 
     def stop(self) -> None:
         self._call("stop")
+
+    def abandon(self) -> None:
+        """Forget a manager that went away, before talking to whatever listens there next.
+
+        multiprocessing caches one connection per thread and address, shared by every proxy
+        of that address: a dead one would fail each call to a manager restarted in its
+        place. And a collected proxy tells its manager to drop the served object; sent to
+        the new manager, where that object may have the same id, it would drop theirs.
+        """
+        conn = getattr(self._tls, "connection", None)  # type: ignore[attr-defined]
+        if conn is not None:
+            del self._tls.connection  # type: ignore[attr-defined]
+            with contextlib.suppress(OSError):
+                conn.close()
+        decref = getattr(self, "_close", None)
+        if decref is not None:
+            decref.cancel()
 
 
 # The object a manager process serves (its ManagerService); set once by serve_object().

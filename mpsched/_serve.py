@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from mpsched._cli_parser import tls_from_args
 from mpsched._job import Order
 from mpsched._manager import run_manager
 from mpsched._protocol import Exit, ManagerConfig, ManagerReady
@@ -153,7 +154,8 @@ def _run_served(args: argparse.Namespace, out: TextIO, key: bytes, key_file: Pat
         authkey=key, workers=args.workers, mp_method=default_method(), address=address,
         order=Order(args.order), max_pending=args.max_pending,
         log_level=logging.getLogger().getEffectiveLevel(),
-        heartbeat_timeout=args.heartbeat_timeout, drain_timeout=args.drain_timeout)
+        heartbeat_timeout=args.heartbeat_timeout, drain_timeout=args.drain_timeout,
+        tls=tls_from_args(args))
 
     listening = False
 

@@ -10,9 +10,11 @@ other side).
 from __future__ import annotations
 
 import contextlib
+import hmac
 import logging
 import os
 import pickle
+import secrets
 import threading
 import time
 from collections import deque
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
+from mpsched._clock import Clock, SystemClock
 from mpsched._errors import (
     JobTimeoutError,
     MpschedError,
@@ -53,9 +56,10 @@ from mpsched._transport import describe_versions, host_name
 
 log = logging.getLogger("mpsched.manager")
 
-# Workers on this machine get a job this long before it is due and sleep the rest on the
-# shared monotonic clock, so the manager's wake-up and the reply's trip do not add to the
-# job's lateness. Remote workers' clocks are not ours: they get jobs when due.
+# Workers this manager started get a job this long before it is due and sleep the rest on
+# the monotonic clock they share with it, so the manager's wake-up and the reply's trip do
+# not add to the job's lateness. Any other worker's clock is not ours, whatever its host
+# name says (another container, a VM booted later): it gets jobs when due.
 EARLY_HANDOFF = 0.002
 THROUGHPUT_WINDOW = 10.0  # seconds over which stats() measures throughput
 
@@ -68,18 +72,25 @@ class _Worker:
     current: str | None = None
     acked: int = 0  # remote workers: the last lease id they acknowledged
     load: WorkerLoad | None = None
-    proc: psutil.Process | None = field(default=None, repr=False)  # same-host workers
+    local: bool = False  # started by this manager: shares its monotonic clock
+    proc: psutil.Process | None = field(default=None, repr=False)  # local workers only
 
 
 class ManagerService:
     """The object the manager serves; each public method is one proxied call."""
 
-    def __init__(self, queue: JobQueue, *, heartbeat_timeout: float = HEARTBEAT_TIMEOUT) -> None:
+    def __init__(self, queue: JobQueue, *, heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
+                 clock: Clock | None = None) -> None:
+        """``clock`` must be the queue's clock: it measures the delay a worker is sent."""
         self.queue = queue
+        self._clock = clock if clock is not None else SystemClock()
         self.mailboxes = Mailboxes()
         self.heartbeat_timeout = heartbeat_timeout
         self.versions = describe_versions()
         self.host = host_name()
+        # Given to the workers this manager starts (WorkerConfig.local_token), which say it
+        # in their hello: the proof that they share this process's monotonic clock.
+        self.local_token = secrets.token_hex(16)
         # Guards _workers and _finished. Nobody waits on it.
         self._lock = threading.Lock()
         self._workers: dict[str, _Worker] = {}
@@ -105,11 +116,17 @@ class ManagerService:
         self._check_versions(f"worker {hello.worker_id} on {hello.host}",
                              (hello.python, hello.cloudpickle))
         proc = None
-        if hello.host == self.host:
+        local = self._started_here(hello)
+        if local:
             with contextlib.suppress(psutil.NoSuchProcess):
                 proc = psutil.Process(hello.pid)
+        elif not hello.remote:
+            log.warning("worker %s (pid %d on %s) did not come from this manager; its clock "
+                        "is treated as another machine's", hello.worker_id, hello.pid,
+                        hello.host)
         with self._lock:
-            self._workers[hello.worker_id] = _Worker(hello, time.monotonic(), proc=proc)
+            self._workers[hello.worker_id] = _Worker(hello, time.monotonic(), local=local,
+                                                     proc=proc)
         self.wake_supervisor()
         log.info("worker %s joined (pid %d on %s)", hello.worker_id, hello.pid, hello.host)
         return self.heartbeat_timeout
@@ -120,19 +137,23 @@ class ManagerService:
         local = self._check_in(worker_id, reported=report is not None)
         if report is not None:
             self._complete(report_from_wire(report), same_clock=local)
-        # A worker on this machine shares our monotonic clock: it can be handed a job
-        # early and sleep the rest itself.
+        # Only a worker we started shares our monotonic clock: it can be handed a job early
+        # and sleep until its due time itself. Any other gets it when due, and a delay
+        # (measured here, so ~0) rather than an instant it would misread on its own clock.
         early = EARLY_HANDOFF if local else 0.0
         assignment = self.queue.take(worker_id, min(timeout, LONG_POLL), early)
-        if assignment is not None:
-            with self._lock:
-                worker = self._workers.get(worker_id)
-                if worker is not None:
-                    worker.current = assignment.lease.job_id
-            if assignment.timeout is not None:
-                self.wake_supervisor()  # it sleeps until the earliest job deadline
-            return assignment_to_wire(assignment)
-        return None
+        if assignment is None:
+            return None
+        with self._lock:
+            worker = self._workers.get(worker_id)
+            if worker is not None:
+                worker.current = assignment.lease.job_id
+        if assignment.timeout is not None:
+            self.wake_supervisor()  # it sleeps until the earliest job deadline
+        assert assignment.due is not None  # the queue always sets it
+        delay = max(0.0, assignment.due - self._clock.now())
+        return assignment_to_wire(assignment._replace(due=assignment.due if local else None,
+                                                      delay=delay))
 
     def ack(self, worker_id: str, lease_id: int) -> None:
         """A remote worker received a lease: from now on losing it counts as an attempt."""
@@ -161,7 +182,7 @@ class ManagerService:
         self.lose_worker(worker_id, exitcode=0)
 
     def _check_in(self, worker_id: str, *, reported: bool) -> bool:
-        """Note a sign of life (and a finished job); True for a worker on this machine.
+        """Note a sign of life (and a finished job); True for a worker this manager started.
 
         Raises:
             WorkerRetiredError: the worker is not (or no longer) registered: it was
@@ -180,11 +201,17 @@ class ManagerService:
             if reported:
                 worker.current = None
                 worker.jobs_done += 1
-            return worker.proc is not None
+            return worker.local
+
+    def _started_here(self, hello: WorkerHello) -> bool:
+        # A host name proves nothing about clocks: two containers or VMs may share one.
+        return not hello.remote and hmac.compare_digest(hello.local_token.encode(),
+                                                        self.local_token.encode())
 
     def _complete(self, report: Report, *, same_clock: bool) -> None:
-        # A start stamp from another machine's monotonic clock says nothing about lateness
-        # here: such jobs stay out of the lateness and started-early counts.
+        # A start stamp from another monotonic clock than ours says nothing about lateness
+        # here: only workers we started report on our clock; other workers' jobs stay out
+        # of the lateness and started-early counts.
         stats_outcome = report.outcome if same_clock else report.outcome._replace(started=None)
         job = self.queue.leases.complete(report.lease_id, stats_outcome)
         if job is not None:

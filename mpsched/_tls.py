@@ -51,6 +51,12 @@ class TlsConfig:
     key: Path | None = None
     ca: Path | None = None
 
+    def for_local_workers(self) -> TlsConfig:
+        """What the workers a TLS manager starts itself connect with: its own certificate
+        (so a manager that requires client certificates signed by ``ca`` accepts them), and
+        ``ca`` (or, for a self-signed certificate, the certificate itself) to verify it."""
+        return TlsConfig(cert=self.cert, key=self.key, ca=self.ca or self.cert)
+
     def server_context(self) -> ssl.SSLContext:
         """The context a manager wraps accepted connections in.
 

@@ -5,9 +5,11 @@ exception the job raises. Its report rides on its next ``take`` call, so one rou
 both completes a job and asks for the next.
 
 Local workers are started by the manager's supervisor, which watches their sentinels and
-reads their delivery acknowledgements from shared memory. Remote workers (``python -m
-mpsched worker --connect``) acknowledge each lease with a call, send heartbeats, enforce
-their jobs' timeouts themselves, and drain on the first SIGTERM.
+reads their delivery acknowledgements from shared memory; they share the manager's
+monotonic clock, so they may be handed a job early and wait for its due time themselves.
+Remote workers (``python -m mpsched worker --connect``, see mpsched._remote) acknowledge
+each lease with a call, enforce their jobs' timeouts themselves (JobTimeouts), drain on
+the first SIGTERM (DrainState), and never read the manager's clock: they get jobs when due.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -35,18 +37,16 @@ from mpsched._errors import (
     JobUnpicklingError,
     ResultPicklingError,
     SchedulerShutdownError,
-    WorkerRetiredError,
 )
 from mpsched._job import Assignment, Outcome
 from mpsched._protocol import (
     LONG_POLL,
-    Exit,
     Report,
     ServiceProxy,
     WorkerHello,
-    WorkerLoad,
     connect_service,
 )
+from mpsched._tls import TlsConfig, set_tls
 from mpsched._transport import describe_versions, host_name
 
 log = logging.getLogger("mpsched.worker")
@@ -62,39 +62,67 @@ class WorkerConfig:
     max_tasks: int | None = None  # leave (and be replaced) after this many jobs
     max_memory: int | None = None  # leave after a job that leaves RSS above this (bytes)
     heartbeat_interval: float = 2.0  # remote workers only
+    # Local workers: the manager's ManagerService.local_token, said in the hello to prove
+    # this worker was started by the manager and so shares its monotonic clock.
+    local_token: str = ""
+    # Remote workers: wait (with backoff) for an unreachable manager at start instead of
+    # failing. Replacements started by a pool are patient; the first workers are not, so a
+    # wrong address fails fast.
+    wait_for_manager: bool = False
+    tls: TlsConfig | None = None  # TLS for a TCP address (mpsched._tls)
 
 
 class Draining(Exception):
-    """Raised by the SIGTERM handler to interrupt an idle remote worker's take."""
+    """Raised by the SIGTERM handler to interrupt an idle remote worker's wait."""
 
 
 @dataclass
-class _DrainState:
+class DrainState:
+    """A remote worker's drain flag, set by its first SIGTERM."""
+
     draining: bool = False
-    in_take: bool = False
+    waiting: bool = False  # in an interruptible wait: the handler raises Draining into it
 
     def on_sigterm(self, signum: int, frame: Any) -> None:
         if self.draining:  # the second SIGTERM kills
             _kill_children()
             os._exit(128 + signum)
         self.draining = True
-        if self.in_take:
+        if self.waiting:
             raise Draining
 
+    @contextlib.contextmanager
+    def interruptible(self) -> Iterator[None]:
+        """A wait (a take, a reconnect back-off) the first SIGTERM ends with Draining.
 
-def _setup(config: WorkerConfig, lifeline: Connection | None) -> None:
+        Raises:
+            Draining: the worker drains (before or during the wait).
+        """
+        self.waiting = True
+        try:
+            if self.draining:  # a SIGTERM that came just before we set ``waiting``
+                raise Draining
+            yield
+        finally:
+            self.waiting = False
+
+
+def setup_process(config: WorkerConfig, lifeline: Connection | None) -> None:
+    """Logging, signals and the lifeline thread of a worker process."""
     logging.basicConfig(level=config.log_level, stream=sys.stderr,
                         format="%(asctime)s %(name)s[%(process)d] %(levelname)s %(message)s")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the owner, which drains
     faulthandler.enable()
+    set_tls(config.tls)  # a process's TLS setting is its own: started processes get none
     if lifeline is not None:
         threading.Thread(target=_exit_with_parent, args=(lifeline,), daemon=True,
                          name="mpsched-lifeline").start()
 
 
-def _hello(worker_id: str, remote: bool) -> WorkerHello:
+def make_hello(worker_id: str, *, remote: bool, local_token: str = "") -> WorkerHello:
+    """This process's hello under ``worker_id``."""
     python, cp = describe_versions()
-    return WorkerHello(worker_id, os.getpid(), host_name(), python, cp, remote)
+    return WorkerHello(worker_id, os.getpid(), host_name(), python, cp, remote, local_token)
 
 
 def worker_main(config: WorkerConfig, ack: Any = None, lifeline: Connection | None = None) -> None:
@@ -106,9 +134,9 @@ def worker_main(config: WorkerConfig, ack: Any = None, lifeline: Connection | No
         lifeline: the read end of a pipe only the manager writes to; when it closes the
             manager is gone and this worker exits at once, even in the middle of a job.
     """
-    _setup(config, lifeline)
+    setup_process(config, lifeline)
     service = connect_service(config.address, config.authkey)
-    service.hello(_hello(config.worker_id, remote=False))
+    service.hello(make_hello(config.worker_id, remote=False, local_token=config.local_token))
 
     def received(lease_id: int) -> None:
         if ack is not None:
@@ -117,53 +145,52 @@ def worker_main(config: WorkerConfig, ack: Any = None, lifeline: Connection | No
     serve(service, config, received)
 
 
-def remote_worker_main(config: WorkerConfig, lifeline: Connection | None = None) -> int:
-    """Entry point of a remote worker process; returns its exit code.
+class JobTimeouts:
+    """Ends a remote worker's process when its running job passes its timeout.
 
-    Joins again under a new id if the manager declared it gone (a network cut longer than
-    the heartbeat timeout). The first SIGTERM drains: the current job finishes and is
-    reported, no new job is taken.
+    The job runs in this process, so the only way to stop it is to exit (the manager then
+    fails it with JobTimeoutError and the pool starts another worker). A timer can fire just
+    as its job returns, too late for ``cancel``: it then finds that job no longer running
+    and does nothing, instead of killing the next, innocent job.
+
+    Args:
+        on_expired: called (in the timer's thread) to end the process; it should not return.
+        timer: ``threading.Timer`` or a test's stand-in with the same signature.
     """
-    _setup(config, lifeline)
-    drain = _DrainState()
-    signal.signal(signal.SIGTERM, drain.on_sigterm)
-    for rejoin in range(1_000_000):
-        worker_id = f"{config.worker_id}.{rejoin}"
-        service = connect_service(config.address, config.authkey)
-        timeout = service.hello(_hello(worker_id, remote=True))
-        # Several beats per timeout, whatever --heartbeat-interval says.
-        config = replace(config, heartbeat_interval=min(config.heartbeat_interval, timeout / 4))
-        stop = threading.Event()
-        beat = threading.Thread(target=_heartbeats, args=(service, worker_id, config, stop),
-                                daemon=True, name="mpsched-heartbeat")
-        beat.start()
-        acknowledge = _acknowledger(service, worker_id)
-        try:
-            ended = serve(service, replace(config, worker_id=worker_id), acknowledge, drain)
-            return 1 if ended == "lost" else 0
-        except WorkerRetiredError:
-            log.warning("worker %s was declared gone by the manager; joining again", worker_id)
-        finally:
-            stop.set()
-    return 1
 
+    def __init__(self, on_expired: Callable[[], None],
+                 timer: Callable[..., Any] = threading.Timer) -> None:
+        self._on_expired = on_expired
+        self._timer = timer
+        # Guards _running. A job's start and end take it in the worker's main thread; an
+        # expiring timer takes it, checks its job still runs, and ends the process holding
+        # it, so no job can finish or start meanwhile. Nobody waits on it for long.
+        self._lock = threading.Lock()
+        self._running: object | None = None  # the token of the job under a timeout
 
-def _acknowledger(service: ServiceProxy, worker_id: str) -> Callable[[int], None]:
-    def acknowledge(lease_id: int) -> None:
-        service.ack(worker_id, lease_id)
-
-    return acknowledge
-
-
-def _heartbeats(service: ServiceProxy, worker_id: str, config: WorkerConfig,
-                stop: threading.Event) -> None:
-    me = psutil.Process()
-    me.cpu_percent(None)
-    while not stop.wait(config.heartbeat_interval):
-        try:
-            service.heartbeat(worker_id, WorkerLoad(me.cpu_percent(None), me.memory_info().rss))
-        except (WorkerRetiredError, SchedulerShutdownError, EOFError, OSError):
+    @contextlib.contextmanager
+    def guard(self, timeout: float | None) -> Iterator[None]:
+        """Run the body as one job that may take ``timeout`` seconds (None: no limit)."""
+        if timeout is None:
+            yield
             return
+        token = object()  # not the lease id: ids start again after a manager restart
+        timer = self._timer(timeout, self._expire, args=(token,))
+        timer.daemon = True
+        with self._lock:
+            self._running = token
+        timer.start()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._running = None
+            timer.cancel()
+
+    def _expire(self, token: object) -> None:
+        with self._lock:
+            if self._running is token:
+                self._on_expired()
 
 
 def _exit_with_parent(lifeline: Connection) -> None:
@@ -195,10 +222,18 @@ def _kill_children() -> None:
 
 
 def serve(service: ServiceProxy, config: WorkerConfig, received: Callable[[int], None],
-          drain: _DrainState | None = None, long_poll: float = LONG_POLL) -> str:
+          drain: DrainState | None = None, long_poll: float = LONG_POLL,
+          timeouts: JobTimeouts | None = None) -> str:
     """Take, run and report jobs until the manager stops ("stopped") or goes away ("lost"),
     the worker drains ("drained"), or it is time to recycle this process ("recycled":
-    ``max_tasks`` / ``max_memory``)."""
+    ``max_tasks`` / ``max_memory``).
+
+    Args:
+        received: acknowledges each lease as it arrives; an OSError or EOFError from it
+            means the manager is gone ("lost"), and the job is not run.
+        drain: a remote worker's drain flag (None: a local worker, stopped by its manager).
+        timeouts: enforces each job's timeout in this process (None: the manager does).
+    """
     worker_id = config.worker_id
     report: Report | None = None
     done = 0
@@ -210,14 +245,22 @@ def serve(service: ServiceProxy, config: WorkerConfig, received: Callable[[int],
         except SchedulerShutdownError:
             return "stopped"
         except (EOFError, OSError) as exc:
-            log.warning("worker %s lost its manager (%s); exiting", worker_id, exc)
+            unsent = f"; the outcome of job {report.outcome.job_id} is lost" if report else ""
+            _log_lost(worker_id, exc, unsent)
             return "lost"
         report = None
         if assignment is None:
             continue
-        received(assignment.lease.lease_id)
-        report = Report(assignment.lease.lease_id, _run_guarded(assignment, drain, service,
-                                                                 worker_id))
+        start_at = _start_time(assignment)
+        try:
+            received(assignment.lease.lease_id)
+        except (EOFError, OSError) as exc:
+            # Unacknowledged, the job counts as never delivered and may run elsewhere.
+            _log_lost(worker_id, exc, f"; job {assignment.lease.job_id} is not run here")
+            return "lost"
+        with timeouts.guard(assignment.timeout) if timeouts else contextlib.nullcontext():
+            outcome = run(assignment, start_at)
+        report = Report(assignment.lease.lease_id, outcome)
         done += 1
         if _should_recycle(config, done):
             log.info("worker %s recycles after %d job(s)", worker_id, done)
@@ -227,15 +270,17 @@ def serve(service: ServiceProxy, config: WorkerConfig, received: Callable[[int],
     return "drained"
 
 
+def _log_lost(worker_id: str, exc: BaseException, consequence: str) -> None:
+    log.warning("worker %s lost its manager (%s: %s)%s", worker_id, type(exc).__name__, exc,
+                consequence)
+
+
 def _take(service: ServiceProxy, worker_id: str, report: Report | None, long_poll: float,
-          drain: _DrainState | None) -> Assignment | None:
+          drain: DrainState | None) -> Assignment | None:
     if drain is None:
         return service.take(worker_id, report, long_poll)
-    drain.in_take = True
-    try:
+    with drain.interruptible():
         return service.take(worker_id, report, long_poll)
-    finally:
-        drain.in_take = False
 
 
 def _leave(config: WorkerConfig, worker_id: str, report: Report | None, remote: bool) -> None:
@@ -248,26 +293,15 @@ def _leave(config: WorkerConfig, worker_id: str, report: Report | None, remote: 
             service.finish(worker_id, report)
 
 
-def _run_guarded(assignment: Assignment, drain: _DrainState | None, service: ServiceProxy,
-                 worker_id: str) -> Outcome:
-    """Run a job; a remote worker also enforces its timeout by exiting when it passes."""
-    if drain is None or assignment.timeout is None:
-        return run(assignment)
-    timer = threading.Timer(assignment.timeout, _timed_out, args=(service, worker_id))
-    timer.daemon = True
-    timer.start()
-    try:
-        return run(assignment)
-    finally:
-        timer.cancel()
+def _start_time(assignment: Assignment) -> float:
+    """When to enter the job, on this process's monotonic clock.
 
-
-def _timed_out(service: ServiceProxy, worker_id: str) -> None:
-    log.warning("worker %s: job ran past its timeout; exiting", worker_id)
-    _kill_children()
-    with contextlib.suppress(Exception):
-        service.leave(worker_id, None)
-    os._exit(Exit.JOB_TIMEOUT)
+    Only a worker that shares the manager's clock is sent ``due`` (an instant on it); any
+    other waits the ``delay`` the manager measured, from now.
+    """
+    if assignment.due is not None:
+        return assignment.due
+    return time.monotonic() + assignment.delay
 
 
 def _should_recycle(config: WorkerConfig, done: int) -> bool:
@@ -278,8 +312,12 @@ def _should_recycle(config: WorkerConfig, done: int) -> bool:
     return False
 
 
-def run(assignment: Assignment) -> Outcome:
-    """Unpickle and run one job; never raises: every failure becomes an Outcome."""
+def run(assignment: Assignment, start_at: float | None = None) -> Outcome:
+    """Unpickle and run one job; never raises: every failure becomes an Outcome.
+
+    The callable is entered no sooner than ``start_at`` (this process's monotonic clock;
+    by default computed from the assignment now, see ``_start_time``).
+    """
     job_id = assignment.lease.job_id
     try:
         fn, args, kwargs = cloudpickle.loads(assignment.payload)
@@ -290,7 +328,7 @@ def run(assignment: Assignment) -> Outcome:
         unpickling = JobUnpicklingError(
             f"job {job_id}: the worker could not unpickle it: {exc!r}{hint}")
         return _failure(job_id, unpickling, _format(exc), None, "job-unpickling")
-    started = _wait_until(assignment.due)
+    started = _wait_until(_start_time(assignment) if start_at is None else start_at)
     try:
         result = fn(*args, **kwargs)
     except BaseException as exc:
@@ -313,7 +351,10 @@ _MISSING_MODULE_HINT = (
 
 
 def _wait_until(due: float) -> float:
-    """Sleep until ``due`` (a job handed out early, see EARLY_HANDOFF); return the time."""
+    """Sleep until ``due`` (a job handed out early, see EARLY_HANDOFF); return the time.
+
+    ``due`` is on this process's monotonic clock (see ``_start_time``).
+    """
     now = time.monotonic()
     while now < due:
         time.sleep(due - now)

@@ -460,7 +460,7 @@ def test_the_cli_exits_with_version_when_refused(
         cluster: Cluster, command: list[str], monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     python, cp = describe_versions()
-    for module in ("mpsched._transport", "mpsched._client", "mpsched._cli"):  # an old install
+    for module in ("mpsched._transport", "mpsched._futures", "mpsched._cli"):  # an old install
         monkeypatch.setattr(f"{module}.describe_versions", lambda: ("3.0", cp))
     assert main([*command, *cluster.manager.cli()]) == Exit.VERSION
     err = capsys.readouterr().err

@@ -29,7 +29,8 @@ LAYERS: list[set[str]] = [
     {"_futures"},
     {"_client"},
     {"_scheduler"},
-    {"_demo", "_stress", "_serve", "_cli_parser"},
+    {"_cli_parser"},
+    {"_demo", "_stress", "_serve"},
     {"_cli"},
     {"__main__", "__init__"},
 ]

@@ -23,9 +23,16 @@ from mpsched._service import EARLY_HANDOFF, ManagerService
 from mpsched._transport import describe_versions
 
 
-def hello(worker_id: str, host: str, pid: int) -> WorkerHello:
+def hello(worker_id: str, host: str, pid: int, *, remote: bool = True,
+          local_token: str = "") -> WorkerHello:
     python, cp = describe_versions()
-    return WorkerHello(worker_id, pid, host, python, cp, remote=True)
+    return WorkerHello(worker_id, pid, host, python, cp, remote, local_token)
+
+
+def started_here(service: ManagerService, worker_id: str) -> WorkerHello:
+    """The hello of a worker this manager's supervisor started (it holds the token)."""
+    return hello(worker_id, service.host, os.getpid(), remote=False,
+                 local_token=service.local_token)
 
 
 def run_one(service: ManagerService, worker_id: str) -> None:
@@ -38,16 +45,21 @@ def run_one(service: ManagerService, worker_id: str) -> None:
     service.finish(worker_id, report_to_wire(Report(assignment.lease.lease_id, outcome)))
 
 
-def test_a_worker_on_another_machine_does_not_skew_lateness():
+def test_only_workers_the_manager_started_count_in_lateness():
+    # A host name proves nothing about clocks (two containers may share one): only the
+    # manager's own workers report start stamps on its clock.
     service = ManagerService(JobQueue())
     service.hello(hello("far", "some-other-host", 4242))
-    service.hello(hello("near", service.host, os.getpid()))
-    run_one(service, "far")
+    service.hello(hello("same-name", service.host, os.getpid()))
+    service.hello(hello("no-token", service.host, os.getpid(), remote=False))
+    service.hello(started_here(service, "near"))
+    for worker_id in ("far", "same-name", "no-token"):
+        run_one(service, worker_id)
     stats = service.stats().queue
-    assert stats.completed == 1 and stats.lateness_samples == 0 and stats.started_early == 0
+    assert stats.completed == 3 and stats.lateness_samples == 0 and stats.started_early == 0
     run_one(service, "near")
     stats = service.stats().queue
-    assert stats.completed == 2 and stats.lateness_samples == 1 and stats.started_early == 1
+    assert stats.completed == 4 and stats.lateness_samples == 1 and stats.started_early == 1
 
 
 def test_take_reports_the_last_job_and_keeps_the_worker_bookkeeping():
@@ -68,16 +80,38 @@ def test_take_reports_the_last_job_and_keeps_the_worker_bookkeeping():
     assert service.stats().queue.completed == 1
 
 
-def test_only_a_worker_on_this_machine_is_handed_jobs_early():
-    service = ManagerService(JobQueue(clock=FakeClock()))  # time stands still
+def test_only_a_worker_the_manager_started_is_handed_jobs_early():
+    clock = FakeClock()  # time stands still
+    service = ManagerService(JobQueue(clock=clock), clock=clock)
     service.hello(hello("far", "some-other-host", 4242))
-    service.hello(hello("near", service.host, os.getpid()))
+    service.hello(hello("same-name", service.host, os.getpid()))
+    service.hello(hello("no-token", service.host, os.getpid(), remote=False,
+                        local_token="guessed"))
+    service.hello(started_here(service, "near"))
     soon = EARLY_HANDOFF / 2  # due within the early hand-off window
     for n in range(2):
         service.queue.submit(JobRequest(f"job-{n}", "c", b"", 2, soon + 60 * n, None))
-    assert service.take("far", None, 0) is None
+    for worker_id in ("far", "same-name", "no-token"):
+        assert service.take(worker_id, None, 0) is None
     wire = service.take("near", None, 0)
-    assert wire is not None and assignment_from_wire(wire).lease.job_id == "job-0"
+    assert wire is not None
+    early = assignment_from_wire(wire)
+    assert early.lease.job_id == "job-0"
+    # Its own worker shares the manager's clock: it gets the instant to wait for.
+    assert early.due == clock.now() + soon and early.delay == pytest.approx(soon)
+
+
+def test_a_worker_that_does_not_share_the_clock_gets_a_delay_and_no_instant():
+    clock = FakeClock()
+    service = ManagerService(JobQueue(clock=clock), clock=clock)
+    service.hello(hello("same-name", service.host, os.getpid()))
+    service.queue.submit(JobRequest("job", "c", b"", 2, 5.0, None))
+    clock.advance(5.0)
+    wire = service.take("same-name", None, 0)
+    assert wire is not None
+    assignment = assignment_from_wire(wire)
+    assert assignment.lease.job_id == "job"
+    assert assignment.due is None and assignment.delay == 0.0  # due now: run it at once
 
 
 def test_a_worker_declared_gone_is_refused_and_its_late_report_changes_nothing():
