@@ -295,7 +295,8 @@ def connect(address: str | tuple[str, int], *, authkey: bytes | None = None,
     Args:
         address: as the command line takes it (``"unix:/path"``, ``"host:port"``), or as
             ``Scheduler.address`` gives it (a socket path or a ``(host, port)`` pair).
-        authkey: the manager's key; default: the MPSCHED_AUTHKEY environment variable.
+        authkey: the manager's key (surrounding whitespace, such as the newline a key
+            file ends with, is stripped); default: the MPSCHED_AUTHKEY variable.
         submit_timeout: as for :class:`Scheduler`.
 
     Raises:
@@ -306,7 +307,8 @@ def connect(address: str | tuple[str, int], *, authkey: bytes | None = None,
     """
     if isinstance(address, str):
         address = parse_address(address)
-    key = authkey if authkey is not None else read_authkey(None)
+    # Surrounding whitespace is stripped, as from a key file (its trailing newline).
+    key = authkey.strip() if authkey is not None else read_authkey(None)
     if key is None:
         raise AuthenticationError(f"no authkey: pass authkey= or set {AUTHKEY_ENV}")
     try:

@@ -12,6 +12,7 @@ import logging
 import multiprocessing
 import multiprocessing.util
 import os
+import secrets
 from multiprocessing.process import BaseProcess
 from typing import Any
 
@@ -79,7 +80,7 @@ class Scheduler(Client):
             raise InvalidJobError(f"max_pending must be a positive int, not {max_pending!r}")
         method = _start_method(mp_context)
         config = ManagerConfig(
-            authkey=os.urandom(32), workers=workers, mp_method=method,
+            authkey=secrets.token_hex(32).encode(), workers=workers, mp_method=method,
             order=Order.coerce(order), max_pending=max_pending, start_timeout=start_timeout,
             log_level=logging.getLogger("mpsched").getEffectiveLevel(),
             max_tasks_per_worker=max_tasks_per_worker,

@@ -444,3 +444,12 @@ def test_workers_and_jobs_never_inherit_the_authkey_variable(make_scheduler, mon
     monkeypatch.setenv("MPSCHED_AUTHKEY", "not-for-jobs")
     s = make_scheduler(workers=1)
     assert s.submit(jobs.getenv, "MPSCHED_AUTHKEY").result(timeout=60) is None
+
+
+def test_connect_strips_a_key_as_read_from_a_key_file(make_scheduler):
+    import mpsched
+
+    s = make_scheduler(workers=1)
+    assert s.authkey == s.authkey.strip()  # printable: safe to strip
+    client = mpsched.connect(s.address, authkey=s.authkey + b"\n")
+    client.detach()
