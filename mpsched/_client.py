@@ -196,7 +196,10 @@ class Client(Executor):
     def stats(self) -> Stats:
         """Pending jobs per priority, in flight, completed, failed, workers and lateness.
 
-        Jobs this client submitted before the call are counted.
+        Jobs this client submitted (or cancelled) before the call are counted. Lateness is
+        how long after its due time a job started, in seconds (p50, p90, p99, max over
+        the last 10,000 jobs of workers that share the manager's clock); times are in
+        seconds and memory in bytes throughout.
         """
         if self._core.outbox is not None:
             self._core.outbox.flush()
