@@ -5,6 +5,8 @@ Run: ``.venv/bin/python -m benchmarks.bench_store [--submit N] [--recover N] [--
 - submit: N small jobs (32-byte payloads) in calls of 512 jobs from one thread, then the
   same from 4 threads at once, for ``durability="sync"`` and ``"process"``; jobs/s and the
   number of commits (group commit merges concurrent calls).
+- lease: each of N jobs is leased (durable) and finished (queued) in turn, from 1 and from
+  4 threads: what a worker's take costs once leases are journaled.
 - recover: a store holding N pending jobs is opened and ``recover()`` returns them all;
   seconds from the constructor to the list (the issue's target: 1,000,000 in <= 10 s).
 
@@ -19,7 +21,7 @@ import tempfile
 import threading
 import time
 
-from mpsched._store import StoredJob
+from mpsched._store import JobState, StoredJob
 from mpsched._store_sqlite import SQLiteStore
 
 BATCH = 512
@@ -51,6 +53,28 @@ def submit_rate(directory: str, durability: str, total: int, threads: int) -> tu
         return share * threads / elapsed, store.commits
 
 
+def lease_rate(directory: str, durability: str, total: int, threads: int) -> tuple[float, int]:
+    path = os.path.join(directory, f"lease-{durability}-{threads}.db")
+    with SQLiteStore(path, durability=durability) as store:
+        for start in range(0, total, BATCH):
+            store.submit(jobs(start, min(BATCH, total - start)))
+        before = store.commits
+
+        def run(thread: int) -> None:
+            for i in range(thread, total, threads):
+                store.lease(f"job-{i:08d}-5f0e3b1a", f"worker-{thread}", 1)
+                store.finish(f"job-{i:08d}-5f0e3b1a", JobState.DONE, b"r", time.time())
+
+        workers = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
+        started = time.perf_counter()
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        store.flush()
+        return total / (time.perf_counter() - started), store.commits - before
+
+
 def recovery_time(directory: str, total: int) -> tuple[float, int]:
     path = os.path.join(directory, "recover.db")
     with SQLiteStore(path, durability="process") as store:
@@ -66,6 +90,7 @@ def recovery_time(directory: str, total: int) -> tuple[float, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--submit", type=int, default=100_000)
+    parser.add_argument("--lease", type=int, default=5_000)
     parser.add_argument("--recover", type=int, default=1_000_000)
     parser.add_argument("--dir", default=None, help="where the stores go (default: a tmp dir)")
     args = parser.parse_args()
@@ -74,6 +99,11 @@ def main() -> None:
             for threads in (1, 4):
                 rate, commits = submit_rate(directory, durability, args.submit, threads)
                 print(f"submit {args.submit} jobs, {durability:7}, {threads} thread(s): "
+                      f"{rate:9,.0f} jobs/s, {commits} commits")
+        for durability in ("sync", "process"):
+            for threads in (1, 4):
+                rate, commits = lease_rate(directory, durability, args.lease, threads)
+                print(f"lease+finish {args.lease} jobs, {durability:7}, {threads} thread(s): "
                       f"{rate:9,.0f} jobs/s, {commits} commits")
         elapsed, count = recovery_time(directory, args.recover)
         print(f"recover {count:,} pending jobs: {elapsed:.2f} s")

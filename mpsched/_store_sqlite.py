@@ -1,10 +1,9 @@
 """SQLiteStore: the job store in one SQLite file (WAL mode), written with group commit.
 
 Writes. Every call becomes an op on one queue. One writer thread takes what is queued, applies
-it in one transaction and commits once ("group commit"): concurrent submitters share one
-fsync. A batch is written when ``batch_size`` rows are queued or ``linger`` seconds after
-its first op, whichever comes first. Durable calls (submit, cancel, lease, prune, flush) wait
-for the commit covering their op; finish and requeue return at once.
+it in one transaction and commits once ("group commit", ``_store_writer``): callers that
+queue while a commit is under way share the next one. Durable calls (submit, cancel, lease,
+prune, flush) wait for the commit covering their op; finish and requeue return at once.
 
 Failures. Each op runs in a savepoint, so an op that breaks a rule (a repeated job id) fails
 alone. An error that undoes the transaction (disk full, an I/O error, a lock held by another
@@ -15,14 +14,11 @@ overtakes them. What was committed before stays, and the writer keeps running.
 Reads (get, jobs, find_key, recover) run on read-only connections of their own: WAL lets
 them read the last commit while the writer writes, so a listing never waits for a batch.
 
-Opening refuses, without writing a byte, a file that is not an mpsched store or comes from a
-newer schema; an older schema is migrated forward (``MIGRATIONS``) in one transaction. One
-manager per store: ``PATH.lock`` beside it is flock()ed for the store's life.
+Opening the file (checks, lock file, schema) is ``_store_file``'s part.
 """
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import gc
 import logging
@@ -35,7 +31,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from mpsched._errors import InvalidJobError, StoreError, StoreLockedError
+from mpsched._errors import InvalidJobError, StoreError
 from mpsched._store import (
     DAY,
     JobRecord,
@@ -47,34 +43,11 @@ from mpsched._store import (
     check_finish_state,
     check_options,
 )
+from mpsched._store_file import DURABILITY, connect_writer, open_checked
 from mpsched._store_writer import Writer, check_batching, translate
 
 log = logging.getLogger("mpsched.store")
 
-APPLICATION_ID = 0x6D707363  # "mpsc" in the file header: how a store is told from others
-_HEADER = b"SQLite format 3\x00"
-_DURABILITY = {"sync": "FULL", "process": "NORMAL"}
-
-
-def _create_v1(conn: sqlite3.Connection) -> None:
-    conn.execute("CREATE TABLE meta (name TEXT PRIMARY KEY, value NOT NULL)")
-    # seq is the rowid: recovery reads pending jobs in rowid order, max(seq) is O(1).
-    conn.execute("""CREATE TABLE jobs (
-        seq INTEGER PRIMARY KEY, job_id TEXT NOT NULL UNIQUE, client_id TEXT NOT NULL,
-        key TEXT, name TEXT NOT NULL, payload BLOB NOT NULL, priority INTEGER NOT NULL,
-        due_wall REAL NOT NULL, timeout REAL, retries INTEGER NOT NULL,
-        attempt INTEGER NOT NULL, submitted_wall REAL NOT NULL, state TEXT NOT NULL,
-        worker_id TEXT, finished_wall REAL, outcome BLOB)""")
-    conn.execute("CREATE INDEX jobs_state ON jobs (state)")  # (state, seq): recovery, listings
-    conn.execute("CREATE UNIQUE INDEX jobs_key ON jobs (key) "
-                 "WHERE key IS NOT NULL AND state <> 'cancelled'")
-    conn.execute("CREATE INDEX jobs_finished ON jobs (finished_wall) "
-                 "WHERE finished_wall IS NOT NULL")
-
-
-# MIGRATIONS[v] takes a store from schema version v to v + 1, inside the opening
-# transaction; version 0 is a new, empty file. Append a step for every schema change.
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_create_v1]
 
 _STORED = ("job_id, client_id, key, name, payload, priority, due_wall, seq, timeout, retries, "
            "attempt, submitted_wall")
@@ -114,8 +87,10 @@ class SQLiteStore(Store):
             ``"process"`` (NORMAL: survives the process, not the machine).
         result_ttl: seconds a finished job's record and outcome are kept.
         clock: the wall clock, UTC epoch seconds (injected for tests).
-        batch_size, linger: a batch is written when this many rows are queued, or this many
-            seconds after its first op.
+        batch_size: the most rows one commit writes.
+        linger: seconds the writer waits after a batch's first op for ``batch_size`` rows;
+            0 (the default) writes at once whatever queued during the last commit, which
+            measured faster here at every number of concurrent callers.
         prune_interval: seconds between automatic prunes by the writer.
     Raises:
         StoreError: a missing or read-only directory, a file that is not an mpsched store,
@@ -125,22 +100,22 @@ class SQLiteStore(Store):
 
     def __init__(self, path: str | os.PathLike[str], *, durability: str = "sync",
                  result_ttl: float = DAY, clock: Callable[[], float] = time.time,
-                 batch_size: int = 512, linger: float = 0.002,
+                 batch_size: int = 512, linger: float = 0.0,
                  prune_interval: float = 60.0) -> None:
-        if durability not in _DURABILITY:
+        if durability not in DURABILITY:
             raise InvalidJobError(f"durability must be 'sync' or 'process', not {durability!r}")
         check_options(result_ttl)
         check_batching(batch_size, linger, prune_interval)
-        self._path = os.path.abspath(os.fspath(path))
+        self._path = os.path.realpath(os.fspath(path))  # one lock file, whatever the route
         self._durability = durability
         self._result_ttl = float(result_ttl)
         self._clock = clock
         self._prune_interval = prune_interval
         self._last_prune = clock()
         self._readers = _Readers(self._path)
-        self._lock_fd = _open_checked(self._path)
+        self._lock_fd = open_checked(self._path)
         try:
-            conn = _connect_writer(self._path, durability)
+            conn = connect_writer(self._path, durability)
         except BaseException:
             os.close(self._lock_fd)
             raise
@@ -242,8 +217,8 @@ class SQLiteStore(Store):
         return count
 
     def close(self) -> None:
+        self._readers.close()  # first: the writer's connection, closing last, checkpoints
         if self._writer.close():
-            self._readers.close()
             os.close(self._lock_fd)
 
     def _insert(self, conn: sqlite3.Connection, jobs: list[StoredJob]) -> list[str]:
@@ -336,119 +311,3 @@ class _Readers:
             idle, self._idle = self._idle, []
         for conn in idle:
             conn.close()
-
-
-def _open_checked(path: str) -> int:
-    """Check ``path`` can be a store without writing to it, then take its lock file.
-
-    Returns the locked file descriptor. Raises StoreError or StoreLockedError.
-    """
-    directory = os.path.dirname(path)
-    if not os.path.isdir(directory):
-        raise StoreError(path, f"its directory {directory} does not exist")
-    if not os.access(directory, os.W_OK | os.X_OK):
-        raise StoreError(path, f"its directory {directory} is not writable "
-                               "(the store needs its -wal, -shm and .lock files beside it)")
-    if os.path.isdir(path):
-        raise StoreError(path, "is a directory")
-    if os.path.exists(path) and not os.access(path, os.R_OK | os.W_OK):
-        raise StoreError(path, "the file is not readable and writable")
-    _schema_version(path)
-    return _lock(path)
-
-
-def _lock(path: str) -> int:
-    try:
-        fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    except OSError as exc:
-        raise StoreError(path, f"cannot create its lock file: {exc.strerror}") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        text = os.pread(fd, 32, 0).decode(errors="replace").strip()
-        os.close(fd)
-        raise StoreLockedError(path, int(text) if text.isdigit() else None) from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd
-
-
-def _schema_version(path: str) -> int:
-    """The schema version of the store at ``path``, read without writing: 0 for a new file.
-
-    Raises StoreError for a file that is not an mpsched store or has a newer schema.
-    """
-    if not os.path.exists(path) or os.path.getsize(path) == 0:
-        return 0
-    with open(path, "rb") as file:
-        if file.read(len(_HEADER)) != _HEADER:
-            raise StoreError(path, "not an mpsched store (not an SQLite database); "
-                                   "it was left untouched")
-    uri = f"file:{urllib.parse.quote(path)}?mode=ro"
-    try:
-        conn = sqlite3.connect(uri, uri=True, timeout=2.0)
-        try:
-            return _read_version(conn, path)
-        finally:
-            conn.close()
-    except sqlite3.Error as exc:
-        raise translate(exc, path) from exc
-
-
-def _read_version(conn: sqlite3.Connection, path: str) -> int:
-    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
-    if app_id == 0 and not tables:
-        return 0
-    if app_id != APPLICATION_ID or "meta" not in tables:
-        raise StoreError(path, "not an mpsched store (an SQLite database of another "
-                               "program); it was left untouched")
-    meta = dict(conn.execute("SELECT name, value FROM meta").fetchall())
-    version = meta.get("schema_version")
-    if meta.get("application") != "mpsched" or not isinstance(version, int) or version < 1:
-        raise StoreError(path, f"not an mpsched store (meta {meta!r}); it was left untouched")
-    if version > len(MIGRATIONS):
-        raise StoreError(path, f"its schema version {version} is newer than this mpsched "
-                               f"knows ({len(MIGRATIONS)}): open it with a newer mpsched; "
-                               "it was left untouched")
-    return version
-
-
-def _connect_writer(path: str, durability: str) -> sqlite3.Connection:
-    """The writer's connection, in WAL mode, with the schema migrated to the current one."""
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=2.0)
-    try:
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        if mode != "wal":
-            raise StoreError(path, f"cannot use WAL mode (journal mode {mode})")
-        conn.execute(f"PRAGMA synchronous = {_DURABILITY[durability]}")
-        conn.execute("PRAGMA cache_size = -65536")  # KiB: the indexes of ~1M jobs
-        _migrate(conn, path)
-    except sqlite3.Error as exc:
-        conn.close()
-        raise translate(exc, path) from exc
-    except BaseException:
-        conn.close()
-        raise
-    return conn
-
-
-def _migrate(conn: sqlite3.Connection, path: str) -> None:
-    """Bring the schema to ``len(MIGRATIONS)``, all steps in one transaction."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        version = _read_version(conn, path)  # again: we hold the lock file now
-        target = len(MIGRATIONS)
-        if version == 0:
-            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-        for step in MIGRATIONS[version:]:
-            step(conn)
-        conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)",
-                         [("application", "mpsched"), ("schema_version", target)])
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-    if version not in (0, target):
-        log.info("migrated the job store %s from schema %d to %d", path, version, target)

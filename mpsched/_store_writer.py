@@ -1,7 +1,11 @@
 """Group commit: one thread applies queued ops to an SQLite connection, one commit per batch.
 
 Callers hand in ops (a function of the connection); a durable caller waits for the commit
-covering its op, an asynchronous one returns at once. Data flow::
+covering its op, an asynchronous one returns at once. The writer takes a batch as soon as it
+is free: every op queued while it was committing the last one, up to ``batch_size`` rows, so
+concurrent callers share one commit and a lone caller waits for one commit only. With
+``linger > 0`` it first waits up to that long after a batch's first op for ``batch_size``
+rows (fewer, bigger commits, each caller waiting longer). Data flow::
 
     call(op) ──┐                     writer thread
     call(op) ──┼─▶ queue ─▶ batch ─▶ BEGIN; SAVEPOINT/op/RELEASE ...; COMMIT ─▶ wake callers
@@ -86,14 +90,16 @@ class Writer:
         self._linger = linger
         self._idle = idle
         self._housekeeping = housekeeping
-        # Guards _ops, _rows, _first_at, _backoff and _closing. The writer thread waits on it
-        # for a first op, then for the batch to fill or its linger to end; callers notify.
+        # Guards _ops, _rows, _first_at, _backoff, _closing and _closed. The writer thread
+        # waits on it for a first op (then, with a linger or a backoff, for the batch to fill
+        # or the time to end); callers notify.
         self._cond = threading.Condition()
         self._ops: deque[_Op[Any]] = deque()
         self._rows = 0  # queued rows: a batch is written at batch_size
         self._first_at = 0.0  # time.monotonic() when the oldest queued op came in
         self._backoff = 0.0  # > 0 while a failed batch's async ops wait to be retried
-        self._closing = False
+        self._closing = False  # no more ops: close() was called, or the thread ended
+        self._closed = False  # close() was called
         self.commits = 0  # written by the writer thread only
         self._thread = threading.Thread(target=self._run, name="mpsched-store-writer",
                                         daemon=True)
@@ -112,9 +118,9 @@ class Writer:
     def close(self) -> bool:
         """Write what is queued, stop the thread, close the connection. False if closed."""
         with self._cond:
-            if self._closing:
+            if self._closed:
                 return False
-            self._closing = True
+            self._closed = self._closing = True
             self._cond.notify()
         self._thread.join()
         self._conn.close()
@@ -134,16 +140,16 @@ class Writer:
                 self._cond.notify()
 
     def _run(self) -> None:
+        batch: list[_Op[Any]] | None = []
         try:
             while (batch := self._next_batch()) is not None:
                 self._housekeeping(self._conn)
                 if batch:
                     self._write(batch)
-        except BaseException:
+        except BaseException:  # a bug: callers must still hear of it (see _abandon)
             log.exception("the writer of the job store %s stopped", self._path)
-            raise
         finally:
-            self._abandon()
+            self._abandon(batch or [])
 
     def _next_batch(self) -> list[_Op[Any]] | None:
         """The ops to write next; [] when idle for a while (housekeeping); None to stop."""
@@ -160,10 +166,18 @@ class Writer:
                 if remaining <= 0:
                     break
                 self._cond.wait(remaining)
-            batch = list(self._ops)
-            self._ops.clear()
-            self._rows = 0
-            return batch
+            return self._take_locked()
+
+    def _take_locked(self) -> list[_Op[Any]]:
+        """The oldest queued ops, until they hold ``batch_size`` rows (an op is never split)."""
+        batch = [self._ops.popleft()]
+        rows = batch[0].rows
+        while self._ops and rows < self._batch_size:
+            op = self._ops.popleft()
+            batch.append(op)
+            rows += op.rows
+        self._rows -= rows
+        return batch
 
     def _write(self, batch: list[_Op[Any]]) -> None:
         conn = self._conn
@@ -226,16 +240,21 @@ class Writer:
                 log.warning("writes to the job store %s fail (%s); retrying %d changes",
                             self._path, exc, len(retry))
             self._backoff = min(MAX_BACKOFF, max(0.01, 2 * self._backoff)) if retry else 0.0
-            self._ops.extendleft(reversed(retry))
-            self._rows += sum(op.rows for op in retry)
-            self._first_at = time.monotonic()
+            if retry:
+                self._ops.extendleft(reversed(retry))
+                self._rows += sum(op.rows for op in retry)
+                self._first_at = time.monotonic()
 
-    def _abandon(self) -> None:
-        """The thread ends: fail whatever is still queued (nothing is, after a clean close)."""
+    def _abandon(self, batch: list[_Op[Any]]) -> None:
+        """The thread ends: fail the unsettled ops of ``batch`` and every op still queued
+        (there are none after a clean close)."""
         with self._cond:
             self._closing = True
-            left, self._ops = list(self._ops), deque()
-        for op in left:
-            op.error = StoreError(self._path, "the store's writer stopped")
-            if op.done is not None:
+            queued, self._ops = list(self._ops), deque()
+        for op in [*batch, *queued]:
+            if op.done is not None and not op.done.is_set():
+                op.error = StoreError(self._path, "the store's writer stopped")
                 op.done.set()
+        if any(op.done is None for op in queued):
+            log.error("the writer of the job store %s stopped with changes not written",
+                      self._path)

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from mpsched import _store_sqlite
+from mpsched import _store_file
 from mpsched._errors import (
     InvalidJobError,
     MpschedError,
@@ -27,7 +27,8 @@ from mpsched._errors import (
     StoreFullError,
     StoreLockedError,
 )
-from mpsched._store import DAY, JobState, MemoryStore, Recovery, Store, StoredJob
+from mpsched._store import DAY, JobState, Recovery, Store, StoredJob
+from mpsched._store_memory import MemoryStore
 from mpsched._store_sqlite import SQLiteStore
 
 T0 = 1.8e9  # the fake wall clock's start, UTC epoch seconds
@@ -365,7 +366,7 @@ def test_an_older_schema_is_migrated_forward_once(
     old = open_sqlite()
     old.submit([job(1), job(2)])
     old.close()
-    monkeypatch.setattr(_store_sqlite, "MIGRATIONS", [*_store_sqlite.MIGRATIONS, _add_tags])
+    monkeypatch.setattr(_store_file, "MIGRATIONS", [*_store_file.MIGRATIONS, _add_tags])
     for _ in range(2):  # the second opening finds version 2 and migrates nothing
         store = open_sqlite()
         assert [j.job_id for j in store.recover().pending] == ["job-1", "job-2"]
@@ -387,7 +388,7 @@ def test_a_failing_migration_leaves_the_store_as_it_was(
         conn.execute("CREATE TABLE half (x)")
         conn.execute("SELECT * FROM no_such_table")
 
-    monkeypatch.setattr(_store_sqlite, "MIGRATIONS", [*_store_sqlite.MIGRATIONS, broken])
+    monkeypatch.setattr(_store_file, "MIGRATIONS", [*_store_file.MIGRATIONS, broken])
     with pytest.raises(StoreError, match="no_such_table"):
         open_sqlite()
     monkeypatch.undo()
@@ -506,6 +507,30 @@ def test_concurrent_submits_share_commits(open_sqlite: Callable[..., SQLiteStore
     assert len(store.recover().pending) == 200
 
 
+def test_ops_queued_during_a_commit_share_the_next_up_to_batch_size(
+        open_sqlite: Callable[..., SQLiteStore]) -> None:
+    store = open_sqlite(batch_size=4)  # no linger: the default
+    store.submit([job(n) for n in range(10)])
+    for n in range(10):
+        store.lease(f"job-{n}", "w", 1)
+    entered = threading.Event()  # set by the writer once it runs the op below
+    gate = threading.Event()  # holds the writer in that op until the test has queued more
+
+    def hold(conn: sqlite3.Connection) -> None:
+        entered.set()
+        gate.wait(JOIN)
+
+    store._writer.post(hold)
+    assert entered.wait(JOIN)
+    before = store.commits
+    for n in range(10):
+        store.finish(f"job-{n}", JobState.DONE, b"ok", T0)
+    gate.set()
+    store.flush()
+    assert store.commits - before == 1 + 3  # the held batch, then 4 + 4 + 2 finishes
+    assert len(store.jobs(JobState.DONE)) == 10
+
+
 def test_a_lone_submit_does_not_wait_for_a_full_batch(
         open_sqlite: Callable[..., SQLiteStore]) -> None:
     store = open_sqlite(batch_size=1_000_000, linger=0.002)
@@ -563,6 +588,43 @@ def test_a_full_store_fails_that_batch_only_and_loses_nothing(
     record = store.get("job-1")
     assert record is not None and (record.state, record.outcome) == (JobState.DONE, big)
     assert [j.job_id for j in store.recover().pending] == ["job-2", "job-3", "job-12"]
+
+
+def test_a_write_lock_held_by_another_program_fails_only_the_calls_it_blocked(
+        tmp_path: Path, open_sqlite: Callable[..., SQLiteStore]) -> None:
+    store = open_sqlite()
+    store.submit([job(1)])
+    other = sqlite3.connect(tmp_path / "jobs.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # as the sqlite3 shell would, for a while
+    try:
+        with pytest.raises(StoreError, match="locked") as refused:
+            store.submit([job(2)])  # after the 2 s busy timeout
+        assert store.location in str(refused.value)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert store.submit([job(3)]) == ["job-3"]
+    assert [j.job_id for j in store.recover().pending] == ["job-1", "job-3"]
+
+
+class _WriterBug(BaseException):
+    """Escapes every ``except Exception``: stands for a bug that ends the writer thread."""
+
+
+def test_callers_hear_of_a_writer_that_died_and_close_still_unlocks(
+        open_sqlite: Callable[..., SQLiteStore]) -> None:
+    store = open_sqlite()
+    store.submit([job(1)])
+
+    def bug(conn: sqlite3.Connection) -> None:
+        raise _WriterBug
+
+    with pytest.raises(StoreError):
+        store._writer.call(bug)
+    with pytest.raises(StoreError, match="closed"):
+        store.submit([job(2)])
+    store.close()
+    assert [j.job_id for j in open_sqlite().recover().pending] == ["job-1"]
 
 
 def test_the_writer_prunes_on_its_own(open_sqlite: Callable[..., SQLiteStore],

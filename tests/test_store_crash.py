@@ -3,6 +3,7 @@ file keeps a second manager out (and is released when its holder dies)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -103,10 +104,8 @@ def test_a_killed_writer_loses_nothing_it_acknowledged(
         child = spawn(children, CHILD, str(path), str(log), f"r{round_}",
                       ("sync", "process")[round_ % 2])
         assert child.stdout is not None and child.stdout.readline() == "ready\n"
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             child.wait(rng.uniform(0.0, 0.25))  # the kill lands at a random instant
-        except subprocess.TimeoutExpired:
-            pass
         assert child.poll() is None, "the child ended on its own"
         child.send_signal(signal.SIGKILL)
         child.wait(WAIT)
