@@ -16,7 +16,10 @@ exception a caller would already catch for the same situation::
      ├── JobTimeoutError(TimeoutError)          the job ran past its timeout and was killed
      ├── AuthenticationError(multiprocessing.AuthenticationError)   wrong or unsafe authkey
      ├── ManagerUnreachableError(ConnectionError)   no mpsched manager answers at an address
-     └── VersionMismatchError                   peer runs another Python or cloudpickle
+     ├── VersionMismatchError                   peer runs another Python or cloudpickle
+     └── StoreError(OSError)                    the job store cannot be opened, read or written
+          ├── StoreLockedError                  another manager holds the store's lock file
+          └── StoreFullError                    the disk or the database is full (SQLITE_FULL)
 
 A job's own exception reaches ``Future.exception()`` as itself, with the worker's formatted
 traceback chained as ``__cause__`` (a :class:`RemoteTraceback`).
@@ -202,3 +205,46 @@ class VersionMismatchError(MpschedError):
 
 class WorkerRetiredError(MpschedError):
     """The manager declared this worker gone (missed heartbeats); it must join again."""
+
+
+class StoreError(MpschedError, OSError):
+    """The job store could not be opened, read or written. The message names its path.
+
+    Raised at open (missing or read-only directory, a file that is not an mpsched store or
+    comes from a newer mpsched) and by the one call whose change could not be written.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"job store {path}: {reason}")
+
+    def __reduce__(self) -> tuple[type[StoreError], tuple[str, str]]:
+        return (type(self), (self.path, self.reason))
+
+
+class StoreLockedError(StoreError):
+    """Another manager (process ``pid``, when known) has the store open: one manager per store."""
+
+    def __init__(self, path: str, pid: int | None) -> None:
+        self.pid = pid
+        holder = "another manager" if pid is None else f"another manager (pid {pid})"
+        super().__init__(path, f"in use by {holder}, which holds {path}.lock; stop it or "
+                               "use another store")
+
+    def __reduce__(self) -> tuple[type[StoreError], tuple[str, int | None]]:  # type: ignore[override]
+        return (type(self), (self.path, self.pid))
+
+
+class StoreFullError(StoreError):
+    """The disk or the database was full: the changes of the failed batch were not written.
+
+    Whatever was committed before stays; the store takes writes again once there is room.
+    """
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path, "the disk or the database is full (SQLITE_FULL): "
+                               "this change was not written")
+
+    def __reduce__(self) -> tuple[type[StoreError], tuple[str]]:  # type: ignore[override]
+        return (type(self), (self.path,))

@@ -1,0 +1,313 @@
+"""SQLiteStore: the job store in one SQLite file (WAL mode), written with group commit.
+
+Writes. Every call becomes an op on one queue. One writer thread takes what is queued, applies
+it in one transaction and commits once ("group commit", ``_store_writer``): callers that
+queue while a commit is under way share the next one. Durable calls (submit, cancel, lease,
+prune, flush) wait for the commit covering their op; finish and requeue return at once.
+
+Failures. Each op runs in a savepoint, so an op that breaks a rule (a repeated job id) fails
+alone. An error that undoes the transaction (disk full, an I/O error, a lock held by another
+program) fails the durable callers of that batch with a typed error; its asynchronous ops go
+back, in order, to the head of the queue and are retried after a backoff, so no later op
+overtakes them. What was committed before stays, and the writer keeps running.
+
+Reads (get, jobs, find_key, recover) run on read-only connections of their own: WAL lets
+them read the last commit while the writer writes, so a listing never waits for a batch.
+
+Opening the file (checks, lock file, schema) is ``_store_file``'s part.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import logging
+import os
+import sqlite3
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from mpsched._errors import InvalidJobError, StoreError
+from mpsched._store import (
+    DAY,
+    JobRecord,
+    JobState,
+    Recovery,
+    RunningJob,
+    Store,
+    StoredJob,
+    check_finish_state,
+    check_options,
+)
+from mpsched._store_file import DURABILITY, connect_writer, open_checked
+from mpsched._store_writer import Writer, check_batching, translate
+
+log = logging.getLogger("mpsched.store")
+
+
+_STORED = ("job_id, client_id, key, name, payload, priority, due_wall, seq, timeout, retries, "
+           "attempt, submitted_wall")
+_RECORD = ("job_id, client_id, key, name, priority, due_wall, seq, timeout, retries, attempt, "
+           "submitted_wall, state, worker_id, finished_wall")
+_INSERT = f"INSERT INTO jobs ({_STORED}, state) VALUES ({', '.join('?' * 12)}, 'pending')"
+_PRUNE = "DELETE FROM jobs WHERE finished_wall <= ?"
+
+
+# A row as a StoredJob, without the Python-level call of StoredJob._make: a million of these
+# are made at recovery.
+_stored_job: Callable[[Sequence[Any]], StoredJob] = functools.partial(tuple.__new__, StoredJob)
+
+
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    """Pause the cyclic GC: loading a million rows (tuples, all acyclic) would otherwise
+    trigger collection after collection over the growing heap, doubling the load time."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _record(row: Sequence[Any], outcome: bytes | None = None) -> JobRecord:
+    return JobRecord._make((*row[:11], JobState(row[11]), row[12], row[13], outcome))
+
+
+class SQLiteStore(Store):
+    """Jobs in the SQLite file ``path``: they survive the manager, one manager at a time.
+
+    Args:
+        durability: ``"sync"`` (synchronous=FULL: a commit survives a power cut) or
+            ``"process"`` (NORMAL: survives the process, not the machine).
+        result_ttl: seconds a finished job's record and outcome are kept.
+        clock: the wall clock, UTC epoch seconds (injected for tests).
+        batch_size: the most rows one commit writes.
+        linger: seconds the writer waits after a batch's first op for ``batch_size`` rows;
+            0 (the default) writes at once whatever queued during the last commit, which
+            measured faster here at every number of concurrent callers.
+        prune_interval: seconds between automatic prunes by the writer.
+    Raises:
+        StoreError: a missing or read-only directory, a file that is not an mpsched store,
+            a newer schema, a corrupt file; StoreLockedError when another manager has it.
+        InvalidJobError: an option out of range.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, durability: str = "sync",
+                 result_ttl: float = DAY, clock: Callable[[], float] = time.time,
+                 batch_size: int = 512, linger: float = 0.0,
+                 prune_interval: float = 60.0) -> None:
+        if durability not in DURABILITY:
+            raise InvalidJobError(f"durability must be 'sync' or 'process', not {durability!r}")
+        check_options(result_ttl)
+        check_batching(batch_size, linger, prune_interval)
+        self._path = os.path.realpath(os.fspath(path))  # one lock file, whatever the route
+        self._durability = durability
+        self._result_ttl = float(result_ttl)
+        self._clock = clock
+        self._prune_interval = prune_interval
+        self._last_prune = clock()
+        self._readers = _Readers(self._path)
+        self._lock_fd = open_checked(self._path)
+        try:
+            conn = connect_writer(self._path, durability)
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
+        self._writer = Writer(conn, self._path, batch_size=batch_size, linger=linger,
+                              idle=prune_interval, housekeeping=self._housekeeping)
+
+    @property
+    def location(self) -> str:
+        return self._path
+
+    @property
+    def durability(self) -> str:
+        """``"sync"`` or ``"process"``."""
+        return self._durability
+
+    @property
+    def commits(self) -> int:
+        """Transactions the writer committed so far (group commit makes it < ops)."""
+        return self._writer.commits
+
+    def size(self) -> int | None:
+        return sum(os.path.getsize(p) for p in (self._path, self._path + "-wal")
+                   if os.path.exists(p))
+
+    def recover(self) -> Recovery:
+        with self._readers.connection() as conn, _no_gc():
+            conn.execute("BEGIN")  # one snapshot for the three reads
+            try:
+                pending = list(map(_stored_job, conn.execute(
+                    f"SELECT {_STORED} FROM jobs WHERE state = 'pending' ORDER BY seq")))
+                running = [RunningJob(_stored_job(row[:12]), row[12]) for row in conn.execute(
+                    f"SELECT {_STORED}, worker_id FROM jobs WHERE state = 'running' "
+                    "ORDER BY seq")]
+                last = conn.execute("SELECT max(seq) FROM jobs").fetchone()[0]
+            finally:
+                if conn.in_transaction:
+                    conn.execute("COMMIT")
+        return Recovery(pending, running, 0 if last is None else last + 1)
+
+    def submit(self, jobs: Sequence[StoredJob]) -> list[str]:
+        jobs = list(jobs)
+        if not jobs:
+            return []
+        ids: list[str] = self._writer.call(lambda conn: self._insert(conn, jobs), len(jobs))
+        return ids
+
+    def cancel(self, job_ids: Sequence[str], finished_wall: float) -> None:
+        rows = [(finished_wall, job_id) for job_id in job_ids]
+        if rows:
+            self._writer.call(lambda conn: conn.executemany(
+                "UPDATE jobs SET state = 'cancelled', finished_wall = ? "
+                "WHERE job_id = ? AND state = 'pending'", rows), len(rows))
+
+    def lease(self, job_id: str, worker_id: str, attempt: int) -> None:
+        self._writer.call(lambda conn: conn.execute(
+            "UPDATE jobs SET state = 'running', worker_id = ?, attempt = ? WHERE job_id = ?",
+            (worker_id, attempt, job_id)))
+
+    def finish(self, job_id: str, state: JobState, outcome: bytes | None,
+               finished_wall: float) -> None:
+        check_finish_state(state)
+        self._writer.post(lambda conn: conn.execute(
+            "UPDATE jobs SET state = ?, outcome = ?, finished_wall = ? WHERE job_id = ?",
+            (state.value, outcome, finished_wall, job_id)))
+
+    def requeue(self, job_id: str, attempt: int) -> None:
+        self._writer.post(lambda conn: conn.execute(
+            "UPDATE jobs SET state = 'pending', worker_id = NULL, attempt = ? WHERE job_id = ?",
+            (attempt, job_id)))
+
+    def flush(self) -> None:
+        self._writer.call(lambda conn: None, 0)
+
+    def get(self, job_id: str) -> JobRecord | None:
+        with self._readers.connection() as conn:
+            row = conn.execute(f"SELECT {_RECORD}, outcome FROM jobs WHERE job_id = ?",
+                               (job_id,)).fetchone()
+        return None if row is None else _record(row, row[14])
+
+    def jobs(self, state: JobState | None = None, limit: int | None = None) -> list[JobRecord]:
+        where = "" if state is None else "WHERE state = ?"
+        params: tuple[object, ...] = () if state is None else (JobState(state).value,)
+        with self._readers.connection() as conn:
+            rows = conn.execute(f"SELECT {_RECORD} FROM jobs {where} ORDER BY seq LIMIT ?",
+                                (*params, -1 if limit is None else limit)).fetchall()
+        return [_record(row) for row in rows]
+
+    def find_key(self, key: str) -> JobRecord | None:
+        with self._readers.connection() as conn:
+            row = conn.execute(
+                f"SELECT {_RECORD}, outcome FROM jobs WHERE key = ? AND state <> 'cancelled' "
+                "AND (finished_wall IS NULL OR finished_wall > ?)",
+                (key, self._clock() - self._result_ttl)).fetchone()
+        return None if row is None else _record(row, row[14])
+
+    def prune(self, now_wall: float) -> int:
+        count: int = self._writer.call(
+            lambda conn: conn.execute(_PRUNE, (now_wall - self._result_ttl,)).rowcount)
+        return count
+
+    def close(self) -> None:
+        self._readers.close()  # first: the writer's connection, closing last, checkpoints
+        if self._writer.close():
+            os.close(self._lock_fd)
+
+    def _insert(self, conn: sqlite3.Connection, jobs: list[StoredJob]) -> list[str]:
+        """In the writer: resolve keys against the store, then insert the new jobs."""
+        now = self._clock()
+        held: dict[str, str] = {}
+        ids: list[str] = []
+        new: list[StoredJob] = []
+        for job in jobs:
+            holder = None if job.key is None else (
+                held.get(job.key) or self._holder(conn, job.key, now))
+            if holder is None:
+                new.append(job)
+                if job.key is not None:
+                    held[job.key] = job.job_id
+            ids.append(job.job_id if holder is None else holder)
+        try:
+            conn.executemany(_INSERT, new)
+        except sqlite3.IntegrityError as exc:
+            raise InvalidJobError(
+                f"a job id or seq repeats one in the batch or the store ({exc})") from None
+        return ids
+
+    def _holder(self, conn: sqlite3.Connection, key: str, now: float) -> str | None:
+        """The id of the job holding ``key``; an expired holder is deleted here."""
+        row = conn.execute("SELECT job_id, finished_wall FROM jobs "
+                           "WHERE key = ? AND state <> 'cancelled'", (key,)).fetchone()
+        if row is None:
+            return None
+        if row[1] is not None and row[1] <= now - self._result_ttl:
+            conn.execute("DELETE FROM jobs WHERE job_id = ?", (row[0],))
+            return None
+        return str(row[0])
+
+    def _housekeeping(self, conn: sqlite3.Connection) -> None:
+        """In the writer, between batches: prune once every ``prune_interval``."""
+        now = self._clock()
+        if now - self._last_prune < self._prune_interval:
+            return
+        self._last_prune = now
+        try:
+            with conn:
+                pruned = conn.execute(_PRUNE, (now - self._result_ttl,)).rowcount
+        except sqlite3.Error as exc:
+            log.warning("could not prune %s: %s", self._path, exc)
+            return
+        if pruned:
+            log.info("pruned %d finished jobs from %s", pruned, self._path)
+
+
+class _Readers:
+    """Read-only connections, reused: each is used by one thread at a time."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._uri = f"file:{urllib.parse.quote(path)}?mode=ro"
+        # Guards _idle and _closed; held only to take or return a connection.
+        self._lock = threading.Lock()
+        self._idle: list[sqlite3.Connection] = []
+        self._closed = False
+
+    @contextmanager
+    def connection(self) -> Iterator[sqlite3.Connection]:
+        """A connection for one read; sqlite errors come out as StoreError."""
+        with self._lock:
+            if self._closed:
+                raise StoreError(self._path, "the store is closed")
+            conn = self._idle.pop() if self._idle else None
+        try:
+            if conn is None:
+                conn = sqlite3.connect(self._uri, uri=True, isolation_level=None,
+                                       check_same_thread=False, timeout=2.0)
+            yield conn
+        except sqlite3.Error as exc:
+            raise translate(exc, self._path) from exc
+        finally:
+            if conn is not None:
+                self._give_back(conn)
+
+    def _give_back(self, conn: sqlite3.Connection) -> None:
+        with self._lock:
+            if not self._closed and not conn.in_transaction and len(self._idle) < 4:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()

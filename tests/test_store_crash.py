@@ -1,0 +1,159 @@
+"""SQLiteStore across processes: a killed writer loses nothing it acknowledged, and the lock
+file keeps a second manager out (and is released when its holder dies)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mpsched._errors import StoreLockedError
+from mpsched._store_sqlite import SQLiteStore
+
+ROUNDS = 30
+WAIT = 30.0  # real seconds a child may take to start or end
+
+# The child: 3 threads submit batches of 1 to 7 jobs and lease every third job; after each
+# call returns it appends one line to an O_APPEND log ("S batch size" or "L job_id").
+CHILD = r"""
+import itertools, os, sys, threading, time
+from mpsched._store import StoredJob
+from mpsched._store_sqlite import SQLiteStore
+
+path, log_path, prefix, durability = sys.argv[1:5]
+store = SQLiteStore(path, durability=durability)
+seqs = itertools.count(store.recover().next_seq)
+log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+def submit(thread):
+    for n in itertools.count():
+        batch = f"{prefix}-{thread}-{n}"
+        size = 1 + n % 7
+        ids = [f"{batch}.{i}" for i in range(size)]
+        store.submit([StoredJob(i, "c", None, "f", i.encode() * 3, 2, time.time(), next(seqs),
+                                None, 1, 0, time.time()) for i in ids])
+        os.write(log, f"S {batch} {size}\n".encode())
+        if n % 3 == 0:
+            store.lease(ids[0], f"w{thread}", 1)
+            os.write(log, f"L {ids[0]}\n".encode())
+
+for thread in range(3):
+    threading.Thread(target=submit, args=(thread,), daemon=True).start()
+print("ready", flush=True)
+threading.Event().wait()
+"""
+
+HOLDER = r"""
+import sys
+from mpsched._store_sqlite import SQLiteStore
+store = SQLiteStore(sys.argv[1])
+print("locked", flush=True)
+sys.stdin.read()
+store.close()
+"""
+
+
+@pytest.fixture
+def children() -> Iterator[list[subprocess.Popen[str]]]:
+    """Child processes that are killed and reaped when the test ends."""
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for child in started:
+        if child.poll() is None:
+            child.kill()
+        child.wait(WAIT)
+
+
+def spawn(children: list[subprocess.Popen[str]], script: str,
+          *args: str) -> subprocess.Popen[str]:
+    root = str(Path(__file__).parent.parent)
+    child = subprocess.Popen([sys.executable, "-c", script, *args], text=True,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             env={**os.environ, "PYTHONPATH": root})
+    children.append(child)
+    return child
+
+
+def acknowledged(log: Path) -> tuple[dict[str, int], set[str]]:
+    """Batches (id -> size) and leases the child logged; a torn last line is ignored."""
+    batches: dict[str, int] = {}
+    leases: set[str] = set()
+    for line in log.read_text().splitlines() if log.exists() else []:
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == "S" and parts[2].isdigit():
+            batches[parts[1]] = int(parts[2])
+        elif len(parts) == 2 and parts[0] == "L":
+            leases.add(parts[1])
+    return batches, leases
+
+
+@pytest.mark.slow
+def test_a_killed_writer_loses_nothing_it_acknowledged(
+        tmp_path: Path, children: list[subprocess.Popen[str]]) -> None:
+    path = tmp_path / "jobs.db"
+    rng = random.Random(7)
+    for round_ in range(ROUNDS):
+        log = tmp_path / f"ack-{round_}.log"
+        child = spawn(children, CHILD, str(path), str(log), f"r{round_}",
+                      ("sync", "process")[round_ % 2])
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(rng.uniform(0.0, 0.25))  # the kill lands at a random instant
+        assert child.poll() is None, "the child ended on its own"
+        child.send_signal(signal.SIGKILL)
+        child.wait(WAIT)
+        check_round(path, log, f"r{round_}-")
+
+
+def check_round(path: Path, log: Path, prefix: str) -> None:
+    batches, leases = acknowledged(log)
+    with SQLiteStore(path) as store:
+        recovery = store.recover()
+    pending = {j.job_id: j for j in recovery.pending if j.job_id.startswith(prefix)}
+    running = {r.job.job_id: r.job for r in recovery.running if r.job.job_id.startswith(prefix)}
+    assert not pending.keys() & running.keys()
+    stored = pending | running
+    for job_id, job in stored.items():  # nothing half-written
+        assert job.payload == job_id.encode() * 3
+    present: dict[str, int] = {}
+    for job_id in stored:
+        batch = job_id.rsplit(".", 1)[0]
+        present[batch] = present.get(batch, 0) + 1
+    for batch, size in batches.items():  # nothing acknowledged is lost
+        assert present.get(batch) == size, (batch, size, present.get(batch))
+    for batch, count in present.items():  # a batch is there whole or not at all
+        assert count == 1 + int(batch.rsplit("-", 1)[1]) % 7, batch
+    assert leases <= running.keys()
+
+
+@pytest.mark.slow
+def test_another_process_holding_the_store_keeps_it_until_it_ends(
+        tmp_path: Path, children: list[subprocess.Popen[str]]) -> None:
+    path = tmp_path / "jobs.db"
+    holder = spawn(children, HOLDER, str(path))
+    assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+    with pytest.raises(StoreLockedError) as refused:
+        SQLiteStore(path)
+    assert refused.value.pid == holder.pid
+    assert str(path) in str(refused.value) and f"pid {holder.pid}" in str(refused.value)
+    holder.communicate("", timeout=WAIT)  # stdin closed: it closes the store and exits
+    assert holder.returncode == 0
+    SQLiteStore(path).close()
+
+
+@pytest.mark.slow
+def test_a_killed_holder_releases_the_store(
+        tmp_path: Path, children: list[subprocess.Popen[str]]) -> None:
+    path = tmp_path / "jobs.db"
+    holder = spawn(children, HOLDER, str(path))
+    assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+    holder.send_signal(signal.SIGKILL)
+    holder.wait(WAIT)
+    SQLiteStore(path).close()  # the lock died with it; the stale pid in the file is ignored
