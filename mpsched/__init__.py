@@ -5,6 +5,7 @@ from mpsched._client import connect as connect
 from mpsched._errors import AuthenticationError as AuthenticationError
 from mpsched._errors import InvalidJobError as InvalidJobError
 from mpsched._errors import JobError as JobError
+from mpsched._errors import JobNotFoundError as JobNotFoundError
 from mpsched._errors import JobPicklingError as JobPicklingError
 from mpsched._errors import JobTimeoutError as JobTimeoutError
 from mpsched._errors import JobUnpicklingError as JobUnpicklingError
@@ -15,9 +16,13 @@ from mpsched._errors import RemoteTraceback as RemoteTraceback
 from mpsched._errors import ResultPicklingError as ResultPicklingError
 from mpsched._errors import ResultUnpicklingError as ResultUnpicklingError
 from mpsched._errors import SchedulerShutdownError as SchedulerShutdownError
+from mpsched._errors import StoreError as StoreError
+from mpsched._errors import StoreFullError as StoreFullError
+from mpsched._errors import StoreLockedError as StoreLockedError
 from mpsched._errors import VersionMismatchError as VersionMismatchError
 from mpsched._errors import WorkerCrashedError as WorkerCrashedError
 from mpsched._futures import JobFuture as JobFuture
+from mpsched._job import JobInfo as JobInfo
 from mpsched._job import Order as Order
 from mpsched._job import Priority as Priority
 from mpsched._job import QueueStats as QueueStats
@@ -31,6 +36,8 @@ __all__ = [
     "InvalidJobError",
     "JobError",
     "JobFuture",
+    "JobInfo",
+    "JobNotFoundError",
     "JobPicklingError",
     "JobTimeoutError",
     "JobUnpicklingError",
@@ -45,6 +52,9 @@ __all__ = [
     "ResultUnpicklingError",
     "Scheduler",
     "SchedulerShutdownError",
+    "StoreError",
+    "StoreFullError",
+    "StoreLockedError",
     "Stats",
     "VersionMismatchError",
     "WorkerCrashedError",

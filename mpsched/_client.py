@@ -14,7 +14,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any, ParamSpec, TypeVar
 
 import cloudpickle
@@ -27,7 +27,7 @@ from mpsched._errors import (
     SchedulerShutdownError,
 )
 from mpsched._futures import DISCONNECTED, ClientCore, JobFuture, MapResults
-from mpsched._job import JobRequest, Priority, check_request, due_arguments
+from mpsched._job import JobInfo, JobRequest, Priority, check_request, due_arguments
 from mpsched._payload import fast_dumps, pickle_job
 from mpsched._protocol import ServiceProxy, Stats, connect_service
 from mpsched._transport import AUTHKEY_ENV, format_address, parse_address, read_authkey
@@ -63,6 +63,7 @@ class Client(Executor):
         priority: Priority | str = Priority.MEDIUM,
         timeout: float | None = None,
         retries: int = 0,
+        key: str | None = None,
         **kwargs: Any,
     ) -> JobFuture[T]:
         """Run ``fn(*args, **kwargs)`` on a worker at a time, returning its future.
@@ -77,6 +78,9 @@ class Client(Executor):
                 with JobTimeoutError.
             retries: how many more times to run the job if its worker dies under it
                 (killed, segfault, ``os._exit``). A job that raises is not retried.
+            key: an idempotency key. While a job with this key is pending or running (or,
+                with a store, its outcome is retained), this returns that job's future
+                instead of queueing a duplicate, whichever client submitted it.
 
         Without ``delay`` and ``at`` the job is due now.
 
@@ -90,7 +94,7 @@ class Client(Executor):
 
         On any error nothing was queued.
         """
-        return self._schedule(fn, args, kwargs, delay, at, priority, timeout, retries)
+        return self._schedule(fn, args, kwargs, delay, at, priority, timeout, retries, key)
 
     def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> JobFuture[T]:
         """Run ``fn(*args, **kwargs)`` as soon as a worker is free, at MEDIUM priority.
@@ -102,15 +106,15 @@ class Client(Executor):
     def _schedule(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                   delay: float | timedelta | None, at: float | datetime | None,
                   priority: Priority | str, timeout: float | None = None,
-                  retries: int = 0) -> JobFuture[Any]:
+                  retries: int = 0, key: str | None = None) -> JobFuture[Any]:
         delay_s, at_s = due_arguments(delay, at)
         request = JobRequest("", "", b"", Priority.coerce(priority).level, delay_s, at_s,
-                             timeout, retries)
+                             timeout, retries, key, _name(fn))
         check_request(request)  # the manager's own check, here at the call site
         request = request._replace(client_id=self._core.client_id,
                                    payload=pickle_job(fn, args, kwargs))
         outbox = self._core.outbox
-        if outbox is None:
+        if outbox is None or key is not None:  # a keyed submit learns which job stands
             [future] = self._send_batch([(request.payload, request)])
             return future
         future = self._core.new_future()
@@ -125,22 +129,25 @@ class Client(Executor):
         requests = [request._replace(job_id=future.job_id)
                     for future, (_, request) in zip(futures, jobs, strict=True)]
         try:
-            self._send(requests)
+            holders = self._send(requests)
         except BaseException:
             for future in futures:
                 self._core.forget(future.job_id)
             raise
+        for i, holder in enumerate(holders or ()):
+            if holder != futures[i].job_id:  # its key was held: the holder's future stands
+                self._core.forget(futures[i].job_id)
+                futures[i] = self._core.watch(holder)
         return futures
 
-    def _send(self, requests: list[JobRequest]) -> None:
+    def _send(self, requests: list[JobRequest]) -> list[str] | None:
         # The manager bounds each wait for room; we repeat until our own deadline.
         timeout = self._submit_timeout
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
-                self._core.service.submit(requests, remaining)
-                return
+                return self._core.service.submit(requests, remaining)
             except QueueFullError:
                 if deadline is not None and time.monotonic() >= deadline:
                     raise
@@ -172,7 +179,9 @@ class Client(Executor):
         level = Priority.MEDIUM.level
         pickle_job(fn, (), {})  # a clear JobPicklingError if the callable cannot pickle
         fn_bytes = fast_dumps(fn) or cloudpickle.dumps(fn)  # pickled once for all items
-        jobs = [(payload, JobRequest("", self._core.client_id, payload, level, 0.0, None))
+        name = _name(fn)
+        jobs = [(payload, JobRequest("", self._core.client_id, payload, level, 0.0, None,
+                                     name=name))
                 for payload in (pickle_job(fn, args, {}, fn_bytes)
                                 for args in zip(*iterables))]  # noqa: B905 - stop at shortest
         outbox = self._core.outbox
@@ -205,6 +214,67 @@ class Client(Executor):
             self._core.outbox.flush()
         try:
             return self._core.service.stats()
+        except DISCONNECTED as exc:
+            raise SchedulerShutdownError(f"the mpsched manager is gone: {exc!r}") from exc
+
+    def job(self, job_id: str) -> JobFuture[Any]:
+        """A future for any job this manager knows by id: this client's, another client's
+        (``submit`` prints the id), or, with a store, one from before a manager restart.
+
+        Raises:
+            InvalidJobError: ``job_id`` is not a non-empty string.
+            JobNotFoundError: no such job: unknown, or finished and forgotten (outcomes
+                stay retrievable only with a store, for its ``result_ttl``).
+            SchedulerShutdownError: this client is shut down, or the manager is gone.
+        """
+        if not isinstance(job_id, str) or not job_id:
+            raise InvalidJobError(f"a job id is a non-empty string, not {job_id!r}")
+        if self._core.outbox is not None:
+            self._core.outbox.flush()  # a job this client just submitted is known there
+        try:
+            return self._core.watch(job_id)
+        except DISCONNECTED as exc:
+            raise SchedulerShutdownError(f"the mpsched manager is gone: {exc!r}") from exc
+
+    def jobs(self, state: str | None = None, limit: int | None = None) -> list[JobInfo]:
+        """The jobs the manager knows, in submission order: every client's, pending and
+        running ones, and with a store the finished ones it retains.
+
+        Args:
+            state: only jobs in this state: "pending", "running", "done", "failed" or
+                "cancelled".
+            limit: at most this many.
+
+        Raises:
+            InvalidJobError: an unknown state, or a limit that is not a positive int.
+        """
+        if state is not None and state not in STATES:
+            raise InvalidJobError(f"unknown state {state!r}: use one of {', '.join(STATES)}")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                                  or limit < 1):
+            raise InvalidJobError(f"limit must be a positive int, not {limit!r}")
+        if self._core.outbox is not None:
+            self._core.outbox.flush()
+        try:
+            records = self._core.service.jobs(state, limit)
+        except DISCONNECTED as exc:
+            raise SchedulerShutdownError(f"the mpsched manager is gone: {exc!r}") from exc
+        return [JobInfo(r.job_id, r.name, r.state.value,
+                        datetime.fromtimestamp(r.due_wall, timezone.utc),
+                        Priority(r.priority), r.attempt, r.worker_id, r.key)
+                for r in records]
+
+    def cancel(self, job_id: str) -> bool:
+        """Cancel a pending job by id, whichever client submitted it; True if it was
+        pending and will never run (its future, wherever it is, ends cancelled)."""
+        with self._core._lock:
+            own = self._core._futures.get(job_id)
+        if own is not None:
+            return own.cancel()
+        if self._core.outbox is not None:
+            self._core.outbox.flush()
+        try:
+            return self._core.service.cancel(job_id, self._core.client_id)
         except DISCONNECTED as exc:
             raise SchedulerShutdownError(f"the mpsched manager is gone: {exc!r}") from exc
 
@@ -289,6 +359,16 @@ def _close_open_clients() -> None:
             client._at_exit()
         except Exception:
             log.exception("could not close %r at interpreter exit", client)
+
+
+STATES = ("pending", "running", "done", "failed", "cancelled")
+
+
+def _name(fn: Callable[..., Any]) -> str:
+    """How listings name a job's callable: module:qualified name."""
+    qualname = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    module = getattr(fn, "__module__", None)
+    return f"{module}:{qualname}" if module else str(qualname)
 
 
 def connect(address: str | tuple[str, int], *, authkey: bytes | None = None,

@@ -16,6 +16,7 @@ exception a caller would already catch for the same situation::
      ├── JobTimeoutError(TimeoutError)          the job ran past its timeout and was killed
      ├── AuthenticationError(multiprocessing.AuthenticationError)   wrong or unsafe authkey
      ├── ManagerUnreachableError(ConnectionError)   no mpsched manager answers at an address
+     ├── JobNotFoundError(KeyError)             no job with that id (never, or forgotten)
      ├── VersionMismatchError                   peer runs another Python or cloudpickle
      └── StoreError(OSError)                    the job store cannot be opened, read or written
           ├── StoreLockedError                  another manager holds the store's lock file
@@ -205,6 +206,22 @@ class VersionMismatchError(MpschedError):
 
 class WorkerRetiredError(MpschedError):
     """The manager declared this worker gone (missed heartbeats); it must join again."""
+
+
+class JobNotFoundError(MpschedError, KeyError):
+    """The manager knows no job with this id: there never was one, or it finished and was
+    forgotten (without a store at once; with one, ``result_ttl`` seconds later)."""
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        super().__init__(job_id)
+
+    def __str__(self) -> str:
+        return (f"no job {self.job_id}: unknown, or finished and forgotten (outcomes are kept "
+                f"only with a store, for its result_ttl)")
+
+    def __reduce__(self) -> tuple[type[JobNotFoundError], tuple[str]]:
+        return (type(self), (self.job_id,))
 
 
 class StoreError(MpschedError, OSError):

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import cloudpickle
 
 from mpsched._errors import MpschedError, ResultUnpicklingError, SchedulerShutdownError
-from mpsched._job import JobRequest, Outcome
+from mpsched._job import CANCELLED, JobRequest, Outcome
 from mpsched._outbox import Outbox
 from mpsched._payload import remote_exception
 from mpsched._protocol import LONG_POLL, ClientHello, ServiceProxy
@@ -109,6 +109,29 @@ class ClientCore:
             self._futures[future.job_id] = future
         return future
 
+    def watch(self, job_id: str) -> JobFuture[Any]:
+        """A future for any job the manager knows (this client's own, another's, or one
+        from before a restart): the manager sends its outcome here too.
+
+        Raises:
+            JobNotFoundError: the manager knows no such job.
+            SchedulerShutdownError: the client is closed.
+        """
+        with self._lock:
+            if self.closed:
+                raise SchedulerShutdownError("this client is shut down")
+            existing = self._futures.get(job_id)
+            if existing is not None:
+                return existing
+            future: JobFuture[Any] = JobFuture(self, job_id)
+            self._futures[job_id] = future
+        try:
+            self.service.watch(self.client_id, job_id)
+        except BaseException:
+            self.forget(job_id)
+            raise
+        return future
+
     def forget(self, job_id: str) -> bool:
         """Drop a job's future from those the result thread resolves; True if it was
         there, which makes the caller the one that settles it."""
@@ -135,7 +158,7 @@ class ClientCore:
         if self.outbox is not None and self.outbox.withdraw(job_id):
             return self.forget(job_id)
         try:
-            removed = self.service.cancel(job_id)
+            removed = self.service.cancel(job_id, self.client_id)
         except DISCONNECTED:
             return False
         return removed and self.forget(job_id)
@@ -198,7 +221,12 @@ class ClientCore:
     def _resolve(self, outcome: Outcome) -> None:
         with self._lock:
             future = self._futures.pop(outcome.job_id, None)
-        if future is None or not future.set_running_or_notify_cancel():
+        if future is None:
+            return
+        if outcome.error_kind == CANCELLED:  # by another client, or through a job id
+            _settle_cancelled(future)
+            return
+        if not future.set_running_or_notify_cancel():
             return
         if outcome.ok:
             try:

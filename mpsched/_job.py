@@ -16,6 +16,8 @@ from typing import NamedTuple
 
 from mpsched._errors import InvalidJobError
 
+MAX_KEY = 256  # characters in an idempotency key
+
 # The epoch seconds of 0001-01-01 and 9999-12-31 23:59:59 UTC: due times must fit a datetime.
 MIN_EPOCH = -62135596800.0
 MAX_EPOCH = 253402300799.0
@@ -80,6 +82,8 @@ class JobRequest(NamedTuple):
     at: float | None  # wall-clock epoch seconds
     timeout: float | None = None  # seconds a worker may run it before it is killed
     retries: int = 0  # times it is run again after its worker died under it
+    key: str | None = None  # idempotency key: one live job per key
+    name: str = ""  # the callable's qualified name, for listings
 
 
 @dataclass(eq=False, slots=True)
@@ -129,6 +133,9 @@ class Assignment(NamedTuple):
     due: float | None  # the manager's monotonic clock; None for a worker with another clock
     timeout: float | None = None  # seconds the job may run once started
     delay: float = 0.0  # seconds from hand-off until due, measured at the manager; >= 0
+
+
+CANCELLED = "cancelled"  # Outcome.error_kind of a job cancelled by another client
 
 
 class Outcome(NamedTuple):
@@ -240,3 +247,26 @@ def check_request(request: JobRequest) -> None:
     if isinstance(request.retries, bool) or not isinstance(request.retries, int) \
             or request.retries < 0:
         raise InvalidJobError(f"retries must be a non-negative int, not {request.retries!r}")
+    if request.key is not None and (not isinstance(request.key, str) or not request.key
+                                    or len(request.key) > MAX_KEY):
+        raise InvalidJobError(f"key must be a non-empty string of at most {MAX_KEY} "
+                              f"characters, not {request.key!r}")
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """One job as ``Client.jobs()`` lists it.
+
+    ``state`` is "pending", "running", "done", "failed" or "cancelled"; ``due`` is an aware
+    datetime in UTC; ``attempts`` counts the runs a worker started; ``worker`` is the one
+    running it (or that ran it last); ``key`` its idempotency key, if it has one.
+    """
+
+    job_id: str
+    name: str
+    state: str
+    due: datetime
+    priority: Priority
+    attempts: int
+    worker: str | None
+    key: str | None

@@ -87,6 +87,13 @@ class Leases:
         self._in_flight[lease.lease_id] = _InFlight(job, lease, now, deadline)
         return Assignment(lease, job.payload, job.due, job.timeout)
 
+    def drop_locked(self, lease_id: int) -> Job | None:
+        """End a lease without an outcome (the job goes back to the heap)."""
+        flight = self._in_flight.pop(lease_id, None)
+        if flight is not None and not self._in_flight:
+            self._drained.notify_all()
+        return None if flight is None else flight.job
+
     def release_worker_locked(self, worker_id: str, now: float) -> list[LostLease]:
         lost = [LostLease(f.job, f.lease, f.deadline is not None and f.deadline <= now)
                 for f in self._in_flight.values() if f.lease.worker_id == worker_id]

@@ -26,6 +26,8 @@ import threading
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 
+from mpsched._errors import StoreError
+from mpsched._journal import Journal
 from mpsched._protocol import (
     ManagerConfig,
     ManagerFailed,
@@ -35,6 +37,8 @@ from mpsched._protocol import (
 )
 from mpsched._queue import JobQueue
 from mpsched._service import ManagerService
+from mpsched._store_memory import MemoryStore
+from mpsched._store_sqlite import SQLiteStore
 from mpsched._supervisor import Supervisor
 from mpsched._tls import set_tls
 from mpsched._transport import SERIALIZER, HardenedServer, scrub_authkey_env
@@ -50,14 +54,49 @@ def run_manager(config: ManagerConfig, control: Connection | None = None,
         control: a pipe to the process that started this one. It may send "stop"; when
             it closes (that process died, even by SIGKILL) the manager stops at once.
         on_ready: called once the manager listens and its workers have joined.
+
+    Raises:
+        StoreError: (without ``control``) the store cannot be opened or recovered; with
+            ``control`` it is sent to the owner instead, and 1 is returned.
     """
     logging.basicConfig(level=config.log_level, stream=sys.stderr,
                         format="%(asctime)s %(name)s[%(process)d] %(levelname)s %(message)s")
     if control is not None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the owner decides when we stop
-    service = ManagerService(
-        JobQueue(order=config.order, max_pending=config.max_pending),
-        heartbeat_timeout=config.heartbeat_timeout)
+    queue = JobQueue(order=config.order, max_pending=config.max_pending)
+    try:
+        journal = _open_journal(config, queue)
+    except StoreError as exc:
+        if control is None:
+            raise
+        control.send(ManagerFailed(str(exc), exc))
+        return 1
+    try:
+        return _serve(config, control, on_ready, ManagerService(
+            queue, heartbeat_timeout=config.heartbeat_timeout, journal=journal))
+    finally:
+        journal.store.close()
+
+
+def _open_journal(config: ManagerConfig, queue: JobQueue) -> Journal:
+    """The store the config names (in memory without one), its jobs back in ``queue``."""
+    store = (MemoryStore() if config.store is None else
+             SQLiteStore(config.store, durability=config.durability,
+                         result_ttl=config.result_ttl))
+    journal = Journal(store, queue)
+    try:
+        summary = journal.recover(queue.clock)
+    except BaseException:
+        store.close()
+        raise
+    if summary:
+        log.info("%s", summary)
+    return journal
+
+
+def _serve(config: ManagerConfig, control: Connection | None,
+           on_ready: Callable[[ManagerReady, ManagerService], None] | None,
+           service: ManagerService) -> int:
     serve_object(service)
     # The key is in config: workers and the jobs they run must not inherit it.
     scrub_authkey_env()

@@ -19,8 +19,9 @@ from enum import IntEnum
 from multiprocessing.managers import BaseManager, BaseProxy
 from typing import Any, NamedTuple
 
-from mpsched._errors import SchedulerShutdownError
+from mpsched._errors import MpschedError, SchedulerShutdownError
 from mpsched._job import Assignment, JobRequest, Lease, Order, Outcome, QueueStats
+from mpsched._store import JobRecord
 from mpsched._tls import TlsConfig
 from mpsched._transport import SERIALIZER, HardenedServer
 
@@ -48,6 +49,7 @@ class Exit(IntEnum):
     VERSION = 4  # Python or cloudpickle version differs from the manager's
     UNREACHABLE = 5  # no manager answers at the address
     UNSAFE = 6  # a non-loopback address without an explicit authkey
+    STORE = 7  # the job store cannot be opened: locked by another manager, unreadable
     JOB_TIMEOUT = 124  # a remote worker process that killed its job past its timeout
     INTERRUPTED = 130  # 128 + SIGINT
     TERMINATED = 143  # 128 + SIGTERM
@@ -65,7 +67,7 @@ class Report(NamedTuple):
 # 2.1 us against 0.5). ServiceProxy converts on the client side, ManagerService on the
 # manager side; the code on both sides sees records.
 JobRequestWire = tuple[str, str, bytes, int, "float | None", "float | None", "float | None",
-                       int]
+                       int, "str | None", str]
 AssignmentWire = tuple[int, str, str, int, bytes, "float | None", "float | None", float]
 ReportWire = tuple[int, str, bool, bytes, str, "float | None", str]
 OutcomeWire = tuple[str, bool, bytes, str, "float | None", str]
@@ -143,6 +145,8 @@ class Stats:
     workers_missing: int = 0
     worker_start_failures: int = 0
     clients: int = 0  # clients with a mailbox (connected, or closing with outcomes left)
+    store: str = "memory"  # where jobs are journalled: a path, or "memory"
+    store_size: int | None = None  # bytes the store takes on disk
 
     @property
     def pending(self) -> dict[str, int]:
@@ -172,7 +176,7 @@ class ServiceProxy(BaseProxy):
 
     _exposed_ = ("hello", "take", "ack", "heartbeat", "finish", "leave", "open_client",
                  "close_client", "submit", "cancel", "cancel_many", "cancel_client",
-                 "collect", "stats", "stop")
+                 "watch", "jobs", "collect", "stats", "stop")
 
     def _call(self, method: str, *args: Any) -> Any:
         return self._callmethod(method, args)
@@ -205,11 +209,20 @@ class ServiceProxy(BaseProxy):
         self._call("close_client", client_id)
 
     def submit(self, requests: list[JobRequest], timeout: float | None,
-               withdrawn: int = 0) -> None:
-        self._call("submit", [tuple(r) for r in requests], timeout, withdrawn)
+               withdrawn: int = 0) -> list[str] | None:
+        result: list[str] | None = self._call("submit", [tuple(r) for r in requests],
+                                              timeout, withdrawn)
+        return result
 
-    def cancel(self, job_id: str) -> bool:
-        return bool(self._call("cancel", job_id))
+    def cancel(self, job_id: str, client_id: str | None = None) -> bool:
+        return bool(self._call("cancel", job_id, client_id))
+
+    def watch(self, client_id: str, job_id: str) -> None:
+        self._call("watch", client_id, job_id)
+
+    def jobs(self, state: str | None = None, limit: int | None = None) -> list[JobRecord]:
+        result: list[JobRecord] = self._call("jobs", state, limit)
+        return result
 
     def cancel_many(self, job_ids: list[str]) -> list[str]:
         result: list[str] = self._call("cancel_many", job_ids)
@@ -304,6 +317,9 @@ class ManagerConfig:
     heartbeat_timeout: float = HEARTBEAT_TIMEOUT
     drain_timeout: float = 30.0  # on stop, how long running jobs may take to finish
     tls: TlsConfig | None = None  # TCP only; local workers connect with it too
+    store: str | None = None  # a SQLite file that journals every job; None: in memory
+    durability: str = "sync"  # "sync": survives a power cut; "process": a crash
+    result_ttl: float = 86400.0  # seconds a store keeps finished jobs' outcomes
 
 
 class ManagerReady(NamedTuple):
@@ -317,4 +333,5 @@ class ManagerFailed(NamedTuple):
     """Sent over the control pipe instead of ManagerReady when start-up failed."""
 
     reason: str
+    error: MpschedError | None = None  # raised as itself by the owner (a StoreError, say)
 

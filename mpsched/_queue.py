@@ -98,6 +98,11 @@ class JobQueue:
         self._wakeups = 0
 
     @property
+    def clock(self) -> Clock:
+        """The clock due times are kept on."""
+        return self._clock
+
+    @property
     def max_pending(self) -> int | None:
         return self._max_pending
 
@@ -117,8 +122,12 @@ class JobQueue:
         """
         self.submit_many([request], timeout)
 
-    def submit_many(self, requests: list[JobRequest], timeout: float | None = None) -> None:
+    def submit_many(self, requests: list[JobRequest], timeout: float | None = None,
+                    seqs: list[int] | None = None) -> None:
         """Add jobs all at once, in order (consecutive seqs), or none of them.
+
+        ``seqs``: the submission counters to use, taken earlier with :meth:`reserve_seqs`
+        (a store journals a job with its seq before it enters the heap).
 
         A bounded queue waits until there is room for the whole batch. Raises as
         :meth:`submit`, and InvalidJobError for a batch larger than ``max_pending`` or one
@@ -140,15 +149,46 @@ class JobQueue:
                 if request.job_id in self._pending:
                     raise InvalidJobError(f"job id {request.job_id!r} is already pending")
             old_head = self._delayed[0][3] if self._delayed else None
-            for request, due in zip(requests, dues, strict=True):
+            order = seqs if seqs is not None else [next(self._seq) for _ in requests]
+            for request, due, seq in zip(requests, dues, order, strict=True):
                 self._push_locked(Job(
                     job_id=request.job_id, client_id=request.client_id,
                     payload=request.payload, priority=request.priority, due=due,
-                    seq=next(self._seq), timeout=request.timeout, retries=request.retries,
+                    seq=seq, timeout=request.timeout, retries=request.retries,
                 ), notify=False)
             self._submitted += len(requests)
             if self._delayed and self._delayed[0][3] is not old_head:
                 self._new_head_locked()
+
+    def reserve_seqs(self, count: int) -> list[int]:
+        """Take ``count`` submission counters for jobs :meth:`submit_many` will add."""
+        with self._lock:
+            return [next(self._seq) for _ in range(count)]
+
+    def restore(self, jobs: list[Job], next_seq: int) -> None:
+        """Put back jobs recovered from a store (their due, priority and seq kept), before
+        any submit; new jobs get seqs from ``next_seq`` on, so they order after these."""
+        with self._lock:
+            for job in jobs:
+                self._pending[job.job_id] = job
+                self._pending_levels[job.priority] += 1
+            self._delayed.extend((j.due, j.priority, j.seq, j) for j in jobs)
+            heapq.heapify(self._delayed)
+            self._seq = itertools.count(next_seq)
+            self._submitted += len(jobs)
+            if self._delayed:
+                self._new_head_locked()
+
+    def return_lease(self, lease_id: int) -> Job | None:
+        """Take back a job just handed out that must not run (its lease could not be
+        journalled): it goes back to the heap as never received. Returns the job."""
+        with self._lock:
+            job = self.leases.drop_locked(lease_id)
+            if job is None or self._closed:
+                return job
+            job.attempt -= 1
+            self._push_locked(job)
+            return job
 
     def count_withdrawn(self, count: int) -> None:
         """Count jobs a client cancelled before sending them: submitted, then cancelled."""

@@ -27,6 +27,7 @@ from mpsched._protocol import (
     ManagerReady,
     connect_service,
 )
+from mpsched._store import DAY, check_options
 
 log = logging.getLogger("mpsched.scheduler")
 
@@ -51,9 +52,17 @@ class Scheduler(Client):
         max_tasks_per_worker: a worker leaves after this many jobs and is replaced.
         max_memory_per_worker: a worker whose RSS exceeds this many bytes after a job leaves
             and is replaced. Both are checked between jobs: nothing is lost or run twice.
+        store: a SQLite file that journals every job, so that a Scheduler (or ``serve``)
+            started again on it gets its pending jobs back, and outcomes stay retrievable
+            by id (``job(job_id)``) for ``result_ttl`` seconds. None: jobs live in the
+            manager's memory only.
+        durability: with a store, "sync" (each submit survives a power cut) or "process"
+            (it survives a crash of the manager process, not of the machine).
+        result_ttl: with a store, seconds finished jobs are kept (default: one day).
 
     Raises:
         InvalidJobError: a bad option.
+        StoreError: the store cannot be opened (StoreLockedError: another manager has it).
         MpschedError: the manager or its workers did not start.
     """
 
@@ -69,6 +78,9 @@ class Scheduler(Client):
         start_timeout: float = 60.0,
         max_tasks_per_worker: int | None = None,
         max_memory_per_worker: int | None = None,
+        store: str | os.PathLike[str] | None = None,
+        durability: str = "sync",
+        result_ttl: float = DAY,
     ) -> None:
         workers = _worker_count(workers, max_workers)
         for name, limit in (("max_tasks_per_worker", max_tasks_per_worker),
@@ -78,6 +90,9 @@ class Scheduler(Client):
                 raise InvalidJobError(f"{name} must be a positive int, not {limit!r}")
         if max_pending is not None and (not isinstance(max_pending, int) or max_pending < 1):
             raise InvalidJobError(f"max_pending must be a positive int, not {max_pending!r}")
+        if durability not in ("sync", "process"):
+            raise InvalidJobError(f"durability must be 'sync' or 'process', not {durability!r}")
+        check_options(result_ttl)
         method = _start_method(mp_context)
         config = ManagerConfig(
             authkey=secrets.token_hex(32).encode(), workers=workers, mp_method=method,
@@ -85,6 +100,8 @@ class Scheduler(Client):
             log_level=logging.getLogger("mpsched").getEffectiveLevel(),
             max_tasks_per_worker=max_tasks_per_worker,
             max_memory_per_worker=max_memory_per_worker,
+            store=None if store is None else os.fspath(store), durability=durability,
+            result_ttl=float(result_ttl),
         )
         ctx: Any = multiprocessing.get_context(method)
         parent_end, child_end = ctx.Pipe(duplex=True)
@@ -120,6 +137,8 @@ class Scheduler(Client):
                 f"the mpsched manager exited during start-up "
                 f"(exit code {self._manager_process.exitcode})") from None
         if isinstance(message, ManagerFailed):
+            if message.error is not None:
+                raise message.error
             raise MpschedError(f"the mpsched manager failed to start: {message.reason}")
         assert isinstance(message, ManagerReady)
         return message

@@ -33,6 +33,7 @@ from mpsched._errors import (
     WorkerRetiredError,
 )
 from mpsched._job import JobRequest, Lease, Outcome
+from mpsched._journal import Journal, cancelled
 from mpsched._leases import LostLease
 from mpsched._mailbox import Mailboxes
 from mpsched._protocol import (
@@ -52,6 +53,8 @@ from mpsched._protocol import (
     report_from_wire,
 )
 from mpsched._queue import JobQueue
+from mpsched._store import JobRecord
+from mpsched._store_memory import MemoryStore
 from mpsched._transport import describe_versions, host_name
 
 log = logging.getLogger("mpsched.manager")
@@ -80,9 +83,11 @@ class ManagerService:
     """The object the manager serves; each public method is one proxied call."""
 
     def __init__(self, queue: JobQueue, *, heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, journal: Journal | None = None) -> None:
         """``clock`` must be the queue's clock: it measures the delay a worker is sent."""
         self.queue = queue
+        # What happens to each job, journalled to the store (in memory without one).
+        self.journal = journal if journal is not None else Journal(MemoryStore(), queue)
         self._clock = clock if clock is not None else SystemClock()
         self.mailboxes = Mailboxes()
         self.heartbeat_timeout = heartbeat_timeout
@@ -142,7 +147,7 @@ class ManagerService:
         # (measured here, so ~0) rather than an instant it would misread on its own clock.
         early = EARLY_HANDOFF if local else 0.0
         assignment = self.queue.take(worker_id, min(timeout, LONG_POLL), early)
-        if assignment is None:
+        if assignment is None or not self.journal.lease(assignment):
             return None
         with self._lock:
             worker = self._workers.get(worker_id)
@@ -215,7 +220,14 @@ class ManagerService:
         stats_outcome = report.outcome if same_clock else report.outcome._replace(started=None)
         job = self.queue.leases.complete(report.lease_id, stats_outcome)
         if job is not None:
-            self.mailboxes.post(job.client_id, report.outcome)
+            self._deliver(job.client_id, report.outcome,
+                          self.journal.finished(job, report.outcome))
+
+    def _deliver(self, client_id: str, outcome: Outcome, watchers: set[str]) -> None:
+        """Post a job's outcome to its client and to every other client watching it."""
+        self.mailboxes.post(client_id, outcome)
+        for watcher in watchers - {client_id}:
+            self.mailboxes.post(watcher, outcome)
 
     def lose_worker(self, worker_id: str, exitcode: int | None,
                     received: Callable[[Lease], bool] | None = None) -> int:
@@ -241,9 +253,11 @@ class ManagerService:
             self.queue.leases.fail(job, timed_out=True)
             error = JobTimeoutError(job.job_id, job.timeout)
         elif not received and self.queue.requeue(job, retry=False):
+            self.journal.requeued(job)
             log.info("job %s never reached worker %s; requeued", job.job_id, lease.worker_id)
             return
         elif received and job.attempt <= job.retries and self.queue.requeue(job, retry=True):
+            self.journal.requeued(job)
             log.warning("job %s: worker %s died on attempt %d; requeued", job.job_id,
                         lease.worker_id, job.attempt)
             return
@@ -254,8 +268,9 @@ class ManagerService:
             self.queue.leases.fail(job)
             error = WorkerCrashedError(job.job_id, lease.worker_id, exitcode)
             log.error("%s", error)
-        self.mailboxes.post(job.client_id, Outcome(
-            job.job_id, False, pickle.dumps(error), "", None, type(error).__name__))
+        outcome = Outcome(job.job_id, False, pickle.dumps(error), "", None,
+                          type(error).__name__)
+        self._deliver(job.client_id, outcome, self.journal.finished(job, outcome))
 
     def expired_remote(self) -> tuple[list[str], float | None]:
         """Remote workers silent past the heartbeat timeout, and the next such deadline."""
@@ -283,26 +298,62 @@ class ManagerService:
         self.mailboxes.close(client_id)
 
     def submit(self, requests: list[JobRequestWire], timeout: float | None,
-               withdrawn: int = 0) -> None:
-        """Queue a batch of jobs, all or none (one job is a batch of one).
+               withdrawn: int = 0) -> list[str] | None:
+        """Journal and queue a batch of jobs, all or none (one job is a batch of one).
 
+        Returns None when each job was queued as itself; else, for each, the id of the job
+        that stands for it (a job whose ``key`` another live or retained job holds).
         ``withdrawn``: jobs the client submitted and cancelled before they were sent; they
         count as submitted and cancelled, so stats() agrees with what the caller did.
         """
         bounded = LONG_POLL if timeout is None else min(timeout, LONG_POLL)
-        self.queue.submit_many([JobRequest._make(r) for r in requests], bounded)
+        holders = self.journal.submit([JobRequest._make(r) for r in requests], bounded)
         if withdrawn:
             self.queue.count_withdrawn(withdrawn)
+        return holders
 
-    def cancel(self, job_id: str) -> bool:
-        return self.queue.cancel(job_id)
+    def cancel(self, job_id: str, client_id: str | None = None) -> bool:
+        """Cancel a pending job; False if it is not pending. ``client_id``: the client
+        asking, when it need not be the job's own (``Client.cancel(job_id)``): the job's
+        own client is then told too, so its future ends cancelled."""
+        owner = self.journal.owner(job_id) if client_id is not None else None
+        if not self.queue.cancel(job_id):
+            return False
+        told = self.journal.cancelled([job_id]).get(job_id, set())
+        if owner is not None and owner != client_id:
+            told.add(owner)
+        for client in told:
+            self.mailboxes.post(client, cancelled(job_id))
+        return True
 
     def cancel_many(self, job_ids: list[str]) -> list[str]:
-        """Cancel pending jobs; returns the ids of those that were still pending."""
-        return [job_id for job_id in job_ids if self.queue.cancel(job_id)]
+        """Cancel pending jobs of the caller; returns the ids of those that were pending."""
+        return self._cancelled([job_id for job_id in job_ids if self.queue.cancel(job_id)])
 
     def cancel_client(self, client_id: str, not_due_only: bool = False) -> list[str]:
-        return self.queue.cancel_client(client_id, not_due_only=not_due_only)
+        return self._cancelled(self.queue.cancel_client(client_id, not_due_only=not_due_only))
+
+    def _cancelled(self, job_ids: list[str]) -> list[str]:
+        for job_id, watchers in self.journal.cancelled(job_ids).items():
+            for client in watchers:
+                self.mailboxes.post(client, cancelled(job_id))
+        return job_ids
+
+    def watch(self, client_id: str, job_id: str) -> None:
+        """Send ``client_id`` the outcome of a job it did not submit (or submitted before a
+        restart): now if it is known, else when the job ends.
+
+        Raises:
+            JobNotFoundError: the manager knows no such job.
+        """
+        outcome = self.journal.watch(client_id, job_id)
+        if outcome is not None:
+            self.mailboxes.post(client_id, outcome)
+
+    def jobs(self, state: str | None = None, limit: int | None = None) -> list[JobRecord]:
+        """The jobs the store knows, in submission order (pending and running ones only
+        without a store), without payloads or outcomes."""
+        return self.journal.jobs(state, limit)
 
     def collect(self, client_id: str, timeout: float) -> list[OutcomeWire] | None:
         self._collector.client_id = client_id
@@ -334,7 +385,8 @@ class ManagerService:
                      uptime=now - self._started, throughput=recent / window,
                      workers_missing=self.workers_missing,
                      worker_start_failures=self.worker_start_failures,
-                     clients=len(self.mailboxes))
+                     clients=len(self.mailboxes), store=self.journal.store.location,
+                     store_size=self.journal.store.size())
 
     def stop(self) -> None:
         """Stop handing out jobs; the manager process then drains, stops workers, exits."""

@@ -1,0 +1,201 @@
+"""Journal: the manager's bridge between its queue and its store.
+
+The heap (JobQueue) decides what happens to a job; the store (mpsched._store) records it,
+so that a manager started again on the same store gets its jobs back. This module makes
+the store calls at the right moments, and keeps the clients that watch a job they did not
+submit (``Client.job(job_id)``) so that each of them gets its outcome:
+
+- submit: journalled (durable) *before* the jobs enter the heap, with the seqs the heap
+  will order them by; a job whose ``key`` is held by a live or retained job is not queued,
+  and the holder's id stands for it;
+- take: the lease is journalled (durable) before the job is handed out, so a job taken
+  before a crash comes back as running (run again only if its retries allow);
+- finish, requeue: journalled in order, without waiting;
+- cancel: journalled (durable) before the client hears it was cancelled.
+
+Recovery maps each stored wall-clock due time to the manager's monotonic clock with one
+offset, and treats a job that was running as one whose worker died.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import pickle
+import threading
+import time
+from collections.abc import Callable
+
+from mpsched._clock import Clock
+from mpsched._errors import JobNotFoundError, StoreError, WorkerCrashedError
+from mpsched._job import CANCELLED, Assignment, Job, JobRequest, Outcome, check_request
+from mpsched._queue import JobQueue
+from mpsched._store import JobRecord, JobState, Recovery, Store, StoredJob
+
+log = logging.getLogger("mpsched.manager")
+
+def encode(outcome: Outcome) -> bytes:
+    """An outcome as the store keeps it (plain data: the manager may unpickle it)."""
+    return pickle.dumps(tuple(outcome), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def decode(data: bytes) -> Outcome:
+    return Outcome(*pickle.loads(data))
+
+
+def cancelled(job_id: str) -> Outcome:
+    return Outcome(job_id, False, b"", "", None, CANCELLED)
+
+
+class Journal:
+    """Journals one queue's job changes to ``store`` and keeps the watchers of each job."""
+
+    def __init__(self, store: Store, queue: JobQueue,
+                 wall: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.queue = queue
+        self._wall = wall
+        # Guards _watchers. Held while a finished job's outcome is journalled and its
+        # watchers taken, and while a client starts watching a job, so that a watcher
+        # either finds the outcome in the store or is handed it: never neither.
+        self._lock = threading.Lock()
+        self._watchers: dict[str, set[str]] = {}
+
+    # ------------------------------------------------------------------ recovery
+
+    def recover(self, clock: Clock) -> str:
+        """Put the store's pending jobs back in the queue; resolve the ones that were
+        running as if their worker died. Returns a one-line summary ("" for nothing)."""
+        recovery = self.store.recover()
+        offset = clock.now() - self._wall()
+        gc_was_on = gc.isenabled()
+        gc.disable()  # a million small objects: the cyclic collector would only slow it
+        try:
+            jobs = [_job(stored, offset) for stored in recovery.pending]
+            retried, failed = self._resolve_running(recovery, offset, jobs)
+            self.queue.restore(jobs, recovery.next_seq)
+        finally:
+            if gc_was_on:
+                gc.enable()
+        if not (recovery.pending or recovery.running):
+            return ""
+        return (f"recovered {len(recovery.pending)} pending job(s) from {self.store.location}; "
+                f"of {len(recovery.running)} running when the manager stopped, {retried} "
+                f"will run again and {failed} failed (WorkerCrashedError)")
+
+    def _resolve_running(self, recovery: Recovery, offset: float,
+                         jobs: list[Job]) -> tuple[int, int]:
+        retried = failed = 0
+        for running in recovery.running:
+            job = _job(running.job, offset)
+            if job.attempt <= job.retries:
+                self.store.requeue(job.job_id, job.attempt)
+                jobs.append(job)
+                retried += 1
+            else:
+                error = WorkerCrashedError(job.job_id, running.worker_id, None)
+                self.store.finish(job.job_id, JobState.FAILED, encode(Outcome(
+                    job.job_id, False, pickle.dumps(error), "", None, type(error).__name__)),
+                    self._wall())
+                failed += 1
+        return retried, failed
+
+    # ------------------------------------------------------------------ changes
+
+    def submit(self, requests: list[JobRequest], timeout: float | None) -> list[str] | None:
+        """Journal then queue a batch, all or none. Returns None when every job was queued
+        as itself, else for each job the id of the job that stands for it (a keyed job
+        whose key was held).
+
+        Raises:
+            InvalidJobError, QueueFullError, SchedulerShutdownError: as JobQueue.submit_many.
+            StoreError: the store could not take them; nothing was queued.
+        """
+        for request in requests:
+            check_request(request)
+        seqs = self.queue.reserve_seqs(len(requests))
+        now = self._wall()
+        holders = self.store.submit([
+            StoredJob(r.job_id, r.client_id, r.key, r.name, r.payload, r.priority,
+                      r.at if r.at is not None else now + (r.delay or 0.0), seq, r.timeout,
+                      r.retries, 0, now)
+            for r, seq in zip(requests, seqs, strict=True)])
+        fresh = [(r, seq) for r, seq, holder in zip(requests, seqs, holders, strict=True)
+                 if holder == r.job_id]
+        try:
+            self.queue.submit_many([r for r, _ in fresh], timeout, seqs=[s for _, s in fresh])
+        except BaseException:
+            self.store.cancel([r.job_id for r, _ in fresh], self._wall())
+            raise
+        return None if len(fresh) == len(requests) else holders
+
+    def lease(self, assignment: Assignment) -> bool:
+        """Journal a job handed out; False (the job is back in the heap) if that failed."""
+        lease = assignment.lease
+        try:
+            self.store.lease(lease.job_id, lease.worker_id, lease.attempt)
+            return True
+        except StoreError as exc:
+            log.error("job %s not handed out: %s", lease.job_id, exc)
+            self.queue.return_lease(lease.lease_id)
+            return False
+
+    def finished(self, job: Job, outcome: Outcome) -> set[str]:
+        """Journal how a job ended; returns the clients (besides its own) watching it."""
+        state = JobState.DONE if outcome.ok else JobState.FAILED
+        with self._lock:
+            try:
+                self.store.finish(job.job_id, state, encode(outcome), self._wall())
+            except StoreError as exc:
+                log.error("the outcome of job %s was not journalled: %s", job.job_id, exc)
+            return self._watchers.pop(job.job_id, set())
+
+    def requeued(self, job: Job) -> None:
+        try:
+            self.store.requeue(job.job_id, job.attempt)
+        except StoreError as exc:
+            log.error("the requeue of job %s was not journalled: %s", job.job_id, exc)
+
+    def cancelled(self, job_ids: list[str]) -> dict[str, set[str]]:
+        """Journal (durably) jobs taken out of the heap; returns their watchers by job."""
+        if job_ids:
+            self.store.cancel(job_ids, self._wall())
+        with self._lock:
+            return {j: w for j in job_ids if (w := self._watchers.pop(j, None))}
+
+    # ------------------------------------------------------------------ lookups
+
+    def watch(self, client_id: str, job_id: str) -> Outcome | None:
+        """Start watching a job: its outcome now if it has one (finished and retained, or
+        cancelled), else None and the client is handed it when the job ends.
+
+        Raises:
+            JobNotFoundError: the store does not know the job (never, or pruned).
+        """
+        with self._lock:
+            self.store.flush()  # outcomes journalled so far are readable
+            record = self.store.get(job_id)
+            if record is None:
+                raise JobNotFoundError(job_id)
+            if record.state is JobState.CANCELLED:
+                return cancelled(job_id)
+            if record.state.finished and record.outcome is not None:
+                return decode(record.outcome)
+            self._watchers.setdefault(job_id, set()).add(client_id)
+            return None
+
+    def owner(self, job_id: str) -> str | None:
+        """The client that submitted a job the store knows."""
+        record = self.store.get(job_id)
+        return None if record is None else record.client_id
+
+    def jobs(self, state: str | None, limit: int | None) -> list[JobRecord]:
+        """The store's jobs in submission order, without payloads or outcomes."""
+        self.store.flush()
+        return self.store.jobs(None if state is None else JobState(state), limit)
+
+
+def _job(stored: StoredJob, offset: float) -> Job:
+    return Job(job_id=stored.job_id, client_id=stored.client_id, payload=stored.payload,
+               priority=stored.priority, due=stored.due_wall + offset, seq=stored.seq,
+               timeout=stored.timeout, retries=stored.retries, attempt=stored.attempt)
