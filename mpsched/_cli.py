@@ -20,6 +20,9 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TextIO
 
+from mpsched._cli_jobs import format_due as format_due  # for tests of the status text
+from mpsched._cli_jobs import format_duration as format_duration
+from mpsched._cli_jobs import format_stats as format_stats
 from mpsched._cli_jobs import (
     print_outcome,
     require_key,
@@ -29,9 +32,6 @@ from mpsched._cli_jobs import (
     run_status,
     service_at,
 )
-from mpsched._cli_jobs import format_due as format_due  # for tests of the status text
-from mpsched._cli_jobs import format_duration as format_duration
-from mpsched._cli_jobs import format_stats as format_stats
 from mpsched._cli_parser import build_parser, tls_from_args
 from mpsched._client import connect
 from mpsched._errors import (

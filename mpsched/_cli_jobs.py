@@ -19,13 +19,14 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any, TextIO
 
-from mpsched._client import Client, JobInfo, connect
+from mpsched._client import Client, connect
 from mpsched._errors import (
     AuthenticationError,
     JobNotFoundError,
     ManagerUnreachableError,
 )
 from mpsched._futures import JobFuture
+from mpsched._job import JobInfo
 from mpsched._protocol import Exit, ServiceProxy, Stats, connect_service
 from mpsched._transport import (
     AUTHKEY_ENV,
@@ -145,12 +146,11 @@ def format_size(size: int) -> str:
     """``512 bytes``, ``12.0 KiB``, ``1.2 MiB``, ``3.4 GiB``."""
     if size < 1024:
         return f"{size} bytes"
-    value = float(size)
-    for unit in ("KiB", "MiB", "GiB"):
+    value, units = size / 1024, ["KiB", "MiB", "GiB"]
+    while value >= 1024 and len(units) > 1:
         value /= 1024
-        if value < 1024:
-            break
-    return f"{value:.1f} {unit}"
+        units.pop(0)
+    return f"{value:.1f} {units[0]}"
 
 
 def format_due(due_in: float | None, now: float) -> str:
@@ -224,8 +224,9 @@ def format_jobs(jobs: list[JobInfo], now: float) -> str:
               job.priority.name.lower(), str(job.attempts), job.worker or "-")
              for job in jobs]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
-    return "".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths))
-                   + f"  {row[-1]}\n" for row in rows)
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
+             + f"  {row[-1]}" for row in rows]  # the last column unpadded: no trailing blanks
+    return "\n".join(lines) + "\n"
 
 
 def format_when(job: JobInfo, now: float) -> str:
@@ -262,8 +263,11 @@ def _not_pending(client: Client, job_id: str) -> str:
         future = client.job(job_id)
     except JobNotFoundError:
         return _UNKNOWN
-    if not future.done():
+    state = unfinished_state(client, future)
+    if state == "running":
         return "it is running (a worker took it)"
+    if state == "pending":  # taken and put back (a retry) while we asked
+        return "it was being handed to a worker; try again"
     if future.cancelled():
         return "it was cancelled already"
     error = future.exception()
@@ -274,6 +278,30 @@ def _not_pending(client: Client, job_id: str) -> str:
 
 _UNKNOWN = ("no such job: unknown id, or it finished more than serve's --result-ttl "
             "seconds ago")
+
+
+def unfinished_state(client: Client, future: JobFuture[Any]) -> str | None:
+    """"pending" or "running" while the job of ``future`` (from ``client.job()``) has not
+    finished; None once it has, with ``future`` resolved.
+
+    A finished job's outcome reaches ``future`` a moment after ``client.job()`` returns,
+    through the client's result thread; the manager is asked for the job's state only
+    when it has not come by then, and the outcome is awaited when the job is in neither
+    listing (it finished).
+    """
+    concurrent.futures.wait([future], timeout=_OUTCOME_GRACE)
+    while not future.done():
+        # Pending before running: a job moving on between the two calls is still found.
+        for state in ("pending", "running"):
+            if any(job.job_id == future.job_id for job in client.jobs(state)):
+                return state
+        concurrent.futures.wait([future], timeout=1.0)
+    return None
+
+
+# A finished job's outcome is posted to the client as client.job() returns; its result
+# thread collects it within milliseconds. Waiting this long first spares a listing.
+_OUTCOME_GRACE = 0.2
 
 
 # ------------------------------------------------------------------------------ result
@@ -288,9 +316,8 @@ def run_result(args: argparse.Namespace, out: TextIO) -> int:
             return _say_result(args, out, "unknown", Exit.FAILURE, message=_UNKNOWN)
         if args.wait:
             concurrent.futures.wait([future], timeout=args.timeout)
-        if not future.done():
-            running = any(job.job_id == args.job_id for job in client.jobs("running"))
-            state = "running" if running else "pending"
+        state = unfinished_state(client, future)
+        if state is not None:
             hint = "" if args.wait else "; --wait waits for it"
             return _say_result(args, out, state, NOT_FINISHED,
                                message=f"it is {state}: no result yet{hint}")
