@@ -150,7 +150,7 @@ def client_connection(address: Any, authkey: bytes | None = None) -> FastConnect
         conn.set_deadline(None)
     except BaseException as exc:
         conn.close()
-        _raise_client_error(exc, where, tls)
+        _raise_client_error(exc, where, tls, tcp=family == socket.AF_INET)
     return conn
 
 
@@ -160,9 +160,11 @@ def _as_connection(conn: FastConnection) -> Any:
     return conn
 
 
-def _raise_client_error(exc: BaseException, where: str, tls: ClientTls | None) -> NoReturn:
+def _raise_client_error(exc: BaseException, where: str, tls: ClientTls | None, *,
+                        tcp: bool) -> NoReturn:
     """Raise ``exc`` as the error that says what went wrong in a client's handshake."""
-    hint = "" if tls else " (does it require TLS? give its CA with --tls-ca)"
+    # Only TCP can carry TLS: a Unix socket's manager never asks for it.
+    hint = " (does it require TLS? give its CA with --tls-ca)" if tcp and not tls else ""
     if isinstance(exc, _StdAuthenticationError):
         raise AuthenticationError(
             f"authentication with {where} failed ({exc}): wrong authkey?") from None

@@ -156,3 +156,14 @@ def pid() -> int:
 def getenv(name: str) -> str | None:
     """The worker's own environment variable ``name``."""
     return os.environ.get(name)
+
+
+def record_then_sleep(log_path: str, key: str, fifo: str, seconds: float) -> str:
+    """Log one line ``key``, announce on ``fifo`` (first run only: the fifo is read once),
+    then sleep: a job that is running when its manager is killed."""
+    record(log_path, key)
+    if not os.path.exists(fifo + ".done"):
+        open(fifo + ".done", "w").close()
+        announce(fifo)
+    time.sleep(seconds)
+    return key
