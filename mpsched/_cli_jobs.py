@@ -276,8 +276,8 @@ def _not_pending(client: Client, job_id: str) -> str:
     return "it has finished: it is done"
 
 
-_UNKNOWN = ("no such job: unknown id, or it finished more than serve's --result-ttl "
-            "seconds ago")
+_UNKNOWN = ("no such job: unknown, or finished and forgotten (serve keeps outcomes only "
+            "with --store, for --result-ttl seconds)")
 
 
 def unfinished_state(client: Client, future: JobFuture[Any]) -> str | None:

@@ -38,7 +38,8 @@ EXIT_MEANINGS = {
     Exit.JOB_TIMEOUT: "result: the job has not finished (without --wait, or within "
                       "--timeout); also a remote worker process that killed its job past "
                       "its timeout",
-    Exit.INTERRUPTED: "128 + SIGINT (Ctrl-C); submit --wait leaves its job queued",
+    Exit.INTERRUPTED: "128 + SIGINT (Ctrl-C); submit --wait and result --wait leave the "
+                      "job queued",
     Exit.TERMINATED: "128 + SIGTERM: a second one to serve or worker (the first drains, "
                      "exits 0)",
 }
@@ -50,7 +51,8 @@ EPILOG_KEY = textwrap.fill(
 
 EPILOG = "\n".join([
     "exit codes:",
-    *(f"  {int(code):<4} {meaning}" for code, meaning in EXIT_MEANINGS.items()),
+    *(textwrap.fill(meaning, width=79, initial_indent=f"  {int(code):<4} ",
+                    subsequent_indent=" " * 7) for code, meaning in EXIT_MEANINGS.items()),
     "",
     EPILOG_KEY,
     "serve without a key writes a random one beside its socket and prints its path.",
@@ -78,9 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
         epilog = f"example:\n  {example}"
         if key:
             epilog += f"\n\n{EPILOG_KEY}"
-        codes = f"exit codes: {codes}; others: see" if codes else "exit codes: see"
+        codes = textwrap.fill(f"exit codes: {codes}; others: see python -m mpsched --help"
+                              if codes else "exit codes: see python -m mpsched --help", 79)
         p = sub.add_parser(name, help=help, description=help,
-                           epilog=f"{epilog}\n\n{codes} python -m mpsched --help",
+                           epilog=f"{epilog}\n\n{codes}",
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         p.set_defaults(command=name)
         p.add_argument("--log-level", default="warning",
@@ -159,8 +162,8 @@ def _client_options(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 def _jobs_options(jobs: argparse.ArgumentParser) -> None:
     jobs.add_argument("--state", choices=JOB_STATES,
-                      help="only jobs in this state (default: all; finished jobs are kept "
-                           "for serve's --result-ttl seconds)")
+                      help="only jobs in this state (default: all; finished jobs are "
+                           "listed only by a serve with --store, for --result-ttl seconds)")
     jobs.add_argument("--json", action="store_true",
                       help="print a JSON list; due as an ISO 8601 UTC time and due_in in "
                            "seconds from now (negative: overdue)")
@@ -207,11 +210,10 @@ def _serve_options(serve: argparse.ArgumentParser) -> None:
                        metavar="SECONDS",
                        help="seconds of silence after which a remote worker is declared "
                             "gone and its jobs are requeued or failed (default: %(default)s)")
-    store = serve.add_argument_group(
-        "job store",
+    store = serve.add_argument_group("job store", textwrap.fill(
         "Without a store, jobs live in the manager's memory and end with it. With one, a "
         "manager started again on the same file gets back its pending jobs, and its "
-        "running ones are retried (if their retries allow) or failed.")
+        "running ones are retried (if their retries allow) or failed.", 77))
     store.add_argument("--store", metavar="FILE", default=os.environ.get(STORE_ENV),
                        help=f"keep the jobs in this SQLite file, created if missing; one "
                             f"manager per file (default: ${STORE_ENV}, else in memory)")
