@@ -15,13 +15,13 @@ from pathlib import Path
 
 from mpsched._job import Order
 from mpsched._protocol import HEARTBEAT_TIMEOUT, Exit
+from mpsched._store import JobState
 from mpsched._tls import TlsConfig
 from mpsched._transport import AUTHKEY_ENV, describe_versions
 
 COMMANDS = ("serve", "worker", "submit", "status", "jobs", "cancel", "result", "demo",
             "stress")
 STORE_ENV = "MPSCHED_STORE"
-JOB_STATES = ("pending", "running", "done", "failed", "cancelled")
 
 EXIT_MEANINGS = {
     Exit.OK: "ok",
@@ -161,7 +161,7 @@ def _client_options(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def _jobs_options(jobs: argparse.ArgumentParser) -> None:
-    jobs.add_argument("--state", choices=JOB_STATES,
+    jobs.add_argument("--state", choices=[state.value for state in JobState],
                       help="only jobs in this state (default: all; finished jobs are "
                            "listed only by a serve with --store, for --result-ttl seconds)")
     jobs.add_argument("--json", action="store_true",
