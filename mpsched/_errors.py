@@ -170,12 +170,13 @@ class ManagerUnreachableError(MpschedError, ConnectionError):
             return cls(address, f"no permission to connect ({exc.strerror})")
         if isinstance(exc, OSError) and exc.errno in _NO_ROUTE:
             return cls(address, f"cannot reach the host ({exc.strerror})")
+        # A manager serving TLS stays silent until the client speaks TLS, then hangs up at
+        # its handshake deadline: the transport says so when the client had no TLS.
+        tls = "; if it serves TLS, connect with --tls-ca" if "TLS" in str(exc) else ""
         if isinstance(exc, (BlockingIOError, TimeoutError)):
-            # A manager serving TLS also stays silent until the client speaks TLS.
-            how = ("it sent no handshake in time; if it serves TLS, connect with --tls-ca"
-                   if "TLS" in str(exc) else "it sent no handshake in time")
+            how = f"it sent no handshake in time{tls}"
         elif isinstance(exc, (EOFError, ConnectionError)):
-            how = "it hung up during the handshake"
+            how = f"it hung up during the handshake{tls}"
         else:
             how = f"it sent something else: {exc}"
         return cls(address, f"what listens there is not an mpsched manager ({how})")

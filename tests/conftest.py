@@ -43,3 +43,30 @@ def make_scheduler() -> Iterator[Callable[..., Scheduler]]:
     yield make
     for scheduler in made:
         stop_hard(scheduler)
+
+
+@pytest.fixture
+def procs(tmp_path: Path) -> Iterator[Any]:
+    """Starts ``python -m mpsched`` subprocesses (test_cli.Processes); all are killed, with
+    their process groups, when the test ends."""
+    from test_cli import Processes
+
+    started = Processes(tmp_path)
+    yield started
+    started.stop_all()
+
+
+@pytest.fixture
+def connect_client() -> Iterator[Callable[..., Any]]:
+    """In-process clients of a ``serve`` manager (test_cli.Manager), detached at the end."""
+    import mpsched
+
+    clients: list[mpsched.Client] = []
+
+    def make(manager: Any) -> mpsched.Client:
+        clients.append(mpsched.connect(manager.address, authkey=manager.key))
+        return clients[-1]
+
+    yield make
+    for client in clients:
+        client.detach()

@@ -167,28 +167,6 @@ class Processes:
         shutil.rmtree(self.runtime_dir, ignore_errors=True)
 
 
-@pytest.fixture
-def procs(tmp_path: Path) -> Iterator[Processes]:
-    started = Processes(tmp_path)
-    yield started
-    started.stop_all()
-
-
-@pytest.fixture
-def connect_client() -> Iterator[Callable[..., mpsched.Client]]:
-    """In-process clients of a manager, detached when the test ends."""
-    clients: list[mpsched.Client] = []
-
-    def make(manager: Manager) -> mpsched.Client:
-        client = mpsched.connect(manager.address, authkey=manager.key)
-        clients.append(client)
-        return client
-
-    yield make
-    for client in clients:
-        client.detach()
-
-
 # ------------------------------------------------------------------------------ a cluster
 
 

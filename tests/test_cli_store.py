@@ -16,7 +16,7 @@ import tempfile
 import textwrap
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -45,27 +45,6 @@ pytestmark = pytest.mark.slow
 CLOCK_SLACK = 0.002
 
 
-@pytest.fixture
-def procs(tmp_path: Path) -> Iterator[Processes]:
-    started = Processes(tmp_path)
-    yield started
-    started.stop_all()
-
-
-@pytest.fixture
-def clients() -> Iterator[Callable[[Manager], mpsched.Client]]:
-    """In-process clients of a manager, detached when the test ends."""
-    made: list[mpsched.Client] = []
-
-    def make(manager: Manager) -> mpsched.Client:
-        made.append(mpsched.connect(manager.address, authkey=manager.key))
-        return made[-1]
-
-    yield make
-    for client in made:
-        client.detach()
-
-
 def serve_store(procs: Processes, store: Path, *args: str) -> Manager:
     """``serve --store`` on a fresh private socket; checks the banner names the store."""
     manager = serve(procs, "--store", str(store), *args)
@@ -90,10 +69,10 @@ def idle(manager: Manager) -> bool:
 
 def test_a_killed_serve_runs_every_job_once_after_a_restart_and_none_early(
         procs: Processes, tmp_path: Path,
-        clients: Callable[[Manager], mpsched.Client]) -> None:
+        connect_client: Callable[[Manager], mpsched.Client]) -> None:
     store, log = tmp_path / "jobs.db", str(tmp_path / "runs.log")
     first = serve_store(procs, store, "--workers", "4")
-    client = clients(first)
+    client = connect_client(first)
     # Four jobs hold the four workers (their first run sleeps a minute), so none of the
     # jobs below can start before the kill; two may run again, two may not.
     retries = {"hold-retry-1": 1, "hold-retry-2": 1, "hold-once-1": 0, "hold-once-2": 0}

@@ -243,6 +243,9 @@ def test_connect_raises_a_connection_error_saying_what_is_there(
                  id="silent"),
     pytest.param(EOFError(), "hung up", id="eof"),
     pytest.param(ConnectionResetError(104, "reset"), "hung up", id="reset"),
+    pytest.param(ConnectionResetError("closed during the handshake (does it require TLS?)"),
+                 "hung up during the handshake; if it serves TLS, connect with --tls-ca",
+                 id="reset-by-a-tls-server"),
     pytest.param(AssertionError("message = b'hello'"), "sent something else", id="garbage"),
 ])
 def test_unreachable_reasons(error: BaseException, reason: str) -> None:

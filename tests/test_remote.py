@@ -9,7 +9,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import jobs
@@ -33,27 +33,6 @@ _monotonic, _monotonic_ns = time.monotonic, time.monotonic_ns
 time.monotonic = lambda: _monotonic() + {offset!r}
 time.monotonic_ns = lambda: _monotonic_ns() + {offset_ns!r}
 """
-
-
-@pytest.fixture
-def procs(tmp_path: Path) -> Iterator[Processes]:
-    started = Processes(tmp_path)
-    yield started
-    started.stop_all()
-
-
-@pytest.fixture
-def connect_client() -> Iterator[Callable[[Manager], mpsched.Client]]:
-    clients: list[mpsched.Client] = []
-
-    def make(manager: Manager) -> mpsched.Client:
-        client = mpsched.connect(manager.address, authkey=manager.key)
-        clients.append(client)
-        return client
-
-    yield make
-    for client in clients:
-        client.detach()
 
 
 def start_pool(procs: Processes, manager: Manager, processes: int, *options: str,

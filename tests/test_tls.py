@@ -284,34 +284,25 @@ def test_fast_connection_polls_data_the_tls_layer_holds(
 # ------------------------------------------------------------------ the command line
 
 
-@pytest.fixture
-def cli_procs(tmp_path: Path) -> Iterator[Any]:
-    from test_cli import Processes
-
-    started = Processes(tmp_path)
-    yield started
-    started.stop_all()
-
-
 def test_serve_submit_and_status_over_tls_from_the_command_line(
-        certs: Certs, cli_procs: Any) -> None:
+        certs: Certs, procs: Any) -> None:
     from test_cli import serve
 
     server, client = certs.server, certs.client
-    manager = serve(cli_procs, "--address", "127.0.0.1:0", "--workers", "1",
+    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "1",
                     "--tls-cert", str(server.cert), "--tls-key", str(server.key),
                     "--tls-ca", str(certs.ca))  # clients must show a certificate too
     tls = ["--tls-ca", str(certs.ca), "--tls-cert", str(client.cert),
            "--tls-key", str(client.key)]
     # A local worker of the TLS manager ran the job: it joined over TLS as well.
-    done = cli_procs.run("submit", "math:factorial", "--args", "[5]", "--wait",
+    done = procs.run("submit", "math:factorial", "--args", "[5]", "--wait",
                          *manager.cli(), *tls)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split()[-1] == "120"
-    status = cli_procs.run("status", "--json", *manager.cli(), *tls)
+    status = procs.run("status", "--json", *manager.cli(), *tls)
     assert status.returncode == 0, status.stderr
     # Without TLS both sides wait for the other's first word: after the handshake
     # deadline, one line that names TLS as the likely cause.
-    plain = cli_procs.run("status", *manager.cli())
+    plain = procs.run("status", *manager.cli())
     assert plain.returncode == 5, plain.stderr
     assert "--tls-ca" in plain.stderr and "Traceback" not in plain.stderr
