@@ -360,8 +360,8 @@ def _setup(directory: str, dispatch_jobs: int, submit_jobs: int, apscheduler_job
     import sqlite3
 
     aps_count = ("the same count" if apscheduler_jobs == submit_jobs else
-                 f"{apscheduler_jobs:,} jobs (its rate at {submit_jobs:,} would take "
-                 f"minutes a run; see the note)")
+                 f"{apscheduler_jobs:,} jobs (it adds a few hundred a second: the Method "
+                 f"section above has one run of 100,000)")
     return (
         f"Processes, {workers} workers, store files in a temporary directory on "
         f"{_filesystem(directory)} (SQLite {sqlite3.sqlite_version}, WAL; "

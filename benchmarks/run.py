@@ -58,7 +58,7 @@ class Sizes:
 
 FULL = Sizes(repeats=5, throughput_jobs=20_000, lateness=(500, 5.0, 100), scaling=(40, 0.05),
              idle_window=10.0, herd=(32, 2_000, 1.0), scale=(1_000_000, 1_000, 20_000),
-             durable=(20_000, 100_000, 5_000, 1_000_000))
+             durable=(20_000, 100_000, 3_000, 1_000_000))
 QUICK = Sizes(repeats=2, throughput_jobs=2_000, lateness=(200, 2.0, 40), scaling=(16, 0.05),
               idle_window=2.0, herd=(32, 500, 0.5), scale=(100_000, 1_000, 2_000),
               durable=(2_000, 10_000, 500, 100_000))
