@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import shutil
 import tempfile
@@ -44,6 +45,7 @@ from benchmarks._common import (
     Result,
     Section,
     Target,
+    _busy_seconds,
     alternate,
     column,
     cpu_seconds,
@@ -51,6 +53,7 @@ from benchmarks._common import (
     log,
     median,
     mpsched_processes,
+    pool_processes,
     ratios,
     rss_bytes,
     scheduler,
@@ -232,19 +235,51 @@ def run_recover(directory: str, template: str | None, jobs: int, workers: int) -
     try:
         if template is not None:
             shutil.copyfile(template, path)
-        start = time.perf_counter()
-        with scheduler(workers=workers, store=path) as s:
-            returned = time.perf_counter()
-            _wait_pending(s, jobs)
-            ready = time.perf_counter()
-            time.sleep(SETTLE)
-            rss = rss_bytes(s._manager_process.pid)
-            seen = _pending(s)
+        with OtherLoadWithNewProcesses() as other:
+            start = time.perf_counter()
+            with scheduler(workers=workers, store=path) as s:
+                returned = time.perf_counter()
+                _wait_pending(s, jobs)
+                ready = time.perf_counter()
+                other.stop()
+                time.sleep(SETTLE)
+                rss = rss_bytes(s._manager_process.pid)
+                seen = _pending(s)
     finally:
         _remove_store(path)
     if seen != jobs:
         raise RuntimeError(f"{seen:,} jobs pending, {jobs:,} expected")
-    return {"returned_s": returned - start, "ready_s": ready - start, "rss": float(rss)}
+    return {"returned_s": returned - start, "ready_s": ready - start, "rss": float(rss),
+            "other_cores": other.cores}
+
+
+class OtherLoadWithNewProcesses:
+    """Like ``_common.OtherLoad``, for a window in which this benchmark starts processes.
+
+    A Scheduler's manager and workers start inside the recovery window: their whole CPU
+    time is this benchmark's, so it is counted from zero, while processes that existed
+    before (this one, the forkserver) count from their value at the start. ``stop`` ends
+    the window while those processes still run.
+    """
+
+    def __enter__(self) -> OtherLoadWithNewProcesses:
+        self.cores = math.nan
+        self._before = {proc.pid: cpu_seconds([proc])
+                        for proc in [psutil.Process(), *pool_processes()]}
+        self._start = (time.perf_counter(), _busy_seconds())
+        return self
+
+    def stop(self) -> None:
+        wall0, busy0 = self._start
+        busy, wall = _busy_seconds() - busy0, time.perf_counter() - wall0
+        ours = 0.0
+        for proc in [psutil.Process(), *pool_processes()]:
+            ours += cpu_seconds([proc]) - self._before.get(proc.pid, 0.0)
+        self.cores = max(0.0, (busy - ours) / wall) if wall > 0 else math.nan
+
+    def __exit__(self, *exc: object) -> None:
+        if math.isnan(self.cores):
+            self.stop()
 
 
 # ---------------------------------------------------------------------------- bench
@@ -340,6 +375,8 @@ def _recovery(section: Section, directory: str, jobs: int, repeats: int, workers
                     column(runs, "ready_s"))
         section.add(name, "manager RSS after start", "MiB",
                     [v / 2**20 for v in column(runs, "rss")])
+        section.add(name, "start: other processes' CPU meanwhile", "cores",
+                    column(runs, "other_cores"))
     ready = column(results[full], "ready_s")
     grown = [a - b for a, b in zip(column(results[full], "rss"),
                                    column(results[EMPTY], "rss"), strict=True)]
@@ -364,8 +401,8 @@ def _setup(directory: str, dispatch_jobs: int, submit_jobs: int, apscheduler_job
                  f"section above has one run of 100,000)")
     return (
         f"Processes, {workers} workers, store files in a temporary directory on "
-        f"{_filesystem(directory)} (SQLite {sqlite3.sqlite_version}, WAL; "
-        "durability=sync commits with an fsync, durability=process without). "
+        f"{_filesystem(directory)}; SQLite {sqlite3.sqlite_version} in WAL mode, "
+        "durability=sync commits with an fsync, durability=process without. "
         f"**Dispatch**: as section 1's mpsched row ({WARM} warm-up jobs, then {dispatch_jobs:,} "
         "`submit(noop)` calls and waiting for every result), one fresh Scheduler and store "
         "per run. **Submit into a store**: "
