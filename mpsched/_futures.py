@@ -21,7 +21,12 @@ from typing import Any, TypeVar
 
 import cloudpickle
 
-from mpsched._errors import MpschedError, ResultUnpicklingError, SchedulerShutdownError
+from mpsched._errors import (
+    MpschedError,
+    ResultUnpicklingError,
+    SchedulerShutdownError,
+    StoreError,
+)
 from mpsched._job import CANCELLED, JobRequest, Outcome
 from mpsched._outbox import Outbox
 from mpsched._payload import remote_exception
@@ -143,14 +148,19 @@ class ClientCore:
             return list(self._futures.values())
 
     def _unsent(self, requests: list[JobRequest], error: BaseException) -> None:
-        # An unbounded queue refuses a batch only when the manager is gone or stopping.
+        # A batch the manager refused: its store could not take it (the manager carries
+        # on, so does this client: those futures fail with the store's error), or the
+        # manager is gone or stopping (the client closes).
+        failure: BaseException = error
         with self._lock:
-            self.closed = True
+            if not isinstance(error, StoreError):
+                self.closed = True
+                failure = SchedulerShutdownError(
+                    f"the job could not be sent to the manager: {error!r}")
             futures = [self._futures.pop(r.job_id) for r in requests if r.job_id in self._futures]
         for future in futures:
             if future.set_running_or_notify_cancel():
-                future.set_exception(SchedulerShutdownError(
-                    f"job {future.job_id} could not be sent to the manager: {error!r}"))
+                future.set_exception(failure)
 
     def cancel_job(self, job_id: str) -> bool:
         """Take a job back from the outbox or the heap. True if it will never run and

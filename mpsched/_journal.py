@@ -143,9 +143,10 @@ class Journal:
     def finished(self, job: Job, outcome: Outcome) -> set[str]:
         """Journal how a job ended; returns the clients (besides its own) watching it."""
         state = JobState.DONE if outcome.ok else JobState.FAILED
+        kept = encode(outcome) if self.store.keeps_outcomes else None
         with self._lock:
             try:
-                self.store.finish(job.job_id, state, encode(outcome), self._wall())
+                self.store.finish(job.job_id, state, kept, self._wall())
             except StoreError as exc:
                 log.error("the outcome of job %s was not journalled: %s", job.job_id, exc)
             return self._watchers.pop(job.job_id, set())

@@ -96,13 +96,15 @@ class ManagerService:
         # Given to the workers this manager starts (WorkerConfig.local_token), which say it
         # in their hello: the proof that they share this process's monotonic clock.
         self.local_token = secrets.token_hex(16)
-        # Guards _workers and _finished. Nobody waits on it.
+        # Guards _workers, _finished and _client_connections. Nobody waits on it.
         self._lock = threading.Lock()
         self._workers: dict[str, _Worker] = {}
         self._finished: deque[float] = deque(maxlen=100_000)  # completion times
-        # Per server thread: the client whose outcomes this connection collects, so that
-        # the end of that connection (connection_closed) frees what only it could collect.
+        # Per server thread: the client this connection speaks for (it opened the client,
+        # or collects its outcomes). When every such connection of a client has ended
+        # (connection_closed), nobody can collect its outcomes: its mailbox is dropped.
         self._collector = threading.local()
+        self._client_connections: dict[str, int] = {}
         self.workers_missing = 0  # set by the supervisor (its thread only); read by stats()
         self.worker_start_failures = 0
         self._started = time.monotonic()
@@ -292,6 +294,7 @@ class ManagerService:
         """Register a client; returns the queue's max_pending (a client batches below it)."""
         self._check_versions(f"client {hello.client_id}", (hello.python, hello.cloudpickle))
         self.mailboxes.open(hello.client_id)
+        self._speaks_for(hello.client_id)
         return self.queue.max_pending
 
     def close_client(self, client_id: str) -> None:
@@ -356,20 +359,35 @@ class ManagerService:
         return self.journal.jobs(state, limit)
 
     def collect(self, client_id: str, timeout: float) -> list[OutcomeWire] | None:
-        self._collector.client_id = client_id
+        self._speaks_for(client_id)
         outcomes = self.mailboxes.collect(client_id, min(timeout, LONG_POLL))
         return None if outcomes is None else [tuple(o) for o in outcomes]  # type: ignore[misc]
+
+    def _speaks_for(self, client_id: str) -> None:
+        """Note that this server thread's connection belongs to ``client_id``."""
+        if getattr(self._collector, "client_id", None) == client_id:
+            return
+        self._collector.client_id = client_id
+        with self._lock:
+            self._client_connections[client_id] = self._client_connections.get(client_id, 0) + 1
 
     def connection_closed(self) -> None:
         """Called in a connection's own server thread when the connection ends.
 
-        If it was a client's result connection, nobody can collect that client's outcomes
-        any more: its mailbox is dropped (its pending jobs still run; their outcomes are
-        discarded). A client that closed itself properly has no mailbox left by now.
+        If it was the last connection of a client (the one that opened it, or its result
+        connection), nobody can collect that client's outcomes any more: its mailbox is
+        dropped (its pending jobs still run; their outcomes are discarded). A client that
+        closed itself properly has no mailbox left by now. A client that died before its
+        result thread connected is caught by its opening connection.
         """
         client_id = getattr(self._collector, "client_id", None)
         if client_id is None:
             return
+        with self._lock:
+            left = self._client_connections.pop(client_id, 1) - 1
+            if left:
+                self._client_connections[client_id] = left
+                return
         dropped = self.mailboxes.drop(client_id)
         if dropped is not None:
             log.info("client %s went away; %d uncollected outcome(s) discarded", client_id,

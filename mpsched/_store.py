@@ -137,6 +137,11 @@ class Store(abc.ABC):
     def size(self) -> int | None:
         """Bytes the store takes (database and journal files), or None if unknown."""
 
+    @property
+    def keeps_outcomes(self) -> bool:
+        """Whether ``finish`` keeps the outcome (False: the manager need not encode it)."""
+        return True
+
     @abc.abstractmethod
     def recover(self) -> Recovery:
         """The pending and running jobs, and the next seq. Call once, before any write."""

@@ -22,14 +22,18 @@ from mpsched._store import (
 
 @dataclass(slots=True)
 class _Entry:
-    job: StoredJob
+    job: StoredJob  # as submitted: ``attempt`` below is the current count
     state: JobState
+    attempt: int = 0
     worker_id: str | None = None
     finished_wall: float | None = None
     outcome: bytes | None = None
 
+    def current(self) -> StoredJob:
+        return self.job._replace(attempt=self.attempt)
+
     def record(self, *, with_outcome: bool = True) -> JobRecord:
-        return JobRecord.of(self.job, self.state, self.worker_id, self.finished_wall,
+        return JobRecord.of(self.current(), self.state, self.worker_id, self.finished_wall,
                             self.outcome if with_outcome else None)
 
 
@@ -62,14 +66,18 @@ class MemoryStore(Store):
     def size(self) -> int | None:
         return None
 
+    @property
+    def keeps_outcomes(self) -> bool:
+        return self._result_ttl > 0
+
     def recover(self) -> Recovery:
         with self._lock:
             self._check_open_locked()
             entries = sorted(self._entries.values(), key=lambda e: e.job.seq)
             seqs = [e.job.seq for e in entries]
             return Recovery(
-                [e.job for e in entries if e.state is JobState.PENDING],
-                [RunningJob(e.job, e.worker_id or "") for e in entries
+                [e.current() for e in entries if e.state is JobState.PENDING],
+                [RunningJob(e.current(), e.worker_id or "") for e in entries
                  if e.state is JobState.RUNNING],
                 max(seqs) + 1 if seqs else 0)
 
@@ -83,7 +91,7 @@ class MemoryStore(Store):
                     or any(j.job_id in self._entries or j.seq in self._seqs for j in new):
                 raise InvalidJobError("a job id or seq repeats one in the batch or the store")
             for job in new:
-                self._entries[job.job_id] = _Entry(job, JobState.PENDING)
+                self._entries[job.job_id] = _Entry(job, JobState.PENDING, job.attempt)
                 self._seqs.add(job.seq)
                 if job.key is not None:
                     self._keys[job.key] = job.job_id
@@ -115,8 +123,7 @@ class MemoryStore(Store):
             self._check_open_locked()
             entry = self._entries.get(job_id)
             if entry is not None:
-                entry.state, entry.worker_id = JobState.RUNNING, worker_id
-                entry.job = entry.job._replace(attempt=attempt)
+                entry.state, entry.worker_id, entry.attempt = JobState.RUNNING, worker_id, attempt
 
     def finish(self, job_id: str, state: JobState, outcome: bytes | None,
                finished_wall: float) -> None:
@@ -132,8 +139,7 @@ class MemoryStore(Store):
             self._check_open_locked()
             entry = self._entries.get(job_id)
             if entry is not None:
-                entry.state, entry.worker_id = JobState.PENDING, None
-                entry.job = entry.job._replace(attempt=attempt)
+                entry.state, entry.worker_id, entry.attempt = JobState.PENDING, None, attempt
 
     def flush(self) -> None:
         with self._lock:

@@ -118,6 +118,7 @@ def test_a_job_id_reaches_its_outcome_from_another_client_and_after_a_restart(
     done = s.submit(jobs.noop, "first")
     assert done.result(timeout=WAIT) == "first"
     later = s.schedule(jobs.noop, "later", delay=1.0)
+    s.stats()  # it has reached the manager (submits are sent write-behind)
     other = mpsched.connect(s.address, authkey=s.authkey)
     try:
         assert other.job(done.job_id).result(timeout=WAIT) == "first"  # finished: retained
@@ -166,6 +167,7 @@ def test_cancel_by_job_id_from_another_client_cancels_the_owners_future(
         make_scheduler: Callable[..., Scheduler], tmp_path: Path) -> None:
     s = make_scheduler(workers=1, store=tmp_path / "jobs.db")
     mine = s.schedule(jobs.noop, 1, delay=60)
+    s.stats()  # it has reached the manager (submits are sent write-behind)
     other = mpsched.connect(s.address, authkey=s.authkey)
     try:
         assert other.cancel(mine.job_id) is True
@@ -174,3 +176,27 @@ def test_cancel_by_job_id_from_another_client_cancels_the_owners_future(
         other.detach()
     wait_for(mine.cancelled, WAIT, "the owner's future cancelled")
     assert [j.state for j in s.jobs() if j.job_id == mine.job_id] == ["cancelled"]
+
+
+def test_a_full_disk_fails_only_the_submit_that_hit_it(
+        make_scheduler: Callable[..., Scheduler], tmp_path: Path) -> None:
+    import psutil
+
+    store = tmp_path / "jobs.db"
+    s = make_scheduler(workers=1, store=store)
+    kept = [s.schedule(jobs.noop, n, delay=600) for n in range(20)]
+    s.stats()  # committed
+    manager = psutil.Process(s._manager_process.pid)
+    old = manager.rlimit(psutil.RLIMIT_FSIZE)
+    biggest = max(p.stat().st_size for p in tmp_path.iterdir() if p.name.startswith("jobs"))
+    manager.rlimit(psutil.RLIMIT_FSIZE, (biggest + 65536, old[1]))  # no room to grow
+    try:
+        too_big = s.schedule(jobs.noop, bytes(4 << 20))
+        assert isinstance(too_big.exception(timeout=WAIT), StoreError)
+    finally:
+        manager.rlimit(psutil.RLIMIT_FSIZE, old)
+    assert s.submit(jobs.noop, "after").result(timeout=WAIT) == "after"  # carries on
+    assert {j.job_id for j in s.jobs(state="pending")} == {f.job_id for f in kept}
+    kill_manager(s)
+    s2 = make_scheduler(workers=1, store=store)  # and nothing committed was lost
+    assert {j.job_id for j in s2.jobs(state="pending")} == {f.job_id for f in kept}

@@ -171,3 +171,55 @@ def test_the_end_of_another_connection_leaves_the_mailbox_alone():
     thread.start()
     thread.join(10)
     assert len(service.mailboxes) == 1
+
+
+def _in_thread(action) -> threading.Thread:
+    thread = threading.Thread(target=action)  # one server thread serves one connection
+    thread.start()
+    return thread
+
+
+def test_a_mailbox_stays_while_any_connection_of_its_client_lives():
+    from mpsched._protocol import ClientHello
+
+    service = ManagerService(JobQueue(), heartbeat_timeout=10)
+    python, cp = describe_versions()
+    opened, collecting = threading.Event(), threading.Event()
+    close_opener, close_collector = threading.Event(), threading.Event()
+
+    def opener() -> None:
+        service.open_client(ClientHello("c", python, cp))
+        opened.set()
+        close_opener.wait(10)
+        service.connection_closed()
+
+    def collector() -> None:
+        service.collect("c", 0)
+        collecting.set()
+        close_collector.wait(10)
+        service.connection_closed()
+
+    threads = [_in_thread(opener)]
+    assert opened.wait(10)
+    threads.append(_in_thread(collector))
+    assert collecting.wait(10)
+    close_collector.set()
+    threads[1].join(10)
+    assert len(service.mailboxes) == 1  # the client's first connection is still there
+    close_opener.set()
+    threads[0].join(10)
+    assert len(service.mailboxes) == 0
+
+
+def test_a_client_that_dies_before_collecting_leaves_no_mailbox():
+    from mpsched._protocol import ClientHello
+
+    service = ManagerService(JobQueue(), heartbeat_timeout=10)
+    python, cp = describe_versions()
+
+    def opener_then_death() -> None:
+        service.open_client(ClientHello("c", python, cp))
+        service.connection_closed()
+
+    _in_thread(opener_then_death).join(10)
+    assert len(service.mailboxes) == 0
