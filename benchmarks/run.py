@@ -3,7 +3,7 @@
     python benchmarks/run.py [--quick] [--only NAME ...] [--repeats N] [--no-readme]
 
 NAME is one of: throughput, lateness, scaling, idle, herd, scale, durable, breakdown. The
-full run takes about 20 minutes on 2 cores; ``--quick`` (smaller sizes, 2 repeats) about 3.
+full run takes about 16 minutes on 2 cores; ``--quick`` (smaller sizes, 2 repeats) about 2.
 Progress goes to stderr. Timing claims live here, never in tests.
 """
 
