@@ -15,23 +15,31 @@ from pathlib import Path
 
 from mpsched._job import Order
 from mpsched._protocol import HEARTBEAT_TIMEOUT, Exit
+from mpsched._store import JobState
 from mpsched._tls import TlsConfig
 from mpsched._transport import AUTHKEY_ENV, describe_versions
 
-COMMANDS = ("serve", "worker", "submit", "status", "demo", "stress")
+COMMANDS = ("serve", "worker", "submit", "status", "jobs", "cancel", "result", "demo",
+            "stress")
+STORE_ENV = "MPSCHED_STORE"
 
 EXIT_MEANINGS = {
     Exit.OK: "ok",
-    Exit.FAILURE: "the job failed (submit --wait), or stress found a fault",
+    Exit.FAILURE: "the job failed or was cancelled (submit --wait, result), result or "
+                  "cancel of a job unknown or no longer pending, or stress found a fault",
     Exit.USAGE: "usage: bad arguments, or serve cannot listen on its address",
     Exit.AUTH: "key: none given, a key file others can read, or the manager refused it",
     Exit.VERSION: "version: Python or cloudpickle differs from the manager's",
     Exit.UNREACHABLE: "unreachable: unknown host, nothing listening, or not an mpsched "
                       "manager",
     Exit.UNSAFE: "unsafe: serve on a non-loopback address without an explicit authkey",
-    Exit.JOB_TIMEOUT: "(a remote worker process, not a command) killed its job past its "
-                      "timeout",
-    Exit.INTERRUPTED: "128 + SIGINT (Ctrl-C); submit --wait leaves its job queued",
+    Exit.STORE: "store: serve cannot open its --store (missing or read-only directory, "
+                "not an mpsched store, or another manager holds it)",
+    Exit.JOB_TIMEOUT: "result: the job has not finished (without --wait, or within "
+                      "--timeout); also a remote worker process that killed its job past "
+                      "its timeout",
+    Exit.INTERRUPTED: "128 + SIGINT (Ctrl-C); submit --wait and result --wait leave the "
+                      "job queued",
     Exit.TERMINATED: "128 + SIGTERM: a second one to serve or worker (the first drains, "
                      "exits 0)",
 }
@@ -43,7 +51,8 @@ EPILOG_KEY = textwrap.fill(
 
 EPILOG = "\n".join([
     "exit codes:",
-    *(f"  {int(code):<4} {meaning}" for code, meaning in EXIT_MEANINGS.items()),
+    *(textwrap.fill(meaning, width=79, initial_indent=f"  {int(code):<4} ",
+                    subsequent_indent=" " * 7) for code, meaning in EXIT_MEANINGS.items()),
     "",
     EPILOG_KEY,
     "serve without a key writes a random one beside its socket and prints its path.",
@@ -66,13 +75,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.set_defaults(command=None)
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
 
-    def command(name: str, help: str, example: str,
-                key: bool = True) -> argparse.ArgumentParser:
+    def command(name: str, help: str, example: str, key: bool = True,
+                codes: str = "") -> argparse.ArgumentParser:
         epilog = f"example:\n  {example}"
         if key:
             epilog += f"\n\n{EPILOG_KEY}"
+        codes = textwrap.fill(f"exit codes: {codes}; others: see python -m mpsched --help"
+                              if codes else "exit codes: see python -m mpsched --help", 79)
         p = sub.add_parser(name, help=help, description=help,
-                           epilog=f"{epilog}\n\nexit codes: see python -m mpsched --help",
+                           epilog=f"{epilog}\n\n{codes}",
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         p.set_defaults(command=name)
         p.add_argument("--log-level", default="warning",
@@ -81,20 +92,33 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     _serve_options(command("serve", "run a manager with local workers",
-                           "python -m mpsched serve --address 127.0.0.1:7000 --workers 4"))
+                           "python -m mpsched serve --address 127.0.0.1:7000 --workers 4 "
+                           "--store jobs.db", codes="7 the store cannot be opened"))
     _worker_options(command(
         "worker", "join a running manager with worker processes",
         "python -m mpsched worker --connect 10.0.0.5:7000 --authkey-file key"))
     _submit_options(command("submit", "submit an importable callable",
                             "python -m mpsched submit math:factorial --args '[20]' --delay 5 "
                             "--connect unix:/run/mpsched.sock --wait"))
-    status = command("status", "show queue, workers and lateness",
-                     "python -m mpsched status --connect unix:/run/mpsched.sock --json")
-    status.add_argument("--connect", required=True, metavar="ADDRESS", help=CONNECT_HELP)
-    status.add_argument("--authkey-file", type=Path, metavar="FILE", help=KEY_HELP)
-    _tls_options(status, serving=False)
+    status = _client_options(command(
+        "status", "show queue, workers, lateness and the job store",
+        "python -m mpsched status --connect unix:/run/mpsched.sock --json"))
     status.add_argument("--json", action="store_true",
-                        help="print the status as JSON (times in seconds, memory in bytes)")
+                        help="print the status as JSON (times in seconds, memory and the "
+                             "store's size in bytes)")
+    _jobs_options(_client_options(command(
+        "jobs", "list the manager's jobs: pending, running, and finished ones it keeps",
+        "python -m mpsched jobs --state pending --connect unix:/run/mpsched.sock")))
+    cancel = _client_options(command(
+        "cancel", "cancel a pending job: it will not run",
+        "python -m mpsched cancel 3f2a1b4c5d6e-17 --connect unix:/run/mpsched.sock",
+        codes="0 cancelled, 1 not pending (running, finished, or unknown)"))
+    cancel.add_argument("job_id", metavar="JOB_ID", help="the job's id, as submit printed it")
+    _result_options(_client_options(command(
+        "result", "print a job's result as JSON, or why it failed",
+        "python -m mpsched result 3f2a1b4c5d6e-17 --wait --connect unix:/run/mpsched.sock",
+        codes="0 done (the result printed), 1 failed, cancelled or unknown (no result will "
+              "come), 124 not finished yet")))
     command("demo", "the seed demo: three waves of prioritised jobs on 3 workers",
             "python -m mpsched demo", key=False)  # it runs its own manager: no key
     _stress_options(command("stress", "flood a manager and verify exactly-once, none early",
@@ -128,6 +152,37 @@ def _tls_options(p: argparse.ArgumentParser, *, serving: bool) -> None:
                            help="that certificate's private key (default: in --tls-cert)")
 
 
+def _client_options(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The options of a command that talks to a running manager: where, key, TLS."""
+    p.add_argument("--connect", required=True, metavar="ADDRESS", help=CONNECT_HELP)
+    p.add_argument("--authkey-file", type=Path, metavar="FILE", help=KEY_HELP)
+    _tls_options(p, serving=False)
+    return p
+
+
+def _jobs_options(jobs: argparse.ArgumentParser) -> None:
+    jobs.add_argument("--state", choices=[state.value for state in JobState],
+                      help="only jobs in this state (default: all; finished jobs are "
+                           "listed only by a serve with --store, for --result-ttl seconds)")
+    jobs.add_argument("--json", action="store_true",
+                      help="print a JSON list; due as an ISO 8601 UTC time and due_in in "
+                           "seconds from now (negative: overdue)")
+
+
+def _result_options(result: argparse.ArgumentParser) -> None:
+    result.add_argument("job_id", metavar="JOB_ID", help="the job's id, as submit printed it")
+    result.add_argument("--wait", action="store_true",
+                        help="wait until the job has finished (default: exit 124 at once if "
+                             "it is still pending or running); Ctrl-C stops waiting and "
+                             "leaves the job queued")
+    result.add_argument("--timeout", type=_seconds, metavar="SECONDS",
+                        help="with --wait: seconds to wait at most, then exit 124 "
+                             "(default: no limit)")
+    result.add_argument("--json", action="store_true",
+                        help='print {"job_id", "state", and "result" or "error"} as JSON, '
+                             "whatever the state (result as JSON, or its repr)")
+
+
 def tls_from_args(args: argparse.Namespace) -> TlsConfig | None:
     """The TLS setting the --tls-* options ask for; None without any of them."""
     files = [getattr(args, f"tls_{name}", None) for name in ("cert", "key", "ca")]
@@ -155,6 +210,22 @@ def _serve_options(serve: argparse.ArgumentParser) -> None:
                        metavar="SECONDS",
                        help="seconds of silence after which a remote worker is declared "
                             "gone and its jobs are requeued or failed (default: %(default)s)")
+    store = serve.add_argument_group("job store", textwrap.fill(
+        "Without a store, jobs live in the manager's memory and end with it. With one, a "
+        "manager started again on the same file gets back its pending jobs, and its "
+        "running ones are retried (if their retries allow) or failed.", 77))
+    store.add_argument("--store", metavar="FILE", default=os.environ.get(STORE_ENV),
+                       help=f"keep the jobs in this SQLite file, created if missing; one "
+                            f"manager per file (default: ${STORE_ENV}, else in memory)")
+    store.add_argument("--durability", choices=["sync", "process"], default="sync",
+                       help="sync: an acknowledged submit survives a power cut (SQLite "
+                            "synchronous=FULL: an fsync per commit); process: it survives "
+                            "a crash of the manager process, not a power cut or an OS crash "
+                            "(synchronous=NORMAL, faster) (default: %(default)s)")
+    store.add_argument("--result-ttl", type=_seconds_or_zero, default=86400.0,
+                       metavar="SECONDS",
+                       help="seconds a finished job's outcome stays retrievable by its id "
+                            "(result, jobs) (default: %(default)s, one day)")
     serve.add_argument("--drain-timeout", type=_seconds_or_zero, default=30.0,
                        metavar="SECONDS",
                        help="on the first SIGTERM or SIGINT, seconds running jobs may take "

@@ -131,6 +131,9 @@ def _serve(config: ManagerConfig, control: Connection | None,
         if not service.queue.leases.wait_drained(grace):
             log.warning("jobs still running after %.0f s; stopping their workers", grace)
         supervisor.stop_workers(grace=2.0)
+        # A remote worker between two takes must hear of the stop before the sockets
+        # close; else it takes the stop for a lost manager and waits for it to come back.
+        service.wait_workers_told(0.0 if grace == 0 else 2.0)
         service.mailboxes.close()
         # Let connected clients take the last outcomes before the sockets close.
         service.mailboxes.wait_collected(0.0 if grace == 0 else 5.0)

@@ -16,7 +16,10 @@ remove ``pymp-*`` (priority -100); the runtime directory goes between the two (-
 its socket, so that no finalizer finds its file gone and prints a traceback. The second
 signal leaves through ``os._exit``, which runs no finalizer, so it removes all three first.
 A socket file left by a serve killed with SIGKILL is removed by the next serve at the same
-path once nothing answers on it.
+path once nothing answers on it. The job store of ``--store`` (and its ``-wal``, ``-shm``
+and ``.lock`` files) stays, on purpose: the next serve on it gets its jobs back. One it
+cannot open (its directory missing or read-only, a file that is not an mpsched store,
+another manager holding it) exits 7 with one line naming the file.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from mpsched._cli_parser import tls_from_args
+from mpsched._errors import StoreError
 from mpsched._job import Order
 from mpsched._manager import run_manager
 from mpsched._protocol import Exit, ManagerConfig, ManagerReady
@@ -83,7 +87,7 @@ class ServeFiles:
 
 
 def run_serve(args: argparse.Namespace, out: TextIO) -> int:
-    """The ``serve`` command; returns its exit code.
+    """The ``serve`` command; returns its exit code (7 when the store cannot be opened).
 
     Raises:
         AddressError: ``--address`` does not parse.
@@ -155,7 +159,8 @@ def _run_served(args: argparse.Namespace, out: TextIO, key: bytes, key_file: Pat
         order=Order(args.order), max_pending=args.max_pending,
         log_level=logging.getLogger().getEffectiveLevel(),
         heartbeat_timeout=args.heartbeat_timeout, drain_timeout=args.drain_timeout,
-        tls=tls_from_args(args))
+        tls=tls_from_args(args), store=store_path(args.store),
+        durability=args.durability, result_ttl=args.result_ttl)
 
     listening = False
 
@@ -168,16 +173,33 @@ def _run_served(args: argparse.Namespace, out: TextIO, key: bytes, key_file: Pat
         print(f"mpsched manager listening on {where} (pid {message.pid}, "
               f"{args.workers} local workers)\n"
               f"  join:   python -m mpsched worker --connect {where} {key_hint}\n"
-              f"  status: python -m mpsched status --connect {where} {key_hint}",
+              f"  status: python -m mpsched status --connect {where} {key_hint}\n"
+              f"  store:  {describe_store(config)}",
               file=out, flush=True)
 
     try:
         return run_manager(config, on_ready=ready)
+    except StoreError as exc:  # before an OSError: it is one, but not the listener's
+        print(f"mpsched: {exc}", file=sys.stderr)
+        return Exit.STORE
     except OSError as exc:
         if listening:
             raise
         print(f"mpsched: cannot listen on {format_address(address)}: {exc}", file=sys.stderr)
         return Exit.USAGE
+
+
+def store_path(option: str | None) -> str | None:
+    """The store file ``--store`` names, as an absolute path; None for none (or "")."""
+    return os.path.realpath(option) if option else None
+
+
+def describe_store(config: ManagerConfig) -> str:
+    """The ``store:`` line of serve's banner."""
+    if config.store is None:
+        return "memory: jobs end with this manager (--store FILE keeps them)"
+    return (f"{config.store} (durability {config.durability}, outcomes kept "
+            f"{config.result_ttl:g} s)")
 
 
 def _install_stop_handlers(service: ManagerService, files: ServeFiles) -> None:

@@ -76,6 +76,7 @@ class _Worker:
     acked: int = 0  # remote workers: the last lease id they acknowledged
     load: WorkerLoad | None = None
     local: bool = False  # started by this manager: shares its monotonic clock
+    told_stop: bool = False  # a take of it was answered "the manager stops"
     proc: psutil.Process | None = field(default=None, repr=False)  # local workers only
 
 
@@ -98,6 +99,9 @@ class ManagerService:
         self.local_token = secrets.token_hex(16)
         # Guards _workers, _finished and _client_connections. Nobody waits on it.
         self._lock = threading.Lock()
+        # A stopping manager waits here (wait_workers_told) until every remote worker has
+        # been told it stops; take() notifies it each time it tells one.
+        self._told = threading.Condition(self._lock)
         self._workers: dict[str, _Worker] = {}
         self._finished: deque[float] = deque(maxlen=100_000)  # completion times
         # Per server thread: the client this connection speaks for (it opened the client,
@@ -148,7 +152,15 @@ class ManagerService:
         # and sleep until its due time itself. Any other gets it when due, and a delay
         # (measured here, so ~0) rather than an instant it would misread on its own clock.
         early = EARLY_HANDOFF if local else 0.0
-        assignment = self.queue.take(worker_id, min(timeout, LONG_POLL), early)
+        try:
+            assignment = self.queue.take(worker_id, min(timeout, LONG_POLL), early)
+        except SchedulerShutdownError:
+            with self._lock:
+                worker = self._workers.get(worker_id)
+                if worker is not None:
+                    worker.told_stop = True
+                    self._told.notify_all()
+            raise
         if assignment is None or not self.journal.lease(assignment):
             return None
         with self._lock:
@@ -405,6 +417,14 @@ class ManagerService:
                      worker_start_failures=self.worker_start_failures,
                      clients=len(self.mailboxes), store=self.journal.store.location,
                      store_size=self.journal.store.size())
+
+    def wait_workers_told(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds until every remote worker has been told that the
+        manager stops (so it exits instead of waiting for the manager to come back)."""
+        with self._lock:
+            return self._told.wait_for(
+                lambda: all(w.told_stop for w in self._workers.values() if w.hello.remote),
+                timeout)
 
     def stop(self) -> None:
         """Stop handing out jobs; the manager process then drains, stops workers, exits."""

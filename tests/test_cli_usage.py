@@ -211,8 +211,10 @@ def test_a_silent_server_is_not_a_manager(
         key_file: Path, silent_server: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(command_line("status", silent_server, key_file)) == Exit.UNREACHABLE
     err = capsys.readouterr().err
+    # A TCP server that stays silent may also be a manager serving TLS: said too.
     assert err == (f"mpsched: no manager answers at {silent_server}: what listens there is "
-                   f"not an mpsched manager (it sent no handshake in time)\n")
+                   f"not an mpsched manager (it sent no handshake in time; if it serves TLS, "
+                   f"connect with --tls-ca)\n")
 
 
 def test_connect_raises_a_connection_error_saying_what_is_there(
@@ -222,7 +224,8 @@ def test_connect_raises_a_connection_error_saying_what_is_there(
             (f"127.0.0.1:{refused_port}", "nothing is listening there"),
             (str(tmp_path / "none.sock"), "no such socket file"),
             (chatty_server, "not an mpsched manager (it sent something else"),
-            (silent_server, "not an mpsched manager (it sent no handshake in time)")]:
+            (silent_server, "not an mpsched manager (it sent no handshake in time; if it "
+                            "serves TLS, connect with --tls-ca)")]:
         with pytest.raises(ManagerUnreachableError) as caught:
             mpsched.connect(address, authkey=b"secret")
         assert isinstance(caught.value, ConnectionError)

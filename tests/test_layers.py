@@ -34,7 +34,7 @@ LAYERS: list[set[str]] = [
     {"_client"},
     {"_scheduler"},
     {"_cli_parser"},
-    {"_demo", "_stress", "_serve"},
+    {"_demo", "_stress", "_serve", "_cli_jobs"},
     {"_cli"},
     {"__main__", "__init__"},
 ]

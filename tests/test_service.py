@@ -223,3 +223,15 @@ def test_a_client_that_dies_before_collecting_leaves_no_mailbox():
 
     _in_thread(opener_then_death).join(10)
     assert len(service.mailboxes) == 0
+
+
+def test_a_stopping_manager_knows_when_every_remote_worker_was_told():
+    from mpsched._errors import SchedulerShutdownError
+
+    service = ManagerService(JobQueue(), heartbeat_timeout=10)
+    service.hello(hello("far", "some-other-host", 4242))
+    service.stop()
+    assert service.wait_workers_told(0) is False  # between two takes: not told yet
+    with pytest.raises(SchedulerShutdownError):
+        service.take("far", None, 0)
+    assert service.wait_workers_told(0) is True

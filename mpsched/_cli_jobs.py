@@ -1,0 +1,359 @@
+"""The commands that read and change a running manager's jobs: status, jobs, cancel, result.
+
+Each connects, asks, prints and returns an exit code (:class:`mpsched._protocol.Exit`);
+``main()`` in :mod:`mpsched._cli` turns their errors into one line. Results go to stdout
+as JSON, messages to stderr, so a script can read one and show the other. Times print as
+the wait ("in 3 min 05 s", "overdue by 1.2 s") and the local wall-clock time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import contextlib
+import dataclasses
+import json
+import sys
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any, TextIO
+
+from mpsched._client import Client, connect
+from mpsched._errors import (
+    AuthenticationError,
+    JobNotFoundError,
+    ManagerUnreachableError,
+)
+from mpsched._futures import JobFuture
+from mpsched._job import JobInfo
+from mpsched._protocol import Exit, ServiceProxy, Stats, connect_service
+from mpsched._transport import (
+    AUTHKEY_ENV,
+    Address,
+    format_address,
+    parse_address,
+    read_authkey,
+)
+
+# ``result`` of a job that has not finished: 124, as timeout(1) exits when its command did
+# not finish in time (without --wait the time was zero).
+NOT_FINISHED = Exit.JOB_TIMEOUT
+
+
+def require_key(args: argparse.Namespace) -> bytes:
+    """The key of ``--authkey-file`` or the environment.
+
+    Raises:
+        AuthenticationError: neither gives one, or the file is unsafe.
+    """
+    key = read_authkey(args.authkey_file)
+    if key is None:
+        raise AuthenticationError(
+            f"no authkey: give --authkey-file (mode 0600) or set {AUTHKEY_ENV}")
+    return key
+
+
+def service_at(address: Address, key: bytes) -> ServiceProxy:
+    """``connect_service``, with a failure to reach a manager said as what it was.
+
+    Raises:
+        ManagerUnreachableError: unknown host, nothing listening, or not a manager.
+        AuthenticationError: the manager refused the key.
+    """
+    try:
+        return connect_service(address, key)
+    # AssertionError: Python < 3.12's handshake asserts that the peer sent a challenge.
+    except (EOFError, OSError, AssertionError) as exc:
+        raise ManagerUnreachableError.from_error(format_address(address), exc) from exc
+
+
+@contextlib.contextmanager
+def _client(args: argparse.Namespace) -> Iterator[Client]:
+    """A client of ``--connect``, detached on the way out: it leaves every job queued."""
+    client = connect(parse_address(args.connect), authkey=require_key(args))
+    try:
+        yield client
+    finally:
+        client.detach()
+
+
+def as_json(value: Any) -> str:
+    """``value`` as JSON, or its repr when JSON cannot hold it."""
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def print_outcome(future: JobFuture[Any], out: TextIO) -> int:
+    """Wait for the job; print its result as JSON, or say why it failed (exit 1)."""
+    try:
+        result = future.result()
+    except Exception as exc:
+        print(f"job {future.job_id} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return Exit.FAILURE
+    print(as_json(result), file=out)
+    return Exit.OK
+
+
+# ------------------------------------------------------------------------------ status
+
+
+def run_status(args: argparse.Namespace, out: TextIO) -> int:
+    """The ``status`` command."""
+    address = parse_address(args.connect)
+    stats = service_at(address, require_key(args)).stats()
+    if args.json:
+        json.dump(dataclasses.asdict(stats), out, indent=2)
+        out.write("\n")
+    else:
+        out.write(format_stats(stats, format_address(address), time.time()))
+    return Exit.OK
+
+
+def format_stats(stats: Stats, where: str, now: float) -> str:
+    """The text ``status`` prints; ``now`` (epoch seconds) dates the next due job."""
+    q = stats.queue
+    ms = {k: f"{v * 1000:.1f} ms" for k, v in q.lateness.items()}
+    lines = [
+        f"manager {where}, up {format_duration(stats.uptime)}",
+        f"store     {format_store(stats.store, stats.store_size)}",
+        f"pending   high {q.pending['high']}  medium {q.pending['medium']}  "
+        f"low {q.pending['low']}   in flight {q.in_flight}   "
+        f"next job {format_due(q.next_due_in, now)}",
+        f"done      completed {q.completed}  failed {q.failed}  cancelled {q.cancelled}  "
+        f"retried {q.retried}  timed out {q.timed_out}   {stats.throughput:.1f} jobs/s",
+        f"lateness  p50 {ms['p50']}  p90 {ms['p90']}  p99 {ms['p99']}  max {ms['max']}  "
+        f"({q.lateness_samples} jobs)",
+        f"workers   {len(stats.workers)}",
+        f"  {'id':<14} {'host':<16} {'pid':>7} {'cpu%':>6} {'rss MB':>7} {'done':>6}  current",
+    ]
+    for w in stats.workers:
+        lines.append(f"  {w.worker_id:<14} {w.host:<16} {w.pid:>7} {w.cpu_percent:>6.1f} "
+                     f"{w.rss / 2**20:>7.1f} {w.jobs_done:>6}  {w.current_job or '-'}")
+    return "\n".join(lines) + "\n"
+
+
+def format_store(location: str, size: int | None) -> str:
+    """``/var/lib/jobs.db, 1.2 MiB`` or ``memory (jobs end with the manager)``."""
+    if location == "memory":
+        return "memory (jobs end with the manager; serve --store FILE keeps them)"
+    return location if size is None else f"{location}, {format_size(size)}"
+
+
+def format_size(size: int) -> str:
+    """``512 bytes``, ``12.0 KiB``, ``1.2 MiB``, ``3.4 GiB``."""
+    if size < 1024:
+        return f"{size} bytes"
+    value, units = size / 1024, ["KiB", "MiB", "GiB"]
+    while value >= 1024 and len(units) > 1:
+        value /= 1024
+        units.pop(0)
+    return f"{value:.1f} {units[0]}"
+
+
+def format_due(due_in: float | None, now: float) -> str:
+    """``due in 3 h 02 min (2026-12-03T09:28:11+01:00)`` or ``overdue by 1.2 s (...)``:
+    the wait, then the local wall-clock time; "-" for no job."""
+    if due_in is None:
+        return "-"
+    wait = f"due in {format_duration(due_in)}" if due_in >= 0 else \
+        f"overdue by {format_duration(-due_in)}"
+    when = _local_time(now + due_in)
+    return wait if when is None else f"{wait} ({when})"
+
+
+def _local_time(epoch: float) -> str | None:
+    """``2026-12-03T09:28:11+01:00``; None past the year 9999 (no date to show)."""
+    try:
+        return datetime.fromtimestamp(epoch).astimezone().isoformat(timespec="seconds")
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def format_duration(seconds: float) -> str:
+    """``350 ms``, ``1.2 s``, ``4 min 05 s``, ``3 h 02 min``, ``12 d 04 h``; capped at a
+    century, so that no time prints as a 300-digit number."""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    if seconds >= 100 * 365.25 * 86400:
+        return "more than 100 years"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes:02d} min"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours:02d} h"
+
+
+# ------------------------------------------------------------------------------ jobs
+
+
+def run_jobs(args: argparse.Namespace, out: TextIO) -> int:
+    """The ``jobs`` command."""
+    with _client(args) as client:
+        listed = client.jobs(args.state)
+    now = time.time()
+    if args.json:
+        json.dump([job_as_dict(job, now) for job in listed], out, indent=2)
+        out.write("\n")
+    else:
+        out.write(format_jobs(listed, now))
+    return Exit.OK
+
+
+def job_as_dict(job: JobInfo, now: float) -> dict[str, Any]:
+    """What ``jobs --json`` prints of one job: due in UTC ISO 8601, due_in in seconds."""
+    return {"job_id": job.job_id, "name": job.name, "state": job.state,
+            "due": job.due.isoformat(), "due_in": job.due.timestamp() - now,
+            "priority": job.priority.name.lower(), "attempts": job.attempts,
+            "worker": job.worker, "key": job.key}
+
+
+def format_jobs(jobs: list[JobInfo], now: float) -> str:
+    """The table ``jobs`` prints: one line per job, due as local time and the wait."""
+    if not jobs:
+        return "no jobs\n"
+    rows = [("id", "name", "state", "due", "priority", "attempts", "worker")]
+    rows += [(job.job_id, job.name, job.state, format_when(job, now),
+              job.priority.name.lower(), str(job.attempts), job.worker or "-")
+             for job in jobs]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
+             + f"  {row[-1]}" for row in rows]  # the last column unpadded: no trailing blanks
+    return "\n".join(lines) + "\n"
+
+
+def format_when(job: JobInfo, now: float) -> str:
+    """``2026-12-03T09:28:11+01:00 (in 3 min 05 s)``; a pending job past its due time is
+    ``overdue by``, any other job's past due time is ``... ago``."""
+    due_in = job.due.timestamp() - now
+    if due_in >= 0:
+        wait = f"in {format_duration(due_in)}"
+    elif job.state == "pending":
+        wait = f"overdue by {format_duration(-due_in)}"
+    else:
+        wait = f"{format_duration(-due_in)} ago"
+    when = _local_time(job.due.timestamp())
+    return wait if when is None else f"{when} ({wait})"
+
+
+# ------------------------------------------------------------------------------ cancel
+
+
+def run_cancel(args: argparse.Namespace, out: TextIO) -> int:
+    """The ``cancel`` command: 0 when the job was pending and is now cancelled, else 1."""
+    with _client(args) as client:
+        if client.cancel(args.job_id):
+            print(f"cancelled job {args.job_id}", file=out)
+            return Exit.OK
+        why = _not_pending(client, args.job_id)
+    print(f"mpsched: job {args.job_id} was not cancelled: {why}", file=sys.stderr)
+    return Exit.FAILURE
+
+
+def _not_pending(client: Client, job_id: str) -> str:
+    """Why a job that ``cancel`` did not take out was not pending."""
+    try:
+        future = client.job(job_id)
+    except JobNotFoundError:
+        return _UNKNOWN
+    state = unfinished_state(client, future)
+    if state == "running":
+        return "it is running (a worker took it)"
+    if state == "pending":  # taken and put back (a retry) while we asked
+        return "it was being handed to a worker; try again"
+    if future.cancelled():
+        return "it was cancelled already"
+    error = future.exception()
+    if error is not None:
+        return f"it has finished: it failed ({type(error).__name__})"
+    return "it has finished: it is done"
+
+
+_UNKNOWN = ("no such job: unknown, or finished and forgotten (serve keeps outcomes only "
+            "with --store, for --result-ttl seconds)")
+
+
+def unfinished_state(client: Client, future: JobFuture[Any]) -> str | None:
+    """"pending" or "running" while the job of ``future`` (from ``client.job()``) has not
+    finished; None once it has, with ``future`` resolved.
+
+    A finished job's outcome reaches ``future`` a moment after ``client.job()`` returns,
+    through the client's result thread; the manager is asked for the job's state only
+    when it has not come by then, and the outcome is awaited when the job is in neither
+    listing (it finished).
+    """
+    concurrent.futures.wait([future], timeout=_OUTCOME_GRACE)
+    while not future.done():
+        # Pending before running: a job moving on between the two calls is still found.
+        for state in ("pending", "running"):
+            if any(job.job_id == future.job_id for job in client.jobs(state)):
+                return state
+        concurrent.futures.wait([future], timeout=1.0)
+    return None
+
+
+# A finished job's outcome is posted to the client as client.job() returns; its result
+# thread collects it within milliseconds. Waiting this long first spares a listing.
+_OUTCOME_GRACE = 0.2
+
+
+# ------------------------------------------------------------------------------ result
+
+
+def run_result(args: argparse.Namespace, out: TextIO) -> int:
+    """The ``result`` command: 0 done, 1 failed, cancelled or unknown, 124 unfinished."""
+    with _client(args) as client:
+        try:
+            future = client.job(args.job_id)
+        except JobNotFoundError:
+            return _say_result(args, out, "unknown", Exit.FAILURE, message=_UNKNOWN)
+        if args.wait:
+            concurrent.futures.wait([future], timeout=args.timeout)
+        state = unfinished_state(client, future)
+        if state is not None:
+            hint = "" if args.wait else "; --wait waits for it"
+            return _say_result(args, out, state, NOT_FINISHED,
+                               message=f"it is {state}: no result yet{hint}")
+    if future.cancelled():
+        return _say_result(args, out, "cancelled", Exit.FAILURE,
+                           message="it was cancelled: it has no result")
+    error = future.exception()
+    if error is not None:
+        return _say_result(args, out, "failed", Exit.FAILURE, error=error)
+    return _say_result(args, out, "done", Exit.OK, result=future.result())
+
+
+def _say_result(args: argparse.Namespace, out: TextIO, state: str, code: int, *,
+                message: str = "", error: BaseException | None = None,
+                result: Any = None) -> int:
+    """Print what ``result`` found, as a JSON object with --json; return ``code``."""
+    if args.json:
+        shown: dict[str, Any] = {"job_id": args.job_id, "state": state}
+        if state == "done":
+            shown["result"] = _jsonable(result)
+        elif error is not None:
+            shown["error"] = {"type": type(error).__name__, "message": str(error)}
+        print(as_json(shown), file=out)
+    elif state == "done":
+        print(as_json(result), file=out)
+    elif error is not None:
+        print(f"job {args.job_id} failed: {type(error).__name__}: {error}", file=sys.stderr)
+    if message:
+        print(f"mpsched: job {args.job_id}: {message}", file=sys.stderr)
+    return code
+
+
+def _jsonable(value: Any) -> Any:
+    """``value`` if JSON can hold it, else its repr."""
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+    return value
