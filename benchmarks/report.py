@@ -17,7 +17,7 @@ LATEST = HERE / "latest.json"
 README = HERE / "README.md"
 CHART = HERE / "lateness_cdf.png"
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
-ORDER = ["throughput", "lateness", "scaling", "idle", "herd", "scale", "breakdown"]
+ORDER = ["throughput", "lateness", "scaling", "idle", "herd", "scale", "durable", "breakdown"]
 
 
 def save(sections: list[Section], run: dict[str, Any]) -> dict[str, Any]:

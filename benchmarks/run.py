@@ -2,8 +2,8 @@
 
     python benchmarks/run.py [--quick] [--only NAME ...] [--repeats N] [--no-readme]
 
-NAME is one of: throughput, lateness, scaling, idle, herd, scale, breakdown. The full run
-takes about 15 minutes on 2 cores; ``--quick`` (smaller sizes, 2 repeats) about 2.
+NAME is one of: throughput, lateness, scaling, idle, herd, scale, durable, breakdown. The
+full run takes about 16 minutes on 2 cores; ``--quick`` (smaller sizes, 2 repeats) about 2.
 Progress goes to stderr. Timing claims live here, never in tests.
 """
 
@@ -29,6 +29,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 
 from benchmarks import (  # noqa: E402
     bench_breakdown,
+    bench_durable,
     bench_herd,
     bench_idle,
     bench_lateness,
@@ -51,12 +52,16 @@ class Sizes:
     idle_window: float
     herd: tuple[int, int, float]  # workers, jobs, span (s)
     scale: tuple[int, int, int]  # big pending, small pending, jobs through the manager
+    # dispatched jobs, jobs submitted into a store, APScheduler's, pending jobs recovered
+    durable: tuple[int, int, int, int]
 
 
 FULL = Sizes(repeats=5, throughput_jobs=20_000, lateness=(500, 5.0, 100), scaling=(40, 0.05),
-             idle_window=10.0, herd=(32, 2_000, 1.0), scale=(1_000_000, 1_000, 20_000))
+             idle_window=10.0, herd=(32, 2_000, 1.0), scale=(1_000_000, 1_000, 20_000),
+             durable=(20_000, 100_000, 3_000, 1_000_000))
 QUICK = Sizes(repeats=2, throughput_jobs=2_000, lateness=(200, 2.0, 40), scaling=(16, 0.05),
-              idle_window=2.0, herd=(32, 500, 0.5), scale=(100_000, 1_000, 2_000))
+              idle_window=2.0, herd=(32, 500, 0.5), scale=(100_000, 1_000, 2_000),
+              durable=(2_000, 10_000, 500, 100_000))
 
 BENCHMARKS: dict[str, Callable[[Sizes, int], Section]] = {
     "throughput": lambda z, r: bench_throughput.bench(z.throughput_jobs, r),
@@ -65,6 +70,7 @@ BENCHMARKS: dict[str, Callable[[Sizes, int], Section]] = {
     "idle": lambda z, r: bench_idle.bench(z.idle_window, r),
     "herd": lambda z, r: bench_herd.bench(*z.herd, r),
     "scale": lambda z, r: bench_scale.bench(*z.scale, r),
+    "durable": lambda z, r: bench_durable.bench(*z.durable, r),
     "breakdown": lambda z, r: bench_breakdown.bench(r),
 }
 
