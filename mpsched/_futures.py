@@ -50,10 +50,11 @@ class JobFuture(Future[T]):
     do. ``running()`` stays False: the manager does not report starts, only outcomes.
     """
 
-    def __init__(self, client: ClientCore, job_id: str) -> None:
+    def __init__(self, client: ClientCore, job_id: str, *, watched: bool = False) -> None:
         super().__init__()
         self._client = client
         self.job_id = job_id
+        self.watched = watched  # a job this client did not submit (Client.job(job_id))
 
     def cancel(self) -> bool:
         if self.done():
@@ -128,7 +129,7 @@ class ClientCore:
             existing = self._futures.get(job_id)
             if existing is not None:
                 return existing
-            future: JobFuture[Any] = JobFuture(self, job_id)
+            future: JobFuture[Any] = JobFuture(self, job_id, watched=True)
             self._futures[job_id] = future
         try:
             self.service.watch(self.client_id, job_id)
@@ -136,6 +137,16 @@ class ClientCore:
             self.forget(job_id)
             raise
         return future
+
+    def fail_watched(self, error: MpschedError) -> None:
+        """Fail the futures of jobs this client only watches (it will not wait for them)."""
+        with self._lock:
+            watched = [f for f in self._futures.values() if f.watched]
+            for future in watched:
+                del self._futures[future.job_id]
+        for future in watched:
+            if future.set_running_or_notify_cancel():
+                future.set_exception(error)
 
     def forget(self, job_id: str) -> bool:
         """Drop a job's future from those the result thread resolves; True if it was

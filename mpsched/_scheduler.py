@@ -17,7 +17,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from mpsched._client import Client
-from mpsched._errors import InvalidJobError, MpschedError
+from mpsched._errors import InvalidJobError, MpschedError, SchedulerShutdownError
 from mpsched._job import Order
 from mpsched._manager import run_manager
 from mpsched._protocol import (
@@ -157,6 +157,10 @@ class Scheduler(Client):
                 "shutdown(wait=True) before the program ends, or submit them to a "
                 "long-running manager (python -m mpsched serve) with mpsched.connect()",
                 dropped)
+        # Jobs of other clients watched by id die with this manager: no waiting for them.
+        self._core.fail_watched(SchedulerShutdownError(
+            "the interpreter exited, and this Scheduler's manager with it, before the job "
+            "ended"))
         self._drain_and_stop()
 
     def __repr__(self) -> str:

@@ -93,3 +93,20 @@ def test_a_connected_client_sends_what_it_submitted_before_exit(tmp_path: Path) 
     lines = log.read_text().split()
     assert sorted(lines[:-1], key=int) == [str(n) for n in range(2000)]
     assert lines[-1] == "last"
+
+
+def test_a_job_watched_by_id_does_not_hold_the_exit(tmp_path: Path) -> None:
+    done = run_script(tmp_path, """
+        import jobs, mpsched
+        from mpsched import Scheduler
+
+        if __name__ == "__main__":
+            s = Scheduler(workers=1)
+            other = mpsched.connect(s.address, authkey=s.authkey)
+            theirs = other.schedule(jobs.noop, 1, delay=600)  # another client's job
+            other.stats()
+            watched = s.job(theirs.job_id)
+            print("watching", flush=True)
+    """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["watching"]
