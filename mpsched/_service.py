@@ -1,27 +1,21 @@
 """ManagerService: the one object a manager process serves to clients and workers.
 
-It joins the pure JobQueue (heap, leases) with what only a served object needs: the
-workers table (hellos, heartbeats, current jobs), per-client result mailboxes, version
-checks and the statistics ``status`` shows. Each public method is one proxied call and runs
+It joins the pure JobQueue (heap, leases) and its journal with what only a served object
+needs: the workers table (mpsched._workers), per-client result mailboxes, version checks
+and the statistics ``status`` shows. Each public method is one proxied call and runs
 in the server thread of the caller's connection (mpsched._protocol.ServiceProxy is the
 other side).
 """
 
 from __future__ import annotations
 
-import contextlib
-import hmac
 import logging
 import os
 import pickle
 import secrets
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-
-import psutil
 
 from mpsched._clock import Clock, SystemClock
 from mpsched._errors import (
@@ -30,7 +24,6 @@ from mpsched._errors import (
     SchedulerShutdownError,
     VersionMismatchError,
     WorkerCrashedError,
-    WorkerRetiredError,
 )
 from mpsched._job import JobRequest, Lease, Outcome
 from mpsched._journal import Journal, cancelled
@@ -48,7 +41,6 @@ from mpsched._protocol import (
     Stats,
     WorkerHello,
     WorkerLoad,
-    WorkerStatus,
     assignment_to_wire,
     report_from_wire,
 )
@@ -56,6 +48,7 @@ from mpsched._queue import JobQueue
 from mpsched._store import JobRecord
 from mpsched._store_memory import MemoryStore
 from mpsched._transport import describe_versions, host_name
+from mpsched._workers import WorkerTable
 
 log = logging.getLogger("mpsched.manager")
 
@@ -65,19 +58,6 @@ log = logging.getLogger("mpsched.manager")
 # name says (another container, a VM booted later): it gets jobs when due.
 EARLY_HANDOFF = 0.002
 THROUGHPUT_WINDOW = 10.0  # seconds over which stats() measures throughput
-
-
-@dataclass(eq=False)
-class _Worker:
-    hello: WorkerHello
-    last_seen: float
-    jobs_done: int = 0
-    current: str | None = None
-    acked: int = 0  # remote workers: the last lease id they acknowledged
-    load: WorkerLoad | None = None
-    local: bool = False  # started by this manager: shares its monotonic clock
-    told_stop: bool = False  # a take of it was answered "the manager stops"
-    proc: psutil.Process | None = field(default=None, repr=False)  # local workers only
 
 
 class ManagerService:
@@ -94,16 +74,9 @@ class ManagerService:
         self.heartbeat_timeout = heartbeat_timeout
         self.versions = describe_versions()
         self.host = host_name()
-        # Given to the workers this manager starts (WorkerConfig.local_token), which say it
-        # in their hello: the proof that they share this process's monotonic clock.
-        self.local_token = secrets.token_hex(16)
-        # Guards _workers, _finished and _client_connections. Nobody waits on it.
+        self.workers = WorkerTable(local_token=secrets.token_hex(16))
+        # Guards _client_connections. Nobody waits on it.
         self._lock = threading.Lock()
-        # A stopping manager waits here (wait_workers_told) until every remote worker has
-        # been told it stops; take() notifies it each time it tells one.
-        self._told = threading.Condition(self._lock)
-        self._workers: dict[str, _Worker] = {}
-        self._finished: deque[float] = deque(maxlen=100_000)  # completion times
         # Per server thread: the client this connection speaks for (it opened the client,
         # or collects its outcomes). When every such connection of a client has ended
         # (connection_closed), nobody can collect its outcomes: its mailbox is dropped.
@@ -126,18 +99,7 @@ class ManagerService:
         """Register a worker; returns the heartbeat timeout its heartbeats must beat."""
         self._check_versions(f"worker {hello.worker_id} on {hello.host}",
                              (hello.python, hello.cloudpickle))
-        proc = None
-        local = self._started_here(hello)
-        if local:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                proc = psutil.Process(hello.pid)
-        elif not hello.remote:
-            log.warning("worker %s (pid %d on %s) did not come from this manager; its clock "
-                        "is treated as another machine's", hello.worker_id, hello.pid,
-                        hello.host)
-        with self._lock:
-            self._workers[hello.worker_id] = _Worker(hello, time.monotonic(), local=local,
-                                                     proc=proc)
+        self.workers.join(hello)
         self.wake_supervisor()
         log.info("worker %s joined (pid %d on %s)", hello.worker_id, hello.pid, hello.host)
         return self.heartbeat_timeout
@@ -145,7 +107,7 @@ class ManagerService:
     def take(self, worker_id: str, report: ReportWire | None,
              timeout: float) -> AssignmentWire | None:
         """Report the previous job (if any), then wait for the next due one."""
-        local = self._check_in(worker_id, reported=report is not None)
+        local = self.workers.check_in(worker_id, reported=report is not None)
         if report is not None:
             self._complete(report_from_wire(report), same_clock=local)
         # Only a worker we started shares our monotonic clock: it can be handed a job early
@@ -155,18 +117,11 @@ class ManagerService:
         try:
             assignment = self.queue.take(worker_id, min(timeout, LONG_POLL), early)
         except SchedulerShutdownError:
-            with self._lock:
-                worker = self._workers.get(worker_id)
-                if worker is not None:
-                    worker.told_stop = True
-                    self._told.notify_all()
+            self.workers.told_stop(worker_id)
             raise
         if assignment is None or not self.journal.lease(assignment):
             return None
-        with self._lock:
-            worker = self._workers.get(worker_id)
-            if worker is not None:
-                worker.current = assignment.lease.job_id
+        self.workers.update(worker_id, current=assignment.lease.job_id)
         if assignment.timeout is not None:
             self.wake_supervisor()  # it sleeps until the earliest job deadline
         assert assignment.due is not None  # the queue always sets it
@@ -176,56 +131,22 @@ class ManagerService:
 
     def ack(self, worker_id: str, lease_id: int) -> None:
         """A remote worker received a lease: from now on losing it counts as an attempt."""
-        with self._lock:
-            worker = self._workers.get(worker_id)
-            if worker is not None:
-                worker.acked = lease_id
-                worker.last_seen = time.monotonic()
+        self.workers.update(worker_id, acked=lease_id)
 
     def heartbeat(self, worker_id: str, load: WorkerLoad) -> None:
-        self._check_in(worker_id, reported=False)
-        with self._lock:
-            worker = self._workers.get(worker_id)
-            if worker is not None:
-                worker.load = load
+        self.workers.check_in(worker_id, reported=False)
+        self.workers.update(worker_id, load=load)
 
     def finish(self, worker_id: str, report: ReportWire | None) -> None:
         """Report the last job of a worker that is leaving to be replaced (recycling)."""
         if report is not None:
-            local = self._check_in(worker_id, reported=True)
+            local = self.workers.check_in(worker_id, reported=True)
             self._complete(report_from_wire(report), same_clock=local)
 
     def leave(self, worker_id: str, report: ReportWire | None) -> None:
         """A remote worker leaves (drained): report its last job and end its leases."""
         self.finish(worker_id, report)
         self.lose_worker(worker_id, exitcode=0)
-
-    def _check_in(self, worker_id: str, *, reported: bool) -> bool:
-        """Note a sign of life (and a finished job); True for a worker this manager started.
-
-        Raises:
-            WorkerRetiredError: the worker is not (or no longer) registered: it was
-                declared gone and its leases already ended, so it must join again. (No set
-                of retired ids is kept: worker ids are never reused.)
-        """
-        with self._lock:
-            worker = self._workers.get(worker_id)
-            if worker is None:
-                raise WorkerRetiredError(
-                    f"worker {worker_id} was declared gone (or never joined); join again")
-            now = time.monotonic()
-            if reported:
-                self._finished.append(now)
-            worker.last_seen = now
-            if reported:
-                worker.current = None
-                worker.jobs_done += 1
-            return worker.local
-
-    def _started_here(self, hello: WorkerHello) -> bool:
-        # A host name proves nothing about clocks: two containers or VMs may share one.
-        return not hello.remote and hmac.compare_digest(hello.local_token.encode(),
-                                                        self.local_token.encode())
 
     def _complete(self, report: Report, *, same_clock: bool) -> None:
         # A start stamp from another monotonic clock than ours says nothing about lateness
@@ -251,9 +172,7 @@ class ManagerService:
         acknowledgement slot); by default, the last lease it acknowledged.
         """
         lost = self.queue.release_worker(worker_id)
-        with self._lock:
-            worker = self._workers.pop(worker_id, None)
-        acked = worker.acked if worker is not None else 0
+        acked = self.workers.remove(worker_id)
         for item in lost:
             got = received(item.lease) if received else item.lease.lease_id == acked
             self._resolve_lost(item, got, exitcode)
@@ -288,17 +207,10 @@ class ManagerService:
 
     def expired_remote(self) -> tuple[list[str], float | None]:
         """Remote workers silent past the heartbeat timeout, and the next such deadline."""
-        now = time.monotonic()
-        with self._lock:
-            deadlines = {wid: w.last_seen + self.heartbeat_timeout
-                         for wid, w in self._workers.items() if w.hello.remote}
-        late = [wid for wid, deadline in deadlines.items() if deadline <= now]
-        ahead = [deadline for deadline in deadlines.values() if deadline > now]
-        return late, min(ahead, default=None)
+        return self.workers.expired_remote(self.heartbeat_timeout)
 
     def worker_count(self) -> int:
-        with self._lock:
-            return len(self._workers)
+        return len(self.workers)
 
     # ------------------------------------------------------------------ clients
 
@@ -407,11 +319,9 @@ class ManagerService:
 
     def stats(self) -> Stats:
         now = time.monotonic()
-        with self._lock:
-            workers = list(self._workers.values())
-            recent = sum(1 for t in self._finished if t >= now - THROUGHPUT_WINDOW)
+        workers, recent = self.workers.statuses(since=now - THROUGHPUT_WINDOW)
         window = min(THROUGHPUT_WINDOW, max(now - self._started, 1e-9))
-        return Stats(self.queue.stats(), tuple(_status(w) for w in workers),
+        return Stats(self.queue.stats(), workers,
                      uptime=now - self._started, throughput=recent / window,
                      workers_missing=self.workers_missing,
                      worker_start_failures=self.worker_start_failures,
@@ -421,10 +331,7 @@ class ManagerService:
     def wait_workers_told(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds until every remote worker has been told that the
         manager stops (so it exits instead of waiting for the manager to come back)."""
-        with self._lock:
-            return self._told.wait_for(
-                lambda: all(w.told_stop for w in self._workers.values() if w.hello.remote),
-                timeout)
+        return self.workers.wait_told(timeout)
 
     def stop(self) -> None:
         """Stop handing out jobs; the manager process then drains, stops workers, exits."""
@@ -437,14 +344,4 @@ class ManagerService:
             error = VersionMismatchError(peer, self.versions, theirs)
             log.warning("refused %s", error)
             raise error
-
-
-def _status(worker: _Worker) -> WorkerStatus:
-    cpu, rss = (worker.load.cpu_percent, worker.load.rss) if worker.load else (0.0, 0)
-    if worker.proc is not None:
-        with contextlib.suppress(psutil.Error, OSError):  # e.g. no fd left to read /proc
-            cpu, rss = worker.proc.cpu_percent(None), worker.proc.memory_info().rss
-    hello = worker.hello
-    return WorkerStatus(hello.worker_id, hello.pid, hello.host, hello.remote,
-                        worker.jobs_done, worker.current, cpu, rss)
 

@@ -26,6 +26,7 @@ LAYERS: list[set[str]] = [
     {"_store_sqlite"},
     {"_queue", "_mailbox", "_outbox"},
     {"_journal"},
+    {"_workers"},
     {"_service"},
     {"_worker"},
     {"_supervisor", "_remote"},

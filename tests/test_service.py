@@ -32,7 +32,7 @@ def hello(worker_id: str, host: str, pid: int, *, remote: bool = True,
 def started_here(service: ManagerService, worker_id: str) -> WorkerHello:
     """The hello of a worker this manager's supervisor started (it holds the token)."""
     return hello(worker_id, service.host, os.getpid(), remote=False,
-                 local_token=service.local_token)
+                 local_token=service.workers.local_token)
 
 
 def run_one(service: ManagerService, worker_id: str) -> None:
@@ -139,7 +139,8 @@ def test_the_manager_keeps_nothing_per_departed_worker():
     for n in range(50):
         service.hello(hello(f"w{n}", "some-other-host", 4242))
         service.lose_worker(f"w{n}", exitcode=0)
-    kept = [name for name, value in vars(service).items()
+    kept = [name for part in (service, service.workers)
+            for name, value in vars(part).items()
             if isinstance(value, (set, dict)) and len(value) >= 50]
     assert not kept
     with pytest.raises(WorkerRetiredError, match="declared gone"):
