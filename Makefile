@@ -12,10 +12,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-demo: $(STAMP)  ## the seed's waves, strict order on one worker, CPU speed-up
+demo: $(STAMP)  ## the seed's waves, strict order on one worker, CPU speed-up, durable jobs
 	$(PY) -m mpsched demo
 	$(PY) examples/strict_order.py
 	$(PY) examples/cpu_speedup.py
+	$(PY) examples/durable_jobs.py
 
 bench: $(STAMP)  ## side by side with the peers; rewrites benchmarks/README.md
 	$(PY) -m pip install --quiet -e '.[bench]'

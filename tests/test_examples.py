@@ -20,6 +20,9 @@ CASES = [
     pytest.param("strict_order.py", ["✓ exactly time → priority → FIFO"], id="strict_order"),
     pytest.param("cpu_speedup.py", ["speed-up:", "✓ every job found 17,984 primes"],
                  id="cpu_speedup"),
+    pytest.param("durable_jobs.py", ["6 pending jobs recovered from the store",
+                                     "✓ every report ran exactly once, after the restart"],
+                 id="durable_jobs"),
 ]
 
 
