@@ -138,6 +138,21 @@ class ClientCore:
             raise
         return future
 
+    def leave_not_due(self, why: str) -> int:
+        """Stop waiting for this client's jobs not yet due (a store keeps them for the next
+        manager): their futures fail with SchedulerShutdownError. Returns how many."""
+        if self.outbox is not None:
+            self.outbox.flush()
+        with contextlib.suppress(*DISCONNECTED):
+            job_ids = self.service.not_due(self.client_id)
+            with self._lock:
+                futures = [self._futures.pop(j) for j in job_ids if j in self._futures]
+            for future in futures:
+                if future.set_running_or_notify_cancel():
+                    future.set_exception(SchedulerShutdownError(f"job {future.job_id} {why}"))
+            return len(futures)
+        return 0
+
     def fail_watched(self, error: MpschedError) -> None:
         """Fail the futures of jobs this client only watches (it will not wait for them)."""
         with self._lock:

@@ -176,7 +176,7 @@ class ServiceProxy(BaseProxy):
 
     _exposed_ = ("hello", "take", "ack", "heartbeat", "finish", "leave", "open_client",
                  "close_client", "submit", "cancel", "cancel_many", "cancel_client",
-                 "watch", "jobs", "collect", "stats", "stop")
+                 "not_due", "watch", "jobs", "collect", "stats", "stop")
 
     def _call(self, method: str, *args: Any) -> Any:
         return self._callmethod(method, args)
@@ -226,6 +226,10 @@ class ServiceProxy(BaseProxy):
 
     def cancel_many(self, job_ids: list[str]) -> list[str]:
         result: list[str] = self._call("cancel_many", job_ids)
+        return result
+
+    def not_due(self, client_id: str) -> list[str]:
+        result: list[str] = self._call("not_due", client_id)
         return result
 
     def cancel_client(self, client_id: str, not_due_only: bool = False) -> list[str]:

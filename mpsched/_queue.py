@@ -226,6 +226,13 @@ class JobQueue:
             self._discard_locked(job)
             return True
 
+    def not_due(self, client_id: str) -> list[str]:
+        """The ids of one client's pending jobs whose due time is still ahead."""
+        with self._lock:
+            now = self._clock.now()
+            return [j.job_id for j in self._pending.values()
+                    if j.client_id == client_id and j.due > now]
+
     def cancel_client(self, client_id: str, *, not_due_only: bool = False) -> list[str]:
         """Remove every pending job of one client (with ``not_due_only``, only those whose
         due time is still ahead); returns their ids."""

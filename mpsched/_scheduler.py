@@ -120,6 +120,7 @@ class Scheduler(Client):
         self.address = ready.address
         self.authkey = config.authkey
         self.workers = workers
+        self._store = config.store
         # Stops the manager if this Scheduler is dropped or the program exits without
         # shutdown(); runs before multiprocessing joins its children at exit.
         self._finalizer = multiprocessing.util.Finalize(
@@ -149,12 +150,19 @@ class Scheduler(Client):
 
     def _exit_work(self) -> None:
         # As ProcessPoolExecutor does at exit: what is due runs to completion. Jobs due
-        # later would keep the program alive until then: they are dropped, loudly.
-        dropped = self._core.cancel_pending(not_due_only=True)
-        if dropped:
+        # later would keep the program alive until then: a store keeps them for the next
+        # manager on it; without one they are dropped, loudly.
+        if self._store is not None:
+            kept = self._core.leave_not_due(f"stays pending in the store {self._store}")
+            if kept:
+                log.warning("interpreter exit: %d job(s) not yet due stay pending in the store "
+                            "%s; a Scheduler or serve started on it runs them", kept,
+                            self._store)
+        elif dropped := self._core.cancel_pending(not_due_only=True):
             log.warning(
                 "interpreter exit: dropped %d job(s) not yet due. To run them, call "
-                "shutdown(wait=True) before the program ends, or submit them to a "
+                "shutdown(wait=True) before the program ends, give the Scheduler a store "
+                "(store=...) to keep them for the next one, or submit them to a "
                 "long-running manager (python -m mpsched serve) with mpsched.connect()",
                 dropped)
         # Jobs of other clients watched by id die with this manager: no waiting for them.

@@ -257,6 +257,10 @@ class ManagerService:
         """Cancel pending jobs of the caller; returns the ids of those that were pending."""
         return self._cancelled([job_id for job_id in job_ids if self.queue.cancel(job_id)])
 
+    def not_due(self, client_id: str) -> list[str]:
+        """The client's pending jobs not yet due (they stay in the store at its exit)."""
+        return self.queue.not_due(client_id)
+
     def cancel_client(self, client_id: str, not_due_only: bool = False) -> list[str]:
         return self._cancelled(self.queue.cancel_client(client_id, not_due_only=not_due_only))
 

@@ -110,3 +110,31 @@ def test_a_job_watched_by_id_does_not_hold_the_exit(tmp_path: Path) -> None:
     """)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["watching"]
+
+
+def test_with_a_store_jobs_due_later_stay_for_the_next_scheduler(tmp_path: Path) -> None:
+    log, store = tmp_path / "ran.log", tmp_path / "jobs.db"
+    first = run_script(tmp_path, f"""
+        import jobs
+        from mpsched import Scheduler
+
+        if __name__ == "__main__":
+            s = Scheduler(workers=1, store={str(store)!r})
+            s.submit(jobs.record, {str(log)!r}, "now")
+            later = s.schedule(jobs.record, {str(log)!r}, "later", delay=600)
+            print(later.job_id, flush=True)
+    """)
+    assert first.returncode == 0, first.stderr
+    assert "1 job(s) not yet due stay pending in the store" in first.stderr
+    assert log.read_text().split() == ["now"]
+    [later_id] = first.stdout.split()
+    second = run_script(tmp_path, f"""
+        from mpsched import Scheduler
+
+        if __name__ == "__main__":
+            with Scheduler(workers=1, store={str(store)!r}) as s:
+                print(*[j.job_id for j in s.jobs(state="pending")], flush=True)
+                s.shutdown(cancel_futures=True)
+    """)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.split() == [later_id]
