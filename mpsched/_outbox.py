@@ -30,9 +30,9 @@ class Outbox:
                  on_failure: Callable[[list[JobRequest], BaseException], None]) -> None:
         self._service = service
         self._on_failure = on_failure
-        # Guards _requests, _withdrawn, _closed and _sender_waits. The sender thread waits
-        # on _queued for requests; put() and withdraw() notify it when it waits, close()
-        # always. Submitters and cancel() hold the lock only briefly.
+        # Guards _requests, _sending, _busy, _withdrawn, _closed and _sender_waits. The
+        # sender thread waits on _queued for requests; put() and withdraw() notify it when
+        # it waits, close() always. Submitters and cancel() hold the lock only briefly.
         self._lock = threading.Lock()
         self._queued = threading.Condition(self._lock)
         # flush() waits on _idle until nothing is queued or being sent; the sender
@@ -40,6 +40,7 @@ class Outbox:
         self._idle = threading.Condition(self._lock)
         self._requests: dict[str, JobRequest] = {}  # by job id, in insertion order
         self._sending: set[str] = set()  # job ids of the batch on its way
+        self._busy = False  # a call to the manager is on its way (maybe with no job in it)
         # Requests taken back before they were sent: the manager is told how many with
         # the next batch, so its counts agree with what the caller did.
         self._withdrawn = 0
@@ -83,7 +84,7 @@ class Outbox:
         """Wait until every request put so far has reached the manager (or failed)."""
         with self._lock:
             return self._idle.wait_for(
-                lambda: not self._requests and not self._sending and not self._withdrawn,
+                lambda: not self._requests and not self._busy and not self._withdrawn,
                 timeout)
 
     def close(self, timeout: float = 10.0) -> None:
@@ -108,6 +109,7 @@ class Outbox:
                 batch = [self._requests.pop(job_id)
                          for job_id in list(self._requests)[:BATCH]]
                 self._sending = {request.job_id for request in batch}
+                self._busy = True
                 withdrawn, self._withdrawn = self._withdrawn, 0
             try:
                 self._service.submit(batch, None, withdrawn)
@@ -117,4 +119,5 @@ class Outbox:
             finally:
                 with self._lock:
                     self._sending = set()
+                    self._busy = False
                     self._idle.notify_all()

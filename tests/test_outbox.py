@@ -123,3 +123,39 @@ def test_the_manager_hears_how_many_requests_were_taken_back_unsent(outbox):
     assert box.flush(WAIT)  # a batch with no request still carries the count
     assert service.batches[0] == ["a"]
     assert service.withdrawn == 3
+
+
+class CountHeldService(FakeService):
+    """Also holds a call that carries only a count of requests taken back."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count_sending = threading.Event()
+        self.count_release = threading.Event()
+
+    def submit(self, requests: list[JobRequest], timeout: float | None,
+               withdrawn: int = 0) -> None:
+        if not requests:
+            self.count_sending.set()
+            assert self.count_release.wait(WAIT)
+        super().submit(requests, timeout, withdrawn)
+
+
+def test_flush_waits_for_a_count_on_its_way_without_any_request() -> None:
+    service = CountHeldService()
+    box = Outbox(service, lambda batch, exc: None)
+    try:
+        box.put(req("x"))
+        assert service.entered.acquire(timeout=WAIT)  # "x" is on its way, held
+        box.put(req("y"))
+        assert box.withdraw("y") is True
+        service.release.set()
+        assert service.count_sending.wait(WAIT)  # then the count alone is on its way
+        assert box.flush(0.05) is False  # not there yet: stats() would miss it
+        service.count_release.set()
+        assert box.flush(WAIT)
+        assert service.withdrawn == 1
+    finally:
+        service.release.set()
+        service.count_release.set()
+        box.close()
