@@ -28,8 +28,9 @@ from mpsched._errors import (
 )
 from mpsched._futures import DISCONNECTED, ClientCore, JobFuture, MapResults
 from mpsched._job import JobInfo, JobRequest, Priority, check_request, due_arguments
-from mpsched._payload import fast_dumps, pickle_job
+from mpsched._payload import fast_dumps, job_name, pickle_job
 from mpsched._protocol import ServiceProxy, Stats, connect_service
+from mpsched._schedule import RecurringClient
 from mpsched._transport import AUTHKEY_ENV, format_address, parse_address, read_authkey
 
 log = logging.getLogger("mpsched.client")
@@ -39,7 +40,7 @@ T = TypeVar("T")
 
 
 
-class Client(Executor):
+class Client(RecurringClient, Executor):
     """Submits jobs to a running manager and resolves their futures.
 
     Use :class:`Scheduler`, which also starts the manager and its workers.
@@ -109,7 +110,7 @@ class Client(Executor):
                   retries: int = 0, key: str | None = None) -> JobFuture[Any]:
         delay_s, at_s = due_arguments(delay, at)
         request = JobRequest("", "", b"", Priority.coerce(priority).level, delay_s, at_s,
-                             timeout, retries, key, _name(fn))
+                             timeout, retries, key, job_name(fn))
         check_request(request)  # the manager's own check, here at the call site
         request = request._replace(client_id=self._core.client_id,
                                    payload=pickle_job(fn, args, kwargs))
@@ -179,7 +180,7 @@ class Client(Executor):
         level = Priority.MEDIUM.level
         pickle_job(fn, (), {})  # a clear JobPicklingError if the callable cannot pickle
         fn_bytes = fast_dumps(fn) or cloudpickle.dumps(fn)  # pickled once for all items
-        name = _name(fn)
+        name = job_name(fn)
         jobs = [(payload, JobRequest("", self._core.client_id, payload, level, 0.0, None,
                                      name=name))
                 for payload in (pickle_job(fn, args, {}, fn_bytes)
@@ -362,13 +363,6 @@ def _close_open_clients() -> None:
 
 
 STATES = ("pending", "running", "done", "failed", "cancelled")
-
-
-def _name(fn: Callable[..., Any]) -> str:
-    """How listings name a job's callable: module:qualified name."""
-    qualname = getattr(fn, "__qualname__", None) or type(fn).__qualname__
-    module = getattr(fn, "__module__", None)
-    return f"{module}:{qualname}" if module else str(qualname)
 
 
 def connect(address: str | tuple[str, int], *, authkey: bytes | None = None,

@@ -17,6 +17,8 @@ exception a caller would already catch for the same situation::
      ├── AuthenticationError(multiprocessing.AuthenticationError)   wrong or unsafe authkey
      ├── ManagerUnreachableError(ConnectionError)   no mpsched manager answers at an address
      ├── JobNotFoundError(KeyError)             no job with that id (never, or forgotten)
+     ├── ScheduleNotFoundError(KeyError)        no schedule with that id
+     ├── ExtraMissingError(ImportError)         a feature needs an optional extra not installed
      ├── VersionMismatchError                   peer runs another Python or cloudpickle
      └── StoreError(OSError)                    the job store cannot be opened, read or written
           ├── StoreLockedError                  another manager holds the store's lock file
@@ -223,6 +225,32 @@ class JobNotFoundError(MpschedError, KeyError):
 
     def __reduce__(self) -> tuple[type[JobNotFoundError], tuple[str]]:
         return (type(self), (self.job_id,))
+
+
+class ScheduleNotFoundError(MpschedError, KeyError):
+    """The manager knows no schedule with this id (never added, or cancelled)."""
+
+    def __init__(self, schedule_id: str) -> None:
+        self.schedule_id = schedule_id
+        super().__init__(schedule_id)
+
+    def __str__(self) -> str:
+        return f"no schedule {self.schedule_id!r}: never added, or cancelled"
+
+    def __reduce__(self) -> tuple[type[ScheduleNotFoundError], tuple[str]]:
+        return (type(self), (self.schedule_id,))
+
+
+class ExtraMissingError(MpschedError, ImportError):
+    """A feature needs an optional dependency that is not installed; names the extra."""
+
+    def __init__(self, feature: str, extra: str, module: str) -> None:
+        self.feature, self.extra, self.module = feature, extra, module
+        super().__init__(f"{feature} need the optional dependency {module}: "
+                         f"pip install 'mpsched[{extra}]'", name=module)
+
+    def __reduce__(self) -> tuple[type[ExtraMissingError], tuple[str, str, str]]:
+        return (type(self), (self.feature, self.extra, self.module))
 
 
 class StoreError(MpschedError, OSError):

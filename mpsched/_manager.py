@@ -97,6 +97,9 @@ def _open_journal(config: ManagerConfig, queue: JobQueue) -> Journal:
 def _serve(config: ManagerConfig, control: Connection | None,
            on_ready: Callable[[ManagerReady, ManagerService], None] | None,
            service: ManagerService) -> int:
+    summary = service.schedules.recover()
+    if summary:
+        log.info("%s", summary)
     serve_object(service)
     # The key is in config: workers and the jobs they run must not inherit it.
     scrub_authkey_env()

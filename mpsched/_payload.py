@@ -34,6 +34,13 @@ def fast_dumps(obj: Any) -> bytes | None:
     return data
 
 
+def job_name(fn: Callable[..., Any]) -> str:
+    """How listings name a job's callable: module:qualified name."""
+    qualname = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    module = getattr(fn, "__module__", None)
+    return f"{module}:{qualname}" if module else str(qualname)
+
+
 def pickle_job(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                fn_bytes: bytes | None = None) -> bytes:
     """The job's payload: cloudpickled ``(fn, args, kwargs)``; with ``fn_bytes`` (the

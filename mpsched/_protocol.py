@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 from mpsched._errors import MpschedError, SchedulerShutdownError
 from mpsched._job import Assignment, JobRequest, Lease, Order, Outcome, QueueStats
+from mpsched._recurring import ScheduleInfo, ScheduleSpec
 from mpsched._store import JobRecord
 from mpsched._tls import TlsConfig
 from mpsched._transport import SERIALIZER, HardenedServer
@@ -176,7 +177,8 @@ class ServiceProxy(BaseProxy):
 
     _exposed_ = ("hello", "take", "ack", "heartbeat", "finish", "leave", "open_client",
                  "close_client", "submit", "cancel", "cancel_many", "cancel_client",
-                 "not_due", "watch", "jobs", "collect", "stats", "stop")
+                 "not_due", "watch", "jobs", "collect", "stats", "stop", "add_schedule",
+                 "list_schedules", "schedule_control", "schedule_preview", "schedule_runs")
 
     def _call(self, method: str, *args: Any) -> Any:
         return self._callmethod(method, args)
@@ -246,6 +248,27 @@ class ServiceProxy(BaseProxy):
 
     def stop(self) -> None:
         self._call("stop")
+
+    def add_schedule(self, spec: ScheduleSpec) -> ScheduleInfo:
+        result: ScheduleInfo = self._call("add_schedule", tuple(spec))
+        return result
+
+    def list_schedules(self) -> list[ScheduleInfo]:
+        result: list[ScheduleInfo] = self._call("list_schedules")
+        return result
+
+    def schedule_control(self, schedule_id: str, action: str) -> ScheduleInfo:
+        """``action``: "info", "pause", "resume" or "cancel"."""
+        result: ScheduleInfo = self._call("schedule_control", schedule_id, action)
+        return result
+
+    def schedule_preview(self, schedule_id: str, n: int) -> list[float]:
+        result: list[float] = self._call("schedule_preview", schedule_id, n)
+        return result
+
+    def schedule_runs(self, schedule_id: str, n: int) -> list[str]:
+        result: list[str] = self._call("schedule_runs", schedule_id, n)
+        return result
 
     def abandon(self) -> None:
         """Forget a manager that went away, before talking to whatever listens there next.

@@ -15,6 +15,7 @@ seed's ``signal()`` trap), and each event wakes O(1) threads instead of all of t
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import threading
@@ -224,6 +225,18 @@ class JobQueue:
             if job is None:
                 return False
             self._discard_locked(job)
+            return True
+
+    def reschedule(self, job_id: str, due: float) -> bool:
+        """Move a pending job to another due time (this queue's clock), keeping its seq;
+        False when it is not pending. (A cron run after the wall clock jumped.)"""
+        with self._lock:
+            job = self._pending.get(job_id)
+            if job is None:
+                return False
+            self._discard_locked(job)
+            self._cancelled -= 1  # moved, not cancelled
+            self._push_locked(dataclasses.replace(job, due=due, cancelled=False))
             return True
 
     def not_due(self, client_id: str) -> list[str]:

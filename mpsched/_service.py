@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from mpsched._clock import Clock, SystemClock
 from mpsched._errors import (
+    JobNotFoundError,
     JobTimeoutError,
     MpschedError,
     SchedulerShutdownError,
@@ -45,6 +46,8 @@ from mpsched._protocol import (
     report_from_wire,
 )
 from mpsched._queue import JobQueue
+from mpsched._recurring import ScheduleInfo, ScheduleSpec
+from mpsched._schedules import Schedules
 from mpsched._store import JobRecord
 from mpsched._store_memory import MemoryStore
 from mpsched._transport import describe_versions, host_name
@@ -88,6 +91,8 @@ class ManagerService:
         # Set once stop() is called; the supervisor sees it through the wake pipe.
         self.stopping = threading.Event()
         self.wake_reader, self._wake_writer = os.pipe()
+        # Recurring schedules; their runs are jobs of this queue (mpsched._schedules).
+        self.schedules = Schedules(self.journal, self._clock, self._cancelled)
 
     def wake_supervisor(self) -> None:
         """Wake the supervisor loop (it waits on ``wake_reader`` with the worker sentinels)."""
@@ -122,6 +127,7 @@ class ManagerService:
         if assignment is None or not self.journal.lease(assignment):
             return None
         self.workers.update(worker_id, current=assignment.lease.job_id)
+        self.schedules.started(assignment.lease.job_id)
         if assignment.timeout is not None:
             self.wake_supervisor()  # it sleeps until the earliest job deadline
         assert assignment.due is not None  # the queue always sets it
@@ -163,6 +169,7 @@ class ManagerService:
         self.mailboxes.post(client_id, outcome)
         for watcher in watchers - {client_id}:
             self.mailboxes.post(watcher, outcome)
+        self.schedules.ended(outcome.job_id, outcome)
 
     def lose_worker(self, worker_id: str, exitcode: int | None,
                     received: Callable[[Lease], bool] | None = None) -> int:
@@ -251,6 +258,7 @@ class ManagerService:
             told.add(owner)
         for client in told:
             self.mailboxes.post(client, cancelled(job_id))
+        self.schedules.ended(job_id, cancelled(job_id))
         return True
 
     def cancel_many(self, job_ids: list[str]) -> list[str]:
@@ -268,6 +276,8 @@ class ManagerService:
         for job_id, watchers in self.journal.cancelled(job_ids).items():
             for client in watchers:
                 self.mailboxes.post(client, cancelled(job_id))
+        for job_id in job_ids:
+            self.schedules.ended(job_id, cancelled(job_id))
         return job_ids
 
     def watch(self, client_id: str, job_id: str) -> None:
@@ -277,7 +287,12 @@ class ManagerService:
         Raises:
             JobNotFoundError: the manager knows no such job.
         """
-        outcome = self.journal.watch(client_id, job_id)
+        try:
+            outcome = self.journal.watch(client_id, job_id)
+        except JobNotFoundError:
+            outcome = self.schedules.outcome(job_id)  # kept for runs even without a store
+            if outcome is None:
+                raise
         if outcome is not None:
             self.mailboxes.post(client_id, outcome)
 
@@ -321,6 +336,27 @@ class ManagerService:
             log.info("client %s went away; %d uncollected outcome(s) discarded", client_id,
                      dropped)
 
+    # ------------------------------------------------------------------ schedules
+
+    def add_schedule(self, spec: tuple[object, ...]) -> ScheduleInfo:
+        """Add (or upsert) a recurring schedule; see Schedules.add."""
+        return self.schedules.add(ScheduleSpec._make(spec))
+
+    def list_schedules(self) -> list[ScheduleInfo]:
+        return self.schedules.listing()
+
+    def schedule_control(self, schedule_id: str, action: str) -> ScheduleInfo:
+        """``info``, ``pause``, ``resume`` or ``cancel`` one schedule."""
+        if action == "info":
+            return self.schedules.info(schedule_id)
+        return self.schedules.control(schedule_id, action)
+
+    def schedule_preview(self, schedule_id: str, n: int) -> list[float]:
+        return self.schedules.preview(schedule_id, n)
+
+    def schedule_runs(self, schedule_id: str, n: int) -> list[str]:
+        return self.schedules.runs(schedule_id, n)
+
     def stats(self) -> Stats:
         now = time.monotonic()
         workers, recent = self.workers.statuses(since=now - THROUGHPUT_WINDOW)
@@ -340,6 +376,7 @@ class ManagerService:
     def stop(self) -> None:
         """Stop handing out jobs; the manager process then drains, stops workers, exits."""
         self.stopping.set()
+        self.schedules.close()
         self.queue.close()
         self.wake_supervisor()
 

@@ -121,6 +121,14 @@ class Recovery(NamedTuple):
     next_seq: int
 
 
+class StoredSchedule(NamedTuple):
+    """A recurring schedule as a store keeps it: opaque to the store, like a payload."""
+
+    schedule_id: str
+    spec: bytes  # the manager's encoding of what was asked (mpsched._recurring)
+    state: bytes  # the manager's encoding of where it stands (last slot, counters)
+
+
 class Store(abc.ABC):
     """The journal of job state changes. Thread-safe: any manager thread may call it.
 
@@ -229,6 +237,27 @@ class Store(abc.ABC):
     def prune(self, now_wall: float) -> int:
         """Forget jobs finished (or cancelled) ``result_ttl`` seconds or more before
         ``now_wall``; returns how many. Backends also prune on their own."""
+
+    @abc.abstractmethod
+    def save_schedule(self, schedule: StoredSchedule) -> None:
+        """Record a schedule, replacing one with its id; durable when this returns.
+
+        Raises:
+            StoreError: it could not be written.
+        """
+
+    @abc.abstractmethod
+    def update_schedule(self, schedule_id: str, state: bytes) -> None:
+        """Record where a schedule stands, without waiting (in order with every later
+        call); an unknown id is ignored."""
+
+    @abc.abstractmethod
+    def delete_schedule(self, schedule_id: str) -> None:
+        """Forget a schedule (an unknown id is ignored); durable when this returns."""
+
+    @abc.abstractmethod
+    def schedules(self) -> list[StoredSchedule]:
+        """Every schedule, in the order they were first saved."""
 
     @abc.abstractmethod
     def close(self) -> None:

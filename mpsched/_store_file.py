@@ -41,9 +41,14 @@ def _create_v1(conn: sqlite3.Connection) -> None:
                  "WHERE finished_wall IS NOT NULL")
 
 
+def _add_schedules_v2(conn: sqlite3.Connection) -> None:
+    conn.execute("""CREATE TABLE schedules (
+        schedule_id TEXT PRIMARY KEY, spec BLOB NOT NULL, state BLOB NOT NULL)""")
+
+
 # MIGRATIONS[v] takes a store from schema version v to v + 1, inside the opening
 # transaction; version 0 is a new, empty file. Append a step for every schema change.
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_create_v1]
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_create_v1, _add_schedules_v2]
 
 
 def open_checked(path: str) -> int:

@@ -15,6 +15,7 @@ from mpsched._store import (
     RunningJob,
     Store,
     StoredJob,
+    StoredSchedule,
     check_finish_state,
     check_options,
 )
@@ -57,6 +58,7 @@ class MemoryStore(Store):
         self._entries: dict[str, _Entry] = {}
         self._keys: dict[str, str] = {}  # key -> id of the job holding it
         self._seqs: set[int] = set()  # the seqs of the entries: one job per seq, as in SQLite
+        self._schedules: dict[str, StoredSchedule] = {}  # insertion order is save order
         self._closed = False
 
     @property
@@ -175,6 +177,25 @@ class MemoryStore(Store):
     def _check_open_locked(self) -> None:
         if self._closed:
             raise StoreError("memory", "the store is closed")
+
+    def save_schedule(self, schedule: StoredSchedule) -> None:
+        with self._lock:
+            self._check_open_locked()
+            self._schedules[schedule.schedule_id] = schedule
+
+    def update_schedule(self, schedule_id: str, state: bytes) -> None:
+        with self._lock:
+            old = self._schedules.get(schedule_id)
+            if old is not None:
+                self._schedules[schedule_id] = old._replace(state=state)
+
+    def delete_schedule(self, schedule_id: str) -> None:
+        with self._lock:
+            self._schedules.pop(schedule_id, None)
+
+    def schedules(self) -> list[StoredSchedule]:
+        with self._lock:
+            return list(self._schedules.values())
 
     def _expired(self, entry: _Entry, now_wall: float) -> bool:
         return entry.finished_wall is not None \

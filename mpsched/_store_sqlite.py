@@ -40,6 +40,7 @@ from mpsched._store import (
     RunningJob,
     Store,
     StoredJob,
+    StoredSchedule,
     check_finish_state,
     check_options,
 )
@@ -220,6 +221,27 @@ class SQLiteStore(Store):
         self._readers.close()  # first: the writer's connection, closing last, checkpoints
         if self._writer.close():
             os.close(self._lock_fd)
+
+    def save_schedule(self, schedule: StoredSchedule) -> None:
+        self._writer.call(lambda conn: conn.execute(
+            "INSERT INTO schedules (schedule_id, spec, state) VALUES (?, ?, ?) "
+            "ON CONFLICT (schedule_id) DO UPDATE SET spec = excluded.spec, "
+            "state = excluded.state", schedule))
+
+    def update_schedule(self, schedule_id: str, state: bytes) -> None:
+        self._writer.post(lambda conn: conn.execute(
+            "UPDATE schedules SET state = ? WHERE schedule_id = ?", (state, schedule_id)))
+
+    def delete_schedule(self, schedule_id: str) -> None:
+        self._writer.call(lambda conn: conn.execute(
+            "DELETE FROM schedules WHERE schedule_id = ?", (schedule_id,)))
+
+    def schedules(self) -> list[StoredSchedule]:
+        self.flush()  # states posted so far are readable
+        with self._readers.connection() as conn:
+            rows = conn.execute("SELECT schedule_id, spec, state FROM schedules "
+                                "ORDER BY rowid").fetchall()
+        return [StoredSchedule._make(row) for row in rows]
 
     def _insert(self, conn: sqlite3.Connection, jobs: list[StoredJob]) -> list[str]:
         """In the writer: resolve keys against the store, then insert the new jobs."""

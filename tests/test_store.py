@@ -346,11 +346,12 @@ def test_a_store_from_a_newer_schema_is_refused_untouched(
     store.submit([job(1)])
     store.close()
     conn = sqlite3.connect(tmp_path / "jobs.db")
-    conn.execute("UPDATE meta SET value = 2 WHERE name = 'schema_version'")
+    newer = len(_store_file.MIGRATIONS) + 1
+    conn.execute("UPDATE meta SET value = ? WHERE name = 'schema_version'", (newer,))
     conn.commit()
     conn.close()
     before = (tmp_path / "jobs.db").read_bytes()
-    with pytest.raises(StoreError, match="schema version 2 is newer"):
+    with pytest.raises(StoreError, match=f"schema version {newer} is newer"):
         open_sqlite()
     assert (tmp_path / "jobs.db").read_bytes() == before
 
@@ -367,12 +368,13 @@ def test_an_older_schema_is_migrated_forward_once(
     old.submit([job(1), job(2)])
     old.close()
     monkeypatch.setattr(_store_file, "MIGRATIONS", [*_store_file.MIGRATIONS, _add_tags])
-    for _ in range(2):  # the second opening finds version 2 and migrates nothing
+    for _ in range(2):  # the second opening finds the new version and migrates nothing
         store = open_sqlite()
         assert [j.job_id for j in store.recover().pending] == ["job-1", "job-2"]
         store.close()
     conn = sqlite3.connect(tmp_path / "jobs.db")
-    assert conn.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone() == (2,)
+    assert conn.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone() \
+        == (len(_store_file.MIGRATIONS) + 1,)
     assert conn.execute("SELECT count(*) FROM tags").fetchone() == (2,)
     conn.close()
 
@@ -392,7 +394,7 @@ def test_a_failing_migration_leaves_the_store_as_it_was(
     with pytest.raises(StoreError, match="no_such_table"):
         open_sqlite()
     monkeypatch.undo()
-    store = open_sqlite()  # still version 1, unchanged, and no lock left behind
+    store = open_sqlite()  # still the old version, unchanged, and no lock left behind
     assert [j.job_id for j in store.recover().pending] == ["job-1"]
 
 

@@ -1,0 +1,427 @@
+"""Schedules: the manager's recurring jobs, each run an ordinary job of the queue.
+
+A schedule keeps one run armed: a job whose id is ``"{schedule id}@{slot, UTC}"``, submitted
+through the journal (so it is in the store before it is in the heap) with its slot as due
+time; the heap's timed wait starts it on time, like any scheduled job. What arms the next run
+(``mpsched._recurring.plan``) depends on ``overlap``::
+
+    add / resume / recovery ──▶ plan("begin") ──▶ arm run k ──▶ heap ──▶ worker
+                                                     ▲            │
+    overlap "skip"/"queue", mode "delay":  run k ended ───────────┤ plan("ended")
+    overlap "allow":                       run k started ─────────┘ plan("started")
+
+Run ids are deterministic, and a slot is armed only if the store does not know its run:
+a slot never runs twice, whoever adds the schedule and however often the manager restarts.
+Every-schedules map slots to the monotonic clock with one offset per manager lifetime;
+cron runs are re-mapped when the wall clock jumps (a watcher thread compares the clocks).
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from mpsched._clock import Clock
+from mpsched._errors import InvalidJobError, MpschedError, ScheduleNotFoundError, StoreError
+from mpsched._job import CANCELLED, JobRequest, Outcome
+from mpsched._journal import Journal
+from mpsched._recurring import (
+    ScheduleCounters,
+    ScheduleInfo,
+    ScheduleSpec,
+    Slots,
+    check_spec,
+    jitter_offset,
+    local_zone_name,
+    plan,
+    resolve_anchor,
+    run_id,
+)
+from mpsched._store import JobState, StoredSchedule
+
+log = logging.getLogger("mpsched.schedules")
+
+CLIENT_PREFIX = "schedule:"  # the client id a schedule's runs are submitted under
+RECENT = 100  # run ids kept per schedule for Schedule.runs()
+KEPT_OUTCOMES = 10  # outcomes of the latest runs kept in memory (a store keeps them all)
+WALL_CHECK = 1.0  # seconds between two comparisons of the wall and monotonic clocks
+WALL_JUMP = 0.5  # seconds the wall clock may move against the monotonic one unnoticed
+
+
+class _State(NamedTuple):
+    """Where a schedule stands, as the store keeps it (plain data)."""
+
+    anchor: float
+    tz: str
+    decided: float | None
+    owed_until: float | None
+    paused: bool
+    counters: ScheduleCounters
+    active: tuple[tuple[str, float], ...]  # run id, slot: armed and not ended
+    recent: tuple[str, ...]
+
+
+@dataclass(eq=False)
+class _Entry:
+    spec: ScheduleSpec
+    slots: Slots
+    tz: str
+    offset: float  # monotonic minus wall, fixed while this manager runs (every-schedules)
+    decided: float | None = None
+    owed_until: float | None = None
+    paused: bool = False
+    runs: int = 0
+    skipped: int = 0
+    missed: int = 0
+    failed: int = 0
+    active: dict[str, float] = field(default_factory=dict)
+    started: set[str] = field(default_factory=set)  # active runs handed to a worker
+    recent: deque[str] = field(default_factory=lambda: deque(maxlen=RECENT))
+    outcomes: dict[str, Outcome] = field(default_factory=dict)
+
+    def state(self) -> _State:
+        return _State(self.slots.anchor, self.tz, self.decided, self.owed_until, self.paused,
+                      self.counters(), tuple(self.active.items()), tuple(self.recent))
+
+    def counters(self) -> ScheduleCounters:
+        return ScheduleCounters(self.runs, self.skipped, self.missed, self.failed)
+
+
+class Schedules:
+    """The recurring schedules of one manager; every public method is thread-safe."""
+
+    def __init__(self, journal: Journal, clock: Clock,
+                 cancelled: Callable[[list[str]], object]) -> None:
+        """``cancelled``: journals withdrawn runs and tells whoever watches them."""
+        self._journal = journal
+        self._cancelled = cancelled
+        self._queue = journal.queue
+        self._clock = clock
+        # Guards _entries, _runs and every entry. Held while a run is armed (a durable
+        # store write), so two clients adding or cancelling one schedule are serialised.
+        # Nobody waits on it for long: schedules change at human rates.
+        self._lock = threading.Lock()
+        self._entries: dict[str, _Entry] = {}
+        self._runs: dict[str, str] = {}  # armed run id -> schedule id (read without lock)
+        # Set by close(); the wall-clock watcher waits on it between checks.
+        self._closed = threading.Event()
+        self._watcher: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def recover(self) -> str:
+        """Load the store's schedules and plan each after the downtime; a summary line."""
+        stored = self._journal.store.schedules()
+        with self._lock:
+            for schedule in stored:
+                self._recover_locked(schedule)
+        self._start_watcher()
+        if not stored:
+            return ""
+        return f"recovered {len(stored)} schedule(s)"
+
+    def _recover_locked(self, stored: StoredSchedule) -> None:
+        spec = ScheduleSpec._make(pickle.loads(stored.spec))
+        state = _State._make(pickle.loads(stored.state))
+        entry = self._entry(spec, state.anchor, state.tz)
+        entry.decided, entry.owed_until, entry.paused = \
+            state.decided, state.owed_until, state.paused
+        entry.runs, entry.skipped, entry.missed, entry.failed = state.counters
+        entry.recent.extend(state.recent)
+        for rid, label in state.active:
+            record = self._journal.store.get(rid)
+            if record is not None and not record.state.finished \
+                    and record.state is not JobState.CANCELLED:
+                entry.active[rid] = label
+                self._runs[rid] = spec.schedule_id
+        self._entries[spec.schedule_id] = entry
+        if not entry.paused:
+            self._plan_locked(entry, "begin")
+
+    def close(self) -> None:
+        self._closed.set()
+        if self._watcher is not None:
+            self._watcher.join(timeout=5)
+
+    # ------------------------------------------------------------------ calls
+
+    def add(self, spec: ScheduleSpec) -> ScheduleInfo:
+        """Add a schedule, or upsert one with its id: the same spec changes nothing; a
+        changed one replaces it and keeps its last run (and its counters).
+
+        Raises:
+            InvalidJobError, ExtraMissingError: a spec that cannot be planned.
+            StoreError: it could not be recorded; nothing changed.
+        """
+        check_spec(spec)
+        tz = spec.tz or (local_zone_name() if spec.kind == "cron" else "")
+        with self._lock:
+            old = self._entries.get(spec.schedule_id)
+            if old is not None and old.spec.identity() == spec.identity():
+                return self._info_locked(old)
+            anchor = resolve_anchor(spec, self._clock.wall())
+            if old is not None and old.spec.kind == spec.kind == "every" \
+                    and spec.start_at is None:
+                anchor = old.slots.anchor if old.spec.interval == spec.interval else anchor
+            entry = self._entry(spec, anchor, tz)
+            if old is not None:
+                self._carry_over_locked(old, entry)
+            self._journal.store.save_schedule(StoredSchedule(
+                spec.schedule_id, pickle.dumps(tuple(spec)), pickle.dumps(entry.state())))
+            self._entries[spec.schedule_id] = entry
+            log.info("schedule %s %s: %s", spec.schedule_id,
+                     "replaced" if old else "added", spec.describe())
+            self._plan_locked(entry, "begin")
+            return self._info_locked(entry)
+
+    def _carry_over_locked(self, old: _Entry, new: _Entry) -> None:
+        """A replaced schedule keeps its counters and last run; its armed run that has not
+        started is withdrawn (the new spec plans the next one)."""
+        new.runs, new.skipped, new.missed, new.failed = old.counters()
+        new.recent, new.outcomes, new.paused = old.recent, old.outcomes, old.paused
+        new.decided = old.decided
+        self._withdraw_locked(old)
+        new.active, new.started = old.active, old.started
+
+    def control(self, schedule_id: str, action: str) -> ScheduleInfo:
+        """``pause``, ``resume`` or ``cancel`` a schedule; returns it as it is now.
+
+        Pause and cancel withdraw its armed run unless it started: no run starts after
+        this returns; a running one finishes.
+
+        Raises:
+            ScheduleNotFoundError: no such schedule.
+            InvalidJobError: an unknown action.
+        """
+        with self._lock:
+            entry = self._get_locked(schedule_id)
+            if action == "pause":
+                entry.paused = True
+                self._withdraw_locked(entry)
+                self._save_state_locked(entry)
+            elif action == "resume":
+                if entry.paused:
+                    entry.paused = False
+                    entry.decided = None if entry.decided is None else max(
+                        entry.decided, self._now(entry))
+                    self._plan_locked(entry, "begin")
+            elif action == "cancel":
+                self._withdraw_locked(entry)
+                del self._entries[schedule_id]
+                self._journal.store.delete_schedule(schedule_id)
+                log.info("schedule %s cancelled", schedule_id)
+                return self._info_locked(entry, cancelled=True)
+            else:
+                raise InvalidJobError(f"unknown schedule action {action!r}")
+            return self._info_locked(entry)
+
+    def info(self, schedule_id: str) -> ScheduleInfo:
+        with self._lock:
+            return self._info_locked(self._get_locked(schedule_id))
+
+    def listing(self) -> list[ScheduleInfo]:
+        with self._lock:
+            return [self._info_locked(e) for e in self._entries.values()]
+
+    def preview(self, schedule_id: str, n: int) -> list[float]:
+        """The next ``n`` slots (UTC epoch seconds, jitter included) without running any."""
+        with self._lock:
+            entry = self._get_locked(schedule_id)
+            after = max(entry.decided, self._now(entry)) if entry.decided is not None \
+                else None
+            armed = sorted(entry.active.values())
+            labels = [a for a in armed if a > self._now(entry)][:n]
+            labels += entry.slots.preview(after if not labels else labels[-1], n - len(labels))
+            sid, jitter = entry.spec.schedule_id, entry.spec.jitter
+            return [label + jitter_offset(sid, label, jitter) for label in labels]
+
+    def runs(self, schedule_id: str, n: int) -> list[str]:
+        """The ids of the ``n`` latest runs, oldest first."""
+        with self._lock:
+            recent = list(self._get_locked(schedule_id).recent)
+            return recent[-n:] if n > 0 else []
+
+    def outcome(self, job_id: str) -> Outcome | None:
+        """The kept outcome of a recent run (a manager without a store forgets jobs)."""
+        sid = job_id.rpartition("@")[0]
+        with self._lock:
+            entry = self._entries.get(sid)
+            return None if entry is None else entry.outcomes.get(job_id)
+
+    # ------------------------------------------------------------------ run events
+
+    def started(self, job_id: str) -> None:
+        """The service handed out a job: for a run of an ``allow`` schedule, arm the next."""
+        if job_id not in self._runs or self._closed.is_set():
+            return
+        with self._lock:
+            entry = self._entries.get(self._runs.get(job_id, ""))
+            if entry is None or job_id not in entry.active:
+                return
+            entry.runs += 1
+            entry.started.add(job_id)
+            if entry.spec.overlap == "allow" and entry.spec.mode == "rate" and not entry.paused:
+                self._plan_locked(entry, "started")
+            else:
+                self._save_state_locked(entry)
+
+    def ended(self, job_id: str, outcome: Outcome) -> None:
+        """A job's outcome is final (or it was cancelled): for a run, count it and, unless
+        its schedule allows overlap, arm the next."""
+        if job_id not in self._runs or self._closed.is_set():
+            return  # closed: runs that end as the manager stops stay as the store has them
+        with self._lock:
+            sid = self._runs.pop(job_id, "")
+            entry = self._entries.get(sid)
+            if entry is None or entry.active.pop(job_id, None) is None:
+                return
+            entry.started.discard(job_id)
+            entry.outcomes[job_id] = outcome
+            while len(entry.outcomes) > KEPT_OUTCOMES:
+                del entry.outcomes[next(iter(entry.outcomes))]
+            if not outcome.ok and outcome.error_kind != CANCELLED:
+                entry.failed += 1
+                if entry.spec.on_error == "pause":
+                    entry.paused = True
+                    self._withdraw_locked(entry)
+                    log.warning("schedule %s paused: run %s failed (%s)", sid, job_id,
+                                outcome.error_kind or "its own exception")
+            if entry.paused:
+                self._save_state_locked(entry)
+            elif entry.spec.overlap != "allow" or entry.spec.mode == "delay" \
+                    or not entry.active:
+                self._plan_locked(entry, "ended")
+            else:
+                self._save_state_locked(entry)
+
+    # ------------------------------------------------------------------ planning
+
+    def _entry(self, spec: ScheduleSpec, anchor: float, tz: str) -> _Entry:
+        return _Entry(spec, Slots(spec, anchor, tz), tz,
+                      offset=self._clock.now() - self._clock.wall())
+
+    def _now(self, entry: _Entry) -> float:
+        """Now as a label on the schedule's timeline."""
+        if entry.spec.kind == "cron":
+            return self._clock.wall()
+        return self._clock.now() - entry.offset
+
+    def _plan_locked(self, entry: _Entry, trigger: str) -> None:
+        decision = plan(entry.slots, entry.decided, entry.owed_until, self._now(entry),
+                        trigger, active=bool(entry.active))
+        entry.decided, entry.owed_until = decision.decided, decision.owed_until
+        sid = entry.spec.schedule_id
+        if decision.cancel_armed:
+            self._withdraw_locked(entry)
+        if decision.skipped:
+            entry.skipped += decision.skipped
+            log.warning("schedule %s: %d slot(s) skipped, its previous run was still pending "
+                        "or running (overlap=%r)", sid, decision.skipped, entry.spec.overlap)
+        if decision.missed:
+            entry.missed += decision.missed
+            log.warning("schedule %s: %d slot(s) missed (late or while the manager was down) "
+                        "and not run (catchup=%r)", sid, decision.missed, entry.spec.catchup)
+        if decision.arm is not None:
+            self._arm_locked(entry, decision.arm)
+        self._save_state_locked(entry)
+
+    def _arm_locked(self, entry: _Entry, label: float) -> None:
+        spec = entry.spec
+        rid = run_id(spec.schedule_id, label)
+        if rid in entry.active:
+            return
+        record = self._journal.store.get(rid)
+        if record is not None:  # armed before (another manager life): never twice
+            if not record.state.finished and record.state is not JobState.CANCELLED:
+                entry.active[rid] = label
+                self._runs[rid] = spec.schedule_id
+            return
+        request = JobRequest(rid, CLIENT_PREFIX + spec.schedule_id, spec.payload,
+                             spec.priority, max(0.0, self._due(entry, label)
+                                                - self._clock.now()),
+                             None, spec.timeout, spec.retries, None, spec.name)
+        try:
+            self._journal.submit([request], timeout=0)
+        except (MpschedError, StoreError) as exc:
+            entry.missed += 1
+            log.warning("schedule %s: run %s not queued, counted as missed: %s",
+                        spec.schedule_id, rid, exc)
+            return
+        entry.active[rid] = label
+        self._runs[rid] = spec.schedule_id
+        entry.recent.append(rid)
+
+    def _due(self, entry: _Entry, label: float) -> float:
+        """The monotonic instant a slot's run is due, jitter included."""
+        label += jitter_offset(entry.spec.schedule_id, label, entry.spec.jitter)
+        if entry.spec.kind == "cron":
+            return label + self._clock.now() - self._clock.wall()
+        return label + entry.offset
+
+    def _withdraw_locked(self, entry: _Entry) -> None:
+        """Cancel the entry's armed runs that have not started; running ones stay active,
+        so that their end is still counted."""
+        withdrawn = [rid for rid in entry.active if self._queue.cancel(rid)]
+        for rid in withdrawn:
+            del entry.active[rid]
+            self._runs.pop(rid, None)  # first: the cancel's ended() must not re-plan
+        if withdrawn:
+            self._cancelled(withdrawn)
+
+    def _save_state_locked(self, entry: _Entry) -> None:
+        self._journal.store.update_schedule(entry.spec.schedule_id,
+                                            pickle.dumps(entry.state()))
+
+    def _get_locked(self, schedule_id: str) -> _Entry:
+        entry = self._entries.get(schedule_id)
+        if entry is None:
+            raise ScheduleNotFoundError(schedule_id)
+        return entry
+
+    def _info_locked(self, entry: _Entry, *, cancelled: bool = False) -> ScheduleInfo:
+        spec = entry.spec
+        next_run: float | None = None
+        if not (entry.paused or cancelled):
+            armed = [label for rid, label in entry.active.items() if rid not in entry.started]
+            now = self._now(entry)
+            next_run = min(armed) if armed else entry.slots.after(
+                now if entry.decided is None else max(entry.decided, now))
+            next_run += jitter_offset(spec.schedule_id, next_run, spec.jitter)
+        return ScheduleInfo(spec.schedule_id, spec.describe(), spec.name, next_run,
+                            entry.paused, cancelled, entry.counters(),
+                            entry.recent[-1] if entry.recent else None, entry.tz)
+
+    # ------------------------------------------------------------------ wall clock
+
+    def _start_watcher(self) -> None:
+        self._watcher = threading.Thread(target=self._watch_wall, name="mpsched-wall-clock",
+                                         daemon=True)
+        self._watcher.start()
+
+    def _watch_wall(self) -> None:
+        """Re-map armed cron runs when the wall clock jumps against the monotonic one."""
+        offset = self._clock.now() - self._clock.wall()
+        while not self._closed.wait(WALL_CHECK):
+            now_offset = self._clock.now() - self._clock.wall()
+            if abs(now_offset - offset) > WALL_JUMP:
+                log.warning("the wall clock jumped by %+.3f s; cron runs re-planned",
+                            offset - now_offset)
+                self.remap_cron()
+            offset = now_offset
+
+    def remap_cron(self) -> int:
+        """Move every armed cron run that has not started to its slot on the wall clock as
+        it reads now; returns how many moved."""
+        moved = 0
+        with self._lock:
+            for entry in self._entries.values():
+                if entry.spec.kind != "cron":
+                    continue
+                for rid, label in entry.active.items():
+                    moved += self._queue.reschedule(rid, self._due(entry, label))
+        return moved
