@@ -3,6 +3,7 @@
 from mpsched._client import Client as Client
 from mpsched._client import connect as connect
 from mpsched._errors import AuthenticationError as AuthenticationError
+from mpsched._errors import ExtraMissingError as ExtraMissingError
 from mpsched._errors import InvalidJobError as InvalidJobError
 from mpsched._errors import JobError as JobError
 from mpsched._errors import JobNotFoundError as JobNotFoundError
@@ -15,6 +16,7 @@ from mpsched._errors import QueueFullError as QueueFullError
 from mpsched._errors import RemoteTraceback as RemoteTraceback
 from mpsched._errors import ResultPicklingError as ResultPicklingError
 from mpsched._errors import ResultUnpicklingError as ResultUnpicklingError
+from mpsched._errors import ScheduleNotFoundError as ScheduleNotFoundError
 from mpsched._errors import SchedulerShutdownError as SchedulerShutdownError
 from mpsched._errors import StoreError as StoreError
 from mpsched._errors import StoreFullError as StoreFullError
@@ -28,11 +30,15 @@ from mpsched._job import Priority as Priority
 from mpsched._job import QueueStats as QueueStats
 from mpsched._protocol import Stats as Stats
 from mpsched._protocol import WorkerStatus as WorkerStatus
+from mpsched._recurring import ScheduleCounters as ScheduleCounters
+from mpsched._recurring import ScheduleInfo as ScheduleInfo
+from mpsched._schedule import Schedule as Schedule
 from mpsched._scheduler import Scheduler as Scheduler
 
 __all__ = [
     "AuthenticationError",
     "Client",
+    "ExtraMissingError",
     "InvalidJobError",
     "JobError",
     "JobFuture",
@@ -50,6 +56,10 @@ __all__ = [
     "RemoteTraceback",
     "ResultPicklingError",
     "ResultUnpicklingError",
+    "Schedule",
+    "ScheduleCounters",
+    "ScheduleInfo",
+    "ScheduleNotFoundError",
     "Scheduler",
     "SchedulerShutdownError",
     "Stats",

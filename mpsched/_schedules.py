@@ -340,6 +340,8 @@ class Schedules:
             if not record.state.finished and record.state is not JobState.CANCELLED:
                 entry.active[rid] = label
                 self._runs[rid] = spec.schedule_id
+                if rid not in entry.recent:
+                    entry.recent.append(rid)
             return
         request = JobRequest(rid, CLIENT_PREFIX + spec.schedule_id, spec.payload,
                              spec.priority, max(0.0, self._due(entry, label)

@@ -13,6 +13,7 @@ def test_public_names_are_pinned():
     assert mpsched.__all__ == [
         "AuthenticationError",
         "Client",
+        "ExtraMissingError",
         "InvalidJobError",
         "JobError",
         "JobFuture",
@@ -30,6 +31,10 @@ def test_public_names_are_pinned():
         "RemoteTraceback",
         "ResultPicklingError",
         "ResultUnpicklingError",
+        "Schedule",
+        "ScheduleCounters",
+        "ScheduleInfo",
+        "ScheduleNotFoundError",
         "Scheduler",
         "SchedulerShutdownError",
         "Stats",

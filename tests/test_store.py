@@ -27,7 +27,7 @@ from mpsched._errors import (
     StoreFullError,
     StoreLockedError,
 )
-from mpsched._store import DAY, JobState, Recovery, Store, StoredJob
+from mpsched._store import DAY, JobState, Recovery, Store, StoredJob, StoredSchedule
 from mpsched._store_memory import MemoryStore
 from mpsched._store_sqlite import SQLiteStore
 
@@ -374,7 +374,7 @@ def test_an_older_schema_is_migrated_forward_once(
         store.close()
     conn = sqlite3.connect(tmp_path / "jobs.db")
     assert conn.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone() \
-        == (len(_store_file.MIGRATIONS) + 1,)
+        == (len(_store_file.MIGRATIONS),)  # the patched list: one step more
     assert conn.execute("SELECT count(*) FROM tags").fetchone() == (2,)
     conn.close()
 
@@ -673,3 +673,33 @@ def test_results_are_kept_a_day_by_default(tmp_path: Path, wall: Wall) -> None:
         assert store.find_key("k") is None
     finally:
         store.close()
+
+
+def test_a_version_1_store_gains_the_schedules_table_and_keeps_its_jobs(
+        tmp_path: Path, open_sqlite: Callable[..., SQLiteStore],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_store_file, "MIGRATIONS", _store_file.MIGRATIONS[:1])
+    old = open_sqlite()
+    old.submit([job(1)])
+    old.close()
+    monkeypatch.undo()
+    store = open_sqlite()
+    assert [j.job_id for j in store.recover().pending] == ["job-1"]
+    store.save_schedule(StoredSchedule("nightly", b"spec", b"state"))
+    store.update_schedule("nightly", b"state 2")
+    store.update_schedule("unknown", b"ignored")
+    assert store.schedules() == [StoredSchedule("nightly", b"spec", b"state 2")]
+    store.delete_schedule("nightly")
+    assert store.schedules() == []
+
+
+def test_schedules_live_in_the_memory_store_as_in_sqlite() -> None:
+    store = MemoryStore()
+    store.save_schedule(StoredSchedule("a", b"spec", b"s1"))
+    store.save_schedule(StoredSchedule("b", b"spec", b"s1"))
+    store.save_schedule(StoredSchedule("a", b"spec 2", b"s2"))  # replaced, keeps its place
+    store.update_schedule("b", b"s3")
+    assert store.schedules() == [StoredSchedule("a", b"spec 2", b"s2"),
+                                 StoredSchedule("b", b"spec", b"s3")]
+    store.delete_schedule("a")
+    assert [s.schedule_id for s in store.schedules()] == ["b"]

@@ -1,0 +1,314 @@
+"""The manager's schedules (mpsched._schedules) in-process, on a fake clock: runs armed at
+their slots, overlap, cancel, pause, errors, upsert, jitter, wall-clock jumps, and recovery
+from a store. Workers are played by calling the service's take/finish directly."""
+
+from __future__ import annotations
+
+import os
+import pickle
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fakeclock import FakeClock
+
+from mpsched._errors import ScheduleNotFoundError
+from mpsched._job import Outcome
+from mpsched._journal import Journal
+from mpsched._protocol import Report, WorkerHello, assignment_from_wire, report_to_wire
+from mpsched._queue import JobQueue
+from mpsched._recurring import ScheduleSpec, jitter_offset, run_id
+from mpsched._schedules import Schedules
+from mpsched._service import ManagerService
+from mpsched._store import StoredSchedule
+from mpsched._store_sqlite import SQLiteStore
+from mpsched._transport import describe_versions
+
+WORKERS = ("w1", "w2", "w3")
+
+
+def spec(**changes: object) -> ScheduleSpec:
+    base = ScheduleSpec("s", "every", 10.0, "rate", "", "", 5.0, None, 0.0, "skip", "latest",
+                        "continue", 2, None, 0, "m:f", b"payload")
+    return base._replace(**changes)
+
+
+def make_service(clock: FakeClock, store: SQLiteStore | None = None) -> ManagerService:
+    queue = JobQueue(clock=clock)
+    journal = None if store is None else Journal(store, queue, wall=clock.wall)
+    service = ManagerService(queue, clock=clock, journal=journal)
+    python, cp = describe_versions()
+    for worker_id in WORKERS:
+        service.hello(WorkerHello(worker_id, os.getpid(), "elsewhere", python, cp, True, ""))
+    return service
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def service(clock: FakeClock) -> Iterator[ManagerService]:
+    service = make_service(clock)
+    yield service
+    service.stop()
+
+
+class Run:
+    def __init__(self, job_id: str, lease_id: int) -> None:
+        self.job_id, self.lease_id = job_id, lease_id
+
+
+def take(service: ManagerService, worker: str = "w1") -> Run | None:
+    wire = service.take(worker, None, 0)
+    if wire is None:
+        return None
+    assignment = assignment_from_wire(wire)
+    return Run(assignment.lease.job_id, assignment.lease.lease_id)
+
+
+def finish(service: ManagerService, run: Run, worker: str = "w1", ok: bool = True) -> None:
+    outcome = Outcome(run.job_id, ok, pickle.dumps(7 if ok else ValueError("no")), "", None)
+    service.finish(worker, report_to_wire(Report(run.lease_id, outcome)))
+
+
+def slot(clock: FakeClock, seconds_from_now: float) -> str:
+    return run_id("s", round(clock.wall() + seconds_from_now, 6))
+
+
+def test_runs_start_at_their_slots_and_the_next_is_armed_when_one_ends(
+        service: ManagerService, clock: FakeClock):
+    first, second = slot(clock, 5), slot(clock, 15)
+    service.add_schedule(tuple(spec()))
+    clock.advance(4.9)
+    assert take(service) is None
+    clock.advance(0.1)
+    run = take(service)
+    assert run is not None and run.job_id == first
+    finish(service, run)
+    clock.advance(9.9)
+    assert take(service) is None
+    clock.advance(0.1)
+    run = take(service)
+    assert run is not None and run.job_id == second
+    assert service.schedule_control("s", "info").counters.runs == 2
+
+
+def test_overlap_skip_runs_nothing_while_the_previous_run_is_running(
+        service: ManagerService, clock: FakeClock):
+    service.add_schedule(tuple(spec()))
+    clock.advance(5)
+    run = take(service)
+    assert run is not None
+    clock.advance(25)  # two slots pass while it runs
+    assert take(service, "w2") is None
+    finish(service, run)
+    info = service.schedule_control("s", "info")
+    assert info.counters.skipped == 2 and info.counters.runs == 1
+    clock.advance(5)
+    nxt = take(service, "w2")
+    assert nxt is not None and nxt.job_id == run_id("s", info.next_run)  # type: ignore[arg-type]
+
+
+def test_overlap_allow_arms_the_next_run_when_one_starts(
+        service: ManagerService, clock: FakeClock):
+    service.add_schedule(tuple(spec(overlap="allow")))
+    clock.advance(5)
+    first = take(service)
+    clock.advance(10)
+    second = take(service, "w2")
+    assert first is not None and second is not None and first.job_id != second.job_id
+
+
+def test_overlap_queue_runs_the_latest_late_slot_when_the_previous_run_ends(
+        service: ManagerService, clock: FakeClock):
+    latest = slot(clock, 35)
+    service.add_schedule(tuple(spec(overlap="queue")))
+    clock.advance(5)
+    run = take(service)
+    assert run is not None
+    clock.advance(32)
+    finish(service, run)
+    nxt = take(service)
+    assert nxt is not None and nxt.job_id == latest
+    assert service.schedule_control("s", "info").counters.missed == 2
+
+
+def test_cancel_withdraws_the_armed_run_and_a_running_one_finishes(
+        service: ManagerService, clock: FakeClock):
+    service.add_schedule(tuple(spec(overlap="allow")))
+    clock.advance(5)
+    running = take(service)
+    assert running is not None and len(service.queue) == 1  # the next one
+    service.schedule_control("s", "cancel")
+    assert len(service.queue) == 0
+    finish(service, running)
+    clock.advance(100)
+    assert take(service) is None
+    with pytest.raises(ScheduleNotFoundError):
+        service.schedule_control("s", "info")
+
+
+def test_pause_withdraws_and_resume_plans_from_now_on(
+        service: ManagerService, clock: FakeClock):
+    service.add_schedule(tuple(spec()))
+    info = service.schedule_control("s", "pause")
+    assert info.paused and info.next_run is None
+    clock.advance(100)
+    assert take(service) is None
+    info = service.schedule_control("s", "resume")
+    assert info.counters.skipped == info.counters.missed == 0  # a pause is not a backlog
+    clock.advance(9.99)
+    run = take(service)
+    assert run is not None and run.job_id == run_id("s", info.next_run)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("on_error", ["continue", "pause"])
+def test_a_failed_run_is_counted_and_on_error_decides_what_follows(
+        service: ManagerService, clock: FakeClock, on_error: str):
+    service.add_schedule(tuple(spec(on_error=on_error)))
+    clock.advance(5)
+    run = take(service)
+    assert run is not None
+    finish(service, run, ok=False)
+    info = service.schedule_control("s", "info")
+    assert info.counters.failed == 1
+    assert info.paused is (on_error == "pause")
+    clock.advance(10)
+    assert (take(service) is None) is (on_error == "pause")
+
+
+def test_adding_the_same_spec_again_changes_nothing(service: ManagerService, clock: FakeClock):
+    first = service.add_schedule(tuple(spec()))
+    clock.advance(1)
+    again = service.add_schedule(tuple(spec()))  # a program started again: same spec
+    assert again == first and len(service.list_schedules()) == 1
+    assert len(service.queue) == 1
+
+
+def test_a_changed_spec_replaces_the_schedule_and_keeps_its_counters(
+        service: ManagerService, clock: FakeClock):
+    service.add_schedule(tuple(spec()))
+    clock.advance(5)
+    run = take(service)
+    assert run is not None
+    finish(service, run)
+    replaced = service.add_schedule(tuple(spec(interval=60.0)))
+    assert replaced.spec == "every 60s (rate)" and replaced.counters.runs == 1
+    assert len(service.queue) == 1  # the old armed run was withdrawn
+    assert len(service.list_schedules()) == 1
+
+
+def test_jitter_delays_each_run_by_its_own_fixed_offset(
+        service: ManagerService, clock: FakeClock):
+    label = round(clock.wall() + 5, 6)
+    offset = jitter_offset("s", label, 3.0)
+    assert offset > 0.01
+    service.add_schedule(tuple(spec(jitter=3.0)))
+    clock.advance(5 + offset - 0.01)
+    assert take(service) is None
+    clock.advance(0.01)
+    run = take(service)
+    assert run is not None and run.job_id == run_id("s", label)
+
+
+def test_cron_runs_move_when_the_wall_clock_jumps(service: ManagerService, clock: FakeClock):
+    clock.wall_offset = 1_800_000_000 - clock.now() - 1  # 1 s before a whole half hour
+    service.add_schedule(tuple(spec(kind="cron", interval=0.0, cron="*/30 * * * *",
+                                    tz="UTC", start_delay=None)))
+    clock.wall_offset -= 600  # the wall clock is set back 10 minutes
+    assert service.schedules.remap_cron() == 1
+    clock.advance(1)
+    assert take(service) is None  # by the wall clock the slot is 10 minutes away
+    clock.advance(600)
+    run = take(service)
+    assert run is not None and run.job_id == run_id("s", 1_800_000_000)
+
+
+def test_runs_keep_their_outcome_without_a_store(service: ManagerService, clock: FakeClock):
+    service.add_schedule(tuple(spec()))
+    clock.advance(5)
+    run = take(service)
+    assert run is not None
+    finish(service, run)
+    kept = service.schedules.outcome(run.job_id)
+    assert kept is not None and kept.ok and pickle.loads(kept.payload) == 7
+    assert service.schedule_runs("s", 10) == [run.job_id, slot(clock, 10)]
+
+
+def test_downtime_is_caught_up_once_and_no_slot_runs_twice(tmp_path: Path, clock: FakeClock):
+    store = SQLiteStore(tmp_path / "jobs.db", durability="process", clock=clock.wall)
+    before = make_service(clock, store)
+    armed = slot(clock, 5)
+    before.add_schedule(tuple(spec()))
+    before.stop()  # the manager goes down with its first run armed
+    store.close()
+
+    clock.advance(40)  # slots at 5, 15, 25, 35 pass while it is down
+    store = SQLiteStore(tmp_path / "jobs.db", durability="process", clock=clock.wall)
+    after = make_service(clock, store)
+    try:
+        after.journal.recover(clock)
+        after.schedules.recover()
+        info = after.schedule_control("s", "info")
+        assert info.counters.missed == 3  # the armed run stands for the other three
+        run = take(after)
+        assert run is not None and run.job_id == armed
+        finish(after, run)
+        nxt = take(after)
+        assert nxt is None and after.schedule_control("s", "info").counters.runs == 1
+        assert [j.job_id for j in after.jobs()].count(armed) == 1
+    finally:
+        after.stop()
+        store.close()
+
+
+def test_a_stale_state_never_arms_a_slot_twice(tmp_path: Path, clock: FakeClock):
+    store = SQLiteStore(tmp_path / "jobs.db", durability="process", clock=clock.wall)
+    before = make_service(clock, store)
+    before.add_schedule(tuple(spec()))
+    [stored] = store.schedules()
+    before.stop()
+    # As if the manager died after the run was journalled but before its state was.
+    fresh = Schedules(before.journal, clock, lambda ids: None)._entry(
+        spec(), pickle.loads(stored.state)[0], "").state()
+    store.update_schedule("s", pickle.dumps(fresh))
+    store.close()
+
+    store = SQLiteStore(tmp_path / "jobs.db", durability="process", clock=clock.wall)
+    after = make_service(clock, store)
+    try:
+        after.journal.recover(clock)
+        after.schedules.recover()
+        assert len(after.queue) == 1
+        assert len(after.jobs()) == 1
+        info = after.schedule_control("s", "info")  # the run found is the armed one
+        assert info.counters.missed == 0 and info.last_run == after.jobs()[0].job_id
+        clock.advance(5)
+        run = take(after)
+        assert run is not None
+        finish(after, run)
+        assert len(after.queue) == 1  # and its end armed the next
+    finally:
+        after.stop()
+        store.close()
+
+
+def test_a_schedule_survives_a_restart_with_its_spec(tmp_path: Path, clock: FakeClock):
+    store = SQLiteStore(tmp_path / "jobs.db", durability="process", clock=clock.wall)
+    first = make_service(clock, store)
+    first.add_schedule(tuple(spec(schedule_id="nightly", interval=86400.0)))
+    first.stop()
+    store.close()
+    store = SQLiteStore(tmp_path / "jobs.db", durability="process", clock=clock.wall)
+    again = make_service(clock, store)
+    try:
+        again.journal.recover(clock)
+        assert again.schedules.recover() == "recovered 1 schedule(s)"
+        [info] = again.list_schedules()
+        assert info.schedule_id == "nightly" and info.spec == "every 86400s (rate)"
+        assert isinstance(store.schedules()[0], StoredSchedule)
+    finally:
+        again.stop()
+        store.close()
