@@ -33,6 +33,7 @@ from mpsched._cli_jobs import (
     service_at,
 )
 from mpsched._cli_parser import build_parser, tls_from_args
+from mpsched._cli_schedules import check_recurring, run_schedules, submit_recurring
 from mpsched._client import connect
 from mpsched._errors import (
     AuthenticationError,
@@ -145,6 +146,11 @@ def _submit(args: argparse.Namespace, out: TextIO) -> int:
         at = datetime.fromisoformat(args.at) if args.at else None
     except ValueError:
         raise UsageError(f"--at {args.at!r} is not an ISO 8601 time") from None
+    problem = check_recurring(args)
+    if problem:
+        raise UsageError(problem)
+    if args.every is not None or args.cron is not None:
+        return submit_recurring(args, fn, call_args, call_kwargs, at, out)
     client = connect(parse_address(args.connect), authkey=require_key(args))
     interrupted = False
     try:
@@ -219,8 +225,8 @@ def _stress(args: argparse.Namespace, out: TextIO) -> int:
 Handler = Callable[[argparse.Namespace, TextIO], int]
 HANDLERS: dict[str, Handler] = {
     "serve": run_serve, "worker": _worker, "submit": _submit, "status": run_status,
-    "jobs": run_jobs, "cancel": run_cancel, "result": run_result, "demo": _demo,
-    "stress": _stress}
+    "jobs": run_jobs, "schedules": run_schedules, "cancel": run_cancel, "result": run_result,
+    "demo": _demo, "stress": _stress}
 
 
 if __name__ == "__main__":  # pragma: no cover

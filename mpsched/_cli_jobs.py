@@ -247,8 +247,14 @@ def format_when(job: JobInfo, now: float) -> str:
 
 
 def run_cancel(args: argparse.Namespace, out: TextIO) -> int:
-    """The ``cancel`` command: 0 when the job was pending and is now cancelled, else 1."""
+    """The ``cancel`` command: 0 when the job was pending and is now cancelled (or the id
+    names a schedule, now cancelled), else 1."""
     with _client(args) as client:
+        for schedule in client.schedules():
+            if schedule.id == args.job_id:
+                schedule.cancel()
+                print(f"cancelled schedule {args.job_id}; a run under way finishes", file=out)
+                return Exit.OK
         if client.cancel(args.job_id):
             print(f"cancelled job {args.job_id}", file=out)
             return Exit.OK

@@ -19,7 +19,8 @@ from mpsched._store import JobState
 from mpsched._tls import TlsConfig
 from mpsched._transport import AUTHKEY_ENV, describe_versions
 
-COMMANDS = ("serve", "worker", "submit", "status", "jobs", "cancel", "result", "demo",
+COMMANDS = ("serve", "worker", "submit", "status", "jobs", "schedules", "cancel", "result",
+            "demo",
             "stress")
 STORE_ENV = "MPSCHED_STORE"
 
@@ -97,9 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
     _worker_options(command(
         "worker", "join a running manager with worker processes",
         "python -m mpsched worker --connect 10.0.0.5:7000 --authkey-file key"))
-    _submit_options(command("submit", "submit an importable callable",
+    _submit_options(command("submit", "submit an importable callable, once or on a schedule",
                             "python -m mpsched submit math:factorial --args '[20]' --delay 5 "
-                            "--connect unix:/run/mpsched.sock --wait"))
+                            "--connect unix:/run/mpsched.sock --wait\n"
+                            "  python -m mpsched submit reports:nightly --cron '30 2 * * 1-5' "
+                            "--tz Europe/Berlin --id nightly --connect unix:/run/mpsched.sock"))
     status = _client_options(command(
         "status", "show queue, workers, lateness and the job store",
         "python -m mpsched status --connect unix:/run/mpsched.sock --json"))
@@ -109,11 +112,18 @@ def build_parser() -> argparse.ArgumentParser:
     _jobs_options(_client_options(command(
         "jobs", "list the manager's jobs: pending, running, and finished ones it keeps",
         "python -m mpsched jobs --state pending --connect unix:/run/mpsched.sock")))
+    schedules = _client_options(command(
+        "schedules", "list the manager's recurring schedules: spec, next run, counters",
+        "python -m mpsched schedules --connect unix:/run/mpsched.sock --json"))
+    schedules.add_argument("--json", action="store_true",
+                           help="print the schedules as JSON (times as UTC ISO 8601)")
     cancel = _client_options(command(
-        "cancel", "cancel a pending job: it will not run",
+        "cancel", "cancel a pending job (it will not run) or a schedule (no run starts "
+                  "after it; a running one finishes)",
         "python -m mpsched cancel 3f2a1b4c5d6e-17 --connect unix:/run/mpsched.sock",
         codes="0 cancelled, 1 not pending (running, finished, or unknown)"))
-    cancel.add_argument("job_id", metavar="JOB_ID", help="the job's id, as submit printed it")
+    cancel.add_argument("job_id", metavar="ID",
+                        help="a job's id, as submit printed it, or a schedule's id")
     _result_options(_client_options(command(
         "result", "print a job's result as JSON, or why it failed",
         "python -m mpsched result 3f2a1b4c5d6e-17 --wait --connect unix:/run/mpsched.sock",
@@ -275,6 +285,33 @@ def _submit_options(submit: argparse.ArgumentParser) -> None:
     submit.add_argument("--wait", action="store_true",
                         help="wait for the job and print its result as JSON; Ctrl-C stops "
                              "waiting and leaves the job queued")
+    recurring = submit.add_argument_group("recurring", textwrap.fill(
+        "With --every or --cron the callable runs on a schedule kept by the manager (and "
+        "by its store, across restarts); submit prints the schedule's id. With --every, "
+        "--delay or --at sets the first run (default: one interval from now).", 77))
+    how = recurring.add_mutually_exclusive_group()
+    how.add_argument("--every", type=_seconds, metavar="SECONDS",
+                     help="run every SECONDS, planned at start + k * SECONDS (no drift)")
+    how.add_argument("--cron", metavar="EXPR",
+                     help="run at the times of a five-field cron expression, as "
+                          "'30 2 * * 1-5' (needs pip install 'mpsched[cron]')")
+    recurring.add_argument("--tz", metavar="ZONE",
+                           help="the zone --cron is read in, as Europe/Berlin (default: the "
+                                "manager's local zone)")
+    recurring.add_argument("--id", dest="schedule_id", metavar="NAME",
+                           help="the schedule's name; submitting it again with the same "
+                                "spec changes nothing, with another replaces it (default: "
+                                "derived from the callable and the spec)")
+    recurring.add_argument("--overlap", choices=["skip", "queue", "allow"], default="skip",
+                           help="a run due while the previous one is pending or running: "
+                                "skip it, queue it until that one ends, or allow both "
+                                "(default: %(default)s)")
+    recurring.add_argument("--catchup", choices=["latest", "all", "skip"], default="latest",
+                           help="runs missed while the manager was down or busy: run the "
+                                "latest one, all of them, or none (default: %(default)s)")
+    recurring.add_argument("--jitter", type=_seconds_or_zero, default=0.0, metavar="SECONDS",
+                           help="start each run up to SECONDS after its time, the same "
+                                "offset for a given time across restarts (default: 0)")
 
 
 def _stress_options(stress: argparse.ArgumentParser) -> None:

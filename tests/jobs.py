@@ -167,3 +167,16 @@ def record_then_sleep(log_path: str, key: str, fifo: str, seconds: float) -> str
         announce(fifo)
     time.sleep(seconds)
     return key
+
+
+def span(log_path: str, seconds: float) -> tuple[float, float]:
+    """Sleep ``seconds``; append "start end" (monotonic) to a log in one O_APPEND write."""
+    start = time.monotonic()
+    time.sleep(seconds)
+    end = time.monotonic()
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, f"{start!r} {end!r}\n".encode())
+    finally:
+        os.close(fd)
+    return start, end

@@ -38,6 +38,7 @@ LAYERS: list[set[str]] = [
     {"_scheduler"},
     {"_cli_parser"},
     {"_demo", "_stress", "_serve", "_cli_jobs"},
+    {"_cli_schedules"},
     {"_cli"},
     {"__main__", "__init__"},
 ]

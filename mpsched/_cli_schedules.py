@@ -1,0 +1,94 @@
+"""The command line of recurring jobs: ``submit --every/--cron`` and ``schedules``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any, TextIO
+
+from mpsched._cli_jobs import _client, format_duration
+from mpsched._protocol import Exit
+from mpsched._recurring import ScheduleInfo
+
+RECURRING_ONLY = ("tz", "schedule_id", "jitter")
+
+
+def check_recurring(args: argparse.Namespace) -> str | None:
+    """What is wrong with the recurring options of ``submit``, or None."""
+    recurring = args.every is not None or args.cron is not None
+    if not recurring:
+        given = [name for name in RECURRING_ONLY if getattr(args, name) not in (None, 0.0)]
+        given += [name for name, default in (("overlap", "skip"), ("catchup", "latest"))
+                  if getattr(args, name) != default]
+        if given:
+            return f"--{given[0].replace('schedule_id', 'id')} needs --every or --cron"
+        return None
+    if args.wait:
+        return "--wait cannot wait for a schedule: it never finishes (see schedules)"
+    if args.cron is not None and (args.delay is not None or args.at is not None):
+        return "--delay and --at set the first run of --every, not of --cron"
+    if args.every is not None and args.tz is not None:
+        return "--tz is for --cron"
+    return None
+
+
+def submit_recurring(args: argparse.Namespace, fn: Callable[..., Any], call_args: list[Any],
+                     call_kwargs: dict[str, Any], at: datetime | None, out: TextIO) -> int:
+    """Add the schedule ``submit --every/--cron`` describes; print its id and next run."""
+    options: dict[str, Any] = dict(
+        id=args.schedule_id, overlap=args.overlap, catchup=args.catchup, jitter=args.jitter,
+        priority=args.priority, timeout=args.timeout, retries=args.retries)
+    with _client(args) as client:
+        if args.every is not None:
+            start = at if at is not None else args.delay
+            schedule = client.every(args.every, fn, *call_args, start=start, **options,
+                                    **call_kwargs)
+        else:
+            schedule = client.cron(args.cron, fn, *call_args, tz=args.tz, **options,
+                                   **call_kwargs)
+        info = schedule.info()
+    print(info.schedule_id, file=out)
+    print(f"{info.spec}, next run {_when(info, time.time())}", file=out)
+    return Exit.OK
+
+
+def run_schedules(args: argparse.Namespace, out: TextIO) -> int:
+    """The ``schedules`` command."""
+    with _client(args) as client:
+        infos = [s.info() for s in client.schedules()]
+    now = time.time()
+    if args.json:
+        json.dump([schedule_as_dict(info) for info in infos], out, indent=2)
+        out.write("\n")
+    elif not infos:
+        out.write("no schedules\n")
+    else:
+        rows: list[tuple[str, ...]] = [
+            ("id", "spec", "next run", "runs", "skipped", "missed", "failed")]
+        rows += [(i.schedule_id, i.spec, _when(i, now), *map(str, i.counters))
+                 for i in infos]
+        widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]) - 1)]
+        out.writelines("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False))
+                       + f"  {row[-1]}\n" for row in rows)
+    return Exit.OK
+
+
+def schedule_as_dict(info: ScheduleInfo) -> dict[str, Any]:
+    """What ``schedules --json`` prints of one schedule."""
+    return {"id": info.schedule_id, "spec": info.spec, "name": info.name,
+            "next_run": None if info.next_run is None
+            else datetime.fromtimestamp(info.next_run, timezone.utc).isoformat(),
+            "paused": info.paused, "last_run": info.last_run, **info.counters._asdict()}
+
+
+def _when(info: ScheduleInfo, now: float) -> str:
+    if info.paused:
+        return "paused"
+    if info.next_run is None:
+        return "-"
+    local = datetime.fromtimestamp(info.next_run).astimezone().isoformat(timespec="seconds")
+    wait = info.next_run - now
+    return f"{local} ({'in ' if wait >= 0 else 'due '}{format_duration(abs(wait))})"

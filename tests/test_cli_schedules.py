@@ -1,0 +1,109 @@
+"""Recurring jobs from the command line: submit --every/--cron, schedules, cancel ID, and a
+schedule that outlives a killed ``serve --store``. Real serve processes (``procs``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from processes import wait_for
+from test_cli import Manager, Processes, serve
+
+from mpsched._cli import Exit
+from mpsched._cli_parser import build_parser
+from mpsched._cli_schedules import check_recurring
+
+pytestmark = pytest.mark.slow
+
+
+def runner(procs: Processes, manager: Manager):  # type: ignore[no-untyped-def]
+    def run(*argv: str) -> tuple[int, str, str]:
+        done = procs.run(*argv, *manager.cli())
+        return done.returncode, done.stdout, done.stderr
+    return run
+
+
+def lines(log: Path) -> list[str]:
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def test_submit_every_lists_and_cancels_a_schedule(procs: Processes, tmp_path: Path) -> None:
+    log = tmp_path / "runs.log"
+    run = runner(procs, serve(procs, "--workers", "1"))
+    code, out, err = run("submit", "jobs:record", "--args", json.dumps([str(log), "tick"]),
+                         "--every", "0.2", "--delay", "0", "--id", "tick")
+    assert code == Exit.OK, err
+    assert out.splitlines()[0] == "tick" and "every 0.2s (rate), next run" in out
+    wait_for(lambda: len(lines(log)) >= 3, what="3 runs")
+    code, out, err = run("schedules", "--json")
+    [listed] = json.loads(out)
+    assert listed["id"] == "tick" and listed["runs"] >= 3 and listed["spec"] == \
+        "every 0.2s (rate)" and listed["last_run"].startswith("tick@")
+    code, out, err = run("schedules")
+    assert out.splitlines()[0].split() == ["id", "spec", "next", "run", "runs", "skipped",
+                                           "missed", "failed"]
+    code, out, err = run("cancel", "tick")
+    assert code == Exit.OK and "cancelled schedule tick" in out, err
+    code, out, err = run("schedules")
+    assert out == "no schedules\n"
+
+
+def test_submit_cron_checks_the_expression_and_the_zone(procs: Processes) -> None:
+    run = runner(procs, serve(procs, "--workers", "1"))
+    code, out, err = run("submit", "jobs:noop", "--cron", "30 2 * * 1-5", "--tz",
+                         "Europe/Berlin", "--id", "nightly")
+    assert code == Exit.OK, err
+    assert out.splitlines() == ["nightly", out.splitlines()[1]]
+    assert "cron '30 2 * * 1-5' (Europe/Berlin)" in out and "02:30" not in err
+    code, out, err = run("submit", "jobs:noop", "--cron", "61 * * * *")
+    assert code == Exit.USAGE and "cron expression" in err, err
+    code, out, err = run("submit", "jobs:noop", "--cron", "0 2 * * *", "--tz", "Nowhere/X")
+    assert code == Exit.USAGE and "time zone" in err, err
+
+
+@pytest.mark.parametrize(("argv", "problem"), [
+    (["--id", "x"], "--id needs --every or --cron"),
+    (["--overlap", "allow"], "--overlap needs --every or --cron"),
+    (["--every", "5", "--wait"], "--wait cannot wait for a schedule"),
+    (["--cron", "* * * * *", "--delay", "3"], "--delay and --at set the first run"),
+    (["--every", "5", "--tz", "UTC"], "--tz is for --cron"),
+], ids=["id", "overlap", "wait", "cron-delay", "every-tz"])
+def test_recurring_options_that_do_not_fit_are_usage_errors(
+        argv: list[str], problem: str) -> None:
+    args = build_parser().parse_args(["submit", "jobs:noop", "--connect", "unix:/x", *argv])
+    assert (check_recurring(args) or "").startswith(problem)
+
+
+def test_a_schedule_outlives_a_killed_serve_and_catches_up_once(
+        procs: Processes, tmp_path: Path) -> None:
+    store, log = tmp_path / "jobs.db", tmp_path / "runs.log"
+    first = serve(procs, "--workers", "1", "--store", str(store), "--durability", "process")
+    code, out, err = runner(procs, first)(
+        "submit", "jobs:record", "--args", json.dumps([str(log), "tick"]), "--every", "0.25",
+        "--delay", "0", "--id", "tick")
+    assert code == Exit.OK, err
+    wait_for(lambda: len(lines(log)) >= 2, what="2 runs")
+    os.kill(first.proc.pid, signal.SIGKILL)
+    first.proc.wait()
+    before = len(lines(log))
+    time.sleep(1.5)  # the downtime itself: six slots pass with no manager
+    again = serve(procs, "--workers", "1", "--store", str(store), "--durability", "process",
+                  "--address", first.address, "--authkey-file", str(first.key_file))
+    run = runner(procs, again)
+    wait_for(lambda: len(lines(log)) >= before + 2, what="runs after the restart")
+    code, out, err = run("schedules", "--json")
+    [listed] = json.loads(out)
+    # One run stood for the slots missed while down (catchup="latest"); they are counted.
+    assert listed["id"] == "tick" and listed["runs"] >= 2 and listed["missed"] >= 4, listed
+    code, out, err = run("cancel", "tick")
+    assert code == Exit.OK, err
+    code, out, err = run("jobs", "--json")
+    runs = [job for job in json.loads(out) if job["job_id"].startswith("tick@")]
+    assert len({job["job_id"] for job in runs}) == len(runs)
+    done = sum(job["state"] == "done" for job in runs)
+    crashed = sum(job["state"] == "failed" for job in runs)
+    assert done <= len(lines(log)) <= done + crashed  # each slot ran at most once
