@@ -12,11 +12,12 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-demo: $(STAMP)  ## the seed's waves, strict order on one worker, CPU speed-up, durable jobs
+demo: $(STAMP)  ## the seed's waves, strict order on one worker, CPU speed-up, durable and recurring jobs
 	$(PY) -m mpsched demo
 	$(PY) examples/strict_order.py
 	$(PY) examples/cpu_speedup.py
 	$(PY) examples/durable_jobs.py
+	$(PY) examples/recurring.py
 
 bench: $(STAMP)  ## side by side with the peers; rewrites benchmarks/README.md
 	$(PY) -m pip install --quiet -e '.[bench]'

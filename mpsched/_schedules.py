@@ -51,6 +51,7 @@ RECENT = 100  # run ids kept per schedule for Schedule.runs()
 KEPT_OUTCOMES = 10  # outcomes of the latest runs kept in memory (a store keeps them all)
 WALL_CHECK = 1.0  # seconds between two comparisons of the wall and monotonic clocks
 WALL_JUMP = 0.5  # seconds the wall clock may move against the monotonic one unnoticed
+WARN_EVERY = 60.0  # seconds between two warnings of one schedule's skipped or missed slots
 
 
 class _State(NamedTuple):
@@ -83,6 +84,8 @@ class _Entry:
     started: set[str] = field(default_factory=set)  # active runs handed to a worker
     recent: deque[str] = field(default_factory=lambda: deque(maxlen=RECENT))
     outcomes: dict[str, Outcome] = field(default_factory=dict)
+    stalled: bool = False  # a run could not be queued: the watcher plans it again
+    warned: tuple[float, int, int] | None = None  # last warning: when, skipped, missed
 
     def state(self) -> _State:
         return _State(self.slots.anchor, self.tz, self.decided, self.owed_until, self.paused,
@@ -314,27 +317,25 @@ class Schedules:
     def _plan_locked(self, entry: _Entry, trigger: str) -> None:
         decision = plan(entry.slots, entry.decided, entry.owed_until, self._now(entry),
                         trigger, active=bool(entry.active))
+        before = entry.decided, entry.owed_until
         entry.decided, entry.owed_until = decision.decided, decision.owed_until
-        sid = entry.spec.schedule_id
         if decision.cancel_armed:
             self._withdraw_locked(entry)
-        if decision.skipped:
+        if decision.skipped or decision.missed:
             entry.skipped += decision.skipped
-            log.warning("schedule %s: %d slot(s) skipped, its previous run was still pending "
-                        "or running (overlap=%r)", sid, decision.skipped, entry.spec.overlap)
-        if decision.missed:
             entry.missed += decision.missed
-            log.warning("schedule %s: %d slot(s) missed (late or while the manager was down) "
-                        "and not run (catchup=%r)", sid, decision.missed, entry.spec.catchup)
-        if decision.arm is not None:
-            self._arm_locked(entry, decision.arm)
+            self._warn_locked(entry)
+        if decision.arm is not None and not self._arm_locked(entry, decision.arm):
+            entry.decided, entry.owed_until = before  # the watcher tries that slot again
         self._save_state_locked(entry)
 
-    def _arm_locked(self, entry: _Entry, label: float) -> None:
+    def _arm_locked(self, entry: _Entry, label: float) -> bool:
+        """Queue the run of one slot (unless the store knows it: then it is adopted);
+        False when it could not be queued."""
         spec = entry.spec
         rid = run_id(spec.schedule_id, label)
         if rid in entry.active:
-            return
+            return True
         record = self._journal.store.get(rid)
         if record is not None:  # armed before (another manager life): never twice
             if not record.state.finished and record.state is not JobState.CANCELLED:
@@ -342,7 +343,7 @@ class Schedules:
                 self._runs[rid] = spec.schedule_id
                 if rid not in entry.recent:
                     entry.recent.append(rid)
-            return
+            return True
         request = JobRequest(rid, CLIENT_PREFIX + spec.schedule_id, spec.payload,
                              spec.priority, max(0.0, self._due(entry, label)
                                                 - self._clock.now()),
@@ -350,13 +351,42 @@ class Schedules:
         try:
             self._journal.submit([request], timeout=0)
         except (MpschedError, StoreError) as exc:
-            entry.missed += 1
-            log.warning("schedule %s: run %s not queued, counted as missed: %s",
-                        spec.schedule_id, rid, exc)
-            return
+            if not entry.stalled:
+                log.warning("schedule %s: run %s could not be queued (%s); trying again "
+                            "every %g s", spec.schedule_id, rid, exc, WALL_CHECK)
+            entry.stalled = True  # the watcher plans it again
+            return False
         entry.active[rid] = label
         self._runs[rid] = spec.schedule_id
         entry.recent.append(rid)
+        return True
+
+    def _warn_locked(self, entry: _Entry) -> None:
+        """Log what was skipped or missed: at once, then at most once a WARN_EVERY per
+        schedule with what accumulated (a schedule that always overlaps is not a flood)."""
+        now = self._clock.now()
+        if entry.warned is not None and now - entry.warned[0] < WARN_EVERY:
+            return
+        skipped, missed = (entry.skipped, entry.missed) if entry.warned is None else (
+            entry.skipped - entry.warned[1], entry.missed - entry.warned[2])
+        entry.warned = (now, entry.skipped, entry.missed)
+        if skipped:
+            log.warning("schedule %s: %d slot(s) skipped: the previous run was still pending "
+                        "or running (overlap=%r)", entry.spec.schedule_id, skipped,
+                        entry.spec.overlap)
+        if missed:
+            log.warning("schedule %s: %d slot(s) missed (the manager was down or busy) and "
+                        "not run (catchup=%r)", entry.spec.schedule_id, missed,
+                        entry.spec.catchup)
+
+    def replan_stalled(self) -> None:
+        """Plan again every schedule whose last run could not be queued (a full queue, a
+        store error): it has no run armed, so nothing else would."""
+        with self._lock:
+            for entry in self._entries.values():
+                if entry.stalled and not entry.paused and not entry.active:
+                    entry.stalled = False
+                    self._plan_locked(entry, "begin")
 
     def _due(self, entry: _Entry, label: float) -> float:
         """The monotonic instant a slot's run is due, jitter included."""
@@ -406,10 +436,12 @@ class Schedules:
         self._watcher.start()
 
     def _watch_wall(self) -> None:
-        """Re-map armed cron runs when the wall clock jumps against the monotonic one."""
+        """Re-map armed cron runs when the wall clock jumps against the monotonic one, and
+        plan again the schedules whose run could not be queued."""
         offset = self._clock.now() - self._clock.wall()
         while not self._closed.wait(WALL_CHECK):
             now_offset = self._clock.now() - self._clock.wall()
+            self.replan_stalled()
             if abs(now_offset - offset) > WALL_JUMP:
                 log.warning("the wall clock jumped by %+.3f s; cron runs re-planned",
                             offset - now_offset)

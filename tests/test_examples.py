@@ -20,9 +20,11 @@ CASES = [
     pytest.param("strict_order.py", ["✓ exactly time → priority → FIFO"], id="strict_order"),
     pytest.param("cpu_speedup.py", ["speed-up:", "✓ every job found 17,984 primes"],
                  id="cpu_speedup"),
-    pytest.param("durable_jobs.py", ["6 pending jobs recovered from the store",
+    pytest.param("durable_jobs.py", ["6 jobs recovered from the store",
                                      "✓ every report ran exactly once, after the restart"],
                  id="durable_jobs"),
+    pytest.param("recurring.py", ["tick@", "0 overlaps", "nightly 02:30 in Berlin:",
+                                  "✓ on its slots, no drift, no overlap"], id="recurring"),
 ]
 
 

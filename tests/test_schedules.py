@@ -33,8 +33,9 @@ def spec(**changes: object) -> ScheduleSpec:
     return base._replace(**changes)
 
 
-def make_service(clock: FakeClock, store: SQLiteStore | None = None) -> ManagerService:
-    queue = JobQueue(clock=clock)
+def make_service(clock: FakeClock, store: SQLiteStore | None = None,
+                 max_pending: int | None = None) -> ManagerService:
+    queue = JobQueue(clock=clock, max_pending=max_pending)
     journal = None if store is None else Journal(store, queue, wall=clock.wall)
     service = ManagerService(queue, clock=clock, journal=journal)
     python, cp = describe_versions()
@@ -312,3 +313,45 @@ def test_a_schedule_survives_a_restart_with_its_spec(tmp_path: Path, clock: Fake
     finally:
         again.stop()
         store.close()
+
+
+def test_a_run_that_could_not_be_queued_is_planned_again(clock: FakeClock):
+    service = make_service(clock, max_pending=1)
+    try:
+        service.submit([("blocker", "c", b"", 2, 3600.0, None, None, 0, None, "m:g")], 0)
+        first = slot(clock, 5)
+        service.add_schedule(tuple(spec()))
+        assert len(service.queue) == 1  # the queue was full: the run is not queued
+        service.schedules.replan_stalled()
+        assert len(service.queue) == 1  # still full: nothing changes
+        service.cancel("blocker")
+        service.schedules.replan_stalled()  # the watcher does so every second
+        assert len(service.queue) == 1
+        clock.advance(5)
+        run = take(service)
+        assert run is not None and run.job_id == first
+        assert service.schedule_control("s", "info").counters.missed == 0
+    finally:
+        service.stop()
+
+
+def test_skipped_slots_are_logged_at_once_then_at_most_once_a_minute(
+        service: ManagerService, clock: FakeClock, caplog: pytest.LogCaptureFixture):
+    service.add_schedule(tuple(spec()))
+    clock.advance(5)
+    for _ in range(2):  # each run takes 2.5 intervals: ends at 30, then at 60
+        run = take(service)
+        assert run is not None
+        clock.advance(25)
+        finish(service, run)
+        clock.advance(5)
+    warnings = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+    assert warnings == ["schedule s: 2 slot(s) skipped: the previous run was still pending "
+                        "or running (overlap='skip')"]
+    run = take(service)
+    assert run is not None
+    clock.advance(25)
+    finish(service, run)  # at 90, a minute after the first warning
+    warnings = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+    assert warnings[1].startswith("schedule s: 4 slot(s) skipped")  # 2 + 2 since then
+    assert service.schedule_control("s", "info").counters.skipped == 6
