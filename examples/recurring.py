@@ -13,6 +13,8 @@ Run it: ``python examples/recurring.py``
 
 from __future__ import annotations
 
+import concurrent.futures
+import itertools
 import time
 from datetime import datetime
 
@@ -47,7 +49,8 @@ def main() -> None:
         steps = slow.runs(10)
         skipped = slow.counters.skipped
         tick.cancel()
-        slow.cancel()
+        slow.cancel()  # the run each had armed ends cancelled; a running one finishes
+        concurrent.futures.wait([*runs, *steps], timeout=30)
         print("run                                  late by")
         lateness = []
         for future in runs:
@@ -56,8 +59,8 @@ def main() -> None:
             late = future.result() - (planned(future.job_id) + offset)
             lateness.append(late)
             print(f"{future.job_id:36} {late * 1000:6.2f} ms")
-        spans = sorted(f.result() for f in steps if not f.cancelled() and f.done())
-        overlaps = sum(b[0] < a[1] for a, b in zip(spans, spans[1:], strict=False))
+        spans = sorted(f.result() for f in steps if not f.cancelled())
+        overlaps = sum(b[0] < a[1] for a, b in itertools.pairwise(spans))
         print(f"slow schedule: {len(spans)} runs of 0.25 s every 0.1 s, {overlaps} overlaps, "
               f"{skipped} slots skipped")
         preview = [t.strftime("%a %d %b %H:%M %Z") for t in nightly.preview(3)]

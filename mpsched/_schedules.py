@@ -448,6 +448,21 @@ class Schedules:
                 self.remap_cron()
             offset = now_offset
 
+    def too_early(self, job_id: str, early: float) -> bool:
+        """Whether a cron run about to be handed out (up to ``early`` seconds before its
+        due time) is early by the wall clock: it jumped back since the run was armed, and
+        the watcher has not re-mapped it yet. The caller puts the run back; it is re-mapped
+        here."""
+        if job_id not in self._runs:
+            return False
+        with self._lock:
+            entry = self._entries.get(self._runs.get(job_id, ""))
+            label = None if entry is None else entry.active.get(job_id)
+            if entry is None or label is None or entry.spec.kind != "cron":
+                return False
+            planned = label + jitter_offset(entry.spec.schedule_id, label, entry.spec.jitter)
+            return self._clock.wall() < planned - early - WALL_JUMP / 10
+
     def remap_cron(self) -> int:
         """Move every armed cron run that has not started to its slot on the wall clock as
         it reads now; returns how many moved."""

@@ -124,7 +124,13 @@ class ManagerService:
         except SchedulerShutdownError:
             self.workers.told_stop(worker_id)
             raise
-        if assignment is None or not self.journal.lease(assignment):
+        if assignment is None:
+            return None
+        if self.schedules.too_early(assignment.lease.job_id, early):
+            self.queue.return_lease(assignment.lease.lease_id)
+            self.schedules.remap_cron()
+            return None
+        if not self.journal.lease(assignment):
             return None
         self.workers.update(worker_id, current=assignment.lease.job_id)
         self.schedules.started(assignment.lease.job_id)

@@ -355,3 +355,19 @@ def test_skipped_slots_are_logged_at_once_then_at_most_once_a_minute(
     warnings = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
     assert warnings[1].startswith("schedule s: 4 slot(s) skipped")  # 2 + 2 since then
     assert service.schedule_control("s", "info").counters.skipped == 6
+
+
+def test_a_cron_run_is_never_handed_out_before_its_wall_clock_time(
+        service: ManagerService, clock: FakeClock):
+    clock.wall_offset = 1_800_000_000 - clock.now() - 1  # 1 s before a whole half hour
+    service.add_schedule(tuple(spec(kind="cron", interval=0.0, cron="*/30 * * * *",
+                                    tz="UTC", start_delay=None)))
+    clock.wall_offset -= 600  # set back 10 minutes, before the watcher has looked
+    clock.advance(1)
+    assert take(service) is None  # due on the monotonic clock, early on the wall clock
+    assert len(service.queue) == 1 and service.queue.stats().in_flight == 0
+    clock.advance(599.9)
+    assert take(service) is None
+    clock.advance(0.1)
+    run = take(service)
+    assert run is not None and run.job_id == run_id("s", 1_800_000_000)
