@@ -21,17 +21,13 @@ from __future__ import annotations
 import logging
 import pickle
 import threading
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import NamedTuple
 
 from mpsched._clock import Clock
 from mpsched._errors import InvalidJobError, MpschedError, ScheduleNotFoundError, StoreError
 from mpsched._job import CANCELLED, JobRequest, Outcome
 from mpsched._journal import Journal
 from mpsched._recurring import (
-    ScheduleCounters,
     ScheduleInfo,
     ScheduleSpec,
     Slots,
@@ -42,57 +38,14 @@ from mpsched._recurring import (
     resolve_anchor,
     run_id,
 )
+from mpsched._schedule_entry import Entry, State
 from mpsched._store import JobState, StoredSchedule
 
 log = logging.getLogger("mpsched.schedules")
 
 CLIENT_PREFIX = "schedule:"  # the client id a schedule's runs are submitted under
-RECENT = 100  # run ids kept per schedule for Schedule.runs()
-KEPT_OUTCOMES = 10  # outcomes of the latest runs kept in memory (a store keeps them all)
 WALL_CHECK = 1.0  # seconds between two comparisons of the wall and monotonic clocks
 WALL_JUMP = 0.5  # seconds the wall clock may move against the monotonic one unnoticed
-WARN_EVERY = 60.0  # seconds between two warnings of one schedule's skipped or missed slots
-
-
-class _State(NamedTuple):
-    """Where a schedule stands, as the store keeps it (plain data)."""
-
-    anchor: float
-    tz: str
-    decided: float | None
-    owed_until: float | None
-    paused: bool
-    counters: ScheduleCounters
-    active: tuple[tuple[str, float], ...]  # run id, slot: armed and not ended
-    recent: tuple[str, ...]
-
-
-@dataclass(eq=False)
-class _Entry:
-    spec: ScheduleSpec
-    slots: Slots
-    tz: str
-    offset: float  # monotonic minus wall, fixed while this manager runs (every-schedules)
-    decided: float | None = None
-    owed_until: float | None = None
-    paused: bool = False
-    runs: int = 0
-    skipped: int = 0
-    missed: int = 0
-    failed: int = 0
-    active: dict[str, float] = field(default_factory=dict)
-    started: set[str] = field(default_factory=set)  # active runs handed to a worker
-    recent: deque[str] = field(default_factory=lambda: deque(maxlen=RECENT))
-    outcomes: dict[str, Outcome] = field(default_factory=dict)
-    stalled: bool = False  # a run could not be queued: the watcher plans it again
-    warned: tuple[float, int, int] | None = None  # last warning: when, skipped, missed
-
-    def state(self) -> _State:
-        return _State(self.slots.anchor, self.tz, self.decided, self.owed_until, self.paused,
-                      self.counters(), tuple(self.active.items()), tuple(self.recent))
-
-    def counters(self) -> ScheduleCounters:
-        return ScheduleCounters(self.runs, self.skipped, self.missed, self.failed)
 
 
 class Schedules:
@@ -109,7 +62,7 @@ class Schedules:
         # store write), so two clients adding or cancelling one schedule are serialised.
         # Nobody waits on it for long: schedules change at human rates.
         self._lock = threading.Lock()
-        self._entries: dict[str, _Entry] = {}
+        self._entries: dict[str, Entry] = {}
         self._runs: dict[str, str] = {}  # armed run id -> schedule id (read without lock)
         # Set by close(); the wall-clock watcher waits on it between checks.
         self._closed = threading.Event()
@@ -130,7 +83,7 @@ class Schedules:
 
     def _recover_locked(self, stored: StoredSchedule) -> None:
         spec = ScheduleSpec._make(pickle.loads(stored.spec))
-        state = _State._make(pickle.loads(stored.state))
+        state = State._make(pickle.loads(stored.state))
         entry = self._entry(spec, state.anchor, state.tz)
         entry.decided, entry.owed_until, entry.paused = \
             state.decided, state.owed_until, state.paused
@@ -182,7 +135,7 @@ class Schedules:
             self._plan_locked(entry, "begin")
             return self._info_locked(entry)
 
-    def _carry_over_locked(self, old: _Entry, new: _Entry) -> None:
+    def _carry_over_locked(self, old: Entry, new: Entry) -> None:
         """A replaced schedule keeps its counters and last run; its armed run that has not
         started is withdrawn (the new spec plans the next one)."""
         new.runs, new.skipped, new.missed, new.failed = old.counters()
@@ -284,9 +237,7 @@ class Schedules:
             if entry is None or entry.active.pop(job_id, None) is None:
                 return
             entry.started.discard(job_id)
-            entry.outcomes[job_id] = outcome
-            while len(entry.outcomes) > KEPT_OUTCOMES:
-                del entry.outcomes[next(iter(entry.outcomes))]
+            entry.keep(outcome)
             if not outcome.ok and outcome.error_kind != CANCELLED:
                 entry.failed += 1
                 if entry.spec.on_error == "pause":
@@ -304,17 +255,17 @@ class Schedules:
 
     # ------------------------------------------------------------------ planning
 
-    def _entry(self, spec: ScheduleSpec, anchor: float, tz: str) -> _Entry:
-        return _Entry(spec, Slots(spec, anchor, tz), tz,
+    def _entry(self, spec: ScheduleSpec, anchor: float, tz: str) -> Entry:
+        return Entry(spec, Slots(spec, anchor, tz), tz,
                       offset=self._clock.now() - self._clock.wall())
 
-    def _now(self, entry: _Entry) -> float:
+    def _now(self, entry: Entry) -> float:
         """Now as a label on the schedule's timeline."""
         if entry.spec.kind == "cron":
             return self._clock.wall()
         return self._clock.now() - entry.offset
 
-    def _plan_locked(self, entry: _Entry, trigger: str) -> None:
+    def _plan_locked(self, entry: Entry, trigger: str) -> None:
         decision = plan(entry.slots, entry.decided, entry.owed_until, self._now(entry),
                         trigger, active=bool(entry.active))
         before = entry.decided, entry.owed_until
@@ -324,12 +275,12 @@ class Schedules:
         if decision.skipped or decision.missed:
             entry.skipped += decision.skipped
             entry.missed += decision.missed
-            self._warn_locked(entry)
+            entry.warn(self._clock.now())
         if decision.arm is not None and not self._arm_locked(entry, decision.arm):
             entry.decided, entry.owed_until = before  # the watcher tries that slot again
         self._save_state_locked(entry)
 
-    def _arm_locked(self, entry: _Entry, label: float) -> bool:
+    def _arm_locked(self, entry: Entry, label: float) -> bool:
         """Queue the run of one slot (unless the store knows it: then it is adopted);
         False when it could not be queued."""
         spec = entry.spec
@@ -361,24 +312,6 @@ class Schedules:
         entry.recent.append(rid)
         return True
 
-    def _warn_locked(self, entry: _Entry) -> None:
-        """Log what was skipped or missed: at once, then at most once a WARN_EVERY per
-        schedule with what accumulated (a schedule that always overlaps is not a flood)."""
-        now = self._clock.now()
-        if entry.warned is not None and now - entry.warned[0] < WARN_EVERY:
-            return
-        skipped, missed = (entry.skipped, entry.missed) if entry.warned is None else (
-            entry.skipped - entry.warned[1], entry.missed - entry.warned[2])
-        entry.warned = (now, entry.skipped, entry.missed)
-        if skipped:
-            log.warning("schedule %s: %d slot(s) skipped: the previous run was still pending "
-                        "or running (overlap=%r)", entry.spec.schedule_id, skipped,
-                        entry.spec.overlap)
-        if missed:
-            log.warning("schedule %s: %d slot(s) missed (the manager was down or busy) and "
-                        "not run (catchup=%r)", entry.spec.schedule_id, missed,
-                        entry.spec.catchup)
-
     def replan_stalled(self) -> None:
         """Plan again every schedule whose last run could not be queued (a full queue, a
         store error): it has no run armed, so nothing else would."""
@@ -388,14 +321,14 @@ class Schedules:
                     entry.stalled = False
                     self._plan_locked(entry, "begin")
 
-    def _due(self, entry: _Entry, label: float) -> float:
+    def _due(self, entry: Entry, label: float) -> float:
         """The monotonic instant a slot's run is due, jitter included."""
         label += jitter_offset(entry.spec.schedule_id, label, entry.spec.jitter)
         if entry.spec.kind == "cron":
             return label + self._clock.now() - self._clock.wall()
         return label + entry.offset
 
-    def _withdraw_locked(self, entry: _Entry) -> None:
+    def _withdraw_locked(self, entry: Entry) -> None:
         """Cancel the entry's armed runs that have not started; running ones stay active,
         so that their end is still counted."""
         withdrawn = [rid for rid in entry.active if self._queue.cancel(rid)]
@@ -405,28 +338,18 @@ class Schedules:
         if withdrawn:
             self._cancelled(withdrawn)
 
-    def _save_state_locked(self, entry: _Entry) -> None:
+    def _save_state_locked(self, entry: Entry) -> None:
         self._journal.store.update_schedule(entry.spec.schedule_id,
                                             pickle.dumps(entry.state()))
 
-    def _get_locked(self, schedule_id: str) -> _Entry:
+    def _get_locked(self, schedule_id: str) -> Entry:
         entry = self._entries.get(schedule_id)
         if entry is None:
             raise ScheduleNotFoundError(schedule_id)
         return entry
 
-    def _info_locked(self, entry: _Entry, *, cancelled: bool = False) -> ScheduleInfo:
-        spec = entry.spec
-        next_run: float | None = None
-        if not (entry.paused or cancelled):
-            armed = [label for rid, label in entry.active.items() if rid not in entry.started]
-            now = self._now(entry)
-            next_run = min(armed) if armed else entry.slots.after(
-                now if entry.decided is None else max(entry.decided, now))
-            next_run += jitter_offset(spec.schedule_id, next_run, spec.jitter)
-        return ScheduleInfo(spec.schedule_id, spec.describe(), spec.name, next_run,
-                            entry.paused, cancelled, entry.counters(),
-                            entry.recent[-1] if entry.recent else None, entry.tz)
+    def _info_locked(self, entry: Entry, *, cancelled: bool = False) -> ScheduleInfo:
+        return entry.info(self._now(entry), cancelled=cancelled)
 
     # ------------------------------------------------------------------ wall clock
 

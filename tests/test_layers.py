@@ -25,7 +25,7 @@ LAYERS: list[set[str]] = [
     {"_store_file"},
     {"_store_sqlite"},
     {"_queue", "_mailbox", "_outbox"},
-    {"_journal"},
+    {"_journal", "_schedule_entry"},
     {"_schedules"},
     {"_workers"},
     {"_service"},

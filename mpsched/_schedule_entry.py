@@ -1,0 +1,105 @@
+"""One schedule inside the manager: its spec, where it stands, what it reports.
+
+``Entry`` is guarded by the lock of the ``Schedules`` that holds it (mpsched._schedules);
+``State`` is the part a store keeps, as plain data.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from mpsched._job import Outcome
+from mpsched._recurring import (
+    ScheduleCounters,
+    ScheduleInfo,
+    ScheduleSpec,
+    Slots,
+    jitter_offset,
+)
+
+log = logging.getLogger("mpsched.schedules")
+
+RECENT = 100  # run ids kept per schedule for Schedule.runs()
+KEPT_OUTCOMES = 10  # outcomes of the latest runs kept in memory (a store keeps them all)
+WARN_EVERY = 60.0  # seconds between two warnings of one schedule's skipped or missed slots
+
+
+class State(NamedTuple):
+    """Where a schedule stands, as the store keeps it (plain data)."""
+
+    anchor: float
+    tz: str
+    decided: float | None
+    owed_until: float | None
+    paused: bool
+    counters: ScheduleCounters
+    active: tuple[tuple[str, float], ...]  # run id, slot: armed and not ended
+    recent: tuple[str, ...]
+
+
+@dataclass(eq=False)
+class Entry:
+    spec: ScheduleSpec
+    slots: Slots
+    tz: str
+    offset: float  # monotonic minus wall, fixed while this manager runs (every-schedules)
+    decided: float | None = None
+    owed_until: float | None = None
+    paused: bool = False
+    runs: int = 0
+    skipped: int = 0
+    missed: int = 0
+    failed: int = 0
+    active: dict[str, float] = field(default_factory=dict)
+    started: set[str] = field(default_factory=set)  # active runs handed to a worker
+    recent: deque[str] = field(default_factory=lambda: deque(maxlen=RECENT))
+    outcomes: dict[str, Outcome] = field(default_factory=dict)
+    stalled: bool = False  # a run could not be queued: the watcher plans it again
+    warned: tuple[float, int, int] | None = None  # last warning: when, skipped, missed
+
+    def state(self) -> State:
+        return State(self.slots.anchor, self.tz, self.decided, self.owed_until, self.paused,
+                      self.counters(), tuple(self.active.items()), tuple(self.recent))
+
+    def counters(self) -> ScheduleCounters:
+        return ScheduleCounters(self.runs, self.skipped, self.missed, self.failed)
+
+    def info(self, now: float, *, cancelled: bool = False) -> ScheduleInfo:
+        """The schedule as clients see it; ``now`` is a label on its timeline."""
+        spec = self.spec
+        next_run: float | None = None
+        if not (self.paused or cancelled):
+            armed = [label for rid, label in self.active.items() if rid not in self.started]
+            next_run = min(armed) if armed else self.slots.after(
+                now if self.decided is None else max(self.decided, now))
+            next_run += jitter_offset(spec.schedule_id, next_run, spec.jitter)
+        return ScheduleInfo(spec.schedule_id, spec.describe(), spec.name, next_run,
+                            self.paused, cancelled, self.counters(),
+                            self.recent[-1] if self.recent else None, self.tz)
+
+    def keep(self, outcome: Outcome) -> None:
+        """Keep a run's outcome, the KEPT_OUTCOMES latest only."""
+        self.outcomes[outcome.job_id] = outcome
+        while len(self.outcomes) > KEPT_OUTCOMES:
+            del self.outcomes[next(iter(self.outcomes))]
+
+    def warn(self, now: float) -> None:
+        """Log what was skipped or missed: at once, then at most once a WARN_EVERY with
+        what accumulated (a schedule that always overlaps is not a flood). ``now``: the
+        monotonic clock."""
+        if self.warned is not None and now - self.warned[0] < WARN_EVERY:
+            return
+        skipped, missed = (self.skipped, self.missed) if self.warned is None else (
+            self.skipped - self.warned[1], self.missed - self.warned[2])
+        self.warned = (now, self.skipped, self.missed)
+        if skipped:
+            log.warning("schedule %s: %d slot(s) skipped: the previous run was still pending "
+                        "or running (overlap=%r)", self.spec.schedule_id, skipped,
+                        self.spec.overlap)
+        if missed:
+            log.warning("schedule %s: %d slot(s) missed (the manager was down or busy) and "
+                        "not run (catchup=%r)", self.spec.schedule_id, missed,
+                        self.spec.catchup)
