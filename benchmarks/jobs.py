@@ -53,3 +53,13 @@ def mpsched_location() -> str:
     import mpsched
 
     return str(mpsched.__file__)
+
+
+def nbytes(data: object) -> int:
+    """The payload benchmark's job: the size of its argument (bytes or a NumPy array)."""
+    return int(getattr(data, "nbytes", None) or len(data))  # type: ignore[arg-type]
+
+
+def make_bytes(size: int) -> bytes:
+    """The payload benchmark's result job: ``size`` bytes back to the client."""
+    return b"\x02" * size

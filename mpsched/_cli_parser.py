@@ -216,6 +216,9 @@ def _serve_options(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--max-pending", type=_count, metavar="JOBS",
                        help="most jobs waiting in the queue; a submit waits for room "
                             "(default: no limit)")
+    serve.add_argument("--max-pending-bytes", type=_count, metavar="BYTES",
+                       help="most bytes the payloads of waiting jobs may hold; a submit "
+                            "waits for room (default: no limit)")
     serve.add_argument("--heartbeat-timeout", type=_seconds, default=HEARTBEAT_TIMEOUT,
                        metavar="SECONDS",
                        help="seconds of silence after which a remote worker is declared "

@@ -26,11 +26,12 @@ from mpsched._errors import (
     QueueFullError,
     SchedulerShutdownError,
 )
-from mpsched._futures import DISCONNECTED, ClientCore, JobFuture, MapResults
+from mpsched._futures import DISCONNECTED, ClientCore, JobFuture, MapResults, release_payloads
 from mpsched._job import JobInfo, JobRequest, Priority, check_request, due_arguments
 from mpsched._payload import fast_dumps, job_name, pickle_job
 from mpsched._protocol import ServiceProxy, Stats, connect_service
 from mpsched._schedule import RecurringClient
+from mpsched._shm import payload_size
 from mpsched._transport import AUTHKEY_ENV, format_address, parse_address, read_authkey
 
 log = logging.getLogger("mpsched.client")
@@ -113,7 +114,8 @@ class Client(RecurringClient, Executor):
                              timeout, retries, key, job_name(fn))
         check_request(request)  # the manager's own check, here at the call site
         request = request._replace(client_id=self._core.client_id,
-                                   payload=pickle_job(fn, args, kwargs))
+                                   payload=pickle_job(fn, args, kwargs,
+                                                      shm_prefix=self._core.shm_prefix))
         outbox = self._core.outbox
         if outbox is None or key is not None:  # a keyed submit learns which job stands
             [future] = self._send_batch([(request.payload, request)])
@@ -134,6 +136,7 @@ class Client(RecurringClient, Executor):
         except BaseException:
             for future in futures:
                 self._core.forget(future.job_id)
+            release_payloads(requests)
             raise
         for i, holder in enumerate(holders or ()):
             if holder != futures[i].job_id:  # its key was held: the holder's future stands
@@ -181,25 +184,36 @@ class Client(RecurringClient, Executor):
         pickle_job(fn, (), {})  # a clear JobPicklingError if the callable cannot pickle
         fn_bytes = fast_dumps(fn) or cloudpickle.dumps(fn)  # pickled once for all items
         name = job_name(fn)
-        jobs = [(payload, JobRequest("", self._core.client_id, payload, level, 0.0, None,
-                                     name=name))
-                for payload in (pickle_job(fn, args, {}, fn_bytes)
-                                for args in zip(*iterables))]  # noqa: B905 - stop at shortest
+        jobs: list[tuple[bytes, JobRequest]] = []
+        try:
+            for args in zip(*iterables):  # noqa: B905 - stop at the shortest
+                payload = pickle_job(fn, args, {}, fn_bytes, self._core.shm_prefix)
+                jobs.append((payload, JobRequest("", self._core.client_id, payload, level,
+                                                 0.0, None, name=name)))
+        except BaseException:
+            release_payloads([request for _, request in jobs])
+            raise
         outbox = self._core.outbox
         if outbox is not None:  # every item pickled: now queue them all, write-behind
             futures: list[JobFuture[T]] = []
-            for _, request in jobs:
-                futures.append(self._core.new_future())
-                outbox.put(request._replace(job_id=futures[-1].job_id))
+            try:
+                for _, request in jobs:
+                    futures.append(self._core.new_future())
+                    outbox.put(request._replace(job_id=futures[-1].job_id))
+            except BaseException:
+                release_payloads([request for _, request in jobs[len(futures):]])
+                raise
             return MapResults(futures, deadline)
         futures = []
-        size = self._core.batch_size
+        batches = _batches(jobs, self._core.batch_size, self._core.max_pending_bytes)
         try:
-            for start in range(0, len(jobs), size):
-                futures += self._send_batch(jobs[start:start + size])
+            while batches:
+                futures += self._send_batch(batches[0])
+                del batches[0]
         except BaseException:
             for future in futures:  # all or nothing: take back the batches already queued
                 future.cancel()
+            release_payloads([r for batch in batches[1:] for _, r in batch])  # never sent
             raise
         return MapResults(futures, deadline)
 
@@ -363,6 +377,23 @@ def _close_open_clients() -> None:
 
 
 STATES = ("pending", "running", "done", "failed", "cancelled")
+
+
+def _batches(jobs: list[tuple[bytes, JobRequest]], count: int,
+             max_bytes: int | None) -> list[list[tuple[bytes, JobRequest]]]:
+    """``jobs`` in consecutive batches of at most ``count`` jobs and (when bounded) at most
+    ``max_bytes`` payload bytes, so that each batch can fit a bounded queue."""
+    batches: list[list[tuple[bytes, JobRequest]]] = []
+    size = 0
+    for job in jobs:
+        weight = payload_size(job[0]) if max_bytes is not None else 0
+        if not batches or len(batches[-1]) >= count or (
+                max_bytes is not None and size + weight > max_bytes):
+            batches.append([])
+            size = 0
+        batches[-1].append(job)
+        size += weight
+    return batches
 
 
 def connect(address: str | tuple[str, int], *, authkey: bytes | None = None,

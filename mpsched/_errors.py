@@ -52,13 +52,14 @@ class SchedulerShutdownError(MpschedError, RuntimeError):
 class QueueFullError(MpschedError, queue.Full):
     """A bounded queue stayed full for the whole submit timeout."""
 
-    def __init__(self, max_pending: int, timeout: float | None) -> None:
-        self.max_pending = max_pending
+    def __init__(self, max_pending: int, timeout: float | None, unit: str = "jobs") -> None:
+        self.max_pending = max_pending  # the bound that was reached, in ``unit``
         self.timeout = timeout
-        super().__init__(f"queue full: {max_pending} jobs pending, no room within {timeout} s")
+        self.unit = unit  # "jobs" (max_pending) or "payload bytes" (max_pending_bytes)
+        super().__init__(f"queue full: {max_pending} {unit} pending, no room within {timeout} s")
 
-    def __reduce__(self) -> tuple[type[QueueFullError], tuple[int, float | None]]:
-        return (type(self), (self.max_pending, self.timeout))
+    def __reduce__(self) -> tuple[type[QueueFullError], tuple[int, float | None, str]]:
+        return (type(self), (self.max_pending, self.timeout, self.unit))
 
 
 class JobPicklingError(MpschedError, pickle.PicklingError):

@@ -19,8 +19,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-import cloudpickle
-
+from mpsched import _shm
 from mpsched._errors import (
     MpschedError,
     ResultUnpicklingError,
@@ -29,7 +28,7 @@ from mpsched._errors import (
 )
 from mpsched._job import CANCELLED, JobRequest, Outcome
 from mpsched._outbox import Outbox
-from mpsched._payload import remote_exception
+from mpsched._payload import loads, remote_exception
 from mpsched._protocol import LONG_POLL, ClientHello, ServiceProxy
 from mpsched._transport import describe_versions
 
@@ -98,9 +97,14 @@ class ClientCore:
         self.exiting = False  # closed by the interpreter's exit: said when a submit is refused
         python, cp = describe_versions()
         max_pending = service.open_client(ClientHello(self.client_id, python, cp))
+        options = service.payload_options()
+        # The manager's segment prefix when this process maps its shared memory, else "".
+        self.shm_prefix = _shm.shared_with(options)
+        self.max_pending_bytes = options.max_pending_bytes
         self.batch_size = min(MAP_BATCH, max_pending or MAP_BATCH)
         # A bounded queue must report QueueFullError at the call site: send synchronously.
-        self.outbox = None if max_pending is not None else Outbox(service, self._unsent)
+        bounded = max_pending is not None or options.max_pending_bytes is not None
+        self.outbox = None if bounded else Outbox(service, self._unsent, release_payloads)
         self._thread = threading.Thread(target=self._collect_loop, daemon=True,
                                         name=f"mpsched-results-{self.client_id}")
         self._thread.start()
@@ -184,6 +188,7 @@ class ClientCore:
                 failure = SchedulerShutdownError(
                     f"the job could not be sent to the manager: {error!r}")
             futures = [self._futures.pop(r.job_id) for r in requests if r.job_id in self._futures]
+        release_payloads(requests)
         for future in futures:
             if future.set_running_or_notify_cancel():
                 future.set_exception(failure)
@@ -266,7 +271,7 @@ class ClientCore:
             return
         if outcome.ok:
             try:
-                future.set_result(cloudpickle.loads(outcome.payload))
+                future.set_result(loads(outcome.payload))
             except BaseException as exc:
                 future.set_exception(ResultUnpicklingError(
                     f"job {outcome.job_id}: the result could not be unpickled here: {exc!r}"))
@@ -289,6 +294,12 @@ class ClientCore:
             self.service.close_client(self.client_id)
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout)
+
+
+def release_payloads(requests: list[JobRequest]) -> None:
+    """Unlink the segments of jobs the manager never took (this client still owns them)."""
+    for request in requests:
+        _shm.release(request.payload)
 
 
 class MapResults(Iterator[T]):

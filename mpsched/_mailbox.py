@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mpsched._job import Outcome
@@ -32,7 +33,10 @@ class _Mailbox:
 class Mailboxes:
     """Outcomes waiting for their submitting client's result thread."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_discard: Callable[[Outcome], None] | None = None) -> None:
+        """``on_discard`` is called (without the lock) with each outcome thrown away
+        because its client is gone."""
+        self._on_discard = on_discard
         # Guards _boxes and every mailbox in it.
         self._lock = threading.Lock()
         # A stopping manager waits here (wait_collected) for the boxes to empty; collect()
@@ -49,13 +53,15 @@ class Mailboxes:
         # told the box is closed (a stopping manager waits for that in wait_collected()).
         with self._lock:
             box = self._boxes.get(client_id)
-            if box is None:
-                log.debug("discarded the outcome of job %s: client %s is gone",
-                          outcome.job_id, client_id)
+            if box is not None:
+                box.outcomes.append(outcome)
+                if len(box.outcomes) in (1, BATCH):  # the waiter's two conditions
+                    box.ready.notify()
                 return
-            box.outcomes.append(outcome)
-            if len(box.outcomes) in (1, BATCH):  # the waiter's two conditions
-                box.ready.notify()
+        log.debug("discarded the outcome of job %s: client %s is gone", outcome.job_id,
+                  client_id)
+        if self._on_discard is not None:
+            self._on_discard(outcome)
 
     def collect(self, client_id: str, timeout: float) -> list[Outcome] | None:
         """The outcomes waiting for ``client_id`` (up to REPLY_OUTCOMES / REPLY_BYTES),
@@ -108,7 +114,10 @@ class Mailboxes:
             if box is None:
                 return None
             self._emptied.notify_all()
-            return len(box.outcomes)
+        if self._on_discard is not None:
+            for outcome in box.outcomes:
+                self._on_discard(outcome)
+        return len(box.outcomes)
 
     def __len__(self) -> int:
         """How many clients have a mailbox."""

@@ -36,7 +36,9 @@ from mpsched._protocol import (
     serve_object,
 )
 from mpsched._queue import JobQueue
+from mpsched._segments import Segments
 from mpsched._service import ManagerService
+from mpsched._shm import payload_size
 from mpsched._store_memory import MemoryStore
 from mpsched._store_sqlite import SQLiteStore
 from mpsched._supervisor import Supervisor
@@ -63,7 +65,8 @@ def run_manager(config: ManagerConfig, control: Connection | None = None,
                         format="%(asctime)s %(name)s[%(process)d] %(levelname)s %(message)s")
     if control is not None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the owner decides when we stop
-    queue = JobQueue(order=config.order, max_pending=config.max_pending)
+    queue = JobQueue(order=config.order, max_pending=config.max_pending,
+                     max_pending_bytes=config.max_pending_bytes, sizer=payload_size)
     try:
         journal = _open_journal(config, queue)
     except StoreError as exc:
@@ -71,11 +74,27 @@ def run_manager(config: ManagerConfig, control: Connection | None = None,
             raise
         control.send(ManagerFailed(str(exc), exc))
         return 1
+    segments = _segments(config)
     try:
         return _serve(config, control, on_ready, ManagerService(
-            queue, heartbeat_timeout=config.heartbeat_timeout, journal=journal))
+            queue, heartbeat_timeout=config.heartbeat_timeout, journal=journal,
+            segments=segments))
     finally:
+        segments.close()
         journal.store.close()
+
+
+def _segments(config: ManagerConfig) -> Segments:
+    """Shared memory for payloads where every worker and client can map it: a Scheduler's
+    manager (its workers are local), without a store (payloads must be in the store to
+    survive a restart)."""
+    if config.store is not None:
+        why = f"the store {config.store} keeps every payload"
+    elif not config.shared_memory:
+        why = "shared memory is off (Scheduler(shared_memory=False), or serve)"
+    else:
+        why = ""
+    return Segments.start(not why, why)
 
 
 def _open_journal(config: ManagerConfig, queue: JobQueue) -> Journal:

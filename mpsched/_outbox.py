@@ -27,9 +27,14 @@ class Outbox:
     """Requests not yet sent, in submission order, and the thread that sends them."""
 
     def __init__(self, service: ServiceProxy,
-                 on_failure: Callable[[list[JobRequest], BaseException], None]) -> None:
+                 on_failure: Callable[[list[JobRequest], BaseException], None],
+                 on_withdrawn: Callable[[list[JobRequest]], None] | None = None) -> None:
+        """``on_failure``: called with a batch the manager refused and why;
+        ``on_withdrawn``: with requests taken back before they were sent (both called
+        without the lock)."""
         self._service = service
         self._on_failure = on_failure
+        self._on_withdrawn = on_withdrawn
         # Guards _requests, _sending, _busy, _withdrawn, _closed and _sender_waits. The
         # sender thread waits on _queued for requests; put() and withdraw() notify it when
         # it waits, close() always. Submitters and cancel() hold the lock only briefly.
@@ -62,18 +67,23 @@ class Outbox:
         caller can cancel it there.
         """
         with self._lock:
-            if self._requests.pop(job_id, None) is not None:
-                self._note_withdrawn_locked(1)
-                return True
-            self._idle.wait_for(lambda: job_id not in self._sending, timeout)
-            return False
+            request = self._requests.pop(job_id, None)
+            if request is None:
+                self._idle.wait_for(lambda: job_id not in self._sending, timeout)
+                return False
+            self._note_withdrawn_locked(1)
+        if self._on_withdrawn is not None:
+            self._on_withdrawn([request])
+        return True
 
     def withdraw_all(self) -> list[str]:
         with self._lock:
-            job_ids = list(self._requests)
+            requests = list(self._requests.values())
             self._requests.clear()
-            self._note_withdrawn_locked(len(job_ids))
-            return job_ids
+            self._note_withdrawn_locked(len(requests))
+        if self._on_withdrawn is not None and requests:
+            self._on_withdrawn(requests)
+        return [request.job_id for request in requests]
 
     def _note_withdrawn_locked(self, count: int) -> None:
         self._withdrawn += count

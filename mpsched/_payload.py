@@ -1,16 +1,25 @@
 """Jobs and outcomes as bytes: how the client pickles a job and rebuilds a job's error.
 
 The manager never unpickles either; only the submitting client and the worker do.
+
+Where the client shares the manager's shared memory (mpsched._shm), a job is pickled with
+protocol 5 and its large buffers (``bytes``, ``bytearray`` and contiguous ``memoryview``
+arguments, NumPy arrays, anything that pickles through ``PickleBuffer``) go out of band
+into one segment; the payload is then a frame naming it, followed by the small pickle.
+A worker pickles a large result the same way. Whatever shared memory cannot take travels
+inline, as before.
 """
 
 from __future__ import annotations
 
 import pickle
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import cloudpickle
 
+from mpsched import _shm
 from mpsched._errors import InvalidJobError, JobError, JobPicklingError, RemoteTraceback
 from mpsched._job import Outcome
 
@@ -19,14 +28,16 @@ from mpsched._job import Outcome
 _MAIN, _MP_MAIN = b"__main__", b"__mp_main__"
 
 
-def fast_dumps(obj: Any) -> bytes | None:
+def fast_dumps(obj: Any, buffer_callback: Callable[[pickle.PickleBuffer], bool] | None = None
+               ) -> bytes | None:
     """Pickle ``obj`` with the C pickler when that gives what cloudpickle would: only
     importable things by reference. None when cloudpickle is needed (lambdas, closures,
     anything from ``__main__``, modules registered for pickling by value)."""
     if cloudpickle.list_registry_pickle_by_value():
         return None
     try:
-        data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL,
+                            buffer_callback=buffer_callback)
     except Exception:
         return None
     if _MAIN in data or _MP_MAIN in data:
@@ -42,9 +53,14 @@ def job_name(fn: Callable[..., Any]) -> str:
 
 
 def pickle_job(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-               fn_bytes: bytes | None = None) -> bytes:
+               fn_bytes: bytes | None = None, shm_prefix: str = "") -> bytes:
     """The job's payload: cloudpickled ``(fn, args, kwargs)``; with ``fn_bytes`` (the
     callable cloudpickled once for many jobs, as map() does) ``(fn_bytes, args, kwargs)``.
+
+    With ``shm_prefix`` (the manager's segment prefix: this process shares its shared
+    memory) large buffers go out of band into a new segment under that prefix, and the
+    payload is framed (mpsched._shm.frame). If shared memory cannot take them, the job is
+    pickled inline instead: it never fails for want of shared memory.
 
     Raises:
         InvalidJobError: ``fn`` is not callable.
@@ -53,15 +69,146 @@ def pickle_job(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, 
     if not callable(fn):
         raise InvalidJobError(f"{fn!r} is not callable")
     job = (fn if fn_bytes is None else fn_bytes, args, kwargs)
-    fast = fast_dumps(job)
-    if fast is not None:
-        return fast
     try:
-        payload: bytes = cloudpickle.dumps(job)
+        if shm_prefix:
+            framed = dumps_framed(job, shm_prefix, "j")
+            if framed is not None:
+                return framed
+        return _dumps(job)
     except Exception as exc:
         name = getattr(fn, "__qualname__", repr(fn))
         raise JobPicklingError(f"cannot pickle job {name}: {exc!r}") from exc
-    return payload
+
+
+def _dumps(obj: Any, buffers: list[memoryview] | None = None) -> bytes:
+    """Pickle with the C pickler when it gives what cloudpickle would, else cloudpickle.
+    With ``buffers``, large out-of-band buffers are appended to it (not pickled)."""
+    callback = None if buffers is None else partial(_out_of_band, buffers)
+    fast = fast_dumps(obj, callback)
+    if fast is not None:
+        return fast
+    if buffers is not None:
+        buffers.clear()  # the C pickler's attempt may have met some before it gave up
+    data: bytes = cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL,
+                                    buffer_callback=callback)
+    return data
+
+
+def _out_of_band(buffers: list[memoryview], buffer: pickle.PickleBuffer) -> bool:
+    """The pickler's buffer callback: keep large contiguous buffers (False: out of band)."""
+    try:
+        raw = buffer.raw()
+    except BufferError:  # not contiguous: it stays in band
+        return True
+    if raw.nbytes < _shm.THRESHOLD:
+        return True
+    buffers.append(raw)
+    return False
+
+
+def dumps_result(result: Any, segment: str = "") -> bytes:
+    """A job's return value as an outcome payload: the C pickler where it can, else
+    cloudpickle (lambdas, classes the job defined by value). With ``segment`` (a name
+    under the manager's prefix), large buffers go out of band into that segment.
+
+    Raises:
+        Exception: whatever pickling raised.
+    """
+    if segment:
+        framed = dumps_framed(result, segment, "")
+        if framed is not None:
+            return framed
+    return _dumps(result)
+
+
+def dumps_framed(obj: Any, prefix: str, kind: str) -> bytes | None:
+    """Pickle ``obj`` with its large buffers out of band, in a segment named
+    ``prefix + kind + <random>`` (``prefix`` itself when ``kind`` is empty). Returns the
+    framed payload; a frame without a segment when there were no large buffers (only for
+    a job: a result is then plain); None when shared memory could not take them.
+
+    Raises:
+        Exception: whatever pickling raised.
+    """
+    buffers: list[memoryview] = []
+    body = _dumps(_wrap(obj, [_MAX_VISITS], 0, {}), buffers)
+    if not buffers:
+        return _shm.frame("", 0, (), body) if kind else body
+    name = _shm.new_name(prefix, kind) if kind else prefix
+    written = _shm.write(name, buffers)
+    if written is None:
+        return None
+    size, entries = written
+    return _shm.frame(name, size, entries, body)
+
+
+def loads(payload: bytes) -> Any:
+    """Unpickle a job's or a result's payload, framed or not; out-of-band buffers are read
+    from their segment (which stays: its owner unlinks it).
+
+    Raises:
+        Exception: whatever unpickling raised; OSError when the segment is gone.
+    """
+    parsed = _shm.parse(payload)
+    if parsed is None:
+        return pickle.loads(payload)
+    buffers = _shm.read(parsed.segment, parsed.entries) if parsed.segment else ()
+    return pickle.loads(memoryview(payload)[parsed.body:], buffers=buffers)
+
+
+# How many items of nested tuples, lists and dicts _wrap looks at, and how deep: it finds
+# large bytes among a job's arguments without costing much on a huge list of small ones.
+_MAX_VISITS = 1000
+_MAX_DEPTH = 4
+
+
+class _Big:
+    """A large ``bytes``, ``bytearray`` or ``memoryview`` that pickles out of band.
+
+    The pickler hands exact ``bytes`` and ``bytearray`` to no hook (``reducer_override``
+    is skipped for them), so they are swapped for this before pickling.
+    """
+
+    __slots__ = ("buffer",)
+
+    def __init__(self, buffer: bytes | bytearray | memoryview) -> None:
+        self.buffer = buffer
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, tuple[pickle.PickleBuffer]]:
+        buffer = self.buffer
+        if isinstance(buffer, memoryview):
+            return memoryview, (pickle.PickleBuffer(buffer.cast("B")),)
+        rebuild = bytes if type(buffer) is bytes else _own_bytearray
+        return rebuild, (pickle.PickleBuffer(buffer),)
+
+
+def _own_bytearray(buffer: Any) -> bytearray:
+    """Rebuild a ``bytearray`` argument (one copy out of the mapped segment)."""
+    return buffer if type(buffer) is bytearray else bytearray(buffer)
+
+
+def _wrap(obj: Any, budget: list[int], depth: int, seen: dict[int, _Big]) -> Any:
+    """``obj`` with its large bytes-like parts swapped for _Big (one per object, so an
+    object passed twice is stored once); containers are copied only where something
+    inside them was swapped."""
+    kind = type(obj)
+    if kind is bytes or kind is bytearray or kind is memoryview:
+        big = (obj.nbytes >= _shm.THRESHOLD and obj.c_contiguous if kind is memoryview
+               else len(obj) >= _shm.THRESHOLD)
+        return seen.setdefault(id(obj), _Big(obj)) if big else obj
+    if depth >= _MAX_DEPTH or kind not in (tuple, list, dict):
+        return obj
+    budget[0] -= len(obj)
+    if budget[0] < 0:
+        return obj
+    if kind is dict:
+        items = {k: _wrap(v, budget, depth + 1, seen) for k, v in obj.items()}
+        changed = any(items[k] is not v for k, v in obj.items())
+        return items if changed else obj
+    parts = [_wrap(item, budget, depth + 1, seen) for item in obj]
+    if all(new is old for new, old in zip(parts, obj, strict=True)):
+        return obj
+    return tuple(parts) if kind is tuple else parts
 
 
 def remote_exception(outcome: Outcome) -> BaseException:

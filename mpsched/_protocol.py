@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 from mpsched._errors import MpschedError, SchedulerShutdownError
 from mpsched._job import Assignment, JobRequest, Lease, Order, Outcome, QueueStats
 from mpsched._recurring import ScheduleInfo, ScheduleSpec
+from mpsched._shm import PayloadOptions
 from mpsched._store import JobRecord
 from mpsched._tls import TlsConfig
 from mpsched._transport import SERIALIZER, HardenedServer
@@ -178,7 +179,8 @@ class ServiceProxy(BaseProxy):
     _exposed_ = ("hello", "take", "ack", "heartbeat", "finish", "leave", "open_client",
                  "close_client", "submit", "cancel", "cancel_many", "cancel_client",
                  "not_due", "watch", "jobs", "collect", "stats", "stop", "add_schedule",
-                 "list_schedules", "schedule_control", "schedule_preview", "schedule_runs")
+                 "list_schedules", "schedule_control", "schedule_preview", "schedule_runs",
+                 "payload_options")
 
     def _call(self, method: str, *args: Any) -> Any:
         return self._callmethod(method, args)
@@ -270,6 +272,9 @@ class ServiceProxy(BaseProxy):
         result: list[str] = self._call("schedule_runs", schedule_id, n)
         return result
 
+    def payload_options(self) -> PayloadOptions:
+        return PayloadOptions(*self._call("payload_options"))
+
     def abandon(self) -> None:
         """Forget a manager that went away, before talking to whatever listens there next.
 
@@ -347,6 +352,8 @@ class ManagerConfig:
     store: str | None = None  # a SQLite file that journals every job; None: in memory
     durability: str = "sync"  # "sync": survives a power cut; "process": a crash
     result_ttl: float = 86400.0  # seconds a store keeps finished jobs' outcomes
+    max_pending_bytes: int | None = None  # bound on what pending payloads hold
+    shared_memory: bool = False  # large buffers through /dev/shm (local clients, no store)
 
 
 class ManagerReady(NamedTuple):

@@ -19,6 +19,7 @@ import dataclasses
 import heapq
 import itertools
 import threading
+from collections.abc import Callable
 
 from mpsched._clock import Clock, SystemClock, Waitable
 from mpsched._errors import InvalidJobError, QueueFullError, SchedulerShutdownError
@@ -51,6 +52,8 @@ class JobQueue:
         order: ``"time"`` (due, priority, seq) or ``"priority"`` (among due jobs: priority,
             due, seq).
         max_pending: bound on pending jobs; ``submit`` then waits for room. ``None``: no bound.
+        max_pending_bytes: bound on what pending payloads hold, as ``sizer`` measures a
+            payload (its length by default); ``submit`` then waits for room the same way.
     """
 
     def __init__(
@@ -59,9 +62,16 @@ class JobQueue:
         clock: Clock | None = None,
         order: Order | str = Order.TIME,
         max_pending: int | None = None,
+        max_pending_bytes: int | None = None,
+        sizer: Callable[[bytes], int] = len,
     ) -> None:
         if max_pending is not None and max_pending < 1:
             raise InvalidJobError(f"max_pending must be at least 1, not {max_pending}")
+        if max_pending_bytes is not None and max_pending_bytes < 1:
+            raise InvalidJobError(f"max_pending_bytes must be at least 1, not {max_pending_bytes}")
+        self._max_bytes = max_pending_bytes
+        self._sizer = sizer
+        self._pending_bytes = 0  # what pending payloads hold (counted with max_pending_bytes)
         self._clock = clock if clock is not None else SystemClock()
         self._order = Order.coerce(order)
         self._max_pending = max_pending
@@ -107,6 +117,10 @@ class JobQueue:
     def max_pending(self) -> int | None:
         return self._max_pending
 
+    @property
+    def max_pending_bytes(self) -> int | None:
+        return self._max_bytes
+
     # ----------------------------------------------------------------- submit / cancel
 
     def submit(self, request: JobRequest, timeout: float | None = None) -> None:
@@ -141,10 +155,14 @@ class JobQueue:
         if self._max_pending is not None and len(requests) > self._max_pending:
             raise InvalidJobError(
                 f"a batch of {len(requests)} jobs can never fit max_pending={self._max_pending}")
+        size = 0 if self._max_bytes is None else sum(self._sizer(r.payload) for r in requests)
+        if self._max_bytes is not None and size > self._max_bytes:
+            raise InvalidJobError(f"a batch of {size} payload bytes can never fit "
+                                  f"max_pending_bytes={self._max_bytes}")
         with self._lock:
             now = self._clock.now()
             dues = [self._due_locked(request, now) for request in requests]
-            self._wait_for_room_locked(now, timeout, len(requests))
+            self._wait_for_room_locked(now, timeout, len(requests), size)
             # Checked after the wait: another submitter may have queued an id meanwhile.
             for request in requests:
                 if request.job_id in self._pending:
@@ -173,6 +191,8 @@ class JobQueue:
             for job in jobs:
                 self._pending[job.job_id] = job
                 self._pending_levels[job.priority] += 1
+                if self._max_bytes is not None:
+                    self._pending_bytes += self._sizer(job.payload)
             self._delayed.extend((j.due, j.priority, j.seq, j) for j in jobs)
             heapq.heapify(self._delayed)
             self._seq = itertools.count(next_seq)
@@ -375,16 +395,17 @@ class JobQueue:
             due = now + (request.delay or 0.0)
         return max(due, now)
 
-    def _wait_for_room_locked(self, now: float, timeout: float | None, count: int = 1) -> None:
+    def _wait_for_room_locked(self, now: float, timeout: float | None, count: int = 1,
+                              size: int = 0) -> None:
         if self._closed:
             raise SchedulerShutdownError("the queue is closed")
-        if self._max_pending is None:
+        if self._max_pending is None and self._max_bytes is None:
             return
         deadline = None if timeout is None else now + timeout
-        while len(self._pending) + count > self._max_pending:
+        while full := self._full_locked(count, size):
             remaining = None if deadline is None else deadline - self._clock.now()
             if remaining is not None and remaining <= 0:
-                raise QueueFullError(self._max_pending, timeout)
+                raise QueueFullError(full[0], timeout, full[1])
             self._room_waiting += 1
             try:
                 self._wait_locked(self._room, remaining)
@@ -393,9 +414,19 @@ class JobQueue:
             if self._closed:
                 raise SchedulerShutdownError("the queue is closed")
 
+    def _full_locked(self, count: int, size: int) -> tuple[int, str] | None:
+        """The bound that ``count`` more jobs of ``size`` payload bytes would pass."""
+        if self._max_pending is not None and len(self._pending) + count > self._max_pending:
+            return self._max_pending, "jobs"
+        if self._max_bytes is not None and self._pending_bytes + size > self._max_bytes:
+            return self._max_bytes, "payload bytes"
+        return None
+
     def _push_locked(self, job: Job, *, notify: bool = True) -> None:
         self._pending[job.job_id] = job
         self._pending_levels[job.priority] += 1
+        if self._max_bytes is not None:
+            self._pending_bytes += self._sizer(job.payload)
         heapq.heappush(self._delayed, (job.due, job.priority, job.seq, job))
         if notify and self._delayed[0][3] is job:
             self._new_head_locked()
@@ -411,6 +442,8 @@ class JobQueue:
         self._stale += 1
         self._cancelled += 1
         self._pending_levels[job.priority] -= 1
+        if self._max_bytes is not None:
+            self._pending_bytes -= self._sizer(job.payload)
         if self._room_waiting:
             self._room.notify_all()
         old_head = self._delayed[0][3] if self._delayed else None
@@ -462,6 +495,8 @@ class JobQueue:
     def _take_entry_locked(self, job: Job) -> Job:
         del self._pending[job.job_id]
         self._pending_levels[job.priority] -= 1
+        if self._max_bytes is not None:
+            self._pending_bytes -= self._sizer(job.payload)
         if self._room_waiting:
             self._room.notify_all()
         return job

@@ -16,6 +16,7 @@ import secrets
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+from mpsched import _shm
 from mpsched._client import Client
 from mpsched._errors import InvalidJobError, MpschedError, SchedulerShutdownError
 from mpsched._job import Order
@@ -47,6 +48,8 @@ class Scheduler(Client):
         order: "time" (due time, then priority, then submission) or "priority" (among jobs
             already due, priority first).
         max_pending: bound on jobs waiting in the heap; ``submit`` then waits for room.
+        max_pending_bytes: bound on the bytes pending jobs' payloads hold (in the manager
+            and in shared memory together); ``submit`` then waits for room the same way.
         submit_timeout: longest ``submit`` waits for room (None: no limit).
         start_timeout: longest the constructor waits for the manager and workers.
         max_tasks_per_worker: a worker leaves after this many jobs and is replaced.
@@ -59,6 +62,10 @@ class Scheduler(Client):
         durability: with a store, "sync" (each submit survives a power cut) or "process"
             (it survives a crash of the manager process, not of the machine).
         result_ttl: with a store, seconds finished jobs are kept (default: one day).
+        shared_memory: large arguments and results (buffers of 64 KiB or more: bytes,
+            bytearray, memoryview, NumPy arrays) travel through shared memory, written
+            once and never through the manager. Without a store only; where shared memory
+            is missing or full they travel inline. False: always inline.
 
     Raises:
         InvalidJobError: a bad option.
@@ -81,6 +88,8 @@ class Scheduler(Client):
         store: str | os.PathLike[str] | None = None,
         durability: str = "sync",
         result_ttl: float = DAY,
+        max_pending_bytes: int | None = None,
+        shared_memory: bool = True,
     ) -> None:
         workers = _worker_count(workers, max_workers)
         for name, limit in (("max_tasks_per_worker", max_tasks_per_worker),
@@ -90,6 +99,11 @@ class Scheduler(Client):
                 raise InvalidJobError(f"{name} must be a positive int, not {limit!r}")
         if max_pending is not None and (not isinstance(max_pending, int) or max_pending < 1):
             raise InvalidJobError(f"max_pending must be a positive int, not {max_pending!r}")
+        if max_pending_bytes is not None and (isinstance(max_pending_bytes, bool) or not
+                                              isinstance(max_pending_bytes, int)
+                                              or max_pending_bytes < 1):
+            raise InvalidJobError(
+                f"max_pending_bytes must be a positive int, not {max_pending_bytes!r}")
         if durability not in ("sync", "process"):
             raise InvalidJobError(f"durability must be 'sync' or 'process', not {durability!r}")
         check_options(result_ttl)
@@ -101,7 +115,8 @@ class Scheduler(Client):
             max_tasks_per_worker=max_tasks_per_worker,
             max_memory_per_worker=max_memory_per_worker,
             store=None if store is None else os.fspath(store), durability=durability,
-            result_ttl=float(result_ttl),
+            result_ttl=float(result_ttl), max_pending_bytes=max_pending_bytes,
+            shared_memory=bool(shared_memory),
         )
         ctx: Any = multiprocessing.get_context(method)
         parent_end, child_end = ctx.Pipe(duplex=True)
@@ -121,11 +136,15 @@ class Scheduler(Client):
         self.authkey = config.authkey
         self.workers = workers
         self._store = config.store
+        # The manager's segment prefix, once known: a manager that died without removing
+        # its segments leaves them to whoever stops it.
+        shm_prefix: list[str] = []
         # Stops the manager if this Scheduler is dropped or the program exits without
         # shutdown(); runs before multiprocessing joins its children at exit.
         self._finalizer = multiprocessing.util.Finalize(
-            self, _stop_manager, args=(process, parent_end), exitpriority=10)
+            self, _stop_manager, args=(process, parent_end, shm_prefix), exitpriority=10)
         super().__init__(service, submit_timeout=submit_timeout)
+        shm_prefix.append(self._core.shm_prefix)
 
     def _await_manager(self, timeout: float) -> ManagerReady:
         if not self._control.poll(timeout):
@@ -175,8 +194,10 @@ class Scheduler(Client):
         return f"<Scheduler workers={self.workers} address={self.address!r}>"
 
 
-def _stop_manager(process: BaseProcess, control: Any, timeout: float = 10.0) -> None:
-    """Ask the manager to stop, wait for it, and make sure it is gone."""
+def _stop_manager(process: BaseProcess, control: Any, shm_prefix: list[str] | None = None,
+                  timeout: float = 10.0) -> None:
+    """Ask the manager to stop, wait for it, and make sure it is gone (and, if it could not
+    remove its shared-memory segments, remove them: ``shm_prefix`` names them)."""
     with contextlib.suppress(OSError):
         control.send(STOP)
     process.join(timeout)
@@ -189,6 +210,8 @@ def _stop_manager(process: BaseProcess, control: Any, timeout: float = 10.0) -> 
         process.kill()
         process.join(2.0)
     control.close()
+    if shm_prefix and shm_prefix[0] and not process.is_alive():
+        _shm.sweep(shm_prefix[0])
 
 
 def _worker_count(workers: int | None, max_workers: int | None) -> int:

@@ -157,6 +157,7 @@ def _run_served(args: argparse.Namespace, out: TextIO, key: bytes, key_file: Pat
     config = ManagerConfig(
         authkey=key, workers=args.workers, mp_method=default_method(), address=address,
         order=Order(args.order), max_pending=args.max_pending,
+        max_pending_bytes=args.max_pending_bytes,
         log_level=logging.getLogger().getEffectiveLevel(),
         heartbeat_timeout=args.heartbeat_timeout, drain_timeout=args.drain_timeout,
         tls=tls_from_args(args), store=store_path(args.store),

@@ -48,6 +48,8 @@ from mpsched._protocol import (
 from mpsched._queue import JobQueue
 from mpsched._recurring import ScheduleInfo, ScheduleSpec
 from mpsched._schedules import Schedules
+from mpsched._segments import Segments
+from mpsched._shm import PayloadOptions
 from mpsched._store import JobRecord
 from mpsched._store_memory import MemoryStore
 from mpsched._transport import describe_versions, host_name
@@ -67,13 +69,16 @@ class ManagerService:
     """The object the manager serves; each public method is one proxied call."""
 
     def __init__(self, queue: JobQueue, *, heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
-                 clock: Clock | None = None, journal: Journal | None = None) -> None:
-        """``clock`` must be the queue's clock: it measures the delay a worker is sent."""
+                 clock: Clock | None = None, journal: Journal | None = None,
+                 segments: Segments | None = None) -> None:
+        """``clock`` must be the queue's clock: it measures the delay a worker is sent.
+        ``segments``: the shared-memory segments of payloads (none by default)."""
         self.queue = queue
         # What happens to each job, journalled to the store (in memory without one).
         self.journal = journal if journal is not None else Journal(MemoryStore(), queue)
         self._clock = clock if clock is not None else SystemClock()
-        self.mailboxes = Mailboxes()
+        self.segments = segments if segments is not None else Segments()
+        self.mailboxes = Mailboxes(on_discard=self.segments.discarded)
         self.heartbeat_timeout = heartbeat_timeout
         self.versions = describe_versions()
         self.host = host_name()
@@ -166,14 +171,18 @@ class ManagerService:
         # of the lateness and started-early counts.
         stats_outcome = report.outcome if same_clock else report.outcome._replace(started=None)
         job = self.queue.leases.complete(report.lease_id, stats_outcome)
-        if job is not None:
-            self._deliver(job.client_id, report.outcome,
-                          self.journal.finished(job, report.outcome))
+        if job is None:
+            self.segments.discarded(report.outcome)  # a late report: nobody gets it
+            return
+        self.segments.ended([job.job_id])
+        self._deliver(job.client_id, report.outcome, self.journal.finished(job, report.outcome))
 
     def _deliver(self, client_id: str, outcome: Outcome, watchers: set[str]) -> None:
         """Post a job's outcome to its client and to every other client watching it."""
+        others = watchers - {client_id}
+        self.segments.posted(outcome, 1 + len(others))
         self.mailboxes.post(client_id, outcome)
-        for watcher in watchers - {client_id}:
+        for watcher in others:
             self.mailboxes.post(watcher, outcome)
         self.schedules.ended(outcome.job_id, outcome)
 
@@ -193,6 +202,7 @@ class ManagerService:
 
     def _resolve_lost(self, item: LostLease, received: bool, exitcode: int | None) -> None:
         job, lease = item.job, item.lease
+        self.segments.lease_lost(lease.lease_id)  # a result it wrote but never reported
         error: MpschedError
         if item.past_deadline:
             assert job.timeout is not None
@@ -214,6 +224,7 @@ class ManagerService:
             self.queue.leases.fail(job)
             error = WorkerCrashedError(job.job_id, lease.worker_id, exitcode)
             log.error("%s", error)
+        self.segments.ended([job.job_id])
         outcome = Outcome(job.job_id, False, pickle.dumps(error), "", None,
                           type(error).__name__)
         self._deliver(job.client_id, outcome, self.journal.finished(job, outcome))
@@ -247,10 +258,24 @@ class ManagerService:
         count as submitted and cancelled, so stats() agrees with what the caller did.
         """
         bounded = LONG_POLL if timeout is None else min(timeout, LONG_POLL)
-        holders = self.journal.submit([JobRequest._make(r) for r in requests], bounded)
+        batch = [JobRequest._make(r) for r in requests]
+        self.segments.submitted(batch)  # before a worker can take and end one
+        try:
+            holders = self.journal.submit(batch, bounded)
+        except BaseException:
+            self.segments.refused(batch)
+            raise
+        if holders is not None:  # jobs not queued: another job holds their key
+            self.segments.ended(r.job_id for r, h in zip(batch, holders, strict=True)
+                                if h != r.job_id)
         if withdrawn:
             self.queue.count_withdrawn(withdrawn)
         return holders
+
+    def payload_options(self) -> PayloadOptions:
+        """How clients send payloads: the shared-memory prefix (and its probe) and the
+        bound on pending payload bytes."""
+        return self.segments.options(self.queue.max_pending_bytes)
 
     def cancel(self, job_id: str, client_id: str | None = None) -> bool:
         """Cancel a pending job; False if it is not pending. ``client_id``: the client
@@ -259,6 +284,7 @@ class ManagerService:
         owner = self.journal.owner(job_id) if client_id is not None else None
         if not self.queue.cancel(job_id):
             return False
+        self.segments.ended([job_id])
         told = self.journal.cancelled([job_id]).get(job_id, set())
         if owner is not None and owner != client_id:
             told.add(owner)
@@ -279,6 +305,7 @@ class ManagerService:
         return self._cancelled(self.queue.cancel_client(client_id, not_due_only=not_due_only))
 
     def _cancelled(self, job_ids: list[str]) -> list[str]:
+        self.segments.ended(job_ids)
         for job_id, watchers in self.journal.cancelled(job_ids).items():
             for client in watchers:
                 self.mailboxes.post(client, cancelled(job_id))
@@ -309,7 +336,10 @@ class ManagerService:
 
     def collect(self, client_id: str, timeout: float) -> list[OutcomeWire] | None:
         self._speaks_for(client_id)
+        self.segments.collecting(client_id)
         outcomes = self.mailboxes.collect(client_id, min(timeout, LONG_POLL))
+        if outcomes:
+            self.segments.handed(client_id, outcomes)
         return None if outcomes is None else [tuple(o) for o in outcomes]  # type: ignore[misc]
 
     def _speaks_for(self, client_id: str) -> None:
@@ -338,6 +368,7 @@ class ManagerService:
                 self._client_connections[client_id] = left
                 return
         dropped = self.mailboxes.drop(client_id)
+        self.segments.client_gone(client_id)
         if dropped is not None:
             log.info("client %s went away; %d uncollected outcome(s) discarded", client_id,
                      dropped)

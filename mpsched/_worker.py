@@ -18,7 +18,6 @@ import contextlib
 import faulthandler
 import logging
 import os
-import pickle
 import signal
 import sys
 import threading
@@ -32,6 +31,7 @@ from typing import Any
 import cloudpickle
 import psutil
 
+from mpsched import _shm
 from mpsched._errors import (
     JobError,
     JobUnpicklingError,
@@ -39,6 +39,7 @@ from mpsched._errors import (
     SchedulerShutdownError,
 )
 from mpsched._job import Assignment, Outcome
+from mpsched._payload import dumps_result, loads
 from mpsched._protocol import (
     LONG_POLL,
     Report,
@@ -70,6 +71,9 @@ class WorkerConfig:
     # wrong address fails fast.
     wait_for_manager: bool = False
     tls: TlsConfig | None = None  # TLS for a TCP address (mpsched._tls)
+    # Local workers of a manager using shared memory: its segment prefix. A large result
+    # of a job whose client maps shared memory goes there (mpsched._segments).
+    shm_prefix: str = ""
 
 
 class Draining(Exception):
@@ -259,7 +263,7 @@ def serve(service: ServiceProxy, config: WorkerConfig, received: Callable[[int],
             _log_lost(worker_id, exc, f"; job {assignment.lease.job_id} is not run here")
             return "lost"
         with timeouts.guard(assignment.timeout) if timeouts else contextlib.nullcontext():
-            outcome = run(assignment, start_at)
+            outcome = run(assignment, start_at, _result_segment(config, assignment))
         report = Report(assignment.lease.lease_id, outcome)
         done += 1
         if _should_recycle(config, done):
@@ -304,6 +308,14 @@ def _start_time(assignment: Assignment) -> float:
     return time.monotonic() + assignment.delay
 
 
+def _result_segment(config: WorkerConfig, assignment: Assignment) -> str:
+    """Where a large result goes: shared memory when the manager uses it and the job's
+    client maps it (its payload is framed); "" for inline."""
+    if config.shm_prefix and assignment.payload[:4] == _shm.MAGIC:
+        return _shm.result_name(config.shm_prefix, assignment.lease.lease_id)
+    return ""
+
+
 def _should_recycle(config: WorkerConfig, done: int) -> bool:
     if config.max_tasks is not None and done >= config.max_tasks:
         return True
@@ -312,15 +324,17 @@ def _should_recycle(config: WorkerConfig, done: int) -> bool:
     return False
 
 
-def run(assignment: Assignment, start_at: float | None = None) -> Outcome:
+def run(assignment: Assignment, start_at: float | None = None,
+        result_segment: str = "") -> Outcome:
     """Unpickle and run one job; never raises: every failure becomes an Outcome.
 
     The callable is entered no sooner than ``start_at`` (this process's monotonic clock;
-    by default computed from the assignment now, see ``_start_time``).
+    by default computed from the assignment now, see ``_start_time``). With
+    ``result_segment``, the result's large buffers go to that shared-memory segment.
     """
     job_id = assignment.lease.job_id
     try:
-        fn, args, kwargs = cloudpickle.loads(assignment.payload)
+        fn, args, kwargs = loads(assignment.payload)
         if isinstance(fn, bytes):  # map(): the callable was pickled once, separately
             fn = cloudpickle.loads(fn)
     except BaseException as exc:
@@ -334,7 +348,7 @@ def run(assignment: Assignment, start_at: float | None = None) -> Outcome:
     except BaseException as exc:
         return _failure(job_id, exc, _format(exc), started, "")
     try:
-        payload = _dumps(result)
+        payload = dumps_result(result, result_segment)
     except BaseException as exc:
         pickling = ResultPicklingError(
             f"job {job_id} returned a {type(result).__qualname__} that could not be pickled: "
@@ -360,15 +374,6 @@ def _wait_until(due: float) -> float:
         time.sleep(due - now)
         now = time.monotonic()
     return now
-
-
-def _dumps(result: Any) -> bytes:
-    # The C pickler is several times faster than cloudpickle's; cloudpickle is needed only
-    # for what plain pickle refuses (lambdas, classes the job defined by value).
-    try:
-        return pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception:
-        return bytes(cloudpickle.dumps(result))
 
 
 def _failure(job_id: str, exc: BaseException, tb: str, started: float | None,

@@ -180,3 +180,48 @@ def span(log_path: str, seconds: float) -> tuple[float, float]:
     finally:
         os.close(fd)
     return start, end
+
+
+def length(data: Any) -> int:
+    """The size of a bytes-like argument (a large one travels through shared memory)."""
+    return len(memoryview(data).cast("B"))
+
+
+def big_result(size: int, fill: int = 7) -> bytes:
+    """A result large enough for shared memory."""
+    return bytes([fill]) * size
+
+
+def die_once_with(marker: str, data: bytes) -> int:
+    """die_once, carrying a large argument: its retry must find the argument again."""
+    die_once(marker)
+    return len(data)
+
+
+def announce_then_sleep_with(fifo: str, seconds: float, data: bytes) -> int:
+    """Announce, sleep, return the argument's size (a large argument, for timeouts)."""
+    announce(fifo)
+    time.sleep(seconds)
+    return len(data)
+
+
+class Mapped:
+    """Pickles out of band and rebuilds as a view of whatever buffer it is given: shows
+    whether an argument was mapped (zero-copy) rather than copied."""
+
+    def __init__(self, data: Any) -> None:
+        self.view = memoryview(data)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        import pickle
+
+        return Mapped, (pickle.PickleBuffer(self.view),)
+
+
+def inspect_mapped(arg: Mapped) -> tuple[str, bool, int]:
+    """Where a Mapped argument's memory comes from, whether it is writable, and its first
+    byte after the job wrote to it (writes must stay private to this process)."""
+    view = arg.view
+    if not view.readonly:
+        view[0] = 255
+    return type(view.obj).__name__, not view.readonly, view[0]

@@ -738,6 +738,7 @@ def test_serve_says_when_it_cannot_listen(procs: Processes, tmp_path: Path) -> N
     pytest.param(["worker", "--heartbeat-interval", "0"], id="worker-zero-heartbeat"),
     pytest.param(["serve", "--heartbeat-timeout", "-1"], id="serve-negative-heartbeat"),
     pytest.param(["serve", "--max-pending", "0"], id="serve-max-pending-0"),
+    pytest.param(["serve", "--max-pending-bytes", "0"], id="serve-max-pending-bytes-0"),
     pytest.param(["stress", "--jobs", "0"], id="stress-no-jobs"),
     pytest.param(["stress", "--horizon", "inf"], id="stress-infinite-horizon"),
 ])

@@ -48,6 +48,7 @@ def test_options_taking_times_or_counts_say_their_unit() -> None:
     commands = subparsers(build_parser())
     units = {
         ("serve", "--max-pending"): "jobs", ("serve", "--heartbeat-timeout"): "seconds",
+        ("serve", "--max-pending-bytes"): "bytes",
         ("serve", "--drain-timeout"): "seconds", ("serve", "--workers"): "processes",
         ("worker", "--processes"): "processes", ("worker", "--heartbeat-interval"): "seconds",
         ("submit", "--delay"): "seconds", ("submit", "--timeout"): "seconds",

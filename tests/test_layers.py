@@ -16,6 +16,7 @@ PACKAGE = Path(__file__).parent.parent / "mpsched"
 LAYERS: list[set[str]] = [
     {"_errors"},
     {"_job"},
+    {"_shm"},
     {"_authkey", "_tls", "_wire", "_payload", "_store", "_recurring"},
     {"_transport"},
     {"_protocol"},
@@ -24,7 +25,7 @@ LAYERS: list[set[str]] = [
     {"_store_memory", "_store_writer"},
     {"_store_file"},
     {"_store_sqlite"},
-    {"_queue", "_mailbox", "_outbox"},
+    {"_queue", "_mailbox", "_outbox", "_segments"},
     {"_journal", "_schedule_entry"},
     {"_schedules"},
     {"_workers"},

@@ -1,0 +1,157 @@
+"""Large arguments and results end to end: through shared memory, and nothing leaked.
+
+Each test counts the segments under its manager's prefix in /dev/shm: while jobs hold
+them, and after submits, cancels, crashes of workers, clients and the manager, timeouts
+and retries, when only the manager's probe may remain (nothing once it stopped).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jobs
+import psutil
+import pytest
+from processes import wait_for, wait_started
+
+from mpsched import Scheduler, _shm
+from mpsched._errors import (
+    JobTimeoutError,
+    QueueFullError,
+    SchedulerShutdownError,
+    WorkerCrashedError,
+)
+
+pytestmark = pytest.mark.slow
+
+BIG = 1 << 20  # 1 MiB
+
+
+def segments(s: Scheduler, kind: str = "") -> list[str]:
+    return _shm.names(s._core.shm_prefix + kind)
+
+
+def settled(s: Scheduler) -> None:
+    """Wait until only the probe is left: results are released when their client collects
+    again, which its result thread does right after resolving them."""
+    wait_for(lambda: segments(s) == [s._core.shm_prefix + "probe"], what="segments released")
+
+
+def test_arguments_and_results_travel_through_shared_memory(make_scheduler, fifo):
+    s = make_scheduler(workers=1)
+    assert s._core.shm_prefix  # a Scheduler's client shares its manager's /dev/shm
+    data = os.urandom(BIG)
+    running = s.submit(jobs.announce_then_sleep_with, fifo, 0.5, data)
+    wait_started(fifo)
+    assert len(segments(s, "j")) == 1  # the argument, written once, while it runs
+    assert running.result(timeout=30) == BIG
+    assert s.submit(jobs.length, bytearray(data)).result(timeout=30) == BIG
+    assert s.submit(jobs.big_result, BIG).result(timeout=30) == bytes([7]) * BIG
+    assert list(s.map(jobs.length, [data, b"small", memoryview(data)])) == [BIG, 5, BIG]
+    mapped = s.submit(jobs.inspect_mapped, jobs.Mapped(bytearray(BIG))).result(timeout=30)
+    assert mapped == ("mmap", True, 255)  # mapped in the worker, not copied
+    settled(s)
+    s.shutdown()
+    assert segments(s) == []
+
+
+def test_cancelled_and_retried_jobs_leak_nothing(make_scheduler, tmp_path):
+    s = make_scheduler(workers=1)
+    data = os.urandom(BIG)
+    later = [s.schedule(jobs.length, data, delay=60) for _ in range(3)]
+    s.stats()  # every submit has landed
+    assert len(segments(s, "j")) == 3
+    assert later[0].cancel()
+    assert s._core.cancel_jobs([later[1].job_id]) == 1
+    retried = s.schedule(jobs.die_once_with, str(tmp_path / "m1"), data, retries=1)
+    crashed = s.schedule(jobs.die_once_with, str(tmp_path / "m2"), data)
+    assert retried.result(timeout=30) == BIG
+    assert isinstance(crashed.exception(timeout=30), WorkerCrashedError)
+    s.shutdown(cancel_futures=True)
+    assert later[2].cancelled()
+    assert segments(s) == []
+
+
+def test_a_job_past_its_timeout_leaks_nothing(make_scheduler, fifo):
+    s = make_scheduler(workers=1)
+    late = s.schedule(jobs.announce_then_sleep_with, fifo, 60, os.urandom(BIG), timeout=0.5)
+    wait_started(fifo)
+    assert isinstance(late.exception(timeout=30), JobTimeoutError)
+    settled(s)
+
+
+def test_a_dead_client_s_jobs_and_results_leak_nothing(make_scheduler, tmp_path):
+    s = make_scheduler(workers=1)
+    script = textwrap.dedent(f"""
+        import os, sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        import jobs, mpsched
+        c = mpsched.connect({s.address!r}, authkey={s.authkey!r})
+        assert c._core.shm_prefix
+        c.schedule(jobs.length, os.urandom({BIG}), delay=0.5)
+        c.schedule(jobs.big_result, {BIG}, delay=0.5)
+        c.stats()  # both landed
+        os._exit(0)  # no goodbye: the manager finds out from its connections
+    """)
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    wait_for(lambda: s.stats().completed == 2, what="the dead client's jobs ran")
+    settled(s)
+
+
+def test_a_crashed_manager_s_segments_are_removed(make_scheduler):
+    s = make_scheduler(workers=1)
+    prefix = s._core.shm_prefix
+    pending = s.schedule(jobs.length, os.urandom(BIG), delay=60)
+    s.stats()
+    assert len(_shm.names(prefix)) == 2  # the argument and the probe
+    os.kill(s._manager_process.pid, signal.SIGKILL)
+    assert isinstance(pending.exception(timeout=30), SchedulerShutdownError)
+    s.shutdown()
+    s._finalizer()  # as when the Scheduler is dropped or the program exits
+    assert _shm.names(prefix) == []  # its owner removed what the killed manager left
+
+
+def test_a_new_manager_removes_what_a_killed_one_left(make_scheduler):
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    prefix = _shm.manager_prefix(gone.pid)
+    gone.wait()
+    _shm.write(prefix + "jleft", [memoryview(b"left")])
+    try:
+        make_scheduler(workers=1)
+        assert _shm.names(prefix) == []
+    finally:
+        _shm.sweep(prefix)
+
+
+@pytest.mark.parametrize("options", [{"shared_memory": False}, {"store": "jobs.db"}],
+                         ids=["off", "store"])
+def test_without_shared_memory_payloads_travel_inline(make_scheduler, tmp_path, options):
+    if "store" in options:
+        options = {"store": tmp_path / options["store"]}
+    s = make_scheduler(workers=1, **options)
+    assert s._core.shm_prefix == ""
+    manager = psutil.Process(s._manager_process.pid).pid
+    before = _shm.names(f"mps{manager}_")
+    assert s.submit(jobs.length, os.urandom(BIG)).result(timeout=30) == BIG
+    assert s.submit(jobs.big_result, BIG).result(timeout=30) == bytes([7]) * BIG
+    assert before == _shm.names(f"mps{manager}_") == []
+
+
+def test_max_pending_bytes_makes_submits_wait_then_fail(make_scheduler):
+    s = make_scheduler(workers=1, max_pending_bytes=3 * BIG, submit_timeout=0.5)
+    data = os.urandom(BIG)
+    queued = [s.schedule(jobs.length, data, delay=60) for _ in range(2)]
+    with pytest.raises(QueueFullError) as full:
+        s.schedule(jobs.length, data, delay=60)
+    assert full.value.unit == "payload bytes"
+    assert len(segments(s, "j")) == 2  # the refused job's segment was removed
+    queued[0].cancel()
+    assert s.schedule(jobs.length, data).result(timeout=30) == BIG
+    queued[1].cancel()
+    # 5 MiB in one map() call: sent in batches that each fit, waiting for room between.
+    assert list(s.map(jobs.length, [data] * 5)) == [BIG] * 5

@@ -1,0 +1,216 @@
+"""Shared-memory payloads in one process: segments, frames, pickling, ownership, bounds."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+
+import jobs
+import pytest
+from fakeclock import FakeClock
+
+from mpsched import _shm
+from mpsched._errors import InvalidJobError, QueueFullError
+from mpsched._job import JobRequest, Outcome
+from mpsched._mailbox import Mailboxes
+from mpsched._payload import dumps_result, loads, pickle_job
+from mpsched._queue import JobQueue
+from mpsched._segments import Segments
+
+BIG = 2 * _shm.THRESHOLD
+
+
+@pytest.fixture
+def prefix() -> Iterator[str]:
+    """This process's segment prefix; whatever a test leaves under it is removed after,
+    and must be gone already for the test to pass."""
+    mine = _shm.manager_prefix(os.getpid())
+    _shm.sweep(mine)
+    yield mine
+    left = _shm.names(mine)
+    _shm.sweep(mine)
+    assert not left, f"segments left behind: {left}"
+
+
+def job_payload(prefix: str, *args: object) -> bytes:
+    return pickle_job(jobs.noop, args, {}, shm_prefix=prefix)
+
+
+def test_large_buffers_go_out_of_band_once_and_come_back_as_their_types(prefix):
+    data = os.urandom(BIG)
+    mutable = bytearray(data)
+    payload = job_payload(prefix, data, mutable, memoryview(data), [data, 1], "small")
+    frame = _shm.parse(payload)
+    assert frame is not None and frame.segment.startswith(prefix + "j")
+    assert len(payload) < 1024  # only the name and a small pickle cross the manager
+    assert _shm.names(prefix) == [frame.segment]
+    assert len(frame.entries) == 3  # ``data`` passed twice is stored once
+    _, (got, got_mutable, view, nested, small), _ = loads(payload)
+    assert type(got) is bytes and got == data
+    assert type(got_mutable) is bytearray and got_mutable == mutable
+    assert type(view) is memoryview and view == data
+    assert nested == [data, 1] and small == "small"
+    assert _shm.payload_size(payload) == len(payload) + frame.size
+    _shm.release(payload)
+    assert _shm.names(prefix) == []
+
+
+def test_writable_buffers_are_mapped_not_copied_and_writes_stay_private(prefix):
+    payload = job_payload(prefix, jobs.Mapped(bytearray(BIG)))
+    for _ in range(2):  # a retried job sees the argument as it was submitted
+        _, (arg,), _ = loads(payload)
+        assert jobs.inspect_mapped(arg) == ("mmap", True, 255)
+    _shm.release(payload)
+
+
+def test_small_arguments_stay_in_the_pickle_behind_an_empty_frame(prefix):
+    payload = job_payload(prefix, b"x" * 100)
+    frame = _shm.parse(payload)
+    assert frame is not None and frame.segment == "" and frame.entries == ()
+    assert loads(payload)[1] == (b"x" * 100,)
+    assert _shm.names(prefix) == []
+    assert pickle_job(jobs.noop, (b"x" * BIG,), {})[:1] == b"\x80"  # no prefix: plain
+
+
+def test_a_result_goes_to_the_segment_named_for_its_lease(prefix):
+    name = _shm.result_name(prefix, 17)
+    payload = dumps_result(bytes(BIG), name)
+    assert _shm.segment_of(payload) == name and loads(payload) == bytes(BIG)
+    assert dumps_result(5, _shm.result_name(prefix, 18))[:1] == b"\x80"
+    assert _shm.names(prefix) == [name]
+    _shm.release(payload)
+
+
+def test_a_full_shared_memory_sends_the_job_inline(prefix, monkeypatch, caplog):
+    def full(fd: int, data: object, offset: int) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(_shm.os, "pwrite", full)
+    monkeypatch.setattr(_shm, "_logged", set())
+    with caplog.at_level(logging.INFO, logger="mpsched.shm"):
+        first = job_payload(prefix, bytes(BIG))
+        second = job_payload(prefix, bytes(BIG))
+    assert first[:1] == second[:1] == b"\x80"  # plain pickles, inline
+    assert loads(first)[1] == (bytes(BIG),)
+    assert _shm.names(prefix) == []  # the half-written segment was removed
+    assert [r.levelname for r in caplog.records] == ["INFO"]  # logged once
+
+
+def test_a_client_that_cannot_read_the_probe_sends_inline(prefix):
+    options = _shm.PayloadOptions(prefix, b"token", None)
+    assert _shm.shared_with(options) == ""  # no probe segment: another /dev/shm
+    _shm.write(prefix + "probe", [memoryview(b"token")])
+    assert _shm.shared_with(options) == prefix
+    assert _shm.shared_with(options._replace(probe=b"other")) == ""
+    assert _shm.shared_with(_shm.PayloadOptions("", b"", None)) == ""
+    _shm.sweep(prefix)
+
+
+def test_segments_of_stopped_managers_are_removed_at_start(prefix):
+    gone = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.2)"])
+    dead_prefix = _shm.manager_prefix(gone.pid)
+    gone.wait()
+    _shm.write(dead_prefix + "jleft", [memoryview(b"x")])
+    _shm.write(prefix + "jmine", [memoryview(b"x")])
+    try:
+        assert _shm.sweep_dead_managers() >= 1
+        assert _shm.names(dead_prefix) == []
+        assert _shm.names(prefix) == [prefix + "jmine"]  # a live manager keeps its own
+    finally:
+        _shm.sweep(dead_prefix)
+        _shm.sweep(prefix)
+
+
+# ------------------------------------------------------------------ manager ownership
+
+
+def owner(prefix: str) -> Segments:
+    return Segments(prefix, b"")
+
+
+def request(job_id: str, payload: bytes) -> JobRequest:
+    return JobRequest(job_id, "c", payload, 2, 0.0, None)
+
+
+def test_the_manager_unlinks_a_job_s_arguments_once_it_has_ended(prefix):
+    segments = owner(prefix)
+    payloads = {j: job_payload(prefix, bytes(BIG)) for j in ("a", "b", "c")}
+    batch = [request(j, p) for j, p in payloads.items()]
+    segments.submitted(batch)
+    segments.refused(batch[2:])  # a refused job stays its client's
+    segments.ended(["a"])
+    assert sorted(_shm.names(prefix)) == sorted(
+        _shm.segment_of(payloads[j]) for j in ("b", "c"))
+    segments.ended(["b", "c", "unknown"])
+    assert _shm.names(prefix) == [_shm.segment_of(payloads["c"])]
+    _shm.release(payloads["c"])
+
+
+def test_a_result_is_unlinked_once_every_recipient_collected_again(prefix):
+    segments = owner(prefix)
+    result = Outcome("j", True, dumps_result(bytes(BIG), _shm.result_name(prefix, 1)), "",
+                     None)
+    segments.posted(result, 2)  # its client and one watcher
+    segments.handed("c", [result])
+    segments.handed("w", [result])
+    segments.collecting("c")
+    assert len(_shm.names(prefix)) == 1  # the watcher has not collected again yet
+    segments.client_gone("w")
+    assert _shm.names(prefix) == []
+
+
+def test_a_result_nobody_collects_and_a_lost_lease_s_result_are_unlinked(prefix):
+    segments = owner(prefix)
+    boxes = Mailboxes(on_discard=segments.discarded)
+    result = Outcome("j", True, dumps_result(bytes(BIG), _shm.result_name(prefix, 1)), "",
+                     None)
+    segments.posted(result, 1)
+    boxes.post("gone-client", result)
+    assert _shm.names(prefix) == []
+    dumps_result(bytes(BIG), _shm.result_name(prefix, 2))
+    segments.lease_lost(2)
+    assert _shm.names(prefix) == []
+
+
+def test_a_dropped_mailbox_discards_its_outcomes_through_the_hook():
+    discarded: list[Outcome] = []
+    boxes = Mailboxes(on_discard=discarded.append)
+    boxes.open("c")
+    outcome = Outcome("j", True, b"", "", None)
+    boxes.post("c", outcome)
+    assert boxes.drop("c") == 1 and discarded == [outcome]
+
+
+# ------------------------------------------------------------------ max_pending_bytes
+
+
+def test_pending_payload_bytes_are_bounded_like_pending_jobs():
+    clock = FakeClock()
+    queue = JobQueue(clock=clock, max_pending_bytes=100)
+    queue.submit(request("a", b"x" * 60))
+    with pytest.raises(QueueFullError) as full:
+        queue.submit(request("b", b"x" * 60), timeout=0)
+    assert full.value.unit == "payload bytes" and "100 payload bytes" in str(full.value)
+    with pytest.raises(InvalidJobError, match="can never fit"):
+        queue.submit(request("c", b"x" * 101), timeout=0)
+    waiter = threading.Thread(target=queue.submit, args=(request("b", b"x" * 60), None))
+    waiter.start()
+    clock.wait_parked(1)
+    assert queue.take("w", 0) is not None  # "a" leaves the heap: "b" fits
+    waiter.join(10)
+    assert not waiter.is_alive() and len(queue) == 1
+    assert queue.cancel("b")
+    queue.submit(request("d", b"x" * 100), timeout=0)  # cancelling freed its bytes
+
+
+def test_a_shared_memory_payload_counts_its_segment(prefix):
+    payload = job_payload(prefix, bytes(BIG))
+    queue = JobQueue(max_pending_bytes=BIG, sizer=_shm.payload_size)
+    with pytest.raises(InvalidJobError, match="can never fit"):
+        queue.submit(request("a", payload), timeout=0)
+    _shm.release(payload)
