@@ -88,6 +88,16 @@ def announce_then_sleep(fifo: str, seconds: float, child: bool = False) -> str:
     return "woke"
 
 
+def announce_then_wait(fifo: str, release: str, timeout: float) -> str:
+    """Announce, then run until the file ``release`` exists (at most ``timeout`` s)."""
+    with open(fifo, "w") as out:
+        out.write(f"{os.getpid()}")
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(release) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return "woke"
+
+
 def die_once(marker: str) -> str:
     """SIGKILL our own worker the first time; succeed the next."""
     import signal

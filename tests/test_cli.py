@@ -290,13 +290,29 @@ def test_remote_workers_run_jobs_of_clients_in_other_processes(
 
 def test_status_json_shows_queue_workers_and_lateness(
         cluster: Cluster, procs: Processes, connect_client: Callable[..., mpsched.Client],
-        fifo: str) -> None:
+        fifo: str, tmp_path: Path) -> None:
     manager = cluster.manager
     client = connect_client(manager)
+    release = tmp_path / "release"
     later = client.schedule(jobs.noop, delay=3600, priority="high")
-    running = client.submit(jobs.announce_then_sleep, fifo, 1.0)
-    [job_pid] = wait_started(fifo)
+    # Runs until released: a `status` started on a loaded machine still finds it running.
+    running = client.submit(jobs.announce_then_wait, fifo, str(release), 60.0)
+    try:
+        job_pid, done_before = _check_status_json(manager, procs, fifo, running.job_id)
+    finally:  # the cluster is shared by the module's tests: leave it idle
+        release.touch()
+        later.cancel()
+    assert running.result(timeout=30) == "woke"
+    wait_for(lambda: {w.pid: w for w in manager.stats().workers}[job_pid].current_job is None,
+             what="the report reached the manager")
+    [after] = [w for w in manager.stats().workers if w.pid == job_pid]
+    assert after.jobs_done == done_before + 1
 
+
+def _check_status_json(manager: Manager, procs: Processes, fifo: str,
+                       job_id: str) -> tuple[int, int]:
+    """``status --json`` and ``status`` while a job runs; its worker's pid and job count."""
+    [job_pid] = wait_started(fifo)
     shown = procs.run("status", "--json", *manager.cli())
     assert shown.returncode == Exit.OK, shown.stderr
     status = json.loads(shown.stdout)
@@ -315,19 +331,12 @@ def test_status_json_shows_queue_workers_and_lateness(
         assert worker["host"] == socket.gethostname() and worker["remote"] is True
         assert worker["rss"] > 0 and worker["cpu_percent"] >= 0
         assert isinstance(worker["jobs_done"], int)
-    assert workers[job_pid]["current_job"] == running.job_id
-    done_before = workers[job_pid]["jobs_done"]
-
-    assert running.result(timeout=30) == "woke"
-    assert later.cancel()
-    wait_for(lambda: {w.pid: w for w in manager.stats().workers}[job_pid].current_job is None,
-             what="the report reached the manager")
+    assert workers[job_pid]["current_job"] == job_id
     text = procs.run("status", *manager.cli())
     assert text.returncode == Exit.OK, text.stderr
     assert "workers   2" in text.stdout and "lateness  p50" in text.stdout
     assert str(job_pid) in text.stdout
-    [after] = [w for w in manager.stats().workers if w.pid == job_pid]
-    assert after.jobs_done == done_before + 1
+    return job_pid, workers[job_pid]["jobs_done"]
 
 
 def test_submit_prints_the_result_and_exits_1_when_the_job_fails(
