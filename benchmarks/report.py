@@ -17,7 +17,8 @@ LATEST = HERE / "latest.json"
 README = HERE / "README.md"
 CHART = HERE / "lateness_cdf.png"
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
-ORDER = ["throughput", "lateness", "scaling", "idle", "herd", "scale", "durable", "breakdown"]
+ORDER = ["throughput", "lateness", "scaling", "idle", "herd", "scale", "durable", "recurring",
+         "breakdown"]
 
 
 def save(sections: list[Section], run: dict[str, Any]) -> dict[str, Any]:

@@ -2,8 +2,9 @@
 
     python benchmarks/run.py [--quick] [--only NAME ...] [--repeats N] [--no-readme]
 
-NAME is one of: throughput, lateness, scaling, idle, herd, scale, durable, breakdown. The
-full run takes about 16 minutes on 2 cores; ``--quick`` (smaller sizes, 2 repeats) about 2.
+NAME is one of: throughput, lateness, scaling, idle, herd, scale, durable, recurring,
+breakdown. The full run takes about 22 minutes on 2 cores; ``--quick`` (smaller sizes, 2
+repeats) about 3.
 Progress goes to stderr. Timing claims live here, never in tests.
 """
 
@@ -33,6 +34,7 @@ from benchmarks import (  # noqa: E402
     bench_herd,
     bench_idle,
     bench_lateness,
+    bench_recurring,
     bench_scale,
     bench_scaling,
     bench_throughput,
@@ -54,14 +56,15 @@ class Sizes:
     scale: tuple[int, int, int]  # big pending, small pending, jobs through the manager
     # dispatched jobs, jobs submitted into a store, APScheduler's, pending jobs recovered
     durable: tuple[int, int, int, int]
+    recurring: int  # runs of the 10 ms schedule
 
 
 FULL = Sizes(repeats=5, throughput_jobs=20_000, lateness=(500, 5.0, 100), scaling=(40, 0.05),
              idle_window=10.0, herd=(32, 2_000, 1.0), scale=(1_000_000, 1_000, 20_000),
-             durable=(20_000, 100_000, 3_000, 1_000_000))
+             durable=(20_000, 100_000, 3_000, 1_000_000), recurring=1_000)
 QUICK = Sizes(repeats=2, throughput_jobs=2_000, lateness=(200, 2.0, 40), scaling=(16, 0.05),
               idle_window=2.0, herd=(32, 500, 0.5), scale=(100_000, 1_000, 2_000),
-              durable=(2_000, 10_000, 500, 100_000))
+              durable=(2_000, 10_000, 500, 100_000), recurring=200)
 
 BENCHMARKS: dict[str, Callable[[Sizes, int], Section]] = {
     "throughput": lambda z, r: bench_throughput.bench(z.throughput_jobs, r),
@@ -71,6 +74,7 @@ BENCHMARKS: dict[str, Callable[[Sizes, int], Section]] = {
     "herd": lambda z, r: bench_herd.bench(*z.herd, r),
     "scale": lambda z, r: bench_scale.bench(*z.scale, r),
     "durable": lambda z, r: bench_durable.bench(*z.durable, r),
+    "recurring": lambda z, r: bench_recurring.bench(z.recurring, r),
     "breakdown": lambda z, r: bench_breakdown.bench(r),
 }
 
