@@ -8,7 +8,10 @@ cloudpickle does the same for an importable module. ``run.py`` puts the reposito
 
 from __future__ import annotations
 
+import os
+import sys
 import time
+from types import FrameType
 
 
 def noop() -> None:
@@ -63,3 +66,29 @@ def nbytes(data: object) -> int:
 def make_bytes(size: int) -> bytes:
     """The payload benchmark's result job: ``size`` bytes back to the client."""
     return b"\x02" * size
+
+
+def stamp_run(path: str) -> None:
+    """Append this run's start (``time.monotonic()``) and its job id to the file ``path``.
+
+    For the drift benchmark: a schedule's run does not get its own job id, so it is read
+    from the mpsched worker's frame that called it (``assignment.lease.job_id``; the run id
+    ``"{schedule}@{slot, UTC}"`` names the slot). Only after the stamp, so the lookup and
+    the write do not count in the offset. One ``os.write`` of one short line per run:
+    O_APPEND keeps the lines of two workers whole.
+    """
+    started = time.monotonic()
+    frame: FrameType | None = sys._getframe(1)
+    job_id = "?"
+    while frame is not None:
+        assignment = frame.f_locals.get("assignment")
+        lease = getattr(assignment, "lease", None)
+        if lease is not None:
+            job_id = lease.job_id
+            break
+        frame = frame.f_back
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{started!r} {job_id}\n".encode())
+    finally:
+        os.close(fd)

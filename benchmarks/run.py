@@ -3,8 +3,8 @@
     python benchmarks/run.py [--quick] [--only NAME ...] [--repeats N] [--no-readme]
 
 NAME is one of: throughput, lateness, scaling, idle, herd, scale, durable, payloads,
-breakdown. The
-full run takes about 16 minutes on 2 cores; ``--quick`` (smaller sizes, 2 repeats) about 2.
+recurring, breakdown. The full run takes about 28 minutes on 2 cores; ``--quick`` (smaller
+sizes, 2 repeats) about 4.
 Progress goes to stderr. Timing claims live here, never in tests.
 """
 
@@ -35,6 +35,7 @@ from benchmarks import (  # noqa: E402
     bench_idle,
     bench_lateness,
     bench_payloads,
+    bench_recurring,
     bench_scale,
     bench_scaling,
     bench_throughput,
@@ -57,14 +58,17 @@ class Sizes:
     # dispatched jobs, jobs submitted into a store, APScheduler's, pending jobs recovered
     durable: tuple[int, int, int, int]
     payloads: float  # share of the issue's job counts per payload case
+    recurring: int  # runs of the 10 ms schedule
 
 
 FULL = Sizes(repeats=5, throughput_jobs=20_000, lateness=(500, 5.0, 100), scaling=(40, 0.05),
              idle_window=10.0, herd=(32, 2_000, 1.0), scale=(1_000_000, 1_000, 20_000),
-             durable=(20_000, 100_000, 3_000, 1_000_000), payloads=1.0)
+             durable=(20_000, 100_000, 3_000, 1_000_000), payloads=1.0,
+             recurring=1_000)
 QUICK = Sizes(repeats=2, throughput_jobs=2_000, lateness=(200, 2.0, 40), scaling=(16, 0.05),
               idle_window=2.0, herd=(32, 500, 0.5), scale=(100_000, 1_000, 2_000),
-              durable=(2_000, 10_000, 500, 100_000), payloads=0.2)
+              durable=(2_000, 10_000, 500, 100_000), payloads=0.2,
+              recurring=200)
 
 BENCHMARKS: dict[str, Callable[[Sizes, int], Section]] = {
     "throughput": lambda z, r: bench_throughput.bench(z.throughput_jobs, r),
@@ -75,6 +79,7 @@ BENCHMARKS: dict[str, Callable[[Sizes, int], Section]] = {
     "scale": lambda z, r: bench_scale.bench(*z.scale, r),
     "durable": lambda z, r: bench_durable.bench(*z.durable, r),
     "payloads": lambda z, r: bench_payloads.bench(z.payloads, r),
+    "recurring": lambda z, r: bench_recurring.bench(z.recurring, r),
     "breakdown": lambda z, r: bench_breakdown.bench(r),
 }
 
