@@ -268,7 +268,7 @@ def _not_pending(client: Client, job_id: str) -> str:
     try:
         future = client.job(job_id)
     except JobNotFoundError:
-        return _UNKNOWN
+        return "no such schedule, and " + _UNKNOWN
     state = unfinished_state(client, future)
     if state == "running":
         return "it is running (a worker took it)"

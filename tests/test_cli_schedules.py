@@ -50,6 +50,8 @@ def test_submit_every_lists_and_cancels_a_schedule(procs: Processes, tmp_path: P
     assert code == Exit.OK and "cancelled schedule tick" in out, err
     code, out, err = run("schedules")
     assert out == "no schedules\n"
+    code, out, err = run("cancel", "tick")  # neither a schedule nor a job any more
+    assert code == Exit.FAILURE and "no such schedule, and no such job" in err, err
 
 
 def test_submit_cron_checks_the_expression_and_the_zone(procs: Processes) -> None:
