@@ -100,6 +100,10 @@ class Schedules:
             self._plan_locked(entry, "begin")
 
     def close(self) -> None:
+        """Stop planning: runs that end from now on leave the store as it is."""
+        if self._entries and self._journal.store.location == "memory":
+            log.info("%d schedule(s) end with this manager: without a store nothing keeps "
+                     "them", len(self._entries))
         self._closed.set()
         if self._watcher is not None:
             self._watcher.join(timeout=5)

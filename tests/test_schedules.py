@@ -371,3 +371,19 @@ def test_a_cron_run_is_never_handed_out_before_its_wall_clock_time(
     clock.advance(0.1)
     run = take(service)
     assert run is not None and run.job_id == run_id("s", 1_800_000_000)
+
+
+def test_delay_mode_plans_each_run_an_interval_after_the_previous_one_ended(
+        service: ManagerService, clock: FakeClock):
+    service.add_schedule(tuple(spec(mode="delay")))
+    clock.advance(5)
+    run = take(service)
+    assert run is not None
+    clock.advance(7)  # it runs for 7 s
+    finish(service, run)
+    clock.advance(9.99)
+    assert take(service) is None
+    clock.advance(0.01)
+    nxt = take(service)
+    assert nxt is not None and nxt.job_id == slot(clock, 0)
+    assert service.schedule_control("s", "info").counters.skipped == 0
