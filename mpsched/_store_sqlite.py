@@ -1,16 +1,17 @@
 """SQLiteStore: the job store in one SQLite file (WAL mode), written with group commit.
 
 Writes. Every call becomes an op on one queue; what is queued is applied in one transaction
-and committed once ("group commit", ``_store_writer``), by a durable caller that finds no
-commit under way, else by the next one, so that callers that queue while a commit is under
-way share the next one. Durable calls (submit, cancel, lease, prune, flush) wait for the
-commit covering their op; finish and requeue return at once and ride in the next commit
-(a writer thread writes them within a few milliseconds if no durable call comes).
+and committed once ("group commit", ``_store_writer``) by a durable caller that finds no
+commit under way: callers that queue while one is under way share the next. Durable calls
+(submit, cancel, lease, prune, flush) wait for the commit covering their op; finish and
+requeue return at once and ride in the next commit (a writer thread writes them within a
+few milliseconds if no durable call comes).
 
-Failures. An op that breaks a rule (a repeated job id) fails alone. An error that undoes the transaction (disk full, an I/O error, a lock held by another
-program) fails the durable callers of that batch with a typed error; its asynchronous ops go
-back, in order, to the head of the queue and are retried after a backoff, so no later op
-overtakes them. What was committed before stays, and the store keeps taking writes.
+Failures. An op that breaks a rule (a repeated job id) fails alone. An error that undoes the
+transaction (disk full, an I/O error, a lock held by another program) fails the durable
+callers of that batch with a typed error; its asynchronous ops go back, in order, to the
+head of the queue and are retried after a backoff, so no later op overtakes them. What was
+committed before stays, and the store keeps taking writes.
 
 Reads (get, jobs, find_key, recover) run on read-only connections of their own: WAL lets
 them read the last commit while the writer writes, so a listing never waits for a batch.
