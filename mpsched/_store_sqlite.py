@@ -1,15 +1,17 @@
 """SQLiteStore: the job store in one SQLite file (WAL mode), written with group commit.
 
-Writes. Every call becomes an op on one queue. One writer thread takes what is queued, applies
-it in one transaction and commits once ("group commit", ``_store_writer``): callers that
-queue while a commit is under way share the next one. Durable calls (submit, cancel, lease,
-prune, flush) wait for the commit covering their op; finish and requeue return at once.
+Writes. Every call becomes an op on one queue; what is queued is applied in one transaction
+and committed once ("group commit", ``_store_writer``) by a durable caller that finds no
+commit under way: callers that queue while one is under way share the next. Durable calls
+(submit, cancel, lease, prune, flush) wait for the commit covering their op; finish and
+requeue return at once and ride in the next commit (a writer thread writes them within a
+few milliseconds if no durable call comes).
 
-Failures. Each op runs in a savepoint, so an op that breaks a rule (a repeated job id) fails
-alone. An error that undoes the transaction (disk full, an I/O error, a lock held by another
-program) fails the durable callers of that batch with a typed error; its asynchronous ops go
-back, in order, to the head of the queue and are retried after a backoff, so no later op
-overtakes them. What was committed before stays, and the writer keeps running.
+Failures. An op that breaks a rule (a repeated job id) fails alone. An error that undoes the
+transaction (disk full, an I/O error, a lock held by another program) fails the durable
+callers of that batch with a typed error; its asynchronous ops go back, in order, to the
+head of the queue and are retried after a backoff, so no later op overtakes them. What was
+committed before stays, and the store keeps taking writes.
 
 Reads (get, jobs, find_key, recover) run on read-only connections of their own: WAL lets
 them read the last commit while the writer writes, so a listing never waits for a batch.
@@ -45,7 +47,7 @@ from mpsched._store import (
     check_options,
 )
 from mpsched._store_file import DURABILITY, connect_writer, open_checked
-from mpsched._store_writer import Writer, check_batching, translate
+from mpsched._store_writer import Writer, translate
 
 log = logging.getLogger("mpsched.store")
 
@@ -56,6 +58,11 @@ _RECORD = ("job_id, client_id, key, name, priority, due_wall, seq, timeout, retr
            "submitted_wall, state, worker_id, finished_wall")
 _INSERT = f"INSERT INTO jobs ({_STORED}, state) VALUES ({', '.join('?' * 12)}, 'pending')"
 _PRUNE = "DELETE FROM jobs WHERE finished_wall <= ?"
+# Statements on one job, its id last: the writer runs a batch's consecutive ones by
+# executemany (see _store_writer).
+_LEASE = "UPDATE jobs SET state = 'running', worker_id = ?, attempt = ? WHERE job_id = ?"
+_FINISH = "UPDATE jobs SET state = ?, outcome = ?, finished_wall = ? WHERE job_id = ?"
+_REQUEUE = "UPDATE jobs SET state = 'pending', worker_id = NULL, attempt = ? WHERE job_id = ?"
 
 
 # A row as a StoredJob, without the Python-level call of StoredJob._make: a million of these
@@ -78,6 +85,16 @@ def _no_gc() -> Iterator[None]:
 
 def _record(row: Sequence[Any], outcome: bytes | None = None) -> JobRecord:
     return JobRecord._make((*row[:11], JobState(row[11]), row[12], row[13], outcome))
+
+
+def check_batching(batch_size: int, linger: float, idle: float) -> None:
+    """Raise InvalidJobError unless the writer's options are in range."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InvalidJobError(f"batch_size must be a positive int, not {batch_size!r}")
+    if not 0 <= linger <= 10:
+        raise InvalidJobError(f"linger must be a number of seconds in [0, 10], not {linger!r}")
+    if not 0 < idle < float("inf"):
+        raise InvalidJobError(f"prune_interval must be a positive number, not {idle!r}")
 
 
 class SQLiteStore(Store):
@@ -171,24 +188,18 @@ class SQLiteStore(Store):
                 "WHERE job_id = ? AND state = 'pending'", rows), len(rows))
 
     def lease(self, job_id: str, worker_id: str, attempt: int) -> None:
-        self._writer.call(lambda conn: conn.execute(
-            "UPDATE jobs SET state = 'running', worker_id = ?, attempt = ? WHERE job_id = ?",
-            (worker_id, attempt, job_id)))
+        self._writer.call_update(_LEASE, (worker_id, attempt, job_id), job_id)
 
     def finish(self, job_id: str, state: JobState, outcome: bytes | None,
                finished_wall: float) -> None:
         check_finish_state(state)
-        self._writer.post(lambda conn: conn.execute(
-            "UPDATE jobs SET state = ?, outcome = ?, finished_wall = ? WHERE job_id = ?",
-            (state.value, outcome, finished_wall, job_id)))
+        self._writer.post_update(_FINISH, (state.value, outcome, finished_wall, job_id), job_id)
 
     def requeue(self, job_id: str, attempt: int) -> None:
-        self._writer.post(lambda conn: conn.execute(
-            "UPDATE jobs SET state = 'pending', worker_id = NULL, attempt = ? WHERE job_id = ?",
-            (attempt, job_id)))
+        self._writer.post_update(_REQUEUE, (attempt, job_id), job_id)
 
     def flush(self) -> None:
-        self._writer.call(lambda conn: None, 0)
+        self._writer.flush()
 
     def get(self, job_id: str) -> JobRecord | None:
         with self._readers.connection() as conn:

@@ -1,35 +1,53 @@
-"""Group commit: one thread applies queued ops to an SQLite connection, one commit per batch.
+"""Group commit: queued ops applied to one SQLite connection, one commit per batch.
 
-Callers hand in ops (a function of the connection); a durable caller waits for the commit
-covering its op, an asynchronous one returns at once. The writer takes a batch as soon as it
-is free: every op queued while it was committing the last one, up to ``batch_size`` rows, so
-concurrent callers share one commit and a lone caller waits for one commit only. With
-``linger > 0`` it first waits up to that long after a batch's first op for ``batch_size``
-rows (fewer, bigger commits, each caller waiting longer). Data flow::
+Callers hand in ops: a statement on one job (``call_update``, ``post_update``) or a function
+of the connection (``call``, ``post``). A durable caller waits for the commit covering its
+op; an asynchronous one returns at once. One thread at a time holds the *lead* and writes a
+batch: every op queued so far, oldest first, up to ``batch_size`` rows.
 
-    call(op) ──┐                     writer thread
-    call(op) ──┼─▶ queue ─▶ batch ─▶ BEGIN; SAVEPOINT/op/RELEASE ...; COMMIT ─▶ wake callers
+- A durable caller that finds nobody writing takes the lead and writes in its own thread
+  ("leader commits"): a lone caller pays its commit and no thread hand-off.
+- One that finds a batch being written waits on its op's own lock. Whoever ends a batch
+  wakes the callers it settled and hands the lead to the oldest durable caller still
+  queued, who writes everything queued meanwhile (group commit).
+- Asynchronous ops wake nobody: they ride in the next durable caller's batch, or the
+  writer thread writes them ``ASYNC_DELAY`` after they came in.
+- With ``linger > 0``, or during a backoff, only the writer thread writes (it waits up to
+  ``linger`` for ``batch_size`` rows, or out the backoff).
+
+Data flow::
+
+    call(op) ──┐                       the lead: a durable caller, or the writer thread
+    call(op) ──┼─▶ queue ─▶ batch ─▶ BEGIN; ops ...; COMMIT ─▶ settle callers, pass the lead
     post(op) ──┘     ▲                      │ disk full, I/O error: ROLLBACK
                      └──── async ops, in order, after a backoff ◀──┘  (durable callers fail)
+
+In a batch, consecutive statements on distinct jobs commute: they run as one executemany
+per statement. Functions run each in a savepoint, so that one breaking a rule fails alone;
+a statement that breaks one makes the batch run again op by op (functions must bear being
+run again in a new transaction).
 """
 
 from __future__ import annotations
 
+import _thread
 import logging
 import sqlite3
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
-from typing import Any, Generic, TypeVar, cast
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from mpsched._errors import InvalidJobError, MpschedError, StoreError, StoreFullError
+from mpsched._errors import MpschedError, StoreError, StoreFullError
 
 log = logging.getLogger("mpsched.store")
 
-T = TypeVar("T")
-
 MAX_BACKOFF = 1.0  # seconds between retries of a batch that failed as a whole
+# Seconds an asynchronous op may wait for a durable caller's batch to carry it before the
+# writer thread writes it: long enough that a busy manager's finishes ride with its leases
+# (no thread wake-up each), short next to anything that reads them (a flush writes at once).
+ASYNC_DELAY = 0.002
 
 
 def translate(exc: BaseException, path: str) -> StoreError:
@@ -46,163 +64,293 @@ def _fails_batch(exc: BaseException, conn: sqlite3.Connection) -> bool:
         or type(exc) is sqlite3.DatabaseError
 
 
-class _Op(Generic[T]):
-    """One queued change: ``apply`` runs in the writer thread inside the batch."""
+class _Op:
+    """One queued change: a function of the connection, or a statement on one job."""
 
-    __slots__ = ("apply", "done", "error", "result", "rows")
+    __slots__ = ("apply", "error", "job_id", "lead", "params", "result", "rows", "settled",
+                 "sql", "waiter")
 
-    def __init__(self, apply: Callable[[sqlite3.Connection], T], rows: int,
+    def __init__(self, apply: Callable[[sqlite3.Connection], Any] | None, sql: str,
+                 params: Sequence[object], job_id: str | None, rows: int,
                  durable: bool) -> None:
         self.apply = apply
+        self.sql = sql  # with job_id: run as conn.execute(sql, params)
+        self.params = params
+        self.job_id = job_id  # the one job the statement touches; None for a function
         self.rows = rows  # how much of a batch it fills
-        # Set by the writer once the op is committed or failed; its caller waits on it.
-        self.done = threading.Event() if durable else None
-        self.result: T | None = None
+        # A durable caller blocks acquiring its waiter (a bare lock, held from the start);
+        # it is released once the op is settled (committed or failed) or the lead is
+        # handed to this caller. Asynchronous ops have none.
+        self.waiter = _thread.allocate_lock() if durable else None
+        if self.waiter is not None:
+            self.waiter.acquire()
+        self.settled = False  # set (with _mutex held) before the waiter is released
+        self.lead = False  # the lead was handed to this op's caller (with _mutex held)
+        self.result: Any = None
         self.error: MpschedError | None = None
 
-    def wait(self) -> T:
-        assert self.done is not None
-        self.done.wait()
-        if self.error is not None:
-            raise self.error
-        return cast(T, self.result)
+
+class _Replay(Exception):
+    """A batch is to be written again op by op (see ``Writer._write``)."""
 
 
-def check_batching(batch_size: int, linger: float, idle: float) -> None:
-    """Raise InvalidJobError unless the writer's options are in range."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise InvalidJobError(f"batch_size must be a positive int, not {batch_size!r}")
-    if not 0 <= linger <= 10:
-        raise InvalidJobError(f"linger must be a number of seconds in [0, 10], not {linger!r}")
-    if not 0 < idle < float("inf"):
-        raise InvalidJobError(f"prune_interval must be a positive number, not {idle!r}")
+def _nothing(conn: sqlite3.Connection) -> None:
+    """A flush's op: it changes nothing, its commit covers every earlier op."""
 
 
 class Writer:
-    """The writer thread of one connection, and the queue it takes batches from."""
+    """The queue of one connection's ops, its lead, and the writer thread."""
 
     def __init__(self, conn: sqlite3.Connection, path: str, *, batch_size: int,
                  linger: float, idle: float,
                  housekeeping: Callable[[sqlite3.Connection], None]) -> None:
-        self._conn = conn  # used by the writer thread only, once started
+        self._conn = conn  # used only by the holder of the lead, once started
         self._path = path
         self._batch_size = batch_size
         self._linger = linger
         self._idle = idle
         self._housekeeping = housekeeping
-        # Guards _ops, _rows, _first_at, _backoff, _closing and _closed. The writer thread
-        # waits on it for a first op (then, with a linger or a backoff, for the batch to fill
-        # or the time to end); callers notify.
-        self._cond = threading.Condition()
-        self._ops: deque[_Op[Any]] = deque()
+        # Guards every field below except commits. Held only to queue, take a batch, settle
+        # it and pass the lead: never while SQLite works. Durable callers wait on their own
+        # op's waiter, not on this.
+        self._mutex = threading.Lock()
+        # On _mutex. The writer thread waits on it while _writer_idle (nothing queued, or
+        # a batch in someone else's hands), or for a deadline (linger, backoff,
+        # ASYNC_DELAY); notified when an op comes in while it is idle, when a batch ends
+        # leaving ops for it, and by close().
+        self._wake = threading.Condition(self._mutex)
+        self._ops: deque[_Op] = deque()
+        self._durable: deque[_Op] = deque()  # the durable ops of _ops, in the same order
         self._rows = 0  # queued rows: a batch is written at batch_size
         self._first_at = 0.0  # time.monotonic() when the oldest queued op came in
+        self._busy = False  # a thread holds the lead: it alone uses the connection
+        self._writer_idle = False  # the writer thread needs a notify to look again
         self._backoff = 0.0  # > 0 while a failed batch's async ops wait to be retried
-        self._closing = False  # no more ops: close() was called, or the thread ended
+        self._closing = False  # no more ops: close() was called, or the writer stopped
         self._closed = False  # close() was called
-        self.commits = 0  # written by the writer thread only
+        self.commits = 0  # written by the holder of the lead only
         self._thread = threading.Thread(target=self._run, name="mpsched-store-writer",
                                         daemon=True)
         self._thread.start()
 
-    def call(self, apply: Callable[[sqlite3.Connection], T], rows: int = 1) -> T:
+    # ------------------------------------------------------------------ callers
+
+    def call(self, apply: Callable[[sqlite3.Connection], Any], rows: int = 1) -> Any:
         """Queue ``apply`` and wait until it is committed; its result, or its error."""
-        op = _Op(apply, rows, durable=True)
-        self._put(op)
-        return op.wait()
+        return self._call(_Op(apply, "", (), None, rows, durable=True))
 
     def post(self, apply: Callable[[sqlite3.Connection], object], rows: int = 1) -> None:
         """Queue ``apply`` to run after every op queued before it; return at once."""
-        self._put(_Op(apply, rows, durable=False))
+        self._put(_Op(apply, "", (), None, rows, durable=False))
+
+    def call_update(self, sql: str, params: Sequence[object], job_id: str) -> None:
+        """Run ``sql`` (it changes the row of ``job_id`` only) and wait for its commit."""
+        self._call(_Op(None, sql, params, job_id, 1, durable=True))
+
+    def post_update(self, sql: str, params: Sequence[object], job_id: str) -> None:
+        """As ``call_update``, returning at once: written after every earlier op."""
+        self._put(_Op(None, sql, params, job_id, 1, durable=False))
+
+    def flush(self) -> None:
+        """Wait until every op queued before this call is settled."""
+        self._call(_Op(_nothing, "", (), None, 0, durable=True))
 
     def close(self) -> bool:
         """Write what is queued, stop the thread, close the connection. False if closed."""
-        with self._cond:
+        with self._mutex:
             if self._closed:
                 return False
             self._closed = self._closing = True
-            self._cond.notify()
+            self._wake.notify()
         self._thread.join()
         self._conn.close()
         return True
 
-    def _put(self, op: _Op[Any]) -> None:
-        with self._cond:
+    def _call(self, op: _Op) -> Any:
+        lead = self._put(op)
+        while True:
+            if not lead:
+                self._await(op)
+            if op.settled or self._lead(op):
+                break
+            lead = False  # the lead was given up to a backoff: wait for the writer thread
+        if op.error is not None:
+            raise op.error
+        return op.result
+
+    def _await(self, op: _Op) -> None:
+        """Block until ``op`` is settled or its caller is handed the lead."""
+        assert op.waiter is not None
+        try:
+            op.waiter.acquire()
+        except BaseException:  # interrupted (the main thread): the op is still written
+            with self._mutex:
+                if not op.settled:
+                    op.settled = True  # nobody is to wake its caller or hand it the lead
+                    if op.lead:
+                        self._pass_lead_locked()
+            raise
+
+    def _put(self, op: _Op) -> bool:
+        """Queue ``op``; True when its (durable) caller is to take the lead at once."""
+        with self._mutex:
             if self._closing:
                 raise StoreError(self._path, "the store is closed")
             if not self._ops:
                 self._first_at = time.monotonic()
-                self._cond.notify()
             before = self._rows
             self._ops.append(op)
             self._rows += op.rows
-            if before < self._batch_size <= self._rows:
-                self._cond.notify()
+            callers_lead = self._callers_lead_locked()
+            if op.waiter is not None:
+                self._durable.append(op)
+                if callers_lead:
+                    if self._busy:
+                        return False  # the holder of the lead hands it on
+                    self._busy = True
+                    return True
+            if (self._writer_idle and not self._busy) \
+                    or before < self._batch_size <= self._rows:
+                self._wake.notify()
+            return False
 
-    def _run(self) -> None:
-        batch: list[_Op[Any]] | None = []
-        try:
-            while (batch := self._next_batch()) is not None:
-                self._housekeeping(self._conn)
-                if batch:
-                    self._write(batch)
-        except BaseException:  # a bug: callers must still hear of it (see _abandon)
-            log.exception("the writer of the job store %s stopped", self._path)
-        finally:
-            self._abandon(batch or [])
+    def _callers_lead_locked(self) -> bool:
+        """Whether durable callers may write batches (else the writer thread alone does)."""
+        return not self._linger and not self._backoff and not self._closing
 
-    def _next_batch(self) -> list[_Op[Any]] | None:
-        """The ops to write next; [] when idle for a while (housekeeping); None to stop."""
-        with self._cond:
-            if not self._ops and not self._closing:
-                self._cond.wait(self._idle)
-                if not self._ops and not self._closing:
-                    return []
-            if not self._ops:
-                return None
-            deadline = self._first_at + max(self._linger, self._backoff)
-            while not self._closing and (self._backoff or self._rows < self._batch_size):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self._cond.wait(remaining)
-            return self._take_locked()
+    # ------------------------------------------------------------------ the lead
 
-    def _take_locked(self) -> list[_Op[Any]]:
+    def _lead(self, own: _Op | None) -> bool:
+        """Holding the lead, write batches until ``own`` is settled (None: one batch), then
+        pass the lead on; True. False when a failed batch started a backoff before ``own``
+        was written: the lead went to the writer thread and ``own``'s caller waits again."""
+        while True:
+            with self._mutex:
+                batch = self._take_locked()
+            try:
+                self._write(batch)
+            except BaseException as exc:  # a bug: every caller must still hear of it
+                self._stop(batch, exc)
+                if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                    raise
+                return True
+            with self._mutex:
+                for op in batch:
+                    if op.waiter is not None and not op.settled:
+                        op.settled = True
+                        if op is not own:
+                            op.waiter.release()
+                if own is None or own.settled or not self._callers_lead_locked():
+                    if own is not None:
+                        own.lead = False
+                    self._pass_lead_locked()
+                    return own is None or own.settled
+
+    def _pass_lead_locked(self) -> None:
+        """Hand the lead to the oldest durable caller still queued, else let it go."""
+        durable = self._durable
+        while durable and durable[0].settled:
+            durable.popleft()  # its caller was interrupted: it is written all the same
+        if durable and self._callers_lead_locked():
+            nxt = durable[0]
+            nxt.lead = True
+            assert nxt.waiter is not None
+            nxt.waiter.release()
+            return
+        self._busy = False
+        if self._ops or self._closing:
+            self._wake.notify()
+
+    def _take_locked(self) -> list[_Op]:
         """The oldest queued ops, until they hold ``batch_size`` rows (an op is never split)."""
-        batch = [self._ops.popleft()]
+        ops, durable = self._ops, self._durable
+        batch = [ops.popleft()]
         rows = batch[0].rows
-        while self._ops and rows < self._batch_size:
-            op = self._ops.popleft()
+        while ops and rows < self._batch_size:
+            op = ops.popleft()
             batch.append(op)
             rows += op.rows
         self._rows -= rows
+        for op in batch:
+            if op.waiter is not None and durable and durable[0] is op:
+                durable.popleft()
         return batch
 
-    def _write(self, batch: list[_Op[Any]]) -> None:
+    # ------------------------------------------------------------------ writing
+
+    def _write(self, batch: list[_Op]) -> None:
+        """Apply ``batch`` in one transaction; on failure, ops are settled by ``_undo``."""
         conn = self._conn
+        self._housekeeping(conn)
         try:
             conn.execute("BEGIN IMMEDIATE")
-            for op in batch:
-                self._apply(op)
+            try:
+                self._apply_all(batch, careful=False)
+            except _Replay:  # a statement broke a rule: again, so that it fails alone
+                conn.execute("ROLLBACK")
+                for op in batch:
+                    op.result = op.error = None
+                conn.execute("BEGIN IMMEDIATE")
+                self._apply_all(batch, careful=True)
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             self._undo(batch, exc)
             return
         self.commits += 1
         for op in batch:
-            if op.done is not None:
-                op.done.set()
-            elif op.error is not None:
+            if op.waiter is None and op.error is not None:
                 log.error("a change to the job store %s was refused: %s", self._path, op.error)
-        with self._cond:
+        with self._mutex:
             if self._backoff:
                 log.warning("the job store %s takes writes again", self._path)
-            self._backoff = 0.0
+                self._backoff = 0.0
 
-    def _apply(self, op: _Op[Any]) -> None:
-        """Run one op in a savepoint: an op that breaks a rule fails alone."""
+    def _apply_all(self, batch: list[_Op], *, careful: bool) -> None:
+        """Apply the ops in order. Consecutive statements on distinct jobs commute: they run
+        as one executemany per statement, or (``careful``) one by one."""
+        run: list[_Op] = []
+        jobs: set[str] = set()
+        for op in batch:
+            if op.job_id is None or op.job_id in jobs:
+                self._apply_run(run, careful)
+                run, jobs = [], set()
+            if op.job_id is None:
+                self._apply(op)
+            else:
+                run.append(op)
+                jobs.add(op.job_id)
+        self._apply_run(run, careful)
+
+    def _apply_run(self, run: list[_Op], careful: bool) -> None:
+        """Raises _Replay when an executemany breaks a rule: which row did is unknown, and
+        the rows before it are applied."""
+        if careful or len(run) <= 1:
+            for op in run:
+                self._apply(op)
+            return
+        groups: dict[str, list[Sequence[object]]] = {}
+        for op in run:
+            groups.setdefault(op.sql, []).append(op.params)
+        try:
+            for sql, params in groups.items():
+                self._conn.executemany(sql, params)
+        except Exception as exc:
+            if isinstance(exc, sqlite3.Error) and _fails_batch(exc, self._conn):
+                raise
+            raise _Replay from exc
+
+    def _apply(self, op: _Op) -> None:
+        """Run one op; one that breaks a rule fails alone (a function in a savepoint, a
+        statement by itself: SQLite undoes a failed statement)."""
         conn = self._conn
+        if op.apply is None:
+            try:
+                conn.execute(op.sql, op.params)
+            except Exception as exc:
+                if isinstance(exc, sqlite3.Error) and _fails_batch(exc, conn):
+                    raise
+                op.error = translate(exc, self._path)
+            return
         conn.execute("SAVEPOINT op")
         try:
             op.result = op.apply(conn)
@@ -217,21 +365,23 @@ class Writer:
                 op.error = translate(exc, self._path)
         conn.execute("RELEASE op")
 
-    def _undo(self, batch: list[_Op[Any]], exc: sqlite3.Error) -> None:
-        """The batch failed as a whole: fail its durable ops, keep its async ones in order."""
+    def _rollback(self) -> None:
         if self._conn.in_transaction:
             try:
                 self._conn.execute("ROLLBACK")
             except sqlite3.Error as again:
                 log.error("could not roll back in the job store %s: %s", self._path, again)
-        retry: list[_Op[Any]] = []
+
+    def _undo(self, batch: list[_Op], exc: sqlite3.Error) -> None:
+        """The batch failed as a whole: fail its durable ops, keep its async ones in order."""
+        self._rollback()
+        retry: list[_Op] = []
         for op in batch:
-            if op.done is not None:
+            if op.waiter is not None:
                 op.error = op.error or translate(exc, self._path)
-                op.done.set()
             elif op.error is None:
                 retry.append(op)
-        with self._cond:
+        with self._mutex:
             if retry and self._closing:
                 log.error("the job store %s is closing and %d changes could not be written: "
                           "%s", self._path, len(retry), exc)
@@ -245,16 +395,70 @@ class Writer:
                 self._rows += sum(op.rows for op in retry)
                 self._first_at = time.monotonic()
 
-    def _abandon(self, batch: list[_Op[Any]]) -> None:
-        """The thread ends: fail the unsettled ops of ``batch`` and every op still queued
-        (there are none after a clean close)."""
-        with self._cond:
+    # ------------------------------------------------------------------ the thread
+
+    def _run(self) -> None:
+        try:
+            while (write := self._next_batch()) is not None:
+                if write:
+                    self._lead(None)
+                else:
+                    self._housekeeping(self._conn)
+                    with self._mutex:
+                        self._pass_lead_locked()
+        except BaseException as exc:  # a bug: callers must still hear of it
+            self._stop([], exc)
+
+    def _next_batch(self) -> bool | None:
+        """Wait until the writer thread is to write a batch (True) or, idle for a while,
+        to do its housekeeping (False), holding the lead either way; None: it stops."""
+        watch = False  # woken by an op: look again after ASYNC_DELAY before going idle
+        with self._mutex:
+            while True:
+                if self._busy or not self._ops:
+                    if not self._busy and self._closing:
+                        return None
+                    if watch:  # more ops are likely: spare their callers a notify each
+                        watch = False
+                        self._wake.wait(ASYNC_DELAY)
+                        continue
+                    self._writer_idle = True
+                    watch = self._wake.wait(self._idle)
+                    self._writer_idle = False
+                    if not watch and not self._busy and not self._ops:
+                        self._busy = True
+                        return False
+                    continue
+                watch = True
+                if self._backoff:
+                    wait = self._backoff
+                elif self._durable:  # their callers wait for the writer thread
+                    wait = self._linger
+                else:
+                    wait = max(self._linger, ASYNC_DELAY)
+                remaining = self._first_at + wait - time.monotonic()
+                full = not self._backoff and self._rows >= self._batch_size
+                if remaining <= 0 or full or self._closing:
+                    self._busy = True
+                    return True
+                self._wake.wait(remaining)
+
+    def _stop(self, batch: list[_Op], exc: BaseException) -> None:
+        """A bug stopped a batch: refuse new ops, fail every unsettled op, free the lead."""
+        log.error("the writer of the job store %s stopped", self._path, exc_info=exc)
+        self._rollback()
+        with self._mutex:
             self._closing = True
-            queued, self._ops = list(self._ops), deque()
-        for op in [*batch, *queued]:
-            if op.done is not None and not op.done.is_set():
-                op.error = StoreError(self._path, "the store's writer stopped")
-                op.done.set()
-        if any(op.done is None for op in queued):
+            queued, self._ops = [*batch, *self._ops], deque()
+            self._durable.clear()
+            self._rows = 0
+            self._busy = False
+            for op in queued:
+                if op.waiter is not None and not op.settled:
+                    op.error = StoreError(self._path, "the store's writer stopped")
+                    op.settled = True
+                    op.waiter.release()
+            self._wake.notify()
+        if any(op.waiter is None and op.error is None for op in queued):
             log.error("the writer of the job store %s stopped with changes not written",
                       self._path)
