@@ -15,6 +15,7 @@ the first SIGTERM (DrainState), and never read the manager's clock: they get job
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import faulthandler
 import logging
 import os
@@ -117,10 +118,25 @@ def setup_process(config: WorkerConfig, lifeline: Connection | None) -> None:
                         format="%(asctime)s %(name)s[%(process)d] %(levelname)s %(message)s")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the owner, which drains
     faulthandler.enable()
+    _tighten_timer_slack()
     set_tls(config.tls)  # a process's TLS setting is its own: started processes get none
     if lifeline is not None:
         threading.Thread(target=_exit_with_parent, args=(lifeline,), daemon=True,
                          name="mpsched-lifeline").start()
+
+
+PR_SET_TIMERSLACK = 29  # linux/prctl.h
+
+
+def _tighten_timer_slack() -> None:
+    """Ask Linux to end this process's sleeps on time: a 1 ns timer slack instead of the
+    default 50 µs, which halves how late a timed sleep wakes (a job handed out early
+    sleeps until it is due, so the slack would add to its lateness). Elsewhere, or if
+    refused, nothing changes."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0)
 
 
 def make_hello(worker_id: str, *, remote: bool, local_token: str = "") -> WorkerHello:

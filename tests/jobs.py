@@ -235,3 +235,9 @@ def inspect_mapped(arg: Mapped) -> tuple[str, bool, int]:
     if not view.readonly:
         view[0] = 255
     return type(view.obj).__name__, not view.readonly, view[0]
+
+
+def timer_slack() -> int:
+    """This process's timer slack in nanoseconds (Linux)."""
+    with open("/proc/self/timerslack_ns") as f:
+        return int(f.read())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import sys
 import threading
 import time
 from concurrent.futures import CancelledError
@@ -49,6 +50,13 @@ def test_jobs_handed_out_early_still_start_at_their_due_time(make_scheduler):
         future.result(timeout=30)
     stats = s.stats().queue
     assert stats.completed == 100 and stats.started_early == 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a Linux timer setting")
+def test_workers_sleep_with_a_1_ns_timer_slack(make_scheduler):
+    # The default 50 µs slack would add to the lateness of every job handed out early.
+    s = make_scheduler(workers=1)
+    assert s.submit(jobs.timer_slack).result(timeout=30) == 1
 
 
 def test_one_worker_runs_jobs_in_exact_heap_order(make_scheduler):
