@@ -16,13 +16,13 @@ seed's ``signal()`` trap), and each event wakes O(1) threads instead of all of t
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import itertools
 import threading
 from collections.abc import Callable
 
 from mpsched._clock import Clock, SystemClock, Waitable
 from mpsched._errors import InvalidJobError, QueueFullError, SchedulerShutdownError
+from mpsched._heap import PendingJobs
 from mpsched._job import (
     Assignment,
     Job,
@@ -71,7 +71,6 @@ class JobQueue:
             raise InvalidJobError(f"max_pending_bytes must be at least 1, not {max_pending_bytes}")
         self._max_bytes = max_pending_bytes
         self._sizer = sizer
-        self._pending_bytes = 0  # what pending payloads hold (counted with max_pending_bytes)
         self._clock = clock if clock is not None else SystemClock()
         self._order = Order.coerce(order)
         self._max_pending = max_pending
@@ -89,17 +88,12 @@ class JobQueue:
         self._room = self._clock.condition(self._lock)
         # Jobs in flight, and how the others ended; shares this lock.
         self.leases = Leases(self._lock, self._clock)
-        # Not yet due, keyed (due, level, seq); in "time" order due jobs stay here too.
-        self._delayed: list[tuple[float, int, int, Job]] = []
-        # "priority" order only: due jobs, keyed (level, due, seq).
-        self._ready: list[tuple[int, float, int, Job]] = []
-        self._pending: dict[str, Job] = {}  # live pending jobs; heaps hold cancelled ones too
-        self._stale = 0  # cancelled entries still in a heap
+        # The pending jobs in heap order (mpsched._heap); shares this lock.
+        self._pending = PendingJobs(self._order, None if max_pending_bytes is None else sizer)
         # Released workers (by id, with when) whose takes never get a job again; kept for
         # GONE_MEMORY seconds, far longer than a take that was already under way can last.
         self._gone: dict[str, float] = {}
         self._room_waiting = 0  # submitters inside a wait for room
-        self._pending_levels = dict.fromkeys((p.level for p in Priority), 0)
         self._leader: object | None = None  # the taker sleeping until the head is due
         self._waiting = 0  # takers and submitters inside a wait
         self._closed = False
@@ -167,16 +161,16 @@ class JobQueue:
             for request in requests:
                 if request.job_id in self._pending:
                     raise InvalidJobError(f"job id {request.job_id!r} is already pending")
-            old_head = self._delayed[0][3] if self._delayed else None
+            old_head = self._pending.head()
             order = seqs if seqs is not None else [next(self._seq) for _ in requests]
             for request, due, seq in zip(requests, dues, order, strict=True):
-                self._push_locked(Job(
+                self._pending.push(Job(
                     job_id=request.job_id, client_id=request.client_id,
                     payload=request.payload, priority=request.priority, due=due,
                     seq=seq, timeout=request.timeout, retries=request.retries,
-                ), notify=False)
+                ))
             self._submitted += len(requests)
-            if self._delayed and self._delayed[0][3] is not old_head:
+            if self._pending.head() is not old_head:
                 self._new_head_locked()
 
     def reserve_seqs(self, count: int) -> list[int]:
@@ -188,16 +182,10 @@ class JobQueue:
         """Put back jobs recovered from a store (their due, priority and seq kept), before
         any submit; new jobs get seqs from ``next_seq`` on, so they order after these."""
         with self._lock:
-            for job in jobs:
-                self._pending[job.job_id] = job
-                self._pending_levels[job.priority] += 1
-                if self._max_bytes is not None:
-                    self._pending_bytes += self._sizer(job.payload)
-            self._delayed.extend((j.due, j.priority, j.seq, j) for j in jobs)
-            heapq.heapify(self._delayed)
+            self._pending.restore(jobs)
             self._seq = itertools.count(next_seq)
             self._submitted += len(jobs)
-            if self._delayed:
+            if len(self._pending):
                 self._new_head_locked()
 
     def return_lease(self, lease_id: int) -> Job | None:
@@ -241,21 +229,21 @@ class JobQueue:
         The entry is marked, not searched for: the heaps drop it when it reaches their top.
         """
         with self._lock:
-            job = self._pending.pop(job_id, None)
-            if job is None:
-                return False
-            self._discard_locked(job)
-            return True
+            old_head = self._pending.head()
+            job = self._pending.remove(job_id)
+            if job is not None:
+                self._removed_locked(1, old_head)
+            return job is not None
 
     def reschedule(self, job_id: str, due: float) -> bool:
         """Move a pending job to another due time (this queue's clock), keeping its seq;
         False when it is not pending. (A cron run after the wall clock jumped.)"""
         with self._lock:
-            job = self._pending.get(job_id)
+            old_head = self._pending.head()
+            job = self._pending.remove(job_id)
             if job is None:
                 return False
-            self._discard_locked(job)
-            self._cancelled -= 1  # moved, not cancelled
+            self._removed_locked(0, old_head)  # moved, not cancelled
             self._push_locked(dataclasses.replace(job, due=due, cancelled=False))
             return True
 
@@ -263,7 +251,7 @@ class JobQueue:
         """The ids of one client's pending jobs whose due time is still ahead."""
         with self._lock:
             now = self._clock.now()
-            return [j.job_id for j in self._pending.values()
+            return [j.job_id for j in self._pending
                     if j.client_id == client_id and j.due > now]
 
     def cancel_client(self, client_id: str, *, not_due_only: bool = False) -> list[str]:
@@ -271,11 +259,13 @@ class JobQueue:
         due time is still ahead); returns their ids."""
         with self._lock:
             now = self._clock.now()
-            jobs = [j for j in self._pending.values()
+            jobs = [j for j in self._pending
                     if j.client_id == client_id and not (not_due_only and j.due <= now)]
+            old_head = self._pending.head()
             for job in jobs:
-                del self._pending[job.job_id]
-                self._discard_locked(job)
+                self._pending.remove(job.job_id)
+            if jobs:
+                self._removed_locked(len(jobs), old_head)
             return [j.job_id for j in jobs]
 
     # ------------------------------------------------------------------------ take
@@ -311,7 +301,7 @@ class JobQueue:
                     remaining = deadline - now
                     if remaining <= 0:
                         return None
-                    head_due = self._head_due_locked()
+                    head_due = self._pending.head_due()
                     if head_due is None or self._leader is not None:
                         self._wait_locked(self._available, remaining)
                         continue
@@ -361,9 +351,9 @@ class JobQueue:
     def stats(self) -> QueueStats:
         """Counters, pending jobs per priority and recent lateness percentiles."""
         with self._lock:
-            pending = {p.name.lower(): self._pending_levels[p.level] for p in Priority}
-            head_due = self._head_due_locked()
-            if self._ready:
+            pending = {p.name.lower(): self._pending.levels[p.level] for p in Priority}
+            head_due = self._pending.head_due()
+            if self._pending.has_ready():
                 head_due = self._clock.now()
             done = self.leases.outcomes_locked()
             return QueueStats(
@@ -418,17 +408,13 @@ class JobQueue:
         """The bound that ``count`` more jobs of ``size`` payload bytes would pass."""
         if self._max_pending is not None and len(self._pending) + count > self._max_pending:
             return self._max_pending, "jobs"
-        if self._max_bytes is not None and self._pending_bytes + size > self._max_bytes:
+        if self._max_bytes is not None and self._pending.bytes + size > self._max_bytes:
             return self._max_bytes, "payload bytes"
         return None
 
-    def _push_locked(self, job: Job, *, notify: bool = True) -> None:
-        self._pending[job.job_id] = job
-        self._pending_levels[job.priority] += 1
-        if self._max_bytes is not None:
-            self._pending_bytes += self._sizer(job.payload)
-        heapq.heappush(self._delayed, (job.due, job.priority, job.seq, job))
-        if notify and self._delayed[0][3] is job:
+    def _push_locked(self, job: Job) -> None:
+        self._pending.push(job)
+        if self._pending.head() is job:
             self._new_head_locked()
 
     def _new_head_locked(self) -> None:
@@ -437,67 +423,18 @@ class JobQueue:
         self._leader = None
         self._available.notify()
 
-    def _discard_locked(self, job: Job) -> None:
-        job.cancelled = True
-        self._stale += 1
-        self._cancelled += 1
-        self._pending_levels[job.priority] -= 1
-        if self._max_bytes is not None:
-            self._pending_bytes -= self._sizer(job.payload)
+    def _removed_locked(self, cancelled: int, old_head: Job | None) -> None:
+        """After jobs left the heap unrun: count them, wake submitters waiting for room,
+        and hand the lead on if the head changed (``old_head``: the top before)."""
+        self._cancelled += cancelled
         if self._room_waiting:
             self._room.notify_all()
-        old_head = self._delayed[0][3] if self._delayed else None
-        self._drop_stale_heads_locked()
-        if self._delayed and self._delayed[0][3] is not old_head:
-            self._leader = None
-            self._available.notify()
-        if self._stale > 1024 and self._stale > len(self._pending):
-            self._delayed = [e for e in self._delayed if not e[3].cancelled]
-            self._ready = [e for e in self._ready if not e[3].cancelled]
-            heapq.heapify(self._delayed)
-            heapq.heapify(self._ready)
-            self._stale = 0
-
-    def _drop_stale_heads_locked(self) -> None:
-        while self._delayed and self._delayed[0][3].cancelled:
-            heapq.heappop(self._delayed)
-            self._stale -= 1
-        while self._ready and self._ready[0][3].cancelled:
-            heapq.heappop(self._ready)
-            self._stale -= 1
-
-    def _head_due_locked(self) -> float | None:
-        self._drop_stale_heads_locked()
-        return self._delayed[0][0] if self._delayed else None
+        if self._pending.head() is not old_head:
+            self._new_head_locked()
 
     def _pop_due_locked(self, now: float, early: float = 0.0) -> Job | None:
-        """The next job for a taker that may get one ``early`` seconds before it is due."""
-        self._drop_stale_heads_locked()
-        if self._order is Order.TIME:
-            if self._delayed and self._delayed[0][0] <= now + early:
-                return self._take_entry_locked(heapq.heappop(self._delayed)[3])
-            return None
-        # Only jobs really due move to the ready heap: a job there is due for every taker,
-        # including one that must never get a job early (a worker on another clock).
-        while self._delayed and self._delayed[0][0] <= now:
-            job = heapq.heappop(self._delayed)[3]
-            if job.cancelled:
-                self._stale -= 1
-            else:
-                heapq.heappush(self._ready, (job.priority, job.due, job.seq, job))
-        self._drop_stale_heads_locked()
-        if self._ready:
-            return self._take_entry_locked(heapq.heappop(self._ready)[3])
-        if early and self._delayed and self._delayed[0][0] <= now + early:
-            return self._take_entry_locked(heapq.heappop(self._delayed)[3])
-        return None
-
-    def _take_entry_locked(self, job: Job) -> Job:
-        del self._pending[job.job_id]
-        self._pending_levels[job.priority] -= 1
-        if self._max_bytes is not None:
-            self._pending_bytes -= self._sizer(job.payload)
-        if self._room_waiting:
+        job = self._pending.pop_due(now, early)
+        if job is not None and self._room_waiting:
             self._room.notify_all()
         return job
 

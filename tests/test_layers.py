@@ -21,7 +21,7 @@ LAYERS: list[set[str]] = [
     {"_transport"},
     {"_protocol"},
     {"_clock"},
-    {"_leases"},
+    {"_leases", "_heap"},
     {"_store_memory", "_store_writer"},
     {"_store_file"},
     {"_store_sqlite"},
@@ -70,7 +70,7 @@ def test_imports_only_go_down() -> None:
 
 
 def test_the_pure_queue_never_imports_multiprocessing() -> None:
-    for name in ("_job", "_clock", "_leases", "_queue"):
+    for name in ("_job", "_clock", "_leases", "_heap", "_queue"):
         tree = ast.parse((PACKAGE / f"{name}.py").read_text())
         modules = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
         modules |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import)

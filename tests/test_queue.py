@@ -1249,7 +1249,7 @@ def test_stats_counts_pending_per_priority_without_walking_the_heap(harness: Har
                        request("l", LOW, delay=9)])
     assert queue.cancel("m2")
     assert take_now(queue) == "h"
-    queue._pending = _NoWalk(queue._pending)
+    queue._pending._live = _NoWalk(queue._pending._live)  # the live jobs of the heap
     assert queue.stats().pending == {"high": 0, "medium": 1, "low": 1}
     assert queue.cancel("m1") and queue.cancel("l")
     assert queue.stats().pending == {"high": 0, "medium": 0, "low": 0}
