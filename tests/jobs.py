@@ -31,12 +31,17 @@ def record(log_path: str, key: str, pad: bytes = b"") -> tuple[str, float]:
 
     ``pad`` only makes the job bigger on the wire."""
     started = time.monotonic()
+    append_line(log_path, key)
+    return key, started
+
+
+def append_line(log_path: str, line: str) -> None:
+    """One O_APPEND write of ``line``: lines of concurrent jobs never interleave."""
     fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
-        os.write(fd, f"{key}\n".encode())
+        os.write(fd, f"{line}\n".encode())
     finally:
         os.close(fd)
-    return key, started
 
 
 def produce(address: Any, authkey: bytes, producer: int, count: int, log_path: str,
@@ -184,11 +189,7 @@ def span(log_path: str, seconds: float) -> tuple[float, float]:
     start = time.monotonic()
     time.sleep(seconds)
     end = time.monotonic()
-    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        os.write(fd, f"{start!r} {end!r}\n".encode())
-    finally:
-        os.close(fd)
+    append_line(log_path, f"{start!r} {end!r}")
     return start, end
 
 

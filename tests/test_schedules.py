@@ -4,6 +4,7 @@ from a store. Workers are played by calling the service's take/finish directly."
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 from collections.abc import Iterator
@@ -42,6 +43,28 @@ def make_service(clock: FakeClock, store: SQLiteStore | None = None,
     for worker_id in WORKERS:
         service.hello(WorkerHello(worker_id, os.getpid(), "elsewhere", python, cp, True, ""))
     return service
+
+
+def open_store(tmp_path: Path, clock: FakeClock) -> SQLiteStore:
+    return SQLiteStore(tmp_path / "jobs.db", durability="process", clock=clock.wall)
+
+
+@contextlib.contextmanager
+def restarted(tmp_path: Path, clock: FakeClock,
+              summary: list[str] | None = None) -> Iterator[ManagerService]:
+    """A manager started again on the store: its jobs and schedules recovered (the
+    schedules' summary line appended to ``summary``)."""
+    store = open_store(tmp_path, clock)
+    service = make_service(clock, store)
+    try:
+        service.journal.recover(clock)
+        line = service.schedules.recover()
+        if summary is not None:
+            summary.append(line)
+        yield service
+    finally:
+        service.stop()
+        store.close()
 
 
 @pytest.fixture
@@ -239,7 +262,7 @@ def test_runs_keep_their_outcome_without_a_store(service: ManagerService, clock:
 
 
 def test_downtime_is_caught_up_once_and_no_slot_runs_twice(tmp_path: Path, clock: FakeClock):
-    store = SQLiteStore(tmp_path / "jobs.db", durability="process", clock=clock.wall)
+    store = open_store(tmp_path, clock)
     before = make_service(clock, store)
     armed = slot(clock, 5)
     before.add_schedule(tuple(spec()))
@@ -247,11 +270,7 @@ def test_downtime_is_caught_up_once_and_no_slot_runs_twice(tmp_path: Path, clock
     store.close()
 
     clock.advance(40)  # slots at 5, 15, 25, 35 pass while it is down
-    store = SQLiteStore(tmp_path / "jobs.db", durability="process", clock=clock.wall)
-    after = make_service(clock, store)
-    try:
-        after.journal.recover(clock)
-        after.schedules.recover()
+    with restarted(tmp_path, clock) as after:
         info = after.schedule_control("s", "info")
         assert info.counters.missed == 3  # the armed run stands for the other three
         run = take(after)
@@ -260,13 +279,10 @@ def test_downtime_is_caught_up_once_and_no_slot_runs_twice(tmp_path: Path, clock
         nxt = take(after)
         assert nxt is None and after.schedule_control("s", "info").counters.runs == 1
         assert [j.job_id for j in after.jobs()].count(armed) == 1
-    finally:
-        after.stop()
-        store.close()
 
 
 def test_a_stale_state_never_arms_a_slot_twice(tmp_path: Path, clock: FakeClock):
-    store = SQLiteStore(tmp_path / "jobs.db", durability="process", clock=clock.wall)
+    store = open_store(tmp_path, clock)
     before = make_service(clock, store)
     before.add_schedule(tuple(spec()))
     [stored] = store.schedules()
@@ -277,11 +293,7 @@ def test_a_stale_state_never_arms_a_slot_twice(tmp_path: Path, clock: FakeClock)
     store.update_schedule("s", pickle.dumps(fresh))
     store.close()
 
-    store = SQLiteStore(tmp_path / "jobs.db", durability="process", clock=clock.wall)
-    after = make_service(clock, store)
-    try:
-        after.journal.recover(clock)
-        after.schedules.recover()
+    with restarted(tmp_path, clock) as after:
         assert len(after.queue) == 1
         assert len(after.jobs()) == 1
         info = after.schedule_control("s", "info")  # the run found is the armed one
@@ -291,28 +303,21 @@ def test_a_stale_state_never_arms_a_slot_twice(tmp_path: Path, clock: FakeClock)
         assert run is not None
         finish(after, run)
         assert len(after.queue) == 1  # and its end armed the next
-    finally:
-        after.stop()
-        store.close()
 
 
 def test_a_schedule_survives_a_restart_with_its_spec(tmp_path: Path, clock: FakeClock):
-    store = SQLiteStore(tmp_path / "jobs.db", durability="process", clock=clock.wall)
+    store = open_store(tmp_path, clock)
     first = make_service(clock, store)
     first.add_schedule(tuple(spec(schedule_id="nightly", interval=86400.0)))
     first.stop()
     store.close()
-    store = SQLiteStore(tmp_path / "jobs.db", durability="process", clock=clock.wall)
-    again = make_service(clock, store)
-    try:
-        again.journal.recover(clock)
-        assert again.schedules.recover() == "recovered 1 schedule(s)"
+    summary: list[str] = []
+    with restarted(tmp_path, clock, summary) as again:
+        assert summary == ["recovered 1 schedule(s)"]
         [info] = again.list_schedules()
         assert info.schedule_id == "nightly" and info.spec == "every 86400s (rate)"
-        assert isinstance(store.schedules()[0], StoredSchedule)
-    finally:
-        again.stop()
-        store.close()
+        [stored] = again.journal.store.schedules()
+        assert isinstance(stored, StoredSchedule) and stored.schedule_id == "nightly"
 
 
 def test_a_run_that_could_not_be_queued_is_planned_again(clock: FakeClock):
