@@ -103,6 +103,21 @@ def new_name(prefix: str, kind: str) -> str:
     return f"{prefix}{kind}{secrets.token_hex(8)}"
 
 
+def pool_stem(prefix: str, client_id: str) -> str:
+    """The name prefix of the reusable segments of client ``client_id``
+    (mpsched._segment_pool): job arguments ("j"), then "p" (never in a hex name)."""
+    return f"{prefix}jp{client_id}_"
+
+
+def pool_owner(prefix: str, name: str) -> str:
+    """The client whose reusable segment ``name`` is; "" for any other segment."""
+    start = len(prefix) + 2
+    if not name.startswith("jp", len(prefix)):
+        return ""
+    end = name.find("_", start)
+    return name[start:end] if end > 0 else ""
+
+
 def result_name(prefix: str, lease_id: int) -> str:
     """Where a local worker writes the large buffers of a lease's result: named by the
     lease, so the manager can unlink it if the worker dies before reporting it."""
@@ -112,23 +127,34 @@ def result_name(prefix: str, lease_id: int) -> str:
 # ----------------------------------------------------------------------- segments
 
 
-def write(name: str, buffers: Sequence[memoryview]) -> tuple[int, tuple[Entry, ...]] | None:
-    """Create segment ``name`` holding ``buffers`` (each at an aligned offset).
-
-    Returns its size and where each buffer went, or None when shared memory could not take
-    them (full, missing, too many open files): nothing is left behind then.
-    """
-    if _posixshmem is None:
-        return None
+def layout(buffers: Sequence[memoryview]) -> tuple[int, tuple[Entry, ...]]:
+    """Where ``buffers`` go in a segment (each at an aligned offset), and its size."""
     entries = []
     offset = 0
     for buffer in buffers:
         entries.append(Entry(offset, buffer.nbytes, buffer.readonly))
         offset += -(-buffer.nbytes // ALIGN) * ALIGN
+    return offset, tuple(entries)
+
+
+def write(name: str, buffers: Sequence[memoryview], *, reuse: bool = False
+          ) -> tuple[int, tuple[Entry, ...]] | None:
+    """Create segment ``name`` holding ``buffers`` (laid out by :func:`layout`); with
+    ``reuse``, overwrite the existing segment ``name`` instead.
+
+    Returns its size and where each buffer went, or None when shared memory could not take
+    them (full, missing, too many open files; with ``reuse``, the segment is gone): no
+    segment ``name`` is left behind then.
+    """
+    if _posixshmem is None:
+        return None
+    size, entries = layout(buffers)
+    flags = os.O_RDWR if reuse else os.O_CREAT | os.O_EXCL | os.O_RDWR
     try:
-        fd = _posixshmem.shm_open("/" + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
+        fd = _posixshmem.shm_open("/" + name, flags, mode=0o600)
     except OSError as exc:
-        log_fallback(f"cannot create a shared-memory segment ({exc})")
+        if not reuse:
+            log_fallback(f"cannot create a shared-memory segment ({exc})")
         return None
     try:
         for entry, buffer in zip(entries, buffers, strict=True):
@@ -139,7 +165,7 @@ def write(name: str, buffers: Sequence[memoryview]) -> tuple[int, tuple[Entry, .
         unlink(name)
         return None
     os.close(fd)
-    return offset, tuple(entries)
+    return size, entries
 
 
 def _write_all(fd: int, buffer: memoryview, offset: int) -> None:

@@ -20,6 +20,7 @@ from mpsched._job import JobRequest, Outcome
 from mpsched._mailbox import Mailboxes
 from mpsched._payload import dumps_result, loads, pickle_job
 from mpsched._queue import JobQueue
+from mpsched._segment_pool import SegmentPool
 from mpsched._segments import Segments
 
 BIG = 2 * _shm.THRESHOLD
@@ -38,7 +39,8 @@ def prefix() -> Iterator[str]:
 
 
 def job_payload(prefix: str, *args: object) -> bytes:
-    return pickle_job(jobs.noop, args, {}, shm_prefix=prefix)
+    """A job whose large buffers get a segment of their own (none is reused)."""
+    return pickle_job(jobs.noop, args, {}, pool=SegmentPool(prefix, "c", max_size=0))
 
 
 def test_large_buffers_go_out_of_band_once_and_come_back_as_their_types(prefix):
