@@ -153,7 +153,8 @@ def loads(payload: bytes) -> Any:
     parsed = _shm.parse(payload)
     if parsed is None:
         return pickle.loads(payload)
-    buffers = _shm.read(parsed.segment, parsed.entries) if parsed.segment else ()
+    buffers = (_shm.read(parsed.segment, parsed.entries) if parsed.segment
+               else _shm.inline_buffers(payload, parsed))
     return pickle.loads(memoryview(payload)[parsed.body:], buffers=buffers)
 
 

@@ -17,7 +17,8 @@ Exactly one owner unlinks a segment:
 - anything left: the manager, which removes every segment of its prefix when it stops,
   and the segments of stopped managers when it starts (mpsched._shm.sweep_dead_managers).
 
-The manager never reads a segment: it learns names from payload frames.
+The manager reads no segment (it learns names from payload frames), except to hand a job to
+a worker that joined from elsewhere: that one gets the buffers inline.
 """
 
 from __future__ import annotations
@@ -107,6 +108,20 @@ class Segments:
                     if _shm.pool_owner(self.prefix, s) not in self._pool_clients]
         for segment in done:
             _shm.unlink(segment)
+
+    def for_remote(self, payload: bytes) -> bytes:
+        """``payload`` for a worker that may not map this host's shared memory (one that
+        joined with ``worker --connect``): its segment's buffers travel inline. The only
+        place the manager reads a segment; the segment stays the job's (a retry may go to
+        a local worker)."""
+        if not self.prefix:
+            return payload
+        try:
+            return _shm.inline(payload)
+        except OSError as exc:  # gone: the worker will fail the job with the same error
+            log.warning("cannot read the arguments of a job in %s: %s",
+                        _shm.segment_of(payload), exc)
+            return payload
 
     # ----------------------------------------------------------------------- results
 

@@ -143,8 +143,11 @@ class ManagerService:
             self.wake_supervisor()  # it sleeps until the earliest job deadline
         assert assignment.due is not None  # the queue always sets it
         delay = max(0.0, assignment.due - self._clock.now())
-        return assignment_to_wire(assignment._replace(due=assignment.due if local else None,
-                                                      delay=delay))
+        if local:
+            return assignment_to_wire(assignment._replace(delay=delay))
+        # Any other worker may run on another host: it cannot map our shared memory.
+        return assignment_to_wire(assignment._replace(
+            payload=self.segments.for_remote(assignment.payload), due=None, delay=delay))
 
     def ack(self, worker_id: str, lease_id: int) -> None:
         """A remote worker received a lease: from now on losing it counts as an attempt."""

@@ -67,12 +67,14 @@ class Entry(NamedTuple):
 
 
 class Frame(NamedTuple):
-    """A framed payload, parsed: its segment (``""`` for none), the buffers in it, and
+    """A framed payload, parsed: its segment (``""`` for none), the buffers in it, where
+    they start when the payload carries them itself (no segment: see :func:`inline`), and
     where the pickle starts."""
 
     segment: str
     size: int
     entries: tuple[Entry, ...]
+    data: int
     body: int
 
 
@@ -313,7 +315,47 @@ def parse(payload: bytes | bytearray | memoryview) -> Frame | None:
     segment = bytes(payload[_HEAD.size:start]).decode()
     entries = tuple(Entry(*_ENTRY.unpack_from(payload, start + i * _ENTRY.size))
                     for i in range(count))
-    return Frame(segment, size, entries, start + count * _ENTRY.size)
+    data = start + count * _ENTRY.size
+    return Frame(segment, size, entries, data, data + (0 if segment else size))
+
+
+def inline(payload: bytes) -> bytes:
+    """``payload`` carrying its segment's buffers itself, for a worker that cannot map
+    the segment (another host): the frame keeps its table but names no segment, and the
+    buffers sit between the table and the pickle. Other payloads come back as they are.
+    The segment stays: its owner unlinks it.
+
+    Raises:
+        OSError: the segment is gone or unreadable.
+    """
+    parsed = parse(payload)
+    if parsed is None or not parsed.segment:
+        return payload
+    if _posixshmem is None:
+        raise OSError("this platform has no POSIX shared memory")
+    data = bytearray(parsed.size)
+    view = memoryview(data)
+    fd = _posixshmem.shm_open("/" + parsed.segment, os.O_RDONLY, mode=0o600)
+    try:
+        for entry in parsed.entries:
+            part = view[entry.offset:entry.offset + entry.length]
+            if os.preadv(fd, [part], entry.offset) != entry.length:
+                raise OSError(f"shared-memory segment {parsed.segment} is short")
+    finally:
+        os.close(fd)
+    head = frame("", parsed.size, parsed.entries, b"")
+    return b"".join([head, data, memoryview(payload)[parsed.body:]])
+
+
+def inline_buffers(payload: bytes, parsed: Frame) -> list[bytearray | memoryview]:
+    """The buffers a payload made by :func:`inline` carries, for ``pickle.loads``:
+    read-only ones as views of it, writable ones as copies (a job may write to those)."""
+    view = memoryview(payload)
+    buffers: list[bytearray | memoryview] = []
+    for entry in parsed.entries:
+        part = view[parsed.data + entry.offset:parsed.data + entry.offset + entry.length]
+        buffers.append(part if entry.readonly else bytearray(part))
+    return buffers
 
 
 def segment_of(payload: bytes) -> str:
@@ -326,7 +368,7 @@ def segment_of(payload: bytes) -> str:
 
 def payload_size(payload: bytes) -> int:
     """Bytes a pending payload holds: its own length plus its segment's size."""
-    if payload[:4] != MAGIC:
+    if not segment_of(payload):
         return len(payload)
     return len(payload) + int(_HEAD.unpack_from(payload)[2])
 

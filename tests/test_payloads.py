@@ -27,6 +27,7 @@ from mpsched._errors import (
     SchedulerShutdownError,
     WorkerCrashedError,
 )
+from mpsched._transport import format_address
 
 pytestmark = pytest.mark.slow
 
@@ -154,6 +155,39 @@ def test_a_dead_client_s_free_segments_are_removed(make_scheduler):
     """)
     subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
     settled(s)
+
+
+# Put on a worker's PYTHONPATH: it finds none of our segments, as on another host.
+NO_SHARED_MEMORY = """
+import _posixshmem
+
+def shm_open(path, *args, **kwargs):
+    raise FileNotFoundError(2, "No such file or directory", path)
+
+_posixshmem.shm_open = shm_open
+"""
+
+
+def test_a_remote_worker_gets_the_arguments_inline(make_scheduler, procs, tmp_path, fifo):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(NO_SHARED_MEMORY)
+    key = tmp_path / "authkey"
+    s = make_scheduler(workers=1)
+    key.write_bytes(s.authkey)
+    key.chmod(0o600)
+    s.submit(jobs.announce_then_sleep, fifo, 600)  # keeps the local worker busy
+    wait_started(fifo)
+    pythonpath = os.pathsep.join([str(site), procs.env["PYTHONPATH"]])
+    pool = procs.start("worker", "--connect", format_address(s.address), "--authkey-file",
+                       str(key), "--processes", "1", env={"PYTHONPATH": pythonpath})
+    assert "1 processes joined" in pool.line()
+    data = os.urandom(BIG)
+    assert s.submit(jobs.digest, data).result(timeout=30) == hashlib.sha256(data).hexdigest()
+    assert s.submit(jobs.length, bytearray(data)).result(timeout=30) == BIG
+    mapped = s.submit(jobs.inspect_mapped, jobs.Mapped(bytearray(BIG))).result(timeout=30)
+    assert mapped[1:] == (True, 255)  # a writable copy of its own, as the job wrote to it
+    assert s.submit(jobs.big_result, BIG).result(timeout=30) == bytes([7]) * BIG
 
 
 def test_a_crashed_manager_s_segments_are_removed(make_scheduler):

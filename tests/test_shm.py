@@ -79,6 +79,19 @@ def test_small_arguments_stay_in_the_pickle_behind_an_empty_frame(prefix):
     assert pickle_job(jobs.noop, (b"x" * BIG,), {})[:1] == b"\x80"  # no prefix: plain
 
 
+def test_a_payload_for_a_remote_worker_carries_its_buffers_itself(prefix):
+    data = os.urandom(BIG)
+    payload = job_payload(prefix, data, jobs.Mapped(bytearray(BIG)), "small")
+    carried = _shm.inline(payload)
+    assert _shm.segment_of(carried) == "" and _shm.payload_size(carried) == len(carried)
+    _shm.release(payload)  # the worker reads nothing from shared memory
+    _, (got, mapped, small), _ = loads(carried)
+    assert got == data and small == "small"
+    assert jobs.inspect_mapped(mapped) == ("bytearray", True, 255)  # a copy it may write
+    assert _shm.inline(carried) is carried
+    assert _shm.inline(job_payload(prefix, b"small"))[:4] == _shm.MAGIC
+
+
 def test_a_result_goes_to_the_segment_named_for_its_lease(prefix):
     name = _shm.result_name(prefix, 17)
     payload = dumps_result(bytes(BIG), name)
