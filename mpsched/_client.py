@@ -27,7 +27,7 @@ from mpsched._errors import (
     SchedulerShutdownError,
 )
 from mpsched._futures import DISCONNECTED, ClientCore, JobFuture, MapResults
-from mpsched._job import JobInfo, JobRequest, Priority, check_request, due_arguments
+from mpsched._job import JobInfo, JobRequest, Payload, Priority, check_request, due_arguments
 from mpsched._payload import fast_dumps, job_name, pickle_job
 from mpsched._protocol import ServiceProxy, Stats, connect_service
 from mpsched._schedule import RecurringClient
@@ -124,7 +124,7 @@ class Client(RecurringClient, Executor):
         outbox.put(request._replace(job_id=future.job_id))
         return future
 
-    def _send_batch(self, jobs: list[tuple[bytes, JobRequest]]) -> list[JobFuture[Any]]:
+    def _send_batch(self, jobs: list[tuple[Payload, JobRequest]]) -> list[JobFuture[Any]]:
         """Register a future per job and queue them in one call: all or none."""
         if self._core.outbox is not None:
             self._core.outbox.flush()  # earlier submits first: the seq order is call order
@@ -185,7 +185,7 @@ class Client(RecurringClient, Executor):
         pickle_job(fn, (), {})  # a clear JobPicklingError if the callable cannot pickle
         fn_bytes = fast_dumps(fn) or cloudpickle.dumps(fn)  # pickled once for all items
         name = job_name(fn)
-        jobs: list[tuple[bytes, JobRequest]] = []
+        jobs: list[tuple[Payload, JobRequest]] = []
         try:
             for args in zip(*iterables):  # noqa: B905 - stop at the shortest
                 payload = pickle_job(fn, args, {}, fn_bytes, self._core.pool)
@@ -198,8 +198,8 @@ class Client(RecurringClient, Executor):
         if outbox is not None:  # every item pickled: now queue them all, write-behind
             futures: list[JobFuture[T]] = []
             try:
-                for payload, request in jobs:
-                    futures.append(self._core.new_future(payload))
+                for _, request in jobs:
+                    futures.append(self._core.new_future(request.payload))
                     outbox.put(request._replace(job_id=futures[-1].job_id))
             except BaseException:
                 self._core.release([request for _, request in jobs[len(futures):]])
@@ -380,11 +380,11 @@ def _close_open_clients() -> None:
 STATES = ("pending", "running", "done", "failed", "cancelled")
 
 
-def _batches(jobs: list[tuple[bytes, JobRequest]], count: int,
-             max_bytes: int | None) -> list[list[tuple[bytes, JobRequest]]]:
+def _batches(jobs: list[tuple[Payload, JobRequest]], count: int,
+             max_bytes: int | None) -> list[list[tuple[Payload, JobRequest]]]:
     """``jobs`` in consecutive batches of at most ``count`` jobs and (when bounded) at most
     ``max_bytes`` payload bytes, so that each batch can fit a bounded queue."""
-    batches: list[list[tuple[bytes, JobRequest]]] = []
+    batches: list[list[tuple[Payload, JobRequest]]] = []
     size = 0
     for job in jobs:
         weight = payload_size(job[0]) if max_bytes is not None else 0

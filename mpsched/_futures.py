@@ -26,7 +26,7 @@ from mpsched._errors import (
     SchedulerShutdownError,
     StoreError,
 )
-from mpsched._job import CANCELLED, JobRequest, Outcome
+from mpsched._job import CANCELLED, JobRequest, Outcome, Payload
 from mpsched._outbox import Outbox
 from mpsched._payload import loads, remote_exception
 from mpsched._protocol import LONG_POLL, ClientHello, ServiceProxy
@@ -115,7 +115,7 @@ class ClientCore:
                                         name=f"mpsched-results-{self.client_id}")
         self._thread.start()
 
-    def new_future(self, payload: bytes = b"") -> JobFuture[Any]:
+    def new_future(self, payload: Payload = b"") -> JobFuture[Any]:
         """Register a future for a new job id, whose job carries ``payload``; raises once
         the client is closed."""
         future: JobFuture[Any] = JobFuture(self, f"{self.client_id}-{next(self._ids)}")

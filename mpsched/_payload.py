@@ -21,7 +21,7 @@ import cloudpickle
 
 from mpsched import _shm
 from mpsched._errors import InvalidJobError, JobError, JobPicklingError, RemoteTraceback
-from mpsched._job import Outcome
+from mpsched._job import Outcome, Payload
 from mpsched._segment_pool import SegmentPool, Stored, write_as
 
 # Names in a pickle that mean "look this up in the main module": the worker's main module
@@ -75,7 +75,7 @@ def pickle_job(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, 
             framed = dumps_framed(job, pool.store, job=True)
             if framed is not None:
                 return framed
-        return _dumps(job)
+        return dumps_carried(job)
     except Exception as exc:
         name = getattr(fn, "__qualname__", repr(fn))
         raise JobPicklingError(f"cannot pickle job {name}: {exc!r}") from exc
@@ -119,7 +119,7 @@ def dumps_result(result: Any, segment: str = "") -> bytes:
         framed = dumps_framed(result, partial(write_as, segment), job=False)
         if framed is not None:
             return framed
-    return _dumps(result)
+    return dumps_carried(result)
 
 
 def dumps_framed(obj: Any, store: Callable[[list[memoryview]], Stored | None], *, job: bool
@@ -143,7 +143,19 @@ def dumps_framed(obj: Any, store: Callable[[list[memoryview]], Stored | None], *
     return _shm.frame(name, size, entries, body)
 
 
-def loads(payload: bytes) -> Any:
+def dumps_carried(obj: Any) -> bytes:
+    """Pickle ``obj`` for a trip without shared memory: a plain pickle, or, when it holds
+    large buffers, a payload that carries them after its frame (mpsched._shm.carry).
+
+    Raises:
+        Exception: whatever pickling raised.
+    """
+    buffers: list[memoryview] = []
+    body = _dumps(_wrap(obj, [_MAX_VISITS], 0, {}), buffers)
+    return _shm.carry(buffers, body) if buffers else body
+
+
+def loads(payload: Payload) -> Any:
     """Unpickle a job's or a result's payload, framed or not; out-of-band buffers are read
     from their segment (which stays: its owner unlinks it).
 

@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from mpsched import _shm
+from mpsched._job import Payload
 
 log = logging.getLogger("mpsched.shm")
 
@@ -82,7 +83,7 @@ class SegmentPool:
             self._grown(stored[0], size)
         return stored
 
-    def pooled(self, payload: bytes) -> str:
+    def pooled(self, payload: Payload) -> str:
         """The segment of this pool that ``payload`` holds; "" for none."""
         name = _shm.segment_of(payload)
         return name if name.startswith(self._stem) else ""

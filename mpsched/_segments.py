@@ -30,7 +30,7 @@ import threading
 from collections.abc import Iterable
 
 from mpsched import _shm
-from mpsched._job import JobRequest, Outcome
+from mpsched._job import JobRequest, Outcome, Payload
 
 log = logging.getLogger("mpsched.manager")
 
@@ -109,7 +109,7 @@ class Segments:
         for segment in done:
             _shm.unlink(segment)
 
-    def for_remote(self, payload: bytes) -> bytes:
+    def for_remote(self, payload: Payload) -> Payload:
         """``payload`` for a worker that may not map this host's shared memory (one that
         joined with ``worker --connect``): its segment's buffers travel inline. The only
         place the manager reads a segment; the segment stays the job's (a retry may go to

@@ -33,6 +33,8 @@ from typing import NamedTuple
 
 import psutil
 
+from mpsched._job import Payload
+
 try:
     import _posixshmem  # type: ignore[import-not-found]
 except ImportError:  # pragma: no cover - Windows, or a build without POSIX shm
@@ -44,6 +46,7 @@ THRESHOLD = 64 * 1024  # buffers this large or larger go out of band
 ALIGN = 64  # offset alignment of buffers in a segment (NumPy views want aligned data)
 SHM_DIR = "/dev/shm"
 MAGIC = b"MPS\x05"  # first bytes of a framed payload; a pickle starts with b"\x80"
+CARRIED = b"MPS\x06"  # the same, for a payload that carries its buffers itself
 _HEAD = struct.Struct("!4sHQH")  # magic, name length, segment size, buffer count
 _ENTRY = struct.Struct("!QQ?")  # offset, length, read-only
 _NAME = re.compile(r"mps(\d+)_(\d+)_")
@@ -299,16 +302,33 @@ def frame(segment: str, size: int, entries: Sequence[Entry], body: bytes) -> byt
     Payloads without a segment are framed too when their client reads shared memory:
     the frame then tells the worker that a large result may come back that way.
     """
+    return b"".join([_head(MAGIC, segment, size, entries), body])
+
+
+def _head(magic: bytes, segment: str, size: int, entries: Sequence[Entry]) -> bytes:
     encoded = segment.encode()
-    parts = [_HEAD.pack(MAGIC, len(encoded), size, len(entries)), encoded]
+    parts = [_HEAD.pack(magic, len(encoded), size, len(entries)), encoded]
     parts += [_ENTRY.pack(*entry) for entry in entries]
+    return b"".join(parts)
+
+
+def carry(buffers: Sequence[memoryview], body: bytes) -> bytes:
+    """A payload that carries its out-of-band ``buffers`` itself, where no shared memory
+    can: the frame (no segment), the buffers as :func:`layout` places them, the pickle.
+    Built with one copy of each buffer, where pickling them in band takes several."""
+    size, entries = layout(buffers)
+    parts: list[bytes | memoryview] = [_head(CARRIED, "", size, entries)]
+    for entry, buffer in zip(entries, buffers, strict=True):
+        parts.append(buffer)
+        parts.append(bytes(-entry.length % ALIGN))
     parts.append(body)
     return b"".join(parts)
 
 
-def parse(payload: bytes | bytearray | memoryview) -> Frame | None:
+def parse(payload: Payload | memoryview) -> Frame | None:
     """The frame of a framed payload; None for a plain pickle."""
-    if payload[:4] != MAGIC:
+    magic = payload[:4]
+    if magic != MAGIC and magic != CARRIED:
         return None
     _, length, size, count = _HEAD.unpack_from(payload)
     start = _HEAD.size + length
@@ -316,14 +336,13 @@ def parse(payload: bytes | bytearray | memoryview) -> Frame | None:
     entries = tuple(Entry(*_ENTRY.unpack_from(payload, start + i * _ENTRY.size))
                     for i in range(count))
     data = start + count * _ENTRY.size
-    return Frame(segment, size, entries, data, data + (0 if segment else size))
+    return Frame(segment, size, entries, data, data + (size if magic == CARRIED else 0))
 
 
-def inline(payload: bytes) -> bytes:
-    """``payload`` carrying its segment's buffers itself, for a worker that cannot map
-    the segment (another host): the frame keeps its table but names no segment, and the
-    buffers sit between the table and the pickle. Other payloads come back as they are.
-    The segment stays: its owner unlinks it.
+def inline(payload: Payload) -> Payload:
+    """``payload`` carrying its segment's buffers itself (as :func:`carry` makes them),
+    for a worker that cannot map the segment (another host). Other payloads come back as
+    they are. The segment stays: its owner unlinks it.
 
     Raises:
         OSError: the segment is gone or unreadable.
@@ -343,12 +362,13 @@ def inline(payload: bytes) -> bytes:
                 raise OSError(f"shared-memory segment {parsed.segment} is short")
     finally:
         os.close(fd)
-    head = frame("", parsed.size, parsed.entries, b"")
+    head = _head(CARRIED, "", parsed.size, parsed.entries)
     return b"".join([head, data, memoryview(payload)[parsed.body:]])
 
 
-def inline_buffers(payload: bytes, parsed: Frame) -> list[bytearray | memoryview]:
-    """The buffers a payload made by :func:`inline` carries, for ``pickle.loads``:
+def inline_buffers(payload: Payload, parsed: Frame) -> list[bytearray | memoryview]:
+    """The buffers a payload made by :func:`carry` or :func:`inline` holds, for
+    ``pickle.loads``:
     read-only ones as views of it, writable ones as copies (a job may write to those)."""
     view = memoryview(payload)
     buffers: list[bytearray | memoryview] = []
@@ -358,7 +378,7 @@ def inline_buffers(payload: bytes, parsed: Frame) -> list[bytearray | memoryview
     return buffers
 
 
-def segment_of(payload: bytes) -> str:
+def segment_of(payload: Payload) -> str:
     """The name of the segment a payload refers to; "" for none."""
     if payload[:4] != MAGIC:
         return ""
@@ -366,14 +386,14 @@ def segment_of(payload: bytes) -> str:
     return payload[_HEAD.size:_HEAD.size + length].decode()
 
 
-def payload_size(payload: bytes) -> int:
+def payload_size(payload: Payload) -> int:
     """Bytes a pending payload holds: its own length plus its segment's size."""
     if not segment_of(payload):
         return len(payload)
     return len(payload) + int(_HEAD.unpack_from(payload)[2])
 
 
-def release(payload: bytes) -> None:
+def release(payload: Payload) -> None:
     """Unlink the segment a payload refers to, if any (its owner is done with it)."""
     segment = segment_of(payload)
     if segment:
