@@ -42,7 +42,7 @@ class Segments:
     def __init__(self, prefix: str = "", probe: bytes = b"") -> None:
         self.prefix = prefix
         self.probe = probe
-        # Guards the three tables below. Server threads take it briefly; nobody waits on it.
+        # Guards the four tables below. Server threads take it briefly; nobody waits on it.
         self._lock = threading.Lock()
         self._jobs: dict[str, str] = {}  # job id -> its arguments' segment
         # Clients whose reusable segments go back to them when a job ends (connected ones).

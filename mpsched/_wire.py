@@ -140,7 +140,11 @@ class FastConnection:
             return pickle.loads(self._body(size))
         _, count = _BUFFERS.unpack(self._body(_BUFFERS.size))
         lengths = [length for (length,) in _BUFFER.iter_unpack(self._body(count * _BUFFER.size))]
-        pickled = self._body(size - _BUFFERS.size - count * _BUFFER.size - sum(lengths))
+        left = size - _BUFFERS.size - count * _BUFFER.size - sum(lengths)
+        if left <= 0:
+            self.close()
+            raise OSError(f"bad message: {count} buffers do not fit its length {size}")
+        pickled = self._body(left)
         buffers = []
         for length in lengths:
             buffer = bytearray(length)

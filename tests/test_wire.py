@@ -102,3 +102,12 @@ def test_large_payloads_cross_without_becoming_bytes_again(pair, in_thread):
     in_thread(lambda: receiver.send([outcome_to_wire(outcome)]))
     [back] = [outcome_from_wire(w) for w in sender.recv()]
     assert back == outcome and type(back.payload) is bytearray
+
+
+def test_a_buffer_table_longer_than_its_message_is_refused(pair):
+    sender, receiver = pair
+    table = _wire._BUFFERS.pack(0, 1) + _wire._BUFFER.pack(1 << 40)
+    sender.send_bytes(table + b"\x80\x05N.")
+    with pytest.raises(OSError, match="do not fit"):
+        receiver.recv()
+    assert receiver.closed
