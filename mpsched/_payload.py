@@ -13,7 +13,7 @@ inline, as before.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
 
@@ -165,8 +165,10 @@ def loads(payload: Payload) -> Any:
     parsed = _shm.parse(payload)
     if parsed is None:
         return pickle.loads(payload)
-    buffers = (_shm.read(parsed.segment, parsed.entries) if parsed.segment
-               else _shm.inline_buffers(payload, parsed))
+    if parsed.segment:
+        buffers: Iterable[Any] = _shm.read(parsed.segment, parsed.entries)
+    else:
+        buffers = _shm.inline_buffers(payload, parsed) if parsed.entries else ()
     return pickle.loads(memoryview(payload)[parsed.body:], buffers=buffers)
 
 
