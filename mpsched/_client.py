@@ -26,8 +26,8 @@ from mpsched._errors import (
     QueueFullError,
     SchedulerShutdownError,
 )
-from mpsched._futures import DISCONNECTED, ClientCore, JobFuture, MapResults, release_payloads
-from mpsched._job import JobInfo, JobRequest, Priority, check_request, due_arguments
+from mpsched._futures import DISCONNECTED, ClientCore, JobFuture, MapResults
+from mpsched._job import JobInfo, JobRequest, Payload, Priority, check_request, due_arguments
 from mpsched._payload import fast_dumps, job_name, pickle_job
 from mpsched._protocol import ServiceProxy, Stats, connect_service
 from mpsched._schedule import RecurringClient
@@ -115,20 +115,20 @@ class Client(RecurringClient, Executor):
         check_request(request)  # the manager's own check, here at the call site
         request = request._replace(client_id=self._core.client_id,
                                    payload=pickle_job(fn, args, kwargs,
-                                                      shm_prefix=self._core.shm_prefix))
+                                                      pool=self._core.pool))
         outbox = self._core.outbox
         if outbox is None or key is not None:  # a keyed submit learns which job stands
             [future] = self._send_batch([(request.payload, request)])
             return future
-        future = self._core.new_future()
+        future = self._core.new_future(request.payload)
         outbox.put(request._replace(job_id=future.job_id))
         return future
 
-    def _send_batch(self, jobs: list[tuple[bytes, JobRequest]]) -> list[JobFuture[Any]]:
+    def _send_batch(self, jobs: list[tuple[Payload, JobRequest]]) -> list[JobFuture[Any]]:
         """Register a future per job and queue them in one call: all or none."""
         if self._core.outbox is not None:
             self._core.outbox.flush()  # earlier submits first: the seq order is call order
-        futures = [self._core.new_future() for _ in jobs]
+        futures = [self._core.new_future(payload) for payload, _ in jobs]
         requests = [request._replace(job_id=future.job_id)
                     for future, (_, request) in zip(futures, jobs, strict=True)]
         try:
@@ -136,10 +136,11 @@ class Client(RecurringClient, Executor):
         except BaseException:
             for future in futures:
                 self._core.forget(future.job_id)
-            release_payloads(requests)
+            self._core.release(requests)
             raise
         for i, holder in enumerate(holders or ()):
             if holder != futures[i].job_id:  # its key was held: the holder's future stands
+                self._core.ended([futures[i].job_id])
                 self._core.forget(futures[i].job_id)
                 futures[i] = self._core.watch(holder)
         return futures
@@ -184,24 +185,24 @@ class Client(RecurringClient, Executor):
         pickle_job(fn, (), {})  # a clear JobPicklingError if the callable cannot pickle
         fn_bytes = fast_dumps(fn) or cloudpickle.dumps(fn)  # pickled once for all items
         name = job_name(fn)
-        jobs: list[tuple[bytes, JobRequest]] = []
+        jobs: list[tuple[Payload, JobRequest]] = []
         try:
             for args in zip(*iterables):  # noqa: B905 - stop at the shortest
-                payload = pickle_job(fn, args, {}, fn_bytes, self._core.shm_prefix)
+                payload = pickle_job(fn, args, {}, fn_bytes, self._core.pool)
                 jobs.append((payload, JobRequest("", self._core.client_id, payload, level,
                                                  0.0, None, name=name)))
         except BaseException:
-            release_payloads([request for _, request in jobs])
+            self._core.release([request for _, request in jobs])
             raise
         outbox = self._core.outbox
         if outbox is not None:  # every item pickled: now queue them all, write-behind
             futures: list[JobFuture[T]] = []
             try:
                 for _, request in jobs:
-                    futures.append(self._core.new_future())
+                    futures.append(self._core.new_future(request.payload))
                     outbox.put(request._replace(job_id=futures[-1].job_id))
             except BaseException:
-                release_payloads([request for _, request in jobs[len(futures):]])
+                self._core.release([request for _, request in jobs[len(futures):]])
                 raise
             return MapResults(futures, deadline)
         futures = []
@@ -213,7 +214,7 @@ class Client(RecurringClient, Executor):
         except BaseException:
             for future in futures:  # all or nothing: take back the batches already queued
                 future.cancel()
-            release_payloads([r for batch in batches[1:] for _, r in batch])  # never sent
+            self._core.release([r for batch in batches[1:] for _, r in batch])  # never sent
             raise
         return MapResults(futures, deadline)
 
@@ -379,11 +380,11 @@ def _close_open_clients() -> None:
 STATES = ("pending", "running", "done", "failed", "cancelled")
 
 
-def _batches(jobs: list[tuple[bytes, JobRequest]], count: int,
-             max_bytes: int | None) -> list[list[tuple[bytes, JobRequest]]]:
+def _batches(jobs: list[tuple[Payload, JobRequest]], count: int,
+             max_bytes: int | None) -> list[list[tuple[Payload, JobRequest]]]:
     """``jobs`` in consecutive batches of at most ``count`` jobs and (when bounded) at most
     ``max_bytes`` payload bytes, so that each batch can fit a bounded queue."""
-    batches: list[list[tuple[bytes, JobRequest]]] = []
+    batches: list[list[tuple[Payload, JobRequest]]] = []
     size = 0
     for job in jobs:
         weight = payload_size(job[0]) if max_bytes is not None else 0

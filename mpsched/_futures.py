@@ -26,10 +26,11 @@ from mpsched._errors import (
     SchedulerShutdownError,
     StoreError,
 )
-from mpsched._job import CANCELLED, JobRequest, Outcome
+from mpsched._job import CANCELLED, JobRequest, Outcome, Payload
 from mpsched._outbox import Outbox
 from mpsched._payload import loads, remote_exception
 from mpsched._protocol import LONG_POLL, ClientHello, ServiceProxy
+from mpsched._segment_pool import SegmentPool
 from mpsched._transport import describe_versions
 
 log = logging.getLogger("mpsched.client")
@@ -54,6 +55,9 @@ class JobFuture(Future[T]):
         self._client = client
         self.job_id = job_id
         self.watched = watched  # a job this client did not submit (Client.job(job_id))
+        # The reusable segment (mpsched._segment_pool) its job holds until it ends; "" once
+        # handed back, or for none.
+        self.segment = ""
 
     def cancel(self) -> bool:
         if self.done():
@@ -100,18 +104,23 @@ class ClientCore:
         options = service.payload_options()
         # The manager's segment prefix when this process maps its shared memory, else "".
         self.shm_prefix = _shm.shared_with(options)
+        # Where this client's jobs put their large buffers (None: inline).
+        self.pool = SegmentPool(self.shm_prefix, self.client_id) if self.shm_prefix else None
         self.max_pending_bytes = options.max_pending_bytes
         self.batch_size = min(MAP_BATCH, max_pending or MAP_BATCH)
         # A bounded queue must report QueueFullError at the call site: send synchronously.
         bounded = max_pending is not None or options.max_pending_bytes is not None
-        self.outbox = None if bounded else Outbox(service, self._unsent, release_payloads)
+        self.outbox = None if bounded else Outbox(service, self._unsent, self.release)
         self._thread = threading.Thread(target=self._collect_loop, daemon=True,
                                         name=f"mpsched-results-{self.client_id}")
         self._thread.start()
 
-    def new_future(self) -> JobFuture[Any]:
-        """Register a future for a new job id; raises once the client is closed."""
+    def new_future(self, payload: Payload = b"") -> JobFuture[Any]:
+        """Register a future for a new job id, whose job carries ``payload``; raises once
+        the client is closed."""
         future: JobFuture[Any] = JobFuture(self, f"{self.client_id}-{next(self._ids)}")
+        if self.pool is not None:
+            future.segment = self.pool.pooled(payload)
         with self._lock:  # held briefly: the result thread takes it per outcome
             if self.closed:
                 why = " (the interpreter is exiting)" if self.exiting else ""
@@ -188,7 +197,7 @@ class ClientCore:
                 failure = SchedulerShutdownError(
                     f"the job could not be sent to the manager: {error!r}")
             futures = [self._futures.pop(r.job_id) for r in requests if r.job_id in self._futures]
-        release_payloads(requests)
+        self.release(requests)
         for future in futures:
             if future.set_running_or_notify_cancel():
                 future.set_exception(failure)
@@ -202,6 +211,8 @@ class ClientCore:
             removed = self.service.cancel(job_id, self.client_id)
         except DISCONNECTED:
             return False
+        if removed:
+            self.ended([job_id])
         return removed and self.forget(job_id)
 
     def cancel_jobs(self, job_ids: list[str]) -> int:
@@ -216,6 +227,7 @@ class ClientCore:
         if rest:
             with contextlib.suppress(*DISCONNECTED):
                 removed = self.service.cancel_many(rest)
+        self.ended(removed)
         return self._settle(withdrawn + removed)
 
     def cancel_pending(self, *, not_due_only: bool = False) -> int:
@@ -228,8 +240,34 @@ class ClientCore:
                 cancelled += self._settle(self.outbox.withdraw_all())  # waiters hear at once
             self.outbox.flush()  # a batch on its way must land before we cancel the rest
         with contextlib.suppress(*DISCONNECTED):
-            cancelled += self._settle(self.service.cancel_client(self.client_id, not_due_only))
+            removed = self.service.cancel_client(self.client_id, not_due_only)
+            self.ended(removed)
+            cancelled += self._settle(removed)
         return cancelled
+
+    def release(self, requests: list[JobRequest]) -> None:
+        """Unlink the segments of jobs the manager never took (refused, withdrawn, or
+        never sent): this client still owns them."""
+        for request in requests:
+            segment = _shm.segment_of(request.payload)
+            if segment and self.pool is not None:
+                self.pool.discard(segment)
+            elif segment:
+                _shm.unlink(segment)
+
+    def ended(self, job_ids: list[str]) -> None:
+        """These jobs of this client ended in the manager (cancelled there, or not queued
+        because another job held their key) before their futures were settled: the
+        segments they held are free again."""
+        if self.pool is None or not job_ids:
+            return
+        with self._lock:
+            futures = [f for j in job_ids if (f := self._futures.get(j)) is not None]
+            segments = [f.segment for f in futures if f.segment]
+            for future in futures:
+                future.segment = ""
+        for segment in segments:
+            self.pool.returned(segment)
 
     def _settle(self, cancelled_ids: list[str]) -> int:
         with self._lock:
@@ -243,7 +281,8 @@ class ClientCore:
         # nobody else would ever resolve them.
         error: MpschedError
         try:
-            while (outcomes := self.service.collect(self.client_id, LONG_POLL)) is not None:
+            while (outcomes := self.service.collect(self.client_id,
+                                                    self._trim_pool())) is not None:
                 for outcome in outcomes:
                     self._resolve(outcome)
             error = SchedulerShutdownError("the mpsched manager stopped")
@@ -257,13 +296,23 @@ class ClientCore:
             self.closed = True
         if self.outbox is not None:
             self.outbox.withdraw_all()  # their futures fail below; the jobs must not run
+        if self.pool is not None:
+            self.pool.close()
         self._fail_all(error)
+
+    def _trim_pool(self) -> float:
+        """Unlink the segments that stayed free too long; returns how long the next
+        collect may wait (the result thread is the one that trims them on time)."""
+        return LONG_POLL if self.pool is None else min(LONG_POLL, self.pool.trim())
 
     def _resolve(self, outcome: Outcome) -> None:
         with self._lock:
             future = self._futures.pop(outcome.job_id, None)
+            segment = "" if future is None else future.segment
         if future is None:
             return
+        if segment and self.pool is not None:  # the job has ended: its segment is free
+            self.pool.returned(segment)
         if outcome.error_kind == CANCELLED:  # by another client, or through a job id
             _settle_cancelled(future)
             return
@@ -294,12 +343,6 @@ class ClientCore:
             self.service.close_client(self.client_id)
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout)
-
-
-def release_payloads(requests: list[JobRequest]) -> None:
-    """Unlink the segments of jobs the manager never took (this client still owns them)."""
-    for request in requests:
-        _shm.release(request.payload)
 
 
 class MapResults(Iterator[T]):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterable, Iterator
 
-from mpsched._job import Job, Order, Priority
+from mpsched._job import Job, Order, Payload, Priority
 
 COMPACT_AFTER = 1024  # stale entries tolerated before the heaps are rebuilt
 
@@ -20,7 +20,7 @@ COMPACT_AFTER = 1024  # stale entries tolerated before the heaps are rebuilt
 class PendingJobs:
     """The pending jobs of one queue, in heap order; call with the queue's lock held."""
 
-    def __init__(self, order: Order, sizer: Callable[[bytes], int] | None) -> None:
+    def __init__(self, order: Order, sizer: Callable[[Payload], int] | None) -> None:
         """``sizer``: what a payload counts against ``max_pending_bytes`` (None: unbounded,
         nothing is counted)."""
         self._order = order

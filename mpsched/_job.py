@@ -71,12 +71,17 @@ class Order(str, enum.Enum):
             raise InvalidJobError(f"unknown order {order!r}: use 'time' or 'priority'") from None
 
 
+# A job's or an outcome's pickled bytes. Received out of band (mpsched._wire), a payload is
+# the bytearray it was read into: copying it into bytes would cost as much as receiving it.
+Payload = bytes | bytearray
+
+
 class JobRequest(NamedTuple):
     """What a client sends to submit one job. Exactly one of ``delay`` and ``at`` is set."""
 
     job_id: str
     client_id: str
-    payload: bytes  # cloudpickled (fn, args, kwargs); the manager never unpickles it
+    payload: Payload  # cloudpickled (fn, args, kwargs); the manager never unpickles it
     priority: int  # Priority.level
     delay: float | None  # seconds from the manager's receipt, >= 0
     at: float | None  # wall-clock epoch seconds
@@ -92,7 +97,7 @@ class Job:
 
     job_id: str
     client_id: str
-    payload: bytes
+    payload: Payload
     priority: int
     due: float  # the manager's monotonic clock
     seq: int  # manager-wide submission counter: the FIFO tie-break
@@ -129,7 +134,7 @@ class Assignment(NamedTuple):
     """
 
     lease: Lease
-    payload: bytes
+    payload: Payload
     due: float | None  # the manager's monotonic clock; None for a worker with another clock
     timeout: float | None = None  # seconds the job may run once started
     delay: float = 0.0  # seconds from hand-off until due, measured at the manager; >= 0
@@ -149,7 +154,7 @@ class Outcome(NamedTuple):
 
     job_id: str
     ok: bool
-    payload: bytes
+    payload: Payload
     traceback: str
     started: float | None
     error_kind: str = ""  # "" for a job's own exception; else names the failed step

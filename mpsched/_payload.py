@@ -13,7 +13,7 @@ inline, as before.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
 
@@ -21,7 +21,8 @@ import cloudpickle
 
 from mpsched import _shm
 from mpsched._errors import InvalidJobError, JobError, JobPicklingError, RemoteTraceback
-from mpsched._job import Outcome
+from mpsched._job import Outcome, Payload
+from mpsched._segment_pool import SegmentPool, Stored, write_as
 
 # Names in a pickle that mean "look this up in the main module": the worker's main module
 # is not the client's, so such pickles must be made by cloudpickle, by value.
@@ -53,14 +54,14 @@ def job_name(fn: Callable[..., Any]) -> str:
 
 
 def pickle_job(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-               fn_bytes: bytes | None = None, shm_prefix: str = "") -> bytes:
+               fn_bytes: bytes | None = None, pool: SegmentPool | None = None) -> bytes:
     """The job's payload: cloudpickled ``(fn, args, kwargs)``; with ``fn_bytes`` (the
     callable cloudpickled once for many jobs, as map() does) ``(fn_bytes, args, kwargs)``.
 
-    With ``shm_prefix`` (the manager's segment prefix: this process shares its shared
-    memory) large buffers go out of band into a new segment under that prefix, and the
-    payload is framed (mpsched._shm.frame). If shared memory cannot take them, the job is
-    pickled inline instead: it never fails for want of shared memory.
+    With ``pool`` (this process shares the manager's shared memory) large buffers go out
+    of band into a segment the pool gives, and the payload is framed
+    (mpsched._shm.frame). If shared memory cannot take them, the job is pickled inline
+    instead: it never fails for want of shared memory.
 
     Raises:
         InvalidJobError: ``fn`` is not callable.
@@ -70,11 +71,11 @@ def pickle_job(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, 
         raise InvalidJobError(f"{fn!r} is not callable")
     job = (fn if fn_bytes is None else fn_bytes, args, kwargs)
     try:
-        if shm_prefix:
-            framed = dumps_framed(job, shm_prefix, "j")
+        if pool is not None:
+            framed = dumps_framed(job, pool.store, job=True)
             if framed is not None:
                 return framed
-        return _dumps(job)
+        return dumps_carried(job)
     except Exception as exc:
         name = getattr(fn, "__qualname__", repr(fn))
         raise JobPicklingError(f"cannot pickle job {name}: {exc!r}") from exc
@@ -115,17 +116,18 @@ def dumps_result(result: Any, segment: str = "") -> bytes:
         Exception: whatever pickling raised.
     """
     if segment:
-        framed = dumps_framed(result, segment, "")
+        framed = dumps_framed(result, partial(write_as, segment), job=False)
         if framed is not None:
             return framed
-    return _dumps(result)
+    return dumps_carried(result)
 
 
-def dumps_framed(obj: Any, prefix: str, kind: str) -> bytes | None:
-    """Pickle ``obj`` with its large buffers out of band, in a segment named
-    ``prefix + kind + <random>`` (``prefix`` itself when ``kind`` is empty). Returns the
-    framed payload; a frame without a segment when there were no large buffers (only for
-    a job: a result is then plain); None when shared memory could not take them.
+def dumps_framed(obj: Any, store: Callable[[list[memoryview]], Stored | None], *, job: bool
+                 ) -> bytes | None:
+    """Pickle ``obj`` with its large buffers out of band, in the segment ``store`` writes
+    them to. Returns the framed payload; a frame without a segment when there were no
+    large buffers (only for a ``job``: a result is then plain); None when shared memory
+    could not take them.
 
     Raises:
         Exception: whatever pickling raised.
@@ -133,16 +135,27 @@ def dumps_framed(obj: Any, prefix: str, kind: str) -> bytes | None:
     buffers: list[memoryview] = []
     body = _dumps(_wrap(obj, [_MAX_VISITS], 0, {}), buffers)
     if not buffers:
-        return _shm.frame("", 0, (), body) if kind else body
-    name = _shm.new_name(prefix, kind) if kind else prefix
-    written = _shm.write(name, buffers)
-    if written is None:
+        return _shm.frame("", 0, (), body) if job else body
+    stored = store(buffers)
+    if stored is None:
         return None
-    size, entries = written
+    name, size, entries = stored
     return _shm.frame(name, size, entries, body)
 
 
-def loads(payload: bytes) -> Any:
+def dumps_carried(obj: Any) -> bytes:
+    """Pickle ``obj`` for a trip without shared memory: a plain pickle, or, when it holds
+    large buffers, a payload that carries them after its frame (mpsched._shm.carry).
+
+    Raises:
+        Exception: whatever pickling raised.
+    """
+    buffers: list[memoryview] = []
+    body = _dumps(_wrap(obj, [_MAX_VISITS], 0, {}), buffers)
+    return _shm.carry(buffers, body) if buffers else body
+
+
+def loads(payload: Payload) -> Any:
     """Unpickle a job's or a result's payload, framed or not; out-of-band buffers are read
     from their segment (which stays: its owner unlinks it).
 
@@ -152,7 +165,10 @@ def loads(payload: bytes) -> Any:
     parsed = _shm.parse(payload)
     if parsed is None:
         return pickle.loads(payload)
-    buffers = _shm.read(parsed.segment, parsed.entries) if parsed.segment else ()
+    if parsed.segment:
+        buffers: Iterable[Any] = _shm.read(parsed.segment, parsed.entries)
+    else:
+        buffers = _shm.inline_buffers(payload, parsed) if parsed.entries else ()
     return pickle.loads(memoryview(payload)[parsed.body:], buffers=buffers)
 
 

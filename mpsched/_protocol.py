@@ -17,10 +17,11 @@ import logging
 from dataclasses import dataclass
 from enum import IntEnum
 from multiprocessing.managers import BaseManager, BaseProxy
+from pickle import PickleBuffer
 from typing import Any, NamedTuple
 
 from mpsched._errors import MpschedError, SchedulerShutdownError
-from mpsched._job import Assignment, JobRequest, Lease, Order, Outcome, QueueStats
+from mpsched._job import Assignment, JobRequest, Lease, Order, Outcome, Payload, QueueStats
 from mpsched._recurring import ScheduleInfo, ScheduleSpec
 from mpsched._shm import PayloadOptions
 from mpsched._store import JobRecord
@@ -68,27 +69,68 @@ class Report(NamedTuple):
 # runs Python code per record (~12 us against ~1 us flat; a JobRequest in a submit batch
 # 2.1 us against 0.5). ServiceProxy converts on the client side, ManagerService on the
 # manager side; the code on both sides sees records.
-JobRequestWire = tuple[str, str, bytes, int, "float | None", "float | None", "float | None",
+#
+# A payload of BLOB bytes or more crosses as a PickleBuffer: FastConnection (mpsched._wire)
+# sends it from its own memory and receives it into a buffer of its own, where pickling it
+# into the message would copy it on both sides. It arrives as a bytearray, or as a
+# read-only view of one (blob_in unwraps it); the code on both sides sees bytes-like data.
+BLOB = 1 << 16
+Blob = bytes | bytearray | PickleBuffer | memoryview  # a payload in a wire tuple
+JobRequestWire = tuple[str, str, Blob, int, "float | None", "float | None", "float | None",
                        int, "str | None", str]
-AssignmentWire = tuple[int, str, str, int, bytes, "float | None", "float | None", float]
-ReportWire = tuple[int, str, bool, bytes, str, "float | None", str]
-OutcomeWire = tuple[str, bool, bytes, str, "float | None", str]
+AssignmentWire = tuple[int, str, str, int, Blob, "float | None", "float | None", float]
+ReportWire = tuple[int, str, bool, Blob, str, "float | None", str]
+OutcomeWire = tuple[str, bool, Blob, str, "float | None", str]
+
+
+def blob_in(payload: Blob) -> Payload:
+    """A payload as it came out of a message: bytes or a bytearray."""
+    if isinstance(payload, memoryview):
+        received = payload.obj  # the buffer it was received into
+        assert isinstance(received, bytearray)
+        return received
+    assert not isinstance(payload, PickleBuffer)
+    return payload
+
+
+def request_to_wire(r: JobRequest) -> JobRequestWire:
+    return tuple(r) if len(r.payload) < BLOB else (  # type: ignore[return-value]
+        *r[:2], PickleBuffer(r.payload), *r[3:])
+
+
+def request_from_wire(w: JobRequestWire) -> JobRequest:
+    return JobRequest._make(w) if type(w[2]) is bytes else JobRequest(
+        w[0], w[1], blob_in(w[2]), *w[3:])
 
 
 def assignment_to_wire(a: Assignment) -> AssignmentWire:
-    return (*a.lease, a.payload, a.due, a.timeout, a.delay)
+    payload = a.payload
+    return (*a.lease, payload if len(payload) < BLOB else PickleBuffer(payload), a.due,
+            a.timeout, a.delay)
 
 
 def assignment_from_wire(w: AssignmentWire) -> Assignment:
-    return Assignment(Lease(w[0], w[1], w[2], w[3]), w[4], w[5], w[6], w[7])
+    payload = w[4]
+    return Assignment(Lease(w[0], w[1], w[2], w[3]),
+                      payload if type(payload) is bytes else blob_in(payload), w[5], w[6], w[7])
+
+
+def outcome_to_wire(o: Outcome) -> OutcomeWire:
+    return tuple(o) if len(o.payload) < BLOB else (  # type: ignore[return-value]
+        o.job_id, o.ok, PickleBuffer(o.payload), o.traceback, o.started, o.error_kind)
+
+
+def outcome_from_wire(w: OutcomeWire) -> Outcome:
+    return Outcome._make(w) if type(w[2]) is bytes else Outcome(
+        w[0], w[1], blob_in(w[2]), w[3], w[4], w[5])
 
 
 def report_to_wire(r: Report) -> ReportWire:
-    return (r.lease_id, *r.outcome)
+    return (r.lease_id, *outcome_to_wire(r.outcome))
 
 
 def report_from_wire(w: ReportWire) -> Report:
-    return Report(w[0], Outcome(*w[1:]))
+    return Report(w[0], outcome_from_wire(w[1:]))
 
 
 class WorkerHello(NamedTuple):
@@ -214,7 +256,7 @@ class ServiceProxy(BaseProxy):
 
     def submit(self, requests: list[JobRequest], timeout: float | None,
                withdrawn: int = 0) -> list[str] | None:
-        result: list[str] | None = self._call("submit", [tuple(r) for r in requests],
+        result: list[str] | None = self._call("submit", [request_to_wire(r) for r in requests],
                                               timeout, withdrawn)
         return result
 
@@ -242,7 +284,7 @@ class ServiceProxy(BaseProxy):
 
     def collect(self, client_id: str, timeout: float) -> list[Outcome] | None:
         wire: list[OutcomeWire] | None = self._call("collect", client_id, timeout)
-        return None if wire is None else [Outcome._make(w) for w in wire]
+        return None if wire is None else [outcome_from_wire(w) for w in wire]
 
     def stats(self) -> Stats:
         result: Stats = self._call("stats")

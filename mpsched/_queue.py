@@ -28,6 +28,7 @@ from mpsched._job import (
     Job,
     JobRequest,
     Order,
+    Payload,
     Priority,
     QueueStats,
     check_request,
@@ -63,7 +64,7 @@ class JobQueue:
         order: Order | str = Order.TIME,
         max_pending: int | None = None,
         max_pending_bytes: int | None = None,
-        sizer: Callable[[bytes], int] = len,
+        sizer: Callable[[Payload], int] = len,
     ) -> None:
         if max_pending is not None and max_pending < 1:
             raise InvalidJobError(f"max_pending must be at least 1, not {max_pending}")

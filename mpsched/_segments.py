@@ -6,6 +6,10 @@ Exactly one owner unlinks a segment:
   unlinks them when the job is refused, withdrawn or never sent), then the manager, which
   unlinks them once the job's outcome is final (done, failed, timed out, out of retries),
   or when it is cancelled or not queued (its key was held). A requeued job keeps them;
+- a client's reusable segment (mpsched._segment_pool): the same, except that when its
+  job ends while the client is connected, the manager leaves it to the client (which
+  learns of the end from the outcome or its cancel). When the client goes away, the
+  manager unlinks its reusable segments that no job holds, and the rest as their jobs end;
 - a result: the manager, from the worker's report until every client it was posted to
   has collected it and called ``collect`` again (its result thread maps what it collected
   before calling again), or its mailbox was dropped. A result written by a worker that
@@ -13,7 +17,8 @@ Exactly one owner unlinks a segment:
 - anything left: the manager, which removes every segment of its prefix when it stops,
   and the segments of stopped managers when it starts (mpsched._shm.sweep_dead_managers).
 
-The manager never reads a segment: it learns names from payload frames.
+The manager reads no segment (it learns names from payload frames), except to hand a job to
+a worker that joined from elsewhere: that one gets the buffers inline.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import threading
 from collections.abc import Iterable
 
 from mpsched import _shm
-from mpsched._job import JobRequest, Outcome
+from mpsched._job import JobRequest, Outcome, Payload
 
 log = logging.getLogger("mpsched.manager")
 
@@ -37,9 +42,11 @@ class Segments:
     def __init__(self, prefix: str = "", probe: bytes = b"") -> None:
         self.prefix = prefix
         self.probe = probe
-        # Guards the three tables below. Server threads take it briefly; nobody waits on it.
+        # Guards the four tables below. Server threads take it briefly; nobody waits on it.
         self._lock = threading.Lock()
         self._jobs: dict[str, str] = {}  # job id -> its arguments' segment
+        # Clients whose reusable segments go back to them when a job ends (connected ones).
+        self._pool_clients: set[str] = set()
         self._results: dict[str, int] = {}  # result segment -> clients yet to collect it
         self._handed: dict[str, list[str]] = {}  # client id -> segments of its last collect
 
@@ -78,8 +85,10 @@ class Segments:
             return
         owned = [(r.job_id, s) for r in requests if (s := _shm.segment_of(r.payload))]
         if owned:
+            pooling = {c for _, s in owned if (c := _shm.pool_owner(self.prefix, s))}
             with self._lock:
                 self._jobs.update(owned)
+                self._pool_clients |= pooling
 
     def refused(self, requests: list[JobRequest]) -> None:
         """A batch's submit failed: its client keeps (and unlinks) its segments."""
@@ -94,8 +103,25 @@ class Segments:
             return
         with self._lock:
             found = [s for j in job_ids if (s := self._jobs.pop(j, None))]
-        for segment in found:
+            # A reusable segment of a connected client is that client's again.
+            done = [s for s in found
+                    if _shm.pool_owner(self.prefix, s) not in self._pool_clients]
+        for segment in done:
             _shm.unlink(segment)
+
+    def for_remote(self, payload: Payload) -> Payload:
+        """``payload`` for a worker that may not map this host's shared memory (one that
+        joined with ``worker --connect``): its segment's buffers travel inline. The only
+        place the manager reads a segment; the segment stays the job's (a retry may go to
+        a local worker)."""
+        if not self.prefix:
+            return payload
+        try:
+            return _shm.inline(payload)
+        except OSError as exc:  # gone: the worker will fail the job with the same error
+            log.warning("cannot read the arguments of a job in %s: %s",
+                        _shm.segment_of(payload), exc)
+            return payload
 
     # ----------------------------------------------------------------------- results
 
@@ -142,9 +168,18 @@ class Segments:
                 self._handed.setdefault(client_id, []).extend(segments)
 
     def client_gone(self, client_id: str) -> None:
-        """A client's connections ended: what it collected last is released."""
-        if self.prefix:
-            self._release(self._handed_to(client_id))
+        """A client's connections ended: what it collected last is released, and so are
+        its reusable segments that no job holds (the others as their jobs end)."""
+        if not self.prefix:
+            return
+        self._release(self._handed_to(client_id))
+        stem = _shm.pool_stem(self.prefix, client_id)
+        with self._lock:
+            self._pool_clients.discard(client_id)
+            held = {s for s in self._jobs.values() if s.startswith(stem)}
+        for name in _shm.names(stem):
+            if name not in held:
+                _shm.unlink(name)
 
     def _handed_to(self, client_id: str) -> list[str]:
         with self._lock:

@@ -26,7 +26,7 @@ from mpsched._errors import (
     VersionMismatchError,
     WorkerCrashedError,
 )
-from mpsched._job import JobRequest, Lease, Outcome
+from mpsched._job import Lease, Outcome
 from mpsched._journal import Journal, cancelled
 from mpsched._leases import LostLease
 from mpsched._mailbox import Mailboxes
@@ -43,7 +43,9 @@ from mpsched._protocol import (
     WorkerHello,
     WorkerLoad,
     assignment_to_wire,
+    outcome_to_wire,
     report_from_wire,
+    request_from_wire,
 )
 from mpsched._queue import JobQueue
 from mpsched._recurring import ScheduleInfo, ScheduleSpec
@@ -143,8 +145,11 @@ class ManagerService:
             self.wake_supervisor()  # it sleeps until the earliest job deadline
         assert assignment.due is not None  # the queue always sets it
         delay = max(0.0, assignment.due - self._clock.now())
-        return assignment_to_wire(assignment._replace(due=assignment.due if local else None,
-                                                      delay=delay))
+        if local:
+            return assignment_to_wire(assignment._replace(delay=delay))
+        # Any other worker may run on another host: it cannot map our shared memory.
+        return assignment_to_wire(assignment._replace(
+            payload=self.segments.for_remote(assignment.payload), due=None, delay=delay))
 
     def ack(self, worker_id: str, lease_id: int) -> None:
         """A remote worker received a lease: from now on losing it counts as an attempt."""
@@ -258,7 +263,7 @@ class ManagerService:
         count as submitted and cancelled, so stats() agrees with what the caller did.
         """
         bounded = LONG_POLL if timeout is None else min(timeout, LONG_POLL)
-        batch = [JobRequest._make(r) for r in requests]
+        batch = [request_from_wire(r) for r in requests]
         self.segments.submitted(batch)  # before a worker can take and end one
         try:
             holders = self.journal.submit(batch, bounded)
@@ -340,7 +345,7 @@ class ManagerService:
         outcomes = self.mailboxes.collect(client_id, min(timeout, LONG_POLL))
         if outcomes:
             self.segments.handed(client_id, outcomes)
-        return None if outcomes is None else [tuple(o) for o in outcomes]  # type: ignore[misc]
+        return None if outcomes is None else [outcome_to_wire(o) for o in outcomes]
 
     def _speaks_for(self, client_id: str) -> None:
         """Note that this server thread's connection belongs to ``client_id``."""

@@ -33,6 +33,8 @@ from typing import NamedTuple
 
 import psutil
 
+from mpsched._job import Payload
+
 try:
     import _posixshmem  # type: ignore[import-not-found]
 except ImportError:  # pragma: no cover - Windows, or a build without POSIX shm
@@ -44,6 +46,7 @@ THRESHOLD = 64 * 1024  # buffers this large or larger go out of band
 ALIGN = 64  # offset alignment of buffers in a segment (NumPy views want aligned data)
 SHM_DIR = "/dev/shm"
 MAGIC = b"MPS\x05"  # first bytes of a framed payload; a pickle starts with b"\x80"
+CARRIED = b"MPS\x06"  # the same, for a payload that carries its buffers itself
 _HEAD = struct.Struct("!4sHQH")  # magic, name length, segment size, buffer count
 _ENTRY = struct.Struct("!QQ?")  # offset, length, read-only
 _NAME = re.compile(r"mps(\d+)_(\d+)_")
@@ -67,12 +70,14 @@ class Entry(NamedTuple):
 
 
 class Frame(NamedTuple):
-    """A framed payload, parsed: its segment (``""`` for none), the buffers in it, and
+    """A framed payload, parsed: its segment (``""`` for none), the buffers in it, where
+    they start when the payload carries them itself (no segment: see :func:`inline`), and
     where the pickle starts."""
 
     segment: str
     size: int
     entries: tuple[Entry, ...]
+    data: int
     body: int
 
 
@@ -103,6 +108,21 @@ def new_name(prefix: str, kind: str) -> str:
     return f"{prefix}{kind}{secrets.token_hex(8)}"
 
 
+def pool_stem(prefix: str, client_id: str) -> str:
+    """The name prefix of the reusable segments of client ``client_id``
+    (mpsched._segment_pool): job arguments ("j"), then "p" (never in a hex name)."""
+    return f"{prefix}jp{client_id}_"
+
+
+def pool_owner(prefix: str, name: str) -> str:
+    """The client whose reusable segment ``name`` is; "" for any other segment."""
+    start = len(prefix) + 2
+    if not name.startswith("jp", len(prefix)):
+        return ""
+    end = name.find("_", start)
+    return name[start:end] if end > 0 else ""
+
+
 def result_name(prefix: str, lease_id: int) -> str:
     """Where a local worker writes the large buffers of a lease's result: named by the
     lease, so the manager can unlink it if the worker dies before reporting it."""
@@ -112,23 +132,34 @@ def result_name(prefix: str, lease_id: int) -> str:
 # ----------------------------------------------------------------------- segments
 
 
-def write(name: str, buffers: Sequence[memoryview]) -> tuple[int, tuple[Entry, ...]] | None:
-    """Create segment ``name`` holding ``buffers`` (each at an aligned offset).
-
-    Returns its size and where each buffer went, or None when shared memory could not take
-    them (full, missing, too many open files): nothing is left behind then.
-    """
-    if _posixshmem is None:
-        return None
+def layout(buffers: Sequence[memoryview]) -> tuple[int, tuple[Entry, ...]]:
+    """Where ``buffers`` go in a segment (each at an aligned offset), and its size."""
     entries = []
     offset = 0
     for buffer in buffers:
         entries.append(Entry(offset, buffer.nbytes, buffer.readonly))
         offset += -(-buffer.nbytes // ALIGN) * ALIGN
+    return offset, tuple(entries)
+
+
+def write(name: str, buffers: Sequence[memoryview], *, reuse: bool = False
+          ) -> tuple[int, tuple[Entry, ...]] | None:
+    """Create segment ``name`` holding ``buffers`` (laid out by :func:`layout`); with
+    ``reuse``, overwrite the existing segment ``name`` instead.
+
+    Returns its size and where each buffer went, or None when shared memory could not take
+    them (full, missing, too many open files; with ``reuse``, the segment is gone): no
+    segment ``name`` is left behind then.
+    """
+    if _posixshmem is None:
+        return None
+    size, entries = layout(buffers)
+    flags = os.O_RDWR if reuse else os.O_CREAT | os.O_EXCL | os.O_RDWR
     try:
-        fd = _posixshmem.shm_open("/" + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
+        fd = _posixshmem.shm_open("/" + name, flags, mode=0o600)
     except OSError as exc:
-        log_fallback(f"cannot create a shared-memory segment ({exc})")
+        if not reuse:
+            log_fallback(f"cannot create a shared-memory segment ({exc})")
         return None
     try:
         for entry, buffer in zip(entries, buffers, strict=True):
@@ -139,7 +170,7 @@ def write(name: str, buffers: Sequence[memoryview]) -> tuple[int, tuple[Entry, .
         unlink(name)
         return None
     os.close(fd)
-    return offset, tuple(entries)
+    return size, entries
 
 
 def _write_all(fd: int, buffer: memoryview, offset: int) -> None:
@@ -271,26 +302,83 @@ def frame(segment: str, size: int, entries: Sequence[Entry], body: bytes) -> byt
     Payloads without a segment are framed too when their client reads shared memory:
     the frame then tells the worker that a large result may come back that way.
     """
+    return b"".join([_head(MAGIC, segment, size, entries), body])
+
+
+def _head(magic: bytes, segment: str, size: int, entries: Sequence[Entry]) -> bytes:
     encoded = segment.encode()
-    parts = [_HEAD.pack(MAGIC, len(encoded), size, len(entries)), encoded]
+    parts = [_HEAD.pack(magic, len(encoded), size, len(entries)), encoded]
     parts += [_ENTRY.pack(*entry) for entry in entries]
+    return b"".join(parts)
+
+
+def carry(buffers: Sequence[memoryview], body: bytes) -> bytes:
+    """A payload that carries its out-of-band ``buffers`` itself, where no shared memory
+    can: the frame (no segment), the buffers as :func:`layout` places them, the pickle.
+    Built with one copy of each buffer, where pickling them in band takes several."""
+    size, entries = layout(buffers)
+    parts: list[bytes | memoryview] = [_head(CARRIED, "", size, entries)]
+    for entry, buffer in zip(entries, buffers, strict=True):
+        parts.append(buffer)
+        parts.append(bytes(-entry.length % ALIGN))
     parts.append(body)
     return b"".join(parts)
 
 
-def parse(payload: bytes | bytearray | memoryview) -> Frame | None:
+def parse(payload: Payload | memoryview) -> Frame | None:
     """The frame of a framed payload; None for a plain pickle."""
-    if payload[:4] != MAGIC:
+    magic = payload[:4]
+    if magic != MAGIC and magic != CARRIED:
         return None
     _, length, size, count = _HEAD.unpack_from(payload)
     start = _HEAD.size + length
     segment = bytes(payload[_HEAD.size:start]).decode()
     entries = tuple(Entry(*_ENTRY.unpack_from(payload, start + i * _ENTRY.size))
                     for i in range(count))
-    return Frame(segment, size, entries, start + count * _ENTRY.size)
+    data = start + count * _ENTRY.size
+    return Frame(segment, size, entries, data, data + (size if magic == CARRIED else 0))
 
 
-def segment_of(payload: bytes) -> str:
+def inline(payload: Payload) -> Payload:
+    """``payload`` carrying its segment's buffers itself (as :func:`carry` makes them),
+    for a worker that cannot map the segment (another host). Other payloads come back as
+    they are. The segment stays: its owner unlinks it.
+
+    Raises:
+        OSError: the segment is gone or unreadable.
+    """
+    parsed = parse(payload)
+    if parsed is None or not parsed.segment:
+        return payload
+    if _posixshmem is None:
+        raise OSError("this platform has no POSIX shared memory")
+    data = bytearray(parsed.size)
+    view = memoryview(data)
+    fd = _posixshmem.shm_open("/" + parsed.segment, os.O_RDONLY, mode=0o600)
+    try:
+        for entry in parsed.entries:
+            part = view[entry.offset:entry.offset + entry.length]
+            if os.preadv(fd, [part], entry.offset) != entry.length:
+                raise OSError(f"shared-memory segment {parsed.segment} is short")
+    finally:
+        os.close(fd)
+    head = _head(CARRIED, "", parsed.size, parsed.entries)
+    return b"".join([head, data, memoryview(payload)[parsed.body:]])
+
+
+def inline_buffers(payload: Payload, parsed: Frame) -> list[bytearray | memoryview]:
+    """The buffers a payload made by :func:`carry` or :func:`inline` holds, for
+    ``pickle.loads``:
+    read-only ones as views of it, writable ones as copies (a job may write to those)."""
+    view = memoryview(payload)
+    buffers: list[bytearray | memoryview] = []
+    for entry in parsed.entries:
+        part = view[parsed.data + entry.offset:parsed.data + entry.offset + entry.length]
+        buffers.append(part if entry.readonly else bytearray(part))
+    return buffers
+
+
+def segment_of(payload: Payload) -> str:
     """The name of the segment a payload refers to; "" for none."""
     if payload[:4] != MAGIC:
         return ""
@@ -298,14 +386,14 @@ def segment_of(payload: bytes) -> str:
     return payload[_HEAD.size:_HEAD.size + length].decode()
 
 
-def payload_size(payload: bytes) -> int:
+def payload_size(payload: Payload) -> int:
     """Bytes a pending payload holds: its own length plus its segment's size."""
-    if payload[:4] != MAGIC:
+    if not segment_of(payload):
         return len(payload)
     return len(payload) + int(_HEAD.unpack_from(payload)[2])
 
 
-def release(payload: bytes) -> None:
+def release(payload: Payload) -> None:
     """Unlink the segment a payload refers to, if any (its owner is done with it)."""
     segment = segment_of(payload)
     if segment:

@@ -34,6 +34,7 @@ from types import TracebackType
 from typing import NamedTuple
 
 from mpsched._errors import InvalidJobError
+from mpsched._job import Payload
 
 DAY = 86400.0
 
@@ -63,7 +64,7 @@ class StoredJob(NamedTuple):
     client_id: str
     key: str | None  # idempotency key: one live job per key (see Store.submit)
     name: str  # the callable's qualified name, for listings
-    payload: bytes  # cloudpickled (fn, args, kwargs); never unpickled by a store
+    payload: Payload  # cloudpickled (fn, args, kwargs); never unpickled by a store
     priority: int  # Priority.level
     due_wall: float  # UTC epoch seconds
     seq: int  # the manager's submission counter: FIFO among equal due and priority

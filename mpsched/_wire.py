@@ -14,6 +14,10 @@ from typing import Any
 _SHORT = struct.Struct("!i")  # multiprocessing's framing: a signed 32-bit length,
 _LONG = struct.Struct("!Q")  # or -1 and then a 64-bit one
 _READ = 65536  # bytes asked of the kernel per read
+# A message with out-of-band buffers starts with this (a pickle starts with 0x80): a zero
+# byte and the buffer count, then each buffer's length; then the pickle, then the buffers.
+_BUFFERS = struct.Struct("!BI")
+_BUFFER = struct.Struct("!Q")
 
 
 class FastConnection:
@@ -26,6 +30,13 @@ class FastConnection:
     and a read asks for up to 64 KiB, so a small message arrives in one system call
     where ``Connection`` makes two (length, then body) and assembles them in a BytesIO.
     Bytes read past the end of a message are kept for the next one.
+
+    Large payloads cross without a copy on either side: a ``pickle.PickleBuffer`` in a
+    message (mpsched._protocol wraps job and result payloads in one) is sent from its own
+    memory after the pickle, and received straight into a ``bytearray`` of its size, which
+    :meth:`recv` hands to the unpickler (a read-only ``PickleBuffer`` comes back as a
+    read-only ``memoryview`` of that ``bytearray``). Only a FastConnection reads such a
+    message; the other messages are multiprocessing's.
 
     During a handshake, :meth:`set_deadline` bounds the total time of every read and write
     (a per-call timeout would let a peer trickle a byte per period forever), and
@@ -89,55 +100,119 @@ class FastConnection:
         self._sock.do_handshake()
 
     def send(self, obj: Any) -> None:
-        self.send_bytes(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+        buffers: list[pickle.PickleBuffer] = []
+        data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL,
+                            buffer_callback=buffers.append)
+        if buffers:
+            self._send_with_buffers(data, [buffer.raw() for buffer in buffers])
+            return
+        size = len(data)
+        if self._deadline is not None:
+            self._arm()
+        if size <= _READ:
+            self._sock.sendall(_header(size) + data)
+        else:
+            self._sock.sendall(_header(size))
+            self._sock.sendall(data)
+
+    def _send_with_buffers(self, data: bytes, raws: list[memoryview]) -> None:
+        table = [_BUFFERS.pack(0, len(raws)), *(_BUFFER.pack(raw.nbytes) for raw in raws)]
+        size = sum(map(len, table)) + len(data) + sum(raw.nbytes for raw in raws)
+        if self._deadline is not None:
+            self._arm()
+        self._sock.sendall(b"".join([_header(size), *table, data]))
+        for raw in raws:
+            self._sock.sendall(raw)
 
     def recv(self) -> Any:
-        return pickle.loads(self.recv_bytes())
+        data = self._rest
+        while len(data) < 5:
+            data += self._read()
+        size: int = _SHORT.unpack_from(data)[0]
+        end = 4 + size
+        if size > 0 and len(data) >= end and data[4] != 0:  # a whole pickle at hand
+            self._rest = data[end:]
+            return pickle.loads(data[4:end])
+        self._rest = data
+        size = self._length()
+        self._fill(1)
+        if self._rest[0] != 0:
+            return pickle.loads(self._body(size))
+        _, count = _BUFFERS.unpack(self._body(_BUFFERS.size))
+        lengths = [length for (length,) in _BUFFER.iter_unpack(self._body(count * _BUFFER.size))]
+        left = size - _BUFFERS.size - count * _BUFFER.size - sum(lengths)
+        if left <= 0:
+            self.close()
+            raise OSError(f"bad message: {count} buffers do not fit its length {size}")
+        pickled = self._body(left)
+        buffers = []
+        for length in lengths:
+            buffer = bytearray(length)
+            self._read_into(memoryview(buffer))
+            buffers.append(buffer)
+        return pickle.loads(pickled, buffers=buffers)
 
     def send_bytes(self, data: bytes) -> None:
         size = len(data)
-        header = _SHORT.pack(size) if size <= 0x7FFFFFFF else _SHORT.pack(-1) + _LONG.pack(size)
         if self._deadline is not None:
             self._arm()  # sendall() spends one timeout on all its sends
         if size <= _READ:
-            self._sock.sendall(header + data)
+            self._sock.sendall(_header(size) + data)
         else:  # no copy of a big message just to prepend its length
-            self._sock.sendall(header)
+            self._sock.sendall(_header(size))
             self._sock.sendall(data)
 
     def recv_bytes(self, maxlength: int | None = None) -> bytes | bytearray:
-        data = self._rest
-        while len(data) < 4:
-            data += self._read()
-        size: int = _SHORT.unpack_from(data)[0]
-        start = 4
-        if size == -1:
-            while len(data) < 12:
-                data += self._read()
-            size = _LONG.unpack_from(data, 4)[0]
-            start = 12
-        if size < 0 or (maxlength is not None and size > maxlength):
+        size = self._length()
+        if maxlength is not None and size > maxlength:
             self.close()
             raise OSError(f"bad message length {size}")
-        end = start + size
-        if len(data) >= end:
-            self._rest = data[end:]
-            return data[start:end]
-        # A message longer than what arrived: read the rest straight into its buffer,
-        # which is returned as it is (no copy of a big payload into bytes).
-        self._rest = b""
+        return self._body(size)
+
+    def _length(self) -> int:
+        """Read a message's length."""
+        self._fill(4)
+        size: int = _SHORT.unpack_from(self._rest)[0]
+        start = 4
+        if size == -1:
+            self._fill(12)
+            size = _LONG.unpack_from(self._rest, 4)[0]
+            start = 12
+        if size < 0:
+            self.close()
+            raise OSError(f"bad message length {size}")
+        self._rest = self._rest[start:]
+        return int(size)
+
+    def _fill(self, size: int) -> None:
+        """Read until at least ``size`` bytes are at hand."""
+        while len(self._rest) < size:
+            self._rest += self._read()
+
+    def _body(self, size: int) -> bytes | bytearray:
+        """The next ``size`` bytes."""
+        data = self._rest
+        if len(data) >= size:
+            self._rest = data[size:]
+            return data[:size]
+        # Longer than what arrived: read the rest straight into its buffer, which is
+        # returned as it is (no copy of a big message into bytes).
         body = bytearray(size)
-        have = len(data) - start
-        body[:have] = data[start:]
-        view = memoryview(body)
-        while have < size:
+        self._read_into(memoryview(body))
+        return body
+
+    def _read_into(self, view: memoryview) -> None:
+        """Fill ``view`` with the next bytes: those at hand, then from the socket."""
+        have = min(len(self._rest), view.nbytes)
+        view[:have] = self._rest[:have]
+        self._rest = self._rest[have:]
+        while have < view.nbytes:
             if self._deadline is not None:
                 self._arm()
             got = self._sock.recv_into(view[have:])
             if not got:
                 raise EOFError
             have += got
-        return body
 
     def _read(self) -> bytes:
         if self._deadline is not None:
@@ -169,3 +244,8 @@ class FastConnection:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _header(size: int) -> bytes:
+    """multiprocessing's length prefix of a ``size``-byte message."""
+    return _SHORT.pack(size) if size <= 0x7FFFFFFF else _SHORT.pack(-1) + _LONG.pack(size)

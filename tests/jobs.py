@@ -198,6 +198,13 @@ def length(data: Any) -> int:
     return len(memoryview(data).cast("B"))
 
 
+def digest(data: bytes) -> str:
+    """A digest of a large argument: proves the worker saw exactly what was sent."""
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
 def big_result(size: int, fill: int = 7) -> bytes:
     """A result large enough for shared memory."""
     return bytes([fill]) * size

@@ -17,6 +17,7 @@ LAYERS: list[set[str]] = [
     {"_errors"},
     {"_job"},
     {"_shm"},
+    {"_segment_pool"},
     {"_authkey", "_tls", "_wire", "_payload", "_store", "_recurring"},
     {"_transport"},
     {"_protocol"},

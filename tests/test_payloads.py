@@ -7,6 +7,7 @@ and retries, when only the manager's probe may remain (nothing once it stopped).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import subprocess
@@ -19,13 +20,14 @@ import psutil
 import pytest
 from processes import wait_for, wait_started
 
-from mpsched import Scheduler, _shm
+from mpsched import Scheduler, _segment_pool, _shm
 from mpsched._errors import (
     JobTimeoutError,
     QueueFullError,
     SchedulerShutdownError,
     WorkerCrashedError,
 )
+from mpsched._transport import format_address
 
 pytestmark = pytest.mark.slow
 
@@ -101,6 +103,91 @@ def test_a_dead_client_s_jobs_and_results_leak_nothing(make_scheduler, tmp_path)
     subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
     wait_for(lambda: s.stats().completed == 2, what="the dead client's jobs ran")
     settled(s)
+
+
+def test_a_finished_job_s_segment_carries_the_next_job(make_scheduler, monkeypatch):
+    monkeypatch.setattr(_segment_pool, "IDLE", 30.0)  # however slow the machine
+    s = make_scheduler(workers=1)
+    seen: set[str] = set()
+    for _ in range(5):
+        data = os.urandom(BIG)
+        assert s.submit(jobs.digest, data).result(timeout=30) == hashlib.sha256(data).hexdigest()
+        seen.update(segments(s, "jp"))
+    assert len(seen) == 1  # written five times, created once
+    assert s._core.pool is not None and s._core.pool.free_names() == list(seen)
+    s.shutdown()
+    assert segments(s) == []
+
+
+def test_cancelled_and_unqueued_jobs_hand_their_segments_back(make_scheduler, monkeypatch):
+    monkeypatch.setattr(_segment_pool, "IDLE", 30.0)
+    s = make_scheduler(workers=1)
+    pool = s._core.pool
+    assert pool is not None
+    first = s.schedule(jobs.digest, os.urandom(BIG), delay=60)
+    s.stats()
+    assert first.cancel() and pool.free_names() == segments(s, "jp")
+    keyed = s.schedule(jobs.digest, os.urandom(BIG), delay=60, key="k")
+    held = s.schedule(jobs.digest, os.urandom(BIG), delay=60, key="k")  # not queued
+    assert held.job_id == keyed.job_id and len(pool.free_names()) == 1
+    assert s._core.cancel_jobs([keyed.job_id]) == 1
+    assert sorted(pool.free_names()) == sorted(segments(s, "jp")) and len(segments(s)) == 3
+    # Each segment carries new arguments now, and each job sees its own.
+    data = [os.urandom(BIG) for _ in range(4)]
+    runs = [s.submit(jobs.digest, d) for d in data]
+    assert [r.result(timeout=30) for r in runs] == [hashlib.sha256(d).hexdigest() for d in data]
+    s.shutdown()
+    assert segments(s) == []
+
+
+def test_a_dead_client_s_free_segments_are_removed(make_scheduler):
+    s = make_scheduler(workers=1)
+    script = textwrap.dedent(f"""
+        import os, sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        import jobs, mpsched
+        from mpsched import _segment_pool
+        _segment_pool.IDLE = 3600.0  # kept free until the client dies
+        c = mpsched.connect({s.address!r}, authkey={s.authkey!r})
+        assert c.submit(jobs.length, os.urandom({BIG})).result(timeout=30) == {BIG}
+        assert c._core.pool.free_names()
+        os._exit(0)  # no goodbye: the manager finds out from its connections
+    """)
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    settled(s)
+
+
+# Put on a worker's PYTHONPATH: it finds none of our segments, as on another host.
+NO_SHARED_MEMORY = """
+import _posixshmem
+
+def shm_open(path, *args, **kwargs):
+    raise FileNotFoundError(2, "No such file or directory", path)
+
+_posixshmem.shm_open = shm_open
+"""
+
+
+def test_a_remote_worker_gets_the_arguments_inline(make_scheduler, procs, tmp_path, fifo):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(NO_SHARED_MEMORY)
+    key = tmp_path / "authkey"
+    s = make_scheduler(workers=1)
+    key.write_bytes(s.authkey)
+    key.chmod(0o600)
+    s.submit(jobs.announce_then_sleep, fifo, 600)  # keeps the local worker busy
+    wait_started(fifo)
+    pythonpath = os.pathsep.join([str(site), procs.env["PYTHONPATH"]])
+    pool = procs.start("worker", "--connect", format_address(s.address), "--authkey-file",
+                       str(key), "--processes", "1", env={"PYTHONPATH": pythonpath})
+    assert "1 processes joined" in pool.line()
+    data = os.urandom(BIG)
+    assert s.submit(jobs.digest, data).result(timeout=30) == hashlib.sha256(data).hexdigest()
+    assert s.submit(jobs.length, bytearray(data)).result(timeout=30) == BIG
+    mapped = s.submit(jobs.inspect_mapped, jobs.Mapped(bytearray(BIG))).result(timeout=30)
+    assert mapped[1:] == (True, 255)  # a writable copy of its own, as the job wrote to it
+    assert s.submit(jobs.big_result, BIG).result(timeout=30) == bytes([7]) * BIG
 
 
 def test_a_crashed_manager_s_segments_are_removed(make_scheduler):

@@ -20,6 +20,7 @@ from mpsched._job import JobRequest, Outcome
 from mpsched._mailbox import Mailboxes
 from mpsched._payload import dumps_result, loads, pickle_job
 from mpsched._queue import JobQueue
+from mpsched._segment_pool import SegmentPool
 from mpsched._segments import Segments
 
 BIG = 2 * _shm.THRESHOLD
@@ -38,7 +39,8 @@ def prefix() -> Iterator[str]:
 
 
 def job_payload(prefix: str, *args: object) -> bytes:
-    return pickle_job(jobs.noop, args, {}, shm_prefix=prefix)
+    """A job whose large buffers get a segment of their own (none is reused)."""
+    return pickle_job(jobs.noop, args, {}, pool=SegmentPool(prefix, "c", max_size=0))
 
 
 def test_large_buffers_go_out_of_band_once_and_come_back_as_their_types(prefix):
@@ -74,7 +76,35 @@ def test_small_arguments_stay_in_the_pickle_behind_an_empty_frame(prefix):
     assert frame is not None and frame.segment == "" and frame.entries == ()
     assert loads(payload)[1] == (b"x" * 100,)
     assert _shm.names(prefix) == []
-    assert pickle_job(jobs.noop, (b"x" * BIG,), {})[:1] == b"\x80"  # no prefix: plain
+    assert pickle_job(jobs.noop, (b"x" * 100,), {})[:1] == b"\x80"  # no pool: plain
+    assert pickle_job(jobs.noop, (b"x" * BIG,), {})[:4] == _shm.CARRIED  # or carried
+
+
+def test_a_payload_without_shared_memory_carries_its_buffers_after_its_frame():
+    data, mutable = os.urandom(BIG), bytearray(os.urandom(BIG + 1))
+    payload = pickle_job(jobs.noop, (data, mutable, jobs.Mapped(bytearray(BIG))), {})
+    frame = _shm.parse(payload)
+    assert frame is not None and frame.segment == "" and len(frame.entries) == 3
+    assert [e.offset % _shm.ALIGN for e in frame.entries] == [0, 0, 0]
+    assert len(payload) < frame.size + 1024 and _shm.payload_size(payload) == len(payload)
+    _, (got, got_mutable, mapped), _ = loads(payload)
+    assert type(got) is bytes and got == data
+    assert type(got_mutable) is bytearray and got_mutable == mutable
+    assert jobs.inspect_mapped(mapped) == ("bytearray", True, 255)
+    assert loads(dumps_result(data)) == data and dumps_result(data)[:4] == _shm.CARRIED
+
+
+def test_a_payload_for_a_remote_worker_carries_its_buffers_itself(prefix):
+    data = os.urandom(BIG)
+    payload = job_payload(prefix, data, jobs.Mapped(bytearray(BIG)), "small")
+    carried = _shm.inline(payload)
+    assert _shm.segment_of(carried) == "" and _shm.payload_size(carried) == len(carried)
+    _shm.release(payload)  # the worker reads nothing from shared memory
+    _, (got, mapped, small), _ = loads(carried)
+    assert got == data and small == "small"
+    assert jobs.inspect_mapped(mapped) == ("bytearray", True, 255)  # a copy it may write
+    assert _shm.inline(carried) is carried
+    assert _shm.inline(job_payload(prefix, b"small"))[:4] == _shm.MAGIC
 
 
 def test_a_result_goes_to_the_segment_named_for_its_lease(prefix):
@@ -95,7 +125,7 @@ def test_a_full_shared_memory_sends_the_job_inline(prefix, monkeypatch, caplog):
     with caplog.at_level(logging.INFO, logger="mpsched.shm"):
         first = job_payload(prefix, bytes(BIG))
         second = job_payload(prefix, bytes(BIG))
-    assert first[:1] == second[:1] == b"\x80"  # plain pickles, inline
+    assert first[:4] == second[:4] == _shm.CARRIED  # inline: the buffer after the frame
     assert loads(first)[1] == (bytes(BIG),)
     assert _shm.names(prefix) == []  # the half-written segment was removed
     assert [r.levelname for r in caplog.records] == ["INFO"]  # logged once
