@@ -102,10 +102,12 @@ class Journal:
 
     # ------------------------------------------------------------------ changes
 
-    def submit(self, requests: list[JobRequest], timeout: float | None) -> list[str] | None:
+    def submit(self, requests: list[JobRequest], timeout: float | None,
+               due: float | None = None) -> list[str] | None:
         """Journal then queue a batch, all or none. Returns None when every job was queued
         as itself, else for each job the id of the job that stands for it (a keyed job
-        whose key was held).
+        whose key was held). ``due``: as JobQueue.submit_many (the queue's clock; the
+        store keeps the wall-clock time the requests' ``delay`` gives).
 
         Raises:
             InvalidJobError, QueueFullError, SchedulerShutdownError: as JobQueue.submit_many.
@@ -123,7 +125,8 @@ class Journal:
         fresh = [(r, seq) for r, seq, holder in zip(requests, seqs, holders, strict=True)
                  if holder == r.job_id]
         try:
-            self.queue.submit_many([r for r, _ in fresh], timeout, seqs=[s for _, s in fresh])
+            self.queue.submit_many([r for r, _ in fresh], timeout, seqs=[s for _, s in fresh],
+                                   due=due)
         except BaseException:
             self.store.cancel([r.job_id for r, _ in fresh], self._wall())
             raise

@@ -133,8 +133,11 @@ class JobQueue:
         self.submit_many([request], timeout)
 
     def submit_many(self, requests: list[JobRequest], timeout: float | None = None,
-                    seqs: list[int] | None = None) -> None:
+                    seqs: list[int] | None = None, due: float | None = None) -> None:
         """Add jobs all at once, in order (consecutive seqs), or none of them.
+
+        ``due``: an instant on this queue's clock that every job of the batch is due at,
+        instead of their ``delay``/``at`` (a schedule's run, planned on this clock).
 
         ``seqs``: the submission counters to use, taken earlier with :meth:`reserve_seqs`
         (a store journals a job with its seq before it enters the heap).
@@ -156,7 +159,8 @@ class JobQueue:
                                   f"max_pending_bytes={self._max_bytes}")
         with self._lock:
             now = self._clock.now()
-            dues = [self._due_locked(request, now) for request in requests]
+            dues = [self._due_locked(request, now) if due is None else max(due, now)
+                    for request in requests]
             self._wait_for_room_locked(now, timeout, len(requests), size)
             # Checked after the wait: another submitter may have queued an id meanwhile.
             for request in requests:

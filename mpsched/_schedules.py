@@ -299,12 +299,14 @@ class Schedules:
                 if rid not in entry.recent:
                     entry.recent.append(rid)
             return True
+        due = self._due(entry, label)
         request = JobRequest(rid, CLIENT_PREFIX + spec.schedule_id, spec.payload,
-                             spec.priority, max(0.0, self._due(entry, label)
-                                                - self._clock.now()),
-                             None, spec.timeout, spec.retries, None, spec.name)
+                             spec.priority, max(0.0, due - self._clock.now()), None,
+                             spec.timeout, spec.retries, None, spec.name)
         try:
-            self._journal.submit([request], timeout=0)
+            # Due at the slot itself: a delay would start from when the queue reads its
+            # clock, a little later, and every run would be that much late.
+            self._journal.submit([request], timeout=0, due=due)
         except (MpschedError, StoreError) as exc:
             if not entry.stalled:
                 log.warning("schedule %s: run %s could not be queued (%s); trying again "

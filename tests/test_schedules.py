@@ -9,6 +9,7 @@ import os
 import pickle
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fakeclock import FakeClock
@@ -392,3 +393,19 @@ def test_delay_mode_plans_each_run_an_interval_after_the_previous_one_ended(
     nxt = take(service)
     assert nxt is not None and nxt.job_id == slot(clock, 0)
     assert service.schedule_control("s", "info").counters.skipped == 0
+
+
+def test_a_run_is_due_at_its_slot_however_long_queueing_it_takes(
+        service: ManagerService, clock: FakeClock, monkeypatch: pytest.MonkeyPatch):
+    submit = service.journal.submit
+
+    def slow_submit(*args: Any, **kwargs: Any) -> Any:
+        clock.advance(0.5)  # a store commit, a busy manager: the clock moves meanwhile
+        return submit(*args, **kwargs)
+
+    monkeypatch.setattr(service.journal, "submit", slow_submit)
+    first = slot(clock, 5)
+    service.add_schedule(tuple(spec()))
+    clock.advance(4.5)  # 5 s after the add, the clock having moved 0.5 s while queueing
+    run = take(service)
+    assert run is not None and run.job_id == first
