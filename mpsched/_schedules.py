@@ -37,9 +37,10 @@ from mpsched._recurring import (
     plan,
     resolve_anchor,
     run_id,
+    schedule_of,
 )
 from mpsched._schedule_entry import Entry, State
-from mpsched._store import JobState, StoredSchedule
+from mpsched._store import StoredSchedule
 
 log = logging.getLogger("mpsched.schedules")
 
@@ -91,10 +92,8 @@ class Schedules:
         entry.recent.extend(state.recent)
         for rid, label in state.active:
             record = self._journal.store.get(rid)
-            if record is not None and not record.state.finished \
-                    and record.state is not JobState.CANCELLED:
-                entry.active[rid] = label
-                self._runs[rid] = spec.schedule_id
+            if record is not None and not record.state.finished:
+                self._track_locked(entry, rid, label)
         self._entries[spec.schedule_id] = entry
         if not entry.paused:
             self._plan_locked(entry, "begin")
@@ -208,9 +207,8 @@ class Schedules:
 
     def outcome(self, job_id: str) -> Outcome | None:
         """The kept outcome of a recent run (a manager without a store forgets jobs)."""
-        sid = job_id.rpartition("@")[0]
         with self._lock:
-            entry = self._entries.get(sid)
+            entry = self._entries.get(schedule_of(job_id) or "")
             return None if entry is None else entry.outcomes.get(job_id)
 
     # ------------------------------------------------------------------ run events
@@ -293,11 +291,8 @@ class Schedules:
             return True
         record = self._journal.store.get(rid)
         if record is not None:  # armed before (another manager life): never twice
-            if not record.state.finished and record.state is not JobState.CANCELLED:
-                entry.active[rid] = label
-                self._runs[rid] = spec.schedule_id
-                if rid not in entry.recent:
-                    entry.recent.append(rid)
+            if not record.state.finished:
+                self._track_locked(entry, rid, label)
             return True
         due = self._due(entry, label)
         request = JobRequest(rid, CLIENT_PREFIX + spec.schedule_id, spec.payload,
@@ -313,10 +308,15 @@ class Schedules:
                             "every %g s", spec.schedule_id, rid, exc, WALL_CHECK)
             entry.stalled = True  # the watcher plans it again
             return False
-        entry.active[rid] = label
-        self._runs[rid] = spec.schedule_id
-        entry.recent.append(rid)
+        self._track_locked(entry, rid, label)
         return True
+
+    def _track_locked(self, entry: Entry, rid: str, label: float) -> None:
+        """Follow an armed run: its start and end re-plan the schedule."""
+        entry.active[rid] = label
+        self._runs[rid] = entry.spec.schedule_id
+        if rid not in entry.recent:
+            entry.recent.append(rid)
 
     def replan_stalled(self) -> None:
         """Plan again every schedule whose last run could not be queued (a full queue, a
@@ -380,8 +380,8 @@ class Schedules:
     def too_early(self, job_id: str, early: float) -> bool:
         """Whether a cron run about to be handed out (up to ``early`` seconds before its
         due time) is early by the wall clock: it jumped back since the run was armed, and
-        the watcher has not re-mapped it yet. The caller puts the run back; it is re-mapped
-        here."""
+        the watcher has not re-mapped it yet. The caller puts the run back and calls
+        ``remap_cron``."""
         if job_id not in self._runs:
             return False
         with self._lock:
