@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # job modules import as top-level `jobs`
 
-from mpsched import Scheduler
+from mpsched import Scheduler, _shm
 
 
 def stop_hard(scheduler: Scheduler) -> None:
@@ -28,6 +28,18 @@ def fifo(tmp_path: Path) -> str:
     path = str(tmp_path / "started.fifo")
     os.mkfifo(path)
     return path
+
+
+@pytest.fixture
+def prefix() -> Iterator[str]:
+    """This process's shared-memory segment prefix; whatever a test leaves under it is
+    removed after, and must be gone already for the test to pass."""
+    mine = _shm.manager_prefix(os.getpid())
+    _shm.sweep(mine)
+    yield mine
+    left = _shm.names(mine)
+    _shm.sweep(mine)
+    assert not left, f"segments left behind: {left}"
 
 
 @pytest.fixture

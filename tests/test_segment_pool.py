@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 
 import jobs
 import pytest
@@ -15,18 +14,6 @@ from mpsched._segment_pool import SegmentPool
 from mpsched._segments import Segments
 
 BIG = 2 * _shm.THRESHOLD
-
-
-@pytest.fixture
-def prefix() -> Iterator[str]:
-    """This process's segment prefix; whatever a test leaves under it is removed after,
-    and must be gone already for the test to pass."""
-    mine = _shm.manager_prefix(os.getpid())
-    _shm.sweep(mine)
-    yield mine
-    left = _shm.names(mine)
-    _shm.sweep(mine)
-    assert not left, f"segments left behind: {left}"
 
 
 class Clock:

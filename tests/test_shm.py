@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 
 import jobs
 import pytest
@@ -24,18 +23,6 @@ from mpsched._segment_pool import SegmentPool
 from mpsched._segments import Segments
 
 BIG = 2 * _shm.THRESHOLD
-
-
-@pytest.fixture
-def prefix() -> Iterator[str]:
-    """This process's segment prefix; whatever a test leaves under it is removed after,
-    and must be gone already for the test to pass."""
-    mine = _shm.manager_prefix(os.getpid())
-    _shm.sweep(mine)
-    yield mine
-    left = _shm.names(mine)
-    _shm.sweep(mine)
-    assert not left, f"segments left behind: {left}"
 
 
 def job_payload(prefix: str, *args: object) -> bytes:
