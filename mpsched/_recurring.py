@@ -23,6 +23,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
+import os
+import zoneinfo
 from datetime import datetime, timedelta, timezone, tzinfo
 from typing import NamedTuple
 
@@ -131,8 +133,6 @@ def zone(name: str) -> tzinfo:
     """
     if not name:
         return timezone.utc
-    import zoneinfo
-
     try:
         return zoneinfo.ZoneInfo(name)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError, TypeError) as exc:
@@ -142,21 +142,16 @@ def zone(name: str) -> tzinfo:
 
 def local_zone_name() -> str:
     """This host's zone as an IANA name (TZ, then /etc/localtime), or "UTC"."""
-    import os
-    import zoneinfo
-
     candidates = [os.environ.get("TZ", "").lstrip(":")]
     with contextlib.suppress(IndexError, OSError):
         candidates.append(os.path.realpath("/etc/localtime").split("zoneinfo/", 1)[1])
     for name in candidates:
-        if name and name in zoneinfo.available_timezones():
-            return name
+        try:  # one file lookup, not a scan of the whole zone database
+            if name and zone(name):
+                return name
+        except InvalidJobError:
+            continue
     return "UTC"
-
-
-class _Cron(NamedTuple):
-    expr: str
-    tz: tzinfo
 
 
 def cron_slots(expr: str, tz: tzinfo, after: float) -> float:

@@ -252,3 +252,14 @@ def test_the_default_id_is_stable_for_one_spec_and_differs_for_another():
     assert built(10).schedule_id.startswith("_noop~")
     assert built(10).schedule_id != built(20).schedule_id
     assert built(10, 1).schedule_id != built(10, 2).schedule_id
+
+
+def test_the_local_zone_comes_from_tz_and_an_unknown_one_is_passed_over(
+        monkeypatch: pytest.MonkeyPatch):
+    from mpsched._recurring import local_zone_name
+
+    monkeypatch.setenv("TZ", "America/New_York")
+    assert local_zone_name() == "America/New_York"
+    monkeypatch.setenv("TZ", "Nowhere/Atlantis")
+    assert local_zone_name() != "Nowhere/Atlantis"
+    ZoneInfo(local_zone_name())  # whatever it falls back to is a real zone
