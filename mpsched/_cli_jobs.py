@@ -69,7 +69,7 @@ def service_at(address: Address, key: bytes) -> ServiceProxy:
 
 
 @contextlib.contextmanager
-def _client(args: argparse.Namespace) -> Iterator[Client]:
+def connected(args: argparse.Namespace) -> Iterator[Client]:
     """A client of ``--connect``, detached on the way out: it leaves every job queued."""
     client = connect(parse_address(args.connect), authkey=require_key(args))
     try:
@@ -160,11 +160,11 @@ def format_due(due_in: float | None, now: float) -> str:
         return "-"
     wait = f"due in {format_duration(due_in)}" if due_in >= 0 else \
         f"overdue by {format_duration(-due_in)}"
-    when = _local_time(now + due_in)
+    when = local_time(now + due_in)
     return wait if when is None else f"{wait} ({when})"
 
 
-def _local_time(epoch: float) -> str | None:
+def local_time(epoch: float) -> str | None:
     """``2026-12-03T09:28:11+01:00``; None past the year 9999 (no date to show)."""
     try:
         return datetime.fromtimestamp(epoch).astimezone().isoformat(timespec="seconds")
@@ -196,7 +196,7 @@ def format_duration(seconds: float) -> str:
 
 def run_jobs(args: argparse.Namespace, out: TextIO) -> int:
     """The ``jobs`` command."""
-    with _client(args) as client:
+    with connected(args) as client:
         listed = client.jobs(args.state)
     now = time.time()
     if args.json:
@@ -239,7 +239,7 @@ def format_when(job: JobInfo, now: float) -> str:
         wait = f"overdue by {format_duration(-due_in)}"
     else:
         wait = f"{format_duration(-due_in)} ago"
-    when = _local_time(job.due.timestamp())
+    when = local_time(job.due.timestamp())
     return wait if when is None else f"{when} ({wait})"
 
 
@@ -249,7 +249,7 @@ def format_when(job: JobInfo, now: float) -> str:
 def run_cancel(args: argparse.Namespace, out: TextIO) -> int:
     """The ``cancel`` command: 0 when the job was pending and is now cancelled (or the id
     names a schedule, now cancelled), else 1."""
-    with _client(args) as client:
+    with connected(args) as client:
         for schedule in client.schedules():
             if schedule.id == args.job_id:
                 schedule.cancel()
@@ -315,7 +315,7 @@ _OUTCOME_GRACE = 0.2
 
 def run_result(args: argparse.Namespace, out: TextIO) -> int:
     """The ``result`` command: 0 done, 1 failed, cancelled or unknown, 124 unfinished."""
-    with _client(args) as client:
+    with connected(args) as client:
         try:
             future = client.job(args.job_id)
         except JobNotFoundError:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
-from mpsched._cli_jobs import _client, format_duration
+from mpsched._cli_jobs import connected, format_duration, local_time
 from mpsched._protocol import Exit
 from mpsched._recurring import ScheduleInfo
 
@@ -41,7 +41,7 @@ def submit_recurring(args: argparse.Namespace, fn: Callable[..., Any], call_args
     options: dict[str, Any] = dict(
         id=args.schedule_id, overlap=args.overlap, catchup=args.catchup, jitter=args.jitter,
         priority=args.priority, timeout=args.timeout, retries=args.retries)
-    with _client(args) as client:
+    with connected(args) as client:
         if args.every is not None:
             start = at if at is not None else args.delay
             schedule = client.every(args.every, fn, *call_args, start=start, **options,
@@ -57,7 +57,7 @@ def submit_recurring(args: argparse.Namespace, fn: Callable[..., Any], call_args
 
 def run_schedules(args: argparse.Namespace, out: TextIO) -> int:
     """The ``schedules`` command."""
-    with _client(args) as client:
+    with connected(args) as client:
         infos = [s.info() for s in client.schedules()]
     now = time.time()
     if args.json:
@@ -89,6 +89,7 @@ def _when(info: ScheduleInfo, now: float) -> str:
         return "paused"
     if info.next_run is None:
         return "-"
-    local = datetime.fromtimestamp(info.next_run).astimezone().isoformat(timespec="seconds")
     wait = info.next_run - now
-    return f"{local} ({'in ' if wait >= 0 else 'due '}{format_duration(abs(wait))})"
+    relative = f"{'in ' if wait >= 0 else 'due '}{format_duration(abs(wait))}"
+    local = local_time(info.next_run)
+    return relative if local is None else f"{local} ({relative})"
