@@ -231,10 +231,11 @@ def _serve_options(serve: argparse.ArgumentParser) -> None:
                        help=f"keep the jobs in this SQLite file, created if missing; one "
                             f"manager per file (default: ${STORE_ENV}, else in memory)")
     store.add_argument("--durability", choices=["sync", "process"], default="sync",
-                       help="sync: an acknowledged submit survives a power cut (SQLite "
-                            "synchronous=FULL: an fsync per commit); process: it survives "
-                            "a crash of the manager process, not a power cut or an OS crash "
-                            "(synchronous=NORMAL, faster) (default: %(default)s)")
+                       help="sync: an acknowledged submit, and a job's start, survive a "
+                            "power cut (SQLite synchronous=FULL and an fsync per job "
+                            "started); process: they survive a crash of the manager "
+                            "process, not a power cut or an OS crash (synchronous=NORMAL, "
+                            "faster) (default: %(default)s)")
     store.add_argument("--result-ttl", type=_seconds_or_zero, default=86400.0,
                        metavar="SECONDS",
                        help="seconds a finished job's outcome stays retrievable by its id "

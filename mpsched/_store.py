@@ -220,13 +220,15 @@ class Store(abc.ABC):
     def get(self, job_id: str) -> JobRecord | None:
         """The job's record with its outcome, or None when unknown (or pruned).
 
-        Reads see durable state: ``finish`` and ``requeue`` show after ``flush``.
+        Reads see committed state: ``lease``, ``finish`` and ``requeue`` show after
+        ``flush`` (``recover`` sees every durable change).
         """
 
     @abc.abstractmethod
     def jobs(self, state: JobState | None = None, limit: int | None = None) -> list[JobRecord]:
         """Jobs in seq order (only those in ``state``, at most ``limit``); outcomes are left
-        out (None) to keep listings light: ``get`` a job for its outcome.
+        out (None) to keep listings light: ``get`` a job for its outcome. Committed state,
+        as ``get``.
         """
 
     @abc.abstractmethod

@@ -129,7 +129,9 @@ def _read_version(conn: sqlite3.Connection, path: str) -> int:
 
 def connect_writer(path: str, durability: str) -> sqlite3.Connection:
     """The writer's connection, in WAL mode, with the schema migrated to the current one."""
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=2.0)
+    # cached_statements: the multi-row statements of the writer come in many sizes.
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=2.0,
+                           cached_statements=1024)
     try:
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if mode != "wal":

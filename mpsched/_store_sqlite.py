@@ -3,9 +3,15 @@
 Writes. Every call becomes an op on one queue; what is queued is applied in one transaction
 and committed once ("group commit", ``_store_writer``) by a durable caller that finds no
 commit under way: callers that queue while one is under way share the next. Durable calls
-(submit, cancel, lease, prune, flush) wait for the commit covering their op; finish and
-requeue return at once and ride in the next commit (a writer thread writes them within a
-few milliseconds if no durable call comes).
+(submit, cancel, prune, flush) wait for the commit covering their op; finish and requeue
+return at once and ride in the next commit (a writer thread writes them within a few
+milliseconds if no durable call comes).
+
+Leases. A lease is durable once it is written to the lease log beside the file
+(``_store_leases``; fdatasync()ed with durability="sync"). Its row is written later: with
+the job's finish (one row update for both), or at the next flush, whichever comes first.
+Requeues are logged too. Opening the store folds what the log holds into SQLite, so every
+reader of the file sees the leases of a manager that died; ``recover`` reads the log too.
 
 Failures. An op that breaks a rule (a repeated job id) fails alone. An error that undoes the
 transaction (disk full, an I/O error, a lock held by another program) fails the durable
@@ -31,7 +37,7 @@ import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 from mpsched._errors import InvalidJobError, StoreError
 from mpsched._store import (
@@ -47,6 +53,7 @@ from mpsched._store import (
     check_options,
 )
 from mpsched._store_file import DURABILITY, connect_writer, open_checked
+from mpsched._store_leases import LeaseLog, LogRecord
 from mpsched._store_writer import Writer, translate
 
 log = logging.getLogger("mpsched.store")
@@ -56,13 +63,58 @@ _STORED = ("job_id, client_id, key, name, payload, priority, due_wall, seq, time
            "attempt, submitted_wall")
 _RECORD = ("job_id, client_id, key, name, priority, due_wall, seq, timeout, retries, attempt, "
            "submitted_wall, state, worker_id, finished_wall")
-_INSERT = f"INSERT INTO jobs ({_STORED}, state) VALUES ({', '.join('?' * 12)}, 'pending')"
 _PRUNE = "DELETE FROM jobs WHERE finished_wall <= ?"
-# Statements on one job, its id last: the writer runs a batch's consecutive ones by
-# executemany (see _store_writer).
-_LEASE = "UPDATE jobs SET state = 'running', worker_id = ?, attempt = ? WHERE job_id = ?"
-_FINISH = "UPDATE jobs SET state = ?, outcome = ?, finished_wall = ? WHERE job_id = ?"
-_REQUEUE = "UPDATE jobs SET state = 'pending', worker_id = NULL, attempt = ? WHERE job_id = ?"
+
+
+class _ByJob(NamedTuple):
+    """An UPDATE of one job's row, its id the last parameter, and the same for n rows in one
+    statement: SQLite then runs a batch's rows in one step, where executemany() takes one
+    step per row, and the sqlite3 module lets go of the GIL around each step (under load,
+    every step then waits to get it back)."""
+
+    one: str
+    many: Callable[[int], str]
+
+
+def _by_job(**columns: str | None) -> _ByJob:
+    """``columns``: column -> an SQL constant, or None for a parameter (in that order)."""
+    params = [name for name, value in columns.items() if value is None]
+    one = ", ".join(f"{name} = {'?' if value is None else value}"
+                    for name, value in columns.items())
+    many = ", ".join(
+        f"{name} = {f'v.column{params.index(name) + 1}' if value is None else value}"
+        for name, value in columns.items())
+    row = f"({', '.join('?' * (len(params) + 1))})"
+
+    @functools.lru_cache(maxsize=64)
+    def for_rows(rows: int) -> str:
+        return (f"UPDATE jobs SET {many} FROM (VALUES {', '.join([row] * rows)}) AS v "
+                f"WHERE jobs.job_id = v.column{len(params) + 1}")
+
+    return _ByJob(f"UPDATE jobs SET {one} WHERE job_id = ?", for_rows)
+
+
+# Statements on one job, its id last: the writer runs a batch's consecutive ones together.
+_LEASE = _by_job(state="'running'", worker_id=None, attempt=None)
+_FINISH = _by_job(state=None, outcome=None, finished_wall=None)
+_FINISH_LEASED = _by_job(state=None, outcome=None, finished_wall=None, worker_id=None,
+                         attempt=None)
+_REQUEUE = _by_job(state="'pending'", worker_id="NULL", attempt=None)
+# UPDATE ... FROM came with SQLite 3.33; older ones run a batch's rows by executemany().
+_MULTI = {s.one: s.many for s in (_LEASE, _FINISH, _FINISH_LEASED, _REQUEUE)} \
+    if sqlite3.sqlite_version_info >= (3, 33) else {}
+_ROWS_PER_INSERT = 500  # x 12 parameters: under SQLite's 32766 per statement
+
+
+@functools.lru_cache(maxsize=64)
+def _insert_rows(rows: int) -> str:
+    values = f"({', '.join('?' * 12)}, 'pending')"
+    return f"INSERT INTO jobs ({_STORED}, state) VALUES {', '.join([values] * rows)}"
+
+
+# A job's last record in the lease log is its state unless it is finished or cancelled.
+_FOLD = ("UPDATE jobs SET state = ?, worker_id = ?, attempt = ? "
+         "WHERE job_id = ? AND state IN ('pending', 'running')")
 
 
 # A row as a StoredJob, without the Python-level call of StoredJob._make: a million of these
@@ -85,6 +137,22 @@ def _no_gc() -> Iterator[None]:
 
 def _record(row: Sequence[Any], outcome: bytes | None = None) -> JobRecord:
     return JobRecord._make((*row[:11], JobState(row[11]), row[12], row[13], outcome))
+
+
+def _overlay(records: list[LogRecord], pending: list[StoredJob],
+             running: list[RunningJob]) -> tuple[list[StoredJob], list[RunningJob]]:
+    """Pending and running jobs as the lease log's records leave them (the last of each job
+    wins; a job SQLite has neither pending nor running is finished, and stays so)."""
+    last = {record.job_id: record for record in records}
+    jobs: dict[str, tuple[StoredJob, str | None]] = {job.job_id: (job, None) for job in pending}
+    jobs.update((r.job.job_id, (r.job, r.worker_id)) for r in running)
+    for job_id, record in last.items():
+        if job_id in jobs:
+            job = jobs[job_id][0]._replace(attempt=record.attempt)
+            jobs[job_id] = (job, record.worker_id if record.running else None)
+    ordered = sorted(jobs.values(), key=lambda pair: pair[0].seq)
+    return ([job for job, worker in ordered if worker is None],
+            [RunningJob(job, worker) for job, worker in ordered if worker is not None])
 
 
 def check_batching(batch_size: int, linger: float, idle: float) -> None:
@@ -138,7 +206,32 @@ class SQLiteStore(Store):
             os.close(self._lock_fd)
             raise
         self._writer = Writer(conn, self._path, batch_size=batch_size, linger=linger,
-                              idle=prune_interval, housekeeping=self._housekeeping)
+                              idle=prune_interval, housekeeping=self._housekeeping,
+                              relaxed=durability == "sync", multi=_MULTI)
+        # Guards _leased and orders the writer's ops on a job with them: leases whose row
+        # is not queued yet (job id -> worker, attempt). Their row is queued with the job's
+        # finish, or at a flush. Taken after the lease log's lock, never before it.
+        self._leased_lock = threading.Lock()
+        self._leased: dict[str, tuple[str, int]] = {}
+        try:
+            self._leases = LeaseLog(self._path + "-leases", sync=durability == "sync",
+                                    flush=self.flush)
+            self._fold_leases()
+        except BaseException:
+            self._writer.close()
+            os.close(self._lock_fd)
+            raise
+
+    def _fold_leases(self) -> None:
+        """Apply the lease log's last record of each job to SQLite, then empty the log."""
+        last: dict[str, LogRecord] = {}
+        for record in self._leases.read():
+            last[record.job_id] = record
+        if last:
+            rows = [("running" if r.running else "pending", r.worker_id, r.attempt, job_id)
+                    for job_id, r in last.items()]
+            self._writer.call(lambda conn: conn.executemany(_FOLD, rows), len(rows))
+        self._leases.reset()
 
     @property
     def location(self) -> str:
@@ -155,8 +248,8 @@ class SQLiteStore(Store):
         return self._writer.commits
 
     def size(self) -> int | None:
-        return sum(os.path.getsize(p) for p in (self._path, self._path + "-wal")
-                   if os.path.exists(p))
+        return sum(os.path.getsize(p) for p in (self._path, self._path + "-wal",
+                                                 self._leases.path) if os.path.exists(p))
 
     def recover(self) -> Recovery:
         with self._readers.connection() as conn, _no_gc():
@@ -171,6 +264,9 @@ class SQLiteStore(Store):
             finally:
                 if conn.in_transaction:
                     conn.execute("COMMIT")
+        records = self._leases.read()
+        if records:  # leases and requeues SQLite may not have yet
+            pending, running = _overlay(records, pending, running)
         return Recovery(pending, running, 0 if last is None else last + 1)
 
     def submit(self, jobs: Sequence[StoredJob]) -> list[str]:
@@ -188,17 +284,44 @@ class SQLiteStore(Store):
                 "WHERE job_id = ? AND state = 'pending'", rows), len(rows))
 
     def lease(self, job_id: str, worker_id: str, attempt: int) -> None:
-        self._writer.call_update(_LEASE, (worker_id, attempt, job_id), job_id)
+        ticket = self._leases.append(LogRecord(job_id, True, attempt, worker_id),
+                                     lambda: self._defer_lease(job_id, worker_id, attempt))
+        try:
+            self._leases.sync(ticket)
+        except StoreError:  # not handed out: the job is pending again, as before the lease
+            self.requeue(job_id, attempt - 1)
+            raise
+
+    def _defer_lease(self, job_id: str, worker_id: str, attempt: int) -> None:
+        with self._leased_lock:
+            self._leased[job_id] = (worker_id, attempt)
 
     def finish(self, job_id: str, state: JobState, outcome: bytes | None,
                finished_wall: float) -> None:
         check_finish_state(state)
-        self._writer.post_update(_FINISH, (state.value, outcome, finished_wall, job_id), job_id)
+        with self._leased_lock:
+            leased = self._leased.pop(job_id, None)
+            if leased is None:
+                self._writer.post_update(_FINISH.one, (state.value, outcome, finished_wall, job_id),
+                                         job_id)
+            else:  # one row update for the lease and its end
+                self._writer.post_update(_FINISH_LEASED.one, (state.value, outcome, finished_wall,
+                                                          *leased, job_id), job_id)
 
     def requeue(self, job_id: str, attempt: int) -> None:
-        self._writer.post_update(_REQUEUE, (attempt, job_id), job_id)
+        self._leases.append(LogRecord(job_id, False, attempt, None),
+                            lambda: self._queue_requeue(job_id, attempt))
+
+    def _queue_requeue(self, job_id: str, attempt: int) -> None:
+        with self._leased_lock:
+            self._leased.pop(job_id, None)
+            self._writer.post_update(_REQUEUE.one, (attempt, job_id), job_id)
 
     def flush(self) -> None:
+        with self._leased_lock:  # the rows of leases so far, then wait for all of it
+            leased, self._leased = self._leased, {}
+            for job_id, (worker_id, attempt) in leased.items():
+                self._writer.post_update(_LEASE.one, (worker_id, attempt, job_id), job_id)
         self._writer.flush()
 
     def get(self, job_id: str) -> JobRecord | None:
@@ -230,7 +353,14 @@ class SQLiteStore(Store):
 
     def close(self) -> None:
         self._readers.close()  # first: the writer's connection, closing last, checkpoints
+        self._leases.close()
+        try:
+            self.flush()
+            written = True  # every logged change is in SQLite: the log can go
+        except StoreError:
+            written = False
         if self._writer.close():
+            self._leases.release(remove=written)
             os.close(self._lock_fd)
 
     def save_schedule(self, schedule: StoredSchedule) -> None:
@@ -269,7 +399,9 @@ class SQLiteStore(Store):
                     held[job.key] = job.job_id
             ids.append(job.job_id if holder is None else holder)
         try:
-            conn.executemany(_INSERT, new)
+            for at in range(0, len(new), _ROWS_PER_INSERT):
+                rows = new[at:at + _ROWS_PER_INSERT]
+                conn.execute(_insert_rows(len(rows)), [value for job in rows for value in job])
         except sqlite3.IntegrityError as exc:
             raise InvalidJobError(
                 f"a job id or seq repeats one in the batch or the store ({exc})") from None

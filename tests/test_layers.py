@@ -23,7 +23,7 @@ LAYERS: list[set[str]] = [
     {"_protocol"},
     {"_clock"},
     {"_leases", "_heap"},
-    {"_store_memory", "_store_writer"},
+    {"_store_memory", "_store_writer", "_store_leases"},
     {"_store_file"},
     {"_store_sqlite"},
     {"_queue", "_mailbox", "_outbox", "_segments"},

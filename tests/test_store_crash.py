@@ -20,8 +20,9 @@ from mpsched._store_sqlite import SQLiteStore
 ROUNDS = 30
 WAIT = 30.0  # real seconds a child may take to start or end
 
-# The child: 3 threads submit batches of 1 to 7 jobs and lease every third job; after each
-# call returns it appends one line to an O_APPEND log ("S batch size" or "L job_id").
+# The child: 3 threads submit batches of 1 to 7 jobs and lease every third job, and every
+# sixth one again after a requeue (its first worker died); after each call returns it appends
+# one line to an O_APPEND log ("S batch size", "L job_id attempt", "Q job_id").
 CHILD = r"""
 import itertools, os, sys, threading, time
 from mpsched._store import StoredJob
@@ -42,7 +43,12 @@ def submit(thread):
         os.write(log, f"S {batch} {size}\n".encode())
         if n % 3 == 0:
             store.lease(ids[0], f"w{thread}", 1)
-            os.write(log, f"L {ids[0]}\n".encode())
+            os.write(log, f"L {ids[0]} 1\n".encode())
+        if n % 6 == 0:
+            store.requeue(ids[0], 1)
+            os.write(log, f"Q {ids[0]}\n".encode())
+            store.lease(ids[0], f"v{thread}", 2)
+            os.write(log, f"L {ids[0]} 2\n".encode())
 
 for thread in range(3):
     threading.Thread(target=submit, args=(thread,), daemon=True).start()
@@ -81,16 +87,19 @@ def spawn(children: list[subprocess.Popen[str]], script: str,
     return child
 
 
-def acknowledged(log: Path) -> tuple[dict[str, int], set[str]]:
-    """Batches (id -> size) and leases the child logged; a torn last line is ignored."""
+def acknowledged(log: Path) -> tuple[dict[str, int], dict[str, int]]:
+    """Batches (id -> size) and the jobs whose last logged call was a lease (job id ->
+    attempt) the child logged; a torn last line is ignored."""
     batches: dict[str, int] = {}
-    leases: set[str] = set()
+    leases: dict[str, int] = {}
     for line in log.read_text().splitlines() if log.exists() else []:
         parts = line.split()
         if len(parts) == 3 and parts[0] == "S" and parts[2].isdigit():
             batches[parts[1]] = int(parts[2])
-        elif len(parts) == 2 and parts[0] == "L":
-            leases.add(parts[1])
+        elif len(parts) == 3 and parts[0] == "L" and parts[2] in ("1", "2"):
+            leases[parts[1]] = int(parts[2])
+        elif len(parts) == 2 and parts[0] == "Q":
+            leases.pop(parts[1], None)  # requeued: pending, or leased again if logged
     return batches, leases
 
 
@@ -130,7 +139,9 @@ def check_round(path: Path, log: Path, prefix: str) -> None:
         assert present.get(batch) == size, (batch, size, present.get(batch))
     for batch, count in present.items():  # a batch is there whole or not at all
         assert count == 1 + int(batch.rsplit("-", 1)[1]) % 7, batch
-    assert leases <= running.keys()
+    assert leases.keys() <= running.keys()
+    for job_id, attempt in leases.items():  # the lease after a requeue, not the first
+        assert running[job_id].attempt == attempt, (job_id, attempt, running[job_id])
 
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ import pytest
 
 from mpsched._errors import MpschedError, StoreError
 from mpsched._store import JobState, StoredJob
-from mpsched._store_sqlite import SQLiteStore
+from mpsched._store_sqlite import _LEASE, SQLiteStore
 
 T0 = 1.8e9
 JOIN = 30.0  # real seconds a test waits for a thread it started, or for the writer
@@ -90,6 +90,12 @@ class Caller:
         return self.error
 
 
+def durable_lease(store: SQLiteStore, job_id: str, worker_id: str, attempt: int) -> None:
+    """A lease as one durable statement op of the writer (``store.lease`` itself is made
+    durable by the lease log, and its row is written asynchronously)."""
+    store._writer.call_update(_LEASE.one, (worker_id, attempt, job_id), job_id)
+
+
 def state(store: SQLiteStore, job_id: str) -> tuple[JobState, str | None, int] | None:
     record = store.get(job_id)
     return None if record is None else (record.state, record.worker_id, record.attempt)
@@ -124,11 +130,11 @@ def test_a_batch_applies_async_and_durable_ops_in_order(
     held = Held(store)
     before = store.commits
     store.requeue("job-1", 1)  # then leased again below: the lease must come second
-    lease = Caller(store, lambda: store.lease("job-1", "w2", 2))
+    lease = Caller(store, lambda: durable_lease(store, "job-1", "w2", 2))
     store.finish("job-2", JobState.DONE, b"two", T0)
     cancel = Caller(store, lambda: store.cancel(["job-4"], T0))  # a function between them
     store.finish("job-3", JobState.FAILED, b"three", T0)
-    last = Caller(store, lambda: store.lease("job-5", "w3", 1))
+    last = Caller(store, lambda: durable_lease(store, "job-5", "w3", 1))
     store.finish("job-5", JobState.DONE, b"five", T0)  # after its lease, same batch
     held.release()
     assert (lease.join(), cancel.join(), last.join()) == (None, None, None)
@@ -150,10 +156,11 @@ def test_a_failed_batch_fails_exactly_its_durable_callers(
     store.lease("job-1", "w1", 1)
     held = Held(store)
     store.finish("job-1", JobState.DONE, b"one", T0)  # async: kept, retried, written
-    lease = Caller(store, lambda: store.lease("job-2", "w1", 1))
+    lease = Caller(store, lambda: durable_lease(store, "job-2", "w1", 1))
     broken = Caller(store, lambda: store._writer.call(
         lambda conn: conn.execute("INSERT INTO no_such_table VALUES (1)")))
-    later = Caller(store, lambda: store.lease("job-3", "w2", 1))  # a 4th row: the next batch
+    # A 4th row: the next batch.
+    later = Caller(store, lambda: durable_lease(store, "job-3", "w2", 1))
     held.release()
     assert isinstance(lease.join(), StoreError)
     assert isinstance(broken.join(), StoreError)
@@ -170,7 +177,8 @@ def test_callers_queued_during_a_batch_share_the_next_commit(
     store.submit([job(n) for n in range(1, 9)])
     held = Held(store)
     before = store.commits
-    callers = [Caller(store, lambda n=n: store.lease(f"job-{n}", "w", 1)) for n in range(1, 9)]
+    callers = [Caller(store, lambda n=n: durable_lease(store, f"job-{n}", "w", 1))
+               for n in range(1, 9)]
     held.release()
     assert [c.join() for c in callers] == [None] * 8
     assert store.commits - before == 2  # the held batch, then one for all eight
@@ -188,7 +196,7 @@ def test_a_statement_that_breaks_a_rule_fails_alone_in_its_run(
     held = Held(store)
     store.finish("job-3", JobState.DONE, b"three", T0)
     store.finish("job-1", JobState.DONE, b"one", T0)  # would hold "k" twice: refused
-    lease = Caller(store, lambda: store.lease("job-4", "w", 1))
+    lease = Caller(store, lambda: durable_lease(store, "job-4", "w", 1))
     held.release()
     assert lease.join() is None
     store.flush()

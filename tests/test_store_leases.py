@@ -1,0 +1,329 @@
+"""The lease log: leases are durable by one append, SQLite gets them later, and what a crash
+or a power cut leaves in the log is read back exactly up to the last whole record.
+
+"A crash" is taken literally where it can be: the store's files are copied while its writer
+is held inside a batch, which is what the disk holds if the manager dies at that instant.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import sqlite3
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_store_writer import Held
+
+from mpsched import _store_leases
+from mpsched._errors import StoreError, StoreFullError
+from mpsched._store import JobState, StoredJob
+from mpsched._store_leases import LeaseLog, LogRecord
+from mpsched._store_sqlite import SQLiteStore
+
+T0 = 1.8e9
+JOIN = 30.0  # real seconds a test waits for the writer
+
+
+def job(n: int, retries: int = 0) -> StoredJob:
+    return StoredJob(f"job-{n}", "client-1", None, "tests.jobs:work", b"payload", 2, T0 + n,
+                     n, None, retries, 0, T0)
+
+
+@pytest.fixture
+def open_store(tmp_path: Path) -> Iterator[Callable[..., SQLiteStore]]:
+    """Open SQLite stores (default tmp_path/jobs.db), closed when the test ends."""
+    opened: list[SQLiteStore] = []
+
+    def open_(path: Path | None = None, **options: Any) -> SQLiteStore:
+        options.setdefault("prune_interval", 3600.0)
+        store = SQLiteStore(path or tmp_path / "jobs.db", clock=lambda: T0, **options)
+        opened.append(store)
+        return store
+
+    yield open_
+    for store in opened:
+        store.close()
+
+
+@pytest.fixture
+def open_log(tmp_path: Path) -> Iterator[Callable[..., LeaseLog]]:
+    """Lease logs on tmp_path/log (a fresh epoch each), released when the test ends."""
+    opened: list[LeaseLog] = []
+
+    def open_(**options: Any) -> LeaseLog:
+        options.setdefault("sync", False)
+        options.setdefault("flush", lambda: None)
+        log = LeaseLog(str(tmp_path / "log"), **options)
+        log.reset()
+        opened.append(log)
+        return log
+
+    yield open_
+    for log in opened:
+        log.release(remove=False)
+
+
+def crash_copy(src: Path, dst: Path) -> Path:
+    """The store's files as a crash now would leave them (the lock file is not one)."""
+    dst.mkdir()
+    for suffix in ("", "-wal", "-leases"):
+        if (src.parent / (src.name + suffix)).exists():
+            shutil.copyfile(src.parent / (src.name + suffix), dst / (src.name + suffix))
+    return dst / src.name
+
+
+def row(path: Path, job_id: str) -> tuple[str, str | None, int]:
+    """A job's state, worker and attempt as SQLite has them, read past the store."""
+    conn = sqlite3.connect(path)
+    try:
+        found = conn.execute("SELECT state, worker_id, attempt FROM jobs WHERE job_id = ?",
+                             (job_id,)).fetchone()
+    finally:
+        conn.close()
+    assert found is not None
+    return found[0], found[1], found[2]
+
+
+def lease(n: int, attempt: int = 1, worker: str = "w1") -> LogRecord:
+    return LogRecord(f"job-{n}", True, attempt, worker)
+
+
+# ------------------------------------------------------------------ the store
+
+
+def test_a_lease_is_durable_before_sqlite_has_it(
+        tmp_path: Path, open_store: Callable[..., SQLiteStore]) -> None:
+    store = open_store()
+    store.submit([job(1), job(2, retries=2), job(3)])
+    held = Held(store)
+    try:
+        store.lease("job-1", "w1", 1)
+        store.lease("job-2", "w2", 1)
+        store.requeue("job-2", 1)  # its worker died: pending again, one attempt used
+        store.lease("job-2", "w1", 2)
+        store.lease("job-3", "w2", 1)
+        store.requeue("job-3", 0)  # never received: pending, no attempt used
+        crashed = crash_copy(tmp_path / "jobs.db", tmp_path / "crashed")
+    finally:
+        held.release()
+    assert row(crashed, "job-1") == ("pending", None, 0)  # SQLite never heard of the lease
+    recovered = open_store(crashed)
+    recovery = recovered.recover()
+    assert [(r.job.job_id, r.worker_id, r.job.attempt) for r in recovery.running] == [
+        ("job-1", "w1", 1), ("job-2", "w1", 2)]
+    assert [(j.job_id, j.attempt) for j in recovery.pending] == [("job-3", 0)]
+    # Opening folded the log into SQLite, for every reader of the file, and emptied it.
+    assert row(crashed, "job-2") == ("running", "w1", 2)
+    assert recovered._leases.read() == []
+
+
+def test_a_finished_job_stays_finished_whatever_the_log_says(
+        tmp_path: Path, open_store: Callable[..., SQLiteStore]) -> None:
+    store = open_store()
+    store.submit([job(1), job(2)])
+    store.lease("job-1", "w1", 1)
+    store.finish("job-1", JobState.DONE, b"ok", T0)
+    store.lease("job-2", "w1", 1)
+    store.cancel(["job-2"], T0)  # running: not cancelled (pending jobs only)
+    store.flush()
+    crashed = crash_copy(tmp_path / "jobs.db", tmp_path / "crashed")
+    recovered = open_store(crashed)
+    recovery = recovered.recover()
+    assert [r.job.job_id for r in recovery.running] == ["job-2"]
+    assert row(crashed, "job-1") == ("done", "w1", 1)
+
+
+def test_recover_sees_leases_sqlite_has_not_written(
+        open_store: Callable[..., SQLiteStore]) -> None:
+    store = open_store()
+    store.submit([job(1), job(2)])
+    held = Held(store)
+    try:
+        store.lease("job-2", "w1", 1)
+        recovery = store.recover()
+    finally:
+        held.release()
+    assert [j.job_id for j in recovery.pending] == ["job-1"]
+    assert [(r.job.job_id, r.worker_id) for r in recovery.running] == [("job-2", "w1")]
+
+
+def test_a_closed_store_leaves_no_log_and_a_crashed_one_keeps_it(
+        tmp_path: Path, open_store: Callable[..., SQLiteStore]) -> None:
+    store = open_store()
+    store.submit([job(1)])
+    store.lease("job-1", "w1", 1)
+    log = tmp_path / "jobs.db-leases"
+    assert log.stat().st_size > 0
+    assert store.size() >= log.stat().st_size  # status counts it
+    store.close()
+    assert not log.exists()
+    assert row(tmp_path / "jobs.db", "job-1") == ("running", "w1", 1)
+
+
+def test_the_log_starts_over_once_its_changes_are_committed(
+        tmp_path: Path, open_store: Callable[..., SQLiteStore],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_store_leases, "LIMIT", 4096)
+    store = open_store()
+    store.submit([job(n) for n in range(1, 501)])
+    log = tmp_path / "jobs.db-leases"
+    size = log.stat().st_size
+    assert size == 4096 + _store_leases.SLACK  # written once at open
+    for n in range(1, 501):
+        store.lease(f"job-{n}", "w1", 1)
+    assert store._leases._size < 4096 + 200  # one record past the limit, at most
+    assert log.stat().st_size == size  # it never grew
+    crashed = crash_copy(tmp_path / "jobs.db", tmp_path / "crashed")
+    assert len(open_store(crashed).recover().running) == 500  # none lost by a restart
+
+
+def test_a_lease_whose_log_write_fails_is_refused_and_leaves_the_job_pending(
+        open_store: Callable[..., SQLiteStore], monkeypatch: pytest.MonkeyPatch) -> None:
+    store = open_store()
+    store.submit([job(1), job(2)])
+    real_pwrite = os.pwrite
+
+    def full(fd: int, data: bytes, offset: int) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "pwrite", full)
+    with pytest.raises(StoreFullError, match=r"jobs\.db-leases"):
+        store.lease("job-1", "w1", 1)
+    monkeypatch.setattr(os, "pwrite", real_pwrite)
+    store.lease("job-2", "w1", 1)
+    recovery = store.recover()
+    assert [j.job_id for j in recovery.pending] == ["job-1"]
+    assert [r.job.job_id for r in recovery.running] == ["job-2"]
+    store.flush()
+    assert store.get("job-1").state is JobState.PENDING  # type: ignore[union-attr]
+
+
+def test_a_sync_lease_that_cannot_reach_the_disk_is_undone(
+        open_store: Callable[..., SQLiteStore], monkeypatch: pytest.MonkeyPatch) -> None:
+    store = open_store(durability="sync")
+    store.submit([job(1)])
+
+    def failing(fd: int) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(os, "fdatasync", failing)
+    with pytest.raises(StoreError, match="lease log"):
+        store.lease("job-1", "w1", 1)
+    monkeypatch.undo()
+    assert [j.job_id for j in store.recover().pending] == ["job-1"]
+
+
+# ------------------------------------------------------------------ the log alone
+
+
+def test_records_read_back_in_order(open_log: Callable[..., LeaseLog]) -> None:
+    log = open_log()
+    records = [lease(1), LogRecord("job-1", False, 1, None), lease(1, 2, "wé"), lease(2)]
+    for record in records:
+        log.append(record, lambda: None)
+    assert log.read() == records
+
+
+def test_a_torn_last_record_is_dropped_and_the_rest_kept(
+        tmp_path: Path, open_log: Callable[..., LeaseLog]) -> None:
+    log = open_log()
+    for n in range(3):
+        log.append(lease(n), lambda: None)
+    path = tmp_path / "log"
+    whole = path.read_bytes()[:log._size]
+    two = len(whole) - (len(whole) // 3)  # the records are the same size
+    for cut in range(two, len(whole)):
+        path.write_bytes(whole[:cut])
+        assert log.read() == [lease(0), lease(1)], cut
+    path.write_bytes(whole[:-1] + bytes([whole[-1] ^ 1]))  # a flipped bit
+    assert log.read() == [lease(0), lease(1)]
+
+
+def test_records_left_behind_by_a_restart_or_an_earlier_epoch_are_not_read(
+        tmp_path: Path, open_log: Callable[..., LeaseLog]) -> None:
+    flushes: list[int] = []
+    one = len(_record_bytes(tmp_path, lease(1)))
+    log = open_log(flush=lambda: flushes.append(1), limit=2 * one)
+    for n in (1, 2):
+        log.append(lease(n), lambda: None)
+    log.append(lease(3), lambda: None)  # past the limit: flushed, written at offset 0
+    assert flushes == [1]
+    assert log.read() == [lease(3)]  # lease(2) still follows it, with a lower ticket
+    # A new epoch whose zeros a power cut lost: the old records follow the new one.
+    path = tmp_path / "log"
+    old = path.read_bytes()
+    log.reset()
+    log.append(lease(4), lambda: None)
+    path.write_bytes(path.read_bytes()[:one] + old[one:])
+    assert log.read() == [lease(4)]
+
+
+def _record_bytes(tmp_path: Path, record: LogRecord) -> bytes:
+    """One record's bytes, as a log of its own writes them."""
+    log = LeaseLog(str(tmp_path / "measure"), sync=False, flush=lambda: None, limit=0)
+    try:
+        log.reset()
+        log.append(record, lambda: None)
+        return (tmp_path / "measure").read_bytes()[:log._size]
+    finally:
+        log.release(remove=True)
+
+
+def test_a_failed_or_short_write_is_overwritten_by_the_next_record(
+        open_log: Callable[..., LeaseLog], monkeypatch: pytest.MonkeyPatch) -> None:
+    log = open_log()
+    log.append(lease(1), lambda: None)
+    real_pwrite = os.pwrite
+    monkeypatch.setattr(os, "pwrite", lambda fd, data, at: real_pwrite(fd, data[:9], at))
+    with pytest.raises(StoreFullError):
+        log.append(lease(2), lambda: None)
+    assert log.read() == [lease(1)]  # the torn record ends the read
+    monkeypatch.setattr(os, "pwrite", real_pwrite)
+    log.append(lease(3), lambda: None)
+    assert log.read() == [lease(1), lease(3)]
+
+
+def test_a_record_whose_store_change_cannot_be_queued_is_wiped(
+        open_log: Callable[..., LeaseLog]) -> None:
+    log = open_log()
+    log.append(lease(1), lambda: None)
+
+    def closed() -> None:
+        raise StoreError("jobs.db", "the store is closed")
+
+    with pytest.raises(StoreError):
+        log.append(lease(2), closed)
+    assert log.read() == [lease(1)]
+
+
+def test_sync_appends_share_fdatasyncs_and_process_appends_have_none(
+        open_log: Callable[..., LeaseLog], monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    real = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (calls.append(fd), real(fd))[1])
+    quick = open_log()
+    quick.sync(quick.append(lease(1), lambda: None))
+    assert calls == []
+    synced = open_log(sync=True)
+    first = synced.append(lease(1), lambda: None)
+    second = synced.append(lease(2), lambda: None)
+    synced.sync(second)  # covers the first record too
+    synced.sync(first)
+    assert len(calls) == 1
+    synced.sync(synced.append(lease(3), lambda: None))
+    assert len(calls) == 2
+
+
+def test_a_failed_flush_postpones_the_emptying(
+        open_log: Callable[..., LeaseLog]) -> None:
+    def failing() -> None:
+        raise StoreError("jobs.db", "full")
+
+    log = open_log(flush=failing, limit=1)
+    for n in range(4):
+        log.append(lease(n), lambda: None)
+    assert log.read() == [lease(n) for n in range(4)]  # nothing was emptied unflushed
