@@ -17,9 +17,9 @@ its socket, so that no finalizer finds its file gone and prints a traceback. The
 signal leaves through ``os._exit``, which runs no finalizer, so it removes all three first.
 A socket file left by a serve killed with SIGKILL is removed by the next serve at the same
 path once nothing answers on it. The job store of ``--store`` (and its ``-wal``, ``-shm``,
-``-leases`` and ``.lock`` files) stays, on purpose: the next serve on it gets its jobs back. One it
-cannot open (its directory missing or read-only, a file that is not an mpsched store,
-another manager holding it) exits 7 with one line naming the file.
+``-leases`` and ``.lock`` files) stays, on purpose: the next serve on it gets its jobs
+back. One it cannot open (its directory missing or read-only, a file that is not an mpsched
+store, another manager holding it) exits 7 with one line naming the file.
 """
 
 from __future__ import annotations

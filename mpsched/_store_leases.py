@@ -56,15 +56,21 @@ class LogRecord(NamedTuple):
     worker_id: str | None  # the worker it is leased to; None when pending
 
 
+def latest(records: list[LogRecord]) -> dict[str, LogRecord]:
+    """The last record of each job in ``records`` (oldest first): the job's state."""
+    return {record.job_id: record for record in records}
+
+
 class LeaseLog:
-    """The append-only log of leases and requeues at ``path``. Thread-safe.
+    """The log of leases and requeues at ``path``. Thread-safe.
 
     Args:
         path: the log file (created if missing, mode 0644).
         sync: fdatasync() each lease's record before ``sync`` returns (durability="sync").
         flush: waits until every change queued to the store so far is committed (the
-            store's writer); called before the file is emptied.
-        limit: bytes after which the next append empties the file (default ``LIMIT``).
+            store's writer); called before writing starts again at offset 0.
+        limit: bytes after which the next append starts again at offset 0 (default
+            ``LIMIT``).
     Raises:
         StoreError: the file could not be opened.
     """
@@ -79,7 +85,7 @@ class LeaseLog:
             self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as exc:
             raise StoreError(path, f"cannot open the lease log: {exc.strerror}") from None
-        # Guards _size, _trim_at, _epoch, _ticket, _written and _closed, and orders the
+        # Guards _size, _trim_at, _epoch, _ticket and _closed, and orders the
         # appends: held for one pwrite() and the caller's queueing of its SQLite change, or
         # for a flush when writing starts again at offset 0. Appenders wait on it.
         self._lock = threading.Lock()
@@ -89,15 +95,14 @@ class LeaseLog:
         self._size = 0  # where the next record goes: the end of the last one written
         self._trim_at = self._limit
         self._epoch = 0
-        self._ticket = 0  # the last ticket written
-        self._written = 0  # the last ticket whose write() returned
+        self._ticket = 0  # the last ticket written (its pwrite() returned)
         self._synced = 0  # the last ticket known to be on disk
         self._closed = False
 
     # ------------------------------------------------------------------ at open
 
     def read(self) -> list[LogRecord]:
-        """The log's valid records, oldest first (see the module's "Damage")."""
+        """The log's valid records, oldest first (where reading stops: the module's doc)."""
         data = os.pread(self._fd, os.fstat(self._fd).st_size, 0)
         records: list[LogRecord] = []
         epoch = ticket = None
@@ -134,7 +139,7 @@ class LeaseLog:
             self._size = 0
             self._trim_at = self._limit
             self._epoch = int.from_bytes(os.urandom(8), "little")
-            self._ticket = self._written = self._synced = 0
+            self._ticket = self._synced = 0
 
     # ------------------------------------------------------------------ appends
 
@@ -169,7 +174,7 @@ class LeaseLog:
                 self._wipe_locked(len(data))
                 raise
             self._size += written
-            self._ticket = self._written = ticket
+            self._ticket = ticket
         return ticket
 
     def sync(self, ticket: int) -> None:
@@ -183,7 +188,7 @@ class LeaseLog:
         with self._sync_lock:
             if self._synced >= ticket:
                 return  # an fdatasync() that began after its write covered it
-            covered = self._written
+            covered = self._ticket
             try:
                 os.fdatasync(self._fd)
             except OSError as exc:

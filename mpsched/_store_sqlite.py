@@ -53,8 +53,8 @@ from mpsched._store import (
     check_options,
 )
 from mpsched._store_file import DURABILITY, connect_writer, open_checked
-from mpsched._store_leases import LeaseLog, LogRecord
-from mpsched._store_writer import Writer, translate
+from mpsched._store_leases import LeaseLog, LogRecord, latest
+from mpsched._store_writer import Writer, execute_rows, translate
 
 log = logging.getLogger("mpsched.store")
 
@@ -143,7 +143,7 @@ def _overlay(records: list[LogRecord], pending: list[StoredJob],
              running: list[RunningJob]) -> tuple[list[StoredJob], list[RunningJob]]:
     """Pending and running jobs as the lease log's records leave them (the last of each job
     wins; a job SQLite has neither pending nor running is finished, and stays so)."""
-    last = {record.job_id: record for record in records}
+    last = latest(records)
     jobs: dict[str, tuple[StoredJob, str | None]] = {job.job_id: (job, None) for job in pending}
     jobs.update((r.job.job_id, (r.job, r.worker_id)) for r in running)
     for job_id, record in last.items():
@@ -224,9 +224,7 @@ class SQLiteStore(Store):
 
     def _fold_leases(self) -> None:
         """Apply the lease log's last record of each job to SQLite, then empty the log."""
-        last: dict[str, LogRecord] = {}
-        for record in self._leases.read():
-            last[record.job_id] = record
+        last = latest(self._leases.read())
         if last:
             rows = [("running" if r.running else "pending", r.worker_id, r.attempt, job_id)
                     for job_id, r in last.items()]
@@ -299,14 +297,13 @@ class SQLiteStore(Store):
     def finish(self, job_id: str, state: JobState, outcome: bytes | None,
                finished_wall: float) -> None:
         check_finish_state(state)
+        ended = (state.value, outcome, finished_wall)
         with self._leased_lock:
             leased = self._leased.pop(job_id, None)
             if leased is None:
-                self._writer.post_update(_FINISH.one, (state.value, outcome, finished_wall, job_id),
-                                         job_id)
+                self._writer.post_update(_FINISH.one, (*ended, job_id), job_id)
             else:  # one row update for the lease and its end
-                self._writer.post_update(_FINISH_LEASED.one, (state.value, outcome, finished_wall,
-                                                          *leased, job_id), job_id)
+                self._writer.post_update(_FINISH_LEASED.one, (*ended, *leased, job_id), job_id)
 
     def requeue(self, job_id: str, attempt: int) -> None:
         self._leases.append(LogRecord(job_id, False, attempt, None),
@@ -399,9 +396,7 @@ class SQLiteStore(Store):
                     held[job.key] = job.job_id
             ids.append(job.job_id if holder is None else holder)
         try:
-            for at in range(0, len(new), _ROWS_PER_INSERT):
-                rows = new[at:at + _ROWS_PER_INSERT]
-                conn.execute(_insert_rows(len(rows)), [value for job in rows for value in job])
+            execute_rows(conn, _insert_rows, new, _ROWS_PER_INSERT)
         except sqlite3.IntegrityError as exc:
             raise InvalidJobError(
                 f"a job id or seq repeats one in the batch or the store ({exc})") from None

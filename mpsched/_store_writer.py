@@ -60,6 +60,15 @@ def translate(exc: BaseException, path: str) -> StoreError:
     return StoreError(path, str(exc))
 
 
+def execute_rows(conn: sqlite3.Connection, sql_for: Callable[[int], str],
+                 rows: Sequence[Sequence[object]], per_statement: int) -> None:
+    """Run ``rows`` as multi-row statements of up to ``per_statement`` rows each:
+    ``sql_for(n)`` is the statement for n rows, their parameters one after another."""
+    for at in range(0, len(rows), per_statement):
+        chunk = rows[at:at + per_statement]
+        conn.execute(sql_for(len(chunk)), [value for row in chunk for value in row])
+
+
 def _fails_batch(exc: BaseException, conn: sqlite3.Connection) -> bool:
     """True for errors of the store rather than of one op: full, I/O, busy, corrupt."""
     return not conn.in_transaction or isinstance(exc, sqlite3.OperationalError) \
@@ -353,9 +362,7 @@ class Writer:
                 if many is None or len(params) == 1:
                     self._conn.executemany(sql, params)
                     continue
-                for at in range(0, len(params), ROWS_PER_STATEMENT):
-                    rows = params[at:at + ROWS_PER_STATEMENT]
-                    self._conn.execute(many(len(rows)), [p for row in rows for p in row])
+                execute_rows(self._conn, many, params, ROWS_PER_STATEMENT)
         except Exception as exc:
             if isinstance(exc, sqlite3.Error) and _fails_batch(exc, self._conn):
                 raise
