@@ -204,3 +204,20 @@ def test_a_statement_that_breaks_a_rule_fails_alone_in_its_run(
     assert state(store, "job-3") == (JobState.DONE, "w", 1)
     assert state(store, "job-4") == (JobState.RUNNING, "w", 1)
     assert "refused" in caplog.text
+
+
+def test_with_sync_only_batches_someone_waits_for_are_fsynced(
+        open_store: Callable[..., SQLiteStore]) -> None:
+    store = open_store(durability="sync")
+    level = "PRAGMA synchronous"  # inside a batch: the level its commit will use
+    seen: list[int] = []
+    done = threading.Event()
+
+    def record(conn: sqlite3.Connection) -> None:
+        seen.append(conn.execute(level).fetchone()[0])
+        done.set()
+
+    store._writer.post(record)  # nobody waits: the writer thread commits it at NORMAL
+    assert done.wait(JOIN)
+    durable = store._writer.call(lambda conn: conn.execute(level).fetchone()[0])
+    assert (seen, durable) == ([1], 2)  # NORMAL, then FULL again for a durable caller
