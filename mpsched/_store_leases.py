@@ -1,8 +1,8 @@
 """The lease log: a lease is made durable by one write to a file beside the store.
 
 A job may be handed out only once its lease is durable (a job taken before a crash must come
-back as running, never as pending). A commit of SQLite per lease cost ~37 µs of CPU even
-without an fsync, and dispatch did little else; one ``pwrite()`` here costs ~1.5 µs. So a
+back as running, never as pending). A commit of SQLite per lease cost ~35 µs of CPU even
+without an fsync, and dispatch did little else; a record here costs ~4 µs. So a
 lease is written to ``PATH-leases`` (and, with ``durability="sync"``, fdatasync()ed) before
 the job is handed out, while its row in SQLite is updated asynchronously, in the writer's
 next batch. A requeue, the other change that moves a job between pending and running, is

@@ -1,0 +1,170 @@
+"""The SQLite store's CPU per job, step by step (a budget, not a comparison; not run by run.py).
+
+Three tables, each from a fresh store in a temporary directory:
+
+* the store alone: 20,000 jobs submitted in batches of 100, then each one leased and
+  finished (as the manager does), CPU of this process per job;
+* one SQLite commit per lease (what a lease cost before the lease log) against one write to
+  the lease log;
+* a batch of row updates as ``executemany()`` against one multi-row ``UPDATE ... FROM
+  (VALUES ...)``, alone and with one busy Python thread (the sqlite3 module lets go of the
+  GIL around every step, and each step then waits to get it back).
+
+Run: ``python -m benchmarks.bench_store_steps``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import pickle
+import sqlite3
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+from mpsched._store import JobState, StoredJob
+from mpsched._store_file import MIGRATIONS
+from mpsched._store_leases import LeaseLog, LogRecord
+from mpsched._store_sqlite import _FINISH_LEASED, SQLiteStore
+
+JOBS = 20_000
+_runs = itertools.count()  # one new file per measurement
+
+
+def _jobs(count: int) -> list[StoredJob]:
+    now = time.time()
+    payload = pickle.dumps(("benchmarks.jobs", "noop", (), {}))
+    return [StoredJob(f"client-{n}", "client", None, "benchmarks.jobs:noop", payload, 2, now,
+                      n, None, 0, 0, now) for n in range(count)]
+
+
+def store_alone(directory: str, durability: str) -> tuple[float, float]:
+    """CPU µs per job: submitting, then leasing and finishing."""
+    store = SQLiteStore(os.path.join(directory, f"alone-{next(_runs)}.db"),
+                        durability=durability)
+    try:
+        jobs = _jobs(JOBS)
+        outcome = pickle.dumps(("client-0", True, b"\x80\x05N.", "", 0.0, None))
+        start = time.process_time()
+        for at in range(0, JOBS, 100):
+            store.submit(jobs[at:at + 100])
+        submitted = time.process_time()
+        for job in jobs:
+            store.lease(job.job_id, "worker-1", 1)
+            store.finish(job.job_id, JobState.DONE, outcome, time.time())
+        store.flush()
+        ended = time.process_time()
+    finally:
+        store.close()
+    return (submitted - start) / JOBS * 1e6, (ended - submitted) / JOBS * 1e6
+
+
+def _connection(path: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute("BEGIN")
+    for step in MIGRATIONS:
+        step(conn)
+    conn.execute("COMMIT")
+    rows = [job[:12] for job in _jobs(JOBS)]
+    conn.execute("BEGIN")
+    conn.executemany("INSERT INTO jobs (job_id, client_id, key, name, payload, priority, "
+                     "due_wall, seq, timeout, retries, attempt, submitted_wall, state) "
+                     f"VALUES ({', '.join('?' * 12)}, 'pending')", rows)
+    conn.execute("COMMIT")
+    return conn
+
+
+def lease_costs(directory: str) -> tuple[float, float]:
+    """CPU µs per lease: one SQLite commit each (NORMAL), one lease log write each."""
+    conn = _connection(os.path.join(directory, f"commit-{next(_runs)}.db"))
+    start = time.process_time()
+    for n in range(JOBS):
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("UPDATE jobs SET state = 'running', worker_id = ?, attempt = ? "
+                     "WHERE job_id = ?", ("worker-1", 1, f"client-{n}"))
+        conn.execute("COMMIT")
+    commit = (time.process_time() - start) / JOBS * 1e6
+    conn.close()
+    log = LeaseLog(os.path.join(directory, "leases"), sync=False, flush=lambda: None)
+    log.reset()
+    start = time.process_time()
+    for n in range(JOBS):
+        log.append(LogRecord(f"client-{n}", True, 1, "worker-1"), lambda: None)
+    write = (time.process_time() - start) / JOBS * 1e6
+    log.release(remove=True)
+    return commit, write
+
+
+@contextmanager
+def _busy_thread(on: bool) -> Iterator[None]:
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            pass
+
+    thread = threading.Thread(target=spin) if on else None
+    if thread is not None:
+        thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        if thread is not None:
+            thread.join()
+
+
+def update_costs(directory: str, busy: bool, batch: int = 50) -> dict[str, float]:
+    """CPU µs of this thread per row updated, by executemany and by one statement."""
+    results: dict[str, float] = {}
+    ways: dict[str, Callable[[sqlite3.Connection, Sequence[Sequence[object]]], object]] = {
+        "executemany": lambda conn, rows: conn.executemany(_FINISH_LEASED.one, rows),
+        "one statement": lambda conn, rows: conn.execute(
+            _FINISH_LEASED.many(len(rows)), [v for row in rows for v in row]),
+    }
+    for name, run in ways.items():
+        conn = _connection(os.path.join(directory, f"update-{next(_runs)}.db"))
+        with _busy_thread(busy):
+            start = time.thread_time()
+            for at in range(0, JOBS, batch):
+                rows = [("done", b"y" * 60, 1.0, "worker-1", 1, f"client-{n}")
+                        for n in range(at, min(JOBS, at + batch))]
+                conn.execute("BEGIN IMMEDIATE")
+                run(conn, rows)
+                conn.execute("COMMIT")
+            results[name] = (time.thread_time() - start) / JOBS * 1e6
+        conn.close()
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    print(f"SQLite {sqlite3.sqlite_version}, {JOBS:,} jobs, median of {args.repeats}")
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as directory:
+        for durability in ("process", "sync"):
+            runs = [store_alone(directory, durability) for _ in range(args.repeats)]
+            print(f"store alone, {durability}: submit "
+                  f"{statistics.median(r[0] for r in runs):.1f} µs, lease + finish "
+                  f"{statistics.median(r[1] for r in runs):.1f} µs of CPU per job")
+        leases = [lease_costs(directory) for _ in range(args.repeats)]
+        print(f"a lease: SQLite commit (NORMAL) {statistics.median(r[0] for r in leases):.1f}"
+              f" µs, lease log write {statistics.median(r[1] for r in leases):.1f} µs of CPU")
+        for busy in (False, True):
+            runs_ = [update_costs(directory, busy) for _ in range(args.repeats)]
+            cells = ", ".join(f"{name} {statistics.median(r[name] for r in runs_):.1f} µs"
+                              for name in runs_[0])
+            print(f"row updates, batches of 50, {'one busy thread' if busy else 'alone'}: "
+                  f"{cells} of CPU per row")
+
+
+if __name__ == "__main__":
+    main()
