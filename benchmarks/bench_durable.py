@@ -15,7 +15,8 @@ Three parts, each alternating its contenders inside every repeat:
   manager's RSS against a Scheduler on an empty store started in the same repeat.
 
 Store files go to a temporary directory; its file system is named in the table, since
-``durability="sync"`` costs one fsync per commit, and one fdatasync per lease, there.
+``durability="sync"`` costs one fsync per commit, and an fdatasync of the lease log every
+2 ms while jobs start, there.
 
 APScheduler's part alone, at any size (run.py times it over fewer jobs: it adds a few hundred
 a second): ``python -m benchmarks.bench_durable --apscheduler 100000``.
@@ -402,8 +403,8 @@ def _setup(directory: str, dispatch_jobs: int, submit_jobs: int, apscheduler_job
     return (
         f"Processes, {workers} workers, store files in a temporary directory on "
         f"{_filesystem(directory)}; SQLite {sqlite3.sqlite_version} in WAL mode, "
-        "durability=sync commits with an fsync and fdatasync()s each lease's record in the "
-        "lease log, durability=process does neither. "
+        "durability=sync commits with an fsync and fdatasync()s the lease log at most "
+        "every 2 ms (group sync, off the jobs' path), durability=process does neither. "
         f"**Dispatch**: as section 1's mpsched row ({WARM} warm-up jobs, then {dispatch_jobs:,} "
         "`submit(noop)` calls and waiting for every result), one fresh Scheduler and store "
         "per run. **Submit into a store**: "

@@ -231,11 +231,12 @@ def _serve_options(serve: argparse.ArgumentParser) -> None:
                        help=f"keep the jobs in this SQLite file, created if missing; one "
                             f"manager per file (default: ${STORE_ENV}, else in memory)")
     store.add_argument("--durability", choices=["sync", "process"], default="sync",
-                       help="sync: an acknowledged submit, and a job's start, survive a "
-                            "power cut (SQLite synchronous=FULL and an fsync per job "
-                            "started); process: they survive a crash of the manager "
-                            "process, not a power cut or an OS crash (synchronous=NORMAL, "
-                            "faster) (default: %(default)s)")
+                       help="sync: an acknowledged submit or cancel survives a power cut "
+                            "(SQLite synchronous=FULL), and a job's start and end reach "
+                            "the disk within milliseconds (group commit); process: they "
+                            "survive a crash of the manager process, not a power cut or "
+                            "an OS crash (synchronous=NORMAL, no fsync) (default: "
+                            "%(default)s)")
     store.add_argument("--result-ttl", type=_seconds_or_zero, default=86400.0,
                        metavar="SECONDS",
                        help="seconds a finished job's outcome stays retrievable by its id "

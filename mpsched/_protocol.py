@@ -392,7 +392,7 @@ class ManagerConfig:
     drain_timeout: float = 30.0  # on stop, how long running jobs may take to finish
     tls: TlsConfig | None = None  # TCP only; local workers connect with it too
     store: str | None = None  # a SQLite file that journals every job; None: in memory
-    durability: str = "sync"  # "sync": survives a power cut; "process": a crash
+    durability: str = "sync"  # "sync": submits survive a power cut; "process": a crash
     result_ttl: float = 86400.0  # seconds a store keeps finished jobs' outcomes
     max_pending_bytes: int | None = None  # bound on what pending payloads hold
     shared_memory: bool = False  # large buffers through /dev/shm (local clients, no store)

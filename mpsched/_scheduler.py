@@ -59,8 +59,9 @@ class Scheduler(Client):
             started again on it gets its pending jobs back, and outcomes stay retrievable
             by id (``job(job_id)``) for ``result_ttl`` seconds. None: jobs live in the
             manager's memory only.
-        durability: with a store, "sync" (each submit survives a power cut) or "process"
-            (it survives a crash of the manager process, not of the machine).
+        durability: with a store, "sync" (each acknowledged submit or cancel survives a
+            power cut; starts and ends reach the disk within milliseconds) or "process"
+            (they survive a crash of the manager process, not of the machine).
         result_ttl: with a store, seconds finished jobs are kept (default: one day).
         shared_memory: large arguments and results (buffers of 64 KiB or more: bytes,
             bytearray, memoryview, NumPy arrays) travel through shared memory, written

@@ -115,15 +115,9 @@ class Writer:
     def __init__(self, conn: sqlite3.Connection, path: str, *, batch_size: int,
                  linger: float, idle: float,
                  housekeeping: Callable[[sqlite3.Connection], None],
-                 relaxed: bool = False,
                  multi: Mapping[str, Callable[[int], str]] | None = None) -> None:
         self._conn = conn  # used only by the holder of the lead, once started
         self._path = path
-        # With ``relaxed`` (a connection at synchronous=FULL), a batch of asynchronous ops
-        # only commits at NORMAL: no fsync, as nobody waits for it to be durable. WAL keeps
-        # the order: the next FULL commit makes every frame before it durable too.
-        self._relaxed = relaxed
-        self._full = True  # the connection's synchronous level is FULL (with relaxed)
         # A statement on one job -> the same for n jobs in one statement (see _apply_run).
         self._multi = multi or {}
         self._batch_size = batch_size
@@ -303,11 +297,6 @@ class Writer:
         conn = self._conn
         self._housekeeping(conn)
         try:
-            if self._relaxed:
-                full = any(op.waiter is not None for op in batch)
-                if full != self._full:
-                    conn.execute(f"PRAGMA synchronous = {'FULL' if full else 'NORMAL'}")
-                    self._full = full
             conn.execute("BEGIN IMMEDIATE")
             try:
                 self._apply_all(batch, careful=False)

@@ -1,5 +1,6 @@
-"""The lease log: leases are durable by one append, SQLite gets them later, and what a crash
-or a power cut leaves in the log is read back exactly up to the last whole record.
+"""The lease log: leases are journalled by one append (with sync, on disk soon after), SQLite
+gets them later, and what a crash or a power cut leaves in the log is read back exactly up to
+the last whole record.
 
 "A crash" is taken literally where it can be: the store's files are copied while its writer
 is held inside a batch, which is what the disk holds if the manager dies at that instant.
@@ -11,6 +12,7 @@ import errno
 import os
 import shutil
 import sqlite3
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -202,19 +204,28 @@ def test_a_lease_whose_log_write_fails_is_refused_and_leaves_the_job_pending(
     assert store.get("job-1").state is JobState.PENDING  # type: ignore[union-attr]
 
 
-def test_a_sync_lease_that_cannot_reach_the_disk_is_undone(
+def test_a_sync_lease_is_handed_out_before_its_fdatasync_returns(
         open_store: Callable[..., SQLiteStore], monkeypatch: pytest.MonkeyPatch) -> None:
+    """With sync, a lease is written, not waited for: the log's syncer thread puts it on
+    disk (~2 ms later), while the job is already on its way."""
+    inside, go = threading.Event(), threading.Event()
+    real = os.fdatasync
+
+    def slow(fd: int) -> None:
+        inside.set()
+        assert go.wait(JOIN)
+        real(fd)
+
     store = open_store(durability="sync")
     store.submit([job(1)])
-
-    def failing(fd: int) -> None:
-        raise OSError(errno.EIO, os.strerror(errno.EIO))
-
-    monkeypatch.setattr(os, "fdatasync", failing)
-    with pytest.raises(StoreError, match="lease log"):
-        store.lease("job-1", "w1", 1)
-    monkeypatch.undo()
-    assert [j.job_id for j in store.recover().pending] == ["job-1"]
+    monkeypatch.setattr(os, "fdatasync", slow)
+    try:
+        store.lease("job-1", "w1", 1)  # returns although the disk has not answered
+        assert inside.wait(JOIN)  # the syncer is on it meanwhile
+        assert [r.job.job_id for r in store.recover().running] == ["job-1"]
+    finally:
+        go.set()
+    assert store._leases.wait_synced(1, JOIN)
 
 
 # ------------------------------------------------------------------ the log alone
@@ -300,22 +311,78 @@ def test_a_record_whose_store_change_cannot_be_queued_is_wiped(
     assert log.read() == [lease(1)]
 
 
-def test_sync_appends_share_fdatasyncs_and_process_appends_have_none(
+def test_process_appends_never_fdatasync(
         open_log: Callable[..., LeaseLog], monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    monkeypatch.setattr(os, "fdatasync", calls.append)
+    log = open_log()
+    ticket = log.append(lease(1), lambda: None)
+    assert not log.wait_synced(ticket, 0.0)
+    log.release(remove=False)
+    assert calls == []
+
+
+def test_sync_appends_never_wait_and_one_fdatasync_covers_all_written_before_it(
+        open_log: Callable[..., LeaseLog], monkeypatch: pytest.MonkeyPatch) -> None:
+    inside, go = threading.Event(), threading.Event()
+    calls: list[int] = []
+    real = os.fdatasync
+
+    def slow(fd: int) -> None:
+        calls.append(fd)
+        inside.set()
+        assert go.wait(JOIN)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", slow)
+    log = open_log(sync=True)
+    try:
+        first = log.append(lease(1), lambda: None)
+        assert inside.wait(JOIN)  # an idle syncer starts at once
+        # Written while that fdatasync() is under way: appends return, the next one covers
+        # both.
+        log.append(lease(2), lambda: None)
+        third = log.append(lease(3), lambda: None)
+        assert not log.wait_synced(first, 0.0)
+    finally:
+        go.set()
+    assert log.wait_synced(third, JOIN)
+    assert len(calls) == 2
+
+
+def test_release_syncs_what_an_interval_held_back(
+        open_log: Callable[..., LeaseLog], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_store_leases, "SYNC_INTERVAL", 3600.0)
     calls: list[int] = []
     real = os.fdatasync
     monkeypatch.setattr(os, "fdatasync", lambda fd: (calls.append(fd), real(fd))[1])
-    quick = open_log()
-    quick.sync(quick.append(lease(1), lambda: None))
-    assert calls == []
-    synced = open_log(sync=True)
-    first = synced.append(lease(1), lambda: None)
-    second = synced.append(lease(2), lambda: None)
-    synced.sync(second)  # covers the first record too
-    synced.sync(first)
-    assert len(calls) == 1
-    synced.sync(synced.append(lease(3), lambda: None))
-    assert len(calls) == 2
+    log = open_log(sync=True)
+    assert log.wait_synced(log.append(lease(1), lambda: None), JOIN)
+    second = log.append(lease(2), lambda: None)  # the syncer waits out its interval
+    assert not log.wait_synced(second, 0.0)
+    log.release(remove=False)  # ends the interval: the last records go to disk first
+    assert len(calls) == 2 and log.wait_synced(second, 0.0)
+
+
+def test_a_failed_fdatasync_is_logged_and_tried_again(
+        open_log: Callable[..., LeaseLog], monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(_store_leases, "SYNC_BACKOFF", 0.01)
+    failures = [OSError(errno.EIO, os.strerror(errno.EIO))] * 3
+    real = os.fdatasync
+
+    def flaky(fd: int) -> None:
+        if failures:
+            raise failures.pop()
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", flaky)
+    caplog.set_level("WARNING", logger="mpsched.store")
+    log = open_log(sync=True)
+    assert log.wait_synced(log.append(lease(1), lambda: None), JOIN)
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "fdatasync() failed" in errors[0].getMessage()
+    assert "log: fdatasync() works again" in caplog.text
 
 
 def test_a_failed_flush_postpones_the_emptying(
