@@ -183,8 +183,10 @@ def test_the_log_starts_over_once_its_changes_are_committed(
     assert len(open_store(crashed).recover().running) == 500  # none lost by a restart
 
 
-def test_a_lease_whose_log_write_fails_is_refused_and_leaves_the_job_pending(
+def test_a_lease_the_log_has_no_room_for_is_refused_and_leaves_the_job_pending(
         open_store: Callable[..., SQLiteStore], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_store_leases, "LIMIT", 0)  # mapped: SLACK bytes, then it grows
+    monkeypatch.setattr(_store_leases, "SLACK", 8)
     store = open_store()
     store.submit([job(1), job(2)])
     real_pwrite = os.pwrite
@@ -284,18 +286,24 @@ def _record_bytes(tmp_path: Path, record: LogRecord) -> bytes:
         log.release(remove=True)
 
 
-def test_a_failed_or_short_write_is_overwritten_by_the_next_record(
+def test_a_failed_or_short_growth_keeps_the_records_and_the_next_append_grows_the_log(
         open_log: Callable[..., LeaseLog], monkeypatch: pytest.MonkeyPatch) -> None:
-    log = open_log()
+    monkeypatch.setattr(_store_leases, "SLACK", 8)
+
+    def failing() -> None:  # the store cannot commit: the log must grow
+        raise StoreError("jobs.db", "full")
+
+    log = open_log(limit=40, flush=failing)  # 48 bytes mapped: one record (36) fits
     log.append(lease(1), lambda: None)
     real_pwrite = os.pwrite
     monkeypatch.setattr(os, "pwrite", lambda fd, data, at: real_pwrite(fd, data[:9], at))
-    with pytest.raises(StoreFullError):
+    with pytest.raises(StoreFullError, match="log"):
         log.append(lease(2), lambda: None)
-    assert log.read() == [lease(1)]  # the torn record ends the read
+    assert log.read() == [lease(1)]
     monkeypatch.setattr(os, "pwrite", real_pwrite)
     log.append(lease(3), lambda: None)
-    assert log.read() == [lease(1), lease(3)]
+    log.append(lease(4), lambda: None)
+    assert log.read() == [lease(1), lease(3), lease(4)]
 
 
 def test_a_record_whose_store_change_cannot_be_queued_is_wiped(
