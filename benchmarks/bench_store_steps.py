@@ -1,6 +1,6 @@
 """The SQLite store's CPU per job, step by step (a budget, not a comparison; not run by run.py).
 
-Three tables, each from a fresh store in a temporary directory:
+Each measurement on a fresh store in a temporary directory:
 
 * the store alone: 20,000 jobs submitted in batches of 100, then each one leased and
   finished (as the manager does), CPU of this process per job;
@@ -8,7 +8,9 @@ Three tables, each from a fresh store in a temporary directory:
   the lease log;
 * a batch of row updates as ``executemany()`` against one multi-row ``UPDATE ... FROM
   (VALUES ...)``, alone and with one busy Python thread (the sqlite3 module lets go of the
-  GIL around every step, and each step then waits to get it back).
+  GIL around every step, and each step then waits to get it back);
+* a finish's row update (one statement per batch of 50) on the schema as it is, without
+  each of its indexes in turn, and with the row found by its rowid (seq) instead of its id.
 
 Run: ``python -m benchmarks.bench_store_steps``.
 """
@@ -144,6 +146,34 @@ def update_costs(directory: str, busy: bool, batch: int = 50) -> dict[str, float
     return results
 
 
+def finish_variants(directory: str, batch: int = 50) -> dict[str, float]:
+    """CPU µs per row of the finish's row update (one statement per batch), on the schema as
+    it is and without each index in turn, and with the row found by rowid (seq)."""
+    by_seq = lambda n: _FINISH_LEASED.many(n).replace("jobs.job_id =", "jobs.seq =")  # noqa: E731
+    variants: dict[str, tuple[str | None, Callable[[int], str], bool]] = {
+        "as is": (None, _FINISH_LEASED.many, False),
+        "without jobs_state": ("jobs_state", _FINISH_LEASED.many, False),
+        "without jobs_key": ("jobs_key", _FINISH_LEASED.many, False),
+        "without jobs_finished": ("jobs_finished", _FINISH_LEASED.many, False),
+        "by seq": (None, by_seq, True),
+    }
+    results: dict[str, float] = {}
+    for name, (dropped, sql, seq) in variants.items():
+        conn = _connection(os.path.join(directory, f"finish-{next(_runs)}.db"))
+        if dropped is not None:
+            conn.execute(f"DROP INDEX {dropped}")
+        start = time.thread_time()
+        for at in range(0, JOBS, batch):
+            rows = [("done", b"y" * 60, 1.0, "worker-1", 1, n if seq else f"client-{n}")
+                    for n in range(at, min(JOBS, at + batch))]
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(sql(len(rows)), [v for row in rows for v in row])
+            conn.execute("COMMIT")
+        results[name] = (time.thread_time() - start) / JOBS * 1e6
+        conn.close()
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -164,6 +194,10 @@ def main() -> None:
                               for name in runs_[0])
             print(f"row updates, batches of 50, {'one busy thread' if busy else 'alone'}: "
                   f"{cells} of CPU per row")
+        finishes = [finish_variants(directory) for _ in range(args.repeats)]
+        cells = ", ".join(f"{name} {statistics.median(r[name] for r in finishes):.1f} µs"
+                          for name in finishes[0])
+        print(f"a finish's row update, batches of 50, alone: {cells} of CPU per row")
 
 
 if __name__ == "__main__":
