@@ -214,11 +214,14 @@ class SQLiteStore(Store):
         # finish, or at a flush. Taken after the lease log's lock, never before it.
         self._leased_lock = threading.Lock()
         self._leased: dict[str, tuple[str, int]] = {}
+        leases: LeaseLog | None = None
         try:
-            self._leases = LeaseLog(self._path + "-leases", sync=durability == "sync",
-                                    flush=self.flush)
+            leases = self._leases = LeaseLog(self._path + "-leases",
+                                             sync=durability == "sync", flush=self.flush)
             self._fold_leases()
         except BaseException:
+            if leases is not None:
+                leases.release(remove=False)  # its syncer thread too
             self._writer.close()
             os.close(self._lock_fd)
             raise

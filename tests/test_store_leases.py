@@ -191,8 +191,12 @@ def test_a_lease_the_log_has_no_room_for_is_refused_and_leaves_the_job_pending(
     store.submit([job(1), job(2)])
     real_pwrite = os.pwrite
 
-    def full(fd: int, data: bytes, offset: int) -> int:
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    real_pwrite = os.pwrite
+
+    def full(fd: int, data: bytes, offset: int) -> int:  # the log's zeros find no room
+        if len(data) >= _store_leases.LIMIT:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_pwrite(fd, data, offset)
 
     monkeypatch.setattr(os, "pwrite", full)
     with pytest.raises(StoreFullError, match=r"jobs\.db-leases"):
@@ -228,6 +232,24 @@ def test_a_sync_lease_is_handed_out_before_its_fdatasync_returns(
     finally:
         go.set()
     assert store._leases.wait_synced(1, JOIN)
+
+
+def test_a_store_whose_log_cannot_be_emptied_at_open_is_refused_and_leaves_nothing_behind(
+        tmp_path: Path, open_store: Callable[..., SQLiteStore],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    real_pwrite = os.pwrite
+
+    def full(fd: int, data: bytes, offset: int) -> int:  # the log's zeros find no room
+        if len(data) >= _store_leases.LIMIT:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", full)
+    with pytest.raises(StoreFullError, match=r"jobs\.db-leases"):
+        SQLiteStore(tmp_path / "jobs.db", durability="sync")
+    assert not [t for t in threading.enumerate() if t.name == "mpsched-lease-sync"]
+    monkeypatch.undo()
+    open_store(durability="sync").submit([job(1)])  # nothing holds the lock any more
 
 
 # ------------------------------------------------------------------ the log alone
