@@ -94,6 +94,18 @@ def lease(n: int, attempt: int = 1, worker: str = "w1") -> LogRecord:
     return LogRecord(f"job-{n}", True, attempt, worker)
 
 
+def no_room(at_least: int) -> Callable[[int, bytes, int], int]:
+    """An os.pwrite for a full disk: writes of ``at_least`` bytes or more fail (ENOSPC)."""
+    real_pwrite = os.pwrite
+
+    def pwrite(fd: int, data: bytes, offset: int) -> int:
+        if len(data) >= at_least:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_pwrite(fd, data, offset)
+
+    return pwrite
+
+
 # ------------------------------------------------------------------ the store
 
 
@@ -190,15 +202,7 @@ def test_a_lease_the_log_has_no_room_for_is_refused_and_leaves_the_job_pending(
     store = open_store()
     store.submit([job(1), job(2)])
     real_pwrite = os.pwrite
-
-    real_pwrite = os.pwrite
-
-    def full(fd: int, data: bytes, offset: int) -> int:  # the log's zeros find no room
-        if len(data) >= _store_leases.LIMIT:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return real_pwrite(fd, data, offset)
-
-    monkeypatch.setattr(os, "pwrite", full)
+    monkeypatch.setattr(os, "pwrite", no_room(0))  # the zeros the log must grow by
     with pytest.raises(StoreFullError, match=r"jobs\.db-leases"):
         store.lease("job-1", "w1", 1)
     monkeypatch.setattr(os, "pwrite", real_pwrite)
@@ -237,14 +241,7 @@ def test_a_sync_lease_is_handed_out_before_its_fdatasync_returns(
 def test_a_store_whose_log_cannot_be_emptied_at_open_is_refused_and_leaves_nothing_behind(
         tmp_path: Path, open_store: Callable[..., SQLiteStore],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    real_pwrite = os.pwrite
-
-    def full(fd: int, data: bytes, offset: int) -> int:  # the log's zeros find no room
-        if len(data) >= _store_leases.LIMIT:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return real_pwrite(fd, data, offset)
-
-    monkeypatch.setattr(os, "pwrite", full)
+    monkeypatch.setattr(os, "pwrite", no_room(_store_leases.LIMIT))  # the log's zeros
     with pytest.raises(StoreFullError, match=r"jobs\.db-leases"):
         SQLiteStore(tmp_path / "jobs.db", durability="sync")
     assert not [t for t in threading.enumerate() if t.name == "mpsched-lease-sync"]
