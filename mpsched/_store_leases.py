@@ -1,35 +1,37 @@
 """The lease log: a lease is journalled by one write to a file beside the store.
 
 A job may be handed out only once its lease is journalled (a job taken before a crash must
-come back as running, never as pending). A commit of SQLite per lease cost ~35 µs of CPU even
-without an fsync, and dispatch did little else; a record here costs ~4 µs. So a
-lease is written to ``PATH-leases`` before the job is handed out, while its row in SQLite is
-updated asynchronously, in the writer's next batch. A requeue, the other change that moves a
-job between pending and running, is logged too, so that the log holds every such change in
-order. The file is mapped into memory and a record is copied in: it is in the kernel's page
-cache at once, so it survives a crash of the manager process, and the copy keeps the GIL
-(a pwrite() per record let go of it, and under load each lease then waited ~20 µs of CPU
-to get it back).
+come back as running, never as pending). A commit of SQLite per lease cost ~35 µs of CPU
+even without an fsync, and dispatch did little else; a record here costs ~2 µs
+(``benchmarks/bench_store_steps.py``). So a lease is written to ``PATH-leases`` before the
+job is handed out, while its row in SQLite is updated asynchronously, in the writer's next
+batch. A requeue, the other change that moves a job between pending and running, is logged
+too, so that the log holds every such change in order. The file is mapped into memory and a
+record is copied in: it is in the kernel's page cache at once, so it survives a crash of the
+manager process, and the copy keeps the GIL (a pwrite() per record let go of it, and under
+load each lease then waited to get it back: the manager's CPU per job in the durable
+dispatch benchmark fell by ~15 µs without it).
 
 With ``durability="sync"`` the log is also group-synced: a thread of its own fdatasync()s
 whatever was written since its last one, at most every ``SYNC_INTERVAL`` (2 ms), and at once
 after a quiet spell. A lease reaches the disk within ~2 ms, as the SQLite journal's group
-commit does for finishes; a job is not held back for it (an fdatasync per lease took ~200 µs
-of wall time under load, and halved dispatch). A power cut may thus forget the leases of its
-last ~2 ms: those jobs come back pending, their attempt not counted.
+commit does for finishes; a job is not held back for it (an fdatasync per lease put a device
+flush in every worker's cycle, and held dispatch to ~0.35x of no store). A power cut may
+thus forget the leases of its last ~2 ms: those jobs come back pending, their attempt not
+counted.
 
 Each record carries the job's state after the change: running on a worker as attempt A, or
 pending after A attempts. So the last record of a job is its state, unless SQLite has the
 job finished or cancelled (states a job never leaves). At open, before anything else, the
 store folds the log into SQLite that way (``read``, then one commit) and empties it.
 
-The file is written full of zeros once, at open, and records overwrite it from the start:
-no page of the mapping is a hole (a full disk would then kill the process at the copy), and
-an fdatasync() (which on Linux covers what was copied into a shared mapping) flushes data
-only, never a change of the file's size. Once ``limit`` bytes are written, the next record
-first flushes the store's writer (every logged change is then committed to SQLite: the
-caller queues its SQLite change under this log's lock, right with its record) and starts
-again at offset 0.
+The file is written full of zeros once, at open, and records overwrite it from the start: no
+page of the mapping is a hole (a full disk would then kill the process at the copy), and an
+fdatasync() (which on Linux covers what was copied into a shared mapping) flushes data only,
+never a change of the file's size. Once ``limit`` bytes are written, the next record first
+flushes the store's writer (every logged change is then committed to SQLite: the caller
+queues its SQLite change under this log's lock, right with its record) and starts again at
+offset 0.
 
 Reading stops at the first record that is torn, fails its CRC32, or breaks the order: a
 record carries the log's epoch (new at every open) and a ticket (one more per record), so
@@ -105,14 +107,14 @@ class LeaseLog:
             self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as exc:
             raise StoreError(path, f"cannot open the lease log: {exc.strerror}") from None
-        # Guards _size, _trim_at, _epoch, _ticket and _closed, and orders the
-        # appends: held for one pwrite() and the caller's queueing of its SQLite change, or
-        # for a flush when writing starts again at offset 0. Appenders wait on it.
+        # Guards _size, _trim_at, _epoch, _ticket, _closed and _map, and orders the appends:
+        # held for one copy into the mapping and the caller's queueing of its SQLite change,
+        # or for a flush when writing starts again at offset 0. Appenders wait on it.
         self._lock = threading.Lock()
         self._size = 0  # where the next record goes: the end of the last one written
         self._trim_at = self._limit
         self._epoch = 0
-        self._ticket = 0  # the last ticket written (its pwrite() returned)
+        self._ticket = 0  # the last ticket written (copied into the mapping)
         self._closed = False
         # The file, mapped (from ``reset``); replaced when the log grows.
         self._map: mmap.mmap | None = None
@@ -190,8 +192,9 @@ class LeaseLog:
         store), both under the lock; returns the record's ticket.
 
         Raises:
-            StoreError: the log is closed, or the write failed (StoreFullError: no space);
-                ``queue`` was not run. What ``queue`` raises (the record is wiped again).
+            StoreError: the log is closed, or it had to grow and could not
+                (StoreFullError: no space); ``queue`` was not run. What ``queue`` raises
+                (the record is wiped again).
         """
         job_id = record.job_id.encode()
         worker = (record.worker_id or "").encode() if record.running else b""
