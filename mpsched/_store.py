@@ -181,8 +181,10 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def lease(self, job_id: str, worker_id: str, attempt: int) -> None:
-        """Mark a job running with ``worker_id`` as its ``attempt``-th run; durable when this
-        returns, so that a job taken before a crash is recovered as running, never pending.
+        """Mark a job running with ``worker_id`` as its ``attempt``-th run; when this returns
+        it survives a crash of the manager, so that a job taken before a crash is recovered
+        as running, never pending. A store may make it survive a power cut a little later
+        (SQLiteStore with durability="sync": within ~2 ms, by group sync).
 
         Raises:
             StoreError: the change could not be written; the job must not be handed out.
