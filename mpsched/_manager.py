@@ -68,7 +68,7 @@ def run_manager(config: ManagerConfig, control: Connection | None = None,
     queue = JobQueue(order=config.order, max_pending=config.max_pending,
                      max_pending_bytes=config.max_pending_bytes, sizer=payload_size)
     try:
-        journal = _open_journal(config, queue)
+        journal, recovered = _open_journal(config, queue)
     except StoreError as exc:
         if control is None:
             raise
@@ -78,7 +78,7 @@ def run_manager(config: ManagerConfig, control: Connection | None = None,
     try:
         return _serve(config, control, on_ready, ManagerService(
             queue, heartbeat_timeout=config.heartbeat_timeout, journal=journal,
-            segments=segments))
+            segments=segments), recovered)
     finally:
         segments.close()
         journal.store.close()
@@ -97,8 +97,9 @@ def _segments(config: ManagerConfig) -> Segments:
     return Segments.start(not why, why)
 
 
-def _open_journal(config: ManagerConfig, queue: JobQueue) -> Journal:
-    """The store the config names (in memory without one), its jobs back in ``queue``."""
+def _open_journal(config: ManagerConfig, queue: JobQueue) -> tuple[Journal, str]:
+    """The store the config names (in memory without one), its jobs back in ``queue``;
+    and what was recovered, in one line ("" for nothing)."""
     store = (MemoryStore() if config.store is None else
              SQLiteStore(config.store, durability=config.durability,
                          result_ttl=config.result_ttl))
@@ -110,15 +111,16 @@ def _open_journal(config: ManagerConfig, queue: JobQueue) -> Journal:
         raise
     if summary:
         log.info("%s", summary)
-    return journal
+    return journal, summary
 
 
 def _serve(config: ManagerConfig, control: Connection | None,
            on_ready: Callable[[ManagerReady, ManagerService], None] | None,
-           service: ManagerService) -> int:
+           service: ManagerService, recovered: str) -> int:
     summary = service.schedules.recover()
     if summary:
         log.info("%s", summary)
+    recovered_lines = tuple(line for line in (recovered, summary) if line)
     serve_object(service)
     # The key is in config: workers and the jobs they run must not inherit it.
     scrub_authkey_env()
@@ -140,7 +142,7 @@ def _serve(config: ManagerConfig, control: Connection | None,
                 control.send(ManagerFailed(failure))
             log.error("manager start-up failed: %s", failure)
             return 1
-        ready = ManagerReady(server.address, os.getpid())
+        ready = ManagerReady(server.address, os.getpid(), recovered_lines)
         if control is not None:
             control.send(ready)
         if on_ready is not None:

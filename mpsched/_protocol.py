@@ -403,6 +403,7 @@ class ManagerReady(NamedTuple):
 
     address: Any
     pid: int
+    recovered: tuple[str, ...] = ()  # what it got back from its store, a line each
 
 
 class ManagerFailed(NamedTuple):

@@ -176,7 +176,7 @@ def _run_served(args: argparse.Namespace, out: TextIO, key: bytes, key_file: Pat
               f"  join:   python -m mpsched worker --connect {where} {key_hint}\n"
               f"  status: python -m mpsched status --connect {where} {key_hint}\n"
               f"  store:  {describe_store(config)}",
-              file=out, flush=True)
+              *(f"  {line}" for line in message.recovered), sep="\n", file=out, flush=True)
 
     try:
         return run_manager(config, on_ready=ready)

@@ -90,6 +90,9 @@ def test_a_killed_serve_runs_every_job_once_after_a_restart_and_none_early(
 
     restarted = time.time()
     second = serve_store(procs, store, "--workers", "4")
+    assert second.proc.line() == (  # the banner says what came back
+        f"  recovered {len(due)} pending job(s) from {os.path.realpath(store)}; of 4 running "
+        "when the manager stopped, 2 will run again and 2 failed (WorkerCrashedError)")
     wait_for(lambda: len(store_jobs.read_log(log)) == len(due) + len(retries)
              and idle(second), 90, "every recovered job ran")
     runs = store_jobs.read_log(log)
