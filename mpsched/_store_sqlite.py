@@ -10,9 +10,9 @@ durable call comes). With durability="sync" every commit is fsynced, theirs too.
 Leases. A lease is journalled once it is written to the lease log beside the file
 (``_store_leases``; with durability="sync", on disk within ~2 ms). Its row is written later:
 with the job's finish (one row update for both), or at the next flush, whichever comes
-first.
-Requeues are logged too. Opening the store folds what the log holds into SQLite, so every
-reader of the file sees the leases of a manager that died; ``recover`` reads the log too.
+first. Requeues are logged too. Opening the store folds what the log holds into SQLite, so
+every reader of the file sees the leases of a manager that died; ``recover`` reads the log
+too.
 
 Failures. An op that breaks a rule (a repeated job id) fails alone. An error that undoes the
 transaction (disk full, an I/O error, a lock held by another program) fails the durable

@@ -105,15 +105,8 @@ class FastConnection:
                             buffer_callback=buffers.append)
         if buffers:
             self._send_with_buffers(data, [buffer.raw() for buffer in buffers])
-            return
-        size = len(data)
-        if self._deadline is not None:
-            self._arm()
-        if size <= _READ:
-            self._sock.sendall(_header(size) + data)
         else:
-            self._sock.sendall(_header(size))
-            self._sock.sendall(data)
+            self.send_bytes(data)
 
     def _send_with_buffers(self, data: bytes, raws: list[memoryview]) -> None:
         table = [_BUFFERS.pack(0, len(raws)), *(_BUFFER.pack(raw.nbytes) for raw in raws)]
