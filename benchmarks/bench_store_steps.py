@@ -10,7 +10,10 @@ Each measurement on a fresh store in a temporary directory:
   (VALUES ...)``, alone and with one busy Python thread (the sqlite3 module lets go of the
   GIL around every step, and each step then waits to get it back);
 * a finish's row update (one statement per batch of 50) on the schema as it is, without
-  each of its indexes in turn, and with the row found by its rowid (seq) instead of its id.
+  each of its indexes in turn, and with the row found by its rowid (seq) instead of its id;
+* row updates in batches of every size from 10 to 150 rows, as one statement per batch
+  (each size a new statement to prepare) and as ``execute_rows`` runs them (statements of
+  a power of two of rows, each prepared once).
 
 Run: ``python -m benchmarks.bench_store_steps``.
 """
@@ -33,6 +36,7 @@ from mpsched._store import JobState, StoredJob
 from mpsched._store_file import MIGRATIONS
 from mpsched._store_leases import LeaseLog, LogRecord
 from mpsched._store_sqlite import _FINISH_LEASED, SQLiteStore
+from mpsched._store_writer import ROWS_PER_STATEMENT, execute_rows
 
 JOBS = 20_000
 _runs = itertools.count()  # one new file per measurement
@@ -174,6 +178,35 @@ def finish_variants(directory: str, batch: int = 50) -> dict[str, float]:
     return results
 
 
+def size_costs(directory: str) -> dict[str, float]:
+    """CPU µs of this thread per row updated in batches of 10, 11, ..., 150 rows (each size
+    once, as batches come): one statement per batch (a new statement, prepared, for each),
+    and ``execute_rows`` (statements of a power of two of rows: a handful, each prepared
+    once)."""
+    sizes = range(10, 151)
+    ways: dict[str, Callable[[sqlite3.Connection, Sequence[Sequence[object]]], object]] = {
+        "a statement per size": lambda conn, rows: conn.execute(
+            _FINISH_LEASED.many(len(rows)), [v for row in rows for v in row]),
+        "powers of two": lambda conn, rows: execute_rows(
+            conn, _FINISH_LEASED.many, rows, ROWS_PER_STATEMENT),
+    }
+    results: dict[str, float] = {}
+    for name, run in ways.items():
+        conn = _connection(os.path.join(directory, f"sizes-{next(_runs)}.db"))
+        at = 0
+        start = time.thread_time()
+        for size in sizes:
+            rows = [("done", b"y" * 60, 1.0, "worker-1", 1, f"client-{n}")
+                    for n in range(at, at + size)]
+            conn.execute("BEGIN IMMEDIATE")
+            run(conn, rows)
+            conn.execute("COMMIT")
+            at += size
+        results[name] = (time.thread_time() - start) / at * 1e6
+        conn.close()
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -198,6 +231,10 @@ def main() -> None:
         cells = ", ".join(f"{name} {statistics.median(r[name] for r in finishes):.1f} µs"
                           for name in finishes[0])
         print(f"a finish's row update, batches of 50, alone: {cells} of CPU per row")
+        by_size = [size_costs(directory) for _ in range(args.repeats)]
+        cells = ", ".join(f"{name} {statistics.median(r[name] for r in by_size):.1f} µs"
+                          for name in by_size[0])
+        print(f"row updates, batches of 10 to 150 rows, alone: {cells} of CPU per row")
 
 
 if __name__ == "__main__":

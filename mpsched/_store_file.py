@@ -129,7 +129,8 @@ def _read_version(conn: sqlite3.Connection, path: str) -> int:
 
 def connect_writer(path: str, durability: str) -> sqlite3.Connection:
     """The writer's connection, in WAL mode, with the schema migrated to the current one."""
-    # cached_statements: the multi-row statements of the writer come in many sizes.
+    # cached_statements: every statement the writer runs stays prepared (a few dozen: its
+    # multi-row ones take a power of two of rows, see execute_rows).
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=2.0,
                            cached_statements=1024)
     try:

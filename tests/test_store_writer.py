@@ -18,6 +18,7 @@ import pytest
 from mpsched._errors import MpschedError, StoreError
 from mpsched._store import JobState, StoredJob
 from mpsched._store_sqlite import _LEASE, SQLiteStore
+from mpsched._store_writer import execute_rows
 
 T0 = 1.8e9
 JOIN = 30.0  # real seconds a test waits for a thread it started, or for the writer
@@ -222,3 +223,46 @@ def test_with_sync_a_batch_nobody_waits_for_is_fsynced_too(
     store._writer.post(record)  # nobody waits: the writer thread commits it
     assert done.wait(JOIN)
     assert seen == [2]  # FULL
+
+
+class Recorder:
+    """Stands in for a connection: keeps each statement's SQL and parameters."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, list[object]]] = []
+
+    def execute(self, sql: str, params: list[object]) -> None:
+        self.calls.append((sql, params))
+
+
+def test_multi_row_statements_come_in_a_few_sizes_and_keep_the_rows_in_order() -> None:
+    """Batches come in every size; their statements in powers of two of rows only, so that
+    a connection prepares a handful of statements (a new size once cost as much as running
+    it) instead of one per size."""
+    sizes: set[int] = set()
+    for count in range(600):
+        rows = [(n, f"job-{n}") for n in range(count)]
+        conn = Recorder()
+        execute_rows(conn, lambda n: f"rows {n}", rows, 256)  # type: ignore[arg-type]
+        flat: list[object] = []
+        for sql, params in conn.calls:
+            size = int(sql.split()[1])
+            assert size & (size - 1) == 0 and size <= 256, (count, size)
+            assert len(params) == 2 * size
+            sizes.add(size)
+            flat.extend(params)
+        assert flat == [value for row in rows for value in row]
+    assert sizes == {1 << k for k in range(9)}
+
+
+def test_batches_of_odd_sizes_are_written_whole(open_store: Callable[..., SQLiteStore]) -> None:
+    store = open_store(durability="process")
+    store.submit([job(n) for n in range(1, 778)])  # 512 + 256 + 8 + 1 rows
+    held = Held(store)
+    for n in range(1, 301):  # one batch: 256 + 32 + 8 + 4 rows
+        store.finish(f"job-{n}", JobState.DONE, b"ok", T0)
+    held.release()
+    store.flush()
+    states = [(record.job_id, record.state) for record in store.jobs()]
+    assert states == [(f"job-{n}", JobState.DONE if n <= 300 else JobState.PENDING)
+                      for n in range(1, 778)]
