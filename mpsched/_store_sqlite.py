@@ -104,7 +104,9 @@ _REQUEUE = _by_job(state="'pending'", worker_id="NULL", attempt=None)
 # UPDATE ... FROM came with SQLite 3.33; older ones run a batch's rows by executemany().
 _MULTI = {s.one: s.many for s in (_LEASE, _FINISH, _FINISH_LEASED, _REQUEUE)} \
     if sqlite3.sqlite_version_info >= (3, 33) else {}
-_ROWS_PER_INSERT = 512  # x 12 parameters: under SQLite's 32766 per statement
+# Rows of one INSERT, 12 parameters each: under SQLite's default limit of parameters per
+# statement, 32766 since SQLite 3.32 and 999 before.
+_ROWS_PER_INSERT = 512 if sqlite3.sqlite_version_info >= (3, 32) else 64
 
 
 @functools.lru_cache(maxsize=64)

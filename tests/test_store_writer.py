@@ -7,6 +7,7 @@ test queues the next: everything queued meanwhile is written as one batch, in or
 from __future__ import annotations
 
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -17,7 +18,7 @@ import pytest
 
 from mpsched._errors import MpschedError, StoreError
 from mpsched._store import JobState, StoredJob
-from mpsched._store_sqlite import _LEASE, SQLiteStore
+from mpsched._store_sqlite import _LEASE, _ROWS_PER_INSERT, SQLiteStore, _insert_rows
 from mpsched._store_writer import execute_rows
 
 T0 = 1.8e9
@@ -266,3 +267,15 @@ def test_batches_of_odd_sizes_are_written_whole(open_store: Callable[..., SQLite
     states = [(record.job_id, record.state) for record in store.jobs()]
     assert states == [(f"job-{n}", JobState.DONE if n <= 300 else JobState.PENDING)
                       for n in range(1, 778)]
+
+
+def test_an_insert_statement_stays_under_sqlites_limit_of_parameters(tmp_path: Path) -> None:
+    conn = sqlite3.connect(tmp_path / "limits.db")
+    try:
+        if sys.version_info >= (3, 11):
+            limit = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+        else:  # the default of the SQLite in use
+            limit = 32766 if sqlite3.sqlite_version_info >= (3, 32) else 999
+    finally:
+        conn.close()
+    assert _insert_rows(_ROWS_PER_INSERT).count("?") <= limit
