@@ -13,7 +13,9 @@ Each measurement on a fresh store in a temporary directory:
   each of its indexes in turn, and with the row found by its rowid (seq) instead of its id;
 * row updates in batches of every size from 10 to 150 rows, as one statement per batch
   (each size a new statement to prepare) and as ``execute_rows`` runs them (statements of
-  a power of two of rows, each prepared once).
+  a power of two of rows, each prepared once);
+* a prune of 60,000 finished jobs out of 120,000, as one DELETE and as the writer prunes,
+  in steps of ``PRUNE_STEP`` rows (a step is what a batch may wait for).
 
 Run: ``python -m benchmarks.bench_store_steps``.
 """
@@ -35,7 +37,7 @@ from contextlib import contextmanager
 from mpsched._store import JobState, StoredJob
 from mpsched._store_file import MIGRATIONS
 from mpsched._store_leases import LeaseLog, LogRecord
-from mpsched._store_sqlite import _FINISH_LEASED, SQLiteStore
+from mpsched._store_sqlite import _FINISH_LEASED, _PRUNE, _PRUNE_STEP, PRUNE_STEP, SQLiteStore
 from mpsched._store_writer import ROWS_PER_STATEMENT, execute_rows
 
 JOBS = 20_000
@@ -70,7 +72,7 @@ def store_alone(directory: str, durability: str) -> tuple[float, float]:
     return (submitted - start) / JOBS * 1e6, (ended - submitted) / JOBS * 1e6
 
 
-def _connection(path: str) -> sqlite3.Connection:
+def _connection(path: str, jobs: int = JOBS) -> sqlite3.Connection:
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = NORMAL")
@@ -78,7 +80,7 @@ def _connection(path: str) -> sqlite3.Connection:
     for step in MIGRATIONS:
         step(conn)
     conn.execute("COMMIT")
-    rows = [job[:12] for job in _jobs(JOBS)]
+    rows = [job[:12] for job in _jobs(jobs)]
     conn.execute("BEGIN")
     conn.executemany("INSERT INTO jobs (job_id, client_id, key, name, payload, priority, "
                      "due_wall, seq, timeout, retries, attempt, submitted_wall, state) "
@@ -207,6 +209,36 @@ def size_costs(directory: str) -> dict[str, float]:
     return results
 
 
+def prune_costs(directory: str, rows: int = 60_000) -> tuple[float, float, float]:
+    """Seconds to prune ``rows`` finished jobs (a minute of them at 1,000 jobs/s) of a
+    store holding twice as many: as one DELETE; and the median and the longest of the
+    writer's steps of ``PRUNE_STEP`` rows, each a transaction."""
+    whole = 0.0
+    steps: list[float] = []
+    for stepwise in (False, True):
+        conn = _connection(os.path.join(directory, f"prune-{next(_runs)}.db"), 2 * rows)
+        conn.execute("BEGIN")
+        conn.execute("UPDATE jobs SET state = 'done', outcome = ?, finished_wall = seq",
+                     (b"y" * 60,))
+        conn.execute("COMMIT")
+        while True:
+            start = time.perf_counter()
+            conn.execute("BEGIN IMMEDIATE")
+            if stepwise:
+                deleted = conn.execute(_PRUNE_STEP, (rows - 1, PRUNE_STEP)).rowcount
+            else:
+                deleted = conn.execute(_PRUNE, (rows - 1,)).rowcount
+            conn.execute("COMMIT")
+            if not stepwise:
+                whole = time.perf_counter() - start
+                break
+            steps.append(time.perf_counter() - start)
+            if deleted < PRUNE_STEP:
+                break
+        conn.close()
+    return whole, statistics.median(steps), max(steps)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -235,6 +267,11 @@ def main() -> None:
         cells = ", ".join(f"{name} {statistics.median(r[name] for r in by_size):.1f} µs"
                           for name in by_size[0])
         print(f"row updates, batches of 10 to 150 rows, alone: {cells} of CPU per row")
+        prunes = [prune_costs(directory) for _ in range(args.repeats)]
+        print(f"a prune of 60,000 finished jobs: {statistics.median(p[0] for p in prunes):.3f}"
+              f" s as one DELETE; in steps of {PRUNE_STEP} rows, "
+              f"{statistics.median(p[1] for p in prunes) * 1e3:.1f} ms a step, the longest "
+              f"{statistics.median(p[2] for p in prunes) * 1e3:.1f} ms")
 
 
 if __name__ == "__main__":

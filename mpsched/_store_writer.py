@@ -68,7 +68,7 @@ def execute_rows(conn: sqlite3.Connection, sql_for: Callable[[int], str],
     Each statement takes a power of two of rows, at most ``per_statement`` (a power of two):
     the largest that fits in what is left. Batches come in every size, and with one
     statement per batch each new size was a new statement to prepare (batches of 10 to 150
-    rows: 9.9 against 8.5 µs of CPU per row, ``benchmarks/bench_store_steps.py``); a
+    rows: 9.9-11.9 against ~8.5 µs of CPU per row, ``benchmarks/bench_store_steps.py``); a
     connection now prepares a handful of statements in all, each once."""
     at, end = 0, len(rows)
     while at < end:
@@ -123,7 +123,7 @@ class Writer:
 
     def __init__(self, conn: sqlite3.Connection, path: str, *, batch_size: int,
                  linger: float, idle: float,
-                 housekeeping: Callable[[sqlite3.Connection], None],
+                 housekeeping: Callable[[sqlite3.Connection], bool],
                  multi: Mapping[str, Callable[[int], str]] | None = None) -> None:
         self._conn = conn  # used only by the holder of the lead, once started
         self._path = path
@@ -132,7 +132,12 @@ class Writer:
         self._batch_size = batch_size
         self._linger = linger
         self._idle = idle
+        # Run before every batch and when the writer thread is idle for ``idle`` seconds;
+        # True: it has more to do, and the idle writer thread runs it again at once.
         self._housekeeping = housekeeping
+        # Written by the holder of the lead (the only caller of _housekeeping); read by
+        # the writer thread, with _mutex held, to choose how long it stays idle.
+        self._housekeeping_left = False
         # Guards every field below except commits. Held only to queue, take a batch, settle
         # it and pass the lead: never while SQLite works. Durable callers wait on their own
         # op's waiter, not on this.
@@ -140,7 +145,7 @@ class Writer:
         # On _mutex. The writer thread waits on it while _writer_idle (nothing queued, or
         # a batch in someone else's hands), or for a deadline (linger, backoff,
         # ASYNC_DELAY); notified when an op comes in while it is idle, when a batch ends
-        # leaving ops for it, and by close().
+        # leaving ops or housekeeping for it, and by close().
         self._wake = threading.Condition(self._mutex)
         self._ops: deque[_Op] = deque()
         self._durable: deque[_Op] = deque()  # the durable ops of _ops, in the same order
@@ -281,7 +286,7 @@ class Writer:
             nxt.waiter.release()
             return
         self._busy = False
-        if self._ops or self._closing:
+        if self._ops or self._closing or self._housekeeping_left:
             self._wake.notify()
 
     def _take_locked(self) -> list[_Op]:
@@ -304,7 +309,7 @@ class Writer:
     def _write(self, batch: list[_Op]) -> None:
         """Apply ``batch`` in one transaction; on failure, ops are settled by ``_undo``."""
         conn = self._conn
-        self._housekeeping(conn)
+        self._housekeeping_left = self._housekeeping(conn)
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -430,15 +435,16 @@ class Writer:
                 if write:
                     self._lead(None)
                 else:
-                    self._housekeeping(self._conn)
+                    self._housekeeping_left = self._housekeeping(self._conn)
                     with self._mutex:
                         self._pass_lead_locked()
         except BaseException as exc:  # a bug: callers must still hear of it
             self._stop([], exc)
 
     def _next_batch(self) -> bool | None:
-        """Wait until the writer thread is to write a batch (True) or, idle for a while,
-        to do its housekeeping (False), holding the lead either way; None: it stops."""
+        """Wait until the writer thread is to write a batch (True) or, idle for a while (at
+        once while housekeeping has more to do), to do its housekeeping (False), holding
+        the lead either way; None: it stops."""
         watch = False  # woken by an op: look again after ASYNC_DELAY before going idle
         with self._mutex:
             while True:
@@ -450,7 +456,8 @@ class Writer:
                         self._wake.wait(ASYNC_DELAY)
                         continue
                     self._writer_idle = True
-                    watch = self._wake.wait(self._idle)
+                    more = self._housekeeping_left and not self._busy
+                    watch = self._wake.wait(0.0 if more else self._idle)
                     self._writer_idle = False
                     if not watch and not self._busy and not self._ops:
                         self._busy = True

@@ -6,6 +6,7 @@ SQLiteStore over a real file in tmp_path; a fake wall clock decides expiry.
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import re
@@ -13,13 +14,14 @@ import shutil
 import sqlite3
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from mpsched import _store_file
+from mpsched import _store_file, _store_sqlite
 from mpsched._errors import (
     InvalidJobError,
     MpschedError,
@@ -640,6 +642,40 @@ def test_the_writer_prunes_on_its_own(open_sqlite: Callable[..., SQLiteStore],
     wall.now = T0 + TTL + 60
     store.flush()  # the writer prunes before the batch this flush waits for
     assert [r.job_id for r in store.jobs()] == ["job-2"]
+
+
+def test_the_writers_prune_goes_a_step_per_transaction_and_finishes_on_its_own(
+        open_sqlite: Callable[..., SQLiteStore], wall: Wall, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A batch waits for one step of a prune at most, not for all of it; the idle writer
+    goes on with the next step at once, not a prune interval later."""
+    monkeypatch.setattr(_store_sqlite, "PRUNE_STEP", 10)
+    store = open_sqlite(prune_interval=60.0)
+    store.submit([job(n) for n in range(1, 27)])
+    for n in range(1, 26):
+        store.finish(f"job-{n}", JobState.DONE, b"ok", T0)
+    store.flush()
+    steps: list[int] = []  # rows each call deleted, in order (calls run one at a time)
+    housekeeping = store._writer._housekeeping
+
+    def counted(conn: sqlite3.Connection) -> bool:
+        before = conn.total_changes
+        more = housekeeping(conn)
+        if conn.total_changes > before:
+            steps.append(conn.total_changes - before)
+        return more
+
+    store._writer._housekeeping = counted
+    caplog.set_level(logging.INFO, logger="mpsched.store")
+    wall.now = T0 + TTL + 60
+    store.flush()  # its batch runs the first step
+    assert steps[:1] == [10]
+    deadline = time.monotonic() + JOIN  # the prune interval is 60 s: the writer must not wait
+    while [r.job_id for r in store.jobs()] != ["job-26"]:
+        assert time.monotonic() < deadline, f"the prune stopped after {steps}"
+        time.sleep(0.001)
+    assert steps == [10, 10, 5]
+    assert "pruned 25 finished jobs" in caplog.text
 
 
 def test_reads_see_commits_without_waiting_for_the_writer(
