@@ -25,20 +25,31 @@ pending after A attempts. So the last record of a job is its state, unless SQLit
 job finished or cancelled (states a job never leaves). At open, before anything else, the
 store folds the log into SQLite that way (``read``, then one commit) and empties it.
 
-The file is written full of zeros once, at open, and records overwrite it from the start: no
-page of the mapping is a hole (a full disk would then kill the process at the copy), and an
-fdatasync() (which on Linux covers what was copied into a shared mapping) flushes data only,
-never a change of the file's size. Once ``limit`` bytes are written, the next record first
-flushes the store's writer (every logged change is then committed to SQLite: the caller
-queues its SQLite change under this log's lock, right with its record) and starts again at
-offset 0.
+The file is made of regions of ``limit`` bytes, two at first, written full of zeros at open:
+no page of the mapping is a hole (a full disk would then kill the process at the copy), and
+an fdatasync() (which on Linux covers what was copied into a shared mapping) flushes data
+only, not a change of the file's size (but when the log grew). Records fill one region from
+its start, then the next; a record never straddles two. A region is written again, from its
+start, only once every change logged there is committed to SQLite, and the oldest first:
 
-Reading stops at the first record that is torn, fails its CRC32, or breaks the order: a
-record carries the log's epoch (new at every open) and a ticket (one more per record), so
-the records a restart at offset 0 left behind the new ones (lower tickets), those of an
-earlier manager (another epoch), and whatever a power cut left after the last fdatasync()
-are never read. If the store cannot commit, the log grows on (zeros written past the end,
-then mapped); a record that finds no room there is refused (StoreFullError).
+- leaving a region asks the log's flusher thread for a flush of the store's writer (the
+  caller of ``append`` queues its SQLite change under this log's lock, right with its
+  record, so a flush that starts later covers it); nobody waits for it;
+- the next region is the oldest one if its flush is done, else a new one at the end of the
+  file (zeros written, then mapped): the log grows while the store lags or cannot commit,
+  and a record that finds no room is refused (StoreFullError).
+
+So an append never waits for the store (it did, for a commit, every ~4,500 leases: a
+device flush with ``sync``), and what is overwritten is always older than every record
+left, and committed.
+
+A record carries the log's epoch (new at every open) and a ticket (one more per record).
+Reading gathers runs: from the start of each region, records while they are whole, pass
+their CRC32, keep one epoch and their tickets rise (a run may go on into the next region,
+as the single region of older versions of this log did). Its records are those of the
+epoch of region 0, each ticket once, in ticket order. What a region's new records left
+behind of its old ones (lower tickets), an earlier manager's (another epoch), and whatever
+a power cut left after the last fdatasync() are never read.
 """
 
 from __future__ import annotations
@@ -51,6 +62,7 @@ import os
 import struct
 import threading
 import zlib
+from collections import deque
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -58,8 +70,8 @@ from mpsched._errors import StoreError, StoreFullError
 
 log = logging.getLogger("mpsched.store")
 
-LIMIT = 256 << 10  # bytes of log (~4,500 leases) before it starts again at 0, after a flush
-SLACK = 16 << 10  # zeros beyond LIMIT: room for records written before a restart
+LIMIT = 128 << 10  # bytes of one region of the log (~2,300 leases); two at first
+FLUSH_RETRY = 1.0  # seconds before the flusher tries again after a failed flush
 # Seconds from one fdatasync() of a busy log to the next (durability="sync"): the most a
 # power cut may take back. At ~50 µs of kernel CPU each, a busy log costs ~2% of a core.
 SYNC_INTERVAL = 0.002
@@ -83,6 +95,26 @@ def latest(records: list[LogRecord]) -> dict[str, LogRecord]:
     return {record.job_id: record for record in records}
 
 
+def _run(data: bytes, at: int) -> list[tuple[int, int, LogRecord]]:
+    """The records (epoch, ticket, record) from offset ``at`` while they are whole, pass
+    their CRC32, keep one epoch and their tickets rise."""
+    run: list[tuple[int, int, LogRecord]] = []
+    while at + _HEAD.size <= len(data):
+        crc, length = _HEAD.unpack_from(data, at)
+        body = data[at + _HEAD.size:at + _HEAD.size + length]
+        if length < _BODY.size or len(body) < length or zlib.crc32(body) != crc:
+            break
+        epoch, ticket, attempt, running, id_len = _BODY.unpack_from(body)
+        if (run and (epoch != run[-1][0] or ticket <= run[-1][1])) \
+                or _BODY.size + id_len > length:
+            break
+        job_id = body[_BODY.size:_BODY.size + id_len].decode()
+        worker = body[_BODY.size + id_len:].decode() if running else None
+        run.append((epoch, ticket, LogRecord(job_id, bool(running), attempt, worker)))
+        at += _HEAD.size + length
+    return run
+
+
 class LeaseLog:
     """The log of leases and requeues at ``path``. Thread-safe.
 
@@ -91,9 +123,8 @@ class LeaseLog:
         sync: fdatasync() the records written, from a thread of its own, at most every
             ``SYNC_INTERVAL`` (durability="sync"); until ``release``.
         flush: waits until every change queued to the store so far is committed (the
-            store's writer); called before writing starts again at offset 0.
-        limit: bytes after which the next append starts again at offset 0 (default
-            ``LIMIT``).
+            store's writer); called by the flusher thread when a region is left.
+        limit: bytes of one region (default ``LIMIT``): the longest record it takes.
     Raises:
         StoreError: the file could not be opened.
     """
@@ -102,22 +133,33 @@ class LeaseLog:
                  limit: int | None = None) -> None:
         self.path = path
         self._flush = flush
-        self._limit = LIMIT if limit is None else limit
+        self._region = LIMIT if limit is None else limit
         try:
             self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as exc:
             raise StoreError(path, f"cannot open the lease log: {exc.strerror}") from None
-        # Guards _size, _trim_at, _epoch, _ticket, _closed and _map, and orders the appends:
-        # held for one copy into the mapping and the caller's queueing of its SQLite change,
-        # or for a flush when writing starts again at offset 0. Appenders wait on it.
+        # Guards every field below up to _sync_cond, and orders the appends: held for one
+        # copy into the mapping and the caller's queueing of its SQLite change, or to grow
+        # the file. Appenders wait on it; so does the flusher thread, through _flush_cond.
         self._lock = threading.Lock()
-        self._size = 0  # where the next record goes: the end of the last one written
-        self._trim_at = self._limit
+        self._size = 0  # where the next record goes (an offset in the file)
+        self._end = 0  # the end of the region being written
         self._epoch = 0
         self._ticket = 0  # the last ticket written (copied into the mapping)
         self._closed = False
         # The file, mapped (from ``reset``); replaced when the log grows.
         self._map: mmap.mmap | None = None
+        self._regions: deque[int] = deque()  # region numbers, oldest first; the last is written
+        self._last: list[int] = []  # by region: the last ticket written there since reset
+        self._committed = 0  # every change up to this ticket is committed (a flush ended)
+        self._flush_wanted = 0  # the flusher is to make _committed reach this ticket
+        self._flusher_stopping = False
+        # On _lock. The flusher thread waits on it for _flush_wanted to pass _committed (a
+        # region was left), or for FLUSH_RETRY after a failed flush; ``release`` wakes it.
+        self._flush_cond = threading.Condition(self._lock)
+        self._flusher = threading.Thread(target=self._flush_loop, daemon=True,
+                                         name="mpsched-lease-flush")
+        self._flusher.start()
         # Guards _written, _synced, _syncer_idle and _stopping; taken after _lock. The syncer
         # thread waits on it for records to sync (appends notify it when it is idle) and,
         # between two syncs, for ``release``; ``wait_synced`` callers wait for a sync.
@@ -143,32 +185,22 @@ class LeaseLog:
     # ------------------------------------------------------------------ at open
 
     def read(self) -> list[LogRecord]:
-        """The log's valid records, oldest first (where reading stops: the module's doc)."""
+        """The log's valid records, oldest first (which: the module's doc)."""
         data = os.pread(self._fd, os.fstat(self._fd).st_size, 0)
-        records: list[LogRecord] = []
-        epoch = ticket = None
-        at = 0
-        while at + _HEAD.size <= len(data):
-            crc, length = _HEAD.unpack_from(data, at)
-            body = data[at + _HEAD.size:at + _HEAD.size + length]
-            if length < _BODY.size or len(body) < length or zlib.crc32(body) != crc:
-                break
-            rec_epoch, rec_ticket, attempt, running, id_len = _BODY.unpack_from(body)
-            if (epoch is not None and rec_epoch != epoch) or \
-                    (ticket is not None and rec_ticket <= ticket) or \
-                    _BODY.size + id_len > length:
-                break
-            epoch, ticket = rec_epoch, rec_ticket
-            job_id = body[_BODY.size:_BODY.size + id_len].decode()
-            worker = body[_BODY.size + id_len:].decode() if running else None
-            records.append(LogRecord(job_id, bool(running), attempt, worker))
-            at += _HEAD.size + length
-        return records
+        runs = [run for start in range(0, len(data), self._region) if (run := _run(data, start))]
+        if not runs:
+            return []
+        # Region 0 takes the first record of every epoch (and reset() leaves no other
+        # epoch's records on disk): its epoch, or if a record torn there hides it, the next.
+        epoch = runs[0][0][0]
+        found = {ticket: record for run in runs for run_epoch, ticket, record in run
+                 if run_epoch == epoch}
+        return [found[ticket] for ticket in sorted(found)]
 
     def reset(self) -> None:
-        """Empty the log (its records are folded into the store): zeros over ``limit``
-        bytes and some room, on disk before this returns; a new epoch."""
-        zeros = bytes(self._limit + SLACK)
+        """Empty the log (its records are folded into the store): two regions of zeros,
+        on disk before this returns; a new epoch."""
+        zeros = bytes(2 * self._region)
         with self._lock:
             try:
                 os.ftruncate(self._fd, 0)
@@ -179,7 +211,10 @@ class LeaseLog:
                 raise self._error(exc) from None
             self._map_locked(len(zeros))
             self._size = 0
-            self._trim_at = self._limit
+            self._end = self._region
+            self._regions = deque([1, 0])  # 0 is written first; 1, empty, is the oldest
+            self._last = [0, 0]
+            self._committed = self._flush_wanted = 0
             self._epoch = int.from_bytes(os.urandom(8), "little")
             self._ticket = 0
             with self._sync_cond:
@@ -193,30 +228,31 @@ class LeaseLog:
 
         Raises:
             StoreError: the log is closed, or it had to grow and could not
-                (StoreFullError: no space); ``queue`` was not run. What ``queue`` raises
-                (the record is wiped again).
+                (StoreFullError: no space), or the record is longer than a region;
+                ``queue`` was not run. What ``queue`` raises (the record is wiped again).
         """
         job_id = record.job_id.encode()
         worker = (record.worker_id or "").encode() if record.running else b""
         with self._lock:
             if self._closed or self._map is None:  # closed, or never reset (opened)
                 raise StoreError(self.path, "the store is closed")
-            if self._size >= self._trim_at:
-                self._restart_locked()
             ticket = self._ticket + 1
             body = _BODY.pack(self._epoch, ticket, record.attempt, record.running,
                               len(job_id)) + job_id + worker
             data = _HEAD.pack(zlib.crc32(body), len(body)) + body
-            end = self._size + len(data)
-            mapped = self._map if end <= len(self._map) else self._grow_locked(end)
-            mapped[self._size:end] = data
+            if self._size + len(data) > self._end:
+                self._next_region_locked(len(data))
+            start = self._size
+            end = start + len(data)
+            mapped = self._map
+            mapped[start:end] = data
             try:
                 queue()
             except BaseException:  # nothing will reach the store: neither may the record
-                mapped[self._size:end] = bytes(len(data))
+                mapped[start:end] = bytes(len(data))
                 raise
             self._size = end
-            self._ticket = ticket
+            self._ticket = self._last[self._regions[-1]] = ticket
             if self._syncer is not None:
                 with self._sync_cond:
                     self._written = ticket
@@ -234,6 +270,10 @@ class LeaseLog:
         logged change is in the store. Once: later calls do nothing."""
         if self._fd < 0:
             return
+        with self._lock:
+            self._flusher_stopping = True
+            self._flush_cond.notify_all()
+        self._flusher.join()
         if self._syncer is not None:
             with self._sync_cond:
                 self._stopping = True
@@ -283,16 +323,57 @@ class LeaseLog:
                 self._sync_cond.notify_all()
                 self._sync_cond.wait_for(lambda: self._stopping, SYNC_INTERVAL)
 
-    def _restart_locked(self) -> None:
-        """Flush the store's writer, then write on from offset 0; if the flush fails, grow
-        on and try again after another ``limit`` bytes."""
-        try:
-            self._flush()
-        except StoreError:
-            self._trim_at = self._size + self._limit
-            return
-        self._size = 0
-        self._trim_at = self._limit
+    def _flush_loop(self) -> None:
+        """The flusher thread: when a region is left, flush the store's writer (outside the
+        lock); then the regions written before the flush began may be written again."""
+        with self._lock:
+            while True:
+                while self._flush_wanted <= self._committed and not self._flusher_stopping:
+                    self._flush_cond.wait()
+                if self._flusher_stopping:
+                    return
+                covered = self._ticket  # every change logged so far is queued to the store
+                self._lock.release()
+                try:
+                    self._flush()
+                    flushed = True
+                except StoreError:  # the writer logs why; the log grows meanwhile
+                    flushed = False
+                except Exception:  # a bug: the log grows, but the store goes on
+                    log.exception("%s: the flush of the store failed", self.path)
+                    flushed = False
+                finally:
+                    self._lock.acquire()
+                if flushed:
+                    self._committed = max(self._committed, covered)
+                else:
+                    self._flush_cond.wait_for(lambda: self._flusher_stopping, FLUSH_RETRY)
+
+    def _next_region_locked(self, length: int) -> None:
+        """Go on in the next region: the oldest if its changes are committed, else a new
+        one at the end of the file. Asks the flusher for the region left behind.
+
+        Raises:
+            StoreError: the record is longer than a region, or the log could not grow
+                (StoreFullError: no space); nothing changed.
+        """
+        if length > self._region:
+            raise StoreError(self.path, f"a record of {length} bytes is longer than a region "
+                                        f"of the lease log ({self._region} bytes)")
+        oldest = self._regions[0]
+        if self._last[oldest] <= self._committed:
+            self._regions.popleft()
+            region = oldest
+        else:
+            region = len(self._last)
+            self._grow_locked(region + 1)
+            self._last.append(0)
+        self._regions.append(region)
+        self._last[region] = 0
+        self._size = region * self._region
+        self._end = self._size + self._region
+        self._flush_wanted = self._ticket
+        self._flush_cond.notify()
 
     def _map_locked(self, length: int) -> mmap.mmap:
         """Map the file's first ``length`` bytes (written already: no hole to fault in)."""
@@ -305,17 +386,17 @@ class LeaseLog:
         self._map = mapped
         return mapped
 
-    def _grow_locked(self, end: int) -> mmap.mmap:
-        """Make the file reach past ``end``, zeros written beyond what is mapped (the log
-        grows while its changes cannot be committed), and map it all."""
+    def _grow_locked(self, regions: int) -> None:
+        """Make the file ``regions`` regions long, zeros written past what is mapped, and
+        map it all."""
         mapped = os.fstat(self._fd).st_size
-        zeros = bytes(end + SLACK - mapped)
+        zeros = bytes(regions * self._region - mapped)
         try:
             if os.pwrite(self._fd, zeros, mapped) != len(zeros):
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         except OSError as exc:
             raise self._error(exc) from None
-        return self._map_locked(end + SLACK)
+        self._map_locked(regions * self._region)
 
     def _error(self, exc: OSError) -> StoreError:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import errno
 import os
+import random
 import shutil
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -178,40 +180,56 @@ def test_a_closed_store_leaves_no_log_and_a_crashed_one_keeps_it(
     assert row(tmp_path / "jobs.db", "job-1") == ("running", "w1", 1)
 
 
-def test_the_log_starts_over_once_its_changes_are_committed(
+def caught_up(log: LeaseLog) -> None:
+    """Wait until the log's flusher has flushed for every region left so far."""
+    deadline = time.monotonic() + JOIN
+    while log._committed < log._flush_wanted:
+        assert time.monotonic() < deadline, "the flusher never caught up"
+        time.sleep(0.001)
+
+
+def test_regions_are_written_again_once_their_changes_are_committed(
         tmp_path: Path, open_store: Callable[..., SQLiteStore],
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_store_leases, "LIMIT", 4096)
     store = open_store()
     store.submit([job(n) for n in range(1, 501)])
     log = tmp_path / "jobs.db-leases"
-    size = log.stat().st_size
-    assert size == 4096 + _store_leases.SLACK  # written once at open
-    for n in range(1, 501):
+    assert log.stat().st_size == 2 * 4096  # two regions, written once at open
+    for n in range(1, 501):  # ~20 KB of records
         store.lease(f"job-{n}", "w1", 1)
-    assert store._leases._size < 4096 + 200  # one record past the limit, at most
-    assert log.stat().st_size == size  # it never grew
+        caught_up(store._leases)  # a store that keeps up: the log never grows
+    assert log.stat().st_size == 2 * 4096
     crashed = crash_copy(tmp_path / "jobs.db", tmp_path / "crashed")
-    assert len(open_store(crashed).recover().running) == 500  # none lost by a restart
+    assert len(open_store(crashed).recover().running) == 500  # none lost by a reuse
 
 
 def test_a_lease_the_log_has_no_room_for_is_refused_and_leaves_the_job_pending(
         open_store: Callable[..., SQLiteStore], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_store_leases, "LIMIT", 0)  # mapped: SLACK bytes, then it grows
-    monkeypatch.setattr(_store_leases, "SLACK", 8)
+    monkeypatch.setattr(_store_leases, "LIMIT", 4096)  # ~100 leases a region
     store = open_store()
-    store.submit([job(1), job(2)])
+    store.submit([job(n) for n in range(1, 301)])
+    held = Held(store)  # the store does not commit: the log must grow after two regions
     real_pwrite = os.pwrite
-    monkeypatch.setattr(os, "pwrite", no_room(0))  # the zeros the log must grow by
-    with pytest.raises(StoreFullError, match=r"jobs\.db-leases"):
-        store.lease("job-1", "w1", 1)
+    monkeypatch.setattr(os, "pwrite", no_room(0))  # the zeros it must grow by
+    refused = None
+    for n in range(1, 301):
+        try:
+            store.lease(f"job-{n}", "w1", 1)
+        except StoreFullError as exc:
+            assert "jobs.db-leases" in str(exc)
+            refused = n
+            break
+    assert refused is not None and refused > 100
     monkeypatch.setattr(os, "pwrite", real_pwrite)
-    store.lease("job-2", "w1", 1)
+    store.lease("job-300", "w1", 1)  # grows now
+    held.release()
     recovery = store.recover()
-    assert [j.job_id for j in recovery.pending] == ["job-1"]
-    assert [r.job.job_id for r in recovery.running] == ["job-2"]
+    running = {r.job.job_id for r in recovery.running}
+    assert running == {f"job-{n}" for n in range(1, refused)} | {"job-300"}
+    assert f"job-{refused}" in {j.job_id for j in recovery.pending}
     store.flush()
-    assert store.get("job-1").state is JobState.PENDING  # type: ignore[union-attr]
+    assert store.get(f"job-{refused}").state is JobState.PENDING  # type: ignore[union-attr]
 
 
 def test_a_sync_lease_is_handed_out_before_its_fdatasync_returns(
@@ -275,28 +293,31 @@ def test_a_torn_last_record_is_dropped_and_the_rest_kept(
     assert log.read() == [lease(0), lease(1)]
 
 
-def test_records_left_behind_by_a_restart_or_an_earlier_epoch_are_not_read(
+def test_records_left_behind_by_a_reuse_or_an_earlier_epoch_are_not_read(
         tmp_path: Path, open_log: Callable[..., LeaseLog]) -> None:
     flushes: list[int] = []
     one = len(_record_bytes(tmp_path, lease(1)))
-    log = open_log(flush=lambda: flushes.append(1), limit=2 * one)
-    for n in (1, 2):
+    log = open_log(flush=lambda: flushes.append(1), limit=2 * one)  # two records a region
+    for n in (1, 2, 3):  # 3 opens region 1: region 0 is flushed behind it
         log.append(lease(n), lambda: None)
-    log.append(lease(3), lambda: None)  # past the limit: flushed, written at offset 0
-    assert flushes == [1]
-    assert log.read() == [lease(3)]  # lease(2) still follows it, with a lower ticket
+    caught_up(log)
+    assert flushes
+    for n in (4, 5):  # 5 opens region 0 again, at its start
+        log.append(lease(n), lambda: None)
+    assert (tmp_path / "log").stat().st_size == 4 * one  # reused, not grown
+    assert log.read() == [lease(3), lease(4), lease(5)]  # lease(2) follows 5: a lower ticket
     # A new epoch whose zeros a power cut lost: the old records follow the new one.
     path = tmp_path / "log"
     old = path.read_bytes()
     log.reset()
-    log.append(lease(4), lambda: None)
+    log.append(lease(6), lambda: None)
     path.write_bytes(path.read_bytes()[:one] + old[one:])
-    assert log.read() == [lease(4)]
+    assert log.read() == [lease(6)]
 
 
 def _record_bytes(tmp_path: Path, record: LogRecord) -> bytes:
     """One record's bytes, as a log of its own writes them."""
-    log = LeaseLog(str(tmp_path / "measure"), sync=False, flush=lambda: None, limit=0)
+    log = LeaseLog(str(tmp_path / "measure"), sync=False, flush=lambda: None)
     try:
         log.reset()
         log.append(record, lambda: None)
@@ -305,24 +326,104 @@ def _record_bytes(tmp_path: Path, record: LogRecord) -> bytes:
         log.release(remove=True)
 
 
+def failing() -> None:
+    """A store's flush when the store cannot commit."""
+    raise StoreError("jobs.db", "full")
+
+
 def test_a_failed_or_short_growth_keeps_the_records_and_the_next_append_grows_the_log(
-        open_log: Callable[..., LeaseLog], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_store_leases, "SLACK", 8)
-
-    def failing() -> None:  # the store cannot commit: the log must grow
-        raise StoreError("jobs.db", "full")
-
-    log = open_log(limit=40, flush=failing)  # 48 bytes mapped: one record (36) fits
+        tmp_path: Path, open_log: Callable[..., LeaseLog],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    one = len(_record_bytes(tmp_path, lease(1)))
+    log = open_log(limit=one, flush=failing)  # one record a region
     log.append(lease(1), lambda: None)
+    log.append(lease(2), lambda: None)  # region 1, empty at open
     real_pwrite = os.pwrite
     monkeypatch.setattr(os, "pwrite", lambda fd, data, at: real_pwrite(fd, data[:9], at))
     with pytest.raises(StoreFullError, match="log"):
-        log.append(lease(2), lambda: None)
-    assert log.read() == [lease(1)]
+        log.append(lease(3), lambda: None)  # region 0 is not committed: the log must grow
+    assert log.read() == [lease(1), lease(2)]
     monkeypatch.setattr(os, "pwrite", real_pwrite)
-    log.append(lease(3), lambda: None)
     log.append(lease(4), lambda: None)
-    assert log.read() == [lease(1), lease(3), lease(4)]
+    log.append(lease(5), lambda: None)
+    assert log.read() == [lease(1), lease(2), lease(4), lease(5)]
+
+
+def test_an_append_never_waits_for_the_store(
+        tmp_path: Path, open_log: Callable[..., LeaseLog]) -> None:
+    """Leaving a region asks for a flush of the store; the append goes on at once. While
+    the flush is under way the log grows; once it is done, the oldest regions come back."""
+    inside, go = threading.Event(), threading.Event()
+
+    def slow() -> None:
+        inside.set()
+        assert go.wait(JOIN)
+
+    one = len(_record_bytes(tmp_path, lease(1)))
+    log = open_log(limit=2 * one, flush=slow)
+    appended = threading.Event()
+
+    def appends() -> None:
+        for n in range(1, 9):  # four regions' worth
+            log.append(lease(n), lambda: None)
+        appended.set()
+
+    writer = threading.Thread(target=appends)
+    writer.start()
+    try:
+        assert appended.wait(JOIN), "an append waited for the store's flush"
+        assert inside.wait(JOIN)  # the flusher is inside the flush meanwhile
+        assert (tmp_path / "log").stat().st_size == 4 * 2 * one  # grew by two regions
+    finally:
+        go.set()
+        writer.join(JOIN)
+    caught_up(log)
+    for n in range(9, 17):  # four more regions' worth: the ones flushed are written again
+        log.append(lease(n), lambda: None)
+        caught_up(log)
+    assert (tmp_path / "log").stat().st_size == 4 * 2 * one
+    assert log.read()[-4:] == [lease(n) for n in range(13, 17)]
+
+
+def test_what_is_read_is_the_latest_records_and_every_one_not_committed(
+        open_log: Callable[..., LeaseLog]) -> None:
+    """Whatever the flushes do, reading finds a tail of what was written, in order, that
+    holds every record whose change the store may not have committed."""
+    rng, flushes = random.Random(11), random.Random(12)
+
+    def flaky() -> None:  # in the flusher thread
+        if flushes.random() < 0.3:
+            raise StoreError("jobs.db", "busy")
+
+    log = open_log(limit=300, flush=flaky)
+    written: list[LogRecord] = []
+    for _ in range(2000):
+        running = rng.random() < 0.7
+        record = LogRecord(f"job-{rng.randrange(10 ** rng.randrange(1, 6))}", running,
+                           rng.randrange(1, 4), "w1" if running else None)
+        log.append(record, lambda: None)
+        written.append(record)
+        if rng.random() < 0.05:
+            committed = log._committed  # records up to it may have been written over
+            found = log.read()
+            assert found == written[len(written) - len(found):]
+            assert len(found) >= len(written) - committed
+
+
+def test_a_log_of_one_region_as_older_versions_wrote_it_is_read_whole(
+        tmp_path: Path, open_log: Callable[..., LeaseLog]) -> None:
+    """Records from offset 0 that run on past the first region (a log from before regions,
+    read after an upgrade) are all read."""
+    one = len(_record_bytes(tmp_path, lease(1)))
+    big = open_log(limit=10 * one)
+    for n in range(10):
+        big.append(lease(n), lambda: None)
+    big.release(remove=False)
+    small = LeaseLog(str(tmp_path / "log"), sync=False, flush=lambda: None, limit=3 * one + 5)
+    try:
+        assert small.read() == [lease(n) for n in range(10)]
+    finally:
+        small.release(remove=False)
 
 
 def test_a_record_whose_store_change_cannot_be_queued_is_wiped(
@@ -412,12 +513,19 @@ def test_a_failed_fdatasync_is_logged_and_tried_again(
     assert "log: fdatasync() works again" in caplog.text
 
 
-def test_a_failed_flush_postpones_the_emptying(
-        open_log: Callable[..., LeaseLog]) -> None:
-    def failing() -> None:
-        raise StoreError("jobs.db", "full")
-
-    log = open_log(flush=failing, limit=1)
+def test_a_failed_flush_keeps_every_region_and_the_log_grows_instead(
+        tmp_path: Path, open_log: Callable[..., LeaseLog]) -> None:
+    one = len(_record_bytes(tmp_path, lease(1)))
+    log = open_log(flush=failing, limit=one)
     for n in range(4):
         log.append(lease(n), lambda: None)
-    assert log.read() == [lease(n) for n in range(4)]  # nothing was emptied unflushed
+    assert log.read() == [lease(n) for n in range(4)]  # nothing was written over unflushed
+    assert (tmp_path / "log").stat().st_size == 4 * one
+
+
+def test_a_record_longer_than_a_region_is_refused(open_log: Callable[..., LeaseLog]) -> None:
+    log = open_log(limit=64)
+    with pytest.raises(StoreError, match="longer than a region"):
+        log.append(LogRecord("job-" + "x" * 64, True, 1, "w1"), lambda: None)
+    log.append(lease(1), lambda: None)
+    assert log.read() == [lease(1)]
