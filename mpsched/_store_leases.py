@@ -45,11 +45,10 @@ left, and committed.
 
 A record carries the log's epoch (new at every open) and a ticket (one more per record).
 Reading gathers runs: from the start of each region, records while they are whole, pass
-their CRC32, keep one epoch and their tickets rise (a run may go on into the next region,
-as the single region of older versions of this log did). Its records are those of the
-epoch of region 0, each ticket once, in ticket order. What a region's new records left
-behind of its old ones (lower tickets), an earlier manager's (another epoch), and whatever
-a power cut left after the last fdatasync() are never read.
+their CRC32, keep one epoch and their tickets rise. Its records are those of the epoch of
+region 0, each ticket once, in ticket order. What a region's new records left behind of
+its old ones (lower tickets), an earlier manager's (another epoch), and whatever a power
+cut left after the last fdatasync() are never read.
 """
 
 from __future__ import annotations
@@ -95,13 +94,14 @@ def latest(records: list[LogRecord]) -> dict[str, LogRecord]:
     return {record.job_id: record for record in records}
 
 
-def _run(data: bytes, at: int) -> list[tuple[int, int, LogRecord]]:
-    """The records (epoch, ticket, record) from offset ``at`` while they are whole, pass
-    their CRC32, keep one epoch and their tickets rise."""
+def _run(data: bytes, at: int, end: int) -> list[tuple[int, int, LogRecord]]:
+    """The records (epoch, ticket, record) from offset ``at`` to ``end`` (a region) while
+    they are whole, pass their CRC32, keep one epoch and their tickets rise."""
     run: list[tuple[int, int, LogRecord]] = []
-    while at + _HEAD.size <= len(data):
+    end = min(end, len(data))
+    while at + _HEAD.size <= end:
         crc, length = _HEAD.unpack_from(data, at)
-        body = data[at + _HEAD.size:at + _HEAD.size + length]
+        body = data[at + _HEAD.size:min(at + _HEAD.size + length, end)]
         if length < _BODY.size or len(body) < length or zlib.crc32(body) != crc:
             break
         epoch, ticket, attempt, running, id_len = _BODY.unpack_from(body)
@@ -187,7 +187,8 @@ class LeaseLog:
     def read(self) -> list[LogRecord]:
         """The log's valid records, oldest first (which: the module's doc)."""
         data = os.pread(self._fd, os.fstat(self._fd).st_size, 0)
-        runs = [run for start in range(0, len(data), self._region) if (run := _run(data, start))]
+        size = self._region
+        runs = [run for at in range(0, len(data), size) if (run := _run(data, at, at + size))]
         if not runs:
             return []
         # Region 0 takes the first record of every epoch (and reset() leaves no other
@@ -333,6 +334,7 @@ class LeaseLog:
                 if self._flusher_stopping:
                     return
                 covered = self._ticket  # every change logged so far is queued to the store
+                epoch = self._epoch
                 self._lock.release()
                 try:
                     self._flush()
@@ -344,7 +346,7 @@ class LeaseLog:
                     flushed = False
                 finally:
                     self._lock.acquire()
-                if flushed:
+                if flushed and epoch == self._epoch:  # (a reset meanwhile: tickets anew)
                     self._committed = max(self._committed, covered)
                 else:
                     self._flush_cond.wait_for(lambda: self._flusher_stopping, FLUSH_RETRY)

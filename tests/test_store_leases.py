@@ -410,22 +410,6 @@ def test_what_is_read_is_the_latest_records_and_every_one_not_committed(
             assert len(found) >= len(written) - committed
 
 
-def test_a_log_of_one_region_as_older_versions_wrote_it_is_read_whole(
-        tmp_path: Path, open_log: Callable[..., LeaseLog]) -> None:
-    """Records from offset 0 that run on past the first region (a log from before regions,
-    read after an upgrade) are all read."""
-    one = len(_record_bytes(tmp_path, lease(1)))
-    big = open_log(limit=10 * one)
-    for n in range(10):
-        big.append(lease(n), lambda: None)
-    big.release(remove=False)
-    small = LeaseLog(str(tmp_path / "log"), sync=False, flush=lambda: None, limit=3 * one + 5)
-    try:
-        assert small.read() == [lease(n) for n in range(10)]
-    finally:
-        small.release(remove=False)
-
-
 def test_a_record_whose_store_change_cannot_be_queued_is_wiped(
         open_log: Callable[..., LeaseLog]) -> None:
     log = open_log()
