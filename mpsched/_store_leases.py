@@ -69,7 +69,9 @@ from mpsched._errors import StoreError, StoreFullError
 
 log = logging.getLogger("mpsched.store")
 
-LIMIT = 128 << 10  # bytes of one region of the log (~2,300 leases); two at first
+# Bytes of one region of the log (~2,300 leases); two at first. Part of the file's layout:
+# a log is read with the region size it was written with.
+LIMIT = 128 << 10
 FLUSH_RETRY = 1.0  # seconds before the flusher tries again after a failed flush
 # Seconds from one fdatasync() of a busy log to the next (durability="sync"): the most a
 # power cut may take back. At ~50 µs of kernel CPU each, a busy log costs ~2% of a core.

@@ -14,21 +14,27 @@ from pathlib import Path
 
 import pytest
 
+from mpsched import _store_leases
 from mpsched._errors import StoreLockedError
 from mpsched._store_sqlite import SQLiteStore
 
 ROUNDS = 30
 WAIT = 30.0  # real seconds a child may take to start or end
 
+REGION = 2048  # bytes of a lease log region in these tests (~50 leases): kills land while
+# regions are left, flushed behind, written again, or the log grows
+
 # The child: 3 threads submit batches of 1 to 7 jobs and lease every third job, and every
 # sixth one again after a requeue (its first worker died); after each call returns it appends
 # one line to an O_APPEND log ("S batch size", "L job_id attempt", "Q job_id").
 CHILD = r"""
 import itertools, os, sys, threading, time
+from mpsched import _store_leases
 from mpsched._store import StoredJob
 from mpsched._store_sqlite import SQLiteStore
 
-path, log_path, prefix, durability = sys.argv[1:5]
+path, log_path, prefix, durability, region = sys.argv[1:6]
+_store_leases.LIMIT = int(region)
 store = SQLiteStore(path, durability=durability)
 seqs = itertools.count(store.recover().next_seq)
 log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -105,13 +111,15 @@ def acknowledged(log: Path) -> tuple[dict[str, int], dict[str, int]]:
 
 @pytest.mark.slow
 def test_a_killed_writer_loses_nothing_it_acknowledged(
-        tmp_path: Path, children: list[subprocess.Popen[str]]) -> None:
+        tmp_path: Path, children: list[subprocess.Popen[str]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_store_leases, "LIMIT", REGION)  # the log is read as it was written
     path = tmp_path / "jobs.db"
     rng = random.Random(7)
     for round_ in range(ROUNDS):
         log = tmp_path / f"ack-{round_}.log"
         child = spawn(children, CHILD, str(path), str(log), f"r{round_}",
-                      ("sync", "process")[round_ % 2])
+                      ("sync", "process")[round_ % 2], str(REGION))
         assert child.stdout is not None and child.stdout.readline() == "ready\n"
         with contextlib.suppress(subprocess.TimeoutExpired):
             child.wait(rng.uniform(0.0, 0.25))  # the kill lands at a random instant
