@@ -203,16 +203,16 @@ class LeaseLog:
     def reset(self) -> None:
         """Empty the log (its records are folded into the store): two regions of zeros,
         on disk before this returns; a new epoch."""
-        zeros = bytes(2 * self._region)
         with self._lock:
             try:
                 os.ftruncate(self._fd, 0)
-                if os.pwrite(self._fd, zeros, 0) != len(zeros):
-                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            except OSError as exc:
+                raise self._error(exc) from None
+            self._grow_locked(2)
+            try:
                 os.fsync(self._fd)
             except OSError as exc:
                 raise self._error(exc) from None
-            self._map_locked(len(zeros))
             self._size = 0
             self._end = self._region
             self._regions = deque([1, 0])  # 0 is written first; 1, empty, is the oldest
@@ -379,28 +379,20 @@ class LeaseLog:
         self._flush_wanted = self._ticket
         self._flush_cond.notify()
 
-    def _map_locked(self, length: int) -> mmap.mmap:
-        """Map the file's first ``length`` bytes (written already: no hole to fault in)."""
+    def _grow_locked(self, regions: int) -> None:
+        """Make the file ``regions`` regions long, zeros written past its end (no hole to
+        fault in), and map it all."""
+        size = os.fstat(self._fd).st_size
+        zeros = bytes(regions * self._region - size)
         try:
-            mapped = mmap.mmap(self._fd, length)
+            if os.pwrite(self._fd, zeros, size) != len(zeros):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            mapped = mmap.mmap(self._fd, regions * self._region)
         except OSError as exc:
             raise self._error(exc) from None
         if self._map is not None:
             self._map.close()
         self._map = mapped
-        return mapped
-
-    def _grow_locked(self, regions: int) -> None:
-        """Make the file ``regions`` regions long, zeros written past what is mapped, and
-        map it all."""
-        mapped = os.fstat(self._fd).st_size
-        zeros = bytes(regions * self._region - mapped)
-        try:
-            if os.pwrite(self._fd, zeros, mapped) != len(zeros):
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        except OSError as exc:
-            raise self._error(exc) from None
-        self._map_locked(regions * self._region)
 
     def _error(self, exc: OSError) -> StoreError:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
