@@ -348,10 +348,10 @@ class LeaseLog:
                     flushed = False
                 finally:
                     self._lock.acquire()
-                if flushed and epoch == self._epoch:  # (a reset meanwhile: tickets anew)
-                    self._committed = max(self._committed, covered)
-                else:
+                if not flushed:
                     self._flush_cond.wait_for(lambda: self._flusher_stopping, FLUSH_RETRY)
+                elif epoch == self._epoch:  # (after a reset, tickets start anew)
+                    self._committed = max(self._committed, covered)
 
     def _next_region_locked(self, length: int) -> None:
         """Go on in the next region: the oldest if its changes are committed, else a new

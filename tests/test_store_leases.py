@@ -507,6 +507,34 @@ def test_a_failed_flush_keeps_every_region_and_the_log_grows_instead(
     assert (tmp_path / "log").stat().st_size == 4 * one
 
 
+def test_a_flush_that_began_before_a_reset_commits_nothing_after_it(
+        tmp_path: Path, open_log: Callable[..., LeaseLog]) -> None:
+    was_reset, again = threading.Event(), threading.Event()
+    log: LeaseLog | None = None
+
+    def flush() -> None:  # the first one spans a reset; the store fails the next ones
+        if not was_reset.is_set():
+            assert log is not None
+            log.reset()
+            was_reset.set()
+            return
+        again.set()
+        raise StoreError("jobs.db", "full")
+
+    one = len(_record_bytes(tmp_path, lease(11)))  # two digits: each record this size
+    log = open_log(limit=2 * one, flush=flush)
+    for n in (11, 12, 13):  # 13 leaves region 0: the flush covers tickets 1-3 of that epoch
+        log.append(lease(n), lambda: None)
+    assert was_reset.wait(JOIN)
+    for n in (21, 22, 23):  # the new epoch's tickets 1-3: 23 leaves region 0
+        log.append(lease(n), lambda: None)
+    assert again.wait(JOIN)  # the first flush is over: its tickets were not counted
+    for n in (24, 25):  # 25 needs a region: region 0 holds uncommitted 21 and 22
+        log.append(lease(n), lambda: None)
+    assert log.read() == [lease(n) for n in range(21, 26)]
+    assert (tmp_path / "log").stat().st_size == 3 * 2 * one
+
+
 def test_a_record_longer_than_a_region_is_refused(open_log: Callable[..., LeaseLog]) -> None:
     log = open_log(limit=64)
     with pytest.raises(StoreError, match="longer than a region"):
