@@ -511,13 +511,21 @@ def test_on_disconnect_runs_in_the_connections_thread_when_it_ends(
 
 def test_a_failing_on_disconnect_is_logged(server: InProcessServer,
                                            caplog: pytest.LogCaptureFixture) -> None:
+    ran: list[threading.Thread] = []  # the connection's thread, which logs the failure
+
     def hook() -> None:
+        ran.append(threading.current_thread())
         raise RuntimeError("boom")
 
     server.server.on_disconnect = hook
     _connect(server)
-    for handler in server.handlers:
-        handler.join(10)
+    # Not server.handlers: the accepter records a thread after starting it, and this one
+    # may be done with the handshake (and _connect may return) before it is on the list.
+    deadline = time.monotonic() + 10
+    while not ran:
+        assert time.monotonic() < deadline, "on_disconnect never ran"
+        time.sleep(0.001)
+    ran[0].join(10)
     assert "on_disconnect failed" in caplog.text and "boom" in caplog.text
 
 
