@@ -105,6 +105,8 @@ class Job:
     retries: int = 0
     attempt: int = 0  # times handed to a worker that received it
     cancelled: bool = field(default=False)
+    key: str | None = None  # idempotency key (JobRequest.key)
+    name: str = ""  # the callable's qualified name, for listings
 
     def time_key(self) -> tuple[float, int, int]:
         """The heap key of ``order="time"``: due, then priority level, then seq."""

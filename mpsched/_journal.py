@@ -1,9 +1,8 @@
 """Journal: the manager's bridge between its queue and its store.
 
 The heap (JobQueue) decides what happens to a job; the store (mpsched._store) records it,
-so that a manager started again on the same store gets its jobs back. This module makes
-the store calls at the right moments, and keeps the clients that watch a job they did not
-submit (``Client.job(job_id)``) so that each of them gets its outcome:
+so that a manager started again on the same store gets its jobs back. ``Journal`` makes
+the store calls at the right moments:
 
 - submit: journalled (durable) *before* the jobs enter the heap, with the seqs the heap
   will order them by; a job whose ``key`` is held by a live or retained job is not queued,
@@ -15,10 +14,19 @@ submit (``Client.job(job_id)``) so that each of them gets its outcome:
 
 Recovery maps each stored wall-clock due time to the manager's monotonic clock with one
 offset, and treats a job that was running as one whose worker died.
+
+A manager without a store journals nothing: ``NoJournal`` stands in for the journal there.
+It makes no call per job beyond what the queue does anyway; lookups by id and listings are
+answered from the queue's own records (pending and in-flight jobs: a job is forgotten once
+it ends), and it keeps the keys of live jobs so that ``key=`` works the same.
+
+Both keep the clients that watch a job they did not submit (``Client.job(job_id)``), so that
+each of them gets its outcome.
 """
 
 from __future__ import annotations
 
+import abc
 import gc
 import logging
 import pickle
@@ -31,6 +39,7 @@ from mpsched._errors import JobNotFoundError, StoreError, WorkerCrashedError
 from mpsched._job import CANCELLED, Assignment, Job, JobRequest, Outcome, check_request
 from mpsched._queue import JobQueue
 from mpsched._store import JobRecord, JobState, Recovery, Store, StoredJob
+from mpsched._store_memory import MemoryStore
 
 log = logging.getLogger("mpsched.manager")
 
@@ -47,19 +56,189 @@ def cancelled(job_id: str) -> Outcome:
     return Outcome(job_id, False, b"", "", None, CANCELLED)
 
 
-class Journal:
+class BaseJournal(abc.ABC):
+    """What the service tells of each job's life, and the lookups by id; the watchers of
+    each job. ``store`` keeps the schedules (and, in ``Journal``, the jobs)."""
+
+    def __init__(self, store: Store, queue: JobQueue) -> None:
+        self.store = store
+        self.queue = queue
+        # Guards _watchers (and NoJournal's keys). Held while a job's end is recorded and
+        # its watchers taken, and while a client starts watching a job, so that a watcher
+        # either finds the job's outcome (or that it is unknown) or is handed the outcome:
+        # never neither. Nobody waits on it for long.
+        self._lock = threading.Lock()
+        self._watchers: dict[str, set[str]] = {}
+
+    def recover(self, clock: Clock) -> str:
+        """Put the store's pending jobs back in the queue; a one-line summary ("" for
+        nothing)."""
+        return ""
+
+    @abc.abstractmethod
+    def submit(self, requests: list[JobRequest], timeout: float | None,
+               due: float | None = None) -> list[str] | None:
+        """Journal then queue a batch, all or none. Returns None when every job was queued
+        as itself, else for each job the id of the job that stands for it (a keyed job
+        whose key was held). ``due``: as JobQueue.submit_many (the queue's clock).
+
+        Raises:
+            InvalidJobError, QueueFullError, SchedulerShutdownError: as JobQueue.submit_many.
+            StoreError: the store could not take them; nothing was queued.
+        """
+
+    def lease(self, assignment: Assignment) -> bool:
+        """Journal a job handed out; False (the job is back in the heap) if that failed."""
+        return True
+
+    @abc.abstractmethod
+    def finished(self, job: Job, outcome: Outcome) -> set[str]:
+        """Journal how a job ended; returns the clients (besides its own) watching it."""
+
+    @abc.abstractmethod
+    def requeued(self, job: Job) -> None:
+        """Journal that a job whose lease was lost is pending again."""
+
+    def cancelled(self, job_ids: list[str]) -> dict[str, set[str]]:
+        """Journal (durably) jobs taken out of the heap; returns their watchers by job."""
+        with self._lock:
+            return {j: w for j in job_ids if (w := self._watchers.pop(j, None))}
+
+    @abc.abstractmethod
+    def watch(self, client_id: str, job_id: str) -> Outcome | None:
+        """Start watching a job: its outcome now if it has one (finished and retained, or
+        cancelled), else None and the client is handed it when the job ends.
+
+        Raises:
+            JobNotFoundError: the manager knows no such job (never, or forgotten).
+        """
+
+    @abc.abstractmethod
+    def get(self, job_id: str) -> JobRecord | None:
+        """The record of a job the manager knows, without its outcome."""
+
+    def owner(self, job_id: str) -> str | None:
+        """The client that submitted a job the manager knows."""
+        record = self.get(job_id)
+        return None if record is None else record.client_id
+
+    @abc.abstractmethod
+    def jobs(self, state: str | None, limit: int | None) -> list[JobRecord]:
+        """The jobs the manager knows in submission order, without payloads or outcomes."""
+
+    def _watch_locked(self, client_id: str, job_id: str) -> None:
+        self._watchers.setdefault(job_id, set()).add(client_id)
+
+
+class NoJournal(BaseJournal):
+    """The journal of a manager without a store: nothing is written, nothing survives it.
+
+    Lookups and listings see the jobs pending or in flight (the queue's records); a job
+    is forgotten once it ends. Keys: a job with a ``key`` holds it while it is pending or
+    running. Schedules are kept in a MemoryStore.
+    """
+
+    def __init__(self, queue: JobQueue, wall: Callable[[], float] = time.time) -> None:
+        super().__init__(MemoryStore(), queue)
+        self._wall = wall
+        # Under the base class's lock: key -> the id of the live job holding it, and back.
+        self._holders: dict[str, str] = {}
+        self._keys: dict[str, str] = {}
+
+    def submit(self, requests: list[JobRequest], timeout: float | None,
+               due: float | None = None) -> list[str] | None:
+        if all(r.key is None for r in requests):
+            self.queue.submit_many(requests, timeout, due=due, refuse_running=True)
+            return None
+        for request in requests:
+            check_request(request)  # before any key is taken
+        holders, fresh = self._take_keys(requests)
+        try:
+            self.queue.submit_many(fresh, timeout, due=due, checked=True,
+                                   refuse_running=True)
+        except BaseException:
+            with self._lock:
+                for request in fresh:
+                    self._release_key_locked(request.job_id)
+            raise
+        return None if len(fresh) == len(requests) else holders
+
+    def _take_keys(self, requests: list[JobRequest]) -> tuple[list[str], list[JobRequest]]:
+        """For each request, the id of the job holding its key (its own when it takes the
+        key), and the requests to queue. A key is held from here on, so a concurrent
+        submit of the same key finds it taken even before this batch is in the heap."""
+        holders: list[str] = []
+        fresh: list[JobRequest] = []
+        with self._lock:
+            for request in requests:
+                holder = None if request.key is None else self._holders.get(request.key)
+                if holder is None:
+                    if request.key is not None:
+                        self._holders[request.key] = request.job_id
+                        self._keys[request.job_id] = request.key
+                    fresh.append(request)
+                holders.append(request.job_id if holder is None else holder)
+        return holders, fresh
+
+    def cancelled(self, job_ids: list[str]) -> dict[str, set[str]]:
+        with self._lock:
+            if self._keys:
+                for job_id in job_ids:
+                    self._release_key_locked(job_id)
+            return {j: w for j in job_ids if (w := self._watchers.pop(j, None))}
+
+    def finished(self, job: Job, outcome: Outcome) -> set[str]:
+        with self._lock:
+            if job.key is not None:
+                self._release_key_locked(job.job_id)
+            return self._watchers.pop(job.job_id, set()) if self._watchers else set()
+
+    def requeued(self, job: Job) -> None:
+        pass  # nothing is journalled: the job is back in the heap, which is the record
+
+    def _release_key_locked(self, job_id: str) -> None:
+        key = self._keys.pop(job_id, None)
+        if key is not None and self._holders.get(key) == job_id:
+            del self._holders[key]
+
+    def watch(self, client_id: str, job_id: str) -> Outcome | None:
+        with self._lock:
+            if self.queue.find(job_id) is None:
+                raise JobNotFoundError(job_id)
+            self._watch_locked(client_id, job_id)
+            return None
+
+    def get(self, job_id: str) -> JobRecord | None:
+        found = self.queue.find(job_id)
+        return None if found is None else self._record(*found)
+
+    def owner(self, job_id: str) -> str | None:
+        found = self.queue.find(job_id)
+        return None if found is None else found[0].client_id
+
+    def jobs(self, state: str | None, limit: int | None) -> list[JobRecord]:
+        wanted = None if state is None else JobState(state)
+        records = [self._record(job, worker) for job, worker in self.queue.jobs()]
+        return [r for r in records if wanted is None or r.state is wanted][:limit]
+
+    def _record(self, job: Job, worker_id: str | None) -> JobRecord:
+        to_wall = self._wall() - self.queue.clock.now()
+        return JobRecord(
+            job_id=job.job_id, client_id=job.client_id, key=job.key, name=job.name,
+            priority=job.priority, due_wall=job.due + to_wall, seq=job.seq,
+            timeout=job.timeout, retries=job.retries, attempt=job.attempt,
+            submitted_wall=job.due + to_wall,  # not kept without a store: its due time
+            state=JobState.PENDING if worker_id is None else JobState.RUNNING,
+            worker_id=worker_id, finished_wall=None, outcome=None)
+
+
+class Journal(BaseJournal):
     """Journals one queue's job changes to ``store`` and keeps the watchers of each job."""
 
     def __init__(self, store: Store, queue: JobQueue,
                  wall: Callable[[], float] = time.time) -> None:
-        self.store = store
-        self.queue = queue
+        super().__init__(store, queue)
         self._wall = wall
-        # Guards _watchers. Held while a finished job's outcome is journalled and its
-        # watchers taken, and while a client starts watching a job, so that a watcher
-        # either finds the outcome in the store or is handed it: never neither.
-        self._lock = threading.Lock()
-        self._watchers: dict[str, set[str]] = {}
 
     # ------------------------------------------------------------------ recovery
 
@@ -104,15 +283,8 @@ class Journal:
 
     def submit(self, requests: list[JobRequest], timeout: float | None,
                due: float | None = None) -> list[str] | None:
-        """Journal then queue a batch, all or none. Returns None when every job was queued
-        as itself, else for each job the id of the job that stands for it (a keyed job
-        whose key was held). ``due``: as JobQueue.submit_many (the queue's clock; the
-        store keeps the wall-clock time the requests' ``delay`` gives).
-
-        Raises:
-            InvalidJobError, QueueFullError, SchedulerShutdownError: as JobQueue.submit_many.
-            StoreError: the store could not take them; nothing was queued.
-        """
+        """As BaseJournal.submit; the store keeps the wall-clock time the requests'
+        ``delay`` gives."""
         for request in requests:
             check_request(request)
         seqs = self.queue.reserve_seqs(len(requests))
@@ -126,14 +298,13 @@ class Journal:
                  if holder == r.job_id]
         try:
             self.queue.submit_many([r for r, _ in fresh], timeout, seqs=[s for _, s in fresh],
-                                   due=due)
+                                   due=due, checked=True)
         except BaseException:
             self.store.cancel([r.job_id for r, _ in fresh], self._wall())
             raise
         return None if len(fresh) == len(requests) else holders
 
     def lease(self, assignment: Assignment) -> bool:
-        """Journal a job handed out; False (the job is back in the heap) if that failed."""
         lease = assignment.lease
         try:
             self.store.lease(lease.job_id, lease.worker_id, lease.attempt)
@@ -144,7 +315,6 @@ class Journal:
             return False
 
     def finished(self, job: Job, outcome: Outcome) -> set[str]:
-        """Journal how a job ended; returns the clients (besides its own) watching it."""
         state = JobState.DONE if outcome.ok else JobState.FAILED
         kept = encode(outcome) if self.store.keeps_outcomes else None
         with self._lock:
@@ -161,21 +331,13 @@ class Journal:
             log.error("the requeue of job %s was not journalled: %s", job.job_id, exc)
 
     def cancelled(self, job_ids: list[str]) -> dict[str, set[str]]:
-        """Journal (durably) jobs taken out of the heap; returns their watchers by job."""
         if job_ids:
             self.store.cancel(job_ids, self._wall())
-        with self._lock:
-            return {j: w for j in job_ids if (w := self._watchers.pop(j, None))}
+        return super().cancelled(job_ids)
 
     # ------------------------------------------------------------------ lookups
 
     def watch(self, client_id: str, job_id: str) -> Outcome | None:
-        """Start watching a job: its outcome now if it has one (finished and retained, or
-        cancelled), else None and the client is handed it when the job ends.
-
-        Raises:
-            JobNotFoundError: the store does not know the job (never, or pruned).
-        """
         with self._lock:
             self.store.flush()  # outcomes journalled so far are readable
             record = self.store.get(job_id)
@@ -185,16 +347,13 @@ class Journal:
                 return cancelled(job_id)
             if record.state.finished and record.outcome is not None:
                 return decode(record.outcome)
-            self._watchers.setdefault(job_id, set()).add(client_id)
+            self._watch_locked(client_id, job_id)
             return None
 
-    def owner(self, job_id: str) -> str | None:
-        """The client that submitted a job the store knows."""
-        record = self.store.get(job_id)
-        return None if record is None else record.client_id
+    def get(self, job_id: str) -> JobRecord | None:
+        return self.store.get(job_id)
 
     def jobs(self, state: str | None, limit: int | None) -> list[JobRecord]:
-        """The store's jobs in submission order, without payloads or outcomes."""
         self.store.flush()
         return self.store.jobs(None if state is None else JobState(state), limit)
 
@@ -202,4 +361,5 @@ class Journal:
 def _job(stored: StoredJob, offset: float) -> Job:
     return Job(job_id=stored.job_id, client_id=stored.client_id, payload=stored.payload,
                priority=stored.priority, due=stored.due_wall + offset, seq=stored.seq,
-               timeout=stored.timeout, retries=stored.retries, attempt=stored.attempt)
+               timeout=stored.timeout, retries=stored.retries, attempt=stored.attempt,
+               key=stored.key, name=stored.name)

@@ -71,9 +71,11 @@ class Leases:
         self._lock = lock  # JobQueue's: guards every field below
         self._clock = clock
         # A stopping manager waits here (wait_drained) for in-flight jobs to end; notified
-        # (all) whenever the table becomes empty.
+        # (all) whenever the table becomes empty while someone waits.
         self._drained = clock.condition(lock)
+        self._drain_waiters = 0  # threads inside wait_drained: only then is it notified
         self._in_flight: dict[int, _InFlight] = {}
+        self._by_job: dict[str, _InFlight] = {}  # the same entries, by job id
         self._ids = itertools.count(1)
         self._lateness: deque[float] = deque(maxlen=LATENESS_SAMPLES)
         self._completed = self._failed = self._timed_out = 0
@@ -84,24 +86,40 @@ class Leases:
         job.attempt += 1
         lease = Lease(next(self._ids), job.job_id, worker_id, job.attempt)
         deadline = None if job.timeout is None else now + job.timeout
-        self._in_flight[lease.lease_id] = _InFlight(job, lease, now, deadline)
+        self._in_flight[lease.lease_id] = self._by_job[job.job_id] = \
+            _InFlight(job, lease, now, deadline)
         return Assignment(lease, job.payload, job.due, job.timeout)
 
     def drop_locked(self, lease_id: int) -> Job | None:
         """End a lease without an outcome (the job goes back to the heap)."""
-        flight = self._in_flight.pop(lease_id, None)
-        if flight is not None and not self._in_flight:
-            self._drained.notify_all()
+        flight = self._end_locked(lease_id)
         return None if flight is None else flight.job
 
     def release_worker_locked(self, worker_id: str, now: float) -> list[LostLease]:
         lost = [LostLease(f.job, f.lease, f.deadline is not None and f.deadline <= now)
                 for f in self._in_flight.values() if f.lease.worker_id == worker_id]
         for entry in lost:
-            del self._in_flight[entry.lease.lease_id]
-        if not self._in_flight:
-            self._drained.notify_all()
+            self._end_locked(entry.lease.lease_id)
         return lost
+
+    def find_locked(self, job_id: str) -> tuple[Job, Lease] | None:
+        """The job in flight under ``job_id``, with its lease."""
+        flight = self._by_job.get(job_id)
+        return None if flight is None else (flight.job, flight.lease)
+
+    def jobs_locked(self) -> list[tuple[Job, Lease]]:
+        """Every job in flight, with its lease."""
+        return [(f.job, f.lease) for f in self._in_flight.values()]
+
+    def _end_locked(self, lease_id: int) -> _InFlight | None:
+        flight = self._in_flight.pop(lease_id, None)
+        if flight is None:
+            return None
+        if self._by_job.get(flight.job.job_id) is flight:  # its id may be in flight twice
+            del self._by_job[flight.job.job_id]
+        if self._drain_waiters and not self._in_flight:
+            self._drained.notify_all()
+        return flight
 
     def complete(self, lease_id: int, outcome: Outcome) -> Job | None:
         """End a lease with the job's outcome. Returns the job, or None for an unknown lease.
@@ -110,11 +128,9 @@ class Leases:
         late report can never resolve a job twice.
         """
         with self._lock:
-            flight = self._in_flight.pop(lease_id, None)
+            flight = self._end_locked(lease_id)
             if flight is None:
                 return None
-            if not self._in_flight:
-                self._drained.notify_all()
             if outcome.ok:
                 self._completed += 1
             else:
@@ -139,7 +155,11 @@ class Leases:
                 remaining = deadline - self._clock.now()
                 if remaining <= 0:
                     return False
-                self._drained.wait(min(remaining, threading.TIMEOUT_MAX))
+                self._drain_waiters += 1
+                try:
+                    self._drained.wait(min(remaining, threading.TIMEOUT_MAX))
+                finally:
+                    self._drain_waiters -= 1
             return True
 
     def while_in_flight(self, lease_id: int, action: Callable[[], None]) -> bool:

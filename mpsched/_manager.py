@@ -27,7 +27,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 
 from mpsched._errors import StoreError
-from mpsched._journal import Journal
+from mpsched._journal import BaseJournal, Journal, NoJournal
 from mpsched._protocol import (
     ManagerConfig,
     ManagerFailed,
@@ -39,7 +39,6 @@ from mpsched._queue import JobQueue
 from mpsched._segments import Segments
 from mpsched._service import ManagerService
 from mpsched._shm import payload_size
-from mpsched._store_memory import MemoryStore
 from mpsched._store_sqlite import SQLiteStore
 from mpsched._supervisor import Supervisor
 from mpsched._tls import set_tls
@@ -97,12 +96,13 @@ def _segments(config: ManagerConfig) -> Segments:
     return Segments.start(not why, why)
 
 
-def _open_journal(config: ManagerConfig, queue: JobQueue) -> tuple[Journal, str]:
-    """The store the config names (in memory without one), its jobs back in ``queue``;
-    and what was recovered, in one line ("" for nothing)."""
-    store = (MemoryStore() if config.store is None else
-             SQLiteStore(config.store, durability=config.durability,
-                         result_ttl=config.result_ttl))
+def _open_journal(config: ManagerConfig, queue: JobQueue) -> tuple[BaseJournal, str]:
+    """The journal of the store the config names (none without one), its jobs back in
+    ``queue``; and what was recovered, in one line ("" for nothing)."""
+    if config.store is None:
+        return NoJournal(queue), ""
+    store = SQLiteStore(config.store, durability=config.durability,
+                        result_ttl=config.result_ttl)
     journal = Journal(store, queue)
     try:
         summary = journal.recover(queue.clock)

@@ -103,10 +103,15 @@ def request_from_wire(w: JobRequestWire) -> JobRequest:
         w[0], w[1], blob_in(w[2]), *w[3:])
 
 
-def assignment_to_wire(a: Assignment) -> AssignmentWire:
-    payload = a.payload
-    return (*a.lease, payload if len(payload) < BLOB else PickleBuffer(payload), a.due,
-            a.timeout, a.delay)
+def assignment_to_wire(a: Assignment, delay: float,
+                       remote_payload: Payload | None = None) -> AssignmentWire:
+    """``a`` as sent, ``delay`` seconds before it is due; with ``remote_payload``, as sent
+    to a worker on another clock: that payload instead, and no due instant."""
+    payload = a.payload if remote_payload is None else remote_payload
+    lease = a.lease
+    return (lease.lease_id, lease.job_id, lease.worker_id, lease.attempt,
+            payload if len(payload) < BLOB else PickleBuffer(payload),
+            a.due if remote_payload is None else None, a.timeout, delay)
 
 
 def assignment_from_wire(w: AssignmentWire) -> Assignment:

@@ -133,7 +133,8 @@ class JobQueue:
         self.submit_many([request], timeout)
 
     def submit_many(self, requests: list[JobRequest], timeout: float | None = None,
-                    seqs: list[int] | None = None, due: float | None = None) -> None:
+                    seqs: list[int] | None = None, due: float | None = None, *,
+                    checked: bool = False, refuse_running: bool = False) -> None:
         """Add jobs all at once, in order (consecutive seqs), or none of them.
 
         ``due``: an instant on this queue's clock that every job of the batch is due at,
@@ -142,12 +143,17 @@ class JobQueue:
         ``seqs``: the submission counters to use, taken earlier with :meth:`reserve_seqs`
         (a store journals a job with its seq before it enters the heap).
 
+        ``checked``: the caller already ran ``check_request`` on every request.
+        ``refuse_running``: refuse the id of a job in flight too (the id of a job that left
+        the heap may otherwise be used again).
+
         A bounded queue waits until there is room for the whole batch. Raises as
         :meth:`submit`, and InvalidJobError for a batch larger than ``max_pending`` or one
-        that repeats a job id.
+        that repeats a job id (in the batch, or of a pending job).
         """
-        for request in requests:
-            check_request(request)
+        if not checked:
+            for request in requests:
+                check_request(request)
         if len({r.job_id for r in requests}) != len(requests):
             raise InvalidJobError("a batch repeats a job id")
         if self._max_pending is not None and len(requests) > self._max_pending:
@@ -166,6 +172,8 @@ class JobQueue:
             for request in requests:
                 if request.job_id in self._pending:
                     raise InvalidJobError(f"job id {request.job_id!r} is already pending")
+                if refuse_running and self.leases.find_locked(request.job_id):
+                    raise InvalidJobError(f"job id {request.job_id!r} is already running")
             old_head = self._pending.head()
             order = seqs if seqs is not None else [next(self._seq) for _ in requests]
             for request, due, seq in zip(requests, dues, order, strict=True):
@@ -173,6 +181,7 @@ class JobQueue:
                     job_id=request.job_id, client_id=request.client_id,
                     payload=request.payload, priority=request.priority, due=due,
                     seq=seq, timeout=request.timeout, retries=request.retries,
+                    key=request.key, name=request.name,
                 ))
             self._submitted += len(requests)
             if self._pending.head() is not old_head:
@@ -251,6 +260,24 @@ class JobQueue:
             self._removed_locked(0, old_head)  # moved, not cancelled
             self._push_locked(dataclasses.replace(job, due=due, cancelled=False))
             return True
+
+    def find(self, job_id: str) -> tuple[Job, str | None] | None:
+        """A job pending (worker None) or in flight (with its worker's id), by id; None
+        when it is neither. The Job is the queue's own record: read it, do not change it."""
+        with self._lock:
+            job = self._pending.get(job_id)
+            if job is not None:
+                return job, None
+            found = self.leases.find_locked(job_id)
+            return None if found is None else (found[0], found[1].worker_id)
+
+    def jobs(self) -> list[tuple[Job, str | None]]:
+        """Every job pending (worker None) or in flight (with its worker's id), in
+        submission order. The Jobs are the queue's own records: read them only."""
+        with self._lock:
+            jobs: list[tuple[Job, str | None]] = [(job, None) for job in self._pending]
+            jobs += [(job, lease.worker_id) for job, lease in self.leases.jobs_locked()]
+        return sorted(jobs, key=lambda entry: entry[0].seq)
 
     def not_due(self, client_id: str) -> list[str]:
         """The ids of one client's pending jobs whose due time is still ahead."""

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from mpsched._clock import Clock
 from mpsched._errors import InvalidJobError, MpschedError, ScheduleNotFoundError, StoreError
 from mpsched._job import CANCELLED, JobRequest, Outcome
-from mpsched._journal import Journal
+from mpsched._journal import BaseJournal
 from mpsched._recurring import (
     ScheduleInfo,
     ScheduleSpec,
@@ -52,7 +52,7 @@ WALL_JUMP = 0.5  # seconds the wall clock may move against the monotonic one unn
 class Schedules:
     """The recurring schedules of one manager; every public method is thread-safe."""
 
-    def __init__(self, journal: Journal, clock: Clock,
+    def __init__(self, journal: BaseJournal, clock: Clock,
                  cancelled: Callable[[list[str]], object]) -> None:
         """``cancelled``: journals withdrawn runs and tells whoever watches them."""
         self._journal = journal
@@ -91,7 +91,7 @@ class Schedules:
         entry.runs, entry.skipped, entry.missed, entry.failed = state.counters
         entry.recent.extend(state.recent)
         for rid, label in state.active:
-            record = self._journal.store.get(rid)
+            record = self._journal.get(rid)
             if record is not None and not record.state.finished:
                 self._track_locked(entry, rid, label)
         self._entries[spec.schedule_id] = entry
@@ -289,7 +289,7 @@ class Schedules:
         rid = run_id(spec.schedule_id, label)
         if rid in entry.active:
             return True
-        record = self._journal.store.get(rid)
+        record = self._journal.get(rid)
         if record is not None:  # armed before (another manager life): never twice
             if not record.state.finished:
                 self._track_locked(entry, rid, label)

@@ -27,7 +27,7 @@ from mpsched._errors import (
     WorkerCrashedError,
 )
 from mpsched._job import Lease, Outcome
-from mpsched._journal import Journal, cancelled
+from mpsched._journal import BaseJournal, NoJournal, cancelled
 from mpsched._leases import LostLease
 from mpsched._mailbox import Mailboxes
 from mpsched._protocol import (
@@ -53,7 +53,6 @@ from mpsched._schedules import Schedules
 from mpsched._segments import Segments
 from mpsched._shm import PayloadOptions
 from mpsched._store import JobRecord
-from mpsched._store_memory import MemoryStore
 from mpsched._transport import describe_versions, host_name
 from mpsched._workers import WorkerTable
 
@@ -71,13 +70,13 @@ class ManagerService:
     """The object the manager serves; each public method is one proxied call."""
 
     def __init__(self, queue: JobQueue, *, heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
-                 clock: Clock | None = None, journal: Journal | None = None,
+                 clock: Clock | None = None, journal: BaseJournal | None = None,
                  segments: Segments | None = None) -> None:
         """``clock`` must be the queue's clock: it measures the delay a worker is sent.
         ``segments``: the shared-memory segments of payloads (none by default)."""
         self.queue = queue
-        # What happens to each job, journalled to the store (in memory without one).
-        self.journal = journal if journal is not None else Journal(MemoryStore(), queue)
+        # What happens to each job, journalled to the store (nothing without one).
+        self.journal = journal if journal is not None else NoJournal(queue)
         self._clock = clock if clock is not None else SystemClock()
         self.segments = segments if segments is not None else Segments()
         self.mailboxes = Mailboxes(on_discard=self.segments.discarded)
@@ -146,10 +145,9 @@ class ManagerService:
         assert assignment.due is not None  # the queue always sets it
         delay = max(0.0, assignment.due - self._clock.now())
         if local:
-            return assignment_to_wire(assignment._replace(delay=delay))
+            return assignment_to_wire(assignment, delay)
         # Any other worker may run on another host: it cannot map our shared memory.
-        return assignment_to_wire(assignment._replace(
-            payload=self.segments.for_remote(assignment.payload), due=None, delay=delay))
+        return assignment_to_wire(assignment, delay, self.segments.for_remote(assignment.payload))
 
     def ack(self, worker_id: str, lease_id: int) -> None:
         """A remote worker received a lease: from now on losing it counts as an attempt."""
