@@ -29,12 +29,19 @@ from mpsched._segment_pool import SegmentPool, Stored, write_as
 _MAIN, _MP_MAIN = b"__main__", b"__mp_main__"
 
 
+def _by_value_modules() -> Any:
+    """The modules registered with cloudpickle.register_pickle_by_value (cloudpickle's own
+    set, read without the copy its public listing makes on every call)."""
+    modules = getattr(cloudpickle.cloudpickle, "_PICKLE_BY_VALUE_MODULES", None)
+    return cloudpickle.list_registry_pickle_by_value() if modules is None else modules
+
+
 def fast_dumps(obj: Any, buffer_callback: Callable[[pickle.PickleBuffer], bool] | None = None
                ) -> bytes | None:
     """Pickle ``obj`` with the C pickler when that gives what cloudpickle would: only
     importable things by reference. None when cloudpickle is needed (lambdas, closures,
     anything from ``__main__``, modules registered for pickling by value)."""
-    if cloudpickle.list_registry_pickle_by_value():
+    if _by_value_modules():
         return None
     try:
         data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL,
@@ -70,24 +77,27 @@ def pickle_job(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, 
     if not callable(fn):
         raise InvalidJobError(f"{fn!r} is not callable")
     job = (fn if fn_bytes is None else fn_bytes, args, kwargs)
+    # A callable of the main script always goes by value: no need to try the C pickler.
+    fast = fn_bytes is not None or getattr(fn, "__module__", None) != "__main__"
     try:
         if pool is not None:
-            framed = dumps_framed(job, pool.store, job=True)
+            framed = dumps_framed(job, pool.store, job=True, fast=fast)
             if framed is not None:
                 return framed
-        return dumps_carried(job)
+        return dumps_carried(job, fast=fast)
     except Exception as exc:
         name = getattr(fn, "__qualname__", repr(fn))
         raise JobPicklingError(f"cannot pickle job {name}: {exc!r}") from exc
 
 
-def _dumps(obj: Any, buffers: list[memoryview] | None = None) -> bytes:
-    """Pickle with the C pickler when it gives what cloudpickle would, else cloudpickle.
-    With ``buffers``, large out-of-band buffers are appended to it (not pickled)."""
+def _dumps(obj: Any, buffers: list[memoryview] | None = None, *, fast: bool = True) -> bytes:
+    """Pickle with the C pickler when it gives what cloudpickle would (unless ``fast`` is
+    False: the caller knows it does not), else cloudpickle. With ``buffers``, large
+    out-of-band buffers are appended to it (not pickled)."""
     callback = None if buffers is None else partial(_out_of_band, buffers)
-    fast = fast_dumps(obj, callback)
-    if fast is not None:
-        return fast
+    pickled = fast_dumps(obj, callback) if fast else None
+    if pickled is not None:
+        return pickled
     if buffers is not None:
         buffers.clear()  # the C pickler's attempt may have met some before it gave up
     data: bytes = cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL,
@@ -122,18 +132,18 @@ def dumps_result(result: Any, segment: str = "") -> bytes:
     return dumps_carried(result)
 
 
-def dumps_framed(obj: Any, store: Callable[[list[memoryview]], Stored | None], *, job: bool
-                 ) -> bytes | None:
+def dumps_framed(obj: Any, store: Callable[[list[memoryview]], Stored | None], *, job: bool,
+                 fast: bool = True) -> bytes | None:
     """Pickle ``obj`` with its large buffers out of band, in the segment ``store`` writes
     them to. Returns the framed payload; a frame without a segment when there were no
     large buffers (only for a ``job``: a result is then plain); None when shared memory
-    could not take them.
+    could not take them. ``fast``: as for :func:`_dumps`.
 
     Raises:
         Exception: whatever pickling raised.
     """
     buffers: list[memoryview] = []
-    body = _dumps(_wrap(obj, [_MAX_VISITS], 0, {}), buffers)
+    body = _dumps(_wrap(obj, [_MAX_VISITS], 0, {}), buffers, fast=fast)
     if not buffers:
         return _shm.frame("", 0, (), body) if job else body
     stored = store(buffers)
@@ -143,15 +153,16 @@ def dumps_framed(obj: Any, store: Callable[[list[memoryview]], Stored | None], *
     return _shm.frame(name, size, entries, body)
 
 
-def dumps_carried(obj: Any) -> bytes:
+def dumps_carried(obj: Any, *, fast: bool = True) -> bytes:
     """Pickle ``obj`` for a trip without shared memory: a plain pickle, or, when it holds
     large buffers, a payload that carries them after its frame (mpsched._shm.carry).
+    ``fast``: as for :func:`_dumps`.
 
     Raises:
         Exception: whatever pickling raised.
     """
     buffers: list[memoryview] = []
-    body = _dumps(_wrap(obj, [_MAX_VISITS], 0, {}), buffers)
+    body = _dumps(_wrap(obj, [_MAX_VISITS], 0, {}), buffers, fast=fast)
     return _shm.carry(buffers, body) if buffers else body
 
 
@@ -203,6 +214,10 @@ def _own_bytearray(buffer: Any) -> bytearray:
     return buffer if type(buffer) is bytearray else bytearray(buffer)
 
 
+_CONTAINERS = frozenset((tuple, list, dict))
+_BYTES = frozenset((bytes, bytearray))
+
+
 def _wrap(obj: Any, budget: list[int], depth: int, seen: dict[int, _Big]) -> Any:
     """``obj`` with its large bytes-like parts swapped for _Big (one per object, so an
     object passed twice is stored once); containers are copied only where something
@@ -212,10 +227,10 @@ def _wrap(obj: Any, budget: list[int], depth: int, seen: dict[int, _Big]) -> Any
         big = (obj.nbytes >= _shm.THRESHOLD and obj.c_contiguous if kind is memoryview
                else len(obj) >= _shm.THRESHOLD)
         return seen.setdefault(id(obj), _Big(obj)) if big else obj
-    if depth >= _MAX_DEPTH or kind not in (tuple, list, dict):
+    if depth >= _MAX_DEPTH or kind not in _CONTAINERS:
         return obj
     budget[0] -= len(obj)
-    if budget[0] < 0:
+    if budget[0] < 0 or not _may_hold_big(obj.values() if kind is dict else obj):
         return obj
     if kind is dict:
         items = {k: _wrap(v, budget, depth + 1, seen) for k, v in obj.items()}
@@ -225,6 +240,17 @@ def _wrap(obj: Any, budget: list[int], depth: int, seen: dict[int, _Big]) -> Any
     if all(new is old for new, old in zip(parts, obj, strict=True)):
         return obj
     return tuple(parts) if kind is tuple else parts
+
+
+def _may_hold_big(items: Iterable[Any]) -> bool:
+    """Whether one of ``items`` is a large bytes-like object or a non-empty container:
+    the one look most jobs' arguments (numbers, strings, small bytes) need."""
+    for item in items:
+        kind = type(item)
+        if kind is memoryview or (kind in _BYTES and len(item) >= _shm.THRESHOLD) \
+                or (kind in _CONTAINERS and item):
+            return True
+    return False
 
 
 def remote_exception(outcome: Outcome) -> BaseException:

@@ -302,6 +302,8 @@ def frame(segment: str, size: int, entries: Sequence[Entry], body: bytes) -> byt
     Payloads without a segment are framed too when their client reads shared memory:
     the frame then tells the worker that a large result may come back that way.
     """
+    if not segment and not entries:
+        return _EMPTY_HEAD + body
     return b"".join([_head(MAGIC, segment, size, entries), body])
 
 
@@ -310,6 +312,10 @@ def _head(magic: bytes, segment: str, size: int, entries: Sequence[Entry]) -> by
     parts = [_HEAD.pack(magic, len(encoded), size, len(entries)), encoded]
     parts += [_ENTRY.pack(*entry) for entry in entries]
     return b"".join(parts)
+
+
+_EMPTY_HEAD = _head(MAGIC, "", 0, ())  # the frame of a payload with no buffers
+_EMPTY_FRAME = Frame("", 0, (), _HEAD.size, _HEAD.size)
 
 
 def carry(buffers: Sequence[memoryview], body: bytes) -> bytes:
@@ -330,6 +336,8 @@ def parse(payload: Payload | memoryview) -> Frame | None:
     magic = payload[:4]
     if magic != MAGIC and magic != CARRIED:
         return None
+    if payload[:_HEAD.size] == _EMPTY_HEAD:
+        return _EMPTY_FRAME
     _, length, size, count = _HEAD.unpack_from(payload)
     start = _HEAD.size + length
     segment = bytes(payload[_HEAD.size:start]).decode()
@@ -383,7 +391,7 @@ def segment_of(payload: Payload) -> str:
     if payload[:4] != MAGIC:
         return ""
     _, length, _, _ = _HEAD.unpack_from(payload)
-    return payload[_HEAD.size:_HEAD.size + length].decode()
+    return payload[_HEAD.size:_HEAD.size + length].decode() if length else ""
 
 
 def payload_size(payload: Payload) -> int:
