@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-dev
 
-.PHONY: demo test check lint bench stress clean
+.PHONY: demo test check lint bench bench-guard stress clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,9 @@ demo: $(STAMP)  ## the seed's waves, strict order on one worker, CPU speed-up, d
 bench: $(STAMP)  ## side by side with the peers; rewrites benchmarks/README.md
 	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) benchmarks/run.py
+
+bench-guard: $(STAMP)  ## throughput vs ProcessPoolExecutor, lateness vs sched: ~1 min, exits 1 on a miss
+	$(PY) benchmarks/guard.py
 
 stress: $(STAMP)
 	$(PY) -m mpsched stress --producers 3 --workers 4 --jobs 20000

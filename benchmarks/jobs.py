@@ -27,6 +27,11 @@ def stamp() -> float:
     return time.monotonic()
 
 
+def stamp_both() -> tuple[float, float]:
+    """Return the moment the job started on the monotonic clock and on the wall clock."""
+    return time.monotonic(), time.time()
+
+
 def spin(loops: int) -> int:
     """Pure-Python CPU work that holds the GIL for its whole run (about 0.1 us a loop)."""
     total = 0

@@ -1,0 +1,132 @@
+"""The benchmark guard: the README's two headline promises, side by side, in about a minute.
+
+    python benchmarks/guard.py [--repeats N] [--jobs N]      (make bench-guard)
+
+Prints one line per figure, each with its target, and exits 1 when a target is missed:
+
+- throughput: ``--jobs`` no-op ``submit()`` calls on 2 workers, no store, against
+  ProcessPoolExecutor (fork) in the same run, alternating, median of the per-repeat ratios
+  (section 1's method, smaller);
+- lateness: 250 jobs over 2.5 s (50 instants carrying 2 jobs) on 2 workers, ``at=`` epoch
+  seconds, against stdlib ``sched`` in this process, alternating: p99 and p50 (section 2's
+  method, smaller), and how many jobs started before their due time by the manager's
+  monotonic clock (``stats().queue.started_early``) and by the wall clock (``time.time()`` in
+  the job against ``at``).
+
+A guard, not a measurement to quote: numbers the READMEs claim come from ``run.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.append(str(ROOT))
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (os.environ.get("PYTHONPATH"), str(ROOT)) if p)
+
+from benchmarks import _common, bench_lateness, bench_throughput  # noqa: E402
+from benchmarks._common import (  # noqa: E402
+    alternate,
+    column,
+    measured_package_root,
+    median,
+    percentiles,
+    ratios,
+    scheduler,
+)
+from benchmarks.jobs import noop, stamp_both  # noqa: E402
+
+THROUGHPUT_TARGET = 1.5  # x ProcessPoolExecutor
+P99_GAP_TARGET = 0.3  # ms over sched's p99
+P50_GAP_TARGET = 0.3  # ms over sched's p50 (section 2's target)
+LATENESS_PLAN = (250, 2.5, 50)  # jobs, span (s), instants carrying 2 jobs
+
+
+def throughput(jobs: int, repeats: int) -> bool:
+    results = alternate([
+        ("mpsched", lambda: bench_throughput.run_mpsched(jobs, 2)),
+        ("ProcessPoolExecutor", lambda: bench_throughput.run_process_pool(jobs, 2)),
+    ], repeats, "guard throughput")
+    ours, theirs = column(results["mpsched"], "jobs_per_s"), \
+        column(results["ProcessPoolExecutor"], "jobs_per_s")
+    ratio = median(ratios(ours, theirs))
+    met = ratio >= THROUGHPUT_TARGET
+    print(f"throughput: mpsched {ratio:.2f}x ProcessPoolExecutor ({median(ours):,.0f} vs "
+          f"{median(theirs):,.0f} jobs/s; {jobs:,} no-op submits, 2 workers, median of "
+          f"{repeats}; target >= {THROUGHPUT_TARGET}x) {'ok' if met else 'MISSED'}")
+    return met
+
+
+def _mpsched_lateness(offsets: list[float]) -> dict[str, float]:
+    with scheduler(workers=2) as s:
+        for f in [s.submit(noop) for _ in range(8)]:
+            f.result()
+        early_before = s.stats().queue.started_early
+        wall = time.time() - time.monotonic()
+        first = time.monotonic() + bench_lateness._lead(len(offsets))
+        dues = [first + o for o in offsets]
+        ats = [due + wall for due in dues]
+        futures = [s.schedule(stamp_both, at=at) for at in ats]
+        stamps = [f.result() for f in futures]
+        early = s.stats().queue.started_early - early_before
+    late = [mono - due for (mono, _), due in zip(stamps, dues, strict=True)]
+    result = {f"{k}": v * 1e3 for k, v in percentiles(late).items()}
+    result["early_monotonic"] = float(early)
+    result["early_wall"] = float(sum(1 for (_, w), at in zip(stamps, ats, strict=True)
+                                     if w < at))
+    return result
+
+
+def _sched_lateness(offsets: list[float]) -> dict[str, float]:
+    late, _ = bench_lateness.run_sched(offsets)
+    return {k: v * 1e3 for k, v in percentiles(late).items()}
+
+
+def lateness(repeats: int) -> bool:
+    offsets = bench_lateness.plan(*LATENESS_PLAN)
+    results = alternate([("mpsched", lambda: _mpsched_lateness(offsets)),
+                         ("sched", lambda: _sched_lateness(offsets))], repeats,
+                        "guard lateness")
+    mine, floor = results["mpsched"], results["sched"]
+    ok = True
+    for q, target in (("p99", P99_GAP_TARGET), ("p50", P50_GAP_TARGET)):
+        gap = median([a - b for a, b in zip(column(mine, q), column(floor, q), strict=True)])
+        met = gap <= target
+        ok &= met
+        print(f"lateness {q}: mpsched {median(column(mine, q)):.3f} ms, sched (in-process) "
+              f"{median(column(floor, q)):.3f} ms, {gap:+.3f} ms ({LATENESS_PLAN[0]} jobs, "
+              f"median of {repeats}; target: within {target} ms of sched's) "
+              f"{'ok' if met else 'MISSED'}")
+    for clock in ("monotonic", "wall"):
+        early = int(sum(column(mine, f"early_{clock}")))
+        ok &= early == 0
+        print(f"early starts by the {clock} clock: {early} of "
+              f"{LATENESS_PLAN[0] * repeats} jobs (target 0) {'ok' if not early else 'MISSED'}")
+    return ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--jobs", type=int, default=20_000, help="throughput jobs per run")
+    parser.add_argument("--verbose", action="store_true", help="log each repeat to stderr")
+    args = parser.parse_args(argv)
+    if not args.verbose:
+        _common.log = lambda message: None  # alternate() logs each repeat through it
+    os.chdir(measured_package_root())  # see benchmarks/README.md: the forkserver's path
+    start = time.perf_counter()
+    ok = throughput(args.jobs, args.repeats)
+    ok &= lateness(args.repeats)
+    print(f"bench-guard: {'all targets met' if ok else 'a target was MISSED'} "
+          f"({time.perf_counter() - start:.0f} s)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
