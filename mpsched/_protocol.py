@@ -263,8 +263,9 @@ class ServiceProxy(BaseProxy):
     def cancel(self, job_id: str, client_id: str | None = None) -> bool:
         return bool(self._call("cancel", job_id, client_id))
 
-    def watch(self, client_id: str, job_id: str) -> None:
-        self._call("watch", client_id, job_id)
+    def watch(self, client_id: str, job_id: str) -> Outcome | None:
+        wire: OutcomeWire | None = self._call("watch", client_id, job_id)
+        return None if wire is None else outcome_from_wire(wire)
 
     def jobs(self, state: str | None = None, limit: int | None = None) -> list[JobRecord]:
         result: list[JobRecord] = self._call("jobs", state, limit)

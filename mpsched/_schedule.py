@@ -238,10 +238,16 @@ class Schedule:
         self._info = self._call(self._service.schedule_control, self.id, "cancel")
 
     def runs(self, n: int = 10) -> list[JobFuture[Any]]:
-        """Futures of the ``n`` latest runs, oldest first (the last may still be pending).
+        """Futures of the ``n`` latest runs, oldest first (the last may still be pending;
+        a run that has ended is done in the future returned).
 
         Without a store the manager keeps the outcomes of a schedule's 10 latest runs;
-        older ones are left out."""
+        older ones are left out.
+
+        Raises:
+            ScheduleNotFoundError: it was cancelled.
+            SchedulerShutdownError: the manager is gone.
+        """
         if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= 100:
             raise InvalidJobError(f"n must be an int in [0, 100], not {n!r}")
         futures = []

@@ -140,3 +140,21 @@ def test_a_schedule_and_its_next_run_survive_a_restart_with_a_store(
     [after] = again.schedules()
     assert after.id == "daily" and after.next_run == planned_first
     assert [j.job_id for j in again.jobs(state="pending")] == [after.info().last_run]
+
+
+@pytest.fixture(params=[False, True], ids=["memory", "store"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Path | None:
+    """Without a store, then with one."""
+    return tmp_path / "jobs.db" if request.param else None
+
+
+def test_an_ended_runs_future_is_done_when_runs_returns_it(
+        make_scheduler: MakeScheduler, store: Path | None):
+    s = make_scheduler(workers=1, store=store)
+    schedule = s.every(3600, jobs.stamp, "first", start=0.0, id="hourly")
+    # Once the first run has ended, the next one (an hour away) is armed.
+    wait_for(lambda: len(schedule.runs(2)) == 2, what="the first run to end")
+    ended, armed = schedule.runs(2)
+    assert ended.done() and ended.result()[0] == "first" and not armed.done()
+    by_id = s.job(ended.job_id)
+    assert by_id.done() and by_id.result() == ended.result()

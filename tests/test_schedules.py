@@ -17,7 +17,14 @@ from fakeclock import FakeClock
 from mpsched._errors import ScheduleNotFoundError
 from mpsched._job import Outcome
 from mpsched._journal import Journal
-from mpsched._protocol import Report, WorkerHello, assignment_from_wire, report_to_wire
+from mpsched._protocol import (
+    ClientHello,
+    Report,
+    WorkerHello,
+    assignment_from_wire,
+    outcome_from_wire,
+    report_to_wire,
+)
 from mpsched._queue import JobQueue
 from mpsched._recurring import ScheduleSpec, jitter_offset, run_id
 from mpsched._schedules import Schedules
@@ -409,3 +416,59 @@ def test_a_run_is_due_at_its_slot_however_long_queueing_it_takes(
     clock.advance(4.5)  # 5 s after the add, the clock having moved 0.5 s while queueing
     run = take(service)
     assert run is not None and run.job_id == first
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def either(request: pytest.FixtureRequest, clock: FakeClock,
+           tmp_path: Path) -> Iterator[ManagerService]:
+    """A manager without a store, then one with a store."""
+    store = None if request.param == "memory" else open_store(tmp_path, clock)
+    service = make_service(clock, store)
+    yield service
+    service.stop()
+    if store is not None:
+        store.close()
+
+
+def handed(service: ManagerService, job_id: str) -> Outcome | None:
+    """The outcome a client watching ``job_id`` is handed at once (None: when it ends).
+
+    Raises:
+        JobNotFoundError: the manager knows no such job."""
+    wire = service.watch("watcher", job_id)
+    return None if wire is None else outcome_from_wire(wire)
+
+
+def test_watching_an_ended_run_hands_its_outcome_at_once_and_sends_nothing_more(
+        either: ManagerService, clock: FakeClock):
+    python, cp = describe_versions()
+    either.open_client(ClientHello("watcher", python, cp))
+    either.add_schedule(tuple(spec()))
+    clock.advance(5)
+    run = take(either)
+    assert run is not None
+    assert handed(either, run.job_id) is None  # running: sent when it ends
+    finish(either, run)
+    [sent] = either.collect("watcher", 0) or []
+    assert sent[0] == run.job_id
+    ended = handed(either, run.job_id)  # ended: handed with the reply, not sent after it
+    assert ended is not None and ended.ok and pickle.loads(ended.payload) == 7
+    assert either.collect("watcher", 0) == []
+
+
+def test_a_runs_outcome_is_kept_before_any_client_hears_that_it_ended(
+        service: ManagerService, clock: FakeClock, monkeypatch: pytest.MonkeyPatch):
+    kept_when_posted: list[bool] = []
+    post = service.mailboxes.post
+
+    def spy(client_id: str, outcome: Outcome) -> None:
+        kept_when_posted.append(service.schedules.outcome(outcome.job_id) is not None)
+        post(client_id, outcome)
+
+    monkeypatch.setattr(service.mailboxes, "post", spy)
+    service.add_schedule(tuple(spec()))
+    clock.advance(5)
+    run = take(service)
+    assert run is not None and handed(service, run.job_id) is None  # a client watches it
+    finish(service, run)
+    assert kept_when_posted == [True, True]  # its schedule's, then the watcher's
