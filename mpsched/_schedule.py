@@ -197,7 +197,8 @@ class Schedule:
         """The schedule as the manager reports it now.
 
         Raises:
-            ScheduleNotFoundError: it was cancelled.
+            ScheduleNotFoundError: it was cancelled (its ``cancelled`` is True for
+                ``result_ttl``, while its runs stay listable).
             SchedulerShutdownError: the manager is gone.
         """
         self._info = self._call(self._service.schedule_control, self.id, "info")
@@ -239,13 +240,15 @@ class Schedule:
 
     def runs(self, n: int = 10) -> list[JobFuture[Any]]:
         """Futures of the ``n`` latest runs, oldest first (the last may still be pending;
-        a run that has ended is done in the future returned).
+        a run that has ended is done in the future returned). A cancelled schedule's runs
+        stay listable for the manager's ``result_ttl`` (its armed run, withdrawn, is a
+        cancelled future).
 
         Without a store the manager keeps the outcomes of a schedule's 10 latest runs;
         older ones are left out.
 
         Raises:
-            ScheduleNotFoundError: it was cancelled.
+            ScheduleNotFoundError: it was cancelled more than ``result_ttl`` ago.
             SchedulerShutdownError: the manager is gone.
         """
         if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= 100:

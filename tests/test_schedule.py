@@ -158,3 +158,22 @@ def test_an_ended_runs_future_is_done_when_runs_returns_it(
     assert ended.done() and ended.result()[0] == "first" and not armed.done()
     by_id = s.job(ended.job_id)
     assert by_id.done() and by_id.result() == ended.result()
+
+
+def test_a_cancelled_schedules_latest_runs_stay_listable_and_done(
+        make_scheduler: MakeScheduler, store: Path | None):
+    s = make_scheduler(workers=2, store=store)
+    schedule = s.every(0.05, jobs.stamp, start=0.0, id="tick")
+    wait_for(lambda: schedule.counters.runs >= 3, what="3 runs")
+    schedule.cancel()
+    first = schedule.runs(5)
+    assert len(first) >= 3
+    assert not concurrent.futures.wait(first, timeout=30).not_done  # a run under way ends
+    again = schedule.runs(5)  # every run has ended: each future is done as it comes
+    assert [f.job_id for f in again] == [f.job_id for f in first]
+    assert all(f.done() for f in again)
+    assert [f.cancelled() for f in again] == [f.cancelled() for f in first]
+    assert [f.result() for f in again if not f.cancelled()] == \
+        [f.result() for f in first if not f.cancelled()]
+    by_id = s.job(first[0].job_id)
+    assert by_id.done() and by_id.result() == first[0].result()
