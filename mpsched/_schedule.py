@@ -13,7 +13,12 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from mpsched._errors import InvalidJobError, JobNotFoundError, SchedulerShutdownError
+from mpsched._errors import (
+    InvalidJobError,
+    JobNotFoundError,
+    ScheduleNotFoundError,
+    SchedulerShutdownError,
+)
 from mpsched._futures import DISCONNECTED, ClientCore, JobFuture
 from mpsched._job import JobRequest, Priority, check_request
 from mpsched._payload import job_name, pickle_job
@@ -234,9 +239,22 @@ class Schedule:
         """Plan runs again from now on (slots that passed while paused are not run)."""
         self._info = self._call(self._service.schedule_control, self.id, "resume")
 
-    def cancel(self) -> None:
-        """Remove the schedule: no run starts after this returns; a running one finishes."""
-        self._info = self._call(self._service.schedule_control, self.id, "cancel")
+    def cancel(self) -> bool:
+        """Remove the schedule: no run starts after this returns; a running one finishes.
+
+        Idempotent, as ``Future.cancel()``: True if this call cancelled it, False if it
+        was cancelled already (by this handle, another handle or another client), however
+        long ago. A handle's id was the manager's, so an id the manager does not know (any
+        more) was cancelled: this never raises ScheduleNotFoundError.
+
+        Raises:
+            SchedulerShutdownError: the manager is gone.
+        """
+        try:
+            self._info = self._call(self._service.schedule_control, self.id, "cancel")
+        except ScheduleNotFoundError:
+            return False
+        return True
 
     def runs(self, n: int = 10) -> list[JobFuture[Any]]:
         """Futures of the ``n`` latest runs, oldest first (the last may still be pending;

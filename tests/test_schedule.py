@@ -177,3 +177,26 @@ def test_a_cancelled_schedules_latest_runs_stay_listable_and_done(
         [f.result() for f in first if not f.cancelled()]
     by_id = s.job(first[0].job_id)
     assert by_id.done() and by_id.result() == first[0].result()
+
+
+
+def test_cancel_is_idempotent_across_handles_of_one_id(
+        make_scheduler: MakeScheduler, store: Path | None):
+    s = make_scheduler(workers=1, store=store)
+    a = s.every(3600, jobs.noop, id="x")
+    b = s.every(3600, jobs.noop, id="x")  # the same spec: an upsert, one schedule
+    assert a.cancel() is True
+    assert b.cancel() is False and a.cancel() is False
+    with pytest.raises(ScheduleNotFoundError, match="'x' was cancelled"):
+        b.info()
+    assert s.schedules() == []
+
+
+def test_a_cancelled_schedule_is_forgotten_after_result_ttl_and_cancel_still_holds(
+        make_scheduler: MakeScheduler, store: Path | None):
+    s = make_scheduler(workers=1, store=store, result_ttl=0)
+    schedule = s.every(3600, jobs.noop, id="x")
+    assert schedule.cancel() is True
+    with pytest.raises(ScheduleNotFoundError, match="never added, or cancelled and forgotten"):
+        schedule.runs()
+    assert schedule.cancel() is False  # the manager has forgotten it: still not an error
