@@ -227,6 +227,11 @@ class ServiceProxy(BaseProxy):
     def _call(self, method: str, *args: Any) -> Any:
         return self._callmethod(method, args)
 
+    @property
+    def manager_address(self) -> Any:
+        """The address of the manager this proxy calls (no call: it is in the token)."""
+        return self._token.address  # type: ignore[attr-defined]
+
     def hello(self, hello: WorkerHello) -> float:
         return float(self._call("hello", hello))
 

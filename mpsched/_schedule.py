@@ -3,7 +3,8 @@
 ``Client.every()`` and ``Client.cron()`` validate and pickle here, at the call site, and
 send a :class:`~mpsched._recurring.ScheduleSpec`; the manager (mpsched._schedules) owns the
 schedule from then on, so it outlives the client that added it. A :class:`Schedule` is a
-handle: each property asks the manager, so every client sees the same schedule.
+handle, by id: each property asks the manager, so every client sees the same schedule, and
+two handles to one id at one manager are equal.
 """
 
 from __future__ import annotations
@@ -177,6 +178,9 @@ class RecurringClient:
 class Schedule:
     """A recurring schedule in the manager. Each property and method asks the manager, so
     every client sees the same state; ``cancel()`` from any client stops it for all.
+    Handles are by id: two handles to one schedule id at one manager (from two ``every()``
+    calls that upserted it, from ``schedules()``, from two clients) are equal and hash
+    equal.
 
     Counters: ``runs`` (runs started), ``skipped`` (slots passed over because the previous
     run was still pending or running, with ``overlap="skip"``), ``missed`` (slots not run
@@ -192,6 +196,17 @@ class Schedule:
 
     def __repr__(self) -> str:
         return f"<Schedule {self.id!r} {self._info.spec}>"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Schedule):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def _key(self) -> tuple[str, str]:
+        return repr(self._service.manager_address), self.id
 
     @property
     def id(self) -> str:

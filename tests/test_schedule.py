@@ -200,3 +200,19 @@ def test_a_cancelled_schedule_is_forgotten_after_result_ttl_and_cancel_still_hol
     with pytest.raises(ScheduleNotFoundError, match="never added, or cancelled and forgotten"):
         schedule.runs()
     assert schedule.cancel() is False  # the manager has forgotten it: still not an error
+
+
+def test_handles_to_one_schedule_id_are_equal(make_scheduler: MakeScheduler,
+                                              store: Path | None):
+    s = make_scheduler(workers=1, store=store)
+    other = mpsched.connect(s.address, authkey=s.authkey)
+    try:
+        a = s.every(3600, jobs.noop, id="x")
+        b = s.every(3600, jobs.noop, id="x")
+        theirs = other.every(3600, jobs.noop, id="x")
+        y = s.every(3600, jobs.noop, id="y")
+        assert a == b == theirs == s.schedules()[0] == other.schedules()[0]
+        assert hash(a) == hash(b) == hash(theirs)
+        assert a != y and len({a, b, theirs, y}) == 2 and a != "x"
+    finally:
+        other.detach()
