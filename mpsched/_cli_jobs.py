@@ -251,10 +251,13 @@ def run_cancel(args: argparse.Namespace, out: TextIO) -> int:
     names a schedule, now cancelled), else 1."""
     with connected(args) as client:
         for schedule in client.schedules():
-            if schedule.id == args.job_id:
-                schedule.cancel()
+            if schedule.id == args.job_id and schedule.cancel():
                 print(f"cancelled schedule {args.job_id}; a run under way finishes", file=out)
                 return Exit.OK
+            if schedule.id == args.job_id:  # another client cancelled it meanwhile
+                print(f"mpsched: schedule {args.job_id} was not cancelled: it was cancelled "
+                      f"already", file=sys.stderr)
+                return Exit.FAILURE
         if client.cancel(args.job_id):
             print(f"cancelled job {args.job_id}", file=out)
             return Exit.OK

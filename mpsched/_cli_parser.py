@@ -240,7 +240,9 @@ def _serve_options(serve: argparse.ArgumentParser) -> None:
     store.add_argument("--result-ttl", type=_seconds_or_zero, default=86400.0,
                        metavar="SECONDS",
                        help="seconds a finished job's outcome stays retrievable by its id "
-                            "(result, jobs) (default: %(default)s, one day)")
+                            "(result, jobs); with or without a store, a cancelled "
+                            "schedule's latest runs stay listable as long (default: "
+                            "%(default)s, one day)")
     serve.add_argument("--drain-timeout", type=_seconds_or_zero, default=30.0,
                        metavar="SECONDS",
                        help="on the first SIGTERM or SIGINT, seconds running jobs may take "

@@ -17,7 +17,7 @@ exception a caller would already catch for the same situation::
      ├── AuthenticationError(multiprocessing.AuthenticationError)   wrong or unsafe authkey
      ├── ManagerUnreachableError(ConnectionError)   no mpsched manager answers at an address
      ├── JobNotFoundError(KeyError)             no job with that id (never, or forgotten)
-     ├── ScheduleNotFoundError(KeyError)        no schedule with that id
+     ├── ScheduleNotFoundError(KeyError)        no schedule with that id (or cancelled)
      ├── ExtraMissingError(ImportError)         a feature needs an optional extra not installed
      ├── VersionMismatchError                   peer runs another Python or cloudpickle
      └── StoreError(OSError)                    the job store cannot be opened, read or written
@@ -229,17 +229,21 @@ class JobNotFoundError(MpschedError, KeyError):
 
 
 class ScheduleNotFoundError(MpschedError, KeyError):
-    """The manager knows no schedule with this id (never added, or cancelled)."""
+    """The manager has no schedule with this id: it was cancelled (``cancelled`` says the
+    manager still remembers that, as it does for ``result_ttl``), or it never knew it."""
 
-    def __init__(self, schedule_id: str) -> None:
+    def __init__(self, schedule_id: str, cancelled: bool = False) -> None:
         self.schedule_id = schedule_id
+        self.cancelled = cancelled
         super().__init__(schedule_id)
 
     def __str__(self) -> str:
-        return f"no schedule {self.schedule_id!r}: never added, or cancelled"
+        if self.cancelled:
+            return f"schedule {self.schedule_id!r} was cancelled"
+        return f"no schedule {self.schedule_id!r}: never added, or cancelled and forgotten"
 
-    def __reduce__(self) -> tuple[type[ScheduleNotFoundError], tuple[str]]:
-        return (type(self), (self.schedule_id,))
+    def __reduce__(self) -> tuple[type[ScheduleNotFoundError], tuple[str, bool]]:
+        return (type(self), (self.schedule_id, self.cancelled))
 
 
 class ExtraMissingError(MpschedError, ImportError):

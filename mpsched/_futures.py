@@ -130,7 +130,8 @@ class ClientCore:
 
     def watch(self, job_id: str) -> JobFuture[Any]:
         """A future for any job the manager knows (this client's own, another's, or one
-        from before a restart): the manager sends its outcome here too.
+        from before a restart): done already if the job has ended, else the manager sends
+        its outcome here too.
 
         Raises:
             JobNotFoundError: the manager knows no such job.
@@ -145,10 +146,12 @@ class ClientCore:
             future: JobFuture[Any] = JobFuture(self, job_id, watched=True)
             self._futures[job_id] = future
         try:
-            self.service.watch(self.client_id, job_id)
+            outcome = self.service.watch(self.client_id, job_id)
         except BaseException:
             self.forget(job_id)
             raise
+        if outcome is not None:  # it has ended: resolved before the caller sees it
+            self._resolve(outcome)
         return future
 
     def leave_not_due(self, why: str) -> int:

@@ -117,6 +117,7 @@ def _open_journal(config: ManagerConfig, queue: JobQueue) -> tuple[BaseJournal, 
 def _serve(config: ManagerConfig, control: Connection | None,
            on_ready: Callable[[ManagerReady, ManagerService], None] | None,
            service: ManagerService, recovered: str) -> int:
+    service.schedules.keep_cancelled_for(config.result_ttl)
     summary = service.schedules.recover()
     if summary:
         log.info("%s", summary)

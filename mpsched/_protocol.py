@@ -232,6 +232,11 @@ class ServiceProxy(BaseProxy):
     def _call(self, method: str, *args: Any) -> Any:
         return self._callmethod(method, args)
 
+    @property
+    def manager_address(self) -> Any:
+        """The address of the manager this proxy calls (no call: it is in the token)."""
+        return self._token.address  # type: ignore[attr-defined]
+
     def hello(self, hello: WorkerHello) -> float:
         return float(self._call("hello", hello))
 
@@ -268,8 +273,9 @@ class ServiceProxy(BaseProxy):
     def cancel(self, job_id: str, client_id: str | None = None) -> bool:
         return bool(self._call("cancel", job_id, client_id))
 
-    def watch(self, client_id: str, job_id: str) -> None:
-        self._call("watch", client_id, job_id)
+    def watch(self, client_id: str, job_id: str) -> Outcome | None:
+        wire: OutcomeWire | None = self._call("watch", client_id, job_id)
+        return None if wire is None else outcome_from_wire(wire)
 
     def jobs(self, state: str | None = None, limit: int | None = None) -> list[JobRecord]:
         result: list[JobRecord] = self._call("jobs", state, limit)

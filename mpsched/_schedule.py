@@ -3,7 +3,8 @@
 ``Client.every()`` and ``Client.cron()`` validate and pickle here, at the call site, and
 send a :class:`~mpsched._recurring.ScheduleSpec`; the manager (mpsched._schedules) owns the
 schedule from then on, so it outlives the client that added it. A :class:`Schedule` is a
-handle: each property asks the manager, so every client sees the same schedule.
+handle, by id: each property asks the manager, so every client sees the same schedule, and
+two handles to one id at one manager are equal.
 """
 
 from __future__ import annotations
@@ -13,7 +14,12 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from mpsched._errors import InvalidJobError, JobNotFoundError, SchedulerShutdownError
+from mpsched._errors import (
+    InvalidJobError,
+    JobNotFoundError,
+    ScheduleNotFoundError,
+    SchedulerShutdownError,
+)
 from mpsched._futures import DISCONNECTED, ClientCore, JobFuture
 from mpsched._job import JobRequest, Priority, check_request
 from mpsched._payload import job_name, pickle_job
@@ -172,6 +178,9 @@ class RecurringClient:
 class Schedule:
     """A recurring schedule in the manager. Each property and method asks the manager, so
     every client sees the same state; ``cancel()`` from any client stops it for all.
+    Handles are by id: two handles to one schedule id at one manager (from two ``every()``
+    calls that upserted it, from ``schedules()``, from two clients) are equal and hash
+    equal.
 
     Counters: ``runs`` (runs started), ``skipped`` (slots passed over because the previous
     run was still pending or running, with ``overlap="skip"``), ``missed`` (slots not run
@@ -188,6 +197,17 @@ class Schedule:
     def __repr__(self) -> str:
         return f"<Schedule {self.id!r} {self._info.spec}>"
 
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Schedule):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def _key(self) -> tuple[str, str]:
+        return repr(self._service.manager_address), self.id
+
     @property
     def id(self) -> str:
         """The schedule's id; its runs' job ids are ``"{id}@{planned UTC time}"``."""
@@ -197,7 +217,8 @@ class Schedule:
         """The schedule as the manager reports it now.
 
         Raises:
-            ScheduleNotFoundError: it was cancelled.
+            ScheduleNotFoundError: it was cancelled (its ``cancelled`` is True for
+                ``result_ttl``, while its runs stay listable).
             SchedulerShutdownError: the manager is gone.
         """
         self._info = self._call(self._service.schedule_control, self.id, "info")
@@ -233,15 +254,36 @@ class Schedule:
         """Plan runs again from now on (slots that passed while paused are not run)."""
         self._info = self._call(self._service.schedule_control, self.id, "resume")
 
-    def cancel(self) -> None:
-        """Remove the schedule: no run starts after this returns; a running one finishes."""
-        self._info = self._call(self._service.schedule_control, self.id, "cancel")
+    def cancel(self) -> bool:
+        """Remove the schedule: no run starts after this returns; a running one finishes.
+
+        Idempotent, as ``Future.cancel()``: True if this call cancelled it, False if it
+        was cancelled already (by this handle, another handle or another client), however
+        long ago. A handle's id was the manager's, so an id the manager does not know (any
+        more) was cancelled: this never raises ScheduleNotFoundError.
+
+        Raises:
+            SchedulerShutdownError: the manager is gone.
+        """
+        try:
+            self._info = self._call(self._service.schedule_control, self.id, "cancel")
+        except ScheduleNotFoundError:
+            return False
+        return True
 
     def runs(self, n: int = 10) -> list[JobFuture[Any]]:
-        """Futures of the ``n`` latest runs, oldest first (the last may still be pending).
+        """Futures of the ``n`` latest runs, oldest first (the last may still be pending;
+        a run that has ended is done in the future returned). A cancelled schedule's runs
+        stay listable for the manager's ``result_ttl`` (its armed run, withdrawn, is a
+        cancelled future).
 
         Without a store the manager keeps the outcomes of a schedule's 10 latest runs;
-        older ones are left out."""
+        older ones are left out.
+
+        Raises:
+            ScheduleNotFoundError: it was cancelled more than ``result_ttl`` ago.
+            SchedulerShutdownError: the manager is gone.
+        """
         if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= 100:
             raise InvalidJobError(f"n must be an int in [0, 100], not {n!r}")
         futures = []

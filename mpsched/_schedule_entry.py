@@ -1,7 +1,9 @@
 """One schedule inside the manager: its spec, where it stands, what it reports.
 
 ``Entry`` is guarded by the lock of the ``Schedules`` that holds it (mpsched._schedules);
-``State`` is the part a store keeps, as plain data.
+``State`` is the part a store keeps, as plain data. ``CancelledSchedule`` is what is left of
+an entry once it is cancelled: its latest runs and their outcomes, which ``Cancelled``
+keeps for ``result_ttl``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ log = logging.getLogger("mpsched.schedules")
 
 RECENT = 100  # run ids kept per schedule for Schedule.runs()
 KEPT_OUTCOMES = 10  # outcomes of the latest runs kept in memory (a store keeps them all)
+KEPT_CANCELLED = 1000  # cancelled schedules remembered at most (the latest cancelled)
 WARN_EVERY = 60.0  # seconds between two warnings of one schedule's skipped or missed slots
 
 
@@ -82,9 +85,7 @@ class Entry:
 
     def keep(self, outcome: Outcome) -> None:
         """Keep a run's outcome, the KEPT_OUTCOMES latest only."""
-        self.outcomes[outcome.job_id] = outcome
-        while len(self.outcomes) > KEPT_OUTCOMES:
-            del self.outcomes[next(iter(self.outcomes))]
+        keep_outcome(self.outcomes, outcome)
 
     def warn(self, now: float) -> None:
         """Log what was skipped or missed: at once, then at most once a WARN_EVERY with
@@ -103,3 +104,59 @@ class Entry:
             log.warning("schedule %s: %d slot(s) missed (the manager was down or busy) and "
                         "not run (catchup=%r)", self.spec.schedule_id, missed,
                         self.spec.catchup)
+
+
+@dataclass(eq=False)
+class CancelledSchedule:
+    """A cancelled schedule as its manager remembers it until ``forget_at``: the ids of its
+    latest runs and the outcomes of the KEPT_OUTCOMES latest (a run that was running when
+    it was cancelled adds its own when it ends)."""
+
+    recent: deque[str]
+    outcomes: dict[str, Outcome]
+    forget_at: float  # on the manager's monotonic clock
+
+    def keep(self, outcome: Outcome) -> None:
+        keep_outcome(self.outcomes, outcome)
+
+
+class Cancelled:
+    """The cancelled schedules a manager remembers: each for ``result_ttl`` seconds after
+    its cancel, the KEPT_CANCELLED latest cancelled at most. Guarded, as the entries, by
+    the lock of the ``Schedules`` that holds it; ``now`` is the manager's monotonic clock."""
+
+    def __init__(self, result_ttl: float) -> None:
+        self.result_ttl = result_ttl
+        # By schedule id, in cancel order: an id leaves (pop) before it is cancelled again.
+        self._by_id: dict[str, CancelledSchedule] = {}
+
+    def remember(self, entry: Entry, now: float) -> None:
+        self._by_id[entry.spec.schedule_id] = CancelledSchedule(
+            entry.recent, entry.outcomes, now + self.result_ttl)
+        self._forget(now)
+
+    def get(self, schedule_id: str, now: float) -> CancelledSchedule | None:
+        self._forget(now)
+        return self._by_id.get(schedule_id)
+
+    def pop(self, schedule_id: str, now: float) -> CancelledSchedule | None:
+        """Forget one (its id is added again); what it remembered, if anything."""
+        self._forget(now)
+        return self._by_id.pop(schedule_id, None)
+
+    def _forget(self, now: float) -> None:
+        """Forget those past their ``forget_at``, and the earliest beyond KEPT_CANCELLED.
+        In cancel order with one ttl for all, the first is always the first to go."""
+        while self._by_id:
+            schedule_id, first = next(iter(self._by_id.items()))
+            if first.forget_at > now and len(self._by_id) <= KEPT_CANCELLED:
+                return
+            del self._by_id[schedule_id]
+
+
+def keep_outcome(outcomes: dict[str, Outcome], outcome: Outcome) -> None:
+    """Add a run's outcome to ``outcomes`` and drop the oldest beyond KEPT_OUTCOMES."""
+    outcomes.pop(outcome.job_id, None)  # a run kept again counts as the latest
+    outcomes[outcome.job_id] = outcome
+    while len(outcomes) > KEPT_OUTCOMES:
+        del outcomes[next(iter(outcomes))]

@@ -62,7 +62,8 @@ class Scheduler(Client):
         durability: with a store, "sync" (each acknowledged submit or cancel survives a
             power cut; starts and ends reach the disk within milliseconds) or "process"
             (they survive a crash of the manager process, not of the machine).
-        result_ttl: with a store, seconds finished jobs are kept (default: one day).
+        result_ttl: with a store, seconds finished jobs are kept (default: one day); with
+            or without one, seconds a cancelled schedule's latest runs stay listable.
         shared_memory: large arguments and results (buffers of 64 KiB or more: bytes,
             bytearray, memoryview, NumPy arrays) travel through shared memory, written
             once and never through the manager. Without a store only; where shared memory

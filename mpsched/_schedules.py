@@ -14,6 +14,10 @@ Run ids are deterministic, and a slot is armed only if the store does not know i
 a slot never runs twice, whoever adds the schedule and however often the manager restarts.
 Every-schedules map slots to the monotonic clock with one offset per manager lifetime;
 cron runs are re-mapped when the wall clock jumps (a watcher thread compares the clocks).
+
+A cancelled schedule leaves the store, but this manager remembers its latest runs and their
+outcomes for ``result_ttl`` (at most KEPT_CANCELLED schedules), so that its handles can
+still list them and a manager without a store can still give a run's outcome by id.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from collections.abc import Callable
 from mpsched._clock import Clock
 from mpsched._errors import InvalidJobError, MpschedError, ScheduleNotFoundError, StoreError
 from mpsched._job import CANCELLED, JobRequest, Outcome
-from mpsched._journal import BaseJournal
+from mpsched._journal import BaseJournal, cancelled
 from mpsched._recurring import (
     ScheduleInfo,
     ScheduleSpec,
@@ -39,8 +43,8 @@ from mpsched._recurring import (
     run_id,
     schedule_of,
 )
-from mpsched._schedule_entry import Entry, State
-from mpsched._store import StoredSchedule
+from mpsched._schedule_entry import Cancelled, Entry, State
+from mpsched._store import DAY, StoredSchedule
 
 log = logging.getLogger("mpsched.schedules")
 
@@ -59,12 +63,13 @@ class Schedules:
         self._cancelled = cancelled
         self._queue = journal.queue
         self._clock = clock
-        # Guards _entries, _runs and every entry. Held while a run is armed (a durable
-        # store write), so two clients adding or cancelling one schedule are serialised.
-        # Nobody waits on it for long: schedules change at human rates.
+        # Guards _entries, _runs, _gone and every entry. Held while a run is armed (a
+        # durable store write), so two clients adding or cancelling one schedule are
+        # serialised. Nobody waits on it for long: schedules change at human rates.
         self._lock = threading.Lock()
         self._entries: dict[str, Entry] = {}
         self._runs: dict[str, str] = {}  # armed run id -> schedule id (read without lock)
+        self._gone = Cancelled(result_ttl=DAY)  # the cancelled ones whose runs stay listable
         # Set by close(); the wall-clock watcher waits on it between checks.
         self._closed = threading.Event()
         self._watcher: threading.Thread | None = None
@@ -98,6 +103,12 @@ class Schedules:
         if not entry.paused:
             self._plan_locked(entry, "begin")
 
+    def keep_cancelled_for(self, result_ttl: float) -> None:
+        """How long a cancelled schedule's latest runs and their outcomes stay listable:
+        the manager's ``result_ttl`` (a day unless told)."""
+        with self._lock:
+            self._gone.result_ttl = result_ttl
+
     def close(self) -> None:
         """Stop planning: runs that end from now on leave the store as it is."""
         if self._entries and self._journal.store.location == "memory":
@@ -130,6 +141,8 @@ class Schedules:
             entry = self._entry(spec, anchor, tz)
             if old is not None:
                 self._carry_over_locked(old, entry)
+            elif (gone := self._gone.pop(spec.schedule_id, self._clock.now())) is not None:
+                entry.recent, entry.outcomes = gone.recent, gone.outcomes  # its runs' list
             self._journal.store.save_schedule(StoredSchedule(
                 spec.schedule_id, pickle.dumps(tuple(spec)), pickle.dumps(entry.state())))
             self._entries[spec.schedule_id] = entry
@@ -151,10 +164,12 @@ class Schedules:
         """``pause``, ``resume`` or ``cancel`` a schedule; returns it as it is now.
 
         Pause and cancel withdraw its armed run unless it started: no run starts after
-        this returns; a running one finishes.
+        this returns; a running one finishes. A cancelled schedule's runs stay listable
+        (``runs``, ``outcome``) for ``result_ttl``.
 
         Raises:
-            ScheduleNotFoundError: no such schedule.
+            ScheduleNotFoundError: no such schedule: it was cancelled already (with
+                ``cancelled`` set while this manager remembers that), or never added.
             InvalidJobError: an unknown action.
         """
         with self._lock:
@@ -170,9 +185,11 @@ class Schedules:
                         entry.decided, self._now(entry))
                     self._plan_locked(entry, "begin")
             elif action == "cancel":
-                self._withdraw_locked(entry)
+                for rid in self._withdraw_locked(entry):
+                    entry.keep(cancelled(rid))
                 del self._entries[schedule_id]
                 self._journal.store.delete_schedule(schedule_id)
+                self._gone.remember(entry, self._clock.now())
                 log.info("schedule %s cancelled", schedule_id)
                 return self._info_locked(entry, cancelled=True)
             else:
@@ -200,16 +217,29 @@ class Schedules:
             return [label + jitter_offset(sid, label, jitter) for label in labels]
 
     def runs(self, schedule_id: str, n: int) -> list[str]:
-        """The ids of the ``n`` latest runs, oldest first."""
+        """The ids of the ``n`` latest runs, oldest first; of a schedule cancelled less
+        than ``result_ttl`` ago too.
+
+        Raises:
+            ScheduleNotFoundError: no such schedule (never added, or forgotten).
+        """
         with self._lock:
-            recent = list(self._get_locked(schedule_id).recent)
+            listed = self._entries.get(schedule_id) or self._gone.get(schedule_id,
+                                                                     self._clock.now())
+            if listed is None:
+                raise ScheduleNotFoundError(schedule_id)
+            recent = list(listed.recent)
             return recent[-n:] if n > 0 else []
 
     def outcome(self, job_id: str) -> Outcome | None:
-        """The kept outcome of a recent run (a manager without a store forgets jobs)."""
+        """The kept outcome of a recent run (a manager without a store forgets jobs), of a
+        schedule cancelled less than ``result_ttl`` ago too."""
         with self._lock:
-            entry = self._entries.get(schedule_of(job_id) or "")
-            return None if entry is None else entry.outcomes.get(job_id)
+            sid = schedule_of(job_id) or ""
+            for listed in (self._entries.get(sid), self._gone.get(sid, self._clock.now())):
+                if listed is not None and job_id in listed.outcomes:
+                    return listed.outcomes[job_id]
+            return None
 
     # ------------------------------------------------------------------ run events
 
@@ -237,6 +267,11 @@ class Schedules:
             sid = self._runs.pop(job_id, "")
             entry = self._entries.get(sid)
             if entry is None or entry.active.pop(job_id, None) is None:
+                # A run that was running when its schedule was cancelled (and maybe added
+                # again since, its runs' list carried over): its outcome is kept all the same.
+                listed = self._gone.get(sid, self._clock.now()) or entry
+                if listed is not None and job_id in listed.recent:
+                    listed.keep(outcome)
                 return
             entry.started.discard(job_id)
             entry.keep(outcome)
@@ -334,15 +369,16 @@ class Schedules:
             return label + self._clock.now() - self._clock.wall()
         return label + entry.offset
 
-    def _withdraw_locked(self, entry: Entry) -> None:
+    def _withdraw_locked(self, entry: Entry) -> list[str]:
         """Cancel the entry's armed runs that have not started; running ones stay active,
-        so that their end is still counted."""
+        so that their end is still counted. Returns the ids of those withdrawn."""
         withdrawn = [rid for rid in entry.active if self._queue.cancel(rid)]
         for rid in withdrawn:
             del entry.active[rid]
             self._runs.pop(rid, None)  # first: the cancel's ended() must not re-plan
         if withdrawn:
             self._cancelled(withdrawn)
+        return withdrawn
 
     def _save_state_locked(self, entry: Entry) -> None:
         self._journal.store.update_schedule(entry.spec.schedule_id,
@@ -351,7 +387,8 @@ class Schedules:
     def _get_locked(self, schedule_id: str) -> Entry:
         entry = self._entries.get(schedule_id)
         if entry is None:
-            raise ScheduleNotFoundError(schedule_id)
+            gone = self._gone.get(schedule_id, self._clock.now())
+            raise ScheduleNotFoundError(schedule_id, cancelled=gone is not None)
         return entry
 
     def _info_locked(self, entry: Entry, *, cancelled: bool = False) -> ScheduleInfo:

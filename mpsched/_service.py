@@ -184,10 +184,12 @@ class ManagerService:
         """Post a job's outcome to its client and to every other client watching it."""
         others = watchers - {client_id}
         self.segments.posted(outcome, 1 + len(others))
-        self.mailboxes.post(client_id, outcome)
-        for watcher in others:
-            self.mailboxes.post(watcher, outcome)
-        self.schedules.ended(outcome.job_id, outcome)
+        try:  # first: a client that hears a run ended finds its outcome kept (runs())
+            self.schedules.ended(outcome.job_id, outcome)
+        finally:
+            self.mailboxes.post(client_id, outcome)
+            for watcher in others:
+                self.mailboxes.post(watcher, outcome)
 
     def lose_worker(self, worker_id: str, exitcode: int | None,
                     received: Callable[[Lease], bool] | None = None) -> int:
@@ -316,9 +318,10 @@ class ManagerService:
             self.schedules.ended(job_id, cancelled(job_id))
         return job_ids
 
-    def watch(self, client_id: str, job_id: str) -> None:
-        """Send ``client_id`` the outcome of a job it did not submit (or submitted before a
-        restart): now if it is known, else when the job ends.
+    def watch(self, client_id: str, job_id: str) -> OutcomeWire | None:
+        """Watch a job ``client_id`` did not submit (or submitted before a restart): its
+        outcome if it is known now (the caller resolves its future with it), else None
+        and the outcome is sent to ``client_id`` when the job ends.
 
         Raises:
             JobNotFoundError: the manager knows no such job.
@@ -329,8 +332,7 @@ class ManagerService:
             outcome = self.schedules.outcome(job_id)  # kept for runs even without a store
             if outcome is None:
                 raise
-        if outcome is not None:
-            self.mailboxes.post(client_id, outcome)
+        return None if outcome is None else outcome_to_wire(outcome)
 
     def jobs(self, state: str | None = None, limit: int | None = None) -> list[JobRecord]:
         """The jobs the store knows, in submission order (pending and running ones only

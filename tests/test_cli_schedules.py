@@ -7,13 +7,16 @@ import json
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+import jobs
 import pytest
 from processes import wait_for
 from test_cli import Manager, Processes, serve
 
-from mpsched._cli import Exit
+from mpsched import Client, Scheduler
+from mpsched._cli import Exit, main
 from mpsched._cli_parser import build_parser
 from mpsched._cli_schedules import check_recurring
 
@@ -109,3 +112,20 @@ def test_a_schedule_outlives_a_killed_serve_and_catches_up_once(
     done = sum(job["state"] == "done" for job in runs)
     crashed = sum(job["state"] == "failed" for job in runs)
     assert done <= len(lines(log)) <= done + crashed  # each slot ran at most once
+
+
+def test_cancel_says_so_when_another_client_cancelled_the_schedule_first(
+        make_scheduler: Callable[..., Scheduler], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    s = make_scheduler(workers=1)
+    s.every(3600, jobs.noop, id="x")
+    listed = s.schedules()
+    listed[0].cancel()  # another client's cancel, between this one's listing and cancel
+    monkeypatch.setattr(Client, "schedules", lambda self: listed)
+    key = tmp_path / "key"
+    key.write_bytes(s.authkey)
+    key.chmod(0o600)
+    code = main(["cancel", "x", "--connect", f"unix:{s.address}", "--authkey-file", str(key)])
+    assert code == Exit.FAILURE
+    assert capsys.readouterr().err == \
+        "mpsched: schedule x was not cancelled: it was cancelled already\n"

@@ -140,3 +140,79 @@ def test_a_schedule_and_its_next_run_survive_a_restart_with_a_store(
     [after] = again.schedules()
     assert after.id == "daily" and after.next_run == planned_first
     assert [j.job_id for j in again.jobs(state="pending")] == [after.info().last_run]
+
+
+@pytest.fixture(params=[False, True], ids=["memory", "store"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Path | None:
+    """Without a store, then with one."""
+    return tmp_path / "jobs.db" if request.param else None
+
+
+def test_an_ended_runs_future_is_done_when_runs_returns_it(
+        make_scheduler: MakeScheduler, store: Path | None):
+    s = make_scheduler(workers=1, store=store)
+    schedule = s.every(3600, jobs.stamp, "first", start=0.0, id="hourly")
+    # Once the first run has ended, the next one (an hour away) is armed.
+    wait_for(lambda: len(schedule.runs(2)) == 2, what="the first run to end")
+    ended, armed = schedule.runs(2)
+    assert ended.done() and ended.result()[0] == "first" and not armed.done()
+    by_id = s.job(ended.job_id)
+    assert by_id.done() and by_id.result() == ended.result()
+
+
+def test_a_cancelled_schedules_latest_runs_stay_listable_and_done(
+        make_scheduler: MakeScheduler, store: Path | None):
+    s = make_scheduler(workers=2, store=store)
+    schedule = s.every(0.05, jobs.stamp, start=0.0, id="tick")
+    wait_for(lambda: schedule.counters.runs >= 3, what="3 runs")
+    schedule.cancel()
+    first = schedule.runs(5)
+    assert len(first) >= 3
+    assert not concurrent.futures.wait(first, timeout=30).not_done  # a run under way ends
+    again = schedule.runs(5)  # every run has ended: each future is done as it comes
+    assert [f.job_id for f in again] == [f.job_id for f in first]
+    assert all(f.done() for f in again)
+    assert [f.cancelled() for f in again] == [f.cancelled() for f in first]
+    assert [f.result() for f in again if not f.cancelled()] == \
+        [f.result() for f in first if not f.cancelled()]
+    by_id = s.job(first[0].job_id)
+    assert by_id.done() and by_id.result() == first[0].result()
+
+
+
+def test_cancel_is_idempotent_across_handles_of_one_id(
+        make_scheduler: MakeScheduler, store: Path | None):
+    s = make_scheduler(workers=1, store=store)
+    a = s.every(3600, jobs.noop, id="x")
+    b = s.every(3600, jobs.noop, id="x")  # the same spec: an upsert, one schedule
+    assert a.cancel() is True
+    assert b.cancel() is False and a.cancel() is False
+    with pytest.raises(ScheduleNotFoundError, match="'x' was cancelled"):
+        b.info()
+    assert s.schedules() == []
+
+
+def test_a_cancelled_schedule_is_forgotten_after_result_ttl_and_cancel_still_holds(
+        make_scheduler: MakeScheduler, store: Path | None):
+    s = make_scheduler(workers=1, store=store, result_ttl=0)
+    schedule = s.every(3600, jobs.noop, id="x")
+    assert schedule.cancel() is True
+    with pytest.raises(ScheduleNotFoundError, match="never added, or cancelled and forgotten"):
+        schedule.runs()
+    assert schedule.cancel() is False  # the manager has forgotten it: still not an error
+
+
+def test_handles_to_one_schedule_id_are_equal(make_scheduler: MakeScheduler,
+                                              store: Path | None):
+    s = make_scheduler(workers=1, store=store)
+    other = mpsched.connect(s.address, authkey=s.authkey)
+    try:
+        a = s.every(3600, jobs.noop, id="x")
+        b = s.every(3600, jobs.noop, id="x")
+        theirs = other.every(3600, jobs.noop, id="x")
+        y = s.every(3600, jobs.noop, id="y")
+        assert a == b == theirs == s.schedules()[0] == other.schedules()[0]
+        assert hash(a) == hash(b) == hash(theirs)
+        assert a != y and len({a, b, theirs, y}) == 2 and a != "x"
+    finally:
+        other.detach()

@@ -14,19 +14,27 @@ from typing import Any
 import pytest
 from fakeclock import FakeClock
 
-from mpsched._errors import ScheduleNotFoundError
-from mpsched._job import Outcome
+from mpsched._errors import JobNotFoundError, ScheduleNotFoundError
+from mpsched._job import CANCELLED, Outcome
 from mpsched._journal import Journal
-from mpsched._protocol import Report, WorkerHello, assignment_from_wire, report_to_wire
+from mpsched._protocol import (
+    ClientHello,
+    Report,
+    WorkerHello,
+    assignment_from_wire,
+    outcome_from_wire,
+    report_to_wire,
+)
 from mpsched._queue import JobQueue
 from mpsched._recurring import ScheduleSpec, jitter_offset, run_id
 from mpsched._schedules import Schedules
 from mpsched._service import ManagerService
-from mpsched._store import StoredSchedule
+from mpsched._store import DAY, StoredSchedule
 from mpsched._store_sqlite import SQLiteStore
 from mpsched._transport import describe_versions
 
 WORKERS = ("w1", "w2", "w3")
+KEPT_CANCELLED = 1000  # cancelled schedules a manager remembers, as the README says
 
 
 def spec(**changes: object) -> ScheduleSpec:
@@ -409,3 +417,136 @@ def test_a_run_is_due_at_its_slot_however_long_queueing_it_takes(
     clock.advance(4.5)  # 5 s after the add, the clock having moved 0.5 s while queueing
     run = take(service)
     assert run is not None and run.job_id == first
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def either(request: pytest.FixtureRequest, clock: FakeClock,
+           tmp_path: Path) -> Iterator[ManagerService]:
+    """A manager without a store, then one with a store."""
+    store = None if request.param == "memory" else open_store(tmp_path, clock)
+    service = make_service(clock, store)
+    yield service
+    service.stop()
+    if store is not None:
+        store.close()
+
+
+def handed(service: ManagerService, job_id: str) -> Outcome | None:
+    """The outcome a client watching ``job_id`` is handed at once (None: when it ends).
+
+    Raises:
+        JobNotFoundError: the manager knows no such job."""
+    wire = service.watch("watcher", job_id)
+    return None if wire is None else outcome_from_wire(wire)
+
+
+def test_watching_an_ended_run_hands_its_outcome_at_once_and_sends_nothing_more(
+        either: ManagerService, clock: FakeClock):
+    python, cp = describe_versions()
+    either.open_client(ClientHello("watcher", python, cp))
+    either.add_schedule(tuple(spec()))
+    clock.advance(5)
+    run = take(either)
+    assert run is not None
+    assert handed(either, run.job_id) is None  # running: sent when it ends
+    finish(either, run)
+    [sent] = either.collect("watcher", 0) or []
+    assert sent[0] == run.job_id
+    ended = handed(either, run.job_id)  # ended: handed with the reply, not sent after it
+    assert ended is not None and ended.ok and pickle.loads(ended.payload) == 7
+    assert either.collect("watcher", 0) == []
+
+
+def test_a_runs_outcome_is_kept_before_any_client_hears_that_it_ended(
+        service: ManagerService, clock: FakeClock, monkeypatch: pytest.MonkeyPatch):
+    kept_when_posted: list[bool] = []
+    post = service.mailboxes.post
+
+    def spy(client_id: str, outcome: Outcome) -> None:
+        kept_when_posted.append(service.schedules.outcome(outcome.job_id) is not None)
+        post(client_id, outcome)
+
+    monkeypatch.setattr(service.mailboxes, "post", spy)
+    service.add_schedule(tuple(spec()))
+    clock.advance(5)
+    run = take(service)
+    assert run is not None and handed(service, run.job_id) is None  # a client watches it
+    finish(service, run)
+    assert kept_when_posted == [True, True]  # its schedule's, then the watcher's
+
+
+
+def test_a_cancelled_schedule_keeps_its_runs_and_outcomes_for_result_ttl(
+        either: ManagerService, clock: FakeClock):
+    either.add_schedule(tuple(spec()))
+    clock.advance(5)
+    run = take(either)
+    assert run is not None
+    finish(either, run)
+    armed = slot(clock, 10)
+    either.schedule_control("s", "cancel")
+    assert either.schedule_runs("s", 10) == [run.job_id, armed]
+    ended, withdrawn = handed(either, run.job_id), handed(either, armed)
+    assert ended is not None and ended.ok and pickle.loads(ended.payload) == 7
+    assert withdrawn is not None and withdrawn.error_kind == CANCELLED
+    clock.advance(DAY - 1)  # the Scheduler's default result_ttl, from the cancel on
+    assert either.schedule_runs("s", 1) == [armed]
+    clock.advance(1)
+    with pytest.raises(ScheduleNotFoundError):
+        either.schedule_runs("s", 10)
+    if either.journal.store.location == "memory":  # a store keeps runs as its own jobs
+        with pytest.raises(JobNotFoundError):
+            handed(either, run.job_id)
+
+
+def test_a_run_under_way_when_its_schedule_is_cancelled_keeps_its_outcome(
+        either: ManagerService, clock: FakeClock):
+    either.add_schedule(tuple(spec()))
+    clock.advance(5)
+    run = take(either)
+    assert run is not None
+    either.schedule_control("s", "cancel")
+    finish(either, run)
+    assert either.schedule_runs("s", 10) == [run.job_id]
+    ended = handed(either, run.job_id)
+    assert ended is not None and ended.ok
+
+
+def test_a_cancel_of_a_cancelled_schedule_says_it_was_cancelled(either: ManagerService):
+    either.add_schedule(tuple(spec()))
+    assert either.schedule_control("s", "cancel").cancelled
+    for action in ("cancel", "info", "pause"):
+        with pytest.raises(ScheduleNotFoundError) as again:
+            either.schedule_control("s", action)
+        assert again.value.cancelled and str(again.value) == "schedule 's' was cancelled"
+    assert pickle.loads(pickle.dumps(again.value)).cancelled  # it reaches the client so
+    with pytest.raises(ScheduleNotFoundError) as never:
+        either.schedule_control("t", "cancel")
+    assert not never.value.cancelled and "never added" in str(never.value)
+    assert either.list_schedules() == []
+
+
+def test_the_manager_forgets_the_earliest_cancelled_schedules_beyond_its_bound(
+        service: ManagerService):
+    for i in range(KEPT_CANCELLED + 1):
+        service.add_schedule(tuple(spec(schedule_id=f"s{i}", start_delay=3600.0)))
+        service.schedule_control(f"s{i}", "cancel")
+    with pytest.raises(ScheduleNotFoundError):
+        service.schedule_runs("s0", 10)
+    assert len(service.schedule_runs("s1", 10)) == 1
+    assert len(service.schedule_runs(f"s{KEPT_CANCELLED}", 10)) == 1
+
+
+def test_a_cancelled_schedule_added_again_starts_afresh_and_lists_its_former_runs(
+        either: ManagerService, clock: FakeClock):
+    either.add_schedule(tuple(spec()))
+    clock.advance(5)
+    run = take(either)
+    assert run is not None
+    finish(either, run)
+    either.schedule_control("s", "cancel")
+    info = either.add_schedule(tuple(spec()))
+    assert info.counters.runs == 0 and not info.cancelled
+    assert either.schedule_runs("s", 10)[0] == run.job_id
+    ended = handed(either, run.job_id)
+    assert ended is not None and ended.ok
