@@ -38,8 +38,8 @@ def read_authkey(path: str | os.PathLike[str] | None) -> bytes | None:
         raise AuthenticationError(f"cannot read authkey file {path}: {exc}") from None
     if status.st_uid != os.geteuid():
         raise AuthenticationError(
-            f"authkey file {path} belongs to {_user_name(status.st_uid)}, not to "
-            f"{_user_name(os.geteuid())} who runs mpsched; use a key file of your own")
+            f"authkey file {path} belongs to {user_name(status.st_uid)}, not to "
+            f"{user_name(os.geteuid())} who runs mpsched; use a key file of your own")
     if status.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise AuthenticationError(
             f"authkey file {path} is readable by others (mode {stat.S_IMODE(status.st_mode):o}); "
@@ -49,7 +49,8 @@ def read_authkey(path: str | os.PathLike[str] | None) -> bytes | None:
     return key
 
 
-def _user_name(uid: int) -> str:
+def user_name(uid: int) -> str:
+    """How messages name the user ``uid``: its name and uid, else the uid alone."""
     try:
         return f"user {pwd.getpwuid(uid).pw_name} (uid {uid})"
     except KeyError:

@@ -24,8 +24,8 @@ from mpsched._cli_jobs import format_due as format_due  # for tests of the statu
 from mpsched._cli_jobs import format_duration as format_duration
 from mpsched._cli_jobs import format_stats as format_stats
 from mpsched._cli_jobs import (
+    manager_of,
     print_outcome,
-    require_key,
     run_cancel,
     run_jobs,
     run_result,
@@ -46,6 +46,7 @@ from mpsched._errors import (
 )
 from mpsched._protocol import ClientHello
 from mpsched._protocol import Exit as Exit  # the codes main() returns, for its callers
+from mpsched._runtime import default_address
 from mpsched._serve import default_method, run_serve
 from mpsched._tls import set_tls
 from mpsched._transport import (
@@ -53,7 +54,6 @@ from mpsched._transport import (
     AddressError,
     describe_versions,
     format_address,
-    parse_address,
     scrub_authkey_env,
 )
 from mpsched._worker import WorkerConfig
@@ -99,8 +99,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"mpsched: {exc}", file=sys.stderr)
         return Exit.STORE
     except (SchedulerShutdownError, ConnectionError, FileNotFoundError, EOFError) as exc:
-        print(f"mpsched: no manager answers at {getattr(args, 'connect', '?')}: {exc}",
-              file=sys.stderr)
+        where = getattr(args, "connect", "?") or format_address(default_address())
+        print(f"mpsched: no manager answers at {where}: {exc}", file=sys.stderr)
         return Exit.UNREACHABLE
 
 
@@ -108,8 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _worker(args: argparse.Namespace, out: TextIO) -> int:
-    address = parse_address(args.connect)
-    key = require_key(args)
+    address, key = manager_of(args)
     # Fail fast, in this process, on a wrong address, key or version.
     _probe(address, key)
     from mpsched._remote import WorkerPool
@@ -151,7 +150,8 @@ def _submit(args: argparse.Namespace, out: TextIO) -> int:
         raise UsageError(problem)
     if args.every is not None or args.cron is not None:
         return submit_recurring(args, fn, call_args, call_kwargs, at, out)
-    client = connect(parse_address(args.connect), authkey=require_key(args))
+    address, key = manager_of(args)
+    client = connect(address, authkey=key)
     interrupted = False
     try:
         future = client.schedule(fn, *call_args, delay=args.delay, at=at,
@@ -212,10 +212,10 @@ def _demo(args: argparse.Namespace, out: TextIO) -> int:
 def _stress(args: argparse.Namespace, out: TextIO) -> int:
     from mpsched._stress import run_stress
 
-    address = parse_address(args.connect) if args.connect else None
-    key = None
-    if address is not None:
-        key = require_key(args)
+    address: Address | None = None
+    key: bytes | None = None
+    if args.connect is not None:
+        address, key = manager_of(args)
         _probe(address, key)  # before any producer starts: a wrong address fails once
     return run_stress(producers=args.producers, workers=args.workers, jobs=args.jobs,
                       horizon=args.horizon, address=address, authkey=key,

@@ -20,38 +20,31 @@ from datetime import datetime
 from typing import Any, TextIO
 
 from mpsched._client import Client, connect
-from mpsched._errors import (
-    AuthenticationError,
-    JobNotFoundError,
-    ManagerUnreachableError,
-)
+from mpsched._errors import JobNotFoundError, ManagerUnreachableError
 from mpsched._futures import JobFuture
 from mpsched._job import JobInfo
 from mpsched._protocol import Exit, ServiceProxy, Stats, connect_service
-from mpsched._transport import (
-    AUTHKEY_ENV,
-    Address,
-    format_address,
-    parse_address,
-    read_authkey,
-)
+from mpsched._runtime import default_address, require_authkey
+from mpsched._transport import Address, format_address, parse_address
 
 # ``result`` of a job that has not finished: 124, as timeout(1) exits when its command did
 # not finish in time (without --wait the time was zero).
 NOT_FINISHED = Exit.JOB_TIMEOUT
 
 
-def require_key(args: argparse.Namespace) -> bytes:
-    """The key of ``--authkey-file`` or the environment.
+def manager_of(args: argparse.Namespace) -> tuple[Address, bytes]:
+    """The manager a client command talks to and its key: ``--connect`` (default: this
+    user's local manager) with ``--authkey-file``, else $MPSCHED_AUTHKEY, else (for a local
+    address) this user's local key.
 
     Raises:
-        AuthenticationError: neither gives one, or the file is unsafe.
+        AddressError: ``--connect`` does not parse.
+        AuthenticationError: no key, or an unsafe key file or runtime directory.
+        ManagerUnreachableError: no address given, and no local manager has ever run.
     """
-    key = read_authkey(args.authkey_file)
-    if key is None:
-        raise AuthenticationError(
-            f"no authkey: give --authkey-file (mode 0600) or set {AUTHKEY_ENV}")
-    return key
+    address = parse_address(args.connect) if args.connect else default_address()
+    return address, require_authkey(address, args.authkey_file,
+                                    give="give --authkey-file (mode 0600)")
 
 
 def service_at(address: Address, key: bytes) -> ServiceProxy:
@@ -71,7 +64,8 @@ def service_at(address: Address, key: bytes) -> ServiceProxy:
 @contextlib.contextmanager
 def connected(args: argparse.Namespace) -> Iterator[Client]:
     """A client of ``--connect``, detached on the way out: it leaves every job queued."""
-    client = connect(parse_address(args.connect), authkey=require_key(args))
+    address, key = manager_of(args)
+    client = connect(address, authkey=key)
     try:
         yield client
     finally:
@@ -102,8 +96,8 @@ def print_outcome(future: JobFuture[Any], out: TextIO) -> int:
 
 def run_status(args: argparse.Namespace, out: TextIO) -> int:
     """The ``status`` command."""
-    address = parse_address(args.connect)
-    stats = service_at(address, require_key(args)).stats()
+    address, key = manager_of(args)
+    stats = service_at(address, key).stats()
     if args.json:
         json.dump(dataclasses.asdict(stats), out, indent=2)
         out.write("\n")

@@ -29,13 +29,16 @@ EXIT_MEANINGS = {
     Exit.FAILURE: "the job failed or was cancelled (submit --wait, result), result or "
                   "cancel of a job unknown or no longer pending, or stress found a fault",
     Exit.USAGE: "usage: bad arguments, or serve cannot listen on its address",
-    Exit.AUTH: "key: none given, a key file others can read, or the manager refused it",
+    Exit.AUTH: "key: none given, a key file or runtime directory others can use, or the "
+               "manager refused it",
     Exit.VERSION: "version: Python or cloudpickle differs from the manager's",
     Exit.UNREACHABLE: "unreachable: unknown host, nothing listening, or not an mpsched "
                       "manager",
     Exit.UNSAFE: "unsafe: serve on a non-loopback address without an explicit authkey",
     Exit.STORE: "store: serve cannot open its --store (missing or read-only directory, "
                 "not an mpsched store, or another manager holds it)",
+    Exit.RUNNING: "running: serve without --address, while this user's local manager runs "
+                  "(the message names its pid)",
     Exit.JOB_TIMEOUT: "result: the job has not finished (without --wait, or within "
                       "--timeout); also a remote worker process that killed its job past "
                       "its timeout",
@@ -56,12 +59,21 @@ EPILOG = "\n".join([
                     subsequent_indent=" " * 7) for code, meaning in EXIT_MEANINGS.items()),
     "",
     EPILOG_KEY,
-    "serve without a key writes a random one beside its socket and prints its path.",
+    "",
+    textwrap.fill(
+        "local manager: serve without --address is this user's local manager, on a socket "
+        "in the per-user runtime directory ($XDG_RUNTIME_DIR/mpsched, else "
+        "mpsched-<uid> in the temp directory); the other commands without --connect "
+        "connect to it. A serve given no key uses this user's local key, kept in that "
+        "directory across restarts (mode 0600), and so does a client of a Unix socket or "
+        "loopback address given no key.", width=79),
 ])
 
 
-CONNECT_HELP = "the manager's address, as serve prints it: unix:PATH or HOST:PORT"
-KEY_HELP = f"file holding the manager's key, mode 0600 (default: ${AUTHKEY_ENV})"
+CONNECT_HELP = ("the manager's address, as serve prints it: unix:PATH or HOST:PORT "
+                "(default: this user's local manager)")
+KEY_HELP = (f"file holding the manager's key, mode 0600 (default: ${AUTHKEY_ENV}, else, "
+            f"for a local address, this user's local key)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -93,40 +105,44 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     _serve_options(command("serve", "run a manager with local workers",
-                           "python -m mpsched serve --address 127.0.0.1:7000 --workers 4 "
-                           "--store jobs.db", codes="7 the store cannot be opened"))
+                           "python -m mpsched serve\n"
+                           "  python -m mpsched serve --address 127.0.0.1:7000 --workers 4 "
+                           "--store jobs.db",
+                           codes="7 the store cannot be opened, 8 this user's local manager "
+                                 "is already running"))
     _worker_options(command(
         "worker", "join a running manager with worker processes",
-        "python -m mpsched worker --connect 10.0.0.5:7000 --authkey-file key"))
+        "python -m mpsched worker --processes 2\n"
+        "  python -m mpsched worker --connect 10.0.0.5:7000 --authkey-file key"))
     _submit_options(command("submit", "submit an importable callable, once or on a schedule",
                             "python -m mpsched submit math:factorial --args '[20]' --delay 5 "
-                            "--connect unix:/run/mpsched.sock --wait\n"
-                            "  python -m mpsched submit reports:nightly --cron '30 2 * * 1-5' "
-                            "--tz Europe/Berlin --id nightly --connect unix:/run/mpsched.sock"))
+                            "--wait\n"
+                            "  python -m mpsched submit time:time --cron '30 2 * * 1-5' "
+                            "--tz Europe/Berlin --id nightly"))
     status = _client_options(command(
         "status", "show queue, workers, lateness and the job store",
-        "python -m mpsched status --connect unix:/run/mpsched.sock --json"))
+        "python -m mpsched status --json"))
     status.add_argument("--json", action="store_true",
                         help="print the status as JSON (times in seconds, memory and the "
                              "store's size in bytes)")
     _jobs_options(_client_options(command(
         "jobs", "list the manager's jobs: pending, running, and finished ones it keeps",
-        "python -m mpsched jobs --state pending --connect unix:/run/mpsched.sock")))
+        "python -m mpsched jobs --state pending")))
     schedules = _client_options(command(
         "schedules", "list the manager's recurring schedules: spec, next run, counters",
-        "python -m mpsched schedules --connect unix:/run/mpsched.sock --json"))
+        "python -m mpsched schedules --json"))
     schedules.add_argument("--json", action="store_true",
                            help="print the schedules as JSON (times as UTC ISO 8601)")
     cancel = _client_options(command(
         "cancel", "cancel a pending job (it will not run) or a schedule (no run starts "
                   "after it; a running one finishes)",
-        "python -m mpsched cancel 3f2a1b4c5d6e-17 --connect unix:/run/mpsched.sock",
+        "python -m mpsched cancel 3f2a1b4c5d6e-17",
         codes="0 cancelled, 1 not pending (running, finished, or unknown)"))
     cancel.add_argument("job_id", metavar="ID",
                         help="a job's id, as submit printed it, or a schedule's id")
     _result_options(_client_options(command(
         "result", "print a job's result as JSON, or why it failed",
-        "python -m mpsched result 3f2a1b4c5d6e-17 --wait --connect unix:/run/mpsched.sock",
+        "python -m mpsched result 3f2a1b4c5d6e-17 --wait",
         codes="0 done (the result printed), 1 failed, cancelled or unknown (no result will "
               "come), 124 not finished yet")))
     command("demo", "the seed demo: three waves of prioritised jobs on 3 workers",
@@ -164,7 +180,7 @@ def _tls_options(p: argparse.ArgumentParser, *, serving: bool) -> None:
 
 def _client_options(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The options of a command that talks to a running manager: where, key, TLS."""
-    p.add_argument("--connect", required=True, metavar="ADDRESS", help=CONNECT_HELP)
+    p.add_argument("--connect", metavar="ADDRESS", help=CONNECT_HELP)
     p.add_argument("--authkey-file", type=Path, metavar="FILE", help=KEY_HELP)
     _tls_options(p, serving=False)
     return p
@@ -201,14 +217,16 @@ def tls_from_args(args: argparse.Namespace) -> TlsConfig | None:
 
 def _serve_options(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--address", help="where to listen: unix:PATH or HOST:PORT (port 0: "
-                                         "any free port; default: a Unix socket in a fresh "
-                                         "private directory)")
+                                         "any free port; default: as this user's local "
+                                         "manager, on the socket in the per-user runtime "
+                                         "directory, where the other commands look)")
     serve.add_argument("--workers", type=_count_or_zero, default=os.cpu_count() or 1,
                        help="local worker processes (default: %(default)s, the number of "
                             "cores; 0 for remote workers only)")
     serve.add_argument("--authkey-file", type=Path, metavar="FILE",
                        help=f"file holding the key, mode 0600 (default: ${AUTHKEY_ENV}, "
-                            f"else a random key written beside the default socket)")
+                            f"else this user's local key in the runtime directory, written "
+                            f"at the first serve and kept)")
     serve.add_argument("--order", choices=[o.value for o in Order], default="time",
                        help="time: earliest due first, then priority; priority: among "
                             "jobs already due, highest priority first (default: "
@@ -252,7 +270,7 @@ def _serve_options(serve: argparse.ArgumentParser) -> None:
 
 
 def _worker_options(worker: argparse.ArgumentParser) -> None:
-    worker.add_argument("--connect", required=True, metavar="ADDRESS", help=CONNECT_HELP)
+    worker.add_argument("--connect", metavar="ADDRESS", help=CONNECT_HELP)
     worker.add_argument("--processes", type=_count, default=os.cpu_count() or 1,
                         help="worker processes to start (default: %(default)s, the number "
                              "of cores)")
@@ -266,7 +284,7 @@ def _worker_options(worker: argparse.ArgumentParser) -> None:
 
 def _submit_options(submit: argparse.ArgumentParser) -> None:
     submit.add_argument("target", help="module:function, importable here and on the workers")
-    submit.add_argument("--connect", required=True, metavar="ADDRESS", help=CONNECT_HELP)
+    submit.add_argument("--connect", metavar="ADDRESS", help=CONNECT_HELP)
     submit.add_argument("--authkey-file", type=Path, metavar="FILE", help=KEY_HELP)
     submit.add_argument("--args", default="[]", metavar="JSON",
                         help="JSON list of positional arguments")

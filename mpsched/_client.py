@@ -20,7 +20,6 @@ from typing import Any, ParamSpec, TypeVar
 import cloudpickle
 
 from mpsched._errors import (
-    AuthenticationError,
     InvalidJobError,
     ManagerUnreachableError,
     QueueFullError,
@@ -30,9 +29,10 @@ from mpsched._futures import DISCONNECTED, ClientCore, JobFuture, MapResults
 from mpsched._job import JobInfo, JobRequest, Payload, Priority, check_request, due_arguments
 from mpsched._payload import fast_dumps, job_name, pickle_job
 from mpsched._protocol import ServiceProxy, Stats, connect_service
+from mpsched._runtime import default_address, require_authkey
 from mpsched._schedule import RecurringClient
 from mpsched._shm import payload_size
-from mpsched._transport import AUTHKEY_ENV, format_address, parse_address, read_authkey
+from mpsched._transport import format_address, parse_address
 
 log = logging.getLogger("mpsched.client")
 
@@ -397,29 +397,36 @@ def _batches(jobs: list[tuple[Payload, JobRequest]], count: int,
     return batches
 
 
-def connect(address: str | tuple[str, int], *, authkey: bytes | None = None,
+def connect(address: str | tuple[str, int] | None = None, *, authkey: bytes | None = None,
             submit_timeout: float | None = None) -> Client:
     """A client of a running manager: the Scheduler API without local workers.
 
     Args:
         address: as the command line takes it (``"unix:/path"``, ``"host:port"``), or as
-            ``Scheduler.address`` gives it (a socket path or a ``(host, port)`` pair).
+            ``Scheduler.address`` gives it (a socket path or a ``(host, port)`` pair);
+            default: this user's local manager (``python -m mpsched serve`` without
+            ``--address``), on its socket in the per-user runtime directory.
         authkey: the manager's key (surrounding whitespace, such as the newline a key
-            file ends with, is stripped); default: the MPSCHED_AUTHKEY variable.
+            file ends with, is stripped); default: the MPSCHED_AUTHKEY variable, else, for
+            a local address (a Unix socket, loopback TCP), this user's local key that
+            ``serve`` keeps in the runtime directory.
         submit_timeout: as for :class:`Scheduler`.
 
     Raises:
-        AuthenticationError: no key, or the manager rejected it.
+        AuthenticationError: no key, an unsafe key file or runtime directory, or the
+            manager rejected the key.
         VersionMismatchError: this process runs another Python or cloudpickle version.
         ManagerUnreachableError: no manager answers at ``address`` (a ConnectionError):
-            an unknown host, nothing listening, or something that is not a manager.
+            an unknown host, nothing listening, or something that is not a manager; with
+            no address, also when no local manager has ever run as this user.
     """
-    if isinstance(address, str):
+    if address is None:
+        address = default_address()
+    elif isinstance(address, str):
         address = parse_address(address)
     # Surrounding whitespace is stripped, as from a key file (its trailing newline).
-    key = authkey.strip() if authkey is not None else read_authkey(None)
-    if key is None:
-        raise AuthenticationError(f"no authkey: pass authkey= or set {AUTHKEY_ENV}")
+    key = (authkey.strip() if authkey is not None
+           else require_authkey(address, give="pass authkey="))
     try:
         service = connect_service(address, key)
     # AssertionError: Python < 3.12's handshake asserts that the peer sent a challenge.

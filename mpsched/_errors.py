@@ -15,6 +15,7 @@ exception a caller would already catch for the same situation::
      ├── WorkerCrashedError(ChildProcessError)  the worker running a job died
      ├── JobTimeoutError(TimeoutError)          the job ran past its timeout and was killed
      ├── AuthenticationError(multiprocessing.AuthenticationError)   wrong or unsafe authkey
+     │    └── RuntimeDirError(PermissionError)  the local manager's directory is not this user's
      ├── ManagerUnreachableError(ConnectionError)   no mpsched manager answers at an address
      ├── JobNotFoundError(KeyError)             no job with that id (never, or forgotten)
      ├── ScheduleNotFoundError(KeyError)        no schedule with that id (or cancelled)
@@ -138,6 +139,19 @@ class JobTimeoutError(MpschedError, TimeoutError):
 
 class AuthenticationError(MpschedError, multiprocessing.AuthenticationError):
     """The manager and this process do not share the authkey, or the key is unsafe."""
+
+
+class RuntimeDirError(AuthenticationError, PermissionError):
+    """The local manager's runtime directory (its socket and key) is unsafe to use: not a
+    directory, another user's, or open to others. ``path`` names it."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        self.problem = problem
+        super().__init__(f"refusing the runtime directory {path}: {problem}")
+
+    def __reduce__(self) -> tuple[type[RuntimeDirError], tuple[str, str]]:
+        return (type(self), (self.path, self.problem))
 
 
 class ManagerUnreachableError(MpschedError, ConnectionError):

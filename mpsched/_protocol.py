@@ -17,6 +17,7 @@ import logging
 from dataclasses import dataclass
 from enum import IntEnum
 from multiprocessing.managers import BaseManager, BaseProxy
+from multiprocessing.util import ForkAwareLocal
 from pickle import PickleBuffer
 from typing import Any, NamedTuple
 
@@ -53,6 +54,7 @@ class Exit(IntEnum):
     UNREACHABLE = 5  # no manager answers at the address
     UNSAFE = 6  # a non-loopback address without an explicit authkey
     STORE = 7  # the job store cannot be opened: locked by another manager, unreadable
+    RUNNING = 8  # serve: this user's local manager is already running
     JOB_TIMEOUT = 124  # a remote worker process that killed its job past its timeout
     INTERRUPTED = 130  # 128 + SIGINT
     TERMINATED = 143  # 128 + SIGTERM
@@ -379,8 +381,35 @@ def connect_service(address: Any, authkey: bytes) -> ServiceProxy:
     """
     manager = ServiceManager(address=address, authkey=authkey, serializer=SERIALIZER)
     manager.connect()
+    _leave_dead_connections(manager.address)
     proxy: ServiceProxy = manager.service()  # type: ignore[attr-defined]
     return proxy
+
+
+def _leave_dead_connections(address: Any) -> None:
+    """Give the proxies of ``address`` made from now on a connection cache of their own if
+    this thread's cached connection there is dead.
+
+    multiprocessing caches one connection per thread and address, shared by every proxy of
+    that address, and never notices that one died: once a manager was restarted at its
+    address (the local manager's socket is the same every time), a new proxy would call
+    through the dead manager's connection. The older proxies keep the old cache, dead
+    connections and all, so that none of their calls (with ids only the old manager knew)
+    reach the new manager. Between calls a live connection has nothing to read: one that
+    does has reached its end.
+    """
+    with BaseProxy._mutex:
+        cache = BaseProxy._address_to_local.get(address)
+        conn = None if cache is None else getattr(cache[0], "connection", None)
+        if cache is None or conn is None:
+            return
+        try:
+            dead = conn.poll(0)
+        except OSError:
+            dead = True
+        if dead:
+            # (connections by thread, referents' ids): a new pair of the same kinds
+            BaseProxy._address_to_local[address] = (ForkAwareLocal(), type(cache[1])())
 
 
 

@@ -1,25 +1,29 @@
 """``python -m mpsched serve``: a manager in the foreground, its signals and its files.
 
-``serve`` runs the manager and its local workers in this process. It listens on the
-address given, or on a Unix socket in a fresh private directory with a generated key
-beside it. The first SIGTERM or SIGINT drains (no job is handed out any more, running jobs
-finish) and exits 0; a second exits at once with 128 + the signal's number.
+``serve`` runs the manager and its local workers in this process. Without ``--address``
+it is this user's local manager: it listens on ``manager.sock`` in the per-user runtime
+directory (:mod:`mpsched._runtime`), where every client command finds it with no flags,
+and holds that directory's lock, so a second one exits 8 naming the first one's pid. A
+serve given no key (no ``--authkey-file``, no $MPSCHED_AUTHKEY) uses this user's local
+key from that directory, written by the first serve that needed it and reused after, on a
+Unix socket or loopback TCP; it refuses a non-loopback address. The first SIGTERM or
+SIGINT drains (no job is handed out any more, running jobs finish) and exits 0; a second
+exits at once with 128 + the signal's number.
 
 What it puts on disk is removed on every way out short of SIGKILL:
 
-- its private runtime directory (``mpsched-*``: the socket and the generated key);
-- the Unix socket of ``--address unix:PATH``;
+- its Unix socket (the default one or that of ``--address unix:PATH``);
 - multiprocessing's temp directory (``pymp-*``, which holds the forkserver's socket).
 
 On a normal exit multiprocessing's own finalizers unlink the socket (exit priority 0) and
-remove ``pymp-*`` (priority -100); the runtime directory goes between the two (-1), after
-its socket, so that no finalizer finds its file gone and prints a traceback. The second
-signal leaves through ``os._exit``, which runs no finalizer, so it removes all three first.
-A socket file left by a serve killed with SIGKILL is removed by the next serve at the same
-path once nothing answers on it. The job store of ``--store`` (and its ``-wal``, ``-shm``,
-``-leases`` and ``.lock`` files) stays, on purpose: the next serve on it gets its jobs
-back. One it cannot open (its directory missing or read-only, a file that is not an mpsched
-store, another manager holding it) exits 7 with one line naming the file.
+remove ``pymp-*`` (priority -100). The second signal leaves through ``os._exit``, which
+runs no finalizer, so it removes both first. The runtime directory stays, with the local
+key and the lock file, for the next serve. A socket left by a serve killed with SIGKILL is
+removed by the next serve at the same path: the default one's once the next default serve
+holds the lock, another once nothing answers on it. The job store of ``--store`` (and its
+``-wal``, ``-shm``, ``-leases`` and ``.lock`` files) stays, on purpose: the next serve on
+it gets its jobs back. One it cannot open (its directory missing or read-only, a file that
+is not an mpsched store, another manager holding it) exits 7 with one line naming the file.
 """
 
 from __future__ import annotations
@@ -45,6 +49,14 @@ from mpsched._errors import StoreError
 from mpsched._job import Order
 from mpsched._manager import run_manager
 from mpsched._protocol import Exit, ManagerConfig, ManagerReady
+from mpsched._runtime import (
+    SOCKET_NAME,
+    default_address,
+    ensure_local_authkey,
+    lock_holder,
+    open_runtime_dir,
+    take_manager_lock,
+)
 from mpsched._service import ManagerService
 from mpsched._transport import (
     AUTHKEY_ENV,
@@ -52,9 +64,7 @@ from mpsched._transport import (
     format_address,
     is_loopback,
     parse_address,
-    private_runtime_dir,
     read_authkey,
-    write_authkey,
 )
 
 log = logging.getLogger("mpsched.cli")
@@ -62,48 +72,53 @@ log = logging.getLogger("mpsched.cli")
 
 @dataclass
 class ServeFiles:
-    """What a serve process puts on disk (see the module docstring)."""
+    """What a serve process puts on disk and holds (see the module docstring)."""
 
-    runtime: Path | None = None  # our private directory, if we made one
     socket_path: str | None = None  # the Unix socket we listen on, if any
-
-    def make_runtime(self) -> Path:
-        """Create the private runtime directory once; it is removed at exit."""
-        if self.runtime is None:
-            self.runtime = private_runtime_dir()
-            # After the listener's unlink of its socket (0), before pymp-* goes (-100).
-            multiprocessing.util.Finalize(None, shutil.rmtree, args=(str(self.runtime),),
-                                          kwargs={"ignore_errors": True}, exitpriority=-1)
-        return self.runtime
+    lock_fd: int | None = None  # the runtime directory's lock, held until we exit
 
     def remove_now(self) -> None:
         """Do the exit finalizers' work, for a way out that runs none (``os._exit``)."""
         if self.socket_path is not None:
             with contextlib.suppress(OSError):
                 os.unlink(self.socket_path)
-        if self.runtime is not None:
-            shutil.rmtree(self.runtime, ignore_errors=True)
         shutil.rmtree(multiprocessing.util.get_temp_dir(), ignore_errors=True)
 
 
+@dataclass(frozen=True)
+class ServeKey:
+    """The manager's key and where clients find it."""
+
+    key: bytes
+    file: Path | None  # None: from $MPSCHED_AUTHKEY
+    local: bool  # this user's local key, which clients of a local address read themselves
+
+
 def run_serve(args: argparse.Namespace, out: TextIO) -> int:
-    """The ``serve`` command; returns its exit code (7 when the store cannot be opened).
+    """The ``serve`` command; returns its exit code (7 when the store cannot be opened, 8
+    when this user's local manager already runs).
 
     Raises:
         AddressError: ``--address`` does not parse.
         AuthenticationError: the key file is unreadable, empty or readable by others.
+        RuntimeDirError: the runtime directory is another user's or open to others.
     """
-    key = read_authkey(args.authkey_file)
-    files = ServeFiles()
-    if args.address is None:
-        address: Address = str(files.make_runtime() / "manager.sock")
-    else:
-        address = parse_address(args.address)
-    if key is None and not is_loopback(address):
+    explicit = read_authkey(args.authkey_file)  # the file, else $MPSCHED_AUTHKEY
+    address = None if args.address is None else parse_address(args.address)
+    if explicit is None and address is not None and not is_loopback(address):
         print(f"mpsched: refusing to serve on {format_address(address)} without an authkey: "
               f"anyone who can connect could run code here. Give --authkey-file (mode 0600) "
               f"or set {AUTHKEY_ENV}.", file=sys.stderr)
         return Exit.UNSAFE
+    if explicit is None:
+        key = ServeKey(*ensure_local_authkey(), local=True)
+    else:
+        key = ServeKey(explicit, args.authkey_file, local=False)
+    files = ServeFiles()
+    if address is None:
+        address = _take_local_socket(files)
+        if address is None:
+            return Exit.RUNNING
     if isinstance(address, str):
         problem = claim_socket_path(address)
         if problem:
@@ -111,14 +126,27 @@ def run_serve(args: argparse.Namespace, out: TextIO) -> int:
                   file=sys.stderr)
             return Exit.USAGE
         files.socket_path = address
-    key_file = args.authkey_file
-    if key is None:
-        key_file = files.make_runtime() / "authkey"
-        key = write_authkey(key_file)
     # Until the manager is up there is nothing to drain: SIGTERM unwinds like Ctrl-C,
     # through the manager's clean-up, and the exit finalizers remove the files.
     signal.signal(signal.SIGTERM, _exit_before_ready)
-    return _run_served(args, out, key, key_file, address, files)
+    return _run_served(args, out, key, address, files)
+
+
+def _take_local_socket(files: ServeFiles) -> str | None:
+    """The local manager's socket, once this process holds the runtime directory's lock
+    (kept in ``files`` until it exits); None, said on stderr, if another process holds it.
+    """
+    directory = open_runtime_dir(create=True)
+    assert directory is not None  # made, or it raised
+    files.lock_fd = take_manager_lock(directory)
+    if files.lock_fd is None:
+        holder = lock_holder(directory)
+        print(f"mpsched: this user's local manager is already running "
+              f"({f'pid {holder}' if holder else 'its pid is not written yet'}) on "
+              f"{format_address(default_address())}; python -m mpsched status shows it. "
+              f"Stop it first, or serve another with --address.", file=sys.stderr)
+        return None
+    return str(directory / SOCKET_NAME)
 
 
 def claim_socket_path(path: str) -> str:
@@ -152,10 +180,10 @@ def _exit_before_ready(signum: int, frame: Any) -> None:
     raise SystemExit(128 + signum)
 
 
-def _run_served(args: argparse.Namespace, out: TextIO, key: bytes, key_file: Path | None,
-                address: Address, files: ServeFiles) -> int:
+def _run_served(args: argparse.Namespace, out: TextIO, key: ServeKey, address: Address,
+                files: ServeFiles) -> int:
     config = ManagerConfig(
-        authkey=key, workers=args.workers, mp_method=default_method(), address=address,
+        authkey=key.key, workers=args.workers, mp_method=default_method(), address=address,
         order=Order(args.order), max_pending=args.max_pending,
         max_pending_bytes=args.max_pending_bytes,
         log_level=logging.getLogger().getEffectiveLevel(),
@@ -170,11 +198,11 @@ def _run_served(args: argparse.Namespace, out: TextIO, key: bytes, key_file: Pat
         listening = True
         _install_stop_handlers(service, files)
         where = format_address(message.address)
-        key_hint = f"--authkey-file {key_file}" if key_file else f"(key in ${AUTHKEY_ENV})"
+        flags = client_flags(where, key, default=args.address is None)
         print(f"mpsched manager listening on {where} (pid {message.pid}, "
-              f"{args.workers} local workers)\n"
-              f"  join:   python -m mpsched worker --connect {where} {key_hint}\n"
-              f"  status: python -m mpsched status --connect {where} {key_hint}\n"
+              f"{args.workers} local workers, key {key.file or '$' + AUTHKEY_ENV})\n"
+              f"  join:   python -m mpsched worker{flags}\n"
+              f"  status: python -m mpsched status{flags}\n"
               f"  store:  {describe_store(config)}",
               *(f"  {line}" for line in message.recovered), sep="\n", file=out, flush=True)
 
@@ -188,6 +216,15 @@ def _run_served(args: argparse.Namespace, out: TextIO, key: bytes, key_file: Pat
             raise
         print(f"mpsched: cannot listen on {format_address(address)}: {exc}", file=sys.stderr)
         return Exit.USAGE
+
+
+def client_flags(where: str, key: ServeKey, *, default: bool) -> str:
+    """What a client command on this machine must add to reach this manager: nothing for
+    the local manager with the local key; else ``--connect``, and where the key is."""
+    flags = "" if default else f" --connect {where}"
+    if key.file is None:
+        return f"{flags} (key in ${AUTHKEY_ENV})"
+    return flags if key.local else f"{flags} --authkey-file {key.file}"
 
 
 def store_path(option: str | None) -> str | None:

@@ -30,14 +30,12 @@ import os
 import socket
 import ssl
 import sys
-import tempfile
 import threading
 import time
 import traceback
 from collections.abc import Callable
 from multiprocessing import AuthenticationError as _StdAuthenticationError
 from multiprocessing import connection, managers
-from pathlib import Path
 from typing import Any, NoReturn
 
 from mpsched._authkey import AUTHKEY_ENV as AUTHKEY_ENV
@@ -107,12 +105,6 @@ def is_loopback(address: Address) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def private_runtime_dir() -> Path:
-    """A fresh directory only this user can enter, under $XDG_RUNTIME_DIR or the tmp dir."""
-    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
-    return Path(tempfile.mkdtemp(prefix="mpsched-", dir=base))
 
 
 # ---------------------------------------------------------------------------- the client

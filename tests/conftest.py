@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,17 @@ def stop_hard(scheduler: Scheduler) -> None:
     if scheduler._closer is not None:
         scheduler._closer.join(30)
         assert not scheduler._closer.is_alive(), "shutdown thread did not finish"
+
+
+@pytest.fixture(autouse=True)
+def own_runtime_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Each test's own XDG_RUNTIME_DIR, so that no test finds or touches the local manager
+    (socket, key, lock) of the user running the tests. Short: a Unix socket's path must fit
+    in 108 bytes."""
+    path = Path(tempfile.mkdtemp(prefix="mps-"))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(path))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

@@ -49,8 +49,7 @@ pytestmark = pytest.mark.slow
 TESTS_DIR = Path(__file__).parent
 START_TIMEOUT = 60.0  # a process printing its first line, on a loaded 2-core machine
 EXIT_TIMEOUT = 30.0
-LISTENING = re.compile(r"listening on (\S+) \(pid (\d+)")
-KEY_FILE = re.compile(r"--authkey-file (\S+)")
+LISTENING = re.compile(r"listening on (\S+) \(pid (\d+), \d+ local workers, key (\S+)\)$")
 
 
 # ------------------------------------------------------------------------------ processes
@@ -202,9 +201,8 @@ def serve(procs: Processes, *args: str, env: dict[str, str] | None = None) -> Ma
     assert listening, first
     assert int(listening.group(2)) == proc.pid, first
     join = proc.line()
-    key_file = KEY_FILE.search(join)
-    assert key_file and "worker --connect" in join, join
-    return Manager(proc, listening.group(1), Path(key_file.group(1)))
+    assert join.startswith("  join:   python -m mpsched worker"), join
+    return Manager(proc, listening.group(1), Path(listening.group(3)))
 
 
 def start_pool(procs: Processes, manager: Manager, processes: int = 1) -> Proc:
@@ -569,7 +567,8 @@ def test_serve_sigterm_finishes_the_running_job_and_leaves_no_process(
     assert manager.proc.wait() == Exit.OK, manager.proc.stderr()
     assert isinstance(never.exception(timeout=30), SchedulerShutdownError)
     assert_gone(family)
-    assert not runtime.exists(), "serve left its runtime directory behind"
+    # Its socket is gone; the local key and the lock file stay for the next serve.
+    assert sorted(p.name for p in runtime.iterdir()) == ["authkey", "manager.pid"]
 
 
 def test_serve_sigterm_delivers_the_result_of_a_job_on_a_remote_worker(
@@ -633,10 +632,11 @@ def test_a_clean_stop_of_serve_prints_no_traceback_and_leaves_no_file(
     os.kill(manager.proc.pid, signal.SIGTERM)
     assert manager.proc.wait() == Exit.OK
     assert "Traceback" not in manager.proc.stderr(), manager.proc.stderr()
-    assert not runtime.exists() and list(tmp.iterdir()) == []
+    assert sorted(p.name for p in runtime.iterdir()) == ["authkey", "manager.pid"]
+    assert list(tmp.iterdir()) == []
 
 
-@pytest.mark.parametrize("where", ["private-dir", "unix-path"])
+@pytest.mark.parametrize("where", ["local", "unix-path"])
 def test_a_second_sigterm_leaves_no_file_and_serve_starts_again(
         procs: Processes, connect_client: Callable[..., mpsched.Client], fifo: str,
         tmp_path: Path, where: str) -> None:
@@ -660,14 +660,14 @@ def test_a_second_sigterm_leaves_no_file_and_serve_starts_again(
     assert "Traceback" not in manager.proc.stderr(), manager.proc.stderr()
     assert_gone(family)
     assert not socket_path.exists() and list(tmp.iterdir()) == []
-    if where == "private-dir":
-        assert not socket_path.parent.exists(), "the runtime directory and its key remain"
-    else:
-        again = serve(procs, *args, "--workers", "0", env=env)
-        assert again.address == manager.address
-        # A fresh process: this one's proxies keep a connection per address, now dead.
-        status = procs.run("status", *again.cli())
-        assert status.returncode == Exit.OK, status.stderr
+    if where == "local":  # what stays is the local key and the lock file, for the next
+        assert sorted(p.name for p in socket_path.parent.iterdir()) == ["authkey",
+                                                                       "manager.pid"]
+    again = serve(procs, *args, "--workers", "0", env=env)
+    assert again.address == manager.address and again.key == manager.key
+    # A fresh process: this one's proxies keep a connection per address, now dead.
+    status = procs.run("status", *again.cli())
+    assert status.returncode == Exit.OK, status.stderr
 
 
 def test_serve_removes_a_stale_socket_and_refuses_a_live_one(

@@ -163,12 +163,14 @@ def test_a_second_serve_on_a_store_exits_7_and_the_first_keeps_serving(
         procs: Processes, tmp_path: Path) -> None:
     store = tmp_path / "jobs.db"
     first = serve_store(procs, store, "--workers", "0")
-    runtime_dirs = set(procs.runtime_dir.iterdir())
-    second = procs.run("serve", "--workers", "0", env={"MPSCHED_STORE": str(store)})
+    runtime_files = set(procs.runtime_dir.rglob("*"))
+    # Another socket: a second serve on the default one would find the first one there.
+    second = procs.run("serve", "--address", f"unix:{procs.runtime_dir}/second.sock",
+                       "--workers", "0", env={"MPSCHED_STORE": str(store)})
     assert second.returncode == Exit.STORE == 7, second.stderr
     assert second.stderr.count("\n") == 1, second.stderr
     assert str(store) in second.stderr and f"pid {first.proc.pid}" in second.stderr
-    assert set(procs.runtime_dir.iterdir()) == runtime_dirs  # it left no socket or key
+    assert set(procs.runtime_dir.rglob("*")) == runtime_files  # it left no socket or key
 
     status = procs.run("status", *first.cli())
     assert status.returncode == Exit.OK, status.stderr

@@ -20,6 +20,7 @@ LAYERS: list[set[str]] = [
     {"_segment_pool"},
     {"_authkey", "_tls", "_wire", "_payload", "_store", "_recurring"},
     {"_transport"},
+    {"_runtime"},
     {"_protocol"},
     {"_clock"},
     {"_leases", "_heap"},

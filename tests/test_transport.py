@@ -38,7 +38,6 @@ from mpsched._transport import (
     format_address,
     is_loopback,
     parse_address,
-    private_runtime_dir,
     read_authkey,
     scrub_authkey_env,
     write_authkey,
@@ -208,14 +207,6 @@ def test_scrub_authkey_env_keeps_the_key_from_child_processes(
                            check=True, timeout=60)
     assert child.stdout.strip() == "None"
     scrub_authkey_env()  # nothing left to remove: fine
-
-
-def test_private_runtime_dir_is_fresh_and_private(tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
-    first, second = private_runtime_dir(), private_runtime_dir()
-    assert first != second and first.parent == second.parent == tmp_path
-    assert stat.S_IMODE(first.stat().st_mode) == 0o700
 
 
 def test_describe_versions() -> None:
