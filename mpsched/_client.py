@@ -17,8 +17,6 @@ from concurrent.futures import Executor
 from datetime import datetime, timedelta, timezone
 from typing import Any, ParamSpec, TypeVar
 
-import cloudpickle
-
 from mpsched._errors import (
     AuthenticationError,
     InvalidJobError,
@@ -28,7 +26,7 @@ from mpsched._errors import (
 )
 from mpsched._futures import DISCONNECTED, ClientCore, JobFuture, MapResults
 from mpsched._job import JobInfo, JobRequest, Payload, Priority, check_request, due_arguments
-from mpsched._payload import fast_dumps, job_name, pickle_job
+from mpsched._payload import cloudpickle_dumps, fast_dumps, job_name, pickle_job
 from mpsched._protocol import ServiceProxy, Stats, connect_service
 from mpsched._schedule import RecurringClient
 from mpsched._shm import payload_size
@@ -183,7 +181,7 @@ class Client(RecurringClient, Executor):
         deadline = None if timeout is None else time.monotonic() + timeout
         level = Priority.MEDIUM.level
         pickle_job(fn, (), {})  # a clear JobPicklingError if the callable cannot pickle
-        fn_bytes = fast_dumps(fn) or cloudpickle.dumps(fn)  # pickled once for all items
+        fn_bytes = fast_dumps(fn) or cloudpickle_dumps(fn)  # pickled once for all items
         name = job_name(fn)
         jobs: list[tuple[Payload, JobRequest]] = []
         try:
