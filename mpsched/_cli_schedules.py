@@ -77,11 +77,13 @@ def run_schedules(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def schedule_as_dict(info: ScheduleInfo) -> dict[str, Any]:
-    """What ``schedules --json`` prints of one schedule."""
+    """What ``schedules --json`` prints of one schedule: times in UTC ISO 8601, the job
+    id of the run armed for ``next_run`` (if one is) and of the latest run that started."""
     return {"id": info.schedule_id, "spec": info.spec, "name": info.name,
             "next_run": None if info.next_run is None
-            else datetime.fromtimestamp(info.next_run, timezone.utc).isoformat(),
-            "paused": info.paused, "last_run": info.last_run, **info.counters._asdict()}
+            else info.next_run.astimezone(timezone.utc).isoformat(),
+            "next_run_id": info.next_run_id, "paused": info.paused,
+            "last_run": info.last_run, **info.counters._asdict()}
 
 
 def _when(info: ScheduleInfo, now: float) -> str:
@@ -89,7 +91,7 @@ def _when(info: ScheduleInfo, now: float) -> str:
         return "paused"
     if info.next_run is None:
         return "-"
-    wait = info.next_run - now
+    wait = info.next_run.timestamp() - now
     relative = f"{'in ' if wait >= 0 else 'due '}{format_duration(abs(wait))}"
-    local = local_time(info.next_run)
+    local = local_time(info.next_run.timestamp())
     return relative if local is None else f"{local} ({relative})"

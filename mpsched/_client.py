@@ -395,15 +395,17 @@ def _batches(jobs: list[tuple[Payload, JobRequest]], count: int,
     return batches
 
 
-def connect(address: str | tuple[str, int], *, authkey: bytes | None = None,
+def connect(address: str | tuple[str, int], *, authkey: bytes | str | None = None,
             submit_timeout: float | None = None) -> Client:
     """A client of a running manager: the Scheduler API without local workers.
 
     Args:
         address: as the command line takes it (``"unix:/path"``, ``"host:port"``), or as
             ``Scheduler.address`` gives it (a socket path or a ``(host, port)`` pair).
-        authkey: the manager's key (surrounding whitespace, such as the newline a key
-            file ends with, is stripped); default: the MPSCHED_AUTHKEY variable.
+        authkey: the manager's key, as bytes or as text (``open(key_file).read()``,
+            encoded in UTF-8 as the key file's bytes are); surrounding whitespace, such
+            as the newline a key file ends with, is stripped. Default: the
+            MPSCHED_AUTHKEY variable.
         submit_timeout: as for :class:`Scheduler`.
 
     Raises:
@@ -414,6 +416,8 @@ def connect(address: str | tuple[str, int], *, authkey: bytes | None = None,
     """
     if isinstance(address, str):
         address = parse_address(address)
+    if isinstance(authkey, str):  # the text of a key file: its bytes are UTF-8
+        authkey = authkey.encode()
     # Surrounding whitespace is stripped, as from a key file (its trailing newline).
     key = authkey.strip() if authkey is not None else read_authkey(None)
     if key is None:

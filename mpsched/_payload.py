@@ -273,6 +273,6 @@ def remote_exception(outcome: Outcome) -> BaseException:
     if not isinstance(exc, BaseException):
         exc = JobError(f"job {outcome.job_id} failed with a non-exception {exc!r}")
     if outcome.traceback:
-        exc.__cause__ = RemoteTraceback(f'\n"""\n{outcome.traceback}"""')
+        exc.__cause__ = RemoteTraceback(outcome.traceback)
     error: BaseException = exc
     return error
