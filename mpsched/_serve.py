@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from mpsched._cli_parser import tls_from_args
+from mpsched._cli_parser import plural, tls_from_args
 from mpsched._errors import StoreError
 from mpsched._job import Order
 from mpsched._manager import run_manager
@@ -172,7 +172,7 @@ def _run_served(args: argparse.Namespace, out: TextIO, key: bytes, key_file: Pat
         where = format_address(message.address)
         key_hint = f"--authkey-file {key_file}" if key_file else f"(key in ${AUTHKEY_ENV})"
         print(f"mpsched manager listening on {where} (pid {message.pid}, "
-              f"{args.workers} local workers)\n"
+              f"{plural(args.workers, 'local worker')})\n"
               f"  join:   python -m mpsched worker --connect {where} {key_hint}\n"
               f"  status: python -m mpsched status --connect {where} {key_hint}\n"
               f"  store:  {describe_store(config)}",
