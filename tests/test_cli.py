@@ -428,15 +428,26 @@ def test_submit_key_queues_one_job_per_key(cluster: Cluster, procs: Processes) -
         assert manager.service().cancel(ids[0])
 
 
-def test_connect_takes_the_text_of_a_key_file(cluster: Cluster) -> None:
+TEXT_KEY_CLIENT = textwrap.dedent("""
+    import sys
+    import mpsched
+
+    with open(sys.argv[2]) as key_file:
+        text = key_file.read()  # the key as text, its trailing newline and all
+    assert text.endswith("\\n")
+    client = mpsched.connect(sys.argv[1], authkey=text)
+    print(client.submit(pow, 2, 5).result(timeout=60), flush=True)
+    client.shutdown()
+""")
+
+
+def test_connect_takes_the_text_of_a_key_file(cluster: Cluster, procs: Processes) -> None:
     manager = cluster.manager
-    text = manager.key_file.read_text()  # what open(key_file).read() gives, newline and all
-    assert text.endswith("\n")
-    client = mpsched.connect(manager.address, authkey=text)
-    try:
-        assert client.submit(pow, 2, 5).result(timeout=60) == 32
-    finally:
-        client.detach()
+    # In a process of its own, as a program would: no proxy of another test shares its
+    # connection to the manager.
+    done = procs.run("-c", TEXT_KEY_CLIENT, manager.address, str(manager.key_file))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "32\n"
 
 
 CLIENT_ONLY = "only_the_client_has_it"
