@@ -17,8 +17,6 @@ from concurrent.futures import Executor
 from datetime import datetime, timedelta, timezone
 from typing import Any, ParamSpec, TypeVar
 
-import cloudpickle
-
 from mpsched._errors import (
     InvalidJobError,
     ManagerUnreachableError,
@@ -27,7 +25,7 @@ from mpsched._errors import (
 )
 from mpsched._futures import DISCONNECTED, ClientCore, JobFuture, MapResults
 from mpsched._job import JobInfo, JobRequest, Payload, Priority, check_request, due_arguments
-from mpsched._payload import fast_dumps, job_name, pickle_job
+from mpsched._payload import cloudpickle_dumps, fast_dumps, job_name, pickle_job
 from mpsched._protocol import ServiceProxy, Stats, connect_service
 from mpsched._runtime import default_address, require_authkey
 from mpsched._schedule import RecurringClient
@@ -183,7 +181,7 @@ class Client(RecurringClient, Executor):
         deadline = None if timeout is None else time.monotonic() + timeout
         level = Priority.MEDIUM.level
         pickle_job(fn, (), {})  # a clear JobPicklingError if the callable cannot pickle
-        fn_bytes = fast_dumps(fn) or cloudpickle.dumps(fn)  # pickled once for all items
+        fn_bytes = fast_dumps(fn) or cloudpickle_dumps(fn)  # pickled once for all items
         name = job_name(fn)
         jobs: list[tuple[Payload, JobRequest]] = []
         try:
@@ -397,7 +395,8 @@ def _batches(jobs: list[tuple[Payload, JobRequest]], count: int,
     return batches
 
 
-def connect(address: str | tuple[str, int] | None = None, *, authkey: bytes | None = None,
+def connect(address: str | tuple[str, int] | None = None, *,
+            authkey: bytes | str | None = None,
             submit_timeout: float | None = None) -> Client:
     """A client of a running manager: the Scheduler API without local workers.
 
@@ -406,10 +405,11 @@ def connect(address: str | tuple[str, int] | None = None, *, authkey: bytes | No
             ``Scheduler.address`` gives it (a socket path or a ``(host, port)`` pair);
             default: this user's local manager (``python -m mpsched serve`` without
             ``--address``), on its socket in the per-user runtime directory.
-        authkey: the manager's key (surrounding whitespace, such as the newline a key
-            file ends with, is stripped); default: the MPSCHED_AUTHKEY variable, else, for
-            a local address (a Unix socket, loopback TCP), this user's local key that
-            ``serve`` keeps in the runtime directory.
+        authkey: the manager's key, as bytes or as text (``open(key_file).read()``,
+            encoded in UTF-8 as the key file's bytes are); surrounding whitespace, such
+            as the newline a key file ends with, is stripped. Default: the
+            MPSCHED_AUTHKEY variable, else, for a local address (a Unix socket, loopback
+            TCP), this user's local key that ``serve`` keeps in the runtime directory.
         submit_timeout: as for :class:`Scheduler`.
 
     Raises:
@@ -424,6 +424,8 @@ def connect(address: str | tuple[str, int] | None = None, *, authkey: bytes | No
         address = default_address()
     elif isinstance(address, str):
         address = parse_address(address)
+    if isinstance(authkey, str):  # the text of a key file: its bytes are UTF-8
+        authkey = authkey.encode()
     # Surrounding whitespace is stripped, as from a key file (its trailing newline).
     key = (authkey.strip() if authkey is not None
            else require_authkey(address, give="pass authkey="))
