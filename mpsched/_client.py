@@ -19,6 +19,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from mpsched._errors import (
     InvalidJobError,
+    JobNotFoundError,
     ManagerUnreachableError,
     QueueFullError,
     SchedulerShutdownError,
@@ -30,6 +31,7 @@ from mpsched._protocol import ServiceProxy, Stats, connect_service
 from mpsched._runtime import default_address, require_authkey
 from mpsched._schedule import RecurringClient
 from mpsched._shm import payload_size
+from mpsched._store import JobRecord
 from mpsched._transport import format_address, parse_address
 
 log = logging.getLogger("mpsched.client")
@@ -119,7 +121,7 @@ class Client(RecurringClient, Executor):
             [future] = self._send_batch([(payload, request._replace(payload=payload))])
             return future
         future = self._core.new_future(payload)
-        outbox.put(request._replace(job_id=future.job_id, payload=payload))
+        outbox.put(request._replace(job_id=future._job_id, payload=payload))
         return future
 
     def _send_batch(self, jobs: list[tuple[Payload, JobRequest]]) -> list[JobFuture[Any]]:
@@ -127,19 +129,19 @@ class Client(RecurringClient, Executor):
         if self._core.outbox is not None:
             self._core.outbox.flush()  # earlier submits first: the seq order is call order
         futures = [self._core.new_future(payload) for payload, _ in jobs]
-        requests = [request._replace(job_id=future.job_id)
+        requests = [request._replace(job_id=future._job_id)
                     for future, (_, request) in zip(futures, jobs, strict=True)]
         try:
             holders = self._send(requests)
         except BaseException:
             for future in futures:
-                self._core.forget(future.job_id)
+                self._core.forget(future._job_id)
             self._core.release(requests)
             raise
         for i, holder in enumerate(holders or ()):
-            if holder != futures[i].job_id:  # its key was held: the holder's future stands
-                self._core.ended([futures[i].job_id])
-                self._core.forget(futures[i].job_id)
+            if holder != futures[i]._job_id:  # its key was held: the holder's future stands
+                self._core.ended([futures[i]._job_id])
+                self._core.forget(futures[i]._job_id)
                 futures[i] = self._core.watch(holder)
         return futures
 
@@ -198,7 +200,7 @@ class Client(RecurringClient, Executor):
             try:
                 for _, request in jobs:
                     futures.append(self._core.new_future(request.payload))
-                    outbox.put(request._replace(job_id=futures[-1].job_id))
+                    outbox.put(request._replace(job_id=futures[-1]._job_id))
             except BaseException:
                 self._core.release([request for _, request in jobs[len(futures):]])
                 raise
@@ -273,10 +275,26 @@ class Client(RecurringClient, Executor):
             records = self._core.service.jobs(state, limit)
         except DISCONNECTED as exc:
             raise SchedulerShutdownError(f"the mpsched manager is gone: {exc!r}") from exc
-        return [JobInfo(r.job_id, r.name, r.state.value,
-                        datetime.fromtimestamp(r.due_wall, timezone.utc),
-                        Priority(r.priority), r.attempt, r.worker_id, r.key)
-                for r in records]
+        return [_job_info(r) for r in records]
+
+    def job_info(self, job_id: str) -> JobInfo:
+        """One job the manager knows, as :meth:`jobs` lists it, looked up by its id.
+
+        Raises:
+            InvalidJobError: ``job_id`` is not a non-empty string.
+            JobNotFoundError: no such job: unknown, or finished and forgotten.
+            SchedulerShutdownError: this client is shut down, or the manager is gone.
+        """
+        if not isinstance(job_id, str) or not job_id:
+            raise InvalidJobError(f"a job id is a non-empty string, not {job_id!r}")
+        self._core.sent(job_id)  # a job of this client's own is known there
+        try:
+            record = self._core.service.job(job_id)
+        except DISCONNECTED as exc:
+            raise SchedulerShutdownError(f"the mpsched manager is gone: {exc!r}") from exc
+        if record is None:
+            raise JobNotFoundError(job_id)
+        return _job_info(record)
 
     def cancel(self, job_id: str) -> bool:
         """Cancel a pending job by id, whichever client submitted it; True if it was
@@ -376,6 +394,12 @@ def _close_open_clients() -> None:
 
 
 STATES = ("pending", "running", "done", "failed", "cancelled")
+
+
+def _job_info(record: JobRecord) -> JobInfo:
+    return JobInfo(record.job_id, record.name, record.state.value,
+                   datetime.fromtimestamp(record.due_wall, timezone.utc),
+                   Priority(record.priority), record.attempt, record.worker_id, record.key)
 
 
 def _batches(jobs: list[tuple[Payload, JobRequest]], count: int,
