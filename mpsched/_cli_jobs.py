@@ -27,6 +27,7 @@ from mpsched._errors import (
     JobNotFoundError,
     ManagerUnreachableError,
     RemoteTraceback,
+    ScheduleNotFoundError,
 )
 from mpsched._futures import JobFuture
 from mpsched._job import JobInfo
@@ -276,14 +277,17 @@ def run_cancel(args: argparse.Namespace, out: TextIO) -> int:
     """The ``cancel`` command: 0 when the job was pending and is now cancelled (or the id
     names a schedule, now cancelled), else 1."""
     with connected(args) as client:
-        for schedule in client.schedules():
-            if schedule.id == args.job_id and schedule.cancel():
-                print(f"cancelled schedule {args.job_id}; a run under way finishes", file=out)
-                return Exit.OK
-            if schedule.id == args.job_id:  # another client cancelled it meanwhile
-                print(f"mpsched: schedule {args.job_id} was not cancelled: it was cancelled "
-                      f"already", file=sys.stderr)
-                return Exit.FAILURE
+        try:
+            schedule = client.get_schedule(args.job_id)
+        except ScheduleNotFoundError:
+            schedule = None
+        if schedule is not None and schedule.cancel():
+            print(f"cancelled schedule {args.job_id}; a run under way finishes", file=out)
+            return Exit.OK
+        if schedule is not None:  # another client cancelled it meanwhile
+            print(f"mpsched: schedule {args.job_id} was not cancelled: it was cancelled "
+                  f"already", file=sys.stderr)
+            return Exit.FAILURE
         if client.cancel(args.job_id):
             print(f"cancelled job {args.job_id}", file=out)
             return Exit.OK
@@ -319,24 +323,19 @@ def unfinished_state(client: Client, future: JobFuture[Any]) -> str | None:
     """"pending" or "running" while the job of ``future`` (from ``client.job()``) has not
     finished; None once it has, with ``future`` resolved.
 
-    A finished job's outcome reaches ``future`` a moment after ``client.job()`` returns,
-    through the client's result thread; the manager is asked for the job's state only
-    when it has not come by then, and the outcome is awaited when the job is in neither
-    listing (it finished).
+    ``client.job()`` returns a finished job's future done; for any other the manager is
+    asked for the job's state by its id, and when it no longer knows the job (it ended
+    meanwhile and was forgotten) the outcome on its way is awaited.
     """
-    concurrent.futures.wait([future], timeout=_OUTCOME_GRACE)
     while not future.done():
-        # Pending before running: a job moving on between the two calls is still found.
-        for state in ("pending", "running"):
-            if any(job.job_id == future.job_id for job in client.jobs(state)):
-                return state
+        try:
+            state = client.job_info(future.job_id).state
+        except JobNotFoundError:  # it ended (and was forgotten): its outcome is on its way
+            state = ""
+        if state in ("pending", "running"):
+            return state
         concurrent.futures.wait([future], timeout=1.0)
     return None
-
-
-# A finished job's outcome is posted to the client as client.job() returns; its result
-# thread collects it within milliseconds. Waiting this long first spares a listing.
-_OUTCOME_GRACE = 0.2
 
 
 # ------------------------------------------------------------------------------ result

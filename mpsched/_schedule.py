@@ -173,6 +173,17 @@ class RecurringClient:
         infos = Schedule._call(self._core.service.list_schedules)
         return [Schedule(self._core.service, info, self.job) for info in infos]
 
+    def get_schedule(self, schedule_id: str) -> Schedule:
+        """The handle of one schedule of the manager, by its id.
+
+        Raises:
+            ScheduleNotFoundError: the manager has no such schedule (its ``cancelled`` is
+                True for one cancelled within ``result_ttl``).
+            SchedulerShutdownError: the manager is gone.
+        """
+        info = Schedule._call(self._core.service.schedule_control, schedule_id, "info")
+        return Schedule(self._core.service, info, self.job)
+
     def _add_schedule(self, spec: ScheduleSpec) -> Schedule:
         if self._core.closed:
             raise SchedulerShutdownError("cannot add schedules after shutdown")

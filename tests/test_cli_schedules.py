@@ -128,10 +128,9 @@ def test_cancel_says_so_when_another_client_cancelled_the_schedule_first(
         make_scheduler: Callable[..., Scheduler], tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     s = make_scheduler(workers=1)
-    s.every(3600, jobs.noop, id="x")
-    listed = s.schedules()
-    listed[0].cancel()  # another client's cancel, between this one's listing and cancel
-    monkeypatch.setattr(Client, "schedules", lambda self: listed)
+    found = s.every(3600, jobs.noop, id="x")
+    found.cancel()  # another client's cancel, between this one's lookup and cancel
+    monkeypatch.setattr(Client, "get_schedule", lambda self, schedule_id: found)
     key = tmp_path / "key"
     key.write_bytes(s.authkey)
     key.chmod(0o600)
@@ -139,6 +138,8 @@ def test_cancel_says_so_when_another_client_cancelled_the_schedule_first(
     assert code == Exit.FAILURE
     assert capsys.readouterr().err == \
         "mpsched: schedule x was not cancelled: it was cancelled already\n"
+
+
 def test_schedules_json_names_the_armed_run_apart_from_the_last_one_that_ran(
         procs: Processes) -> None:
     run = runner(procs, serve(procs, "--workers", "1"))
