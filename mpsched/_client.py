@@ -110,18 +110,20 @@ class Client(RecurringClient, Executor):
                   priority: Priority | str, timeout: float | None = None,
                   retries: int = 0, key: str | None = None) -> JobFuture[Any]:
         delay_s, at_s = due_arguments(delay, at)
-        request = JobRequest(job_id="", client_id=self._core.client_id, payload=b"",
+        request = JobRequest(job_id="", client_id="", payload=b"",
                              priority=Priority.coerce(priority).level, delay=delay_s,
                              at=at_s, timeout=timeout, retries=retries, key=key,
                              name=job_name(fn))
         check_request(request)  # the manager's own check, here at the call site
-        payload = pickle_job(fn, args, kwargs, pool=self._core.pool)
-        outbox = self._core.outbox
-        if outbox is None or key is not None:  # a keyed submit learns which job stands
-            [future] = self._send_batch([(payload, request._replace(payload=payload))])
+        core = self._core
+        payload = pickle_job(fn, args, kwargs, pool=core.pool)
+        if core.outbox is None or key is not None:  # a keyed submit learns which job stands
+            [future] = self._send_batch([(payload, request._replace(
+                client_id=core.client_id, payload=payload))])
             return future
-        future = self._core.new_future(payload)
-        outbox.put(request._replace(job_id=future._job_id, payload=payload))
+        future = core.new_future(payload)
+        core.outbox.put(request._replace(job_id=future._job_id, client_id=core.client_id,
+                                         payload=payload))
         return future
 
     def _send_batch(self, jobs: list[tuple[Payload, JobRequest]]) -> list[JobFuture[Any]]:
