@@ -18,6 +18,7 @@ import jobs
 import psutil
 import pytest
 from processes import wait_for, wait_started
+from servers import unanswered_address
 from test_cli import START_TIMEOUT, Manager, Proc, Processes, pool_workers, serve
 
 import mpsched
@@ -275,3 +276,16 @@ def test_a_pool_with_no_manager_at_its_address_fails_fast(
     assert nobody.returncode == Exit.UNREACHABLE, nobody.stderr
     assert "no manager answers" in nobody.stderr
     assert time.monotonic() - t0 < 15
+
+
+def test_a_pool_whose_manager_never_answers_the_connect_times_out(
+        procs: Processes, tmp_path: Path) -> None:
+    with unanswered_address() as (host, port):
+        t0 = time.monotonic()
+        silent = procs.run("worker", "--connect", f"{host}:{port}",
+                           "--authkey-file", str(key_file(tmp_path)), timeout=60)
+        took = time.monotonic() - t0
+    assert silent.returncode == Exit.UNREACHABLE, silent.stderr
+    assert silent.stderr == (f"mpsched: no manager answers at {host}:{port}: cannot reach "
+                             f"the host (timed out connecting after 10 s)\n")
+    assert 10 <= took < 50  # CONNECT_TIMEOUT, not the kernel's two minutes of retries
