@@ -368,3 +368,24 @@ def test_serve_and_worker_refuse_a_key_file_others_can_read(
     assert joined.returncode == 3, joined.stderr
     assert joined.stderr == (f"mpsched: TLS key file {open_key} is readable by others "
                              f"(mode 640); chmod 600 it\n")
+
+
+def test_stress_floods_a_tls_manager_with_the_tls_options(certs: Certs, procs: Any) -> None:
+    from test_cli import serve
+
+    server, client = certs.server, certs.client
+    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "1",
+                    "--tls-cert", str(server.cert), "--tls-key", str(server.key),
+                    "--tls-ca", str(certs.ca))  # the producers must show a certificate too
+    tls = ["--tls-ca", str(certs.ca), "--tls-cert", str(client.cert),
+           "--tls-key", str(client.key)]
+    flood = procs.run("stress", *manager.cli(), *tls, "--producers", "2", "--jobs", "100",
+                      "--horizon", "0.2", timeout=120)
+    assert flood.returncode == 0, flood.stdout + flood.stderr
+    assert flood.stdout.splitlines()[-1] == "OK: 100 jobs ran exactly once, none early"
+    # Its own manager listens on a Unix socket: TLS options there are a mistake, said so.
+    own = procs.run("stress", "--tls-ca", str(certs.ca), "--jobs", "10")
+    assert own.returncode == 2, own.stderr
+    assert own.stderr == ("mpsched: --tls-ca, --tls-cert and --tls-key need --connect: the "
+                          "manager stress starts itself listens on a Unix socket, without "
+                          "TLS\n")
