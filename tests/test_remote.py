@@ -259,6 +259,21 @@ def test_a_remote_pool_waits_for_its_manager_to_come_back(
     assert "Traceback" not in log
 
 
+def test_an_idle_worker_that_loses_its_manager_says_no_finished_job_is_lost(
+        procs: Processes, connect_client: Callable[[Manager], mpsched.Client]) -> None:
+    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0")
+    pool = start_pool(procs, manager, 1)
+    client = connect_client(manager)
+    done = client.submit(jobs.pid)
+    done.result(timeout=30)  # its report reached the manager: the outcome came back
+    # Within the worker's next long poll (5 s): it has nothing left to report.
+    os.kill(manager.proc.pid, signal.SIGKILL)
+    manager.proc.wait()
+    wait_for(lambda: "lost its manager" in pool.stderr(), 30, "the worker noticed")
+    log = pool.stderr()
+    assert done.job_id not in log and "is lost" not in log, log
+
+
 def test_a_remote_pool_exits_0_and_says_so_when_its_manager_stops(procs: Processes) -> None:
     manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0")
     pool = start_pool(procs, manager, 2)
