@@ -151,6 +151,28 @@ def test_a_remote_worker_that_dies_fails_its_job_at_once_naming_the_exit(
     assert "missed its heartbeats" not in manager.proc.stderr()
 
 
+def test_a_death_the_manager_cannot_be_told_of_is_found_by_the_missed_heartbeats(
+        procs: Processes, connect_client: Callable[[Manager], mpsched.Client],
+        fifo: str) -> None:
+    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0",
+                    "--heartbeat-timeout", "3")
+    pool = start_pool(procs, manager, 1)
+    client = connect_client(manager)
+    doomed = client.submit(jobs.announce_then_sleep, fifo, 300)
+    [pid] = wait_started(fifo)
+    os.kill(manager.proc.pid, signal.SIGSTOP)  # it takes connections, and answers none
+    try:
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: "could not tell the manager" in pool.stderr(), 30,
+                 "the pool gave up telling it")
+    finally:
+        os.kill(manager.proc.pid, signal.SIGCONT)
+    error = doomed.exception(timeout=CRASH_SEEN)
+    assert isinstance(error, mpsched.WorkerCrashedError), error
+    assert error.exitcode is None and "went away" in str(error), error
+    assert "missed its heartbeats" in manager.proc.stderr()
+
+
 def test_a_job_whose_remote_worker_died_runs_again_at_once_if_its_retries_allow(
         procs: Processes, connect_client: Callable[[Manager], mpsched.Client],
         tmp_path: Path) -> None:
