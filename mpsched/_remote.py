@@ -332,13 +332,14 @@ class WorkerPool:
         """Note the ids a worker said it joined under; close its pipe at its end."""
         if worker.joins is None:
             return
+        joined = False
         try:
             while worker.joins.poll():
-                worker.worker_id = worker.joins.recv()
+                worker.worker_id, joined = worker.joins.recv(), True
         except (EOFError, OSError):
             worker.joins.close()
             worker.joins = None
-        if worker.worker_id is not None and self._failed_starts:
+        if joined and self._failed_starts:
             log.info("worker pid %s joined the manager after %d worker(s) died at start",
                      worker.proc.pid, self._failed_starts)
             self._failed_starts = 0
@@ -403,6 +404,9 @@ class WorkerPool:
                                  name="mpsched-remote-worker")
         try:
             proc.start()
+        except BaseException:
+            joins.close()
+            raise
         finally:
             theirs.close()  # the child's now: its death shows here as the end of the pipe
         self._workers.append(_Worker(proc, verdict, joins))
