@@ -84,6 +84,15 @@ def run_manager(config: ManagerConfig, control: Connection | None = None,
         journal.store.close()
 
 
+def run_owned(control: Connection) -> int:
+    """Entry of a Scheduler's manager process (mpsched._manager_process): read the config
+    its owner sends over ``control``, then run as :func:`run_manager`; returns the exit
+    code."""
+    config = control.recv()
+    assert isinstance(config, ManagerConfig), config
+    return run_manager(config, control)
+
+
 def _segments(config: ManagerConfig) -> Segments:
     """Shared memory for payloads where every worker and client can map it: a Scheduler's
     manager (its workers are local), without a store (payloads must be in the store to

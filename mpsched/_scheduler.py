@@ -2,7 +2,10 @@
 
 A Scheduler is a :class:`~mpsched._client.Client` that also owns its manager process
 (which owns the worker processes): it starts it, waits until every worker has joined, and
-stops it at shutdown, when dropped, or at interpreter exit.
+stops it at shutdown, when dropped, or at interpreter exit. The manager is a fresh
+interpreter that never imports the program's main module (mpsched._manager_process), so
+a Scheduler starts the same from a top-level script, ``python -``, ``python -c``, a REPL
+or a notebook.
 """
 
 from __future__ import annotations
@@ -13,14 +16,13 @@ import multiprocessing
 import multiprocessing.util
 import os
 import secrets
-from multiprocessing.process import BaseProcess
 from typing import Any
 
 from mpsched import _shm
 from mpsched._client import Client
 from mpsched._errors import InvalidJobError, MpschedError, SchedulerShutdownError
 from mpsched._job import Order
-from mpsched._manager import run_manager
+from mpsched._manager_process import ManagerProcess
 from mpsched._protocol import (
     STOP,
     ManagerConfig,
@@ -42,9 +44,11 @@ class Scheduler(Client):
     Args:
         workers: number of worker processes; defaults to ``os.cpu_count()``.
         max_workers: the same, under ``ProcessPoolExecutor``'s name; give one of the two.
-        mp_context: start method ("forkserver" or "spawn") or a multiprocessing context.
+        mp_context: how the manager starts the worker processes: "forkserver" or
+            "spawn", or a multiprocessing context with one of these start methods.
             Default: forkserver where available, else spawn. "fork" is refused: the
-            processes involved run threads.
+            processes involved run threads. (The manager itself is always a fresh
+            interpreter.) Neither re-runs the program's main module.
         order: "time" (due time, then priority, then submission) or "priority" (among jobs
             already due, priority first).
         max_pending: bound on jobs waiting in the heap; ``submit`` then waits for room.
@@ -72,6 +76,9 @@ class Scheduler(Client):
         InvalidJobError: a bad option.
         StoreError: the store cannot be opened (StoreLockedError: another manager has it).
         MpschedError: the manager or its workers did not start.
+        SystemExit: in a child process that multiprocessing started for the program's
+            own Process or pool, while it re-runs the program's unguarded main module;
+            one logged line says what to add.
     """
 
     def __init__(
@@ -119,13 +126,9 @@ class Scheduler(Client):
             result_ttl=float(result_ttl), max_pending_bytes=max_pending_bytes,
             shared_memory=bool(shared_memory),
         )
-        ctx: Any = multiprocessing.get_context(method)
-        parent_end, child_end = ctx.Pipe(duplex=True)
-        process = ctx.Process(target=run_manager, args=(config, child_end),
-                              name="mpsched-manager")
-        process.start()
-        child_end.close()
-        self._manager_process: BaseProcess = process
+        process = ManagerProcess(config)
+        parent_end = process.control
+        self._manager_process = process
         self._control = parent_end
         try:
             ready = self._await_manager(start_timeout)
@@ -195,7 +198,7 @@ class Scheduler(Client):
         return f"<Scheduler workers={self.workers} address={self.address!r}>"
 
 
-def _stop_manager(process: BaseProcess, control: Any, shm_prefix: list[str] | None = None,
+def _stop_manager(process: ManagerProcess, control: Any, shm_prefix: list[str] | None = None,
                   timeout: float = 10.0) -> None:
     """Ask the manager to stop, wait for it, and make sure it is gone (and, if it could not
     remove its shared-memory segments, remove them: ``shm_prefix`` names them)."""

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
+import subprocess
+import sys
+import textwrap
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import psutil
+
+TESTS_DIR = Path(__file__).resolve().parent
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "") -> None:
@@ -40,3 +48,65 @@ def _running(proc: psutil.Process) -> bool:
         return bool(proc.status() != psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:
         return False
+
+
+class Programs:
+    """Runs user programs in real interpreters, each in its own session (so that
+    ``stop_all`` kills it with all it started, whatever state a test left it in).
+
+    A program's ``sys.path`` starts with tests/, so it can import the job modules.
+    """
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        pythonpath = os.pathsep.join(filter(None, [str(TESTS_DIR),
+                                                   os.environ.get("PYTHONPATH")]))
+        self.env = {**os.environ, "PYTHONPATH": pythonpath}
+        self._popens: list[subprocess.Popen[str]] = []
+        self._descendants: list[psutil.Process] = []
+
+    def start(self, *args: str, stdin: Any = subprocess.DEVNULL, stdout: Any = subprocess.PIPE,
+              stderr: Any = subprocess.PIPE) -> subprocess.Popen[str]:
+        """``python ARGS`` in the work directory."""
+        popen = subprocess.Popen([sys.executable, *args], stdin=stdin, stdout=stdout,
+                                 stderr=stderr, text=True, cwd=self.workdir, env=self.env,
+                                 start_new_session=True)
+        self._popens.append(popen)
+        return popen
+
+    def run(self, *args: str, source: str | None = None,
+            timeout: float = 90.0) -> subprocess.CompletedProcess[str]:
+        """Run ``python ARGS`` to its end, with ``source`` on its stdin."""
+        popen = self.start(*args, stdin=subprocess.DEVNULL if source is None else subprocess.PIPE)
+        out, err = popen.communicate(source, timeout=timeout)
+        return subprocess.CompletedProcess(popen.args, popen.returncode, out, err)
+
+    def script(self, source: str, name: str = "program.py") -> Path:
+        """Write a program file in the work directory."""
+        path = self.workdir / name
+        path.write_text(textwrap.dedent(source))
+        return path
+
+    def note_descendants(self, popen: subprocess.Popen[str]) -> list[psutil.Process]:
+        """What ``popen`` started, recursively (kept to kill at the end, and returned)."""
+        try:
+            found = psutil.Process(popen.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+        self._descendants.extend(found)
+        return found
+
+    def stop_all(self) -> None:
+        for popen in self._popens:
+            self.note_descendants(popen)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(popen.pid, signal.SIGKILL)  # its session: what it started
+        for proc in self._descendants:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.kill()  # psutil checks the pid was not reused
+        for popen in self._popens:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                popen.wait(10)
+            for stream in (popen.stdin, popen.stdout, popen.stderr):
+                if stream is not None:
+                    stream.close()
