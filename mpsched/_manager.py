@@ -29,6 +29,8 @@ from multiprocessing.connection import Connection
 from mpsched._errors import StoreError
 from mpsched._journal import Journal
 from mpsched._protocol import (
+    STOP,
+    STOP_NOW,
     ManagerConfig,
     ManagerFailed,
     ManagerReady,
@@ -143,7 +145,7 @@ def _serve(config: ManagerConfig, control: Connection | None,
     server.stop_event = threading.Event()  # type: ignore[attr-defined]
     threading.Thread(target=server.accepter, name="mpsched-accept", daemon=True).start()
     supervisor = Supervisor(service, config, server.address)
-    grace = config.drain_timeout
+    grace, kill_grace = config.drain_timeout, 2.0
     try:
         failure = _start(supervisor, config)
         if failure:
@@ -156,14 +158,18 @@ def _serve(config: ManagerConfig, control: Connection | None,
             control.send(ready)
         if on_ready is not None:
             on_ready(ready, service)
-        if supervisor.watch(control) == "owner-gone":
+        reason = supervisor.watch(control)
+        if reason != STOP:
             grace = 0.0
+        if reason == STOP_NOW:  # the owner asked for the running jobs to be killed
+            log.info("stopping now, with the jobs that still run")
+            kill_grace = 0.0
         return 0
     finally:
         service.stop()
-        if not service.queue.leases.wait_drained(grace):
+        if not service.queue.leases.wait_drained(grace) and kill_grace:
             log.warning("jobs still running after %.0f s; stopping their workers", grace)
-        supervisor.stop_workers(grace=2.0)
+        supervisor.stop_workers(grace=kill_grace)
         # A remote worker between two takes must hear of the stop before the sockets
         # close; else it takes the stop for a lost manager and waits for it to come back.
         service.wait_workers_told(0.0 if grace == 0 else 2.0)

@@ -32,7 +32,8 @@ from mpsched._transport import SERIALIZER, HardenedServer
 # its server thread within this; live callers simply call again.
 LONG_POLL = 5.0
 HEARTBEAT_TIMEOUT = 10.0  # a remote worker silent this long is declared gone
-STOP = "stop"  # the owner's message on a manager's control pipe
+STOP = "stop"  # the owner's message on a manager's control pipe: running jobs may finish
+STOP_NOW = "stop-now"  # ... or: kill the workers with their jobs at once (a second Ctrl-C)
 
 
 class Exit(IntEnum):
@@ -226,6 +227,17 @@ class ServiceProxy(BaseProxy):
 
     def _call(self, method: str, *args: Any) -> Any:
         return self._callmethod(method, args)
+
+    def drop_connection(self) -> None:
+        """Close the calling thread's connection; its next call opens a new one. A call
+        that an asynchronous exception (Ctrl-C) cut short leaves its reply unread on the
+        old one, where the next call would take it for its own."""
+        tls = self._tls  # type: ignore[attr-defined]
+        connection = getattr(tls, "connection", None)
+        if connection is not None:
+            del tls.connection
+            with contextlib.suppress(OSError):
+                connection.close()
 
     def hello(self, hello: WorkerHello) -> float:
         return float(self._call("hello", hello))

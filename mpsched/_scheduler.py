@@ -19,12 +19,13 @@ import secrets
 from typing import Any
 
 from mpsched import _shm
-from mpsched._client import Client
+from mpsched._client import Client, count
 from mpsched._errors import InvalidJobError, MpschedError, SchedulerShutdownError
 from mpsched._job import Order
 from mpsched._manager_process import ManagerProcess
 from mpsched._protocol import (
     STOP,
+    STOP_NOW,
     ManagerConfig,
     ManagerFailed,
     ManagerReady,
@@ -39,7 +40,10 @@ class Scheduler(Client):
     """Runs jobs at a scheduled time, in priority order, on a pool of worker processes.
 
     Starts a manager process, which starts ``workers`` worker processes. Use it as a
-    context manager, or call :meth:`shutdown`.
+    context manager, or call :meth:`shutdown`. An exception that leaves the ``with``
+    block (Ctrl-C above all) cancels the jobs not yet started (with a store, those not
+    yet due stay pending in it) and waits for the running ones, naming them in one
+    warning; a second Ctrl-C kills them and raises SystemExit(130).
 
     Args:
         workers: number of worker processes; defaults to ``os.cpu_count()``.
@@ -193,6 +197,30 @@ class Scheduler(Client):
             "the interpreter exited, and this Scheduler's manager with it, before the job "
             "ended"))
         self._drain_and_stop()
+
+    def _drop_not_started(self) -> list[str]:
+        # With a store, jobs not yet due stay pending in it for the next manager on it.
+        if self._store is None:
+            return super()._drop_not_started()
+        kept = self._core.leave_not_due(f"stays pending in the store {self._store}")
+        cancelled = self._core.cancel_jobs(
+            [f.job_id for f in self._core.outstanding() if not f.watched])
+        notes = [f"cancelled {count(cancelled, 'job')} not started"] if cancelled else []
+        if kept:
+            notes.append(f"{count(kept, 'job')} due later {'stays' if kept == 1 else 'stay'} "
+                         f"pending in the store {self._store}")
+        return notes
+
+    def _stop_now(self) -> str:
+        # The manager kills its workers, and the jobs they run, at once.
+        running = self._core.outstanding()
+        described = self._describe(running) if running else ""
+        with contextlib.suppress(OSError):
+            self._control.send(STOP_NOW)
+        self._stop()
+        stopped = "stopped the manager and its workers"
+        return f"{stopped}, killing {count(len(running), 'running job')}: {described}" if (
+            running) else stopped
 
     def __repr__(self) -> str:
         return f"<Scheduler workers={self.workers} address={self.address!r}>"

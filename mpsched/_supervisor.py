@@ -25,7 +25,7 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from mpsched._protocol import STOP, ManagerConfig
+from mpsched._protocol import STOP, STOP_NOW, ManagerConfig
 from mpsched._service import ManagerService
 from mpsched._worker import WorkerConfig, kill_tree, worker_main
 
@@ -127,7 +127,8 @@ class Supervisor:
         self._service.workers_missing = self._missing
 
     def watch(self, control: Connection | None) -> str:
-        """Supervise until stopped; returns "stop" or "owner-gone".
+        """Supervise until stopped; returns "stop", "stop-now" (the owner's messages) or
+        "owner-gone".
 
         Sleeps until a local worker exits, the owner writes or goes away, something calls
         ``wake_supervisor()`` (a hello, a lease with a timeout, stop), the earliest job
@@ -167,7 +168,8 @@ class Supervisor:
 
     def _owner_message(self, control: Connection) -> str:
         try:
-            return "stop" if control.recv() == STOP else ""
+            message = control.recv()
+            return message if message in (STOP, STOP_NOW) else ""
         except (EOFError, OSError):
             log.warning("the process that started this manager is gone; stopping")
             return "owner-gone"
@@ -207,14 +209,15 @@ class Supervisor:
             self._missing += 1  # replaced by _restart_missing(), with backoff on failure
 
     def stop_workers(self, grace: float) -> None:
-        """Wait up to ``grace`` seconds for local workers to leave, then kill their trees."""
+        """Wait up to ``grace`` seconds for local workers to leave, then kill their trees
+        (with 0, the owner asked for it: each kill is logged at INFO, not WARNING)."""
         deadline = time.monotonic() + grace
         for local in self._workers.values():
             local.proc.join(max(0.0, deadline - time.monotonic()))
         for local in self._workers.values():
             if local.proc.is_alive():
-                log.warning("worker pid %s did not stop in %.1f s; killing it",
-                            local.proc.pid, grace)
+                log.log(logging.WARNING if grace else logging.INFO,
+                        "worker pid %s did not stop in %.1f s; killing it", local.proc.pid, grace)
                 kill_tree(local.proc.pid)
                 local.proc.join(2.0)
         self._workers.clear()

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import psutil
 
@@ -110,3 +112,52 @@ class Programs:
             for stream in (popen.stdin, popen.stdout, popen.stderr):
                 if stream is not None:
                     stream.close()
+
+
+class Lines:
+    """The lines of a process's output stream, read by a daemon thread as they come."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.seen: list[str] = []  # every line read so far, for assertion messages
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, args=(stream,), daemon=True).start()
+
+    def _read(self, stream: IO[str]) -> None:
+        with contextlib.suppress(ValueError, OSError):
+            for line in stream:
+                self._queue.put(line.rstrip("\n"))
+        self._queue.put(None)
+
+    def next(self, timeout: float = 60.0) -> str:
+        """The next line; fails if none comes within ``timeout`` or the stream ends."""
+        try:
+            line = self._queue.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"no line in {timeout} s after: {self.seen}") from None
+        if line is None:
+            self._queue.put(None)
+            raise AssertionError(f"the stream ended after: {self.seen}")
+        self.seen.append(line)
+        return line
+
+    def until(self, predicate: Callable[[str], bool], timeout: float = 60.0) -> str:
+        """Skip lines until one satisfies ``predicate`` (within ``timeout`` in all)."""
+        deadline = time.monotonic() + timeout
+        while not predicate(line := self.next(max(0.0, deadline - time.monotonic()))):
+            pass
+        return line
+
+    def rest(self, timeout: float = 60.0) -> list[str]:
+        """Every line left, once the stream ends (within ``timeout``)."""
+        deadline = time.monotonic() + timeout
+        start = len(self.seen)
+        while True:
+            try:
+                line = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"the stream did not end in {timeout} s: {self.seen}"
+                                     ) from None
+            if line is None:
+                self._queue.put(None)
+                return self.seen[start:]
+            self.seen.append(line)
