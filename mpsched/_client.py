@@ -328,7 +328,8 @@ class Client(RecurringClient, Executor):
         it (or a Ctrl-C comes while it waits): then the jobs not yet started are cancelled
         (as with ``cancel_futures=True``), one line on stderr (a logging warning) names the
         running jobs it waits for, and a Ctrl-C while it waits stops them at once and
-        raises SystemExit(130) (see :meth:`_leave_on`)."""
+        raises SystemExit(130), or KeyboardInterrupt in an interactive session (see
+        :meth:`_leave_on`)."""
         if exc is None:
             try:
                 self.shutdown(wait=True)
@@ -345,8 +346,9 @@ class Client(RecurringClient, Executor):
         (one warning line, which reaches stderr even where logging is not set up: the
         program was interrupted, and its user must learn why it does not end yet), and
         wait for them. A Ctrl-C during all that stops them now (:meth:`_stop_now`), says
-        so in one line, and raises SystemExit(130), as a shell reports a Ctrl-C; at
-        interpreter exit it just returns (the exit status is already the program's)."""
+        so in one line, and raises SystemExit(130), as a shell reports a Ctrl-C (in an
+        interactive session, KeyboardInterrupt: back to the prompt); at interpreter exit
+        it just returns (the exit status is already the program's)."""
         with self._shutdown_lock, self._core._lock:
             self._core.closed = True
         again = "again " if isinstance(exc, KeyboardInterrupt) else ""
@@ -371,8 +373,11 @@ class Client(RecurringClient, Executor):
             self._core.service.drop_connection()
             log.warning("mpsched: Ctrl-C %s: %s", again.strip() or "while waiting",
                         self._stop_now())
-            if not at_exit:
-                raise SystemExit(130) from None
+            if at_exit:
+                return
+            if hasattr(sys, "ps1"):  # an interactive session: back to its prompt
+                raise KeyboardInterrupt from None
+            raise SystemExit(130) from None
 
     def _drop_not_started(self) -> list[str]:
         """Cancel this client's jobs that have not started; returns what it did, in

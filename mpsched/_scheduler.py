@@ -43,7 +43,8 @@ class Scheduler(Client):
     context manager, or call :meth:`shutdown`. An exception that leaves the ``with``
     block (Ctrl-C above all) cancels the jobs not yet started (with a store, those not
     yet due stay pending in it) and waits for the running ones, naming them in one
-    warning; a second Ctrl-C kills them and raises SystemExit(130).
+    warning; a second Ctrl-C kills them and raises SystemExit(130) (KeyboardInterrupt in
+    an interactive session).
 
     Args:
         workers: number of worker processes; defaults to ``os.cpu_count()``.

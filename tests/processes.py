@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import select
 import signal
 import subprocess
 import sys
@@ -161,3 +162,43 @@ class Lines:
                 self._queue.put(None)
                 return self.seen[start:]
             self.seen.append(line)
+
+
+class Terminal:
+    """The master side of a pty that an interactive interpreter reads and writes."""
+
+    def __init__(self, master: int) -> None:
+        self.master = master
+        self.output = ""  # everything read so far (echoed input and prompts included)
+
+    def type(self, text: str) -> None:
+        os.write(self.master, text.encode())
+
+    def read_until(self, text: str, timeout: float = 60.0) -> None:
+        """Read until ``text`` was printed, after what was read before this call."""
+        start = len(self.output)
+        deadline = time.monotonic() + timeout
+        while text not in self.output[start:]:
+            assert self._read(deadline), f"not printed in {timeout} s: {text!r}; " \
+                                         f"output: {self.output!r}"
+
+    def read_to_end(self, timeout: float = 60.0) -> str:
+        """Read until the interpreter has exited; returns everything read."""
+        deadline = time.monotonic() + timeout
+        while self._read(deadline):
+            pass
+        return self.output
+
+    def _read(self, deadline: float) -> bool:
+        ready, _, _ = select.select([self.master], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            return False
+        try:
+            chunk = os.read(self.master, 4096)
+        except OSError:  # EIO: every slave end is closed, the interpreter has exited
+            return False
+        self.output += chunk.decode(errors="replace").replace("\r", "")
+        return bool(chunk)
+
+    def close(self) -> None:
+        os.close(self.master)

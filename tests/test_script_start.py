@@ -12,13 +12,11 @@ from __future__ import annotations
 import contextlib
 import os
 import pty
-import select
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
-from processes import Programs
+from processes import Programs, Terminal
 
 from mpsched._manager_process import REIMPORT_HINT
 
@@ -88,41 +86,12 @@ def test_a_scheduler_starts_from_the_interactive_interpreter(programs: Programs,
         popen = programs.start("-q", stdin=slave, stdout=slave, stderr=slave)
     finally:
         os.close(slave)
-    with contextlib.closing(_Terminal(master)) as terminal:
+    with contextlib.closing(Terminal(master)) as terminal:
         terminal.type(source + "\nexit()\n")
         out = terminal.read_to_end(RUN_TIMEOUT)
     assert popen.wait(RUN_TIMEOUT) == 0, out
     assert ">>> " in out and "Traceback" not in out, out
     _check(out, marker, popen.pid)
-
-
-class _Terminal:
-    """The master side of a pty that an interactive interpreter reads and writes."""
-
-    def __init__(self, master: int) -> None:
-        self.master = master
-
-    def type(self, text: str) -> None:
-        os.write(self.master, text.encode())
-
-    def read_to_end(self, timeout: float) -> str:
-        chunks: list[bytes] = []
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([self.master], [], [], deadline - time.monotonic())
-            if not ready:
-                break
-            try:
-                chunk = os.read(self.master, 4096)
-            except OSError:  # EIO: every slave end is closed, the interpreter has exited
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-        return b"".join(chunks).decode(errors="replace")
-
-    def close(self) -> None:
-        os.close(self.master)
 
 
 @pytest.mark.parametrize("method", METHODS)
