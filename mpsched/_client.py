@@ -56,6 +56,7 @@ class Client(RecurringClient, Executor):
         # Guards _closer: shutdown() may be called from several threads.
         self._shutdown_lock = threading.Lock()
         self._closer: threading.Thread | None = None
+        self._set_aside: list[Any] = []  # manager connections closed by _stop() (_leave_on)
         _close_at_exit(self)
 
     def schedule(
@@ -320,7 +321,7 @@ class Client(RecurringClient, Executor):
                 self._core.cancel_pending()
             closer = self._closer
         if wait and closer is not None:
-            closer.join()
+            _join(closer)
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> Literal[False]:
@@ -353,7 +354,7 @@ class Client(RecurringClient, Executor):
             self._core.closed = True
         again = "again " if isinstance(exc, KeyboardInterrupt) else ""
         try:
-            self._core.service.drop_connection()  # ``exc`` may have cut a call short
+            self._set_connection_aside()  # ``exc`` may have cut a call short
             notes = self._drop_not_started()
             self._core.fail_watched(SchedulerShutdownError(
                 f"this client stopped waiting for the job: {type(exc).__name__} {how}"))
@@ -366,11 +367,11 @@ class Client(RecurringClient, Executor):
                 log.warning("mpsched: %s %s: %s", type(exc).__name__, how, "; ".join(notes))
             closer = self._closer
             if closer is not None:  # shutdown() began: its thread drains and stops
-                closer.join()
+                _join(closer)
             else:
                 self._drain_and_stop()
         except KeyboardInterrupt:
-            self._core.service.drop_connection()
+            self._set_connection_aside()
             log.warning("mpsched: Ctrl-C %s: %s", again.strip() or "while waiting",
                         self._stop_now())
             if at_exit:
@@ -378,6 +379,11 @@ class Client(RecurringClient, Executor):
             if hasattr(sys, "ps1"):  # an interactive session: back to its prompt
                 raise KeyboardInterrupt from None
             raise SystemExit(130) from None
+
+    def _set_connection_aside(self) -> None:
+        connection = self._core.service.set_connection_aside()
+        if connection is not None:
+            self._set_aside.append(connection)
 
     def _drop_not_started(self) -> list[str]:
         """Cancel this client's jobs that have not started; returns what it did, in
@@ -442,11 +448,14 @@ class Client(RecurringClient, Executor):
 
     def _drain_and_stop(self) -> None:
         while futures := self._core.outstanding():
-            concurrent.futures.wait(futures)
+            concurrent.futures.wait(futures, _wake_interval())
         self._stop()
 
     def _stop(self) -> None:
         self._core.close()
+        while self._set_aside:
+            with contextlib.suppress(OSError):
+                self._set_aside.pop().close()
 
 
 # Clients still open, closed (oldest first) when the interpreter exits. The hook runs
@@ -473,6 +482,22 @@ def _close_open_clients() -> None:
             client._at_exit()
         except Exception:
             log.exception("could not close %r at interpreter exit", client)
+
+
+# How often a wait in the main thread wakes up. A signal that lands just as the thread starts
+# to block (after Python's last look for signals, before the lock wait) is not seen until
+# the wait ends: a Ctrl-C would go unnoticed while a long job runs.
+MAIN_THREAD_WAKE = 0.25
+
+
+def _wake_interval() -> float | None:
+    return MAIN_THREAD_WAKE if threading.current_thread() is threading.main_thread() else None
+
+
+def _join(thread: threading.Thread) -> None:
+    """``thread.join()``, in the main thread in slices of MAIN_THREAD_WAKE."""
+    while thread.is_alive():
+        thread.join(_wake_interval())
 
 
 def _ending_interrupt() -> KeyboardInterrupt | None:

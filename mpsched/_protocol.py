@@ -228,16 +228,18 @@ class ServiceProxy(BaseProxy):
     def _call(self, method: str, *args: Any) -> Any:
         return self._callmethod(method, args)
 
-    def drop_connection(self) -> None:
-        """Close the calling thread's connection; its next call opens a new one. A call
-        that an asynchronous exception (Ctrl-C) cut short leaves its reply unread on the
-        old one, where the next call would take it for its own."""
+    def set_connection_aside(self) -> Any:
+        """Take the calling thread's connection away from it (its next call opens a new
+        one) and return it (None if it had none). A call that an asynchronous exception
+        (Ctrl-C) cut short leaves its reply unread on it, where the next call would take
+        it for its own. The caller closes it when the client closes: it may be the
+        connection the client opened with, whose end (before the result thread's first
+        call) tells the manager that the client is gone."""
         tls = self._tls  # type: ignore[attr-defined]
         connection = getattr(tls, "connection", None)
         if connection is not None:
             del tls.connection
-            with contextlib.suppress(OSError):
-                connection.close()
+        return connection
 
     def hello(self, hello: WorkerHello) -> float:
         return float(self._call("hello", hello))

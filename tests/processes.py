@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pty
 import queue
 import select
 import signal
@@ -66,6 +67,7 @@ class Programs:
                                                    os.environ.get("PYTHONPATH")]))
         self.env = {**os.environ, "PYTHONPATH": pythonpath}
         self._popens: list[subprocess.Popen[str]] = []
+        self._terminals: list[Terminal] = []
         self._descendants: list[psutil.Process] = []
 
     def start(self, *args: str, stdin: Any = subprocess.DEVNULL, stdout: Any = subprocess.PIPE,
@@ -76,6 +78,23 @@ class Programs:
                                  start_new_session=True)
         self._popens.append(popen)
         return popen
+
+    def interactive(self) -> tuple[subprocess.Popen[str], Terminal]:
+        """``python -q`` on a pty: its REPL, and the terminal that types into it. The plain
+        REPL on Python 3.13 too (the new one indents typed lines itself, which would
+        indent this typing twice), without colours."""
+        master, slave = pty.openpty()
+        try:
+            popen = subprocess.Popen([sys.executable, "-q"], stdin=slave, stdout=slave,
+                                     stderr=slave, text=True, cwd=self.workdir,
+                                     env={**self.env, "PYTHON_BASIC_REPL": "1",
+                                          "PYTHON_COLORS": "0"},
+                                     start_new_session=True)
+        finally:
+            os.close(slave)
+        self._popens.append(popen)
+        self._terminals.append(terminal := Terminal(master))
+        return popen, terminal
 
     def run(self, *args: str, source: str | None = None,
             timeout: float = 90.0) -> subprocess.CompletedProcess[str]:
@@ -113,6 +132,8 @@ class Programs:
             for stream in (popen.stdin, popen.stdout, popen.stderr):
                 if stream is not None:
                     stream.close()
+        for terminal in self._terminals:
+            terminal.close()
 
 
 class Lines:
@@ -170,17 +191,18 @@ class Terminal:
     def __init__(self, master: int) -> None:
         self.master = master
         self.output = ""  # everything read so far (echoed input and prompts included)
+        self._searched = 0  # read_until looks from here: past what it found before
 
     def type(self, text: str) -> None:
         os.write(self.master, text.encode())
 
     def read_until(self, text: str, timeout: float = 60.0) -> None:
-        """Read until ``text`` was printed, after what was read before this call."""
-        start = len(self.output)
+        """Read until ``text`` was printed after what the last call found."""
         deadline = time.monotonic() + timeout
-        while text not in self.output[start:]:
+        while (found := self.output.find(text, self._searched)) < 0:
             assert self._read(deadline), f"not printed in {timeout} s: {text!r}; " \
                                          f"output: {self.output!r}"
+        self._searched = found + len(text)
 
     def read_to_end(self, timeout: float = 60.0) -> str:
         """Read until the interpreter has exited; returns everything read."""
@@ -201,4 +223,6 @@ class Terminal:
         return bool(chunk)
 
     def close(self) -> None:
-        os.close(self.master)
+        if self.master >= 0:
+            os.close(self.master)
+            self.master = -1

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import pty
 import re
 import signal
 import subprocess
@@ -22,7 +21,7 @@ from typing import Any
 import jobs
 import psutil
 import pytest
-from processes import Lines, Programs, Terminal, assert_gone, wait_started
+from processes import Lines, Programs, assert_gone, wait_started
 
 import mpsched
 from mpsched import Scheduler
@@ -292,31 +291,26 @@ def test_a_call_that_ctrl_c_cut_short_leaves_no_reply_for_the_next_one(
 
 def test_in_an_interactive_session_a_second_ctrl_c_goes_back_to_the_prompt(
         programs: Programs, fifo: str) -> None:
-    master, slave = pty.openpty()
-    try:
-        popen = programs.start("-q", stdin=slave, stdout=slave, stderr=slave)
-    finally:
-        os.close(slave)
-    with contextlib.closing(Terminal(master)) as terminal:
-        terminal.type(PREAMBLE + textwrap.dedent(f"""\
-            with Scheduler(workers=1) as s:
-                f = s.submit(jobs.announce_then_sleep, {fifo!r}, 300)
-                print("submit" + "ted", flush=True)
-                f.result()
+    popen, terminal = programs.interactive()
+    terminal.type(PREAMBLE + textwrap.dedent(f"""\
+        with Scheduler(workers=1) as s:
+            f = s.submit(jobs.announce_then_sleep, {fifo!r}, 300)
+            print("submit" + "ted", flush=True)
+            f.result()
 
-        """))
-        job_pids = wait_started(fifo)
-        terminal.read_until("\nsubmitted\n")
-        family = programs.note_descendants(popen)
-        os.killpg(popen.pid, signal.SIGINT)
-        terminal.read_until("press Ctrl-C again to stop it now")
-        os.killpg(popen.pid, signal.SIGINT)
-        terminal.read_until("mpsched: Ctrl-C again: stopped the manager and its workers, "
-                            "killing 1 running job: jobs:announce_then_sleep")
-        terminal.read_until("KeyboardInterrupt\n>>> ")
-        assert_gone([*family, *job_pids])
-        terminal.type('print("still" + " here")\n')
-        terminal.read_until("\nstill here\n")
-        terminal.type("exit()\n")
-        terminal.read_to_end(EXIT_TIMEOUT)
+    """))
+    job_pids = wait_started(fifo)
+    terminal.read_until("\nsubmitted\n")
+    family = programs.note_descendants(popen)
+    os.killpg(popen.pid, signal.SIGINT)
+    terminal.read_until("press Ctrl-C again to stop it now")
+    os.killpg(popen.pid, signal.SIGINT)
+    terminal.read_until("mpsched: Ctrl-C again: stopped the manager and its workers, "
+                        "killing 1 running job: jobs:announce_then_sleep")
+    terminal.read_until("KeyboardInterrupt\n>>> ")
+    assert_gone([*family, *job_pids])
+    terminal.type('print("still" + " here")\n')
+    terminal.read_until("\nstill here\n")
+    terminal.type("exit()\n")
+    terminal.read_to_end(EXIT_TIMEOUT)
     assert popen.wait(EXIT_TIMEOUT) == 0

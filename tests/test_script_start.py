@@ -9,14 +9,11 @@ would), whatever the start method.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import pty
 import subprocess
 from pathlib import Path
 
 import pytest
-from processes import Programs, Terminal
+from processes import Programs
 
 from mpsched._manager_process import REIMPORT_HINT
 
@@ -81,14 +78,9 @@ def test_an_unguarded_program_starts_a_scheduler(programs: Programs, tmp_path: P
 def test_a_scheduler_starts_from_the_interactive_interpreter(programs: Programs,
                                                              tmp_path: Path, method: str) -> None:
     source, marker = _program(tmp_path, method)
-    master, slave = pty.openpty()
-    try:
-        popen = programs.start("-q", stdin=slave, stdout=slave, stderr=slave)
-    finally:
-        os.close(slave)
-    with contextlib.closing(Terminal(master)) as terminal:
-        terminal.type(source + "\nexit()\n")
-        out = terminal.read_to_end(RUN_TIMEOUT)
+    popen, terminal = programs.interactive()
+    terminal.type(source + "\nexit()\n")
+    out = terminal.read_to_end(RUN_TIMEOUT)
     assert popen.wait(RUN_TIMEOUT) == 0, out
     assert ">>> " in out and "Traceback" not in out, out
     _check(out, marker, popen.pid)
