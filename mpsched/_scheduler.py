@@ -220,8 +220,9 @@ class Scheduler(Client):
             self._control.send(STOP_NOW)
         self._stop()
         stopped = "stopped the manager and its workers"
-        return f"{stopped}, killing {count(len(running), 'running job')}: {described}" if (
-            running) else stopped
+        if not running:
+            return stopped
+        return f"{stopped}, killing {count(len(running), 'running job')}: {described}"
 
     def __repr__(self) -> str:
         return f"<Scheduler workers={self.workers} address={self.address!r}>"

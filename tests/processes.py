@@ -71,11 +71,12 @@ class Programs:
         self._descendants: list[psutil.Process] = []
 
     def start(self, *args: str, stdin: Any = subprocess.DEVNULL, stdout: Any = subprocess.PIPE,
-              stderr: Any = subprocess.PIPE) -> subprocess.Popen[str]:
-        """``python ARGS`` in the work directory."""
+              stderr: Any = subprocess.PIPE,
+              env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        """``python ARGS`` in the work directory (``env``: variables to add or change)."""
         popen = subprocess.Popen([sys.executable, *args], stdin=stdin, stdout=stdout,
-                                 stderr=stderr, text=True, cwd=self.workdir, env=self.env,
-                                 start_new_session=True)
+                                 stderr=stderr, text=True, cwd=self.workdir,
+                                 env={**self.env, **(env or {})}, start_new_session=True)
         self._popens.append(popen)
         return popen
 

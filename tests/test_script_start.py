@@ -87,6 +87,19 @@ def test_a_scheduler_starts_from_the_interactive_interpreter(programs: Programs,
 
 
 @pytest.mark.parametrize("method", METHODS)
+def test_the_manager_leaves_no_temporary_files(programs: Programs, tmp_path: Path,
+                                               method: str) -> None:
+    # Its multiprocessing directory (the forkserver's socket) goes when it exits.
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    source, _ = _program(tmp_path, method)
+    popen = programs.start(str(programs.script(source)), env={"TMPDIR": str(tmp)})
+    _, err = popen.communicate(timeout=RUN_TIMEOUT)
+    assert popen.returncode == 0, err
+    assert list(tmp.iterdir()) == []
+
+
+@pytest.mark.parametrize("method", METHODS)
 def test_a_programs_own_pool_that_re_runs_it_gets_one_line(programs: Programs,
                                                            method: str) -> None:
     # The program's own ProcessPoolExecutor re-runs the unguarded main module in its
