@@ -47,12 +47,16 @@ BOOT = (
     "from multiprocessing.connection import Connection\n"
     "control = Connection({fd})\n"
     "sys.path[:], sys.argv[:] = control.recv()\n"
-    "from mpsched._manager import run_owned\n"
+    "from {module} import {name} as run_owned\n"
     "code = run_owned(control)\n"
     "import logging, multiprocessing.util, os\n"
     "multiprocessing.util._exit_function(); logging.shutdown()\n"
     "sys.stdout.flush(); sys.stderr.flush(); os._exit(code)\n"
 )
+
+# What BOOT runs, as (module, name): mpsched._manager.run_owned, or a wrapper of it that a
+# profiler names (benchmarks/profile_recurring.py puts probes in the manager).
+ENTRY = ("mpsched._manager", "run_owned")
 
 REIMPORT_HINT = (
     "Scheduler() not started: multiprocessing re-runs the main module in this child "
@@ -83,7 +87,8 @@ class ManagerProcess:
             fd = theirs.fileno()
             # The owner's interpreter and flags (-X, -W, -O ...), as multiprocessing's own.
             flags = multiprocessing.util._args_from_interpreter_flags()  # type: ignore[attr-defined]
-            command = [multiprocessing.spawn.get_executable(), *flags, "-c", BOOT.format(fd=fd)]
+            command = [multiprocessing.spawn.get_executable(), *flags, "-c",
+                       BOOT.format(fd=fd, module=ENTRY[0], name=ENTRY[1])]
             # Not a multiprocessing child: stdin is never the manager's (with ``python -``
             # it is the program's source), as multiprocessing closes it in its children.
             self._popen = subprocess.Popen(command, pass_fds=(fd,), stdin=subprocess.DEVNULL)
