@@ -145,7 +145,7 @@ def _serve(config: ManagerConfig, control: Connection | None,
     server.stop_event = threading.Event()  # type: ignore[attr-defined]
     threading.Thread(target=server.accepter, name="mpsched-accept", daemon=True).start()
     supervisor = Supervisor(service, config, server.address)
-    grace, kill_grace = config.drain_timeout, 2.0
+    grace, now = config.drain_timeout, False
     try:
         failure = _start(supervisor, config)
         if failure:
@@ -159,17 +159,17 @@ def _serve(config: ManagerConfig, control: Connection | None,
         if on_ready is not None:
             on_ready(ready, service)
         reason = supervisor.watch(control)
+        now = reason == STOP_NOW
         if reason != STOP:
             grace = 0.0
-        if reason == STOP_NOW:  # the owner asked for the running jobs to be killed
-            log.info("stopping now, with the jobs that still run")
-            kill_grace = 0.0
         return 0
     finally:
         service.stop()
-        if not service.queue.leases.wait_drained(grace) and kill_grace:
+        if now:  # the owner asked for the running jobs to be killed (a second Ctrl-C)
+            log.info("stopping now: killed %d worker(s) running a job", supervisor.kill_busy())
+        elif not service.queue.leases.wait_drained(grace):
             log.warning("jobs still running after %.0f s; stopping their workers", grace)
-        supervisor.stop_workers(grace=kill_grace)
+        supervisor.stop_workers(grace=2.0)
         # A remote worker between two takes must hear of the stop before the sockets
         # close; else it takes the stop for a lost manager and waits for it to come back.
         service.wait_workers_told(0.0 if grace == 0 else 2.0)

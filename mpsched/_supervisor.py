@@ -208,16 +208,24 @@ class Supervisor:
         if not self._service.stopping.is_set():
             self._missing += 1  # replaced by _restart_missing(), with backoff on failure
 
+    def kill_busy(self) -> int:
+        """Kill the local workers that run a job, with their process trees (the owner
+        asked for it: STOP_NOW); returns how many. The others leave as at any stop."""
+        running = self._service.workers.busy()
+        busy = [local for worker_id, local in self._workers.items() if worker_id in running]
+        for local in busy:
+            kill_tree(local.proc.pid)
+        return len(busy)
+
     def stop_workers(self, grace: float) -> None:
-        """Wait up to ``grace`` seconds for local workers to leave, then kill their trees
-        (with 0, the owner asked for it: each kill is logged at INFO, not WARNING)."""
+        """Wait up to ``grace`` seconds for local workers to leave, then kill their trees."""
         deadline = time.monotonic() + grace
         for local in self._workers.values():
             local.proc.join(max(0.0, deadline - time.monotonic()))
         for local in self._workers.values():
             if local.proc.is_alive():
-                log.log(logging.WARNING if grace else logging.INFO,
-                        "worker pid %s did not stop in %.1f s; killing it", local.proc.pid, grace)
+                log.warning("worker pid %s did not stop in %.1f s; killing it",
+                            local.proc.pid, grace)
                 kill_tree(local.proc.pid)
                 local.proc.join(2.0)
         self._workers.clear()

@@ -125,7 +125,9 @@ def test_a_second_ctrl_c_stops_the_running_jobs_and_exits_130(programs: Programs
     assert WAITING.search(program.err.next())
     program.interrupt()
     assert program.wait() == 130
-    [line] = program.err.rest()
+    rest = program.err.rest()
+    assert len(rest) == 1, rest
+    [line] = rest
     assert re.fullmatch(r"mpsched: Ctrl-C again: stopped the manager and its workers, "
                         r"killing 1 running job: jobs:announce_then_sleep \(\w+-\d+\)", line)
     program.assert_nothing_left()
@@ -192,7 +194,9 @@ def test_a_program_that_ends_on_ctrl_c_without_with_says_what_it_waits_for(
     assert WAITING.search(line), line
     program.interrupt()
     assert program.wait() == -signal.SIGINT  # the status of the KeyboardInterrupt it ended on
-    [stopped] = program.err.rest()
+    rest = program.err.rest()
+    assert len(rest) == 1, rest
+    [stopped] = rest
     assert stopped.startswith("mpsched: Ctrl-C again: stopped the manager and its workers, "
                               "killing 1 running job: jobs:announce_then_wait"), stopped
     program.assert_nothing_left()
@@ -215,7 +219,9 @@ def test_a_connected_client_stops_waiting_and_its_jobs_run_on(
     program.interrupt()
     # The client stops waiting; the Scheduler's exit lets the job end (it is not its own).
     assert program.wait() == 130
-    [line] = program.err.rest()
+    rest = program.err.rest()
+    assert len(rest) == 1, rest
+    [line] = rest
     assert line.startswith("mpsched: Ctrl-C again: stopped waiting; 1 running job runs on in "
                            "the manager: jobs:record_then_sleep"), line
     assert done.read_text().split() == ["ran"]
