@@ -3,8 +3,8 @@
     python -m benchmarks.profile_recurring [--runs 1000] [--interval 0.01] [--rounds 3]
 
 Runs ``every(interval, stamp_run, ...)`` on 2 workers, as section 9 of the benchmarks does,
-with probes patched into the manager and the workers (nothing in mpsched/ changes): the
-Scheduler's manager process target is wrapped so that, in the manager, ``Schedules._arm_
+with probes patched into the manager and the workers (nothing in mpsched/ changes): what
+the Scheduler's manager process runs is wrapped so that, in the manager, ``Schedules._arm_
 locked`` (a run is queued), ``JobQueue.take`` (the heap handed a run to a taker),
 ``ManagerService.take`` (the reply is about to be sent) and ``ManagerService._complete``
 (a run's report arrived) append a line with ``time.monotonic()`` to a file, and the workers
@@ -48,7 +48,7 @@ def _note(kind: str, job_id: str, *values: float) -> None:
 
 
 def manager_with_probes(*args: Any, **kwargs: Any) -> int:
-    """The manager process's target: install the probes, then run the real manager."""
+    """What the manager process runs: install the probes, then run the real manager."""
     from mpsched import _queue, _schedules, _service, _supervisor
     from mpsched._protocol import assignment_from_wire
 
@@ -90,9 +90,9 @@ def manager_with_probes(*args: Any, **kwargs: Any) -> int:
     _service.ManagerService._complete = service_complete  # type: ignore[method-assign]
     _schedules.Schedules._arm_locked = arm_locked  # type: ignore[method-assign]
     _supervisor.worker_main = worker_with_probes  # type: ignore[attr-defined]
-    from mpsched._manager import run_manager
+    from mpsched._manager import run_owned
 
-    return run_manager(*args, **kwargs)
+    return run_owned(*args, **kwargs)
 
 
 def _run_id(entry: Any, label: float) -> str:
@@ -127,9 +127,9 @@ def worker_with_probes(*args: Any, **kwargs: Any) -> Any:
 def one_round(runs: int, interval: float, probes: str, records: str) -> None:
     from benchmarks._common import scheduler
     from benchmarks.jobs import noop, stamp_run
-    from mpsched import _scheduler
+    from mpsched import _manager_process
 
-    _scheduler.run_manager = manager_with_probes  # type: ignore[attr-defined]
+    _manager_process.ENTRY = ("benchmarks.profile_recurring", "manager_with_probes")
     with scheduler(workers=2) as s:
         for f in [s.submit(noop) for _ in range(8)]:
             f.result()

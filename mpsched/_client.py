@@ -8,14 +8,17 @@ manager and return a :class:`~mpsched._futures.JobFuture`; the client's result t
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import logging
+import sys
 import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor
 from datetime import datetime, timedelta, timezone
-from typing import Any, ParamSpec, TypeVar
+from types import TracebackType
+from typing import Any, Literal, ParamSpec, TypeVar
 
 from mpsched._errors import (
     InvalidJobError,
@@ -53,6 +56,7 @@ class Client(RecurringClient, Executor):
         # Guards _closer: shutdown() may be called from several threads.
         self._shutdown_lock = threading.Lock()
         self._closer: threading.Thread | None = None
+        self._set_aside: list[Any] = []  # manager connections closed by _stop() (_leave_on)
         _close_at_exit(self)
 
     def schedule(
@@ -335,7 +339,97 @@ class Client(RecurringClient, Executor):
                 self._core.cancel_pending()
             closer = self._closer
         if wait and closer is not None:
-            closer.join()
+            _join(closer)
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> Literal[False]:
+        """Leaving the ``with`` block: ``shutdown(wait=True)``, unless an exception leaves
+        it (or a Ctrl-C comes while it waits): then the jobs not yet started are cancelled
+        (as with ``cancel_futures=True``), one line on stderr (a logging warning) names the
+        running jobs it waits for, and a Ctrl-C while it waits stops them at once and
+        raises SystemExit(130), or KeyboardInterrupt in an interactive session (see
+        :meth:`_leave_on`)."""
+        if exc is None:
+            try:
+                self.shutdown(wait=True)
+            except KeyboardInterrupt as interrupt:
+                self._leave_on(interrupt, "left the with block")
+                raise
+            return False
+        self._leave_on(exc, "left the with block")
+        return False
+
+    def _leave_on(self, exc: BaseException, how: str, *, at_exit: bool = False) -> None:
+        """An exception ends this client's work: take no more jobs, drop those not yet
+        started (:meth:`_drop_not_started`), say so and which running jobs it waits for
+        (one warning line, which reaches stderr even where logging is not set up: the
+        program was interrupted, and its user must learn why it does not end yet), and
+        wait for them. A Ctrl-C during all that stops them now (:meth:`_stop_now`), says
+        so in one line, and raises SystemExit(130), as a shell reports a Ctrl-C (in an
+        interactive session, KeyboardInterrupt: back to the prompt); at interpreter exit
+        it just returns (the exit status is already the program's)."""
+        with self._shutdown_lock, self._core._lock:
+            self._core.closed = True
+        again = "again " if isinstance(exc, KeyboardInterrupt) else ""
+        try:
+            self._set_connection_aside()  # ``exc`` may have cut a call short
+            notes = self._drop_not_started()
+            self._core.fail_watched(SchedulerShutdownError(
+                f"this client stopped waiting for the job: {type(exc).__name__} {how}"))
+            running = self._core.outstanding()
+            if running:
+                notes.append(f"waiting for {count(len(running), 'running job')}: "
+                             f"{self._describe(running)}; press Ctrl-C {again}to stop "
+                             f"{'it' if len(running) == 1 else 'them'} now")
+            if notes:
+                log.warning("mpsched: %s %s: %s", type(exc).__name__, how, "; ".join(notes))
+            closer = self._closer
+            if closer is not None:  # shutdown() began: its thread drains and stops
+                _join(closer)
+            else:
+                self._drain_and_stop()
+        except KeyboardInterrupt:
+            self._set_connection_aside()
+            log.warning("mpsched: Ctrl-C %s: %s", again.strip() or "while waiting",
+                        self._stop_now())
+            if at_exit:
+                return
+            if hasattr(sys, "ps1"):  # an interactive session: back to its prompt
+                raise KeyboardInterrupt from None
+            raise SystemExit(130) from None
+
+    def _set_connection_aside(self) -> None:
+        connection = self._core.service.set_connection_aside()
+        if connection is not None:
+            self._set_aside.append(connection)
+
+    def _drop_not_started(self) -> list[str]:
+        """Cancel this client's jobs that have not started; returns what it did, in
+        clauses of one line (none for nothing)."""
+        cancelled = self._core.cancel_pending()
+        return [f"cancelled {count(cancelled, 'job')} not started"] if cancelled else []
+
+    def _stop_now(self) -> str:
+        """Stop waiting for this client's running jobs; returns what became of them. They
+        belong to a long-running manager: they run on, and their outcomes are dropped."""
+        running = self._core.outstanding()
+        described = self._describe(running) if running else ""
+        self._stop()
+        if not running:
+            return "stopped waiting"
+        runs = "runs" if len(running) == 1 else "run"
+        return (f"stopped waiting; {count(len(running), 'running job')} {runs} on in the "
+                f"manager: {described}")
+
+    def _describe(self, futures: list[JobFuture[Any]], most: int = 3) -> str:
+        """The jobs of ``futures`` as a line names them: callable and id, a few at most."""
+        names: dict[str, str] = {}
+        with contextlib.suppress(*DISCONNECTED):
+            names = {r.job_id: r.name for r in self._core.service.jobs("running", None)}
+        shown = [f"{names[f.job_id]} ({f.job_id})" if f.job_id in names else f.job_id
+                 for f in futures[:most]]
+        more = f" and {len(futures) - most} more" if len(futures) > most else ""
+        return ", ".join(shown) + more
 
     def detach(self) -> None:
         """Close this client without waiting for its jobs: every job already submitted
@@ -349,12 +443,22 @@ class Client(RecurringClient, Executor):
 
     def _at_exit(self) -> None:
         """The interpreter is exiting: later submits raise, and what this client already
-        submitted is not lost (see :meth:`_exit_work`)."""
+        submitted is not lost (see :meth:`_exit_work`). A program that ends on Ctrl-C
+        (an uncaught KeyboardInterrupt) is treated as leaving a ``with`` block on it
+        (:meth:`_leave_on`), and so is a Ctrl-C while the exit waits for jobs."""
+        interrupt = _ending_interrupt()
         with self._shutdown_lock, self._core._lock:
-            if self._core.closed:
-                return  # shut down already; a closer thread is joined by the interpreter
-            self._core.closed = self._core.exiting = True
-        self._exit_work()
+            first = not self._core.closed
+            self._core.closed = True
+            self._core.exiting = self._core.exiting or first
+            closer = self._closer
+        if interrupt is not None and (first or (closer is not None and closer.is_alive())):
+            self._leave_on(interrupt, "ended the program", at_exit=True)
+        elif first:  # else shut down already; a closer thread is joined by the interpreter
+            try:
+                self._exit_work()
+            except KeyboardInterrupt as exc:
+                self._leave_on(exc, "while the program exits", at_exit=True)
 
     def _exit_work(self) -> None:
         # A client of a long-lived manager: what it submitted is sent, and runs there.
@@ -362,11 +466,14 @@ class Client(RecurringClient, Executor):
 
     def _drain_and_stop(self) -> None:
         while futures := self._core.outstanding():
-            concurrent.futures.wait(futures)
+            concurrent.futures.wait(futures, _wake_interval())
         self._stop()
 
     def _stop(self) -> None:
         self._core.close()
+        while self._set_aside:
+            with contextlib.suppress(OSError):
+                self._set_aside.pop().close()
 
 
 # Clients still open, closed (oldest first) when the interpreter exits. The hook runs
@@ -393,6 +500,37 @@ def _close_open_clients() -> None:
             client._at_exit()
         except Exception:
             log.exception("could not close %r at interpreter exit", client)
+
+
+# How often a wait in the main thread wakes up. A signal that lands just as the thread starts
+# to block (after Python's last look for signals, before the lock wait) is not seen until
+# the wait ends: a Ctrl-C would go unnoticed while a long job runs.
+MAIN_THREAD_WAKE = 0.25
+
+
+def _wake_interval() -> float | None:
+    return MAIN_THREAD_WAKE if threading.current_thread() is threading.main_thread() else None
+
+
+def _join(thread: threading.Thread) -> None:
+    """``thread.join()``, in the main thread in slices of MAIN_THREAD_WAKE."""
+    while thread.is_alive():
+        thread.join(_wake_interval())
+
+
+def _ending_interrupt() -> KeyboardInterrupt | None:
+    """The KeyboardInterrupt the program is ending on, if it is (the interpreter records
+    an uncaught exception as ``sys.last_value`` before it runs its exit hooks). Not in an
+    interactive session: there it may be any Ctrl-C typed long before."""
+    last = getattr(sys, "last_value", None)
+    if isinstance(last, KeyboardInterrupt) and not hasattr(sys, "ps1"):
+        return last
+    return None
+
+
+def count(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1: "1 job", "2 jobs"."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 STATES = ("pending", "running", "done", "failed", "cancelled")

@@ -29,6 +29,8 @@ from multiprocessing.connection import Connection
 from mpsched._errors import StoreError
 from mpsched._journal import BaseJournal, Journal, NoJournal
 from mpsched._protocol import (
+    STOP,
+    STOP_NOW,
     ManagerConfig,
     ManagerFailed,
     ManagerReady,
@@ -83,6 +85,15 @@ def run_manager(config: ManagerConfig, control: Connection | None = None,
         journal.store.close()
 
 
+def run_owned(control: Connection) -> int:
+    """Entry of a Scheduler's manager process (mpsched._manager_process): read the config
+    its owner sends over ``control``, then run as :func:`run_manager`; returns the exit
+    code."""
+    config = control.recv()
+    assert isinstance(config, ManagerConfig), config
+    return run_manager(config, control)
+
+
 def _segments(config: ManagerConfig) -> Segments:
     """Shared memory for payloads where every worker and client can map it: a Scheduler's
     manager (its workers are local), without a store (payloads must be in the store to
@@ -135,7 +146,7 @@ def _serve(config: ManagerConfig, control: Connection | None,
     server.stop_event = threading.Event()  # type: ignore[attr-defined]
     threading.Thread(target=server.accepter, name="mpsched-accept", daemon=True).start()
     supervisor = Supervisor(service, config, server.address)
-    grace = config.drain_timeout
+    grace, now = config.drain_timeout, False
     try:
         failure = _start(supervisor, config)
         if failure:
@@ -148,12 +159,16 @@ def _serve(config: ManagerConfig, control: Connection | None,
             control.send(ready)
         if on_ready is not None:
             on_ready(ready, service)
-        if supervisor.watch(control) == "owner-gone":
+        reason = supervisor.watch(control)
+        now = reason == STOP_NOW
+        if reason != STOP:
             grace = 0.0
         return 0
     finally:
         service.stop()
-        if not service.queue.leases.wait_drained(grace):
+        if now:  # the owner asked for the running jobs to be killed (a second Ctrl-C)
+            log.info("stopping now: killed %d worker(s) running a job", supervisor.kill_busy())
+        elif not service.queue.leases.wait_drained(grace):
             log.warning("jobs still running after %.0f s; stopping their workers", grace)
         supervisor.stop_workers(grace=2.0)
         # A remote worker between two takes must hear of the stop before the sockets

@@ -33,7 +33,8 @@ from mpsched._transport import SERIALIZER, HardenedServer
 # its server thread within this; live callers simply call again.
 LONG_POLL = 5.0
 HEARTBEAT_TIMEOUT = 10.0  # a remote worker silent this long is declared gone
-STOP = "stop"  # the owner's message on a manager's control pipe
+STOP = "stop"  # the owner's message on a manager's control pipe: running jobs may finish
+STOP_NOW = "stop-now"  # ... or: kill the workers with their jobs at once (a second Ctrl-C)
 
 
 class Exit(IntEnum):
@@ -238,6 +239,19 @@ class ServiceProxy(BaseProxy):
     def manager_address(self) -> Any:
         """The address of the manager this proxy calls (no call: it is in the token)."""
         return self._token.address  # type: ignore[attr-defined]
+
+    def set_connection_aside(self) -> Any:
+        """Take the calling thread's connection away from it (its next call opens a new
+        one) and return it (None if it had none). A call that an asynchronous exception
+        (Ctrl-C) cut short leaves its reply unread on it, where the next call would take
+        it for its own. The caller closes it when the client closes: it may be the
+        connection the client opened with, whose end (before the result thread's first
+        call) tells the manager that the client is gone."""
+        tls = self._tls  # type: ignore[attr-defined]
+        connection = getattr(tls, "connection", None)
+        if connection is not None:
+            del tls.connection
+        return connection
 
     def hello(self, hello: WorkerHello) -> float:
         return float(self._call("hello", hello))

@@ -2,7 +2,10 @@
 
 A Scheduler is a :class:`~mpsched._client.Client` that also owns its manager process
 (which owns the worker processes): it starts it, waits until every worker has joined, and
-stops it at shutdown, when dropped, or at interpreter exit.
+stops it at shutdown, when dropped, or at interpreter exit. The manager is a fresh
+interpreter that never imports the program's main module (mpsched._manager_process), so
+a Scheduler starts the same from a top-level script, ``python -``, ``python -c``, a REPL
+or a notebook.
 """
 
 from __future__ import annotations
@@ -13,16 +16,16 @@ import multiprocessing
 import multiprocessing.util
 import os
 import secrets
-from multiprocessing.process import BaseProcess
 from typing import Any
 
 from mpsched import _shm
-from mpsched._client import Client
+from mpsched._client import Client, count
 from mpsched._errors import InvalidJobError, MpschedError, SchedulerShutdownError
 from mpsched._job import Order
-from mpsched._manager import run_manager
+from mpsched._manager_process import ManagerProcess
 from mpsched._protocol import (
     STOP,
+    STOP_NOW,
     ManagerConfig,
     ManagerFailed,
     ManagerReady,
@@ -37,14 +40,20 @@ class Scheduler(Client):
     """Runs jobs at a scheduled time, in priority order, on a pool of worker processes.
 
     Starts a manager process, which starts ``workers`` worker processes. Use it as a
-    context manager, or call :meth:`shutdown`.
+    context manager, or call :meth:`shutdown`. An exception that leaves the ``with``
+    block (Ctrl-C above all) cancels the jobs not yet started (with a store, those not
+    yet due stay pending in it) and waits for the running ones, naming them in one
+    warning; a second Ctrl-C kills them and raises SystemExit(130) (KeyboardInterrupt in
+    an interactive session).
 
     Args:
         workers: number of worker processes; defaults to ``os.cpu_count()``.
         max_workers: the same, under ``ProcessPoolExecutor``'s name; give one of the two.
-        mp_context: start method ("forkserver" or "spawn") or a multiprocessing context.
+        mp_context: how the manager starts the worker processes: "forkserver" or
+            "spawn", or a multiprocessing context with one of these start methods.
             Default: forkserver where available, else spawn. "fork" is refused: the
-            processes involved run threads.
+            processes involved run threads. (The manager itself is always a fresh
+            interpreter.) Neither re-runs the program's main module.
         order: "time" (due time, then priority, then submission) or "priority" (among jobs
             already due, priority first).
         max_pending: bound on jobs waiting in the heap; ``submit`` then waits for room.
@@ -73,6 +82,9 @@ class Scheduler(Client):
         InvalidJobError: a bad option.
         StoreError: the store cannot be opened (StoreLockedError: another manager has it).
         MpschedError: the manager or its workers did not start.
+        SystemExit: in a child process that multiprocessing started for the program's
+            own Process or pool, while it re-runs the program's unguarded main module;
+            one logged line says what to add.
     """
 
     def __init__(
@@ -120,13 +132,9 @@ class Scheduler(Client):
             result_ttl=float(result_ttl), max_pending_bytes=max_pending_bytes,
             shared_memory=bool(shared_memory),
         )
-        ctx: Any = multiprocessing.get_context(method)
-        parent_end, child_end = ctx.Pipe(duplex=True)
-        process = ctx.Process(target=run_manager, args=(config, child_end),
-                              name="mpsched-manager")
-        process.start()
-        child_end.close()
-        self._manager_process: BaseProcess = process
+        process = ManagerProcess(config)
+        parent_end = process.control
+        self._manager_process = process
         self._control = parent_end
         try:
             ready = self._await_manager(start_timeout)
@@ -192,11 +200,36 @@ class Scheduler(Client):
             "ended"))
         self._drain_and_stop()
 
+    def _drop_not_started(self) -> list[str]:
+        # With a store, jobs not yet due stay pending in it for the next manager on it.
+        if self._store is None:
+            return super()._drop_not_started()
+        kept = self._core.leave_not_due(f"stays pending in the store {self._store}")
+        cancelled = self._core.cancel_jobs(
+            [f.job_id for f in self._core.outstanding() if not f.watched])
+        notes = [f"cancelled {count(cancelled, 'job')} not started"] if cancelled else []
+        if kept:
+            notes.append(f"{count(kept, 'job')} due later {'stays' if kept == 1 else 'stay'} "
+                         f"pending in the store {self._store}")
+        return notes
+
+    def _stop_now(self) -> str:
+        # The manager kills its workers, and the jobs they run, at once.
+        running = self._core.outstanding()
+        described = self._describe(running) if running else ""
+        with contextlib.suppress(OSError):
+            self._control.send(STOP_NOW)
+        self._stop()
+        stopped = "stopped the manager and its workers"
+        if not running:
+            return stopped
+        return f"{stopped}, killing {count(len(running), 'running job')}: {described}"
+
     def __repr__(self) -> str:
         return f"<Scheduler workers={self.workers} address={self.address!r}>"
 
 
-def _stop_manager(process: BaseProcess, control: Any, shm_prefix: list[str] | None = None,
+def _stop_manager(process: ManagerProcess, control: Any, shm_prefix: list[str] | None = None,
                   timeout: float = 10.0) -> None:
     """Ask the manager to stop, wait for it, and make sure it is gone (and, if it could not
     remove its shared-memory segments, remove them: ``shm_prefix`` names them)."""

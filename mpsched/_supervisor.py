@@ -25,7 +25,7 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from mpsched._protocol import STOP, ManagerConfig
+from mpsched._protocol import STOP, STOP_NOW, ManagerConfig
 from mpsched._service import ManagerService
 from mpsched._worker import WorkerConfig, kill_tree, worker_main
 
@@ -127,7 +127,8 @@ class Supervisor:
         self._service.workers_missing = self._missing
 
     def watch(self, control: Connection | None) -> str:
-        """Supervise until stopped; returns "stop" or "owner-gone".
+        """Supervise until stopped; returns "stop", "stop-now" (the owner's messages) or
+        "owner-gone".
 
         Sleeps until a local worker exits, the owner writes or goes away, something calls
         ``wake_supervisor()`` (a hello, a lease with a timeout, stop), the earliest job
@@ -167,7 +168,8 @@ class Supervisor:
 
     def _owner_message(self, control: Connection) -> str:
         try:
-            return "stop" if control.recv() == STOP else ""
+            message = control.recv()
+            return message if message in (STOP, STOP_NOW) else ""
         except (EOFError, OSError):
             log.warning("the process that started this manager is gone; stopping")
             return "owner-gone"
@@ -205,6 +207,15 @@ class Supervisor:
                       worker_id, local.proc.pid, exitcode, held)
         if not self._service.stopping.is_set():
             self._missing += 1  # replaced by _restart_missing(), with backoff on failure
+
+    def kill_busy(self) -> int:
+        """Kill the local workers that run a job, with their process trees (the owner
+        asked for it: STOP_NOW); returns how many. The others leave as at any stop."""
+        running = self._service.workers.busy()
+        busy = [local for worker_id, local in self._workers.items() if worker_id in running]
+        for local in busy:
+            kill_tree(local.proc.pid)
+        return len(busy)
 
     def stop_workers(self, grace: float) -> None:
         """Wait up to ``grace`` seconds for local workers to leave, then kill their trees."""

@@ -121,6 +121,11 @@ class WorkerTable:
                 lambda: all(w.told_stop for w in self._workers.values() if w.hello.remote),
                 timeout)
 
+    def busy(self) -> set[str]:
+        """The ids of the workers that run a job."""
+        with self._lock:
+            return {wid for wid, w in self._workers.items() if w.current is not None}
+
     def remove(self, worker_id: str) -> int:
         """Forget a worker; returns the last lease id it acknowledged (0: none)."""
         with self._lock:

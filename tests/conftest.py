@@ -12,6 +12,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # job modules import as top-level `jobs`
 
+from processes import Programs
+
 from mpsched import Scheduler, _shm
 
 
@@ -77,6 +79,15 @@ def procs(tmp_path: Path) -> Iterator[Any]:
     from test_cli import Processes
 
     started = Processes(tmp_path)
+    yield started
+    started.stop_all()
+
+
+@pytest.fixture
+def programs(tmp_path: Path) -> Iterator[Programs]:
+    """Runs user programs (processes.Programs); each is killed, with all it started, when
+    the test ends."""
+    started = Programs(tmp_path)
     yield started
     started.stop_all()
 

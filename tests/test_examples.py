@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from processes import Programs
 
 pytestmark = pytest.mark.slow
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+README = EXAMPLES.parent / "README.md"
 RUN_TIMEOUT = 60.0  # each example finishes in about 5 s on 2 cores
 
 CASES = [
@@ -40,3 +43,16 @@ def test_example_runs_and_checks_out(script: str, phrases: list[str]) -> None:
     for phrase in phrases:
         assert phrase in completed.stdout, output
     assert "Traceback" not in completed.stderr, output
+
+
+def test_the_readme_first_example_runs_as_a_script_as_pasted(programs: Programs) -> None:
+    text = README.read_text()
+    start = text.index("```python\n") + len("```python\n")
+    block = text[start:text.index("```", start)]
+    # The block says what its first print prints, in a comment.
+    promised = re.search(r"^\s*print\(f\.result\(\).*#\s*(.+)$", block, re.MULTILINE)
+    assert promised, block
+    done = programs.run(str(programs.script(block, "readme_example.py")), timeout=RUN_TIMEOUT)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "", done.stderr
+    assert done.stdout.splitlines()[0] == promised.group(1).strip(), done.stdout

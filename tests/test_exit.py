@@ -32,11 +32,10 @@ def test_due_jobs_run_to_completion_when_the_program_just_ends(tmp_path: Path) -
         import jobs
         from mpsched import Scheduler
 
-        if __name__ == "__main__":
-            s = Scheduler(workers=1)
-            for key in ("a", "b", "c"):
-                s.submit(jobs.record, {str(log)!r}, key)
-            s.schedule(jobs.record, {str(log)!r}, "later", delay=600)
+        s = Scheduler(workers=1)
+        for key in ("a", "b", "c"):
+            s.submit(jobs.record, {str(log)!r}, key)
+        s.schedule(jobs.record, {str(log)!r}, "later", delay=600)
     """)
     assert done.returncode == 0, done.stderr
     assert log.read_text().split() == ["a", "b", "c"]
@@ -61,10 +60,9 @@ def test_a_submit_after_exit_began_is_refused_with_the_stdlib_words(tmp_path: Pa
             else:
                 print("accepted", flush=True)
 
-        if __name__ == "__main__":
-            s = Scheduler(workers=1)
-            atexit.register(late_submit)
-            print("result:", s.submit(jobs.noop, 5).result(timeout=60), flush=True)
+        s = Scheduler(workers=1)
+        atexit.register(late_submit)
+        print("result:", s.submit(jobs.noop, 5).result(timeout=60), flush=True)
     """)
     assert done.returncode == 0, done.stderr
     result, refused = done.stdout.splitlines()
@@ -78,16 +76,15 @@ def test_a_connected_client_sends_what_it_submitted_before_exit(tmp_path: Path) 
         import subprocess, sys, jobs
         from mpsched import Scheduler
 
-        if __name__ == "__main__":
-            with Scheduler(workers=1) as s:
-                key = s.authkey.hex()
-                code = (
-                    "import sys; sys.path.insert(0, {str(TESTS_DIR)!r}); import jobs, mpsched; "
-                    f"c = mpsched.connect({{s.address!r}}, authkey=bytes.fromhex({{key!r}})); "
-                    "[c.submit(jobs.record, {str(log)!r}, str(n), pad=bytes(20_000)) "
-                    "for n in range(2000)]")
-                subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
-                s.submit(jobs.record, {str(log)!r}, "last").result(timeout=60)
+        with Scheduler(workers=1) as s:
+            key = s.authkey.hex()
+            code = (
+                "import sys; sys.path.insert(0, {str(TESTS_DIR)!r}); import jobs, mpsched; "
+                f"c = mpsched.connect({{s.address!r}}, authkey=bytes.fromhex({{key!r}})); "
+                "[c.submit(jobs.record, {str(log)!r}, str(n), pad=bytes(20_000)) "
+                "for n in range(2000)]")
+            subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+            s.submit(jobs.record, {str(log)!r}, "last").result(timeout=60)
     """)
     assert done.returncode == 0, done.stderr
     lines = log.read_text().split()
@@ -100,13 +97,12 @@ def test_a_job_watched_by_id_does_not_hold_the_exit(tmp_path: Path) -> None:
         import jobs, mpsched
         from mpsched import Scheduler
 
-        if __name__ == "__main__":
-            s = Scheduler(workers=1)
-            other = mpsched.connect(s.address, authkey=s.authkey)
-            theirs = other.schedule(jobs.noop, 1, delay=600)  # another client's job
-            other.stats()
-            watched = s.job(theirs.job_id)
-            print("watching", flush=True)
+        s = Scheduler(workers=1)
+        other = mpsched.connect(s.address, authkey=s.authkey)
+        theirs = other.schedule(jobs.noop, 1, delay=600)  # another client's job
+        other.stats()
+        watched = s.job(theirs.job_id)
+        print("watching", flush=True)
     """)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["watching"]
@@ -118,11 +114,10 @@ def test_with_a_store_jobs_due_later_stay_for_the_next_scheduler(tmp_path: Path)
         import jobs
         from mpsched import Scheduler
 
-        if __name__ == "__main__":
-            s = Scheduler(workers=1, store={str(store)!r})
-            s.submit(jobs.record, {str(log)!r}, "now")
-            later = s.schedule(jobs.record, {str(log)!r}, "later", delay=600)
-            print(later.job_id, flush=True)
+        s = Scheduler(workers=1, store={str(store)!r})
+        s.submit(jobs.record, {str(log)!r}, "now")
+        later = s.schedule(jobs.record, {str(log)!r}, "later", delay=600)
+        print(later.job_id, flush=True)
     """)
     assert first.returncode == 0, first.stderr
     assert "1 job(s) not yet due stay pending in the store" in first.stderr
@@ -131,10 +126,9 @@ def test_with_a_store_jobs_due_later_stay_for_the_next_scheduler(tmp_path: Path)
     second = run_script(tmp_path, f"""
         from mpsched import Scheduler
 
-        if __name__ == "__main__":
-            with Scheduler(workers=1, store={str(store)!r}) as s:
-                print(*[j.job_id for j in s.jobs(state="pending")], flush=True)
-                s.shutdown(cancel_futures=True)
+        with Scheduler(workers=1, store={str(store)!r}) as s:
+            print(*[j.job_id for j in s.jobs(state="pending")], flush=True)
+            s.shutdown(cancel_futures=True)
     """)
     assert second.returncode == 0, second.stderr
     assert second.stdout.split() == [later_id]

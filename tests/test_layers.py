@@ -35,7 +35,7 @@ LAYERS: list[set[str]] = [
     {"_service"},
     {"_worker"},
     {"_supervisor", "_remote"},
-    {"_manager"},
+    {"_manager", "_manager_process"},
     {"_futures"},
     {"_schedule"},
     {"_client"},
