@@ -66,6 +66,7 @@ MAX_HANDSHAKES_PER_ADDRESS = 32
 # TLS: refused connections of one address told why at once (each needs its own TLS
 # handshake before it can read why); more are closed without a word.
 MAX_REFUSALS_PER_ADDRESS = 4
+LISTEN_BACKLOG = 512  # connections the kernel holds for accept() (capped by somaxconn)
 ACCEPT_BACKOFF = (0.1, 1.0)  # first and longest wait after accept() ran out of descriptors
 SERIALIZER = "mpsched"  # our entry in multiprocessing.managers.listener_client
 
@@ -239,6 +240,10 @@ class FastListener(connection.Listener):
 
     def __init__(self, address: Any = None, family: str | None = None, backlog: int = 1,
                  authkey: bytes | None = None) -> None:
+        # managers.Server asks for 16: a burst of connections (a pool of workers starting,
+        # peers turned away and retrying) would overflow it, and a connect() whose SYN is
+        # dropped waits a second or more to try again.
+        backlog = max(backlog, LISTEN_BACKLOG)
         if family is None:
             family = (connection.address_type(address)  # type: ignore[attr-defined]
                       if address else connection.default_family)  # type: ignore[attr-defined]

@@ -7,6 +7,7 @@ import errno
 import logging
 import os
 import re
+import selectors
 import socket
 import stat
 import struct
@@ -33,6 +34,7 @@ from mpsched._transport import (
     SERIALIZER,
     AddressError,
     FastConnection,
+    FastListener,
     HardenedServer,
     child_environment,
     client_connection,
@@ -518,6 +520,35 @@ class _FlakyAccept:
                 return self.accept()
             raise OSError(error, os.strerror(error))
         return self.accept()
+
+
+def test_a_burst_of_connections_waits_in_the_listen_backlog() -> None:
+    # managers.Server asks for a backlog of 16: past it, the kernel drops a connect's SYN
+    # while nobody accepts, and the connect tries again a second or more later.
+    listener = FastListener(("127.0.0.1", 0), backlog=16)
+    selector = selectors.DefaultSelector()
+    burst = []
+    try:
+        for _ in range(100):
+            sock = socket.socket()
+            sock.setblocking(False)
+            sock.connect_ex(listener.address)
+            selector.register(sock, selectors.EVENT_WRITE)
+            burst.append(sock)
+        connected = 0
+        deadline = time.monotonic() + 30
+        while connected < len(burst) and time.monotonic() < deadline:
+            for key, _ in selector.select(1.0):
+                selector.unregister(key.fileobj)
+                assert key.fileobj.getsockopt(  # type: ignore[union-attr]
+                    socket.SOL_SOCKET, socket.SO_ERROR) == 0
+                connected += 1
+        assert connected == len(burst)  # every one established, none accepted yet
+    finally:
+        selector.close()
+        for sock in burst:
+            sock.close()
+        listener.close()
 
 
 def test_accept_out_of_descriptors_backs_off_then_resumes(
