@@ -50,7 +50,7 @@ class HandshakeSlots:
 
     A cap's refusals are logged once when it is reached, and summed up when half its
     slots are free again (a peer that retakes each freed slot makes one warning, not two
-    per slot). Used under its owner's lock.
+    per slot). Not thread-safe: its owner calls it under its own lock.
     """
 
     def __init__(self) -> None:
@@ -61,7 +61,7 @@ class HandshakeSlots:
         self._refused_total = 0  # refused since the total cap was last reached
         self._limits = Limits(1, 1, 0)  # as of the last admission
 
-    def refusal(self, host: str | None, limits: Limits) -> str:
+    def refusal_locked(self, host: str | None, limits: Limits) -> str:
         """Why a connection from ``host`` is refused now ("": it is not)."""
         self._limits = limits
         if self.total >= limits.total:
@@ -80,17 +80,17 @@ class HandshakeSlots:
                     f"{limits.per_address} from one address); try again once they finish")
         return ""
 
-    def may_tell(self, host: str | None) -> bool:
+    def may_tell_locked(self, host: str | None) -> bool:
         """Whether a connection just refused may take a slot to be told why over TLS."""
         return (host is not None and self.total < self._limits.total
                 and self._telling[host] < self._limits.refusals_per_address)
 
-    def take(self, host: str | None, *, telling: bool) -> None:
+    def take_locked(self, host: str | None, *, telling: bool) -> None:
         self.total += 1
         if host is not None:
             (self._telling if telling else self._by_host)[host] += 1
 
-    def release(self, host: str | None, *, telling: bool) -> None:
+    def release_locked(self, host: str | None, *, telling: bool) -> None:
         self.total -= 1
         if host is not None:
             counter = self._telling if telling else self._by_host
@@ -160,11 +160,11 @@ class HandshakeLoop:
         host = peer[0] if isinstance(peer, tuple) else None
         with self._lock:
             reason = ("the manager is stopping" if self._stopping
-                      else self._slots.refusal(host, limits))
+                      else self._slots.refusal_locked(host, limits))
             told_here = bool(reason) and self._tls is not None
             if not reason or (told_here and not self._stopping
-                              and self._slots.may_tell(host)):
-                self._slots.take(host, telling=bool(reason))
+                              and self._slots.may_tell_locked(host)):
+                self._slots.take_locked(host, telling=bool(reason))
                 self._arrivals.append(PendingHandshake(sock, peer, timeout, tls=self._tls,
                                                        refused=reason))
                 self._wake_locked()
@@ -227,8 +227,8 @@ class HandshakeLoop:
         try:
             finished = pending.advance(self._authkey)
         except Exception as exc:  # whatever a peer sends, this connection is over
-            self._finish(pending)
             log_failure(pending.peer, exc, heard=pending.heard)
+            self._finish(pending)
             return
         if not finished:
             if pending.events != before:
@@ -236,13 +236,21 @@ class HandshakeLoop:
             return
         self._finish(pending)
         if pending.stage is Stage.PROVEN:
+            self._hand_over(pending)
+
+    def _hand_over(self, pending: PendingHandshake) -> None:
+        try:
             conn = FastConnection(pending.sock)  # blocking again
-            conn.set_deadline(max(0.0, pending.deadline - time.monotonic()))
-            try:
-                self._on_proven(conn, pending.peer)
-            except Exception:
-                log.exception("cannot serve a connection")
-                conn.close()
+        except OSError as exc:  # the peer is gone already
+            pending.sock.close()
+            log_failure(pending.peer, exc, heard=True)
+            return
+        conn.set_deadline(max(0.0, pending.deadline - time.monotonic()))
+        try:
+            self._on_proven(conn, pending.peer)
+        except Exception:
+            log.exception("cannot serve a connection")
+            conn.close()
 
     def _finish(self, pending: PendingHandshake) -> None:
         """Forget ``pending`` and free its slot; close it unless a thread takes it over."""
@@ -250,7 +258,7 @@ class HandshakeLoop:
         self._selector.unregister(pending.fd)
         del self._pending[pending.fd]
         with self._lock:
-            self._slots.release(pending.host, telling=bool(pending.refused))
+            self._slots.release_locked(pending.host, telling=bool(pending.refused))
         if pending.stage is not Stage.PROVEN:
             pending.sock.close()
 
@@ -259,8 +267,8 @@ class HandshakeLoop:
         while self._deadlines and self._deadlines[0][0] <= now:
             _, _, pending = heapq.heappop(self._deadlines)
             if self._pending.get(pending.fd) is pending:
-                self._finish(pending)
                 log_failure(pending.peer, TimeoutError(), heard=pending.heard)
+                self._finish(pending)
 
     def _drain_wake(self) -> None:
         assert self._wake_reader is not None
@@ -275,7 +283,7 @@ class HandshakeLoop:
         with self._lock:
             arrivals, self._arrivals = self._arrivals, []
             for pending in arrivals:
-                self._slots.release(pending.host, telling=bool(pending.refused))
+                self._slots.release_locked(pending.host, telling=bool(pending.refused))
             self._selector.close()
             assert self._wake_reader is not None and self._wake_writer is not None
             self._wake_reader.close()

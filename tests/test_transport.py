@@ -471,6 +471,33 @@ def test_a_host_over_its_handshake_cap_is_told_why_and_others_are_served(
         running.stop()
 
 
+@pytest.mark.parametrize(("answer", "reply", "logged"), [
+    pytest.param(struct.pack("!i", 16) + b"x" * 16, struct.pack("!i", 9) + b"#FAILURE#",
+                 "wrong authkey", id="wrong-digest"),
+    pytest.param(struct.pack("!i", 1000), b"", "bad message length 1000", id="too-long"),
+    pytest.param(struct.pack("!i", -1), b"", "bad message length -1", id="64-bit-length"),
+    pytest.param(struct.pack("!i", 2) + b"ab" + b"more", b"",
+                 "it sent more than its answer", id="more-than-an-answer"),
+])
+def test_a_wrong_answer_is_refused_at_once(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+        answer: bytes, reply: bytes, logged: str) -> None:
+    monkeypatch.setattr(transport, "HANDSHAKE_TIMEOUT", 60.0)  # not at the deadline
+    caplog.set_level(logging.WARNING, logger="mpsched.transport")
+    running = InProcessServer(("127.0.0.1", 0)).start()
+    try:
+        with socket.create_connection(running.address) as peer:
+            _handshaking(peer)
+            peer.sendall(answer)
+            assert read_until_closed(peer, timeout=30) == reply
+        wait_for(lambda: running.server.handshakes.in_handshake() == 0, 30, "slot freed")
+        assert re.search(rf"refused a connection from 127\.0\.0\.1:\d+: .*{logged}",
+                         caplog.text)
+        assert running.handlers == []  # no thread for any of it
+    finally:
+        running.stop()
+
+
 def test_a_peer_that_proved_its_key_then_stalls_is_dropped_at_the_deadline(
         server: InProcessServer) -> None:
     # Its serving thread reads the peer's own challenge within what is left of the 0.5 s.
