@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-demo: $(STAMP)  ## the seed's waves, strict order on one worker, CPU speed-up, durable and recurring jobs
+demo: $(STAMP)  ## three waves of jobs at mixed priorities, strict order on one worker, CPU speed-up, durable and recurring jobs
 	$(PY) -m mpsched demo
 	$(PY) examples/strict_order.py
 	$(PY) examples/cpu_speedup.py

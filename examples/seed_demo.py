@@ -1,6 +1,8 @@
-"""The seed's demo on processes: 4 producer processes, 3 workers, 12 jobs in three waves.
+"""The demo of the design mpsched grew from, on processes: 4 producer processes, 3 workers,
+12 jobs in three waves.
 
-The Java seed starts 3 worker threads and 4 producer threads; producer ``p`` submits jobs
+That design (a Java post with a heap, one lock and a timed wait; "the seed" in the
+project's notes) starts 3 worker threads and 4 producer threads; producer ``p`` submits jobs
 ``p*10 + j`` (j = 0, 1, 2) due at ``now + (j+1)`` seconds with priority HIGH, MEDIUM, LOW by
 ``p % 3``. Here every one of those actors is a real process:
 

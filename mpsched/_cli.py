@@ -10,15 +10,18 @@ one runs ``worker`` and ``submit`` and turns errors into one line and an exit co
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import logging
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any, TextIO
+
+import cloudpickle
 
 from mpsched._cli_jobs import format_due as format_due  # for tests of the status text
 from mpsched._cli_jobs import format_duration as format_duration
@@ -32,11 +35,12 @@ from mpsched._cli_jobs import (
     run_status,
     service_at,
 )
-from mpsched._cli_parser import build_parser, tls_from_args
+from mpsched._cli_parser import build_parser, plural, tls_from_args, usage_line
 from mpsched._cli_schedules import check_recurring, run_schedules, submit_recurring
-from mpsched._client import connect
+from mpsched._client import Client, connect
 from mpsched._errors import (
     AuthenticationError,
+    ExtraMissingError,
     InvalidJobError,
     ManagerUnreachableError,
     MpschedError,
@@ -67,7 +71,7 @@ class UsageError(MpschedError, ValueError):
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_command_line(argv)
     if args.command is None:
         parser.print_help()
         return Exit.USAGE
@@ -84,6 +88,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("mpsched: interrupted", file=sys.stderr)
         return Exit.INTERRUPTED
     except (AddressError, UsageError, InvalidJobError) as exc:
+        print(usage_line(str(exc), args.command), file=sys.stderr)
+        return Exit.USAGE
+    except ExtraMissingError as exc:  # it names the process that lacks it
         print(f"mpsched: {exc}", file=sys.stderr)
         return Exit.USAGE
     except AuthenticationError as exc:
@@ -119,8 +126,8 @@ def _worker(args: argparse.Namespace, out: TextIO) -> int:
                           heartbeat_interval=args.heartbeat_interval,
                           tls=tls_from_args(args))
     pool = WorkerPool(config, args.processes, default_method())
-    print(f"mpsched worker: {args.processes} processes joined {format_address(address)}",
-          file=out, flush=True)
+    print(f"mpsched worker: {plural(args.processes, 'process')} joined "
+          f"{format_address(address)}", file=out, flush=True)
     return pool.run()
 
 
@@ -136,7 +143,30 @@ def _probe(address: Address, key: bytes) -> None:
 
 
 def _submit(args: argparse.Namespace, out: TextIO) -> int:
-    fn = _import_target(args.target)
+    with _by_value(args.by_value):
+        return _submit_target(args, _import_target(args.target), out)
+
+
+@contextlib.contextmanager
+def _by_value(names: list[str]) -> Iterator[None]:
+    """While submitting: the modules of ``--by-value`` are pickled by value (their code
+    travels with the job), so workers need not import them."""
+    modules = []
+    try:
+        for name in names:
+            try:
+                module = importlib.import_module(name)
+            except ImportError as exc:
+                raise UsageError(f"--by-value {name}: cannot import it here: {exc}") from None
+            cloudpickle.register_pickle_by_value(module)
+            modules.append(module)
+        yield
+    finally:
+        for module in modules:
+            cloudpickle.unregister_pickle_by_value(module)
+
+
+def _submit_target(args: argparse.Namespace, fn: Callable[..., Any], out: TextIO) -> int:
     call_args = _json_option("--args", args.args)
     call_kwargs = _json_option("--kwargs", args.kwargs)
     if not isinstance(call_args, list) or not isinstance(call_kwargs, dict):
@@ -156,17 +186,16 @@ def _submit(args: argparse.Namespace, out: TextIO) -> int:
     try:
         future = client.schedule(fn, *call_args, delay=args.delay, at=at,
                                  priority=args.priority, timeout=args.timeout,
-                                 retries=args.retries, **call_kwargs)
+                                 retries=args.retries, key=args.key, **call_kwargs)
         try:
             print(future.job_id, file=out, flush=True)
             return print_outcome(future, out) if args.wait else Exit.OK
         except KeyboardInterrupt:
             interrupted = True
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # no traceback while we detach
-            print(f"mpsched: interrupted; job {future.job_id} stays queued and will run: "
-                  f"python -m mpsched result {future.job_id} --wait gets its result, "
-                  f"python -m mpsched cancel {future.job_id} takes it out (with the same "
-                  f"--connect)", file=sys.stderr)
+            print(f"mpsched: interrupted; job {future.job_id} "
+                  f"{_left_as(client, future.job_id)} (with the same --connect)",
+                  file=sys.stderr)
             return Exit.INTERRUPTED
     except KeyboardInterrupt:
         interrupted = True
@@ -176,6 +205,18 @@ def _submit(args: argparse.Namespace, out: TextIO) -> int:
             client.shutdown()
         else:  # without waiting; a job not sent yet is sent before detach() returns
             client.detach()
+
+
+def _left_as(client: Client, job_id: str) -> str:
+    """What an interrupted ``submit --wait`` leaves its job as, and what to do next."""
+    result = f"python -m mpsched result {job_id} --wait gets its result"
+    try:
+        running = any(job.job_id == job_id for job in client.jobs("running"))
+    except (MpschedError, ConnectionError, EOFError):
+        return f"stays queued, or running if a worker took it: {result}"
+    if running:
+        return f"is running and will finish: {result}"
+    return f"stays queued and will run: {result}, python -m mpsched cancel {job_id} takes it out"
 
 
 def _import_target(target: str) -> Callable[..., Any]:

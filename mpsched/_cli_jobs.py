@@ -2,8 +2,10 @@
 
 Each connects, asks, prints and returns an exit code (:class:`mpsched._protocol.Exit`);
 ``main()`` in :mod:`mpsched._cli` turns their errors into one line. Results go to stdout
-as JSON, messages to stderr, so a script can read one and show the other. Times print as
-the wait ("in 3 min 05 s", "overdue by 1.2 s") and the local wall-clock time.
+as JSON (or as their repr, said on stderr, when JSON cannot hold them), messages and a
+failed job's worker traceback to stderr, so a script can read one and show the other.
+Times print as the wait ("in 3 min 05 s", "overdue by 1.2 s") and the local wall-clock
+time.
 """
 
 from __future__ import annotations
@@ -19,8 +21,14 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any, TextIO
 
+from mpsched._cli_parser import plural
 from mpsched._client import Client, connect
-from mpsched._errors import JobNotFoundError, ManagerUnreachableError
+from mpsched._errors import (
+    JobNotFoundError,
+    ManagerUnreachableError,
+    RemoteTraceback,
+    ScheduleNotFoundError,
+)
 from mpsched._futures import JobFuture
 from mpsched._job import JobInfo
 from mpsched._protocol import Exit, ServiceProxy, Stats, connect_service
@@ -72,22 +80,47 @@ def connected(args: argparse.Namespace) -> Iterator[Client]:
         client.detach()
 
 
-def as_json(value: Any) -> str:
-    """``value`` as JSON, or its repr when JSON cannot hold it."""
+def as_json(value: Any) -> str | None:
+    """``value`` as JSON, or None when JSON cannot hold it (a set, an object, a NaN)."""
     try:
-        return json.dumps(value)
-    except (TypeError, ValueError):
-        return repr(value)
+        return json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return None
+
+
+def print_result(job_id: str, result: Any, out: TextIO) -> None:
+    """A job's result on ``out``: as JSON, or its repr, said on stderr."""
+    shown = as_json(result)
+    if shown is None:
+        shown = repr(result)
+        print(f"mpsched: job {job_id} returned a {type(result).__qualname__}, which JSON "
+              f"cannot hold: its repr follows", file=sys.stderr)
+    print(shown, file=out)
+
+
+def print_failure(job_id: str, error: BaseException) -> None:
+    """Why a job failed, on stderr: its error, then the worker's traceback if any."""
+    print(f"job {job_id} failed: {type(error).__name__}: {error}", file=sys.stderr)
+    traceback = worker_traceback(error)
+    if traceback:
+        print(f"the worker's traceback:\n{traceback.rstrip()}", file=sys.stderr)
+
+
+def worker_traceback(error: BaseException) -> str | None:
+    """The traceback the worker formatted for a job's error; None when there is none (the
+    worker crashed, the job timed out or was cancelled)."""
+    cause = error.__cause__
+    return cause.traceback if isinstance(cause, RemoteTraceback) else None
 
 
 def print_outcome(future: JobFuture[Any], out: TextIO) -> int:
-    """Wait for the job; print its result as JSON, or say why it failed (exit 1)."""
+    """Wait for the job; print its result, or why it failed (exit 1)."""
     try:
         result = future.result()
     except Exception as exc:
-        print(f"job {future.job_id} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print_failure(future.job_id, exc)
         return Exit.FAILURE
-    print(as_json(result), file=out)
+    print_result(future.job_id, result, out)
     return Exit.OK
 
 
@@ -119,7 +152,7 @@ def format_stats(stats: Stats, where: str, now: float) -> str:
         f"done      completed {q.completed}  failed {q.failed}  cancelled {q.cancelled}  "
         f"retried {q.retried}  timed out {q.timed_out}   {stats.throughput:.1f} jobs/s",
         f"lateness  p50 {ms['p50']}  p90 {ms['p90']}  p99 {ms['p99']}  max {ms['max']}  "
-        f"({q.lateness_samples} jobs)",
+        f"({plural(q.lateness_samples, 'job')})",
         f"workers   {len(stats.workers)}",
         f"  {'id':<14} {'host':<16} {'pid':>7} {'cpu%':>6} {'rss MB':>7} {'done':>6}  current",
     ]
@@ -244,14 +277,17 @@ def run_cancel(args: argparse.Namespace, out: TextIO) -> int:
     """The ``cancel`` command: 0 when the job was pending and is now cancelled (or the id
     names a schedule, now cancelled), else 1."""
     with connected(args) as client:
-        for schedule in client.schedules():
-            if schedule.id == args.job_id and schedule.cancel():
-                print(f"cancelled schedule {args.job_id}; a run under way finishes", file=out)
-                return Exit.OK
-            if schedule.id == args.job_id:  # another client cancelled it meanwhile
-                print(f"mpsched: schedule {args.job_id} was not cancelled: it was cancelled "
-                      f"already", file=sys.stderr)
-                return Exit.FAILURE
+        try:
+            schedule = client.get_schedule(args.job_id)
+        except ScheduleNotFoundError:
+            schedule = None
+        if schedule is not None and schedule.cancel():
+            print(f"cancelled schedule {args.job_id}; a run under way finishes", file=out)
+            return Exit.OK
+        if schedule is not None:  # another client cancelled it meanwhile
+            print(f"mpsched: schedule {args.job_id} was not cancelled: it was cancelled "
+                  f"already", file=sys.stderr)
+            return Exit.FAILURE
         if client.cancel(args.job_id):
             print(f"cancelled job {args.job_id}", file=out)
             return Exit.OK
@@ -287,24 +323,19 @@ def unfinished_state(client: Client, future: JobFuture[Any]) -> str | None:
     """"pending" or "running" while the job of ``future`` (from ``client.job()``) has not
     finished; None once it has, with ``future`` resolved.
 
-    A finished job's outcome reaches ``future`` a moment after ``client.job()`` returns,
-    through the client's result thread; the manager is asked for the job's state only
-    when it has not come by then, and the outcome is awaited when the job is in neither
-    listing (it finished).
+    ``client.job()`` returns a finished job's future done; for any other the manager is
+    asked for the job's state by its id, and when it no longer knows the job (it ended
+    meanwhile and was forgotten) the outcome on its way is awaited.
     """
-    concurrent.futures.wait([future], timeout=_OUTCOME_GRACE)
     while not future.done():
-        # Pending before running: a job moving on between the two calls is still found.
-        for state in ("pending", "running"):
-            if any(job.job_id == future.job_id for job in client.jobs(state)):
-                return state
+        try:
+            state = client.job_info(future.job_id).state
+        except JobNotFoundError:  # it ended (and was forgotten): its outcome is on its way
+            state = ""
+        if state in ("pending", "running"):
+            return state
         concurrent.futures.wait([future], timeout=1.0)
     return None
-
-
-# A finished job's outcome is posted to the client as client.job() returns; its result
-# thread collects it within milliseconds. Waiting this long first spares a listing.
-_OUTCOME_GRACE = 0.2
 
 
 # ------------------------------------------------------------------------------ result
@@ -340,23 +371,18 @@ def _say_result(args: argparse.Namespace, out: TextIO, state: str, code: int, *,
     if args.json:
         shown: dict[str, Any] = {"job_id": args.job_id, "state": state}
         if state == "done":
-            shown["result"] = _jsonable(result)
+            if as_json(result) is None:
+                shown["result_repr"] = repr(result)
+            else:
+                shown["result"] = result
         elif error is not None:
-            shown["error"] = {"type": type(error).__name__, "message": str(error)}
-        print(as_json(shown), file=out)
+            shown["error"] = {"type": type(error).__name__, "message": str(error),
+                              "traceback": worker_traceback(error)}
+        print(json.dumps(shown), file=out)
     elif state == "done":
-        print(as_json(result), file=out)
+        print_result(args.job_id, result, out)
     elif error is not None:
-        print(f"job {args.job_id} failed: {type(error).__name__}: {error}", file=sys.stderr)
+        print_failure(args.job_id, error)
     if message:
         print(f"mpsched: job {args.job_id}: {message}", file=sys.stderr)
     return code
-
-
-def _jsonable(value: Any) -> Any:
-    """``value`` if JSON can hold it, else its repr."""
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        return repr(value)
-    return value

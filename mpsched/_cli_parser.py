@@ -11,10 +11,20 @@ import importlib.metadata
 import os
 import platform
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from mpsched._job import Order
 from mpsched._protocol import HEARTBEAT_TIMEOUT, Exit
+from mpsched._recurring import (
+    CATCHUPS,
+    MIN_INTERVAL,
+    MODES,
+    ON_ERRORS,
+    OVERLAPS,
+    interval_problem,
+)
 from mpsched._store import JobState
 from mpsched._tls import TlsConfig
 from mpsched._transport import AUTHKEY_ENV, describe_versions
@@ -28,7 +38,8 @@ EXIT_MEANINGS = {
     Exit.OK: "ok",
     Exit.FAILURE: "the job failed or was cancelled (submit --wait, result), result or "
                   "cancel of a job unknown or no longer pending, or stress found a fault",
-    Exit.USAGE: "usage: bad arguments, or serve cannot listen on its address",
+    Exit.USAGE: "usage: bad arguments, an optional dependency missing (cronsim for --cron, "
+                "here or in the manager), or serve cannot listen on its address",
     Exit.AUTH: "key: none given, a key file or runtime directory others can use, or the "
                "manager refused it",
     Exit.VERSION: "version: Python or cloudpickle differs from the manager's",
@@ -42,8 +53,8 @@ EXIT_MEANINGS = {
     Exit.JOB_TIMEOUT: "result: the job has not finished (without --wait, or within "
                       "--timeout); also a remote worker process that killed its job past "
                       "its timeout",
-    Exit.INTERRUPTED: "128 + SIGINT (Ctrl-C); submit --wait and result --wait leave the "
-                      "job queued",
+    Exit.INTERRUPTED: "128 + SIGINT (Ctrl-C); submit --wait and result --wait stop "
+                      "waiting and leave the job as it is, queued or running",
     Exit.TERMINATED: "128 + SIGTERM: a second one to serve or worker (the first drains, "
                      "exits 0)",
 }
@@ -74,12 +85,45 @@ CONNECT_HELP = ("the manager's address, as serve prints it: unix:PATH or HOST:PO
                 "(default: this user's local manager)")
 KEY_HELP = (f"file holding the manager's key, mode 0600 (default: ${AUTHKEY_ENV}, else, "
             f"for a local address, this user's local key)")
+PROG = "python -m mpsched"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def usage_line(message: str, command: str | None) -> str:
+    """A usage error as the command line prints it: one line, and where the help is."""
+    return f"mpsched: {message}; see {PROG}{f' {command}' if command else ''} --help"
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 process``, ``2 processes``, ``0 workers``."""
+    if count == 1:
+        return f"1 {noun}"
+    return f"{count} {noun}{'es' if noun.endswith(('s', 'x', 'ch', 'sh')) else 's'}"
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line and a pointer to ``--help``, as every
+    other usage error of the command line, instead of the whole usage text."""
+
+    commands: dict[str, argparse.ArgumentParser]  # the subcommands' parsers, by name
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog[len(PROG):].strip() or None
+        self.exit(Exit.USAGE, usage_line(message, command) + "\n")
+
+    def parse_command_line(self, argv: Sequence[str] | None) -> argparse.Namespace:
+        """``parse_args``, with arguments it does not know blamed on the subcommand they
+        were given to, so that the pointer to ``--help`` is to that command's."""
+        args, unknown = self.parse_known_args(argv)
+        if unknown:
+            blamed = getattr(self, "commands", {}).get(args.command, self)
+            blamed.error(f"unrecognized arguments: {' '.join(unknown)}")
+        return args
+
+
+def build_parser() -> Parser:
     """The parser of ``python -m mpsched``; ``args.command`` names the subcommand."""
-    parser = argparse.ArgumentParser(
-        prog="python -m mpsched",
+    parser = Parser(
+        prog=PROG,
         description="Run Python jobs at a scheduled time, in priority order, on worker "
                     "processes.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -132,7 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
         "schedules", "list the manager's recurring schedules: spec, next run, counters",
         "python -m mpsched schedules --json"))
     schedules.add_argument("--json", action="store_true",
-                           help="print the schedules as JSON (times as UTC ISO 8601)")
+                           help="print the schedules as JSON (times as UTC ISO 8601; "
+                                "next_run_id: the job id of the run queued for next_run, "
+                                "last_run: of the latest run that started)")
     cancel = _client_options(command(
         "cancel", "cancel a pending job (it will not run) or a schedule (no run starts "
                   "after it; a running one finishes)",
@@ -141,14 +187,17 @@ def build_parser() -> argparse.ArgumentParser:
     cancel.add_argument("job_id", metavar="ID",
                         help="a job's id, as submit printed it, or a schedule's id")
     _result_options(_client_options(command(
-        "result", "print a job's result as JSON, or why it failed",
+        "result", "print a job's result (as JSON, or its repr when JSON cannot hold it), "
+                  "or why it failed with the worker's traceback",
         "python -m mpsched result 3f2a1b4c5d6e-17 --wait",
         codes="0 done (the result printed), 1 failed, cancelled or unknown (no result will "
               "come), 124 not finished yet")))
-    command("demo", "the seed demo: three waves of prioritised jobs on 3 workers",
+    command("demo", "a live demo: 4 producer processes submit 12 jobs due in 1, 2 and 3 s "
+                    "at mixed priorities; 3 workers start them by due time, then priority",
             "python -m mpsched demo", key=False)  # it runs its own manager: no key
     _stress_options(command("stress", "flood a manager and verify exactly-once, none early",
                             "python -m mpsched stress --producers 3 --workers 4 --jobs 5000"))
+    parser.commands = dict(sub.choices)
     return parser
 
 
@@ -200,13 +249,15 @@ def _result_options(result: argparse.ArgumentParser) -> None:
     result.add_argument("--wait", action="store_true",
                         help="wait until the job has finished (default: exit 124 at once if "
                              "it is still pending or running); Ctrl-C stops waiting and "
-                             "leaves the job queued")
+                             "leaves the job as it is, queued or running")
     result.add_argument("--timeout", type=_seconds, metavar="SECONDS",
                         help="with --wait: seconds to wait at most, then exit 124 "
                              "(default: no limit)")
     result.add_argument("--json", action="store_true",
-                        help='print {"job_id", "state", and "result" or "error"} as JSON, '
-                             "whatever the state (result as JSON, or its repr)")
+                        help='print {"job_id", "state", ...} as JSON, whatever the state: '
+                             'a result JSON can hold as "result", any other as its repr '
+                             'in "result_repr"; a failure as "error" with its "type", '
+                             '"message" and the worker\'s "traceback" (null when none)')
 
 
 def tls_from_args(args: argparse.Namespace) -> TlsConfig | None:
@@ -283,7 +334,8 @@ def _worker_options(worker: argparse.ArgumentParser) -> None:
 
 
 def _submit_options(submit: argparse.ArgumentParser) -> None:
-    submit.add_argument("target", help="module:function, importable here and on the workers")
+    submit.add_argument("target", help="module:function, importable here and on the workers "
+                                       "(or sent with --by-value)")
     submit.add_argument("--connect", metavar="ADDRESS", help=CONNECT_HELP)
     submit.add_argument("--authkey-file", type=Path, metavar="FILE", help=KEY_HELP)
     submit.add_argument("--args", default="[]", metavar="JSON",
@@ -306,17 +358,29 @@ def _submit_options(submit: argparse.ArgumentParser) -> None:
     submit.add_argument("--retries", type=int, default=0, metavar="N",
                         help="times to run the job again if its worker dies under it "
                              "(default: %(default)s)")
+    submit.add_argument("--by-value", action="append", default=[], metavar="MODULE",
+                        help="send MODULE's code with the job (pickled by value), for a "
+                             "module the workers cannot import; importable here, it may be "
+                             "a package (its submodules go too); repeatable")
+    submit.add_argument("--key", metavar="KEY",
+                        help="an idempotency key: while a job with this key is pending or "
+                             "running (or its outcome kept by a store), submit prints that "
+                             "job's id and queues nothing")
     _tls_options(submit, serving=False)
     submit.add_argument("--wait", action="store_true",
-                        help="wait for the job and print its result as JSON; Ctrl-C stops "
-                             "waiting and leaves the job queued")
+                        help="wait for the job and print its result: as JSON, or, when JSON "
+                             "cannot hold it (a set, an object), its repr, said on stderr; "
+                             "a failure prints the worker's traceback on stderr. Ctrl-C "
+                             "stops waiting and leaves the job as it is, queued or running")
     recurring = submit.add_argument_group("recurring", textwrap.fill(
         "With --every or --cron the callable runs on a schedule kept by the manager (and "
         "by its store, across restarts); submit prints the schedule's id. With --every, "
         "--delay or --at sets the first run (default: one interval from now).", 77))
     how = recurring.add_mutually_exclusive_group()
-    how.add_argument("--every", type=_seconds, metavar="SECONDS",
-                     help="run every SECONDS, planned at start + k * SECONDS (no drift)")
+    how.add_argument("--every", type=_interval, metavar="SECONDS",
+                     help=f"run every SECONDS (at least {MIN_INTERVAL:g}): with --mode rate "
+                          f"at start + k * SECONDS (no drift), with --mode delay SECONDS "
+                          f"after the previous run ended")
     how.add_argument("--cron", metavar="EXPR",
                      help="run at the times of a five-field cron expression, as "
                           "'30 2 * * 1-5' (needs pip install 'mpsched[cron]')")
@@ -327,16 +391,23 @@ def _submit_options(submit: argparse.ArgumentParser) -> None:
                            help="the schedule's name; submitting it again with the same "
                                 "spec changes nothing, with another replaces it (default: "
                                 "derived from the callable and the spec)")
-    recurring.add_argument("--overlap", choices=["skip", "queue", "allow"], default="skip",
+    recurring.add_argument("--mode", choices=MODES, default="rate",
+                           help="with --every: rate plans runs at start + k * SECONDS; delay "
+                                "plans each run SECONDS after the previous one ended "
+                                "(default: %(default)s)")
+    recurring.add_argument("--overlap", choices=OVERLAPS, default="skip",
                            help="a run due while the previous one is pending or running: "
                                 "skip it, queue it until that one ends, or allow both "
                                 "(default: %(default)s)")
-    recurring.add_argument("--catchup", choices=["latest", "all", "skip"], default="latest",
+    recurring.add_argument("--catchup", choices=CATCHUPS, default="latest",
                            help="runs missed while the manager was down or busy: run the "
                                 "latest one, all of them, or none (default: %(default)s)")
     recurring.add_argument("--jitter", type=_seconds_or_zero, default=0.0, metavar="SECONDS",
                            help="start each run up to SECONDS after its time, the same "
                                 "offset for a given time across restarts (default: 0)")
+    recurring.add_argument("--on-error", choices=ON_ERRORS, default="continue",
+                           help="a run that fails: continue the schedule, or pause it "
+                                "(default: %(default)s)")
 
 
 def _stress_options(stress: argparse.ArgumentParser) -> None:
@@ -385,17 +456,34 @@ def _count_or_zero(text: str) -> int:
 
 
 def _seconds(text: str) -> float:
-    value = _seconds_or_zero(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError("must be more than 0 seconds")
-    return value
+    return _seconds_from(text, 0.0, inclusive=False)
 
 
 def _seconds_or_zero(text: str) -> float:
+    return _seconds_from(text, 0.0, inclusive=True)
+
+
+def _interval(text: str) -> float:
+    """``--every``: the rule ``every()`` holds an interval to, in its words."""
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, not {text}")
+        value = float("nan")
+    problem = interval_problem(value)
+    if problem:
+        raise argparse.ArgumentTypeError(problem.replace(f"{value:g}", text))
+    return value
+
+
+def _seconds_from(text: str, least: float, *, inclusive: bool) -> float:
+    """``text`` as seconds, finite and at least (or, not ``inclusive``, more than)
+    ``least``; every option of seconds says what it wants in the same words."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (value >= least if inclusive else value > least) or value == float("inf"):
+        raise argparse.ArgumentTypeError(
+            f"must be a finite number of seconds {'>=' if inclusive else '>'} {least:g}, "
+            f"not {text}")
     return value

@@ -17,21 +17,21 @@ from concurrent.futures import Executor
 from datetime import datetime, timedelta, timezone
 from typing import Any, ParamSpec, TypeVar
 
-import cloudpickle
-
 from mpsched._errors import (
     InvalidJobError,
+    JobNotFoundError,
     ManagerUnreachableError,
     QueueFullError,
     SchedulerShutdownError,
 )
 from mpsched._futures import DISCONNECTED, ClientCore, JobFuture, MapResults
 from mpsched._job import JobInfo, JobRequest, Payload, Priority, check_request, due_arguments
-from mpsched._payload import fast_dumps, job_name, pickle_job
+from mpsched._payload import cloudpickle_dumps, fast_dumps, job_name, pickle_job
 from mpsched._protocol import ServiceProxy, Stats, connect_service
 from mpsched._runtime import default_address, require_authkey
 from mpsched._schedule import RecurringClient
 from mpsched._shm import payload_size
+from mpsched._store import JobRecord
 from mpsched._transport import format_address, parse_address
 
 log = logging.getLogger("mpsched.client")
@@ -110,18 +110,20 @@ class Client(RecurringClient, Executor):
                   priority: Priority | str, timeout: float | None = None,
                   retries: int = 0, key: str | None = None) -> JobFuture[Any]:
         delay_s, at_s = due_arguments(delay, at)
-        request = JobRequest(job_id="", client_id=self._core.client_id, payload=b"",
+        request = JobRequest(job_id="", client_id="", payload=b"",
                              priority=Priority.coerce(priority).level, delay=delay_s,
                              at=at_s, timeout=timeout, retries=retries, key=key,
                              name=job_name(fn))
         check_request(request)  # the manager's own check, here at the call site
-        payload = pickle_job(fn, args, kwargs, pool=self._core.pool)
-        outbox = self._core.outbox
-        if outbox is None or key is not None:  # a keyed submit learns which job stands
-            [future] = self._send_batch([(payload, request._replace(payload=payload))])
+        core = self._core
+        payload = pickle_job(fn, args, kwargs, pool=core.pool)
+        if core.outbox is None or key is not None:  # a keyed submit learns which job stands
+            [future] = self._send_batch([(payload, request._replace(
+                client_id=core.client_id, payload=payload))])
             return future
-        future = self._core.new_future(payload)
-        outbox.put(request._replace(job_id=future.job_id, payload=payload))
+        future = core.new_future(payload)
+        core.outbox.put(request._replace(job_id=future._job_id, client_id=core.client_id,
+                                         payload=payload))
         return future
 
     def _send_batch(self, jobs: list[tuple[Payload, JobRequest]]) -> list[JobFuture[Any]]:
@@ -129,19 +131,19 @@ class Client(RecurringClient, Executor):
         if self._core.outbox is not None:
             self._core.outbox.flush()  # earlier submits first: the seq order is call order
         futures = [self._core.new_future(payload) for payload, _ in jobs]
-        requests = [request._replace(job_id=future.job_id)
+        requests = [request._replace(job_id=future._job_id)
                     for future, (_, request) in zip(futures, jobs, strict=True)]
         try:
             holders = self._send(requests)
         except BaseException:
             for future in futures:
-                self._core.forget(future.job_id)
+                self._core.forget(future._job_id)
             self._core.release(requests)
             raise
         for i, holder in enumerate(holders or ()):
-            if holder != futures[i].job_id:  # its key was held: the holder's future stands
-                self._core.ended([futures[i].job_id])
-                self._core.forget(futures[i].job_id)
+            if holder != futures[i]._job_id:  # its key was held: the holder's future stands
+                self._core.ended([futures[i]._job_id])
+                self._core.forget(futures[i]._job_id)
                 futures[i] = self._core.watch(holder)
         return futures
 
@@ -183,7 +185,7 @@ class Client(RecurringClient, Executor):
         deadline = None if timeout is None else time.monotonic() + timeout
         level = Priority.MEDIUM.level
         pickle_job(fn, (), {})  # a clear JobPicklingError if the callable cannot pickle
-        fn_bytes = fast_dumps(fn) or cloudpickle.dumps(fn)  # pickled once for all items
+        fn_bytes = fast_dumps(fn) or cloudpickle_dumps(fn)  # pickled once for all items
         name = job_name(fn)
         jobs: list[tuple[Payload, JobRequest]] = []
         try:
@@ -200,7 +202,7 @@ class Client(RecurringClient, Executor):
             try:
                 for _, request in jobs:
                     futures.append(self._core.new_future(request.payload))
-                    outbox.put(request._replace(job_id=futures[-1].job_id))
+                    outbox.put(request._replace(job_id=futures[-1]._job_id))
             except BaseException:
                 self._core.release([request for _, request in jobs[len(futures):]])
                 raise
@@ -275,10 +277,26 @@ class Client(RecurringClient, Executor):
             records = self._core.service.jobs(state, limit)
         except DISCONNECTED as exc:
             raise SchedulerShutdownError(f"the mpsched manager is gone: {exc!r}") from exc
-        return [JobInfo(r.job_id, r.name, r.state.value,
-                        datetime.fromtimestamp(r.due_wall, timezone.utc),
-                        Priority(r.priority), r.attempt, r.worker_id, r.key)
-                for r in records]
+        return [_job_info(r) for r in records]
+
+    def job_info(self, job_id: str) -> JobInfo:
+        """One job the manager knows, as :meth:`jobs` lists it, looked up by its id.
+
+        Raises:
+            InvalidJobError: ``job_id`` is not a non-empty string.
+            JobNotFoundError: no such job: unknown, or finished and forgotten.
+            SchedulerShutdownError: this client is shut down, or the manager is gone.
+        """
+        if not isinstance(job_id, str) or not job_id:
+            raise InvalidJobError(f"a job id is a non-empty string, not {job_id!r}")
+        self._core.sent(job_id)  # a job of this client's own is known there
+        try:
+            record = self._core.service.job(job_id)
+        except DISCONNECTED as exc:
+            raise SchedulerShutdownError(f"the mpsched manager is gone: {exc!r}") from exc
+        if record is None:
+            raise JobNotFoundError(job_id)
+        return _job_info(record)
 
     def cancel(self, job_id: str) -> bool:
         """Cancel a pending job by id, whichever client submitted it; True if it was
@@ -380,6 +398,12 @@ def _close_open_clients() -> None:
 STATES = ("pending", "running", "done", "failed", "cancelled")
 
 
+def _job_info(record: JobRecord) -> JobInfo:
+    return JobInfo(record.job_id, record.name, record.state.value,
+                   datetime.fromtimestamp(record.due_wall, timezone.utc),
+                   Priority(record.priority), record.attempt, record.worker_id, record.key)
+
+
 def _batches(jobs: list[tuple[Payload, JobRequest]], count: int,
              max_bytes: int | None) -> list[list[tuple[Payload, JobRequest]]]:
     """``jobs`` in consecutive batches of at most ``count`` jobs and (when bounded) at most
@@ -397,7 +421,8 @@ def _batches(jobs: list[tuple[Payload, JobRequest]], count: int,
     return batches
 
 
-def connect(address: str | tuple[str, int] | None = None, *, authkey: bytes | None = None,
+def connect(address: str | tuple[str, int] | None = None, *,
+            authkey: bytes | str | None = None,
             submit_timeout: float | None = None) -> Client:
     """A client of a running manager: the Scheduler API without local workers.
 
@@ -406,10 +431,11 @@ def connect(address: str | tuple[str, int] | None = None, *, authkey: bytes | No
             ``Scheduler.address`` gives it (a socket path or a ``(host, port)`` pair);
             default: this user's local manager (``python -m mpsched serve`` without
             ``--address``), on its socket in the per-user runtime directory.
-        authkey: the manager's key (surrounding whitespace, such as the newline a key
-            file ends with, is stripped); default: the MPSCHED_AUTHKEY variable, else, for
-            a local address (a Unix socket, loopback TCP), this user's local key that
-            ``serve`` keeps in the runtime directory.
+        authkey: the manager's key, as bytes or as text (``open(key_file).read()``,
+            encoded in UTF-8 as the key file's bytes are); surrounding whitespace, such
+            as the newline a key file ends with, is stripped. Default: the
+            MPSCHED_AUTHKEY variable, else, for a local address (a Unix socket, loopback
+            TCP), this user's local key that ``serve`` keeps in the runtime directory.
         submit_timeout: as for :class:`Scheduler`.
 
     Raises:
@@ -426,6 +452,8 @@ def connect(address: str | tuple[str, int] | None = None, *, authkey: bytes | No
         address = default_address()
     elif isinstance(address, str):
         address = parse_address(address)
+    if isinstance(authkey, str):  # the text of a key file: its bytes are UTF-8
+        authkey = authkey.encode()
     # Surrounding whitespace is stripped, as from a key file (its trailing newline).
     key = (authkey.strip() if authkey is not None
            else require_authkey(address, give="pass authkey="))

@@ -1,4 +1,5 @@
-"""The seed's demo on processes: 4 producer processes, 3 workers, 12 jobs in three waves.
+"""The demo of ``python -m mpsched demo``: 4 producer processes, 3 workers, 12 jobs in
+three waves, due 1, 2 and 3 s from the start at HIGH, MEDIUM or LOW priority.
 
 What ``examples/seed_demo.py`` (and ``make demo``) runs; its docstring tells the story.
 The producers run in spawned processes, so ``produce`` and ``run_job`` live here at module
@@ -23,7 +24,7 @@ from mpsched._scheduler import Scheduler
 
 WORKERS = 3
 PRODUCERS = 4
-WAVES = 3  # the seed's j = 0, 1, 2, due at +1 s, +2 s, +3 s
+WAVES = 3  # j = 0, 1, 2, due at +1 s, +2 s, +3 s
 WORK_SECONDS = 0.1  # long enough that the 4th job of a wave must wait for a free worker
 SEED_PRIORITIES = (Priority.HIGH, Priority.MEDIUM, Priority.LOW)  # by producer % 3
 EARLY_TOLERANCE = 1e-3  # our and the manager's wall-to-monotonic offsets may differ by µs
@@ -49,7 +50,7 @@ class ProducerReport:
 
 
 def run_job(job_id: int, priority: str, work_seconds: float) -> JobRun:
-    """The seed's ``Job.run()``: note who and when, then do a little work."""
+    """A job: note who and when, then do a little work."""
     started = time.monotonic()
     time.sleep(work_seconds)
     return JobRun(job_id, priority, os.getpid(), started)
@@ -72,10 +73,11 @@ def produce(producer: int, address: Any, authkey: bytes, parent: Connection) -> 
 
 
 def run_producers(s: Scheduler) -> tuple[float, list[ProducerReport]]:
-    """Run the producer processes; return the origin (the seed's ``now``) and their reports.
+    """Run the producer processes; return the origin (wave j is due at origin + j s) and
+    their reports.
 
     Spawning a process and importing mpsched takes a good part of a second, so the origin
-    is taken once every producer has connected, not before they start as in the seed.
+    is taken once every producer has connected, not before they start.
     """
     ctx = multiprocessing.get_context("spawn")
     links = [ctx.Pipe() for _ in range(PRODUCERS)]
@@ -173,12 +175,16 @@ def check(waves: list[list[JobRun]], origin: float) -> tuple[list[str], list[str
 
 
 def run_demo(out: TextIO) -> int:
-    """Run the seed's demo, printing to ``out``.
+    """Run the demo, printing to ``out``.
 
     Returns:
         0 when every wave was handed out in heap order and started on time, else 1 (the
         ✗ lines say why).
     """
+    print(f"demo: one manager with {WORKERS} worker processes; {PRODUCERS} producer "
+          f"processes each submit {WAVES} jobs, due 1, 2 and 3 s from now, at HIGH, MEDIUM "
+          f"or LOW priority (by producer): {PRODUCERS * WAVES} jobs in {WAVES} waves. Each "
+          f"wave should start by priority, on time.", file=out)
     begun = time.monotonic()
     with Scheduler(workers=WORKERS) as s:
         worker_pids = sorted(w.pid for w in s.stats().workers)

@@ -87,11 +87,16 @@ class JobError(MpschedError):
 
 
 class RemoteTraceback(Exception):
-    """Carries the worker's formatted traceback; set as ``__cause__`` of a job's exception."""
+    """Carries the worker's formatted traceback; set as ``__cause__`` of a job's exception.
 
-    def __init__(self, tb: str) -> None:
-        self.tb = tb
-        super().__init__(tb)
+    ``traceback`` is the text as the worker formatted it; ``tb`` (and ``str()``) the same
+    between triple quotes, as ``concurrent.futures`` shows a worker's traceback.
+    """
+
+    def __init__(self, traceback: str) -> None:
+        self.traceback = traceback
+        self.tb = f'\n"""\n{traceback}"""'
+        super().__init__(traceback)
 
     def __str__(self) -> str:
         return self.tb
@@ -268,13 +273,19 @@ class ScheduleNotFoundError(MpschedError, KeyError):
 class ExtraMissingError(MpschedError, ImportError):
     """A feature needs an optional dependency that is not installed; names the extra."""
 
-    def __init__(self, feature: str, extra: str, module: str) -> None:
-        self.feature, self.extra, self.module = feature, extra, module
-        super().__init__(f"{feature} need the optional dependency {module}: "
-                         f"pip install 'mpsched[{extra}]'", name=module)
+    def __init__(self, feature: str, extra: str, module: str, where: str = "") -> None:
+        """``where``: the process that lacks it, as "the manager (pid 42 on db1)"."""
+        self.feature, self.extra, self.module, self.where = feature, extra, module, where
+        missing, there = (f", missing in {where}", " there") if where else ("", "")
+        super().__init__(f"{feature} need the optional dependency {module}{missing}: "
+                         f"pip install 'mpsched[{extra}]'{there}", name=module)
 
-    def __reduce__(self) -> tuple[type[ExtraMissingError], tuple[str, str, str]]:
-        return (type(self), (self.feature, self.extra, self.module))
+    def missing_in(self, where: str) -> ExtraMissingError:
+        """The same error, saying which process lacks the dependency."""
+        return ExtraMissingError(self.feature, self.extra, self.module, where)
+
+    def __reduce__(self) -> tuple[type[ExtraMissingError], tuple[str, str, str, str]]:
+        return (type(self), (self.feature, self.extra, self.module, self.where))
 
 
 class StoreError(MpschedError, OSError):

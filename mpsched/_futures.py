@@ -53,16 +53,29 @@ class JobFuture(Future[T]):
     def __init__(self, client: ClientCore, job_id: str, *, watched: bool = False) -> None:
         super().__init__()
         self._client = client
-        self.job_id = job_id
+        # The id without job_id's wait: what mpsched's own bookkeeping keys by.
+        self._job_id = job_id
         self.watched = watched  # a job this client did not submit (Client.job(job_id))
         # The reusable segment (mpsched._segment_pool) its job holds until it ends; "" once
         # handed back, or for none.
         self.segment = ""
 
+    @property
+    def job_id(self) -> str:
+        """The job's id (the manager's name for it, printed by ``submit``).
+
+        By the time it is read, the manager knows the job: a job still waiting in the
+        client's write-behind outbox is sent first (one round trip at most, for every job
+        submitted before it too). So an id handed to another process can be looked up there
+        at once (``Client.job(job_id)``); submitting without reading ids costs nothing.
+        """
+        self._client.sent(self._job_id)
+        return self._job_id
+
     def cancel(self) -> bool:
         if self.done():
             return self.cancelled()
-        if not self._client.cancel_job(self.job_id):
+        if not self._client.cancel_job(self._job_id):
             return False
         return _settle_cancelled(self)
 
@@ -125,8 +138,13 @@ class ClientCore:
             if self.closed:
                 why = " (the interpreter is exiting)" if self.exiting else ""
                 raise SchedulerShutdownError(f"cannot schedule new futures after shutdown{why}")
-            self._futures[future.job_id] = future
+            self._futures[future._job_id] = future
         return future
+
+    def sent(self, job_id: str, timeout: float = 30.0) -> None:
+        """Return once a job of this client has reached the manager (or failed to)."""
+        if self.outbox is not None:
+            self.outbox.wait_sent(job_id, timeout)
 
     def watch(self, job_id: str) -> JobFuture[Any]:
         """A future for any job the manager knows (this client's own, another's, or one
@@ -165,7 +183,7 @@ class ClientCore:
                 futures = [self._futures.pop(j) for j in job_ids if j in self._futures]
             for future in futures:
                 if future.set_running_or_notify_cancel():
-                    future.set_exception(SchedulerShutdownError(f"job {future.job_id} {why}"))
+                    future.set_exception(SchedulerShutdownError(f"job {future._job_id} {why}"))
             return len(futures)
         return 0
 
@@ -174,7 +192,7 @@ class ClientCore:
         with self._lock:
             watched = [f for f in self._futures.values() if f.watched]
             for future in watched:
-                del self._futures[future.job_id]
+                del self._futures[future._job_id]
         for future in watched:
             if future.set_running_or_notify_cancel():
                 future.set_exception(error)
@@ -372,7 +390,7 @@ class MapResults(Iterator[T]):
         left = [f for f in self._futures if not f.done()]
         self._futures.clear()
         if left:
-            left[0]._client.cancel_jobs([f.job_id for f in left])
+            left[0]._client.cancel_jobs([f._job_id for f in left])
 
     def __del__(self) -> None:
         self.close()

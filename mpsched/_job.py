@@ -107,6 +107,7 @@ class Job:
     cancelled: bool = field(default=False)
     key: str | None = None  # idempotency key (JobRequest.key)
     name: str = ""  # the callable's qualified name, for listings
+    at: float | None = None  # wall-clock epoch seconds it was asked for (JobRequest.at)
 
     def time_key(self) -> tuple[float, int, int]:
         """The heap key of ``order="time"``: due, then priority level, then seq."""

@@ -114,8 +114,9 @@ class BaseJournal(abc.ABC):
         """
 
     @abc.abstractmethod
-    def get(self, job_id: str) -> JobRecord | None:
-        """The record of a job the manager knows, without its outcome."""
+    def get(self, job_id: str, *, fresh: bool = False) -> JobRecord | None:
+        """The record of a job the manager knows (with a store: as it was journalled,
+        its outcome included); ``fresh``: after every change journalled so far."""
 
     def owner(self, job_id: str) -> str | None:
         """The client that submitted a job the manager knows."""
@@ -208,7 +209,7 @@ class NoJournal(BaseJournal):
             self._watch_locked(client_id, job_id)
             return None
 
-    def get(self, job_id: str) -> JobRecord | None:
+    def get(self, job_id: str, *, fresh: bool = False) -> JobRecord | None:
         found = self.queue.find(job_id)
         return None if found is None else self._record(*found)
 
@@ -350,7 +351,9 @@ class Journal(BaseJournal):
             self._watch_locked(client_id, job_id)
             return None
 
-    def get(self, job_id: str) -> JobRecord | None:
+    def get(self, job_id: str, *, fresh: bool = False) -> JobRecord | None:
+        if fresh:
+            self.store.flush()  # what was journalled so far is readable
         return self.store.get(job_id)
 
     def jobs(self, state: str | None, limit: int | None) -> list[JobRecord]:

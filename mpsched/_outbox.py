@@ -90,6 +90,13 @@ class Outbox:
         if count and self._sender_waits:
             self._queued.notify()
 
+    def wait_sent(self, job_id: str, timeout: float = 30.0) -> bool:
+        """Wait until the request of ``job_id`` (put earlier) has reached the manager or
+        failed; at once when it has (or was never put here)."""
+        with self._lock:
+            return self._idle.wait_for(
+                lambda: job_id not in self._requests and job_id not in self._sending, timeout)
+
     def flush(self, timeout: float = 30.0) -> bool:
         """Wait until every request put so far has reached the manager (or failed)."""
         with self._lock:

@@ -12,10 +12,13 @@ inline, as before.
 
 from __future__ import annotations
 
+import io
 import pickle
+import types
+from collections import ChainMap
 from collections.abc import Callable, Iterable
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar
 
 import cloudpickle
 
@@ -100,9 +103,41 @@ def _dumps(obj: Any, buffers: list[memoryview] | None = None, *, fast: bool = Tr
         return pickled
     if buffers is not None:
         buffers.clear()  # the C pickler's attempt may have met some before it gave up
-    data: bytes = cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL,
-                                    buffer_callback=callback)
-    return data
+    return cloudpickle_dumps(obj, callback)
+
+
+def cloudpickle_dumps(obj: Any,
+                      buffer_callback: Callable[[pickle.PickleBuffer], bool] | None = None
+                      ) -> bytes:
+    """``cloudpickle.dumps`` (highest protocol), keeping the file name of the code it
+    pickles by value: a worker's traceback through a function of the main script then
+    names the script and its line, not ``<dynamic-code>``."""
+    with io.BytesIO() as file:
+        _Pickler(file, protocol=pickle.HIGHEST_PROTOCOL,
+                 buffer_callback=buffer_callback).dump(obj)
+        return file.getvalue()
+
+
+def _code_reduce(code: types.CodeType) -> tuple[Any, ...]:
+    """cloudpickle's reduction of a code object, with its file name put back: cloudpickle
+    writes ``<dynamic-code>`` there so that a payload does not depend on where its code
+    was defined."""
+    _, args = _CLOUDPICKLE_CODE_REDUCE(code)
+    return _rebuild_code, (args, code.co_filename)
+
+
+def _rebuild_code(args: tuple[Any, ...], filename: str) -> types.CodeType:
+    return types.CodeType(*args).replace(co_filename=filename)
+
+
+_CLOUDPICKLE_CODE_REDUCE = cloudpickle.Pickler.dispatch_table[types.CodeType]
+
+
+class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle has no types
+    """cloudpickle's pickler with code objects that keep their file name."""
+
+    dispatch_table: ClassVar[ChainMap[Any, Any]] = ChainMap(
+        {types.CodeType: _code_reduce}, cloudpickle.Pickler.dispatch_table)
 
 
 def _out_of_band(buffers: list[memoryview], buffer: pickle.PickleBuffer) -> bool:
@@ -264,6 +299,6 @@ def remote_exception(outcome: Outcome) -> BaseException:
     if not isinstance(exc, BaseException):
         exc = JobError(f"job {outcome.job_id} failed with a non-exception {exc!r}")
     if outcome.traceback:
-        exc.__cause__ = RemoteTraceback(f'\n"""\n{outcome.traceback}"""')
+        exc.__cause__ = RemoteTraceback(outcome.traceback)
     error: BaseException = exc
     return error

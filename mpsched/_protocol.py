@@ -227,7 +227,7 @@ class ServiceProxy(BaseProxy):
 
     _exposed_ = ("hello", "take", "ack", "heartbeat", "finish", "leave", "open_client",
                  "close_client", "submit", "cancel", "cancel_many", "cancel_client",
-                 "not_due", "watch", "jobs", "collect", "stats", "stop", "add_schedule",
+                 "not_due", "watch", "job", "jobs", "collect", "stats", "stop", "add_schedule",
                  "list_schedules", "schedule_control", "schedule_preview", "schedule_runs",
                  "payload_options")
 
@@ -278,6 +278,10 @@ class ServiceProxy(BaseProxy):
     def watch(self, client_id: str, job_id: str) -> Outcome | None:
         wire: OutcomeWire | None = self._call("watch", client_id, job_id)
         return None if wire is None else outcome_from_wire(wire)
+
+    def job(self, job_id: str) -> JobRecord | None:
+        result: JobRecord | None = self._call("job", job_id)
+        return result
 
     def jobs(self, state: str | None = None, limit: int | None = None) -> list[JobRecord]:
         result: list[JobRecord] = self._call("jobs", state, limit)

@@ -40,6 +40,12 @@ from mpsched._leases import Leases, LostLease
 # priority, then FIFO), which a fresh offset per submit would not give.
 WALL_OFFSET_RESYNC = 1e-3
 
+# A job asked for at a wall-clock time is held when, handed out now, it would start more
+# than this before that time by the wall clock (a wall clock that fell behind the
+# monotonic one since the job came in: slewed by NTP, or set back). Below it, the
+# difference is the clocks' reading noise, far less than a job takes to be entered.
+WALL_EARLY_TOLERANCE = 1e-5
+
 # How long a released worker's id is remembered: a take that was already on its way when
 # the worker was released returns None instead of a job (the manager bounds every take by
 # its long poll, a few seconds).
@@ -176,12 +182,13 @@ class JobQueue:
                     raise InvalidJobError(f"job id {request.job_id!r} is already running")
             old_head = self._pending.head()
             order = seqs if seqs is not None else [next(self._seq) for _ in requests]
-            for request, due, seq in zip(requests, dues, order, strict=True):
+            planned = due is not None  # on this clock: the requests' own times are not used
+            for request, job_due, seq in zip(requests, dues, order, strict=True):
                 self._pending.push(Job(
                     job_id=request.job_id, client_id=request.client_id,
-                    payload=request.payload, priority=request.priority, due=due,
+                    payload=request.payload, priority=request.priority, due=job_due,
                     seq=seq, timeout=request.timeout, retries=request.retries,
-                    key=request.key, name=request.name,
+                    key=request.key, name=request.name, at=None if planned else request.at,
                 ))
             self._submitted += len(requests)
             if self._pending.head() is not old_head:
@@ -328,6 +335,8 @@ class JobQueue:
                         return None
                     now = self._clock.now()
                     job = self._pop_due_locked(now, early)
+                    if job is not None and job.at is not None and self._held_locked(job, now):
+                        continue  # back in the heap until the wall clock reaches its time
                     if job is not None:
                         return self.leases.grant_locked(job, worker_id, now)
                     remaining = deadline - now
@@ -416,6 +425,22 @@ class JobQueue:
         else:
             due = now + (request.delay or 0.0)
         return max(due, now)
+
+    def _held_locked(self, job: Job, now: float) -> bool:
+        """Put back a job just popped for ``at=`` that would start before its wall-clock
+        time (its due time, on this monotonic clock, came from a wall-to-monotonic offset
+        the wall clock has since fallen behind); True if it went back. Its new due time
+        comes from the offset as it is now, kept for the jobs popped after it (equal ``at``
+        values keep equal due times, so ties still break by priority, then FIFO)."""
+        assert job.at is not None
+        fresh = self._clock.wall() - now
+        if job.at - fresh <= job.due + WALL_EARLY_TOLERANCE:
+            return False
+        if self._wall_offset is None or abs(fresh - self._wall_offset) > WALL_EARLY_TOLERANCE:
+            self._wall_offset = fresh
+        job.due = job.at - self._wall_offset
+        self._push_locked(job)
+        return True
 
     def _wait_for_room_locked(self, now: float, timeout: float | None, count: int = 1,
                               size: int = 0) -> None:

@@ -89,12 +89,17 @@ class ScheduleInfo(NamedTuple):
     schedule_id: str
     spec: str  # ScheduleSpec.describe()
     name: str
-    next_run: float | None  # UTC epoch seconds; None when paused or cancelled
+    # When the next run is planned, jitter included: an aware datetime in the schedule's
+    # zone (UTC for every); None when paused or cancelled (or past the year 9999).
+    next_run: datetime | None
     paused: bool
     cancelled: bool
     counters: ScheduleCounters
-    last_run: str | None  # the id of the latest run job armed
+    last_run: str | None  # the job id of the latest run that started (None: none yet)
     tz: str  # the zone cron slots are computed in ("" for every)
+    # The job id of the run queued for next_run; None when none is queued yet (its
+    # previous run has not ended, or the schedule is paused or cancelled).
+    next_run_id: str | None = None
 
 
 def check_spec(spec: ScheduleSpec) -> None:
@@ -112,9 +117,9 @@ def check_spec(spec: ScheduleSpec) -> None:
     if not (isinstance(spec.jitter, (int, float)) and 0 <= spec.jitter < math.inf):
         raise InvalidJobError(f"jitter must be a number of seconds >= 0, not {spec.jitter!r}")
     if spec.kind == "every":
-        if not MIN_INTERVAL <= spec.interval < MAX_EPOCH:
-            raise InvalidJobError(f"interval must be at least {MIN_INTERVAL} s and finite, "
-                                  f"not {spec.interval!r}")
+        problem = interval_problem(spec.interval)
+        if problem:
+            raise InvalidJobError(f"interval {problem}")
         if spec.start_at is not None and not MIN_EPOCH <= spec.start_at <= MAX_EPOCH:
             raise InvalidJobError(f"start {spec.start_at!r} is outside the years 1 to 9999")
         if spec.start_delay is not None and not 0 <= spec.start_delay < MAX_EPOCH:
@@ -123,6 +128,16 @@ def check_spec(spec: ScheduleSpec) -> None:
         cron_slots(spec.cron, zone(spec.tz), 0.0)  # raises on a bad expression or zone
     else:
         raise InvalidJobError(f"unknown schedule kind {spec.kind!r}")
+
+
+def interval_problem(seconds: float) -> str:
+    """Why ``seconds`` cannot be the interval of an every-schedule, or "" (the one rule
+    ``every()`` and ``submit --every`` hold it to, in the same words)."""
+    if not seconds >= MIN_INTERVAL or seconds == math.inf:  # NaN too
+        return f"must be a finite number of seconds >= {MIN_INTERVAL:g}, not {seconds:g}"
+    if seconds >= MAX_EPOCH:
+        return f"must be less than {MAX_EPOCH:g} seconds (the year 9999), not {seconds:g}"
+    return ""
 
 
 def zone(name: str) -> tzinfo:

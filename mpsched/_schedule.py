@@ -15,6 +15,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from mpsched._errors import (
+    ExtraMissingError,
     InvalidJobError,
     JobNotFoundError,
     ScheduleNotFoundError,
@@ -66,7 +67,10 @@ def build_spec(kind: str, fn: Callable[..., Any], args: tuple[Any, ...],
         options.timeout, options.retries, name, pickle_job(fn, args, kwargs))
     if schedule_id is None:
         spec = spec._replace(schedule_id=default_id(spec))
-    check_spec(spec)
+    try:
+        check_spec(spec)
+    except ExtraMissingError as exc:
+        raise exc.missing_in("this process (the client)") from None
     return spec
 
 
@@ -154,7 +158,8 @@ class RecurringClient:
         The other options are those of :meth:`every`.
 
         Raises:
-            ExtraMissingError: cronsim is not installed (an ImportError).
+            ExtraMissingError: cronsim is not installed, here or in the manager (an
+                ImportError); its message says which process lacks it.
             InvalidJobError: an invalid expression or an unknown zone; as :meth:`every`.
         """
         spec = build_spec("cron", fn, args, kwargs, job_name(fn),
@@ -167,6 +172,17 @@ class RecurringClient:
         """Every schedule of the manager, whichever client added it."""
         infos = Schedule._call(self._core.service.list_schedules)
         return [Schedule(self._core.service, info, self.job) for info in infos]
+
+    def get_schedule(self, schedule_id: str) -> Schedule:
+        """The handle of one schedule of the manager, by its id.
+
+        Raises:
+            ScheduleNotFoundError: the manager has no such schedule (its ``cancelled`` is
+                True for one cancelled within ``result_ttl``).
+            SchedulerShutdownError: the manager is gone.
+        """
+        info = Schedule._call(self._core.service.schedule_control, schedule_id, "info")
+        return Schedule(self._core.service, info, self.job)
 
     def _add_schedule(self, spec: ScheduleSpec) -> Schedule:
         if self._core.closed:
@@ -227,9 +243,8 @@ class Schedule:
     @property
     def next_run(self) -> datetime | None:
         """When the next run is planned (aware, in the schedule's zone; UTC for every),
-        or None when paused."""
-        when = self.info().next_run
-        return None if when is None else self._datetime(when)
+        or None when paused; ``info().next_run``."""
+        return self.info().next_run
 
     @property
     def counters(self) -> ScheduleCounters:

@@ -8,9 +8,11 @@ keeps for ``result_ttl``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import deque
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import NamedTuple
 
 from mpsched._job import Outcome
@@ -20,6 +22,7 @@ from mpsched._recurring import (
     ScheduleSpec,
     Slots,
     jitter_offset,
+    zone,
 )
 
 log = logging.getLogger("mpsched.schedules")
@@ -41,6 +44,7 @@ class State(NamedTuple):
     counters: ScheduleCounters
     active: tuple[tuple[str, float], ...]  # run id, slot: armed and not ended
     recent: tuple[str, ...]
+    last_started: str | None = None  # absent from the states of older stores
 
 
 @dataclass(eq=False)
@@ -59,13 +63,15 @@ class Entry:
     active: dict[str, float] = field(default_factory=dict)
     started: set[str] = field(default_factory=set)  # active runs handed to a worker
     recent: deque[str] = field(default_factory=lambda: deque(maxlen=RECENT))
+    last_started: str | None = None  # the id of the latest run handed to a worker
     outcomes: dict[str, Outcome] = field(default_factory=dict)
     stalled: bool = False  # a run could not be queued: the watcher plans it again
     warned: tuple[float, int, int] | None = None  # last warning: when, skipped, missed
 
     def state(self) -> State:
         return State(self.slots.anchor, self.tz, self.decided, self.owed_until, self.paused,
-                      self.counters(), tuple(self.active.items()), tuple(self.recent))
+                      self.counters(), tuple(self.active.items()), tuple(self.recent),
+                      self.last_started)
 
     def counters(self) -> ScheduleCounters:
         return ScheduleCounters(self.runs, self.skipped, self.missed, self.failed)
@@ -73,15 +79,22 @@ class Entry:
     def info(self, now: float, *, cancelled: bool = False) -> ScheduleInfo:
         """The schedule as clients see it; ``now`` is a label on its timeline."""
         spec = self.spec
-        next_run: float | None = None
+        next_run: datetime | None = None
+        next_run_id: str | None = None
         if not (self.paused or cancelled):
-            armed = [label for rid, label in self.active.items() if rid not in self.started]
-            next_run = min(armed) if armed else self.slots.after(
-                now if self.decided is None else max(self.decided, now))
-            next_run += jitter_offset(spec.schedule_id, next_run, spec.jitter)
+            armed = {rid: label for rid, label in self.active.items()
+                     if rid not in self.started}
+            if armed:
+                next_run_id = min(armed, key=armed.__getitem__)
+                label = armed[next_run_id]
+            else:
+                label = self.slots.after(now if self.decided is None else max(self.decided, now))
+            label += jitter_offset(spec.schedule_id, label, spec.jitter)
+            with contextlib.suppress(OverflowError, OSError, ValueError):  # past 9999: None
+                next_run = datetime.fromtimestamp(label, zone(self.tz))
         return ScheduleInfo(spec.schedule_id, spec.describe(), spec.name, next_run,
-                            self.paused, cancelled, self.counters(),
-                            self.recent[-1] if self.recent else None, self.tz)
+                            self.paused, cancelled, self.counters(), self.last_started,
+                            self.tz, next_run_id)
 
     def keep(self, outcome: Outcome) -> None:
         """Keep a run's outcome, the KEPT_OUTCOMES latest only."""

@@ -23,12 +23,20 @@ still list them and a manager without a store can still give a run's outcome by 
 from __future__ import annotations
 
 import logging
+import os
 import pickle
+import socket
 import threading
 from collections.abc import Callable
 
 from mpsched._clock import Clock
-from mpsched._errors import InvalidJobError, MpschedError, ScheduleNotFoundError, StoreError
+from mpsched._errors import (
+    ExtraMissingError,
+    InvalidJobError,
+    MpschedError,
+    ScheduleNotFoundError,
+    StoreError,
+)
 from mpsched._job import CANCELLED, JobRequest, Outcome
 from mpsched._journal import BaseJournal, cancelled
 from mpsched._recurring import (
@@ -89,12 +97,13 @@ class Schedules:
 
     def _recover_locked(self, stored: StoredSchedule) -> None:
         spec = ScheduleSpec._make(pickle.loads(stored.spec))
-        state = State._make(pickle.loads(stored.state))
+        state = State(*pickle.loads(stored.state))  # fields added since take defaults
         entry = self._entry(spec, state.anchor, state.tz)
         entry.decided, entry.owed_until, entry.paused = \
             state.decided, state.owed_until, state.paused
         entry.runs, entry.skipped, entry.missed, entry.failed = state.counters
         entry.recent.extend(state.recent)
+        entry.last_started = state.last_started
         for rid, label in state.active:
             record = self._journal.get(rid)
             if record is not None and not record.state.finished:
@@ -125,10 +134,16 @@ class Schedules:
         changed one replaces it and keeps its last run (and its counters).
 
         Raises:
-            InvalidJobError, ExtraMissingError: a spec that cannot be planned.
+            InvalidJobError: a spec that cannot be planned.
+            ExtraMissingError: a cron schedule, and this process lacks cronsim (its
+                message names the manager).
             StoreError: it could not be recorded; nothing changed.
         """
-        check_spec(spec)
+        try:
+            check_spec(spec)
+        except ExtraMissingError as exc:
+            raise exc.missing_in(f"the manager (pid {os.getpid()} on "
+                                 f"{socket.gethostname()})") from None
         tz = spec.tz or (local_zone_name() if spec.kind == "cron" else "")
         with self._lock:
             old = self._entries.get(spec.schedule_id)
@@ -156,6 +171,7 @@ class Schedules:
         started is withdrawn (the new spec plans the next one)."""
         new.runs, new.skipped, new.missed, new.failed = old.counters()
         new.recent, new.outcomes, new.paused = old.recent, old.outcomes, old.paused
+        new.last_started = old.last_started
         new.decided = old.decided
         self._withdraw_locked(old)
         new.active, new.started = old.active, old.started
@@ -253,6 +269,7 @@ class Schedules:
                 return
             entry.runs += 1
             entry.started.add(job_id)
+            entry.last_started = job_id
             if entry.spec.overlap == "allow" and entry.spec.mode == "rate" and not entry.paused:
                 self._plan_locked(entry, "started")
             else:

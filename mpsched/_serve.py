@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from mpsched._cli_parser import tls_from_args
+from mpsched._cli_parser import plural, tls_from_args
 from mpsched._errors import StoreError
 from mpsched._job import Order
 from mpsched._manager import run_manager
@@ -200,7 +200,7 @@ def _run_served(args: argparse.Namespace, out: TextIO, key: ServeKey, address: A
         where = format_address(message.address)
         flags = client_flags(where, key, default=args.address is None)
         print(f"mpsched manager listening on {where} (pid {message.pid}, "
-              f"{args.workers} local workers, key {key.file or '$' + AUTHKEY_ENV})\n"
+              f"{plural(args.workers, 'local worker')}, key {key.file or '$' + AUTHKEY_ENV})\n"
               f"  join:   python -m mpsched worker{flags}\n"
               f"  status: python -m mpsched status{flags}\n"
               f"  store:  {describe_store(config)}",

@@ -334,6 +334,12 @@ class ManagerService:
                 raise
         return None if outcome is None else outcome_to_wire(outcome)
 
+    def job(self, job_id: str) -> JobRecord | None:
+        """The record of one job the manager knows (None: it knows no such job), without
+        its outcome."""
+        record = self.journal.get(job_id, fresh=True)
+        return None if record is None else record._replace(outcome=None)
+
     def jobs(self, state: str | None = None, limit: int | None = None) -> list[JobRecord]:
         """The jobs the store knows, in submission order (pending and running ones only
         without a store), without payloads or outcomes."""

@@ -34,6 +34,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any, TextIO
 
+from mpsched._cli_parser import plural
 from mpsched._client import connect
 from mpsched._job import Priority
 from mpsched._leases import percentiles
@@ -356,13 +357,14 @@ def _print_report(report: StressReport, out: TextIO) -> None:
     workers = "those of the running manager" if report.workers is None else report.workers
     throughput = report.jobs / report.busy if report.busy > 0 else 0.0
     print(f"jobs:        {report.jobs}", file=out)
-    print(f"producers:   {report.producers} processes", file=out)
+    print(f"producers:   {plural(report.producers, 'process')}", file=out)
     print(f"workers:     {workers}", file=out)
     print(f"elapsed:     {report.elapsed:.2f} s", file=out)
     print(f"throughput:  {throughput:.0f} jobs/s (first submit to last result, "
           f"{report.busy:.2f} s)", file=out)
     if report.manager_lateness is not None:
-        print(f"lateness, manager (due -> start, last {report.manager_samples} jobs): "
+        samples = plural(report.manager_samples, "job")
+        print(f"lateness, manager (due -> start, last {samples}): "
               f"{_ms(report.manager_lateness)}", file=out)
     print(f"lateness, producers (submit call + delay -> start): "
           f"{_ms(report.producer_lateness)}", file=out)

@@ -354,9 +354,9 @@ def run(assignment: Assignment, start_at: float | None = None,
         if isinstance(fn, bytes):  # map(): the callable was pickled once, separately
             fn = cloudpickle.loads(fn)
     except BaseException as exc:
-        hint = _MISSING_MODULE_HINT if isinstance(exc, ModuleNotFoundError) else ""
         unpickling = JobUnpicklingError(
-            f"job {job_id}: the worker could not unpickle it: {exc!r}{hint}")
+            f"job {job_id}: the worker on {host_name()} (pid {os.getpid()}) could not "
+            f"unpickle it: {exc!r}{_unpickling_hint(exc)}")
         return _failure(job_id, unpickling, _format(exc), None, "job-unpickling")
     started = _wait_until(_start_time(assignment) if start_at is None else start_at)
     try:
@@ -373,11 +373,16 @@ def run(assignment: Assignment, start_at: float | None = None,
     return Outcome(job_id, True, payload, "", started)
 
 
-_MISSING_MODULE_HINT = (
-    ". Workers import a job's functions by module name, from their working directory and "
-    "PYTHONPATH; functions from __main__ and lambdas travel by value. For a module only the "
-    "client has, call cloudpickle.register_pickle_by_value(module) in the client before "
-    "submitting, or install the module where the workers run.")
+def _unpickling_hint(exc: BaseException) -> str:
+    """What to do about a job whose module (or a name in it) this worker cannot import."""
+    if not isinstance(exc, (ImportError, AttributeError)):
+        return ""
+    return (f". Workers import a job's functions by module name, from their working "
+            f"directory and PYTHONPATH (this worker's sys.path: {sys.path}); functions from "
+            f"__main__ and lambdas travel by value. For a module only the client has, send "
+            f"it by value: submit --by-value MODULE on the command line, or "
+            f"cloudpickle.register_pickle_by_value(module) in the submitting program before "
+            f"submitting; or install the module where the workers run.")
 
 
 def _wait_until(due: float) -> float:

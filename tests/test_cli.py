@@ -49,7 +49,7 @@ pytestmark = pytest.mark.slow
 TESTS_DIR = Path(__file__).parent
 START_TIMEOUT = 60.0  # a process printing its first line, on a loaded 2-core machine
 EXIT_TIMEOUT = 30.0
-LISTENING = re.compile(r"listening on (\S+) \(pid (\d+), \d+ local workers, key (\S+)\)$")
+LISTENING = re.compile(r"listening on (\S+) \(pid (\d+), \d+ local workers?, key (\S+)\)$")
 
 
 # ------------------------------------------------------------------------------ processes
@@ -194,8 +194,12 @@ class Manager:
         return [w for w in self.stats().workers if w.remote]
 
 
-def serve(procs: Processes, *args: str, env: dict[str, str] | None = None) -> Manager:
-    proc = procs.start("serve", *args, env=env)
+def serve(procs: Processes, *args: str, env: dict[str, str] | None = None,
+          code: str | None = None) -> Manager:
+    """Start ``serve`` with ``args``; with ``code``, as ``python -c code`` instead of
+    ``python -m mpsched serve``, the code running serve with ``sys.argv[1:]``."""
+    proc = procs.start("-c", code, *args, env=env) if code else procs.start("serve", *args,
+                                                                           env=env)
     first = proc.line()
     listening = LISTENING.search(first)
     assert listening, first
@@ -208,7 +212,7 @@ def serve(procs: Processes, *args: str, env: dict[str, str] | None = None) -> Ma
 def start_pool(procs: Processes, manager: Manager, processes: int = 1) -> Proc:
     pool = procs.start("worker", *manager.cli(), "--processes", str(processes),
                        "--heartbeat-interval", "0.5")
-    assert f"{processes} processes joined" in pool.line()
+    assert f"{processes} process{'es' if processes > 1 else ''} joined" in pool.line()
     return pool
 
 
@@ -355,6 +359,146 @@ def test_submit_prints_the_result_and_exits_1_when_the_job_fails(
                      "--delay", "0.2", *manager.cli())
     assert fire.returncode == Exit.OK, fire.stderr
     wait_for(lambda: log.exists() and log.read_text() == "k1\n", what="the job ran")
+
+
+def test_a_failed_job_shows_the_worker_s_traceback(cluster: Cluster, procs: Processes) -> None:
+    manager = cluster.manager
+    failed = procs.run("submit", "jobs:fail", "--args", '["boom"]', "--wait", *manager.cli())
+    assert failed.returncode == Exit.FAILURE
+    job_id = failed.stdout.strip()
+    where = f'File "{jobs.__file__}", line {jobs.fail.__code__.co_firstlineno + 1}, in fail'
+    err = failed.stderr
+    assert err.startswith(f"job {job_id} failed: ValueError: boom\nthe worker's traceback:\n"
+                          f"Traceback (most recent call last):\n"), err
+    assert where in err and err.endswith("ValueError: boom\n"), err
+
+    # Without a store a manager forgets a job once its outcome is collected: `result`
+    # waits for jobs of its own.
+    def later() -> str:
+        done = procs.run("submit", "jobs:fail", "--args", '["boom"]', "--delay", "0.5",
+                         *manager.cli())
+        assert done.returncode == Exit.OK, done.stderr
+        return done.stdout.strip()
+
+    job_id = later()
+    shown = procs.run("result", job_id, "--wait", *manager.cli())
+    assert shown.returncode == Exit.FAILURE
+    assert shown.stderr == err.replace(failed.stdout.strip(), job_id)
+
+    as_json = procs.run("result", later(), "--wait", "--json", *manager.cli())
+    assert as_json.returncode == Exit.FAILURE, as_json.stderr
+    error = json.loads(as_json.stdout)["error"]
+    assert error["type"] == "ValueError" and error["message"] == "boom"
+    assert where in error["traceback"] and error["traceback"].endswith("ValueError: boom\n")
+
+
+def test_a_result_json_cannot_hold_prints_as_its_repr_and_says_so(
+        cluster: Cluster, procs: Processes) -> None:
+    manager = cluster.manager
+    done = procs.run("submit", "builtins:set", "--args", "[[1, 2]]", "--wait", *manager.cli())
+    assert done.returncode == Exit.OK, done.stderr
+    job_id, shown = done.stdout.splitlines()
+    assert shown == "{1, 2}"
+    assert done.stderr == (f"mpsched: job {job_id} returned a set, which JSON cannot hold: "
+                           f"its repr follows\n")
+    as_json = procs.run("submit", "builtins:sorted", "--args", "[[2, 1]]", "--wait",
+                        *manager.cli())
+    assert as_json.stdout.splitlines()[1] == "[1, 2]" and as_json.stderr == ""
+    later = procs.run("submit", "builtins:set", "--args", "[[1, 2]]", "--delay", "0.5",
+                      *manager.cli()).stdout.strip()
+    shown = procs.run("result", later, "--wait", "--json", *manager.cli())
+    assert shown.returncode == Exit.OK, shown.stderr
+    assert json.loads(shown.stdout) == {"job_id": later, "state": "done",
+                                        "result_repr": "{1, 2}"}
+
+
+def test_submit_key_queues_one_job_per_key(cluster: Cluster, procs: Processes) -> None:
+    manager = cluster.manager
+    ids = []
+    for _ in range(2):
+        done = procs.run("submit", "jobs:noop", "--delay", "3600", "--key", "nightly-report",
+                         *manager.cli())
+        assert done.returncode == Exit.OK, done.stderr
+        ids.append(done.stdout.strip())
+    try:
+        assert ids[0] == ids[1] and manager.stats().queue.pending["medium"] == 1
+    finally:
+        assert manager.service().cancel(ids[0])
+
+
+TEXT_KEY_CLIENT = textwrap.dedent("""
+    import sys
+    import mpsched
+
+    with open(sys.argv[2]) as key_file:
+        text = key_file.read()  # the key as text, its trailing newline and all
+    assert text.endswith("\\n")
+    client = mpsched.connect(sys.argv[1], authkey=text)
+    print(client.submit(pow, 2, 5).result(timeout=60), flush=True)
+    client.shutdown()
+""")
+
+
+def test_connect_takes_the_text_of_a_key_file(cluster: Cluster, procs: Processes) -> None:
+    manager = cluster.manager
+    # In a process of its own, as a program would: no proxy of another test shares its
+    # connection to the manager.
+    done = procs.run("-c", TEXT_KEY_CLIENT, manager.address, str(manager.key_file))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "32\n"
+
+
+CLIENT_ONLY = "only_the_client_has_it"
+
+
+def test_submit_by_value_sends_a_module_the_workers_cannot_import(
+        cluster: Cluster, procs: Processes, tmp_path: Path) -> None:
+    manager = cluster.manager
+    source = tmp_path / f"{CLIENT_ONLY}.py"
+    source.write_text("def triple(x):\n    return 3 * x\n\n\n"
+                      "def fail():\n    raise ValueError('sent by value')\n")
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), procs.env["PYTHONPATH"]])}
+    missing = procs.run("submit", f"{CLIENT_ONLY}:triple", "--args", "[2]", "--wait",
+                        *manager.cli(), env=env)
+    assert missing.returncode == Exit.FAILURE
+    err = missing.stderr
+    assert "JobUnpicklingError" in err and f"No module named '{CLIENT_ONLY}'" in err, err
+    pids = {w.pid for w in manager.remote_workers()}
+    assert any(f"the worker on {socket.gethostname()} (pid {pid})" in err for pid in pids), err
+    assert "this worker's sys.path: [" in err and "submit --by-value MODULE" in err, err
+
+    sent = procs.run("submit", f"{CLIENT_ONLY}:triple", "--args", "[2]", "--wait",
+                     "--by-value", CLIENT_ONLY, *manager.cli(), env=env)
+    assert sent.returncode == Exit.OK, sent.stderr
+    assert sent.stdout.splitlines()[1] == "6"
+    failed = procs.run("submit", f"{CLIENT_ONLY}:fail", "--wait", "--by-value", CLIENT_ONLY,
+                       *manager.cli(), env=env)
+    assert failed.returncode == Exit.FAILURE
+    assert f'File "{source}", line 6, in fail' in failed.stderr, failed.stderr
+    unknown = procs.run("submit", f"{CLIENT_ONLY}:triple", "--by-value", "no_such_module",
+                        *manager.cli(), env=env)
+    assert unknown.returncode == Exit.USAGE
+    assert unknown.stderr.startswith("mpsched: --by-value no_such_module: cannot import it")
+
+
+def test_ctrl_c_on_submit_wait_says_a_running_job_keeps_running(
+        cluster: Cluster, procs: Processes, fifo: str, tmp_path: Path) -> None:
+    manager = cluster.manager
+    release = tmp_path / "release"
+    waiting = procs.start("submit", "jobs:announce_then_wait", "--args",
+                          json.dumps([fifo, str(release), 60.0]), "--wait", *manager.cli())
+    job_id = waiting.line()
+    try:
+        wait_started(fifo)
+        os.kill(waiting.pid, signal.SIGINT)
+        assert waiting.wait(10) == Exit.INTERRUPTED
+        err = waiting.stderr()
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+        assert f"job {job_id} is running and will finish: python -m mpsched result {job_id} " \
+               f"--wait gets its result" in err, err
+        assert "queued" not in err and "cancel" not in err, err
+    finally:  # the cluster serves the next tests: let the job end in any case
+        release.touch()
 
 
 def test_ctrl_c_on_submit_wait_exits_at_once_and_leaves_the_job_queued(
@@ -726,6 +870,12 @@ def test_silent_connections_do_not_pin_manager_threads(procs: Processes) -> None
 
 
 # ------------------------------------------------------------------------------ refusals
+
+
+def test_serve_counts_its_local_workers_in_words(procs: Processes) -> None:
+    proc = procs.start("serve", "--workers", "1")
+    first = proc.line()
+    assert re.search(r"\(pid \d+, 1 local worker, key \S+\)$", first), first
 
 
 def test_serve_refuses_a_public_address_without_a_key(procs: Processes) -> None:

@@ -72,7 +72,7 @@ def test_every_command_finds_the_local_manager_with_no_flags(
     assert manager.key_file == local_dir(procs) / "authkey"
     assert manager.proc.line() == "  status: python -m mpsched status"  # no flags to give
     pool = procs.start("worker", "--processes", "1", "--heartbeat-interval", "0.5")
-    assert pool.line() == f"mpsched worker: 1 processes joined {manager.address}"
+    assert pool.line() == f"mpsched worker: 1 process joined {manager.address}"
     wait_for(lambda: len(pool_workers(manager, pool)) == 1, START_TIMEOUT, "the pool joined")
 
     assert ok(procs, "submit", "math:factorial", "--args", "[20]",

@@ -6,8 +6,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
+import sys
 import time
 from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import jobs
@@ -19,6 +22,8 @@ from mpsched import Client, Scheduler
 from mpsched._cli import Exit, main
 from mpsched._cli_parser import build_parser
 from mpsched._cli_schedules import check_recurring
+from mpsched._errors import InvalidJobError
+from mpsched._schedule import JobOptions, build_spec
 
 pytestmark = pytest.mark.slow
 
@@ -76,7 +81,12 @@ def test_submit_cron_checks_the_expression_and_the_zone(procs: Processes) -> Non
     (["--every", "5", "--wait"], "--wait cannot wait for a schedule"),
     (["--cron", "* * * * *", "--delay", "3"], "--delay and --at set the first run"),
     (["--every", "5", "--tz", "UTC"], "--tz is for --cron"),
-], ids=["id", "overlap", "wait", "cron-delay", "every-tz"])
+    (["--mode", "delay"], "--mode needs --every"),
+    (["--on-error", "pause"], "--on-error needs --every or --cron"),
+    (["--every", "5", "--key", "k"], "--key is for a single job"),
+    (["--cron", "* * * * *", "--mode", "delay"], "--mode is for --every"),
+], ids=["id", "overlap", "wait", "cron-delay", "every-tz", "mode", "on-error", "every-key",
+        "cron-mode"])
 def test_recurring_options_that_do_not_fit_are_usage_errors(
         argv: list[str], problem: str) -> None:
     args = build_parser().parse_args(["submit", "jobs:noop", "--connect", "unix:/x", *argv])
@@ -118,10 +128,9 @@ def test_cancel_says_so_when_another_client_cancelled_the_schedule_first(
         make_scheduler: Callable[..., Scheduler], tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     s = make_scheduler(workers=1)
-    s.every(3600, jobs.noop, id="x")
-    listed = s.schedules()
-    listed[0].cancel()  # another client's cancel, between this one's listing and cancel
-    monkeypatch.setattr(Client, "schedules", lambda self: listed)
+    found = s.every(3600, jobs.noop, id="x")
+    found.cancel()  # another client's cancel, between this one's lookup and cancel
+    monkeypatch.setattr(Client, "get_schedule", lambda self, schedule_id: found)
     key = tmp_path / "key"
     key.write_bytes(s.authkey)
     key.chmod(0o600)
@@ -129,3 +138,76 @@ def test_cancel_says_so_when_another_client_cancelled_the_schedule_first(
     assert code == Exit.FAILURE
     assert capsys.readouterr().err == \
         "mpsched: schedule x was not cancelled: it was cancelled already\n"
+
+
+def test_schedules_json_names_the_armed_run_apart_from_the_last_one_that_ran(
+        procs: Processes) -> None:
+    run = runner(procs, serve(procs, "--workers", "1"))
+    code, out, err = run("submit", "jobs:noop", "--every", "3600", "--delay", "3600",
+                         "--id", "later")
+    assert code == Exit.OK, err
+    code, out, err = run("schedules", "--json")
+    [listed] = json.loads(out)
+    next_run = datetime.fromisoformat(listed["next_run"])
+    assert next_run.utcoffset() == timedelta(0)
+    assert abs(next_run - datetime.now(timezone.utc) - timedelta(hours=1)) < timedelta(
+        minutes=5)
+    assert listed["next_run_id"].startswith("later@") and listed["last_run"] is None, listed
+
+
+def test_submit_every_takes_mode_and_on_error(procs: Processes) -> None:
+    run = runner(procs, serve(procs, "--workers", "1"))
+    code, out, err = run("submit", "jobs:fail", "--args", '["boom"]', "--every", "0.2",
+                         "--delay", "0", "--mode", "delay", "--on-error", "pause", "--id", "d")
+    assert code == Exit.OK, err
+    assert "every 0.2s (delay), next run" in out
+
+    def listed() -> dict[str, object]:
+        [schedule] = json.loads(run("schedules", "--json")[1])
+        return schedule  # type: ignore[no-any-return]
+    wait_for(lambda: listed()["paused"], what="the schedule to pause after its failed run")
+    assert listed()["failed"] == 1 and listed()["spec"] == "every 0.2s (delay)"
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "0.0001", "inf", "1e300"])
+def test_every_is_held_to_one_rule_in_one_wording_by_the_cli_and_the_library(
+        value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["submit", "jobs:noop", "--every", value, "--connect", "unix:/nowhere"])
+    assert exited.value.code == Exit.USAGE
+    err = capsys.readouterr().err
+    with pytest.raises(InvalidJobError) as caught:
+        build_spec("every", jobs.noop, (), {}, "jobs:noop", JobOptions("medium", None, 0),
+                   schedule_id=None, interval=float(value))
+    library = str(caught.value)
+    rule = "less than" if value == "1e300" else "a finite number of seconds >= 0.001, not"
+    assert library.startswith(f"interval must be {rule}"), library
+    words = library.removeprefix("interval ").replace(f"{float(value):g}", value)
+    assert err == f"mpsched: argument --every: {words}; see python -m mpsched submit --help\n"
+
+
+HIDE_CRONSIM = """
+import sys
+sys.modules["cronsim"] = None  # import cronsim fails in this manager process
+from mpsched._cli import main
+raise SystemExit(main(["serve", *sys.argv[1:]]))
+"""
+
+
+def test_submit_cron_says_which_side_lacks_cronsim(
+        procs: Processes, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    manager = serve(procs, "--workers", "0", code=HIDE_CRONSIM)
+    code, _, err = runner(procs, manager)("submit", "jobs:noop", "--cron", "0 2 * * *")
+    assert code == Exit.USAGE
+    pid = manager.proc.pid
+    assert err == (f"mpsched: cron schedules need the optional dependency cronsim, missing "
+                   f"in the manager (pid {pid} on {socket.gethostname()}): pip install "
+                   f"'mpsched[cron]' there\n"), err
+
+    monkeypatch.setitem(sys.modules, "cronsim", None)  # now this client lacks it too
+    assert main(["submit", "jobs:noop", "--cron", "0 2 * * *", *manager.cli()]) == Exit.USAGE
+    err = capsys.readouterr().err
+    assert err == ("mpsched: cron schedules need the optional dependency cronsim, missing "
+                   "in this process (the client): pip install 'mpsched[cron]' there\n"), err
+    assert runner(procs, manager)("schedules")[1] == "no schedules\n"

@@ -320,7 +320,9 @@ def test_jobs_cancel_and_result_round_trip_and_outlive_a_restart(
                                "result": 2432902008176640000}
     code, out, err = run("result", failed_id)
     assert code == Exit.FAILURE and out == ""
-    assert err == f"job {failed_id} failed: ValueError: math domain error\n"
+    assert err.startswith(f"job {failed_id} failed: ValueError: math domain error\n"
+                          f"the worker's traceback:\nTraceback (most recent call last):\n")
+    assert err.endswith("\nValueError: math domain error\n"), err  # kept by the store too
     code, out, err = run("result", later_id, "--json")
     assert code == Exit.JOB_TIMEOUT == 124
     assert json.loads(out) == {"job_id": later_id, "state": "pending"}

@@ -90,6 +90,63 @@ def test_the_exit_docstring_explains_signal_codes() -> None:
     assert Exit.__doc__ is not None and "128 +" in Exit.__doc__
 
 
+@pytest.mark.parametrize(("argv", "command", "error"), [
+    pytest.param(["submit", "jobs:noop", "--every", "0", "--connect", "unix:/x"], "submit",
+                 "argument --every: must be", id="bad-value"),
+    pytest.param(["submit", "--delay", "1"], "submit",
+                 "the following arguments are required: target", id="missing-argument"),
+    pytest.param(["submit", "jobs:noop", "--connect", "unix:/x", "--priority", "urgent"],
+                 "submit", "argument --priority: invalid choice", id="bad-choice"),
+    pytest.param(["status", "--connect", "unix:/x", "--bogus"], "status",
+                 "unrecognized arguments: --bogus", id="unknown-option"),
+    pytest.param(["serve", "--workers", "-1"], "serve", "argument --workers: must be 0",
+                 id="serve-negative-workers"),
+    pytest.param(["no-such-command"], None, "argument COMMAND: invalid choice",
+                 id="unknown-command"),
+])
+def test_a_command_line_argparse_refuses_is_one_line_and_a_pointer_to_help(
+        argv: list[str], command: str | None, error: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == Exit.USAGE
+    err = capsys.readouterr().err
+    help_of = f"python -m mpsched{f' {command}' if command else ''} --help"
+    assert err.startswith(f"mpsched: {error}") and err.endswith(f"; see {help_of}\n"), err
+    assert err.count("\n") == 1 and "usage:" not in err, err
+
+
+@pytest.mark.parametrize(("argv", "error"), [
+    pytest.param(["submit", "no_such_module:f"], "cannot import no_such_module:f",
+                 id="unimportable"),
+    pytest.param(["submit", "math:factorial", "--args", "[20"], "--args is not JSON",
+                 id="args-not-json"),
+    pytest.param(["submit", "math:factorial", "--every", "5", "--wait"],
+                 "--wait cannot wait for a schedule", id="recurring-wait"),
+])
+def test_a_command_line_a_command_refuses_is_one_line_and_a_pointer_to_help(
+        argv: list[str], error: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*argv, "--connect", "unix:/nowhere"]) == Exit.USAGE
+    err = capsys.readouterr().err
+    assert err.startswith(f"mpsched: {error}"), err
+    assert err.endswith("; see python -m mpsched submit --help\n") and err.count("\n") == 1
+
+
+def test_options_of_seconds_say_what_they_want_in_the_same_words(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    said = []
+    for argv in (["worker", "--heartbeat-interval", "0"], ["worker", "--heartbeat-interval",
+                                                            "-1"],
+                 ["serve", "--drain-timeout", "-1"], ["serve", "--drain-timeout", "soon"]):
+        with pytest.raises(SystemExit):
+            main([*argv, "--connect", "unix:/x"] if argv[0] == "worker" else argv)
+        said.append(capsys.readouterr().err.split(": ", 2)[2].split(";")[0])
+    assert said == ["must be a finite number of seconds > 0, not 0",
+                    "must be a finite number of seconds > 0, not -1",
+                    "must be a finite number of seconds >= 0, not -1",
+                    "must be a finite number of seconds >= 0, not soon"]
+
+
 # ------------------------------------------------------------------------------ status text
 
 

@@ -181,7 +181,7 @@ def test_a_remote_worker_gets_the_arguments_inline(make_scheduler, procs, tmp_pa
     pythonpath = os.pathsep.join([str(site), procs.env["PYTHONPATH"]])
     pool = procs.start("worker", "--connect", format_address(s.address), "--authkey-file",
                        str(key), "--processes", "1", env={"PYTHONPATH": pythonpath})
-    assert "1 processes joined" in pool.line()
+    assert "1 process joined" in pool.line()
     data = os.urandom(BIG)
     assert s.submit(jobs.digest, data).result(timeout=30) == hashlib.sha256(data).hexdigest()
     assert s.submit(jobs.length, bytearray(data)).result(timeout=30) == BIG

@@ -314,7 +314,37 @@ def test_equal_at_values_keep_equal_keys_across_sub_millisecond_drift(
     harness.clock.wall_offset -= 0.0004  # the wall clock drifts back, by less than 1 ms
     queue.submit(request("high", HIGH, at=at))
     harness.clock.advance(3)
+    assert take_now(queue) is None  # the wall clock reads 0.4 ms before their time
+    harness.clock.advance(0.0004 + 1e-6)  # (wall times this large have ~0.2 us of rounding)
     assert drain(queue) == ["high", "low"]
+
+
+def test_an_at_job_never_starts_before_its_time_by_the_wall_clock(harness: Harness) -> None:
+    # The wall clock falls 2 ms behind the monotonic one (NTP slews it) after the jobs came
+    # in: at their monotonic due time it reads 2 ms before the time they were asked for.
+    queue = harness.queue()
+    at = harness.clock.wall() + 5
+    queue.submit(request("low", LOW, at=at))
+    queue.submit(request("high", HIGH, at=at))
+    queue.submit(request("by-delay", delay=5))  # asked for on the monotonic clock
+    harness.clock.wall_offset -= 0.002
+    harness.clock.advance(5)
+    assert drain(queue) == ["by-delay"]
+    harness.clock.advance(0.0019)
+    assert take_now(queue) is None
+    harness.clock.advance(0.0001 + 1e-6)  # (wall times this large have ~0.2 us of rounding)
+    assert harness.clock.wall() >= at
+    assert drain(queue) == ["high", "low"]  # held together: the tie still breaks by priority
+
+
+def test_an_at_job_waits_out_a_wall_clock_set_back(harness: Harness) -> None:
+    queue = harness.queue()
+    queue.submit(request("report", at=harness.clock.wall() + 10))
+    harness.clock.wall_offset -= 3600  # someone set the wall clock an hour back
+    harness.clock.advance(10)
+    assert take_now(queue) is None and queue.stats().next_due_in == pytest.approx(3600)
+    harness.clock.advance(3600)
+    assert drain(queue) == ["report"]
 
 
 def test_at_follows_a_wall_clock_jump(harness: Harness) -> None:

@@ -39,7 +39,7 @@ def start_pool(procs: Processes, manager: Manager, processes: int, *options: str
                env: dict[str, str] | None = None) -> Proc:
     pool = procs.start("worker", *manager.cli(), "--processes", str(processes),
                        "--heartbeat-interval", "0.5", *options, env=env)
-    assert f"{processes} processes joined" in pool.line()
+    assert f"{processes} process{'es' if processes > 1 else ''} joined" in pool.line()
     wait_for(lambda: len(pool_workers(manager, pool)) == processes, START_TIMEOUT,
              "the pool's workers joined")
     return pool

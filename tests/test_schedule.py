@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import itertools
+import re
+import sys
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
@@ -129,6 +131,31 @@ def test_cron_plans_in_its_zone_and_checks_at_the_call_site(make_scheduler: Make
     assert [x.id for x in s.schedules()] == ["nightly"]
 
 
+def test_info_and_the_handle_give_the_same_aware_next_run(make_scheduler: MakeScheduler):
+    s = make_scheduler(workers=1)
+    start = (datetime.now(timezone.utc) + timedelta(hours=1)).replace(microsecond=0)
+    schedule = s.every(3600, jobs.noop, start=start, id="hourly")
+    info = schedule.info()
+    assert isinstance(info.next_run, datetime) and info.next_run == start
+    assert info.next_run.utcoffset() == timedelta(0) and schedule.next_run == info.next_run
+    assert info.next_run_id == "hourly@" + start.strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert info.last_run is None
+    berlin = s.cron("30 2 * * *", jobs.noop, tz="Europe/Berlin", id="nightly").info()
+    assert berlin.next_run is not None and str(berlin.next_run.tzinfo) == "Europe/Berlin"
+    assert berlin.next_run.strftime("%H:%M") == "02:30"
+
+
+def test_cron_without_cronsim_in_the_client_says_so(
+        make_scheduler: MakeScheduler, monkeypatch: pytest.MonkeyPatch):
+    s = make_scheduler(workers=1)  # its manager imports cronsim: it is installed
+    monkeypatch.setitem(sys.modules, "cronsim", None)  # but this process cannot import it
+    with pytest.raises(mpsched.ExtraMissingError, match=re.escape(
+            "cron schedules need the optional dependency cronsim, missing in this process "
+            "(the client): pip install 'mpsched[cron]' there")):
+        s.cron("* * * * *", jobs.noop)
+    assert s.schedules() == []
+
+
 def test_a_schedule_and_its_next_run_survive_a_restart_with_a_store(
         make_scheduler: MakeScheduler, tmp_path: Path):
     store = str(tmp_path / "jobs.db")
@@ -139,7 +166,7 @@ def test_a_schedule_and_its_next_run_survive_a_restart_with_a_store(
     again = make_scheduler(workers=1, store=store)
     [after] = again.schedules()
     assert after.id == "daily" and after.next_run == planned_first
-    assert [j.job_id for j in again.jobs(state="pending")] == [after.info().last_run]
+    assert [j.job_id for j in again.jobs(state="pending")] == [after.info().next_run_id]
 
 
 @pytest.fixture(params=[False, True], ids=["memory", "store"])

@@ -114,6 +114,47 @@ def test_exception_reaches_future_with_remote_traceback(make_scheduler):
     assert s.submit(jobs.stamp, "after").result(timeout=30)[0] == "after"  # worker survived
 
 
+def test_the_traceback_of_code_sent_by_value_names_its_file_and_line(make_scheduler):
+    s = make_scheduler(workers=1)
+
+    def local_failure(x):  # a local function travels by value, as __main__'s do
+        raise ValueError(f"by value {x}")
+
+    line = local_failure.__code__.co_firstlineno + 1
+    where = f'File "{__file__}", line {line}, in local_failure'
+    with pytest.raises(ValueError, match="by value 2") as mapped:
+        list(s.map(local_failure, [2], timeout=30))  # map() pickles the callable apart
+    for exc in (s.submit(local_failure, 1).exception(timeout=30), mapped.value):
+        assert isinstance(exc, ValueError) and isinstance(exc.__cause__, RemoteTraceback)
+        assert where in str(exc.__cause__), exc.__cause__
+        assert 'raise ValueError(f"by value {x}")' in str(exc.__cause__)  # its source
+
+
+FAILING_MAIN_SCRIPT = """\
+from mpsched import Scheduler
+
+
+def boom():
+    raise ValueError("boom")
+
+
+if __name__ == "__main__":
+    with Scheduler(workers=1) as s:
+        print(s.submit(boom).exception(timeout=60).__cause__)
+"""
+
+
+def test_the_traceback_of_a_function_of_the_main_script_names_the_script(procs, tmp_path):
+    script = tmp_path / "failing_script.py"
+    script.write_text(FAILING_MAIN_SCRIPT)
+    ran = procs.run("-c", "import runpy, sys; runpy.run_path(sys.argv[1], run_name='__main__')",
+                    str(script))
+    assert ran.returncode == 0, ran.stderr
+    assert f'File "{script}", line 5, in boom\n    raise ValueError("boom")' in ran.stdout, \
+        ran.stdout
+    assert "<dynamic-code>" not in ran.stdout
+
+
 def test_cancel_removes_pending_job_from_heap(make_scheduler):
     s = make_scheduler(workers=1)
     future = s.schedule(jobs.stamp, "never", delay=3600)

@@ -7,14 +7,17 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import socket
+import sys
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fakeclock import FakeClock
 
-from mpsched._errors import JobNotFoundError, ScheduleNotFoundError
+from mpsched._errors import ExtraMissingError, JobNotFoundError, ScheduleNotFoundError
 from mpsched._job import CANCELLED, Outcome
 from mpsched._journal import Journal
 from mpsched._protocol import (
@@ -141,7 +144,8 @@ def test_overlap_skip_runs_nothing_while_the_previous_run_is_running(
     assert info.counters.skipped == 2 and info.counters.runs == 1
     clock.advance(5)
     nxt = take(service, "w2")
-    assert nxt is not None and nxt.job_id == run_id("s", info.next_run)  # type: ignore[arg-type]
+    assert info.next_run is not None and nxt is not None
+    assert nxt.job_id == run_id("s", info.next_run.timestamp()) == info.next_run_id
 
 
 def test_overlap_allow_arms_the_next_run_when_one_starts(
@@ -194,7 +198,8 @@ def test_pause_withdraws_and_resume_plans_from_now_on(
     assert info.counters.skipped == info.counters.missed == 0  # a pause is not a backlog
     clock.advance(9.99)
     run = take(service)
-    assert run is not None and run.job_id == run_id("s", info.next_run)  # type: ignore[arg-type]
+    assert info.next_run is not None and run is not None
+    assert run.job_id == run_id("s", info.next_run.timestamp()) == info.next_run_id
 
 
 @pytest.mark.parametrize("on_error", ["continue", "pause"])
@@ -259,6 +264,74 @@ def test_cron_runs_move_when_the_wall_clock_jumps(service: ManagerService, clock
     assert run is not None and run.job_id == run_id("s", 1_800_000_000)
 
 
+def test_info_gives_the_next_run_as_an_aware_datetime_and_its_job_id(
+        service: ManagerService, clock: FakeClock):
+    first = slot(clock, 5)
+    info = service.add_schedule(tuple(spec()))
+    assert info.next_run == datetime.fromtimestamp(round(clock.wall() + 5, 6), timezone.utc)
+    assert info.next_run.tzinfo is not None and info.next_run_id == first
+    assert info.last_run is None  # armed is not run: nothing has started yet
+    clock.advance(5)
+    run = take(service)
+    assert run is not None and run.job_id == first
+    info = service.schedule_control("s", "info")
+    assert info.last_run == first and info.next_run_id is None  # skip: none armed yet
+    finish(service, run)
+    info = service.schedule_control("s", "info")
+    assert info.last_run == first and info.next_run_id == slot(clock, 10)
+
+
+def test_a_cron_schedule_s_next_run_is_in_its_zone(service: ManagerService, clock: FakeClock):
+    clock.wall_offset = 1_800_000_000 - clock.now() - 1
+    info = service.add_schedule(tuple(spec(kind="cron", interval=0.0, cron="*/30 * * * *",
+                                           tz="Europe/Berlin", start_delay=None)))
+    assert info.next_run is not None and str(info.next_run.tzinfo) == "Europe/Berlin"
+    assert info.next_run.timestamp() == 1_800_000_000
+
+
+def test_the_manager_names_itself_when_it_lacks_cronsim(
+        service: ManagerService, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setitem(sys.modules, "cronsim", None)  # import cronsim fails here
+    with pytest.raises(ExtraMissingError) as caught:
+        service.add_schedule(tuple(spec(kind="cron", interval=0.0, cron="* * * * *",
+                                        start_delay=None)))
+    assert f"missing in the manager (pid {os.getpid()} on {socket.gethostname()})" in \
+        str(caught.value)
+    assert "pip install 'mpsched[cron]'" in str(caught.value)
+    assert pickle.loads(pickle.dumps(caught.value)).args == caught.value.args  # it travels
+    assert service.list_schedules() == []
+
+
+def test_the_latest_run_started_survives_a_restart(tmp_path: Path, clock: FakeClock):
+    store = open_store(tmp_path, clock)
+    before = make_service(clock, store)
+    before.add_schedule(tuple(spec()))
+    clock.advance(5)
+    run = take(before)
+    assert run is not None
+    finish(before, run)
+    before.stop()
+    store.close()
+    with restarted(tmp_path, clock) as after:
+        assert after.schedule_control("s", "info").last_run == run.job_id
+
+
+def test_a_schedule_state_stored_before_last_run_was_kept_still_loads(
+        tmp_path: Path, clock: FakeClock):
+    store = open_store(tmp_path, clock)
+    before = make_service(clock, store)
+    armed = slot(clock, 5)
+    before.add_schedule(tuple(spec()))
+    [stored] = store.schedules()
+    before.stop()
+    older = tuple(pickle.loads(stored.state))[:-1]  # a state without last_started
+    store.update_schedule("s", pickle.dumps(older))
+    store.close()
+    with restarted(tmp_path, clock) as after:
+        info = after.schedule_control("s", "info")
+        assert info.last_run is None and info.next_run_id == armed
+
+
 def test_runs_keep_their_outcome_without_a_store(service: ManagerService, clock: FakeClock):
     service.add_schedule(tuple(spec()))
     clock.advance(5)
@@ -306,7 +379,7 @@ def test_a_stale_state_never_arms_a_slot_twice(tmp_path: Path, clock: FakeClock)
         assert len(after.queue) == 1
         assert len(after.jobs()) == 1
         info = after.schedule_control("s", "info")  # the run found is the armed one
-        assert info.counters.missed == 0 and info.last_run == after.jobs()[0].job_id
+        assert info.counters.missed == 0 and info.next_run_id == after.jobs()[0].job_id
         clock.advance(5)
         run = take(after)
         assert run is not None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +34,10 @@ def test_a_job_from_a_module_only_the_client_has_fails_saying_what_to_do(
     assert "working directory and PYTHONPATH" in message
     assert "__main__ and lambdas travel by value" in message
     assert "cloudpickle.register_pickle_by_value(module)" in message
+    [worker] = s.stats().workers  # which worker could not import it, and where it looked
+    assert f"the worker on {socket.gethostname()} (pid {worker.pid}) could not" in message
+    assert "this worker's sys.path: [" in message and str(tmp_path) not in message
+    assert "submit --by-value MODULE" in message  # what a command-line user can do
 
     cloudpickle.register_pickle_by_value(module)  # the advice works
     try:

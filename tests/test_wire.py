@@ -6,6 +6,7 @@ import os
 import pickle
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -111,3 +112,46 @@ def test_a_buffer_table_longer_than_its_message_is_refused(pair):
     with pytest.raises(OSError, match="do not fit"):
         receiver.recv()
     assert receiver.closed
+
+
+def _voluntary_switches(tid: int) -> int:
+    with open(f"/proc/self/task/{tid}/status") as status:
+        for line in status:
+            if line.startswith("voluntary_ctxt_switches"):
+                return int(line.split()[1])
+    raise AssertionError("no voluntary_ctxt_switches line")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="needs Linux's /proc")
+def test_a_waiting_reader_is_not_woken_when_its_peer_takes_what_it_sent(
+        pair: tuple[FastConnection, FastConnection]) -> None:
+    # Linux wakes the waiters of a Unix socket when its peer takes in data it sent (room
+    # freed): a caller blocked in recv() right after its send, as every proxy call is,
+    # would be woken once for nothing per call, and once more by the reply.
+    mine, peer = pair
+    rounds = 200
+    tids: list[int] = []
+    switches: list[int] = []
+
+    def caller() -> None:
+        tids.append(threading.get_native_id())
+        before = _voluntary_switches(tids[0])
+        for i in range(rounds):
+            mine.send(("call", i))
+            assert mine.recv() == ("reply", i)
+        switches.append(_voluntary_switches(tids[0]) - before)
+
+    thread = threading.Thread(target=caller)
+    thread.start()
+    try:
+        for i in range(rounds):
+            assert peer.recv() == ("call", i)
+            # Give a wake-up for nothing the time to show (the caller runs, sleeps again).
+            seen, until = _voluntary_switches(tids[0]), time.monotonic() + 0.002
+            while _voluntary_switches(tids[0]) == seen and time.monotonic() < until:
+                pass
+            peer.send(("reply", i))
+    finally:
+        thread.join(30)
+    assert switches and switches[0] < 1.5 * rounds, \
+        f"{switches[0] / rounds:.2f} sleeps per call: woken for nothing"
