@@ -36,17 +36,26 @@ def read_authkey(path: str | os.PathLike[str] | None) -> bytes | None:
             key = file.read().strip()
     except OSError as exc:
         raise AuthenticationError(f"cannot read authkey file {path}: {exc}") from None
-    if status.st_uid != os.geteuid():
-        raise AuthenticationError(
-            f"authkey file {path} belongs to {user_name(status.st_uid)}, not to "
-            f"{user_name(os.geteuid())} who runs mpsched; use a key file of your own")
-    if status.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise AuthenticationError(
-            f"authkey file {path} is readable by others (mode {stat.S_IMODE(status.st_mode):o}); "
-            f"chmod 600 it")
+    problem = private_file_problem(f"authkey file {path}", status)
+    if problem:
+        raise AuthenticationError(problem)
     if not key:
         raise AuthenticationError(f"authkey file {path} is empty")
     return key
+
+
+def private_file_problem(what: str, status: os.stat_result) -> str:
+    """Why the file ``what`` (as a message names it: "authkey file /etc/key"), whose
+    ``os.fstat`` is ``status``, cannot hold a secret; "" when it can: it belongs to this
+    process's effective user, and neither its group nor others have any access (mode 0600
+    or 0400), like an ssh private key."""
+    if status.st_uid != os.geteuid():
+        return (f"{what} belongs to {user_name(status.st_uid)}, not to "
+                f"{user_name(os.geteuid())} who runs mpsched; use a key file of your own")
+    if status.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        return (f"{what} is readable by others (mode {stat.S_IMODE(status.st_mode):o}); "
+                f"chmod 600 it")
+    return ""
 
 
 def user_name(uid: int) -> str:

@@ -255,11 +255,15 @@ def _stress(args: argparse.Namespace, out: TextIO) -> int:
 
     address: Address | None = None
     key: bytes | None = None
+    tls = tls_from_args(args)
     if args.connect is not None:
         address, key = manager_of(args)
         _probe(address, key)  # before any producer starts: a wrong address fails once
+    elif tls is not None:
+        raise UsageError("--tls-ca, --tls-cert and --tls-key need --connect: the manager "
+                         "stress starts itself listens on a Unix socket, without TLS")
     return run_stress(producers=args.producers, workers=args.workers, jobs=args.jobs,
-                      horizon=args.horizon, address=address, authkey=key,
+                      horizon=args.horizon, address=address, authkey=key, tls=tls,
                       inject=args.inject, out=out)
 
 

@@ -425,6 +425,7 @@ def _stress_options(stress: argparse.ArgumentParser) -> None:
                         help="flood this running manager instead of starting one")
     stress.add_argument("--authkey-file", type=Path, metavar="FILE",
                         help=f"with --connect: {KEY_HELP}")
+    _tls_options(stress, serving=False)
     stress.add_argument("--inject", choices=["duplicate", "loss"],
                         help=argparse.SUPPRESS)  # proves the verifier catches faults
 

@@ -229,7 +229,7 @@ class ServiceProxy(BaseProxy):
                  "close_client", "submit", "cancel", "cancel_many", "cancel_client",
                  "not_due", "watch", "job", "jobs", "collect", "stats", "stop", "add_schedule",
                  "list_schedules", "schedule_control", "schedule_preview", "schedule_runs",
-                 "payload_options")
+                 "payload_options", "worker_exited")
 
     def _call(self, method: str, *args: Any) -> Any:
         return self._callmethod(method, args)
@@ -258,6 +258,9 @@ class ServiceProxy(BaseProxy):
 
     def leave(self, worker_id: str, report: Report | None) -> None:
         self._call("leave", worker_id, None if report is None else report_to_wire(report))
+
+    def worker_exited(self, worker_id: str, exitcode: int) -> None:
+        self._call("worker_exited", worker_id, exitcode)
 
     def open_client(self, hello: ClientHello) -> int | None:
         result: int | None = self._call("open_client", hello)

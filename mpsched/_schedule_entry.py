@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -66,7 +67,9 @@ class Entry:
     last_started: str | None = None  # the id of the latest run handed to a worker
     outcomes: dict[str, Outcome] = field(default_factory=dict)
     stalled: bool = False  # a run could not be queued: the watcher plans it again
-    warned: tuple[float, int, int] | None = None  # last warning: when, skipped, missed
+    # The last warning (when, skipped, missed), or the counters of an earlier life of the
+    # schedule (from -inf): the next warning says what was skipped or missed since.
+    warned: tuple[float, int, int] | None = None
 
     def state(self) -> State:
         return State(self.slots.anchor, self.tz, self.decided, self.owed_until, self.paused,
@@ -75,6 +78,13 @@ class Entry:
 
     def counters(self) -> ScheduleCounters:
         return ScheduleCounters(self.runs, self.skipped, self.missed, self.failed)
+
+    def restore(self, counters: ScheduleCounters) -> None:
+        """Go on from the counters a store kept for this schedule (a manager restarted on
+        it): they keep counting, and the next warning says only what this outage, or what
+        comes after it, skipped or missed."""
+        self.runs, self.skipped, self.missed, self.failed = counters
+        self.warned = (-math.inf, self.skipped, self.missed)
 
     def info(self, now: float, *, cancelled: bool = False) -> ScheduleInfo:
         """The schedule as clients see it; ``now`` is a label on its timeline."""

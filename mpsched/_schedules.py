@@ -101,7 +101,7 @@ class Schedules:
         entry = self._entry(spec, state.anchor, state.tz)
         entry.decided, entry.owed_until, entry.paused = \
             state.decided, state.owed_until, state.paused
-        entry.runs, entry.skipped, entry.missed, entry.failed = state.counters
+        entry.restore(state.counters)
         entry.recent.extend(state.recent)
         entry.last_started = state.last_started
         for rid, label in state.active:
@@ -170,6 +170,7 @@ class Schedules:
         """A replaced schedule keeps its counters and last run; its armed run that has not
         started is withdrawn (the new spec plans the next one)."""
         new.runs, new.skipped, new.missed, new.failed = old.counters()
+        new.warned = old.warned  # what it warned of stays said, and its pace
         new.recent, new.outcomes, new.paused = old.recent, old.outcomes, old.paused
         new.last_started = old.last_started
         new.decided = old.decided

@@ -168,6 +168,14 @@ class ManagerService:
         self.finish(worker_id, report)
         self.lose_worker(worker_id, exitcode=0)
 
+    def worker_exited(self, worker_id: str, exitcode: int) -> None:
+        """A remote worker's pool saw its process exit (a negative code: killed by that
+        signal): resolve the jobs it held now, not at its heartbeat deadline."""
+        held = self.lose_worker(worker_id, exitcode)
+        if held:
+            log.error("remote worker %s exited with code %s holding %d job(s)", worker_id,
+                      exitcode, held)
+
     def _complete(self, report: Report, *, same_clock: bool) -> None:
         # A start stamp from another monotonic clock than ours says nothing about lateness
         # here: only workers we started report on our clock; other workers' jobs stay out

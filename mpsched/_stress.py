@@ -39,6 +39,7 @@ from mpsched._client import connect
 from mpsched._job import Priority
 from mpsched._leases import percentiles
 from mpsched._scheduler import Scheduler
+from mpsched._tls import TlsConfig, set_tls
 
 # Faults ``run_stress(inject=...)`` plants in the run log before verifying it. They exist
 # only to prove the verifier catches them (a test runs each and expects FAIL).
@@ -58,6 +59,7 @@ class ProducerSpec:
     authkey: bytes
     log_path: str
     horizon: float
+    tls: TlsConfig | None = None  # TLS to the manager (a process's setting is its own)
 
 
 @dataclass(frozen=True)
@@ -147,6 +149,7 @@ def produce(spec: ProducerSpec, link: Connection) -> None:
 def _produce(spec: ProducerSpec, link: Connection) -> ProducerReport:
     rng = random.Random()
     priorities = list(Priority)
+    set_tls(spec.tls)
     client = connect(spec.address, authkey=spec.authkey)
     try:
         link.send("ready")
@@ -182,8 +185,8 @@ def _report(producer: int, submitted: list[tuple[str, float, Any]],
 
 
 def run_stress(*, producers: int, workers: int, jobs: int, horizon: float = 2.0,
-               address: Any = None, authkey: bytes | None = None, inject: str | None = None,
-               out: TextIO) -> int:
+               address: Any = None, authkey: bytes | None = None,
+               tls: TlsConfig | None = None, inject: str | None = None, out: TextIO) -> int:
     """Flood a manager from ``producers`` processes; check every job ran once, none early.
 
     Args:
@@ -192,6 +195,7 @@ def run_stress(*, producers: int, workers: int, jobs: int, horizon: float = 2.0,
         jobs: how many jobs in all, each due at a random time in ``[0, horizon]`` seconds
             after its submission, at a random priority.
         address, authkey: a running manager to use instead of starting a Scheduler.
+        tls: how the producers connect to ``address`` over TCP (None: without TLS).
         inject: ``"duplicate"`` or ``"loss"`` plants that fault in the run log before it is
             verified. For testing the verifier only: the run then must FAIL.
         out: where the report goes.
@@ -211,7 +215,8 @@ def run_stress(*, producers: int, workers: int, jobs: int, horizon: float = 2.0,
             _run_own(report, horizon, log_path)
         else:
             assert authkey is not None
-            _collect(report, _run_producers(report, address, authkey, log_path, horizon))
+            _collect(report, _run_producers(report, address, authkey, log_path, horizon,
+                                            tls))
         if inject is not None:
             _inject(log_path, inject)
         _verify(report, log_path)
@@ -245,10 +250,11 @@ def _run_own(report: StressReport, horizon: float, log_path: str) -> None:
 
 
 def _run_producers(report: StressReport, address: Any, authkey: bytes, log_path: str,
-                   horizon: float) -> list[ProducerReport | ProducerFailed]:
+                   horizon: float, tls: TlsConfig | None = None
+                   ) -> list[ProducerReport | ProducerFailed]:
     """Start the producers, release them together, and gather what each sends back."""
     counts = _split(report.jobs, report.producers)
-    specs = [ProducerSpec(p, n, address, authkey, log_path, horizon)
+    specs = [ProducerSpec(p, n, address, authkey, log_path, horizon, tls)
              for p, n in enumerate(counts)]
     with _producer_processes(specs) as links:
         replies = [_receive(p, link, START_TIMEOUT) for p, link in enumerate(links)]

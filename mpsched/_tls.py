@@ -21,17 +21,20 @@ certificate names. Use a private CA that signs only mpsched's certificates.
 
 from __future__ import annotations
 
+import os
 import ssl
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from mpsched._authkey import private_file_problem
 from mpsched._errors import AuthenticationError
 
 
 class TlsError(AuthenticationError):
     """TLS could not be set up: a certificate did not verify, a peer does not speak TLS or
-    wants a client certificate, or a certificate or key file does not load."""
+    wants a client certificate, a certificate or key file does not load, or the key file
+    is another user's or readable by others."""
 
 
 @dataclass(frozen=True)
@@ -41,7 +44,9 @@ class TlsConfig:
     Attributes:
         cert: this side's certificate (a server needs one; a client sends it when the
             server asks for client certificates).
-        key: the private key of ``cert`` (None: it is in the ``cert`` file).
+        key: the private key of ``cert`` (None: it is in the ``cert`` file). The file that
+            holds it must be this user's and unreadable by group and others (mode 0600),
+            as an authkey file.
         ca: the CA that signs the peer's certificate. A client verifies the server with it
             (None: the system's CAs; give a self-signed certificate as its own CA). A server
             given one requires every client to present a certificate it signed.
@@ -94,11 +99,28 @@ class TlsConfig:
         return context
 
     def _load_chain(self, context: ssl.SSLContext) -> None:
+        self._check_key_file()
         try:
             context.load_cert_chain(str(self.cert), None if self.key is None else str(self.key))
         except (OSError, ssl.SSLError) as exc:
             raise TlsError(f"cannot load TLS certificate {self.cert} with key "
                            f"{self.key or '(in the certificate file)'}: {exc}") from None
+
+    def _check_key_file(self) -> None:
+        """Refuse a private key that another user owns or others can read, as an authkey
+        file is refused (a file that cannot be read is left to ``load_cert_chain``)."""
+        path = self.key if self.key is not None else self.cert
+        assert path is not None  # only a config with a certificate loads a chain
+        what = (f"TLS key file {path}" if self.key is not None
+                else f"TLS certificate file {path}, which holds its key (no key file),")
+        try:
+            with open(path, "rb") as file:
+                status = os.fstat(file.fileno())
+        except OSError:
+            return
+        problem = private_file_problem(what, status)
+        if problem:
+            raise TlsError(problem)
 
     def _load_ca(self, context: ssl.SSLContext) -> None:
         try:

@@ -22,7 +22,9 @@ defaults safe:
 - authkeys come from a 0600 file of this user or the MPSCHED_AUTHKEY environment
   variable, never argv; :func:`scrub_authkey_env` keeps the variable from child processes
   (both in :mod:`mpsched._authkey`, re-exported here);
-- a non-loopback TCP address needs an explicit authkey.
+- a non-loopback TCP address needs an explicit authkey;
+- a client's TCP connect gives up after CONNECT_TIMEOUT, not after the kernel's minutes
+  of SYN retries to a host that drops them.
 """
 
 from __future__ import annotations
@@ -57,6 +59,9 @@ from mpsched._wire import FastConnection
 log = logging.getLogger("mpsched.transport")
 
 HANDSHAKE_TIMEOUT = 5.0  # seconds for the whole handshake of one connection
+# Seconds a client's TCP connect may wait for an answer (without it, a connect to a host
+# that drops it retries its SYN for about two minutes).
+CONNECT_TIMEOUT = 10.0
 # Connections a server lets sit in their handshake at once: each holds a descriptor (no
 # thread), so all of them together stay well within the usual limit of 1024.
 MAX_HANDSHAKES = 512
@@ -127,8 +132,9 @@ def is_loopback(address: Address) -> bool:
 
 
 def client_connection(address: Any, authkey: bytes | None = None) -> FastConnection:
-    """Connect, start TLS on TCP if :func:`mpsched._tls.set_tls` set it up, and
-    authenticate, all within HANDSHAKE_TIMEOUT after the connection is established.
+    """Connect (within CONNECT_TIMEOUT on TCP), then start TLS on TCP if
+    :func:`mpsched._tls.set_tls` set it up, and authenticate, all within HANDSHAKE_TIMEOUT
+    after the connection is established.
 
     Raises:
         AuthenticationError: the manager rejected our key, or we rejected its.
@@ -136,7 +142,8 @@ def client_connection(address: Any, authkey: bytes | None = None) -> FastConnect
             TLS, or it wants a client certificate we did not give).
         ManagerUnreachableError: the manager turned us away (too many connections in their
             handshake, from our address or in all), saying why.
-        TimeoutError: the handshake did not finish in time.
+        TimeoutError: no answer to a TCP connect within CONNECT_TIMEOUT (errno
+            ETIMEDOUT), or the handshake did not finish in time.
         ConnectionError: the manager closed the connection during the handshake.
         OSError: nothing listens there.
     """
@@ -144,7 +151,17 @@ def client_connection(address: Any, authkey: bytes | None = None) -> FastConnect
     tls = client_tls() if family == socket.AF_INET else None
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
+        # A Unix socket's connect with a timeout would fail at once (EAGAIN) while the
+        # manager's backlog is full, where a blocking one waits for its turn.
+        if family == socket.AF_INET:
+            sock.settimeout(CONNECT_TIMEOUT)  # FastConnection makes it blocking again
         sock.connect(address)
+    except TimeoutError as exc:
+        sock.close()
+        if exc.errno is not None:  # the kernel's own ETIMEDOUT
+            raise
+        raise TimeoutError(errno.ETIMEDOUT, f"timed out connecting after "
+                                            f"{CONNECT_TIMEOUT:g} s") from None
     except BaseException:
         sock.close()
         raise

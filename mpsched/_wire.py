@@ -106,6 +106,7 @@ class FastConnection:
                                          server_hostname=server_hostname,
                                          do_handshake_on_connect=False)
         self._tls = True
+        self._readable = None  # decrypted data may wait in the ssl object, unseen by poll()
         if self._deadline is not None:
             self._arm()  # the ssl module holds its timeout as a deadline over the handshake
         self._sock.do_handshake()

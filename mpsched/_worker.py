@@ -248,6 +248,10 @@ def serve(service: ServiceProxy, config: WorkerConfig, received: Callable[[int],
     the worker drains ("drained"), or it is time to recycle this process ("recycled":
     ``max_tasks`` / ``max_memory``).
 
+    A job's report rides on the next take. A remote worker's take that carries one returns
+    at once (a job that is due, or none), and only then does it wait ``long_poll``: when
+    the manager goes away, the worker knows whether it had answered for the last report.
+
     Args:
         received: acknowledges each lease as it arrives; an OSError or EOFError from it
             means the manager is gone ("lost"), and the job is not run.
@@ -258,14 +262,19 @@ def serve(service: ServiceProxy, config: WorkerConfig, received: Callable[[int],
     report: Report | None = None
     done = 0
     while drain is None or not drain.draining:
+        # A remote worker's take that hands in a report does not wait: its answer says the
+        # report arrived, so an idle worker holds no report its manager may not have.
+        wait = 0.0 if report is not None and drain is not None else long_poll
         try:
-            assignment = _take(service, worker_id, report, long_poll, drain)
+            assignment = _take(service, worker_id, report, wait, drain)
         except Draining:
             break
         except SchedulerShutdownError:
             return "stopped"
         except (EOFError, OSError) as exc:
-            unsent = f"; the outcome of job {report.outcome.job_id} is lost" if report else ""
+            unsent = "" if report is None else (
+                f"; the report of job {report.outcome.job_id} got no answer: its outcome is "
+                f"lost unless the manager recorded it")
             _log_lost(worker_id, exc, unsent)
             return "lost"
         report = None

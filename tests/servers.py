@@ -6,6 +6,7 @@ import contextlib
 import os
 import socket
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from processes import wait_for
@@ -100,3 +101,16 @@ def read_until_closed(sock: socket.socket, timeout: float) -> bytes:
         while chunk := sock.recv(4096):
             data += chunk
     return data
+
+
+@contextlib.contextmanager
+def unanswered_address() -> Iterator[tuple[str, int]]:
+    """A loopback TCP address whose SYNs go unanswered, as a host behind a firewall that
+    drops them: a listener that never accepts, its accept queue (one place) already full.
+    Linux drops a SYN to a full accept queue, and the connect retries it for minutes."""
+    with socket.socket() as listener, socket.socket() as filler:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        address = listener.getsockname()
+        filler.connect(address)
+        yield address

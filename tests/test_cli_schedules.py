@@ -3,8 +3,10 @@ schedule that outlives a killed ``serve --store``. Real serve processes (``procs
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -122,6 +124,38 @@ def test_a_schedule_outlives_a_killed_serve_and_catches_up_once(
     done = sum(job["state"] == "done" for job in runs)
     crashed = sum(job["state"] == "failed" for job in runs)
     assert done <= len(lines(log)) <= done + crashed  # each slot ran at most once
+
+
+MISSED = re.compile(r"schedule tick: (\d+) slot\(s\) missed \(the manager was down")
+
+
+def test_after_each_restart_the_missed_warning_counts_that_outage_alone(
+        procs: Processes, tmp_path: Path) -> None:
+    store, log = tmp_path / "jobs.db", tmp_path / "runs.log"
+    options = ["--workers", "1", "--store", str(store), "--durability", "process"]
+    manager = serve(procs, *options)
+    again = [*options, "--address", manager.address, "--authkey-file", str(manager.key_file)]
+    code, out, err = runner(procs, manager)(
+        "submit", "jobs:record", "--args", json.dumps([str(log), "tick"]), "--every", "1",
+        "--delay", "0", "--id", "tick")
+    assert code == Exit.OK, err
+    wait_for(lambda: len(lines(log)) >= 1, what="the first run")
+    warned, missed = [], [0]
+    for downtime in (3.5, 2.5):
+        os.kill(manager.proc.pid, signal.SIGKILL)
+        manager.proc.wait()
+        before = len(lines(log))
+        time.sleep(downtime)  # slots pass with no manager
+        manager = serve(procs, *again)
+        wait_for(lambda: len(lines(log)) > before, what="the catch-up run")  # noqa: B023
+        code, out, err = runner(procs, manager)("schedules", "--json")
+        [listed] = json.loads(out)
+        missed.append(listed["missed"])
+        wait_for(lambda: MISSED.search(manager.proc.stderr()), 30,  # noqa: B023
+                 what="the missed slots warned of")
+        warned.append(int(MISSED.findall(manager.proc.stderr())[-1]))
+    outages = [later - earlier for earlier, later in itertools.pairwise(missed)]
+    assert all(outages) and warned == outages, (warned, missed)
 
 
 def test_cancel_says_so_when_another_client_cancelled_the_schedule_first(

@@ -18,7 +18,8 @@ LAYERS: list[set[str]] = [
     {"_job"},
     {"_shm"},
     {"_segment_pool"},
-    {"_authkey", "_tls", "_wire", "_handshake", "_payload", "_store", "_recurring"},
+    {"_authkey"},  # its private-file check serves _tls's key files too
+    {"_tls", "_wire", "_handshake", "_payload", "_store", "_recurring"},
     {"_handshake_loop"},
     {"_transport"},
     {"_runtime"},

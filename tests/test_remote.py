@@ -1,10 +1,12 @@
-"""``worker --connect`` pools end to end: another clock, a pool that keeps its size, and a
-manager that goes away and comes back. Real ``serve`` and ``worker`` processes, started
+"""``worker --connect`` pools end to end: another clock, a pool that keeps its size, deaths
+the manager hears of at once, workers that die at start, and a manager that goes away and
+comes back. Real ``serve`` and ``worker`` processes, started
 and killed (by pid or by their own process group) through test_cli's helpers.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import socket
@@ -15,7 +17,8 @@ from pathlib import Path
 import jobs
 import psutil
 import pytest
-from processes import wait_for
+from processes import wait_for, wait_started
+from servers import unanswered_address
 from test_cli import START_TIMEOUT, Manager, Proc, Processes, pool_workers, serve
 
 import mpsched
@@ -114,6 +117,135 @@ def test_a_job_that_ends_its_worker_process_is_replaced_whatever_the_exit_code(
     assert client.submit(jobs.pid).result(timeout=30) in after
 
 
+# ------------------------------------------------------------------------------ deaths
+
+# Long enough that a job failed within it was failed by the pool's word, not by silence.
+SILENT_FOR = "120"
+CRASH_SEEN = 30.0  # seconds within which the job of a dead remote worker must be resolved
+
+
+@pytest.mark.parametrize("how", ["exit-3", "sigkill"])
+def test_a_remote_worker_that_dies_fails_its_job_at_once_naming_the_exit(
+        procs: Processes, connect_client: Callable[[Manager], mpsched.Client],
+        fifo: str, how: str) -> None:
+    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0",
+                    "--heartbeat-timeout", SILENT_FOR)
+    pool = start_pool(procs, manager, 1)
+    client = connect_client(manager)
+    if how == "exit-3":
+        doomed = client.submit(jobs.exit_process, 3)
+    else:
+        doomed = client.submit(jobs.announce_then_sleep, fifo, 300)
+        [pid] = wait_started(fifo)
+        os.kill(pid, signal.SIGKILL)
+    error = doomed.exception(timeout=CRASH_SEEN)
+    assert isinstance(error, mpsched.WorkerCrashedError), error
+    if how == "exit-3":
+        assert error.exitcode == 3 and "exited with code 3" in str(error), error
+    else:
+        assert error.exitcode == -signal.SIGKILL and "signal SIGKILL" in str(error), error
+    # Its replacement runs the next job.
+    wait_for(lambda: len(pool_workers(manager, pool)) == 1, START_TIMEOUT, "a replacement")
+    assert client.submit(jobs.pid).result(timeout=30) in {
+        w.pid for w in pool_workers(manager, pool)}
+    assert "missed its heartbeats" not in manager.proc.stderr()
+
+
+def test_a_death_the_manager_cannot_be_told_of_is_found_by_the_missed_heartbeats(
+        procs: Processes, connect_client: Callable[[Manager], mpsched.Client],
+        fifo: str) -> None:
+    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0",
+                    "--heartbeat-timeout", "3")
+    pool = start_pool(procs, manager, 1)
+    client = connect_client(manager)
+    doomed = client.submit(jobs.announce_then_sleep, fifo, 300)
+    [pid] = wait_started(fifo)
+    os.kill(manager.proc.pid, signal.SIGSTOP)  # it takes connections, and answers none
+    try:
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: "could not tell the manager" in pool.stderr(), 30,
+                 "the pool gave up telling it")
+    finally:
+        os.kill(manager.proc.pid, signal.SIGCONT)
+    error = doomed.exception(timeout=CRASH_SEEN)
+    assert isinstance(error, mpsched.WorkerCrashedError), error
+    assert error.exitcode is None and "went away" in str(error), error
+    assert "missed its heartbeats" in manager.proc.stderr()
+
+
+def test_a_job_whose_remote_worker_died_runs_again_at_once_if_its_retries_allow(
+        procs: Processes, connect_client: Callable[[Manager], mpsched.Client],
+        tmp_path: Path) -> None:
+    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0",
+                    "--heartbeat-timeout", SILENT_FOR)
+    start_pool(procs, manager, 1)
+    client = connect_client(manager)
+    again = client.schedule(jobs.die_once, str(tmp_path / "died"), retries=1)
+    assert again.result(timeout=CRASH_SEEN) == "survived"
+    assert manager.stats().queue.retried == 1
+
+
+# Kills every process forked from the process it runs in (a pool's forkserver) at once,
+# before it can join, while the file ``healed`` does not exist; each death appends its
+# time (the system-wide monotonic clock) to ``forks``. Put on a pool's PYTHONPATH, Python
+# runs it at start-up; the pool itself never forks.
+DIE_AT_START = """
+import itertools
+import os
+import time
+
+
+def _die_unless_healed():
+    if not os.path.exists({healed!r}):
+        with open({forks!r}, "a") as log:
+            log.write(f"{{time.monotonic()}}\\n")
+        os._exit(7)
+
+
+os.register_at_fork(after_in_child=_die_unless_healed)
+"""
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def test_a_pool_whose_workers_die_at_start_backs_off_and_warns_once_a_streak(
+        procs: Processes, tmp_path: Path) -> None:
+    site, forks, healed = tmp_path / "site", tmp_path / "forks", tmp_path / "healed"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        DIE_AT_START.format(healed=str(healed), forks=str(forks)))
+    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0")
+    pythonpath = os.pathsep.join([str(site), procs.env["PYTHONPATH"]])
+    pool = procs.start("worker", *manager.cli(), "--processes", "1", "--log-level", "info",
+                       env={"PYTHONPATH": pythonpath})
+    wait_for(lambda: len(_lines(forks)) >= 6, 60, "six workers died at start")
+    died = [float(line) for line in _lines(forks)[:6]]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(died)]
+    for gap, backoff in zip(gaps, [0.1, 0.2, 0.4, 0.8, 1.6], strict=True):
+        assert gap >= backoff - 0.001, gaps  # each start waited out its back-off
+    log = pool.stderr()
+    assert log.count("before it joined the manager") == 1, log
+    assert "exited with 7 before it joined the manager; starting another in 0.1 s" in log
+    assert pool.popen.poll() is None, log
+
+    healed.touch()
+    wait_for(lambda: len(pool_workers(manager, pool)) == 1, START_TIMEOUT, "one joined")
+    wait_for(lambda: "joined the manager after" in pool.stderr(), 30, "the streak ended")
+    # A new streak starts from the first back-off, and is warned of again.
+    healed.unlink()
+    [joined] = pool_workers(manager, pool)
+    before = len(_lines(forks))
+    os.kill(joined.pid, signal.SIGKILL)
+    wait_for(lambda: len(_lines(forks)) >= before + 2, 60, "two more died at start")
+    first, second = (float(line) for line in _lines(forks)[before:before + 2])
+    assert 0.1 - 0.001 <= second - first < 3.0  # not the 6.4 s or more the streak had reached
+    log = pool.stderr()
+    assert log.count("before it joined the manager; starting another in 0.1 s") == 2, log
+    assert "Traceback" not in log
+
+
 # ------------------------------------------------------------------------------ the manager
 
 
@@ -149,6 +281,21 @@ def test_a_remote_pool_waits_for_its_manager_to_come_back(
     assert "Traceback" not in log
 
 
+def test_an_idle_worker_that_loses_its_manager_says_no_finished_job_is_lost(
+        procs: Processes, connect_client: Callable[[Manager], mpsched.Client]) -> None:
+    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0")
+    pool = start_pool(procs, manager, 1)
+    client = connect_client(manager)
+    done = client.submit(jobs.pid)
+    done.result(timeout=30)  # its report reached the manager: the outcome came back
+    # Within the worker's next long poll (5 s): it has nothing left to report.
+    os.kill(manager.proc.pid, signal.SIGKILL)
+    manager.proc.wait()
+    wait_for(lambda: "lost its manager" in pool.stderr(), 30, "the worker noticed")
+    log = pool.stderr()
+    assert done.job_id not in log and "is lost" not in log, log
+
+
 def test_a_remote_pool_exits_0_and_says_so_when_its_manager_stops(procs: Processes) -> None:
     manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0")
     pool = start_pool(procs, manager, 2)
@@ -166,3 +313,16 @@ def test_a_pool_with_no_manager_at_its_address_fails_fast(
     assert nobody.returncode == Exit.UNREACHABLE, nobody.stderr
     assert "no manager answers" in nobody.stderr
     assert time.monotonic() - t0 < 15
+
+
+def test_a_pool_whose_manager_never_answers_the_connect_times_out(
+        procs: Processes, tmp_path: Path) -> None:
+    with unanswered_address() as (host, port):
+        t0 = time.monotonic()
+        silent = procs.run("worker", "--connect", f"{host}:{port}",
+                           "--authkey-file", str(key_file(tmp_path)), timeout=60)
+        took = time.monotonic() - t0
+    assert silent.returncode == Exit.UNREACHABLE, silent.stderr
+    assert silent.stderr == (f"mpsched: no manager answers at {host}:{port}: cannot reach "
+                             f"the host (timed out connecting after 10 s)\n")
+    assert 10 <= took < 50  # CONNECT_TIMEOUT, not the kernel's two minutes of retries

@@ -444,6 +444,27 @@ def test_skipped_slots_are_logged_at_once_then_at_most_once_a_minute(
     assert service.schedule_control("s", "info").counters.skipped == 6
 
 
+def test_a_replaced_schedule_warns_on_from_what_was_already_said(
+        service: ManagerService, clock: FakeClock, caplog: pytest.LogCaptureFixture):
+    service.add_schedule(tuple(spec()))
+    clock.advance(5)
+    said = []
+    for replace in (False, True, False):  # each run takes 2.5 intervals: ends at 30, 60, 90
+        run = take(service)
+        assert run is not None
+        if replace:  # while its run runs: the new spec takes over the run and counters
+            service.add_schedule(tuple(spec(payload=b"another payload")))
+        clock.advance(25)
+        finish(service, run)
+        clock.advance(5)
+        said.append([r.getMessage().split(":")[1] for r in caplog.records
+                     if "skipped" in r.getMessage()])
+        caplog.clear()
+    # At 30; nothing at 60, within the minute; at 90, what was skipped since 30.
+    assert said == [[" 2 slot(s) skipped"], [], [" 4 slot(s) skipped"]]
+    assert service.schedule_control("s", "info").counters.skipped == 6
+
+
 def test_a_cron_run_is_never_handed_out_before_its_wall_clock_time(
         service: ManagerService, clock: FakeClock):
     clock.wall_offset = 1_800_000_000 - clock.now() - 1  # 1 s before a whole half hour

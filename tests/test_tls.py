@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import ssl
 import subprocess
@@ -283,6 +284,50 @@ def test_files_that_do_not_load_are_named(certs: Certs, tmp_path: Path) -> None:
         TlsConfig(cert=certs.ca, key=certs.server.key).server_context()  # not its key
 
 
+def _copy(source: Path, to: Path, mode: int) -> Path:
+    to.write_bytes(source.read_bytes())
+    to.chmod(mode)
+    return to
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604], ids=oct)
+def test_a_key_file_others_can_read_is_refused(certs: Certs, tmp_path: Path,
+                                               mode: int) -> None:
+    assert certs.server.key is not None
+    key = _copy(certs.server.key, tmp_path / "server.key", mode)
+    refused = f"TLS key file {key} is readable by others \\(mode {mode:o}\\); chmod 600 it"
+    with pytest.raises(TlsError, match=refused):
+        TlsConfig(cert=certs.server.cert, key=key).server_context()
+    with pytest.raises(TlsError, match=refused):
+        TlsConfig(ca=certs.ca, cert=certs.server.cert, key=key).client_context()
+    key.chmod(0o600)
+    TlsConfig(cert=certs.server.cert, key=key).server_context()
+    key.chmod(0o400)
+    TlsConfig(cert=certs.server.cert, key=key).server_context()
+
+
+def test_a_certificate_file_that_holds_its_key_must_be_private_too(
+        certs: Certs, tmp_path: Path) -> None:
+    assert certs.server.key is not None and certs.server.cert is not None
+    both = tmp_path / "both.pem"
+    both.write_bytes(certs.server.cert.read_bytes() + certs.server.key.read_bytes())
+    both.chmod(0o644)
+    with pytest.raises(TlsError, match=f"TLS certificate file {both}, which holds its key "
+                                       f"\\(no key file\\), is readable by others"):
+        TlsConfig(cert=both).server_context()
+    both.chmod(0o600)
+    TlsConfig(cert=both).server_context()
+
+
+def test_another_users_key_file_is_refused(certs: Certs,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    owner = os.geteuid()
+    monkeypatch.setattr(os, "geteuid", lambda: owner + 1)  # we are someone else now
+    with pytest.raises(TlsError, match=f"TLS key file {certs.server.key} belongs to "
+                                       f".*uid {owner}\\)?, not to .*uid {owner + 1}"):
+        certs.server.server_context()
+
+
 def test_set_tls_returns_the_previous_setting_and_keeps_it_on_error(
         certs: Certs, tmp_path: Path) -> None:
     config = _with_ca(certs)
@@ -371,3 +416,41 @@ def test_serve_submit_and_status_over_tls_from_the_command_line(
     plain = procs.run("status", *manager.cli())
     assert plain.returncode == 5, plain.stderr
     assert "--tls-ca" in plain.stderr and "Traceback" not in plain.stderr
+
+
+def test_serve_and_worker_refuse_a_key_file_others_can_read(
+        certs: Certs, procs: Any, tmp_path: Path) -> None:
+    assert certs.server.key is not None and certs.client.key is not None
+    open_key = _copy(certs.server.key, tmp_path / "server.key", 0o644)
+    served = procs.run("serve", "--address", "127.0.0.1:0", "--workers", "0",
+                       "--tls-cert", str(certs.server.cert), "--tls-key", str(open_key))
+    assert served.returncode == 3, served.stderr
+    assert served.stderr == (f"mpsched: TLS key file {open_key} is readable by others "
+                             f"(mode 644); chmod 600 it\n")
+    open_key = _copy(certs.client.key, tmp_path / "client.key", 0o640)
+    joined = procs.run("worker", "--connect", "127.0.0.1:1", "--tls-ca", str(certs.ca),
+                       "--tls-cert", str(certs.client.cert), "--tls-key", str(open_key))
+    assert joined.returncode == 3, joined.stderr
+    assert joined.stderr == (f"mpsched: TLS key file {open_key} is readable by others "
+                             f"(mode 640); chmod 600 it\n")
+
+
+def test_stress_floods_a_tls_manager_with_the_tls_options(certs: Certs, procs: Any) -> None:
+    from test_cli import serve
+
+    server, client = certs.server, certs.client
+    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "1",
+                    "--tls-cert", str(server.cert), "--tls-key", str(server.key),
+                    "--tls-ca", str(certs.ca))  # the producers must show a certificate too
+    tls = ["--tls-ca", str(certs.ca), "--tls-cert", str(client.cert),
+           "--tls-key", str(client.key)]
+    flood = procs.run("stress", *manager.cli(), *tls, "--producers", "2", "--jobs", "100",
+                      "--horizon", "0.2", timeout=120)
+    assert flood.returncode == 0, flood.stdout + flood.stderr
+    assert flood.stdout.splitlines()[-1] == "OK: 100 jobs ran exactly once, none early"
+    # Its own manager listens on a Unix socket: TLS options there are a mistake, said so.
+    own = procs.run("stress", "--tls-ca", str(certs.ca), "--jobs", "10")
+    assert own.returncode == 2, own.stderr
+    assert own.stderr == ("mpsched: --tls-ca, --tls-cert and --tls-key need --connect: the "
+                          "manager stress starts itself listens on a Unix socket, without "
+                          "TLS; see python -m mpsched stress --help\n")

@@ -22,7 +22,14 @@ from typing import Any
 
 import pytest
 from processes import wait_for
-from servers import KEY, InProcessServer, read_until_closed, sockopt, trickle
+from servers import (
+    KEY,
+    InProcessServer,
+    read_until_closed,
+    sockopt,
+    trickle,
+    unanswered_address,
+)
 
 import mpsched
 import mpsched._authkey as _authkey
@@ -311,6 +318,22 @@ def test_client_handshake_times_out_against_a_silent_server(
         with pytest.raises(OSError):
             client_connection(listener.getsockname(), KEY)
         assert time.monotonic() - t0 < 5
+
+
+def test_a_connect_that_gets_no_answer_times_out_as_an_unreachable_manager(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(transport, "CONNECT_TIMEOUT", 1.0)
+    with unanswered_address() as address:
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError) as raw:
+            client_connection(address, KEY)
+        assert raw.value.errno == errno.ETIMEDOUT
+        with pytest.raises(mpsched.ManagerUnreachableError) as caught:
+            mpsched.connect(address, authkey=KEY)
+        # Two connects of 1 s each (the kernel alone would retry for about two minutes).
+        assert time.monotonic() - t0 < 10
+    assert str(caught.value) == (f"no manager answers at {address[0]}:{address[1]}: cannot "
+                                 f"reach the host (timed out connecting after 1 s)")
 
 
 # A frame whose length (250) is one the challenge functions accept (at most 256 bytes),

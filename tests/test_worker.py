@@ -6,6 +6,7 @@ fakes the test fires by hand.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -67,6 +68,47 @@ def test_a_remote_worker_whose_ack_fails_treats_it_as_a_lost_manager(tmp_path: P
     assert ended == "lost"
     # Never acknowledged, the job counts as never delivered: running it could run it twice.
     assert not marker.exists()
+
+
+class VanishingService(ScriptedService):
+    """A ScriptedService whose manager goes away at the ``vanish_at``-th take (from 0)."""
+
+    def __init__(self, assignments: list[Assignment], vanish_at: int) -> None:
+        super().__init__(assignments)
+        self.vanish_at = vanish_at
+        self.takes: list[tuple[bool, float]] = []  # (carried a report, timeout) per take
+
+    def take(self, worker_id: str, report: Report | None, timeout: float) -> Assignment | None:
+        self.takes.append((report is not None, timeout))
+        if len(self.takes) > self.vanish_at:
+            raise EOFError
+        if report is not None:
+            self.reports.append(report)
+        return self.assignments.pop(0) if self.assignments else None
+
+
+@pytest.mark.parametrize(("vanish_at", "says"), [
+    pytest.param(1, "the report of job job-1 got no answer: its outcome is lost unless the "
+                    "manager recorded it", id="while-reporting"),
+    pytest.param(2, "", id="idle"),
+])
+def test_a_remote_worker_hands_in_a_report_without_waiting_and_knows_if_it_was_answered(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, vanish_at: int, says: str) -> None:
+    service = VanishingService([assignment(1, str, "done")], vanish_at)
+    with caplog.at_level(logging.WARNING, logger="mpsched.worker"):
+        ended = serve(service, config(tmp_path), lambda lease_id: None, DrainState(),
+                      long_poll=5.0)
+    assert ended == "lost"
+    # Take the job; hand its report in with a take that returns at once; then wait.
+    assert service.takes == [(False, 5.0), (True, 0.0), (False, 5.0)][:vanish_at + 1]
+    [lost] = [r.getMessage() for r in caplog.records if "lost its manager" in r.getMessage()]
+    assert lost.endswith(f"(EOFError: ){'; ' if says else ''}{says}"), lost
+
+
+def test_a_local_worker_hands_in_a_report_with_its_long_poll(tmp_path: Path) -> None:
+    service = VanishingService([assignment(1, str, "done")], vanish_at=2)
+    assert serve(service, config(tmp_path), lambda lease_id: None, long_poll=5.0) == "lost"
+    assert service.takes == [(False, 5.0), (True, 5.0), (False, 5.0)]
 
 
 # ------------------------------------------------------------------------------ timeouts
