@@ -582,8 +582,10 @@ def connect(address: str | tuple[str, int] | None = None, *,
         VersionMismatchError: this process runs another Python or cloudpickle version.
         ManagerUnreachableError: no manager answers at ``address`` (a ConnectionError):
             an unknown host, nothing listening, no answer to a TCP connect within
-            ``CONNECT_TIMEOUT`` (10 s, mpsched._transport), or something that is not a
-            manager; with no address, also when no local manager has ever run as this user.
+            ``CONNECT_TIMEOUT`` (10 s, mpsched._transport), something that is not a
+            manager, or a manager turning connections away (too many handshakes pending
+            from this address); with no address, also when no local manager has ever run
+            as this user.
     """
     if address is None:
         address = default_address()

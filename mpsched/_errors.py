@@ -163,7 +163,8 @@ class ManagerUnreachableError(MpschedError, ConnectionError):
     """No mpsched manager answers at an address; ``reason`` says what is there instead.
 
     Build it with :meth:`from_error` from what connecting raised: an unknown host, nothing
-    listening, or something listening that is not an mpsched manager.
+    listening, something listening that is not an mpsched manager, or a manager that
+    turned the connection away (too many handshakes pending from this address), saying so.
     """
 
     def __init__(self, address: str, reason: str) -> None:
@@ -178,10 +179,14 @@ class ManagerUnreachableError(MpschedError, ConnectionError):
     def from_error(cls, address: str, exc: BaseException) -> ManagerUnreachableError:
         """Say what connecting to ``address`` (as the command line spells it) ran into.
 
-        Failures to connect (name lookup, refused, no socket file, no route) say so;
-        anything that goes wrong once connected (silence until the handshake deadline, a
-        hang-up, bytes that are not a challenge) means the peer is not an mpsched manager.
+        Failures to connect (name lookup, refused, no socket file, no route) say so; a
+        manager that turned us away said why (``exc`` is then this error already);
+        anything else that goes wrong once connected (silence until the handshake
+        deadline, a hang-up, bytes that are not a challenge) means the peer is not an
+        mpsched manager.
         """
+        if isinstance(exc, ManagerUnreachableError):
+            return cls(address, exc.reason)
         if isinstance(exc, socket.gaierror):
             host = address.rpartition(":")[0]
             return cls(address, f"unknown host {host} ({exc.strerror})")

@@ -7,9 +7,14 @@ the network path, unless TLS is on (:mod:`mpsched._tls`, TCP only). This module 
 defaults safe:
 
 - the whole handshake (TLS if on, the HMAC challenge both ways, the first request) must
-  finish within HANDSHAKE_TIMEOUT, or the socket is dropped: slow or silent peers cannot
-  pin manager threads, and at most MAX_HANDSHAKES connections may be in their handshake at
-  once (others are closed at once);
+  finish within HANDSHAKE_TIMEOUT, or the socket is dropped;
+- a connection costs no thread until its peer has proven it holds the key: one thread
+  waits for all the others with a selector (:mod:`mpsched._handshake_loop`), so slow or
+  silent peers cannot pin manager threads;
+- at most MAX_HANDSHAKES connections may be in their handshake at once, and at most
+  MAX_HANDSHAKES_PER_ADDRESS from one TCP peer address, so that one host cannot take every
+  slot; a connection over a cap is told why (``ManagerUnreachableError`` on its side) and
+  closed;
 - accept() out of file descriptors backs off instead of spinning;
 - a Unix socket is created mode 0600: other users cannot connect;
 - TCP sockets set TCP_NODELAY on both ends (small request/reply messages otherwise wait
@@ -45,7 +50,9 @@ from mpsched._authkey import child_environment as child_environment
 from mpsched._authkey import read_authkey as read_authkey
 from mpsched._authkey import scrub_authkey_env as scrub_authkey_env
 from mpsched._authkey import write_authkey as write_authkey
-from mpsched._errors import AuthenticationError, MpschedError
+from mpsched._errors import AuthenticationError, ManagerUnreachableError, MpschedError
+from mpsched._handshake import MAX_MESSAGE, log_failure, refusal
+from mpsched._handshake_loop import HandshakeLoop, Limits
 from mpsched._tls import ClientTls, TlsError, client_tls, current_tls
 from mpsched._wire import FastConnection
 
@@ -55,7 +62,16 @@ HANDSHAKE_TIMEOUT = 5.0  # seconds for the whole handshake of one connection
 # Seconds a client's TCP connect may wait for an answer (without it, a connect to a host
 # that drops it retries its SYN for about two minutes).
 CONNECT_TIMEOUT = 10.0
-MAX_HANDSHAKES = 64  # connections a server lets sit in their handshake at once
+# Connections a server lets sit in their handshake at once: each holds a descriptor (no
+# thread), so all of them together stay well within the usual limit of 1024.
+MAX_HANDSHAKES = 512
+# ... from one TCP peer address: it takes 16 hosts to fill MAX_HANDSHAKES, and a host
+# opening connections for a whole pool of workers at once stays far below it.
+MAX_HANDSHAKES_PER_ADDRESS = 32
+# TLS: refused connections of one address told why at once (each needs its own TLS
+# handshake before it can read why); more are closed without a word.
+MAX_REFUSALS_PER_ADDRESS = 4
+LISTEN_BACKLOG = 512  # connections the kernel holds for accept() (capped by somaxconn)
 ACCEPT_BACKOFF = (0.1, 1.0)  # first and longest wait after accept() ran out of descriptors
 SERIALIZER = "mpsched"  # our entry in multiprocessing.managers.listener_client
 
@@ -124,6 +140,8 @@ def client_connection(address: Any, authkey: bytes | None = None) -> FastConnect
         AuthenticationError: the manager rejected our key, or we rejected its.
         TlsError: TLS failed (the manager's certificate did not verify, it does not speak
             TLS, or it wants a client certificate we did not give).
+        ManagerUnreachableError: the manager turned us away (too many connections in their
+            handshake, from our address or in all), saying why.
         TimeoutError: no answer to a TCP connect within CONNECT_TIMEOUT (errno
             ETIMEDOUT), or the handshake did not finish in time.
         ConnectionError: the manager closed the connection during the handshake.
@@ -154,7 +172,12 @@ def client_connection(address: Any, authkey: bytes | None = None) -> FastConnect
         if tls is not None:
             conn.start_tls(tls.context, server_side=False, server_hostname=address[0])
         if authkey is not None:
-            connection.answer_challenge(_as_connection(conn), authkey)
+            first = conn.recv_bytes(MAX_MESSAGE)
+            reason = refusal(first)
+            if reason is not None:
+                raise ManagerUnreachableError(format_address(address),
+                                              f"it is refusing connections: {reason}")
+            connection.answer_challenge(_as_connection(_Replay(conn, first)), authkey)
             connection.deliver_challenge(_as_connection(conn), authkey)
         conn.set_deadline(None)
     except BaseException as exc:
@@ -163,15 +186,33 @@ def client_connection(address: Any, authkey: bytes | None = None) -> FastConnect
     return conn
 
 
-def _as_connection(conn: FastConnection) -> Any:
+def _as_connection(conn: FastConnection | _Replay) -> Any:
     """``conn`` for multiprocessing's challenge functions (typed for Connection, they call
     only send_bytes and recv_bytes)."""
     return conn
 
 
+class _Replay:
+    """``conn`` for answer_challenge(), once we have read its first message ourselves (to
+    see whether it is a refusal)."""
+
+    def __init__(self, conn: FastConnection, first: bytes | bytearray) -> None:
+        self._conn = conn
+        self._first: bytes | bytearray | None = first
+
+    def recv_bytes(self, maxlength: int | None = None) -> bytes | bytearray:
+        first, self._first = self._first, None
+        return self._conn.recv_bytes(maxlength) if first is None else first
+
+    def send_bytes(self, data: bytes) -> None:
+        self._conn.send_bytes(data)
+
+
 def _raise_client_error(exc: BaseException, where: str, tls: ClientTls | None, *,
                         tcp: bool) -> NoReturn:
     """Raise ``exc`` as the error that says what went wrong in a client's handshake."""
+    if isinstance(exc, ManagerUnreachableError):  # turned away: it said why
+        raise exc from None
     # Only TCP can carry TLS: a Unix socket's manager never asks for it.
     hint = " (does it require TLS? give its CA with --tls-ca)" if tcp and not tls else ""
     if isinstance(exc, _StdAuthenticationError):
@@ -216,6 +257,10 @@ class FastListener(connection.Listener):
 
     def __init__(self, address: Any = None, family: str | None = None, backlog: int = 1,
                  authkey: bytes | None = None) -> None:
+        # managers.Server asks for 16: a burst of connections (a pool of workers starting,
+        # peers turned away and retrying) would overflow it, and a connect() whose SYN is
+        # dropped waits a second or more to try again.
+        backlog = max(backlog, LISTEN_BACKLOG)
         if family is None:
             family = (connection.address_type(address)  # type: ignore[attr-defined]
                       if address else connection.default_family)  # type: ignore[attr-defined]
@@ -234,7 +279,17 @@ class FastListener(connection.Listener):
                 os.umask(before)
 
     def accept(self) -> FastConnection:  # type: ignore[override]  # a Connection look-alike
-        return FastConnection(super().accept())
+        return FastConnection(self.accept_socket()[0])
+
+    def accept_socket(self) -> tuple[socket.socket, Any]:
+        """The next connection's socket, and its peer's address (``(host, port)`` over
+        TCP, ``""`` on a Unix socket)."""
+        conn = super().accept()
+        try:
+            sock = socket.socket(fileno=os.dup(conn.fileno()))
+        finally:
+            conn.close()
+        return sock, self.last_accepted
 
     def close(self) -> None:
         self.closed = True
@@ -247,11 +302,14 @@ class HardenedServer(managers.Server):
     :class:`FastListener`).
 
     Its accepter (run it in a thread, as ``run_manager`` does) stops when ``stop_event``
-    is set or the listener is closed. ``on_disconnect``, if set, is called (with no
-    arguments) in a connection's own server thread once an authenticated connection's
-    serving ends, whatever the reason (client hung up, error, stop): the manager learns
-    from its thread-locals whose connection closed. One-shot connections (``create``,
-    ``decref``, ...) count too. An exception from it is logged.
+    is set or the listener is closed. It hands each new connection to a handshake thread
+    (:class:`mpsched._handshake_loop.HandshakeLoop`), which drives every handshake without a
+    thread of its own; a connection gets its serving thread once its peer has proven it
+    holds the key. ``on_disconnect``, if set, is called (with no arguments) in a
+    connection's own server thread once an authenticated connection's serving ends,
+    whatever the reason (client hung up, error, stop): the manager learns from its
+    thread-locals whose connection closed. One-shot connections (``create``, ``decref``,
+    ...) count too. An exception from it is logged.
     """
 
     listener: FastListener
@@ -261,34 +319,31 @@ class HardenedServer(managers.Server):
 
     def __init__(self, registry: Any, address: Any, authkey: bytes, serializer: str) -> None:
         super().__init__(registry, address, authkey, serializer)
-        # Guards _handshaking and _refused; taken by the accepter to admit a connection and
-        # by each connection's thread when its handshake ends. Nobody waits on it.
-        self._slots = threading.Lock()
-        self._handshaking = 0  # admitted connections still in their handshake
-        self._refused = 0  # connections closed since the cap was last reached
+        self.handshakes = HandshakeLoop(self.authkey, self.listener.tls_context,
+                                        self._on_proven)
 
     def accepter(self) -> None:
-        """Accept connections and serve each in a thread of its own, until ``stop_event``
-        is set or the listener is closed. A connection that arrives while MAX_HANDSHAKES
-        others are still in their handshake is closed at once."""
-        while (conn := self._next_connection()) is not None:
-            if not self._admit():
-                conn.close()
-                continue
-            try:
-                self._start_handler(conn)
-            except RuntimeError as exc:  # no thread to be had: refuse this one, go on
-                log.error("cannot serve a connection: %s", exc)
-                self._handshake_ended()
-                conn.close()
+        """Accept connections and hand each to the handshake thread, until ``stop_event``
+        is set or the listener is closed; then close those still in their handshake.
+        A connection that arrives while MAX_HANDSHAKES others are in their handshake, or
+        MAX_HANDSHAKES_PER_ADDRESS others from its address, is told so and closed."""
+        self.handshakes.start()
+        try:
+            while (accepted := self._next_connection()) is not None:
+                sock, peer = accepted
+                self.handshakes.admit(sock, peer, HANDSHAKE_TIMEOUT, Limits(
+                    MAX_HANDSHAKES, MAX_HANDSHAKES_PER_ADDRESS, MAX_REFUSALS_PER_ADDRESS))
+        finally:
+            self.handshakes.stop()
 
-    def _next_connection(self) -> FastConnection | None:
-        """The next connection; None once stopping. While accept() lacks descriptors (or
-        memory), wait between tries: retrying at once would spin until some close."""
+    def _next_connection(self) -> tuple[socket.socket, Any] | None:
+        """The next connection and its peer; None once stopping. While accept() lacks
+        descriptors (or memory), wait between tries: retrying at once would spin until
+        some close."""
         backoff = 0.0
         while not self._stopping():
             try:
-                conn = self.listener.accept()
+                sock, peer = self.listener.accept_socket()
             except OSError as exc:
                 if self.listener.closed:
                     return None
@@ -302,13 +357,21 @@ class HardenedServer(managers.Server):
             if backoff:
                 log.warning("accept() works again")
             if self._stopping():
-                conn.close()
+                sock.close()
                 return None
-            return conn
+            return sock, peer
         return None
 
-    def _start_handler(self, conn: FastConnection) -> threading.Thread:
-        thread = threading.Thread(target=self._serve_connection, args=(conn, True),
+    def _on_proven(self, conn: FastConnection, peer: Any) -> None:
+        """In the handshake thread: serve ``conn`` in a thread of its own."""
+        try:
+            self._start_handler(conn, peer)
+        except RuntimeError as exc:  # no thread to be had: refuse this one, go on
+            log.error("cannot serve a connection: %s", exc)
+            conn.close()
+
+    def _start_handler(self, conn: FastConnection, peer: Any) -> threading.Thread:
+        thread = threading.Thread(target=self._serve_proven, args=(conn, peer),
                                   name="mpsched-connection", daemon=True)
         thread.start()
         return thread
@@ -318,31 +381,35 @@ class HardenedServer(managers.Server):
         event: threading.Event | None = getattr(self, "stop_event", None)
         return event is not None and event.is_set()
 
-    def _admit(self) -> bool:
-        with self._slots:
-            if self._handshaking >= MAX_HANDSHAKES:
-                self._refused += 1
-                if self._refused == 1:
-                    log.warning("%d connections are in their handshake; closing new ones "
-                                "until one finishes", MAX_HANDSHAKES)
-                return False
-            if self._refused:
-                log.warning("accepting connections again; closed %d meanwhile", self._refused)
-                self._refused = 0
-            self._handshaking += 1
-            return True
-
     def handle_request(self, conn: Any) -> None:
-        """Serve one connection (not counted against MAX_HANDSHAKES)."""
-        self._serve_connection(conn, admitted=False)
-
-    def _serve_connection(self, conn: Any, admitted: bool) -> None:
+        """Serve one connection, its whole handshake in this thread (not counted against
+        MAX_HANDSHAKES: the accepter never calls this)."""
         if not isinstance(conn, FastConnection):
             conn = FastConnection(conn)
         try:
-            request = self._handshake(conn, admitted)
-            if request is not None:
-                self._serve_authenticated(conn, request)
+            conn.set_deadline(HANDSHAKE_TIMEOUT)
+            context = self.listener.tls_context
+            if context is not None:
+                conn.start_tls(context, server_side=True)
+            connection.deliver_challenge(_as_connection(conn), self.authkey)
+        except Exception as exc:  # whatever a peer sends, this connection is over
+            log_failure(None, exc, heard=True)
+            conn.close()
+            return
+        self._serve_proven(conn, None)
+
+    def _serve_proven(self, conn: FastConnection, peer: Any) -> None:
+        """Serve a connection whose peer has proven it holds the key: prove that we do
+        too, read its first request (within what is left of the deadline), serve it."""
+        try:
+            try:
+                connection.answer_challenge(_as_connection(conn), self.authkey)
+                request = conn.recv()
+                conn.set_deadline(None)
+            except Exception as exc:  # whatever a peer sends, this connection is over
+                log_failure(peer, exc, heard=True)
+                return
+            self._serve_authenticated(conn, request)
         finally:
             conn.close()
 
@@ -354,31 +421,6 @@ class HardenedServer(managers.Server):
         finally:
             conn.close()  # first: the peer sees the hang-up whatever the hook does
             self._disconnected()
-
-    def _handshake(self, conn: FastConnection, admitted: bool) -> Any:
-        """The first request, after TLS and the HMAC challenge both ways; None: refused.
-        Frees the connection's handshake slot (if ``admitted``) however it ends."""
-        try:
-            conn.set_deadline(HANDSHAKE_TIMEOUT)
-            context = self.listener.tls_context
-            if context is not None:
-                conn.start_tls(context, server_side=True)
-            authkey: bytes = self.authkey
-            connection.deliver_challenge(_as_connection(conn), authkey)
-            connection.answer_challenge(_as_connection(conn), authkey)
-            request = conn.recv()
-            conn.set_deadline(None)
-            return request
-        except Exception as exc:  # whatever a peer sends, this connection is over
-            log.warning("refused a connection: %s", exc or type(exc).__name__)
-            return None
-        finally:
-            if admitted:
-                self._handshake_ended()
-
-    def _handshake_ended(self) -> None:
-        with self._slots:
-            self._handshaking -= 1
 
     def _disconnected(self) -> None:
         if self.on_disconnect is not None:

@@ -48,7 +48,8 @@ class FastConnection:
     """
 
     def __init__(self, conn: connection.Connection | socket.socket) -> None:
-        """Take over ``conn``: a ``Connection`` (closed here) or a connected socket."""
+        """Take over ``conn``: a ``Connection`` (closed here) or a connected socket (an
+        ``ssl.SSLSocket`` whose TLS handshake is done, too)."""
         if isinstance(conn, socket.socket):
             self._sock = conn
         else:
@@ -72,7 +73,7 @@ class FastConnection:
             self._readable.register(self._sock, select.POLLIN)
         self._rest = b""  # bytes received beyond the last message
         self._deadline: float | None = None  # time.monotonic() by which I/O must be done
-        self._tls = False
+        self._tls = isinstance(self._sock, ssl.SSLSocket)  # on TLS already, or by start_tls
 
     def set_deadline(self, seconds: float | None) -> None:
         """Make every read and write from now on fail with TimeoutError once ``seconds``

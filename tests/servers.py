@@ -9,6 +9,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from processes import wait_for
+
 from mpsched._manager import ServiceManager
 from mpsched._transport import SERIALIZER, FastConnection, HardenedServer
 
@@ -30,8 +32,8 @@ class RecordingServer(HardenedServer):
     nodelay: list[int]
     handlers: list[threading.Thread]
 
-    def _start_handler(self, conn: FastConnection) -> threading.Thread:
-        thread = super()._start_handler(conn)
+    def _start_handler(self, conn: FastConnection, peer: Any) -> threading.Thread:
+        thread = super()._start_handler(conn, peer)
         self.handlers.append(thread)
         return thread
 
@@ -59,7 +61,9 @@ class InProcessServer:
         self._accepter = threading.Thread(target=self.server.accepter, daemon=True)
 
     def start(self) -> InProcessServer:
+        """Start the accepter; return once its handshake thread runs too."""
         self._accepter.start()
+        wait_for(self.server.handshakes.running, 30, "the handshake thread started")
         return self
 
     def live_handlers(self) -> int:

@@ -19,7 +19,8 @@ LAYERS: list[set[str]] = [
     {"_shm"},
     {"_segment_pool"},
     {"_authkey"},  # its private-file check serves _tls's key files too
-    {"_tls", "_wire", "_payload", "_store", "_recurring"},
+    {"_tls", "_wire", "_handshake", "_payload", "_store", "_recurring"},
+    {"_handshake_loop"},
     {"_transport"},
     {"_runtime"},
     {"_protocol"},

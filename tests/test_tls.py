@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from processes import wait_for
 from servers import KEY, InProcessServer, read_until_closed, trickle
 
 import mpsched._transport as transport
-from mpsched import AuthenticationError
+from mpsched import AuthenticationError, ManagerUnreachableError
 from mpsched._manager import ServiceManager
 from mpsched._tls import TlsConfig, TlsError, current_tls, set_tls
 from mpsched._transport import SERIALIZER, FastConnection, client_connection
@@ -127,6 +128,70 @@ def test_a_peer_trickling_its_tls_hello_is_dropped_at_the_handshake_deadline(
             stop.set()
             if sender is not None:
                 sender.join(30)
+
+
+def test_idle_tls_handshakes_cost_no_thread(certs: Certs,
+                                            serve: Callable[..., InProcessServer]) -> None:
+    server = serve(TlsConfig(cert=certs.server.cert, key=certs.server.key))
+    threads_before = threading.active_count()
+    hello = b"\x16\x03\x01\x01\x00" + b"\x01" * 16  # a ClientHello's first bytes
+    peers: list[socket.socket] = []
+    try:
+        for _ in range(10):
+            peers.append(socket.create_connection(server.address))
+            peers[-1].sendall(hello)
+        wait_for(lambda: server.server.handshakes.in_handshake() == 10, 30,
+                 "the server took them in")
+        assert threading.active_count() <= threads_before
+        set_tls(_with_ca(certs))
+        with client_connection(server.address, KEY) as conn:  # served meanwhile
+            assert _served_by(conn) == ("#RETURN", None)
+    finally:
+        for peer in peers:
+            peer.close()
+
+
+def test_a_tls_client_over_its_address_cap_is_told_why_over_tls(
+        certs: Certs, serve: Callable[..., InProcessServer],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    server = serve(TlsConfig(cert=certs.server.cert, key=certs.server.key))
+    monkeypatch.setattr(transport, "MAX_HANDSHAKES_PER_ADDRESS", 2)
+    monkeypatch.setattr(transport, "MAX_REFUSALS_PER_ADDRESS", 1)
+    monkeypatch.setattr(transport, "HANDSHAKE_TIMEOUT", 60.0)  # silent ones stay
+    set_tls(_with_ca(certs))
+    peers: list[socket.socket] = []
+    try:
+        for _ in range(2):
+            peers.append(socket.create_connection(server.address))
+        wait_for(lambda: server.server.handshakes.in_handshake() == 2, 30, "both taken in")
+        with pytest.raises(ManagerUnreachableError,
+                           match="it is refusing connections: too many handshakes from "
+                                 r"127\.0\.0\.1 are pending \(at most 2 from one address\)"):
+            client_connection(server.address, KEY)
+        # Telling why takes a TLS handshake: while a silent peer holds the one refusal
+        # this address may have in progress, the next is closed without a word.
+        peers.append(socket.create_connection(server.address))
+        wait_for(lambda: server.server.handshakes.in_handshake() == 3, 30, "taken in")
+        with pytest.raises((TlsError, ConnectionError)):
+            client_connection(server.address, KEY)
+    finally:
+        for peer in peers:
+            peer.close()
+    wait_for(lambda: server.server.handshakes.in_handshake() == 0, 30, "all slots freed")
+    with client_connection(server.address, KEY) as conn:
+        assert _served_by(conn) == ("#RETURN", None)
+
+
+def test_a_bare_connect_and_close_to_a_tls_server_is_logged_quietly(
+        certs: Certs, serve: Callable[..., InProcessServer],
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="mpsched.transport")
+    server = serve(TlsConfig(cert=certs.server.cert, key=certs.server.key))
+    socket.create_connection(server.address).close()
+    wait_for(lambda: any("closed before its handshake" in r.getMessage()
+                         for r in caplog.records), 30, "the close logged")
+    [record] = [r for r in caplog.records if r.name == "mpsched.transport"]
+    assert record.levelno == logging.DEBUG
 
 
 def test_the_authkey_is_still_required_under_tls(

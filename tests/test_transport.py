@@ -7,6 +7,7 @@ import errno
 import logging
 import os
 import re
+import selectors
 import socket
 import stat
 import struct
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from processes import wait_for
 from servers import (
     KEY,
     InProcessServer,
@@ -32,13 +34,14 @@ from servers import (
 import mpsched
 import mpsched._authkey as _authkey
 import mpsched._transport as transport
-from mpsched import AuthenticationError
+from mpsched import AuthenticationError, ManagerUnreachableError
 from mpsched._protocol import ServiceManager
 from mpsched._transport import (
     AUTHKEY_ENV,
     SERIALIZER,
     AddressError,
     FastConnection,
+    FastListener,
     HardenedServer,
     child_environment,
     client_connection,
@@ -282,27 +285,26 @@ def test_wrong_key_is_a_clear_error_and_the_server_keeps_serving(
     _connect(server)
 
 
-def test_silent_connections_are_dropped_after_the_handshake_timeout(
+def test_silent_connections_cost_no_thread_and_are_dropped_at_the_deadline(
         server: InProcessServer) -> None:
     family = socket.AF_INET if isinstance(server.address, tuple) else socket.AF_UNIX
+    threads_before = threading.active_count()
     silent = []
     try:
         for _ in range(20):
             sock = socket.socket(family, socket.SOCK_STREAM)
             sock.connect(server.address)
             silent.append(sock)
+        for sock in silent:
+            _handshaking(sock)  # each one is in its handshake: it has our challenge...
+        assert threading.active_count() <= threads_before  # ...and no thread of its own
+        assert server.server.handshakes.in_handshake() == 20
         _connect(server)  # served meanwhile
-        deadline = time.monotonic() + 10
-        while server.live_handlers() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        for sock in silent:  # the server closed each one at its deadline
+            assert read_until_closed(sock, timeout=30) == b""
+        wait_for(lambda: server.server.handshakes.in_handshake() == 0, 10,
+                 "the handshake slots freed")
         assert server.live_handlers() == 0
-        assert len(server.handlers) >= 21
-        for sock in silent:  # the server closed each one after sending its challenge
-            sock.settimeout(5)
-            data = b""
-            while chunk := sock.recv(4096):
-                data += chunk
-            assert b"#CHALLENGE#" in data
     finally:
         for sock in silent:
             sock.close()
@@ -389,7 +391,16 @@ def _handshaking(sock: socket.socket) -> None:
         data += chunk
 
 
-def test_connections_beyond_max_handshakes_are_closed_at_once(
+def _refused(sock: socket.socket) -> str:
+    """What a raw connection the server turned away was told, before it was closed."""
+    data = read_until_closed(sock, timeout=30)
+    assert b"#CHALLENGE#" not in data
+    (size,) = struct.unpack_from("!i", data)
+    assert len(data) == 4 + size and data[4:].startswith(b"#REFUSED#"), data
+    return data[4 + len(b"#REFUSED#"):].decode()
+
+
+def test_connections_beyond_max_handshakes_are_told_why_and_closed_at_once(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setattr(transport, "MAX_HANDSHAKES", 3)
     monkeypatch.setattr(transport, "HANDSHAKE_TIMEOUT", 60.0)  # silent ones stay
@@ -403,19 +414,146 @@ def test_connections_beyond_max_handshakes_are_closed_at_once(
         for _ in range(3):
             extra = socket.create_connection(running.address)
             peers.append(extra)
-            assert read_until_closed(extra, timeout=30) == b""  # no challenge: closed
+            assert _refused(extra) == "3 connections are in their handshake; try again soon"
+        with pytest.raises(ManagerUnreachableError,
+                           match="it is refusing connections: 3 connections are in"):
+            client_connection(running.address, KEY)
         warnings = [r for r in caplog.records if "in their handshake" in r.getMessage()]
         assert len(warnings) == 1
         for peer in peers[:3]:
-            peer.close()
-        for handler in running.handlers:  # their handshakes end at EOF, freeing the slots
-            handler.join(30)
+            peer.close()  # their handshakes end at EOF, freeing the slots
+        wait_for(lambda: running.server.handshakes.in_handshake() == 0, 30,
+                 "the handshake slots freed")
         _connect(running)
-        assert "accepting connections again; closed 3 meanwhile" in caplog.text
+        assert "accepting connections again; closed 4 meanwhile" in caplog.text
     finally:
         for peer in peers:
             peer.close()
         running.stop()
+
+
+def _silent_from(source: str, address: Any, count: int) -> list[socket.socket]:
+    """``count`` connections from ``source`` that each got their challenge, and say nothing."""
+    peers = []
+    try:
+        for _ in range(count):
+            peers.append(socket.create_connection(address, source_address=(source, 0)))
+            _handshaking(peers[-1])
+    except BaseException:
+        for peer in peers:
+            peer.close()
+        raise
+    return peers
+
+
+def _served_from(source: str, address: Any) -> Any:
+    """The whole client handshake from ``source``, then one request: its reply."""
+    sock = socket.create_connection(address, source_address=(source, 0))
+    with FastConnection(sock) as conn:
+        conn.set_deadline(30)
+        connection.answer_challenge(conn, KEY)  # type: ignore[arg-type]
+        connection.deliver_challenge(conn, KEY)  # type: ignore[arg-type]
+        conn.send((None, "dummy", (), {}))
+        return conn.recv()
+
+
+def test_a_host_over_its_handshake_cap_is_told_why_and_others_are_served(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(transport, "MAX_HANDSHAKES_PER_ADDRESS", 3)
+    monkeypatch.setattr(transport, "HANDSHAKE_TIMEOUT", 60.0)  # silent ones stay
+    caplog.set_level(logging.WARNING, logger="mpsched.transport")
+    running = InProcessServer(("127.0.0.1", 0)).start()
+    peers: list[socket.socket] = []
+    try:
+        peers += _silent_from("127.0.0.1", running.address, 3)
+        peers.append(socket.create_connection(running.address))
+        assert _refused(peers[-1]) == ("too many handshakes from 127.0.0.1 are pending (at "
+                                       "most 3 from one address); try again once they finish")
+        with pytest.raises(ManagerUnreachableError) as caught:
+            mpsched.connect(format_address(running.address), authkey=KEY)
+        assert str(caught.value) == (
+            f"no manager answers at {format_address(running.address)}: it is refusing "
+            f"connections: too many handshakes from 127.0.0.1 are pending (at most 3 from "
+            f"one address); try again once they finish")
+        # Other hosts are served meanwhile, and may hold their own three.
+        peers += _silent_from("127.0.0.2", running.address, 3)
+        assert _served_from("127.0.0.3", running.address) == ("#RETURN", None)
+        warnings = [r for r in caplog.records if "handshakes from" in r.getMessage()]
+        assert [w.getMessage() for w in warnings] == [
+            "3 handshakes from 127.0.0.1 are pending; refusing its new connections until "
+            "some finish"]
+        for peer in peers[:3]:
+            peer.close()
+        wait_for(lambda: running.server.handshakes.in_handshake() == 3, 30,
+                 "127.0.0.1's handshake slots freed")
+        _connect(running)  # 127.0.0.1 again
+        assert "accepting connections from 127.0.0.1 again; refused 2 meanwhile" in caplog.text
+    finally:
+        for peer in peers:
+            peer.close()
+        running.stop()
+
+
+@pytest.mark.parametrize(("answer", "reply", "logged"), [
+    pytest.param(struct.pack("!i", 16) + b"x" * 16, struct.pack("!i", 9) + b"#FAILURE#",
+                 "wrong authkey", id="wrong-digest"),
+    pytest.param(struct.pack("!i", 1000), b"", "bad message length 1000", id="too-long"),
+    pytest.param(struct.pack("!i", -1), b"", "bad message length -1", id="64-bit-length"),
+    pytest.param(struct.pack("!i", 2) + b"ab" + b"more", b"",
+                 "it sent more than its answer", id="more-than-an-answer"),
+])
+def test_a_wrong_answer_is_refused_at_once(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+        answer: bytes, reply: bytes, logged: str) -> None:
+    monkeypatch.setattr(transport, "HANDSHAKE_TIMEOUT", 60.0)  # not at the deadline
+    caplog.set_level(logging.WARNING, logger="mpsched.transport")
+    running = InProcessServer(("127.0.0.1", 0)).start()
+    try:
+        with socket.create_connection(running.address) as peer:
+            _handshaking(peer)
+            peer.sendall(answer)
+            assert read_until_closed(peer, timeout=30) == reply
+        wait_for(lambda: running.server.handshakes.in_handshake() == 0, 30, "slot freed")
+        assert re.search(rf"refused a connection from 127\.0\.0\.1:\d+: .*{logged}",
+                         caplog.text)
+        assert running.handlers == []  # no thread for any of it
+    finally:
+        running.stop()
+
+
+def test_a_peer_that_proved_its_key_then_stalls_is_dropped_at_the_deadline(
+        server: InProcessServer) -> None:
+    # Its serving thread reads the peer's own challenge within what is left of the 0.5 s.
+    family = socket.AF_INET if isinstance(server.address, tuple) else socket.AF_UNIX
+    sock = socket.socket(family)
+    sock.connect(server.address)
+    with FastConnection(sock) as conn:
+        conn.set_deadline(30)
+        t0 = time.monotonic()
+        connection.answer_challenge(conn, KEY)  # type: ignore[arg-type]
+        with pytest.raises(EOFError):
+            conn.recv_bytes()
+        assert time.monotonic() - t0 < 5
+    wait_for(lambda: server.live_handlers() == 0, 30, "its serving thread ended")
+    assert len(server.handlers) == 1
+
+
+@pytest.mark.parametrize("sends", [b"", b"\x00\x00"], ids=["nothing", "half-a-header"])
+def test_a_bare_connect_and_close_is_logged_quietly_with_its_reason(
+        server: InProcessServer, caplog: pytest.LogCaptureFixture, sends: bytes) -> None:
+    caplog.set_level(logging.DEBUG, logger="mpsched.transport")
+    family = socket.AF_INET if isinstance(server.address, tuple) else socket.AF_UNIX
+    with socket.socket(family) as sock:
+        sock.connect(server.address)
+        _handshaking(sock)
+        sock.sendall(sends)
+    wait_for(lambda: server.server.handshakes.in_handshake() == 0, 30, "the close seen")
+    [record] = [r for r in caplog.records if r.name == "mpsched.transport"]
+    assert record.levelno == (logging.INFO if sends else logging.DEBUG)
+    where = "from 127.0.0.1:" if family == socket.AF_INET else "on the Unix socket"
+    when = "during" if sends else "before"
+    assert re.fullmatch(rf"a connection {where}\d* closed {when} its handshake",
+                        record.getMessage())
 
 
 class _FlakyAccept:
@@ -434,6 +572,35 @@ class _FlakyAccept:
         return self.accept()
 
 
+def test_a_burst_of_connections_waits_in_the_listen_backlog() -> None:
+    # managers.Server asks for a backlog of 16: past it, the kernel drops a connect's SYN
+    # while nobody accepts, and the connect tries again a second or more later.
+    listener = FastListener(("127.0.0.1", 0), backlog=16)
+    selector = selectors.DefaultSelector()
+    burst = []
+    try:
+        for _ in range(100):
+            sock = socket.socket()
+            sock.setblocking(False)
+            sock.connect_ex(listener.address)
+            selector.register(sock, selectors.EVENT_WRITE)
+            burst.append(sock)
+        connected = 0
+        deadline = time.monotonic() + 30
+        while connected < len(burst) and time.monotonic() < deadline:
+            for key, _ in selector.select(1.0):
+                selector.unregister(key.fileobj)
+                assert key.fileobj.getsockopt(  # type: ignore[union-attr]
+                    socket.SOL_SOCKET, socket.SO_ERROR) == 0
+                connected += 1
+        assert connected == len(burst)  # every one established, none accepted yet
+    finally:
+        selector.close()
+        for sock in burst:
+            sock.close()
+        listener.close()
+
+
 def test_accept_out_of_descriptors_backs_off_then_resumes(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="mpsched.transport")
@@ -443,7 +610,8 @@ def test_accept_out_of_descriptors_backs_off_then_resumes(
     listener = running.server.listener
     script: list[int | None] = [errno.ECONNABORTED, *[errno.EMFILE] * 6, None,
                                 errno.ENFILE, errno.ENFILE, None]
-    monkeypatch.setattr(listener, "accept", _FlakyAccept(listener.accept, script))
+    monkeypatch.setattr(listener, "accept_socket",
+                        _FlakyAccept(listener.accept_socket, script))
     running.start()
     try:
         _connect(running)  # served after six EMFILE
@@ -458,23 +626,25 @@ def test_accept_out_of_descriptors_backs_off_then_resumes(
 
 
 def test_a_connection_without_a_thread_is_closed_and_the_server_goes_on(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     running = InProcessServer(("127.0.0.1", 0))
     start_handler = running.server._start_handler
     failures = [RuntimeError("can't start new thread")]
 
-    def flaky(conn: FastConnection) -> threading.Thread:
+    def flaky(conn: FastConnection, peer: Any) -> threading.Thread:
         if failures:
             raise failures.pop()
-        return start_handler(conn)
+        return start_handler(conn, peer)
 
     monkeypatch.setattr(running.server, "_start_handler", flaky)
     running.start()
     try:
-        with socket.create_connection(running.address) as refused:
-            assert read_until_closed(refused, timeout=30) == b""
+        # Proven (welcome received), then closed instead of answering our challenge.
+        with pytest.raises(ConnectionResetError, match="closed the connection during"):
+            client_connection(running.address, KEY)
+        assert "cannot serve a connection: can't start new thread" in caplog.text
         _connect(running)
-        assert running.server._handshaking == 0
+        assert running.server.handshakes.in_handshake() == 0
     finally:
         running.stop()
 
