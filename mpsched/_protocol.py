@@ -28,6 +28,7 @@ from mpsched._shm import PayloadOptions
 from mpsched._store import JobRecord
 from mpsched._tls import TlsConfig
 from mpsched._transport import SERIALIZER, HardenedServer
+from mpsched._wire import FastConnection
 
 # Longest a single proxied call may block in the manager. A caller that went away frees
 # its server thread within this; live callers simply call again.
@@ -260,6 +261,13 @@ class ServiceProxy(BaseProxy):
         wire = self._call("take", worker_id, None if report is None else report_to_wire(report),
                           timeout)
         return None if wire is None else assignment_from_wire(wire)
+
+    def expect_reply_soon(self, seconds: float) -> None:
+        """The reply to this thread's next call is due within about ``seconds``: wait for
+        it awake that long (FastConnection.expect_soon) before sleeping."""
+        conn = getattr(self._tls, "connection", None)  # type: ignore[attr-defined]
+        if isinstance(conn, FastConnection):
+            conn.expect_soon(seconds)
 
     def ack(self, worker_id: str, lease_id: int) -> None:
         self._call("ack", worker_id, lease_id)

@@ -223,3 +223,36 @@ def test_a_local_worker_waits_until_the_due_instant_it_shares_with_the_manager(
     serve(service, config(tmp_path), lambda lease_id: None)
     assert started(service) == pytest.approx(100.002)
     assert sum(clock.slept) == pytest.approx(0.002)
+
+
+class SpinRecordingService(ScriptedService):
+    """Records, for each take, whether the worker asked to wait for its reply awake."""
+
+    def __init__(self, assignments: list[Assignment | None]) -> None:
+        super().__init__(assignments)  # type: ignore[arg-type]
+        self.spins: list[float] = []
+        self.takes: list[tuple[bool, float]] = []  # (carried a report, spin asked)
+
+    def expect_reply_soon(self, seconds: float) -> None:
+        self.spins.append(seconds)
+
+    def take(self, worker_id: str, report: Report | None, timeout: float) -> Assignment | None:
+        self.takes.append((report is not None, self.spins.pop() if self.spins else 0.0))
+        return super().take(worker_id, report, timeout)
+
+
+def test_a_worker_waits_awake_only_for_the_take_that_follows_a_job(tmp_path: Path) -> None:
+    # Idle takes (nothing due came back) sleep at once; a take that reports a job just
+    # run waits awake for its reply: the manager answers at once when work is due.
+    service = SpinRecordingService([None, assignment(1, abs, -1), assignment(2, abs, -2), None])
+    serve(service, config(tmp_path), lambda lease_id: None,  # type: ignore[arg-type]
+          reply_spin=0.0003)
+    assert service.takes == [(False, 0.0), (False, 0.0), (True, 0.0003), (True, 0.0003),
+                             (False, 0.0)]
+    assert outcomes(service) == [("job-1", 1), ("job-2", 2)]
+
+
+def test_remote_workers_do_not_wait_awake(tmp_path: Path) -> None:
+    service = SpinRecordingService([assignment(1, abs, -1), None])
+    serve(service, config(tmp_path), lambda lease_id: None, DrainState())  # type: ignore[arg-type]
+    assert [spin for _, spin in service.takes] == [0.0, 0.0, 0.0]
