@@ -20,6 +20,7 @@ from datetime import datetime, timedelta, timezone
 from types import TracebackType
 from typing import Any, Literal, ParamSpec, TypeVar
 
+from mpsched._by_value import cloudpickle_dumps
 from mpsched._errors import (
     InvalidJobError,
     JobNotFoundError,
@@ -29,7 +30,7 @@ from mpsched._errors import (
 )
 from mpsched._futures import DISCONNECTED, ClientCore, JobFuture, MapResults
 from mpsched._job import JobInfo, JobRequest, Payload, Priority, check_request, due_arguments
-from mpsched._payload import cloudpickle_dumps, fast_dumps, job_name, pickle_job
+from mpsched._payload import fast_dumps, job_name, pickle_job
 from mpsched._protocol import ServiceProxy, Stats, connect_service
 from mpsched._runtime import default_address, require_authkey
 from mpsched._schedule import RecurringClient

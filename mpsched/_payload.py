@@ -12,17 +12,15 @@ inline, as before.
 
 from __future__ import annotations
 
-import io
 import pickle
-import types
-from collections import ChainMap
 from collections.abc import Callable, Iterable
 from functools import partial
-from typing import Any, ClassVar
+from typing import Any
 
 import cloudpickle
 
 from mpsched import _shm
+from mpsched._by_value import by_value_modules, cloudpickle_dumps, pickled_by_value
 from mpsched._errors import InvalidJobError, JobError, JobPicklingError, RemoteTraceback
 from mpsched._job import Outcome, Payload
 from mpsched._segment_pool import SegmentPool, Stored, write_as
@@ -32,19 +30,12 @@ from mpsched._segment_pool import SegmentPool, Stored, write_as
 _MAIN, _MP_MAIN = b"__main__", b"__mp_main__"
 
 
-def _by_value_modules() -> Any:
-    """The modules registered with cloudpickle.register_pickle_by_value (cloudpickle's own
-    set, read without the copy its public listing makes on every call)."""
-    modules = getattr(cloudpickle.cloudpickle, "_PICKLE_BY_VALUE_MODULES", None)
-    return cloudpickle.list_registry_pickle_by_value() if modules is None else modules
-
-
 def fast_dumps(obj: Any, buffer_callback: Callable[[pickle.PickleBuffer], bool] | None = None
                ) -> bytes | None:
     """Pickle ``obj`` with the C pickler when that gives what cloudpickle would: only
     importable things by reference. None when cloudpickle is needed (lambdas, closures,
     anything from ``__main__``, modules registered for pickling by value)."""
-    if _by_value_modules():
+    if by_value_modules():
         return None
     try:
         data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL,
@@ -79,10 +70,13 @@ def pickle_job(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, 
     """
     if not callable(fn):
         raise InvalidJobError(f"{fn!r} is not callable")
-    job = (fn if fn_bytes is None else fn_bytes, args, kwargs)
-    # A callable of the main script always goes by value: no need to try the C pickler.
-    fast = fn_bytes is not None or getattr(fn, "__module__", None) != "__main__"
     try:
+        # A plain function of the main script is pickled once, while it stays the same.
+        if fn_bytes is None:
+            fn_bytes = pickled_by_value(fn)
+        job = (fn if fn_bytes is None else fn_bytes, args, kwargs)
+        # A callable of the main script always goes by value: no need to try the C pickler.
+        fast = fn_bytes is not None or getattr(fn, "__module__", None) != "__main__"
         if pool is not None:
             framed = dumps_framed(job, pool.store, job=True, fast=fast)
             if framed is not None:
@@ -104,40 +98,6 @@ def _dumps(obj: Any, buffers: list[memoryview] | None = None, *, fast: bool = Tr
     if buffers is not None:
         buffers.clear()  # the C pickler's attempt may have met some before it gave up
     return cloudpickle_dumps(obj, callback)
-
-
-def cloudpickle_dumps(obj: Any,
-                      buffer_callback: Callable[[pickle.PickleBuffer], bool] | None = None
-                      ) -> bytes:
-    """``cloudpickle.dumps`` (highest protocol), keeping the file name of the code it
-    pickles by value: a worker's traceback through a function of the main script then
-    names the script and its line, not ``<dynamic-code>``."""
-    with io.BytesIO() as file:
-        _Pickler(file, protocol=pickle.HIGHEST_PROTOCOL,
-                 buffer_callback=buffer_callback).dump(obj)
-        return file.getvalue()
-
-
-def _code_reduce(code: types.CodeType) -> tuple[Any, ...]:
-    """cloudpickle's reduction of a code object, with its file name put back: cloudpickle
-    writes ``<dynamic-code>`` there so that a payload does not depend on where its code
-    was defined."""
-    _, args = _CLOUDPICKLE_CODE_REDUCE(code)
-    return _rebuild_code, (args, code.co_filename)
-
-
-def _rebuild_code(args: tuple[Any, ...], filename: str) -> types.CodeType:
-    return types.CodeType(*args).replace(co_filename=filename)
-
-
-_CLOUDPICKLE_CODE_REDUCE = cloudpickle.Pickler.dispatch_table[types.CodeType]
-
-
-class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle has no types
-    """cloudpickle's pickler with code objects that keep their file name."""
-
-    dispatch_table: ClassVar[ChainMap[Any, Any]] = ChainMap(
-        {types.CodeType: _code_reduce}, cloudpickle.Pickler.dispatch_table)
 
 
 def _out_of_band(buffers: list[memoryview], buffer: pickle.PickleBuffer) -> bool:

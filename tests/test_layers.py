@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).parent.parent / "mpsched"
 LAYERS: list[set[str]] = [
     {"_errors"},
     {"_job"},
-    {"_shm"},
+    {"_shm", "_by_value"},
     {"_segment_pool"},
     {"_authkey"},  # its private-file check serves _tls's key files too
     {"_tls", "_wire", "_handshake", "_payload", "_store", "_recurring"},
