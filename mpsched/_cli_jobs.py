@@ -315,8 +315,8 @@ def _not_pending(client: Client, job_id: str) -> str:
     return "it has finished: it is done"
 
 
-_UNKNOWN = ("no such job: unknown, or finished and forgotten (serve keeps outcomes only "
-            "with --store, for --result-ttl seconds)")
+_UNKNOWN = ("no such job: unknown, or finished and forgotten (serve keeps outcomes for "
+            "--result-ttl seconds; without --store, in memory, at most 100,000 jobs)")
 
 
 def unfinished_state(client: Client, future: JobFuture[Any]) -> str | None:

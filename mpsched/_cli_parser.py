@@ -238,7 +238,8 @@ def _client_options(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
 def _jobs_options(jobs: argparse.ArgumentParser) -> None:
     jobs.add_argument("--state", choices=[state.value for state in JobState],
                       help="only jobs in this state (default: all; finished jobs are "
-                           "listed only by a serve with --store, for --result-ttl seconds)")
+                           "listed for --result-ttl seconds, in memory within bounds "
+                           "without --store)")
     jobs.add_argument("--json", action="store_true",
                       help="print a JSON list; due as an ISO 8601 UTC time and due_in in "
                            "seconds from now (negative: overdue)")
@@ -309,9 +310,10 @@ def _serve_options(serve: argparse.ArgumentParser) -> None:
     store.add_argument("--result-ttl", type=_seconds_or_zero, default=86400.0,
                        metavar="SECONDS",
                        help="seconds a finished job's outcome stays retrievable by its id "
-                            "(result, jobs); with or without a store, a cancelled "
-                            "schedule's latest runs stay listable as long (default: "
-                            "%(default)s, one day)")
+                            "(result, jobs): in the store, or without one in memory (at "
+                            "most 100,000 jobs and 64 MiB of outcomes, oldest dropped "
+                            "first); a cancelled schedule's latest runs stay listable as "
+                            "long (default: %(default)s, one day)")
     serve.add_argument("--drain-timeout", type=_seconds_or_zero, default=30.0,
                        metavar="SECONDS",
                        help="on the first SIGTERM or SIGINT, seconds running jobs may take "

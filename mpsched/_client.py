@@ -246,8 +246,8 @@ class Client(RecurringClient, Executor):
 
         Raises:
             InvalidJobError: ``job_id`` is not a non-empty string.
-            JobNotFoundError: no such job: unknown, or finished and forgotten (outcomes
-                stay retrievable only with a store, for its ``result_ttl``).
+            JobNotFoundError: no such job: unknown, or ended and forgotten (ended jobs stay
+                known for ``result_ttl``; without a store, the 100,000 latest at most).
             SchedulerShutdownError: this client is shut down, or the manager is gone.
         """
         if not isinstance(job_id, str) or not job_id:

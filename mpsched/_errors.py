@@ -237,16 +237,17 @@ class WorkerRetiredError(MpschedError):
 
 
 class JobNotFoundError(MpschedError, KeyError):
-    """The manager knows no job with this id: there never was one, or it finished and was
-    forgotten (without a store at once; with one, ``result_ttl`` seconds later)."""
+    """The manager knows no job with this id: there never was one, or it ended and was
+    forgotten (``result_ttl`` seconds later; without a store sooner when more than
+    100,000 jobs ended since)."""
 
     def __init__(self, job_id: str) -> None:
         self.job_id = job_id
         super().__init__(job_id)
 
     def __str__(self) -> str:
-        return (f"no job {self.job_id}: unknown, or finished and forgotten (outcomes are kept "
-                f"only with a store, for its result_ttl)")
+        return (f"no job {self.job_id}: unknown, or ended and forgotten (ended jobs are "
+                f"kept for result_ttl; without a store, at most the 100,000 latest)")
 
     def __reduce__(self) -> tuple[type[JobNotFoundError], tuple[str]]:
         return (type(self), (self.job_id,))

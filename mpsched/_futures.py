@@ -67,7 +67,9 @@ class JobFuture(Future[T]):
         By the time it is read, the manager knows the job: a job still waiting in the
         client's write-behind outbox is sent first (one round trip at most, for every job
         submitted before it too). So an id handed to another process can be looked up there
-        at once (``Client.job(job_id)``); submitting without reading ids costs nothing.
+        at once (``Client.job(job_id)``); submitting without reading ids costs nothing. (A
+        job cancelled before it was sent, or before its id was read, never reached the
+        manager: its id is unknown there.)
         """
         self._client.sent(self._job_id)
         return self._job_id

@@ -32,10 +32,11 @@ import logging
 import pickle
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from mpsched._clock import Clock
-from mpsched._errors import JobNotFoundError, StoreError, WorkerCrashedError
+from mpsched._ended import MAX_OUTCOME, Ended, EndedJobs
+from mpsched._errors import JobError, JobNotFoundError, StoreError, WorkerCrashedError
 from mpsched._job import CANCELLED, Assignment, Job, JobRequest, Outcome, check_request
 from mpsched._queue import JobQueue
 from mpsched._store import JobRecord, JobState, Recovery, Store, StoredJob
@@ -92,17 +93,19 @@ class BaseJournal(abc.ABC):
         return True
 
     @abc.abstractmethod
-    def finished(self, job: Job, outcome: Outcome) -> set[str]:
-        """Journal how a job ended; returns the clients (besides its own) watching it."""
+    def finished(self, job: Job, outcome: Outcome, worker_id: str | None = None) -> set[str]:
+        """Journal how a job ended (``worker_id``: who ran it); returns the clients
+        (besides its own) watching it."""
 
     @abc.abstractmethod
     def requeued(self, job: Job) -> None:
         """Journal that a job whose lease was lost is pending again."""
 
-    def cancelled(self, job_ids: list[str]) -> dict[str, set[str]]:
+    def cancelled(self, jobs: list[Job]) -> dict[str, set[str]]:
         """Journal (durably) jobs taken out of the heap; returns their watchers by job."""
         with self._lock:
-            return {j: w for j in job_ids if (w := self._watchers.pop(j, None))}
+            return {job.job_id: w for job in jobs
+                    if (w := self._watchers.pop(job.job_id, None))}
 
     @abc.abstractmethod
     def watch(self, client_id: str, job_id: str) -> Outcome | None:
@@ -134,17 +137,23 @@ class BaseJournal(abc.ABC):
 class NoJournal(BaseJournal):
     """The journal of a manager without a store: nothing is written, nothing survives it.
 
-    Lookups and listings see the jobs pending or in flight (the queue's records); a job
-    is forgotten once it ends. Keys: a job with a ``key`` holds it while it is pending or
-    running. Schedules are kept in a MemoryStore.
+    Lookups and listings see the jobs pending or in flight (the queue's records), and for
+    ``result_ttl`` seconds those that ended, with their outcomes, in memory and bounded
+    (mpsched._ended). Keys: a job with a ``key`` holds it while it is pending, running, or
+    kept ended (done or failed; a cancelled one frees it). Schedules are kept in a
+    MemoryStore.
     """
 
-    def __init__(self, queue: JobQueue, wall: Callable[[], float] = time.time) -> None:
+    def __init__(self, queue: JobQueue, wall: Callable[[], float] = time.time,
+                 result_ttl: float = 0.0) -> None:
         super().__init__(MemoryStore(), queue)
         self._wall = wall
-        # Under the base class's lock: key -> the id of the live job holding it, and back.
+        # Under the base class's lock: key -> the id of the job holding it, and back; the
+        # jobs that ended.
         self._holders: dict[str, str] = {}
         self._keys: dict[str, str] = {}
+        self._ended = EndedJobs(result_ttl, queue.clock.now)
+        self._keeps = result_ttl > 0  # ended jobs are kept at all
 
     def submit(self, requests: list[JobRequest], timeout: float | None,
                due: float | None = None) -> list[str] | None:
@@ -173,6 +182,9 @@ class NoJournal(BaseJournal):
         with self._lock:
             for request in requests:
                 holder = None if request.key is None else self._holders.get(request.key)
+                if holder is not None and not self._holds_locked(holder):
+                    self._release_key_locked(holder)  # it ended, and is no longer kept
+                    holder = None
                 if holder is None:
                     if request.key is not None:
                         self._holders[request.key] = request.job_id
@@ -181,18 +193,38 @@ class NoJournal(BaseJournal):
                 holders.append(request.job_id if holder is None else holder)
         return holders, fresh
 
-    def cancelled(self, job_ids: list[str]) -> dict[str, set[str]]:
-        with self._lock:
-            if self._keys:
-                for job_id in job_ids:
-                    self._release_key_locked(job_id)
-            return {j: w for j in job_ids if (w := self._watchers.pop(j, None))}
+    def _holds_locked(self, job_id: str) -> bool:
+        """Whether a job that took a key still holds it: queued (or on its way there),
+        running, or ended and still kept (a cancelled one has let go of it already)."""
+        kept = self._ended.ended_locked(job_id)
+        return kept is None or kept
 
-    def finished(self, job: Job, outcome: Outcome) -> set[str]:
+    def cancelled(self, jobs: list[Job]) -> dict[str, set[str]]:
         with self._lock:
-            if job.key is not None:
+            for job in jobs:
+                if self._keys:
+                    self._release_key_locked(job.job_id)
+                if self._keeps:
+                    self._forgotten_locked(self._ended.add_locked(
+                        job, JobState.CANCELLED, None, self._wall(), cancelled(job.job_id)))
+            return {job.job_id: w for job in jobs
+                    if (w := self._watchers.pop(job.job_id, None))}
+
+    def finished(self, job: Job, outcome: Outcome, worker_id: str | None = None) -> set[str]:
+        with self._lock:
+            if self._keeps:
+                self._forgotten_locked(self._ended.add_locked(
+                    job, JobState.DONE if outcome.ok else JobState.FAILED, worker_id,
+                    self._wall(), outcome))
+            elif job.key is not None:
                 self._release_key_locked(job.job_id)
             return self._watchers.pop(job.job_id, set()) if self._watchers else set()
+
+    def _forgotten_locked(self, dropped: Sequence[Ended]) -> None:
+        """Ended jobs no longer kept let go of their keys."""
+        if dropped and self._keys:
+            for ended in dropped:
+                self._release_key_locked(ended.job.job_id)
 
     def requeued(self, job: Job) -> None:
         pass  # nothing is journalled: the job is back in the heap, which is the record
@@ -204,6 +236,9 @@ class NoJournal(BaseJournal):
 
     def watch(self, client_id: str, job_id: str) -> Outcome | None:
         with self._lock:
+            ended = self._ended.get_locked(job_id)
+            if ended is not None:
+                return ended.outcome if ended.outcome is not None else _not_kept(job_id)
             if self.queue.find(job_id) is None:
                 raise JobNotFoundError(job_id)
             self._watch_locked(client_id, job_id)
@@ -211,26 +246,50 @@ class NoJournal(BaseJournal):
 
     def get(self, job_id: str, *, fresh: bool = False) -> JobRecord | None:
         found = self.queue.find(job_id)
-        return None if found is None else self._record(*found)
+        if found is not None:
+            return self._record(*found)
+        with self._lock:
+            ended = self._ended.get_locked(job_id)
+        return None if ended is None else self._ended_record(ended)
 
     def owner(self, job_id: str) -> str | None:
         found = self.queue.find(job_id)
-        return None if found is None else found[0].client_id
+        if found is not None:
+            return found[0].client_id
+        with self._lock:
+            ended = self._ended.get_locked(job_id)
+        return None if ended is None else ended.job.client_id
 
     def jobs(self, state: str | None, limit: int | None) -> list[JobRecord]:
         wanted = None if state is None else JobState(state)
+        with self._lock:
+            ended = self._ended.all_locked()
         records = [self._record(job, worker) for job, worker in self.queue.jobs()]
+        records += [self._ended_record(e) for e in ended]
+        records.sort(key=lambda record: record.seq)
         return [r for r in records if wanted is None or r.state is wanted][:limit]
 
-    def _record(self, job: Job, worker_id: str | None) -> JobRecord:
+    def _record(self, job: Job, worker_id: str | None, state: JobState | None = None,
+                finished_wall: float | None = None) -> JobRecord:
         to_wall = self._wall() - self.queue.clock.now()
         return JobRecord(
             job_id=job.job_id, client_id=job.client_id, key=job.key, name=job.name,
             priority=job.priority, due_wall=job.due + to_wall, seq=job.seq,
             timeout=job.timeout, retries=job.retries, attempt=job.attempt,
             submitted_wall=job.due + to_wall,  # not kept without a store: its due time
-            state=JobState.PENDING if worker_id is None else JobState.RUNNING,
-            worker_id=worker_id, finished_wall=None, outcome=None)
+            state=state or (JobState.PENDING if worker_id is None else JobState.RUNNING),
+            worker_id=worker_id, finished_wall=finished_wall, outcome=None)
+
+    def _ended_record(self, ended: Ended) -> JobRecord:
+        return self._record(ended.job, ended.worker_id, ended.state, ended.finished_wall)
+
+
+def _not_kept(job_id: str) -> Outcome:
+    """The outcome a watcher of an ended job gets when its outcome was not kept."""
+    error = JobError(f"job {job_id} ended, but its outcome was not kept (without a store "
+                     f"the manager keeps outcomes of up to {MAX_OUTCOME // 2**20} MiB, and "
+                     f"none that went through shared memory)")
+    return Outcome(job_id, False, pickle.dumps(error), "", None, "outcome-not-kept")
 
 
 class Journal(BaseJournal):
@@ -315,7 +374,7 @@ class Journal(BaseJournal):
             self.queue.return_lease(lease.lease_id)
             return False
 
-    def finished(self, job: Job, outcome: Outcome) -> set[str]:
+    def finished(self, job: Job, outcome: Outcome, worker_id: str | None = None) -> set[str]:
         state = JobState.DONE if outcome.ok else JobState.FAILED
         kept = encode(outcome) if self.store.keeps_outcomes else None
         with self._lock:
@@ -331,10 +390,10 @@ class Journal(BaseJournal):
         except StoreError as exc:
             log.error("the requeue of job %s was not journalled: %s", job.job_id, exc)
 
-    def cancelled(self, job_ids: list[str]) -> dict[str, set[str]]:
-        if job_ids:
-            self.store.cancel(job_ids, self._wall())
-        return super().cancelled(job_ids)
+    def cancelled(self, jobs: list[Job]) -> dict[str, set[str]]:
+        if jobs:
+            self.store.cancel([job.job_id for job in jobs], self._wall())
+        return super().cancelled(jobs)
 
     # ------------------------------------------------------------------ lookups
 

@@ -111,7 +111,7 @@ def _open_journal(config: ManagerConfig, queue: JobQueue) -> tuple[BaseJournal, 
     """The journal of the store the config names (none without one), its jobs back in
     ``queue``; and what was recovered, in one line ("" for nothing)."""
     if config.store is None:
-        return NoJournal(queue), ""
+        return NoJournal(queue, result_ttl=config.result_ttl), ""
     store = SQLiteStore(config.store, durability=config.durability,
                         result_ttl=config.result_ttl)
     journal = Journal(store, queue)

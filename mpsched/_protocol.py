@@ -462,7 +462,7 @@ class ManagerConfig:
     tls: TlsConfig | None = None  # TCP only; local workers connect with it too
     store: str | None = None  # a SQLite file that journals every job; None: in memory
     durability: str = "sync"  # "sync": submits survive a power cut; "process": a crash
-    result_ttl: float = 86400.0  # seconds a store keeps finished jobs' outcomes
+    result_ttl: float = 86400.0  # seconds finished jobs' outcomes are kept (store or memory)
     max_pending_bytes: int | None = None  # bound on what pending payloads hold
     shared_memory: bool = False  # large buffers through /dev/shm (local clients, no store)
 

@@ -249,12 +249,16 @@ class JobQueue:
 
         The entry is marked, not searched for: the heaps drop it when it reaches their top.
         """
+        return bool(self.cancel_jobs([job_id]))
+
+    def cancel_jobs(self, job_ids: list[str]) -> list[Job]:
+        """Remove the pending jobs among ``job_ids``; returns them (as :meth:`cancel`)."""
         with self._lock:
             old_head = self._pending.head()
-            job = self._pending.remove(job_id)
-            if job is not None:
-                self._removed_locked(1, old_head)
-            return job is not None
+            jobs = [job for job_id in job_ids if (job := self._pending.remove(job_id))]
+            if jobs:
+                self._removed_locked(len(jobs), old_head)
+            return jobs
 
     def reschedule(self, job_id: str, due: float) -> bool:
         """Move a pending job to another due time (this queue's clock), keeping its seq;
@@ -296,6 +300,11 @@ class JobQueue:
     def cancel_client(self, client_id: str, *, not_due_only: bool = False) -> list[str]:
         """Remove every pending job of one client (with ``not_due_only``, only those whose
         due time is still ahead); returns their ids."""
+        return [job.job_id for job in self.cancel_client_jobs(client_id,
+                                                              not_due_only=not_due_only)]
+
+    def cancel_client_jobs(self, client_id: str, *, not_due_only: bool = False) -> list[Job]:
+        """As :meth:`cancel_client`; returns the jobs removed."""
         with self._lock:
             now = self._clock.now()
             jobs = [j for j in self._pending
@@ -305,7 +314,7 @@ class JobQueue:
                 self._pending.remove(job.job_id)
             if jobs:
                 self._removed_locked(len(jobs), old_head)
-            return [j.job_id for j in jobs]
+            return jobs
 
     # ------------------------------------------------------------------------ take
 

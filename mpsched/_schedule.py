@@ -292,8 +292,9 @@ class Schedule:
         stay listable for the manager's ``result_ttl`` (its armed run, withdrawn, is a
         cancelled future).
 
-        Without a store the manager keeps the outcomes of a schedule's 10 latest runs;
-        older ones are left out.
+        Ended runs are kept as any ended job is (for ``result_ttl``; without a store in
+        memory, within its bounds, and a schedule's 10 latest outcomes beyond them); older
+        ones are left out.
 
         Raises:
             ScheduleNotFoundError: it was cancelled more than ``result_ttl`` ago.

@@ -71,8 +71,10 @@ class Scheduler(Client):
         durability: with a store, "sync" (each acknowledged submit or cancel survives a
             power cut; starts and ends reach the disk within milliseconds) or "process"
             (they survive a crash of the manager process, not of the machine).
-        result_ttl: with a store, seconds finished jobs are kept (default: one day); with
-            or without one, seconds a cancelled schedule's latest runs stay listable.
+        result_ttl: seconds finished jobs are kept, with their outcomes, so their ids can
+            still be looked up (default: one day): in the store, or without one in the
+            manager's memory (at most 100,000 jobs and 64 MiB of outcomes, the oldest
+            dropped first); also how long a cancelled schedule's latest runs stay listable.
         shared_memory: large arguments and results (buffers of 64 KiB or more: bytes,
             bytearray, memoryview, NumPy arrays) travel through shared memory, written
             once and never through the manager. Without a store only; where shared memory

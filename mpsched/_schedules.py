@@ -37,7 +37,7 @@ from mpsched._errors import (
     ScheduleNotFoundError,
     StoreError,
 )
-from mpsched._job import CANCELLED, JobRequest, Outcome
+from mpsched._job import CANCELLED, Job, JobRequest, Outcome
 from mpsched._journal import BaseJournal, cancelled
 from mpsched._recurring import (
     ScheduleInfo,
@@ -65,7 +65,7 @@ class Schedules:
     """The recurring schedules of one manager; every public method is thread-safe."""
 
     def __init__(self, journal: BaseJournal, clock: Clock,
-                 cancelled: Callable[[list[str]], object]) -> None:
+                 cancelled: Callable[[list[Job]], object]) -> None:
         """``cancelled``: journals withdrawn runs and tells whoever watches them."""
         self._journal = journal
         self._cancelled = cancelled
@@ -390,12 +390,13 @@ class Schedules:
     def _withdraw_locked(self, entry: Entry) -> list[str]:
         """Cancel the entry's armed runs that have not started; running ones stay active,
         so that their end is still counted. Returns the ids of those withdrawn."""
-        withdrawn = [rid for rid in entry.active if self._queue.cancel(rid)]
+        jobs = self._queue.cancel_jobs(list(entry.active))
+        withdrawn = [job.job_id for job in jobs]
         for rid in withdrawn:
             del entry.active[rid]
             self._runs.pop(rid, None)  # first: the cancel's ended() must not re-plan
-        if withdrawn:
-            self._cancelled(withdrawn)
+        if jobs:
+            self._cancelled(jobs)
         return withdrawn
 
     def _save_state_locked(self, entry: Entry) -> None:

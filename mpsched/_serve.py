@@ -235,7 +235,8 @@ def store_path(option: str | None) -> str | None:
 def describe_store(config: ManagerConfig) -> str:
     """The ``store:`` line of serve's banner."""
     if config.store is None:
-        return "memory: jobs end with this manager (--store FILE keeps them)"
+        return (f"memory: jobs end with this manager (--store FILE keeps them); outcomes "
+                f"kept {config.result_ttl:g} s, at most 100,000")
     return (f"{config.store} (durability {config.durability}, outcomes kept "
             f"{config.result_ttl:g} s)")
 

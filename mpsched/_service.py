@@ -26,7 +26,7 @@ from mpsched._errors import (
     VersionMismatchError,
     WorkerCrashedError,
 )
-from mpsched._job import Lease, Outcome
+from mpsched._job import Job, Lease, Outcome
 from mpsched._journal import BaseJournal, NoJournal, cancelled
 from mpsched._leases import LostLease
 from mpsched._mailbox import Mailboxes
@@ -120,7 +120,7 @@ class ManagerService:
         """Report the previous job (if any), then wait for the next due one."""
         local = self.workers.check_in(worker_id, reported=report is not None)
         if report is not None:
-            self._complete(report_from_wire(report), same_clock=local)
+            self._complete(report_from_wire(report), worker_id, same_clock=local)
         # Only a worker we started shares our monotonic clock: it can be handed a job early
         # and sleep until its due time itself. Any other gets it when due, and a delay
         # (measured here, so ~0) rather than an instant it would misread on its own clock.
@@ -161,7 +161,7 @@ class ManagerService:
         """Report the last job of a worker that is leaving to be replaced (recycling)."""
         if report is not None:
             local = self.workers.check_in(worker_id, reported=True)
-            self._complete(report_from_wire(report), same_clock=local)
+            self._complete(report_from_wire(report), worker_id, same_clock=local)
 
     def leave(self, worker_id: str, report: ReportWire | None) -> None:
         """A remote worker leaves (drained): report its last job and end its leases."""
@@ -176,7 +176,7 @@ class ManagerService:
             log.error("remote worker %s exited with code %s holding %d job(s)", worker_id,
                       exitcode, held)
 
-    def _complete(self, report: Report, *, same_clock: bool) -> None:
+    def _complete(self, report: Report, worker_id: str, *, same_clock: bool) -> None:
         # A start stamp from another monotonic clock than ours says nothing about lateness
         # here: only workers we started report on our clock; other workers' jobs stay out
         # of the lateness and started-early counts.
@@ -186,7 +186,8 @@ class ManagerService:
             self.segments.discarded(report.outcome)  # a late report: nobody gets it
             return
         self.segments.ended([job.job_id])
-        self._deliver(job.client_id, report.outcome, self.journal.finished(job, report.outcome))
+        self._deliver(job.client_id, report.outcome,
+                      self.journal.finished(job, report.outcome, worker_id))
 
     def _deliver(self, client_id: str, outcome: Outcome, watchers: set[str]) -> None:
         """Post a job's outcome to its client and to every other client watching it."""
@@ -240,7 +241,8 @@ class ManagerService:
         self.segments.ended([job.job_id])
         outcome = Outcome(job.job_id, False, pickle.dumps(error), "", None,
                           type(error).__name__)
-        self._deliver(job.client_id, outcome, self.journal.finished(job, outcome))
+        self._deliver(job.client_id, outcome,
+                      self.journal.finished(job, outcome, lease.worker_id))
 
     def expired_remote(self) -> tuple[list[str], float | None]:
         """Remote workers silent past the heartbeat timeout, and the next such deadline."""
@@ -295,10 +297,11 @@ class ManagerService:
         asking, when it need not be the job's own (``Client.cancel(job_id)``): the job's
         own client is then told too, so its future ends cancelled."""
         owner = self.journal.owner(job_id) if client_id is not None else None
-        if not self.queue.cancel(job_id):
+        jobs = self.queue.cancel_jobs([job_id])
+        if not jobs:
             return False
         self.segments.ended([job_id])
-        told = self.journal.cancelled([job_id]).get(job_id, set())
+        told = self.journal.cancelled(jobs).get(job_id, set())
         if owner is not None and owner != client_id:
             told.add(owner)
         for client in told:
@@ -308,18 +311,20 @@ class ManagerService:
 
     def cancel_many(self, job_ids: list[str]) -> list[str]:
         """Cancel pending jobs of the caller; returns the ids of those that were pending."""
-        return self._cancelled([job_id for job_id in job_ids if self.queue.cancel(job_id)])
+        return self._cancelled(self.queue.cancel_jobs(job_ids))
 
     def not_due(self, client_id: str) -> list[str]:
         """The client's pending jobs not yet due (they stay in the store at its exit)."""
         return self.queue.not_due(client_id)
 
     def cancel_client(self, client_id: str, not_due_only: bool = False) -> list[str]:
-        return self._cancelled(self.queue.cancel_client(client_id, not_due_only=not_due_only))
+        return self._cancelled(self.queue.cancel_client_jobs(client_id,
+                                                             not_due_only=not_due_only))
 
-    def _cancelled(self, job_ids: list[str]) -> list[str]:
+    def _cancelled(self, jobs: list[Job]) -> list[str]:
+        job_ids = [job.job_id for job in jobs]
         self.segments.ended(job_ids)
-        for job_id, watchers in self.journal.cancelled(job_ids).items():
+        for job_id, watchers in self.journal.cancelled(jobs).items():
             for client in watchers:
                 self.mailboxes.post(client, cancelled(job_id))
         for job_id in job_ids:

@@ -132,7 +132,7 @@ def test_a_job_id_reaches_its_outcome_from_another_client_and_after_a_restart(
         s2.job("no-such-job")
 
 
-def test_without_a_store_a_finished_job_is_forgotten(
+def test_without_a_store_a_finished_job_is_kept_in_memory_for_result_ttl(
         make_scheduler: Callable[..., Scheduler]) -> None:
     s = make_scheduler(workers=1)
     done = s.submit(jobs.noop, 1)
@@ -140,8 +140,21 @@ def test_without_a_store_a_finished_job_is_forgotten(
     with pytest.raises(JobNotFoundError):
         s.job(done.job_id + "x")
     pending = s.schedule(jobs.noop, 2, delay=60)
-    assert [(j.job_id, j.state) for j in s.jobs()] == [(pending.job_id, "pending")]
+    assert [(j.job_id, j.state) for j in s.jobs()] == [(done.job_id, "done"),
+                                                        (pending.job_id, "pending")]
+    assert s.job(done.job_id).result(timeout=WAIT) == 1
     assert s.stats().store == "memory"
+
+
+def test_without_a_store_and_no_result_ttl_a_finished_job_is_forgotten(
+        make_scheduler: Callable[..., Scheduler]) -> None:
+    s = make_scheduler(workers=1, result_ttl=0)
+    done = s.submit(jobs.noop, 1)
+    assert done.result(timeout=WAIT) == 1
+    with pytest.raises(JobNotFoundError):
+        s.job(done.job_id)
+    pending = s.schedule(jobs.noop, 2, delay=60)
+    assert [(j.job_id, j.state) for j in s.jobs()] == [(pending.job_id, "pending")]
 
 
 @pytest.mark.parametrize("with_store", [False, True], ids=["memory", "sqlite"])

@@ -10,6 +10,7 @@ from pathlib import Path
 import jobs
 import pytest
 
+import mpsched
 from mpsched import Client, Scheduler
 from mpsched._cli import Exit, main
 from mpsched._cli_jobs import NOT_FINISHED
@@ -102,3 +103,29 @@ def test_result_and_cancel_look_an_id_up_without_listing(
     assert main(["cancel", later.job_id, *flags]) == Exit.OK
     assert main(["cancel", later.job_id, *flags]) == Exit.FAILURE
     assert f"job {later.job_id} was not cancelled" in capsys.readouterr().err
+
+
+def test_without_a_store_ended_jobs_keep_their_ids(
+        make_scheduler: Callable[..., Scheduler], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    s = make_scheduler(workers=1)  # no store
+    done = s.submit(jobs.noop, "it ran")
+    assert done.result(30) == "it ran"
+    later = s.schedule(jobs.noop, delay=3600)
+    assert later.job_id and later.cancel()  # the id read: the manager has the job
+    other = mpsched.connect(s.address, authkey=s.authkey)
+    try:
+        assert other.job(done.job_id).result(30) == "it ran"  # another client, after its end
+        assert other.job(later.job_id).cancelled()
+        states = {info.job_id: info.state for info in other.jobs()}
+        assert states[done.job_id] == "done" and states[later.job_id] == "cancelled"
+    finally:
+        other.detach()
+    key = tmp_path / "key"
+    key.write_bytes(s.authkey)
+    key.chmod(0o600)
+    flags = ["--connect", f"unix:{s.address}", "--authkey-file", str(key)]
+    assert main(["result", done.job_id, *flags]) == Exit.OK
+    assert capsys.readouterr().out == '"it ran"\n'
+    assert main(["result", later.job_id, *flags]) == Exit.FAILURE
+    assert "it was cancelled" in capsys.readouterr().err

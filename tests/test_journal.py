@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import pickle
 
 import pytest
 from fakeclock import FakeClock
 
+from mpsched import _ended
 from mpsched._errors import InvalidJobError, JobNotFoundError
-from mpsched._job import JobRequest, Outcome
+from mpsched._job import CANCELLED, JobRequest, Outcome
+from mpsched._journal import NoJournal
 from mpsched._protocol import (
     ClientHello,
     Report,
@@ -128,3 +131,88 @@ def test_the_id_of_a_running_job_is_refused(service: ManagerService) -> None:
     take(service)
     with pytest.raises(InvalidJobError, match="already running"):
         service.submit([request_to_wire(request("job"))], None)
+
+
+# ------------------------------------------------------------------ ended jobs kept
+
+
+@pytest.fixture
+def keeping(monkeypatch: pytest.MonkeyPatch) -> tuple[ManagerService, FakeClock]:
+    """A manager without a store that keeps ended jobs for 60 s (at most 3 of them)."""
+    monkeypatch.setattr(_ended, "MAX_JOBS", 3)
+    clock = FakeClock()
+    queue = JobQueue(clock=clock)
+    service = ManagerService(queue, clock=clock,
+                             journal=NoJournal(queue, wall=clock.wall, result_ttl=60))
+    python, cp = describe_versions()
+    service.hello(WorkerHello("w", os.getpid(), "elsewhere", python, cp, True, ""))
+    service.open_client(ClientHello("c", python, cp))
+    return service, clock
+
+
+def run_to_end(service: ManagerService, job_id: str, *, ok: bool = True,
+               payload: bytes = b"result", key: str | None = None) -> None:
+    service.submit([request_to_wire(request(job_id, key=key))], None)
+    lease = take(service)
+    service.finish("w", report_to_wire(Report(lease, Outcome(job_id, ok, payload,
+                                                             "" if ok else "Traceback",
+                                                             None))))
+
+
+def test_an_ended_job_is_known_by_its_id_for_result_ttl(
+        keeping: tuple[ManagerService, FakeClock]) -> None:
+    service, clock = keeping
+    run_to_end(service, "done")
+    run_to_end(service, "failed", ok=False, payload=b"error")
+    service.submit([request_to_wire(request("cancelled", delay=60))], None)
+    assert service.cancel("cancelled", "c")
+    journal = service.journal
+    assert [(r.job_id, r.state, r.worker_id) for r in journal.jobs(None, None)] == [
+        ("done", JobState.DONE, "w"), ("failed", JobState.FAILED, "w"),
+        ("cancelled", JobState.CANCELLED, None)]
+    assert [r.job_id for r in journal.jobs("done", None)] == ["done"]
+    assert service.job("done") is not None and journal.owner("failed") == "c"
+    done, failed, gone = (journal.watch("other", j) for j in ("done", "failed", "cancelled"))
+    assert done is not None and (done.ok, done.payload) == (True, b"result")
+    assert failed is not None and (failed.ok, failed.traceback) == (False, "Traceback")
+    assert gone is not None and gone.error_kind == CANCELLED
+    clock.advance(61)
+    assert journal.jobs(None, None) == [] and journal.get("done") is None
+    with pytest.raises(JobNotFoundError):
+        journal.watch("other", "done")
+
+
+def test_the_oldest_ended_jobs_go_first_past_the_bound(
+        keeping: tuple[ManagerService, FakeClock]) -> None:
+    service, _ = keeping
+    for i in range(5):
+        run_to_end(service, f"j{i}")
+    assert [r.job_id for r in service.journal.jobs(None, None)] == ["j2", "j3", "j4"]
+
+
+def test_an_outcome_too_large_to_keep_says_so(
+        keeping: tuple[ManagerService, FakeClock], monkeypatch: pytest.MonkeyPatch) -> None:
+    service, _ = keeping
+    monkeypatch.setattr(_ended, "MAX_OUTCOME", 10)
+    run_to_end(service, "big", payload=b"x" * 11)
+    record = service.journal.get("big")
+    assert record is not None and record.state is JobState.DONE
+    outcome = service.journal.watch("other", "big")
+    assert outcome is not None and not outcome.ok and outcome.error_kind == "outcome-not-kept"
+    assert "was not kept" in str(pickle.loads(outcome.payload))
+
+
+def test_a_kept_job_holds_its_key_until_it_is_forgotten(
+        keeping: tuple[ManagerService, FakeClock]) -> None:
+    service, clock = keeping
+
+    def submit(job_id: str) -> list[str] | None:
+        return service.submit([request_to_wire(request(job_id, key="nightly", delay=60))],
+                              None)
+
+    run_to_end(service, "first", key="nightly")
+    assert submit("second") == ["first"]  # ended, and kept: it stands for the key
+    clock.advance(61)
+    assert submit("third") is None  # forgotten: the key is free
+    assert service.cancel("third", "c")
+    assert submit("fourth") is None  # cancelled: free at once

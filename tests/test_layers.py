@@ -29,6 +29,7 @@ LAYERS: list[set[str]] = [
     {"_store_memory", "_store_writer", "_store_leases"},
     {"_store_file"},
     {"_store_sqlite"},
+    {"_ended"},
     {"_queue", "_mailbox", "_outbox", "_segments"},
     {"_journal", "_schedule_entry"},
     {"_schedules"},
