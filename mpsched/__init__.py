@@ -10,6 +10,7 @@ from mpsched._errors import JobNotFoundError as JobNotFoundError
 from mpsched._errors import JobPicklingError as JobPicklingError
 from mpsched._errors import JobTimeoutError as JobTimeoutError
 from mpsched._errors import JobUnpicklingError as JobUnpicklingError
+from mpsched._errors import ManagerConnectionLostError as ManagerConnectionLostError
 from mpsched._errors import ManagerUnreachableError as ManagerUnreachableError
 from mpsched._errors import MpschedError as MpschedError
 from mpsched._errors import QueueFullError as QueueFullError
@@ -47,6 +48,7 @@ __all__ = [
     "JobPicklingError",
     "JobTimeoutError",
     "JobUnpicklingError",
+    "ManagerConnectionLostError",
     "ManagerUnreachableError",
     "MpschedError",
     "Order",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import functools
 import logging
 import sys
 import threading
@@ -27,6 +28,7 @@ from mpsched._errors import (
     ManagerUnreachableError,
     QueueFullError,
     SchedulerShutdownError,
+    StoreError,
 )
 from mpsched._futures import DISCONNECTED, ClientCore, JobFuture, MapResults
 from mpsched._job import JobInfo, JobRequest, Payload, Priority, check_request, due_arguments
@@ -51,8 +53,13 @@ class Client(RecurringClient, Executor):
     Use :class:`Scheduler`, which also starts the manager and its workers.
     """
 
-    def __init__(self, service: ServiceProxy, *, submit_timeout: float | None = None) -> None:
-        self._core = ClientCore(service)
+    def __init__(self, service: ServiceProxy, *, submit_timeout: float | None = None,
+                 reconnect: Callable[[], ServiceProxy] | None = None,
+                 lost_advice: str = "") -> None:
+        """``reconnect`` connects to the manager's address again, after the connection was
+        lost (None: the client closes instead, its futures failed with
+        ManagerConnectionLostError, whose message ends with ``lost_advice``)."""
+        self._core = ClientCore(service, reconnect=reconnect, lost_advice=lost_advice)
         self._submit_timeout = submit_timeout
         # Guards _closer: shutdown() may be called from several threads.
         self._shutdown_lock = threading.Lock()
@@ -97,9 +104,14 @@ class Client(RecurringClient, Executor):
                 ``fn`` not callable.
             JobPicklingError: ``fn`` or its arguments cannot be pickled.
             QueueFullError: ``max_pending`` jobs were pending for all of ``submit_timeout``.
-            SchedulerShutdownError: after ``shutdown()``, or when the manager is gone.
+            SchedulerShutdownError: after ``shutdown()``.
+            ManagerConnectionLostError: (also a SchedulerShutdownError) the connection to
+                the manager is lost: a client of ``connect()`` raises it at once until it
+                has reconnected by itself; a Scheduler's client for good.
 
-        On any error nothing was queued.
+        On any error nothing was queued, but for one case: a submit sent synchronously
+        (``max_pending``, or a ``key``) whose connection broke during its call may have
+        reached the manager (submit a keyed job again: its key finds it).
         """
         return self._schedule(fn, args, kwargs, delay, at, priority, timeout, retries, key)
 
@@ -127,8 +139,9 @@ class Client(RecurringClient, Executor):
                 client_id=core.client_id, payload=payload))])
             return future
         future = core.new_future(payload)
-        core.outbox.put(request._replace(job_id=future._job_id, client_id=core.client_id,
-                                         payload=payload))
+        if not core.outbox.put(request._replace(job_id=future._job_id,
+                                                client_id=core.client_id, payload=payload)):
+            raise core.refuse(future._job_id)  # the manager was lost since new_future()
         return future
 
     def _send_batch(self, jobs: list[tuple[Payload, JobRequest]]) -> list[JobFuture[Any]]:
@@ -156,17 +169,22 @@ class Client(RecurringClient, Executor):
         # The manager bounds each wait for room; we repeat until our own deadline.
         timeout = self._submit_timeout
         deadline = None if timeout is None else time.monotonic() + timeout
+        service = self._core.service
         while True:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
-                return self._core.service.submit(requests, remaining)
+                return service.submit(requests, remaining)
             except QueueFullError:
                 if deadline is not None and time.monotonic() >= deadline:
                     raise
                 if self._core.closed:
                     raise SchedulerShutdownError("shut down while waiting for room") from None
+            except StoreError:
+                raise
             except DISCONNECTED as exc:
-                raise SchedulerShutdownError(f"the mpsched manager is gone: {exc!r}") from exc
+                raise self._core.link.lost(
+                    exc, service, "the job may have reached the manager (and may run) or "
+                                  "not; this client reconnects by itself") from exc
 
     def map(self, fn: Callable[..., T], *iterables: Iterable[Any],
             timeout: float | None = None, chunksize: int = 1) -> Iterator[T]:
@@ -207,7 +225,11 @@ class Client(RecurringClient, Executor):
             try:
                 for _, request in jobs:
                     futures.append(self._core.new_future(request.payload))
-                    outbox.put(request._replace(job_id=futures[-1]._job_id))
+                    if not outbox.put(request._replace(job_id=futures[-1]._job_id)):
+                        error = self._core.refuse(futures.pop()._job_id)
+                        for future in futures:  # all or nothing: the manager was lost
+                            future.cancel()
+                        raise error
             except BaseException:
                 self._core.release([request for _, request in jobs[len(futures):]])
                 raise
@@ -232,13 +254,13 @@ class Client(RecurringClient, Executor):
         how long after its due time a job started, in seconds (p50, p90, p99, max over
         the last 10,000 jobs of workers that share the manager's clock); times are in
         seconds and memory in bytes throughout.
+
+        Raises:
+            ManagerConnectionLostError: the manager is unreachable.
         """
         if self._core.outbox is not None:
             self._core.outbox.flush()
-        try:
-            return self._core.service.stats()
-        except DISCONNECTED as exc:
-            raise SchedulerShutdownError(f"the mpsched manager is gone: {exc!r}") from exc
+        return self._core.link.ask(lambda service: service.stats())
 
     def job(self, job_id: str) -> JobFuture[Any]:
         """A future for any job this manager knows by id: this client's, another client's
@@ -248,16 +270,14 @@ class Client(RecurringClient, Executor):
             InvalidJobError: ``job_id`` is not a non-empty string.
             JobNotFoundError: no such job: unknown, or ended and forgotten (ended jobs stay
                 known for ``result_ttl``; without a store, the 100,000 latest at most).
-            SchedulerShutdownError: this client is shut down, or the manager is gone.
+            SchedulerShutdownError: this client is shut down.
+            ManagerConnectionLostError: the manager is unreachable.
         """
         if not isinstance(job_id, str) or not job_id:
             raise InvalidJobError(f"a job id is a non-empty string, not {job_id!r}")
         if self._core.outbox is not None:
             self._core.outbox.flush()  # a job this client just submitted is known there
-        try:
-            return self._core.watch(job_id)
-        except DISCONNECTED as exc:
-            raise SchedulerShutdownError(f"the mpsched manager is gone: {exc!r}") from exc
+        return self._core.watch(job_id)
 
     def jobs(self, state: str | None = None, limit: int | None = None) -> list[JobInfo]:
         """The jobs the manager knows, in submission order: every client's, pending and
@@ -270,6 +290,7 @@ class Client(RecurringClient, Executor):
 
         Raises:
             InvalidJobError: an unknown state, or a limit that is not a positive int.
+            ManagerConnectionLostError: the manager is unreachable.
         """
         if state is not None and state not in STATES:
             raise InvalidJobError(f"unknown state {state!r}: use one of {', '.join(STATES)}")
@@ -278,10 +299,7 @@ class Client(RecurringClient, Executor):
             raise InvalidJobError(f"limit must be a positive int, not {limit!r}")
         if self._core.outbox is not None:
             self._core.outbox.flush()
-        try:
-            records = self._core.service.jobs(state, limit)
-        except DISCONNECTED as exc:
-            raise SchedulerShutdownError(f"the mpsched manager is gone: {exc!r}") from exc
+        records = self._core.link.ask(lambda service: service.jobs(state, limit))
         return [_job_info(r) for r in records]
 
     def job_info(self, job_id: str) -> JobInfo:
@@ -290,32 +308,32 @@ class Client(RecurringClient, Executor):
         Raises:
             InvalidJobError: ``job_id`` is not a non-empty string.
             JobNotFoundError: no such job: unknown, or finished and forgotten.
-            SchedulerShutdownError: this client is shut down, or the manager is gone.
+            ManagerConnectionLostError: the manager is unreachable.
         """
         if not isinstance(job_id, str) or not job_id:
             raise InvalidJobError(f"a job id is a non-empty string, not {job_id!r}")
         self._core.sent(job_id)  # a job of this client's own is known there
-        try:
-            record = self._core.service.job(job_id)
-        except DISCONNECTED as exc:
-            raise SchedulerShutdownError(f"the mpsched manager is gone: {exc!r}") from exc
+        record = self._core.link.ask(lambda service: service.job(job_id))
         if record is None:
             raise JobNotFoundError(job_id)
         return _job_info(record)
 
     def cancel(self, job_id: str) -> bool:
         """Cancel a pending job by id, whichever client submitted it; True if it was
-        pending and will never run (its future, wherever it is, ends cancelled)."""
+        pending and will never run (its future, wherever it is, ends cancelled).
+
+        Raises:
+            ManagerConnectionLostError: the manager is unreachable and the job is another
+                client's (one of this client's own returns False then, unless it was not
+                sent yet: that one is taken back).
+        """
         with self._core._lock:
             own = self._core._futures.get(job_id)
         if own is not None:
             return own.cancel()
         if self._core.outbox is not None:
             self._core.outbox.flush()
-        try:
-            return self._core.service.cancel(job_id, self._core.client_id)
-        except DISCONNECTED as exc:
-            raise SchedulerShutdownError(f"the mpsched manager is gone: {exc!r}") from exc
+        return self._core.link.ask(lambda service: service.cancel(job_id, self._core.client_id))
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Take no more jobs; stop once every outstanding future is done.
@@ -329,7 +347,7 @@ class Client(RecurringClient, Executor):
         with self._shutdown_lock:
             first = not self._core.closed
             with self._core._lock:
-                self._core.closed = True
+                self._core.shut_locked()
             if first:
                 if cancel_futures:
                     self._core.cancel_pending()
@@ -370,7 +388,7 @@ class Client(RecurringClient, Executor):
         interactive session, KeyboardInterrupt: back to the prompt); at interpreter exit
         it just returns (the exit status is already the program's)."""
         with self._shutdown_lock, self._core._lock:
-            self._core.closed = True
+            self._core.shut_locked()
         again = "again " if isinstance(exc, KeyboardInterrupt) else ""
         try:
             self._set_connection_aside()  # ``exc`` may have cut a call short
@@ -439,7 +457,7 @@ class Client(RecurringClient, Executor):
         and that job's outcome is discarded when it comes. (``submit`` without ``--wait``
         uses this.)"""
         with self._shutdown_lock, self._core._lock:
-            self._core.closed = True
+            self._core.shut_locked()
         self._stop()
 
     def _at_exit(self) -> None:
@@ -450,7 +468,7 @@ class Client(RecurringClient, Executor):
         interrupt = _ending_interrupt()
         with self._shutdown_lock, self._core._lock:
             first = not self._core.closed
-            self._core.closed = True
+            self._core.shut_locked()
             self._core.exiting = self._core.exiting or first
             closer = self._closer
         if interrupt is not None and (first or (closer is not None and closer.is_alive())):
@@ -565,6 +583,20 @@ def connect(address: str | tuple[str, int] | None = None, *,
             submit_timeout: float | None = None) -> Client:
     """A client of a running manager: the Scheduler API without local workers.
 
+    When the connection to the manager is lost (it was killed, stopped or restarted, or
+    the network failed), the client reconnects by itself, retrying the address after
+    0.1 s, then twice as long each time up to 5 s, with one WARNING per outage and one
+    INFO line when it is back. Meanwhile every call that needs the manager (submit,
+    ``map``, ``job``, ``stats``...) raises ManagerConnectionLostError at once and changes
+    nothing. With a store, the manager knows the client's jobs after a restart: each
+    outstanding future is re-attached by its job id and resolves when its job ends, and
+    jobs not yet sent (or whose batch's reply was lost and which the manager never got)
+    are sent once it is back. Without a store, every outstanding future fails with
+    ManagerConnectionLostError when the connection is lost (a job not yet sent did not
+    run; a job sent may have run, or may still run). A client that is shut down, or a
+    manager there that refuses the client's key or versions, ends the reconnecting: the
+    client then closes, its futures failed.
+
     Args:
         address: as the command line takes it (``"unix:/path"``, ``"host:port"``), or as
             ``Scheduler.address`` gives it (a socket path or a ``(host, port)`` pair);
@@ -602,4 +634,5 @@ def connect(address: str | tuple[str, int] | None = None, *,
     # AssertionError: Python < 3.12's handshake asserts that the peer sent a challenge.
     except (*DISCONNECTED, AssertionError) as exc:
         raise ManagerUnreachableError.from_error(format_address(address), exc) from exc
-    return Client(service, submit_timeout=submit_timeout)
+    return Client(service, submit_timeout=submit_timeout,
+                  reconnect=functools.partial(connect_service, address, key))

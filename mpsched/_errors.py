@@ -17,6 +17,7 @@ exception a caller would already catch for the same situation::
      ├── AuthenticationError(multiprocessing.AuthenticationError)   wrong or unsafe authkey
      │    └── RuntimeDirError(PermissionError)  the local manager's directory is not this user's
      ├── ManagerUnreachableError(ConnectionError)   no mpsched manager answers at an address
+     │    └── ManagerConnectionLostError(SchedulerShutdownError)   a client lost its manager
      ├── JobNotFoundError(KeyError)             no job with that id (never, or forgotten)
      ├── ScheduleNotFoundError(KeyError)        no schedule with that id (or cancelled)
      ├── ExtraMissingError(ImportError)         a feature needs an optional extra not installed
@@ -207,6 +208,27 @@ class ManagerUnreachableError(MpschedError, ConnectionError):
         else:
             how = f"it sent something else: {exc}"
         return cls(address, f"what listens there is not an mpsched manager ({how})")
+
+
+class ManagerConnectionLostError(ManagerUnreachableError, SchedulerShutdownError):
+    """A client lost the connection to its manager at ``address`` (it died, stopped, or
+    the network failed): ``reason`` says how, ``advice`` what became of the job or call and
+    what to do. Also a SchedulerShutdownError, which clients raised for this before.
+
+    A client of ``mpsched.connect()`` reconnects by itself; until it has, its submits
+    raise this at once. A Scheduler's manager is not restarted: its client stays closed.
+    """
+
+    def __init__(self, address: str, reason: str, advice: str = "") -> None:
+        self.address = address
+        self.reason = reason
+        self.advice = advice
+        ConnectionError.__init__(self, f"lost the connection to the manager at {address} "
+                                       f"({reason})" + (f"; {advice}" if advice else ""))
+
+    def __reduce__(self) -> tuple[type[ManagerConnectionLostError],  # type: ignore[override]
+                                  tuple[str, str, str]]:
+        return (type(self), (self.address, self.reason, self.advice))
 
 
 # connect() failures that mean the host itself cannot be reached

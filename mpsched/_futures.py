@@ -1,10 +1,16 @@
 """The futures of one client and the thread that resolves them.
 
-``JobFuture`` is the ``concurrent.futures.Future`` of one job. ``ClientCore`` keeps a
-client's futures by job id, owns its write-behind outbox, and runs the result thread that
-collects outcomes from the manager in batches and resolves them. It is kept apart from
-the ``Client`` object so that the thread never holds a Client (or Scheduler) alive:
-dropping the last reference lets its finalizer stop the manager.
+``JobFuture`` (mpsched._job_future) is the ``concurrent.futures.Future`` of one job.
+``ClientCore`` keeps a client's futures by job id, owns its write-behind outbox and its
+link to the manager (mpsched._link), and runs the result thread that collects outcomes
+from the manager in batches and resolves them. It is kept apart from the ``Client``
+object so that the thread never holds a Client (or Scheduler) alive: dropping the last
+reference lets its finalizer stop the manager.
+
+When the connection to the manager is lost, a client that can reconnect (a client of
+``mpsched.connect()``) rides the outage out in its result thread (mpsched._outage), and
+carries on under the same client id once a manager answers at the address again. A client
+that cannot (a Scheduler's, whose manager nothing restarts) closes, its futures failed.
 """
 
 from __future__ import annotations
@@ -13,20 +19,25 @@ import contextlib
 import itertools
 import logging
 import threading
-import time
 import uuid
-from collections.abc import Iterator
-from concurrent.futures import Future
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from mpsched import _shm
 from mpsched._errors import (
+    ManagerConnectionLostError,
     MpschedError,
     ResultUnpicklingError,
     SchedulerShutdownError,
     StoreError,
 )
 from mpsched._job import CANCELLED, JobRequest, Outcome, Payload
+from mpsched._job_future import JobFuture as JobFuture
+from mpsched._job_future import MapResults as MapResults
+from mpsched._job_future import settle_cancelled
+from mpsched._link import DISCONNECTED as DISCONNECTED
+from mpsched._link import ManagerLink, describe
+from mpsched._outage import ride_out
 from mpsched._outbox import Outbox
 from mpsched._payload import loads, remote_exception
 from mpsched._protocol import LONG_POLL, ClientHello, ServiceProxy
@@ -38,63 +49,6 @@ log = logging.getLogger("mpsched.client")
 T = TypeVar("T")
 
 MAP_BATCH = 256  # jobs per manager call in map()
-DISCONNECTED = (EOFError, OSError)  # the manager is gone; OSError covers ConnectionError
-
-
-class JobFuture(Future[T]):
-    """A ``concurrent.futures.Future`` for one job; ``cancel()`` removes it from the heap.
-
-    ``cancel()`` succeeds while the job is pending in the manager's heap (or not yet sent
-    to it) and returns False once a worker has taken it. A cancelled future wakes
-    ``concurrent.futures.wait()`` and ``as_completed()`` as the stdlib executors' futures
-    do. ``running()`` stays False: the manager does not report starts, only outcomes.
-    """
-
-    def __init__(self, client: ClientCore, job_id: str, *, watched: bool = False) -> None:
-        super().__init__()
-        self._client = client
-        # The id without job_id's wait: what mpsched's own bookkeeping keys by.
-        self._job_id = job_id
-        self.watched = watched  # a job this client did not submit (Client.job(job_id))
-        # The reusable segment (mpsched._segment_pool) its job holds until it ends; "" once
-        # handed back, or for none.
-        self.segment = ""
-
-    @property
-    def job_id(self) -> str:
-        """The job's id (the manager's name for it, printed by ``submit``).
-
-        By the time it is read, the manager knows the job: a job still waiting in the
-        client's write-behind outbox is sent first (one round trip at most, for every job
-        submitted before it too). So an id handed to another process can be looked up there
-        at once (``Client.job(job_id)``); submitting without reading ids costs nothing. (A
-        job cancelled before it was sent, or before its id was read, never reached the
-        manager: its id is unknown there.)
-        """
-        self._client.sent(self._job_id)
-        return self._job_id
-
-    def cancel(self) -> bool:
-        if self.done():
-            return self.cancelled()
-        if not self._client.cancel_job(self._job_id):
-            return False
-        return _settle_cancelled(self)
-
-
-def _settle_cancelled(future: Future[Any]) -> bool:
-    """Cancel a future whose job was taken back, and tell everyone waiting on it.
-
-    ``Future.cancel()`` wakes ``result()`` but not ``wait()``/``as_completed()``: those
-    hear of a cancellation only from ``set_running_or_notify_cancel()``, which the stdlib
-    executors call when they meet a cancelled work item. The caller must be the one that
-    took the future out of ``ClientCore._futures``: no other path settles it then, and
-    that call may be made only once.
-    """
-    if not Future.cancel(future):  # already finished: a failure settled it first
-        return False
-    future.set_running_or_notify_cancel()
-    return True
 
 
 class ClientCore:
@@ -104,31 +58,66 @@ class ClientCore:
     alive: dropping the last reference to a Scheduler lets its finalizer stop the manager.
     """
 
-    def __init__(self, service: ServiceProxy) -> None:
-        self.service = service
+    def __init__(self, service: ServiceProxy, *,
+                 reconnect: Callable[[], ServiceProxy] | None = None,
+                 lost_advice: str = "") -> None:
+        """``reconnect``: connects to the manager's address again (None: this client closes
+        when it loses its manager); ``lost_advice``: what the error of a client that
+        cannot reconnect tells its caller to do."""
         self.client_id = uuid.uuid4().hex[:12]
         self._ids = itertools.count(1)
-        # Guards _futures and closed. Submitters, cancel() and the result thread take it
-        # briefly; nobody waits on it across a call to the manager.
+        # Guards _futures, closed and _in_doubt. Submitters, cancel() and the result thread
+        # take it briefly; nobody waits on it across a call to the manager.
         self._lock = threading.Lock()
         self._futures: dict[str, JobFuture[Any]] = {}
         self.closed = False
         self.exiting = False  # closed by the interpreter's exit: said when a submit is refused
-        python, cp = describe_versions()
-        max_pending = service.open_client(ClientHello(self.client_id, python, cp))
+        # Batches whose submit lost its connection, to a manager with a store: sent again
+        # after the outage if the manager then does not know them.
+        self._in_doubt: list[JobRequest] = []
+        hello = ClientHello(self.client_id, *describe_versions())
+        max_pending = service.open_client(hello)
         options = service.payload_options()
         # The manager's segment prefix when this process maps its shared memory, else "".
         self.shm_prefix = _shm.shared_with(options)
         # Where this client's jobs put their large buffers (None: inline).
         self.pool = SegmentPool(self.shm_prefix, self.client_id) if self.shm_prefix else None
+        # Segment names are that manager's alone: such a client cannot move to another.
+        self.link = ManagerLink(service, hello, reconnect if self.pool is None else None,
+                                lost_advice)
         self.max_pending_bytes = options.max_pending_bytes
         self.batch_size = min(MAP_BATCH, max_pending or MAP_BATCH)
         # A bounded queue must report QueueFullError at the call site: send synchronously.
         bounded = max_pending is not None or options.max_pending_bytes is not None
         self.outbox = None if bounded else Outbox(service, self._unsent, self.release)
+        if self.outbox is not None:
+            self.link.on_outage = self.outbox.pause
         self._thread = threading.Thread(target=self._collect_loop, daemon=True,
                                         name=f"mpsched-results-{self.client_id}")
         self._thread.start()
+
+    @property
+    def service(self) -> ServiceProxy:
+        """The proxy of the manager (another one after a reconnect)."""
+        return self.link.service
+
+    def shut_locked(self) -> None:
+        """Close this client for its owner (shutdown, detach, exit); hold ``_lock``."""
+        self.closed = True
+        self.link.closed.set()
+
+    def _refusal_locked(self, shut_down: str) -> MpschedError:
+        """The error of a call this client cannot make (closed, or its manager lost);
+        ``shut_down`` is the message after a shutdown."""
+        refusal = None if self.closed and self.link.gone is None else self.link.refusal()
+        return refusal or SchedulerShutdownError(shut_down)
+
+    def refuse(self, job_id: str) -> MpschedError:
+        """Forget the future of a job the paused outbox did not take; returns the error
+        its submit raises."""
+        self.forget(job_id)
+        with self._lock:
+            return self._refusal_locked("cannot schedule new futures after shutdown")
 
     def new_future(self, payload: Payload = b"") -> JobFuture[Any]:
         """Register a future for a new job id, whose job carries ``payload``; raises once
@@ -137,9 +126,9 @@ class ClientCore:
         if self.pool is not None:
             future.segment = self.pool.pooled(payload)
         with self._lock:  # held briefly: the result thread takes it per outcome
-            if self.closed:
+            if self.closed or self.link.outage is not None:
                 why = " (the interpreter is exiting)" if self.exiting else ""
-                raise SchedulerShutdownError(f"cannot schedule new futures after shutdown{why}")
+                raise self._refusal_locked(f"cannot schedule new futures after shutdown{why}")
             self._futures[future._job_id] = future
         return future
 
@@ -156,22 +145,29 @@ class ClientCore:
         Raises:
             JobNotFoundError: the manager knows no such job.
             SchedulerShutdownError: the client is closed.
+            ManagerConnectionLostError: the manager is unreachable.
         """
         with self._lock:
-            if self.closed:
-                raise SchedulerShutdownError("this client is shut down")
+            if self.closed or self.link.outage is not None:
+                raise self._refusal_locked("this client is shut down")
             existing = self._futures.get(job_id)
             if existing is not None:
                 return existing
             future: JobFuture[Any] = JobFuture(self, job_id, watched=True)
             self._futures[job_id] = future
+            service = self.service
         try:
-            outcome = self.service.watch(self.client_id, job_id)
+            outcome = service.watch(self.client_id, job_id)
+        except DISCONNECTED as exc:
+            self.forget(job_id)
+            if isinstance(exc, StoreError):
+                raise
+            raise self.link.lost(exc, service) from exc
         except BaseException:
             self.forget(job_id)
             raise
         if outcome is not None:  # it has ended: resolved before the caller sees it
-            self._resolve(outcome)
+            self.resolve(outcome)
         return future
 
     def leave_not_due(self, why: str) -> int:
@@ -212,10 +208,23 @@ class ClientCore:
     def _unsent(self, requests: list[JobRequest], error: BaseException) -> None:
         # A batch the manager refused: its store could not take it (the manager carries
         # on, so does this client: those futures fail with the store's error), or the
-        # manager is gone or stopping (the client closes).
+        # manager is stopping (the client closes). Or the connection was lost, and the
+        # batch may or may not have reached the manager: one with a store tells after the
+        # outage (until then the futures wait); else they fail.
         failure: BaseException = error
+        if isinstance(error, DISCONNECTED) and not isinstance(error, StoreError):
+            failure = self.link.lost(error, self.service, "the job may have reached the "
+                                     "manager (and may run) or not: without a store nothing "
+                                     "tells which")
+            with self._lock:
+                if self.link.durable and self.link.reconnects and not self.closed:
+                    self._in_doubt.extend(requests)
+                    log.info("a batch of %d job(s) lost its connection on its way; the "
+                             "manager is asked about it once it is back", len(requests))
+                    return
+        log.error("could not send %d job(s) to the manager: %r", len(requests), error)
         with self._lock:
-            if not isinstance(error, StoreError):
+            if not isinstance(error, DISCONNECTED):  # StoreError is one
                 self.closed = True
                 failure = SchedulerShutdownError(
                     f"the job could not be sent to the manager: {error!r}")
@@ -231,8 +240,8 @@ class ClientCore:
         if self.outbox is not None and self.outbox.withdraw(job_id):
             return self.forget(job_id)
         try:
-            removed = self.service.cancel(job_id, self.client_id)
-        except DISCONNECTED:
+            removed = self.link.ask(lambda service: service.cancel(job_id, self.client_id))
+        except ManagerConnectionLostError:
             return False
         if removed:
             self.ended([job_id])
@@ -296,7 +305,7 @@ class ClientCore:
         with self._lock:
             futures = [self._futures.pop(j) for j in cancelled_ids if j in self._futures]
         for future in futures:
-            _settle_cancelled(future)
+            settle_cancelled(future)
         return len(cancelled_ids)
 
     def _collect_loop(self) -> None:
@@ -304,31 +313,66 @@ class ClientCore:
         # nobody else would ever resolve them.
         error: MpschedError
         try:
-            while (outcomes := self.service.collect(self.client_id,
-                                                    self._trim_pool())) is not None:
-                for outcome in outcomes:
-                    self._resolve(outcome)
-            error = SchedulerShutdownError("the mpsched manager stopped")
-        except DISCONNECTED:
-            error = SchedulerShutdownError("the mpsched manager went away")
+            error = self._serve_outcomes()
         except BaseException as exc:
             log.error("the result thread of client %s failed: %r", self.client_id, exc)
             error = SchedulerShutdownError(f"this client's result thread failed: {exc!r}")
             error.__cause__ = exc
         with self._lock:
+            if isinstance(error, ManagerConnectionLostError) and not self.closed:
+                self.link.gone = error  # what each later call raises
             self.closed = True
+            self._in_doubt = []  # their futures fail below
+        self.link.closed.set()
         if self.outbox is not None:
             self.outbox.withdraw_all()  # their futures fail below; the jobs must not run
         if self.pool is not None:
             self.pool.close()
-        self._fail_all(error)
+        self.fail_all(error)
+
+    def _serve_outcomes(self) -> MpschedError:
+        """Resolve outcomes as they come, through outages when this client can reconnect;
+        returns why it stopped."""
+        while True:
+            reason = self._collect()
+            if reason is None:  # this client closed its mailbox
+                return SchedulerShutdownError("the mpsched manager stopped")
+            failure = ride_out(self.link, self.link.begin(reason), self, self.outbox)
+            if failure is not None:
+                return failure
+
+    def _collect(self) -> str | None:
+        """Resolve outcomes until this client closes its mailbox (None) or loses the
+        manager (returns how)."""
+        service = self.service
+        try:
+            while (outage := self.link.outage) is None:  # another thread's call may lose it
+                outcomes = service.collect(self.client_id, self._trim_pool())
+                if outcomes is None:
+                    return None if self.closed else "the manager stopped"
+                for outcome in outcomes:
+                    self.resolve(outcome)
+            return outage.reason
+        except DISCONNECTED as exc:
+            return describe(exc)
+
+    def job_ids(self) -> list[str]:
+        """The ids of the jobs this client waits for."""
+        with self._lock:
+            return list(self._futures)
+
+    def take_in_doubt(self) -> list[JobRequest]:
+        """The batches whose submit lost its connection (see _unsent), handed over."""
+        with self._lock:
+            in_doubt, self._in_doubt = self._in_doubt, []
+        return in_doubt
 
     def _trim_pool(self) -> float:
         """Unlink the segments that stayed free too long; returns how long the next
         collect may wait (the result thread is the one that trims them on time)."""
         return LONG_POLL if self.pool is None else min(LONG_POLL, self.pool.trim())
 
-    def _resolve(self, outcome: Outcome) -> None:
+    def resolve(self, outcome: Outcome) -> None:
         with self._lock:
             future = self._futures.pop(outcome.job_id, None)
             segment = "" if future is None else future.segment
@@ -337,7 +381,7 @@ class ClientCore:
         if segment and self.pool is not None:  # the job has ended: its segment is free
             self.pool.returned(segment)
         if outcome.error_kind == CANCELLED:  # by another client, or through a job id
-            _settle_cancelled(future)
+            settle_cancelled(future)
             return
         if not future.set_running_or_notify_cancel():
             return
@@ -350,7 +394,14 @@ class ClientCore:
             return
         future.set_exception(remote_exception(outcome))
 
-    def _fail_all(self, error: MpschedError) -> None:
+    def fail(self, job_ids: list[str], error: MpschedError) -> None:
+        with self._lock:
+            futures = [self._futures.pop(j) for j in job_ids if j in self._futures]
+        for future in futures:
+            if future.set_running_or_notify_cancel():
+                future.set_exception(error)
+
+    def fail_all(self, error: MpschedError) -> None:
         with self._lock:
             futures = list(self._futures.values())
             self._futures.clear()
@@ -359,40 +410,12 @@ class ClientCore:
                 future.set_exception(error)
 
     def close(self, timeout: float = 10.0) -> None:
-        """Send what is unsent, close this client's mailbox, wait for the result thread."""
+        """Send what is unsent, close this client's mailbox, wait for the result thread
+        (which stops reconnecting, if it was)."""
+        self.link.closed.set()
         if self.outbox is not None:
             self.outbox.close(timeout)
         with contextlib.suppress(*DISCONNECTED):
             self.service.close_client(self.client_id)
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout)
-
-
-class MapResults(Iterator[T]):
-    """map()'s results in input order; closing it early cancels the jobs not yet started."""
-
-    def __init__(self, futures: list[JobFuture[T]], deadline: float | None) -> None:
-        self._futures = futures[::-1]  # pop() from the end gives input order
-        self._deadline = deadline
-
-    def __next__(self) -> T:
-        if not self._futures:
-            raise StopIteration
-        future = self._futures.pop()
-        remaining = None if self._deadline is None else self._deadline - time.monotonic()
-        try:
-            return future.result(remaining)
-        except BaseException:
-            self.close()
-            raise
-
-    def close(self) -> None:
-        """Cancel the jobs not yet started, in one manager call (this also runs when the
-        iterator is dropped, so it must not cost a call per item)."""
-        left = [f for f in self._futures if not f.done()]
-        self._futures.clear()
-        if left:
-            left[0]._client.cancel_jobs([f._job_id for f in left])
-
-    def __del__(self) -> None:
-        self.close()

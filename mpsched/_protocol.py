@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
+import weakref
 from dataclasses import dataclass
 from enum import IntEnum
 from multiprocessing.managers import BaseManager, BaseProxy
@@ -225,13 +227,66 @@ class Stats:
 
 
 class ServiceProxy(BaseProxy):
-    """Typed client side of the manager's ManagerService (mpsched._service)."""
+    """Typed client side of the manager's ManagerService (mpsched._service).
+
+    A proxy owns its connections: one per thread that calls through it, opened at that
+    thread's first call, closed when the proxy is collected or :meth:`discard` ed.
+    multiprocessing's proxies share one connection per (address, thread) among every proxy
+    of an address, which goes wrong twice here: a new proxy of a manager restarted at the
+    same address would call through the dead manager's connection, and collecting any
+    proxy closes the connection its thread shares with the others, which a client may
+    have just opened with (the manager takes the end of a client's opening connection,
+    before its result thread has called, for the client going away).
+    """
 
     _exposed_ = ("hello", "take", "ack", "heartbeat", "finish", "leave", "open_client",
                  "close_client", "submit", "cancel", "cancel_many", "cancel_client",
-                 "not_due", "watch", "job", "jobs", "collect", "stats", "stop", "add_schedule",
-                 "list_schedules", "schedule_control", "schedule_preview", "schedule_runs",
-                 "payload_options", "worker_exited")
+                 "not_due", "watch", "watch_many", "job", "jobs", "collect", "stats", "stop",
+                 "add_schedule", "list_schedules", "schedule_control", "schedule_preview",
+                 "schedule_runs", "payload_options", "worker_exited")
+
+    def __init__(self, token: Any, serializer: str, manager: Any = None,
+                 authkey: bytes | None = None, exposed: Any = None, incref: bool = True,
+                 manager_owned: bool = False) -> None:
+        super().__init__(token, serializer, manager, authkey, exposed, incref=False,
+                         manager_owned=manager_owned)
+        # This proxy's own connection in each thread, and the ids BaseProxy._decref looks
+        # at before it closes one: this proxy's alone.
+        self._tls = ForkAwareLocal()
+        self._idset = type(self._idset)()  # type: ignore[has-type]  # a ProcessLocalSet
+        # Guards _connections and _discarded; held briefly, by a thread's first call and by
+        # discard(). Nobody waits on it.
+        self._connections_lock = threading.Lock()
+        # The connections this proxy opened that are still referenced: weak, so that a
+        # thread that ends takes its connection with it.
+        self._connections: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._discarded = False
+        if incref:
+            self._incref()  # type: ignore[attr-defined]
+
+    def _connect(self) -> None:
+        with self._connections_lock:
+            if self._discarded:
+                raise EOFError("this proxy's manager went away (its connections are closed)")
+        super()._connect()  # type: ignore[misc]
+        with self._connections_lock:
+            self._connections.add(self._tls.connection)
+
+    def discard(self) -> None:
+        """Forget the manager this proxy called: close each of its connections, in every
+        thread, and make any later call fail with EOFError rather than connect to whatever
+        listens at the address by then (a manager restarted there knows nothing this proxy
+        refers to). Nothing is sent when it is collected either."""
+        with self._connections_lock:
+            self._discarded = True
+            connections = list(self._connections)
+            self._connections.clear()
+        decref = getattr(self, "_close", None)
+        if decref is not None:
+            decref.cancel()
+        for conn in connections:
+            with contextlib.suppress(OSError):
+                conn.close()
 
     def _call(self, method: str, *args: Any) -> Any:
         return self._callmethod(method, args)
@@ -248,7 +303,7 @@ class ServiceProxy(BaseProxy):
         it for its own. The caller closes it when the client closes: it may be the
         connection the client opened with, whose end (before the result thread's first
         call) tells the manager that the client is gone."""
-        tls = self._tls  # type: ignore[attr-defined]
+        tls = self._tls
         connection = getattr(tls, "connection", None)
         if connection is not None:
             del tls.connection
@@ -265,7 +320,7 @@ class ServiceProxy(BaseProxy):
     def expect_reply_soon(self, seconds: float) -> None:
         """The reply to this thread's next call is due within about ``seconds``: wait for
         it awake that long (FastConnection.expect_soon) before sleeping."""
-        conn = getattr(self._tls, "connection", None)  # type: ignore[attr-defined]
+        conn = getattr(self._tls, "connection", None)
         if isinstance(conn, FastConnection):
             conn.expect_soon(seconds)
 
@@ -303,6 +358,15 @@ class ServiceProxy(BaseProxy):
     def watch(self, client_id: str, job_id: str) -> Outcome | None:
         wire: OutcomeWire | None = self._call("watch", client_id, job_id)
         return None if wire is None else outcome_from_wire(wire)
+
+    def watch_many(self, client_id: str,
+                   job_ids: list[str]) -> tuple[list[Outcome], list[str]]:
+        """:meth:`watch` for each of ``job_ids``, in one call: the outcomes of those that
+        have ended, and the ids of those the manager does not know."""
+        wire: list[OutcomeWire]
+        unknown: list[str]
+        wire, unknown = self._call("watch_many", client_id, job_ids)
+        return [outcome_from_wire(w) for w in wire], unknown
 
     def job(self, job_id: str) -> JobRecord | None:
         result: JobRecord | None = self._call("job", job_id)
@@ -359,23 +423,6 @@ class ServiceProxy(BaseProxy):
     def payload_options(self) -> PayloadOptions:
         return PayloadOptions(*self._call("payload_options"))
 
-    def abandon(self) -> None:
-        """Forget a manager that went away, before talking to whatever listens there next.
-
-        multiprocessing caches one connection per thread and address, shared by every proxy
-        of that address: a dead one would fail each call to a manager restarted in its
-        place. And a collected proxy tells its manager to drop the served object; sent to
-        the new manager, where that object may have the same id, it would drop theirs.
-        """
-        conn = getattr(self._tls, "connection", None)  # type: ignore[attr-defined]
-        if conn is not None:
-            del self._tls.connection  # type: ignore[attr-defined]
-            with contextlib.suppress(OSError):
-                conn.close()
-        decref = getattr(self, "_close", None)
-        if decref is not None:
-            decref.cancel()
-
 
 # The object a manager process serves (its ManagerService); set once by serve_object().
 _SERVED: object | None = None
@@ -403,44 +450,15 @@ ServiceManager.register("service", callable=_get_service, proxytype=ServiceProxy
 
 
 def connect_service(address: Any, authkey: bytes) -> ServiceProxy:
-    """Connect to a manager and return a proxy of its service.
+    """Connect to a manager and return a proxy of its service, with connections of its own.
 
     Raises:
         AuthenticationError: wrong key. OSError: nothing answers at ``address``.
     """
     manager = ServiceManager(address=address, authkey=authkey, serializer=SERIALIZER)
     manager.connect()
-    _leave_dead_connections(manager.address)
     proxy: ServiceProxy = manager.service()  # type: ignore[attr-defined]
     return proxy
-
-
-def _leave_dead_connections(address: Any) -> None:
-    """Give the proxies of ``address`` made from now on a connection cache of their own if
-    this thread's cached connection there is dead.
-
-    multiprocessing caches one connection per thread and address, shared by every proxy of
-    that address, and never notices that one died: once a manager was restarted at its
-    address (the local manager's socket is the same every time), a new proxy would call
-    through the dead manager's connection. The older proxies keep the old cache, dead
-    connections and all, so that none of their calls (with ids only the old manager knew)
-    reach the new manager. Between calls a live connection has nothing to read: one that
-    does has reached its end.
-    """
-    with BaseProxy._mutex:
-        cache = BaseProxy._address_to_local.get(address)
-        conn = None if cache is None else getattr(cache[0], "connection", None)
-        if cache is None or conn is None:
-            return
-        try:
-            dead = conn.poll(0)
-        except OSError:
-            dead = True
-        if dead:
-            # (connections by thread, referents' ids): a new pair of the same kinds
-            BaseProxy._address_to_local[address] = (ForkAwareLocal(), type(cache[1])())
-
-
 
 
 @dataclass(frozen=True)

@@ -113,7 +113,7 @@ def remote_worker_main(config: WorkerConfig, lifeline: Connection | None = None,
         ended = _session(service, replace(config, worker_id=worker_id), heartbeat_timeout,
                          drain)
         if ended == "lost":
-            service.abandon()
+            service.discard()
         elif ended != "retired":
             if ended == "stopped":
                 log.info("worker %s: the manager at %s stopped; exiting", worker_id,
@@ -146,7 +146,7 @@ def _join(config: WorkerConfig, worker_id: str, drain: DrainState, *, patient: b
                 heartbeat_timeout = service.hello(make_hello(worker_id, remote=True))
         except (EOFError, OSError) as exc:
             if service is not None:
-                service.abandon()  # it went away after we connected
+                service.discard()  # it went away after we connected
             if not patient:
                 raise
             if not outage_logged:

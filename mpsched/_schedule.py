@@ -21,10 +21,10 @@ from mpsched._errors import (
     ScheduleNotFoundError,
     SchedulerShutdownError,
 )
-from mpsched._futures import DISCONNECTED, ClientCore, JobFuture
+from mpsched._futures import ClientCore, JobFuture
 from mpsched._job import JobRequest, Priority, check_request
+from mpsched._link import ManagerLink
 from mpsched._payload import job_name, pickle_job
-from mpsched._protocol import ServiceProxy
 from mpsched._recurring import (
     ScheduleCounters,
     ScheduleInfo,
@@ -170,8 +170,8 @@ class RecurringClient:
 
     def schedules(self) -> list[Schedule]:
         """Every schedule of the manager, whichever client added it."""
-        infos = Schedule._call(self._core.service.list_schedules)
-        return [Schedule(self._core.service, info, self.job) for info in infos]
+        infos = self._core.link.ask(lambda service: service.list_schedules())
+        return [Schedule(self._core.link, info, self.job) for info in infos]
 
     def get_schedule(self, schedule_id: str) -> Schedule:
         """The handle of one schedule of the manager, by its id.
@@ -179,16 +179,17 @@ class RecurringClient:
         Raises:
             ScheduleNotFoundError: the manager has no such schedule (its ``cancelled`` is
                 True for one cancelled within ``result_ttl``).
-            SchedulerShutdownError: the manager is gone.
+            ManagerConnectionLostError: the manager is unreachable.
         """
-        info = Schedule._call(self._core.service.schedule_control, schedule_id, "info")
-        return Schedule(self._core.service, info, self.job)
+        info = self._core.link.ask(
+            lambda service: service.schedule_control(schedule_id, "info"))
+        return Schedule(self._core.link, info, self.job)
 
     def _add_schedule(self, spec: ScheduleSpec) -> Schedule:
         if self._core.closed:
             raise SchedulerShutdownError("cannot add schedules after shutdown")
-        info = Schedule._call(self._core.service.add_schedule, spec)
-        return Schedule(self._core.service, info, self.job)
+        info = self._core.link.ask(lambda service: service.add_schedule(spec))
+        return Schedule(self._core.link, info, self.job)
 
 
 class Schedule:
@@ -204,9 +205,9 @@ class Schedule:
     crashed after their retries).
     """
 
-    def __init__(self, service: ServiceProxy, info: ScheduleInfo,
+    def __init__(self, link: ManagerLink, info: ScheduleInfo,
                  watch: Callable[[str], JobFuture[Any]]) -> None:
-        self._service = service
+        self._link = link  # its client's: the manager's proxy, another after a reconnect
         self._info = info
         self._watch = watch
 
@@ -222,7 +223,7 @@ class Schedule:
         return hash(self._key())
 
     def _key(self) -> tuple[str, str]:
-        return repr(self._service.manager_address), self.id
+        return self._link.address, self.id
 
     @property
     def id(self) -> str:
@@ -235,9 +236,9 @@ class Schedule:
         Raises:
             ScheduleNotFoundError: it was cancelled (its ``cancelled`` is True for
                 ``result_ttl``, while its runs stay listable).
-            SchedulerShutdownError: the manager is gone.
+            ManagerConnectionLostError: the manager is unreachable.
         """
-        self._info = self._call(self._service.schedule_control, self.id, "info")
+        self._info = self._control("info")
         return self._info
 
     @property
@@ -258,16 +259,16 @@ class Schedule:
         """The next ``n`` planned run times (aware datetimes), without running anything."""
         if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= 10_000:
             raise InvalidJobError(f"n must be an int in [0, 10000], not {n!r}")
-        return [self._datetime(t) for t in self._call(self._service.schedule_preview,
-                                                      self.id, n)]
+        return [self._datetime(t) for t in self._link.ask(
+            lambda service: service.schedule_preview(self.id, n))]
 
     def pause(self) -> None:
         """Stop planning runs; an armed run that has not started is withdrawn."""
-        self._info = self._call(self._service.schedule_control, self.id, "pause")
+        self._info = self._control("pause")
 
     def resume(self) -> None:
         """Plan runs again from now on (slots that passed while paused are not run)."""
-        self._info = self._call(self._service.schedule_control, self.id, "resume")
+        self._info = self._control("resume")
 
     def cancel(self) -> bool:
         """Remove the schedule: no run starts after this returns; a running one finishes.
@@ -278,10 +279,10 @@ class Schedule:
         more) was cancelled: this never raises ScheduleNotFoundError.
 
         Raises:
-            SchedulerShutdownError: the manager is gone.
+            ManagerConnectionLostError: the manager is unreachable.
         """
         try:
-            self._info = self._call(self._service.schedule_control, self.id, "cancel")
+            self._info = self._control("cancel")
         except ScheduleNotFoundError:
             return False
         return True
@@ -298,12 +299,12 @@ class Schedule:
 
         Raises:
             ScheduleNotFoundError: it was cancelled more than ``result_ttl`` ago.
-            SchedulerShutdownError: the manager is gone.
+            ManagerConnectionLostError: the manager is unreachable.
         """
         if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= 100:
             raise InvalidJobError(f"n must be an int in [0, 100], not {n!r}")
         futures = []
-        for rid in self._call(self._service.schedule_runs, self.id, n):
+        for rid in self._link.ask(lambda service: service.schedule_runs(self.id, n)):
             try:
                 futures.append(self._watch(rid))
             except JobNotFoundError:
@@ -314,9 +315,5 @@ class Schedule:
         tz = zone(self._info.tz) if self._info.tz else timezone.utc
         return datetime.fromtimestamp(epoch, tz)
 
-    @staticmethod
-    def _call(method: Callable[..., Any], *args: Any) -> Any:
-        try:
-            return method(*args)
-        except DISCONNECTED as exc:
-            raise SchedulerShutdownError(f"the mpsched manager is gone: {exc!r}") from exc
+    def _control(self, action: str) -> ScheduleInfo:
+        return self._link.ask(lambda service: service.schedule_control(self.id, action))

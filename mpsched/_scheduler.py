@@ -155,7 +155,12 @@ class Scheduler(Client):
         # shutdown(); runs before multiprocessing joins its children at exit.
         self._finalizer = multiprocessing.util.Finalize(
             self, _stop_manager, args=(process, parent_end, shm_prefix), exitpriority=10)
-        super().__init__(service, submit_timeout=submit_timeout)
+        kept = ("" if self._store is None else
+                f"; its jobs not finished stay in the store {self._store} for the next "
+                f"Scheduler or serve on it")
+        super().__init__(service, submit_timeout=submit_timeout, lost_advice=(
+            f"this Scheduler's manager (pid {ready.pid}) is gone, and nothing restarts it: "
+            f"the Scheduler takes no more jobs; start a new one{kept}"))
         shm_prefix.append(self._core.shm_prefix)
 
     def _await_manager(self, timeout: float) -> ManagerReady:

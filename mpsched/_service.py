@@ -347,6 +347,23 @@ class ManagerService:
                 raise
         return None if outcome is None else outcome_to_wire(outcome)
 
+    def watch_many(self, client_id: str,
+                   job_ids: list[str]) -> tuple[list[OutcomeWire], list[str]]:
+        """:meth:`watch` each job (a client that reconnected re-attaches its futures):
+        the outcomes of those that have ended, and the ids of those this manager does not
+        know. A client may watch its own jobs: that adds no second delivery."""
+        outcomes: list[OutcomeWire] = []
+        unknown: list[str] = []
+        for job_id in job_ids:
+            try:
+                outcome = self.watch(client_id, job_id)
+            except JobNotFoundError:
+                unknown.append(job_id)
+                continue
+            if outcome is not None:
+                outcomes.append(outcome)
+        return outcomes, unknown
+
     def job(self, job_id: str) -> JobRecord | None:
         """The record of one job the manager knows (None: it knows no such job), without
         its outcome."""

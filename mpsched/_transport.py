@@ -422,6 +422,11 @@ class HardenedServer(managers.Server):
             conn.close()  # first: the peer sees the hang-up whatever the hook does
             self._disconnected()
 
+    def decref(self, c: Any, ident: str) -> None:
+        """Keep each served object for the life of the server: a manager serves one,
+        made once, and a decref may come from a proxy of an earlier manager at this
+        address, collected after a restart, whose object had the same id (by chance)."""
+
     def _disconnected(self) -> None:
         if self.on_disconnect is not None:
             try:

@@ -32,10 +32,11 @@ class RecordingServer(HardenedServer):
     nodelay: list[int]
     handlers: list[threading.Thread]
 
-    def _start_handler(self, conn: FastConnection, peer: Any) -> threading.Thread:
-        thread = super()._start_handler(conn, peer)
-        self.handlers.append(thread)
-        return thread
+    def _serve_proven(self, conn: FastConnection, peer: Any) -> None:
+        # Noted by the thread itself, before it serves anything: noted by the thread that
+        # started it, it could have served the whole connection and ended first.
+        self.handlers.append(threading.current_thread())
+        super()._serve_proven(conn, peer)
 
     def _dispatch(self, conn: FastConnection, request: Any) -> None:
         if isinstance(self.address, tuple):

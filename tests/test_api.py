@@ -22,6 +22,7 @@ def test_public_names_are_pinned():
         "JobPicklingError",
         "JobTimeoutError",
         "JobUnpicklingError",
+        "ManagerConnectionLostError",
         "ManagerUnreachableError",
         "MpschedError",
         "Order",
@@ -62,6 +63,7 @@ def test_errors_derive_from_the_base_and_the_matching_stdlib_type():
         mpsched.JobTimeoutError: TimeoutError,
         mpsched.AuthenticationError: multiprocessing.AuthenticationError,
         mpsched.ManagerUnreachableError: ConnectionError,
+        mpsched.ManagerConnectionLostError: ConnectionError,
     }
     for error, stdlib in pairs.items():
         assert issubclass(error, mpsched.MpschedError) and issubclass(error, stdlib), error
@@ -74,6 +76,7 @@ def test_errors_with_facts_survive_pickling():
         mpsched.JobTimeoutError("job-2", 1.5),
         mpsched.VersionMismatchError("worker w1", ("3.11", "3.1.1"), ("3.12", "3.0.0")),
         mpsched.ManagerUnreachableError("db1:7000", "nothing is listening there"),
+        mpsched.ManagerConnectionLostError("db1:7000", "EOFError", "it reconnects by itself"),
     ]
     for error in errors:
         copy = pickle.loads(pickle.dumps(error))

@@ -11,6 +11,7 @@ import sys
 import textwrap
 import threading
 import time
+import types
 from collections import Counter
 
 import jobs
@@ -21,11 +22,14 @@ from mpsched import (
     JobError,
     JobTimeoutError,
     JobUnpicklingError,
+    ManagerConnectionLostError,
     ResultPicklingError,
     ResultUnpicklingError,
     SchedulerShutdownError,
     WorkerCrashedError,
 )
+from mpsched._link import ManagerLink
+from mpsched._protocol import ClientHello
 
 pytestmark = pytest.mark.slow
 
@@ -180,6 +184,35 @@ def test_futures_fail_when_the_manager_dies(make_scheduler):
     assert isinstance(future.exception(timeout=30), SchedulerShutdownError)
     with pytest.raises(SchedulerShutdownError):
         s.submit(jobs.noop)
+
+
+def test_a_scheduler_whose_manager_died_says_so_to_its_futures_and_submits(make_scheduler):
+    s = make_scheduler(workers=1)
+    future = s.schedule(jobs.noop, delay=3600)
+    pid = s._manager_process.pid
+    os.kill(pid, signal.SIGKILL)
+    error = future.exception(timeout=30)
+    assert isinstance(error, ManagerConnectionLostError)  # not "after shutdown"
+    assert f"this Scheduler's manager (pid {pid}) is gone, and nothing restarts it" in str(
+        error)
+    with pytest.raises(ManagerConnectionLostError, match="start a new one"):
+        s.submit(jobs.noop)
+    with pytest.raises(ManagerConnectionLostError, match="start a new one"):
+        s.stats()
+
+
+def test_a_lost_call_of_a_client_that_does_not_reconnect_refuses_the_next_ones_at_once():
+    # An outbox send that loses its connection fails its futures before the result thread
+    # has seen the loss: a submit in between must be refused, not queued for a dead manager.
+    service = types.SimpleNamespace(manager_address=("127.0.0.1", 1))
+    link = ManagerLink(service, ClientHello("c1", "3.11", "3.0"), None,  # type: ignore[arg-type]
+                       "start a new one")
+    assert link.refusal() is None
+    error = link.lost(BrokenPipeError(), service)  # type: ignore[arg-type]
+    assert "start a new one" in str(error)
+    refusal = link.refusal()
+    assert isinstance(refusal, ManagerConnectionLostError)
+    assert "start a new one" in str(refusal)
 
 
 def test_chaos_random_worker_kills_lose_nothing(make_scheduler, tmp_path):

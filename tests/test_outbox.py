@@ -159,3 +159,62 @@ def test_flush_waits_for_a_count_on_its_way_without_any_request() -> None:
         service.release.set()
         service.count_release.set()
         box.close()
+
+
+# ------------------------------------------------------------------------------ paused
+
+
+def test_a_paused_outbox_refuses_requests_and_sends_nothing_after_the_call_on_its_way(
+        outbox):
+    box, service, _ = outbox
+    assert box.put(req("a")) is True
+    assert service.entered.acquire(timeout=WAIT)  # "a" is on its way
+    assert box.put(req("b")) is True
+    box.pause()
+    assert box.put(req("c")) is False  # refused: nothing queued
+    service.release.set()
+    box.wait_idle()  # "a" was answered
+    assert service.batches == [["a"]]
+    assert box.unsent() == {"b"}
+    assert not service.entered.acquire(timeout=0.2)  # "b" stays unsent: no call began
+
+
+def test_flush_and_wait_sent_return_at_once_while_paused(outbox):
+    box, service, _ = outbox
+    box.put(req("a"))
+    assert service.entered.acquire(timeout=WAIT)  # "a" is on its way, held
+    box.put(req("b"))
+    box.pause()
+    # Nothing more can be sent: a caller waiting for a send would wait out the outage.
+    assert box.flush(WAIT) is False
+    assert box.wait_sent("b", WAIT) is False
+    assert box.wait_sent("never-queued", WAIT) is True
+
+
+def test_resume_sends_the_requests_to_send_again_first_to_the_new_service(outbox):
+    box, service, failures = outbox
+    box.put(req("a"))
+    assert service.entered.acquire(timeout=WAIT)  # "a" is on its way, held
+    box.put(req("c"))  # left unsent by the outage
+    box.pause()
+    service.release.set()
+    box.wait_idle()
+    later = FakeService()
+    later.release.set()
+    box.resume(later, [req("x"), req("y")])  # a batch the lost manager never got
+    assert box.put(req("d")) is True
+    assert box.flush(WAIT)
+    assert [job for batch in later.batches for job in batch] == ["x", "y", "c", "d"]
+    assert service.batches == [["a"]] and failures == []
+
+
+def test_closing_a_paused_outbox_ends_its_sender_with_the_rest_unsent(outbox):
+    box, service, _ = outbox
+    box.put(req("a"))
+    assert service.entered.acquire(timeout=WAIT)
+    box.put(req("b"))
+    box.pause()
+    service.release.set()
+    box.close()  # returns: the sender does not wait for a resume that never comes
+    assert not box._thread.is_alive()
+    assert service.batches == [["a"]] and box.unsent() == {"b"}
