@@ -40,6 +40,7 @@ from mpsched._errors import JobError, JobNotFoundError, StoreError, WorkerCrashe
 from mpsched._job import CANCELLED, Assignment, Job, JobRequest, Outcome, check_request
 from mpsched._queue import JobQueue
 from mpsched._store import JobRecord, JobState, Recovery, Store, StoredJob
+from mpsched._store_leases import OUTCOME_IN_LOG
 from mpsched._store_memory import MemoryStore
 
 log = logging.getLogger("mpsched.manager")
@@ -64,10 +65,12 @@ class BaseJournal(abc.ABC):
     def __init__(self, store: Store, queue: JobQueue) -> None:
         self.store = store
         self.queue = queue
-        # Guards _watchers (and NoJournal's keys). Held while a job's end is recorded and
-        # its watchers taken, and while a client starts watching a job, so that a watcher
-        # either finds the job's outcome (or that it is unknown) or is handed the outcome:
-        # never neither. Nobody waits on it for long.
+        # Guards _watchers (and NoJournal's keys). Held while a job's watchers are taken
+        # (after its end was recorded: NoJournal records it under the lock, Journal just
+        # before, in the store, whose flush covers it from then on), and while a client
+        # starts watching a job (Journal: a flush, then the read), so that a watcher either
+        # finds the job's outcome (or that it is unknown) or is handed the outcome: never
+        # neither. Nobody waits on it for long but a watcher's flush (a commit).
         self._lock = threading.Lock()
         self._watchers: dict[str, set[str]] = {}
 
@@ -292,6 +295,15 @@ def _not_kept(job_id: str) -> Outcome:
     return Outcome(job_id, False, pickle.dumps(error), "", None, "outcome-not-kept")
 
 
+def _lost(job_id: str) -> Outcome:
+    """The outcome a watcher gets of a job that ended without its outcome in the store (a
+    large one, not yet committed when the manager died)."""
+    error = JobError(f"job {job_id} ran to its end, but its outcome was lost: the manager "
+                     f"stopped before it reached the store (only outcomes of up to "
+                     f"{OUTCOME_IN_LOG // 1024} KiB are journalled with the job's end)")
+    return Outcome(job_id, False, pickle.dumps(error), "", None, "outcome-lost")
+
+
 class Journal(BaseJournal):
     """Journals one queue's job changes to ``store`` and keeps the watchers of each job."""
 
@@ -377,11 +389,11 @@ class Journal(BaseJournal):
     def finished(self, job: Job, outcome: Outcome, worker_id: str | None = None) -> set[str]:
         state = JobState.DONE if outcome.ok else JobState.FAILED
         kept = encode(outcome) if self.store.keeps_outcomes else None
-        with self._lock:
-            try:
-                self.store.finish(job.job_id, state, kept, self._wall())
-            except StoreError as exc:
-                log.error("the outcome of job %s was not journalled: %s", job.job_id, exc)
+        try:  # not under _lock: a large outcome waits for its commit here
+            self.store.finish(job.job_id, state, kept, self._wall())
+        except StoreError as exc:
+            log.error("the outcome of job %s was not journalled: %s", job.job_id, exc)
+        with self._lock:  # a watcher that registered before the finish was readable
             return self._watchers.pop(job.job_id, set())
 
     def requeued(self, job: Job) -> None:
@@ -405,8 +417,8 @@ class Journal(BaseJournal):
                 raise JobNotFoundError(job_id)
             if record.state is JobState.CANCELLED:
                 return cancelled(job_id)
-            if record.state.finished and record.outcome is not None:
-                return decode(record.outcome)
+            if record.state.finished:
+                return _lost(job_id) if record.outcome is None else decode(record.outcome)
             self._watch_locked(client_id, job_id)
             return None
 

@@ -193,8 +193,11 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def finish(self, job_id: str, state: JobState, outcome: bytes | None,
                finished_wall: float) -> None:
-        """Record how a job ended (``state`` done or failed). Returns at once; written in
-        order after every earlier call. The outcome is retained for ``result_ttl`` seconds.
+        """Record how a job ended (``state`` done or failed); when this returns it survives
+        a crash of the manager, as a lease does (SQLiteStore: in its lease log, with the
+        outcome if it is up to OUTCOME_IN_LOG bytes, else committed first when it can be),
+        and it is written in order after every earlier call. The outcome is retained for
+        ``result_ttl`` seconds.
 
         Raises:
             InvalidJobError: ``state`` is not done or failed.

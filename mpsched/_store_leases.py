@@ -1,4 +1,5 @@
-"""The lease log: a lease is journalled by one write to a file beside the store.
+"""The lease log: a lease, a requeue and a finish are journalled by one write each to a file
+beside the store.
 
 A job may be handed out only once its lease is journalled (a job taken before a crash must
 come back as running, never as pending). A commit of SQLite per lease cost ~35 µs of CPU
@@ -6,23 +7,31 @@ even without an fsync, and dispatch did little else; a record here costs ~2 µs
 (``benchmarks/bench_store_steps.py``). So a lease is written to ``PATH-leases`` before the
 job is handed out, while its row in SQLite is updated asynchronously, in the writer's next
 batch. A requeue, the other change that moves a job between pending and running, is logged
-too, so that the log holds every such change in order. The file is mapped into memory and a
-record is copied in: it is in the kernel's page cache at once, so it survives a crash of the
-manager process, and the copy keeps the GIL (a pwrite() per record let go of it, and under
-load each lease then waited to get it back: the manager's CPU per job in the durable
-dispatch benchmark fell by ~15 µs without it).
+too, so that the log holds every such change in order. So is a finish: a worker's report
+is journalled before its next job is handed out, and a manager killed a moment after a job
+ended does not take it for a job its worker was running (``WorkerCrashedError``, or run
+again if ``retries=`` allow it; its row in SQLite comes ~10 ms later). A finish record
+carries the job's outcome when it is up to ``OUTCOME_IN_LOG`` bytes; a larger one is
+committed to SQLite before the finish returns, and if the manager dies meanwhile the job is
+recovered as ended with its outcome lost (an error that says so, never a rerun).
+
+The file is mapped into memory and a record is copied in: it is in the kernel's page cache
+at once, so it survives a crash of the manager process, and the copy keeps the GIL (a
+pwrite() per record let go of it, and under load each lease then waited to get it back: the
+manager's CPU per job in the durable dispatch benchmark fell by ~15 µs without it).
 
 With ``durability="sync"`` the log is also group-synced: a thread of its own fdatasync()s
 whatever was written since its last one, at most every ``SYNC_INTERVAL`` (2 ms), and at once
-after a quiet spell. A lease reaches the disk within ~2 ms, as the SQLite journal's group
-commit does for finishes; a job is not held back for it (an fdatasync per lease put a device
+after a quiet spell. A record reaches the disk within ~2 ms, as the SQLite journal's group
+commit does for submits; a job is not held back for it (an fdatasync per lease put a device
 flush in every worker's cycle, and held dispatch to ~0.35x of no store). A power cut may
-thus forget the leases of its last ~2 ms: those jobs come back pending, their attempt not
-counted.
+thus forget the records of its last ~2 ms: those jobs come back as they were before them
+(pending, their attempt not counted; or running, and handled as a crashed worker's).
 
-Each record carries the job's state after the change: running on a worker as attempt A, or
-pending after A attempts. So the last record of a job is its state, unless SQLite has the
-job finished or cancelled (states a job never leaves). At open, before anything else, the
+Each record carries the job's state after the change: running on a worker as attempt A,
+pending after A attempts, or ended (done or failed, when, and the outcome it has). So the
+last record of a job is its state, unless SQLite has the job finished or cancelled (states a
+job never leaves). At open, before anything else, the
 store folds the log into SQLite that way (``read``, then one commit) and empties it.
 
 The file is made of regions of ``limit`` bytes, two at first, written full of zeros at open:
@@ -78,22 +87,69 @@ FLUSH_RETRY = 1.0  # seconds before the flusher tries again after a failed flush
 SYNC_INTERVAL = 0.002
 SYNC_BACKOFF = 1.0  # seconds between tries after an fdatasync() failed
 
+# The longest outcome a finish record carries (bytes of the store's encoding): a result
+# that big costs a 32 KiB copy, ~4 of them fill a region; a longer one waits for SQLite.
+OUTCOME_IN_LOG = 32 << 10
+
 _HEAD = struct.Struct("<IH")  # CRC32 of the body, body length
-_BODY = struct.Struct("<QQIBH")  # epoch, ticket, attempt, running (0/1), job id length
+# epoch, ticket, attempt, kind (_PENDING, _RUNNING or _ENDED), job id length; then the job
+# id, and then: the worker id (running), or _END and the outcome if it has one (ended).
+_BODY = struct.Struct("<QQIBH")
+_END = struct.Struct("<dBB")  # finished_wall, failed (0/1), outcome follows (0/1)
+_PENDING, _RUNNING, _ENDED = 0, 1, 2
 
 
 class LogRecord(NamedTuple):
-    """A job's state after a lease (running) or a requeue (pending)."""
+    """A job's state after a lease (running), a requeue (pending) or its end (ended)."""
 
     job_id: str
     running: bool
     attempt: int
-    worker_id: str | None  # the worker it is leased to; None when pending
+    worker_id: str | None  # the worker it is leased to; None when pending or ended
+    ended: str | None = None  # "done" or "failed" for an end, else None
+    finished_wall: float = 0.0  # when it ended (epoch seconds)
+    outcome: bytes | None = None  # an end's outcome, if the record carries it
+
+
+def ended(job_id: str, state: str, finished_wall: float, outcome: bytes | None) -> LogRecord:
+    """The record of a job's end (``state`` "done" or "failed"); it carries ``outcome``
+    only if that is at most OUTCOME_IN_LOG bytes."""
+    kept = outcome if outcome is not None and len(outcome) <= OUTCOME_IN_LOG else None
+    return LogRecord(job_id, False, 0, None, state, finished_wall, kept)
+
+
+def _encode(record: LogRecord) -> bytes:
+    """What follows the job id in a record's body."""
+    if record.ended is not None:
+        outcome = record.outcome
+        return _END.pack(record.finished_wall, record.ended == "failed",
+                         outcome is not None) + (outcome or b"")
+    return (record.worker_id or "").encode() if record.running else b""
+
+
+def _decode(job_id: str, attempt: int, kind: int, rest: bytes) -> LogRecord | None:
+    """A record from its fields and what follows its job id; None if they do not make one."""
+    if kind == _RUNNING:
+        return LogRecord(job_id, True, attempt, rest.decode())
+    if kind == _PENDING:
+        return LogRecord(job_id, False, attempt, None)
+    if kind != _ENDED or len(rest) < _END.size:
+        return None
+    finished_wall, failed, has_outcome = _END.unpack_from(rest)
+    return LogRecord(job_id, False, attempt, None, "failed" if failed else "done",
+                     finished_wall, rest[_END.size:] if has_outcome else None)
 
 
 def latest(records: list[LogRecord]) -> dict[str, LogRecord]:
     """The last record of each job in ``records`` (oldest first): the job's state."""
     return {record.job_id: record for record in records}
+
+
+def split(records: list[LogRecord]) -> tuple[dict[str, LogRecord], dict[str, LogRecord]]:
+    """The last lease or requeue of each job, and the end of each job that has one."""
+    moves = latest([record for record in records if record.ended is None])
+    ends = {record.job_id: record for record in records if record.ended is not None}
+    return moves, ends
 
 
 def _run(data: bytes, at: int, end: int) -> list[tuple[int, int, LogRecord]]:
@@ -106,13 +162,15 @@ def _run(data: bytes, at: int, end: int) -> list[tuple[int, int, LogRecord]]:
         body = data[at + _HEAD.size:min(at + _HEAD.size + length, end)]
         if length < _BODY.size or len(body) < length or zlib.crc32(body) != crc:
             break
-        epoch, ticket, attempt, running, id_len = _BODY.unpack_from(body)
+        epoch, ticket, attempt, kind, id_len = _BODY.unpack_from(body)
         if (run and (epoch != run[-1][0] or ticket <= run[-1][1])) \
                 or _BODY.size + id_len > length:
             break
         job_id = body[_BODY.size:_BODY.size + id_len].decode()
-        worker = body[_BODY.size + id_len:].decode() if running else None
-        run.append((epoch, ticket, LogRecord(job_id, bool(running), attempt, worker)))
+        record = _decode(job_id, attempt, kind, body[_BODY.size + id_len:])
+        if record is None:
+            break
+        run.append((epoch, ticket, record))
         at += _HEAD.size + length
     return run
 
@@ -235,13 +293,14 @@ class LeaseLog:
                 ``queue`` was not run. What ``queue`` raises (the record is wiped again).
         """
         job_id = record.job_id.encode()
-        worker = (record.worker_id or "").encode() if record.running else b""
+        rest = _encode(record)
+        kind = _ENDED if record.ended is not None else _RUNNING if record.running else _PENDING
         with self._lock:
             if self._closed or self._map is None:  # closed, or never reset (opened)
                 raise StoreError(self.path, "the store is closed")
             ticket = self._ticket + 1
-            body = _BODY.pack(self._epoch, ticket, record.attempt, record.running,
-                              len(job_id)) + job_id + worker
+            body = _BODY.pack(self._epoch, ticket, record.attempt, kind,
+                              len(job_id)) + job_id + rest
             data = _HEAD.pack(zlib.crc32(body), len(body)) + body
             if self._size + len(data) > self._end:
                 self._next_region_locked(len(data))

@@ -4,15 +4,16 @@ Writes. Every call becomes an op on one queue; what is queued is applied in one 
 and committed once ("group commit", ``_store_writer``) by a durable caller that finds no
 commit under way: callers that queue while one is under way share the next. Durable calls
 (submit, cancel, prune, flush) wait for the commit covering their op; finish and requeue
-return at once and ride in the next commit (a writer thread writes them within ~10 ms if no
-durable call comes). With durability="sync" every commit is fsynced, theirs too.
+return once logged (below) and ride in the next commit (a writer thread writes them within
+~10 ms if no durable call comes). With durability="sync" every commit is fsynced, theirs too.
 
 Leases. A lease is journalled once it is written to the lease log beside the file
 (``_store_leases``; with durability="sync", on disk within ~2 ms). Its row is written later:
 with the job's finish (one row update for both), or at the next flush, whichever comes
-first. Requeues are logged too. Opening the store folds what the log holds into SQLite, so
-every reader of the file sees the leases of a manager that died; ``recover`` reads the log
-too.
+first. Requeues and finishes are logged too (a finish with its outcome, up to
+``OUTCOME_IN_LOG`` bytes; a larger outcome is committed before ``finish`` returns). Opening
+the store folds what the log holds into SQLite, so every reader of the file sees the leases
+and ends of a manager that died; ``recover`` reads the log too.
 
 Failures. An op that breaks a rule (a repeated job id) fails alone. An error that undoes the
 transaction (disk full, an I/O error, a lock held by another program) fails the durable
@@ -54,7 +55,7 @@ from mpsched._store import (
     check_options,
 )
 from mpsched._store_file import DURABILITY, connect_writer, open_checked
-from mpsched._store_leases import LeaseLog, LogRecord, latest
+from mpsched._store_leases import LeaseLog, LogRecord, ended, split
 from mpsched._store_writer import Writer, execute_rows, translate
 
 log = logging.getLogger("mpsched.store")
@@ -125,6 +126,9 @@ def _insert_rows(rows: int) -> str:
 # A job's last record in the lease log is its state unless it is finished or cancelled.
 _FOLD = ("UPDATE jobs SET state = ?, worker_id = ?, attempt = ? "
          "WHERE job_id = ? AND state IN ('pending', 'running')")
+# An end the log has and SQLite may not (after the lease or requeue before it, if any).
+_FOLD_END = ("UPDATE jobs SET state = ?, outcome = ?, finished_wall = ? "
+             "WHERE job_id = ? AND state IN ('pending', 'running')")
 
 
 # A row as a StoredJob, without the Python-level call of StoredJob._make: a million of these
@@ -152,11 +156,14 @@ def _record(row: Sequence[Any], outcome: bytes | None = None) -> JobRecord:
 def _overlay(records: list[LogRecord], pending: list[StoredJob],
              running: list[RunningJob]) -> tuple[list[StoredJob], list[RunningJob]]:
     """Pending and running jobs as the lease log's records leave them (the last of each job
-    wins; a job SQLite has neither pending nor running is finished, and stays so)."""
-    last = latest(records)
+    wins; a job the log has ended, or SQLite has neither pending nor running, is finished,
+    and stays so)."""
+    moves, ends = split(records)
     jobs: dict[str, tuple[StoredJob, str | None]] = {job.job_id: (job, None) for job in pending}
     jobs.update((r.job.job_id, (r.job, r.worker_id)) for r in running)
-    for job_id, record in last.items():
+    for job_id in ends:
+        jobs.pop(job_id, None)
+    for job_id, record in moves.items():
         if job_id in jobs:
             job = jobs[job_id][0]._replace(attempt=record.attempt)
             jobs[job_id] = (job, record.worker_id if record.running else None)
@@ -240,12 +247,19 @@ class SQLiteStore(Store):
             raise
 
     def _fold_leases(self) -> None:
-        """Apply the lease log's last record of each job to SQLite, then empty the log."""
-        last = latest(self._leases.read())
-        if last:
-            rows = [("running" if r.running else "pending", r.worker_id, r.attempt, job_id)
-                    for job_id, r in last.items()]
-            self._writer.call(lambda conn: conn.executemany(_FOLD, rows), len(rows))
+        """Apply the lease log's last lease or requeue of each job to SQLite, and then the
+        ends it has, then empty the log. An end whose outcome the log does not carry (too
+        large, and not yet committed when the manager died) leaves the job ended, without
+        an outcome (its watchers are told it was lost)."""
+        moves, ends = split(self._leases.read())
+        rows = [("running" if r.running else "pending", r.worker_id, r.attempt, job_id)
+                for job_id, r in moves.items()]
+        end_rows = [(r.ended, r.outcome, r.finished_wall, job_id) for job_id, r in ends.items()]
+        if rows or end_rows:
+            def fold(conn: sqlite3.Connection) -> None:
+                conn.executemany(_FOLD, rows)
+                conn.executemany(_FOLD_END, end_rows)
+            self._writer.call(fold, len(rows) + len(end_rows))
         self._leases.reset()
 
     @property
@@ -309,6 +323,18 @@ class SQLiteStore(Store):
     def finish(self, job_id: str, state: JobState, outcome: bytes | None,
                finished_wall: float) -> None:
         check_finish_state(state)
+        record = ended(job_id, state.value, finished_wall, outcome)
+        self._leases.append(record, lambda: self._queue_finish(job_id, state, outcome,
+                                                               finished_wall))
+        if outcome is not None and record.outcome is None:  # too long for the log
+            try:
+                self._writer.flush()
+            except StoreError as exc:  # the finish stays queued, retried in order
+                log.warning("the outcome of job %s (%d bytes) is not committed yet (%s); "
+                            "it is retried", job_id, len(outcome), exc)
+
+    def _queue_finish(self, job_id: str, state: JobState, outcome: bytes | None,
+                      finished_wall: float) -> None:
         ended = (state.value, outcome, finished_wall)
         with self._leased_lock:
             leased = self._leased.pop(job_id, None)

@@ -69,6 +69,32 @@ def test_a_running_job_without_retries_fails_as_crashed_after_a_restart(
     assert Path(log).read_text().split() == ["once"]  # not run again
 
 
+def test_jobs_that_finished_just_before_a_sigkill_stay_finished_with_their_results(
+        make_scheduler: Callable[..., Scheduler], tmp_path: Path) -> None:
+    # A finish is journalled before the worker's next job is handed out (the lease log): a
+    # manager killed a moment after a job ended must not list it as crashed (retries=0) or
+    # run it again (retries=1). Killed just after each round's last result came back, while
+    # its end has not reached SQLite (~10 ms later).
+    store, log = tmp_path / "jobs.db", str(tmp_path / "ran.log")
+    finished: dict[str, object] = {}
+    for round_ in range(3):
+        s = make_scheduler(workers=2, store=store)
+        futures = {s.schedule(jobs.record, log, f"r{round_}-{n}", retries=n % 2): f"r{round_}-{n}"
+                   for n in range(20)}
+        # and outcomes too long for the lease log, which are committed before they are told
+        futures[s.submit(jobs.big_result, 40_000, round_)] = "big"
+        for future, key in futures.items():
+            result = future.result(timeout=WAIT)
+            finished[future.job_id] = result
+            assert key == "big" or result[0] == key
+        kill_manager(s)
+    s2 = make_scheduler(workers=1, store=store)
+    for job_id, result in finished.items():
+        assert s2.job(job_id).result(timeout=WAIT) == result, job_id
+    lines = Counter(Path(log).read_text().split())
+    assert len(lines) == 60 and set(lines.values()) == {1}, "a finished job ran again"
+
+
 def test_recovered_jobs_keep_their_due_time_and_never_start_early(
         make_scheduler: Callable[..., Scheduler], tmp_path: Path) -> None:
     store = tmp_path / "jobs.db"

@@ -16,6 +16,7 @@ import pytest
 
 from mpsched import _store_leases
 from mpsched._errors import StoreLockedError
+from mpsched._store import JobState
 from mpsched._store_sqlite import SQLiteStore
 
 ROUNDS = 30
@@ -25,12 +26,14 @@ REGION = 2048  # bytes of a lease log region in these tests (~50 leases): kills 
 # regions are left, flushed behind, written again, or the log grows
 
 # The child: 3 threads submit batches of 1 to 7 jobs and lease every third job, and every
-# sixth one again after a requeue (its first worker died); after each call returns it appends
-# one line to an O_APPEND log ("S batch size", "L job_id attempt", "Q job_id").
+# sixth one again after a requeue (its first worker died), and finish the others they leased
+# (done or failed; every fourth finish with an outcome too long to ride in the lease log);
+# after each call returns it appends one line to an O_APPEND log ("S batch size",
+# "L job_id attempt", "Q job_id", "F job_id state outcome-length").
 CHILD = r"""
 import itertools, os, sys, threading, time
 from mpsched import _store_leases
-from mpsched._store import StoredJob
+from mpsched._store import JobState, StoredJob
 from mpsched._store_sqlite import SQLiteStore
 
 path, log_path, prefix, durability, region = sys.argv[1:6]
@@ -55,6 +58,14 @@ def submit(thread):
             os.write(log, f"Q {ids[0]}\n".encode())
             store.lease(ids[0], f"v{thread}", 2)
             os.write(log, f"L {ids[0]} 2\n".encode())
+        elif n % 3 == 0:
+            state = (JobState.DONE, JobState.FAILED)[n % 2]
+            length = _store_leases.OUTCOME_IN_LOG + 1 if n % 4 == 3 else 100 + n % 50
+            store.finish(ids[0], state, outcome(ids[0], length), time.time())
+            os.write(log, f"F {ids[0]} {state.value} {length}\n".encode())
+
+def outcome(job_id, length):
+    return (job_id.encode() * (length // len(job_id) + 1))[:length]
 
 for thread in range(3):
     threading.Thread(target=submit, args=(thread,), daemon=True).start()
@@ -93,11 +104,13 @@ def spawn(children: list[subprocess.Popen[str]], script: str,
     return child
 
 
-def acknowledged(log: Path) -> tuple[dict[str, int], dict[str, int]]:
-    """Batches (id -> size) and the jobs whose last logged call was a lease (job id ->
-    attempt) the child logged; a torn last line is ignored."""
+def acknowledged(log: Path) -> tuple[dict[str, int], dict[str, int], dict[str, tuple[str, int]]]:
+    """Batches (id -> size), the jobs whose last logged call was a lease (job id ->
+    attempt) and the finished jobs (job id -> (state, outcome length)) the child logged; a
+    torn last line is ignored."""
     batches: dict[str, int] = {}
     leases: dict[str, int] = {}
+    finished: dict[str, tuple[str, int]] = {}
     for line in log.read_text().splitlines() if log.exists() else []:
         parts = line.split()
         if len(parts) == 3 and parts[0] == "S" and parts[2].isdigit():
@@ -106,7 +119,15 @@ def acknowledged(log: Path) -> tuple[dict[str, int], dict[str, int]]:
             leases[parts[1]] = int(parts[2])
         elif len(parts) == 2 and parts[0] == "Q":
             leases.pop(parts[1], None)  # requeued: pending, or leased again if logged
-    return batches, leases
+        elif len(parts) == 4 and parts[0] == "F" and parts[3].isdigit():
+            leases.pop(parts[1], None)
+            finished[parts[1]] = (parts[2], int(parts[3]))
+    return batches, leases, finished
+
+
+def outcome(job_id: str, length: int) -> bytes:
+    """The outcome the child finishes a job with (as its ``outcome``)."""
+    return (job_id.encode() * (length // len(job_id) + 1))[:length]
 
 
 @pytest.mark.slow
@@ -130,17 +151,34 @@ def test_a_killed_writer_loses_nothing_it_acknowledged(
 
 
 def check_round(path: Path, log: Path, prefix: str) -> None:
-    batches, leases = acknowledged(log)
+    batches, leases, finished = acknowledged(log)
     with SQLiteStore(path) as store:
         recovery = store.recover()
-    pending = {j.job_id: j for j in recovery.pending if j.job_id.startswith(prefix)}
-    running = {r.job.job_id: r.job for r in recovery.running if r.job.job_id.startswith(prefix)}
+        pending = {j.job_id: j for j in recovery.pending if j.job_id.startswith(prefix)}
+        running = {r.job.job_id: r.job for r in recovery.running
+                   if r.job.job_id.startswith(prefix)}
+        ended = {record.job_id: store.get(record.job_id)
+                 for state in (JobState.DONE, JobState.FAILED)
+                 for record in store.jobs(state, None) if record.job_id.startswith(prefix)}
     assert not pending.keys() & running.keys()
+    assert not ended.keys() & (pending.keys() | running.keys())
+    for job_id, (state, length) in finished.items():  # a finish acknowledged stays finished
+        assert job_id in ended, (job_id, "pending" if job_id in pending else "running")
+        record = ended[job_id]
+        assert record is not None and record.state.value == state, (job_id, record)
+        assert record.outcome == outcome(job_id, length), job_id
+    for job_id, record in ended.items():  # finished by the child, acknowledged or not
+        assert record is not None and _batch_number(job_id) % 6 == 3, job_id
+        assert job_id.endswith(".0"), job_id
+        if record.outcome is None:  # killed while a long outcome waited for its commit
+            assert job_id not in finished, job_id
+        else:
+            assert record.outcome == outcome(job_id, len(record.outcome)), job_id
     stored = pending | running
     for job_id, job in stored.items():  # nothing half-written
         assert job.payload == job_id.encode() * 3
     present: dict[str, int] = {}
-    for job_id in stored:
+    for job_id in (*stored, *ended):
         batch = job_id.rsplit(".", 1)[0]
         present[batch] = present.get(batch, 0) + 1
     for batch, size in batches.items():  # nothing acknowledged is lost
@@ -150,6 +188,8 @@ def check_round(path: Path, log: Path, prefix: str) -> None:
     for job_id, attempt in leases.items():  # the lease after a requeue, not the first
         if job_id in running:
             assert running[job_id].attempt == attempt, (job_id, attempt, running[job_id])
+        elif job_id in ended:  # killed inside the finish that follows, before its line
+            assert attempt == 1 and _batch_number(job_id) % 6 == 3, job_id
         else:  # killed inside the requeue that follows a first lease, before its line
             assert attempt == 1 and _batch_number(job_id) % 6 == 0, job_id
             assert pending[job_id].attempt == 1, (job_id, pending[job_id])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import pickle
 import random
 import shutil
 import sqlite3
@@ -20,10 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fakeclock import FakeClock
 from test_store_writer import Held
 
 from mpsched import _store_leases
 from mpsched._errors import StoreError, StoreFullError
+from mpsched._journal import Journal
+from mpsched._queue import JobQueue
 from mpsched._store import JobState, StoredJob
 from mpsched._store_leases import LeaseLog, LogRecord
 from mpsched._store_sqlite import SQLiteStore
@@ -151,6 +155,55 @@ def test_a_finished_job_stays_finished_whatever_the_log_says(
     recovery = recovered.recover()
     assert [r.job.job_id for r in recovery.running] == ["job-2"]
     assert row(crashed, "job-1") == ("done", "w1", 1)
+
+
+def test_a_finish_is_durable_before_sqlite_has_it_and_a_lost_outcome_says_so(
+        tmp_path: Path, open_store: Callable[..., SQLiteStore]) -> None:
+    store = open_store()
+    store.submit([job(1), job(2, retries=1), job(3)])
+    held = Held(store)
+    try:
+        store.lease("job-1", "w1", 1)
+        store.finish("job-1", JobState.DONE, b"result-1", T0 + 1)
+        store.lease("job-2", "w2", 1)
+        store.finish("job-2", JobState.FAILED, b"error-2", T0 + 2)
+        store.lease("job-3", "w1", 1)
+        # The end of a job whose outcome is too long for the log, the manager killed
+        # before SQLite had it (finish() itself waits for that commit).
+        long = b"x" * (_store_leases.OUTCOME_IN_LOG + 1)
+        record = _store_leases.ended("job-3", "done", T0 + 3, long)
+        assert record.outcome is None
+        store._leases.append(record, lambda: None)
+        crashed = crash_copy(tmp_path / "jobs.db", tmp_path / "crashed")
+    finally:
+        held.release()
+    assert row(crashed, "job-1") == ("pending", None, 0)  # SQLite never heard of either
+    recovered = open_store(crashed)
+    recovery = recovered.recover()
+    assert recovery.running == [] and recovery.pending == []  # none ran again, or crashed
+    ended = {n: recovered.get(f"job-{n}") for n in (1, 2, 3)}
+    assert [(r.state, r.worker_id, r.attempt, r.finished_wall, r.outcome)
+            for r in ended.values() if r is not None] == [
+        (JobState.DONE, "w1", 1, T0 + 1, b"result-1"),
+        (JobState.FAILED, "w2", 1, T0 + 2, b"error-2"),
+        (JobState.DONE, "w1", 1, T0 + 3, None)]
+    journal = Journal(recovered, JobQueue(clock=FakeClock()))
+    lost = journal.watch("client-2", "job-3")  # told at once, not left waiting
+    assert lost is not None and lost.error_kind == "outcome-lost" and not lost.ok
+    assert "job-3 ran to its end, but its outcome was lost" in str(pickle.loads(lost.payload))
+
+
+def test_a_long_outcome_is_committed_before_finish_returns(
+        tmp_path: Path, open_store: Callable[..., SQLiteStore]) -> None:
+    store = open_store()
+    store.submit([job(1)])
+    store.lease("job-1", "w1", 1)
+    long = b"y" * (_store_leases.OUTCOME_IN_LOG + 1)
+    store.finish("job-1", JobState.DONE, long, T0)
+    crashed = crash_copy(tmp_path / "jobs.db", tmp_path / "crashed")
+    assert row(crashed, "job-1") == ("done", "w1", 1)  # in SQLite itself, not only the log
+    record = open_store(crashed).get("job-1")
+    assert record is not None and record.outcome == long
 
 
 def test_recover_sees_leases_sqlite_has_not_written(
