@@ -127,20 +127,22 @@ class Client(RecurringClient, Executor):
                   priority: Priority | str, timeout: float | None = None,
                   retries: int = 0, key: str | None = None) -> JobFuture[Any]:
         delay_s, at_s = due_arguments(delay, at)
-        request = JobRequest(job_id="", client_id="", payload=b"",
-                             priority=Priority.coerce(priority).level, delay=delay_s,
-                             at=at_s, timeout=timeout, retries=retries, key=key,
-                             name=job_name(fn))
-        check_request(request)  # the manager's own check, here at the call site
+        level, name = Priority.coerce(priority).level, job_name(fn)
+        # the manager's own check, here at the call site
+        check_request(JobRequest("", "", b"", level, delay_s, at_s, timeout, retries, key,
+                                 name))
         core = self._core
         payload = pickle_job(fn, args, kwargs, pool=core.pool)
         if core.outbox is None or key is not None:  # a keyed submit learns which job stands
-            [future] = self._send_batch([(payload, request._replace(
-                client_id=core.client_id, payload=payload))])
+            [future] = self._send_batch([(payload, JobRequest(
+                "", core.client_id, payload, level, delay_s, at_s, timeout, retries, key,
+                name))])
             return future
         future = core.new_future(payload)
-        if not core.outbox.put(request._replace(job_id=future._job_id,
-                                                client_id=core.client_id, payload=payload)):
+        # Built whole rather than by _replace (~2 us a job, the submit's costliest step
+        # after pickling); the fields in JobRequest's order.
+        if not core.outbox.put(JobRequest(future._job_id, core.client_id, payload, level,
+                                          delay_s, at_s, timeout, retries, key, name)):
             raise core.refuse(future._job_id)  # the manager was lost since new_future()
         return future
 
