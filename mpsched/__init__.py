@@ -2,6 +2,7 @@
 
 from mpsched._client import Client as Client
 from mpsched._client import connect as connect
+from mpsched._errors import AddressError as AddressError
 from mpsched._errors import AuthenticationError as AuthenticationError
 from mpsched._errors import ExtraMissingError as ExtraMissingError
 from mpsched._errors import InvalidJobError as InvalidJobError
@@ -22,6 +23,7 @@ from mpsched._errors import SchedulerShutdownError as SchedulerShutdownError
 from mpsched._errors import StoreError as StoreError
 from mpsched._errors import StoreFullError as StoreFullError
 from mpsched._errors import StoreLockedError as StoreLockedError
+from mpsched._errors import TlsError as TlsError
 from mpsched._errors import VersionMismatchError as VersionMismatchError
 from mpsched._errors import WorkerCrashedError as WorkerCrashedError
 from mpsched._futures import JobFuture as JobFuture
@@ -37,6 +39,7 @@ from mpsched._schedule import Schedule as Schedule
 from mpsched._scheduler import Scheduler as Scheduler
 
 __all__ = [
+    "AddressError",
     "AuthenticationError",
     "Client",
     "ExtraMissingError",
@@ -68,6 +71,7 @@ __all__ = [
     "StoreError",
     "StoreFullError",
     "StoreLockedError",
+    "TlsError",
     "VersionMismatchError",
     "WorkerCrashedError",
     "WorkerStatus",

@@ -39,6 +39,7 @@ from mpsched._cli_parser import build_parser, plural, tls_from_args, usage_line
 from mpsched._cli_schedules import check_recurring, run_schedules, submit_recurring
 from mpsched._client import Client, connect
 from mpsched._errors import (
+    AddressError,
     AuthenticationError,
     ExtraMissingError,
     InvalidJobError,
@@ -55,7 +56,6 @@ from mpsched._serve import default_method, run_serve
 from mpsched._tls import set_tls
 from mpsched._transport import (
     Address,
-    AddressError,
     describe_versions,
     format_address,
     scrub_authkey_env,

@@ -147,6 +147,12 @@ class AuthenticationError(MpschedError, multiprocessing.AuthenticationError):
     """The manager and this process do not share the authkey, or the key is unsafe."""
 
 
+class TlsError(AuthenticationError):
+    """TLS could not be set up: a certificate did not verify, a peer does not speak TLS or
+    wants a client certificate, a certificate or key file does not load, or the key file
+    is another user's or readable by others."""
+
+
 class RuntimeDirError(AuthenticationError, PermissionError):
     """The local manager's runtime directory (its socket and key) is unsafe to use: not a
     directory, another user's, or open to others. ``path`` names it."""
@@ -158,6 +164,10 @@ class RuntimeDirError(AuthenticationError, PermissionError):
 
     def __reduce__(self) -> tuple[type[RuntimeDirError], tuple[str, str]]:
         return (type(self), (self.path, self.problem))
+
+
+class AddressError(MpschedError, ValueError):
+    """An address string that is neither ``unix:PATH`` nor ``HOST:PORT``."""
 
 
 class ManagerUnreachableError(MpschedError, ConnectionError):

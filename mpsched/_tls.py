@@ -28,13 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mpsched._authkey import private_file_problem
-from mpsched._errors import AuthenticationError
-
-
-class TlsError(AuthenticationError):
-    """TLS could not be set up: a certificate did not verify, a peer does not speak TLS or
-    wants a client certificate, a certificate or key file does not load, or the key file
-    is another user's or readable by others."""
+from mpsched._errors import TlsError
 
 
 @dataclass(frozen=True)

@@ -50,10 +50,15 @@ from mpsched._authkey import child_environment as child_environment
 from mpsched._authkey import read_authkey as read_authkey
 from mpsched._authkey import scrub_authkey_env as scrub_authkey_env
 from mpsched._authkey import write_authkey as write_authkey
-from mpsched._errors import AuthenticationError, ManagerUnreachableError, MpschedError
+from mpsched._errors import (
+    AddressError,
+    AuthenticationError,
+    ManagerUnreachableError,
+    TlsError,
+)
 from mpsched._handshake import MAX_MESSAGE, log_failure, refusal
 from mpsched._handshake_loop import HandshakeLoop, Limits
-from mpsched._tls import ClientTls, TlsError, client_tls, current_tls
+from mpsched._tls import ClientTls, client_tls, current_tls
 from mpsched._wire import FastConnection
 
 log = logging.getLogger("mpsched.transport")
@@ -79,10 +84,6 @@ Address = str | tuple[str, int]
 
 # accept() errors that persist until some other connection closes: retrying at once spins.
 _OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
-
-
-class AddressError(MpschedError, ValueError):
-    """An address string that is neither ``unix:PATH`` nor ``HOST:PORT``."""
 
 
 def parse_address(text: str) -> Address:

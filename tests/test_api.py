@@ -11,6 +11,7 @@ import mpsched
 
 def test_public_names_are_pinned():
     assert mpsched.__all__ == [
+        "AddressError",
         "AuthenticationError",
         "Client",
         "ExtraMissingError",
@@ -42,6 +43,7 @@ def test_public_names_are_pinned():
         "StoreError",
         "StoreFullError",
         "StoreLockedError",
+        "TlsError",
         "VersionMismatchError",
         "WorkerCrashedError",
         "WorkerStatus",
@@ -64,9 +66,21 @@ def test_errors_derive_from_the_base_and_the_matching_stdlib_type():
         mpsched.AuthenticationError: multiprocessing.AuthenticationError,
         mpsched.ManagerUnreachableError: ConnectionError,
         mpsched.ManagerConnectionLostError: ConnectionError,
+        mpsched.AddressError: ValueError,
+        mpsched.TlsError: mpsched.AuthenticationError,
     }
     for error, stdlib in pairs.items():
         assert issubclass(error, mpsched.MpschedError) and issubclass(error, stdlib), error
+
+
+def test_a_bad_address_raises_the_exported_error_at_the_call_site():
+    # The class a user can name (mpsched.AddressError), not one of a private module only.
+    try:
+        mpsched.connect("neither-a-path-nor-host-port")
+    except mpsched.AddressError as exc:
+        assert type(exc).__module__ == "mpsched._errors" and "unix:" in str(exc)
+    else:
+        raise AssertionError("connect() accepted an address that is neither form")
 
 
 def test_errors_with_facts_survive_pickling():

@@ -19,9 +19,9 @@ from processes import wait_for
 from servers import KEY, InProcessServer, read_until_closed, trickle
 
 import mpsched._transport as transport
-from mpsched import AuthenticationError, ManagerUnreachableError
+from mpsched import AuthenticationError, ManagerUnreachableError, TlsError
 from mpsched._manager import ServiceManager
-from mpsched._tls import TlsConfig, TlsError, current_tls, set_tls
+from mpsched._tls import TlsConfig, current_tls, set_tls
 from mpsched._transport import SERIALIZER, FastConnection, client_connection
 
 EC_KEY = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]

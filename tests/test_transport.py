@@ -34,12 +34,11 @@ from servers import (
 import mpsched
 import mpsched._authkey as _authkey
 import mpsched._transport as transport
-from mpsched import AuthenticationError, ManagerUnreachableError
+from mpsched import AddressError, AuthenticationError, ManagerUnreachableError
 from mpsched._protocol import ServiceManager
 from mpsched._transport import (
     AUTHKEY_ENV,
     SERIALIZER,
-    AddressError,
     FastConnection,
     FastListener,
     HardenedServer,
