@@ -25,8 +25,8 @@ from benchmarks._common import (
     scheduler,
 )
 from benchmarks.jobs import noop
-from mpsched._job import JobRequest, Outcome
-from mpsched._queue import JobQueue
+from mpsched._core.job import JobRequest, Outcome
+from mpsched._core.queue import JobQueue
 
 OPS = 2_000
 

@@ -210,9 +210,9 @@ def write_template(path: str, jobs: int) -> float:
     payload mpsched's client makes for ``noop()``, seq in submission order. Closed, so the
     WAL is checkpointed into the one file that each run copies.
     """
-    from mpsched._payload import pickle_job
-    from mpsched._store import StoredJob
-    from mpsched._store_sqlite import SQLiteStore
+    from mpsched._payload.pickling import pickle_job
+    from mpsched._store.base import StoredJob
+    from mpsched._store.sqlite import SQLiteStore
 
     payload = pickle_job(noop, (), {})
     client = uuid.uuid4().hex[:12]

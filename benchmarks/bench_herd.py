@@ -31,10 +31,10 @@ from benchmarks._common import (
     summarise,
 )
 from benchmarks.jobs import noop, stamp
-from mpsched._clock import SystemClock
+from mpsched._core.clock import SystemClock
+from mpsched._core.job import JobRequest, Outcome
+from mpsched._core.queue import JobQueue
 from mpsched._errors import SchedulerShutdownError
-from mpsched._job import JobRequest, Outcome
-from mpsched._queue import JobQueue
 
 TAKE_TIMEOUT = 5.0  # as the manager's long poll: takers rarely time out in the window
 

@@ -139,8 +139,8 @@ def run_sched(offsets: list[float]) -> Run:
 
 def run_queue_threads(offsets: list[float]) -> Run:
     """mpsched's JobQueue with 2 taker threads in this process: the wait without the IPC."""
-    from mpsched._job import JobRequest
-    from mpsched._queue import JobQueue
+    from mpsched._core.job import JobRequest
+    from mpsched._core.queue import JobQueue
 
     queue = JobQueue()
     dues: dict[str, float] = {}

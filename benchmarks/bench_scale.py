@@ -53,8 +53,8 @@ def _payloads(count: int) -> Iterator[bytes]:
 
 def queue_fill_and_take(pending: int) -> Result:
     """In a fresh interpreter: fill a JobQueue, then time take() at that depth."""
-    from mpsched._job import JobRequest, Outcome
-    from mpsched._queue import JobQueue
+    from mpsched._core.job import JobRequest, Outcome
+    from mpsched._core.queue import JobQueue
 
     queue = JobQueue()
     gc.collect()

@@ -21,8 +21,9 @@ import tempfile
 import threading
 import time
 
-from mpsched._store import JobState, StoredJob
-from mpsched._store_sqlite import SQLiteStore
+from mpsched._core.job import JobState
+from mpsched._store.base import StoredJob
+from mpsched._store.sqlite import SQLiteStore
 
 BATCH = 512
 

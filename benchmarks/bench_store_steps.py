@@ -37,11 +37,12 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
-from mpsched._store import JobState, StoredJob
-from mpsched._store_file import MIGRATIONS
-from mpsched._store_leases import LeaseLog, LogRecord
-from mpsched._store_sqlite import _FINISH_LEASED, _PRUNE, _PRUNE_STEP, PRUNE_STEP, SQLiteStore
-from mpsched._store_writer import ROWS_PER_STATEMENT, execute_rows
+from mpsched._core.job import JobState
+from mpsched._store.base import StoredJob
+from mpsched._store.file import MIGRATIONS
+from mpsched._store.lease_log import LeaseLog, LogRecord
+from mpsched._store.sqlite import _FINISH_LEASED, _PRUNE, _PRUNE_STEP, PRUNE_STEP, SQLiteStore
+from mpsched._store.writer import ROWS_PER_STATEMENT, execute_rows
 
 JOBS = 20_000
 _runs = itertools.count()  # one new file per measurement

@@ -49,8 +49,11 @@ def _note(kind: str, job_id: str, *values: float) -> None:
 
 def manager_with_probes(*args: Any, **kwargs: Any) -> int:
     """What the manager process runs: install the probes, then run the real manager."""
-    from mpsched import _queue, _schedules, _service, _supervisor
-    from mpsched._protocol import assignment_from_wire
+    from mpsched._core import queue as _queue
+    from mpsched._manager import schedules as _schedules
+    from mpsched._manager import service as _service
+    from mpsched._manager import supervisor as _supervisor
+    from mpsched._protocol.proxy import assignment_from_wire
 
     take = _queue.JobQueue.take
 
@@ -90,20 +93,20 @@ def manager_with_probes(*args: Any, **kwargs: Any) -> int:
     _service.ManagerService._complete = service_complete  # type: ignore[method-assign]
     _schedules.Schedules._arm_locked = arm_locked  # type: ignore[method-assign]
     _supervisor.worker_main = worker_with_probes  # type: ignore[attr-defined]
-    from mpsched._manager import run_owned
+    from mpsched._manager.main import run_owned
 
     return run_owned(*args, **kwargs)
 
 
 def _run_id(entry: Any, label: float) -> str:
-    from mpsched._recurring import run_id
+    from mpsched._core.recurring import run_id
 
     return run_id(entry.spec.schedule_id, label)
 
 
 def worker_with_probes(*args: Any, **kwargs: Any) -> Any:
     """A worker process's target: probes around the take and the wait, then the real one."""
-    from mpsched import _worker
+    from mpsched._worker import loop as _worker
 
     take = _worker._take
 
@@ -127,7 +130,7 @@ def worker_with_probes(*args: Any, **kwargs: Any) -> Any:
 def one_round(runs: int, interval: float, probes: str, records: str) -> None:
     from benchmarks._common import scheduler
     from benchmarks.jobs import noop, stamp_run
-    from mpsched import _manager_process
+    from mpsched._manager import process as _manager_process
 
     _manager_process.ENTRY = ("benchmarks.profile_recurring", "manager_with_probes")
     with scheduler(workers=2) as s:

@@ -22,7 +22,7 @@ priority) with its start relative to its due time. Within a wave, two HIGH, one 
 one LOW job are due at the same instant and 3 workers are free: the first three start
 together, and the LOW job is the one left waiting until a worker finishes its 100 ms job.
 
-The demo itself lives in ``mpsched/_demo.py`` (spawned producers import their function
+The demo itself lives in ``mpsched/_cli/demo.py`` (spawned producers import their function
 from there); this script only runs it.
 
 Run it: ``python examples/seed_demo.py``
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import sys
 
-from mpsched._demo import run_demo
+from mpsched._cli.demo import run_demo
 
 if __name__ == "__main__":
     raise SystemExit(run_demo(sys.stdout))

@@ -1,7 +1,16 @@
 """mpsched: run Python jobs at a scheduled time, in priority order, on worker processes."""
 
-from mpsched._client import Client as Client
-from mpsched._client import connect as connect
+from mpsched._client.client import Client as Client
+from mpsched._client.client import connect as connect
+from mpsched._client.futures import JobFuture as JobFuture
+from mpsched._client.recurring import Schedule as Schedule
+from mpsched._client.scheduler import Scheduler as Scheduler
+from mpsched._core.job import JobInfo as JobInfo
+from mpsched._core.job import Order as Order
+from mpsched._core.job import Priority as Priority
+from mpsched._core.job import QueueStats as QueueStats
+from mpsched._core.recurring import ScheduleCounters as ScheduleCounters
+from mpsched._core.recurring import ScheduleInfo as ScheduleInfo
 from mpsched._errors import AddressError as AddressError
 from mpsched._errors import AuthenticationError as AuthenticationError
 from mpsched._errors import ExtraMissingError as ExtraMissingError
@@ -26,17 +35,8 @@ from mpsched._errors import StoreLockedError as StoreLockedError
 from mpsched._errors import TlsError as TlsError
 from mpsched._errors import VersionMismatchError as VersionMismatchError
 from mpsched._errors import WorkerCrashedError as WorkerCrashedError
-from mpsched._futures import JobFuture as JobFuture
-from mpsched._job import JobInfo as JobInfo
-from mpsched._job import Order as Order
-from mpsched._job import Priority as Priority
-from mpsched._job import QueueStats as QueueStats
-from mpsched._protocol import Stats as Stats
-from mpsched._protocol import WorkerStatus as WorkerStatus
-from mpsched._recurring import ScheduleCounters as ScheduleCounters
-from mpsched._recurring import ScheduleInfo as ScheduleInfo
-from mpsched._schedule import Schedule as Schedule
-from mpsched._scheduler import Scheduler as Scheduler
+from mpsched._protocol.proxy import Stats as Stats
+from mpsched._protocol.proxy import WorkerStatus as WorkerStatus
 
 __all__ = [
     "AddressError",

@@ -1,3 +1,3 @@
-from mpsched._cli import main
+from mpsched._cli.main import main
 
 raise SystemExit(main())

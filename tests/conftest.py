@@ -14,7 +14,8 @@ sys.path.insert(0, str(Path(__file__).parent))  # job modules import as top-leve
 
 from processes import Programs
 
-from mpsched import Scheduler, _shm
+from mpsched import Scheduler
+from mpsched._payload import shm
 
 
 def stop_hard(scheduler: Scheduler) -> None:
@@ -49,11 +50,11 @@ def fifo(tmp_path: Path) -> str:
 def prefix() -> Iterator[str]:
     """This process's shared-memory segment prefix; whatever a test leaves under it is
     removed after, and must be gone already for the test to pass."""
-    mine = _shm.manager_prefix(os.getpid())
-    _shm.sweep(mine)
+    mine = shm.manager_prefix(os.getpid())
+    shm.sweep(mine)
     yield mine
-    left = _shm.names(mine)
-    _shm.sweep(mine)
+    left = shm.names(mine)
+    shm.sweep(mine)
     assert not left, f"segments left behind: {left}"
 
 

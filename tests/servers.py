@@ -11,8 +11,8 @@ from typing import Any
 
 from processes import wait_for
 
-from mpsched._manager import ServiceManager
-from mpsched._transport import SERIALIZER, FastConnection, HardenedServer
+from mpsched._manager.main import ServiceManager
+from mpsched._transport.sockets import SERIALIZER, FastConnection, HardenedServer
 
 KEY = b"k" * 32
 

@@ -13,8 +13,8 @@ from typing import Any
 import cloudpickle
 import pytest
 
-from mpsched import _by_value
-from mpsched._by_value import pickled_by_value
+from mpsched._payload import by_value as _by_value
+from mpsched._payload.by_value import pickled_by_value
 
 
 def main_script(source: str) -> dict[str, Any]:

@@ -33,8 +33,8 @@ from processes import assert_gone, wait_for, wait_started
 
 import mpsched
 from mpsched import AuthenticationError, SchedulerShutdownError, VersionMismatchError
-from mpsched._cli import Exit, main
-from mpsched._protocol import (
+from mpsched._cli.main import Exit, main
+from mpsched._protocol.proxy import (
     ClientHello,
     ServiceProxy,
     Stats,
@@ -42,7 +42,12 @@ from mpsched._protocol import (
     WorkerStatus,
     connect_service,
 )
-from mpsched._transport import AUTHKEY_ENV, HANDSHAKE_TIMEOUT, describe_versions, parse_address
+from mpsched._transport.sockets import (
+    AUTHKEY_ENV,
+    HANDSHAKE_TIMEOUT,
+    describe_versions,
+    parse_address,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -590,7 +595,8 @@ def test_the_cli_exits_with_version_when_refused(
         cluster: Cluster, command: list[str], monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     python, cp = describe_versions()
-    for module in ("mpsched._transport", "mpsched._futures", "mpsched._cli"):  # an old install
+    # an old install
+    for module in ("mpsched._transport.sockets", "mpsched._client.futures", "mpsched._cli.main"):
         monkeypatch.setattr(f"{module}.describe_versions", lambda: ("3.0", cp))
     assert main([*command, *cluster.manager.cli()]) == Exit.VERSION
     err = capsys.readouterr().err

@@ -26,8 +26,8 @@ from test_cli import START_TIMEOUT, Processes, pool_workers, serve
 from test_cli_usage import subparsers
 
 import mpsched
-from mpsched._cli import Exit
-from mpsched._cli_parser import build_parser
+from mpsched._cli.main import Exit
+from mpsched._cli.parser import build_parser
 
 pytestmark = pytest.mark.slow
 

@@ -21,11 +21,11 @@ from processes import wait_for
 from test_cli import Manager, Processes, serve
 
 from mpsched import Client, Scheduler
-from mpsched._cli import Exit, main
-from mpsched._cli_parser import build_parser
-from mpsched._cli_schedules import check_recurring
+from mpsched._cli.main import Exit, main
+from mpsched._cli.parser import build_parser
+from mpsched._cli.schedules import check_recurring
+from mpsched._client.recurring import JobOptions, build_spec
 from mpsched._errors import InvalidJobError
-from mpsched._schedule import JobOptions, build_spec
 
 pytestmark = pytest.mark.slow
 
@@ -223,7 +223,7 @@ def test_every_is_held_to_one_rule_in_one_wording_by_the_cli_and_the_library(
 HIDE_CRONSIM = """
 import sys
 sys.modules["cronsim"] = None  # import cronsim fails in this manager process
-from mpsched._cli import main
+from mpsched._cli.main import main
 raise SystemExit(main(["serve", *sys.argv[1:]]))
 """
 

@@ -27,15 +27,15 @@ from test_cli import START_TIMEOUT, Manager, Processes, serve
 
 import mpsched
 from mpsched import JobInfo, Priority
-from mpsched._cli import Exit, format_stats, main
-from mpsched._cli_jobs import format_jobs, format_size, format_store
-from mpsched._cli_parser import EXIT_MEANINGS, build_parser
-from mpsched._job import QueueStats
-from mpsched._protocol import Stats
-from mpsched._serve import store_path
-from mpsched._store import StoredJob
-from mpsched._store_sqlite import SQLiteStore
-from mpsched._transport import AUTHKEY_ENV
+from mpsched._cli.jobs import format_jobs, format_size, format_store
+from mpsched._cli.main import Exit, format_stats, main
+from mpsched._cli.parser import EXIT_MEANINGS, build_parser
+from mpsched._cli.serve import store_path
+from mpsched._core.job import QueueStats
+from mpsched._protocol.proxy import Stats
+from mpsched._store.base import StoredJob
+from mpsched._store.sqlite import SQLiteStore
+from mpsched._transport.sockets import AUTHKEY_ENV
 
 pytestmark = pytest.mark.slow
 

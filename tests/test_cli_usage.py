@@ -17,13 +17,13 @@ import cloudpickle
 import pytest
 
 import mpsched
-import mpsched._transport as transport
+import mpsched._transport.sockets as transport
 from mpsched import ManagerUnreachableError
-from mpsched._cli import Exit, format_due, format_duration, format_stats, main
-from mpsched._cli_parser import COMMANDS, EXIT_MEANINGS, build_parser
-from mpsched._job import QueueStats
-from mpsched._protocol import Stats, WorkerStatus
-from mpsched._transport import AUTHKEY_ENV
+from mpsched._cli.main import Exit, format_due, format_duration, format_stats, main
+from mpsched._cli.parser import COMMANDS, EXIT_MEANINGS, build_parser
+from mpsched._core.job import QueueStats
+from mpsched._protocol.proxy import Stats, WorkerStatus
+from mpsched._transport.sockets import AUTHKEY_ENV
 
 # ------------------------------------------------------------------------------ help
 

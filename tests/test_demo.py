@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from mpsched import Scheduler
-from mpsched._demo import JobRun, check, print_runs, run_demo, warm_up
+from mpsched._cli.demo import JobRun, check, print_runs, run_demo, warm_up
 
 pytestmark = pytest.mark.slow
 

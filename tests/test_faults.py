@@ -28,8 +28,8 @@ from mpsched import (
     SchedulerShutdownError,
     WorkerCrashedError,
 )
-from mpsched._link import ManagerLink
-from mpsched._protocol import ClientHello
+from mpsched._client.link import ManagerLink
+from mpsched._protocol.proxy import ClientHello
 
 pytestmark = pytest.mark.slow
 

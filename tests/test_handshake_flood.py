@@ -14,7 +14,7 @@ from processes import wait_for
 from test_cli import Processes, serve, start_pool
 
 import mpsched
-from mpsched._transport import HANDSHAKE_TIMEOUT, MAX_HANDSHAKES_PER_ADDRESS, parse_address
+from mpsched._transport.sockets import HANDSHAKE_TIMEOUT, MAX_HANDSHAKES_PER_ADDRESS, parse_address
 
 pytestmark = pytest.mark.slow
 

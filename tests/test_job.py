@@ -4,8 +4,7 @@ import pickle
 
 import pytest
 
-from mpsched._errors import InvalidJobError, MpschedError
-from mpsched._job import (
+from mpsched._core.job import (
     MAX_EPOCH,
     Assignment,
     Job,
@@ -16,6 +15,7 @@ from mpsched._job import (
     Priority,
     check_request,
 )
+from mpsched._errors import InvalidJobError, MpschedError
 
 
 def make_job(job_id: str, *, due: float, priority: Priority, seq: int) -> Job:
@@ -203,7 +203,7 @@ def test_check_request_accepts_the_last_second_of_9999() -> None:
     pytest.param({"at": MAX_EPOCH + 1}, id="at-just-past"),
 ])
 def test_the_client_rejects_overflowing_times_at_the_call_site(kwargs: dict[str, float]) -> None:
-    from mpsched._client import Client
+    from mpsched._client.client import Client
 
     client = Client.__new__(Client)  # validation happens before any manager call
     with pytest.raises(InvalidJobError, match="9999"):

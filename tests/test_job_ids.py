@@ -12,8 +12,8 @@ import pytest
 
 import mpsched
 from mpsched import Client, Scheduler
-from mpsched._cli import Exit, main
-from mpsched._cli_jobs import NOT_FINISHED
+from mpsched._cli.jobs import NOT_FINISHED
+from mpsched._cli.main import Exit, main
 from mpsched._errors import InvalidJobError, JobNotFoundError, ScheduleNotFoundError
 
 pytestmark = pytest.mark.slow

@@ -8,11 +8,13 @@ import pickle
 import pytest
 from fakeclock import FakeClock
 
-from mpsched import _ended
+from mpsched._core.job import CANCELLED, JobRequest, JobState, Outcome
+from mpsched._core.queue import JobQueue
 from mpsched._errors import InvalidJobError, JobNotFoundError
-from mpsched._job import CANCELLED, JobRequest, Outcome
-from mpsched._journal import NoJournal
-from mpsched._protocol import (
+from mpsched._manager import ended as _ended
+from mpsched._manager.journal import NoJournal
+from mpsched._manager.service import ManagerService
+from mpsched._protocol.proxy import (
     ClientHello,
     Report,
     WorkerHello,
@@ -20,10 +22,7 @@ from mpsched._protocol import (
     report_to_wire,
     request_to_wire,
 )
-from mpsched._queue import JobQueue
-from mpsched._service import ManagerService
-from mpsched._store import JobState
-from mpsched._transport import describe_versions
+from mpsched._transport.sockets import describe_versions
 
 JOB_CALLS = ("submit", "lease", "finish", "requeue", "cancel", "flush", "get", "jobs",
              "find_key")

@@ -1,7 +1,10 @@
 """The import graph runs one way: each module imports only modules of a lower layer.
 
-An import inside a function, or an ``Any`` that hides one, does not get around this test:
-every ``mpsched._x`` import anywhere in a module's source counts.
+A layer is a package (``mpsched._core``, ``mpsched._store``, ...), and inside a package a
+group of its modules. A module may import any module of a lower package, and the modules of
+its own package that sit in a lower group. An import inside a function, or an ``Any`` that
+hides one, does not get around this test: every ``mpsched.*`` import anywhere in a module's
+source counts.
 """
 
 from __future__ import annotations
@@ -11,76 +14,94 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).parent.parent / "mpsched"
 
-# Lowest first. A module may import modules of lower layers only (the same layer is a
-# cycle waiting to happen, except where listed as one module's helper below).
-LAYERS: list[set[str]] = [
-    {"_errors"},
-    {"_job"},
-    {"_shm", "_by_value"},
-    {"_segment_pool"},
-    {"_authkey"},  # its private-file check serves _tls's key files too
-    {"_tls", "_wire", "_handshake", "_payload", "_store", "_recurring"},
-    {"_handshake_loop"},
-    {"_transport"},
-    {"_runtime"},
-    {"_protocol"},
-    {"_clock"},
-    {"_leases", "_heap"},
-    {"_store_memory", "_store_writer", "_store_leases"},
-    {"_store_file"},
-    {"_store_sqlite"},
-    {"_ended"},
-    {"_queue", "_mailbox", "_outbox", "_segments", "_job_future"},
-    {"_link"},
-    {"_outage"},
-    {"_journal", "_schedule_entry"},
-    {"_schedules"},
-    {"_workers"},
-    {"_service"},
-    {"_worker"},
-    {"_supervisor", "_remote"},
-    {"_manager", "_manager_process"},
-    {"_futures"},
-    {"_schedule"},
-    {"_client"},
-    {"_scheduler"},
-    {"_cli_parser"},
-    {"_demo", "_stress", "_serve", "_cli_jobs"},
-    {"_cli_schedules"},
-    {"_cli"},
-    {"__main__", "__init__"},
+# The map of mpsched, lowest first: (package, its modules lowest first). The same group is
+# a cycle waiting to happen, so modules of one group never import each other.
+LAYERS: list[tuple[str, list[set[str]]]] = [
+    ("_errors", [set()]),  # the whole error tree, one module
+    ("_core", [{"job"}, {"clock", "recurring"}, {"leases", "heap"}, {"queue"}]),
+    ("_store", [{"base", "writer", "lease_log"}, {"memory", "file"}, {"sqlite"}]),
+    ("_transport", [{"authkey", "wire", "handshake"}, {"tls", "handshake_loop"}, {"sockets"},
+                    {"runtime"}]),
+    ("_protocol", [{"proxy"}]),
+    ("_payload", [{"shm", "by_value"}, {"segment_pool", "segments"}, {"pickling"}]),
+    ("_worker", [{"loop"}, {"remote"}]),
+    ("_manager", [{"ended", "mailbox", "worker_table", "process"},
+                  {"journal", "schedule_entry"}, {"schedules"}, {"service"}, {"supervisor"},
+                  {"main"}]),
+    ("_client", [{"job_future", "outbox", "link"}, {"outage"}, {"futures"}, {"recurring"},
+                 {"client"}, {"scheduler"}]),
+    ("_cli", [{"parser"}, {"demo", "stress", "serve", "jobs"}, {"schedules"}, {"main"}]),
+    ("", [{"__init__", "__main__"}]),  # the public API and ``python -m mpsched``
 ]
 
 
-def _imports(module: Path) -> set[str]:
+def _name(path: Path) -> str:
+    """``mpsched._core.queue`` for mpsched/_core/queue.py, ``mpsched._errors``, ``mpsched``."""
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _rank() -> dict[str, tuple[int, int]]:
+    """Each module's (package layer, group within its package)."""
+    rank = {}
+    for i, (package, groups) in enumerate(LAYERS):
+        for j, group in enumerate(groups):
+            if not package:
+                rank.update({"mpsched": (i, j), "mpsched.__main__": (i, j)})
+                continue
+            if not group:
+                rank[f"mpsched.{package}"] = (i, j)
+            for module in group:
+                rank[f"mpsched.{package}.{module}"] = (i, j)
+    return rank
+
+
+def _modules() -> dict[str, Path]:
+    return {_name(p): p for p in PACKAGE.rglob("*.py") if p.name != "__init__.py"
+            or p.parent == PACKAGE}
+
+
+def _imports(module: Path, known: set[str]) -> set[str]:
+    """The mpsched modules ``module`` imports (``from mpsched._payload import shm`` is
+    mpsched._payload.shm; importing a subpackage itself counts as its lowest module)."""
     names: set[str] = set()
     for node in ast.walk(ast.parse(module.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("mpsched."):
-            names.add(node.module.split(".")[1])
+        if isinstance(node, ast.ImportFrom) and node.module and (
+                node.module == "mpsched" or node.module.startswith("mpsched.")):
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                names.add(sub if sub in known else node.module)
         elif isinstance(node, ast.Import):
-            names.update(a.name.split(".")[1] for a in node.names
-                         if a.name.startswith("mpsched."))
+            names.update(a.name for a in node.names if a.name.startswith("mpsched."))
     return names
 
 
 def test_every_module_has_a_layer() -> None:
-    layered = set().union(*LAYERS)
-    modules = {p.stem for p in PACKAGE.glob("*.py")}
-    assert modules == layered, (modules - layered, layered - modules)
+    assert set(_modules()) == set(_rank()), (set(_modules()) ^ set(_rank()))
+
+
+def test_every_subpackage_says_what_it_is_for_and_may_import() -> None:
+    for package, _groups in LAYERS[1:-1]:
+        doc = ast.get_docstring(ast.parse((PACKAGE / package / "__init__.py").read_text()))
+        assert doc and "May import" in doc, package
 
 
 def test_imports_only_go_down() -> None:
-    layer_of = {name: i for i, layer in enumerate(LAYERS) for name in layer}
-    upward = [f"{p.stem} imports {name}" for p in PACKAGE.glob("*.py")
-              for name in _imports(p) if layer_of[name] >= layer_of[p.stem]]
+    rank = _rank()
+    # a subpackage itself (its __init__ holds only a docstring) ranks below its modules
+    rank.update({f"mpsched.{package}": (i, -1) for i, (package, _) in enumerate(LAYERS)
+                 if package and f"mpsched.{package}" not in rank})
+    upward = [f"{name} imports {imported}" for name, path in _modules().items()
+              for imported in _imports(path, set(rank)) if rank[imported] >= rank[name]]
     assert not upward
 
 
-def test_the_pure_queue_never_imports_multiprocessing() -> None:
-    for name in ("_job", "_clock", "_leases", "_heap", "_queue"):
-        tree = ast.parse((PACKAGE / f"{name}.py").read_text())
+def test_the_pure_core_never_imports_multiprocessing() -> None:
+    for path in (PACKAGE / "_core").glob("*.py"):
+        tree = ast.parse(path.read_text())
         modules = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
         modules |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import)
                     for a in n.names}
-        assert not {m for m in modules if m and m.startswith(("multiprocessing", "mpsched._p",
-                                                             "mpsched._t"))}, name
+        outside = {m for m in modules if m and (m.startswith("multiprocessing") or (
+            m.startswith("mpsched") and not m.startswith(("mpsched._core", "mpsched._errors"))))}
+        assert not outside, (path.name, outside)

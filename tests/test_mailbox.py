@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import threading
 
-from mpsched._job import Outcome
-from mpsched._mailbox import Mailboxes
+from mpsched._core.job import Outcome
+from mpsched._manager.mailbox import Mailboxes
 
 
 def outcome(job_id: str) -> Outcome:
@@ -52,7 +52,7 @@ def test_a_client_closing_its_empty_box_leaves_nothing_behind():
 
 
 def test_a_full_batch_is_returned_without_lingering():
-    from mpsched._mailbox import BATCH
+    from mpsched._manager.mailbox import BATCH
 
     boxes = Mailboxes()
     boxes.open("c")
@@ -73,7 +73,7 @@ def test_a_waiting_collector_wakes_for_the_first_outcome():
 
 
 def test_one_reply_is_capped_by_count_and_the_rest_follows(monkeypatch):
-    monkeypatch.setattr("mpsched._mailbox.REPLY_OUTCOMES", 3)
+    monkeypatch.setattr("mpsched._manager.mailbox.REPLY_OUTCOMES", 3)
     boxes = Mailboxes()
     boxes.open("c")
     for i in range(7):
@@ -84,7 +84,7 @@ def test_one_reply_is_capped_by_count_and_the_rest_follows(monkeypatch):
 
 
 def test_one_reply_is_capped_by_bytes_but_always_carries_one_outcome(monkeypatch):
-    monkeypatch.setattr("mpsched._mailbox.REPLY_BYTES", 100)
+    monkeypatch.setattr("mpsched._manager.mailbox.REPLY_BYTES", 100)
     boxes = Mailboxes()
     boxes.open("c")
     for i, size in enumerate([150, 60, 30, 20]):

@@ -22,8 +22,7 @@ from processes import wait_for
 
 import mpsched
 from mpsched import Client, ManagerConnectionLostError, SchedulerShutdownError
-from mpsched._job import JobRequest, Outcome
-from mpsched._shm import PayloadOptions
+from mpsched._core.job import JobRequest, Outcome, PayloadOptions
 
 WAIT = 30.0
 ADDRESS = ("127.0.0.1", 7)  # what the errors name; nothing is connected to

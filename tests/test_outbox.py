@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from mpsched._job import JobRequest
-from mpsched._outbox import Outbox
+from mpsched._client.outbox import Outbox
+from mpsched._core.job import JobRequest
 
 WAIT = 10.0
 

@@ -20,14 +20,16 @@ import psutil
 import pytest
 from processes import wait_for, wait_started
 
-from mpsched import Scheduler, _segment_pool, _shm
+from mpsched import Scheduler
 from mpsched._errors import (
     JobTimeoutError,
     QueueFullError,
     SchedulerShutdownError,
     WorkerCrashedError,
 )
-from mpsched._transport import format_address
+from mpsched._payload import segment_pool as _segment_pool
+from mpsched._payload import shm
+from mpsched._transport.sockets import format_address
 
 pytestmark = pytest.mark.slow
 
@@ -35,7 +37,7 @@ BIG = 1 << 20  # 1 MiB
 
 
 def segments(s: Scheduler, kind: str = "") -> list[str]:
-    return _shm.names(s._core.shm_prefix + kind)
+    return shm.names(s._core.shm_prefix + kind)
 
 
 def settled(s: Scheduler) -> None:
@@ -146,7 +148,7 @@ def test_a_dead_client_s_free_segments_are_removed(make_scheduler):
         import os, sys
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         import jobs, mpsched
-        from mpsched import _segment_pool
+        from mpsched._payload import segment_pool as _segment_pool
         _segment_pool.IDLE = 3600.0  # kept free until the client dies
         c = mpsched.connect({s.address!r}, authkey={s.authkey!r})
         assert c.submit(jobs.length, os.urandom({BIG})).result(timeout=30) == {BIG}
@@ -195,24 +197,24 @@ def test_a_crashed_manager_s_segments_are_removed(make_scheduler):
     prefix = s._core.shm_prefix
     pending = s.schedule(jobs.length, os.urandom(BIG), delay=60)
     s.stats()
-    assert len(_shm.names(prefix)) == 2  # the argument and the probe
+    assert len(shm.names(prefix)) == 2  # the argument and the probe
     os.kill(s._manager_process.pid, signal.SIGKILL)
     assert isinstance(pending.exception(timeout=30), SchedulerShutdownError)
     s.shutdown()
     s._finalizer()  # as when the Scheduler is dropped or the program exits
-    assert _shm.names(prefix) == []  # its owner removed what the killed manager left
+    assert shm.names(prefix) == []  # its owner removed what the killed manager left
 
 
 def test_a_new_manager_removes_what_a_killed_one_left(make_scheduler):
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
-    prefix = _shm.manager_prefix(gone.pid)
+    prefix = shm.manager_prefix(gone.pid)
     gone.wait()
-    _shm.write(prefix + "jleft", [memoryview(b"left")])
+    shm.write(prefix + "jleft", [memoryview(b"left")])
     try:
         make_scheduler(workers=1)
-        assert _shm.names(prefix) == []
+        assert shm.names(prefix) == []
     finally:
-        _shm.sweep(prefix)
+        shm.sweep(prefix)
 
 
 @pytest.mark.parametrize("options", [{"shared_memory": False}, {"store": "jobs.db"}],
@@ -223,10 +225,10 @@ def test_without_shared_memory_payloads_travel_inline(make_scheduler, tmp_path, 
     s = make_scheduler(workers=1, **options)
     assert s._core.shm_prefix == ""
     manager = psutil.Process(s._manager_process.pid).pid
-    before = _shm.names(f"mps{manager}_")
+    before = shm.names(f"mps{manager}_")
     assert s.submit(jobs.length, os.urandom(BIG)).result(timeout=30) == BIG
     assert s.submit(jobs.big_result, BIG).result(timeout=30) == bytes([7]) * BIG
-    assert before == _shm.names(f"mps{manager}_") == []
+    assert before == shm.names(f"mps{manager}_") == []
 
 
 def test_max_pending_bytes_makes_submits_wait_then_fail(make_scheduler):

@@ -10,15 +10,15 @@ from typing import Any
 import pytest
 from fakeclock import FakeClock
 
-from mpsched._clock import SystemClock, Waitable
+from mpsched._core.clock import SystemClock, Waitable
+from mpsched._core.job import Assignment, JobRequest, Order, Outcome, Priority
+from mpsched._core.queue import GONE_MEMORY, JobQueue
 from mpsched._errors import (
     InvalidJobError,
     MpschedError,
     QueueFullError,
     SchedulerShutdownError,
 )
-from mpsched._job import Assignment, JobRequest, Order, Outcome, Priority
-from mpsched._queue import GONE_MEMORY, JobQueue
 
 HIGH = Priority.HIGH.level
 MEDIUM = Priority.MEDIUM.level

@@ -26,9 +26,9 @@ from test_cli import START_TIMEOUT, Manager, Processes, serve
 
 import mpsched
 from mpsched import ManagerConnectionLostError
-from mpsched._futures import ClientCore
-from mpsched._protocol import connect_service
-from mpsched._transport import client_connection
+from mpsched._client.futures import ClientCore
+from mpsched._protocol.proxy import connect_service
+from mpsched._transport.sockets import client_connection
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""Planning recurring jobs (mpsched._recurring): slots, catch-up, overlap, jitter, cron and
+"""Planning recurring jobs (mpsched._core.recurring): slots, catch-up, overlap, jitter, cron and
 DST, validation. Pure arithmetic on made-up instants: no clock, no process."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from zoneinfo import ZoneInfo
 import pytest
 from cronsim import CronSim
 
-from mpsched._errors import ExtraMissingError, InvalidJobError
-from mpsched._recurring import (
+from mpsched._client.recurring import JobOptions, build_spec, default_id
+from mpsched._core.recurring import (
     ScheduleSpec,
     Slots,
     check_spec,
@@ -20,7 +20,7 @@ from mpsched._recurring import (
     run_id,
     schedule_of,
 )
-from mpsched._schedule import JobOptions, build_spec, default_id
+from mpsched._errors import ExtraMissingError, InvalidJobError
 
 
 def spec(**changes: object) -> ScheduleSpec:
@@ -256,7 +256,7 @@ def test_the_default_id_is_stable_for_one_spec_and_differs_for_another():
 
 def test_the_local_zone_comes_from_tz_and_an_unknown_one_is_passed_over(
         monkeypatch: pytest.MonkeyPatch):
-    from mpsched._recurring import local_zone_name
+    from mpsched._core.recurring import local_zone_name
 
     monkeypatch.setenv("TZ", "America/New_York")
     assert local_zone_name() == "America/New_York"

@@ -22,7 +22,7 @@ from servers import unanswered_address
 from test_cli import START_TIMEOUT, Manager, Proc, Processes, pool_workers, serve
 
 import mpsched
-from mpsched._protocol import Exit
+from mpsched._protocol.proxy import Exit
 
 pytestmark = pytest.mark.slow
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-import mpsched._runtime as runtime
+import mpsched._transport.runtime as runtime
 from mpsched import AuthenticationError, ManagerUnreachableError
 from mpsched._errors import RuntimeDirError
-from mpsched._runtime import (
+from mpsched._transport.runtime import (
     default_address,
     ensure_local_authkey,
     find_authkey,
@@ -25,7 +25,7 @@ from mpsched._runtime import (
     runtime_dir,
     take_manager_lock,
 )
-from mpsched._transport import AUTHKEY_ENV
+from mpsched._transport.sockets import AUTHKEY_ENV
 
 
 @pytest.fixture(autouse=True)
@@ -206,7 +206,7 @@ def test_the_lock_of_a_killed_holder_is_free_and_its_pid_replaced(
     assert directory is not None
     holder = subprocess.Popen(
         [sys.executable, "-c", "import os, signal, sys; from pathlib import Path; "
-         "from mpsched._runtime import take_manager_lock; "
+         "from mpsched._transport.runtime import take_manager_lock; "
          "fd = take_manager_lock(Path(sys.argv[1])); print(fd is not None, flush=True); "
          "signal.pause()", str(directory)], stdout=subprocess.PIPE, text=True)
     try:

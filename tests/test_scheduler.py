@@ -400,7 +400,7 @@ def test_functions_and_classes_from_the_main_script_run_in_workers(tmp_path):
 def test_fast_pickling_is_used_only_where_it_matches_cloudpickle():
     import types
 
-    from mpsched._payload import fast_dumps
+    from mpsched._payload.pickling import fast_dumps
 
     assert fast_dumps((jobs.stamp, (1, "x"), {})) is not None  # importable: by reference
     assert fast_dumps((lambda: 1, (), {})) is None  # needs cloudpickle

@@ -1,4 +1,4 @@
-"""The manager's schedules (mpsched._schedules) in-process, on a fake clock: runs armed at
+"""The manager's schedules (mpsched._manager.schedules) in-process, on a fake clock: runs armed at
 their slots, overlap, cancel, pause, errors, upsert, jitter, wall-clock jumps, and recovery
 from a store. Workers are played by calling the service's take/finish directly."""
 
@@ -17,10 +17,14 @@ from typing import Any
 import pytest
 from fakeclock import FakeClock
 
+from mpsched._core.job import CANCELLED, Outcome
+from mpsched._core.queue import JobQueue
+from mpsched._core.recurring import ScheduleSpec, jitter_offset, run_id
 from mpsched._errors import ExtraMissingError, JobNotFoundError, ScheduleNotFoundError
-from mpsched._job import CANCELLED, Outcome
-from mpsched._journal import Journal
-from mpsched._protocol import (
+from mpsched._manager.journal import Journal
+from mpsched._manager.schedules import Schedules
+from mpsched._manager.service import ManagerService
+from mpsched._protocol.proxy import (
     ClientHello,
     Report,
     WorkerHello,
@@ -28,13 +32,9 @@ from mpsched._protocol import (
     outcome_from_wire,
     report_to_wire,
 )
-from mpsched._queue import JobQueue
-from mpsched._recurring import ScheduleSpec, jitter_offset, run_id
-from mpsched._schedules import Schedules
-from mpsched._service import ManagerService
-from mpsched._store import DAY, StoredSchedule
-from mpsched._store_sqlite import SQLiteStore
-from mpsched._transport import describe_versions
+from mpsched._store.base import DAY, StoredSchedule
+from mpsched._store.sqlite import SQLiteStore
+from mpsched._transport.sockets import describe_versions
 
 WORKERS = ("w1", "w2", "w3")
 KEPT_CANCELLED = 1000  # cancelled schedules a manager remembers, as the README says

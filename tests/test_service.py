@@ -9,18 +9,18 @@ import time
 import pytest
 from fakeclock import FakeClock
 
+from mpsched._core.job import JobRequest, Outcome
+from mpsched._core.queue import JobQueue
 from mpsched._errors import WorkerRetiredError
-from mpsched._job import JobRequest, Outcome
-from mpsched._protocol import (
+from mpsched._manager.service import EARLY_HANDOFF, ManagerService
+from mpsched._protocol.proxy import (
     Report,
     WorkerHello,
     WorkerLoad,
     assignment_from_wire,
     report_to_wire,
 )
-from mpsched._queue import JobQueue
-from mpsched._service import EARLY_HANDOFF, ManagerService
-from mpsched._transport import describe_versions
+from mpsched._transport.sockets import describe_versions
 
 
 def hello(worker_id: str, host: str, pid: int, *, remote: bool = True,
@@ -181,7 +181,7 @@ def _in_thread(action) -> threading.Thread:
 
 
 def test_a_mailbox_stays_while_any_connection_of_its_client_lives():
-    from mpsched._protocol import ClientHello
+    from mpsched._protocol.proxy import ClientHello
 
     service = ManagerService(JobQueue(), heartbeat_timeout=10)
     python, cp = describe_versions()
@@ -213,7 +213,7 @@ def test_a_mailbox_stays_while_any_connection_of_its_client_lives():
 
 
 def test_a_client_that_dies_before_collecting_leaves_no_mailbox():
-    from mpsched._protocol import ClientHello
+    from mpsched._protocol.proxy import ClientHello
 
     service = ManagerService(JobQueue(), heartbeat_timeout=10)
     python, cp = describe_versions()

@@ -13,16 +13,16 @@ import jobs
 import pytest
 from fakeclock import FakeClock
 
-from mpsched import _shm
+from mpsched._core.job import JobRequest, Outcome, PayloadOptions
+from mpsched._core.queue import JobQueue
 from mpsched._errors import InvalidJobError, QueueFullError
-from mpsched._job import JobRequest, Outcome
-from mpsched._mailbox import Mailboxes
-from mpsched._payload import dumps_result, loads, pickle_job
-from mpsched._queue import JobQueue
-from mpsched._segment_pool import SegmentPool
-from mpsched._segments import Segments
+from mpsched._manager.mailbox import Mailboxes
+from mpsched._payload import shm
+from mpsched._payload.pickling import dumps_result, loads, pickle_job
+from mpsched._payload.segment_pool import SegmentPool
+from mpsched._payload.segments import Segments
 
-BIG = 2 * _shm.THRESHOLD
+BIG = 2 * shm.THRESHOLD
 
 
 def job_payload(prefix: str, *args: object) -> bytes:
@@ -34,19 +34,19 @@ def test_large_buffers_go_out_of_band_once_and_come_back_as_their_types(prefix):
     data = os.urandom(BIG)
     mutable = bytearray(data)
     payload = job_payload(prefix, data, mutable, memoryview(data), [data, 1], "small")
-    frame = _shm.parse(payload)
+    frame = shm.parse(payload)
     assert frame is not None and frame.segment.startswith(prefix + "j")
     assert len(payload) < 1024  # only the name and a small pickle cross the manager
-    assert _shm.names(prefix) == [frame.segment]
+    assert shm.names(prefix) == [frame.segment]
     assert len(frame.entries) == 3  # ``data`` passed twice is stored once
     _, (got, got_mutable, view, nested, small), _ = loads(payload)
     assert type(got) is bytes and got == data
     assert type(got_mutable) is bytearray and got_mutable == mutable
     assert type(view) is memoryview and view == data
     assert nested == [data, 1] and small == "small"
-    assert _shm.payload_size(payload) == len(payload) + frame.size
-    _shm.release(payload)
-    assert _shm.names(prefix) == []
+    assert shm.payload_size(payload) == len(payload) + frame.size
+    shm.release(payload)
+    assert shm.names(prefix) == []
 
 
 def test_writable_buffers_are_mapped_not_copied_and_writes_stay_private(prefix):
@@ -54,93 +54,93 @@ def test_writable_buffers_are_mapped_not_copied_and_writes_stay_private(prefix):
     for _ in range(2):  # a retried job sees the argument as it was submitted
         _, (arg,), _ = loads(payload)
         assert jobs.inspect_mapped(arg) == ("mmap", True, 255)
-    _shm.release(payload)
+    shm.release(payload)
 
 
 def test_small_arguments_stay_in_the_pickle_behind_an_empty_frame(prefix):
     payload = job_payload(prefix, b"x" * 100)
-    frame = _shm.parse(payload)
+    frame = shm.parse(payload)
     assert frame is not None and frame.segment == "" and frame.entries == ()
     assert loads(payload)[1] == (b"x" * 100,)
-    assert _shm.names(prefix) == []
+    assert shm.names(prefix) == []
     assert pickle_job(jobs.noop, (b"x" * 100,), {})[:1] == b"\x80"  # no pool: plain
-    assert pickle_job(jobs.noop, (b"x" * BIG,), {})[:4] == _shm.CARRIED  # or carried
+    assert pickle_job(jobs.noop, (b"x" * BIG,), {})[:4] == shm.CARRIED  # or carried
 
 
 def test_a_payload_without_shared_memory_carries_its_buffers_after_its_frame():
     data, mutable = os.urandom(BIG), bytearray(os.urandom(BIG + 1))
     payload = pickle_job(jobs.noop, (data, mutable, jobs.Mapped(bytearray(BIG))), {})
-    frame = _shm.parse(payload)
+    frame = shm.parse(payload)
     assert frame is not None and frame.segment == "" and len(frame.entries) == 3
-    assert [e.offset % _shm.ALIGN for e in frame.entries] == [0, 0, 0]
-    assert len(payload) < frame.size + 1024 and _shm.payload_size(payload) == len(payload)
+    assert [e.offset % shm.ALIGN for e in frame.entries] == [0, 0, 0]
+    assert len(payload) < frame.size + 1024 and shm.payload_size(payload) == len(payload)
     _, (got, got_mutable, mapped), _ = loads(payload)
     assert type(got) is bytes and got == data
     assert type(got_mutable) is bytearray and got_mutable == mutable
     assert jobs.inspect_mapped(mapped) == ("bytearray", True, 255)
-    assert loads(dumps_result(data)) == data and dumps_result(data)[:4] == _shm.CARRIED
+    assert loads(dumps_result(data)) == data and dumps_result(data)[:4] == shm.CARRIED
 
 
 def test_a_payload_for_a_remote_worker_carries_its_buffers_itself(prefix):
     data = os.urandom(BIG)
     payload = job_payload(prefix, data, jobs.Mapped(bytearray(BIG)), "small")
-    carried = _shm.inline(payload)
-    assert _shm.segment_of(carried) == "" and _shm.payload_size(carried) == len(carried)
-    _shm.release(payload)  # the worker reads nothing from shared memory
+    carried = shm.inline(payload)
+    assert shm.segment_of(carried) == "" and shm.payload_size(carried) == len(carried)
+    shm.release(payload)  # the worker reads nothing from shared memory
     _, (got, mapped, small), _ = loads(carried)
     assert got == data and small == "small"
     assert jobs.inspect_mapped(mapped) == ("bytearray", True, 255)  # a copy it may write
-    assert _shm.inline(carried) is carried
-    assert _shm.inline(job_payload(prefix, b"small"))[:4] == _shm.MAGIC
+    assert shm.inline(carried) is carried
+    assert shm.inline(job_payload(prefix, b"small"))[:4] == shm.MAGIC
 
 
 def test_a_result_goes_to_the_segment_named_for_its_lease(prefix):
-    name = _shm.result_name(prefix, 17)
+    name = shm.result_name(prefix, 17)
     payload = dumps_result(bytes(BIG), name)
-    assert _shm.segment_of(payload) == name and loads(payload) == bytes(BIG)
-    assert dumps_result(5, _shm.result_name(prefix, 18))[:1] == b"\x80"
-    assert _shm.names(prefix) == [name]
-    _shm.release(payload)
+    assert shm.segment_of(payload) == name and loads(payload) == bytes(BIG)
+    assert dumps_result(5, shm.result_name(prefix, 18))[:1] == b"\x80"
+    assert shm.names(prefix) == [name]
+    shm.release(payload)
 
 
 def test_a_full_shared_memory_sends_the_job_inline(prefix, monkeypatch, caplog):
     def full(fd: int, data: object, offset: int) -> int:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(_shm.os, "pwrite", full)
-    monkeypatch.setattr(_shm, "_logged", set())
+    monkeypatch.setattr(shm.os, "pwrite", full)
+    monkeypatch.setattr(shm, "_logged", set())
     with caplog.at_level(logging.INFO, logger="mpsched.shm"):
         first = job_payload(prefix, bytes(BIG))
         second = job_payload(prefix, bytes(BIG))
-    assert first[:4] == second[:4] == _shm.CARRIED  # inline: the buffer after the frame
+    assert first[:4] == second[:4] == shm.CARRIED  # inline: the buffer after the frame
     assert loads(first)[1] == (bytes(BIG),)
-    assert _shm.names(prefix) == []  # the half-written segment was removed
+    assert shm.names(prefix) == []  # the half-written segment was removed
     assert [r.levelname for r in caplog.records] == ["INFO"]  # logged once
 
 
 def test_a_client_that_cannot_read_the_probe_sends_inline(prefix):
-    options = _shm.PayloadOptions(prefix, b"token", None)
-    assert _shm.shared_with(options) == ""  # no probe segment: another /dev/shm
-    _shm.write(prefix + "probe", [memoryview(b"token")])
-    assert _shm.shared_with(options) == prefix
-    assert _shm.shared_with(options._replace(probe=b"other")) == ""
-    assert _shm.shared_with(_shm.PayloadOptions("", b"", None)) == ""
-    _shm.sweep(prefix)
+    options = PayloadOptions(prefix, b"token", None)
+    assert shm.shared_with(options) == ""  # no probe segment: another /dev/shm
+    shm.write(prefix + "probe", [memoryview(b"token")])
+    assert shm.shared_with(options) == prefix
+    assert shm.shared_with(options._replace(probe=b"other")) == ""
+    assert shm.shared_with(PayloadOptions("", b"", None)) == ""
+    shm.sweep(prefix)
 
 
 def test_segments_of_stopped_managers_are_removed_at_start(prefix):
     gone = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.2)"])
-    dead_prefix = _shm.manager_prefix(gone.pid)
+    dead_prefix = shm.manager_prefix(gone.pid)
     gone.wait()
-    _shm.write(dead_prefix + "jleft", [memoryview(b"x")])
-    _shm.write(prefix + "jmine", [memoryview(b"x")])
+    shm.write(dead_prefix + "jleft", [memoryview(b"x")])
+    shm.write(prefix + "jmine", [memoryview(b"x")])
     try:
-        assert _shm.sweep_dead_managers() >= 1
-        assert _shm.names(dead_prefix) == []
-        assert _shm.names(prefix) == [prefix + "jmine"]  # a live manager keeps its own
+        assert shm.sweep_dead_managers() >= 1
+        assert shm.names(dead_prefix) == []
+        assert shm.names(prefix) == [prefix + "jmine"]  # a live manager keeps its own
     finally:
-        _shm.sweep(dead_prefix)
-        _shm.sweep(prefix)
+        shm.sweep(dead_prefix)
+        shm.sweep(prefix)
 
 
 # ------------------------------------------------------------------ manager ownership
@@ -161,37 +161,37 @@ def test_the_manager_unlinks_a_job_s_arguments_once_it_has_ended(prefix):
     segments.submitted(batch)
     segments.refused(batch[2:])  # a refused job stays its client's
     segments.ended(["a"])
-    assert sorted(_shm.names(prefix)) == sorted(
-        _shm.segment_of(payloads[j]) for j in ("b", "c"))
+    assert sorted(shm.names(prefix)) == sorted(
+        shm.segment_of(payloads[j]) for j in ("b", "c"))
     segments.ended(["b", "c", "unknown"])
-    assert _shm.names(prefix) == [_shm.segment_of(payloads["c"])]
-    _shm.release(payloads["c"])
+    assert shm.names(prefix) == [shm.segment_of(payloads["c"])]
+    shm.release(payloads["c"])
 
 
 def test_a_result_is_unlinked_once_every_recipient_collected_again(prefix):
     segments = owner(prefix)
-    result = Outcome("j", True, dumps_result(bytes(BIG), _shm.result_name(prefix, 1)), "",
+    result = Outcome("j", True, dumps_result(bytes(BIG), shm.result_name(prefix, 1)), "",
                      None)
     segments.posted(result, 2)  # its client and one watcher
     segments.handed("c", [result])
     segments.handed("w", [result])
     segments.collecting("c")
-    assert len(_shm.names(prefix)) == 1  # the watcher has not collected again yet
+    assert len(shm.names(prefix)) == 1  # the watcher has not collected again yet
     segments.client_gone("w")
-    assert _shm.names(prefix) == []
+    assert shm.names(prefix) == []
 
 
 def test_a_result_nobody_collects_and_a_lost_lease_s_result_are_unlinked(prefix):
     segments = owner(prefix)
     boxes = Mailboxes(on_discard=segments.discarded)
-    result = Outcome("j", True, dumps_result(bytes(BIG), _shm.result_name(prefix, 1)), "",
+    result = Outcome("j", True, dumps_result(bytes(BIG), shm.result_name(prefix, 1)), "",
                      None)
     segments.posted(result, 1)
     boxes.post("gone-client", result)
-    assert _shm.names(prefix) == []
-    dumps_result(bytes(BIG), _shm.result_name(prefix, 2))
+    assert shm.names(prefix) == []
+    dumps_result(bytes(BIG), shm.result_name(prefix, 2))
     segments.lease_lost(2)
-    assert _shm.names(prefix) == []
+    assert shm.names(prefix) == []
 
 
 def test_a_dropped_mailbox_discards_its_outcomes_through_the_hook():
@@ -227,7 +227,7 @@ def test_pending_payload_bytes_are_bounded_like_pending_jobs():
 
 def test_a_shared_memory_payload_counts_its_segment(prefix):
     payload = job_payload(prefix, bytes(BIG))
-    queue = JobQueue(max_pending_bytes=BIG, sizer=_shm.payload_size)
+    queue = JobQueue(max_pending_bytes=BIG, sizer=shm.payload_size)
     with pytest.raises(InvalidJobError, match="can never fit"):
         queue.submit(request("a", payload), timeout=0)
-    _shm.release(payload)
+    shm.release(payload)

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from mpsched import _store_file, _store_sqlite
+from mpsched._core.job import JobState
 from mpsched._errors import (
     InvalidJobError,
     MpschedError,
@@ -29,9 +29,11 @@ from mpsched._errors import (
     StoreFullError,
     StoreLockedError,
 )
-from mpsched._store import DAY, JobState, Recovery, Store, StoredJob, StoredSchedule
-from mpsched._store_memory import MemoryStore
-from mpsched._store_sqlite import SQLiteStore
+from mpsched._store import file as _store_file
+from mpsched._store import sqlite as _store_sqlite
+from mpsched._store.base import DAY, Recovery, Store, StoredJob, StoredSchedule
+from mpsched._store.memory import MemoryStore
+from mpsched._store.sqlite import SQLiteStore
 
 T0 = 1.8e9  # the fake wall clock's start, UTC epoch seconds
 TTL = 3600.0

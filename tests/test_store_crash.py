@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from mpsched import _store_leases
+from mpsched._core.job import JobState
 from mpsched._errors import StoreLockedError
-from mpsched._store import JobState
-from mpsched._store_sqlite import SQLiteStore
+from mpsched._store import lease_log as _store_leases
+from mpsched._store.sqlite import SQLiteStore
 
 ROUNDS = 30
 WAIT = 30.0  # real seconds a child may take to start or end
@@ -32,9 +32,10 @@ REGION = 2048  # bytes of a lease log region in these tests (~50 leases): kills 
 # "L job_id attempt", "Q job_id", "F job_id state outcome-length").
 CHILD = r"""
 import itertools, os, sys, threading, time
-from mpsched import _store_leases
-from mpsched._store import JobState, StoredJob
-from mpsched._store_sqlite import SQLiteStore
+from mpsched._store import lease_log as _store_leases
+from mpsched._store.base import StoredJob
+from mpsched._core.job import JobState
+from mpsched._store.sqlite import SQLiteStore
 
 path, log_path, prefix, durability, region = sys.argv[1:6]
 _store_leases.LIMIT = int(region)
@@ -75,7 +76,7 @@ threading.Event().wait()
 
 HOLDER = r"""
 import sys
-from mpsched._store_sqlite import SQLiteStore
+from mpsched._store.sqlite import SQLiteStore
 store = SQLiteStore(sys.argv[1])
 print("locked", flush=True)
 sys.stdin.read()

@@ -24,13 +24,14 @@ import pytest
 from fakeclock import FakeClock
 from test_store_writer import Held
 
-from mpsched import _store_leases
+from mpsched._core.job import JobState
+from mpsched._core.queue import JobQueue
 from mpsched._errors import StoreError, StoreFullError
-from mpsched._journal import Journal
-from mpsched._queue import JobQueue
-from mpsched._store import JobState, StoredJob
-from mpsched._store_leases import LeaseLog, LogRecord
-from mpsched._store_sqlite import SQLiteStore
+from mpsched._manager.journal import Journal
+from mpsched._store import lease_log as _store_leases
+from mpsched._store.base import StoredJob
+from mpsched._store.lease_log import LeaseLog, LogRecord
+from mpsched._store.sqlite import SQLiteStore
 
 T0 = 1.8e9
 JOIN = 30.0  # real seconds a test waits for the writer

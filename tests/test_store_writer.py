@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 
+from mpsched._core.job import JobState
 from mpsched._errors import MpschedError, StoreError
-from mpsched._store import JobState, StoredJob
-from mpsched._store_sqlite import _LEASE, _ROWS_PER_INSERT, SQLiteStore, _insert_rows
-from mpsched._store_writer import execute_rows
+from mpsched._store.base import StoredJob
+from mpsched._store.sqlite import _LEASE, _ROWS_PER_INSERT, SQLiteStore, _insert_rows
+from mpsched._store.writer import execute_rows
 
 T0 = 1.8e9
 JOIN = 30.0  # real seconds a test waits for a thread it started, or for the writer

@@ -10,7 +10,7 @@ from concurrent.futures import ProcessPoolExecutor
 import jobs
 import pytest
 
-from mpsched._stress import run_stress
+from mpsched._cli.stress import run_stress
 
 pytestmark = pytest.mark.slow
 

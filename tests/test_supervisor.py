@@ -15,14 +15,14 @@ import pytest
 from fakeclock import FakeClock
 from processes import wait_for
 
-import mpsched._supervisor as supervisor_module
+import mpsched._manager.supervisor as supervisor_module
 from mpsched import Scheduler
-from mpsched._job import JobRequest, Outcome
-from mpsched._protocol import ManagerConfig, WorkerHello
-from mpsched._queue import JobQueue
-from mpsched._service import ManagerService
-from mpsched._supervisor import Supervisor, _Local
-from mpsched._transport import describe_versions
+from mpsched._core.job import JobRequest, Outcome
+from mpsched._core.queue import JobQueue
+from mpsched._manager.service import ManagerService
+from mpsched._manager.supervisor import Supervisor, _Local
+from mpsched._protocol.proxy import ManagerConfig, WorkerHello
+from mpsched._transport.sockets import describe_versions
 
 
 class _FakeProc:

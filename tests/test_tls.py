@@ -18,11 +18,11 @@ import pytest
 from processes import wait_for
 from servers import KEY, InProcessServer, read_until_closed, trickle
 
-import mpsched._transport as transport
+import mpsched._transport.sockets as transport
 from mpsched import AuthenticationError, ManagerUnreachableError, TlsError
-from mpsched._manager import ServiceManager
-from mpsched._tls import TlsConfig, current_tls, set_tls
-from mpsched._transport import SERIALIZER, FastConnection, client_connection
+from mpsched._manager.main import ServiceManager
+from mpsched._transport.sockets import SERIALIZER, FastConnection, client_connection
+from mpsched._transport.tls import TlsConfig, current_tls, set_tls
 
 EC_KEY = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
 

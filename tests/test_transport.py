@@ -32,11 +32,11 @@ from servers import (
 )
 
 import mpsched
-import mpsched._authkey as _authkey
-import mpsched._transport as transport
+import mpsched._transport.authkey as _authkey
+import mpsched._transport.sockets as transport
 from mpsched import AddressError, AuthenticationError, ManagerUnreachableError
-from mpsched._protocol import ServiceManager
-from mpsched._transport import (
+from mpsched._protocol.proxy import ServiceManager
+from mpsched._transport.sockets import (
     AUTHKEY_ENV,
     SERIALIZER,
     FastConnection,

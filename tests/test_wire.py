@@ -14,16 +14,16 @@ from typing import Any
 
 import pytest
 
-from mpsched import _wire
-from mpsched._job import JobRequest, Outcome
-from mpsched._protocol import (
+from mpsched._core.job import JobRequest, Outcome
+from mpsched._protocol.proxy import (
     BLOB,
     outcome_from_wire,
     outcome_to_wire,
     request_from_wire,
     request_to_wire,
 )
-from mpsched._wire import FastConnection
+from mpsched._transport import wire as _wire
+from mpsched._transport.wire import FastConnection
 
 
 @pytest.fixture
@@ -167,7 +167,7 @@ def _state(pid: int) -> str:
 # Sends "awake", expects the reply within 30 s; then "asleep", expecting it within 50 ms.
 CALLER = """
 import socket, sys
-from mpsched._wire import FastConnection
+from mpsched._transport.wire import FastConnection
 conn = FastConnection(socket.socket(fileno=int(sys.argv[1])))
 for label, spin in (("awake", 30.0), ("asleep", 0.05)):
     conn.send(label)

@@ -1,0 +1,279 @@
+"""``python -m mpsched``: serve, worker, submit, status, jobs, cancel, result, demo, stress.
+
+``main(argv)`` returns an exit code (see :class:`mpsched._protocol.proxy.Exit`), so tests call
+it directly. The grammar and help texts live in :mod:`mpsched._cli.parser`, ``serve`` in
+:mod:`mpsched._cli.serve`, the commands that read and change jobs (status, jobs, cancel,
+result) in :mod:`mpsched._cli.jobs`, ``demo`` and ``stress`` in their own modules; this
+one runs ``worker`` and ``submit`` and turns errors into one line and an exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import json
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime
+from typing import Any, TextIO
+
+import cloudpickle
+
+from mpsched._cli.jobs import format_due as format_due  # for tests of the status text
+from mpsched._cli.jobs import format_duration as format_duration
+from mpsched._cli.jobs import format_stats as format_stats
+from mpsched._cli.jobs import (
+    manager_of,
+    print_outcome,
+    run_cancel,
+    run_jobs,
+    run_result,
+    run_status,
+    service_at,
+)
+from mpsched._cli.parser import build_parser, plural, tls_from_args, usage_line
+from mpsched._cli.schedules import check_recurring, run_schedules, submit_recurring
+from mpsched._cli.serve import default_method, run_serve
+from mpsched._client.client import Client, connect
+from mpsched._errors import (
+    AddressError,
+    AuthenticationError,
+    ExtraMissingError,
+    InvalidJobError,
+    ManagerUnreachableError,
+    MpschedError,
+    SchedulerShutdownError,
+    StoreError,
+    VersionMismatchError,
+)
+from mpsched._protocol.proxy import ClientHello
+from mpsched._protocol.proxy import Exit as Exit  # the codes main() returns, for its callers
+from mpsched._transport.runtime import default_address
+from mpsched._transport.sockets import (
+    Address,
+    describe_versions,
+    format_address,
+    scrub_authkey_env,
+)
+from mpsched._transport.tls import set_tls
+from mpsched._worker.loop import WorkerConfig
+
+log = logging.getLogger("mpsched.cli")
+
+
+class UsageError(MpschedError, ValueError):
+    """A command line that names something that does not exist or does not parse."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_command_line(argv)
+    if args.command is None:
+        parser.print_help()
+        return Exit.USAGE
+    logging.basicConfig(level=getattr(logging, args.log_level.upper()), stream=sys.stderr,
+                        format="%(asctime)s %(name)s[%(process)d] %(levelname)s %(message)s")
+    handler = HANDLERS[args.command]
+    try:
+        tls = tls_from_args(args)
+        if tls is not None and args.command != "serve":  # serve hands it to its manager
+            set_tls(tls)
+        return handler(args, sys.stdout)
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # no second traceback while we leave
+        print("mpsched: interrupted", file=sys.stderr)
+        return Exit.INTERRUPTED
+    except (AddressError, UsageError, InvalidJobError) as exc:
+        print(usage_line(str(exc), args.command), file=sys.stderr)
+        return Exit.USAGE
+    except ExtraMissingError as exc:  # it names the process that lacks it
+        print(f"mpsched: {exc}", file=sys.stderr)
+        return Exit.USAGE
+    except AuthenticationError as exc:
+        print(f"mpsched: {exc}", file=sys.stderr)
+        return Exit.AUTH
+    except VersionMismatchError as exc:
+        print(f"mpsched: refused: {exc}", file=sys.stderr)
+        return Exit.VERSION
+    except ManagerUnreachableError as exc:
+        print(f"mpsched: {exc}", file=sys.stderr)
+        return Exit.UNREACHABLE
+    except StoreError as exc:  # an OSError, but no connection's: said as it is
+        print(f"mpsched: {exc}", file=sys.stderr)
+        return Exit.STORE
+    except (SchedulerShutdownError, ConnectionError, FileNotFoundError, EOFError) as exc:
+        where = getattr(args, "connect", "?") or format_address(default_address())
+        print(f"mpsched: no manager answers at {where}: {exc}", file=sys.stderr)
+        return Exit.UNREACHABLE
+
+
+# ------------------------------------------------------------------------------ worker
+
+
+def _worker(args: argparse.Namespace, out: TextIO) -> int:
+    address, key = manager_of(args)
+    # Fail fast, in this process, on a wrong address, key or version.
+    _probe(address, key)
+    from mpsched._worker.remote import WorkerPool
+
+    scrub_authkey_env()  # read: the workers and their jobs must not inherit it
+    config = WorkerConfig(address=address, authkey=key, worker_id="",
+                          log_level=logging.getLogger().getEffectiveLevel(),
+                          heartbeat_interval=args.heartbeat_interval,
+                          tls=tls_from_args(args))
+    pool = WorkerPool(config, args.processes, default_method())
+    print(f"mpsched worker: {plural(args.processes, 'process')} joined "
+          f"{format_address(address)}", file=out, flush=True)
+    return pool.run()
+
+
+def _probe(address: Address, key: bytes) -> None:
+    """Connect and say hello as a client: raises what a worker or producer would meet."""
+    service = service_at(address, key)
+    python, cp = describe_versions()
+    service.open_client(ClientHello(f"probe-{os.getpid()}", python, cp))
+    service.close_client(f"probe-{os.getpid()}")
+
+
+# ------------------------------------------------------------------------------ submit
+
+
+def _submit(args: argparse.Namespace, out: TextIO) -> int:
+    with _by_value(args.by_value):
+        return _submit_target(args, _import_target(args.target), out)
+
+
+@contextlib.contextmanager
+def _by_value(names: list[str]) -> Iterator[None]:
+    """While submitting: the modules of ``--by-value`` are pickled by value (their code
+    travels with the job), so workers need not import them."""
+    modules = []
+    try:
+        for name in names:
+            try:
+                module = importlib.import_module(name)
+            except ImportError as exc:
+                raise UsageError(f"--by-value {name}: cannot import it here: {exc}") from None
+            cloudpickle.register_pickle_by_value(module)
+            modules.append(module)
+        yield
+    finally:
+        for module in modules:
+            cloudpickle.unregister_pickle_by_value(module)
+
+
+def _submit_target(args: argparse.Namespace, fn: Callable[..., Any], out: TextIO) -> int:
+    call_args = _json_option("--args", args.args)
+    call_kwargs = _json_option("--kwargs", args.kwargs)
+    if not isinstance(call_args, list) or not isinstance(call_kwargs, dict):
+        raise UsageError("--args must be a JSON list and --kwargs a JSON object")
+    try:
+        at = datetime.fromisoformat(args.at) if args.at else None
+    except ValueError:
+        raise UsageError(f"--at {args.at!r} is not an ISO 8601 time") from None
+    problem = check_recurring(args)
+    if problem:
+        raise UsageError(problem)
+    if args.every is not None or args.cron is not None:
+        return submit_recurring(args, fn, call_args, call_kwargs, at, out)
+    address, key = manager_of(args)
+    client = connect(address, authkey=key)
+    interrupted = False
+    try:
+        future = client.schedule(fn, *call_args, delay=args.delay, at=at,
+                                 priority=args.priority, timeout=args.timeout,
+                                 retries=args.retries, key=args.key, **call_kwargs)
+        try:
+            print(future.job_id, file=out, flush=True)
+            return print_outcome(future, out) if args.wait else Exit.OK
+        except KeyboardInterrupt:
+            interrupted = True
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # no traceback while we detach
+            print(f"mpsched: interrupted; job {future.job_id} "
+                  f"{_left_as(client, future.job_id)} (with the same --connect)",
+                  file=sys.stderr)
+            return Exit.INTERRUPTED
+    except KeyboardInterrupt:
+        interrupted = True
+        raise
+    finally:
+        if args.wait and not interrupted:
+            client.shutdown()
+        else:  # without waiting; a job not sent yet is sent before detach() returns
+            client.detach()
+
+
+def _left_as(client: Client, job_id: str) -> str:
+    """What an interrupted ``submit --wait`` leaves its job as, and what to do next."""
+    result = f"python -m mpsched result {job_id} --wait gets its result"
+    try:
+        running = any(job.job_id == job_id for job in client.jobs("running"))
+    except (MpschedError, ConnectionError, EOFError):
+        return f"stays queued, or running if a worker took it: {result}"
+    if running:
+        return f"is running and will finish: {result}"
+    return f"stays queued and will run: {result}, python -m mpsched cancel {job_id} takes it out"
+
+
+def _import_target(target: str) -> Callable[..., Any]:
+    module_name, sep, name = target.partition(":")
+    if not sep or not module_name or not name:
+        raise UsageError(f"target {target!r} must be module:function")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in name.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise UsageError(f"cannot import {target}: {exc}") from None
+    if not callable(obj):
+        raise UsageError(f"{target} is not callable")
+    return obj  # type: ignore[no-any-return]
+
+
+def _json_option(option: str, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{option} is not JSON: {exc}") from None
+
+
+# ------------------------------------------------------------------------------ demo, stress
+
+
+def _demo(args: argparse.Namespace, out: TextIO) -> int:
+    from mpsched._cli.demo import run_demo
+
+    return run_demo(out)
+
+
+def _stress(args: argparse.Namespace, out: TextIO) -> int:
+    from mpsched._cli.stress import run_stress
+
+    address: Address | None = None
+    key: bytes | None = None
+    tls = tls_from_args(args)
+    if args.connect is not None:
+        address, key = manager_of(args)
+        _probe(address, key)  # before any producer starts: a wrong address fails once
+    elif tls is not None:
+        raise UsageError("--tls-ca, --tls-cert and --tls-key need --connect: the manager "
+                         "stress starts itself listens on a Unix socket, without TLS")
+    return run_stress(producers=args.producers, workers=args.workers, jobs=args.jobs,
+                      horizon=args.horizon, address=address, authkey=key, tls=tls,
+                      inject=args.inject, out=out)
+
+
+Handler = Callable[[argparse.Namespace, TextIO], int]
+HANDLERS: dict[str, Handler] = {
+    "serve": run_serve, "worker": _worker, "submit": _submit, "status": run_status,
+    "jobs": run_jobs, "schedules": run_schedules, "cancel": run_cancel, "result": run_result,
+    "demo": _demo, "stress": _stress}
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
+

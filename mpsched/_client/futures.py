@@ -1,0 +1,421 @@
+"""The futures of one client and the thread that resolves them.
+
+``JobFuture`` (mpsched._client.job_future) is the ``concurrent.futures.Future`` of one job.
+``ClientCore`` keeps a client's futures by job id, owns its write-behind outbox and its
+link to the manager (mpsched._client.link), and runs the result thread that collects outcomes
+from the manager in batches and resolves them. It is kept apart from the ``Client``
+object so that the thread never holds a Client (or Scheduler) alive: dropping the last
+reference lets its finalizer stop the manager.
+
+When the connection to the manager is lost, a client that can reconnect (a client of
+``mpsched.connect()``) rides the outage out in its result thread (mpsched._client.outage), and
+carries on under the same client id once a manager answers at the address again. A client
+that cannot (a Scheduler's, whose manager nothing restarts) closes, its futures failed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from mpsched._client.job_future import JobFuture as JobFuture
+from mpsched._client.job_future import MapResults as MapResults
+from mpsched._client.job_future import settle_cancelled
+from mpsched._client.link import DISCONNECTED as DISCONNECTED
+from mpsched._client.link import ManagerLink, describe
+from mpsched._client.outage import ride_out
+from mpsched._client.outbox import Outbox
+from mpsched._core.job import CANCELLED, JobRequest, Outcome, Payload
+from mpsched._errors import (
+    ManagerConnectionLostError,
+    MpschedError,
+    ResultUnpicklingError,
+    SchedulerShutdownError,
+    StoreError,
+)
+from mpsched._payload import shm
+from mpsched._payload.pickling import loads, remote_exception
+from mpsched._payload.segment_pool import SegmentPool
+from mpsched._protocol.proxy import LONG_POLL, ClientHello, ServiceProxy
+from mpsched._transport.sockets import describe_versions
+
+log = logging.getLogger("mpsched.client")
+
+T = TypeVar("T")
+
+MAP_BATCH = 256  # jobs per manager call in map()
+
+
+class ClientCore:
+    """Futures of one client and the thread that resolves them.
+
+    Kept apart from the Scheduler object so the result thread never holds the Scheduler
+    alive: dropping the last reference to a Scheduler lets its finalizer stop the manager.
+    """
+
+    def __init__(self, service: ServiceProxy, *,
+                 reconnect: Callable[[], ServiceProxy] | None = None,
+                 lost_advice: str = "") -> None:
+        """``reconnect``: connects to the manager's address again (None: this client closes
+        when it loses its manager); ``lost_advice``: what the error of a client that
+        cannot reconnect tells its caller to do."""
+        self.client_id = uuid.uuid4().hex[:12]
+        self._ids = itertools.count(1)
+        # Guards _futures, closed and _in_doubt. Submitters, cancel() and the result thread
+        # take it briefly; nobody waits on it across a call to the manager.
+        self._lock = threading.Lock()
+        self._futures: dict[str, JobFuture[Any]] = {}
+        self.closed = False
+        self.exiting = False  # closed by the interpreter's exit: said when a submit is refused
+        # Batches whose submit lost its connection, to a manager with a store: sent again
+        # after the outage if the manager then does not know them.
+        self._in_doubt: list[JobRequest] = []
+        hello = ClientHello(self.client_id, *describe_versions())
+        max_pending = service.open_client(hello)
+        options = service.payload_options()
+        # The manager's segment prefix when this process maps its shared memory, else "".
+        self.shm_prefix = shm.shared_with(options)
+        # Where this client's jobs put their large buffers (None: inline).
+        self.pool = SegmentPool(self.shm_prefix, self.client_id) if self.shm_prefix else None
+        # Segment names are that manager's alone: such a client cannot move to another.
+        self.link = ManagerLink(service, hello, reconnect if self.pool is None else None,
+                                lost_advice)
+        self.max_pending_bytes = options.max_pending_bytes
+        self.batch_size = min(MAP_BATCH, max_pending or MAP_BATCH)
+        # A bounded queue must report QueueFullError at the call site: send synchronously.
+        bounded = max_pending is not None or options.max_pending_bytes is not None
+        self.outbox = None if bounded else Outbox(service, self._unsent, self.release)
+        if self.outbox is not None:
+            self.link.on_outage = self.outbox.pause
+        self._thread = threading.Thread(target=self._collect_loop, daemon=True,
+                                        name=f"mpsched-results-{self.client_id}")
+        self._thread.start()
+
+    @property
+    def service(self) -> ServiceProxy:
+        """The proxy of the manager (another one after a reconnect)."""
+        return self.link.service
+
+    def shut_locked(self) -> None:
+        """Close this client for its owner (shutdown, detach, exit); hold ``_lock``."""
+        self.closed = True
+        self.link.closed.set()
+
+    def _refusal_locked(self, shut_down: str) -> MpschedError:
+        """The error of a call this client cannot make (closed, or its manager lost);
+        ``shut_down`` is the message after a shutdown."""
+        refusal = None if self.closed and self.link.gone is None else self.link.refusal()
+        return refusal or SchedulerShutdownError(shut_down)
+
+    def refuse(self, job_id: str) -> MpschedError:
+        """Forget the future of a job the paused outbox did not take; returns the error
+        its submit raises."""
+        self.forget(job_id)
+        with self._lock:
+            return self._refusal_locked("cannot schedule new futures after shutdown")
+
+    def new_future(self, payload: Payload = b"") -> JobFuture[Any]:
+        """Register a future for a new job id, whose job carries ``payload``; raises once
+        the client is closed."""
+        future: JobFuture[Any] = JobFuture(self, f"{self.client_id}-{next(self._ids)}")
+        if self.pool is not None:
+            future.segment = self.pool.pooled(payload)
+        with self._lock:  # held briefly: the result thread takes it per outcome
+            if self.closed or self.link.outage is not None:
+                why = " (the interpreter is exiting)" if self.exiting else ""
+                raise self._refusal_locked(f"cannot schedule new futures after shutdown{why}")
+            self._futures[future._job_id] = future
+        return future
+
+    def sent(self, job_id: str, timeout: float = 30.0) -> None:
+        """Return once a job of this client has reached the manager (or failed to)."""
+        if self.outbox is not None:
+            self.outbox.wait_sent(job_id, timeout)
+
+    def watch(self, job_id: str) -> JobFuture[Any]:
+        """A future for any job the manager knows (this client's own, another's, or one
+        from before a restart): done already if the job has ended, else the manager sends
+        its outcome here too.
+
+        Raises:
+            JobNotFoundError: the manager knows no such job.
+            SchedulerShutdownError: the client is closed.
+            ManagerConnectionLostError: the manager is unreachable.
+        """
+        with self._lock:
+            if self.closed or self.link.outage is not None:
+                raise self._refusal_locked("this client is shut down")
+            existing = self._futures.get(job_id)
+            if existing is not None:
+                return existing
+            future: JobFuture[Any] = JobFuture(self, job_id, watched=True)
+            self._futures[job_id] = future
+            service = self.service
+        try:
+            outcome = service.watch(self.client_id, job_id)
+        except DISCONNECTED as exc:
+            self.forget(job_id)
+            if isinstance(exc, StoreError):
+                raise
+            raise self.link.lost(exc, service) from exc
+        except BaseException:
+            self.forget(job_id)
+            raise
+        if outcome is not None:  # it has ended: resolved before the caller sees it
+            self.resolve(outcome)
+        return future
+
+    def leave_not_due(self, why: str) -> int:
+        """Stop waiting for this client's jobs not yet due (a store keeps them for the next
+        manager): their futures fail with SchedulerShutdownError. Returns how many."""
+        if self.outbox is not None:
+            self.outbox.flush()
+        with contextlib.suppress(*DISCONNECTED):
+            job_ids = self.service.not_due(self.client_id)
+            with self._lock:
+                futures = [self._futures.pop(j) for j in job_ids if j in self._futures]
+            for future in futures:
+                if future.set_running_or_notify_cancel():
+                    future.set_exception(SchedulerShutdownError(f"job {future._job_id} {why}"))
+            return len(futures)
+        return 0
+
+    def fail_watched(self, error: MpschedError) -> None:
+        """Fail the futures of jobs this client only watches (it will not wait for them)."""
+        with self._lock:
+            watched = [f for f in self._futures.values() if f.watched]
+            for future in watched:
+                del self._futures[future._job_id]
+        for future in watched:
+            if future.set_running_or_notify_cancel():
+                future.set_exception(error)
+
+    def forget(self, job_id: str) -> bool:
+        """Drop a job's future from those the result thread resolves; True if it was
+        there, which makes the caller the one that settles it."""
+        with self._lock:
+            return self._futures.pop(job_id, None) is not None
+
+    def outstanding(self) -> list[JobFuture[Any]]:
+        with self._lock:
+            return list(self._futures.values())
+
+    def _unsent(self, requests: list[JobRequest], error: BaseException) -> None:
+        # A batch the manager refused: its store could not take it (the manager carries
+        # on, so does this client: those futures fail with the store's error), or the
+        # manager is stopping (the client closes). Or the connection was lost, and the
+        # batch may or may not have reached the manager: one with a store tells after the
+        # outage (until then the futures wait); else they fail.
+        failure: BaseException = error
+        if isinstance(error, DISCONNECTED) and not isinstance(error, StoreError):
+            failure = self.link.lost(error, self.service, "the job may have reached the "
+                                     "manager (and may run) or not: without a store nothing "
+                                     "tells which")
+            with self._lock:
+                if self.link.durable and self.link.reconnects and not self.closed:
+                    self._in_doubt.extend(requests)
+                    log.info("a batch of %d job(s) lost its connection on its way; the "
+                             "manager is asked about it once it is back", len(requests))
+                    return
+        log.error("could not send %d job(s) to the manager: %r", len(requests), error)
+        with self._lock:
+            if not isinstance(error, DISCONNECTED):  # StoreError is one
+                self.closed = True
+                failure = SchedulerShutdownError(
+                    f"the job could not be sent to the manager: {error!r}")
+            futures = [self._futures.pop(r.job_id) for r in requests if r.job_id in self._futures]
+        self.release(requests)
+        for future in futures:
+            if future.set_running_or_notify_cancel():
+                future.set_exception(failure)
+
+    def cancel_job(self, job_id: str) -> bool:
+        """Take a job back from the outbox or the heap. True if it will never run and
+        the caller now owns its future (it left ``_futures``: settle it)."""
+        if self.outbox is not None and self.outbox.withdraw(job_id):
+            return self.forget(job_id)
+        try:
+            removed = self.link.ask(lambda service: service.cancel(job_id, self.client_id))
+        except ManagerConnectionLostError:
+            return False
+        if removed:
+            self.ended([job_id])
+        return removed and self.forget(job_id)
+
+    def cancel_jobs(self, job_ids: list[str]) -> int:
+        """Cancel several jobs with one manager call at most; returns how many were
+        cancelled (the others had started, or finished)."""
+        withdrawn: list[str] = []
+        rest: list[str] = []
+        for job_id in job_ids:
+            unsent = self.outbox is not None and self.outbox.withdraw(job_id)
+            (withdrawn if unsent else rest).append(job_id)
+        removed: list[str] = []
+        if rest:
+            with contextlib.suppress(*DISCONNECTED):
+                removed = self.service.cancel_many(rest)
+        self.ended(removed)
+        return self._settle(withdrawn + removed)
+
+    def cancel_pending(self, *, not_due_only: bool = False) -> int:
+        """Cancel every job of this client not yet taken (shutdown(cancel_futures)); with
+        ``not_due_only``, after sending what is unsent, only those whose due time is still
+        ahead (interpreter exit). Returns how many were cancelled."""
+        cancelled = 0
+        if self.outbox is not None:
+            if not not_due_only:
+                cancelled += self._settle(self.outbox.withdraw_all())  # waiters hear at once
+            self.outbox.flush()  # a batch on its way must land before we cancel the rest
+        with contextlib.suppress(*DISCONNECTED):
+            removed = self.service.cancel_client(self.client_id, not_due_only)
+            self.ended(removed)
+            cancelled += self._settle(removed)
+        return cancelled
+
+    def release(self, requests: list[JobRequest]) -> None:
+        """Unlink the segments of jobs the manager never took (refused, withdrawn, or
+        never sent): this client still owns them."""
+        for request in requests:
+            segment = shm.segment_of(request.payload)
+            if segment and self.pool is not None:
+                self.pool.discard(segment)
+            elif segment:
+                shm.unlink(segment)
+
+    def ended(self, job_ids: list[str]) -> None:
+        """These jobs of this client ended in the manager (cancelled there, or not queued
+        because another job held their key) before their futures were settled: the
+        segments they held are free again."""
+        if self.pool is None or not job_ids:
+            return
+        with self._lock:
+            futures = [f for j in job_ids if (f := self._futures.get(j)) is not None]
+            segments = [f.segment for f in futures if f.segment]
+            for future in futures:
+                future.segment = ""
+        for segment in segments:
+            self.pool.returned(segment)
+
+    def _settle(self, cancelled_ids: list[str]) -> int:
+        with self._lock:
+            futures = [self._futures.pop(j) for j in cancelled_ids if j in self._futures]
+        for future in futures:
+            settle_cancelled(future)
+        return len(cancelled_ids)
+
+    def _collect_loop(self) -> None:
+        # However this thread ends, every outstanding future fails and the client closes:
+        # nobody else would ever resolve them.
+        error: MpschedError
+        try:
+            error = self._serve_outcomes()
+        except BaseException as exc:
+            log.error("the result thread of client %s failed: %r", self.client_id, exc)
+            error = SchedulerShutdownError(f"this client's result thread failed: {exc!r}")
+            error.__cause__ = exc
+        with self._lock:
+            if isinstance(error, ManagerConnectionLostError) and not self.closed:
+                self.link.gone = error  # what each later call raises
+            self.closed = True
+            self._in_doubt = []  # their futures fail below
+        self.link.closed.set()
+        if self.outbox is not None:
+            self.outbox.withdraw_all()  # their futures fail below; the jobs must not run
+        if self.pool is not None:
+            self.pool.close()
+        self.fail_all(error)
+
+    def _serve_outcomes(self) -> MpschedError:
+        """Resolve outcomes as they come, through outages when this client can reconnect;
+        returns why it stopped."""
+        while True:
+            reason = self._collect()
+            if reason is None:  # this client closed its mailbox
+                return SchedulerShutdownError("the mpsched manager stopped")
+            failure = ride_out(self.link, self.link.begin(reason), self, self.outbox)
+            if failure is not None:
+                return failure
+
+    def _collect(self) -> str | None:
+        """Resolve outcomes until this client closes its mailbox (None) or loses the
+        manager (returns how)."""
+        service = self.service
+        try:
+            while (outage := self.link.outage) is None:  # another thread's call may lose it
+                outcomes = service.collect(self.client_id, self._trim_pool())
+                if outcomes is None:
+                    return None if self.closed else "the manager stopped"
+                for outcome in outcomes:
+                    self.resolve(outcome)
+            return outage.reason
+        except DISCONNECTED as exc:
+            return describe(exc)
+
+    def job_ids(self) -> list[str]:
+        """The ids of the jobs this client waits for."""
+        with self._lock:
+            return list(self._futures)
+
+    def take_in_doubt(self) -> list[JobRequest]:
+        """The batches whose submit lost its connection (see _unsent), handed over."""
+        with self._lock:
+            in_doubt, self._in_doubt = self._in_doubt, []
+        return in_doubt
+
+    def _trim_pool(self) -> float:
+        """Unlink the segments that stayed free too long; returns how long the next
+        collect may wait (the result thread is the one that trims them on time)."""
+        return LONG_POLL if self.pool is None else min(LONG_POLL, self.pool.trim())
+
+    def resolve(self, outcome: Outcome) -> None:
+        with self._lock:
+            future = self._futures.pop(outcome.job_id, None)
+            segment = "" if future is None else future.segment
+        if future is None:
+            return
+        if segment and self.pool is not None:  # the job has ended: its segment is free
+            self.pool.returned(segment)
+        if outcome.error_kind == CANCELLED:  # by another client, or through a job id
+            settle_cancelled(future)
+            return
+        if not future.set_running_or_notify_cancel():
+            return
+        if outcome.ok:
+            try:
+                future.set_result(loads(outcome.payload))
+            except BaseException as exc:
+                future.set_exception(ResultUnpicklingError(
+                    f"job {outcome.job_id}: the result could not be unpickled here: {exc!r}"))
+            return
+        future.set_exception(remote_exception(outcome))
+
+    def fail(self, job_ids: list[str], error: MpschedError) -> None:
+        with self._lock:
+            futures = [self._futures.pop(j) for j in job_ids if j in self._futures]
+        for future in futures:
+            if future.set_running_or_notify_cancel():
+                future.set_exception(error)
+
+    def fail_all(self, error: MpschedError) -> None:
+        with self._lock:
+            futures = list(self._futures.values())
+            self._futures.clear()
+        for future in futures:
+            if future.set_running_or_notify_cancel():
+                future.set_exception(error)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Send what is unsent, close this client's mailbox, wait for the result thread
+        (which stops reconnecting, if it was)."""
+        self.link.closed.set()
+        if self.outbox is not None:
+            self.outbox.close(timeout)
+        with contextlib.suppress(*DISCONNECTED):
+            self.service.close_client(self.client_id)
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)

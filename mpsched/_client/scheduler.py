@@ -1,0 +1,282 @@
+"""Scheduler: a ``concurrent.futures.Executor`` whose jobs run at a time, by priority.
+
+A Scheduler is a :class:`~mpsched._client.client.Client` that also owns its manager process
+(which owns the worker processes): it starts it, waits until every worker has joined, and
+stops it at shutdown, when dropped, or at interpreter exit. The manager is a fresh
+interpreter that never imports the program's main module (mpsched._manager.process), so
+a Scheduler starts the same from a top-level script, ``python -``, ``python -c``, a REPL
+or a notebook.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import multiprocessing.util
+import os
+import secrets
+from typing import Any
+
+from mpsched._client.client import Client, count
+from mpsched._core.job import Order
+from mpsched._errors import InvalidJobError, MpschedError, SchedulerShutdownError
+from mpsched._manager.process import ManagerProcess
+from mpsched._payload import shm
+from mpsched._protocol.proxy import (
+    STOP,
+    STOP_NOW,
+    ManagerConfig,
+    ManagerFailed,
+    ManagerReady,
+    connect_service,
+)
+from mpsched._store.base import DAY, check_options
+
+log = logging.getLogger("mpsched.scheduler")
+
+
+class Scheduler(Client):
+    """Runs jobs at a scheduled time, in priority order, on a pool of worker processes.
+
+    Starts a manager process, which starts ``workers`` worker processes. Use it as a
+    context manager, or call :meth:`shutdown`. An exception that leaves the ``with``
+    block (Ctrl-C above all) cancels the jobs not yet started (with a store, those not
+    yet due stay pending in it) and waits for the running ones, naming them in one
+    warning; a second Ctrl-C kills them and raises SystemExit(130) (KeyboardInterrupt in
+    an interactive session).
+
+    Args:
+        workers: number of worker processes; defaults to ``os.cpu_count()``.
+        max_workers: the same, under ``ProcessPoolExecutor``'s name; give one of the two.
+        mp_context: how the manager starts the worker processes: "forkserver" or
+            "spawn", or a multiprocessing context with one of these start methods.
+            Default: forkserver where available, else spawn. "fork" is refused: the
+            processes involved run threads. (The manager itself is always a fresh
+            interpreter.) Neither re-runs the program's main module.
+        order: "time" (due time, then priority, then submission) or "priority" (among jobs
+            already due, priority first).
+        max_pending: bound on jobs waiting in the heap; ``submit`` then waits for room.
+        max_pending_bytes: bound on the bytes pending jobs' payloads hold (in the manager
+            and in shared memory together); ``submit`` then waits for room the same way.
+        submit_timeout: longest ``submit`` waits for room (None: no limit).
+        start_timeout: longest the constructor waits for the manager and workers.
+        max_tasks_per_worker: a worker leaves after this many jobs and is replaced.
+        max_memory_per_worker: a worker whose RSS exceeds this many bytes after a job leaves
+            and is replaced. Both are checked between jobs: nothing is lost or run twice.
+        store: a SQLite file that journals every job, so that a Scheduler (or ``serve``)
+            started again on it gets its pending jobs back, and outcomes stay retrievable
+            by id (``job(job_id)``) for ``result_ttl`` seconds. None: jobs live in the
+            manager's memory only.
+        durability: with a store, "sync" (each acknowledged submit or cancel survives a
+            power cut; starts and ends reach the disk within milliseconds) or "process"
+            (they survive a crash of the manager process, not of the machine).
+        result_ttl: seconds finished jobs are kept, with their outcomes, so their ids can
+            still be looked up (default: one day): in the store, or without one in the
+            manager's memory (at most 100,000 jobs and 64 MiB of outcomes, the oldest
+            dropped first); also how long a cancelled schedule's latest runs stay listable.
+        shared_memory: large arguments and results (buffers of 64 KiB or more: bytes,
+            bytearray, memoryview, NumPy arrays) travel through shared memory, written
+            once and never through the manager. Without a store only; where shared memory
+            is missing or full they travel inline. False: always inline.
+
+    Raises:
+        InvalidJobError: a bad option.
+        StoreError: the store cannot be opened (StoreLockedError: another manager has it).
+        MpschedError: the manager or its workers did not start.
+        SystemExit: in a child process that multiprocessing started for the program's
+            own Process or pool, while it re-runs the program's unguarded main module;
+            one logged line says what to add.
+    """
+
+    def __init__(
+        self,
+        workers: int | None = None,
+        *,
+        max_workers: int | None = None,
+        mp_context: str | Any = None,
+        order: Order | str = Order.TIME,
+        max_pending: int | None = None,
+        submit_timeout: float | None = None,
+        start_timeout: float = 60.0,
+        max_tasks_per_worker: int | None = None,
+        max_memory_per_worker: int | None = None,
+        store: str | os.PathLike[str] | None = None,
+        durability: str = "sync",
+        result_ttl: float = DAY,
+        max_pending_bytes: int | None = None,
+        shared_memory: bool = True,
+    ) -> None:
+        workers = _worker_count(workers, max_workers)
+        for name, limit in (("max_tasks_per_worker", max_tasks_per_worker),
+                            ("max_memory_per_worker", max_memory_per_worker)):
+            if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                                      or limit < 1):
+                raise InvalidJobError(f"{name} must be a positive int, not {limit!r}")
+        if max_pending is not None and (not isinstance(max_pending, int) or max_pending < 1):
+            raise InvalidJobError(f"max_pending must be a positive int, not {max_pending!r}")
+        if max_pending_bytes is not None and (isinstance(max_pending_bytes, bool) or not
+                                              isinstance(max_pending_bytes, int)
+                                              or max_pending_bytes < 1):
+            raise InvalidJobError(
+                f"max_pending_bytes must be a positive int, not {max_pending_bytes!r}")
+        if durability not in ("sync", "process"):
+            raise InvalidJobError(f"durability must be 'sync' or 'process', not {durability!r}")
+        check_options(result_ttl)
+        method = _start_method(mp_context)
+        config = ManagerConfig(
+            authkey=secrets.token_hex(32).encode(), workers=workers, mp_method=method,
+            order=Order.coerce(order), max_pending=max_pending, start_timeout=start_timeout,
+            log_level=logging.getLogger("mpsched").getEffectiveLevel(),
+            max_tasks_per_worker=max_tasks_per_worker,
+            max_memory_per_worker=max_memory_per_worker,
+            store=None if store is None else os.fspath(store), durability=durability,
+            result_ttl=float(result_ttl), max_pending_bytes=max_pending_bytes,
+            shared_memory=bool(shared_memory),
+        )
+        process = ManagerProcess(config)
+        parent_end = process.control
+        self._manager_process = process
+        self._control = parent_end
+        try:
+            ready = self._await_manager(start_timeout)
+            service = connect_service(ready.address, config.authkey)
+        except BaseException:
+            _stop_manager(process, parent_end)
+            raise
+        self.address = ready.address
+        self.authkey = config.authkey
+        self.workers = workers
+        self._store = config.store
+        # The manager's segment prefix, once known: a manager that died without removing
+        # its segments leaves them to whoever stops it.
+        shm_prefix: list[str] = []
+        # Stops the manager if this Scheduler is dropped or the program exits without
+        # shutdown(); runs before multiprocessing joins its children at exit.
+        self._finalizer = multiprocessing.util.Finalize(
+            self, _stop_manager, args=(process, parent_end, shm_prefix), exitpriority=10)
+        kept = ("" if self._store is None else
+                f"; its jobs not finished stay in the store {self._store} for the next "
+                f"Scheduler or serve on it")
+        super().__init__(service, submit_timeout=submit_timeout, lost_advice=(
+            f"this Scheduler's manager (pid {ready.pid}) is gone, and nothing restarts it: "
+            f"the Scheduler takes no more jobs; start a new one{kept}"))
+        shm_prefix.append(self._core.shm_prefix)
+
+    def _await_manager(self, timeout: float) -> ManagerReady:
+        if not self._control.poll(timeout):
+            raise MpschedError(f"the mpsched manager did not start within {timeout} s")
+        try:
+            message = self._control.recv()
+        except EOFError:
+            self._manager_process.join(5.0)
+            raise MpschedError(
+                f"the mpsched manager exited during start-up "
+                f"(exit code {self._manager_process.exitcode})") from None
+        if isinstance(message, ManagerFailed):
+            if message.error is not None:
+                raise message.error
+            raise MpschedError(f"the mpsched manager failed to start: {message.reason}")
+        assert isinstance(message, ManagerReady)
+        return message
+
+    def _stop(self) -> None:
+        super()._stop()
+        self._finalizer()
+
+    def _exit_work(self) -> None:
+        # As ProcessPoolExecutor does at exit: what is due runs to completion. Jobs due
+        # later would keep the program alive until then: a store keeps them for the next
+        # manager on it; without one they are dropped, loudly.
+        if self._store is not None:
+            kept = self._core.leave_not_due(f"stays pending in the store {self._store}")
+            if kept:
+                log.warning("interpreter exit: %d job(s) not yet due stay pending in the store "
+                            "%s; a Scheduler or serve started on it runs them", kept,
+                            self._store)
+        elif dropped := self._core.cancel_pending(not_due_only=True):
+            log.warning(
+                "interpreter exit: dropped %d job(s) not yet due. To run them, call "
+                "shutdown(wait=True) before the program ends, give the Scheduler a store "
+                "(store=...) to keep them for the next one, or submit them to a "
+                "long-running manager (python -m mpsched serve) with mpsched.connect()",
+                dropped)
+        # Jobs of other clients watched by id die with this manager: no waiting for them.
+        self._core.fail_watched(SchedulerShutdownError(
+            "the interpreter exited, and this Scheduler's manager with it, before the job "
+            "ended"))
+        self._drain_and_stop()
+
+    def _drop_not_started(self) -> list[str]:
+        # With a store, jobs not yet due stay pending in it for the next manager on it.
+        if self._store is None:
+            return super()._drop_not_started()
+        kept = self._core.leave_not_due(f"stays pending in the store {self._store}")
+        cancelled = self._core.cancel_jobs(
+            [f.job_id for f in self._core.outstanding() if not f.watched])
+        notes = [f"cancelled {count(cancelled, 'job')} not started"] if cancelled else []
+        if kept:
+            notes.append(f"{count(kept, 'job')} due later {'stays' if kept == 1 else 'stay'} "
+                         f"pending in the store {self._store}")
+        return notes
+
+    def _stop_now(self) -> str:
+        # The manager kills its workers, and the jobs they run, at once.
+        running = self._core.outstanding()
+        described = self._describe(running) if running else ""
+        with contextlib.suppress(OSError):
+            self._control.send(STOP_NOW)
+        self._stop()
+        stopped = "stopped the manager and its workers"
+        if not running:
+            return stopped
+        return f"{stopped}, killing {count(len(running), 'running job')}: {described}"
+
+    def __repr__(self) -> str:
+        return f"<Scheduler workers={self.workers} address={self.address!r}>"
+
+
+def _stop_manager(process: ManagerProcess, control: Any, shm_prefix: list[str] | None = None,
+                  timeout: float = 10.0) -> None:
+    """Ask the manager to stop, wait for it, and make sure it is gone (and, if it could not
+    remove its shared-memory segments, remove them: ``shm_prefix`` names them)."""
+    with contextlib.suppress(OSError):
+        control.send(STOP)
+    process.join(timeout)
+    if process.is_alive():
+        log.warning("the mpsched manager (pid %s) did not stop in %.0f s; terminating",
+                    process.pid, timeout)
+        process.terminate()
+        process.join(2.0)
+    if process.is_alive():
+        process.kill()
+        process.join(2.0)
+    control.close()
+    if shm_prefix and shm_prefix[0] and not process.is_alive():
+        shm.sweep(shm_prefix[0])
+
+
+def _worker_count(workers: int | None, max_workers: int | None) -> int:
+    """``workers`` or its alias ``max_workers``, checked; errors name the one given."""
+    name, count = "workers", workers
+    if max_workers is not None:
+        if workers is not None:
+            raise InvalidJobError("give workers or max_workers (its alias), not both")
+        name, count = "max_workers", max_workers
+    if count is None:
+        return os.cpu_count() or 1
+    if isinstance(count, bool) or not isinstance(count, int):
+        raise InvalidJobError(f"{name} must be an int, not {count!r}")
+    if count < 1:  # ProcessPoolExecutor's wording, which callers may match on
+        raise InvalidJobError(f"{name} must be greater than 0, not {count}")
+    return count
+
+
+def _start_method(mp_context: str | Any) -> str:
+    if mp_context is None:
+        methods = multiprocessing.get_all_start_methods()
+        return "forkserver" if "forkserver" in methods else "spawn"
+    method = mp_context if isinstance(mp_context, str) else mp_context.get_start_method()
+    if method not in ("spawn", "forkserver"):
+        raise InvalidJobError(f"start method {method!r} is not supported: use spawn or forkserver")
+    return str(method)

@@ -1,0 +1,132 @@
+"""PendingJobs: the heaps of pending jobs, their order and their lazy deletion.
+
+No lock of its own: JobQueue (mpsched._core.queue) owns one instance and calls every method with
+its lock held. Jobs wait in ``delayed``, keyed ``(due, level, seq)``; with
+``order="priority"`` the jobs already due move to ``ready``, keyed ``(level, due, seq)``.
+A cancelled job is marked, not searched for: a heap drops it when it reaches the top, and
+both heaps are rebuilt once stale entries outnumber live ones.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable, Iterator
+
+from mpsched._core.job import Job, Order, Payload, Priority
+
+COMPACT_AFTER = 1024  # stale entries tolerated before the heaps are rebuilt
+
+
+class PendingJobs:
+    """The pending jobs of one queue, in heap order; call with the queue's lock held."""
+
+    def __init__(self, order: Order, sizer: Callable[[Payload], int] | None) -> None:
+        """``sizer``: what a payload counts against ``max_pending_bytes`` (None: unbounded,
+        nothing is counted)."""
+        self._order = order
+        self._sizer = sizer
+        self._delayed: list[tuple[float, int, int, Job]] = []
+        self._ready: list[tuple[int, float, int, Job]] = []
+        self._live: dict[str, Job] = {}  # heaps hold cancelled entries too
+        self._stale = 0  # cancelled entries still in a heap
+        self.levels = dict.fromkeys((p.level for p in Priority), 0)  # live jobs per level
+        self.bytes = 0  # what live payloads count against max_pending_bytes
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def __contains__(self, job_id: str) -> bool:
+        return job_id in self._live
+
+    def __iter__(self) -> Iterator[Job]:
+        return iter(list(self._live.values()))
+
+    def get(self, job_id: str) -> Job | None:
+        return self._live.get(job_id)
+
+    def head(self) -> Job | None:
+        """The job at the top of the delayed heap (cancelled or not), to tell a new head."""
+        return self._delayed[0][3] if self._delayed else None
+
+    def push(self, job: Job) -> None:
+        self._count(job, +1)
+        heapq.heappush(self._delayed, (job.due, job.priority, job.seq, job))
+
+    def restore(self, jobs: Iterable[Job]) -> None:
+        """Add many jobs at once (recovery): one heapify instead of a push each."""
+        for job in jobs:
+            self._count(job, +1)
+            self._delayed.append((job.due, job.priority, job.seq, job))
+        heapq.heapify(self._delayed)
+
+    def remove(self, job_id: str) -> Job | None:
+        """Take a live job out (cancel): marked, dropped from the heaps lazily."""
+        job = self._live.get(job_id)
+        if job is not None:
+            self._discard(job)
+        return job
+
+    def head_due(self) -> float | None:
+        """When the earliest pending job is due (None: nothing pending)."""
+        self._drop_stale_heads()
+        return self._delayed[0][0] if self._delayed else None
+
+    def has_ready(self) -> bool:
+        """Jobs wait in the ready heap: due already (``order="priority"``)."""
+        self._drop_stale_heads()
+        return bool(self._ready)
+
+    def pop_due(self, now: float, early: float = 0.0) -> Job | None:
+        """The next job for a taker that may get one ``early`` seconds before it is due."""
+        self._drop_stale_heads()
+        if self._order is Order.TIME:
+            if self._delayed and self._delayed[0][0] <= now + early:
+                return self._taken(heapq.heappop(self._delayed)[3])
+            return None
+        # Only jobs really due move to the ready heap: a job there is due for every taker,
+        # including one that must never get a job early (a worker on another clock).
+        while self._delayed and self._delayed[0][0] <= now:
+            job = heapq.heappop(self._delayed)[3]
+            if job.cancelled:
+                self._stale -= 1
+            else:
+                heapq.heappush(self._ready, (job.priority, job.due, job.seq, job))
+        self._drop_stale_heads()
+        if self._ready:
+            return self._taken(heapq.heappop(self._ready)[3])
+        if early and self._delayed and self._delayed[0][0] <= now + early:
+            return self._taken(heapq.heappop(self._delayed)[3])
+        return None
+
+    def _taken(self, job: Job) -> Job:
+        self._count(job, -1)
+        return job
+
+    def _discard(self, job: Job) -> None:
+        job.cancelled = True
+        self._stale += 1
+        self._count(job, -1)
+        self._drop_stale_heads()
+        if self._stale > COMPACT_AFTER and self._stale > len(self._live):
+            self._delayed = [e for e in self._delayed if not e[3].cancelled]
+            self._ready = [e for e in self._ready if not e[3].cancelled]
+            heapq.heapify(self._delayed)
+            heapq.heapify(self._ready)
+            self._stale = 0
+
+    def _count(self, job: Job, sign: int) -> None:
+        if sign > 0:
+            self._live[job.job_id] = job
+        else:
+            del self._live[job.job_id]
+        self.levels[job.priority] += sign
+        if self._sizer is not None:
+            self.bytes += sign * self._sizer(job.payload)
+
+    def _drop_stale_heads(self) -> None:
+        while self._delayed and self._delayed[0][3].cancelled:
+            heapq.heappop(self._delayed)
+            self._stale -= 1
+        while self._ready and self._ready[0][3].cancelled:
+            heapq.heappop(self._ready)
+            self._stale -= 1

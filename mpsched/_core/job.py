@@ -1,0 +1,323 @@
+"""The job model: priorities, the ordering keys, and the records that cross processes.
+
+Everything here is plain data, picklable with the standard pickler, so the manager can store
+and forward jobs without importing user code: the callable and its arguments travel as an
+opaque cloudpickled ``payload``.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import NamedTuple
+
+from mpsched._errors import InvalidJobError
+
+MAX_KEY = 256  # characters in an idempotency key
+
+# The epoch seconds of 0001-01-01 and 9999-12-31 23:59:59 UTC: due times must fit a datetime.
+MIN_EPOCH = -62135596800.0
+MAX_EPOCH = 253402300799.0
+
+
+class Priority(enum.Enum):
+    """How urgent a job is among jobs due at the same time.
+
+    Each member carries an explicit ``level`` (lower runs first). The level is written
+    here, never derived from declaration order, so reordering members changes nothing.
+    """
+
+    HIGH = 1
+    MEDIUM = 2
+    LOW = 3
+
+    @property
+    def level(self) -> int:
+        """1 for HIGH, 2 for MEDIUM, 3 for LOW: lower levels run first."""
+        return int(self.value)
+
+    @classmethod
+    def coerce(cls, priority: Priority | str) -> Priority:
+        """Return ``priority`` as a member; names are accepted in any case (``"high"``).
+
+        Raises:
+            InvalidJobError: ``priority`` is neither a member nor one of their names.
+        """
+        if isinstance(priority, Priority):
+            return priority
+        if isinstance(priority, str):
+            try:
+                return cls[priority.strip().upper()]
+            except KeyError:
+                pass
+        names = ", ".join(p.name.lower() for p in cls)
+        raise InvalidJobError(f"unknown priority {priority!r}: use Priority or one of {names}")
+
+
+class Order(str, enum.Enum):
+    """Which key decides among jobs that are already due."""
+
+    TIME = "time"  # due time, then priority, then submission order (the seed's order)
+    PRIORITY = "priority"  # priority, then due time, then submission order
+
+    @classmethod
+    def coerce(cls, order: Order | str) -> Order:
+        try:
+            return cls(order)
+        except ValueError:
+            raise InvalidJobError(f"unknown order {order!r}: use 'time' or 'priority'") from None
+
+
+# A job's or an outcome's pickled bytes. Received out of band (mpsched._transport.wire), a payload
+# is the bytearray it was read into: copying it into bytes would cost as much as receiving it.
+Payload = bytes | bytearray
+
+
+class JobRequest(NamedTuple):
+    """What a client sends to submit one job. Exactly one of ``delay`` and ``at`` is set."""
+
+    job_id: str
+    client_id: str
+    payload: Payload  # cloudpickled (fn, args, kwargs); the manager never unpickles it
+    priority: int  # Priority.level
+    delay: float | None  # seconds from the manager's receipt, >= 0
+    at: float | None  # wall-clock epoch seconds
+    timeout: float | None = None  # seconds a worker may run it before it is killed
+    retries: int = 0  # times it is run again after its worker died under it
+    key: str | None = None  # idempotency key: one live job per key
+    name: str = ""  # the callable's qualified name, for listings
+
+
+@dataclass(eq=False, slots=True)
+class Job:
+    """A job inside the manager. Heap entries hold it; keys never compare it."""
+
+    job_id: str
+    client_id: str
+    payload: Payload
+    priority: int
+    due: float  # the manager's monotonic clock
+    seq: int  # manager-wide submission counter: the FIFO tie-break
+    timeout: float | None = None
+    retries: int = 0
+    attempt: int = 0  # times handed to a worker that received it
+    cancelled: bool = field(default=False)
+    key: str | None = None  # idempotency key (JobRequest.key)
+    name: str = ""  # the callable's qualified name, for listings
+    at: float | None = None  # wall-clock epoch seconds it was asked for (JobRequest.at)
+
+    def time_key(self) -> tuple[float, int, int]:
+        """The heap key of ``order="time"``: due, then priority level, then seq."""
+        return (self.due, self.priority, self.seq)
+
+    def priority_key(self) -> tuple[int, float, int]:
+        """The key among due jobs of ``order="priority"``: level, then due, then seq."""
+        return (self.priority, self.due, self.seq)
+
+
+class Lease(NamedTuple):
+    """A worker's claim on one in-flight job; completing it names the lease."""
+
+    lease_id: int
+    job_id: str
+    worker_id: str
+    attempt: int
+
+
+class Assignment(NamedTuple):
+    """What ``take()`` hands a worker: the job's payload under a lease.
+
+    ``due`` is an instant on the manager's monotonic clock. Only a worker the manager
+    started itself provably shares that clock: it alone receives ``due`` (and may be handed
+    the job early and sleep until then). Every other worker receives ``due=None`` and waits
+    ``delay`` seconds from receipt instead, a duration measured at the manager at hand-off.
+    """
+
+    lease: Lease
+    payload: Payload
+    due: float | None  # the manager's monotonic clock; None for a worker with another clock
+    timeout: float | None = None  # seconds the job may run once started
+    delay: float = 0.0  # seconds from hand-off until due, measured at the manager; >= 0
+
+
+CANCELLED = "cancelled"  # Outcome.error_kind of a job cancelled by another client
+
+
+class Outcome(NamedTuple):
+    """How one job ended, as a worker reports it and a client receives it.
+
+    ``ok`` means ``payload`` is the cloudpickled return value; otherwise it is the
+    cloudpickled exception (or empty when even that failed) and ``traceback`` is the
+    worker's formatted traceback. ``started`` is the worker's monotonic clock at the
+    moment the callable was entered; ``None`` when it never was.
+    """
+
+    job_id: str
+    ok: bool
+    payload: Payload
+    traceback: str
+    started: float | None
+    error_kind: str = ""  # "" for a job's own exception; else names the failed step
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """A snapshot of the queue's counters (see ``Scheduler.stats()``)."""
+
+    pending: dict[str, int]  # by priority name
+    in_flight: int
+    submitted: int
+    completed: int
+    failed: int
+    cancelled: int
+    retried: int  # jobs run again after their worker died under them
+    timed_out: int
+    started_early: int  # jobs whose worker started them before their due time (always 0)
+    next_due_in: float | None  # seconds until the earliest pending job is due
+    lateness: dict[str, float]  # p50, p90, p99, max (seconds), over recent jobs
+    lateness_samples: int
+    wakeups: int  # returns from a condition wait, by takers and blocked submitters
+    waiting: int  # takers and submitters inside a wait right now
+
+
+def due_arguments(delay: float | timedelta | None,
+                  at: float | datetime | None) -> tuple[float | None, float | None]:
+    """Validate ``delay``/``at`` and return ``(delay_seconds, at_epoch)`` for a JobRequest.
+
+    Negative delays become 0 (due now). Naive datetimes mean local time.
+
+    Raises:
+        InvalidJobError: both given, a wrong type, NaN, infinity or an overflowing value.
+    """
+    if delay is not None and at is not None:
+        raise InvalidJobError("give delay or at, not both")
+    if at is not None:
+        if isinstance(at, datetime):
+            try:
+                epoch = at.timestamp()
+            except (OverflowError, OSError, ValueError) as exc:
+                raise InvalidJobError(f"at={at!r} is out of range: {exc}") from None
+        else:
+            epoch = _seconds("at", at)
+        return None, epoch
+    if delay is None:
+        return 0.0, None
+    if isinstance(delay, timedelta):
+        seconds = _seconds("delay", delay.total_seconds())
+    else:
+        seconds = _seconds("delay", delay)
+    return max(0.0, seconds), None
+
+
+def _seconds(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidJobError(f"{name} must be a number of seconds, not {value!r}")
+    try:
+        seconds = float(value)
+    except OverflowError:
+        raise InvalidJobError(f"{name}={value!r} overflows a float") from None
+    if not math.isfinite(seconds):
+        raise InvalidJobError(f"{name} must be finite, not {value!r}")
+    return seconds
+
+
+def check_request(request: JobRequest) -> None:
+    """Check what a client may get wrong in a job; the client and the queue both call it.
+
+    Raises:
+        InvalidJobError: an unknown priority level, not exactly one of delay and at, a due
+            time that is not finite or not representable as a datetime (year 1 to 9999), a
+            timeout that is not a positive number, or retries that is not an int >= 0.
+    """
+    if request.priority not in (1, 2, 3):
+        raise InvalidJobError(f"unknown priority level {request.priority!r}")
+    if (request.delay is None) == (request.at is None):
+        raise InvalidJobError("give exactly one of delay and at")
+    value = request.delay if request.delay is not None else request.at
+    try:
+        finite = isinstance(value, (int, float)) and math.isfinite(value)
+    except OverflowError:  # an int beyond float range
+        finite = False
+    if not finite:
+        raise InvalidJobError(f"due time must be a finite number of seconds, not {value!r}")
+    assert value is not None
+    if request.at is not None and not MIN_EPOCH <= request.at <= MAX_EPOCH:
+        raise InvalidJobError(f"at={request.at!r} is not a time between the years 1 and 9999")
+    if request.delay is not None and request.delay > MAX_EPOCH - time.time():
+        raise InvalidJobError(f"delay={request.delay!r} s ends after the year 9999")
+    if request.timeout is not None and (
+            isinstance(request.timeout, bool) or not isinstance(request.timeout, (int, float))
+            or not 0 < request.timeout < math.inf):
+        raise InvalidJobError(f"timeout must be a positive number, not {request.timeout!r}")
+    if isinstance(request.retries, bool) or not isinstance(request.retries, int) \
+            or request.retries < 0:
+        raise InvalidJobError(f"retries must be a non-negative int, not {request.retries!r}")
+    if request.key is not None and (not isinstance(request.key, str) or not request.key
+                                    or len(request.key) > MAX_KEY):
+        raise InvalidJobError(f"key must be a non-empty string of at most {MAX_KEY} "
+                              f"characters, not {request.key!r}")
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """One job as ``Client.jobs()`` lists it.
+
+    ``state`` is "pending", "running", "done", "failed" or "cancelled"; ``due`` is an aware
+    datetime in UTC; ``attempts`` counts the runs a worker started; ``worker`` is the one
+    running it (or that ran it last); ``key`` its idempotency key, if it has one.
+    """
+
+    job_id: str
+    name: str
+    state: str
+    due: datetime
+    priority: Priority
+    attempts: int
+    worker: str | None
+    key: str | None
+
+
+class JobState(str, enum.Enum):
+    """Where a job is in its life (the value is what a store writes and a listing shows)."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def finished(self) -> bool:
+        """True for the states a job never leaves: done, failed, cancelled."""
+        return self in (JobState.DONE, JobState.FAILED, JobState.CANCELLED)
+
+
+class JobRecord(NamedTuple):
+    """A job as a listing or a lookup shows it: no payload, its state and how it ended."""
+
+    job_id: str
+    client_id: str
+    key: str | None
+    name: str
+    priority: int
+    due_wall: float
+    seq: int
+    timeout: float | None
+    retries: int
+    attempt: int
+    submitted_wall: float
+    state: JobState
+    worker_id: str | None  # who runs it, or ran it last
+    finished_wall: float | None  # when it was finished or cancelled
+    outcome: bytes | None  # the manager's opaque bytes; None while unfinished, in listings
+
+
+class PayloadOptions(NamedTuple):
+    """What a client learns from the manager about sending payloads."""
+
+    prefix: str  # names of this manager's segments; "" when it takes payloads inline only
+    probe: bytes  # the content of the segment ``prefix + "probe"``: proves /dev/shm is shared
+    max_pending_bytes: int | None  # the bound on pending payload bytes (None: none)

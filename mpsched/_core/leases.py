@@ -1,0 +1,196 @@
+"""Leases: which jobs are in flight, with which worker, until when; and how jobs ended.
+
+A job leaves JobQueue's heap and gets its lease in one step, so this table shares the
+queue's lock: methods that end in ``_locked`` are called by JobQueue with that lock held,
+the others take it themselves. Pure, like the queue: clock injected, no multiprocessing.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from mpsched._core.clock import Clock
+from mpsched._core.job import Assignment, Job, Lease, Outcome
+
+# How many recent lateness samples stats() summarises.
+LATENESS_SAMPLES = 10_000
+
+
+class LostLease(NamedTuple):
+    """A lease ended because its worker went away, with whether it was past its timeout."""
+
+    job: Job
+    lease: Lease
+    past_deadline: bool
+
+
+@dataclass(slots=True)
+class _InFlight:
+    job: Job
+    lease: Lease
+    taken: float
+    deadline: float | None  # taken + job.timeout
+
+
+@dataclass(frozen=True)
+class Outcomes:
+    """How the jobs that left the table ended (part of QueueStats)."""
+
+    in_flight: int
+    completed: int
+    failed: int
+    timed_out: int
+    started_early: int
+    lateness: dict[str, float]
+    lateness_samples: int
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    """p50/p90/p99/max of ``samples`` (nearest rank); zeros when there are none."""
+    if not samples:
+        return {"p50": 0.0, "p90": 0.0, "p99": 0.0, "max": 0.0}
+    ordered = sorted(samples)
+    last = len(ordered) - 1
+
+    def rank(q: float) -> float:
+        return ordered[min(last, max(0, math.ceil(q * len(ordered)) - 1))]
+
+    return {"p50": rank(0.50), "p90": rank(0.90), "p99": rank(0.99), "max": ordered[last]}
+
+
+class Leases:
+    """The in-flight table of one JobQueue, guarded by that queue's ``lock``."""
+
+    def __init__(self, lock: threading.Lock, clock: Clock) -> None:
+        self._lock = lock  # JobQueue's: guards every field below
+        self._clock = clock
+        # A stopping manager waits here (wait_drained) for in-flight jobs to end; notified
+        # (all) whenever the table becomes empty while someone waits.
+        self._drained = clock.condition(lock)
+        self._drain_waiters = 0  # threads inside wait_drained: only then is it notified
+        self._in_flight: dict[int, _InFlight] = {}
+        self._by_job: dict[str, _InFlight] = {}  # the same entries, by job id
+        self._ids = itertools.count(1)
+        self._lateness: deque[float] = deque(maxlen=LATENESS_SAMPLES)
+        self._completed = self._failed = self._timed_out = 0
+        self._early = 0  # jobs that started before their due time: a bug if ever non-zero
+
+    def grant_locked(self, job: Job, worker_id: str, now: float) -> Assignment:
+        """Put ``job`` (just popped from the heap) in flight with ``worker_id``."""
+        job.attempt += 1
+        lease = Lease(next(self._ids), job.job_id, worker_id, job.attempt)
+        deadline = None if job.timeout is None else now + job.timeout
+        self._in_flight[lease.lease_id] = self._by_job[job.job_id] = \
+            _InFlight(job, lease, now, deadline)
+        return Assignment(lease, job.payload, job.due, job.timeout)
+
+    def drop_locked(self, lease_id: int) -> Job | None:
+        """End a lease without an outcome (the job goes back to the heap)."""
+        flight = self._end_locked(lease_id)
+        return None if flight is None else flight.job
+
+    def release_worker_locked(self, worker_id: str, now: float) -> list[LostLease]:
+        lost = [LostLease(f.job, f.lease, f.deadline is not None and f.deadline <= now)
+                for f in self._in_flight.values() if f.lease.worker_id == worker_id]
+        for entry in lost:
+            self._end_locked(entry.lease.lease_id)
+        return lost
+
+    def find_locked(self, job_id: str) -> tuple[Job, Lease] | None:
+        """The job in flight under ``job_id``, with its lease."""
+        flight = self._by_job.get(job_id)
+        return None if flight is None else (flight.job, flight.lease)
+
+    def jobs_locked(self) -> list[tuple[Job, Lease]]:
+        """Every job in flight, with its lease."""
+        return [(f.job, f.lease) for f in self._in_flight.values()]
+
+    def _end_locked(self, lease_id: int) -> _InFlight | None:
+        flight = self._in_flight.pop(lease_id, None)
+        if flight is None:
+            return None
+        if self._by_job.get(flight.job.job_id) is flight:  # its id may be in flight twice
+            del self._by_job[flight.job.job_id]
+        if self._drain_waiters and not self._in_flight:
+            self._drained.notify_all()
+        return flight
+
+    def complete(self, lease_id: int, outcome: Outcome) -> Job | None:
+        """End a lease with the job's outcome. Returns the job, or None for an unknown lease.
+
+        A lease the manager already ended (its worker was declared dead) is unknown, so a
+        late report can never resolve a job twice.
+        """
+        with self._lock:
+            flight = self._end_locked(lease_id)
+            if flight is None:
+                return None
+            if outcome.ok:
+                self._completed += 1
+            else:
+                self._failed += 1
+            if outcome.started is not None:
+                lateness = outcome.started - flight.job.due
+                self._lateness.append(max(0.0, lateness))
+                self._early += lateness < 0
+            return flight.job
+
+    def fail(self, job: Job, *, timed_out: bool = False) -> None:
+        """Count as failed a job whose lease was lost and that will not run again."""
+        with self._lock:
+            self._failed += 1
+            self._timed_out += timed_out
+
+    def wait_drained(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds until no job is in flight; True if none is."""
+        with self._lock:
+            deadline = self._clock.now() + timeout
+            while self._in_flight:
+                remaining = deadline - self._clock.now()
+                if remaining <= 0:
+                    return False
+                self._drain_waiters += 1
+                try:
+                    self._drained.wait(min(remaining, threading.TIMEOUT_MAX))
+                finally:
+                    self._drain_waiters -= 1
+            return True
+
+    def while_in_flight(self, lease_id: int, action: Callable[[], None]) -> bool:
+        """Run ``action`` with the lock held if the lease is still in flight; True if it ran.
+
+        While the lock is held the lease cannot complete, nor its worker take another
+        job: killing a worker for a job past its timeout this way can never hit the next
+        job it took after reporting the late one.
+        """
+        with self._lock:
+            if lease_id not in self._in_flight:
+                return False
+            action()
+            return True
+
+    def expired(self, now: float | None = None) -> tuple[list[Lease], float | None]:
+        """Leases past their job's timeout, and the earliest deadline still ahead."""
+        with self._lock:
+            now = self._clock.now() if now is None else now
+            late = [f.lease for f in self._in_flight.values()
+                    if f.deadline is not None and f.deadline <= now]
+            ahead = [f.deadline for f in self._in_flight.values()
+                     if f.deadline is not None and f.deadline > now]
+            return late, min(ahead, default=None)
+
+    def held(self) -> list[Lease]:
+        """The leases currently held."""
+        with self._lock:
+            return [f.lease for f in self._in_flight.values()]
+
+    def outcomes_locked(self) -> Outcomes:
+        samples = list(self._lateness)
+        return Outcomes(len(self._in_flight), self._completed, self._failed,
+                        self._timed_out, self._early, percentiles(samples), len(samples))

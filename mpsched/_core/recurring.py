@@ -1,0 +1,346 @@
+"""Recurring jobs, the pure part: what a schedule is, when its slots fall, what to run next.
+
+A schedule's *slots* are the instants its runs are planned for, as UTC epoch seconds (the
+"label" of a slot; a run's job id is ``"{schedule id}@{label as ISO UTC}"``):
+
+- ``every(interval, mode="rate")``: ``anchor + k * interval`` for k = 0, 1, 2 ... The
+  manager maps labels to its monotonic clock with one offset taken when it loads the
+  schedule, so wall-clock jumps do not move the runs of a running manager.
+- ``every(interval, mode="delay")``: the next slot is ``interval`` after the previous run
+  ended; there is no timeline to fall behind.
+- ``cron(expr, tz=...)``: the instants cronsim gives for ``expr`` in zone ``tz`` (Debian
+  cron's DST rules), mapped to the monotonic clock when armed and again if the wall clock
+  jumps.
+
+``plan()`` decides, at each trigger (a schedule begins, or its armed run started or
+ended), which slot to arm and what was skipped (overlap) or missed (downtime, backlog). It
+is plain arithmetic on labels, so it is tested with made-up times and no clock.
+Nothing here imports multiprocessing or reads a clock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+import os
+import zoneinfo
+from datetime import datetime, timedelta, timezone, tzinfo
+from typing import NamedTuple
+
+from mpsched._core.job import MAX_EPOCH, MIN_EPOCH
+from mpsched._errors import ExtraMissingError, InvalidJobError
+
+MODES = ("rate", "delay")
+OVERLAPS = ("skip", "queue", "allow")
+CATCHUPS = ("latest", "all", "skip")
+ON_ERRORS = ("continue", "pause")
+MAX_ID = 200  # characters in a schedule id
+MIN_INTERVAL = 0.001  # seconds: below this a schedule is a busy loop, not a timetable
+MAX_COUNT = 100_000  # slots counted one by one (cron) before a count is reported as a floor
+RUN_SEPARATOR = "@"
+
+
+class ScheduleSpec(NamedTuple):
+    """What a client asks for; the manager resolves the start and keeps it as given."""
+
+    schedule_id: str
+    kind: str  # "every" or "cron"
+    interval: float  # seconds between slots ("every"); 0.0 for cron
+    mode: str  # "rate" or "delay" ("every"); "rate" for cron
+    cron: str  # the five-field expression; "" for every
+    tz: str  # zone name for cron; "" = the manager's local zone
+    start_delay: float | None  # seconds after the manager receives it (every)
+    start_at: float | None  # UTC epoch seconds of the first slot (every)
+    jitter: float  # seconds: each run starts up to this much after its slot
+    overlap: str
+    catchup: str
+    on_error: str
+    priority: int
+    timeout: float | None
+    retries: int
+    name: str  # the callable's qualified name, for listings
+    payload: bytes  # cloudpickled (fn, args, kwargs), as a job's
+
+    def identity(self) -> ScheduleSpec:
+        """The spec without what is relative to the moment it was sent: two adds of one
+        program at two starts compare equal (an upsert of the same spec is a no-op)."""
+        return self._replace(start_delay=None)
+
+    def describe(self) -> str:
+        """One line for listings: ``every 600s (rate)``, ``cron '30 2 * * 1-5' (UTC)``."""
+        if self.kind == "every":
+            return f"every {self.interval:g}s ({self.mode})"
+        return f"cron '{self.cron}' ({self.tz or 'local'})"
+
+
+class ScheduleCounters(NamedTuple):
+    """What happened to a schedule's slots so far."""
+
+    runs: int  # runs started
+    skipped: int  # slots passed over because the previous run was pending or running
+    missed: int  # slots not run after downtime or a backlog (catchup "latest" or "skip")
+    failed: int  # runs that ended with an error (after their retries)
+
+
+class ScheduleInfo(NamedTuple):
+    """A schedule as the manager reports it (``Client.schedules()``, ``schedules``)."""
+
+    schedule_id: str
+    spec: str  # ScheduleSpec.describe()
+    name: str
+    # When the next run is planned, jitter included: an aware datetime in the schedule's
+    # zone (UTC for every); None when paused or cancelled (or past the year 9999).
+    next_run: datetime | None
+    paused: bool
+    cancelled: bool
+    counters: ScheduleCounters
+    last_run: str | None  # the job id of the latest run that started (None: none yet)
+    tz: str  # the zone cron slots are computed in ("" for every)
+    # The job id of the run queued for next_run; None when none is queued yet (its
+    # previous run has not ended, or the schedule is paused or cancelled).
+    next_run_id: str | None = None
+
+
+def check_spec(spec: ScheduleSpec) -> None:
+    """Raise InvalidJobError (or ExtraMissingError) unless ``spec`` can be planned."""
+    sid = spec.schedule_id
+    if not isinstance(sid, str) or not sid or len(sid) > MAX_ID or RUN_SEPARATOR in sid \
+            or not sid.isprintable():
+        raise InvalidJobError(f"schedule id must be 1 to {MAX_ID} printable characters "
+                              f"without {RUN_SEPARATOR!r}, not {sid!r}")
+    for value, allowed, what in ((spec.mode, MODES, "mode"), (spec.overlap, OVERLAPS, "overlap"),
+                                 (spec.catchup, CATCHUPS, "catchup"),
+                                 (spec.on_error, ON_ERRORS, "on_error")):
+        if value not in allowed:
+            raise InvalidJobError(f"unknown {what} {value!r}: use one of {', '.join(allowed)}")
+    if not (isinstance(spec.jitter, (int, float)) and 0 <= spec.jitter < math.inf):
+        raise InvalidJobError(f"jitter must be a number of seconds >= 0, not {spec.jitter!r}")
+    if spec.kind == "every":
+        problem = interval_problem(spec.interval)
+        if problem:
+            raise InvalidJobError(f"interval {problem}")
+        if spec.start_at is not None and not MIN_EPOCH <= spec.start_at <= MAX_EPOCH:
+            raise InvalidJobError(f"start {spec.start_at!r} is outside the years 1 to 9999")
+        if spec.start_delay is not None and not 0 <= spec.start_delay < MAX_EPOCH:
+            raise InvalidJobError(f"start delay must be >= 0 seconds, not {spec.start_delay!r}")
+    elif spec.kind == "cron":
+        cron_slots(spec.cron, zone(spec.tz), 0.0)  # raises on a bad expression or zone
+    else:
+        raise InvalidJobError(f"unknown schedule kind {spec.kind!r}")
+
+
+def interval_problem(seconds: float) -> str:
+    """Why ``seconds`` cannot be the interval of an every-schedule, or "" (the one rule
+    ``every()`` and ``submit --every`` hold it to, in the same words)."""
+    if not seconds >= MIN_INTERVAL or seconds == math.inf:  # NaN too
+        return f"must be a finite number of seconds >= {MIN_INTERVAL:g}, not {seconds:g}"
+    if seconds >= MAX_EPOCH:
+        return f"must be less than {MAX_EPOCH:g} seconds (the year 9999), not {seconds:g}"
+    return ""
+
+
+def zone(name: str) -> tzinfo:
+    """The zone called ``name`` ("" for UTC).
+
+    Raises:
+        InvalidJobError: no such zone in the zoneinfo database.
+    """
+    if not name:
+        return timezone.utc
+    try:
+        return zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, TypeError) as exc:
+        raise InvalidJobError(f"unknown time zone {name!r}: use an IANA name such as "
+                              "'Europe/Berlin' or 'UTC'") from exc
+
+
+def local_zone_name() -> str:
+    """This host's zone as an IANA name (TZ, then /etc/localtime), or "UTC"."""
+    candidates = [os.environ.get("TZ", "").lstrip(":")]
+    with contextlib.suppress(IndexError, OSError):
+        candidates.append(os.path.realpath("/etc/localtime").split("zoneinfo/", 1)[1])
+    for name in candidates:
+        try:  # one file lookup, not a scan of the whole zone database
+            if name and zone(name):
+                return name
+        except InvalidJobError:
+            continue
+    return "UTC"
+
+
+def cron_slots(expr: str, tz: tzinfo, after: float) -> float:
+    """The first slot of ``expr`` in ``tz`` strictly after ``after`` (UTC epoch seconds).
+
+    Raises:
+        ExtraMissingError: cronsim is not installed.
+        InvalidJobError: ``expr`` is not a valid five-field cron expression.
+    """
+    try:
+        from cronsim import CronSim, CronSimError
+    except ImportError:
+        raise ExtraMissingError("cron schedules", "cron", "cronsim") from None
+    if not isinstance(expr, str) or len(expr.split()) != 5:
+        raise InvalidJobError(f"cron expression must have five fields (minute hour "
+                              f"day-of-month month day-of-week), not {expr!r}")
+    try:
+        return next(CronSim(expr, datetime.fromtimestamp(after, tz))).timestamp()
+    except (CronSimError, ValueError, KeyError) as exc:
+        raise InvalidJobError(f"invalid cron expression {expr!r}: {exc}") from exc
+    except StopIteration:
+        raise InvalidJobError(f"cron expression {expr!r} never fires") from None
+
+
+class Slots:
+    """The slot labels of one schedule (UTC epoch seconds, rounded to microseconds)."""
+
+    def __init__(self, spec: ScheduleSpec, anchor: float, tz: str) -> None:
+        """``anchor``: the first slot of an every-schedule; ``tz``: the resolved cron zone."""
+        self.spec = spec
+        self.anchor = anchor
+        self._tz = zone(tz) if spec.kind == "cron" else timezone.utc
+
+    def after(self, label: float | None) -> float:
+        """The first slot strictly after ``label`` (None: the first slot of all)."""
+        spec = self.spec
+        if spec.kind == "cron":
+            return cron_slots(spec.cron, self._tz, self.anchor if label is None else label)
+        if label is None or label < self.anchor:
+            return self.anchor
+        if spec.mode == "delay":
+            return round(label + spec.interval, 6)
+        k = math.floor((label - self.anchor) / spec.interval) + 1
+        slot = round(self.anchor + k * spec.interval, 6)
+        while slot <= label:  # float rounding at the boundary
+            k += 1
+            slot = round(self.anchor + k * spec.interval, 6)
+        return slot
+
+    def late(self, after: float | None, upto: float) -> tuple[int, float | None, float | None]:
+        """Slots in (after, upto]: how many (a floor of MAX_COUNT for long cron spans),
+        the first and the last."""
+        first = self.after(after)
+        if first > upto:
+            return 0, None, None
+        if self.spec.kind == "every" and self.spec.mode == "rate":
+            k_first = round((first - self.anchor) / self.spec.interval)
+            k_last = math.floor((upto - self.anchor) / self.spec.interval + 1e-9)
+            last = round(self.anchor + k_last * self.spec.interval, 6)
+            if last > upto:
+                k_last -= 1
+                last = round(self.anchor + k_last * self.spec.interval, 6)
+            return k_last - k_first + 1, first, last
+        count, last = 1, first
+        while count < MAX_COUNT and (slot := self.after(last)) <= upto:
+            count, last = count + 1, slot
+        return count, first, last
+
+    def preview(self, after: float | None, n: int) -> list[float]:
+        """The next ``n`` slots after ``after`` (a delay-mode schedule: as if each run took
+        no time)."""
+        labels: list[float] = []
+        for _ in range(n):
+            labels.append(self.after(labels[-1] if labels else after))
+        return labels
+
+
+def resolve_anchor(spec: ScheduleSpec, now_wall: float) -> float:
+    """The first slot of an every-schedule received at ``now_wall`` (cron: ``now_wall``,
+    the instant its slots are counted from)."""
+    if spec.kind == "cron":
+        return now_wall
+    if spec.start_at is not None:
+        return round(spec.start_at, 6)
+    delay = spec.interval if spec.start_delay is None else spec.start_delay
+    return round(now_wall + delay, 6)
+
+
+def jitter_offset(schedule_id: str, label: float, jitter: float) -> float:
+    """A delay in [0, jitter) that depends only on the schedule and the slot, so that a
+    restarted manager plans the same instant."""
+    if jitter <= 0:
+        return 0.0
+    digest = hashlib.blake2b(run_id(schedule_id, label).encode(), digest_size=8).digest()
+    return jitter * int.from_bytes(digest, "big") / 2.0**64
+
+
+def run_id(schedule_id: str, label: float) -> str:
+    """The job id of a schedule's run for the slot ``label``: ``nightly@2026-12-03T02:30:00Z``."""
+    when = datetime.fromtimestamp(label, timezone.utc)
+    text = when.isoformat(timespec="microseconds" if when.microsecond else "seconds")
+    return f"{schedule_id}{RUN_SEPARATOR}{text.replace('+00:00', 'Z')}"
+
+
+def schedule_of(job_id: str) -> str | None:
+    """The schedule id a run's job id names, or None for an ordinary job id."""
+    sid, sep, _ = job_id.rpartition(RUN_SEPARATOR)
+    return sid if sep else None
+
+
+def to_seconds(value: float | timedelta, what: str) -> float:
+    """Seconds from a number or a timedelta; InvalidJobError for anything else."""
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise InvalidJobError(f"{what} must be seconds (a number) or a timedelta, not {value!r}")
+    return float(value)
+
+
+# ---------------------------------------------------------------------- planning
+
+class Plan(NamedTuple):
+    """What to do at one trigger."""
+
+    arm: float | None  # the slot whose run to submit now (None: none)
+    decided: float | None  # every slot up to here is armed, skipped or missed
+    owed_until: float | None  # catchup="all": late slots up to here still to run
+    skipped: int
+    missed: int
+    cancel_armed: bool = False  # catchup="skip" at recovery: the late armed run is dropped
+
+
+def plan(slots: Slots, decided: float | None, owed_until: float | None, now: float,
+         trigger: str, *, active: bool = False) -> Plan:
+    """Decide the next run of a schedule at ``now`` (a label on its own timeline).
+
+    ``trigger`` is "begin" (added, resumed, or recovered after downtime: late slots were
+    missed), "ended" (its run ended; for overlap skip and queue, and delay mode) or
+    "started" (its run started; for overlap allow). ``active``: at "begin", a run of it is
+    still pending or running (recovered from the store).
+    """
+    spec = slots.spec
+    if spec.mode == "delay":
+        if trigger == "begin" and decided is None:
+            start = slots.after(None)
+            return Plan(start, start, None, 0, 0)
+        if trigger == "begin" and active:
+            return Plan(None, decided, None, 0, 0)
+        nxt = round(now + spec.interval, 6)
+        return Plan(nxt, nxt, None, 0, 0)
+    if owed_until is not None and trigger != "begin":
+        owed = slots.after(decided)
+        if owed <= owed_until:
+            return Plan(owed, owed, owed_until if owed < owed_until else None, 0, 0)
+    count, first, last = slots.late(decided, now)
+    if count == 0 or first is None or last is None:
+        if trigger == "begin" and active:
+            return Plan(None, decided, None, 0, 0)
+        nxt = slots.after(max(now, decided) if decided is not None else now)
+        return Plan(nxt, nxt, None, 0, 0)
+    if trigger == "ended" and spec.overlap == "skip":
+        nxt = slots.after(now)
+        return Plan(nxt, nxt, None, count, 0)
+    if trigger == "begin" and active:
+        # The run armed before the downtime is late itself and stands for the missed slots.
+        if spec.catchup == "latest":
+            return Plan(None, last, None, 0, count)
+        if spec.catchup == "all":
+            return Plan(None, decided, last, 0, 0)
+        nxt = slots.after(now)
+        return Plan(nxt, nxt, None, 0, count + 1, cancel_armed=True)
+    if spec.catchup == "latest":
+        return Plan(last, last, None, 0, count - 1)
+    if spec.catchup == "all":
+        return Plan(first, first, last if first < last else None, 0, 0)
+    nxt = slots.after(now)
+    return Plan(nxt, nxt, None, 0, count)

@@ -1,0 +1,132 @@
+"""Per-client mailboxes: outcomes wait here for their submitting client's result thread."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from mpsched._core.job import Outcome
+
+log = logging.getLogger("mpsched.manager")
+
+# A result thread that finds fewer than BATCH outcomes waits up to LINGER for more, so
+# under load one reply carries many outcomes (it only delays results, never job starts).
+BATCH = 64
+LINGER = 0.001
+# One collect() reply carries at most this many outcomes and, past the first, this many
+# payload bytes: a reply must never fail to pickle or exhaust memory. The rest waits for
+# the next call, which returns at once.
+REPLY_OUTCOMES = 4096
+REPLY_BYTES = 64 * 2**20
+
+
+@dataclass(eq=False)
+class _Mailbox:
+    ready: threading.Condition  # over Mailboxes._lock; its client's result thread waits
+    outcomes: deque[Outcome] = field(default_factory=deque)
+    closed: bool = False
+
+
+class Mailboxes:
+    """Outcomes waiting for their submitting client's result thread."""
+
+    def __init__(self, on_discard: Callable[[Outcome], None] | None = None) -> None:
+        """``on_discard`` is called (without the lock) with each outcome thrown away
+        because its client is gone."""
+        self._on_discard = on_discard
+        # Guards _boxes and every mailbox in it.
+        self._lock = threading.Lock()
+        # A stopping manager waits here (wait_collected) for the boxes to empty; collect()
+        # notifies it each time it empties one.
+        self._emptied = threading.Condition(self._lock)
+        self._boxes: dict[str, _Mailbox] = {}
+
+    def open(self, client_id: str) -> None:
+        with self._lock:
+            self._boxes.setdefault(client_id, _Mailbox(threading.Condition(self._lock)))
+
+    def post(self, client_id: str, outcome: Outcome) -> None:
+        # A closed mailbox still takes outcomes: its client collects them before it is
+        # told the box is closed (a stopping manager waits for that in wait_collected()).
+        with self._lock:
+            box = self._boxes.get(client_id)
+            if box is not None:
+                box.outcomes.append(outcome)
+                if len(box.outcomes) in (1, BATCH):  # the waiter's two conditions
+                    box.ready.notify()
+                return
+        log.debug("discarded the outcome of job %s: client %s is gone", outcome.job_id,
+                  client_id)
+        if self._on_discard is not None:
+            self._on_discard(outcome)
+
+    def collect(self, client_id: str, timeout: float) -> list[Outcome] | None:
+        """The outcomes waiting for ``client_id`` (up to REPLY_OUTCOMES / REPLY_BYTES),
+        after at most ``timeout`` seconds.
+
+        Returns None once the mailbox is closed and empty (and forgets it).
+        """
+        with self._lock:
+            box = self._boxes.get(client_id)
+            if box is None:
+                return None
+            box.ready.wait_for(lambda: bool(box.outcomes) or box.closed, timeout)
+            if box.outcomes and len(box.outcomes) < BATCH and not box.closed:
+                box.ready.wait_for(lambda: len(box.outcomes) >= BATCH or box.closed, LINGER)
+            if not box.outcomes:
+                if box.closed:
+                    self._boxes.pop(client_id, None)
+                    return None
+                return []
+            outcomes = [box.outcomes.popleft()]
+            size = len(outcomes[0].payload)
+            while box.outcomes and len(outcomes) < REPLY_OUTCOMES:
+                size += len(box.outcomes[0].payload)
+                if size > REPLY_BYTES:
+                    break
+                outcomes.append(box.outcomes.popleft())
+            if not box.outcomes:
+                self._emptied.notify_all()
+            return outcomes
+
+    def close(self, client_id: str | None = None) -> None:
+        """Close one client's mailbox, or all; its result thread gets what is left.
+
+        An empty mailbox closed by its own client is forgotten at once.
+        """
+        with self._lock:
+            for cid, box in list(self._boxes.items()):
+                if client_id is None or cid == client_id:
+                    box.closed = True
+                    box.ready.notify_all()
+                    if client_id is not None and not box.outcomes:
+                        del self._boxes[cid]
+
+    def drop(self, client_id: str) -> int | None:
+        """Forget a client that can no longer collect (its connection closed); returns how
+        many outcomes were discarded (None: it had no mailbox). Later outcomes for it are
+        discarded as they come."""
+        with self._lock:
+            box = self._boxes.pop(client_id, None)
+            if box is None:
+                return None
+            self._emptied.notify_all()
+        if self._on_discard is not None:
+            for outcome in box.outcomes:
+                self._on_discard(outcome)
+        return len(box.outcomes)
+
+    def __len__(self) -> int:
+        """How many clients have a mailbox."""
+        with self._lock:
+            return len(self._boxes)
+
+    def wait_collected(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds until every mailbox is empty (its client took
+        what was left); True if they all are."""
+        with self._lock:
+            return self._emptied.wait_for(
+                lambda: not any(box.outcomes for box in self._boxes.values()), timeout)

@@ -1,0 +1,188 @@
+"""The manager process: one JobQueue served to clients and workers.
+
+```
+ clients                      manager process                          workers
+ Scheduler / connect()        heap + lock + condition (JobQueue)       loop: take -> run -> report
+   submit(JobRequest) ──────▶  seq, due, priority                ◀──── take(worker_id, report)
+   cancel(job_id) ──────────▶  in-flight leases                  ────▶ Assignment(lease, payload)
+   result thread ◀──────────   per-client result mailboxes       ◀──── ack / heartbeat (remote)
+                               supervisor: local worker sentinels, remote heartbeats
+```
+
+Everything crosses through ``multiprocessing.managers``: each proxied call runs in the
+server thread of the caller's connection, so a worker blocked in ``take`` blocks only its
+own server thread, inside JobQueue's condition wait. No lock, condition or queue object
+leaves this process, and job and result payloads stay opaque bytes here: the manager never
+imports user code.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+
+from mpsched._core.queue import JobQueue
+from mpsched._errors import StoreError
+from mpsched._manager.journal import BaseJournal, Journal, NoJournal
+from mpsched._manager.service import ManagerService
+from mpsched._manager.supervisor import Supervisor
+from mpsched._payload.segments import Segments
+from mpsched._payload.shm import payload_size
+from mpsched._protocol.proxy import (
+    STOP,
+    STOP_NOW,
+    ManagerConfig,
+    ManagerFailed,
+    ManagerReady,
+    ServiceManager,
+    serve_object,
+)
+from mpsched._store.sqlite import SQLiteStore
+from mpsched._transport.sockets import SERIALIZER, HardenedServer, scrub_authkey_env
+from mpsched._transport.tls import set_tls
+
+log = logging.getLogger("mpsched.manager")
+
+
+def run_manager(config: ManagerConfig, control: Connection | None = None,
+                on_ready: Callable[[ManagerReady, ManagerService], None] | None = None) -> int:
+    """Run a manager in this process until it is told to stop; returns an exit code.
+
+    Args:
+        control: a pipe to the process that started this one. It may send "stop"; when
+            it closes (that process died, even by SIGKILL) the manager stops at once.
+        on_ready: called once the manager listens and its workers have joined.
+
+    Raises:
+        StoreError: (without ``control``) the store cannot be opened or recovered; with
+            ``control`` it is sent to the owner instead, and 1 is returned.
+    """
+    logging.basicConfig(level=config.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(name)s[%(process)d] %(levelname)s %(message)s")
+    if control is not None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the owner decides when we stop
+    queue = JobQueue(order=config.order, max_pending=config.max_pending,
+                     max_pending_bytes=config.max_pending_bytes, sizer=payload_size)
+    try:
+        journal, recovered = _open_journal(config, queue)
+    except StoreError as exc:
+        if control is None:
+            raise
+        control.send(ManagerFailed(str(exc), exc))
+        return 1
+    segments = _segments(config)
+    try:
+        return _serve(config, control, on_ready, ManagerService(
+            queue, heartbeat_timeout=config.heartbeat_timeout, journal=journal,
+            segments=segments), recovered)
+    finally:
+        segments.close()
+        journal.store.close()
+
+
+def run_owned(control: Connection) -> int:
+    """Entry of a Scheduler's manager process (mpsched._manager.process): read the config
+    its owner sends over ``control``, then run as :func:`run_manager`; returns the exit
+    code."""
+    config = control.recv()
+    assert isinstance(config, ManagerConfig), config
+    return run_manager(config, control)
+
+
+def _segments(config: ManagerConfig) -> Segments:
+    """Shared memory for payloads where every worker and client can map it: a Scheduler's
+    manager (its workers are local), without a store (payloads must be in the store to
+    survive a restart)."""
+    if config.store is not None:
+        why = f"the store {config.store} keeps every payload"
+    elif not config.shared_memory:
+        why = "shared memory is off (Scheduler(shared_memory=False), or serve)"
+    else:
+        why = ""
+    return Segments.start(not why, why)
+
+
+def _open_journal(config: ManagerConfig, queue: JobQueue) -> tuple[BaseJournal, str]:
+    """The journal of the store the config names (none without one), its jobs back in
+    ``queue``; and what was recovered, in one line ("" for nothing)."""
+    if config.store is None:
+        return NoJournal(queue, result_ttl=config.result_ttl), ""
+    store = SQLiteStore(config.store, durability=config.durability,
+                        result_ttl=config.result_ttl)
+    journal = Journal(store, queue)
+    try:
+        summary = journal.recover(queue.clock)
+    except BaseException:
+        store.close()
+        raise
+    if summary:
+        log.info("%s", summary)
+    return journal, summary
+
+
+def _serve(config: ManagerConfig, control: Connection | None,
+           on_ready: Callable[[ManagerReady, ManagerService], None] | None,
+           service: ManagerService, recovered: str) -> int:
+    service.schedules.keep_cancelled_for(config.result_ttl)
+    summary = service.schedules.recover()
+    if summary:
+        log.info("%s", summary)
+    recovered_lines = tuple(line for line in (recovered, summary) if line)
+    serve_object(service)
+    # The key is in config: workers and the jobs they run must not inherit it.
+    scrub_authkey_env()
+    set_tls(config.tls)  # the listener below, and this process's own connections
+    # Not BaseManager.get_server(): it builds a plain Server and ignores _Server.
+    server = HardenedServer(ServiceManager._registry, config.address,  # type: ignore[attr-defined]
+                            config.authkey, SERIALIZER)
+    server.on_disconnect = service.connection_closed
+    # serve_client reads stop_event, which only serve_forever would create; we run the
+    # accepter ourselves so that this thread can supervise.
+    server.stop_event = threading.Event()  # type: ignore[attr-defined]
+    threading.Thread(target=server.accepter, name="mpsched-accept", daemon=True).start()
+    supervisor = Supervisor(service, config, server.address)
+    grace, now = config.drain_timeout, False
+    try:
+        failure = _start(supervisor, config)
+        if failure:
+            if control is not None:
+                control.send(ManagerFailed(failure))
+            log.error("manager start-up failed: %s", failure)
+            return 1
+        ready = ManagerReady(server.address, os.getpid(), recovered_lines)
+        if control is not None:
+            control.send(ready)
+        if on_ready is not None:
+            on_ready(ready, service)
+        reason = supervisor.watch(control)
+        now = reason == STOP_NOW
+        if reason != STOP:
+            grace = 0.0
+        return 0
+    finally:
+        service.stop()
+        if now:  # the owner asked for the running jobs to be killed (a second Ctrl-C)
+            log.info("stopping now: killed %d worker(s) running a job", supervisor.kill_busy())
+        elif not service.queue.leases.wait_drained(grace):
+            log.warning("jobs still running after %.0f s; stopping their workers", grace)
+        supervisor.stop_workers(grace=2.0)
+        # A remote worker between two takes must hear of the stop before the sockets
+        # close; else it takes the stop for a lost manager and waits for it to come back.
+        service.wait_workers_told(0.0 if grace == 0 else 2.0)
+        service.mailboxes.close()
+        # Let connected clients take the last outcomes before the sockets close.
+        service.mailboxes.wait_collected(0.0 if grace == 0 else 5.0)
+
+
+def _start(supervisor: Supervisor, config: ManagerConfig) -> str:
+    try:
+        supervisor.start_workers()
+        return str(supervisor.await_workers(config.start_timeout))
+    except Exception as exc:
+        log.exception("manager start-up failed")
+        return f"{type(exc).__name__}: {exc}"

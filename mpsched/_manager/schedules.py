@@ -1,0 +1,461 @@
+"""Schedules: the manager's recurring jobs, each run an ordinary job of the queue.
+
+A schedule keeps one run armed: a job whose id is ``"{schedule id}@{slot, UTC}"``, submitted
+through the journal (so it is in the store before it is in the heap) with its slot as due
+time; the heap's timed wait starts it on time, like any scheduled job. What arms the next run
+(``mpsched._core.recurring.plan``) depends on ``overlap``::
+
+    add / resume / recovery ──▶ plan("begin") ──▶ arm run k ──▶ heap ──▶ worker
+                                                     ▲            │
+    overlap "skip"/"queue", mode "delay":  run k ended ───────────┤ plan("ended")
+    overlap "allow":                       run k started ─────────┘ plan("started")
+
+Run ids are deterministic, and a slot is armed only if the store does not know its run:
+a slot never runs twice, whoever adds the schedule and however often the manager restarts.
+Every-schedules map slots to the monotonic clock with one offset per manager lifetime;
+cron runs are re-mapped when the wall clock jumps (a watcher thread compares the clocks).
+
+A cancelled schedule leaves the store, but this manager remembers its latest runs and their
+outcomes for ``result_ttl`` (at most KEPT_CANCELLED schedules), so that its handles can
+still list them and a manager without a store can still give a run's outcome by id.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import socket
+import threading
+from collections.abc import Callable
+
+from mpsched._core.clock import Clock
+from mpsched._core.job import CANCELLED, Job, JobRequest, Outcome
+from mpsched._core.recurring import (
+    ScheduleInfo,
+    ScheduleSpec,
+    Slots,
+    check_spec,
+    jitter_offset,
+    local_zone_name,
+    plan,
+    resolve_anchor,
+    run_id,
+    schedule_of,
+)
+from mpsched._errors import (
+    ExtraMissingError,
+    InvalidJobError,
+    MpschedError,
+    ScheduleNotFoundError,
+    StoreError,
+)
+from mpsched._manager.journal import BaseJournal, cancelled
+from mpsched._manager.schedule_entry import Cancelled, Entry, State
+from mpsched._store.base import DAY, StoredSchedule
+
+log = logging.getLogger("mpsched.schedules")
+
+CLIENT_PREFIX = "schedule:"  # the client id a schedule's runs are submitted under
+WALL_CHECK = 1.0  # seconds between two comparisons of the wall and monotonic clocks
+WALL_JUMP = 0.5  # seconds the wall clock may move against the monotonic one unnoticed
+
+
+class Schedules:
+    """The recurring schedules of one manager; every public method is thread-safe."""
+
+    def __init__(self, journal: BaseJournal, clock: Clock,
+                 cancelled: Callable[[list[Job]], object]) -> None:
+        """``cancelled``: journals withdrawn runs and tells whoever watches them."""
+        self._journal = journal
+        self._cancelled = cancelled
+        self._queue = journal.queue
+        self._clock = clock
+        # Guards _entries, _runs, _gone and every entry. Held while a run is armed (a
+        # durable store write), so two clients adding or cancelling one schedule are
+        # serialised. Nobody waits on it for long: schedules change at human rates.
+        self._lock = threading.Lock()
+        self._entries: dict[str, Entry] = {}
+        self._runs: dict[str, str] = {}  # armed run id -> schedule id (read without lock)
+        self._gone = Cancelled(result_ttl=DAY)  # the cancelled ones whose runs stay listable
+        # Set by close(); the wall-clock watcher waits on it between checks.
+        self._closed = threading.Event()
+        self._watcher: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def recover(self) -> str:
+        """Load the store's schedules and plan each after the downtime; a summary line."""
+        stored = self._journal.store.schedules()
+        with self._lock:
+            for schedule in stored:
+                self._recover_locked(schedule)
+        self._start_watcher()
+        if not stored:
+            return ""
+        return f"recovered {len(stored)} schedule(s)"
+
+    def _recover_locked(self, stored: StoredSchedule) -> None:
+        spec = ScheduleSpec._make(pickle.loads(stored.spec))
+        state = State(*pickle.loads(stored.state))  # fields added since take defaults
+        entry = self._entry(spec, state.anchor, state.tz)
+        entry.decided, entry.owed_until, entry.paused = \
+            state.decided, state.owed_until, state.paused
+        entry.restore(state.counters)
+        entry.recent.extend(state.recent)
+        entry.last_started = state.last_started
+        for rid, label in state.active:
+            record = self._journal.get(rid)
+            if record is not None and not record.state.finished:
+                self._track_locked(entry, rid, label)
+        self._entries[spec.schedule_id] = entry
+        if not entry.paused:
+            self._plan_locked(entry, "begin")
+
+    def keep_cancelled_for(self, result_ttl: float) -> None:
+        """How long a cancelled schedule's latest runs and their outcomes stay listable:
+        the manager's ``result_ttl`` (a day unless told)."""
+        with self._lock:
+            self._gone.result_ttl = result_ttl
+
+    def close(self) -> None:
+        """Stop planning: runs that end from now on leave the store as it is."""
+        if self._entries and self._journal.store.location == "memory":
+            log.info("%d schedule(s) end with this manager: without a store nothing keeps "
+                     "them", len(self._entries))
+        self._closed.set()
+        if self._watcher is not None:
+            self._watcher.join(timeout=5)
+
+    # ------------------------------------------------------------------ calls
+
+    def add(self, spec: ScheduleSpec) -> ScheduleInfo:
+        """Add a schedule, or upsert one with its id: the same spec changes nothing; a
+        changed one replaces it and keeps its last run (and its counters).
+
+        Raises:
+            InvalidJobError: a spec that cannot be planned.
+            ExtraMissingError: a cron schedule, and this process lacks cronsim (its
+                message names the manager).
+            StoreError: it could not be recorded; nothing changed.
+        """
+        try:
+            check_spec(spec)
+        except ExtraMissingError as exc:
+            raise exc.missing_in(f"the manager (pid {os.getpid()} on "
+                                 f"{socket.gethostname()})") from None
+        tz = spec.tz or (local_zone_name() if spec.kind == "cron" else "")
+        with self._lock:
+            old = self._entries.get(spec.schedule_id)
+            if old is not None and old.spec.identity() == spec.identity():
+                return self._info_locked(old)
+            anchor = resolve_anchor(spec, self._clock.wall())
+            if old is not None and old.spec.kind == spec.kind == "every" \
+                    and spec.start_at is None:
+                anchor = old.slots.anchor if old.spec.interval == spec.interval else anchor
+            entry = self._entry(spec, anchor, tz)
+            if old is not None:
+                self._carry_over_locked(old, entry)
+            elif (gone := self._gone.pop(spec.schedule_id, self._clock.now())) is not None:
+                entry.recent, entry.outcomes = gone.recent, gone.outcomes  # its runs' list
+            self._journal.store.save_schedule(StoredSchedule(
+                spec.schedule_id, pickle.dumps(tuple(spec)), pickle.dumps(entry.state())))
+            self._entries[spec.schedule_id] = entry
+            log.info("schedule %s %s: %s", spec.schedule_id,
+                     "replaced" if old else "added", spec.describe())
+            self._plan_locked(entry, "begin")
+            return self._info_locked(entry)
+
+    def _carry_over_locked(self, old: Entry, new: Entry) -> None:
+        """A replaced schedule keeps its counters and last run; its armed run that has not
+        started is withdrawn (the new spec plans the next one)."""
+        new.runs, new.skipped, new.missed, new.failed = old.counters()
+        new.warned = old.warned  # what it warned of stays said, and its pace
+        new.recent, new.outcomes, new.paused = old.recent, old.outcomes, old.paused
+        new.last_started = old.last_started
+        new.decided = old.decided
+        self._withdraw_locked(old)
+        new.active, new.started = old.active, old.started
+
+    def control(self, schedule_id: str, action: str) -> ScheduleInfo:
+        """``pause``, ``resume`` or ``cancel`` a schedule; returns it as it is now.
+
+        Pause and cancel withdraw its armed run unless it started: no run starts after
+        this returns; a running one finishes. A cancelled schedule's runs stay listable
+        (``runs``, ``outcome``) for ``result_ttl``.
+
+        Raises:
+            ScheduleNotFoundError: no such schedule: it was cancelled already (with
+                ``cancelled`` set while this manager remembers that), or never added.
+            InvalidJobError: an unknown action.
+        """
+        with self._lock:
+            entry = self._get_locked(schedule_id)
+            if action == "pause":
+                entry.paused = True
+                self._withdraw_locked(entry)
+                self._save_state_locked(entry)
+            elif action == "resume":
+                if entry.paused:
+                    entry.paused = False
+                    entry.decided = None if entry.decided is None else max(
+                        entry.decided, self._now(entry))
+                    self._plan_locked(entry, "begin")
+            elif action == "cancel":
+                for rid in self._withdraw_locked(entry):
+                    entry.keep(cancelled(rid))
+                del self._entries[schedule_id]
+                self._journal.store.delete_schedule(schedule_id)
+                self._gone.remember(entry, self._clock.now())
+                log.info("schedule %s cancelled", schedule_id)
+                return self._info_locked(entry, cancelled=True)
+            else:
+                raise InvalidJobError(f"unknown schedule action {action!r}")
+            return self._info_locked(entry)
+
+    def info(self, schedule_id: str) -> ScheduleInfo:
+        with self._lock:
+            return self._info_locked(self._get_locked(schedule_id))
+
+    def listing(self) -> list[ScheduleInfo]:
+        with self._lock:
+            return [self._info_locked(e) for e in self._entries.values()]
+
+    def preview(self, schedule_id: str, n: int) -> list[float]:
+        """The next ``n`` slots (UTC epoch seconds, jitter included) without running any."""
+        with self._lock:
+            entry = self._get_locked(schedule_id)
+            after = max(entry.decided, self._now(entry)) if entry.decided is not None \
+                else None
+            armed = sorted(entry.active.values())
+            labels = [a for a in armed if a > self._now(entry)][:n]
+            labels += entry.slots.preview(after if not labels else labels[-1], n - len(labels))
+            sid, jitter = entry.spec.schedule_id, entry.spec.jitter
+            return [label + jitter_offset(sid, label, jitter) for label in labels]
+
+    def runs(self, schedule_id: str, n: int) -> list[str]:
+        """The ids of the ``n`` latest runs, oldest first; of a schedule cancelled less
+        than ``result_ttl`` ago too.
+
+        Raises:
+            ScheduleNotFoundError: no such schedule (never added, or forgotten).
+        """
+        with self._lock:
+            listed = self._entries.get(schedule_id) or self._gone.get(schedule_id,
+                                                                     self._clock.now())
+            if listed is None:
+                raise ScheduleNotFoundError(schedule_id)
+            recent = list(listed.recent)
+            return recent[-n:] if n > 0 else []
+
+    def outcome(self, job_id: str) -> Outcome | None:
+        """The kept outcome of a recent run (a manager without a store forgets jobs), of a
+        schedule cancelled less than ``result_ttl`` ago too."""
+        with self._lock:
+            sid = schedule_of(job_id) or ""
+            for listed in (self._entries.get(sid), self._gone.get(sid, self._clock.now())):
+                if listed is not None and job_id in listed.outcomes:
+                    return listed.outcomes[job_id]
+            return None
+
+    # ------------------------------------------------------------------ run events
+
+    def started(self, job_id: str) -> None:
+        """The service handed out a job: for a run of an ``allow`` schedule, arm the next."""
+        if job_id not in self._runs or self._closed.is_set():
+            return
+        with self._lock:
+            entry = self._entries.get(self._runs.get(job_id, ""))
+            if entry is None or job_id not in entry.active:
+                return
+            entry.runs += 1
+            entry.started.add(job_id)
+            entry.last_started = job_id
+            if entry.spec.overlap == "allow" and entry.spec.mode == "rate" and not entry.paused:
+                self._plan_locked(entry, "started")
+            else:
+                self._save_state_locked(entry)
+
+    def ended(self, job_id: str, outcome: Outcome) -> None:
+        """A job's outcome is final (or it was cancelled): for a run, count it and, unless
+        its schedule allows overlap, arm the next."""
+        if job_id not in self._runs or self._closed.is_set():
+            return  # closed: runs that end as the manager stops stay as the store has them
+        with self._lock:
+            sid = self._runs.pop(job_id, "")
+            entry = self._entries.get(sid)
+            if entry is None or entry.active.pop(job_id, None) is None:
+                # A run that was running when its schedule was cancelled (and maybe added
+                # again since, its runs' list carried over): its outcome is kept all the same.
+                listed = self._gone.get(sid, self._clock.now()) or entry
+                if listed is not None and job_id in listed.recent:
+                    listed.keep(outcome)
+                return
+            entry.started.discard(job_id)
+            entry.keep(outcome)
+            if not outcome.ok and outcome.error_kind != CANCELLED:
+                entry.failed += 1
+                if entry.spec.on_error == "pause":
+                    entry.paused = True
+                    self._withdraw_locked(entry)
+                    log.warning("schedule %s paused: run %s failed (%s)", sid, job_id,
+                                outcome.error_kind or "its own exception")
+            if entry.paused:
+                self._save_state_locked(entry)
+            elif entry.spec.overlap != "allow" or entry.spec.mode == "delay" \
+                    or not entry.active:
+                self._plan_locked(entry, "ended")
+            else:
+                self._save_state_locked(entry)
+
+    # ------------------------------------------------------------------ planning
+
+    def _entry(self, spec: ScheduleSpec, anchor: float, tz: str) -> Entry:
+        return Entry(spec, Slots(spec, anchor, tz), tz,
+                      offset=self._clock.now() - self._clock.wall())
+
+    def _now(self, entry: Entry) -> float:
+        """Now as a label on the schedule's timeline."""
+        if entry.spec.kind == "cron":
+            return self._clock.wall()
+        return self._clock.now() - entry.offset
+
+    def _plan_locked(self, entry: Entry, trigger: str) -> None:
+        decision = plan(entry.slots, entry.decided, entry.owed_until, self._now(entry),
+                        trigger, active=bool(entry.active))
+        before = entry.decided, entry.owed_until
+        entry.decided, entry.owed_until = decision.decided, decision.owed_until
+        if decision.cancel_armed:
+            self._withdraw_locked(entry)
+        if decision.skipped or decision.missed:
+            entry.skipped += decision.skipped
+            entry.missed += decision.missed
+            entry.warn(self._clock.now())
+        if decision.arm is not None and not self._arm_locked(entry, decision.arm):
+            entry.decided, entry.owed_until = before  # the watcher tries that slot again
+        self._save_state_locked(entry)
+
+    def _arm_locked(self, entry: Entry, label: float) -> bool:
+        """Queue the run of one slot (unless the store knows it: then it is adopted);
+        False when it could not be queued."""
+        spec = entry.spec
+        rid = run_id(spec.schedule_id, label)
+        if rid in entry.active:
+            return True
+        record = self._journal.get(rid)
+        if record is not None:  # armed before (another manager life): never twice
+            if not record.state.finished:
+                self._track_locked(entry, rid, label)
+            return True
+        due = self._due(entry, label)
+        request = JobRequest(rid, CLIENT_PREFIX + spec.schedule_id, spec.payload,
+                             spec.priority, max(0.0, due - self._clock.now()), None,
+                             spec.timeout, spec.retries, None, spec.name)
+        try:
+            # Due at the slot itself: a delay would start from when the queue reads its
+            # clock, a little later, and every run would be that much late.
+            self._journal.submit([request], timeout=0, due=due)
+        except (MpschedError, StoreError) as exc:
+            if not entry.stalled:
+                log.warning("schedule %s: run %s could not be queued (%s); trying again "
+                            "every %g s", spec.schedule_id, rid, exc, WALL_CHECK)
+            entry.stalled = True  # the watcher plans it again
+            return False
+        self._track_locked(entry, rid, label)
+        return True
+
+    def _track_locked(self, entry: Entry, rid: str, label: float) -> None:
+        """Follow an armed run: its start and end re-plan the schedule."""
+        entry.active[rid] = label
+        self._runs[rid] = entry.spec.schedule_id
+        if rid not in entry.recent:
+            entry.recent.append(rid)
+
+    def replan_stalled(self) -> None:
+        """Plan again every schedule whose last run could not be queued (a full queue, a
+        store error): it has no run armed, so nothing else would."""
+        with self._lock:
+            for entry in self._entries.values():
+                if entry.stalled and not entry.paused and not entry.active:
+                    entry.stalled = False
+                    self._plan_locked(entry, "begin")
+
+    def _due(self, entry: Entry, label: float) -> float:
+        """The monotonic instant a slot's run is due, jitter included."""
+        label += jitter_offset(entry.spec.schedule_id, label, entry.spec.jitter)
+        if entry.spec.kind == "cron":
+            return label + self._clock.now() - self._clock.wall()
+        return label + entry.offset
+
+    def _withdraw_locked(self, entry: Entry) -> list[str]:
+        """Cancel the entry's armed runs that have not started; running ones stay active,
+        so that their end is still counted. Returns the ids of those withdrawn."""
+        jobs = self._queue.cancel_jobs(list(entry.active))
+        withdrawn = [job.job_id for job in jobs]
+        for rid in withdrawn:
+            del entry.active[rid]
+            self._runs.pop(rid, None)  # first: the cancel's ended() must not re-plan
+        if jobs:
+            self._cancelled(jobs)
+        return withdrawn
+
+    def _save_state_locked(self, entry: Entry) -> None:
+        self._journal.store.update_schedule(entry.spec.schedule_id,
+                                            pickle.dumps(entry.state()))
+
+    def _get_locked(self, schedule_id: str) -> Entry:
+        entry = self._entries.get(schedule_id)
+        if entry is None:
+            gone = self._gone.get(schedule_id, self._clock.now())
+            raise ScheduleNotFoundError(schedule_id, cancelled=gone is not None)
+        return entry
+
+    def _info_locked(self, entry: Entry, *, cancelled: bool = False) -> ScheduleInfo:
+        return entry.info(self._now(entry), cancelled=cancelled)
+
+    # ------------------------------------------------------------------ wall clock
+
+    def _start_watcher(self) -> None:
+        self._watcher = threading.Thread(target=self._watch_wall, name="mpsched-wall-clock",
+                                         daemon=True)
+        self._watcher.start()
+
+    def _watch_wall(self) -> None:
+        """Re-map armed cron runs when the wall clock jumps against the monotonic one, and
+        plan again the schedules whose run could not be queued."""
+        offset = self._clock.now() - self._clock.wall()
+        while not self._closed.wait(WALL_CHECK):
+            now_offset = self._clock.now() - self._clock.wall()
+            self.replan_stalled()
+            if abs(now_offset - offset) > WALL_JUMP:
+                log.warning("the wall clock jumped by %+.3f s; cron runs re-planned",
+                            offset - now_offset)
+                self.remap_cron()
+            offset = now_offset
+
+    def too_early(self, job_id: str, early: float) -> bool:
+        """Whether a cron run about to be handed out (up to ``early`` seconds before its
+        due time) is early by the wall clock: it jumped back since the run was armed, and
+        the watcher has not re-mapped it yet. The caller puts the run back and calls
+        ``remap_cron``."""
+        if job_id not in self._runs:
+            return False
+        with self._lock:
+            entry = self._entries.get(self._runs.get(job_id, ""))
+            label = None if entry is None else entry.active.get(job_id)
+            if entry is None or label is None or entry.spec.kind != "cron":
+                return False
+            planned = label + jitter_offset(entry.spec.schedule_id, label, entry.spec.jitter)
+            return self._clock.wall() < planned - early - WALL_JUMP / 10
+
+    def remap_cron(self) -> int:
+        """Move every armed cron run that has not started to its slot on the wall clock as
+        it reads now; returns how many moved."""
+        moved = 0
+        with self._lock:
+            for entry in self._entries.values():
+                if entry.spec.kind != "cron":
+                    continue
+                for rid, label in entry.active.items():
+                    moved += self._queue.reschedule(rid, self._due(entry, label))
+        return moved

@@ -1,0 +1,464 @@
+"""ManagerService: the one object a manager process serves to clients and workers.
+
+It joins the pure JobQueue (heap, leases) and its journal with what only a served object
+needs: the workers table (mpsched._manager.worker_table), per-client result mailboxes,
+version checks and the statistics ``status`` shows. Each public method is one proxied call and runs
+in the server thread of the caller's connection (mpsched._protocol.proxy.ServiceProxy is the
+other side).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import secrets
+import threading
+import time
+from collections.abc import Callable
+
+from mpsched._core.clock import Clock, SystemClock
+from mpsched._core.job import Job, JobRecord, Lease, Outcome, PayloadOptions
+from mpsched._core.leases import LostLease
+from mpsched._core.queue import JobQueue
+from mpsched._core.recurring import ScheduleInfo, ScheduleSpec
+from mpsched._errors import (
+    JobNotFoundError,
+    JobTimeoutError,
+    MpschedError,
+    SchedulerShutdownError,
+    VersionMismatchError,
+    WorkerCrashedError,
+)
+from mpsched._manager.journal import BaseJournal, NoJournal, cancelled
+from mpsched._manager.mailbox import Mailboxes
+from mpsched._manager.schedules import Schedules
+from mpsched._manager.worker_table import WorkerTable
+from mpsched._payload.segments import Segments
+from mpsched._protocol.proxy import (
+    HEARTBEAT_TIMEOUT,
+    LONG_POLL,
+    AssignmentWire,
+    ClientHello,
+    JobRequestWire,
+    OutcomeWire,
+    Report,
+    ReportWire,
+    Stats,
+    WorkerHello,
+    WorkerLoad,
+    assignment_to_wire,
+    outcome_to_wire,
+    report_from_wire,
+    request_from_wire,
+)
+from mpsched._transport.sockets import describe_versions, host_name
+
+log = logging.getLogger("mpsched.manager")
+
+# Workers this manager started get a job this long before it is due and sleep the rest on
+# the monotonic clock they share with it, so the manager's wake-up and the reply's trip do
+# not add to the job's lateness. Any other worker's clock is not ours, whatever its host
+# name says (another container, a VM booted later): it gets jobs when due.
+EARLY_HANDOFF = 0.002
+THROUGHPUT_WINDOW = 10.0  # seconds over which stats() measures throughput
+
+
+class ManagerService:
+    """The object the manager serves; each public method is one proxied call."""
+
+    def __init__(self, queue: JobQueue, *, heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
+                 clock: Clock | None = None, journal: BaseJournal | None = None,
+                 segments: Segments | None = None) -> None:
+        """``clock`` must be the queue's clock: it measures the delay a worker is sent.
+        ``segments``: the shared-memory segments of payloads (none by default)."""
+        self.queue = queue
+        # What happens to each job, journalled to the store (nothing without one).
+        self.journal = journal if journal is not None else NoJournal(queue)
+        self._clock = clock if clock is not None else SystemClock()
+        self.segments = segments if segments is not None else Segments()
+        self.mailboxes = Mailboxes(on_discard=self.segments.discarded)
+        self.heartbeat_timeout = heartbeat_timeout
+        self.versions = describe_versions()
+        self.host = host_name()
+        self.workers = WorkerTable(local_token=secrets.token_hex(16))
+        # Guards _client_connections. Nobody waits on it.
+        self._lock = threading.Lock()
+        # Per server thread: the client this connection speaks for (it opened the client,
+        # or collects its outcomes). When every such connection of a client has ended
+        # (connection_closed), nobody can collect its outcomes: its mailbox is dropped.
+        self._collector = threading.local()
+        self._client_connections: dict[str, int] = {}
+        self.workers_missing = 0  # set by the supervisor (its thread only); read by stats()
+        self.worker_start_failures = 0
+        self._started = time.monotonic()
+        # Set once stop() is called; the supervisor sees it through the wake pipe.
+        self.stopping = threading.Event()
+        self.wake_reader, self._wake_writer = os.pipe()
+        # Recurring schedules; their runs are jobs of this queue (mpsched._manager.schedules).
+        self.schedules = Schedules(self.journal, self._clock, self._cancelled)
+
+    def wake_supervisor(self) -> None:
+        """Wake the supervisor loop (it waits on ``wake_reader`` with the worker sentinels)."""
+        os.write(self._wake_writer, b"x")
+
+    # ------------------------------------------------------------------ workers
+
+    def hello(self, hello: WorkerHello) -> float:
+        """Register a worker; returns the heartbeat timeout its heartbeats must beat."""
+        self._check_versions(f"worker {hello.worker_id} on {hello.host}",
+                             (hello.python, hello.cloudpickle))
+        self.workers.join(hello)
+        self.wake_supervisor()
+        log.info("worker %s joined (pid %d on %s)", hello.worker_id, hello.pid, hello.host)
+        return self.heartbeat_timeout
+
+    def take(self, worker_id: str, report: ReportWire | None,
+             timeout: float) -> AssignmentWire | None:
+        """Report the previous job (if any), then wait for the next due one."""
+        local = self.workers.check_in(worker_id, reported=report is not None)
+        if report is not None:
+            self._complete(report_from_wire(report), worker_id, same_clock=local)
+        # Only a worker we started shares our monotonic clock: it can be handed a job early
+        # and sleep until its due time itself. Any other gets it when due, and a delay
+        # (measured here, so ~0) rather than an instant it would misread on its own clock.
+        early = EARLY_HANDOFF if local else 0.0
+        try:
+            assignment = self.queue.take(worker_id, min(timeout, LONG_POLL), early)
+        except SchedulerShutdownError:
+            self.workers.told_stop(worker_id)
+            raise
+        if assignment is None:
+            return None
+        if self.schedules.too_early(assignment.lease.job_id, early):
+            self.queue.return_lease(assignment.lease.lease_id)
+            self.schedules.remap_cron()
+            return None
+        if not self.journal.lease(assignment):
+            return None
+        self.workers.update(worker_id, current=assignment.lease.job_id)
+        self.schedules.started(assignment.lease.job_id)
+        if assignment.timeout is not None:
+            self.wake_supervisor()  # it sleeps until the earliest job deadline
+        assert assignment.due is not None  # the queue always sets it
+        delay = max(0.0, assignment.due - self._clock.now())
+        if local:
+            return assignment_to_wire(assignment, delay)
+        # Any other worker may run on another host: it cannot map our shared memory.
+        return assignment_to_wire(assignment, delay, self.segments.for_remote(assignment.payload))
+
+    def ack(self, worker_id: str, lease_id: int) -> None:
+        """A remote worker received a lease: from now on losing it counts as an attempt."""
+        self.workers.update(worker_id, acked=lease_id)
+
+    def heartbeat(self, worker_id: str, load: WorkerLoad) -> None:
+        self.workers.check_in(worker_id, reported=False)
+        self.workers.update(worker_id, load=load)
+
+    def finish(self, worker_id: str, report: ReportWire | None) -> None:
+        """Report the last job of a worker that is leaving to be replaced (recycling)."""
+        if report is not None:
+            local = self.workers.check_in(worker_id, reported=True)
+            self._complete(report_from_wire(report), worker_id, same_clock=local)
+
+    def leave(self, worker_id: str, report: ReportWire | None) -> None:
+        """A remote worker leaves (drained): report its last job and end its leases."""
+        self.finish(worker_id, report)
+        self.lose_worker(worker_id, exitcode=0)
+
+    def worker_exited(self, worker_id: str, exitcode: int) -> None:
+        """A remote worker's pool saw its process exit (a negative code: killed by that
+        signal): resolve the jobs it held now, not at its heartbeat deadline."""
+        held = self.lose_worker(worker_id, exitcode)
+        if held:
+            log.error("remote worker %s exited with code %s holding %d job(s)", worker_id,
+                      exitcode, held)
+
+    def _complete(self, report: Report, worker_id: str, *, same_clock: bool) -> None:
+        # A start stamp from another monotonic clock than ours says nothing about lateness
+        # here: only workers we started report on our clock; other workers' jobs stay out
+        # of the lateness and started-early counts.
+        stats_outcome = report.outcome if same_clock else report.outcome._replace(started=None)
+        job = self.queue.leases.complete(report.lease_id, stats_outcome)
+        if job is None:
+            self.segments.discarded(report.outcome)  # a late report: nobody gets it
+            return
+        self.segments.ended([job.job_id])
+        self._deliver(job.client_id, report.outcome,
+                      self.journal.finished(job, report.outcome, worker_id))
+
+    def _deliver(self, client_id: str, outcome: Outcome, watchers: set[str]) -> None:
+        """Post a job's outcome to its client and to every other client watching it."""
+        others = watchers - {client_id}
+        self.segments.posted(outcome, 1 + len(others))
+        try:  # first: a client that hears a run ended finds its outcome kept (runs())
+            self.schedules.ended(outcome.job_id, outcome)
+        finally:
+            self.mailboxes.post(client_id, outcome)
+            for watcher in others:
+                self.mailboxes.post(watcher, outcome)
+
+    def lose_worker(self, worker_id: str, exitcode: int | None,
+                    received: Callable[[Lease], bool] | None = None) -> int:
+        """Forget a worker and resolve each job it held; returns how many it held.
+
+        ``received`` tells whether the worker got a lease (local workers: their shared
+        acknowledgement slot); by default, the last lease it acknowledged.
+        """
+        lost = self.queue.release_worker(worker_id)
+        acked = self.workers.remove(worker_id)
+        for item in lost:
+            got = received(item.lease) if received else item.lease.lease_id == acked
+            self._resolve_lost(item, got, exitcode)
+        return len(lost)
+
+    def _resolve_lost(self, item: LostLease, received: bool, exitcode: int | None) -> None:
+        job, lease = item.job, item.lease
+        self.segments.lease_lost(lease.lease_id)  # a result it wrote but never reported
+        error: MpschedError
+        if item.past_deadline:
+            assert job.timeout is not None
+            self.queue.leases.fail(job, timed_out=True)
+            error = JobTimeoutError(job.job_id, job.timeout)
+        elif not received and self.queue.requeue(job, retry=False):
+            self.journal.requeued(job)
+            log.info("job %s never reached worker %s; requeued", job.job_id, lease.worker_id)
+            return
+        elif received and job.attempt <= job.retries and self.queue.requeue(job, retry=True):
+            self.journal.requeued(job)
+            log.warning("job %s: worker %s died on attempt %d; requeued", job.job_id,
+                        lease.worker_id, job.attempt)
+            return
+        elif self.stopping.is_set():
+            self.queue.leases.fail(job)
+            error = SchedulerShutdownError(f"the manager stopped before job {job.job_id} ran")
+        else:
+            self.queue.leases.fail(job)
+            error = WorkerCrashedError(job.job_id, lease.worker_id, exitcode)
+            log.error("%s", error)
+        self.segments.ended([job.job_id])
+        outcome = Outcome(job.job_id, False, pickle.dumps(error), "", None,
+                          type(error).__name__)
+        self._deliver(job.client_id, outcome,
+                      self.journal.finished(job, outcome, lease.worker_id))
+
+    def expired_remote(self) -> tuple[list[str], float | None]:
+        """Remote workers silent past the heartbeat timeout, and the next such deadline."""
+        return self.workers.expired_remote(self.heartbeat_timeout)
+
+    def worker_count(self) -> int:
+        return len(self.workers)
+
+    # ------------------------------------------------------------------ clients
+
+    def open_client(self, hello: ClientHello) -> int | None:
+        """Register a client; returns the queue's max_pending (a client batches below it)."""
+        self._check_versions(f"client {hello.client_id}", (hello.python, hello.cloudpickle))
+        self.mailboxes.open(hello.client_id)
+        self._speaks_for(hello.client_id)
+        return self.queue.max_pending
+
+    def close_client(self, client_id: str) -> None:
+        self.mailboxes.close(client_id)
+
+    def submit(self, requests: list[JobRequestWire], timeout: float | None,
+               withdrawn: int = 0) -> list[str] | None:
+        """Journal and queue a batch of jobs, all or none (one job is a batch of one).
+
+        Returns None when each job was queued as itself; else, for each, the id of the job
+        that stands for it (a job whose ``key`` another live or retained job holds).
+        ``withdrawn``: jobs the client submitted and cancelled before they were sent; they
+        count as submitted and cancelled, so stats() agrees with what the caller did.
+        """
+        bounded = LONG_POLL if timeout is None else min(timeout, LONG_POLL)
+        batch = [request_from_wire(r) for r in requests]
+        self.segments.submitted(batch)  # before a worker can take and end one
+        try:
+            holders = self.journal.submit(batch, bounded)
+        except BaseException:
+            self.segments.refused(batch)
+            raise
+        if holders is not None:  # jobs not queued: another job holds their key
+            self.segments.ended(r.job_id for r, h in zip(batch, holders, strict=True)
+                                if h != r.job_id)
+        if withdrawn:
+            self.queue.count_withdrawn(withdrawn)
+        return holders
+
+    def payload_options(self) -> PayloadOptions:
+        """How clients send payloads: the shared-memory prefix (and its probe) and the
+        bound on pending payload bytes."""
+        return self.segments.options(self.queue.max_pending_bytes)
+
+    def cancel(self, job_id: str, client_id: str | None = None) -> bool:
+        """Cancel a pending job; False if it is not pending. ``client_id``: the client
+        asking, when it need not be the job's own (``Client.cancel(job_id)``): the job's
+        own client is then told too, so its future ends cancelled."""
+        owner = self.journal.owner(job_id) if client_id is not None else None
+        jobs = self.queue.cancel_jobs([job_id])
+        if not jobs:
+            return False
+        self.segments.ended([job_id])
+        told = self.journal.cancelled(jobs).get(job_id, set())
+        if owner is not None and owner != client_id:
+            told.add(owner)
+        for client in told:
+            self.mailboxes.post(client, cancelled(job_id))
+        self.schedules.ended(job_id, cancelled(job_id))
+        return True
+
+    def cancel_many(self, job_ids: list[str]) -> list[str]:
+        """Cancel pending jobs of the caller; returns the ids of those that were pending."""
+        return self._cancelled(self.queue.cancel_jobs(job_ids))
+
+    def not_due(self, client_id: str) -> list[str]:
+        """The client's pending jobs not yet due (they stay in the store at its exit)."""
+        return self.queue.not_due(client_id)
+
+    def cancel_client(self, client_id: str, not_due_only: bool = False) -> list[str]:
+        return self._cancelled(self.queue.cancel_client_jobs(client_id,
+                                                             not_due_only=not_due_only))
+
+    def _cancelled(self, jobs: list[Job]) -> list[str]:
+        job_ids = [job.job_id for job in jobs]
+        self.segments.ended(job_ids)
+        for job_id, watchers in self.journal.cancelled(jobs).items():
+            for client in watchers:
+                self.mailboxes.post(client, cancelled(job_id))
+        for job_id in job_ids:
+            self.schedules.ended(job_id, cancelled(job_id))
+        return job_ids
+
+    def watch(self, client_id: str, job_id: str) -> OutcomeWire | None:
+        """Watch a job ``client_id`` did not submit (or submitted before a restart): its
+        outcome if it is known now (the caller resolves its future with it), else None
+        and the outcome is sent to ``client_id`` when the job ends.
+
+        Raises:
+            JobNotFoundError: the manager knows no such job.
+        """
+        try:
+            outcome = self.journal.watch(client_id, job_id)
+        except JobNotFoundError:
+            outcome = self.schedules.outcome(job_id)  # kept for runs even without a store
+            if outcome is None:
+                raise
+        return None if outcome is None else outcome_to_wire(outcome)
+
+    def watch_many(self, client_id: str,
+                   job_ids: list[str]) -> tuple[list[OutcomeWire], list[str]]:
+        """:meth:`watch` each job (a client that reconnected re-attaches its futures):
+        the outcomes of those that have ended, and the ids of those this manager does not
+        know. A client may watch its own jobs: that adds no second delivery."""
+        outcomes: list[OutcomeWire] = []
+        unknown: list[str] = []
+        for job_id in job_ids:
+            try:
+                outcome = self.watch(client_id, job_id)
+            except JobNotFoundError:
+                unknown.append(job_id)
+                continue
+            if outcome is not None:
+                outcomes.append(outcome)
+        return outcomes, unknown
+
+    def job(self, job_id: str) -> JobRecord | None:
+        """The record of one job the manager knows (None: it knows no such job), without
+        its outcome."""
+        record = self.journal.get(job_id, fresh=True)
+        return None if record is None else record._replace(outcome=None)
+
+    def jobs(self, state: str | None = None, limit: int | None = None) -> list[JobRecord]:
+        """The jobs the store knows, in submission order (pending and running ones only
+        without a store), without payloads or outcomes."""
+        return self.journal.jobs(state, limit)
+
+    def collect(self, client_id: str, timeout: float) -> list[OutcomeWire] | None:
+        self._speaks_for(client_id)
+        self.segments.collecting(client_id)
+        outcomes = self.mailboxes.collect(client_id, min(timeout, LONG_POLL))
+        if outcomes:
+            self.segments.handed(client_id, outcomes)
+        return None if outcomes is None else [outcome_to_wire(o) for o in outcomes]
+
+    def _speaks_for(self, client_id: str) -> None:
+        """Note that this server thread's connection belongs to ``client_id``."""
+        if getattr(self._collector, "client_id", None) == client_id:
+            return
+        self._collector.client_id = client_id
+        with self._lock:
+            self._client_connections[client_id] = self._client_connections.get(client_id, 0) + 1
+
+    def connection_closed(self) -> None:
+        """Called in a connection's own server thread when the connection ends.
+
+        If it was the last connection of a client (the one that opened it, or its result
+        connection), nobody can collect that client's outcomes any more: its mailbox is
+        dropped (its pending jobs still run; their outcomes are discarded). A client that
+        closed itself properly has no mailbox left by now. A client that died before its
+        result thread connected is caught by its opening connection.
+        """
+        client_id = getattr(self._collector, "client_id", None)
+        if client_id is None:
+            return
+        with self._lock:
+            left = self._client_connections.pop(client_id, 1) - 1
+            if left:
+                self._client_connections[client_id] = left
+                return
+        dropped = self.mailboxes.drop(client_id)
+        self.segments.client_gone(client_id)
+        if dropped is not None:
+            log.info("client %s went away; %d uncollected outcome(s) discarded", client_id,
+                     dropped)
+
+    # ------------------------------------------------------------------ schedules
+
+    def add_schedule(self, spec: tuple[object, ...]) -> ScheduleInfo:
+        """Add (or upsert) a recurring schedule; see Schedules.add."""
+        return self.schedules.add(ScheduleSpec._make(spec))
+
+    def list_schedules(self) -> list[ScheduleInfo]:
+        return self.schedules.listing()
+
+    def schedule_control(self, schedule_id: str, action: str) -> ScheduleInfo:
+        """``info``, ``pause``, ``resume`` or ``cancel`` one schedule."""
+        if action == "info":
+            return self.schedules.info(schedule_id)
+        return self.schedules.control(schedule_id, action)
+
+    def schedule_preview(self, schedule_id: str, n: int) -> list[float]:
+        return self.schedules.preview(schedule_id, n)
+
+    def schedule_runs(self, schedule_id: str, n: int) -> list[str]:
+        return self.schedules.runs(schedule_id, n)
+
+    def stats(self) -> Stats:
+        now = time.monotonic()
+        workers, recent = self.workers.statuses(since=now - THROUGHPUT_WINDOW)
+        window = min(THROUGHPUT_WINDOW, max(now - self._started, 1e-9))
+        return Stats(self.queue.stats(), workers,
+                     uptime=now - self._started, throughput=recent / window,
+                     workers_missing=self.workers_missing,
+                     worker_start_failures=self.worker_start_failures,
+                     clients=len(self.mailboxes), store=self.journal.store.location,
+                     store_size=self.journal.store.size())
+
+    def wait_workers_told(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds until every remote worker has been told that the
+        manager stops (so it exits instead of waiting for the manager to come back)."""
+        return self.workers.wait_told(timeout)
+
+    def stop(self) -> None:
+        """Stop handing out jobs; the manager process then drains, stops workers, exits."""
+        self.stopping.set()
+        self.schedules.close()
+        self.queue.close()
+        self.wake_supervisor()
+
+    def _check_versions(self, peer: str, theirs: tuple[str, str]) -> None:
+        if theirs != self.versions:
+            error = VersionMismatchError(peer, self.versions, theirs)
+            log.warning("refused %s", error)
+            raise error
+

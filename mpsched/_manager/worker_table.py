@@ -1,0 +1,165 @@
+"""The workers a manager knows: who joined, from where, whether it shares the manager's
+clock, what it runs, when it was last heard of, and whether it was told the manager stops.
+
+Used by ManagerService (mpsched._manager.service) from the server threads of the workers'
+connections, and by the supervisor's thread for heartbeat deadlines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import psutil
+
+from mpsched._errors import WorkerRetiredError
+from mpsched._protocol.proxy import WorkerHello, WorkerLoad, WorkerStatus
+
+log = logging.getLogger("mpsched.manager")
+
+
+@dataclass(eq=False)
+class _Worker:
+    hello: WorkerHello
+    last_seen: float
+    jobs_done: int = 0
+    current: str | None = None
+    acked: int = 0  # remote workers: the last lease id they acknowledged
+    load: WorkerLoad | None = None
+    local: bool = False  # started by this manager: shares its monotonic clock
+    told_stop: bool = False  # a take of it was answered "the manager stops"
+    proc: psutil.Process | None = field(default=None, repr=False)  # local workers only
+
+
+class WorkerTable:
+    """The registered workers, by id. Thread-safe."""
+
+    def __init__(self, local_token: str) -> None:
+        # What the workers this manager starts say in their hello (WorkerConfig.local_token):
+        # the proof that they share this process's monotonic clock.
+        self.local_token = local_token
+        # Guards _workers and _finished.
+        self._lock = threading.Lock()
+        # A stopping manager waits here (wait_told) until every remote worker has been told
+        # it stops; told_stop() notifies it each time one is.
+        self._told = threading.Condition(self._lock)
+        self._workers: dict[str, _Worker] = {}
+        self._finished: deque[float] = deque(maxlen=100_000)  # completion times
+
+    def join(self, hello: WorkerHello) -> None:
+        """Register a worker (again, under a new id, after it was declared gone)."""
+        proc = None
+        local = self._started_here(hello)
+        if local:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc = psutil.Process(hello.pid)
+        elif not hello.remote:
+            log.warning("worker %s (pid %d on %s) did not come from this manager; its clock "
+                        "is treated as another machine's", hello.worker_id, hello.pid,
+                        hello.host)
+        with self._lock:
+            self._workers[hello.worker_id] = _Worker(hello, time.monotonic(), local=local,
+                                                     proc=proc)
+
+    def _started_here(self, hello: WorkerHello) -> bool:
+        # A host name proves nothing about clocks: two containers or VMs may share one.
+        return not hello.remote and hmac.compare_digest(hello.local_token.encode(),
+                                                        self.local_token.encode())
+
+    def check_in(self, worker_id: str, *, reported: bool) -> bool:
+        """Note a sign of life (and a finished job); True for a worker this manager started.
+
+        Raises:
+            WorkerRetiredError: the worker is not (or no longer) registered: it was
+                declared gone and its leases already ended, so it must join again. (No set
+                of retired ids is kept: worker ids are never reused.)
+        """
+        with self._lock:
+            worker = self._workers.get(worker_id)
+            if worker is None:
+                raise WorkerRetiredError(
+                    f"worker {worker_id} was declared gone (or never joined); join again")
+            now = time.monotonic()
+            worker.last_seen = now
+            if reported:
+                self._finished.append(now)
+                worker.current = None
+                worker.jobs_done += 1
+            return worker.local
+
+    def update(self, worker_id: str, *, current: str | None = None, acked: int | None = None,
+               load: WorkerLoad | None = None) -> None:
+        """Record what a worker now runs, the last lease it acknowledged, or its load."""
+        with self._lock:
+            worker = self._workers.get(worker_id)
+            if worker is None:
+                return
+            if current is not None:
+                worker.current = current
+            if acked is not None:
+                worker.acked, worker.last_seen = acked, time.monotonic()
+            if load is not None:
+                worker.load = load
+
+    def told_stop(self, worker_id: str) -> None:
+        with self._lock:
+            worker = self._workers.get(worker_id)
+            if worker is not None:
+                worker.told_stop = True
+                self._told.notify_all()
+
+    def wait_told(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds until every remote worker has been told that the
+        manager stops (so it exits instead of waiting for the manager to come back)."""
+        with self._lock:
+            return self._told.wait_for(
+                lambda: all(w.told_stop for w in self._workers.values() if w.hello.remote),
+                timeout)
+
+    def busy(self) -> set[str]:
+        """The ids of the workers that run a job."""
+        with self._lock:
+            return {wid for wid, w in self._workers.items() if w.current is not None}
+
+    def remove(self, worker_id: str) -> int:
+        """Forget a worker; returns the last lease id it acknowledged (0: none)."""
+        with self._lock:
+            worker = self._workers.pop(worker_id, None)
+        return 0 if worker is None else worker.acked
+
+    def expired_remote(self, heartbeat_timeout: float) -> tuple[list[str], float | None]:
+        """Remote workers silent past the heartbeat timeout, and the next such deadline."""
+        now = time.monotonic()
+        with self._lock:
+            deadlines = {wid: w.last_seen + heartbeat_timeout
+                         for wid, w in self._workers.items() if w.hello.remote}
+        late = [wid for wid, deadline in deadlines.items() if deadline <= now]
+        ahead = [deadline for deadline in deadlines.values() if deadline > now]
+        return late, min(ahead, default=None)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._workers)
+
+    def statuses(self, since: float) -> tuple[tuple[WorkerStatus, ...], int]:
+        """Every worker as ``stats()`` shows it, and how many jobs finished after ``since``
+        (monotonic)."""
+        with self._lock:
+            workers = list(self._workers.values())
+            recent = sum(1 for t in self._finished if t >= since)
+        return tuple(_status(w) for w in workers), recent
+
+
+def _status(worker: _Worker) -> WorkerStatus:
+    cpu, rss = (worker.load.cpu_percent, worker.load.rss) if worker.load else (0.0, 0)
+    if worker.proc is not None:
+        with contextlib.suppress(psutil.Error, OSError):  # e.g. no fd left to read /proc
+            cpu, rss = worker.proc.cpu_percent(None), worker.proc.memory_info().rss
+    hello = worker.hello
+    return WorkerStatus(hello.worker_id, hello.pid, hello.host, hello.remote,
+                        worker.jobs_done, worker.current, cpu, rss)

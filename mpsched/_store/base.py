@@ -1,0 +1,257 @@
+"""The job store: a journal of every job's state changes, so a restarted manager recovers.
+
+The manager's heap stays the index, in memory; a store records what happens to each job so
+that a manager started again on the same store gets its jobs back. Backends share the
+:class:`Store` interface below: ``MemoryStore`` (``_store_memory``: no store configured,
+nothing survives the process), ``SQLiteStore`` (``_store_sqlite``), and later Redis.
+Nothing here assumes the store lives in the manager's memory or on its disk.
+
+A job's life in a store, and the call that records each step::
+
+    submit ─▶ pending ──lease──▶ running ──finish──▶ done | failed
+               │   ▲                │
+               │   └────requeue─────┘   (retried, or never received by its worker)
+               └──cancel──▶ cancelled
+
+Calls that must not be lost block until they are durable: ``submit`` (a client's submit is
+acknowledged only after it), ``cancel`` (a job reported cancelled must not run after a
+restart) and ``lease`` (a job taken before a crash comes back as *running*, so it is only run
+again if its retries allow). ``finish`` and ``requeue`` return at once and are written in
+order after every earlier call; ``flush`` waits for them. A manager that dies before they are
+written recovers the job as running, the safe side.
+
+Times in a store are wall-clock UTC epoch seconds: the manager maps them to its monotonic
+clock with one offset when it loads them. Payloads and outcomes are opaque bytes: a store
+never unpickles them.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from types import TracebackType
+from typing import NamedTuple
+
+from mpsched._core.job import JobRecord, JobState, Payload
+from mpsched._errors import InvalidJobError
+
+DAY = 86400.0
+
+
+class StoredJob(NamedTuple):
+    """A job as submitted to a store: everything needed to put it back in the heap.
+
+    A NamedTuple (not a dataclass) so that a million of them load fast at recovery.
+    """
+
+    job_id: str
+    client_id: str
+    key: str | None  # idempotency key: one live job per key (see Store.submit)
+    name: str  # the callable's qualified name, for listings
+    payload: Payload  # cloudpickled (fn, args, kwargs); never unpickled by a store
+    priority: int  # Priority.level
+    due_wall: float  # UTC epoch seconds
+    seq: int  # the manager's submission counter: FIFO among equal due and priority
+    timeout: float | None
+    retries: int
+    attempt: int  # times handed to a worker that received it
+    submitted_wall: float
+
+
+def record_of(job: StoredJob, state: JobState, worker_id: str | None = None,
+              finished_wall: float | None = None, outcome: bytes | None = None) -> JobRecord:
+    """The record of ``job`` in ``state``."""
+    return JobRecord(job.job_id, job.client_id, job.key, job.name, job.priority,
+                     job.due_wall, job.seq, job.timeout, job.retries, job.attempt,
+                     job.submitted_wall, state, worker_id, finished_wall, outcome)
+
+
+class RunningJob(NamedTuple):
+    """A job that was running when its manager died, with the worker it was leased to."""
+
+    job: StoredJob  # ``attempt`` counts the run the manager lost
+    worker_id: str
+
+
+class Recovery(NamedTuple):
+    """What a manager starting on a store gets back.
+
+    ``running`` jobs are to be treated like jobs whose worker died: requeued if their
+    retries allow, else finished as failed (WorkerCrashedError). ``next_seq`` is the first
+    submission counter the manager may hand out, so new jobs order after recovered ones.
+    """
+
+    pending: list[StoredJob]  # in seq order
+    running: list[RunningJob]  # in seq order
+    next_seq: int
+
+
+class StoredSchedule(NamedTuple):
+    """A recurring schedule as a store keeps it: opaque to the store, like a payload."""
+
+    schedule_id: str
+    spec: bytes  # the manager's encoding of what was asked (mpsched._core.recurring)
+    state: bytes  # the manager's encoding of where it stands (last slot, counters)
+
+
+class Store(abc.ABC):
+    """The journal of job state changes. Thread-safe: any manager thread may call it.
+
+    Unknown job ids are ignored by ``cancel``, ``lease``, ``finish`` and ``requeue``: the
+    manager's queue decides what happens to a job, the store records it.
+    """
+
+    @property
+    @abc.abstractmethod
+    def location(self) -> str:
+        """Where the jobs live, for ``status``: a path, a URL, or ``"memory"``."""
+
+    @abc.abstractmethod
+    def size(self) -> int | None:
+        """Bytes the store takes (database and journal files), or None if unknown."""
+
+    @property
+    def keeps_outcomes(self) -> bool:
+        """Whether ``finish`` keeps the outcome (False: the manager need not encode it)."""
+        return True
+
+    @abc.abstractmethod
+    def recover(self) -> Recovery:
+        """The pending and running jobs, and the next seq. Call once, before any write."""
+
+    @abc.abstractmethod
+    def submit(self, jobs: Sequence[StoredJob]) -> list[str]:
+        """Record new pending jobs, all or none; durable when this returns.
+
+        A job with a ``key`` held by a job that is pending, running, or finished and still
+        retained (see ``find_key``) is not recorded: its entry in the result is the holder's
+        id instead of its own. Within one call, a repeated key maps to the first job with it.
+
+        Returns:
+            For each job, in order, the id of the job that stands for it.
+        Raises:
+            InvalidJobError: a job id or seq already in the store; nothing was recorded.
+            StoreError: the jobs could not be written (StoreFullError when full).
+        """
+
+    @abc.abstractmethod
+    def cancel(self, job_ids: Sequence[str], finished_wall: float) -> None:
+        """Mark pending jobs cancelled; durable when this returns. Others are left as they
+        are. A cancelled job frees its key at once.
+
+        Raises:
+            StoreError: the change could not be written.
+        """
+
+    @abc.abstractmethod
+    def lease(self, job_id: str, worker_id: str, attempt: int) -> None:
+        """Mark a job running with ``worker_id`` as its ``attempt``-th run; when this returns
+        it survives a crash of the manager, so that a job taken before a crash is recovered
+        as running, never pending. A store may make it survive a power cut a little later
+        (SQLiteStore with durability="sync": within ~2 ms, by group sync).
+
+        Raises:
+            StoreError: the change could not be written; the job must not be handed out.
+        """
+
+    @abc.abstractmethod
+    def finish(self, job_id: str, state: JobState, outcome: bytes | None,
+               finished_wall: float) -> None:
+        """Record how a job ended (``state`` done or failed); when this returns it survives
+        a crash of the manager, as a lease does (SQLiteStore: in its lease log, with the
+        outcome if it is up to OUTCOME_IN_LOG bytes, else committed first when it can be),
+        and it is written in order after every earlier call. The outcome is retained for
+        ``result_ttl`` seconds.
+
+        Raises:
+            InvalidJobError: ``state`` is not done or failed.
+            StoreError: the store is closed.
+        """
+
+    @abc.abstractmethod
+    def requeue(self, job_id: str, attempt: int) -> None:
+        """Put a job back to pending with its attempt count (a retry, or a job its worker
+        never received). Returns at once; written in order after every earlier call.
+
+        Raises:
+            StoreError: the store is closed.
+        """
+
+    @abc.abstractmethod
+    def flush(self) -> None:
+        """Wait until every earlier call is durable (or was reported as failed in a log).
+
+        Raises:
+            StoreError: the store is closed.
+        """
+
+    @abc.abstractmethod
+    def get(self, job_id: str) -> JobRecord | None:
+        """The job's record with its outcome, or None when unknown (or pruned).
+
+        Reads see committed state: ``lease``, ``finish`` and ``requeue`` show after
+        ``flush`` (``recover`` sees every durable change).
+        """
+
+    @abc.abstractmethod
+    def jobs(self, state: JobState | None = None, limit: int | None = None) -> list[JobRecord]:
+        """Jobs in seq order (only those in ``state``, at most ``limit``); outcomes are left
+        out (None) to keep listings light: ``get`` a job for its outcome. Committed state,
+        as ``get``.
+        """
+
+    @abc.abstractmethod
+    def find_key(self, key: str) -> JobRecord | None:
+        """The job holding ``key``: pending, running, or finished less than ``result_ttl``
+        seconds ago. Cancelled jobs hold no key."""
+
+    @abc.abstractmethod
+    def prune(self, now_wall: float) -> int:
+        """Forget jobs finished (or cancelled) ``result_ttl`` seconds or more before
+        ``now_wall``; returns how many. Backends also prune on their own."""
+
+    @abc.abstractmethod
+    def save_schedule(self, schedule: StoredSchedule) -> None:
+        """Record a schedule, replacing one with its id; durable when this returns.
+
+        Raises:
+            StoreError: it could not be written.
+        """
+
+    @abc.abstractmethod
+    def update_schedule(self, schedule_id: str, state: bytes) -> None:
+        """Record where a schedule stands, without waiting (in order with every later
+        call); an unknown id is ignored."""
+
+    @abc.abstractmethod
+    def delete_schedule(self, schedule_id: str) -> None:
+        """Forget a schedule (an unknown id is ignored); durable when this returns."""
+
+    @abc.abstractmethod
+    def schedules(self) -> list[StoredSchedule]:
+        """Every schedule, in the order they were first saved."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Write what is queued, then release the store. Idempotent. Later calls raise
+        StoreError."""
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+def check_options(result_ttl: float) -> None:
+    """Raise InvalidJobError for a ``result_ttl`` that is not a number of seconds >= 0."""
+    if isinstance(result_ttl, bool) or not isinstance(result_ttl, (int, float)) \
+            or not 0 <= result_ttl < float("inf"):
+        raise InvalidJobError(f"result_ttl must be a number of seconds >= 0, not {result_ttl!r}")
+
+
+def check_finish_state(state: JobState) -> None:
+    """Raise InvalidJobError unless ``state`` is one ``finish`` may record."""
+    if state not in (JobState.DONE, JobState.FAILED):
+        raise InvalidJobError(f"a job finishes as done or failed, not {state!r}")
