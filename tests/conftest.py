@@ -75,9 +75,9 @@ def make_scheduler() -> Iterator[Callable[..., Scheduler]]:
 
 @pytest.fixture
 def procs(tmp_path: Path) -> Iterator[Any]:
-    """Starts ``python -m mpsched`` subprocesses (test_cli.Processes); all are killed, with
+    """Starts ``python -m mpsched`` subprocesses (served.Processes); all are killed, with
     their process groups, when the test ends."""
-    from test_cli import Processes
+    from served import Processes
 
     started = Processes(tmp_path)
     yield started
@@ -95,7 +95,7 @@ def programs(tmp_path: Path) -> Iterator[Programs]:
 
 @pytest.fixture
 def connect_client() -> Iterator[Callable[..., Any]]:
-    """In-process clients of a ``serve`` manager (test_cli.Manager), detached at the end."""
+    """In-process clients of a ``serve`` manager (served.Manager), detached at the end."""
     import mpsched
 
     clients: list[mpsched.Client] = []

@@ -1,7 +1,7 @@
 """A ``serve`` killed with SIGKILL and started again at its address, while clients of this
 process and thread hold connections to it: over TCP and over a Unix socket.
 
-Managers are real ``python -m mpsched serve`` processes (test_cli's helpers), each killed by
+Managers are real ``python -m mpsched serve`` processes (tests/served.py), each killed by
 its pid in the test, and by its process group when the test ends (the ``procs`` fixture).
 """
 
@@ -22,7 +22,7 @@ import jobs
 import pytest
 import store_jobs
 from processes import wait_for
-from test_cli import START_TIMEOUT, Manager, Processes, serve
+from served import START_TIMEOUT, Manager, Processes, serve
 
 import mpsched
 from mpsched import ManagerConnectionLostError

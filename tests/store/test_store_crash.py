@@ -97,7 +97,7 @@ def children() -> Iterator[list[subprocess.Popen[str]]]:
 
 def spawn(children: list[subprocess.Popen[str]], script: str,
           *args: str) -> subprocess.Popen[str]:
-    root = str(Path(__file__).parent.parent)
+    root = str(Path(__file__).parents[2])  # the checkout, for mpsched
     child = subprocess.Popen([sys.executable, "-c", script, *args], text=True,
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              env={**os.environ, "PYTHONPATH": root})

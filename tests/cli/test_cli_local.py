@@ -1,7 +1,7 @@
 """This user's local manager end to end: ``serve`` without ``--address`` in one process,
 client commands, ``worker`` and ``mpsched.connect()`` without an address or key in others.
 
-Real serve processes (``procs``, tests/test_cli.py), each test with its own
+Real serve processes (``procs``, tests/served.py), each test with its own
 XDG_RUNTIME_DIR (``procs.runtime_dir``), so the local manager's directory is
 ``procs.runtime_dir / "mpsched"`` and never the real user's.
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 from processes import assert_gone, wait_for
-from test_cli import START_TIMEOUT, Processes, pool_workers, serve
+from served import START_TIMEOUT, Processes, pool_workers, serve
 from test_cli_usage import subparsers
 
 import mpsched

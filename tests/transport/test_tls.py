@@ -396,7 +396,7 @@ def test_fast_connection_polls_data_the_tls_layer_holds(
 
 def test_serve_submit_and_status_over_tls_from_the_command_line(
         certs: Certs, procs: Any) -> None:
-    from test_cli import serve
+    from served import serve
 
     server, client = certs.server, certs.client
     manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "1",
@@ -436,7 +436,7 @@ def test_serve_and_worker_refuse_a_key_file_others_can_read(
 
 
 def test_stress_floods_a_tls_manager_with_the_tls_options(certs: Certs, procs: Any) -> None:
-    from test_cli import serve
+    from served import serve
 
     server, client = certs.server, certs.client
     manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "1",

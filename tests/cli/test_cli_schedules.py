@@ -18,7 +18,7 @@ from pathlib import Path
 import jobs
 import pytest
 from processes import wait_for
-from test_cli import Manager, Processes, serve
+from served import Manager, Processes, serve
 
 from mpsched import Client, Scheduler
 from mpsched._cli.main import Exit, main

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from idle_peers import read_status
 from processes import wait_for
-from test_cli import Processes, serve, start_pool
+from served import Processes, serve, start_pool
 
 import mpsched
 from mpsched._transport.sockets import HANDSHAKE_TIMEOUT, MAX_HANDSHAKES_PER_ADDRESS, parse_address

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import store_jobs
 from processes import wait_for
-from test_cli import START_TIMEOUT, Manager, Processes, serve
+from served import START_TIMEOUT, Manager, Processes, serve
 
 import mpsched
 from mpsched import JobInfo, Priority

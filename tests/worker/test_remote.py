@@ -1,7 +1,7 @@
 """``worker --connect`` pools end to end: another clock, a pool that keeps its size, deaths
 the manager hears of at once, workers that die at start, and a manager that goes away and
 comes back. Real ``serve`` and ``worker`` processes, started
-and killed (by pid or by their own process group) through test_cli's helpers.
+and killed (by pid or by their own process group) through tests/served.py.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import jobs
 import psutil
 import pytest
 from processes import wait_for, wait_started
+from served import START_TIMEOUT, Manager, Proc, Processes, pool_workers, serve
 from servers import unanswered_address
-from test_cli import START_TIMEOUT, Manager, Proc, Processes, pool_workers, serve
 
 import mpsched
 from mpsched._protocol.proxy import Exit

@@ -1,5 +1,5 @@
 """The local manager's runtime directory, in-process: where it is, what is refused, the
-local key and the lock. (tests/test_cli_local.py runs real serve processes on it.)"""
+local key and the lock. (tests/cli/test_cli_local.py runs real serve processes on it.)"""
 
 from __future__ import annotations
 
