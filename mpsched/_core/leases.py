@@ -11,7 +11,6 @@ import itertools
 import math
 import threading
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -162,18 +161,9 @@ class Leases:
                     self._drain_waiters -= 1
             return True
 
-    def while_in_flight(self, lease_id: int, action: Callable[[], None]) -> bool:
-        """Run ``action`` with the lock held if the lease is still in flight; True if it ran.
-
-        While the lock is held the lease cannot complete, nor its worker take another
-        job: killing a worker for a job past its timeout this way can never hit the next
-        job it took after reporting the late one.
-        """
-        with self._lock:
-            if lease_id not in self._in_flight:
-                return False
-            action()
-            return True
+    def holds_locked(self, lease_id: int) -> bool:
+        """True while ``lease_id`` is in flight."""
+        return lease_id in self._in_flight
 
     def expired(self, now: float | None = None) -> tuple[list[Lease], float | None]:
         """Leases past their job's timeout, and the earliest deadline still ahead."""

@@ -26,7 +26,9 @@ from mpsched._core.job import (
     Assignment,
     Job,
     JobRequest,
+    Lease,
     Order,
+    Outcome,
     Payload,
     Priority,
     QueueStats,
@@ -82,7 +84,8 @@ class JobQueue:
         self._order = Order.coerce(order)
         self._max_pending = max_pending
         # Guards every field below. Held only for heap and table updates, never while a
-        # job runs or while anything crosses a process boundary.
+        # job runs, while anything crosses a process boundary, or for any system call
+        # beyond a condition's wait (a timeout kill runs after retire_if_leased, outside).
         self._lock = threading.Lock()
         # Takers wait here: untimed when the heap is empty or another taker leads, timed
         # (head's delay) when leading. Notified (one waiter) by a submit that makes a new
@@ -384,6 +387,39 @@ class JobQueue:
                     break  # insertion order is time order
                 del self._gone[old]
             return self.leases.release_worker_locked(worker_id, now)
+
+    def retire_if_leased(self, worker_id: str, lease_id: int) -> bool:
+        """Retire ``worker_id`` (no take hands it a job again) if ``lease_id`` is still in
+        flight; True if it was.
+
+        A worker about to be killed for a job past its timeout is retired first, so the
+        kill can run outside this lock (psutil walking a process tree takes milliseconds,
+        and every take would wait on it) and still never hit a job the worker took after
+        reporting the late one: it gets none. Its leases end when its process is seen to
+        exit (:meth:`release_worker`).
+        """
+        with self._lock:
+            if not self.leases.holds_locked(lease_id):
+                return False
+            self._gone.pop(worker_id, None)  # keep the dict in time order
+            self._gone[worker_id] = self._clock.now()
+            return True
+
+    def expired(self) -> tuple[list[Lease], float | None]:
+        """Leases past their job's timeout, and the earliest deadline still ahead."""
+        return self.leases.expired()
+
+    def complete(self, lease_id: int, outcome: Outcome) -> Job | None:
+        """End a lease with its worker's outcome; the job, or None if it had ended."""
+        return self.leases.complete(lease_id, outcome)
+
+    def fail(self, job: Job, *, timed_out: bool = False) -> None:
+        """Count ``job`` (its lease already ended) as failed."""
+        self.leases.fail(job, timed_out=timed_out)
+
+    def wait_drained(self, timeout: float) -> bool:
+        """Wait until no job is in flight; False if some still are after ``timeout``."""
+        return self.leases.wait_drained(timeout)
 
     def close(self) -> None:
         """Stop: every waiting or future ``take``/``submit`` raises SchedulerShutdownError."""

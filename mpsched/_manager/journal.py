@@ -77,9 +77,10 @@ class BaseJournal(abc.ABC):
         # Guards _watchers (and NoJournal's keys). Held while a job's watchers are taken
         # (after its end was recorded: NoJournal records it under the lock, Journal just
         # before, in the store, whose flush covers it from then on), and while a client
-        # starts watching a job (Journal: a flush, then the read), so that a watcher either
-        # finds the job's outcome (or that it is unknown) or is handed the outcome: never
-        # neither. Nobody waits on it for long but a watcher's flush (a commit).
+        # starts or stops watching a job, so that a watcher either finds the job's outcome
+        # (or that it is unknown) or is handed the outcome: never neither, never both
+        # (Journal.watch). Held for dict updates only: never across a store call of
+        # Journal's (a flush is a commit).
         self._lock = threading.Lock()
         self._watchers: dict[str, set[str]] = {}
 
@@ -144,6 +145,16 @@ class BaseJournal(abc.ABC):
 
     def _watch_locked(self, client_id: str, job_id: str) -> None:
         self._watchers.setdefault(job_id, set()).add(client_id)
+
+    def _unwatch_locked(self, client_id: str, job_id: str) -> bool:
+        """Stop ``client_id`` watching a job; False if it was not (its end was handed to it)."""
+        watching = self._watchers.get(job_id)
+        if watching is None or client_id not in watching:
+            return False
+        watching.discard(client_id)
+        if not watching:
+            del self._watchers[job_id]
+        return True
 
 
 class NoJournal(BaseJournal):
@@ -419,17 +430,25 @@ class Journal(BaseJournal):
     # ------------------------------------------------------------------ lookups
 
     def watch(self, client_id: str, job_id: str) -> Outcome | None:
+        # Watch first, then read what was journalled: a job that ends after this line hands
+        # its outcome to the watcher, one that ended before is found by the read. The flush
+        # (a commit) runs outside the lock, so no finish waits for it.
         with self._lock:
-            self.store.flush()  # outcomes journalled so far are readable
-            record = self.store.get(job_id)
-            if record is None:
-                raise JobNotFoundError(job_id)
-            if record.state is JobState.CANCELLED:
-                return cancelled(job_id)
-            if record.state.finished:
-                return _lost(job_id) if record.outcome is None else decode(record.outcome)
             self._watch_locked(client_id, job_id)
-            return None
+        self.store.flush()  # outcomes journalled so far are readable
+        record = self.store.get(job_id)
+        if record is not None and not record.state.finished \
+                and record.state is not JobState.CANCELLED:
+            return None  # its end will be handed over
+        with self._lock:
+            handed = not self._unwatch_locked(client_id, job_id)
+        if record is None:
+            raise JobNotFoundError(job_id)
+        if handed:
+            return None  # it ended between the watch and the read: its outcome is on its way
+        if record.state is JobState.CANCELLED:
+            return cancelled(job_id)
+        return _lost(job_id) if record.outcome is None else decode(record.outcome)
 
     def get(self, job_id: str, *, fresh: bool = False) -> JobRecord | None:
         if fresh:

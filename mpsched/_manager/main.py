@@ -168,7 +168,7 @@ def _serve(config: ManagerConfig, control: Connection | None,
         service.stop()
         if now:  # the owner asked for the running jobs to be killed (a second Ctrl-C)
             log.info("stopping now: killed %d worker(s) running a job", supervisor.kill_busy())
-        elif not service.queue.leases.wait_drained(grace):
+        elif not service.wait_drained(grace):
             log.warning("jobs still running after %.0f s; stopping their workers", grace)
         supervisor.stop_workers(grace=2.0)
         # A remote worker between two takes must hear of the stop before the sockets

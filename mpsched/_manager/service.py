@@ -89,8 +89,10 @@ class ManagerService:
         # (connection_closed), nobody can collect its outcomes: its mailbox is dropped.
         self._collector = threading.local()
         self._client_connections: dict[str, int] = {}
-        self.workers_missing = 0  # set by the supervisor (its thread only); read by stats()
-        self.worker_start_failures = 0
+        # The supervisor's counts (written by its thread only, through note_workers()); read
+        # by stats().
+        self._workers_missing = 0
+        self._worker_start_failures = 0
         self._started = time.monotonic()
         # Set once stop() is called; the supervisor sees it through the wake pipe.
         self.stopping = threading.Event()
@@ -179,7 +181,7 @@ class ManagerService:
         # here: only workers we started report on our clock; other workers' jobs stay out
         # of the lateness and started-early counts.
         stats_outcome = report.outcome if same_clock else report.outcome._replace(started=None)
-        job = self.queue.leases.complete(report.lease_id, stats_outcome)
+        job = self.queue.complete(report.lease_id, stats_outcome)
         if job is None:
             self.segments.discarded(report.outcome)  # a late report: nobody gets it
             return
@@ -218,7 +220,7 @@ class ManagerService:
         error: MpschedError
         if item.past_deadline:
             assert job.timeout is not None
-            self.queue.leases.fail(job, timed_out=True)
+            self.queue.fail(job, timed_out=True)
             error = JobTimeoutError(job.job_id, job.timeout)
         elif not received and self.queue.requeue(job, retry=False):
             self.journal.requeued(job)
@@ -230,10 +232,10 @@ class ManagerService:
                         lease.worker_id, job.attempt)
             return
         elif self.stopping.is_set():
-            self.queue.leases.fail(job)
+            self.queue.fail(job)
             error = SchedulerShutdownError(f"the manager stopped before job {job.job_id} ran")
         else:
-            self.queue.leases.fail(job)
+            self.queue.fail(job)
             error = WorkerCrashedError(job.job_id, lease.worker_id, exitcode)
             log.error("%s", error)
         self.segments.ended([job.job_id])
@@ -248,6 +250,26 @@ class ManagerService:
 
     def worker_count(self) -> int:
         return len(self.workers)
+
+    def expired_leases(self) -> tuple[list[Lease], float | None]:
+        """Leases past their job's timeout, and the earliest such deadline still ahead."""
+        return self.queue.expired()
+
+    def retire_for_kill(self, worker_id: str, lease_id: int) -> bool:
+        """Before a local worker is killed for a job past its timeout: True if that job's
+        lease is still in flight, and then the worker is handed no other job (see
+        JobQueue.retire_if_leased); False if it reported the job meanwhile."""
+        return self.queue.retire_if_leased(worker_id, lease_id)
+
+    def wait_drained(self, timeout: float) -> bool:
+        """Wait until no job runs; False if some still do after ``timeout`` seconds."""
+        return self.queue.wait_drained(timeout)
+
+    def note_workers(self, missing: int, start_failed: bool = False) -> None:
+        """The supervisor's count of workers it could not start again yet, and whether an
+        attempt to start one just failed (for stats())."""
+        self._workers_missing = missing
+        self._worker_start_failures += start_failed
 
     # ------------------------------------------------------------------ clients
 
@@ -439,8 +461,8 @@ class ManagerService:
         window = min(THROUGHPUT_WINDOW, max(now - self._started, 1e-9))
         return Stats(self.queue.stats(), workers,
                      uptime=now - self._started, throughput=recent / window,
-                     workers_missing=self.workers_missing,
-                     worker_start_failures=self.worker_start_failures,
+                     workers_missing=self._workers_missing,
+                     worker_start_failures=self._worker_start_failures,
                      clients=len(self.mailboxes), store=self.journal.store.location,
                      store_size=self.journal.store.size())
 

@@ -20,7 +20,6 @@ import multiprocessing
 import os
 import time
 from dataclasses import dataclass
-from functools import partial
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any
@@ -115,7 +114,7 @@ class Supervisor:
             try:
                 self._start_one()
             except Exception as exc:
-                self._service.worker_start_failures += 1
+                self._service.note_workers(self._missing, start_failed=True)
                 self._next_start = time.monotonic() + self._backoff
                 log.error("could not start a worker (%s: %s); %d missing, retrying in %.1f s",
                           type(exc).__name__, exc, self._missing, self._backoff)
@@ -124,7 +123,7 @@ class Supervisor:
             self._missing -= 1
             self._backoff = RESTART_BACKOFF[0]
             log.info("worker started again; %d missing", self._missing)
-        self._service.workers_missing = self._missing
+        self._service.note_workers(self._missing)
 
     def watch(self, control: Connection | None) -> str:
         """Supervise until stopped; returns "stop", "stop-now" (the owner's messages) or
@@ -160,7 +159,7 @@ class Supervisor:
         return "stop"
 
     def _next_timeout(self) -> float | None:
-        _, job_deadline = self._service.queue.leases.expired()
+        _, job_deadline = self._service.expired_leases()
         _, heartbeat_deadline = self._service.expired_remote()
         restart = self._next_start if self._missing else None
         deadlines = [d for d in (job_deadline, heartbeat_deadline, restart) if d is not None]
@@ -175,15 +174,17 @@ class Supervisor:
             return "owner-gone"
 
     def _kill_expired(self) -> None:
-        late, _ = self._service.queue.leases.expired()
+        late, _ = self._service.expired_leases()
         for lease in late:
             local = self._workers.get(lease.worker_id)
             if local is None or self._killed.get(lease.worker_id) == lease.lease_id:
                 continue  # remote workers enforce their jobs' timeouts themselves
             pid = local.proc.pid
             # Only while the lease is still in flight: the worker may have reported the
-            # late job and taken the next one since expired() looked.
-            if self._service.queue.leases.while_in_flight(lease.lease_id, partial(kill_tree, pid)):
+            # late job and taken the next one since expired() looked. Retired first, it
+            # takes no other job while the kill runs (outside the queue's lock).
+            if self._service.retire_for_kill(lease.worker_id, lease.lease_id):
+                kill_tree(pid)
                 self._killed[lease.worker_id] = lease.lease_id
                 log.warning("job %s ran past its timeout; killed worker %s (pid %s)",
                             lease.job_id, lease.worker_id, pid)

@@ -6,6 +6,7 @@ import contextlib
 import os
 import resource
 import signal
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -86,6 +87,47 @@ def test_a_timeout_kill_never_hits_the_job_taken_after_the_late_one(
     monkeypatch.setattr(queue.leases, "expired", worker_reports_in_between)
     supervisor._kill_expired()
     assert killed == []
+
+
+def test_a_timeout_kill_runs_outside_the_queue_s_lock(
+        supervised: tuple[Supervisor, JobQueue, FakeClock],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """psutil walking a process tree is slow: other workers' takes must not wait on it."""
+    supervisor, queue, clock = supervised
+    queue.submit(JobRequest("other", "c", b"", 2, 0.0, None))
+    took: list[Any] = []
+
+    def slow_kill(pid: int) -> None:
+        other = threading.Thread(target=lambda: took.append(queue.take("w2", 0)))
+        other.start()
+        other.join(10)
+        assert not other.is_alive(), "a take waited for the kill"
+
+    monkeypatch.setattr(supervisor_module, "kill_tree", slow_kill)
+    queue.submit(JobRequest("late", "c", b"", 1, 0.0, None, timeout=1.0))
+    assert queue.take("w1", 0) is not None
+    clock.advance(2.0)
+    supervisor._kill_expired()
+    assert [a.lease.job_id for a in took] == ["other"]
+
+
+def test_a_worker_being_killed_for_a_timeout_is_handed_no_other_job(
+        supervised: tuple[Supervisor, JobQueue, FakeClock],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    supervisor, queue, clock = supervised
+    taken: list[Any] = []
+    lease_id = _late_job_then_next(queue, clock)
+
+    def kill_while_the_worker_reports(pid: int) -> None:
+        # The kill is under way, outside the lock: the worker reports the late job and asks
+        # for the next, which must not be handed to a process about to die.
+        queue.leases.complete(lease_id, Outcome("late", True, b"", "", None))
+        taken.append(queue.take("w1", 0))
+
+    monkeypatch.setattr(supervisor_module, "kill_tree", kill_while_the_worker_reports)
+    supervisor._kill_expired()
+    assert taken == [None]
+    assert [(job.job_id, worker) for job, worker in queue.jobs()] == [("next", None)]
 
 
 @pytest.fixture
