@@ -6,13 +6,20 @@ from mpsched._client.futures import JobFuture as JobFuture
 from mpsched._client.recurring import Schedule as Schedule
 from mpsched._client.scheduler import Scheduler as Scheduler
 from mpsched._core.job import JobInfo as JobInfo
+from mpsched._core.job import JobState as JobState
 from mpsched._core.job import Order as Order
 from mpsched._core.job import Priority as Priority
 from mpsched._core.job import QueueStats as QueueStats
+from mpsched._core.options import Catchup as Catchup
+from mpsched._core.options import Durability as Durability
+from mpsched._core.options import Mode as Mode
+from mpsched._core.options import OnError as OnError
+from mpsched._core.options import Overlap as Overlap
 from mpsched._core.recurring import ScheduleCounters as ScheduleCounters
 from mpsched._core.recurring import ScheduleInfo as ScheduleInfo
 from mpsched._errors import AddressError as AddressError
 from mpsched._errors import AuthenticationError as AuthenticationError
+from mpsched._errors import ConfigError as ConfigError
 from mpsched._errors import ExtraMissingError as ExtraMissingError
 from mpsched._errors import InvalidJobError as InvalidJobError
 from mpsched._errors import JobError as JobError
@@ -27,6 +34,7 @@ from mpsched._errors import QueueFullError as QueueFullError
 from mpsched._errors import RemoteTraceback as RemoteTraceback
 from mpsched._errors import ResultPicklingError as ResultPicklingError
 from mpsched._errors import ResultUnpicklingError as ResultUnpicklingError
+from mpsched._errors import RuntimeDirError as RuntimeDirError
 from mpsched._errors import ScheduleNotFoundError as ScheduleNotFoundError
 from mpsched._errors import SchedulerShutdownError as SchedulerShutdownError
 from mpsched._errors import StoreError as StoreError
@@ -41,7 +49,10 @@ from mpsched._protocol.proxy import WorkerStatus as WorkerStatus
 __all__ = [
     "AddressError",
     "AuthenticationError",
+    "Catchup",
     "Client",
+    "ConfigError",
+    "Durability",
     "ExtraMissingError",
     "InvalidJobError",
     "JobError",
@@ -49,18 +60,23 @@ __all__ = [
     "JobInfo",
     "JobNotFoundError",
     "JobPicklingError",
+    "JobState",
     "JobTimeoutError",
     "JobUnpicklingError",
     "ManagerConnectionLostError",
     "ManagerUnreachableError",
+    "Mode",
     "MpschedError",
+    "OnError",
     "Order",
+    "Overlap",
     "Priority",
     "QueueFullError",
     "QueueStats",
     "RemoteTraceback",
     "ResultPicklingError",
     "ResultUnpicklingError",
+    "RuntimeDirError",
     "Schedule",
     "ScheduleCounters",
     "ScheduleInfo",

@@ -5,6 +5,9 @@ exception a caller would already catch for the same situation::
 
     MpschedError
      ├── InvalidJobError(ValueError)            bad due time, delay or priority at the call site
+     ├── ConfigError(ValueError)                an option mpsched does not take: an unknown
+     │                                          word (durability, overlap, state) or a bound
+     ├── AddressError(ValueError)               an address neither ``unix:PATH`` nor HOST:PORT
      ├── SchedulerShutdownError(RuntimeError)   submit after shutdown, manager gone
      ├── QueueFullError(queue.Full)             bounded queue had no room before the timeout
      ├── JobPicklingError(pickle.PicklingError) the callable or its arguments did not pickle
@@ -15,13 +18,15 @@ exception a caller would already catch for the same situation::
      ├── WorkerCrashedError(ChildProcessError)  the worker running a job died
      ├── JobTimeoutError(TimeoutError)          the job ran past its timeout and was killed
      ├── AuthenticationError(multiprocessing.AuthenticationError)   wrong or unsafe authkey
-     │    └── RuntimeDirError(PermissionError)  the local manager's directory is not this user's
+     │    ├── RuntimeDirError(PermissionError)  the local manager's directory is not this user's
+     │    └── TlsError                          TLS set up wrongly, or its handshake failed
      ├── ManagerUnreachableError(ConnectionError)   no mpsched manager answers at an address
      │    └── ManagerConnectionLostError(SchedulerShutdownError)   a client lost its manager
      ├── JobNotFoundError(KeyError)             no job with that id (never, or forgotten)
      ├── ScheduleNotFoundError(KeyError)        no schedule with that id (or cancelled)
      ├── ExtraMissingError(ImportError)         a feature needs an optional extra not installed
      ├── VersionMismatchError                   peer runs another Python or cloudpickle
+     ├── WorkerRetiredError                     (a remote worker's own: declared gone, join again)
      └── StoreError(OSError)                    the job store cannot be opened, read or written
           ├── StoreLockedError                  another manager holds the store's lock file
           └── StoreFullError                    the disk or the database is full (SQLITE_FULL)
@@ -45,6 +50,20 @@ class MpschedError(Exception):
 
 class InvalidJobError(MpschedError, ValueError):
     """A job was described wrongly: a NaN, infinite or overflowing time, an unknown priority."""
+
+
+class ConfigError(MpschedError, ValueError):
+    """An option of a Scheduler, a store, a schedule or a call has a value mpsched does not
+    take: an unknown word (``durability="fast"``) or a number out of its range."""
+
+    def __init__(self, option: str, value: object, expected: str) -> None:
+        self.option = option  # the option's name, as the caller spelled it
+        self.value = value
+        self.expected = expected  # what it takes: "'sync' or 'process'", "a positive int"
+        super().__init__(f"{option} must be {expected}, not {value!r}")
+
+    def __reduce__(self) -> tuple[type[ConfigError], tuple[str, object, str]]:
+        return (type(self), (self.option, self.value, self.expected))
 
 
 class SchedulerShutdownError(MpschedError, RuntimeError):

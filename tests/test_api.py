@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import pickle
 import queue
+import re
 
 import pytest
 
@@ -15,7 +16,10 @@ def test_public_names_are_pinned():
     assert mpsched.__all__ == [
         "AddressError",
         "AuthenticationError",
+        "Catchup",
         "Client",
+        "ConfigError",
+        "Durability",
         "ExtraMissingError",
         "InvalidJobError",
         "JobError",
@@ -23,18 +27,23 @@ def test_public_names_are_pinned():
         "JobInfo",
         "JobNotFoundError",
         "JobPicklingError",
+        "JobState",
         "JobTimeoutError",
         "JobUnpicklingError",
         "ManagerConnectionLostError",
         "ManagerUnreachableError",
+        "Mode",
         "MpschedError",
+        "OnError",
         "Order",
+        "Overlap",
         "Priority",
         "QueueFullError",
         "QueueStats",
         "RemoteTraceback",
         "ResultPicklingError",
         "ResultUnpicklingError",
+        "RuntimeDirError",
         "Schedule",
         "ScheduleCounters",
         "ScheduleInfo",
@@ -69,7 +78,9 @@ def test_errors_derive_from_the_base_and_the_matching_stdlib_type():
         mpsched.ManagerUnreachableError: ConnectionError,
         mpsched.ManagerConnectionLostError: ConnectionError,
         mpsched.AddressError: ValueError,
+        mpsched.ConfigError: ValueError,
         mpsched.TlsError: mpsched.AuthenticationError,
+        mpsched.RuntimeDirError: PermissionError,
     }
     for error, stdlib in pairs.items():
         assert issubclass(error, mpsched.MpschedError) and issubclass(error, stdlib), error
@@ -95,3 +106,40 @@ def test_errors_with_facts_survive_pickling():
         copy = pickle.loads(pickle.dumps(error))
         assert type(copy) is type(error) and str(copy) == str(error)
     assert "SIGKILL" in str(errors[1]) and "3.12" in str(errors[3])
+
+
+def test_every_error_is_exported_and_drawn_in_the_tree():
+    from mpsched import _errors
+
+    errors = {name for name, value in vars(_errors).items()
+              if isinstance(value, type) and issubclass(value, mpsched.MpschedError)}
+    internal = {"WorkerRetiredError"}  # a remote worker's own: it joins again, no user sees it
+    assert errors - internal <= set(mpsched.__all__), errors - internal - set(mpsched.__all__)
+    drawn = set(re.findall(r"[├└]── (\w+)", _errors.__doc__ or "")) | {"MpschedError"}
+    assert errors == drawn, errors ^ drawn
+
+
+@pytest.mark.parametrize(("option", "word"), [
+    (mpsched.Durability, "process"), (mpsched.Mode, "delay"), (mpsched.Overlap, "queue"),
+    (mpsched.Catchup, "all"), (mpsched.OnError, "pause"), (mpsched.Order, "priority"),
+    (mpsched.JobState, "done"),
+])
+def test_an_option_is_its_word_and_a_typo_is_a_config_error(option, word):
+    member = option.coerce(word)
+    assert member == word and str(member) == word and f"{member}" == word
+    assert option.coerce(member) is member
+    with pytest.raises(mpsched.ConfigError) as caught:
+        option.coerce(word + "x")
+    assert isinstance(caught.value, ValueError)
+    assert repr(word + "x") in str(caught.value) and repr(word) in str(caught.value)
+    again = pickle.loads(pickle.dumps(caught.value))
+    assert (again.option, again.value, str(again)) == (caught.value.option, word + "x",
+                                                      str(caught.value))
+
+
+def test_a_config_typo_is_refused_at_the_call_site_before_anything_starts(tmp_path):
+    with pytest.raises(mpsched.ConfigError, match=r"^durability must be 'sync' or 'process'"):
+        mpsched.Scheduler(workers=1, durability="fast")  # type: ignore[arg-type]
+    with pytest.raises(mpsched.ConfigError, match=r"^result_ttl"):
+        mpsched.Scheduler(workers=1, store=tmp_path / "a.db", result_ttl=-1)
+    assert not (tmp_path / "a.db").exists()

@@ -16,7 +16,7 @@ from processes import wait_for, wait_started
 
 import mpsched
 from mpsched import (
-    InvalidJobError,
+    ConfigError,
     JobNotFoundError,
     Scheduler,
     StoreError,
@@ -129,9 +129,9 @@ def test_a_file_that_is_not_a_store_is_refused_and_left_alone(tmp_path: Path) ->
 
 
 def test_bad_store_options_fail_at_the_call_site(tmp_path: Path) -> None:
-    with pytest.raises(InvalidJobError):
-        Scheduler(workers=1, store=tmp_path / "a.db", durability="weekly")
-    with pytest.raises(InvalidJobError):
+    with pytest.raises(ConfigError):
+        Scheduler(workers=1, store=tmp_path / "a.db", durability="weekly")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError):
         Scheduler(workers=1, store=tmp_path / "a.db", result_ttl=-1)
     with pytest.raises(StoreError, match="missing"):
         Scheduler(workers=1, store=tmp_path / "missing" / "a.db")

@@ -66,7 +66,7 @@ import pytest
 from processes import assert_gone, wait_started
 
 from mpsched import (
-    InvalidJobError,
+    ConfigError,
     RemoteTraceback,
     Scheduler,
     SchedulerShutdownError,
@@ -253,11 +253,11 @@ def test_free_reference(executor):
 def test_max_workers_is_an_alias_of_workers(make_scheduler):
     s = make_scheduler(max_workers=2)
     assert s.workers == 2 and len(s.stats().workers) == 2
-    with pytest.raises(InvalidJobError, match="not both"):
+    with pytest.raises(ConfigError, match="not both"):
         Scheduler(workers=2, max_workers=2)
-    with pytest.raises(InvalidJobError, match=r"^workers must be greater than 0"):
+    with pytest.raises(ConfigError, match=r"^workers must be greater than 0"):
         Scheduler(workers=0)
-    with pytest.raises(InvalidJobError, match=r"^max_workers must be an int"):
+    with pytest.raises(ConfigError, match=r"^max_workers must be an int"):
         Scheduler(max_workers=2.5)
 
 

@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).parent.parent / "mpsched"
 # a cycle waiting to happen, so modules of one group never import each other.
 LAYERS: list[tuple[str, list[set[str]]]] = [
     ("_errors", [set()]),  # the whole error tree, one module
-    ("_core", [{"job"}, {"clock", "recurring"}, {"leases", "heap"}, {"queue"}]),
+    ("_core", [{"options"}, {"job"}, {"clock", "recurring"}, {"leases", "heap"}, {"queue"}]),
     ("_store", [{"base", "writer", "lease_log"}, {"memory", "file"}, {"sqlite"}]),
     ("_transport", [{"authkey", "wire", "handshake"}, {"tls", "handshake_loop"}, {"sockets"},
                     {"runtime"}]),

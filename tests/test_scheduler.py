@@ -16,6 +16,7 @@ import pytest
 from processes import wait_for, wait_started
 
 from mpsched import (
+    ConfigError,
     InvalidJobError,
     JobPicklingError,
     Priority,
@@ -307,11 +308,11 @@ def test_stats_report_counts_workers_and_lateness(make_scheduler):
 def test_bad_scheduler_options_raise():
     from mpsched import Scheduler
 
-    with pytest.raises(InvalidJobError):
+    with pytest.raises(ConfigError):
         Scheduler(workers=0)
-    with pytest.raises(InvalidJobError):
+    with pytest.raises(ConfigError):
         Scheduler(workers=1, mp_context="fork")
-    with pytest.raises(InvalidJobError):
+    with pytest.raises(ConfigError):
         Scheduler(workers=1, order="random")
 
 

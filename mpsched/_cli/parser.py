@@ -16,14 +16,8 @@ from pathlib import Path
 from typing import NoReturn
 
 from mpsched._core.job import JobState, Order
-from mpsched._core.recurring import (
-    CATCHUPS,
-    MIN_INTERVAL,
-    MODES,
-    ON_ERRORS,
-    OVERLAPS,
-    interval_problem,
-)
+from mpsched._core.options import Catchup, Durability, Mode, OnError, Option, Overlap
+from mpsched._core.recurring import MIN_INTERVAL, interval_problem
 from mpsched._protocol.proxy import HEARTBEAT_TIMEOUT, Exit
 from mpsched._transport.sockets import AUTHKEY_ENV, describe_versions
 from mpsched._transport.tls import TlsConfig
@@ -299,7 +293,7 @@ def _serve_options(serve: argparse.ArgumentParser) -> None:
     store.add_argument("--store", metavar="FILE", default=os.environ.get(STORE_ENV),
                        help=f"keep the jobs in this SQLite file, created if missing; one "
                             f"manager per file (default: ${STORE_ENV}, else in memory)")
-    store.add_argument("--durability", choices=["sync", "process"], default="sync",
+    store.add_argument("--durability", choices=_words(Durability), default="sync",
                        help="sync: an acknowledged submit or cancel survives a power cut "
                             "(SQLite synchronous=FULL), and a job's start and end reach "
                             "the disk within milliseconds (group commit); process: they "
@@ -392,21 +386,21 @@ def _submit_options(submit: argparse.ArgumentParser) -> None:
                            help="the schedule's name; submitting it again with the same "
                                 "spec changes nothing, with another replaces it (default: "
                                 "derived from the callable and the spec)")
-    recurring.add_argument("--mode", choices=MODES, default="rate",
+    recurring.add_argument("--mode", choices=_words(Mode), default="rate",
                            help="with --every: rate plans runs at start + k * SECONDS; delay "
                                 "plans each run SECONDS after the previous one ended "
                                 "(default: %(default)s)")
-    recurring.add_argument("--overlap", choices=OVERLAPS, default="skip",
+    recurring.add_argument("--overlap", choices=_words(Overlap), default="skip",
                            help="a run due while the previous one is pending or running: "
                                 "skip it, queue it until that one ends, or allow both "
                                 "(default: %(default)s)")
-    recurring.add_argument("--catchup", choices=CATCHUPS, default="latest",
+    recurring.add_argument("--catchup", choices=_words(Catchup), default="latest",
                            help="runs missed while the manager was down or busy: run the "
                                 "latest one, all of them, or none (default: %(default)s)")
     recurring.add_argument("--jitter", type=_seconds_or_zero, default=0.0, metavar="SECONDS",
                            help="start each run up to SECONDS after its time, the same "
                                 "offset for a given time across restarts (default: 0)")
-    recurring.add_argument("--on-error", choices=ON_ERRORS, default="continue",
+    recurring.add_argument("--on-error", choices=_words(OnError), default="continue",
                            help="a run that fails: continue the schedule, or pause it "
                                 "(default: %(default)s)")
 
@@ -489,3 +483,8 @@ def _seconds_from(text: str, least: float, *, inclusive: bool) -> float:
             f"must be a finite number of seconds {'>=' if inclusive else '>'} {least:g}, "
             f"not {text}")
     return value
+
+
+def _words(option: type[Option]) -> list[str]:
+    """An option's words, as argparse's choices (shown in --help and its errors)."""
+    return [str(member) for member in option]

@@ -46,6 +46,7 @@ from typing import Any, TextIO
 
 from mpsched._cli.parser import plural, tls_from_args
 from mpsched._core.job import Order
+from mpsched._core.options import Durability
 from mpsched._errors import StoreError
 from mpsched._manager.main import run_manager
 from mpsched._manager.service import ManagerService
@@ -189,7 +190,7 @@ def _run_served(args: argparse.Namespace, out: TextIO, key: ServeKey, address: A
         log_level=logging.getLogger().getEffectiveLevel(),
         heartbeat_timeout=args.heartbeat_timeout, drain_timeout=args.drain_timeout,
         tls=tls_from_args(args), store=store_path(args.store),
-        durability=args.durability, result_ttl=args.result_ttl)
+        durability=Durability.coerce(args.durability), result_ttl=args.result_ttl)
 
     listening = False
 

@@ -27,12 +27,15 @@ from mpsched._core.job import (
     JobInfo,
     JobRecord,
     JobRequest,
+    JobState,
+    JobStateLike,
     Payload,
     Priority,
     check_request,
     due_arguments,
 )
 from mpsched._errors import (
+    ConfigError,
     InvalidJobError,
     JobNotFoundError,
     ManagerUnreachableError,
@@ -285,7 +288,8 @@ class Client(RecurringClient, Executor):
             self._core.outbox.flush()  # a job this client just submitted is known there
         return self._core.watch(job_id)
 
-    def jobs(self, state: str | None = None, limit: int | None = None) -> list[JobInfo]:
+    def jobs(self, state: JobStateLike | None = None,
+             limit: int | None = None) -> list[JobInfo]:
         """The jobs the manager knows, in submission order: every client's, pending and
         running ones, and with a store the finished ones it retains.
 
@@ -295,17 +299,16 @@ class Client(RecurringClient, Executor):
             limit: at most this many.
 
         Raises:
-            InvalidJobError: an unknown state, or a limit that is not a positive int.
+            ConfigError: an unknown state, or a limit that is not a positive int.
             ManagerConnectionLostError: the manager is unreachable.
         """
-        if state is not None and state not in STATES:
-            raise InvalidJobError(f"unknown state {state!r}: use one of {', '.join(STATES)}")
+        word = None if state is None else str(JobState.coerce(state, "state"))
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
                                   or limit < 1):
-            raise InvalidJobError(f"limit must be a positive int, not {limit!r}")
+            raise ConfigError("limit", limit, "a positive int")
         if self._core.outbox is not None:
             self._core.outbox.flush()
-        records = self._core.link.ask(lambda service: service.jobs(state, limit))
+        records = self._core.link.ask(lambda service: service.jobs(word, limit))
         return [_job_info(r) for r in records]
 
     def job_info(self, job_id: str) -> JobInfo:
@@ -557,8 +560,6 @@ def count(n: int, noun: str) -> str:
     """``n`` and ``noun``, plural unless ``n`` is 1: "1 job", "2 jobs"."""
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
-
-STATES = ("pending", "running", "done", "failed", "cancelled")
 
 
 def _job_info(record: JobRecord) -> JobInfo:

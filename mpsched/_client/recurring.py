@@ -17,6 +17,16 @@ from typing import Any
 from mpsched._client.futures import ClientCore, JobFuture
 from mpsched._client.link import ManagerLink
 from mpsched._core.job import JobRequest, Priority, check_request
+from mpsched._core.options import (
+    Catchup,
+    CatchupLike,
+    Mode,
+    ModeLike,
+    OnError,
+    OnErrorLike,
+    Overlap,
+    OverlapLike,
+)
 from mpsched._core.recurring import (
     ScheduleCounters,
     ScheduleInfo,
@@ -48,10 +58,10 @@ class JobOptions:
 def build_spec(kind: str, fn: Callable[..., Any], args: tuple[Any, ...],
                kwargs: dict[str, Any], name: str, options: JobOptions, *,
                schedule_id: str | None, interval: float | timedelta = 0.0,
-               mode: str = "rate", cron: str = "", tz: str | None = None,
+               mode: ModeLike = "rate", cron: str = "", tz: str | None = None,
                start: float | timedelta | datetime | None = None, jitter: float = 0.0,
-               overlap: str = "skip", catchup: str = "latest",
-               on_error: str = "continue") -> ScheduleSpec:
+               overlap: OverlapLike = "skip", catchup: CatchupLike = "latest",
+               on_error: OnErrorLike = "continue") -> ScheduleSpec:
     """A checked spec, its callable pickled; raises as ``Client.every``/``Client.cron``."""
     check_request(JobRequest("x", "x", b"", options.priority, 0.0, None, options.timeout,
                              options.retries, None, name))
@@ -62,9 +72,12 @@ def build_spec(kind: str, fn: Callable[..., Any], args: tuple[Any, ...],
     if tz:
         zone(tz)
     spec = ScheduleSpec(
-        schedule_id or "", kind, seconds, mode, cron, tz or "", start_delay, start_at,
-        to_seconds(jitter, "jitter"), overlap, catchup, on_error, options.priority,
-        options.timeout, options.retries, name, pickle_job(fn, args, kwargs))
+        schedule_id=schedule_id or "", kind=kind, interval=seconds, mode=Mode.coerce(mode),
+        cron=cron, tz=tz or "", start_delay=start_delay, start_at=start_at,
+        jitter=to_seconds(jitter, "jitter"), overlap=Overlap.coerce(overlap),
+        catchup=Catchup.coerce(catchup), on_error=OnError.coerce(on_error),
+        priority=options.priority, timeout=options.timeout, retries=options.retries,
+        name=name, payload=pickle_job(fn, args, kwargs))
     if schedule_id is None:
         spec = spec._replace(schedule_id=default_id(spec))
     try:
@@ -92,7 +105,7 @@ def _start(start: float | timedelta | datetime | None) -> tuple[float | None, fl
 def default_id(spec: ScheduleSpec) -> str:
     """An id for a schedule added without one: the callable's name and a digest of what
     it runs and when, so that a program adding it at every start upserts, not stacks."""
-    what = repr((spec.kind, spec.interval, spec.mode, spec.cron, spec.tz, spec.start_at))
+    what = repr((spec.kind, spec.interval, str(spec.mode), spec.cron, spec.tz, spec.start_at))
     digest = hashlib.blake2b(what.encode() + spec.payload, digest_size=4).hexdigest()
     short = spec.name.rpartition(":")[2].replace("@", "_")[:80] or "schedule"
     return f"{short}~{digest}"
@@ -107,9 +120,9 @@ class RecurringClient:
         raise NotImplementedError
 
     def every(self, interval: float | timedelta, fn: Callable[..., Any], /, *args: Any,
-              mode: str = "rate", start: float | timedelta | datetime | None = None,
-              id: str | None = None, overlap: str = "skip", catchup: str = "latest",
-              jitter: float = 0.0, on_error: str = "continue",
+              mode: ModeLike = "rate", start: float | timedelta | datetime | None = None,
+              id: str | None = None, overlap: OverlapLike = "skip", catchup: CatchupLike = "latest",
+              jitter: float = 0.0, on_error: OnErrorLike = "continue",
               priority: Priority | str = Priority.MEDIUM, timeout: float | None = None,
               retries: int = 0, **kwargs: Any) -> Schedule:
         """Run ``fn(*args, **kwargs)`` every ``interval`` seconds (or a timedelta).
@@ -146,8 +159,8 @@ class RecurringClient:
         return self._add_schedule(spec)
 
     def cron(self, expr: str, fn: Callable[..., Any], /, *args: Any, tz: str | None = None,
-             id: str | None = None, overlap: str = "skip", catchup: str = "latest",
-             jitter: float = 0.0, on_error: str = "continue",
+             id: str | None = None, overlap: OverlapLike = "skip", catchup: CatchupLike = "latest",
+             jitter: float = 0.0, on_error: OnErrorLike = "continue",
              priority: Priority | str = Priority.MEDIUM, timeout: float | None = None,
              retries: int = 0, **kwargs: Any) -> Schedule:
         """Run ``fn(*args, **kwargs)`` at the times of a five-field cron expression,

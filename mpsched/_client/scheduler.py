@@ -20,7 +20,8 @@ from typing import Any
 
 from mpsched._client.client import Client, count
 from mpsched._core.job import Order
-from mpsched._errors import InvalidJobError, MpschedError, SchedulerShutdownError
+from mpsched._core.options import Durability, DurabilityLike
+from mpsched._errors import ConfigError, MpschedError, SchedulerShutdownError
 from mpsched._manager.process import ManagerProcess
 from mpsched._payload import shm
 from mpsched._protocol.proxy import (
@@ -81,7 +82,7 @@ class Scheduler(Client):
             is missing or full they travel inline. False: always inline.
 
     Raises:
-        InvalidJobError: a bad option.
+        ConfigError: a bad option (a ValueError).
         StoreError: the store cannot be opened (StoreLockedError: another manager has it).
         MpschedError: the manager or its workers did not start.
         SystemExit: in a child process that multiprocessing started for the program's
@@ -102,7 +103,7 @@ class Scheduler(Client):
         max_tasks_per_worker: int | None = None,
         max_memory_per_worker: int | None = None,
         store: str | os.PathLike[str] | None = None,
-        durability: str = "sync",
+        durability: DurabilityLike = "sync",
         result_ttl: float = DAY,
         max_pending_bytes: int | None = None,
         shared_memory: bool = True,
@@ -112,16 +113,14 @@ class Scheduler(Client):
                             ("max_memory_per_worker", max_memory_per_worker)):
             if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
                                       or limit < 1):
-                raise InvalidJobError(f"{name} must be a positive int, not {limit!r}")
+                raise ConfigError(name, limit, "a positive int")
         if max_pending is not None and (not isinstance(max_pending, int) or max_pending < 1):
-            raise InvalidJobError(f"max_pending must be a positive int, not {max_pending!r}")
+            raise ConfigError("max_pending", max_pending, "a positive int")
         if max_pending_bytes is not None and (isinstance(max_pending_bytes, bool) or not
                                               isinstance(max_pending_bytes, int)
                                               or max_pending_bytes < 1):
-            raise InvalidJobError(
-                f"max_pending_bytes must be a positive int, not {max_pending_bytes!r}")
-        if durability not in ("sync", "process"):
-            raise InvalidJobError(f"durability must be 'sync' or 'process', not {durability!r}")
+            raise ConfigError("max_pending_bytes", max_pending_bytes, "a positive int")
+        durability = Durability.coerce(durability)
         check_options(result_ttl)
         method = _start_method(mp_context)
         config = ManagerConfig(
@@ -261,14 +260,15 @@ def _worker_count(workers: int | None, max_workers: int | None) -> int:
     name, count = "workers", workers
     if max_workers is not None:
         if workers is not None:
-            raise InvalidJobError("give workers or max_workers (its alias), not both")
+            raise ConfigError("max_workers", max_workers,
+                              "left out when workers is given (its alias): not both")
         name, count = "max_workers", max_workers
     if count is None:
         return os.cpu_count() or 1
     if isinstance(count, bool) or not isinstance(count, int):
-        raise InvalidJobError(f"{name} must be an int, not {count!r}")
+        raise ConfigError(name, count, "an int")
     if count < 1:  # ProcessPoolExecutor's wording, which callers may match on
-        raise InvalidJobError(f"{name} must be greater than 0, not {count}")
+        raise ConfigError(name, count, "greater than 0")
     return count
 
 
@@ -278,5 +278,5 @@ def _start_method(mp_context: str | Any) -> str:
         return "forkserver" if "forkserver" in methods else "spawn"
     method = mp_context if isinstance(mp_context, str) else mp_context.get_start_method()
     if method not in ("spawn", "forkserver"):
-        raise InvalidJobError(f"start method {method!r} is not supported: use spawn or forkserver")
+        raise ConfigError("mp_context", method, "a 'spawn' or 'forkserver' start method")
     return str(method)

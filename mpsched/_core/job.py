@@ -12,8 +12,9 @@ import math
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
+from mpsched._core.options import Option
 from mpsched._errors import InvalidJobError
 
 MAX_KEY = 256  # characters in an idempotency key
@@ -57,18 +58,11 @@ class Priority(enum.Enum):
         raise InvalidJobError(f"unknown priority {priority!r}: use Priority or one of {names}")
 
 
-class Order(str, enum.Enum):
+class Order(Option):
     """Which key decides among jobs that are already due."""
 
     TIME = "time"  # due time, then priority, then submission order (the seed's order)
     PRIORITY = "priority"  # priority, then due time, then submission order
-
-    @classmethod
-    def coerce(cls, order: Order | str) -> Order:
-        try:
-            return cls(order)
-        except ValueError:
-            raise InvalidJobError(f"unknown order {order!r}: use 'time' or 'priority'") from None
 
 
 # A job's or an outcome's pickled bytes. Received out of band (mpsched._transport.wire), a payload
@@ -280,7 +274,7 @@ class JobInfo:
     key: str | None
 
 
-class JobState(str, enum.Enum):
+class JobState(Option):
     """Where a job is in its life (the value is what a store writes and a listing shows)."""
 
     PENDING = "pending"
@@ -293,6 +287,10 @@ class JobState(str, enum.Enum):
     def finished(self) -> bool:
         """True for the states a job never leaves: done, failed, cancelled."""
         return self in (JobState.DONE, JobState.FAILED, JobState.CANCELLED)
+
+
+# What Client.jobs(state=) takes: a member, or its word.
+JobStateLike = JobState | Literal["pending", "running", "done", "failed", "cancelled"]
 
 
 class JobRecord(NamedTuple):

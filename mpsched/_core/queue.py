@@ -35,7 +35,7 @@ from mpsched._core.job import (
     check_request,
 )
 from mpsched._core.leases import Leases, LostLease
-from mpsched._errors import InvalidJobError, QueueFullError, SchedulerShutdownError
+from mpsched._errors import ConfigError, InvalidJobError, QueueFullError, SchedulerShutdownError
 
 # Drift between the wall clock and the monotonic clock that makes us re-read their offset.
 # Below it, equal ``at`` values must keep getting equal due times (so ties break by
@@ -75,9 +75,9 @@ class JobQueue:
         sizer: Callable[[Payload], int] = len,
     ) -> None:
         if max_pending is not None and max_pending < 1:
-            raise InvalidJobError(f"max_pending must be at least 1, not {max_pending}")
+            raise ConfigError("max_pending", max_pending, "at least 1")
         if max_pending_bytes is not None and max_pending_bytes < 1:
-            raise InvalidJobError(f"max_pending_bytes must be at least 1, not {max_pending_bytes}")
+            raise ConfigError("max_pending_bytes", max_pending_bytes, "at least 1")
         self._max_bytes = max_pending_bytes
         self._sizer = sizer
         self._clock = clock if clock is not None else SystemClock()

@@ -29,12 +29,9 @@ from datetime import datetime, timedelta, timezone, tzinfo
 from typing import NamedTuple
 
 from mpsched._core.job import MAX_EPOCH, MIN_EPOCH
+from mpsched._core.options import Catchup, Mode, OnError, Option, Overlap
 from mpsched._errors import ExtraMissingError, InvalidJobError
 
-MODES = ("rate", "delay")
-OVERLAPS = ("skip", "queue", "allow")
-CATCHUPS = ("latest", "all", "skip")
-ON_ERRORS = ("continue", "pause")
 MAX_ID = 200  # characters in a schedule id
 MIN_INTERVAL = 0.001  # seconds: below this a schedule is a busy loop, not a timetable
 MAX_COUNT = 100_000  # slots counted one by one (cron) before a count is reported as a floor
@@ -47,15 +44,15 @@ class ScheduleSpec(NamedTuple):
     schedule_id: str
     kind: str  # "every" or "cron"
     interval: float  # seconds between slots ("every"); 0.0 for cron
-    mode: str  # "rate" or "delay" ("every"); "rate" for cron
+    mode: Mode  # RATE or DELAY ("every"); RATE for cron
     cron: str  # the five-field expression; "" for every
     tz: str  # zone name for cron; "" = the manager's local zone
     start_delay: float | None  # seconds after the manager receives it (every)
     start_at: float | None  # UTC epoch seconds of the first slot (every)
     jitter: float  # seconds: each run starts up to this much after its slot
-    overlap: str
-    catchup: str
-    on_error: str
+    overlap: Overlap
+    catchup: Catchup
+    on_error: OnError
     priority: int
     timeout: float | None
     retries: int
@@ -102,18 +99,31 @@ class ScheduleInfo(NamedTuple):
     next_run_id: str | None = None
 
 
+def with_options(spec: ScheduleSpec) -> ScheduleSpec:
+    """``spec`` with its options as members (its words, as a caller or a store gave them).
+
+    Raises:
+        ConfigError: a word that option does not take.
+    """
+    return spec._replace(mode=Mode.coerce(spec.mode), overlap=Overlap.coerce(spec.overlap),
+                         catchup=Catchup.coerce(spec.catchup),
+                         on_error=OnError.coerce(spec.on_error))
+
+
+def plain(spec: ScheduleSpec) -> tuple[object, ...]:
+    """``spec``'s fields as plain data (its options as words), as a store keeps them."""
+    return tuple(str(field) if isinstance(field, Option) else field for field in spec)
+
+
 def check_spec(spec: ScheduleSpec) -> None:
-    """Raise InvalidJobError (or ExtraMissingError) unless ``spec`` can be planned."""
+    """Raise InvalidJobError, ConfigError (an option's word) or ExtraMissingError unless
+    ``spec`` can be planned."""
     sid = spec.schedule_id
     if not isinstance(sid, str) or not sid or len(sid) > MAX_ID or RUN_SEPARATOR in sid \
             or not sid.isprintable():
         raise InvalidJobError(f"schedule id must be 1 to {MAX_ID} printable characters "
                               f"without {RUN_SEPARATOR!r}, not {sid!r}")
-    for value, allowed, what in ((spec.mode, MODES, "mode"), (spec.overlap, OVERLAPS, "overlap"),
-                                 (spec.catchup, CATCHUPS, "catchup"),
-                                 (spec.on_error, ON_ERRORS, "on_error")):
-        if value not in allowed:
-            raise InvalidJobError(f"unknown {what} {value!r}: use one of {', '.join(allowed)}")
+    with_options(spec)  # ConfigError for a word no option takes
     if not (isinstance(spec.jitter, (int, float)) and 0 <= spec.jitter < math.inf):
         raise InvalidJobError(f"jitter must be a number of seconds >= 0, not {spec.jitter!r}")
     if spec.kind == "every":

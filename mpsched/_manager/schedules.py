@@ -38,10 +38,12 @@ from mpsched._core.recurring import (
     check_spec,
     jitter_offset,
     local_zone_name,
+    plain,
     plan,
     resolve_anchor,
     run_id,
     schedule_of,
+    with_options,
 )
 from mpsched._errors import (
     ExtraMissingError,
@@ -96,7 +98,7 @@ class Schedules:
         return f"recovered {len(stored)} schedule(s)"
 
     def _recover_locked(self, stored: StoredSchedule) -> None:
-        spec = ScheduleSpec._make(pickle.loads(stored.spec))
+        spec = with_options(ScheduleSpec._make(pickle.loads(stored.spec)))
         state = State(*pickle.loads(stored.state))  # fields added since take defaults
         entry = self._entry(spec, state.anchor, state.tz)
         entry.decided, entry.owed_until, entry.paused = \
@@ -159,7 +161,7 @@ class Schedules:
             elif (gone := self._gone.pop(spec.schedule_id, self._clock.now())) is not None:
                 entry.recent, entry.outcomes = gone.recent, gone.outcomes  # its runs' list
             self._journal.store.save_schedule(StoredSchedule(
-                spec.schedule_id, pickle.dumps(tuple(spec)), pickle.dumps(entry.state())))
+                spec.schedule_id, pickle.dumps(plain(spec)), pickle.dumps(entry.state())))
             self._entries[spec.schedule_id] = entry
             log.info("schedule %s %s: %s", spec.schedule_id,
                      "replaced" if old else "added", spec.describe())

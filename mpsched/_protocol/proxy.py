@@ -34,6 +34,7 @@ from mpsched._core.job import (
     PayloadOptions,
     QueueStats,
 )
+from mpsched._core.options import Durability
 from mpsched._core.recurring import ScheduleInfo, ScheduleSpec
 from mpsched._errors import MpschedError, SchedulerShutdownError
 from mpsched._transport.sockets import SERIALIZER, HardenedServer
@@ -487,7 +488,7 @@ class ManagerConfig:
     drain_timeout: float = 30.0  # on stop, how long running jobs may take to finish
     tls: TlsConfig | None = None  # TCP only; local workers connect with it too
     store: str | None = None  # a SQLite file that journals every job; None: in memory
-    durability: str = "sync"  # "sync": submits survive a power cut; "process": a crash
+    durability: Durability = Durability.SYNC  # SYNC: submits survive a power cut; PROCESS: a crash
     result_ttl: float = 86400.0  # seconds finished jobs' outcomes are kept (store or memory)
     max_pending_bytes: int | None = None  # bound on what pending payloads hold
     shared_memory: bool = False  # large buffers through /dev/shm (local clients, no store)

@@ -33,7 +33,7 @@ from types import TracebackType
 from typing import NamedTuple
 
 from mpsched._core.job import JobRecord, JobState, Payload
-from mpsched._errors import InvalidJobError
+from mpsched._errors import ConfigError, InvalidJobError
 
 DAY = 86400.0
 
@@ -245,10 +245,10 @@ class Store(abc.ABC):
 
 
 def check_options(result_ttl: float) -> None:
-    """Raise InvalidJobError for a ``result_ttl`` that is not a number of seconds >= 0."""
+    """Raise ConfigError for a ``result_ttl`` that is not a number of seconds >= 0."""
     if isinstance(result_ttl, bool) or not isinstance(result_ttl, (int, float)) \
             or not 0 <= result_ttl < float("inf"):
-        raise InvalidJobError(f"result_ttl must be a number of seconds >= 0, not {result_ttl!r}")
+        raise ConfigError("result_ttl", result_ttl, "a number of seconds >= 0")
 
 
 def check_finish_state(state: JobState) -> None:

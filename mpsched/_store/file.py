@@ -15,6 +15,7 @@ import sqlite3
 import urllib.parse
 from collections.abc import Callable
 
+from mpsched._core.options import Durability
 from mpsched._errors import StoreError, StoreLockedError
 from mpsched._store.writer import translate
 
@@ -22,7 +23,8 @@ log = logging.getLogger("mpsched.store")
 
 APPLICATION_ID = 0x6D707363  # "mpsc" in the file header: how a store is told from others
 _HEADER = b"SQLite format 3\x00"
-DURABILITY = {"sync": "FULL", "process": "NORMAL"}
+# SQLite's synchronous setting for each durability
+SYNCHRONOUS = {Durability.SYNC: "FULL", Durability.PROCESS: "NORMAL"}
 
 
 def _create_v1(conn: sqlite3.Connection) -> None:
@@ -127,7 +129,7 @@ def _read_version(conn: sqlite3.Connection, path: str) -> int:
     return version
 
 
-def connect_writer(path: str, durability: str) -> sqlite3.Connection:
+def connect_writer(path: str, durability: Durability) -> sqlite3.Connection:
     """The writer's connection, in WAL mode, with the schema migrated to the current one."""
     # cached_statements: every statement the writer runs stays prepared (a few dozen: its
     # multi-row ones take a power of two of rows, see execute_rows).
@@ -137,7 +139,7 @@ def connect_writer(path: str, durability: str) -> sqlite3.Connection:
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if mode != "wal":
             raise StoreError(path, f"cannot use WAL mode (journal mode {mode})")
-        conn.execute(f"PRAGMA synchronous = {DURABILITY[durability]}")
+        conn.execute(f"PRAGMA synchronous = {SYNCHRONOUS[durability]}")
         conn.execute("PRAGMA cache_size = -65536")  # KiB: the indexes of ~1M jobs
         _migrate(conn, path)
     except sqlite3.Error as exc:

@@ -42,7 +42,8 @@ from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 from mpsched._core.job import JobRecord, JobState
-from mpsched._errors import InvalidJobError, StoreError
+from mpsched._core.options import Durability, DurabilityLike
+from mpsched._errors import ConfigError, InvalidJobError, StoreError
 from mpsched._store.base import (
     DAY,
     Recovery,
@@ -53,7 +54,7 @@ from mpsched._store.base import (
     check_finish_state,
     check_options,
 )
-from mpsched._store.file import DURABILITY, connect_writer, open_checked
+from mpsched._store.file import connect_writer, open_checked
 from mpsched._store.lease_log import LeaseLog, LogRecord, ended, split
 from mpsched._store.writer import Writer, execute_rows, translate
 
@@ -172,13 +173,13 @@ def _overlay(records: list[LogRecord], pending: list[StoredJob],
 
 
 def check_batching(batch_size: int, linger: float, idle: float) -> None:
-    """Raise InvalidJobError unless the writer's options are in range."""
+    """Raise ConfigError unless the writer's options are in range."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise InvalidJobError(f"batch_size must be a positive int, not {batch_size!r}")
+        raise ConfigError("batch_size", batch_size, "a positive int")
     if not 0 <= linger <= 10:
-        raise InvalidJobError(f"linger must be a number of seconds in [0, 10], not {linger!r}")
+        raise ConfigError("linger", linger, "a number of seconds in [0, 10]")
     if not 0 < idle < float("inf"):
-        raise InvalidJobError(f"prune_interval must be a positive number, not {idle!r}")
+        raise ConfigError("prune_interval", idle, "a positive number")
 
 
 class SQLiteStore(Store):
@@ -197,15 +198,14 @@ class SQLiteStore(Store):
     Raises:
         StoreError: a missing or read-only directory, a file that is not an mpsched store,
             a newer schema, a corrupt file; StoreLockedError when another manager has it.
-        InvalidJobError: an option out of range.
+        ConfigError: an option out of range, or an unknown durability.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, durability: str = "sync",
+    def __init__(self, path: str | os.PathLike[str], *, durability: DurabilityLike = "sync",
                  result_ttl: float = DAY, clock: Callable[[], float] = time.time,
                  batch_size: int = 512, linger: float = 0.0,
                  prune_interval: float = 60.0) -> None:
-        if durability not in DURABILITY:
-            raise InvalidJobError(f"durability must be 'sync' or 'process', not {durability!r}")
+        durability = Durability.coerce(durability)
         check_options(result_ttl)
         check_batching(batch_size, linger, prune_interval)
         self._path = os.path.realpath(os.fspath(path))  # one lock file, whatever the route

@@ -15,7 +15,7 @@ from mpsched._core.job import (
     Priority,
     check_request,
 )
-from mpsched._errors import InvalidJobError, MpschedError
+from mpsched._errors import ConfigError, InvalidJobError, MpschedError
 
 
 def make_job(job_id: str, *, due: float, priority: Priority, seq: int) -> Job:
@@ -93,7 +93,7 @@ def test_order_coerce_accepts_members_and_values(value: Order | str, member: Ord
 
 @pytest.mark.parametrize("value", ["fifo", "", "deadline", None, 1], ids=repr)
 def test_order_coerce_rejects_unknown_orders(value: object) -> None:
-    with pytest.raises(InvalidJobError) as caught:
+    with pytest.raises(ConfigError) as caught:
         Order.coerce(value)  # type: ignore[arg-type]
     assert isinstance(caught.value, ValueError)
     assert repr(value) in str(caught.value)

@@ -14,6 +14,7 @@ from mpsched._core.clock import SystemClock, Waitable
 from mpsched._core.job import Assignment, JobRequest, Order, Outcome, Priority
 from mpsched._core.queue import GONE_MEMORY, JobQueue
 from mpsched._errors import (
+    ConfigError,
     InvalidJobError,
     MpschedError,
     QueueFullError,
@@ -738,7 +739,7 @@ def test_close_releases_a_blocked_submitter_with_shutdown(harness: Harness) -> N
 
 
 def test_max_pending_below_one_is_rejected() -> None:
-    with pytest.raises(InvalidJobError):
+    with pytest.raises(ConfigError):
         JobQueue(clock=FakeClock(), max_pending=0)
 
 

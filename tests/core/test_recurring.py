@@ -20,7 +20,7 @@ from mpsched._core.recurring import (
     run_id,
     schedule_of,
 )
-from mpsched._errors import ExtraMissingError, InvalidJobError
+from mpsched._errors import ConfigError, ExtraMissingError, InvalidJobError
 
 
 def spec(**changes: object) -> ScheduleSpec:
@@ -207,6 +207,13 @@ def test_a_daily_0230_runs_once_on_both_dst_days_in_berlin():
 
 @pytest.mark.parametrize("changes", [
     {"mode": "fixed"}, {"overlap": "never"}, {"catchup": "none"}, {"on_error": "stop"},
+], ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+def test_an_unknown_option_word_is_a_config_error(changes: dict[str, object]):
+    with pytest.raises(ConfigError, match=next(iter(changes))):
+        check_spec(spec(**changes))
+
+
+@pytest.mark.parametrize("changes", [
     {"interval": 0.0}, {"interval": float("nan")}, {"interval": float("inf")},
     {"jitter": -1.0}, {"schedule_id": "a@b"}, {"schedule_id": ""}, {"schedule_id": "x" * 201},
     {"start_at": 1e20}, {"kind": "yearly"},

@@ -23,6 +23,7 @@ import pytest
 
 from mpsched._core.job import JobState
 from mpsched._errors import (
+    ConfigError,
     InvalidJobError,
     MpschedError,
     StoreError,
@@ -476,7 +477,7 @@ def test_a_corrupt_store_is_a_store_error_naming_the_path(
 def test_bad_options_are_refused(open_sqlite: Callable[..., SQLiteStore]) -> None:
     for options in ({"durability": "fast"}, {"result_ttl": -1}, {"batch_size": 0},
                     {"linger": -0.1}, {"prune_interval": 0}):
-        with pytest.raises(InvalidJobError):
+        with pytest.raises(ConfigError):
             open_sqlite(**options)
     open_sqlite().close()  # nothing was left locked
 
