@@ -6,6 +6,7 @@ import multiprocessing
 import pickle
 import queue
 import re
+from pathlib import Path
 
 import pytest
 
@@ -143,3 +144,81 @@ def test_a_config_typo_is_refused_at_the_call_site_before_anything_starts(tmp_pa
     with pytest.raises(mpsched.ConfigError, match=r"^result_ttl"):
         mpsched.Scheduler(workers=1, store=tmp_path / "a.db", result_ttl=-1)
     assert not (tmp_path / "a.db").exists()
+
+
+# ------------------------------------------------------------ the manager's remote surface
+
+
+def _proxied() -> set[str]:
+    """The service methods ServiceProxy calls (``self._call("name", ...)``)."""
+    from mpsched._protocol import proxy
+
+    return set(re.findall(r'_call\("(\w+)"', Path(proxy.__file__).read_text()))
+
+
+def test_what_a_peer_may_call_is_declared_on_the_service_and_matches_the_proxy():
+    from mpsched._manager.service import ManagerService
+    from mpsched._protocol.proxy import remote_methods
+
+    assert set(remote_methods(ManagerService)) == _proxied()
+    assert "lose_worker" not in remote_methods(ManagerService)  # public, but not remote
+
+
+def test_a_served_service_exposes_exactly_its_remote_methods():
+    from mpsched._manager.service import ManagerService
+    from mpsched._protocol import proxy
+
+    class Served:
+        @proxy.remote
+        def stats(self) -> None: ...
+
+        def stop(self) -> None: ...  # public, not marked: refused
+
+    before = proxy._SERVED
+    try:
+        proxy.serve_object(Served())
+        exposed = proxy.ServiceManager._registry["service"][1]  # type: ignore[attr-defined]
+        assert tuple(exposed) == ("stats",)
+    finally:
+        if isinstance(before, ManagerService):
+            proxy.serve_object(before)
+        else:
+            proxy._SERVED = before
+            proxy.ServiceManager.register(
+                "service", callable=proxy._get_service, proxytype=proxy.ServiceProxy,
+                exposed=("(no service served)",))
+
+
+# Remote methods no test calls by name, and the end-to-end test that reaches each through
+# the public API (the call is made in a client or worker process).
+REACHED_THROUGH = {
+    "cancel_many": "test_interrupt.py::test_ctrl_c_in_a_with_block_cancels_what_has_not_"
+                   "started_and_waits_for_what_runs",
+    "close_client": "test_scheduler.py::test_shutdown_cancel_futures_cancels_pending_and_"
+                    "returns_promptly",
+    "leave": "cli/test_cli.py::test_sigterm_drains_a_remote_pool",
+    "not_due": "test_interrupt.py::test_with_a_store_ctrl_c_leaves_the_jobs_due_later_in_it",
+    "payload_options": "test_payloads.py::test_arguments_and_results_travel_through_shared_"
+                       "memory",
+    "schedule_preview": "test_schedule.py::test_cron_plans_in_its_zone_and_checks_at_the_"
+                        "call_site",
+    "watch_many": "test_reconnect.py::test_with_a_store_outstanding_futures_resolve_after_"
+                  "the_restart",
+    "worker_exited": "worker/test_remote.py::test_a_remote_worker_that_dies_fails_its_job_at_"
+                     "once_naming_the_exit",
+}
+
+
+def test_every_remote_method_is_called_by_a_test():
+    from mpsched._manager.service import ManagerService
+    from mpsched._protocol.proxy import remote_methods
+
+    tests = Path(__file__).parent
+    here = Path(__file__).resolve()
+    sources = "\n".join(p.read_text() for p in tests.rglob("*.py") if p.resolve() != here)
+    uncalled = {name for name in remote_methods(ManagerService)
+                if not re.search(rf"\.{name}\(", sources)}
+    assert uncalled == set(REACHED_THROUGH)
+    for test in REACHED_THROUGH.values():
+        path, _, name = test.partition("::")
+        assert re.search(rf"^def {name}\(", (tests / path).read_text(), re.M), test

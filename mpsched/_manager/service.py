@@ -49,6 +49,7 @@ from mpsched._protocol.proxy import (
     WorkerLoad,
     assignment_to_wire,
     outcome_to_wire,
+    remote,
     report_from_wire,
     request_from_wire,
 )
@@ -106,6 +107,7 @@ class ManagerService:
 
     # ------------------------------------------------------------------ workers
 
+    @remote
     def hello(self, hello: WorkerHello) -> float:
         """Register a worker; returns the heartbeat timeout its heartbeats must beat."""
         self._check_versions(f"worker {hello.worker_id} on {hello.host}",
@@ -115,6 +117,7 @@ class ManagerService:
         log.info("worker %s joined (pid %d on %s)", hello.worker_id, hello.pid, hello.host)
         return self.heartbeat_timeout
 
+    @remote
     def take(self, worker_id: str, report: ReportWire | None,
              timeout: float) -> AssignmentWire | None:
         """Report the previous job (if any), then wait for the next due one."""
@@ -149,25 +152,30 @@ class ManagerService:
         # Any other worker may run on another host: it cannot map our shared memory.
         return assignment_to_wire(assignment, delay, self.segments.for_remote(assignment.payload))
 
+    @remote
     def ack(self, worker_id: str, lease_id: int) -> None:
         """A remote worker received a lease: from now on losing it counts as an attempt."""
         self.workers.update(worker_id, acked=lease_id)
 
+    @remote
     def heartbeat(self, worker_id: str, load: WorkerLoad) -> None:
         self.workers.check_in(worker_id, reported=False)
         self.workers.update(worker_id, load=load)
 
+    @remote
     def finish(self, worker_id: str, report: ReportWire | None) -> None:
         """Report the last job of a worker that is leaving to be replaced (recycling)."""
         if report is not None:
             local = self.workers.check_in(worker_id, reported=True)
             self._complete(report_from_wire(report), worker_id, same_clock=local)
 
+    @remote
     def leave(self, worker_id: str, report: ReportWire | None) -> None:
         """A remote worker leaves (drained): report its last job and end its leases."""
         self.finish(worker_id, report)
         self.lose_worker(worker_id, exitcode=0)
 
+    @remote
     def worker_exited(self, worker_id: str, exitcode: int) -> None:
         """A remote worker's pool saw its process exit (a negative code: killed by that
         signal): resolve the jobs it held now, not at its heartbeat deadline."""
@@ -273,6 +281,7 @@ class ManagerService:
 
     # ------------------------------------------------------------------ clients
 
+    @remote
     def open_client(self, hello: ClientHello) -> int | None:
         """Register a client; returns the queue's max_pending (a client batches below it)."""
         self._check_versions(f"client {hello.client_id}", (hello.python, hello.cloudpickle))
@@ -280,9 +289,11 @@ class ManagerService:
         self._speaks_for(hello.client_id)
         return self.queue.max_pending
 
+    @remote
     def close_client(self, client_id: str) -> None:
         self.mailboxes.close(client_id)
 
+    @remote
     def submit(self, requests: list[JobRequestWire], timeout: float | None,
                withdrawn: int = 0) -> list[str] | None:
         """Journal and queue a batch of jobs, all or none (one job is a batch of one).
@@ -307,11 +318,13 @@ class ManagerService:
             self.queue.count_withdrawn(withdrawn)
         return holders
 
+    @remote
     def payload_options(self) -> PayloadOptions:
         """How clients send payloads: the shared-memory prefix (and its probe) and the
         bound on pending payload bytes."""
         return self.segments.options(self.queue.max_pending_bytes)
 
+    @remote
     def cancel(self, job_id: str, client_id: str | None = None) -> bool:
         """Cancel a pending job; False if it is not pending. ``client_id``: the client
         asking, when it need not be the job's own (``Client.cancel(job_id)``): the job's
@@ -329,14 +342,17 @@ class ManagerService:
         self.schedules.ended(job_id, cancelled(job_id))
         return True
 
+    @remote
     def cancel_many(self, job_ids: list[str]) -> list[str]:
         """Cancel pending jobs of the caller; returns the ids of those that were pending."""
         return self._cancelled(self.queue.cancel_jobs(job_ids))
 
+    @remote
     def not_due(self, client_id: str) -> list[str]:
         """The client's pending jobs not yet due (they stay in the store at its exit)."""
         return self.queue.not_due(client_id)
 
+    @remote
     def cancel_client(self, client_id: str, not_due_only: bool = False) -> list[str]:
         return self._cancelled(self.queue.cancel_client_jobs(client_id,
                                                              not_due_only=not_due_only))
@@ -351,6 +367,7 @@ class ManagerService:
             self.schedules.ended(job_id, cancelled(job_id))
         return job_ids
 
+    @remote
     def watch(self, client_id: str, job_id: str) -> OutcomeWire | None:
         """Watch a job ``client_id`` did not submit (or submitted before a restart): its
         outcome if it is known now (the caller resolves its future with it), else None
@@ -367,6 +384,7 @@ class ManagerService:
                 raise
         return None if outcome is None else outcome_to_wire(outcome)
 
+    @remote
     def watch_many(self, client_id: str,
                    job_ids: list[str]) -> tuple[list[OutcomeWire], list[str]]:
         """:meth:`watch` each job (a client that reconnected re-attaches its futures):
@@ -384,17 +402,20 @@ class ManagerService:
                 outcomes.append(outcome)
         return outcomes, unknown
 
+    @remote
     def job(self, job_id: str) -> JobRecord | None:
         """The record of one job the manager knows (None: it knows no such job), without
         its outcome."""
         record = self.journal.get(job_id, fresh=True)
         return None if record is None else record._replace(outcome=None)
 
+    @remote
     def jobs(self, state: str | None = None, limit: int | None = None) -> list[JobRecord]:
         """The jobs the store knows, in submission order (pending and running ones only
         without a store), without payloads or outcomes."""
         return self.journal.jobs(state, limit)
 
+    @remote
     def collect(self, client_id: str, timeout: float) -> list[OutcomeWire] | None:
         self._speaks_for(client_id)
         self.segments.collecting(client_id)
@@ -436,25 +457,31 @@ class ManagerService:
 
     # ------------------------------------------------------------------ schedules
 
+    @remote
     def add_schedule(self, spec: tuple[object, ...]) -> ScheduleInfo:
         """Add (or upsert) a recurring schedule; see Schedules.add."""
         return self.schedules.add(ScheduleSpec._make(spec))
 
+    @remote
     def list_schedules(self) -> list[ScheduleInfo]:
         return self.schedules.listing()
 
+    @remote
     def schedule_control(self, schedule_id: str, action: str) -> ScheduleInfo:
         """``info``, ``pause``, ``resume`` or ``cancel`` one schedule."""
         if action == "info":
             return self.schedules.info(schedule_id)
         return self.schedules.control(schedule_id, action)
 
+    @remote
     def schedule_preview(self, schedule_id: str, n: int) -> list[float]:
         return self.schedules.preview(schedule_id, n)
 
+    @remote
     def schedule_runs(self, schedule_id: str, n: int) -> list[str]:
         return self.schedules.runs(schedule_id, n)
 
+    @remote
     def stats(self) -> Stats:
         now = time.monotonic()
         workers, recent = self.workers.statuses(since=now - THROUGHPUT_WINDOW)
@@ -471,6 +498,7 @@ class ManagerService:
         manager stops (so it exits instead of waiting for the manager to come back)."""
         return self.workers.wait_told(timeout)
 
+    @remote
     def stop(self) -> None:
         """Stop handing out jobs; the manager process then drains, stops workers, exits."""
         self.stopping.set()

@@ -16,12 +16,13 @@ import contextlib
 import logging
 import threading
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
 from multiprocessing.managers import BaseManager, BaseProxy
 from multiprocessing.util import ForkAwareLocal
 from pickle import PickleBuffer
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from mpsched._core.job import (
     Assignment,
@@ -89,6 +90,8 @@ class Report(NamedTuple):
 # (mpsched._transport.wire) sends it from its own memory and receives it into a buffer of its own,
 # where pickling it into the message would copy it on both sides. It arrives as a bytearray, or as a
 # read-only view of one (blob_in unwraps it); the code on both sides sees bytes-like data.
+F = TypeVar("F", bound=Callable[..., Any])
+
 BLOB = 1 << 16
 Blob = bytes | bytearray | PickleBuffer | memoryview  # a payload in a wire tuple
 JobRequestWire = tuple[str, str, Blob, int, "float | None", "float | None", "float | None",
@@ -247,12 +250,6 @@ class ServiceProxy(BaseProxy):
     have just opened with (the manager takes the end of a client's opening connection,
     before its result thread has called, for the client going away).
     """
-
-    _exposed_ = ("hello", "take", "ack", "heartbeat", "finish", "leave", "open_client",
-                 "close_client", "submit", "cancel", "cancel_many", "cancel_client",
-                 "not_due", "watch", "watch_many", "job", "jobs", "collect", "stats", "stop",
-                 "add_schedule", "list_schedules", "schedule_control", "schedule_preview",
-                 "schedule_runs", "payload_options", "worker_exited")
 
     def __init__(self, token: Any, serializer: str, manager: Any = None,
                  authkey: bytes | None = None, exposed: Any = None, incref: bool = True,
@@ -437,10 +434,31 @@ class ServiceProxy(BaseProxy):
 _SERVED: object | None = None
 
 
+def remote(method: F) -> F:
+    """Mark a method of the served service as one a peer may call through its proxy.
+
+    What a connection may call is exactly the marked methods of the served object's class
+    (:func:`remote_methods`); every other method, however public, is refused by the server.
+    Each marked method has one :class:`ServiceProxy` method of the same name that calls it
+    (``tests/test_api.py`` checks that the two lists agree, and that a test calls each).
+    """
+    method.__mpsched_remote__ = True  # type: ignore[attr-defined]
+    return method
+
+
+def remote_methods(service: type) -> tuple[str, ...]:
+    """The names of ``service``'s methods marked :func:`remote`, sorted."""
+    return tuple(sorted(name for name in dir(service)
+                        if getattr(getattr(service, name), "__mpsched_remote__", False)))
+
+
 def serve_object(service: object) -> None:
-    """Make ``service`` what every ``ServiceProxy`` connected to this process calls."""
+    """Make ``service`` what every ``ServiceProxy`` connected to this process calls, and
+    its :func:`remote` methods all that a connection may call."""
     global _SERVED
     _SERVED = service
+    ServiceManager.register("service", callable=_get_service, proxytype=ServiceProxy,
+                            exposed=remote_methods(type(service)))
 
 
 def _get_service() -> object:
@@ -455,7 +473,10 @@ class ServiceManager(BaseManager):
     _Server = HardenedServer
 
 
-ServiceManager.register("service", callable=_get_service, proxytype=ServiceProxy)
+# Until this process serves a service (serve_object), a connection may call nothing: the
+# one name exposed is no method's.
+ServiceManager.register("service", callable=_get_service, proxytype=ServiceProxy,
+                        exposed=("(no service served)",))
 
 
 def connect_service(address: Any, authkey: bytes) -> ServiceProxy:
