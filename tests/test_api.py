@@ -165,7 +165,6 @@ def test_what_a_peer_may_call_is_declared_on_the_service_and_matches_the_proxy()
 
 
 def test_a_served_service_exposes_exactly_its_remote_methods():
-    from mpsched._manager.service import ManagerService
     from mpsched._protocol import proxy
 
     class Served:
@@ -180,13 +179,10 @@ def test_a_served_service_exposes_exactly_its_remote_methods():
         exposed = proxy.ServiceManager._registry["service"][1]  # type: ignore[attr-defined]
         assert tuple(exposed) == ("stats",)
     finally:
-        if isinstance(before, ManagerService):
+        if before is not None:
             proxy.serve_object(before)
         else:
-            proxy._SERVED = before
-            proxy.ServiceManager.register(
-                "service", callable=proxy._get_service, proxytype=proxy.ServiceProxy,
-                exposed=("(no service served)",))
+            proxy.serve_nothing()
 
 
 # Remote methods no test calls by name, and the end-to-end test that reaches each through

@@ -473,10 +473,16 @@ class ServiceManager(BaseManager):
     _Server = HardenedServer
 
 
-# Until this process serves a service (serve_object), a connection may call nothing: the
-# one name exposed is no method's.
-ServiceManager.register("service", callable=_get_service, proxytype=ServiceProxy,
-                        exposed=("(no service served)",))
+def serve_nothing() -> None:
+    """Until this process serves a service (serve_object), a connection may call nothing:
+    the one name exposed is no method's."""
+    global _SERVED
+    _SERVED = None
+    ServiceManager.register("service", callable=_get_service, proxytype=ServiceProxy,
+                            exposed=("(no service served)",))
+
+
+serve_nothing()
 
 
 def connect_service(address: Any, authkey: bytes) -> ServiceProxy:
