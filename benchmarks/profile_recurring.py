@@ -53,7 +53,9 @@ def manager_with_probes(*args: Any, **kwargs: Any) -> int:
     from mpsched._manager import schedules as _schedules
     from mpsched._manager import service as _service
     from mpsched._manager import supervisor as _supervisor
-    from mpsched._protocol.proxy import assignment_from_wire
+    from mpsched._protocol.codec import (
+        assignment_from_wire,
+    )
 
     take = _queue.JobQueue.take
 

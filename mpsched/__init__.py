@@ -43,8 +43,12 @@ from mpsched._errors import StoreLockedError as StoreLockedError
 from mpsched._errors import TlsError as TlsError
 from mpsched._errors import VersionMismatchError as VersionMismatchError
 from mpsched._errors import WorkerCrashedError as WorkerCrashedError
-from mpsched._protocol.proxy import Stats as Stats
-from mpsched._protocol.proxy import WorkerStatus as WorkerStatus
+from mpsched._protocol.records import (
+    Stats as Stats,
+)
+from mpsched._protocol.records import (
+    WorkerStatus as WorkerStatus,
+)
 
 __all__ = [
     "AddressError",

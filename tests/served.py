@@ -23,7 +23,14 @@ from typing import Any
 
 import psutil
 
-from mpsched._protocol.proxy import ServiceProxy, Stats, WorkerStatus, connect_service
+from mpsched._protocol.proxy import (
+    ServiceProxy,
+    connect_service,
+)
+from mpsched._protocol.records import (
+    Stats,
+    WorkerStatus,
+)
 from mpsched._transport.sockets import AUTHKEY_ENV, parse_address
 
 TESTS_DIR = Path(__file__).parent  # the helpers (jobs.py, ...) workers import

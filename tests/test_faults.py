@@ -29,7 +29,9 @@ from mpsched import (
     WorkerCrashedError,
 )
 from mpsched._client.link import ManagerLink
-from mpsched._protocol.proxy import ClientHello
+from mpsched._protocol.records import (
+    ClientHello,
+)
 
 pytestmark = pytest.mark.slow
 

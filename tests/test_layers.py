@@ -22,7 +22,7 @@ LAYERS: list[tuple[str, list[set[str]]]] = [
     ("_store", [{"base", "writer", "lease_log"}, {"memory", "file"}, {"sqlite"}]),
     ("_transport", [{"authkey", "wire", "handshake"}, {"tls", "handshake_loop"}, {"sockets"},
                     {"runtime"}]),
-    ("_protocol", [{"proxy"}]),
+    ("_protocol", [{"records"}, {"codec"}, {"proxy"}]),
     ("_payload", [{"shm", "by_value"}, {"segment_pool", "segments"}, {"pickling"}]),
     ("_worker", [{"loop"}, {"remote"}]),
     ("_manager", [{"ended", "mailbox", "worker_table", "process"},

@@ -1,6 +1,6 @@
 """The commands that read and change a running manager's jobs: status, jobs, cancel, result.
 
-Each connects, asks, prints and returns an exit code (:class:`mpsched._protocol.proxy.Exit`);
+Each connects, asks, prints and returns an exit code (:class:`mpsched._protocol.records.Exit`);
 ``main()`` in :mod:`mpsched._cli.main` turns their errors into one line. Results go to stdout
 as JSON (or as their repr, said on stderr, when JSON cannot hold them), messages and a
 failed job's worker traceback to stderr, so a script can read one and show the other.
@@ -31,7 +31,14 @@ from mpsched._errors import (
     RemoteTraceback,
     ScheduleNotFoundError,
 )
-from mpsched._protocol.proxy import Exit, ServiceProxy, Stats, connect_service
+from mpsched._protocol.proxy import (
+    ServiceProxy,
+    connect_service,
+)
+from mpsched._protocol.records import (
+    Exit,
+    Stats,
+)
 from mpsched._transport.runtime import default_address, require_authkey
 from mpsched._transport.sockets import Address, format_address, parse_address
 

@@ -1,6 +1,6 @@
 """``python -m mpsched``: serve, worker, submit, status, jobs, cancel, result, demo, stress.
 
-``main(argv)`` returns an exit code (see :class:`mpsched._protocol.proxy.Exit`), so tests call
+``main(argv)`` returns an exit code (see :class:`mpsched._protocol.records.Exit`), so tests call
 it directly. The grammar and help texts live in :mod:`mpsched._cli.parser`, ``serve`` in
 :mod:`mpsched._cli.serve`, the commands that read and change jobs (status, jobs, cancel,
 result) in :mod:`mpsched._cli.jobs`, ``demo`` and ``stress`` in their own modules; this
@@ -50,8 +50,12 @@ from mpsched._errors import (
     StoreError,
     VersionMismatchError,
 )
-from mpsched._protocol.proxy import ClientHello
-from mpsched._protocol.proxy import Exit as Exit  # the codes main() returns, for its callers
+from mpsched._protocol.records import (
+    ClientHello,
+)
+from mpsched._protocol.records import (
+    Exit as Exit,
+)
 from mpsched._transport.runtime import default_address
 from mpsched._transport.sockets import (
     Address,

@@ -18,7 +18,10 @@ from typing import NoReturn
 from mpsched._core.job import JobState, Order
 from mpsched._core.options import Catchup, Durability, Mode, OnError, Option, Overlap
 from mpsched._core.recurring import MIN_INTERVAL, interval_problem
-from mpsched._protocol.proxy import HEARTBEAT_TIMEOUT, Exit
+from mpsched._protocol.records import (
+    HEARTBEAT_TIMEOUT,
+    Exit,
+)
 from mpsched._transport.sockets import AUTHKEY_ENV, describe_versions
 from mpsched._transport.tls import TlsConfig
 

@@ -11,7 +11,9 @@ from typing import Any, TextIO
 
 from mpsched._cli.jobs import connected, format_duration, local_time
 from mpsched._core.recurring import ScheduleInfo
-from mpsched._protocol.proxy import Exit
+from mpsched._protocol.records import (
+    Exit,
+)
 
 # The options of recurring jobs, with their defaults: given without --every or --cron,
 # they are a usage error.

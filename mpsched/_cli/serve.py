@@ -50,7 +50,11 @@ from mpsched._core.options import Durability
 from mpsched._errors import StoreError
 from mpsched._manager.main import run_manager
 from mpsched._manager.service import ManagerService
-from mpsched._protocol.proxy import Exit, ManagerConfig, ManagerReady
+from mpsched._protocol.records import (
+    Exit,
+    ManagerConfig,
+    ManagerReady,
+)
 from mpsched._transport.runtime import (
     SOCKET_NAME,
     default_address,

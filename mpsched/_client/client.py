@@ -46,7 +46,13 @@ from mpsched._errors import (
 from mpsched._payload.by_value import cloudpickle_dumps
 from mpsched._payload.pickling import fast_dumps, job_name, pickle_job
 from mpsched._payload.shm import payload_size
-from mpsched._protocol.proxy import ServiceProxy, Stats, connect_service
+from mpsched._protocol.proxy import (
+    ServiceProxy,
+    connect_service,
+)
+from mpsched._protocol.records import (
+    Stats,
+)
 from mpsched._transport.runtime import default_address, require_authkey
 from mpsched._transport.sockets import format_address, parse_address
 

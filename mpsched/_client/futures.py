@@ -41,7 +41,13 @@ from mpsched._errors import (
 from mpsched._payload import shm
 from mpsched._payload.pickling import loads, remote_exception
 from mpsched._payload.segment_pool import SegmentPool
-from mpsched._protocol.proxy import LONG_POLL, ClientHello, ServiceProxy
+from mpsched._protocol.proxy import (
+    ServiceProxy,
+)
+from mpsched._protocol.records import (
+    LONG_POLL,
+    ClientHello,
+)
 from mpsched._transport.sockets import describe_versions
 
 log = logging.getLogger("mpsched.client")

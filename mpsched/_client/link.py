@@ -19,7 +19,12 @@ from typing import NamedTuple, TypeVar
 
 from mpsched._core.job import Outcome
 from mpsched._errors import ManagerConnectionLostError, StoreError
-from mpsched._protocol.proxy import ClientHello, ServiceProxy
+from mpsched._protocol.proxy import (
+    ServiceProxy,
+)
+from mpsched._protocol.records import (
+    ClientHello,
+)
 from mpsched._transport.sockets import format_address
 
 log = logging.getLogger("mpsched.client")

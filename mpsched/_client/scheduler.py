@@ -25,12 +25,14 @@ from mpsched._errors import ConfigError, MpschedError, SchedulerShutdownError
 from mpsched._manager.process import ManagerProcess
 from mpsched._payload import shm
 from mpsched._protocol.proxy import (
+    connect_service,
+)
+from mpsched._protocol.records import (
     STOP,
     STOP_NOW,
     ManagerConfig,
     ManagerFailed,
     ManagerReady,
-    connect_service,
 )
 from mpsched._store.base import DAY, check_options
 

@@ -34,13 +34,15 @@ from mpsched._manager.supervisor import Supervisor
 from mpsched._payload.segments import Segments
 from mpsched._payload.shm import payload_size
 from mpsched._protocol.proxy import (
+    ServiceManager,
+    serve_object,
+)
+from mpsched._protocol.records import (
     STOP,
     STOP_NOW,
     ManagerConfig,
     ManagerFailed,
     ManagerReady,
-    ServiceManager,
-    serve_object,
 )
 from mpsched._store.sqlite import SQLiteStore
 from mpsched._transport.sockets import SERIALIZER, HardenedServer, scrub_authkey_env

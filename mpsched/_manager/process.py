@@ -30,7 +30,9 @@ import subprocess
 import sys
 from multiprocessing.connection import Connection, wait
 
-from mpsched._protocol.proxy import ManagerConfig
+from mpsched._protocol.records import (
+    ManagerConfig,
+)
 
 log = logging.getLogger("mpsched.scheduler")
 

@@ -35,23 +35,27 @@ from mpsched._manager.mailbox import Mailboxes
 from mpsched._manager.schedules import Schedules
 from mpsched._manager.worker_table import WorkerTable
 from mpsched._payload.segments import Segments
-from mpsched._protocol.proxy import (
-    HEARTBEAT_TIMEOUT,
-    LONG_POLL,
+from mpsched._protocol.codec import (
     AssignmentWire,
-    ClientHello,
     JobRequestWire,
     OutcomeWire,
-    Report,
     ReportWire,
+    assignment_to_wire,
+    outcome_to_wire,
+    report_from_wire,
+    request_from_wire,
+)
+from mpsched._protocol.proxy import (
+    remote,
+)
+from mpsched._protocol.records import (
+    HEARTBEAT_TIMEOUT,
+    LONG_POLL,
+    ClientHello,
+    Report,
     Stats,
     WorkerHello,
     WorkerLoad,
-    assignment_to_wire,
-    outcome_to_wire,
-    remote,
-    report_from_wire,
-    request_from_wire,
 )
 from mpsched._transport.sockets import describe_versions, host_name
 

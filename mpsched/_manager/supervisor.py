@@ -25,7 +25,11 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from mpsched._manager.service import ManagerService
-from mpsched._protocol.proxy import STOP, STOP_NOW, ManagerConfig
+from mpsched._protocol.records import (
+    STOP,
+    STOP_NOW,
+    ManagerConfig,
+)
 from mpsched._worker.loop import WorkerConfig, kill_tree, worker_main
 
 log = logging.getLogger("mpsched.supervisor")

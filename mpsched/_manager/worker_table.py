@@ -18,7 +18,11 @@ from dataclasses import dataclass, field
 import psutil
 
 from mpsched._errors import WorkerRetiredError
-from mpsched._protocol.proxy import WorkerHello, WorkerLoad, WorkerStatus
+from mpsched._protocol.records import (
+    WorkerHello,
+    WorkerLoad,
+    WorkerStatus,
+)
 
 log = logging.getLogger("mpsched.manager")
 

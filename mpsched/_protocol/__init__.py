@@ -1,5 +1,8 @@
 """What crosses a process boundary: the records (hellos, reports, exit codes), their wire
 codec, and the proxy every client and worker calls the manager through.
 
-May import: ``_errors``, ``_core``, ``_store``, ``_transport``.
+``records`` (the typed records and exit codes), ``codec`` (the flat tuples of the per-job
+messages) and ``proxy`` (ServiceProxy, and what a served service exposes).
+
+May import: ``_errors``, ``_core``, ``_transport``.
 """

@@ -1,242 +1,48 @@
-"""The wire protocol: everything that crosses a process boundary, and nothing else.
+"""``ServiceProxy``, the client side of the manager's ``ManagerService``, and the server
+side's registry: :func:`remote` marks what a peer may call, :func:`serve_object` serves it.
 
-Clients, workers, the CLI and the manager all import this module; it imports none of them.
-It holds the typed records each side sends (hellos, reports, heartbeats, stats), the flat
-tuples the per-job messages travel as, ``ServiceProxy`` (the client side of the manager's
-``ManagerService``), the manager's configuration and start-up messages, and the exit codes
-of ``python -m mpsched`` and its worker processes.
-
-Job records (``JobRequest``, ``Lease``, ``Assignment``, ``Outcome``) live one level down, in
-``mpsched._core.job``, because the pure queue uses them too.
+Clients, workers, the CLI and the manager all import this package; it imports none of them.
+What the calls carry is in :mod:`mpsched._protocol.records` (typed records) and
+:mod:`mpsched._protocol.codec` (the flat tuples of the per-job messages).
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import threading
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
-from enum import IntEnum
 from multiprocessing.managers import BaseManager, BaseProxy
 from multiprocessing.util import ForkAwareLocal
-from pickle import PickleBuffer
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 from mpsched._core.job import (
     Assignment,
     JobRecord,
     JobRequest,
-    Lease,
-    Order,
     Outcome,
-    Payload,
     PayloadOptions,
-    QueueStats,
 )
-from mpsched._core.options import Durability
 from mpsched._core.recurring import ScheduleInfo, ScheduleSpec
-from mpsched._errors import MpschedError, SchedulerShutdownError
+from mpsched._errors import SchedulerShutdownError
+from mpsched._protocol.codec import (
+    OutcomeWire,
+    assignment_from_wire,
+    outcome_from_wire,
+    report_to_wire,
+    request_to_wire,
+)
+from mpsched._protocol.records import (
+    ClientHello,
+    Report,
+    Stats,
+    WorkerHello,
+    WorkerLoad,
+)
 from mpsched._transport.sockets import SERIALIZER, HardenedServer
-from mpsched._transport.tls import TlsConfig
 from mpsched._transport.wire import FastConnection
 
-# Longest a single proxied call may block in the manager. A caller that went away frees
-# its server thread within this; live callers simply call again.
-LONG_POLL = 5.0
-HEARTBEAT_TIMEOUT = 10.0  # a remote worker silent this long is declared gone
-STOP = "stop"  # the owner's message on a manager's control pipe: running jobs may finish
-STOP_NOW = "stop-now"  # ... or: kill the workers with their jobs at once (a second Ctrl-C)
-
-
-class Exit(IntEnum):
-    """Exit codes of ``python -m mpsched`` and of its worker processes.
-
-    A signal that stops a command without a drain exits 128 + its number, as a shell
-    reports a process killed by it: 130 for SIGINT (Ctrl-C), 143 for SIGTERM. ``serve``
-    and ``worker`` drain on the first SIGTERM or SIGINT and exit 0; a second one, or one
-    before they are up, exits 130 or 143. Ctrl-C on ``submit --wait`` exits 130 at once
-    and leaves the job queued.
-    """
-
-    OK = 0
-    FAILURE = 1  # the job failed (submit --wait), stress found a fault, a worker crashed
-    USAGE = 2  # bad arguments
-    AUTH = 3  # no key, an unsafe key file, or the manager rejected the key
-    VERSION = 4  # Python or cloudpickle version differs from the manager's
-    UNREACHABLE = 5  # no manager answers at the address
-    UNSAFE = 6  # a non-loopback address without an explicit authkey
-    STORE = 7  # the job store cannot be opened: locked by another manager, unreadable
-    RUNNING = 8  # serve: this user's local manager is already running
-    JOB_TIMEOUT = 124  # a remote worker process that killed its job past its timeout
-    INTERRUPTED = 130  # 128 + SIGINT
-    TERMINATED = 143  # 128 + SIGTERM
-
-
-class Report(NamedTuple):
-    """A worker's report of one finished lease; it rides on the worker's next ``take``."""
-
-    lease_id: int
-    outcome: Outcome
-
-
-# The messages sent once per job cross as flat tuples: pickling nested NamedTuples
-# runs Python code per record (~12 us against ~1 us flat; a JobRequest in a submit batch
-# 2.1 us against 0.5). ServiceProxy converts on the client side, ManagerService on the
-# manager side; the code on both sides sees records.
-#
-# A payload of BLOB bytes or more crosses as a PickleBuffer: FastConnection
-# (mpsched._transport.wire) sends it from its own memory and receives it into a buffer of its own,
-# where pickling it into the message would copy it on both sides. It arrives as a bytearray, or as a
-# read-only view of one (blob_in unwraps it); the code on both sides sees bytes-like data.
 F = TypeVar("F", bound=Callable[..., Any])
-
-BLOB = 1 << 16
-Blob = bytes | bytearray | PickleBuffer | memoryview  # a payload in a wire tuple
-JobRequestWire = tuple[str, str, Blob, int, "float | None", "float | None", "float | None",
-                       int, "str | None", str]
-AssignmentWire = tuple[int, str, str, int, Blob, "float | None", "float | None", float]
-ReportWire = tuple[int, str, bool, Blob, str, "float | None", str]
-OutcomeWire = tuple[str, bool, Blob, str, "float | None", str]
-
-
-def blob_in(payload: Blob) -> Payload:
-    """A payload as it came out of a message: bytes or a bytearray."""
-    if isinstance(payload, memoryview):
-        received = payload.obj  # the buffer it was received into
-        assert isinstance(received, bytearray)
-        return received
-    assert not isinstance(payload, PickleBuffer)
-    return payload
-
-
-def request_to_wire(r: JobRequest) -> JobRequestWire:
-    return tuple(r) if len(r.payload) < BLOB else (  # type: ignore[return-value]
-        *r[:2], PickleBuffer(r.payload), *r[3:])
-
-
-def request_from_wire(w: JobRequestWire) -> JobRequest:
-    return JobRequest._make(w) if type(w[2]) is bytes else JobRequest(
-        w[0], w[1], blob_in(w[2]), *w[3:])
-
-
-def assignment_to_wire(a: Assignment, delay: float,
-                       remote_payload: Payload | None = None) -> AssignmentWire:
-    """``a`` as sent, ``delay`` seconds before it is due; with ``remote_payload``, as sent
-    to a worker on another clock: that payload instead, and no due instant."""
-    payload = a.payload if remote_payload is None else remote_payload
-    lease = a.lease
-    return (lease.lease_id, lease.job_id, lease.worker_id, lease.attempt,
-            payload if len(payload) < BLOB else PickleBuffer(payload),
-            a.due if remote_payload is None else None, a.timeout, delay)
-
-
-def assignment_from_wire(w: AssignmentWire) -> Assignment:
-    payload = w[4]
-    return Assignment(Lease(w[0], w[1], w[2], w[3]),
-                      payload if type(payload) is bytes else blob_in(payload), w[5], w[6], w[7])
-
-
-def outcome_to_wire(o: Outcome) -> OutcomeWire:
-    return tuple(o) if len(o.payload) < BLOB else (  # type: ignore[return-value]
-        o.job_id, o.ok, PickleBuffer(o.payload), o.traceback, o.started, o.error_kind)
-
-
-def outcome_from_wire(w: OutcomeWire) -> Outcome:
-    return Outcome._make(w) if type(w[2]) is bytes else Outcome(
-        w[0], w[1], blob_in(w[2]), w[3], w[4], w[5])
-
-
-def report_to_wire(r: Report) -> ReportWire:
-    return (r.lease_id, *outcome_to_wire(r.outcome))
-
-
-def report_from_wire(w: ReportWire) -> Report:
-    return Report(w[0], outcome_from_wire(w[1:]))
-
-
-class WorkerHello(NamedTuple):
-    """What a worker says when it joins."""
-
-    worker_id: str
-    pid: int
-    host: str
-    python: str  # "3.11"
-    cloudpickle: str
-    remote: bool = False  # joined with ``worker --connect``: kept alive by heartbeats
-    # The manager's token (ManagerService.local_token), known only to workers it started:
-    # the proof that this worker shares the manager's monotonic clock.
-    local_token: str = ""
-
-
-class ClientHello(NamedTuple):
-    """What a client says when it connects."""
-
-    client_id: str
-    python: str
-    cloudpickle: str
-
-
-class WorkerLoad(NamedTuple):
-    """A remote worker's heartbeat: how busy its process is."""
-
-    cpu_percent: float
-    rss: int
-
-
-@dataclass(frozen=True)
-class WorkerStatus:
-    """One connected worker, as ``stats()`` shows it."""
-
-    worker_id: str
-    pid: int
-    host: str
-    remote: bool
-    jobs_done: int
-    current_job: str | None
-    cpu_percent: float
-    rss: int
-
-
-@dataclass(frozen=True)
-class Stats:
-    """A snapshot of the whole scheduler: the queue's counters and the workers."""
-
-    queue: QueueStats
-    workers: tuple[WorkerStatus, ...]
-    uptime: float
-    throughput: float  # jobs finished per second over the last THROUGHPUT_WINDOW seconds
-    # Local workers the manager wants but could not start (fork failed, no file descriptors);
-    # it keeps retrying with backoff. start_failures counts every failed attempt.
-    workers_missing: int = 0
-    worker_start_failures: int = 0
-    clients: int = 0  # clients with a mailbox (connected, or closing with outcomes left)
-    store: str = "memory"  # where jobs are journalled: a path, or "memory"
-    store_size: int | None = None  # bytes the store takes on disk
-
-    @property
-    def pending(self) -> dict[str, int]:
-        return self.queue.pending
-
-    @property
-    def in_flight(self) -> int:
-        return self.queue.in_flight
-
-    @property
-    def completed(self) -> int:
-        return self.queue.completed
-
-    @property
-    def failed(self) -> int:
-        return self.queue.failed
-
-    @property
-    def lateness(self) -> dict[str, float]:
-        return self.queue.lateness
-
-
-
 
 class ServiceProxy(BaseProxy):
     """Typed client side of the manager's ManagerService (mpsched._manager.service).
@@ -496,42 +302,4 @@ def connect_service(address: Any, authkey: bytes) -> ServiceProxy:
     proxy: ServiceProxy = manager.service()  # type: ignore[attr-defined]
     return proxy
 
-
-@dataclass(frozen=True)
-class ManagerConfig:
-    """How a manager process is set up."""
-
-    authkey: bytes
-    workers: int
-    mp_method: str
-    address: Any = None  # None: a fresh Unix socket
-    order: Order = Order.TIME
-    max_pending: int | None = None
-    start_timeout: float = 60.0
-    log_level: int = logging.WARNING
-    max_tasks_per_worker: int | None = None
-    max_memory_per_worker: int | None = None  # bytes of RSS
-    heartbeat_timeout: float = HEARTBEAT_TIMEOUT
-    drain_timeout: float = 30.0  # on stop, how long running jobs may take to finish
-    tls: TlsConfig | None = None  # TCP only; local workers connect with it too
-    store: str | None = None  # a SQLite file that journals every job; None: in memory
-    durability: Durability = Durability.SYNC  # SYNC: submits survive a power cut; PROCESS: a crash
-    result_ttl: float = 86400.0  # seconds finished jobs' outcomes are kept (store or memory)
-    max_pending_bytes: int | None = None  # bound on what pending payloads hold
-    shared_memory: bool = False  # large buffers through /dev/shm (local clients, no store)
-
-
-class ManagerReady(NamedTuple):
-    """Sent over the control pipe once the manager listens and its workers have joined."""
-
-    address: Any
-    pid: int
-    recovered: tuple[str, ...] = ()  # what it got back from its store, a line each
-
-
-class ManagerFailed(NamedTuple):
-    """Sent over the control pipe instead of ManagerReady when start-up failed."""
-
-    reason: str
-    error: MpschedError | None = None  # raised as itself by the owner (a StoreError, say)
 

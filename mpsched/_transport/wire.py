@@ -33,7 +33,7 @@ class FastConnection:
     Bytes read past the end of a message are kept for the next one.
 
     Large payloads cross without a copy on either side: a ``pickle.PickleBuffer`` in a
-    message (mpsched._protocol.proxy wraps job and result payloads in one) is sent from its own
+    message (mpsched._protocol.codec wraps job and result payloads in one) is sent from its own
     memory after the pickle, and received straight into a ``bytearray`` of its size, which
     :meth:`recv` hands to the unpickler (a read-only ``PickleBuffer`` comes back as a
     read-only ``memoryview`` of that ``bytearray``). Only a FastConnection reads such a

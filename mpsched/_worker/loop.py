@@ -42,11 +42,13 @@ from mpsched._errors import (
 from mpsched._payload import shm
 from mpsched._payload.pickling import dumps_result, loads
 from mpsched._protocol.proxy import (
+    ServiceProxy,
+    connect_service,
+)
+from mpsched._protocol.records import (
     LONG_POLL,
     Report,
-    ServiceProxy,
     WorkerHello,
-    connect_service,
 )
 from mpsched._transport.sockets import describe_versions, host_name
 from mpsched._transport.tls import TlsConfig, set_tls

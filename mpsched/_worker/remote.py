@@ -54,7 +54,14 @@ from mpsched._errors import (
     VersionMismatchError,
     WorkerRetiredError,
 )
-from mpsched._protocol.proxy import Exit, ServiceProxy, WorkerLoad, connect_service
+from mpsched._protocol.proxy import (
+    ServiceProxy,
+    connect_service,
+)
+from mpsched._protocol.records import (
+    Exit,
+    WorkerLoad,
+)
 from mpsched._transport.sockets import format_address, host_name
 from mpsched._worker.loop import (
     Draining,

@@ -24,7 +24,7 @@ from served import START_TIMEOUT, Manager, Processes, pool_workers, serve, start
 import mpsched
 from mpsched import AuthenticationError, SchedulerShutdownError, VersionMismatchError
 from mpsched._cli.main import Exit, main
-from mpsched._protocol.proxy import (
+from mpsched._protocol.records import (
     ClientHello,
     WorkerHello,
 )

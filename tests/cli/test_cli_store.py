@@ -32,7 +32,9 @@ from mpsched._cli.main import Exit, format_stats, main
 from mpsched._cli.parser import EXIT_MEANINGS, build_parser
 from mpsched._cli.serve import store_path
 from mpsched._core.job import QueueStats
-from mpsched._protocol.proxy import Stats
+from mpsched._protocol.records import (
+    Stats,
+)
 from mpsched._store.base import StoredJob
 from mpsched._store.sqlite import SQLiteStore
 from mpsched._transport.sockets import AUTHKEY_ENV

@@ -22,7 +22,10 @@ from mpsched import ManagerUnreachableError
 from mpsched._cli.main import Exit, format_due, format_duration, format_stats, main
 from mpsched._cli.parser import COMMANDS, EXIT_MEANINGS, build_parser
 from mpsched._core.job import QueueStats
-from mpsched._protocol.proxy import Stats, WorkerStatus
+from mpsched._protocol.records import (
+    Stats,
+    WorkerStatus,
+)
 from mpsched._transport.sockets import AUTHKEY_ENV
 
 # ------------------------------------------------------------------------------ help

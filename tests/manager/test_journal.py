@@ -14,13 +14,15 @@ from mpsched._errors import InvalidJobError, JobNotFoundError
 from mpsched._manager import ended as _ended
 from mpsched._manager.journal import NoJournal
 from mpsched._manager.service import ManagerService
-from mpsched._protocol.proxy import (
-    ClientHello,
-    Report,
-    WorkerHello,
+from mpsched._protocol.codec import (
     assignment_from_wire,
     report_to_wire,
     request_to_wire,
+)
+from mpsched._protocol.records import (
+    ClientHello,
+    Report,
+    WorkerHello,
 )
 from mpsched._transport.sockets import describe_versions
 

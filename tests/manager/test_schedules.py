@@ -24,13 +24,15 @@ from mpsched._errors import ExtraMissingError, JobNotFoundError, ScheduleNotFoun
 from mpsched._manager.journal import Journal
 from mpsched._manager.schedules import Schedules
 from mpsched._manager.service import ManagerService
-from mpsched._protocol.proxy import (
-    ClientHello,
-    Report,
-    WorkerHello,
+from mpsched._protocol.codec import (
     assignment_from_wire,
     outcome_from_wire,
     report_to_wire,
+)
+from mpsched._protocol.records import (
+    ClientHello,
+    Report,
+    WorkerHello,
 )
 from mpsched._store.base import DAY, StoredSchedule
 from mpsched._store.sqlite import SQLiteStore

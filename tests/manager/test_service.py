@@ -13,12 +13,14 @@ from mpsched._core.job import JobRequest, Outcome
 from mpsched._core.queue import JobQueue
 from mpsched._errors import WorkerRetiredError
 from mpsched._manager.service import EARLY_HANDOFF, ManagerService
-from mpsched._protocol.proxy import (
+from mpsched._protocol.codec import (
+    assignment_from_wire,
+    report_to_wire,
+)
+from mpsched._protocol.records import (
     Report,
     WorkerHello,
     WorkerLoad,
-    assignment_from_wire,
-    report_to_wire,
 )
 from mpsched._transport.sockets import describe_versions
 
@@ -181,7 +183,9 @@ def _in_thread(action) -> threading.Thread:
 
 
 def test_a_mailbox_stays_while_any_connection_of_its_client_lives():
-    from mpsched._protocol.proxy import ClientHello
+    from mpsched._protocol.records import (
+        ClientHello,
+    )
 
     service = ManagerService(JobQueue(), heartbeat_timeout=10)
     python, cp = describe_versions()
@@ -213,7 +217,9 @@ def test_a_mailbox_stays_while_any_connection_of_its_client_lives():
 
 
 def test_a_client_that_dies_before_collecting_leaves_no_mailbox():
-    from mpsched._protocol.proxy import ClientHello
+    from mpsched._protocol.records import (
+        ClientHello,
+    )
 
     service = ManagerService(JobQueue(), heartbeat_timeout=10)
     python, cp = describe_versions()

@@ -22,7 +22,10 @@ from mpsched._core.job import JobRequest, Outcome
 from mpsched._core.queue import JobQueue
 from mpsched._manager.service import ManagerService
 from mpsched._manager.supervisor import Supervisor, _Local
-from mpsched._protocol.proxy import ManagerConfig, WorkerHello
+from mpsched._protocol.records import (
+    ManagerConfig,
+    WorkerHello,
+)
 from mpsched._transport.sockets import describe_versions
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from mpsched._core.job import JobRequest, Outcome
-from mpsched._protocol.proxy import (
+from mpsched._protocol.codec import (
     BLOB,
     outcome_from_wire,
     outcome_to_wire,

@@ -22,7 +22,9 @@ from served import START_TIMEOUT, Manager, Proc, Processes, pool_workers, serve
 from servers import unanswered_address
 
 import mpsched
-from mpsched._protocol.proxy import Exit
+from mpsched._protocol.records import (
+    Exit,
+)
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,9 @@ import pytest
 
 from mpsched._core.job import Assignment, Lease
 from mpsched._errors import SchedulerShutdownError
-from mpsched._protocol.proxy import Report
+from mpsched._protocol.records import (
+    Report,
+)
 from mpsched._worker.loop import DrainState, JobTimeouts, WorkerConfig, serve
 
 

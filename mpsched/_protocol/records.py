@@ -1,0 +1,178 @@
+"""The records that cross a process boundary: hellos, reports, heartbeats, stats, the
+manager's configuration and start-up messages, and the exit codes of ``python -m mpsched``
+and its worker processes.
+
+Job records (``JobRequest``, ``Lease``, ``Assignment``, ``Outcome``) live one level down, in
+``mpsched._core.job``, because the pure queue uses them too; the flat tuples the per-job
+ones travel as are in :mod:`mpsched._protocol.codec`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any, NamedTuple
+
+from mpsched._core.job import Order, Outcome, QueueStats
+from mpsched._core.options import Durability
+from mpsched._errors import MpschedError
+from mpsched._transport.tls import TlsConfig
+
+# Longest a single proxied call may block in the manager. A caller that went away frees
+# its server thread within this; live callers simply call again.
+LONG_POLL = 5.0
+HEARTBEAT_TIMEOUT = 10.0  # a remote worker silent this long is declared gone
+STOP = "stop"  # the owner's message on a manager's control pipe: running jobs may finish
+STOP_NOW = "stop-now"  # ... or: kill the workers with their jobs at once (a second Ctrl-C)
+
+
+class Exit(IntEnum):
+    """Exit codes of ``python -m mpsched`` and of its worker processes.
+
+    A signal that stops a command without a drain exits 128 + its number, as a shell
+    reports a process killed by it: 130 for SIGINT (Ctrl-C), 143 for SIGTERM. ``serve``
+    and ``worker`` drain on the first SIGTERM or SIGINT and exit 0; a second one, or one
+    before they are up, exits 130 or 143. Ctrl-C on ``submit --wait`` exits 130 at once
+    and leaves the job queued.
+    """
+
+    OK = 0
+    FAILURE = 1  # the job failed (submit --wait), stress found a fault, a worker crashed
+    USAGE = 2  # bad arguments
+    AUTH = 3  # no key, an unsafe key file, or the manager rejected the key
+    VERSION = 4  # Python or cloudpickle version differs from the manager's
+    UNREACHABLE = 5  # no manager answers at the address
+    UNSAFE = 6  # a non-loopback address without an explicit authkey
+    STORE = 7  # the job store cannot be opened: locked by another manager, unreadable
+    RUNNING = 8  # serve: this user's local manager is already running
+    JOB_TIMEOUT = 124  # a remote worker process that killed its job past its timeout
+    INTERRUPTED = 130  # 128 + SIGINT
+    TERMINATED = 143  # 128 + SIGTERM
+
+
+class Report(NamedTuple):
+    """A worker's report of one finished lease; it rides on the worker's next ``take``."""
+
+    lease_id: int
+    outcome: Outcome
+
+
+class WorkerHello(NamedTuple):
+    """What a worker says when it joins."""
+
+    worker_id: str
+    pid: int
+    host: str
+    python: str  # "3.11"
+    cloudpickle: str
+    remote: bool = False  # joined with ``worker --connect``: kept alive by heartbeats
+    # The manager's token (ManagerService.local_token), known only to workers it started:
+    # the proof that this worker shares the manager's monotonic clock.
+    local_token: str = ""
+
+
+class ClientHello(NamedTuple):
+    """What a client says when it connects."""
+
+    client_id: str
+    python: str
+    cloudpickle: str
+
+
+class WorkerLoad(NamedTuple):
+    """A remote worker's heartbeat: how busy its process is."""
+
+    cpu_percent: float
+    rss: int
+
+
+@dataclass(frozen=True)
+class WorkerStatus:
+    """One connected worker, as ``stats()`` shows it."""
+
+    worker_id: str
+    pid: int
+    host: str
+    remote: bool
+    jobs_done: int
+    current_job: str | None
+    cpu_percent: float
+    rss: int
+
+
+@dataclass(frozen=True)
+class Stats:
+    """A snapshot of the whole scheduler: the queue's counters and the workers."""
+
+    queue: QueueStats
+    workers: tuple[WorkerStatus, ...]
+    uptime: float
+    throughput: float  # jobs finished per second over the last THROUGHPUT_WINDOW seconds
+    # Local workers the manager wants but could not start (fork failed, no file descriptors);
+    # it keeps retrying with backoff. start_failures counts every failed attempt.
+    workers_missing: int = 0
+    worker_start_failures: int = 0
+    clients: int = 0  # clients with a mailbox (connected, or closing with outcomes left)
+    store: str = "memory"  # where jobs are journalled: a path, or "memory"
+    store_size: int | None = None  # bytes the store takes on disk
+
+    @property
+    def pending(self) -> dict[str, int]:
+        return self.queue.pending
+
+    @property
+    def in_flight(self) -> int:
+        return self.queue.in_flight
+
+    @property
+    def completed(self) -> int:
+        return self.queue.completed
+
+    @property
+    def failed(self) -> int:
+        return self.queue.failed
+
+    @property
+    def lateness(self) -> dict[str, float]:
+        return self.queue.lateness
+
+
+@dataclass(frozen=True)
+class ManagerConfig:
+    """How a manager process is set up."""
+
+    authkey: bytes
+    workers: int
+    mp_method: str
+    address: Any = None  # None: a fresh Unix socket
+    order: Order = Order.TIME
+    max_pending: int | None = None
+    start_timeout: float = 60.0
+    log_level: int = logging.WARNING
+    max_tasks_per_worker: int | None = None
+    max_memory_per_worker: int | None = None  # bytes of RSS
+    heartbeat_timeout: float = HEARTBEAT_TIMEOUT
+    drain_timeout: float = 30.0  # on stop, how long running jobs may take to finish
+    tls: TlsConfig | None = None  # TCP only; local workers connect with it too
+    store: str | None = None  # a SQLite file that journals every job; None: in memory
+    durability: Durability = Durability.SYNC  # SYNC: submits survive a power cut; PROCESS: a crash
+    result_ttl: float = 86400.0  # seconds finished jobs' outcomes are kept (store or memory)
+    max_pending_bytes: int | None = None  # bound on what pending payloads hold
+    shared_memory: bool = False  # large buffers through /dev/shm (local clients, no store)
+
+
+class ManagerReady(NamedTuple):
+    """Sent over the control pipe once the manager listens and its workers have joined."""
+
+    address: Any
+    pid: int
+    recovered: tuple[str, ...] = ()  # what it got back from its store, a line each
+
+
+class ManagerFailed(NamedTuple):
+    """Sent over the control pipe instead of ManagerReady when start-up failed."""
+
+    reason: str
+    error: MpschedError | None = None  # raised as itself by the owner (a StoreError, say)
+
