@@ -17,11 +17,13 @@ Each tuple is read back by unpacking it into named fields, never by index.
 from __future__ import annotations
 
 from pickle import PickleBuffer
+from typing import Any, TypeVar
 
 from mpsched._core.job import Assignment, JobRequest, Lease, Outcome, Payload
 from mpsched._protocol.records import Report
 
 BLOB = 1 << 16
+R = TypeVar("R", JobRequest, Outcome)
 Blob = bytes | bytearray | PickleBuffer | memoryview  # a payload in a wire tuple
 JobRequestWire = tuple[str, str, Blob, int, "float | None", "float | None", "float | None",
                        int, "str | None", str]
@@ -40,16 +42,26 @@ def blob_in(payload: Blob) -> Payload:
     return payload
 
 
+def _flat(record: JobRequest | Outcome) -> tuple[Any, ...]:
+    """A record whose ``payload`` field is its only large one, as a wire tuple."""
+    if len(record.payload) < BLOB:
+        return tuple(record)
+    return tuple(record._replace(payload=PickleBuffer(record.payload)))  # type: ignore[arg-type]
+
+
+def _received(record: R) -> R:
+    """A record made of a wire tuple, its payload unwrapped by :func:`blob_in`."""
+    if type(record.payload) is bytes:
+        return record
+    return record._replace(payload=blob_in(record.payload))
+
+
 def request_to_wire(r: JobRequest) -> JobRequestWire:
-    if len(r.payload) < BLOB:
-        return tuple(r)  # type: ignore[return-value]
-    return tuple(r._replace(payload=PickleBuffer(r.payload)))  # type: ignore[arg-type,return-value]
+    return _flat(r)
 
 
 def request_from_wire(w: JobRequestWire) -> JobRequest:
-    request = JobRequest._make(w)
-    return request if type(request.payload) is bytes else request._replace(
-        payload=blob_in(request.payload))
+    return _received(JobRequest._make(w))
 
 
 def assignment_to_wire(a: Assignment, delay: float,
@@ -71,15 +83,11 @@ def assignment_from_wire(w: AssignmentWire) -> Assignment:
 
 
 def outcome_to_wire(o: Outcome) -> OutcomeWire:
-    if len(o.payload) < BLOB:
-        return tuple(o)  # type: ignore[return-value]
-    return tuple(o._replace(payload=PickleBuffer(o.payload)))  # type: ignore[arg-type,return-value]
+    return _flat(o)
 
 
 def outcome_from_wire(w: OutcomeWire) -> Outcome:
-    outcome = Outcome._make(w)
-    return outcome if type(outcome.payload) is bytes else outcome._replace(
-        payload=blob_in(outcome.payload))
+    return _received(Outcome._make(w))
 
 
 def report_to_wire(r: Report) -> ReportWire:
