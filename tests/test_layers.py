@@ -18,14 +18,15 @@ PACKAGE = Path(__file__).parent.parent / "mpsched"
 # a cycle waiting to happen, so modules of one group never import each other.
 LAYERS: list[tuple[str, list[set[str]]]] = [
     ("_errors", [set()]),  # the whole error tree, one module
-    ("_core", [{"options"}, {"job"}, {"clock", "recurring"}, {"leases", "heap"}, {"queue"}]),
+    ("_core", [{"options", "histogram"}, {"job"}, {"clock", "recurring"}, {"leases", "heap"},
+               {"queue"}]),
     ("_store", [{"base", "writer", "lease_log"}, {"memory", "file"}, {"sqlite"}]),
     ("_transport", [{"authkey", "wire", "handshake"}, {"tls", "handshake_loop"}, {"sockets"},
                     {"runtime"}]),
     ("_protocol", [{"records"}, {"codec"}, {"proxy"}]),
     ("_payload", [{"shm", "by_value"}, {"segment_pool", "segments"}, {"pickling"}]),
     ("_worker", [{"loop"}, {"remote"}]),
-    ("_manager", [{"ended", "mailbox", "worker_table", "process"},
+    ("_manager", [{"ended", "mailbox", "worker_table", "process", "failures"},
                   {"journal", "schedule_entry"}, {"schedules"}, {"service"}, {"supervisor"},
                   {"main"}]),
     ("_client", [{"job_future", "outbox", "link"}, {"outage"}, {"futures"}, {"recurring"},

@@ -10,7 +10,8 @@ both heaps are rebuilt once stale entries outnumber live ones.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 from mpsched._core.job import Job, Order, Payload, Priority
 
@@ -98,6 +99,12 @@ class PendingJobs:
             return self._taken(heapq.heappop(self._delayed)[3])
         return None
 
+    def first(self, n: int) -> list[Job]:
+        """Up to ``n`` live jobs in the order takers would get them (the ready heap's,
+        then the delayed heap's), without popping any: O(n log n), whatever the heaps hold."""
+        jobs = _smallest(self._ready, n)
+        return jobs + _smallest(self._delayed, n - len(jobs))
+
     def _taken(self, job: Job) -> Job:
         self._count(job, -1)
         return job
@@ -130,3 +137,18 @@ class PendingJobs:
         while self._ready and self._ready[0][3].cancelled:
             heapq.heappop(self._ready)
             self._stale -= 1
+
+
+def _smallest(heap: Sequence[tuple[Any, Any, Any, Job]], n: int) -> list[Job]:
+    """The ``n`` smallest live entries of ``heap``, in order: a walk from the top that
+    only ever looks at the children of what it took (a heap's k smallest)."""
+    jobs: list[Job] = []
+    frontier = [(heap[0], 0)] if heap and n > 0 else []
+    while frontier and len(jobs) < n:
+        entry, index = heapq.heappop(frontier)
+        if not entry[3].cancelled:
+            jobs.append(entry[3])
+        for child in (2 * index + 1, 2 * index + 2):
+            if child < len(heap):
+                heapq.heappush(frontier, (heap[child], child))
+    return jobs

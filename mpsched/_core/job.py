@@ -175,6 +175,9 @@ class QueueStats:
     lateness_samples: int
     wakeups: int  # returns from a condition wait, by takers and blocked submitters
     waiting: int  # takers and submitters inside a wait right now
+    # Of ``failed``: jobs lost with their worker (it died, went silent, or the manager
+    # stopped) and not run again; ``timed_out`` ones are not among them.
+    crashed: int = 0
 
 
 def due_arguments(delay: float | timedelta | None,

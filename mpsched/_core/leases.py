@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from mpsched._core.clock import Clock
+from mpsched._core.histogram import LATENESS_BOUNDS, Histogram, HistogramSnapshot
 from mpsched._core.job import Assignment, Job, Lease, Outcome
 
 # How many recent lateness samples stats() summarises.
@@ -27,6 +28,14 @@ class LostLease(NamedTuple):
     job: Job
     lease: Lease
     past_deadline: bool
+
+
+class Running(NamedTuple):
+    """A job in flight, with its lease and when it was handed out (the queue's clock)."""
+
+    job: Job
+    lease: Lease
+    taken: float
 
 
 @dataclass(slots=True)
@@ -48,6 +57,7 @@ class Outcomes:
     started_early: int
     lateness: dict[str, float]
     lateness_samples: int
+    crashed: int  # of ``failed``: lost with their worker and not run again (no timeout)
 
 
 def percentiles(samples: list[float]) -> dict[str, float]:
@@ -77,7 +87,9 @@ class Leases:
         self._by_job: dict[str, _InFlight] = {}  # the same entries, by job id
         self._ids = itertools.count(1)
         self._lateness: deque[float] = deque(maxlen=LATENESS_SAMPLES)
-        self._completed = self._failed = self._timed_out = 0
+        self._completed = self._failed = self._timed_out = self._crashed = 0
+        # Every lateness since the start, in fixed buckets (a Prometheus histogram).
+        self._lateness_buckets = Histogram(LATENESS_BOUNDS)
         self._early = 0  # jobs that started before their due time: a bug if ever non-zero
 
     def grant_locked(self, job: Job, worker_id: str, now: float) -> Assignment:
@@ -137,6 +149,7 @@ class Leases:
             if outcome.started is not None:
                 lateness = outcome.started - flight.job.due
                 self._lateness.append(max(0.0, lateness))
+                self._lateness_buckets.observe(max(0.0, lateness))
                 self._early += lateness < 0
             return flight.job
 
@@ -145,6 +158,7 @@ class Leases:
         with self._lock:
             self._failed += 1
             self._timed_out += timed_out
+            self._crashed += not timed_out
 
     def wait_drained(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds until no job is in flight; True if none is."""
@@ -180,7 +194,19 @@ class Leases:
         with self._lock:
             return [f.lease for f in self._in_flight.values()]
 
+    def running(self) -> list[Running]:
+        """Every job in flight, with its lease and when it was handed out."""
+        with self._lock:
+            return [Running(f.job, f.lease, f.taken) for f in self._in_flight.values()]
+
+    def lateness_histogram(self) -> HistogramSnapshot:
+        """The lateness (due to start, seconds) of every job reported on this queue's clock
+        since the start, in fixed buckets."""
+        with self._lock:
+            return self._lateness_buckets.snapshot()
+
     def outcomes_locked(self) -> Outcomes:
         samples = list(self._lateness)
         return Outcomes(len(self._in_flight), self._completed, self._failed,
-                        self._timed_out, self._early, percentiles(samples), len(samples))
+                        self._timed_out, self._early, percentiles(samples), len(samples),
+                        self._crashed)

@@ -293,6 +293,13 @@ class JobQueue:
             jobs += [(job, lease.worker_id) for job, lease in self.leases.jobs_locked()]
         return sorted(jobs, key=lambda entry: entry[0].seq)
 
+    def head(self, n: int) -> list[Job]:
+        """The next ``n`` pending jobs in the order takers would get them, without taking
+        any: O(n log n) under the lock however many are pending. The Jobs are the queue's
+        own records: read them only."""
+        with self._lock:
+            return self._pending.first(n)
+
     def not_due(self, client_id: str) -> list[str]:
         """The ids of one client's pending jobs whose due time is still ahead."""
         with self._lock:
@@ -457,6 +464,7 @@ class JobQueue:
                 lateness_samples=done.lateness_samples,
                 wakeups=self._wakeups,
                 waiting=self._waiting,
+                crashed=done.crashed,
             )
 
     # ------------------------------------------------------- helpers, lock held

@@ -30,6 +30,7 @@ from mpsched._errors import (
     VersionMismatchError,
     WorkerCrashedError,
 )
+from mpsched._manager.failures import RecentFailures
 from mpsched._manager.journal import BaseJournal, NoJournal, cancelled
 from mpsched._manager.mailbox import Mailboxes
 from mpsched._manager.schedules import Schedules
@@ -83,6 +84,7 @@ class ManagerService:
         self._clock = clock if clock is not None else SystemClock()
         self.segments = segments if segments is not None else Segments()
         self.mailboxes = Mailboxes(on_discard=self.segments.discarded)
+        self.failures = RecentFailures()  # the latest failed jobs, for the dashboard
         self.heartbeat_timeout = heartbeat_timeout
         self.versions = describe_versions()
         self.host = host_name()
@@ -197,6 +199,8 @@ class ManagerService:
         if job is None:
             self.segments.discarded(report.outcome)  # a late report: nobody gets it
             return
+        if not report.outcome.ok:
+            self.failures.note(job, report.outcome, worker_id)
         self.segments.ended([job.job_id])
         self._deliver(job.client_id, report.outcome,
                       self.journal.finished(job, report.outcome, worker_id))
@@ -253,6 +257,7 @@ class ManagerService:
         self.segments.ended([job.job_id])
         outcome = Outcome(job.job_id, False, pickle.dumps(error), "", None,
                           type(error).__name__)
+        self.failures.note(job, outcome, lease.worker_id, f"{type(error).__name__}: {error}")
         self._deliver(job.client_id, outcome,
                       self.journal.finished(job, outcome, lease.worker_id))
 

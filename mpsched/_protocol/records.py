@@ -85,6 +85,7 @@ class WorkerLoad(NamedTuple):
 
     cpu_percent: float
     rss: int
+    cpu_seconds: float = 0.0  # user + system CPU time of its process since it started
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,7 @@ class WorkerStatus:
     current_job: str | None
     cpu_percent: float
     rss: int
+    cpu_seconds: float = 0.0  # user + system CPU time of its process since it started
 
 
 @dataclass(frozen=True)

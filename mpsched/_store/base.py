@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import NamedTuple
 
+from mpsched._core.histogram import HistogramSnapshot
 from mpsched._core.job import JobRecord, JobState, Payload
 from mpsched._errors import ConfigError, InvalidJobError
 
@@ -109,6 +110,11 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def size(self) -> int | None:
         """Bytes the store takes (database and journal files), or None if unknown."""
+
+    def commit_latency(self) -> HistogramSnapshot | None:
+        """How long each commit took so far (seconds, in fixed buckets); None for a store
+        that does not commit (memory) or does not measure it."""
+        return None
 
     @property
     def keeps_outcomes(self) -> bool:

@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
+from mpsched._core.histogram import HistogramSnapshot
 from mpsched._core.job import JobRecord, JobState
 from mpsched._core.options import Durability, DurabilityLike
 from mpsched._errors import ConfigError, InvalidJobError, StoreError
@@ -274,6 +275,9 @@ class SQLiteStore(Store):
     def commits(self) -> int:
         """Transactions the writer committed so far (group commit makes it < ops)."""
         return self._writer.commits
+
+    def commit_latency(self) -> HistogramSnapshot | None:
+        return self._writer.commit_latency()
 
     def size(self) -> int | None:
         return sum(os.path.getsize(p) for p in (self._path, self._path + "-wal",

@@ -39,6 +39,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from mpsched._core.histogram import COMMIT_BOUNDS, Histogram, HistogramSnapshot
 from mpsched._errors import MpschedError, StoreError, StoreFullError
 
 log = logging.getLogger("mpsched.store")
@@ -157,11 +158,17 @@ class Writer:
         self._closing = False  # no more ops: close() was called, or the writer stopped
         self._closed = False  # close() was called
         self.commits = 0  # written by the holder of the lead only
+        self._commit_seconds = Histogram(COMMIT_BOUNDS)  # each commit's time; on _mutex
         self._thread = threading.Thread(target=self._run, name="mpsched-store-writer",
                                         daemon=True)
         self._thread.start()
 
     # ------------------------------------------------------------------ callers
+
+    def commit_latency(self) -> HistogramSnapshot:
+        """How long each transaction took to write and commit (fsync included), so far."""
+        with self._mutex:
+            return self._commit_seconds.snapshot()
 
     def call(self, apply: Callable[[sqlite3.Connection], Any], rows: int = 1) -> Any:
         """Queue ``apply`` and wait until it is committed; its result, or its error."""
@@ -310,6 +317,7 @@ class Writer:
         """Apply ``batch`` in one transaction; on failure, ops are settled by ``_undo``."""
         conn = self._conn
         self._housekeeping_left = self._housekeeping(conn)
+        began = time.monotonic()
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -329,6 +337,7 @@ class Writer:
             if op.waiter is None and op.error is not None:
                 log.error("a change to the job store %s was refused: %s", self._path, op.error)
         with self._mutex:
+            self._commit_seconds.observe(time.monotonic() - began)
             if self._backoff:
                 log.warning("the job store %s takes writes again", self._path)
                 self._backoff = 0.0

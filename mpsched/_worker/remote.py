@@ -205,7 +205,9 @@ def _heartbeats(service: ServiceProxy, worker_id: str, interval: float,
     me.cpu_percent(None)
     while True:
         try:
-            service.heartbeat(worker_id, WorkerLoad(me.cpu_percent(None), me.memory_info().rss))
+            times = me.cpu_times()
+            service.heartbeat(worker_id, WorkerLoad(me.cpu_percent(None), me.memory_info().rss,
+                                                    times.user + times.system))
         except (WorkerRetiredError, SchedulerShutdownError, EOFError, OSError):
             return
         if stop.wait(interval):
