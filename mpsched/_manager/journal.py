@@ -48,7 +48,7 @@ from mpsched._core.job import (
 from mpsched._core.queue import JobQueue
 from mpsched._errors import JobError, JobNotFoundError, StoreError, WorkerCrashedError
 from mpsched._manager.ended import MAX_OUTCOME, Ended, EndedJobs
-from mpsched._store.base import Recovery, Store, StoredJob
+from mpsched._store.base import JournalStore, Recovery, Store, StoredJob
 from mpsched._store.lease_log import OUTCOME_IN_LOG
 from mpsched._store.memory import MemoryStore
 
@@ -327,9 +327,10 @@ def _lost(job_id: str) -> Outcome:
 class Journal(BaseJournal):
     """Journals one queue's job changes to ``store`` and keeps the watchers of each job."""
 
-    def __init__(self, store: Store, queue: JobQueue,
+    def __init__(self, store: JournalStore, queue: JobQueue,
                  wall: Callable[[], float] = time.time) -> None:
         super().__init__(store, queue)
+        self.store: JournalStore = store
         self._wall = wall
 
     # ------------------------------------------------------------------ recovery

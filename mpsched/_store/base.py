@@ -1,28 +1,27 @@
-"""The job store: a journal of every job's state changes, so a restarted manager recovers.
+"""The job store: where jobs' records, outcomes, keys and schedules live.
 
-The manager's heap stays the index, in memory; a store records what happens to each job so
-that a manager started again on the same store gets its jobs back. Backends share the
-:class:`Store` interface below: ``MemoryStore`` (``_store_memory``: no store configured,
-nothing survives the process), ``SQLiteStore`` (``_store_sqlite``), and later Redis.
-Nothing here assumes the store lives in the manager's memory or on its disk.
+Two kinds of backend share the :class:`Store` interface (records and lookups by id, keys,
+retention, schedules) and differ in where the queue itself lives:
 
-A job's life in a store, and the call that records each step::
+- a :class:`JournalStore` journals one manager's queue, which stays in that manager's
+  memory as the index (``MemoryStore`` in ``memory``: no store configured, nothing
+  survives the process; ``SQLiteStore`` in ``sqlite``: one manager per file). The
+  manager orders jobs (its seqs), reads due times off its own clock, picks the job it
+  hands out and journals each step; a manager started again ``recover``s the rest.
+- a shared store holds the queue itself, and several managers are its peers
+  (``RedisStore`` in ``redis``): the store orders jobs, reads due times off its own clock,
+  picks the job a claim gets, and fences every lease with a token, so that a manager
+  presumed dead cannot finish what a peer took back. Nothing is recovered into memory.
+
+A job's life in a store::
 
     submit ─▶ pending ──lease──▶ running ──finish──▶ done | failed
                │   ▲                │
                │   └────requeue─────┘   (retried, or never received by its worker)
                └──cancel──▶ cancelled
 
-Calls that must not be lost block until they are durable: ``submit`` (a client's submit is
-acknowledged only after it), ``cancel`` (a job reported cancelled must not run after a
-restart) and ``lease`` (a job taken before a crash comes back as *running*, so it is only run
-again if its retries allow). ``finish`` and ``requeue`` return at once and are written in
-order after every earlier call; ``flush`` waits for them. A manager that dies before they are
-written recovers the job as running, the safe side.
-
-Times in a store are wall-clock UTC epoch seconds: the manager maps them to its monotonic
-clock with one offset when it loads them. Payloads and outcomes are opaque bytes: a store
-never unpickles them.
+Times in a store are wall-clock UTC epoch seconds. Payloads and outcomes are opaque
+bytes: a store never unpickles them.
 """
 
 from __future__ import annotations
@@ -96,11 +95,8 @@ class StoredSchedule(NamedTuple):
 
 
 class Store(abc.ABC):
-    """The journal of job state changes. Thread-safe: any manager thread may call it.
-
-    Unknown job ids are ignored by ``cancel``, ``lease``, ``finish`` and ``requeue``: the
-    manager's queue decides what happens to a job, the store records it.
-    """
+    """Where jobs' records live: lookups by id and key, listings, retention, schedules.
+    Thread-safe: any manager thread may call it."""
 
     @property
     @abc.abstractmethod
@@ -120,6 +116,89 @@ class Store(abc.ABC):
     def keeps_outcomes(self) -> bool:
         """Whether ``finish`` keeps the outcome (False: the manager need not encode it)."""
         return True
+
+    @abc.abstractmethod
+    def flush(self) -> None:
+        """Wait until every earlier change is durable (or was reported as failed in a log);
+        a store whose every call is done when it returns does nothing.
+
+        Raises:
+            StoreError: the store is closed.
+        """
+
+    @abc.abstractmethod
+    def get(self, job_id: str) -> JobRecord | None:
+        """The job's record with its outcome, or None when unknown (or pruned).
+
+        Reads see committed state: a journal store's ``lease``, ``finish`` and ``requeue``
+        show after ``flush`` (``recover`` sees every durable change).
+        """
+
+    @abc.abstractmethod
+    def jobs(self, state: JobState | None = None, limit: int | None = None) -> list[JobRecord]:
+        """Jobs in seq order (only those in ``state``, at most ``limit``); outcomes are left
+        out (None) to keep listings light: ``get`` a job for its outcome. Committed state,
+        as ``get``.
+        """
+
+    @abc.abstractmethod
+    def find_key(self, key: str) -> JobRecord | None:
+        """The job holding ``key``: pending, running, or finished less than ``result_ttl``
+        seconds ago. Cancelled jobs hold no key."""
+
+    @abc.abstractmethod
+    def prune(self, now_wall: float) -> int:
+        """Forget jobs finished (or cancelled) ``result_ttl`` seconds or more before
+        ``now_wall``; returns how many. Backends also prune on their own."""
+
+    @abc.abstractmethod
+    def save_schedule(self, schedule: StoredSchedule) -> None:
+        """Record a schedule, replacing one with its id; durable when this returns.
+
+        Raises:
+            StoreError: it could not be written.
+        """
+
+    @abc.abstractmethod
+    def update_schedule(self, schedule_id: str, state: bytes) -> None:
+        """Record where a schedule stands, without waiting (in order with every later
+        call); an unknown id is ignored."""
+
+    @abc.abstractmethod
+    def delete_schedule(self, schedule_id: str) -> None:
+        """Forget a schedule (an unknown id is ignored); durable when this returns."""
+
+    @abc.abstractmethod
+    def schedules(self) -> list[StoredSchedule]:
+        """Every schedule, in the order they were first saved."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Write what is queued, then release the store. Idempotent. Later calls raise
+        StoreError."""
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+class JournalStore(Store):
+    """The journal of one manager's queue, which stays in the manager's memory.
+
+    Calls that must not be lost block until they are durable: ``submit`` (a client's submit
+    is acknowledged only after it), ``cancel`` (a job reported cancelled must not run after
+    a restart) and ``lease`` (a job taken before a crash comes back as *running*, so it is
+    only run again if its retries allow). ``finish`` and ``requeue`` return at once and are
+    written in order after every earlier call; ``flush`` waits for them. A manager that dies
+    before they are written recovers the job as running, the safe side.
+
+    The manager maps the stored wall-clock times to its monotonic clock with one offset when
+    it loads them. Unknown job ids are ignored by ``cancel``, ``lease``, ``finish`` and
+    ``requeue``: the manager's queue decides what happens to a job, the store records it.
+    """
 
     @abc.abstractmethod
     def recover(self) -> Recovery:
@@ -182,72 +261,6 @@ class Store(abc.ABC):
         Raises:
             StoreError: the store is closed.
         """
-
-    @abc.abstractmethod
-    def flush(self) -> None:
-        """Wait until every earlier call is durable (or was reported as failed in a log).
-
-        Raises:
-            StoreError: the store is closed.
-        """
-
-    @abc.abstractmethod
-    def get(self, job_id: str) -> JobRecord | None:
-        """The job's record with its outcome, or None when unknown (or pruned).
-
-        Reads see committed state: ``lease``, ``finish`` and ``requeue`` show after
-        ``flush`` (``recover`` sees every durable change).
-        """
-
-    @abc.abstractmethod
-    def jobs(self, state: JobState | None = None, limit: int | None = None) -> list[JobRecord]:
-        """Jobs in seq order (only those in ``state``, at most ``limit``); outcomes are left
-        out (None) to keep listings light: ``get`` a job for its outcome. Committed state,
-        as ``get``.
-        """
-
-    @abc.abstractmethod
-    def find_key(self, key: str) -> JobRecord | None:
-        """The job holding ``key``: pending, running, or finished less than ``result_ttl``
-        seconds ago. Cancelled jobs hold no key."""
-
-    @abc.abstractmethod
-    def prune(self, now_wall: float) -> int:
-        """Forget jobs finished (or cancelled) ``result_ttl`` seconds or more before
-        ``now_wall``; returns how many. Backends also prune on their own."""
-
-    @abc.abstractmethod
-    def save_schedule(self, schedule: StoredSchedule) -> None:
-        """Record a schedule, replacing one with its id; durable when this returns.
-
-        Raises:
-            StoreError: it could not be written.
-        """
-
-    @abc.abstractmethod
-    def update_schedule(self, schedule_id: str, state: bytes) -> None:
-        """Record where a schedule stands, without waiting (in order with every later
-        call); an unknown id is ignored."""
-
-    @abc.abstractmethod
-    def delete_schedule(self, schedule_id: str) -> None:
-        """Forget a schedule (an unknown id is ignored); durable when this returns."""
-
-    @abc.abstractmethod
-    def schedules(self) -> list[StoredSchedule]:
-        """Every schedule, in the order they were first saved."""
-
-    @abc.abstractmethod
-    def close(self) -> None:
-        """Write what is queued, then release the store. Idempotent. Later calls raise
-        StoreError."""
-
-    def __enter__(self) -> Store:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
 
 
 def check_options(result_ttl: float) -> None:

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from mpsched._core.job import JobRecord, JobState
 from mpsched._errors import InvalidJobError, StoreError
 from mpsched._store.base import (
+    JournalStore,
     Recovery,
     RunningJob,
-    Store,
     StoredJob,
     StoredSchedule,
     check_finish_state,
@@ -38,7 +38,7 @@ class _Entry:
                             self.outcome if with_outcome else None)
 
 
-class MemoryStore(Store):
+class MemoryStore(JournalStore):
     """The store of a manager without one: the same semantics, in this process's memory.
 
     Nothing survives the process, so ``recover`` of a new MemoryStore returns nothing. With

@@ -47,9 +47,9 @@ from mpsched._core.options import Durability, DurabilityLike
 from mpsched._errors import ConfigError, InvalidJobError, StoreError
 from mpsched._store.base import (
     DAY,
+    JournalStore,
     Recovery,
     RunningJob,
-    Store,
     StoredJob,
     StoredSchedule,
     check_finish_state,
@@ -183,7 +183,7 @@ def check_batching(batch_size: int, linger: float, idle: float) -> None:
         raise ConfigError("prune_interval", idle, "a positive number")
 
 
-class SQLiteStore(Store):
+class SQLiteStore(JournalStore):
     """Jobs in the SQLite file ``path``: they survive the manager, one manager at a time.
 
     Args:

@@ -1,4 +1,6 @@
-"""The job store: the Store contract on both backends, then what only SQLiteStore does.
+"""The journal stores: what a journal store promises its manager (recovery, requeues,
+seqs) on both MemoryStore and SQLiteStore, then what only SQLiteStore does. The contract
+every backend keeps, Redis included, is test_store_contract.py's.
 
 Contract tests run on MemoryStore (with results retained, as a store would) and on
 SQLiteStore over a real file in tmp_path; a fake wall clock decides expiry.
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from store_drivers import T0, TTL, job
 
 from mpsched._core.job import JobState
 from mpsched._errors import (
@@ -32,12 +35,10 @@ from mpsched._errors import (
 )
 from mpsched._store import file as _store_file
 from mpsched._store import sqlite as _store_sqlite
-from mpsched._store.base import DAY, Recovery, Store, StoredJob, StoredSchedule
+from mpsched._store.base import DAY, Recovery, Store, StoredSchedule
 from mpsched._store.memory import MemoryStore
 from mpsched._store.sqlite import SQLiteStore
 
-T0 = 1.8e9  # the fake wall clock's start, UTC epoch seconds
-TTL = 3600.0
 JOIN = 30.0  # real seconds a test waits for a thread it started
 
 
@@ -49,14 +50,6 @@ class Wall:
 
     def __call__(self) -> float:
         return self.now
-
-
-def job(n: int, *, key: str | None = None, priority: int = 2, due: float | None = None,
-        retries: int = 0, payload: bytes | None = None) -> StoredJob:
-    return StoredJob(f"job-{n}", "client-1", key, "tests.jobs:work",
-                     payload if payload is not None else f"payload {n}".encode(), priority,
-                     T0 + n if due is None else due, n, 30.0 if n % 2 else None, retries, 0,
-                     T0)
 
 
 @pytest.fixture
@@ -137,80 +130,6 @@ def test_a_requeued_job_is_pending_again_with_its_attempts(store: Store) -> None
     assert store.recover().pending == [job(1, retries=3)._replace(attempt=2)]
 
 
-@pytest.mark.parametrize("state", [JobState.DONE, JobState.FAILED])
-def test_a_finished_job_keeps_its_outcome_and_is_not_recovered(store: Store, wall: Wall,
-                                                               state: JobState) -> None:
-    store.submit([job(1), job(2)])
-    store.lease("job-1", "worker-1", 1)
-    store.finish("job-1", state, b"\x80opaque outcome", T0 + 10)
-    store.flush()
-    record = store.get("job-1")
-    assert record is not None
-    assert (record.state, record.outcome, record.finished_wall, record.worker_id) == (
-        state, b"\x80opaque outcome", T0 + 10, "worker-1")
-    assert [j.job_id for j in store.recover().pending] == ["job-2"]
-    assert store.recover().running == []
-    assert [r.job_id for r in store.jobs(state)] == ["job-1"]
-    assert store.jobs(state)[0].outcome is None  # listings leave outcomes out
-
-
-def test_cancel_affects_pending_jobs_only(store: Store) -> None:
-    store.submit([job(1), job(2), job(3)])
-    store.lease("job-2", "worker-1", 1)
-    store.cancel(["job-1", "job-2", "unknown"], T0 + 1)
-    assert state_of(store, "job-1") is JobState.CANCELLED
-    assert state_of(store, "job-2") is JobState.RUNNING
-    recovery = store.recover()
-    assert [j.job_id for j in recovery.pending] == ["job-3"]
-    assert [r.job.job_id for r in recovery.running] == ["job-2"]
-
-
-def test_listing_filters_by_state_in_seq_order_with_a_limit(store: Store) -> None:
-    store.submit([job(n) for n in range(1, 6)])
-    store.lease("job-4", "w", 1)
-    store.cancel(["job-2"], T0)
-    store.flush()  # listings read what is committed
-    assert [r.job_id for r in store.jobs()] == ["job-1", "job-2", "job-3", "job-4", "job-5"]
-    assert [r.job_id for r in store.jobs(JobState.PENDING)] == ["job-1", "job-3", "job-5"]
-    assert [r.job_id for r in store.jobs(JobState.PENDING, limit=2)] == ["job-1", "job-3"]
-    assert [r.job_id for r in store.jobs(JobState.RUNNING)] == ["job-4"]
-    assert store.jobs(JobState.DONE) == []
-    assert store.get("job-9") is None
-
-
-def test_a_key_is_held_while_pending_running_or_retained(store: Store, wall: Wall) -> None:
-    assert store.submit([job(1, key="nightly")]) == ["job-1"]
-    assert store.submit([job(2, key="nightly")]) == ["job-1"]  # pending holds it
-    store.lease("job-1", "w", 1)
-    assert store.submit([job(3, key="nightly")]) == ["job-1"]  # running holds it
-    store.finish("job-1", JobState.FAILED, b"boom", T0)
-    store.flush()
-    wall.now = T0 + TTL - 1
-    assert store.submit([job(4, key="nightly")]) == ["job-1"]  # a retained outcome holds it
-    found = store.find_key("nightly")
-    assert found is not None and (found.job_id, found.outcome) == ("job-1", b"boom")
-    wall.now = T0 + TTL  # expired: the key is free, the old job forgotten
-    assert store.find_key("nightly") is None
-    assert store.submit([job(5, key="nightly")]) == ["job-5"]
-    assert [j.job_id for j in store.recover().pending] == ["job-5"]
-    assert store.get("job-2") is None and store.get("job-3") is None
-
-
-def test_a_cancelled_job_frees_its_key(store: Store) -> None:
-    store.submit([job(1, key="k")])
-    store.cancel(["job-1"], T0)
-    assert store.find_key("k") is None
-    assert store.submit([job(2, key="k")]) == ["job-2"]
-    found = store.find_key("k")
-    assert found is not None and found.job_id == "job-2"
-
-
-def test_a_key_repeated_in_one_batch_maps_to_its_first_job(store: Store) -> None:
-    ids = store.submit([job(1, key="a"), job(2, key="b"), job(3, key="a"), job(4)])
-    assert ids == ["job-1", "job-2", "job-1", "job-4"]
-    assert [j.job_id for j in store.recover().pending] == ["job-1", "job-2", "job-4"]
-
-
 def test_a_repeated_job_id_or_seq_fails_its_whole_batch(store: Store) -> None:
     store.submit([job(1)])
     with pytest.raises(InvalidJobError):
@@ -223,39 +142,10 @@ def test_a_repeated_job_id_or_seq_fails_its_whole_batch(store: Store) -> None:
     assert store.submit([job(2)]) == ["job-2"]  # the store goes on
 
 
-def test_prune_forgets_jobs_finished_result_ttl_ago(store: Store) -> None:
-    store.submit([job(1), job(2), job(3)])
-    store.lease("job-1", "w", 1)
-    store.finish("job-1", JobState.DONE, b"ok", T0)
-    store.cancel(["job-2"], T0 + 100)
-    store.flush()
-    assert store.prune(T0 + TTL - 1) == 0
-    assert store.prune(T0 + TTL) == 1
-    assert store.get("job-1") is None and store.get("job-2") is not None
-    assert store.prune(T0 + 100 + TTL) == 1
-    assert [r.job_id for r in store.jobs()] == ["job-3"]
-
-
 def test_next_seq_follows_the_highest_seq_kept(store: Store) -> None:
     store.submit([job(5), job(9)])
     store.cancel(["job-5"], T0)
     assert store.recover().next_seq == 10
-
-
-def test_finish_takes_done_or_failed_only(store: Store) -> None:
-    store.submit([job(1)])
-    for state in (JobState.PENDING, JobState.RUNNING, JobState.CANCELLED):
-        with pytest.raises(InvalidJobError):
-            store.finish("job-1", state, None, T0)
-
-
-def test_a_closed_store_refuses_writes(store: Store) -> None:
-    store.close()
-    store.close()  # idempotent
-    with pytest.raises(StoreError, match="closed"):
-        store.submit([job(1)])
-    with pytest.raises(StoreError, match="closed"):
-        store.finish("job-1", JobState.DONE, None, T0)
 
 
 def test_a_memory_store_forgets_finished_jobs_by_default() -> None:
@@ -733,15 +623,3 @@ def test_a_version_1_store_gains_the_schedules_table_and_keeps_its_jobs(
     assert store.schedules() == [StoredSchedule("nightly", b"spec", b"state 2")]
     store.delete_schedule("nightly")
     assert store.schedules() == []
-
-
-def test_schedules_live_in_the_memory_store_as_in_sqlite() -> None:
-    store = MemoryStore()
-    store.save_schedule(StoredSchedule("a", b"spec", b"s1"))
-    store.save_schedule(StoredSchedule("b", b"spec", b"s1"))
-    store.save_schedule(StoredSchedule("a", b"spec 2", b"s2"))  # replaced, keeps its place
-    store.update_schedule("b", b"s3")
-    assert store.schedules() == [StoredSchedule("a", b"spec 2", b"s2"),
-                                 StoredSchedule("b", b"spec", b"s3")]
-    store.delete_schedule("a")
-    assert [s.schedule_id for s in store.schedules()] == ["b"]
