@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-dev
 
-.PHONY: demo test check lint bench bench-guard stress clean
+.PHONY: demo test check lint bench bench-guard stress clean tools
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,7 +29,23 @@ bench-guard: $(STAMP)  ## throughput vs ProcessPoolExecutor, lateness vs sched: 
 stress: $(STAMP)
 	$(PY) -m mpsched stress --producers 3 --workers 4 --jobs 20000
 
-test: $(STAMP)
+# Programs the tests start themselves (each Redis test runs a redis-server of its own,
+# never the system's). As root on Debian, what is missing is installed; else we say what to do.
+SYSTEM_TOOLS := redis-server
+
+tools:
+	@for tool in $(SYSTEM_TOOLS); do \
+	  command -v $$tool >/dev/null && continue; \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing $$tool (apt-get)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$tool >/dev/null \
+	      || exit 1; \
+	  else \
+	    echo "the tests need $$tool: install it (Debian: apt-get install $$tool)" >&2; exit 1; \
+	  fi; \
+	done
+
+test: $(STAMP) tools
 	$(PY) -m pytest
 
 lint: $(STAMP)

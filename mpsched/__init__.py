@@ -30,6 +30,7 @@ from mpsched._errors import JobUnpicklingError as JobUnpicklingError
 from mpsched._errors import ManagerConnectionLostError as ManagerConnectionLostError
 from mpsched._errors import ManagerUnreachableError as ManagerUnreachableError
 from mpsched._errors import MpschedError as MpschedError
+from mpsched._errors import PayloadTooLargeError as PayloadTooLargeError
 from mpsched._errors import QueueFullError as QueueFullError
 from mpsched._errors import RemoteTraceback as RemoteTraceback
 from mpsched._errors import ResultPicklingError as ResultPicklingError
@@ -40,6 +41,7 @@ from mpsched._errors import SchedulerShutdownError as SchedulerShutdownError
 from mpsched._errors import StoreError as StoreError
 from mpsched._errors import StoreFullError as StoreFullError
 from mpsched._errors import StoreLockedError as StoreLockedError
+from mpsched._errors import StoreUnavailableError as StoreUnavailableError
 from mpsched._errors import TlsError as TlsError
 from mpsched._errors import VersionMismatchError as VersionMismatchError
 from mpsched._errors import WorkerCrashedError as WorkerCrashedError
@@ -74,6 +76,7 @@ __all__ = [
     "OnError",
     "Order",
     "Overlap",
+    "PayloadTooLargeError",
     "Priority",
     "QueueFullError",
     "QueueStats",
@@ -91,6 +94,7 @@ __all__ = [
     "StoreError",
     "StoreFullError",
     "StoreLockedError",
+    "StoreUnavailableError",
     "TlsError",
     "VersionMismatchError",
     "WorkerCrashedError",

@@ -5,6 +5,7 @@ exception a caller would already catch for the same situation::
 
     MpschedError
      ├── InvalidJobError(ValueError)            bad due time, delay or priority at the call site
+     │    └── PayloadTooLargeError               a job's pickle is larger than its store takes
      ├── ConfigError(ValueError)                an option mpsched does not take: an unknown
      │                                          word (durability, overlap, state) or a bound
      ├── AddressError(ValueError)               an address neither ``unix:PATH`` nor HOST:PORT
@@ -29,7 +30,8 @@ exception a caller would already catch for the same situation::
      ├── WorkerRetiredError                     (a remote worker's own: declared gone, join again)
      └── StoreError(OSError)                    the job store cannot be opened, read or written
           ├── StoreLockedError                  another manager holds the store's lock file
-          └── StoreFullError                    the disk or the database is full (SQLITE_FULL)
+          ├── StoreFullError                    the disk or the database is full (SQLITE_FULL)
+          └── StoreUnavailableError(ConnectionError)   a Redis store does not answer now
 
 A job's own exception reaches ``Future.exception()`` as itself, with the worker's formatted
 traceback chained as ``__cause__`` (a :class:`RemoteTraceback`).
@@ -50,6 +52,21 @@ class MpschedError(Exception):
 
 class InvalidJobError(MpschedError, ValueError):
     """A job was described wrongly: a NaN, infinite or overflowing time, an unknown priority."""
+
+
+class PayloadTooLargeError(InvalidJobError):
+    """A job's pickled callable and arguments are larger than its store can hold (a Redis
+    string: 512 MiB, or the server's ``proto-max-bulk-len``)."""
+
+    def __init__(self, size: int, limit: int, where: str) -> None:
+        self.size = size
+        self.limit = limit
+        self.where = where
+        super().__init__(f"the job's pickle is {size} bytes, more than {where} takes "
+                         f"({limit} bytes)")
+
+    def __reduce__(self) -> tuple[type[PayloadTooLargeError], tuple[int, int, str]]:
+        return (type(self), (self.size, self.limit, self.where))
 
 
 class ConfigError(MpschedError, ValueError):
@@ -381,3 +398,12 @@ class StoreFullError(StoreError):
 
     def __reduce__(self) -> tuple[type[StoreError], tuple[str]]:  # type: ignore[override]
         return (type(self), (self.path,))
+
+
+class StoreUnavailableError(StoreError, ConnectionError):
+    """A Redis store did not answer (down, restarting, unreachable, or too slow): the call
+    failed without waiting for it to come back. Whether a change was made is unknown only
+    when ``reason`` says the answer timed out. Managers retry with back-off by themselves."""
+
+    def __reduce__(self) -> tuple[type[StoreError], tuple[str, str]]:
+        return (type(self), (self.path, self.reason))

@@ -107,3 +107,41 @@ def connect_client() -> Iterator[Callable[..., Any]]:
     yield make
     for client in clients:
         client.detach()
+
+
+@pytest.fixture(scope="session")
+def shared_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One redis-server of the test run's own (never the system's), for the tests that
+    only need a server: each of them works under a prefix of its own (``redis_url``)."""
+    from redis_server import RedisServer
+
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_url(shared_redis: Any, request: pytest.FixtureRequest) -> str:
+    """A store URL on the shared redis-server, under a prefix no other test uses."""
+    name = "".join(c if c.isalnum() else "_" for c in request.node.name)[-40:]
+    return str(shared_redis.url(prefix=f"t{os.getpid()}_{name}_{next(_prefixes)}"))
+
+
+_prefixes = iter(range(1_000_000))
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[Callable[..., Any]]:
+    """Start redis-servers of this test's own (``own_redis(appendonly="yes", ...)``), so it
+    may kill, pause or restart them; each is stopped when the test ends."""
+    from redis_server import RedisServer
+
+    started: list[RedisServer] = []
+
+    def start(**config: str) -> RedisServer:
+        started.append(RedisServer(tmp_path / f"redis{len(started)}", **config))
+        return started[-1]
+
+    yield start
+    for server in started:
+        server.stop()

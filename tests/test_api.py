@@ -38,6 +38,7 @@ def test_public_names_are_pinned():
         "OnError",
         "Order",
         "Overlap",
+        "PayloadTooLargeError",
         "Priority",
         "QueueFullError",
         "QueueStats",
@@ -55,6 +56,7 @@ def test_public_names_are_pinned():
         "StoreError",
         "StoreFullError",
         "StoreLockedError",
+        "StoreUnavailableError",
         "TlsError",
         "VersionMismatchError",
         "WorkerCrashedError",
@@ -78,6 +80,8 @@ def test_errors_derive_from_the_base_and_the_matching_stdlib_type():
         mpsched.AuthenticationError: multiprocessing.AuthenticationError,
         mpsched.ManagerUnreachableError: ConnectionError,
         mpsched.ManagerConnectionLostError: ConnectionError,
+        mpsched.StoreUnavailableError: ConnectionError,
+        mpsched.PayloadTooLargeError: ValueError,
         mpsched.AddressError: ValueError,
         mpsched.ConfigError: ValueError,
         mpsched.TlsError: mpsched.AuthenticationError,
@@ -102,6 +106,8 @@ def test_errors_with_facts_survive_pickling():
         mpsched.VersionMismatchError("worker w1", ("3.11", "3.1.1"), ("3.12", "3.0.0")),
         mpsched.ManagerUnreachableError("db1:7000", "nothing is listening there"),
         mpsched.ManagerConnectionLostError("db1:7000", "EOFError", "it reconnects by itself"),
+        mpsched.PayloadTooLargeError(600 * 2**20, 512 * 2**20, "the Redis store"),
+        mpsched.StoreUnavailableError("redis://db1:6379/0", "nothing is listening there"),
     ]
     for error in errors:
         copy = pickle.loads(pickle.dumps(error))

@@ -20,7 +20,8 @@ LAYERS: list[tuple[str, list[set[str]]]] = [
     ("_errors", [set()]),  # the whole error tree, one module
     ("_core", [{"options", "histogram"}, {"job"}, {"clock", "recurring"}, {"leases", "heap"},
                {"queue"}]),
-    ("_store", [{"base", "writer", "lease_log"}, {"memory", "file"}, {"sqlite"}]),
+    ("_store", [{"base", "writer", "lease_log", "redis.url", "redis.records"},
+                {"memory", "file", "redis.server", "redis.scripts"}, {"sqlite", "redis.store"}]),
     ("_transport", [{"authkey", "wire", "handshake"}, {"tls", "handshake_loop"}, {"sockets"},
                     {"runtime"}]),
     ("_protocol", [{"records"}, {"codec"}, {"proxy"}]),

@@ -1,0 +1,128 @@
+-- Report and claim, in one call: end the leases of jobs that finished, put back those
+-- whose lease was lost, then claim up to n due jobs for `worker` (or the pending jobs
+-- named in `ids`), in (due, priority, seq) order on the server's clock.
+--
+-- ARGV: B, me, lease_ms, ttl_ms, keep_ms,
+--       nf, {id, token, state, outcome} * nf,
+--       nr, {id, token, retry} * nr,
+--       n, worker, early_us, span_ms, grace_ms, lead, ni, {id} * ni
+--
+-- A job due within early_us from now may be claimed: its lease says how long until it is
+-- due (a duration, never an instant), and the worker waits that long itself.
+--
+-- Returns {finished, requeued, jobs, head_us, leader, leader_ms, registered}:
+--   finished, requeued: per report, finish()'s and requeue()'s result;
+--   jobs: per claimed job {id, payload, delay_us, timeout, attempt, token, level, seq,
+--         client, owner, retries, key, name, due_us, submitted_us};
+--   head_us: microseconds until the head is due (<= 0: due now), -1 for an empty queue;
+--   leader: 1 when `me` is the timed waiter: lead = 'wait' asks for the lead (a taker
+--         of `me` will wait if it claims nothing), 'give' gives it up, '' leaves it;
+--         leader_ms: how long the current leader's lead lasts (-1: none), after which a
+--         follower looks again;
+--   registered: 0 when `me` is not a live manager (it was presumed dead and its leases
+--         taken back): nothing was claimed; it must register again.
+local me = ARGV[2]
+local lease_ms = tonumber(ARGV[3])
+local ttl_ms = tonumber(ARGV[4])
+local keep_ms = tonumber(ARGV[5])
+local now = now_us()
+local i = 6
+
+local finished = {}
+local nf = tonumber(ARGV[i]); i = i + 1
+for k = 1, nf do
+  finished[k] = finish(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], me, ttl_ms, keep_ms,
+                       now)
+  i = i + 4
+end
+
+local requeued = {}
+local new_head = false
+local nr = tonumber(ARGV[i]); i = i + 1
+for k = 1, nr do
+  requeued[k] = requeue(ARGV[i], ARGV[i + 1], ARGV[i + 2])
+  if requeued[k] == 2 then new_head = true end
+  i = i + 3
+end
+
+local n = tonumber(ARGV[i])
+local worker = ARGV[i + 1]
+local early = tonumber(ARGV[i + 2])
+local span_ms = tonumber(ARGV[i + 3])
+local grace_ms = tonumber(ARGV[i + 4])
+local lead = ARGV[i + 5]
+local ni = tonumber(ARGV[i + 6]); i = i + 7
+
+local registered = 1
+if redis.call('ZSCORE', B .. 'managers', me) then
+  redis.call('ZADD', B .. 'managers', 'XX', now + lease_ms * 1000, me)
+else
+  registered = 0
+  n, ni, lead = 0, 0, ''
+end
+
+local function lease(id)
+  local jk = B .. 'j:' .. id
+  local f = redis.call('HMGET', jk, 'c', 'o', 'k', 'n', 'p', 'pr', 'd', 's', 'to', 'r', 'a',
+                       'sub')
+  local attempt = tonumber(f[11]) + 1
+  local token = redis.call('INCR', B .. 'token')
+  redis.call('HSET', jk, 'st', 'running', 'a', attempt, 't', token, 'w', worker, 'm', me)
+  redis.call('SADD', B .. 'l:' .. me, id)
+  redis.call('ZREM', B .. 'c:' .. f[1], id)
+  redis.call('HINCRBY', B .. 'stats', 'pending:' .. f[6], -1)
+  redis.call('HINCRBY', B .. 'stats', 'running', 1)
+  local delay = tonumber(f[7]) - now
+  if delay < 0 then delay = 0 end
+  return {id, f[5], delay, f[9], attempt, token, f[6], f[8], f[1], f[2], f[10], f[3], f[4],
+          f[7], f[12]}
+end
+
+local jobs = {}
+if ni > 0 then
+  for k = 1, ni do
+    local id = ARGV[i + k - 1]
+    local f = redis.call('HMGET', B .. 'j:' .. id, 'st', 'pr', 's')
+    if f[1] == 'pending' then
+      redis.call('ZREM', B .. 'due', member(f[2], f[3], id))
+      jobs[#jobs + 1] = lease(id)
+    end
+  end
+elseif n > 0 then
+  local due = redis.call('ZRANGEBYSCORE', B .. 'due', '-inf', now + early, 'LIMIT', 0, n)
+  for _, m in ipairs(due) do
+    redis.call('ZREM', B .. 'due', m)
+    jobs[#jobs + 1] = lease(string.sub(m, 19))
+  end
+end
+
+local top = head()
+local head_us = -1
+if top[1] then head_us = tonumber(top[2]) - now end
+
+-- Leadership: the one manager whose taker waits, timed, for the head to come due. A
+-- manager that claimed what it waited for gives the lead up, and wakes another waiter
+-- if work remains; one that claimed nothing and will wait takes it if it is free.
+local leader_key = B .. 'leader'
+local holder = redis.call('GET', leader_key)
+local leader = 0
+if #jobs > 0 or lead == 'give' then
+  if holder == me then
+    redis.call('DEL', leader_key)
+    holder = false
+    if top[1] then new_head = true end
+  end
+elseif top[1] and lead == 'wait' then
+  local span = math.floor(head_us / 1000)
+  if span > span_ms then span = span_ms end
+  if span < 0 then span = 0 end
+  if holder == me or not holder then
+    redis.call('SET', leader_key, me, 'PX', span + grace_ms)
+    holder = me
+    leader = 1
+  end
+end
+local leader_ms = -1
+if holder and leader == 0 then leader_ms = redis.call('PTTL', leader_key) end
+if new_head then wake() end
+return {finished, requeued, jobs, head_us, leader, leader_ms, registered}

@@ -1,0 +1,105 @@
+-- Shared by every script (prepended to each). ARGV[1] is the deployment's key base,
+-- "{prefix}:"; every key is that base and a name, so all of them hash to one slot.
+local B = ARGV[1]
+
+-- Microseconds on the server's clock: the only clock any script compares.
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- A member of the due set: jobs of equal due time sort by priority level, then seq.
+local function member(level, seq, id)
+  return level .. string.format('%016d', tonumber(seq)) .. ':' .. id
+end
+
+-- Ask one waiting manager to look at the queue again (its head changed, or the timed
+-- waiter left); every manager's subscriber hears it.
+local function wake()
+  redis.call('PUBLISH', B .. 'wake', '1')
+end
+
+-- The head of the due set, as {member, score}, or an empty table.
+local function head()
+  return redis.call('ZRANGE', B .. 'due', 0, 0, 'WITHSCORES')
+end
+
+-- Tell the managers that deliver a job's end to clients: its owner (the manager its
+-- client submitted through) and those whose clients watch it. Each gets the id in its
+-- inbox list, and a message on its channel when that list was empty. Returns 1 when
+-- `me` is one of them: it delivers the end itself, straight away.
+local function notify(id, owner, me)
+  local mine = 0
+  local targets = redis.call('SMEMBERS', B .. 'w:' .. id)
+  redis.call('DEL', B .. 'w:' .. id)
+  if owner then targets[#targets + 1] = owner end
+  local told = {}
+  for _, m in ipairs(targets) do
+    if m == me then
+      mine = 1
+    elseif not told[m] and redis.call('ZSCORE', B .. 'managers', m) then
+      told[m] = true
+      if redis.call('RPUSH', B .. 'in:' .. m, id) == 1 then
+        redis.call('PUBLISH', B .. 'ch:' .. m, '1')
+      end
+    end
+  end
+  return mine, next(told) ~= nil
+end
+
+-- Keep an ended job for ttl_ms (its record, outcome and key), then Redis forgets it.
+-- Another manager's inbox names it: it is kept at least keep_ms, long enough to be read.
+local function retire(id, key, ttl_ms, others, keep_ms, now)
+  local jk = B .. 'j:' .. id
+  local ttl = ttl_ms
+  if others and ttl < keep_ms then ttl = keep_ms end
+  if ttl > 0 then redis.call('PEXPIRE', jk, ttl) else redis.call('DEL', jk) end
+  if key and redis.call('GET', B .. 'k:' .. key) == id then
+    if ttl_ms > 0 then redis.call('PEXPIRE', B .. 'k:' .. key, ttl_ms)
+    else redis.call('DEL', B .. 'k:' .. key) end
+  end
+  redis.call('ZADD', B .. 'ended', now, id)
+end
+
+-- End a running job's lease with an outcome, if `token` is its lease's: 0 when the
+-- lease is stale (the job was taken back and given to another lease), else 1, or 2
+-- when the caller (`me`) delivers the end itself.
+local function finish(id, token, state, outcome, me, ttl_ms, keep_ms, now)
+  local jk = B .. 'j:' .. id
+  local f = redis.call('HMGET', jk, 't', 'st', 'o', 'k', 'm')
+  if f[1] ~= token or f[2] ~= 'running' then return 0 end
+  redis.call('HSET', jk, 'st', state, 'f', now, 'out', outcome)
+  redis.call('HDEL', jk, 'p')
+  redis.call('SREM', B .. 'l:' .. f[5], id)
+  redis.call('HINCRBY', B .. 'stats', state, 1)
+  redis.call('HINCRBY', B .. 'stats', 'running', -1)
+  local mine, others = notify(id, f[3], me)
+  retire(id, f[4], ttl_ms, others, keep_ms, now)
+  return 1 + mine
+end
+
+-- Put a running job back in the due set with its due time and seq (first among what is
+-- due), if `token` is its lease's. `retry` is '1' when this counts as an attempt (its
+-- worker had it), '0' when it never started. Returns 1 if it went back, 2 if it became
+-- the head, 0 for a stale lease.
+local function requeue(id, token, retry)
+  local jk = B .. 'j:' .. id
+  local f = redis.call('HMGET', jk, 't', 'st', 'm', 'pr', 's', 'd', 'c', 'a')
+  if token and f[1] ~= token then return 0 end
+  if f[2] ~= 'running' then return 0 end
+  local fields = {'st', 'pending'}
+  if retry == '0' then
+    fields[3], fields[4] = 'a', tonumber(f[8]) - 1
+  else
+    redis.call('HINCRBY', B .. 'stats', 'retried', 1)
+  end
+  redis.call('HSET', jk, unpack(fields))
+  redis.call('SREM', B .. 'l:' .. f[3], id)
+  local m = member(f[4], f[5], id)
+  redis.call('ZADD', B .. 'due', f[6], m)
+  redis.call('ZADD', B .. 'c:' .. f[7], f[6], id)
+  redis.call('HINCRBY', B .. 'stats', 'pending:' .. f[4], 1)
+  redis.call('HINCRBY', B .. 'stats', 'running', -1)
+  if head()[1] == m then return 2 end
+  return 1
+end

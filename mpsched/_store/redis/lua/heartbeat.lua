@@ -1,0 +1,49 @@
+-- A manager says it is alive (its leases last lease_ms more) and what it runs; then
+-- takes back the jobs of managers whose leases ran out: retried if their retries allow
+-- (counted as an attempt), else failed as crashed. Idempotent: whoever reaps first does.
+--
+-- ARGV: B, me, lease_ms, ttl_ms, keep_ms, status
+-- Returns {registered_before, reaped, failed, requeued}: reaped lists the managers
+-- presumed dead; failed lists {id, worker, client, mine} of the jobs failed.
+local me = ARGV[2]
+local lease_ms = tonumber(ARGV[3])
+local ttl_ms = tonumber(ARGV[4])
+local keep_ms = tonumber(ARGV[5])
+local now = now_us()
+local before = 0
+if redis.call('ZSCORE', B .. 'managers', me) then before = 1 end
+redis.call('ZADD', B .. 'managers', now + lease_ms * 1000, me)
+redis.call('HSET', B .. 'm:' .. me, 'seen', now, 'lease_ms', lease_ms, 'status', ARGV[6])
+
+local reaped, failed, requeued = {}, {}, 0
+local new_head = false
+for _, dead in ipairs(redis.call('ZRANGEBYSCORE', B .. 'managers', '-inf', now,
+                                 'LIMIT', 0, 16)) do
+  reaped[#reaped + 1] = dead
+  for _, id in ipairs(redis.call('SMEMBERS', B .. 'l:' .. dead)) do
+    local jk = B .. 'j:' .. id
+    local f = redis.call('HMGET', jk, 'st', 'm', 'a', 'r', 'w', 'c', 'o', 'k')
+    if f[1] == 'running' and f[2] == dead then
+      if tonumber(f[3]) <= tonumber(f[4]) then
+        if requeue(id, nil, '1') == 2 then new_head = true end
+        requeued = requeued + 1
+      else
+        redis.call('HSET', jk, 'st', 'failed', 'f', now, 'x', f[5])
+        redis.call('HDEL', jk, 'p', 'out')
+        redis.call('HINCRBY', B .. 'stats', 'failed', 1)
+        redis.call('HINCRBY', B .. 'stats', 'running', -1)
+        local mine, others = notify(id, f[7], me)
+        retire(id, f[8], ttl_ms, others, keep_ms, now)
+        failed[#failed + 1] = {id, f[5], f[6], mine}
+      end
+    end
+  end
+  redis.call('DEL', B .. 'l:' .. dead, B .. 'm:' .. dead, B .. 'in:' .. dead)
+  redis.call('ZREM', B .. 'managers', dead)
+  if redis.call('GET', B .. 'leader') == dead then
+    redis.call('DEL', B .. 'leader')
+    new_head = true
+  end
+end
+if new_head then wake() end
+return {before, reaped, failed, requeued}

@@ -1,0 +1,81 @@
+-- Submit jobs, all or none, due on the server's clock.
+--
+-- ARGV: B, owner, if_absent, max_pending, n,
+--       {id, client, key, name, payload, level, delay_us, at_us, timeout, retries} * n
+-- (delay_us or at_us is "": a job is due after a delay from now on this server's clock,
+-- or at a UTC instant; max_pending "" for no bound).
+--
+-- A job whose key another live or retained job holds is not added: its holder's id
+-- stands for it (within the batch, the first job with a key). With if_absent = '1', a
+-- job whose id exists already is not added either and stands for itself (a schedule's
+-- run armed twice); otherwise a known id fails the batch.
+--
+-- Returns {holders, full}: for each job the id of the job that stands for it; full = 1
+-- when the queue had no room for the batch (max_pending): nothing was added.
+local owner = ARGV[2]
+local if_absent = ARGV[3] == '1'
+local max_pending = tonumber(ARGV[4])
+local n = tonumber(ARGV[5])
+local FIELDS = 10
+
+local holders, fresh, keys, ids = {}, {}, {}, {}
+for k = 1, n do
+  local at = 5 + (k - 1) * FIELDS
+  local id, key = ARGV[at + 1], ARGV[at + 3]
+  if ids[id] then
+    return redis.error_reply('DUPLICATE a batch repeats job id ' .. id)
+  end
+  ids[id] = true
+  local holder = nil
+  if redis.call('EXISTS', B .. 'j:' .. id) == 1 then
+    if not if_absent then
+      return redis.error_reply('DUPLICATE job id ' .. id .. ' is already in the store')
+    end
+    holder = id
+  elseif key ~= '' then
+    holder = keys[key]
+    if not holder then
+      local found = redis.call('GET', B .. 'k:' .. key)
+      if found and redis.call('EXISTS', B .. 'j:' .. found) == 1 then holder = found end
+    end
+  end
+  if holder then
+    holders[k] = holder
+  else
+    holders[k] = id
+    if key ~= '' then keys[key] = id end
+    fresh[#fresh + 1] = at
+  end
+end
+
+if max_pending and #fresh > 0 and redis.call('ZCARD', B .. 'due') + #fresh > max_pending then
+  return {holders, 1}
+end
+
+local now = now_us()
+local old = head()[1]
+local seq = redis.call('INCRBY', B .. 'seq', #fresh) - #fresh
+for _, at in ipairs(fresh) do
+  seq = seq + 1
+  local id, client, key = ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
+  local level = ARGV[at + 6]
+  local due = now
+  if ARGV[at + 8] ~= '' then due = tonumber(ARGV[at + 8])
+  elseif ARGV[at + 7] ~= '' then due = now + tonumber(ARGV[at + 7]) end
+  local fields = {'c', client, 'o', owner, 'n', ARGV[at + 4], 'p', ARGV[at + 5],
+                  'pr', level, 'd', due, 's', seq, 'to', ARGV[at + 9], 'r', ARGV[at + 10],
+                  'a', 0, 'sub', now, 'st', 'pending'}
+  if key ~= '' then
+    fields[#fields + 1] = 'k'
+    fields[#fields + 1] = key
+    redis.call('SET', B .. 'k:' .. key, id)
+  end
+  redis.call('HSET', B .. 'j:' .. id, unpack(fields))
+  redis.call('ZADD', B .. 'due', due, member(level, seq, id))
+  redis.call('ZADD', B .. 'all', seq, id)
+  redis.call('ZADD', B .. 'c:' .. client, due, id)
+  redis.call('HINCRBY', B .. 'stats', 'pending:' .. level, 1)
+end
+redis.call('HINCRBY', B .. 'stats', 'submitted', #fresh)
+if #fresh > 0 and head()[1] ~= old then wake() end
+return {holders, 0}

@@ -1,0 +1,139 @@
+"""What a manager and a shared Redis store say to each other: plain NamedTuples.
+
+Times that cross are durations measured on the Redis server's clock (``delay``,
+``head_in``) or UTC epoch seconds read from it (``due_wall``); never a manager's instant.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from mpsched._core.job import JobState, Payload
+
+
+class NewJob(NamedTuple):
+    """A job a manager submits. Exactly one of ``delay`` and ``at`` is set."""
+
+    job_id: str
+    client_id: str
+    key: str | None
+    name: str
+    payload: Payload
+    priority: int  # Priority.level
+    delay: float | None  # seconds after the server receives it
+    at: float | None  # UTC epoch seconds
+    timeout: float | None
+    retries: int
+
+
+class Claimed(NamedTuple):
+    """A job claimed for a worker, under a lease whose fencing token is ``token``."""
+
+    job_id: str
+    payload: bytes
+    delay: float  # seconds until it is due, on the server's clock at the claim (>= 0)
+    timeout: float | None
+    attempt: int  # this run's number, from 1
+    token: str  # its lease's fencing token: a finish or requeue must name it
+    priority: int
+    seq: int
+    client_id: str
+    owner: str  # the manager its client submitted it through
+    retries: int
+    key: str | None
+    name: str
+    due_wall: float  # UTC epoch seconds, as the server reads it
+    submitted_wall: float
+
+
+class Finish(NamedTuple):
+    """A leased job's end, reported under its lease."""
+
+    job_id: str
+    token: str
+    state: JobState  # DONE or FAILED
+    outcome: bytes  # the manager's encoding; opaque to the store
+
+
+class Requeue(NamedTuple):
+    """A leased job put back: ``retry`` when its worker had it (an attempt), else it never
+    started and its attempt is not counted."""
+
+    job_id: str
+    token: str
+    retry: bool
+
+
+class Take(NamedTuple):
+    """What to claim in a report call: ``count`` due jobs from the head for ``worker``
+    (or the pending jobs ``ids``), those due within ``early`` seconds too; ``lead``:
+    "wait" (the caller will wait if it gets nothing: take the lead if it is free), "give"
+    (give the lead up) or "" (leave it)."""
+
+    want: int = 0
+    worker: str = ""
+    early: float = 0.0
+    lead: str = ""
+    ids: tuple[str, ...] = ()
+
+
+class Reply(NamedTuple):
+    """The answer to a report call (see the claim script)."""
+
+    finished: list[int]  # per Finish: 0 stale (refused), 1 recorded, 2 recorded, deliver here
+    requeued: list[int]  # per Requeue: 0 stale, 1 back in the queue, 2 and the new head
+    jobs: list[Claimed]
+    head_in: float | None  # seconds until the head is due (<= 0: due); None: empty queue
+    leader: bool  # the caller is the timed waiter
+    leader_left: float | None  # seconds the current leader's lead lasts; None: no leader
+    registered: bool  # False: the caller was presumed dead; nothing was claimed
+
+
+class Ended(NamedTuple):
+    """A job's end as a manager's inbox (or a watch) hands it over."""
+
+    job_id: str
+    state: JobState | None  # None: already forgotten
+    outcome: bytes | None  # None: cancelled, crashed, or not kept
+    crashed_worker: str | None  # set when a peer took the job back and failed it
+    client_id: str
+    owner: str
+
+
+class Withdrawn(NamedTuple):
+    """A job cancelled while pending; ``mine``: the caller tells the clients of it."""
+
+    job_id: str
+    client_id: str
+    mine: bool
+
+
+class Beat(NamedTuple):
+    """What a heartbeat found (see the heartbeat script)."""
+
+    registered_before: bool  # False on the first beat, or after being presumed dead
+    reaped: list[str]  # managers presumed dead just now
+    failed: list[tuple[str, str, str, bool]]  # (job id, worker, client, deliver here)
+    requeued: int
+
+
+class ManagerRecord(NamedTuple):
+    """One manager of the store, as its last heartbeat left it."""
+
+    manager_id: str
+    seen_wall: float  # UTC epoch seconds of its last heartbeat (server's clock)
+    lease_timeout: float
+    status: bytes  # the manager's own encoding of what it runs (workers, address)
+
+
+class QueueCounts(NamedTuple):
+    """The shared queue's counters, across every manager."""
+
+    pending: dict[int, int]  # by priority level
+    running: int
+    submitted: int
+    done: int
+    failed: int
+    cancelled: int
+    retried: int
+    head_in: float | None  # seconds until the head is due; None: nothing pending

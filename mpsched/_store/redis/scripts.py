@@ -1,0 +1,144 @@
+"""The Lua scripts of a Redis store (``lua/``), registered once per client and called by
+name; the argument lists they take and the replies they give, in Python.
+
+Each script is ``common.lua`` followed by its own file. redis-py's ``Script`` calls it by
+its SHA (EVALSHA) and loads it again when the server has forgotten it (a restart).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from importlib import resources
+from typing import Any
+
+from mpsched._core.job import JobState
+from mpsched._store.redis.records import (
+    Beat,
+    Claimed,
+    Ended,
+    Finish,
+    NewJob,
+    Reply,
+    Requeue,
+    Take,
+    Withdrawn,
+)
+
+NAMES = ("submit", "claim", "cancel", "watch", "drain", "heartbeat", "leave", "jobs", "prune")
+US = 1_000_000  # microseconds per second
+
+
+def source(name: str) -> str:
+    """The text of script ``name``: the shared helpers, then the script."""
+    folder = resources.files("mpsched._store.redis").joinpath("lua")
+    return (folder.joinpath("common.lua").read_text()
+            + folder.joinpath(f"{name}.lua").read_text())
+
+
+def _us(seconds: float) -> int:
+    return round(seconds * US)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _opt(value: Any) -> str | None:
+    return None if value is None or value == b"" else _text(value)
+
+
+class Scripts:
+    """The scripts, registered on ``client``, called with the deployment's key base.
+
+    ``ttl`` and ``keep`` are this manager's result_ttl and the least time an ended job
+    named in another manager's inbox is kept (seconds).
+    """
+
+    def __init__(self, client: Any, base: str, *, ttl: float, keep: float) -> None:
+        self._base = base
+        self._due_key = base + "due"  # every key shares its hash slot
+        self._ttl_ms = str(_us(ttl) // 1000)
+        self._keep_ms = str(_us(keep) // 1000)
+        self._scripts = {name: client.register_script(source(name)) for name in NAMES}
+
+    def _call(self, name: str, *args: Any, client: Any = None) -> Any:
+        return self._scripts[name](keys=[self._due_key], args=[self._base, *args],
+                                   client=client)
+
+    def submit(self, jobs: Sequence[NewJob], owner: str, *, if_absent: bool,
+               max_pending: int | None) -> tuple[list[str], bool]:
+        args: list[Any] = [owner, "1" if if_absent else "0",
+                           "" if max_pending is None else max_pending, len(jobs)]
+        for job in jobs:
+            args += [job.job_id, job.client_id, job.key or "", job.name, job.payload,
+                     job.priority, "" if job.delay is None else _us(job.delay),
+                     "" if job.at is None else _us(job.at),
+                     "" if job.timeout is None else repr(float(job.timeout)), job.retries]
+        holders, full = self._call("submit", *args)
+        return [_text(h) for h in holders], bool(full)
+
+    def claim(self, me: str, lease: float, finishes: Sequence[Finish],
+              requeues: Sequence[Requeue], take: Take, *, span: float, grace: float,
+              client: Any = None) -> Reply:
+        args: list[Any] = [me, _us(lease) // 1000, self._ttl_ms, self._keep_ms,
+                           len(finishes)]
+        for f in finishes:
+            args += [f.job_id, f.token, f.state.value, f.outcome]
+        args.append(len(requeues))
+        for r in requeues:
+            args += [r.job_id, r.token, "1" if r.retry else "0"]
+        args += [take.want, take.worker, _us(take.early), _us(span) // 1000,
+                 _us(grace) // 1000, take.lead, len(take.ids), *take.ids]
+        finished, requeued, jobs, head_us, leader, leader_ms, registered = \
+            self._call("claim", *args, client=client)
+        return Reply(
+            finished=[int(x) for x in finished], requeued=[int(x) for x in requeued],
+            jobs=[_claimed(job) for job in jobs],
+            head_in=None if head_us == -1 else head_us / US, leader=bool(leader),
+            leader_left=None if leader_ms < 0 else leader_ms / 1000,
+            registered=bool(registered))
+
+    def cancel(self, me: str, job_ids: Sequence[str], client_id: str = "",
+               not_due_only: bool = False) -> list[Withdrawn]:
+        rows = self._call("cancel", me, self._ttl_ms, self._keep_ms, client_id,
+                          "1" if not_due_only else "0", *job_ids)
+        return [Withdrawn(_text(i), _text(c), bool(m)) for i, c, m in rows]
+
+    def watch(self, me: str, job_id: str) -> Ended | None:
+        row = self._call("watch", me, job_id)
+        if not row:
+            return None
+        state, outcome, crashed, client = row
+        return Ended(job_id, JobState(_text(state)), outcome, _opt(crashed), _text(client), "")
+
+    def drain(self, me: str, count: int) -> list[Ended]:
+        return [Ended(_text(i), None if not s else JobState(_text(s)), o, _opt(x),
+                      _opt(c) or "", _opt(w) or "")
+                for i, s, o, x, c, w in self._call("drain", me, count)]
+
+    def heartbeat(self, me: str, lease: float, status: bytes) -> Beat:
+        before, reaped, failed, requeued = self._call(
+            "heartbeat", me, _us(lease) // 1000, self._ttl_ms, self._keep_ms, status)
+        return Beat(bool(before), [_text(m) for m in reaped],
+                    [(_text(i), _text(w), _text(c), bool(m)) for i, w, c, m in failed],
+                    int(requeued))
+
+    def leave(self, me: str) -> None:
+        self._call("leave", me)
+
+    def jobs(self, state: JobState | None, limit: int | None) -> list[list[Any]]:
+        return list(self._call("jobs", "" if state is None else state.value, limit or 0))
+
+    def prune(self, count: int) -> int:
+        return int(self._call("prune", count))
+
+
+def _claimed(row: list[Any]) -> Claimed:
+    (job_id, payload, delay_us, timeout, attempt, token, level, seq, client, owner, retries,
+     key, name, due_us, submitted_us) = row
+    return Claimed(
+        job_id=_text(job_id), payload=payload, delay=int(delay_us) / US,
+        timeout=None if not timeout else float(timeout), attempt=int(attempt),
+        token=_text(token), priority=int(level), seq=int(seq), client_id=_text(client),
+        owner=_text(owner), retries=int(retries), key=_opt(key), name=_text(name),
+        due_wall=int(due_us) / US, submitted_wall=int(submitted_us) / US)

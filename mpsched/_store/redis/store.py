@@ -1,0 +1,342 @@
+"""RedisStore: the Python side of a queue that lives in Redis and several managers share.
+
+Keys, all under the deployment's hash tag ``{prefix}`` (one Redis Cluster slot)::
+
+    {p}:due          sorted set: pending jobs; score = due time in µs on the server's clock,
+                     member = level + seq (16 digits) + ":" + id, so that jobs due at the
+                     same µs sort by priority, then seq: the exact (due, priority, seq) order
+    {p}:j:<id>       hash: the job (client, owner manager, key, name, payload, level, due,
+                     seq, timeout, retries, attempt, state, worker, manager, lease token,
+                     finished, outcome); expires result_ttl after the job ended
+    {p}:k:<key>      the id of the job holding an idempotency key (expires with the job)
+    {p}:seq {p}:token  counters: submission order; lease fencing tokens
+    {p}:all {p}:ended  sorted sets by seq and by end time: listings, and their pruning
+    {p}:c:<client>   sorted set: a client's pending jobs by due time (cancel at its exit)
+    {p}:managers     sorted set: live managers by the instant their leases run out
+    {p}:m:<mgr>      hash: a manager's last heartbeat and status; {p}:l:<mgr> its leases
+    {p}:in:<mgr>     list: ids of ended jobs whose clients it serves, or that they watch
+    {p}:w:<id>       set: managers (besides the owner) whose clients watch a job
+    {p}:leader       the manager whose taker waits, timed, for the head (SET NX PX)
+    {p}:stats        hash: counters across managers
+    {p}:s:spec {p}:s:state {p}:s:order   schedules
+    channels {p}:wake (the head changed, or the lead is free) and {p}:ch:<mgr> (inbox)
+
+Every change is one Lua script (lua/), atomic, reading the server's ``TIME``: no client's
+or manager's clock is ever compared. Redis expires ended jobs itself; ``prune`` only drops
+forgotten ids from the listing indexes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from mpsched._core.job import JobRecord, JobState
+from mpsched._errors import InvalidJobError, StoreError, StoreUnavailableError
+from mpsched._store.base import Store, StoredSchedule, check_options
+from mpsched._store.redis.records import (
+    Beat,
+    Ended,
+    Finish,
+    ManagerRecord,
+    NewJob,
+    QueueCounts,
+    Reply,
+    Requeue,
+    Take,
+    Withdrawn,
+)
+from mpsched._store.redis.scripts import US, Scripts
+from mpsched._store.redis.server import (
+    CONNECT_TIMEOUT,
+    OPERATION_TIMEOUT,
+    ServerSettings,
+    check_settings,
+    describe,
+    open_client,
+    redis_module,
+    warn_persistence,
+)
+from mpsched._store.redis.url import RedisURL, parse_redis_url
+
+log = logging.getLogger("mpsched.store")
+
+# An ended job that another manager's inbox names is kept at least this long, whatever
+# result_ttl says, so that manager can read its outcome and hand it to its client.
+DELIVERY_KEEP = 60.0
+# The timed waiter's lead lasts the head's delay, at most LEAD_SPAN seconds (then it
+# looks again), plus LEAD_GRACE: a follower that finds it lapsed takes the lead.
+LEAD_SPAN = 5.0
+LEAD_GRACE = 0.05
+# A payload must leave room for the rest of the script's arguments in one Redis request.
+PAYLOAD_MARGIN = 64 * 1024
+
+_RECORD_FIELDS = ("c", "k", "n", "pr", "d", "s", "to", "r", "a", "sub", "st", "w", "f", "x")
+
+
+class RedisStore(Store):
+    """A queue in Redis that managers share as peers (see the module docstring).
+
+    Args:
+        url: a ``redis://``, ``rediss://`` or ``unix://`` URL (a string or parsed).
+        result_ttl: seconds an ended job (its record, outcome and key) is kept.
+        timeout: seconds to connect and check the server; every later command may take
+            ``operation_timeout``.
+
+    Raises:
+        ConfigError: a bad URL or ``result_ttl``.
+        ExtraMissingError: redis-py is not installed (``pip install 'mpsched[redis]'``).
+        StoreError: no usable Redis server answers there (see ``server.connect``).
+    """
+
+    def __init__(self, url: str | RedisURL, *, result_ttl: float = 86400.0,
+                 timeout: float = CONNECT_TIMEOUT,
+                 operation_timeout: float = OPERATION_TIMEOUT) -> None:
+        check_options(result_ttl)
+        self.url = parse_redis_url(url) if isinstance(url, str) else url
+        self.result_ttl = float(result_ttl)
+        self.base = "{" + self.url.prefix + "}:"
+        self._redis = redis_module()
+        checking = open_client(self.url, timeout=timeout)
+        try:
+            self.settings: ServerSettings = check_settings(checking, self.url)
+        finally:
+            checking.close()
+        warn_persistence(self.url, self.settings)
+        self.client = open_client(self.url, timeout=operation_timeout)
+        self.scripts = Scripts(self.client, self.base, ttl=self.result_ttl, keep=DELIVERY_KEEP)
+        # Guards _closed; nobody waits on it.
+        self._lock = threading.Lock()
+        self._closed = False
+
+    # ------------------------------------------------------------------ errors
+
+    @contextlib.contextmanager
+    def errors(self) -> Iterator[None]:
+        """Turn what redis-py raises into the store's errors: StoreUnavailableError when
+        the server does not answer, InvalidJobError for a job the store refused, else
+        StoreError; all naming the URL without its password."""
+        if self._closed:
+            raise StoreError(self.url.redacted, "the store is closed")
+        try:
+            yield
+        except (self._redis.ConnectionError, self._redis.TimeoutError, OSError) as exc:
+            if isinstance(exc, StoreError):
+                raise
+            raise StoreUnavailableError(self.url.redacted, describe(exc)) from None
+        except self._redis.ResponseError as exc:
+            text = str(exc)
+            if "DUPLICATE" in text:
+                raise InvalidJobError(text.split("DUPLICATE ", 1)[-1]) from None
+            raise StoreError(self.url.redacted, describe(exc)) from None
+        except self._redis.RedisError as exc:
+            raise StoreError(self.url.redacted, describe(exc)) from None
+
+    # ------------------------------------------------------------------ the queue
+
+    @property
+    def max_payload(self) -> int:
+        """The largest job or result payload this server takes, in bytes."""
+        return self.settings.max_bulk - PAYLOAD_MARGIN
+
+    def submit_jobs(self, jobs: Sequence[NewJob], owner: str, *, if_absent: bool = False,
+                    max_pending: int | None = None) -> tuple[list[str], bool]:
+        """Add jobs, all or none, due on the server's clock; ``owner`` is the manager that
+        delivers their ends to their clients.
+
+        Returns:
+            For each job the id of the job that stands for it (its own, or the holder of
+            its key; with ``if_absent``, a job whose id exists stands for itself and is
+            not added), and whether the queue was full (max_pending): nothing was added.
+        Raises:
+            InvalidJobError: an id already in the store (without ``if_absent``), or
+                repeated in the batch; nothing was added.
+            StoreUnavailableError, StoreError: as :meth:`errors`.
+        """
+        with self.errors():
+            return self.scripts.submit(jobs, owner, if_absent=if_absent,
+                                       max_pending=max_pending)
+
+    def report(self, me: str, lease_timeout: float, finishes: Sequence[Finish] = (),
+               requeues: Sequence[Requeue] = (), take: Take | None = None) -> Reply:
+        """End leases, put jobs back, then claim (see the claim script), in one call;
+        ``me`` renews its leases for ``lease_timeout`` seconds."""
+        with self.errors():
+            return self.scripts.claim(me, lease_timeout, finishes, requeues, take or Take(),
+                                      span=LEAD_SPAN, grace=LEAD_GRACE)
+
+    def cancel_jobs(self, me: str, job_ids: Sequence[str]) -> list[Withdrawn]:
+        """Cancel those of ``job_ids`` that are pending; the managers of their clients and
+        watchers are told (``me`` tells its own: ``Withdrawn.mine``)."""
+        with self.errors():
+            return self.scripts.cancel(me, job_ids)
+
+    def cancel_client(self, me: str, client_id: str, *,
+                      not_due_only: bool = False) -> list[Withdrawn]:
+        """Cancel every pending job of a client (only those not yet due)."""
+        with self.errors():
+            return self.scripts.cancel(me, (), client_id, not_due_only)
+
+    def not_yet_due(self, client_id: str) -> list[str]:
+        """The ids of a client's pending jobs not yet due by the server's clock."""
+        with self.errors():
+            now_s, now_us = self.client.time()
+            now = now_s * US + now_us
+            ids = self.client.zrangebyscore(f"{self.base}c:{client_id}", f"({now}", "+inf")
+        return [i.decode() for i in ids]
+
+    def watch(self, me: str, job_id: str) -> Ended | None:
+        """Watch a job from ``me``: None for an unknown job, else where it stands
+        (``Ended.state``); unless it has ended, ``me`` is told when it ends (its inbox)."""
+        with self.errors():
+            return self.scripts.watch(me, job_id)
+
+    def drain(self, me: str, count: int = 500) -> list[Ended]:
+        """Take up to ``count`` ended jobs from ``me``'s inbox."""
+        with self.errors():
+            return self.scripts.drain(me, count)
+
+    def heartbeat(self, me: str, lease_timeout: float, status: bytes) -> Beat:
+        """Say ``me`` is alive for ``lease_timeout`` more seconds, with its status; take
+        back the jobs of managers presumed dead."""
+        with self.errors():
+            return self.scripts.heartbeat(me, lease_timeout, status)
+
+    def forget_manager(self, me: str) -> None:
+        """Forget a manager that stops (it holds no lease any more)."""
+        with self.errors():
+            self.scripts.leave(me)
+
+    def managers(self) -> list[ManagerRecord]:
+        """Every live manager, by id, with its last heartbeat."""
+        with self.errors():
+            ids = [m.decode() for m in self.client.zrange(self.base + "managers", 0, -1)]
+            pipe = self.client.pipeline(transaction=False)
+            for manager in ids:
+                pipe.hmget(f"{self.base}m:{manager}", "seen", "lease_ms", "status")
+            rows = pipe.execute()
+        return [ManagerRecord(manager, int(seen) / US, int(lease) / 1000, status or b"")
+                for manager, (seen, lease, status) in zip(ids, rows, strict=True)
+                if seen is not None]
+
+    def counts(self) -> QueueCounts:
+        """The queue's counters across every manager."""
+        with self.errors():
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hgetall(self.base + "stats")
+            pipe.zrange(self.base + "due", 0, 0, withscores=True)
+            pipe.time()
+            stats, top, (now_s, now_us) = pipe.execute()
+        number = {k.decode(): int(v) for k, v in stats.items()}
+        head = None if not top else top[0][1] / US - (now_s + now_us / US)
+        return QueueCounts(
+            pending={level: number.get(f"pending:{level}", 0) for level in (1, 2, 3)},
+            running=number.get("running", 0), submitted=number.get("submitted", 0),
+            done=number.get("done", 0), failed=number.get("failed", 0),
+            cancelled=number.get("cancelled", 0), retried=number.get("retried", 0),
+            head_in=head)
+
+    def subscriber(self) -> Any:
+        """A redis-py PubSub on this store's server (the caller subscribes and reads it)."""
+        with self.errors():
+            return self.client.pubsub(ignore_subscribe_messages=False)
+
+    # ------------------------------------------------------------------ records
+
+    @property
+    def location(self) -> str:
+        return self.url.redacted
+
+    def size(self) -> int | None:
+        """Bytes the Redis server uses (all of it: other data on it included)."""
+        with self.errors():
+            return int(self.client.info("memory")["used_memory"])
+
+    def flush(self) -> None:
+        """Nothing to wait for: every call is done on the server when it returns."""
+        if self._closed:
+            raise StoreError(self.url.redacted, "the store is closed")
+
+    def get(self, job_id: str) -> JobRecord | None:
+        with self.errors():
+            row = self.client.hmget(f"{self.base}j:{job_id}", *_RECORD_FIELDS, "out")
+        if row[10] is None:
+            return None
+        return _record(job_id, row[:-1], row[-1])
+
+    def jobs(self, state: JobState | None = None, limit: int | None = None) -> list[JobRecord]:
+        with self.errors():
+            rows = self.scripts.jobs(state, limit)
+        return [_record(row[0].decode(), row[1:], None) for row in rows]
+
+    def find_key(self, key: str) -> JobRecord | None:
+        with self.errors():
+            holder = self.client.get(f"{self.base}k:{key}")
+        return None if holder is None else self.get(holder.decode())
+
+    def prune(self, now_wall: float | None = None) -> int:
+        """Drop from the listings the ended jobs Redis has forgotten (it expires them by
+        itself, ``result_ttl`` after they ended); returns how many. ``now_wall`` is not
+        used: the server's clock decides."""
+        dropped = 0
+        while True:
+            with self.errors():
+                step = self.scripts.prune(1000)
+            dropped += step
+            if step < 1000:
+                return dropped
+
+    def save_schedule(self, schedule: StoredSchedule) -> None:
+        with self.errors():
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hset(self.base + "s:spec", schedule.schedule_id, schedule.spec)
+            pipe.hset(self.base + "s:state", schedule.schedule_id, schedule.state)
+            pipe.incr(self.base + "s:seq")
+            order, = pipe.execute()[2:]
+            self.client.zadd(self.base + "s:order", {schedule.schedule_id: order}, nx=True)
+
+    def update_schedule(self, schedule_id: str, state: bytes) -> None:
+        with self.errors():
+            if self.client.hexists(self.base + "s:spec", schedule_id):
+                self.client.hset(self.base + "s:state", schedule_id, state)
+
+    def delete_schedule(self, schedule_id: str) -> None:
+        with self.errors():
+            pipe = self.client.pipeline(transaction=True)
+            for name in ("s:spec", "s:state"):
+                pipe.hdel(self.base + name, schedule_id)
+            pipe.zrem(self.base + "s:order", schedule_id)
+            pipe.execute()
+
+    def schedules(self) -> list[StoredSchedule]:
+        with self.errors():
+            pipe = self.client.pipeline(transaction=True)
+            pipe.zrange(self.base + "s:order", 0, -1)
+            pipe.hgetall(self.base + "s:spec")
+            pipe.hgetall(self.base + "s:state")
+            order, specs, states = pipe.execute()
+        return [StoredSchedule(sid.decode(), specs[sid], states.get(sid, b""))
+                for sid in order if sid in specs]
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self.client.close()
+
+
+def _record(job_id: str, row: Sequence[Any], outcome: bytes | None) -> JobRecord:
+    (client, key, name, level, due, seq, timeout, retries, attempt, submitted, state,
+     worker, finished, crashed) = row
+    return JobRecord(
+        job_id=job_id, client_id=client.decode(), key=None if key is None else key.decode(),
+        name=name.decode(), priority=int(level), due_wall=int(due) / US, seq=int(seq),
+        timeout=float(timeout) if timeout else None, retries=int(retries),
+        attempt=int(attempt), submitted_wall=int(submitted) / US,
+        state=JobState(state.decode()),
+        worker_id=(worker or crashed or b"").decode() or None,
+        finished_wall=None if finished is None else int(finished) / US, outcome=outcome)
