@@ -137,7 +137,22 @@ class Assignment(NamedTuple):
     delay: float = 0.0  # seconds from hand-off until due, measured at the manager; >= 0
 
 
-CANCELLED = "cancelled"  # Outcome.error_kind of a job cancelled by another client
+class OutcomeKind(Option):
+    """How a job that did not return a result ended: ``Outcome.error_kind``.
+
+    The words are what the store keeps and the wire carries; those of the manager's
+    verdicts on a job (a crash, a timeout, a stop) are the names of the errors raised.
+    """
+
+    RAISED = ""  # the job's own exception (or, with ok, its result)
+    CANCELLED = "cancelled"  # cancelled: by another client, through its id, or withdrawn
+    JOB_UNPICKLING = "job-unpickling"  # the worker could not unpickle the job
+    RESULT_PICKLING = "result-pickling"  # the worker could not pickle the result
+    OUTCOME_LOST = "outcome-lost"  # it ended, but its outcome never reached the store
+    OUTCOME_NOT_KEPT = "outcome-not-kept"  # it ended, and its outcome was not kept
+    WORKER_CRASHED = "WorkerCrashedError"  # its worker died under it
+    JOB_TIMEOUT = "JobTimeoutError"  # it ran past its timeout and was killed
+    SHUTDOWN = "SchedulerShutdownError"  # the manager stopped before it ran
 
 
 class Outcome(NamedTuple):
@@ -154,7 +169,7 @@ class Outcome(NamedTuple):
     payload: Payload
     traceback: str
     started: float | None
-    error_kind: str = ""  # "" for a job's own exception; else names the failed step
+    error_kind: str = ""  # an OutcomeKind's word: "" for the job's own result or exception
 
 
 @dataclass(frozen=True)
@@ -222,40 +237,62 @@ def _seconds(name: str, value: object) -> float:
 
 
 def check_request(request: JobRequest) -> None:
-    """Check what a client may get wrong in a job; the client and the queue both call it.
+    """:func:`check_job` on a request's fields; the queue calls it on what it is sent.
 
     Raises:
-        InvalidJobError: an unknown priority level, not exactly one of delay and at, a due
-            time that is not finite or not representable as a datetime (year 1 to 9999), a
-            timeout that is not a positive number, or retries that is not an int >= 0.
+        InvalidJobError: as :func:`check_job`.
     """
-    if request.priority not in (1, 2, 3):
-        raise InvalidJobError(f"unknown priority level {request.priority!r}")
-    if (request.delay is None) == (request.at is None):
+    check_job(request.priority, request.delay, request.at, request.timeout, request.retries,
+              request.key)
+
+
+def check_job(priority: int, delay: float | None, at: float | None,
+              timeout: float | None = None, retries: int = 0, key: str | None = None) -> None:
+    """Check what a client may get wrong in a job: the client runs it at the call site, the
+    queue runs it again (:func:`check_request`).
+
+    Args: as the fields of :class:`JobRequest` (``priority`` is a level).
+
+    Raises:
+        InvalidJobError: an unknown priority level, a timeout that is not a positive number,
+            retries that is not an int >= 0, not exactly one of delay and at, a due time
+            that is not finite or not representable as a datetime (year 1 to 9999), or a
+            key that is not a non-empty string of at most MAX_KEY characters.
+    """
+    check_run(priority, timeout, retries)
+    if (delay is None) == (at is None):
         raise InvalidJobError("give exactly one of delay and at")
-    value = request.delay if request.delay is not None else request.at
+    value = delay if delay is not None else at
     try:
         finite = isinstance(value, (int, float)) and math.isfinite(value)
     except OverflowError:  # an int beyond float range
         finite = False
     if not finite:
         raise InvalidJobError(f"due time must be a finite number of seconds, not {value!r}")
-    assert value is not None
-    if request.at is not None and not MIN_EPOCH <= request.at <= MAX_EPOCH:
-        raise InvalidJobError(f"at={request.at!r} is not a time between the years 1 and 9999")
-    if request.delay is not None and request.delay > MAX_EPOCH - time.time():
-        raise InvalidJobError(f"delay={request.delay!r} s ends after the year 9999")
-    if request.timeout is not None and (
-            isinstance(request.timeout, bool) or not isinstance(request.timeout, (int, float))
-            or not 0 < request.timeout < math.inf):
-        raise InvalidJobError(f"timeout must be a positive number, not {request.timeout!r}")
-    if isinstance(request.retries, bool) or not isinstance(request.retries, int) \
-            or request.retries < 0:
-        raise InvalidJobError(f"retries must be a non-negative int, not {request.retries!r}")
-    if request.key is not None and (not isinstance(request.key, str) or not request.key
-                                    or len(request.key) > MAX_KEY):
+    if at is not None and not MIN_EPOCH <= at <= MAX_EPOCH:
+        raise InvalidJobError(f"at={at!r} is not a time between the years 1 and 9999")
+    if delay is not None and delay > MAX_EPOCH - time.time():
+        raise InvalidJobError(f"delay={delay!r} s ends after the year 9999")
+    if key is not None and (not isinstance(key, str) or not key or len(key) > MAX_KEY):
         raise InvalidJobError(f"key must be a non-empty string of at most {MAX_KEY} "
-                              f"characters, not {request.key!r}")
+                              f"characters, not {key!r}")
+
+
+def check_run(priority: int, timeout: float | None, retries: int) -> None:
+    """Check how a job is to be run, whenever it is due: every run of a schedule too.
+
+    Raises:
+        InvalidJobError: an unknown priority level, a timeout that is not a positive
+            number, or retries that is not an int >= 0.
+    """
+    if priority not in (1, 2, 3):
+        raise InvalidJobError(f"unknown priority level {priority!r}")
+    if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+            or not 0 < timeout < math.inf):
+        raise InvalidJobError(f"timeout must be a positive number, not {timeout!r}")
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise InvalidJobError(f"retries must be a non-negative int, not {retries!r}")
 
 
 @dataclass(frozen=True)

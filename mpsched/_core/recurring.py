@@ -38,11 +38,35 @@ MAX_COUNT = 100_000  # slots counted one by one (cron) before a count is reporte
 RUN_SEPARATOR = "@"
 
 
+class ScheduleKind(Option):
+    """How a schedule's slots are given."""
+
+    EVERY = "every"  # an interval (Mode says from what)
+    CRON = "cron"  # a five-field cron expression in a zone
+
+
+class ScheduleAction(Option):
+    """What a client asks of one schedule (``ServiceProxy.schedule_control``)."""
+
+    INFO = "info"  # how it stands
+    PAUSE = "pause"
+    RESUME = "resume"
+    CANCEL = "cancel"
+
+
+class Trigger(Option):
+    """The moment :func:`plan` decides a schedule's next run at."""
+
+    BEGIN = "begin"  # added, resumed, or recovered after downtime
+    STARTED = "started"  # its run started (overlap allow)
+    ENDED = "ended"  # its run ended (overlap skip and queue, mode delay)
+
+
 class ScheduleSpec(NamedTuple):
     """What a client asks for; the manager resolves the start and keeps it as given."""
 
     schedule_id: str
-    kind: str  # "every" or "cron"
+    kind: ScheduleKind
     interval: float  # seconds between slots ("every"); 0.0 for cron
     mode: Mode  # RATE or DELAY ("every"); RATE for cron
     cron: str  # the five-field expression; "" for every
@@ -66,7 +90,7 @@ class ScheduleSpec(NamedTuple):
 
     def describe(self) -> str:
         """One line for listings: ``every 600s (rate)``, ``cron '30 2 * * 1-5' (UTC)``."""
-        if self.kind == "every":
+        if self.kind == ScheduleKind.EVERY:
             return f"every {self.interval:g}s ({self.mode})"
         return f"cron '{self.cron}' ({self.tz or 'local'})"
 
@@ -105,7 +129,8 @@ def with_options(spec: ScheduleSpec) -> ScheduleSpec:
     Raises:
         ConfigError: a word that option does not take.
     """
-    return spec._replace(mode=Mode.coerce(spec.mode), overlap=Overlap.coerce(spec.overlap),
+    return spec._replace(kind=ScheduleKind.coerce(spec.kind), mode=Mode.coerce(spec.mode),
+                         overlap=Overlap.coerce(spec.overlap),
                          catchup=Catchup.coerce(spec.catchup),
                          on_error=OnError.coerce(spec.on_error))
 
@@ -123,10 +148,12 @@ def check_spec(spec: ScheduleSpec) -> None:
             or not sid.isprintable():
         raise InvalidJobError(f"schedule id must be 1 to {MAX_ID} printable characters "
                               f"without {RUN_SEPARATOR!r}, not {sid!r}")
+    if spec.kind not in (ScheduleKind.EVERY, ScheduleKind.CRON):
+        raise InvalidJobError(f"unknown schedule kind {spec.kind!r}")
     with_options(spec)  # ConfigError for a word no option takes
     if not (isinstance(spec.jitter, (int, float)) and 0 <= spec.jitter < math.inf):
         raise InvalidJobError(f"jitter must be a number of seconds >= 0, not {spec.jitter!r}")
-    if spec.kind == "every":
+    if spec.kind == ScheduleKind.EVERY:
         problem = interval_problem(spec.interval)
         if problem:
             raise InvalidJobError(f"interval {problem}")
@@ -134,10 +161,8 @@ def check_spec(spec: ScheduleSpec) -> None:
             raise InvalidJobError(f"start {spec.start_at!r} is outside the years 1 to 9999")
         if spec.start_delay is not None and not 0 <= spec.start_delay < MAX_EPOCH:
             raise InvalidJobError(f"start delay must be >= 0 seconds, not {spec.start_delay!r}")
-    elif spec.kind == "cron":
-        cron_slots(spec.cron, zone(spec.tz), 0.0)  # raises on a bad expression or zone
     else:
-        raise InvalidJobError(f"unknown schedule kind {spec.kind!r}")
+        cron_slots(spec.cron, zone(spec.tz), 0.0)  # raises on a bad expression or zone
 
 
 def interval_problem(seconds: float) -> str:
@@ -208,16 +233,16 @@ class Slots:
         """``anchor``: the first slot of an every-schedule; ``tz``: the resolved cron zone."""
         self.spec = spec
         self.anchor = anchor
-        self._tz = zone(tz) if spec.kind == "cron" else timezone.utc
+        self._tz = zone(tz) if spec.kind == ScheduleKind.CRON else timezone.utc
 
     def after(self, label: float | None) -> float:
         """The first slot strictly after ``label`` (None: the first slot of all)."""
         spec = self.spec
-        if spec.kind == "cron":
+        if spec.kind == ScheduleKind.CRON:
             return cron_slots(spec.cron, self._tz, self.anchor if label is None else label)
         if label is None or label < self.anchor:
             return self.anchor
-        if spec.mode == "delay":
+        if spec.mode == Mode.DELAY:
             return round(label + spec.interval, 6)
         k = math.floor((label - self.anchor) / spec.interval) + 1
         slot = round(self.anchor + k * spec.interval, 6)
@@ -232,7 +257,7 @@ class Slots:
         first = self.after(after)
         if first > upto:
             return 0, None, None
-        if self.spec.kind == "every" and self.spec.mode == "rate":
+        if self.spec.kind == ScheduleKind.EVERY and self.spec.mode == Mode.RATE:
             k_first = round((first - self.anchor) / self.spec.interval)
             k_last = math.floor((upto - self.anchor) / self.spec.interval + 1e-9)
             last = round(self.anchor + k_last * self.spec.interval, 6)
@@ -257,7 +282,7 @@ class Slots:
 def resolve_anchor(spec: ScheduleSpec, now_wall: float) -> float:
     """The first slot of an every-schedule received at ``now_wall`` (cron: ``now_wall``,
     the instant its slots are counted from)."""
-    if spec.kind == "cron":
+    if spec.kind == ScheduleKind.CRON:
         return now_wall
     if spec.start_at is not None:
         return round(spec.start_at, 6)
@@ -303,54 +328,53 @@ class Plan(NamedTuple):
 
     arm: float | None  # the slot whose run to submit now (None: none)
     decided: float | None  # every slot up to here is armed, skipped or missed
-    owed_until: float | None  # catchup="all": late slots up to here still to run
-    skipped: int
-    missed: int
+    owed_until: float | None = None  # catchup="all": late slots up to here still to run
+    skipped: int = 0
+    missed: int = 0
     cancel_armed: bool = False  # catchup="skip" at recovery: the late armed run is dropped
 
 
 def plan(slots: Slots, decided: float | None, owed_until: float | None, now: float,
-         trigger: str, *, active: bool = False) -> Plan:
+         trigger: Trigger, *, active: bool = False) -> Plan:
     """Decide the next run of a schedule at ``now`` (a label on its own timeline).
 
-    ``trigger`` is "begin" (added, resumed, or recovered after downtime: late slots were
-    missed), "ended" (its run ended; for overlap skip and queue, and delay mode) or
-    "started" (its run started; for overlap allow). ``active``: at "begin", a run of it is
-    still pending or running (recovered from the store).
+    ``active``: at BEGIN, a run of it is still pending or running (recovered from the
+    store). Late slots are missed at BEGIN, skipped at ENDED under overlap skip.
     """
     spec = slots.spec
-    if spec.mode == "delay":
-        if trigger == "begin" and decided is None:
+    if spec.mode == Mode.DELAY:
+        if trigger == Trigger.BEGIN and decided is None:
             start = slots.after(None)
-            return Plan(start, start, None, 0, 0)
-        if trigger == "begin" and active:
-            return Plan(None, decided, None, 0, 0)
+            return Plan(arm=start, decided=start)
+        if trigger == Trigger.BEGIN and active:
+            return Plan(arm=None, decided=decided)
         nxt = round(now + spec.interval, 6)
-        return Plan(nxt, nxt, None, 0, 0)
-    if owed_until is not None and trigger != "begin":
+        return Plan(arm=nxt, decided=nxt)
+    if owed_until is not None and trigger != Trigger.BEGIN:
         owed = slots.after(decided)
         if owed <= owed_until:
-            return Plan(owed, owed, owed_until if owed < owed_until else None, 0, 0)
+            return Plan(arm=owed, decided=owed,
+                        owed_until=owed_until if owed < owed_until else None)
     count, first, last = slots.late(decided, now)
     if count == 0 or first is None or last is None:
-        if trigger == "begin" and active:
-            return Plan(None, decided, None, 0, 0)
+        if trigger == Trigger.BEGIN and active:
+            return Plan(arm=None, decided=decided)
         nxt = slots.after(max(now, decided) if decided is not None else now)
-        return Plan(nxt, nxt, None, 0, 0)
-    if trigger == "ended" and spec.overlap == "skip":
+        return Plan(arm=nxt, decided=nxt)
+    if trigger == Trigger.ENDED and spec.overlap == Overlap.SKIP:
         nxt = slots.after(now)
-        return Plan(nxt, nxt, None, count, 0)
-    if trigger == "begin" and active:
+        return Plan(arm=nxt, decided=nxt, skipped=count)
+    if trigger == Trigger.BEGIN and active:
         # The run armed before the downtime is late itself and stands for the missed slots.
-        if spec.catchup == "latest":
-            return Plan(None, last, None, 0, count)
-        if spec.catchup == "all":
-            return Plan(None, decided, last, 0, 0)
+        if spec.catchup == Catchup.LATEST:
+            return Plan(arm=None, decided=last, missed=count)
+        if spec.catchup == Catchup.ALL:
+            return Plan(arm=None, decided=decided, owed_until=last)
         nxt = slots.after(now)
-        return Plan(nxt, nxt, None, 0, count + 1, cancel_armed=True)
-    if spec.catchup == "latest":
-        return Plan(last, last, None, 0, count - 1)
-    if spec.catchup == "all":
-        return Plan(first, first, last if first < last else None, 0, 0)
+        return Plan(arm=nxt, decided=nxt, missed=count + 1, cancel_armed=True)
+    if spec.catchup == Catchup.LATEST:
+        return Plan(arm=last, decided=last, missed=count - 1)
+    if spec.catchup == Catchup.ALL:
+        return Plan(arm=first, decided=first, owed_until=last if first < last else None)
     nxt = slots.after(now)
-    return Plan(nxt, nxt, None, 0, count)
+    return Plan(arm=nxt, decided=nxt, missed=count)

@@ -36,13 +36,13 @@ from collections.abc import Callable, Sequence
 
 from mpsched._core.clock import Clock
 from mpsched._core.job import (
-    CANCELLED,
     Assignment,
     Job,
     JobRecord,
     JobRequest,
     JobState,
     Outcome,
+    OutcomeKind,
     check_request,
 )
 from mpsched._core.queue import JobQueue
@@ -55,16 +55,26 @@ from mpsched._store.memory import MemoryStore
 log = logging.getLogger("mpsched.manager")
 
 def encode(outcome: Outcome) -> bytes:
-    """An outcome as the store keeps it (plain data: the manager may unpickle it)."""
+    """An outcome as the store keeps it (plain data, its kind a word: the manager may
+    unpickle it)."""
+    if type(outcome.error_kind) is not str:  # an OutcomeKind member
+        outcome = outcome._replace(error_kind=str(outcome.error_kind))
     return pickle.dumps(tuple(outcome), protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def decode(data: bytes) -> Outcome:
-    return Outcome(*pickle.loads(data))
+    return Outcome._make(pickle.loads(data))
+
+
+def failure(job_id: str, error: BaseException, kind: OutcomeKind) -> Outcome:
+    """The outcome of a job that the manager, not the job, ended with ``error``."""
+    return Outcome(job_id=job_id, ok=False, payload=pickle.dumps(error), traceback="",
+                   started=None, error_kind=kind)
 
 
 def cancelled(job_id: str) -> Outcome:
-    return Outcome(job_id, False, b"", "", None, CANCELLED)
+    return Outcome(job_id=job_id, ok=False, payload=b"", traceback="", started=None,
+                   error_kind=OutcomeKind.CANCELLED)
 
 
 class BaseJournal(abc.ABC):
@@ -270,7 +280,8 @@ class NoJournal(BaseJournal):
     def get(self, job_id: str, *, fresh: bool = False) -> JobRecord | None:
         found = self.queue.find(job_id)
         if found is not None:
-            return self._record(*found)
+            job, worker_id = found
+            return self._record(job, worker_id)
         with self._lock:
             ended = self._ended.get_locked(job_id)
         return None if ended is None else self._ended_record(ended)
@@ -278,7 +289,8 @@ class NoJournal(BaseJournal):
     def owner(self, job_id: str) -> str | None:
         found = self.queue.find(job_id)
         if found is not None:
-            return found[0].client_id
+            job, _worker = found
+            return job.client_id
         with self._lock:
             ended = self._ended.get_locked(job_id)
         return None if ended is None else ended.job.client_id
@@ -312,7 +324,7 @@ def _not_kept(job_id: str) -> Outcome:
     error = JobError(f"job {job_id} ended, but its outcome was not kept (without a store "
                      f"the manager keeps outcomes of up to {MAX_OUTCOME // 2**20} MiB, and "
                      f"none that went through shared memory)")
-    return Outcome(job_id, False, pickle.dumps(error), "", None, "outcome-not-kept")
+    return failure(job_id, error, OutcomeKind.OUTCOME_NOT_KEPT)
 
 
 def _lost(job_id: str) -> Outcome:
@@ -321,7 +333,7 @@ def _lost(job_id: str) -> Outcome:
     error = JobError(f"job {job_id} ran to its end, but its outcome was lost: the manager "
                      f"stopped before it reached the store (only outcomes of up to "
                      f"{OUTCOME_IN_LOG // 1024} KiB are journalled with the job's end)")
-    return Outcome(job_id, False, pickle.dumps(error), "", None, "outcome-lost")
+    return failure(job_id, error, OutcomeKind.OUTCOME_LOST)
 
 
 class Journal(BaseJournal):
@@ -366,9 +378,8 @@ class Journal(BaseJournal):
                 retried += 1
             else:
                 error = WorkerCrashedError(job.job_id, running.worker_id, None)
-                self.store.finish(job.job_id, JobState.FAILED, encode(Outcome(
-                    job.job_id, False, pickle.dumps(error), "", None, type(error).__name__)),
-                    self._wall())
+                self.store.finish(job.job_id, JobState.FAILED, encode(failure(
+                    job.job_id, error, OutcomeKind.WORKER_CRASHED)), self._wall())
                 failed += 1
         return retried, failed
 

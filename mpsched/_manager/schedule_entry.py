@@ -122,11 +122,11 @@ class Entry:
         if skipped:
             log.warning("schedule %s: %d slot(s) skipped: the previous run was still pending "
                         "or running (overlap=%r)", self.spec.schedule_id, skipped,
-                        self.spec.overlap)
+                        str(self.spec.overlap))
         if missed:
             log.warning("schedule %s: %d slot(s) missed (the manager was down or busy) and "
                         "not run (catchup=%r)", self.spec.schedule_id, missed,
-                        self.spec.catchup)
+                        str(self.spec.catchup))
 
 
 @dataclass(eq=False)

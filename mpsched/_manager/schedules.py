@@ -30,11 +30,15 @@ import threading
 from collections.abc import Callable
 
 from mpsched._core.clock import Clock
-from mpsched._core.job import CANCELLED, Job, JobRequest, Outcome
+from mpsched._core.job import Job, JobRequest, Outcome, OutcomeKind
+from mpsched._core.options import Mode, OnError, Overlap
 from mpsched._core.recurring import (
+    ScheduleAction,
     ScheduleInfo,
+    ScheduleKind,
     ScheduleSpec,
     Slots,
+    Trigger,
     check_spec,
     jitter_offset,
     local_zone_name,
@@ -112,7 +116,7 @@ class Schedules:
                 self._track_locked(entry, rid, label)
         self._entries[spec.schedule_id] = entry
         if not entry.paused:
-            self._plan_locked(entry, "begin")
+            self._plan_locked(entry, Trigger.BEGIN)
 
     def keep_cancelled_for(self, result_ttl: float) -> None:
         """How long a cancelled schedule's latest runs and their outcomes stay listable:
@@ -146,13 +150,14 @@ class Schedules:
         except ExtraMissingError as exc:
             raise exc.missing_in(f"the manager (pid {os.getpid()} on "
                                  f"{socket.gethostname()})") from None
-        tz = spec.tz or (local_zone_name() if spec.kind == "cron" else "")
+        spec = with_options(spec)
+        tz = spec.tz or (local_zone_name() if spec.kind == ScheduleKind.CRON else "")
         with self._lock:
             old = self._entries.get(spec.schedule_id)
             if old is not None and old.spec.identity() == spec.identity():
                 return self._info_locked(old)
             anchor = resolve_anchor(spec, self._clock.wall())
-            if old is not None and old.spec.kind == spec.kind == "every" \
+            if old is not None and old.spec.kind == spec.kind == ScheduleKind.EVERY \
                     and spec.start_at is None:
                 anchor = old.slots.anchor if old.spec.interval == spec.interval else anchor
             entry = self._entry(spec, anchor, tz)
@@ -165,7 +170,7 @@ class Schedules:
             self._entries[spec.schedule_id] = entry
             log.info("schedule %s %s: %s", spec.schedule_id,
                      "replaced" if old else "added", spec.describe())
-            self._plan_locked(entry, "begin")
+            self._plan_locked(entry, Trigger.BEGIN)
             return self._info_locked(entry)
 
     def _carry_over_locked(self, old: Entry, new: Entry) -> None:
@@ -179,8 +184,9 @@ class Schedules:
         self._withdraw_locked(old)
         new.active, new.started = old.active, old.started
 
-    def control(self, schedule_id: str, action: str) -> ScheduleInfo:
-        """``pause``, ``resume`` or ``cancel`` a schedule; returns it as it is now.
+    def control(self, schedule_id: str, action: ScheduleAction | str) -> ScheduleInfo:
+        """PAUSE, RESUME or CANCEL a schedule (INFO changes nothing); returns it as it is
+        now.
 
         Pause and cancel withdraw its armed run unless it started: no run starts after
         this returns; a running one finishes. A cancelled schedule's runs stay listable
@@ -193,17 +199,19 @@ class Schedules:
         """
         with self._lock:
             entry = self._get_locked(schedule_id)
-            if action == "pause":
+            if action == ScheduleAction.INFO:
+                pass
+            elif action == ScheduleAction.PAUSE:
                 entry.paused = True
                 self._withdraw_locked(entry)
                 self._save_state_locked(entry)
-            elif action == "resume":
+            elif action == ScheduleAction.RESUME:
                 if entry.paused:
                     entry.paused = False
                     entry.decided = None if entry.decided is None else max(
                         entry.decided, self._now(entry))
-                    self._plan_locked(entry, "begin")
-            elif action == "cancel":
+                    self._plan_locked(entry, Trigger.BEGIN)
+            elif action == ScheduleAction.CANCEL:
                 for rid in self._withdraw_locked(entry):
                     entry.keep(cancelled(rid))
                 del self._entries[schedule_id]
@@ -273,8 +281,9 @@ class Schedules:
             entry.runs += 1
             entry.started.add(job_id)
             entry.last_started = job_id
-            if entry.spec.overlap == "allow" and entry.spec.mode == "rate" and not entry.paused:
-                self._plan_locked(entry, "started")
+            if entry.spec.overlap == Overlap.ALLOW and entry.spec.mode == Mode.RATE \
+                    and not entry.paused:
+                self._plan_locked(entry, Trigger.STARTED)
             else:
                 self._save_state_locked(entry)
 
@@ -295,18 +304,18 @@ class Schedules:
                 return
             entry.started.discard(job_id)
             entry.keep(outcome)
-            if not outcome.ok and outcome.error_kind != CANCELLED:
+            if not outcome.ok and outcome.error_kind != OutcomeKind.CANCELLED:
                 entry.failed += 1
-                if entry.spec.on_error == "pause":
+                if entry.spec.on_error == OnError.PAUSE:
                     entry.paused = True
                     self._withdraw_locked(entry)
                     log.warning("schedule %s paused: run %s failed (%s)", sid, job_id,
                                 outcome.error_kind or "its own exception")
             if entry.paused:
                 self._save_state_locked(entry)
-            elif entry.spec.overlap != "allow" or entry.spec.mode == "delay" \
+            elif entry.spec.overlap != Overlap.ALLOW or entry.spec.mode == Mode.DELAY \
                     or not entry.active:
-                self._plan_locked(entry, "ended")
+                self._plan_locked(entry, Trigger.ENDED)
             else:
                 self._save_state_locked(entry)
 
@@ -318,11 +327,11 @@ class Schedules:
 
     def _now(self, entry: Entry) -> float:
         """Now as a label on the schedule's timeline."""
-        if entry.spec.kind == "cron":
+        if entry.spec.kind == ScheduleKind.CRON:
             return self._clock.wall()
         return self._clock.now() - entry.offset
 
-    def _plan_locked(self, entry: Entry, trigger: str) -> None:
+    def _plan_locked(self, entry: Entry, trigger: Trigger) -> None:
         decision = plan(entry.slots, entry.decided, entry.owed_until, self._now(entry),
                         trigger, active=bool(entry.active))
         before = entry.decided, entry.owed_until
@@ -350,9 +359,10 @@ class Schedules:
                 self._track_locked(entry, rid, label)
             return True
         due = self._due(entry, label)
-        request = JobRequest(rid, CLIENT_PREFIX + spec.schedule_id, spec.payload,
-                             spec.priority, max(0.0, due - self._clock.now()), None,
-                             spec.timeout, spec.retries, None, spec.name)
+        request = JobRequest(job_id=rid, client_id=CLIENT_PREFIX + spec.schedule_id,
+                             payload=spec.payload, priority=spec.priority,
+                             delay=max(0.0, due - self._clock.now()), at=None,
+                             timeout=spec.timeout, retries=spec.retries, name=spec.name)
         try:
             # Due at the slot itself: a delay would start from when the queue reads its
             # clock, a little later, and every run would be that much late.
@@ -380,12 +390,12 @@ class Schedules:
             for entry in self._entries.values():
                 if entry.stalled and not entry.paused and not entry.active:
                     entry.stalled = False
-                    self._plan_locked(entry, "begin")
+                    self._plan_locked(entry, Trigger.BEGIN)
 
     def _due(self, entry: Entry, label: float) -> float:
         """The monotonic instant a slot's run is due, jitter included."""
         label += jitter_offset(entry.spec.schedule_id, label, entry.spec.jitter)
-        if entry.spec.kind == "cron":
+        if entry.spec.kind == ScheduleKind.CRON:
             return label + self._clock.now() - self._clock.wall()
         return label + entry.offset
 
@@ -445,7 +455,7 @@ class Schedules:
         with self._lock:
             entry = self._entries.get(self._runs.get(job_id, ""))
             label = None if entry is None else entry.active.get(job_id)
-            if entry is None or label is None or entry.spec.kind != "cron":
+            if entry is None or label is None or entry.spec.kind != ScheduleKind.CRON:
                 return False
             planned = label + jitter_offset(entry.spec.schedule_id, label, entry.spec.jitter)
             return self._clock.wall() < planned - early - WALL_JUMP / 10
@@ -456,7 +466,7 @@ class Schedules:
         moved = 0
         with self._lock:
             for entry in self._entries.values():
-                if entry.spec.kind != "cron":
+                if entry.spec.kind != ScheduleKind.CRON:
                     continue
                 for rid, label in entry.active.items():
                     moved += self._queue.reschedule(rid, self._due(entry, label))

@@ -8,7 +8,7 @@ import pickle
 import pytest
 from fakeclock import FakeClock
 
-from mpsched._core.job import CANCELLED, JobRequest, JobState, Outcome
+from mpsched._core.job import JobRequest, JobState, Outcome, OutcomeKind
 from mpsched._core.queue import JobQueue
 from mpsched._errors import InvalidJobError, JobNotFoundError
 from mpsched._manager import ended as _ended
@@ -176,7 +176,7 @@ def test_an_ended_job_is_known_by_its_id_for_result_ttl(
     done, failed, gone = (journal.watch("other", j) for j in ("done", "failed", "cancelled"))
     assert done is not None and (done.ok, done.payload) == (True, b"result")
     assert failed is not None and (failed.ok, failed.traceback) == (False, "Traceback")
-    assert gone is not None and gone.error_kind == CANCELLED
+    assert gone is not None and gone.error_kind == OutcomeKind.CANCELLED
     clock.advance(61)
     assert journal.jobs(None, None) == [] and journal.get("done") is None
     with pytest.raises(JobNotFoundError):

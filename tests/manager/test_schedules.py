@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from fakeclock import FakeClock
 
-from mpsched._core.job import CANCELLED, Outcome
+from mpsched._core.job import Outcome, OutcomeKind
 from mpsched._core.queue import JobQueue
 from mpsched._core.recurring import ScheduleSpec, jitter_offset, run_id
 from mpsched._errors import ExtraMissingError, JobNotFoundError, ScheduleNotFoundError
@@ -584,7 +584,7 @@ def test_a_cancelled_schedule_keeps_its_runs_and_outcomes_for_result_ttl(
     assert either.schedule_runs("s", 10) == [run.job_id, armed]
     ended, withdrawn = handed(either, run.job_id), handed(either, armed)
     assert ended is not None and ended.ok and pickle.loads(ended.payload) == 7
-    assert withdrawn is not None and withdrawn.error_kind == CANCELLED
+    assert withdrawn is not None and withdrawn.error_kind == OutcomeKind.CANCELLED
     clock.advance(DAY - 1)  # the Scheduler's default result_ttl, from the cancel on
     assert either.schedule_runs("s", 1) == [armed]
     clock.advance(1)
