@@ -31,7 +31,8 @@ from mpsched._protocol.records import (
     Stats,
     WorkerStatus,
 )
-from mpsched._transport.sockets import AUTHKEY_ENV, parse_address
+from mpsched._transport.address import parse_address
+from mpsched._transport.authkey import AUTHKEY_ENV
 
 TESTS_DIR = Path(__file__).parent  # the helpers (jobs.py, ...) workers import
 START_TIMEOUT = 60.0  # a process printing its first line, on a loaded 2-core machine

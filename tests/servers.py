@@ -12,7 +12,8 @@ from typing import Any
 from processes import wait_for
 
 from mpsched._manager.main import ServiceManager
-from mpsched._transport.sockets import SERIALIZER, FastConnection, HardenedServer
+from mpsched._transport.sockets import SERIALIZER, HardenedServer
+from mpsched._transport.wire import FastConnection
 
 KEY = b"k" * 32
 

@@ -13,8 +13,9 @@ import pytest
 import mpsched
 from mpsched import Client, Scheduler
 from mpsched._cli.jobs import NOT_FINISHED
-from mpsched._cli.main import Exit, main
+from mpsched._cli.main import main
 from mpsched._errors import InvalidJobError, JobNotFoundError, ScheduleNotFoundError
+from mpsched._protocol.records import Exit
 
 pytestmark = pytest.mark.slow
 

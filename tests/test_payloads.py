@@ -29,7 +29,7 @@ from mpsched._errors import (
 )
 from mpsched._payload import segment_pool as _segment_pool
 from mpsched._payload import shm
-from mpsched._transport.sockets import format_address
+from mpsched._transport.address import format_address
 
 pytestmark = pytest.mark.slow
 

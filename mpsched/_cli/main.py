@@ -23,21 +23,14 @@ from typing import Any, TextIO
 
 import cloudpickle
 
-from mpsched._cli.jobs import format_due as format_due  # for tests of the status text
-from mpsched._cli.jobs import format_duration as format_duration
-from mpsched._cli.jobs import format_stats as format_stats
-from mpsched._cli.jobs import (
-    manager_of,
-    print_outcome,
-    run_cancel,
-    run_jobs,
-    run_result,
-    run_status,
-    service_at,
-)
-from mpsched._cli.parser import build_parser, plural, tls_from_args, usage_line
+from mpsched._cli.connection import manager_of, service_at
+from mpsched._cli.formats import plural
+from mpsched._cli.jobs import print_outcome, run_cancel, run_jobs, run_result
+from mpsched._cli.options import tls_from_args
+from mpsched._cli.parser import Command, build_parser, usage_line
 from mpsched._cli.schedules import check_recurring, run_schedules, submit_recurring
 from mpsched._cli.serve import default_method, run_serve
+from mpsched._cli.status import run_status
 from mpsched._client.client import Client, connect
 from mpsched._errors import (
     AddressError,
@@ -50,19 +43,11 @@ from mpsched._errors import (
     StoreError,
     VersionMismatchError,
 )
-from mpsched._protocol.records import (
-    ClientHello,
-)
-from mpsched._protocol.records import (
-    Exit as Exit,
-)
+from mpsched._protocol.records import ClientHello, Exit
+from mpsched._transport.address import Address, format_address
+from mpsched._transport.authkey import scrub_authkey_env
 from mpsched._transport.runtime import default_address
-from mpsched._transport.sockets import (
-    Address,
-    describe_versions,
-    format_address,
-    scrub_authkey_env,
-)
+from mpsched._transport.sockets import describe_versions
 from mpsched._transport.tls import set_tls
 from mpsched._worker.loop import WorkerConfig
 
@@ -84,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = HANDLERS[args.command]
     try:
         tls = tls_from_args(args)
-        if tls is not None and args.command != "serve":  # serve hands it to its manager
+        if tls is not None and args.command != Command.SERVE:  # serve hands it to its manager
             set_tls(tls)
         return handler(args, sys.stdout)
     except KeyboardInterrupt:
@@ -122,7 +107,7 @@ def _worker(args: argparse.Namespace, out: TextIO) -> int:
     address, key = manager_of(args)
     # Fail fast, in this process, on a wrong address, key or version.
     _probe(address, key)
-    from mpsched._worker.remote import WorkerPool
+    from mpsched._worker.pool import WorkerPool
 
     scrub_authkey_env()  # read: the workers and their jobs must not inherit it
     config = WorkerConfig(address=address, authkey=key, worker_id="",
@@ -272,10 +257,11 @@ def _stress(args: argparse.Namespace, out: TextIO) -> int:
 
 
 Handler = Callable[[argparse.Namespace, TextIO], int]
-HANDLERS: dict[str, Handler] = {
-    "serve": run_serve, "worker": _worker, "submit": _submit, "status": run_status,
-    "jobs": run_jobs, "schedules": run_schedules, "cancel": run_cancel, "result": run_result,
-    "demo": _demo, "stress": _stress}
+HANDLERS: dict[Command, Handler] = {
+    Command.SERVE: run_serve, Command.WORKER: _worker, Command.SUBMIT: _submit,
+    Command.STATUS: run_status, Command.JOBS: run_jobs, Command.SCHEDULES: run_schedules,
+    Command.CANCEL: run_cancel, Command.RESULT: run_result, Command.DEMO: _demo,
+    Command.STRESS: _stress}
 
 
 if __name__ == "__main__":  # pragma: no cover

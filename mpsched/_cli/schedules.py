@@ -9,7 +9,8 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
-from mpsched._cli.jobs import connected, format_duration, local_time
+from mpsched._cli.connection import connected
+from mpsched._cli.formats import format_duration, local_time
 from mpsched._core.recurring import ScheduleInfo
 from mpsched._protocol.records import (
     Exit,

@@ -44,7 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from mpsched._cli.parser import plural, tls_from_args
+from mpsched._cli.formats import plural
+from mpsched._cli.options import tls_from_args
 from mpsched._core.job import Order
 from mpsched._core.options import Durability
 from mpsched._errors import StoreError
@@ -55,6 +56,8 @@ from mpsched._protocol.records import (
     ManagerConfig,
     ManagerReady,
 )
+from mpsched._transport.address import Address, format_address, is_loopback, parse_address
+from mpsched._transport.authkey import AUTHKEY_ENV, read_authkey
 from mpsched._transport.runtime import (
     SOCKET_NAME,
     default_address,
@@ -62,14 +65,6 @@ from mpsched._transport.runtime import (
     lock_holder,
     open_runtime_dir,
     take_manager_lock,
-)
-from mpsched._transport.sockets import (
-    AUTHKEY_ENV,
-    Address,
-    format_address,
-    is_loopback,
-    parse_address,
-    read_authkey,
 )
 
 log = logging.getLogger("mpsched.cli")

@@ -34,7 +34,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any, TextIO
 
-from mpsched._cli.parser import plural
+from mpsched._cli.formats import plural
 from mpsched._client.client import connect
 from mpsched._client.scheduler import Scheduler
 from mpsched._core.job import Priority

@@ -34,8 +34,8 @@ import tempfile
 from pathlib import Path
 
 from mpsched._errors import AuthenticationError, ManagerUnreachableError, RuntimeDirError
+from mpsched._transport.address import Address, format_address, is_loopback
 from mpsched._transport.authkey import AUTHKEY_ENV, read_authkey, user_name, write_authkey
-from mpsched._transport.sockets import Address, format_address, is_loopback
 
 RUNTIME_ENV = "XDG_RUNTIME_DIR"
 SOCKET_NAME = "manager.sock"

@@ -1,16 +1,17 @@
-"""The wire: addresses, authkeys, and hardened ``multiprocessing.managers`` sockets.
+"""The server's end: hardened ``multiprocessing.managers`` sockets.
 
 Everything between clients, workers and the manager travels over multiprocessing's
 authenticated connections carrying pickles, so whoever holds the authkey can run code on
 every worker. After the handshake the traffic is plaintext pickles, readable by anyone on
-the network path, unless TLS is on (:mod:`mpsched._transport.tls`, TCP only). This module makes the
-defaults safe:
+the network path, unless TLS is on (:mod:`mpsched._transport.tls`, TCP only). The
+transport makes the defaults safe; here, the listener and the server:
 
 - the whole handshake (TLS if on, the HMAC challenge both ways, the first request) must
-  finish within HANDSHAKE_TIMEOUT, or the socket is dropped;
+  finish within HANDSHAKE_TIMEOUT (one deadline for both ends, in
+  :mod:`mpsched._transport.connect`), or the socket is dropped;
 - a connection costs no thread until its peer has proven it holds the key: one thread
-  waits for all the others with a selector (:mod:`mpsched._transport.handshake_loop`), so slow or
-  silent peers cannot pin manager threads;
+  waits for all the others with a selector (:mod:`mpsched._transport.handshake_loop`), so
+  slow or silent peers cannot pin manager threads;
 - at most MAX_HANDSHAKES connections may be in their handshake at once, and at most
   MAX_HANDSHAKES_PER_ADDRESS from one TCP peer address, so that one host cannot take every
   slot; a connection over a cap is told why (``ManagerUnreachableError`` on its side) and
@@ -18,55 +19,37 @@ defaults safe:
 - accept() out of file descriptors backs off instead of spinning;
 - a Unix socket is created mode 0600: other users cannot connect;
 - TCP sockets set TCP_NODELAY on both ends (small request/reply messages otherwise wait
-  for delayed ACKs, ~40 ms a new connection here);
-- authkeys come from a 0600 file of this user or the MPSCHED_AUTHKEY environment
-  variable, never argv; :func:`scrub_authkey_env` keeps the variable from child processes
-  (both in :mod:`mpsched._transport.authkey`, re-exported here);
-- a non-loopback TCP address needs an explicit authkey;
-- a client's TCP connect gives up after CONNECT_TIMEOUT, not after the kernel's minutes
-  of SYN retries to a host that drops them.
+  for delayed ACKs, ~40 ms a new connection here).
+
+Elsewhere: the client's end, with its own deadlines (:mod:`mpsched._transport.connect`);
+authkeys, from a 0600 file of this user or the MPSCHED_AUTHKEY environment variable, never
+argv, and kept from child processes (:mod:`mpsched._transport.authkey`); a non-loopback TCP
+address needs an explicit authkey (``serve``, :mod:`mpsched._cli.serve`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import ipaddress
 import logging
 import os
 import socket
-import ssl
 import sys
 import threading
 import time
 import traceback
 from collections.abc import Callable
-from multiprocessing import AuthenticationError as _StdAuthenticationError
 from multiprocessing import connection, managers
-from typing import Any, NoReturn
+from typing import Any
 
-from mpsched._errors import (
-    AddressError,
-    AuthenticationError,
-    ManagerUnreachableError,
-    TlsError,
-)
-from mpsched._transport.authkey import AUTHKEY_ENV as AUTHKEY_ENV
-from mpsched._transport.authkey import child_environment as child_environment
-from mpsched._transport.authkey import read_authkey as read_authkey
-from mpsched._transport.authkey import scrub_authkey_env as scrub_authkey_env
-from mpsched._transport.authkey import write_authkey as write_authkey
-from mpsched._transport.handshake import MAX_MESSAGE, log_failure, refusal
+from mpsched._transport import connect
+from mpsched._transport.handshake import log_failure
 from mpsched._transport.handshake_loop import HandshakeLoop, Limits
-from mpsched._transport.tls import ClientTls, client_tls, current_tls
+from mpsched._transport.tls import current_tls
 from mpsched._transport.wire import FastConnection
 
 log = logging.getLogger("mpsched.transport")
 
-HANDSHAKE_TIMEOUT = 5.0  # seconds for the whole handshake of one connection
-# Seconds a client's TCP connect may wait for an answer (without it, a connect to a host
-# that drops it retries its SYN for about two minutes).
-CONNECT_TIMEOUT = 10.0
 # Connections a server lets sit in their handshake at once: each holds a descriptor (no
 # thread), so all of them together stay well within the usual limit of 1024.
 MAX_HANDSHAKES = 512
@@ -80,167 +63,8 @@ LISTEN_BACKLOG = 512  # connections the kernel holds for accept() (capped by som
 ACCEPT_BACKOFF = (0.1, 1.0)  # first and longest wait after accept() ran out of descriptors
 SERIALIZER = "mpsched"  # our entry in multiprocessing.managers.listener_client
 
-Address = str | tuple[str, int]
-
 # accept() errors that persist until some other connection closes: retrying at once spins.
 _OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
-
-
-def parse_address(text: str) -> Address:
-    """``unix:/path`` (or a path with a slash) -> str; ``host:port`` -> (host, port).
-
-    Raises:
-        AddressError: anything else.
-    """
-    if text.startswith("unix:"):
-        path = text[len("unix:"):]
-        if not path:
-            raise AddressError("unix: needs a path, as in unix:/run/mpsched.sock")
-        return path
-    if "/" in text:
-        return text
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise AddressError(f"bad address {text!r}: use HOST:PORT or unix:PATH")
-    host = host.strip("[]")
-    if ":" in host:
-        # multiprocessing.connection opens every TCP socket as AF_INET.
-        raise AddressError(f"bad address {text!r}: IPv6 is not supported; use an IPv4 "
-                           f"address, a host name or unix:PATH")
-    return (host, int(port))
-
-
-def format_address(address: Any) -> str:
-    if isinstance(address, tuple):
-        return f"{address[0]}:{address[1]}"
-    return f"unix:{address}"
-
-
-def is_loopback(address: Address) -> bool:
-    """True for Unix sockets and TCP addresses that only this machine can reach."""
-    if isinstance(address, str):
-        return True
-    host = address[0]
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-# ---------------------------------------------------------------------------- the client
-
-
-def client_connection(address: Any, authkey: bytes | None = None) -> FastConnection:
-    """Connect (within CONNECT_TIMEOUT on TCP), then start TLS on TCP if
-    :func:`mpsched._transport.tls.set_tls` set it up, and authenticate, all within HANDSHAKE_TIMEOUT
-    after the connection is established.
-
-    Raises:
-        AuthenticationError: the manager rejected our key, or we rejected its.
-        TlsError: TLS failed (the manager's certificate did not verify, it does not speak
-            TLS, or it wants a client certificate we did not give).
-        ManagerUnreachableError: the manager turned us away (too many connections in their
-            handshake, from our address or in all), saying why.
-        TimeoutError: no answer to a TCP connect within CONNECT_TIMEOUT (errno
-            ETIMEDOUT), or the handshake did not finish in time.
-        ConnectionError: the manager closed the connection during the handshake.
-        OSError: nothing listens there.
-    """
-    family = getattr(socket, connection.address_type(address))  # type: ignore[attr-defined]
-    tls = client_tls() if family == socket.AF_INET else None
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        # A Unix socket's connect with a timeout would fail at once (EAGAIN) while the
-        # manager's backlog is full, where a blocking one waits for its turn.
-        if family == socket.AF_INET:
-            sock.settimeout(CONNECT_TIMEOUT)  # FastConnection makes it blocking again
-        sock.connect(address)
-    except TimeoutError as exc:
-        sock.close()
-        if exc.errno is not None:  # the kernel's own ETIMEDOUT
-            raise
-        raise TimeoutError(errno.ETIMEDOUT, f"timed out connecting after "
-                                            f"{CONNECT_TIMEOUT:g} s") from None
-    except BaseException:
-        sock.close()
-        raise
-    conn = FastConnection(sock)
-    where = f"the mpsched manager at {format_address(address)}"
-    try:
-        conn.set_deadline(HANDSHAKE_TIMEOUT)
-        if tls is not None:
-            conn.start_tls(tls.context, server_side=False, server_hostname=address[0])
-        if authkey is not None:
-            first = conn.recv_bytes(MAX_MESSAGE)
-            reason = refusal(first)
-            if reason is not None:
-                raise ManagerUnreachableError(format_address(address),
-                                              f"it is refusing connections: {reason}")
-            connection.answer_challenge(_as_connection(_Replay(conn, first)), authkey)
-            connection.deliver_challenge(_as_connection(conn), authkey)
-        conn.set_deadline(None)
-    except BaseException as exc:
-        conn.close()
-        _raise_client_error(exc, where, tls, tcp=family == socket.AF_INET)
-    return conn
-
-
-def _as_connection(conn: FastConnection | _Replay) -> Any:
-    """``conn`` for multiprocessing's challenge functions (typed for Connection, they call
-    only send_bytes and recv_bytes)."""
-    return conn
-
-
-class _Replay:
-    """``conn`` for answer_challenge(), once we have read its first message ourselves (to
-    see whether it is a refusal)."""
-
-    def __init__(self, conn: FastConnection, first: bytes | bytearray) -> None:
-        self._conn = conn
-        self._first: bytes | bytearray | None = first
-
-    def recv_bytes(self, maxlength: int | None = None) -> bytes | bytearray:
-        first, self._first = self._first, None
-        return self._conn.recv_bytes(maxlength) if first is None else first
-
-    def send_bytes(self, data: bytes) -> None:
-        self._conn.send_bytes(data)
-
-
-def _raise_client_error(exc: BaseException, where: str, tls: ClientTls | None, *,
-                        tcp: bool) -> NoReturn:
-    """Raise ``exc`` as the error that says what went wrong in a client's handshake."""
-    if isinstance(exc, ManagerUnreachableError):  # turned away: it said why
-        raise exc from None
-    # Only TCP can carry TLS: a Unix socket's manager never asks for it.
-    hint = " (does it require TLS? give its CA with --tls-ca)" if tcp and not tls else ""
-    if isinstance(exc, _StdAuthenticationError):
-        raise AuthenticationError(
-            f"authentication with {where} failed ({exc}): wrong authkey?") from None
-    if isinstance(exc, ssl.SSLCertVerificationError):
-        raise TlsError(f"TLS: the certificate of {where} did not verify against "
-                       f"{_ca_name(tls)}: {exc.verify_message}") from None
-    if isinstance(exc, ssl.SSLError):
-        raise TlsError(f"TLS with {where} failed ({exc.reason or exc}): does it serve TLS, "
-                       f"and does it want a client certificate (--tls-cert, --tls-key)?"
-                       ) from None
-    if isinstance(exc, TimeoutError):
-        raise TimeoutError(f"{where} did not finish the handshake within "
-                           f"{HANDSHAKE_TIMEOUT:g} s{hint}") from None
-    if isinstance(exc, (EOFError, ConnectionError)):
-        raise ConnectionResetError(
-            f"{where} closed the connection during the handshake{hint}") from None
-    raise exc
-
-
-def _ca_name(tls: ClientTls | None) -> str:
-    ca = None if tls is None else tls.config.ca
-    return "the system CAs" if ca is None else f"the CA in {ca}"
-
-
-# --------------------------------------------------------------------------- the server
 
 
 # Held while we swap the process umask to bind a Unix socket, so two binds never restore
@@ -333,7 +157,7 @@ class HardenedServer(managers.Server):
         try:
             while (accepted := self._next_connection()) is not None:
                 sock, peer = accepted
-                self.handshakes.admit(sock, peer, HANDSHAKE_TIMEOUT, Limits(
+                self.handshakes.admit(sock, peer, connect.HANDSHAKE_TIMEOUT, Limits(
                     MAX_HANDSHAKES, MAX_HANDSHAKES_PER_ADDRESS, MAX_REFUSALS_PER_ADDRESS))
         finally:
             self.handshakes.stop()
@@ -389,11 +213,11 @@ class HardenedServer(managers.Server):
         if not isinstance(conn, FastConnection):
             conn = FastConnection(conn)
         try:
-            conn.set_deadline(HANDSHAKE_TIMEOUT)
+            conn.set_deadline(connect.HANDSHAKE_TIMEOUT)
             context = self.listener.tls_context
             if context is not None:
                 conn.start_tls(context, server_side=True)
-            connection.deliver_challenge(_as_connection(conn), self.authkey)
+            connection.deliver_challenge(connect.as_connection(conn), self.authkey)
         except Exception as exc:  # whatever a peer sends, this connection is over
             log_failure(None, exc, heard=True)
             conn.close()
@@ -405,7 +229,7 @@ class HardenedServer(managers.Server):
         too, read its first request (within what is left of the deadline), serve it."""
         try:
             try:
-                connection.answer_challenge(_as_connection(conn), self.authkey)
+                connection.answer_challenge(connect.as_connection(conn), self.authkey)
                 request = conn.recv()
                 conn.set_deadline(None)
             except Exception as exc:  # whatever a peer sends, this connection is over
@@ -450,7 +274,7 @@ class HardenedServer(managers.Server):
 
 # The serializer name selects our client function in every process that imports this.
 managers.listener_client[SERIALIZER] = (  # type: ignore[attr-defined]
-    FastListener, client_connection)
+    FastListener, connect.client_connection)
 
 
 def host_name() -> str:

@@ -23,17 +23,16 @@ from served import START_TIMEOUT, Manager, Processes, pool_workers, serve, start
 
 import mpsched
 from mpsched import AuthenticationError, SchedulerShutdownError, VersionMismatchError
-from mpsched._cli.main import Exit, main
+from mpsched._cli.main import main
 from mpsched._protocol.records import (
     ClientHello,
+    Exit,
     WorkerHello,
 )
-from mpsched._transport.sockets import (
-    AUTHKEY_ENV,
-    HANDSHAKE_TIMEOUT,
-    describe_versions,
-    parse_address,
-)
+from mpsched._transport.address import parse_address
+from mpsched._transport.authkey import AUTHKEY_ENV
+from mpsched._transport.connect import HANDSHAKE_TIMEOUT
+from mpsched._transport.sockets import describe_versions
 
 pytestmark = pytest.mark.slow
 

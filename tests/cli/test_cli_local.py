@@ -26,8 +26,8 @@ from served import START_TIMEOUT, Processes, pool_workers, serve
 from test_cli_usage import subparsers
 
 import mpsched
-from mpsched._cli.main import Exit
 from mpsched._cli.parser import build_parser
+from mpsched._protocol.records import Exit
 
 pytestmark = pytest.mark.slow
 

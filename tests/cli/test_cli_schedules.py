@@ -21,11 +21,13 @@ from processes import wait_for
 from served import Manager, Processes, serve
 
 from mpsched import Client, Scheduler
-from mpsched._cli.main import Exit, main
+from mpsched._cli.main import main
 from mpsched._cli.parser import build_parser
 from mpsched._cli.schedules import check_recurring
-from mpsched._client.recurring import JobOptions, build_spec
+from mpsched._client.recurring import ScheduleRequest, build_spec
+from mpsched._core.recurring import ScheduleKind
 from mpsched._errors import InvalidJobError
+from mpsched._protocol.records import Exit
 
 pytestmark = pytest.mark.slow
 
@@ -211,8 +213,8 @@ def test_every_is_held_to_one_rule_in_one_wording_by_the_cli_and_the_library(
     assert exited.value.code == Exit.USAGE
     err = capsys.readouterr().err
     with pytest.raises(InvalidJobError) as caught:
-        build_spec("every", jobs.noop, (), {}, "jobs:noop", JobOptions("medium", None, 0),
-                   schedule_id=None, interval=float(value))
+        build_spec(ScheduleRequest(kind=ScheduleKind.EVERY, interval=float(value)), jobs.noop,
+                   (), {})
     library = str(caught.value)
     rule = "less than" if value == "1e300" else "a finite number of seconds >= 0.001, not"
     assert library.startswith(f"interval must be {rule}"), library

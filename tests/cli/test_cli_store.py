@@ -27,17 +27,20 @@ from served import START_TIMEOUT, Manager, Processes, serve
 
 import mpsched
 from mpsched import JobInfo, Priority
-from mpsched._cli.jobs import format_jobs, format_size, format_store
-from mpsched._cli.main import Exit, format_stats, main
+from mpsched._cli.formats import format_size
+from mpsched._cli.jobs import format_jobs
+from mpsched._cli.main import main
 from mpsched._cli.parser import EXIT_MEANINGS, build_parser
 from mpsched._cli.serve import store_path
+from mpsched._cli.status import format_stats, format_store
 from mpsched._core.job import QueueStats
 from mpsched._protocol.records import (
+    Exit,
     Stats,
 )
 from mpsched._store.base import StoredJob
 from mpsched._store.sqlite import SQLiteStore
-from mpsched._transport.sockets import AUTHKEY_ENV
+from mpsched._transport.authkey import AUTHKEY_ENV
 
 pytestmark = pytest.mark.slow
 

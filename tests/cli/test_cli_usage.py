@@ -17,16 +17,19 @@ import cloudpickle
 import pytest
 
 import mpsched
-import mpsched._transport.sockets as transport
+import mpsched._transport.connect as connect
 from mpsched import ManagerUnreachableError
-from mpsched._cli.main import Exit, format_due, format_duration, format_stats, main
-from mpsched._cli.parser import COMMANDS, EXIT_MEANINGS, build_parser
+from mpsched._cli.formats import format_due, format_duration
+from mpsched._cli.main import main
+from mpsched._cli.parser import EXIT_MEANINGS, Command, build_parser
+from mpsched._cli.status import format_stats
 from mpsched._core.job import QueueStats
 from mpsched._protocol.records import (
+    Exit,
     Stats,
     WorkerStatus,
 )
-from mpsched._transport.sockets import AUTHKEY_ENV
+from mpsched._transport.authkey import AUTHKEY_ENV
 
 # ------------------------------------------------------------------------------ help
 
@@ -39,7 +42,7 @@ def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentPa
 def test_every_option_of_every_command_has_a_help_text() -> None:
     parser = build_parser()
     commands = subparsers(parser)
-    assert tuple(commands) == COMMANDS
+    assert tuple(commands) == tuple(Command)
     for name, command in [("", parser), *commands.items()]:
         for action in command._actions:
             if isinstance(action, argparse._SubParsersAction):
@@ -240,7 +243,7 @@ def chatty_server() -> Iterator[str]:
 @pytest.fixture
 def silent_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """A TCP server that accepts connections (in its backlog) and never says a word."""
-    monkeypatch.setattr(transport, "HANDSHAKE_TIMEOUT", 0.3)
+    monkeypatch.setattr(connect, "HANDSHAKE_TIMEOUT", 0.3)
     with socket.create_server(("127.0.0.1", 0)) as listener:
         yield f"127.0.0.1:{listener.getsockname()[1]}"
 

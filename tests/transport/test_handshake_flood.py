@@ -14,7 +14,9 @@ from processes import wait_for
 from served import Processes, serve, start_pool
 
 import mpsched
-from mpsched._transport.sockets import HANDSHAKE_TIMEOUT, MAX_HANDSHAKES_PER_ADDRESS, parse_address
+from mpsched._transport.address import parse_address
+from mpsched._transport.connect import HANDSHAKE_TIMEOUT
+from mpsched._transport.sockets import MAX_HANDSHAKES_PER_ADDRESS
 
 pytestmark = pytest.mark.slow
 

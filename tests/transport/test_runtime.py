@@ -14,6 +14,7 @@ import pytest
 import mpsched._transport.runtime as runtime
 from mpsched import AuthenticationError, ManagerUnreachableError
 from mpsched._errors import RuntimeDirError
+from mpsched._transport.authkey import AUTHKEY_ENV
 from mpsched._transport.runtime import (
     default_address,
     ensure_local_authkey,
@@ -25,7 +26,6 @@ from mpsched._transport.runtime import (
     runtime_dir,
     take_manager_lock,
 )
-from mpsched._transport.sockets import AUTHKEY_ENV
 
 
 @pytest.fixture(autouse=True)

@@ -18,11 +18,14 @@ import pytest
 from processes import wait_for
 from servers import KEY, InProcessServer, read_until_closed, trickle
 
+import mpsched._transport.connect as connect
 import mpsched._transport.sockets as transport
 from mpsched import AuthenticationError, ManagerUnreachableError, TlsError
 from mpsched._manager.main import ServiceManager
-from mpsched._transport.sockets import SERIALIZER, FastConnection, client_connection
+from mpsched._transport.connect import client_connection
+from mpsched._transport.sockets import SERIALIZER
 from mpsched._transport.tls import TlsConfig, current_tls, set_tls
+from mpsched._transport.wire import FastConnection
 
 EC_KEY = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
 
@@ -66,7 +69,7 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
 def serve(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., InProcessServer]]:
     """Start servers over TCP with the given TLS setting; the test then sets its own
     (client) setting. Everything is stopped and the setting cleared at the end."""
-    monkeypatch.setattr(transport, "HANDSHAKE_TIMEOUT", 2.0)
+    monkeypatch.setattr(connect, "HANDSHAKE_TIMEOUT", 2.0)
     before = current_tls()
     started: list[InProcessServer] = []
 
@@ -111,7 +114,7 @@ def test_a_peer_trickling_its_tls_hello_is_dropped_at_the_handshake_deadline(
         certs: Certs, serve: Callable[..., InProcessServer],
         monkeypatch: pytest.MonkeyPatch) -> None:
     server = serve(TlsConfig(cert=certs.server.cert, key=certs.server.key))
-    monkeypatch.setattr(transport, "HANDSHAKE_TIMEOUT", 0.5)
+    monkeypatch.setattr(connect, "HANDSHAKE_TIMEOUT", 0.5)
     # The start of a TLS record of 256 bytes, a byte every 0.1 s: 26 s in all.
     hello = b"\x16\x03\x01\x01\x00" + b"\x01" * 256
     stop = threading.Event()
@@ -157,7 +160,7 @@ def test_a_tls_client_over_its_address_cap_is_told_why_over_tls(
     server = serve(TlsConfig(cert=certs.server.cert, key=certs.server.key))
     monkeypatch.setattr(transport, "MAX_HANDSHAKES_PER_ADDRESS", 2)
     monkeypatch.setattr(transport, "MAX_REFUSALS_PER_ADDRESS", 1)
-    monkeypatch.setattr(transport, "HANDSHAKE_TIMEOUT", 60.0)  # silent ones stay
+    monkeypatch.setattr(connect, "HANDSHAKE_TIMEOUT", 60.0)  # silent ones stay
     set_tls(_with_ca(certs))
     peers: list[socket.socket] = []
     try:
@@ -206,7 +209,7 @@ def test_a_client_without_tls_fails_cleanly(
         certs: Certs, serve: Callable[..., InProcessServer],
         monkeypatch: pytest.MonkeyPatch) -> None:
     server = serve(TlsConfig(cert=certs.server.cert, key=certs.server.key))
-    monkeypatch.setattr(transport, "HANDSHAKE_TIMEOUT", 0.5)
+    monkeypatch.setattr(connect, "HANDSHAKE_TIMEOUT", 0.5)
     with pytest.raises((ConnectionError, TimeoutError), match="does it require TLS"):
         client_connection(server.address, KEY)
     set_tls(_with_ca(certs))

@@ -33,25 +33,21 @@ from servers import (
 
 import mpsched
 import mpsched._transport.authkey as _authkey
+import mpsched._transport.connect as connect
 import mpsched._transport.sockets as transport
 from mpsched import AddressError, AuthenticationError, ManagerUnreachableError
 from mpsched._protocol.proxy import ServiceManager
-from mpsched._transport.sockets import (
+from mpsched._transport.address import format_address, is_loopback, parse_address
+from mpsched._transport.authkey import (
     AUTHKEY_ENV,
-    SERIALIZER,
-    FastConnection,
-    FastListener,
-    HardenedServer,
     child_environment,
-    client_connection,
-    describe_versions,
-    format_address,
-    is_loopback,
-    parse_address,
     read_authkey,
     scrub_authkey_env,
     write_authkey,
 )
+from mpsched._transport.connect import client_connection
+from mpsched._transport.sockets import SERIALIZER, FastListener, HardenedServer, describe_versions
+from mpsched._transport.wire import FastConnection
 
 # ------------------------------------------------------------------------------ addresses
 
@@ -245,7 +241,7 @@ def _address(kind: str, tmp_path_factory: pytest.TempPathFactory) -> Any:
 @pytest.fixture(params=["tcp", "unix"])
 def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
            monkeypatch: pytest.MonkeyPatch) -> Iterator[InProcessServer]:
-    monkeypatch.setattr(transport, "HANDSHAKE_TIMEOUT", 0.5)
+    monkeypatch.setattr(connect, "HANDSHAKE_TIMEOUT", 0.5)
     running = InProcessServer(_address(request.param, tmp_path_factory)).start()
     yield running
     running.stop()
@@ -311,7 +307,7 @@ def test_silent_connections_cost_no_thread_and_are_dropped_at_the_deadline(
 
 def test_client_handshake_times_out_against_a_silent_server(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(transport, "HANDSHAKE_TIMEOUT", 0.3)
+    monkeypatch.setattr(connect, "HANDSHAKE_TIMEOUT", 0.3)
     with socket.create_server(("127.0.0.1", 0)) as listener:
         t0 = time.monotonic()
         with pytest.raises(OSError):
@@ -321,7 +317,7 @@ def test_client_handshake_times_out_against_a_silent_server(
 
 def test_a_connect_that_gets_no_answer_times_out_as_an_unreachable_manager(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(transport, "CONNECT_TIMEOUT", 1.0)
+    monkeypatch.setattr(connect, "CONNECT_TIMEOUT", 1.0)
     with unanswered_address() as address:
         t0 = time.monotonic()
         with pytest.raises(TimeoutError) as raw:
@@ -361,7 +357,7 @@ def test_a_peer_trickling_its_answer_is_dropped_at_the_handshake_deadline(
 
 def test_the_client_handshake_deadline_covers_a_trickling_server(
         monkeypatch: pytest.MonkeyPatch, threads: list[threading.Thread]) -> None:
-    monkeypatch.setattr(transport, "HANDSHAKE_TIMEOUT", 0.5)
+    monkeypatch.setattr(connect, "HANDSHAKE_TIMEOUT", 0.5)
     stop = threading.Event()
 
     def serve_slowly(listener: socket.socket) -> None:
@@ -402,7 +398,7 @@ def _refused(sock: socket.socket) -> str:
 def test_connections_beyond_max_handshakes_are_told_why_and_closed_at_once(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setattr(transport, "MAX_HANDSHAKES", 3)
-    monkeypatch.setattr(transport, "HANDSHAKE_TIMEOUT", 60.0)  # silent ones stay
+    monkeypatch.setattr(connect, "HANDSHAKE_TIMEOUT", 60.0)  # silent ones stay
     caplog.set_level(logging.WARNING, logger="mpsched.transport")
     running = InProcessServer(("127.0.0.1", 0)).start()
     peers: list[socket.socket] = []
@@ -459,7 +455,7 @@ def _served_from(source: str, address: Any) -> Any:
 def test_a_host_over_its_handshake_cap_is_told_why_and_others_are_served(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setattr(transport, "MAX_HANDSHAKES_PER_ADDRESS", 3)
-    monkeypatch.setattr(transport, "HANDSHAKE_TIMEOUT", 60.0)  # silent ones stay
+    monkeypatch.setattr(connect, "HANDSHAKE_TIMEOUT", 60.0)  # silent ones stay
     caplog.set_level(logging.WARNING, logger="mpsched.transport")
     running = InProcessServer(("127.0.0.1", 0)).start()
     peers: list[socket.socket] = []
@@ -504,7 +500,7 @@ def test_a_host_over_its_handshake_cap_is_told_why_and_others_are_served(
 def test_a_wrong_answer_is_refused_at_once(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
         answer: bytes, reply: bytes, logged: str) -> None:
-    monkeypatch.setattr(transport, "HANDSHAKE_TIMEOUT", 60.0)  # not at the deadline
+    monkeypatch.setattr(connect, "HANDSHAKE_TIMEOUT", 60.0)  # not at the deadline
     caplog.set_level(logging.WARNING, logger="mpsched.transport")
     running = InProcessServer(("127.0.0.1", 0)).start()
     try:

@@ -1,0 +1,138 @@
+"""The client's end of a manager connection: connect, TLS, and the key handshake, within
+deadlines, with every failure said as what it was.
+
+- a client's TCP connect gives up after CONNECT_TIMEOUT, not after the kernel's minutes of
+  SYN retries to a host that drops them;
+- TLS (if :func:`mpsched._transport.tls.set_tls` set it up) and the HMAC challenge both ways
+  finish within HANDSHAKE_TIMEOUT, the server's deadline too;
+- a manager that turns the connection away says why (``#REFUSED#``): that is a
+  ManagerUnreachableError, not a failed handshake.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+import ssl
+from multiprocessing import AuthenticationError as _StdAuthenticationError
+from multiprocessing import connection
+from typing import Any, NoReturn
+
+from mpsched._errors import AuthenticationError, ManagerUnreachableError, TlsError
+from mpsched._transport.address import format_address
+from mpsched._transport.handshake import MAX_MESSAGE, refusal
+from mpsched._transport.tls import ClientTls, client_tls
+from mpsched._transport.wire import FastConnection
+
+HANDSHAKE_TIMEOUT = 5.0  # seconds for the whole handshake of one connection
+# Seconds a client's TCP connect may wait for an answer (without it, a connect to a host
+# that drops it retries its SYN for about two minutes).
+CONNECT_TIMEOUT = 10.0
+
+
+def client_connection(address: Any, authkey: bytes | None = None) -> FastConnection:
+    """Connect (within CONNECT_TIMEOUT on TCP), then start TLS on TCP if
+    :func:`mpsched._transport.tls.set_tls` set it up, and authenticate, all within HANDSHAKE_TIMEOUT
+    after the connection is established.
+
+    Raises:
+        AuthenticationError: the manager rejected our key, or we rejected its.
+        TlsError: TLS failed (the manager's certificate did not verify, it does not speak
+            TLS, or it wants a client certificate we did not give).
+        ManagerUnreachableError: the manager turned us away (too many connections in their
+            handshake, from our address or in all), saying why.
+        TimeoutError: no answer to a TCP connect within CONNECT_TIMEOUT (errno
+            ETIMEDOUT), or the handshake did not finish in time.
+        ConnectionError: the manager closed the connection during the handshake.
+        OSError: nothing listens there.
+    """
+    family = getattr(socket, connection.address_type(address))  # type: ignore[attr-defined]
+    tls = client_tls() if family == socket.AF_INET else None
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        # A Unix socket's connect with a timeout would fail at once (EAGAIN) while the
+        # manager's backlog is full, where a blocking one waits for its turn.
+        if family == socket.AF_INET:
+            sock.settimeout(CONNECT_TIMEOUT)  # FastConnection makes it blocking again
+        sock.connect(address)
+    except TimeoutError as exc:
+        sock.close()
+        if exc.errno is not None:  # the kernel's own ETIMEDOUT
+            raise
+        raise TimeoutError(errno.ETIMEDOUT, f"timed out connecting after "
+                                            f"{CONNECT_TIMEOUT:g} s") from None
+    except BaseException:
+        sock.close()
+        raise
+    conn = FastConnection(sock)
+    where = f"the mpsched manager at {format_address(address)}"
+    try:
+        conn.set_deadline(HANDSHAKE_TIMEOUT)
+        if tls is not None:
+            conn.start_tls(tls.context, server_side=False, server_hostname=address[0])
+        if authkey is not None:
+            first = conn.recv_bytes(MAX_MESSAGE)
+            reason = refusal(first)
+            if reason is not None:
+                raise ManagerUnreachableError(format_address(address),
+                                              f"it is refusing connections: {reason}")
+            connection.answer_challenge(as_connection(_Replay(conn, first)), authkey)
+            connection.deliver_challenge(as_connection(conn), authkey)
+        conn.set_deadline(None)
+    except BaseException as exc:
+        conn.close()
+        _raise_client_error(exc, where, tls, tcp=family == socket.AF_INET)
+    return conn
+
+
+def as_connection(conn: FastConnection | _Replay) -> Any:
+    """``conn`` for multiprocessing's challenge functions (typed for Connection, they call
+    only send_bytes and recv_bytes)."""
+    return conn
+
+
+class _Replay:
+    """``conn`` for answer_challenge(), once we have read its first message ourselves (to
+    see whether it is a refusal)."""
+
+    def __init__(self, conn: FastConnection, first: bytes | bytearray) -> None:
+        self._conn = conn
+        self._first: bytes | bytearray | None = first
+
+    def recv_bytes(self, maxlength: int | None = None) -> bytes | bytearray:
+        first, self._first = self._first, None
+        return self._conn.recv_bytes(maxlength) if first is None else first
+
+    def send_bytes(self, data: bytes) -> None:
+        self._conn.send_bytes(data)
+
+
+def _raise_client_error(exc: BaseException, where: str, tls: ClientTls | None, *,
+                        tcp: bool) -> NoReturn:
+    """Raise ``exc`` as the error that says what went wrong in a client's handshake."""
+    if isinstance(exc, ManagerUnreachableError):  # turned away: it said why
+        raise exc from None
+    # Only TCP can carry TLS: a Unix socket's manager never asks for it.
+    hint = " (does it require TLS? give its CA with --tls-ca)" if tcp and not tls else ""
+    if isinstance(exc, _StdAuthenticationError):
+        raise AuthenticationError(
+            f"authentication with {where} failed ({exc}): wrong authkey?") from None
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        raise TlsError(f"TLS: the certificate of {where} did not verify against "
+                       f"{_ca_name(tls)}: {exc.verify_message}") from None
+    if isinstance(exc, ssl.SSLError):
+        raise TlsError(f"TLS with {where} failed ({exc.reason or exc}): does it serve TLS, "
+                       f"and does it want a client certificate (--tls-cert, --tls-key)?"
+                       ) from None
+    if isinstance(exc, TimeoutError):
+        raise TimeoutError(f"{where} did not finish the handshake within "
+                           f"{HANDSHAKE_TIMEOUT:g} s{hint}") from None
+    if isinstance(exc, (EOFError, ConnectionError)):
+        raise ConnectionResetError(
+            f"{where} closed the connection during the handshake{hint}") from None
+    raise exc
+
+
+def _ca_name(tls: ClientTls | None) -> str:
+    ca = None if tls is None else tls.config.ca
+    return "the system CAs" if ca is None else f"the CA in {ca}"
