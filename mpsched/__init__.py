@@ -2,8 +2,8 @@
 
 from mpsched._client.client import Client as Client
 from mpsched._client.client import connect as connect
-from mpsched._client.futures import JobFuture as JobFuture
-from mpsched._client.recurring import Schedule as Schedule
+from mpsched._client.job_future import JobFuture as JobFuture
+from mpsched._client.schedule_handle import Schedule as Schedule
 from mpsched._client.scheduler import Scheduler as Scheduler
 from mpsched._core.job import JobInfo as JobInfo
 from mpsched._core.job import JobState as JobState

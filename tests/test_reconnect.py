@@ -28,7 +28,7 @@ import mpsched
 from mpsched import ManagerConnectionLostError
 from mpsched._client.futures import ClientCore
 from mpsched._protocol.proxy import connect_service
-from mpsched._transport.sockets import client_connection
+from mpsched._transport.connect import client_connection
 
 pytestmark = pytest.mark.slow
 

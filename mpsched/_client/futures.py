@@ -23,14 +23,11 @@ import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from mpsched._client.job_future import JobFuture as JobFuture
-from mpsched._client.job_future import MapResults as MapResults
-from mpsched._client.job_future import settle_cancelled
-from mpsched._client.link import DISCONNECTED as DISCONNECTED
-from mpsched._client.link import ManagerLink, describe
+from mpsched._client.job_future import JobFuture, settle_cancelled
+from mpsched._client.link import DISCONNECTED, ManagerLink, describe
 from mpsched._client.outage import ride_out
 from mpsched._client.outbox import Outbox
-from mpsched._core.job import CANCELLED, JobRequest, Outcome, Payload
+from mpsched._core.job import JobRequest, Outcome, OutcomeKind, Payload
 from mpsched._errors import (
     ManagerConnectionLostError,
     MpschedError,
@@ -90,27 +87,40 @@ class ClientCore:
         self.pool = SegmentPool(self.shm_prefix, self.client_id) if self.shm_prefix else None
         # Segment names are that manager's alone: such a client cannot move to another.
         self.link = ManagerLink(service, hello, reconnect if self.pool is None else None,
-                                lost_advice)
+                                lost_advice, on_outage=self._pause_outbox)
         self.max_pending_bytes = options.max_pending_bytes
         self.batch_size = min(MAP_BATCH, max_pending or MAP_BATCH)
         # A bounded queue must report QueueFullError at the call site: send synchronously.
         bounded = max_pending is not None or options.max_pending_bytes is not None
         self.outbox = None if bounded else Outbox(service, self._unsent, self.release)
-        if self.outbox is not None:
-            self.link.on_outage = self.outbox.pause
         self._thread = threading.Thread(target=self._collect_loop, daemon=True,
                                         name=f"mpsched-results-{self.client_id}")
         self._thread.start()
+
+    def _pause_outbox(self) -> None:
+        """The manager is lost: the outbox takes and sends nothing until it is back."""
+        if self.outbox is not None:
+            self.outbox.pause()
 
     @property
     def service(self) -> ServiceProxy:
         """The proxy of the manager (another one after a reconnect)."""
         return self.link.service
 
-    def shut_locked(self) -> None:
-        """Close this client for its owner (shutdown, detach, exit); hold ``_lock``."""
-        self.closed = True
-        self.link.closed.set()
+    def shut(self, *, exiting: bool = False) -> bool:
+        """Close this client for its owner (shutdown, detach, ``exiting``: the interpreter's
+        exit, said when a submit is refused); True if it was open until now."""
+        with self._lock:
+            was_open = not self.closed
+            self.closed = True
+            self.exiting = self.exiting or (exiting and was_open)
+            self.link.close()
+        return was_open
+
+    def future(self, job_id: str) -> JobFuture[Any] | None:
+        """The future this client keeps for a job, if it still waits for it."""
+        with self._lock:
+            return self._futures.get(job_id)
 
     def _refusal_locked(self, shut_down: str) -> MpschedError:
         """The error of a call this client cannot make (closed, or its manager lost);
@@ -135,7 +145,7 @@ class ClientCore:
             if self.closed or self.link.outage is not None:
                 why = " (the interpreter is exiting)" if self.exiting else ""
                 raise self._refusal_locked(f"cannot schedule new futures after shutdown{why}")
-            self._futures[future._job_id] = future
+            self._futures[future.id_nowait] = future
         return future
 
     def sent(self, job_id: str, timeout: float = 30.0) -> None:
@@ -187,7 +197,7 @@ class ClientCore:
                 futures = [self._futures.pop(j) for j in job_ids if j in self._futures]
             for future in futures:
                 if future.set_running_or_notify_cancel():
-                    future.set_exception(SchedulerShutdownError(f"job {future._job_id} {why}"))
+                    future.set_exception(SchedulerShutdownError(f"job {future.id_nowait} {why}"))
             return len(futures)
         return 0
 
@@ -196,7 +206,7 @@ class ClientCore:
         with self._lock:
             watched = [f for f in self._futures.values() if f.watched]
             for future in watched:
-                del self._futures[future._job_id]
+                del self._futures[future.id_nowait]
         for future in watched:
             if future.set_running_or_notify_cancel():
                 future.set_exception(error)
@@ -326,10 +336,10 @@ class ClientCore:
             error.__cause__ = exc
         with self._lock:
             if isinstance(error, ManagerConnectionLostError) and not self.closed:
-                self.link.gone = error  # what each later call raises
+                self.link.give_up(error)  # what each later call raises
             self.closed = True
             self._in_doubt = []  # their futures fail below
-        self.link.closed.set()
+        self.link.close()
         if self.outbox is not None:
             self.outbox.withdraw_all()  # their futures fail below; the jobs must not run
         if self.pool is not None:
@@ -386,7 +396,7 @@ class ClientCore:
             return
         if segment and self.pool is not None:  # the job has ended: its segment is free
             self.pool.returned(segment)
-        if outcome.error_kind == CANCELLED:  # by another client, or through a job id
+        if outcome.error_kind == OutcomeKind.CANCELLED:  # by another client, or through a job id
             settle_cancelled(future)
             return
         if not future.set_running_or_notify_cancel():
@@ -418,7 +428,7 @@ class ClientCore:
     def close(self, timeout: float = 10.0) -> None:
         """Send what is unsent, close this client's mailbox, wait for the result thread
         (which stops reconnecting, if it was)."""
-        self.link.closed.set()
+        self.link.close()
         if self.outbox is not None:
             self.outbox.close(timeout)
         with contextlib.suppress(*DISCONNECTED):

@@ -39,8 +39,9 @@ class JobFuture(Future[T]):
     def __init__(self, client: FutureOwner, job_id: str, *, watched: bool = False) -> None:
         super().__init__()
         self._client = client
-        # The id without job_id's wait: what mpsched's own bookkeeping keys by.
-        self._job_id = job_id
+        # The job's id without job_id's wait for the manager to know it: what the client's
+        # own bookkeeping keys by.
+        self.id_nowait = job_id
         self.watched = watched  # a job this client did not submit (Client.job(job_id))
         # The reusable segment (mpsched._payload.segment_pool) its job holds until it ends; "" once
         # handed back, or for none.
@@ -57,13 +58,13 @@ class JobFuture(Future[T]):
         job cancelled before it was sent, or before its id was read, never reached the
         manager: its id is unknown there.)
         """
-        self._client.sent(self._job_id)
-        return self._job_id
+        self._client.sent(self.id_nowait)
+        return self.id_nowait
 
     def cancel(self) -> bool:
         if self.done():
             return self.cancelled()
-        if not self._client.cancel_job(self._job_id):
+        if not self._client.cancel_job(self.id_nowait):
             return False
         return settle_cancelled(self)
 
@@ -86,7 +87,10 @@ def settle_cancelled(future: Future[Any]) -> bool:
 class MapResults(Iterator[T]):
     """map()'s results in input order; closing it early cancels the jobs not yet started."""
 
-    def __init__(self, futures: list[JobFuture[T]], deadline: float | None) -> None:
+    def __init__(self, client: FutureOwner, futures: list[JobFuture[T]],
+                 deadline: float | None) -> None:
+        """``client``: the one that made ``futures``."""
+        self._client = client
         self._futures = futures[::-1]  # pop() from the end gives input order
         self._deadline = deadline
 
@@ -107,7 +111,7 @@ class MapResults(Iterator[T]):
         left = [f for f in self._futures if not f.done()]
         self._futures.clear()
         if left:
-            left[0]._client.cancel_jobs([f._job_id for f in left])
+            self._client.cancel_jobs([f.id_nowait for f in left])
 
     def __del__(self) -> None:
         self.close()

@@ -25,7 +25,7 @@ from mpsched._protocol.proxy import (
 from mpsched._protocol.records import (
     ClientHello,
 )
-from mpsched._transport.sockets import format_address
+from mpsched._transport.address import format_address
 
 log = logging.getLogger("mpsched.client")
 
@@ -81,9 +81,11 @@ class ManagerLink:
     """
 
     def __init__(self, service: ServiceProxy, hello: ClientHello,
-                 connect: Callable[[], ServiceProxy] | None, lost_advice: str) -> None:
+                 connect: Callable[[], ServiceProxy] | None, lost_advice: str, *,
+                 on_outage: Callable[[], None] | None = None) -> None:
         """``connect``: connects to the same address again (None: this client does not
-        reconnect; its errors end with ``lost_advice``)."""
+        reconnect; its errors end with ``lost_advice``); ``on_outage``: called when
+        :meth:`lost` starts an outage."""
         self.service = service
         self.address = format_address(service.manager_address)
         self.hello = hello
@@ -94,9 +96,9 @@ class ManagerLink:
         self._lock = threading.Lock()
         self.outage: Outage | None = None  # the manager is unreachable since then
         self.gone: ManagerConnectionLostError | None = None  # the client closed on a loss
-        # Set once the client closes: a reconnect waiting out its back-off gives up.
+        # Set once the client closes (close()): a reconnect waiting out its back-off gives up.
         self.closed = threading.Event()
-        self.on_outage: Callable[[], None] | None = None  # called when lost() starts one
+        self._on_outage = on_outage
         # The manager keeps a store: it knows the client's jobs after a restart.
         self.durable = connect is not None and has_store(service)
 
@@ -146,10 +148,18 @@ class ManagerLink:
                        and not self.closed.is_set())
             if started:
                 self.outage = outage
-        if started and self.on_outage is not None:
-            self.on_outage()
+        if started and self._on_outage is not None:
+            self._on_outage()
         return outage.error(self.advice(advice or "nothing more is known of what the call "
                                                   "did; this client reconnects by itself"))
+
+    def close(self) -> None:
+        """The client closed: it reconnects no more."""
+        self.closed.set()
+
+    def give_up(self, error: ManagerConnectionLostError) -> None:
+        """The client closed on a lost manager: every later call raises ``error``."""
+        self.gone = error
 
     def advice(self, reconnecting: str = "") -> str:
         """What a caller can do about a lost manager, as this client stands."""

@@ -1,22 +1,21 @@
-"""The client side of recurring jobs: building a schedule's spec, and the Schedule handle.
+"""The client side of recurring jobs: what ``every()`` and ``cron()`` ask for, checked and
+turned into a :class:`~mpsched._core.recurring.ScheduleSpec` here, at the call site.
 
-``Client.every()`` and ``Client.cron()`` validate and pickle here, at the call site, and
-send a :class:`~mpsched._core.recurring.ScheduleSpec`; the manager
-(mpsched._manager.schedules) owns the schedule from then on, so it outlives the client
-that added it. A :class:`Schedule` is a handle, by id: each property asks the manager, so
-every client sees the same schedule, and two handles to one id at one manager are equal.
+The manager (mpsched._manager.schedules) owns a schedule once it is added, so it outlives
+the client that added it; a :class:`~mpsched._client.schedule_handle.Schedule` is a
+handle to it, by id.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, NamedTuple
 
-from mpsched._client.futures import ClientCore, JobFuture
-from mpsched._client.link import ManagerLink
-from mpsched._core.job import JobRequest, Priority, check_request
+from mpsched._client.base import ClientBase
+from mpsched._client.schedule_handle import Schedule
+from mpsched._core.job import Priority, check_run
 from mpsched._core.options import (
     Catchup,
     CatchupLike,
@@ -28,57 +27,60 @@ from mpsched._core.options import (
     OverlapLike,
 )
 from mpsched._core.recurring import (
-    ScheduleCounters,
-    ScheduleInfo,
+    ScheduleAction,
+    ScheduleKind,
     ScheduleSpec,
     check_spec,
     to_seconds,
     zone,
 )
-from mpsched._errors import (
-    ExtraMissingError,
-    InvalidJobError,
-    JobNotFoundError,
-    ScheduleNotFoundError,
-    SchedulerShutdownError,
-)
+from mpsched._errors import ExtraMissingError, InvalidJobError, SchedulerShutdownError
 from mpsched._payload.pickling import job_name, pickle_job
 
 EPOCH_FROM = 1e9  # a start= number at least this large is epoch seconds (2001-09-09 on)
 
 
-class JobOptions:
-    """The options every run of a schedule gets, as ``schedule()`` takes them."""
+class ScheduleRequest(NamedTuple):
+    """A schedule as ``every()`` or ``cron()`` is asked for it, before any check."""
 
-    def __init__(self, priority: Priority | str, timeout: float | None, retries: int) -> None:
-        self.priority = Priority.coerce(priority).level
-        self.timeout, self.retries = timeout, retries
+    kind: ScheduleKind
+    interval: float | timedelta = 0.0  # every
+    mode: ModeLike = "rate"  # every
+    start: float | timedelta | datetime | None = None  # every
+    cron: str = ""  # cron: the expression
+    tz: str | None = None  # cron
+    schedule_id: str | None = None  # None: default_id()
+    overlap: OverlapLike = "skip"
+    catchup: CatchupLike = "latest"
+    jitter: float = 0.0
+    on_error: OnErrorLike = "continue"
+    priority: Priority | str = Priority.MEDIUM
+    timeout: float | None = None
+    retries: int = 0
 
 
-def build_spec(kind: str, fn: Callable[..., Any], args: tuple[Any, ...],
-               kwargs: dict[str, Any], name: str, options: JobOptions, *,
-               schedule_id: str | None, interval: float | timedelta = 0.0,
-               mode: ModeLike = "rate", cron: str = "", tz: str | None = None,
-               start: float | timedelta | datetime | None = None, jitter: float = 0.0,
-               overlap: OverlapLike = "skip", catchup: CatchupLike = "latest",
-               on_error: OnErrorLike = "continue") -> ScheduleSpec:
-    """A checked spec, its callable pickled; raises as ``Client.every``/``Client.cron``."""
-    check_request(JobRequest("x", "x", b"", options.priority, 0.0, None, options.timeout,
-                             options.retries, None, name))
-    seconds = to_seconds(interval, "interval") if kind == "every" else 0.0
-    start_delay, start_at = _start(start)
+def build_spec(asked: ScheduleRequest, fn: Callable[..., Any], args: tuple[Any, ...],
+               kwargs: dict[str, Any]) -> ScheduleSpec:
+    """The checked spec of ``asked``, its runs calling ``fn(*args, **kwargs)`` (pickled
+    here); raises as ``Client.every``/``Client.cron``."""
+    priority = Priority.coerce(asked.priority).level
+    check_run(priority, asked.timeout, asked.retries)
+    kind = ScheduleKind.coerce(asked.kind)
+    interval = to_seconds(asked.interval, "interval") if kind == ScheduleKind.EVERY else 0.0
+    start_delay, start_at = _start(asked.start)
+    tz = asked.tz
     if tz is not None and not isinstance(tz, str):
         raise InvalidJobError(f"tz must be a zone name such as 'Europe/Berlin', not {tz!r}")
     if tz:
         zone(tz)
     spec = ScheduleSpec(
-        schedule_id=schedule_id or "", kind=kind, interval=seconds, mode=Mode.coerce(mode),
-        cron=cron, tz=tz or "", start_delay=start_delay, start_at=start_at,
-        jitter=to_seconds(jitter, "jitter"), overlap=Overlap.coerce(overlap),
-        catchup=Catchup.coerce(catchup), on_error=OnError.coerce(on_error),
-        priority=options.priority, timeout=options.timeout, retries=options.retries,
-        name=name, payload=pickle_job(fn, args, kwargs))
-    if schedule_id is None:
+        schedule_id=asked.schedule_id or "", kind=kind, interval=interval,
+        mode=Mode.coerce(asked.mode), cron=asked.cron, tz=tz or "", start_delay=start_delay,
+        start_at=start_at, jitter=to_seconds(asked.jitter, "jitter"),
+        overlap=Overlap.coerce(asked.overlap), catchup=Catchup.coerce(asked.catchup),
+        on_error=OnError.coerce(asked.on_error), priority=priority, timeout=asked.timeout,
+        retries=asked.retries, name=job_name(fn), payload=pickle_job(fn, args, kwargs))
+    if asked.schedule_id is None:
         spec = spec._replace(schedule_id=default_id(spec))
     try:
         check_spec(spec)
@@ -105,19 +107,15 @@ def _start(start: float | timedelta | datetime | None) -> tuple[float | None, fl
 def default_id(spec: ScheduleSpec) -> str:
     """An id for a schedule added without one: the callable's name and a digest of what
     it runs and when, so that a program adding it at every start upserts, not stacks."""
-    what = repr((spec.kind, spec.interval, str(spec.mode), spec.cron, spec.tz, spec.start_at))
+    what = repr((str(spec.kind), spec.interval, str(spec.mode), spec.cron, spec.tz,
+                 spec.start_at))
     digest = hashlib.blake2b(what.encode() + spec.payload, digest_size=4).hexdigest()
     short = spec.name.rpartition(":")[2].replace("@", "_")[:80] or "schedule"
     return f"{short}~{digest}"
 
 
-class RecurringClient:
+class RecurringClient(ClientBase):
     """The recurring-job methods of :class:`~mpsched.Client`."""
-
-    _core: ClientCore
-
-    def job(self, job_id: str) -> JobFuture[Any]:
-        raise NotImplementedError
 
     def every(self, interval: float | timedelta, fn: Callable[..., Any], /, *args: Any,
               mode: ModeLike = "rate", start: float | timedelta | datetime | None = None,
@@ -152,11 +150,11 @@ class RecurringClient:
             InvalidJobError: a bad interval, start, option or id. JobPicklingError: ``fn``
             or its arguments cannot be pickled. StoreError: it could not be recorded.
         """
-        spec = build_spec("every", fn, args, kwargs, job_name(fn),
-                          JobOptions(priority, timeout, retries), schedule_id=id,
-                          interval=interval, mode=mode, start=start, jitter=jitter,
-                          overlap=overlap, catchup=catchup, on_error=on_error)
-        return self._add_schedule(spec)
+        asked = ScheduleRequest(kind=ScheduleKind.EVERY, interval=interval, mode=mode,
+                                start=start, schedule_id=id, overlap=overlap, catchup=catchup,
+                                jitter=jitter, on_error=on_error, priority=priority,
+                                timeout=timeout, retries=retries)
+        return self._add_schedule(build_spec(asked, fn, args, kwargs))
 
     def cron(self, expr: str, fn: Callable[..., Any], /, *args: Any, tz: str | None = None,
              id: str | None = None, overlap: OverlapLike = "skip", catchup: CatchupLike = "latest",
@@ -175,11 +173,11 @@ class RecurringClient:
                 ImportError); its message says which process lacks it.
             InvalidJobError: an invalid expression or an unknown zone; as :meth:`every`.
         """
-        spec = build_spec("cron", fn, args, kwargs, job_name(fn),
-                          JobOptions(priority, timeout, retries), schedule_id=id, cron=expr,
-                          tz=tz, jitter=jitter, overlap=overlap, catchup=catchup,
-                          on_error=on_error)
-        return self._add_schedule(spec)
+        asked = ScheduleRequest(kind=ScheduleKind.CRON, cron=expr, tz=tz, schedule_id=id,
+                                overlap=overlap, catchup=catchup, jitter=jitter,
+                                on_error=on_error, priority=priority, timeout=timeout,
+                                retries=retries)
+        return self._add_schedule(build_spec(asked, fn, args, kwargs))
 
     def schedules(self) -> list[Schedule]:
         """Every schedule of the manager, whichever client added it."""
@@ -195,7 +193,7 @@ class RecurringClient:
             ManagerConnectionLostError: the manager is unreachable.
         """
         info = self._core.link.ask(
-            lambda service: service.schedule_control(schedule_id, "info"))
+            lambda service: service.schedule_control(schedule_id, ScheduleAction.INFO))
         return Schedule(self._core.link, info, self.job)
 
     def _add_schedule(self, spec: ScheduleSpec) -> Schedule:
@@ -205,128 +203,3 @@ class RecurringClient:
         return Schedule(self._core.link, info, self.job)
 
 
-class Schedule:
-    """A recurring schedule in the manager. Each property and method asks the manager, so
-    every client sees the same state; ``cancel()`` from any client stops it for all.
-    Handles are by id: two handles to one schedule id at one manager (from two ``every()``
-    calls that upserted it, from ``schedules()``, from two clients) are equal and hash
-    equal.
-
-    Counters: ``runs`` (runs started), ``skipped`` (slots passed over because the previous
-    run was still pending or running, with ``overlap="skip"``), ``missed`` (slots not run
-    after downtime or a backlog, as ``catchup`` says), ``failed`` (runs that raised or
-    crashed after their retries).
-    """
-
-    def __init__(self, link: ManagerLink, info: ScheduleInfo,
-                 watch: Callable[[str], JobFuture[Any]]) -> None:
-        self._link = link  # its client's: the manager's proxy, another after a reconnect
-        self._info = info
-        self._watch = watch
-
-    def __repr__(self) -> str:
-        return f"<Schedule {self.id!r} {self._info.spec}>"
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Schedule):
-            return NotImplemented
-        return self._key() == other._key()
-
-    def __hash__(self) -> int:
-        return hash(self._key())
-
-    def _key(self) -> tuple[str, str]:
-        return self._link.address, self.id
-
-    @property
-    def id(self) -> str:
-        """The schedule's id; its runs' job ids are ``"{id}@{planned UTC time}"``."""
-        return self._info.schedule_id
-
-    def info(self) -> ScheduleInfo:
-        """The schedule as the manager reports it now.
-
-        Raises:
-            ScheduleNotFoundError: it was cancelled (its ``cancelled`` is True for
-                ``result_ttl``, while its runs stay listable).
-            ManagerConnectionLostError: the manager is unreachable.
-        """
-        self._info = self._control("info")
-        return self._info
-
-    @property
-    def next_run(self) -> datetime | None:
-        """When the next run is planned (aware, in the schedule's zone; UTC for every),
-        or None when paused; ``info().next_run``."""
-        return self.info().next_run
-
-    @property
-    def counters(self) -> ScheduleCounters:
-        return self.info().counters
-
-    @property
-    def paused(self) -> bool:
-        return self.info().paused
-
-    def preview(self, n: int = 5) -> list[datetime]:
-        """The next ``n`` planned run times (aware datetimes), without running anything."""
-        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= 10_000:
-            raise InvalidJobError(f"n must be an int in [0, 10000], not {n!r}")
-        return [self._datetime(t) for t in self._link.ask(
-            lambda service: service.schedule_preview(self.id, n))]
-
-    def pause(self) -> None:
-        """Stop planning runs; an armed run that has not started is withdrawn."""
-        self._info = self._control("pause")
-
-    def resume(self) -> None:
-        """Plan runs again from now on (slots that passed while paused are not run)."""
-        self._info = self._control("resume")
-
-    def cancel(self) -> bool:
-        """Remove the schedule: no run starts after this returns; a running one finishes.
-
-        Idempotent, as ``Future.cancel()``: True if this call cancelled it, False if it
-        was cancelled already (by this handle, another handle or another client), however
-        long ago. A handle's id was the manager's, so an id the manager does not know (any
-        more) was cancelled: this never raises ScheduleNotFoundError.
-
-        Raises:
-            ManagerConnectionLostError: the manager is unreachable.
-        """
-        try:
-            self._info = self._control("cancel")
-        except ScheduleNotFoundError:
-            return False
-        return True
-
-    def runs(self, n: int = 10) -> list[JobFuture[Any]]:
-        """Futures of the ``n`` latest runs, oldest first (the last may still be pending;
-        a run that has ended is done in the future returned). A cancelled schedule's runs
-        stay listable for the manager's ``result_ttl`` (its armed run, withdrawn, is a
-        cancelled future).
-
-        Ended runs are kept as any ended job is (for ``result_ttl``; without a store in
-        memory, within its bounds, and a schedule's 10 latest outcomes beyond them); older
-        ones are left out.
-
-        Raises:
-            ScheduleNotFoundError: it was cancelled more than ``result_ttl`` ago.
-            ManagerConnectionLostError: the manager is unreachable.
-        """
-        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= 100:
-            raise InvalidJobError(f"n must be an int in [0, 100], not {n!r}")
-        futures = []
-        for rid in self._link.ask(lambda service: service.schedule_runs(self.id, n)):
-            try:
-                futures.append(self._watch(rid))
-            except JobNotFoundError:
-                continue  # finished and forgotten
-        return futures
-
-    def _datetime(self, epoch: float) -> datetime:
-        tz = zone(self._info.tz) if self._info.tz else timezone.utc
-        return datetime.fromtimestamp(epoch, tz)
-
-    def _control(self, action: str) -> ScheduleInfo:
-        return self._link.ask(lambda service: service.schedule_control(self.id, action))

@@ -10,7 +10,6 @@ or a notebook.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import multiprocessing
 import multiprocessing.util
@@ -18,21 +17,17 @@ import os
 import secrets
 from typing import Any
 
-from mpsched._client.client import Client, count
+from mpsched._client.client import Client
+from mpsched._client.closing import count
 from mpsched._core.job import Order
 from mpsched._core.options import Durability, DurabilityLike
-from mpsched._errors import ConfigError, MpschedError, SchedulerShutdownError
+from mpsched._errors import ConfigError, SchedulerShutdownError
 from mpsched._manager.process import ManagerProcess
-from mpsched._payload import shm
 from mpsched._protocol.proxy import (
     connect_service,
 )
 from mpsched._protocol.records import (
-    STOP,
-    STOP_NOW,
     ManagerConfig,
-    ManagerFailed,
-    ManagerReady,
 )
 from mpsched._store.base import DAY, check_options
 
@@ -136,50 +131,28 @@ class Scheduler(Client):
             shared_memory=bool(shared_memory),
         )
         process = ManagerProcess(config)
-        parent_end = process.control
         self._manager_process = process
-        self._control = parent_end
         try:
-            ready = self._await_manager(start_timeout)
+            ready = process.wait_ready(start_timeout)
             service = connect_service(ready.address, config.authkey)
         except BaseException:
-            _stop_manager(process, parent_end)
+            process.stop()
             raise
         self.address = ready.address
         self.authkey = config.authkey
         self.workers = workers
         self._store = config.store
-        # The manager's segment prefix, once known: a manager that died without removing
-        # its segments leaves them to whoever stops it.
-        shm_prefix: list[str] = []
         # Stops the manager if this Scheduler is dropped or the program exits without
         # shutdown(); runs before multiprocessing joins its children at exit.
-        self._finalizer = multiprocessing.util.Finalize(
-            self, _stop_manager, args=(process, parent_end, shm_prefix), exitpriority=10)
+        self._finalizer = multiprocessing.util.Finalize(self, process.stop, exitpriority=10)
         kept = ("" if self._store is None else
                 f"; its jobs not finished stay in the store {self._store} for the next "
                 f"Scheduler or serve on it")
         super().__init__(service, submit_timeout=submit_timeout, lost_advice=(
             f"this Scheduler's manager (pid {ready.pid}) is gone, and nothing restarts it: "
             f"the Scheduler takes no more jobs; start a new one{kept}"))
-        shm_prefix.append(self._core.shm_prefix)
-
-    def _await_manager(self, timeout: float) -> ManagerReady:
-        if not self._control.poll(timeout):
-            raise MpschedError(f"the mpsched manager did not start within {timeout} s")
-        try:
-            message = self._control.recv()
-        except EOFError:
-            self._manager_process.join(5.0)
-            raise MpschedError(
-                f"the mpsched manager exited during start-up "
-                f"(exit code {self._manager_process.exitcode})") from None
-        if isinstance(message, ManagerFailed):
-            if message.error is not None:
-                raise message.error
-            raise MpschedError(f"the mpsched manager failed to start: {message.reason}")
-        assert isinstance(message, ManagerReady)
-        return message
+        # A manager that dies without removing its segments leaves them to whoever stops it.
+        process.sweep_on_stop(self._core.shm_prefix)
 
     def _stop(self) -> None:
         super()._stop()
@@ -225,8 +198,7 @@ class Scheduler(Client):
         # The manager kills its workers, and the jobs they run, at once.
         running = self._core.outstanding()
         described = self._describe(running) if running else ""
-        with contextlib.suppress(OSError):
-            self._control.send(STOP_NOW)
+        self._manager_process.stop_now()
         self._stop()
         stopped = "stopped the manager and its workers"
         if not running:
@@ -235,26 +207,6 @@ class Scheduler(Client):
 
     def __repr__(self) -> str:
         return f"<Scheduler workers={self.workers} address={self.address!r}>"
-
-
-def _stop_manager(process: ManagerProcess, control: Any, shm_prefix: list[str] | None = None,
-                  timeout: float = 10.0) -> None:
-    """Ask the manager to stop, wait for it, and make sure it is gone (and, if it could not
-    remove its shared-memory segments, remove them: ``shm_prefix`` names them)."""
-    with contextlib.suppress(OSError):
-        control.send(STOP)
-    process.join(timeout)
-    if process.is_alive():
-        log.warning("the mpsched manager (pid %s) did not stop in %.0f s; terminating",
-                    process.pid, timeout)
-        process.terminate()
-        process.join(2.0)
-    if process.is_alive():
-        process.kill()
-        process.join(2.0)
-    control.close()
-    if shm_prefix and shm_prefix[0] and not process.is_alive():
-        shm.sweep(shm_prefix[0])
 
 
 def _worker_count(workers: int | None, max_workers: int | None) -> int:

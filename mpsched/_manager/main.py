@@ -45,7 +45,8 @@ from mpsched._protocol.records import (
     ManagerReady,
 )
 from mpsched._store.sqlite import SQLiteStore
-from mpsched._transport.sockets import SERIALIZER, HardenedServer, scrub_authkey_env
+from mpsched._transport.authkey import scrub_authkey_env
+from mpsched._transport.sockets import SERIALIZER, HardenedServer
 from mpsched._transport.tls import set_tls
 
 log = logging.getLogger("mpsched.manager")

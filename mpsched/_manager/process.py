@@ -30,8 +30,14 @@ import subprocess
 import sys
 from multiprocessing.connection import Connection, wait
 
+from mpsched._errors import MpschedError
+from mpsched._payload import shm
 from mpsched._protocol.records import (
+    STOP,
+    STOP_NOW,
     ManagerConfig,
+    ManagerFailed,
+    ManagerReady,
 )
 
 log = logging.getLogger("mpsched.scheduler")
@@ -69,7 +75,8 @@ REIMPORT_HINT = (
 
 class ManagerProcess:
     """The manager's interpreter, with the names of ``multiprocessing.Process`` that its
-    owner uses (``pid``, ``join``, ``is_alive``, ``exitcode``, ``terminate``, ``kill``)."""
+    owner uses (``pid``, ``join``, ``is_alive``, ``exitcode``, ``terminate``, ``kill``),
+    and its control connection: :meth:`wait_ready`, :meth:`stop`, :meth:`stop_now`."""
 
     def __init__(self, config: ManagerConfig) -> None:
         """Start the manager; ``control`` is then the owner's end of its control pipe.
@@ -96,6 +103,9 @@ class ManagerProcess:
             self._popen = subprocess.Popen(command, pass_fds=(fd,), stdin=subprocess.DEVNULL)
             self.control = Connection(ours.detach())
         self.pid: int = self._popen.pid
+        # The manager's shared-memory segments, removed by stop() if it died without
+        # removing them ("": none known).
+        self._segment_prefix = ""
         # Readable once the process has exited (Linux 5.3+): join() waits on it, where
         # Popen.wait(timeout) would poll with sleeps of up to 50 ms.
         self._exited: int | None = None
@@ -106,6 +116,57 @@ class ManagerProcess:
             self.control.send(config)
         except OSError:  # died at once; the owner reads EOF and reports the exit code
             pass
+
+    def wait_ready(self, timeout: float) -> ManagerReady:
+        """Wait for the manager to listen with its workers joined.
+
+        Raises:
+            MpschedError: it did not start within ``timeout`` seconds, or exited, or
+                failed to start (the reason said); the error it sent, if any, as itself
+                (a StoreError, say).
+        """
+        if not self.control.poll(timeout):
+            raise MpschedError(f"the mpsched manager did not start within {timeout} s")
+        try:
+            message = self.control.recv()
+        except EOFError:
+            self.join(5.0)
+            raise MpschedError(f"the mpsched manager exited during start-up "
+                               f"(exit code {self.exitcode})") from None
+        if isinstance(message, ManagerFailed):
+            if message.error is not None:
+                raise message.error
+            raise MpschedError(f"the mpsched manager failed to start: {message.reason}")
+        assert isinstance(message, ManagerReady)
+        return message
+
+    def sweep_on_stop(self, prefix: str) -> None:
+        """The manager names its shared-memory segments ``prefix...``: if it dies without
+        removing them, :meth:`stop` does."""
+        self._segment_prefix = prefix
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Ask the manager to stop, wait for it, and make sure it is gone (and, if it could
+        not remove its shared-memory segments, remove them: :meth:`sweep_on_stop`)."""
+        with contextlib.suppress(OSError):
+            self.control.send(STOP)
+        self.join(timeout)
+        if self.is_alive():
+            log.warning("the mpsched manager (pid %s) did not stop in %.0f s; terminating",
+                        self.pid, timeout)
+            self.terminate()
+            self.join(2.0)
+        if self.is_alive():
+            self.kill()
+            self.join(2.0)
+        self.control.close()
+        if self._segment_prefix and not self.is_alive():
+            shm.sweep(self._segment_prefix)
+
+    def stop_now(self) -> None:
+        """Tell the manager to stop at once: its workers are killed with their jobs."""
+        with contextlib.suppress(OSError):
+            self.control.send(STOP_NOW)
 
     @property
     def exitcode(self) -> int | None:

@@ -1,0 +1,125 @@
+"""A client of a manager, at its base: the client's core, and what it asks the manager of
+jobs by id (``job``, ``job_info``, ``cancel``), of all jobs (``jobs``) and of the whole
+(``stats``).
+
+:class:`~mpsched._client.client.Client` builds on it: recurring jobs
+(mpsched._client.recurring), closing (mpsched._client.closing), then submitting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
+
+from mpsched._client.futures import ClientCore
+from mpsched._client.job_future import JobFuture
+from mpsched._core.job import JobInfo, JobRecord, JobState, JobStateLike, Priority
+from mpsched._errors import ConfigError, InvalidJobError, JobNotFoundError
+from mpsched._protocol.proxy import ServiceProxy
+from mpsched._protocol.records import Stats
+
+
+class ClientBase:
+    """A client's core (its futures, outbox and link to the manager) and its lookups."""
+
+    def __init__(self, service: ServiceProxy, *,
+                 reconnect: Callable[[], ServiceProxy] | None = None,
+                 lost_advice: str = "") -> None:
+        """``reconnect`` connects to the manager's address again, after the connection was
+        lost (None: the client closes instead, its futures failed with
+        ManagerConnectionLostError, whose message ends with ``lost_advice``)."""
+        self._core = ClientCore(service, reconnect=reconnect, lost_advice=lost_advice)
+
+    def stats(self) -> Stats:
+        """Pending jobs per priority, in flight, completed, failed, workers and lateness.
+
+        Jobs this client submitted (or cancelled) before the call are counted. Lateness is
+        how long after its due time a job started, in seconds (p50, p90, p99, max over
+        the last 10,000 jobs of workers that share the manager's clock); times are in
+        seconds and memory in bytes throughout.
+
+        Raises:
+            ManagerConnectionLostError: the manager is unreachable.
+        """
+        if self._core.outbox is not None:
+            self._core.outbox.flush()
+        return self._core.link.ask(lambda service: service.stats())
+
+    def job(self, job_id: str) -> JobFuture[Any]:
+        """A future for any job this manager knows by id: this client's, another client's
+        (``submit`` prints the id), or, with a store, one from before a manager restart.
+
+        Raises:
+            InvalidJobError: ``job_id`` is not a non-empty string.
+            JobNotFoundError: no such job: unknown, or ended and forgotten (ended jobs stay
+                known for ``result_ttl``; without a store, the 100,000 latest at most).
+            SchedulerShutdownError: this client is shut down.
+            ManagerConnectionLostError: the manager is unreachable.
+        """
+        if not isinstance(job_id, str) or not job_id:
+            raise InvalidJobError(f"a job id is a non-empty string, not {job_id!r}")
+        if self._core.outbox is not None:
+            self._core.outbox.flush()  # a job this client just submitted is known there
+        return self._core.watch(job_id)
+
+    def jobs(self, state: JobStateLike | None = None,
+             limit: int | None = None) -> list[JobInfo]:
+        """The jobs the manager knows, in submission order: every client's, pending and
+        running ones, and with a store the finished ones it retains.
+
+        Args:
+            state: only jobs in this state: "pending", "running", "done", "failed" or
+                "cancelled".
+            limit: at most this many.
+
+        Raises:
+            ConfigError: an unknown state, or a limit that is not a positive int.
+            ManagerConnectionLostError: the manager is unreachable.
+        """
+        word = None if state is None else str(JobState.coerce(state, "state"))
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                                  or limit < 1):
+            raise ConfigError("limit", limit, "a positive int")
+        if self._core.outbox is not None:
+            self._core.outbox.flush()
+        records = self._core.link.ask(lambda service: service.jobs(word, limit))
+        return [_job_info(r) for r in records]
+
+    def job_info(self, job_id: str) -> JobInfo:
+        """One job the manager knows, as :meth:`jobs` lists it, looked up by its id.
+
+        Raises:
+            InvalidJobError: ``job_id`` is not a non-empty string.
+            JobNotFoundError: no such job: unknown, or finished and forgotten.
+            ManagerConnectionLostError: the manager is unreachable.
+        """
+        if not isinstance(job_id, str) or not job_id:
+            raise InvalidJobError(f"a job id is a non-empty string, not {job_id!r}")
+        self._core.sent(job_id)  # a job of this client's own is known there
+        record = self._core.link.ask(lambda service: service.job(job_id))
+        if record is None:
+            raise JobNotFoundError(job_id)
+        return _job_info(record)
+
+    def cancel(self, job_id: str) -> bool:
+        """Cancel a pending job by id, whichever client submitted it; True if it was
+        pending and will never run (its future, wherever it is, ends cancelled).
+
+        Raises:
+            ManagerConnectionLostError: the manager is unreachable and the job is another
+                client's (one of this client's own returns False then, unless it was not
+                sent yet: that one is taken back).
+        """
+        own = self._core.future(job_id)
+        if own is not None:
+            return own.cancel()
+        if self._core.outbox is not None:
+            self._core.outbox.flush()
+        return self._core.link.ask(lambda service: service.cancel(job_id, self._core.client_id))
+
+
+def _job_info(record: JobRecord) -> JobInfo:
+    return JobInfo(record.job_id, record.name, record.state.value,
+                   datetime.fromtimestamp(record.due_wall, timezone.utc),
+                   Priority(record.priority), record.attempt, record.worker_id, record.key)
