@@ -30,8 +30,10 @@ stress: $(STAMP)
 	$(PY) -m mpsched stress --producers 3 --workers 4 --jobs 20000
 
 # Programs the tests start themselves (each Redis test runs a redis-server of its own,
-# never the system's). As root on Debian, what is missing is installed; else we say what to do.
-SYSTEM_TOOLS := redis-server
+# never the system's; the status page's tests drive Debian's chromium, never a browser
+# Playwright downloads). As root on Debian, what is missing is installed; else we say what
+# to do.
+SYSTEM_TOOLS := redis-server chromium
 
 tools:
 	@for tool in $(SYSTEM_TOOLS); do \

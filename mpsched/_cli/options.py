@@ -161,6 +161,22 @@ def serve_options(serve: argparse.ArgumentParser) -> None:
                             "to finish before their workers are killed (default: "
                             "%(default)s)")
     tls_options(serve, serving=True)
+    _http_options(serve)
+
+
+def _http_options(serve: argparse.ArgumentParser) -> None:
+    http = serve.add_argument_group("status page and metrics", textwrap.fill(
+        "A live page (GET /), Prometheus metrics (GET /metrics) and a JSON API (GET "
+        "/api/status, /api/jobs), served by the manager itself. On a loopback address it "
+        "may serve without a token, read-only. Any other address needs a token file and "
+        "TLS (the manager's --tls-cert/--tls-key). With a token, every request carries it "
+        "(Authorization: Bearer TOKEN; for the page, open URL#token=TOKEN), and may also "
+        "cancel pending jobs and pause or resume schedules.", 77))
+    http.add_argument("--http", metavar="HOST:PORT",
+                      help="serve the status page and metrics there (port 0: any free "
+                           "port; default: none)")
+    http.add_argument("--http-token-file", type=Path, metavar="FILE",
+                      help="file holding the token requests must carry, mode 0600")
 
 
 def worker_options(worker: argparse.ArgumentParser) -> None:

@@ -57,7 +57,8 @@ EXIT_MEANINGS = {
     Exit.VERSION: "version: Python or cloudpickle differs from the manager's",
     Exit.UNREACHABLE: "unreachable: unknown host, nothing listening, or not an mpsched "
                       "manager",
-    Exit.UNSAFE: "unsafe: serve on a non-loopback address without an explicit authkey",
+    Exit.UNSAFE: "unsafe: serve on a non-loopback address without an explicit authkey, or "
+                 "--http on one without --http-token-file and TLS",
     Exit.STORE: "store: serve cannot open its --store (missing or read-only directory, "
                 "not an mpsched store, or another manager holds it)",
     Exit.RUNNING: "running: serve without --address, while this user's local manager runs "

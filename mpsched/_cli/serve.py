@@ -48,7 +48,7 @@ from mpsched._cli.formats import plural
 from mpsched._cli.options import tls_from_args
 from mpsched._core.job import Order
 from mpsched._core.options import Durability
-from mpsched._errors import StoreError
+from mpsched._errors import ConfigError, StoreError
 from mpsched._manager.main import run_manager
 from mpsched._manager.service import ManagerService
 from mpsched._protocol.records import (
@@ -58,6 +58,7 @@ from mpsched._protocol.records import (
 )
 from mpsched._transport.address import Address, format_address, is_loopback, parse_address
 from mpsched._transport.authkey import AUTHKEY_ENV, read_authkey
+from mpsched._transport.http_access import HttpConfig, http_config
 from mpsched._transport.runtime import (
     SOCKET_NAME,
     default_address,
@@ -105,6 +106,16 @@ def run_serve(args: argparse.Namespace, out: TextIO) -> int:
     """
     explicit = read_authkey(args.authkey_file)  # the file, else $MPSCHED_AUTHKEY
     address = None if args.address is None else parse_address(args.address)
+    if args.http_token_file is not None and args.http is None:
+        print("mpsched: --http-token-file goes with --http HOST:PORT", file=sys.stderr)
+        return Exit.USAGE
+    try:
+        http = status_server(args)
+    except ConfigError as exc:
+        print(f"mpsched: refusing to serve the status page on {args.http}: it needs "
+              f"{exc.expected}. Give --http-token-file (mode 0600) and --tls-cert/--tls-key, "
+              f"or a loopback address such as 127.0.0.1:8080.", file=sys.stderr)
+        return Exit.UNSAFE
     if explicit is None and address is not None and not is_loopback(address):
         print(f"mpsched: refusing to serve on {format_address(address)} without an authkey: "
               f"anyone who can connect could run code here. Give --authkey-file (mode 0600) "
@@ -129,7 +140,18 @@ def run_serve(args: argparse.Namespace, out: TextIO) -> int:
     # Until the manager is up there is nothing to drain: SIGTERM unwinds like Ctrl-C,
     # through the manager's clean-up, and the exit finalizers remove the files.
     signal.signal(signal.SIGTERM, _exit_before_ready)
-    return _run_served(args, out, key, address, files)
+    return _run_served(args, out, key, address, files, http)
+
+
+def status_server(args: argparse.Namespace) -> HttpConfig | None:
+    """What ``--http`` and ``--http-token-file`` ask for (None: no status server).
+
+    Raises:
+        AddressError, AuthenticationError, ConfigError: as ``http_config``.
+    """
+    if args.http is None:
+        return None
+    return http_config(args.http, args.http_token_file, tls_from_args(args))
 
 
 def _take_local_socket(files: ServeFiles) -> str | None:
@@ -181,7 +203,7 @@ def _exit_before_ready(signum: int, frame: Any) -> None:
 
 
 def _run_served(args: argparse.Namespace, out: TextIO, key: ServeKey, address: Address,
-                files: ServeFiles) -> int:
+                files: ServeFiles, http: HttpConfig | None) -> int:
     config = ManagerConfig(
         authkey=key.key, workers=args.workers, mp_method=default_method(), address=address,
         order=Order(args.order), max_pending=args.max_pending,
@@ -189,7 +211,8 @@ def _run_served(args: argparse.Namespace, out: TextIO, key: ServeKey, address: A
         log_level=logging.getLogger().getEffectiveLevel(),
         heartbeat_timeout=args.heartbeat_timeout, drain_timeout=args.drain_timeout,
         tls=tls_from_args(args), store=store_path(args.store),
-        durability=Durability.coerce(args.durability), result_ttl=args.result_ttl)
+        durability=Durability.coerce(args.durability), result_ttl=args.result_ttl,
+        http=http)
 
     listening = False
 
@@ -204,6 +227,7 @@ def _run_served(args: argparse.Namespace, out: TextIO, key: ServeKey, address: A
               f"  join:   python -m mpsched worker{flags}\n"
               f"  status: python -m mpsched status{flags}\n"
               f"  store:  {describe_store(config)}",
+              *([f"  page:   {describe_page(message.http_url, http)}"] if http else []),
               *(f"  {line}" for line in message.recovered), sep="\n", file=out, flush=True)
 
     try:
@@ -225,6 +249,14 @@ def client_flags(where: str, key: ServeKey, *, default: bool) -> str:
     if key.file is None:
         return f"{flags} (key in ${AUTHKEY_ENV})"
     return flags if key.local else f"{flags} --authkey-file {key.file}"
+
+
+def describe_page(url: str, http: HttpConfig) -> str:
+    """The ``page:`` line of serve's banner: where, and what a visitor may do."""
+    if http.token is None:
+        return f"{url} (metrics at {url}metrics; read-only: --http-token-file allows actions)"
+    return (f"{url}#token=TOKEN (metrics at {url}metrics; every request needs the token in "
+            f"--http-token-file)")
 
 
 def store_path(option: str | None) -> str | None:

@@ -30,6 +30,7 @@ from mpsched._protocol.records import (
     ManagerConfig,
 )
 from mpsched._store.base import DAY, check_options
+from mpsched._transport.http_access import http_config
 
 log = logging.getLogger("mpsched.scheduler")
 
@@ -77,9 +78,21 @@ class Scheduler(Client):
             bytearray, memoryview, NumPy arrays) travel through shared memory, written
             once and never through the manager. Without a store only; where shared memory
             is missing or full they travel inline. False: always inline.
+        http: ``"HOST:PORT"`` on a loopback address (port 0: any free one): the manager
+            serves a live status page there, Prometheus metrics at ``/metrics`` and a JSON
+            API (``/api/status``, ``/api/jobs``); ``http_url`` says where. Read-only
+            unless ``http_token_file`` is given. (Another address needs TLS: ``python -m
+            mpsched serve --http``.)
+        http_token_file: a file only this user can read (mode 0600) holding a token that
+            every request must then carry (``Authorization: Bearer TOKEN``; the page:
+            ``http_url + "#token=TOKEN"``); its holders may also cancel pending jobs and
+            pause or resume schedules from the page.
 
     Raises:
-        ConfigError: a bad option (a ValueError).
+        ConfigError: a bad option (a ValueError), or an ``http`` address that is not a
+            loopback one.
+        AddressError: ``http`` is not ``HOST:PORT``.
+        AuthenticationError: ``http_token_file`` is unreadable, empty, or others may read it.
         StoreError: the store cannot be opened (StoreLockedError: another manager has it).
         MpschedError: the manager or its workers did not start.
         SystemExit: in a child process that multiprocessing started for the program's
@@ -104,6 +117,8 @@ class Scheduler(Client):
         result_ttl: float = DAY,
         max_pending_bytes: int | None = None,
         shared_memory: bool = True,
+        http: str | None = None,
+        http_token_file: str | os.PathLike[str] | None = None,
     ) -> None:
         workers = _worker_count(workers, max_workers)
         for name, limit in (("max_tasks_per_worker", max_tasks_per_worker),
@@ -117,6 +132,8 @@ class Scheduler(Client):
                                               isinstance(max_pending_bytes, int)
                                               or max_pending_bytes < 1):
             raise ConfigError("max_pending_bytes", max_pending_bytes, "a positive int")
+        if http_token_file is not None and http is None:
+            raise ConfigError("http_token_file", http_token_file, "left out without http")
         durability = Durability.coerce(durability)
         check_options(result_ttl)
         method = _start_method(mp_context)
@@ -129,6 +146,7 @@ class Scheduler(Client):
             store=None if store is None else os.fspath(store), durability=durability,
             result_ttl=float(result_ttl), max_pending_bytes=max_pending_bytes,
             shared_memory=bool(shared_memory),
+            http=None if http is None else http_config(http, http_token_file),
         )
         process = ManagerProcess(config)
         self._manager_process = process
@@ -139,6 +157,8 @@ class Scheduler(Client):
             process.stop()
             raise
         self.address = ready.address
+        # Where the manager serves its status page and metrics; None without ``http``.
+        self.http_url: str | None = ready.http_url or None
         self.authkey = config.authkey
         self.workers = workers
         self._store = config.store

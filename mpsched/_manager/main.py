@@ -27,7 +27,8 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 
 from mpsched._core.queue import JobQueue
-from mpsched._errors import StoreError
+from mpsched._errors import MpschedError, StoreError
+from mpsched._manager.http.server import StatusServer
 from mpsched._manager.journal import BaseJournal, Journal, NoJournal
 from mpsched._manager.service import ManagerService
 from mpsched._manager.supervisor import Supervisor
@@ -150,14 +151,17 @@ def _serve(config: ManagerConfig, control: Connection | None,
     threading.Thread(target=server.accepter, name="mpsched-accept", daemon=True).start()
     supervisor = Supervisor(service, config, server.address)
     grace, now = config.drain_timeout, False
+    status: StatusServer | None = None
     try:
-        failure = _start(supervisor, config)
+        status, failure = _start_status(config, service)
+        failure = failure or _start(supervisor, config)
         if failure:
             if control is not None:
                 control.send(ManagerFailed(failure))
             log.error("manager start-up failed: %s", failure)
             return 1
-        ready = ManagerReady(server.address, os.getpid(), recovered_lines)
+        ready = ManagerReady(server.address, os.getpid(), recovered_lines,
+                             "" if status is None else status.url)
         if control is not None:
             control.send(ready)
         if on_ready is not None:
@@ -173,6 +177,8 @@ def _serve(config: ManagerConfig, control: Connection | None,
             log.info("stopping now: killed %d worker(s) running a job", supervisor.kill_busy())
         elif not service.wait_drained(grace):
             log.warning("jobs still running after %.0f s; stopping their workers", grace)
+        if status is not None:  # it showed the drain; nothing is left to show
+            status.stop()
         supervisor.stop_workers(grace=2.0)
         # A remote worker between two takes must hear of the stop before the sockets
         # close; else it takes the stop for a lost manager and waits for it to come back.
@@ -180,6 +186,19 @@ def _serve(config: ManagerConfig, control: Connection | None,
         service.mailboxes.close()
         # Let connected clients take the last outcomes before the sockets close.
         service.mailboxes.wait_collected(0.0 if grace == 0 else 5.0)
+
+
+def _start_status(config: ManagerConfig,
+                  service: ManagerService) -> tuple[StatusServer | None, str]:
+    """The status server the config asks for, serving; or why it could not start."""
+    if config.http is None:
+        return None, ""
+    try:
+        status = StatusServer(config.http, service)
+    except (OSError, MpschedError) as exc:  # an address in use, TLS files that do not load
+        return None, f"cannot serve HTTP on {config.http.host}:{config.http.port}: {exc}"
+    status.start()
+    return status, ""
 
 
 def _start(supervisor: Supervisor, config: ManagerConfig) -> str:

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 from mpsched._core.job import Order, Outcome, QueueStats
 from mpsched._core.options import Durability
 from mpsched._errors import MpschedError
+from mpsched._transport.http_access import HttpConfig
 from mpsched._transport.tls import TlsConfig
 
 # Longest a single proxied call may block in the manager. A caller that went away frees
@@ -43,7 +44,8 @@ class Exit(IntEnum):
     AUTH = 3  # no key, an unsafe key file, or the manager rejected the key
     VERSION = 4  # Python or cloudpickle version differs from the manager's
     UNREACHABLE = 5  # no manager answers at the address
-    UNSAFE = 6  # a non-loopback address without an explicit authkey
+    UNSAFE = 6  # a non-loopback address without an explicit authkey (or --http without
+    # a token and TLS)
     STORE = 7  # the job store cannot be opened: locked by another manager, unreadable
     RUNNING = 8  # serve: this user's local manager is already running
     JOB_TIMEOUT = 124  # a remote worker process that killed its job past its timeout
@@ -162,6 +164,7 @@ class ManagerConfig:
     result_ttl: float = 86400.0  # seconds finished jobs' outcomes are kept (store or memory)
     max_pending_bytes: int | None = None  # bound on what pending payloads hold
     shared_memory: bool = False  # large buffers through /dev/shm (local clients, no store)
+    http: HttpConfig | None = None  # the status page, metrics and JSON API; None: none
 
 
 class ManagerReady(NamedTuple):
@@ -170,6 +173,7 @@ class ManagerReady(NamedTuple):
     address: Any
     pid: int
     recovered: tuple[str, ...] = ()  # what it got back from its store, a line each
+    http_url: str = ""  # where its status page is ("": it serves none)
 
 
 class ManagerFailed(NamedTuple):

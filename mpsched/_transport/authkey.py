@@ -30,18 +30,30 @@ def read_authkey(path: str | os.PathLike[str] | None) -> bytes | None:
     if path is None:
         env = os.environ.get(AUTHKEY_ENV, "").strip()
         return env.encode() if env else None
+    return read_secret(path, "authkey file")
+
+
+def read_secret(path: str | os.PathLike[str], what: str) -> bytes:
+    """The content of the file ``path`` with surrounding whitespace stripped: a secret, so
+    the file must be as :func:`private_file_problem` says. ``what`` names such a file in
+    messages ("authkey file").
+
+    Raises:
+        AuthenticationError: the file is another user's, readable by others, empty, or
+            unreadable.
+    """
     try:
         with open(path, "rb") as file:
             status = os.fstat(file.fileno())  # the file we read, not whatever the path is now
-            key = file.read().strip()
+            secret = file.read().strip()
     except OSError as exc:
-        raise AuthenticationError(f"cannot read authkey file {path}: {exc}") from None
-    problem = private_file_problem(f"authkey file {path}", status)
+        raise AuthenticationError(f"cannot read {what} {path}: {exc}") from None
+    problem = private_file_problem(f"{what} {path}", status)
     if problem:
         raise AuthenticationError(problem)
-    if not key:
-        raise AuthenticationError(f"authkey file {path} is empty")
-    return key
+    if not secret:
+        raise AuthenticationError(f"{what} {path} is empty")
+    return secret
 
 
 def private_file_problem(what: str, status: os.stat_result) -> str:
