@@ -186,7 +186,8 @@ class QueueStats:
     timed_out: int
     started_early: int  # jobs whose worker started them before their due time (always 0)
     next_due_in: float | None  # seconds until the earliest pending job is due
-    lateness: dict[str, float]  # p50, p90, p99, max (seconds), over recent jobs
+    # p50, p90, p99, max (seconds), over recent jobs; empty from stats(lateness=False)
+    lateness: dict[str, float]
     lateness_samples: int
     wakeups: int  # returns from a condition wait, by takers and blocked submitters
     waiting: int  # takers and submitters inside a wait right now

@@ -55,8 +55,8 @@ class Outcomes:
     failed: int
     timed_out: int
     started_early: int
-    lateness: dict[str, float]
-    lateness_samples: int
+    recent: list[float]  # the recent lateness samples (empty when not asked for)
+    lateness_samples: int  # how many recent samples there are
     crashed: int  # of ``failed``: lost with their worker and not run again (no timeout)
 
 
@@ -205,8 +205,9 @@ class Leases:
         with self._lock:
             return self._lateness_buckets.snapshot()
 
-    def outcomes_locked(self) -> Outcomes:
-        samples = list(self._lateness)
+    def outcomes_locked(self, *, samples: bool = True) -> Outcomes:
+        """The counts, and (``samples``) a copy of the recent lateness samples: the caller
+        summarises them after releasing the lock (sorting 10,000 takes milliseconds)."""
         return Outcomes(len(self._in_flight), self._completed, self._failed,
-                        self._timed_out, self._early, percentiles(samples), len(samples),
-                        self._crashed)
+                        self._timed_out, self._early, list(self._lateness) if samples else [],
+                        len(self._lateness), self._crashed)

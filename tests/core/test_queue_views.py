@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 from fakeclock import FakeClock
 
+import mpsched._core.queue as queue_module
 from mpsched._core.job import JobRequest, Order, Outcome, Priority
 from mpsched._core.queue import JobQueue
 
@@ -144,3 +145,25 @@ def test_jobs_lost_with_their_worker_count_as_crashed_unless_they_timed_out(
     queue.fail(lost["late"], timed_out=True)
     stats = queue.stats()
     assert (stats.failed, stats.crashed, stats.timed_out) == (2, 1, 1)
+
+
+def test_lateness_percentiles_are_computed_outside_the_lock_or_not_at_all(
+        queues: list[JobQueue], clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    queue = make(queues, clock)
+    queue.submit(request("a"))
+    assignment = queue.take("w", 0)
+    assert assignment is not None and assignment.due is not None
+    queue.complete(assignment.lease.lease_id, Outcome("a", True, b"", "", assignment.due + 0.5))
+    sorted_under_lock: list[bool] = []
+    real = queue_module.percentiles
+
+    def watched(samples: list[float]) -> dict[str, float]:
+        sorted_under_lock.append(queue._lock.locked())
+        return real(samples)
+
+    monkeypatch.setattr(queue_module, "percentiles", watched)
+    assert queue.stats().lateness["max"] == 0.5
+    assert sorted_under_lock == [False]
+    without = queue.stats(lateness=False)
+    assert without.lateness == {} and without.lateness_samples == 1
+    assert sorted_under_lock == [False]  # not sorted at all

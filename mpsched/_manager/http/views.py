@@ -39,7 +39,7 @@ class Views:
         self._service = service
         self._queue = service.queue
         self.history = history
-        self._started_wall = time.time() - service.stats().uptime
+        self._started_wall = time.time() - service.stats(lateness=False).uptime
 
     def status(self) -> JsonDict:
         """What ``status --json`` prints."""
@@ -48,13 +48,14 @@ class Views:
     def metrics(self) -> str:
         store = self._service.journal.store
         return render(MetricsInput(
-            stats=self._service.stats(), lateness=self._queue.leases.lateness_histogram(),
+            stats=self._service.stats(lateness=False),
+            lateness=self._queue.leases.lateness_histogram(),
             schedules=self._service.schedules.listing(), commit_latency=store.commit_latency(),
             started_wall=self._started_wall))
 
     def dashboard(self, *, actions: bool) -> JsonDict:
         """Everything the page shows, in one answer."""
-        stats = self._service.stats()
+        stats = self._service.stats(lateness=False)  # the chart has the lateness
         q = stats.queue
         self.history.tick()
         recent, covered = self.history.recent()
@@ -69,7 +70,6 @@ class Views:
                        "crashed": q.crashed, "timeout": q.timed_out,
                        "cancelled": q.cancelled, "retried": q.retried,
                        "next_due_in": q.next_due_in},
-            "lateness": {**q.lateness, "samples": q.lateness_samples},
             "chart": chart(recent, covered),
             "workers": [dataclasses.asdict(w) for w in stats.workers],
             "workers_missing": stats.workers_missing,
@@ -166,7 +166,9 @@ def chart(recent: HistogramSnapshot, covered: float) -> JsonDict:
     """The lateness histogram of the last minutes: each bucket's upper bound (seconds; the
     last is None, above every bound) and count; the buckets of the median and the p99."""
     return {"bounds": [*recent.bounds, None], "counts": list(recent.counts),
-            "seconds": covered, "p50": _bound(recent.quantile(0.5)),
+            "jobs": recent.observations, "seconds": covered,
+            "mean": recent.total / recent.observations if recent.observations else None,
+            "p50": _bound(recent.quantile(0.5)),
             "p99": _bound(recent.quantile(0.99))}
 
 
