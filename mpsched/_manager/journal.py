@@ -297,9 +297,13 @@ class NoJournal(BaseJournal):
 
     def jobs(self, state: str | None, limit: int | None) -> list[JobRecord]:
         wanted = None if state is None else JobState(state)
-        with self._lock:
-            ended = self._ended.all_locked()
-        records = [self._record(job, worker) for job, worker in self.queue.jobs()]
+        ended: list[Ended] = []
+        if wanted is None or wanted.finished:
+            with self._lock:
+                ended = self._ended.all_locked()
+        # Ended jobs alone: no copy of every pending one (a million of them, maybe).
+        live = self.queue.jobs() if wanted is None or not wanted.finished else []
+        records = [self._record(job, worker) for job, worker in live]
         records += [self._ended_record(e) for e in ended]
         records.sort(key=lambda record: record.seq)
         return [r for r in records if wanted is None or r.state is wanted][:limit]

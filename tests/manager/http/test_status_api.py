@@ -10,11 +10,13 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from conftest import TRACEBACK, WORKERS, request, run, submit
 from fakeclock import FakeClock
 from prometheus_client.parser import text_string_to_metric_families
 
-from mpsched._core.job import Outcome, Priority
+from mpsched._core.heap import PendingJobs
+from mpsched._core.job import JobRequest, Outcome, Priority
 from mpsched._core.recurring import ScheduleSpec
 from mpsched._manager.http.server import StatusServer
 from mpsched._manager.service import ManagerService
@@ -166,3 +168,25 @@ def test_a_worker_lost_with_its_job_shows_as_a_crash(
                   outcome="crashed") == 1
     [failure] = request(server, "/api/dashboard").json()["failures"]
     assert failure["job_id"] == "doomed" and failure["error"].startswith("WorkerCrashedError")
+
+
+def test_the_page_and_the_listings_never_copy_the_whole_heap(
+        service: ManagerService, clock: FakeClock, serve: Callable[..., StatusServer],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    set_up(service, clock)
+    service.queue.submit_many([JobRequest(f"bulk-{i}", "client", b"", 3, 7200.0, None)
+                               for i in range(20_000)])
+
+    def whole_heap(*args: object) -> None:
+        raise AssertionError("the whole heap was copied")
+
+    monkeypatch.setattr(service.queue, "jobs", whole_heap)
+    monkeypatch.setattr(PendingJobs, "__iter__", whole_heap)
+    server = serve()
+    shown = request(server, "/api/dashboard").json()
+    assert shown["counts"]["pending"]["LOW"] == 20_003 and len(shown["pending"]) == 20
+    for query in ("", "?state=pending&limit=1000", "?state=running", "?state=failed",
+                  "?state=done", "?state=cancelled"):
+        assert request(server, "/api/jobs" + query).status == 200, query
+    assert request(server, "/metrics").status == 200
+    assert request(server, "/api/status").status == 200
