@@ -283,3 +283,45 @@ def test_stop_ends_open_connections(serve: Callable[..., StatusServer]) -> None:
     sock.close()
     with pytest.raises(OSError):
         connect(server).close()
+
+
+def test_answers_go_out_without_waiting_for_acks(serve: Callable[..., StatusServer]) -> None:
+    """TCP_NODELAY on each connection, and a buffered writer flushed once per answer: a
+    head and body sent apart would wait out the client's delayed ACK (40 ms a request)."""
+    server = serve()
+    with connect(server) as sock:
+        sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert sock.recv(12) == b"HTTP/1.1 200"
+        [served] = [c.sock for c in server._listener._open.values()]
+        assert served.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+    assert server_module._Handler.wbufsize > 0
+
+
+def test_a_client_that_expects_100_continue_hears_it_at_once(
+        serve: Callable[..., StatusServer]) -> None:
+    server = serve(token=TOKEN)
+    with connect(server) as sock:
+        sock.sendall(b"POST /api/jobs/x/cancel HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: "
+                     b"Bearer " + TOKEN + b"\r\nContent-Length: 2\r\nExpect: 100-continue"
+                     b"\r\n\r\n")
+        assert sock.recv(25).startswith(b"HTTP/1.1 100 Continue")  # before any body is sent
+        sock.sendall(b"{}")
+        received = b""
+        while b"not pending" not in received:
+            chunk = sock.recv(4096)
+            assert chunk, received
+            received += chunk
+        assert b" 409 " in received
+
+
+def test_a_body_that_never_comes_is_a_408_not_an_error_of_the_server(
+        serve: Callable[..., StatusServer], monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(server_module, "IO_TIMEOUT", 0.2)
+    server = serve(token=TOKEN)
+    with caplog.at_level(logging.ERROR, logger="mpsched.http"):
+        answer = raw_exchange(server, b"POST /api/jobs/x/cancel HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                              b"Authorization: Bearer " + TOKEN + b"\r\nContent-Length: 9\r\n"
+                              b"\r\n{")
+    assert status_of(answer) == 408
+    assert not caplog.records
