@@ -40,7 +40,8 @@ from contextlib import contextmanager
 from mpsched._core.job import JobState
 from mpsched._store.base import StoredJob
 from mpsched._store.file import MIGRATIONS
-from mpsched._store.lease_log import LeaseLog, LogRecord
+from mpsched._store.lease_log import LeaseLog
+from mpsched._store.lease_records import LogRecord
 from mpsched._store.sqlite import _FINISH_LEASED, _PRUNE, _PRUNE_STEP, PRUNE_STEP, SQLiteStore
 from mpsched._store.writer import ROWS_PER_STATEMENT, execute_rows
 

@@ -20,8 +20,10 @@ LAYERS: list[tuple[str, list[set[str]]]] = [
     ("_errors", [set()]),  # the whole error tree, one module
     ("_core", [{"options", "histogram"}, {"job"}, {"clock", "recurring"}, {"leases", "heap"},
                {"queue"}]),
-    ("_store", [{"base", "writer", "lease_log", "redis.url", "redis.records"},
-                {"memory", "file", "redis.server", "redis.scripts"}, {"sqlite", "redis.store"}]),
+    ("_store", [{"base", "commit", "pruning", "lease_records", "redis.url", "redis.records"},
+                {"writer", "statements", "readers", "lease_log", "memory", "file",
+                 "redis.server", "redis.scripts"},
+                {"sqlite", "redis.store"}]),
     ("_transport", [{"address", "authkey", "wire", "handshake"}, {"tls", "handshake_loop"},
                     {"connect", "http_access"}, {"sockets"}, {"runtime"}]),
     ("_protocol", [{"records"}, {"codec"}, {"proxy"}]),

@@ -49,7 +49,7 @@ from mpsched._core.queue import JobQueue
 from mpsched._errors import JobError, JobNotFoundError, StoreError, WorkerCrashedError
 from mpsched._manager.ended import MAX_OUTCOME, Ended, EndedJobs
 from mpsched._store.base import JournalStore, Recovery, Store, StoredJob
-from mpsched._store.lease_log import OUTCOME_IN_LOG
+from mpsched._store.lease_records import OUTCOME_IN_LOG
 from mpsched._store.memory import MemoryStore
 
 log = logging.getLogger("mpsched.manager")

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from mpsched._core.options import Durability
 from mpsched._errors import StoreError, StoreLockedError
-from mpsched._store.writer import translate
+from mpsched._store.commit import translate
 
 log = logging.getLogger("mpsched.store")
 

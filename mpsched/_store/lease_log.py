@@ -28,11 +28,10 @@ flush in every worker's cycle, and held dispatch to ~0.35x of no store). A power
 thus forget the records of its last ~2 ms: those jobs come back as they were before them
 (pending, their attempt not counted; or running, and handled as a crashed worker's).
 
-Each record carries the job's state after the change: running on a worker as attempt A,
-pending after A attempts, or ended (done or failed, when, and the outcome it has). So the
-last record of a job is its state, unless SQLite has the job finished or cancelled (states a
-job never leaves). At open, before anything else, the
-store folds the log into SQLite that way (``read``, then one commit) and empties it.
+Each record carries the job's state after the change (:mod:`mpsched._store.lease_records`):
+the last record of a job is its state, unless SQLite has the job finished or cancelled
+(states a job never leaves). At open, before anything else, the store folds the log into
+SQLite that way (``read``, then one commit) and empties it.
 
 The file is made of regions of ``limit`` bytes, two at first, written full of zeros at open:
 no page of the mapping is a hole (a full disk would then kill the process at the copy), and
@@ -53,11 +52,10 @@ device flush with ``sync``), and what is overwritten is always older than every 
 left, and committed.
 
 A record carries the log's epoch (new at every open) and a ticket (one more per record).
-Reading gathers runs: from the start of each region, records while they are whole, pass
-their CRC32, keep one epoch and their tickets rise. Its records are those of the epoch of
-region 0, each ticket once, in ticket order. What a region's new records left behind of
-its old ones (lower tickets), an earlier manager's (another epoch), and whatever a power
-cut left after the last fdatasync() are never read.
+Reading gathers runs of records (:func:`mpsched._store.lease_records.read_run`); the log's
+records are those of the epoch of region 0, each ticket once, in ticket order. What a
+region's new records left behind of its old ones (lower tickets), an earlier manager's
+(another epoch), and whatever a power cut left after the last fdatasync() are never read.
 """
 
 from __future__ import annotations
@@ -67,14 +65,12 @@ import errno
 import logging
 import mmap
 import os
-import struct
 import threading
-import zlib
 from collections import deque
 from collections.abc import Callable
-from typing import NamedTuple
 
 from mpsched._errors import StoreError, StoreFullError
+from mpsched._store.lease_records import LogRecord, encode, frame, read_run
 
 log = logging.getLogger("mpsched.store")
 
@@ -86,94 +82,6 @@ FLUSH_RETRY = 1.0  # seconds before the flusher tries again after a failed flush
 # power cut may take back. At ~50 µs of kernel CPU each, a busy log costs ~2% of a core.
 SYNC_INTERVAL = 0.002
 SYNC_BACKOFF = 1.0  # seconds between tries after an fdatasync() failed
-
-# The longest outcome a finish record carries (bytes of the store's encoding): a result
-# that big costs a 32 KiB copy, ~4 of them fill a region; a longer one waits for SQLite.
-OUTCOME_IN_LOG = 32 << 10
-
-_HEAD = struct.Struct("<IH")  # CRC32 of the body, body length
-# epoch, ticket, attempt, kind (_PENDING, _RUNNING or _ENDED), job id length; then the job
-# id, and then: the worker id (running), or _END and the outcome if it has one (ended).
-_BODY = struct.Struct("<QQIBH")
-_END = struct.Struct("<dBB")  # finished_wall, failed (0/1), outcome follows (0/1)
-_PENDING, _RUNNING, _ENDED = 0, 1, 2
-
-
-class LogRecord(NamedTuple):
-    """A job's state after a lease (running), a requeue (pending) or its end (ended)."""
-
-    job_id: str
-    running: bool
-    attempt: int
-    worker_id: str | None  # the worker it is leased to; None when pending or ended
-    ended: str | None = None  # "done" or "failed" for an end, else None
-    finished_wall: float = 0.0  # when it ended (epoch seconds)
-    outcome: bytes | None = None  # an end's outcome, if the record carries it
-
-
-def ended(job_id: str, state: str, finished_wall: float, outcome: bytes | None) -> LogRecord:
-    """The record of a job's end (``state`` "done" or "failed"); it carries ``outcome``
-    only if that is at most OUTCOME_IN_LOG bytes."""
-    kept = outcome if outcome is not None and len(outcome) <= OUTCOME_IN_LOG else None
-    return LogRecord(job_id, False, 0, None, state, finished_wall, kept)
-
-
-def _encode(record: LogRecord) -> bytes:
-    """What follows the job id in a record's body."""
-    if record.ended is not None:
-        outcome = record.outcome
-        return _END.pack(record.finished_wall, record.ended == "failed",
-                         outcome is not None) + (outcome or b"")
-    return (record.worker_id or "").encode() if record.running else b""
-
-
-def _decode(job_id: str, attempt: int, kind: int, rest: bytes) -> LogRecord | None:
-    """A record from its fields and what follows its job id; None if they do not make one."""
-    if kind == _RUNNING:
-        return LogRecord(job_id, True, attempt, rest.decode())
-    if kind == _PENDING:
-        return LogRecord(job_id, False, attempt, None)
-    if kind != _ENDED or len(rest) < _END.size:
-        return None
-    finished_wall, failed, has_outcome = _END.unpack_from(rest)
-    return LogRecord(job_id, False, attempt, None, "failed" if failed else "done",
-                     finished_wall, rest[_END.size:] if has_outcome else None)
-
-
-def latest(records: list[LogRecord]) -> dict[str, LogRecord]:
-    """The last record of each job in ``records`` (oldest first): the job's state."""
-    return {record.job_id: record for record in records}
-
-
-def split(records: list[LogRecord]) -> tuple[dict[str, LogRecord], dict[str, LogRecord]]:
-    """The last lease or requeue of each job, and the end of each job that has one."""
-    moves = latest([record for record in records if record.ended is None])
-    ends = {record.job_id: record for record in records if record.ended is not None}
-    return moves, ends
-
-
-def _run(data: bytes, at: int, end: int) -> list[tuple[int, int, LogRecord]]:
-    """The records (epoch, ticket, record) from offset ``at`` to ``end`` (a region) while
-    they are whole, pass their CRC32, keep one epoch and their tickets rise."""
-    run: list[tuple[int, int, LogRecord]] = []
-    end = min(end, len(data))
-    while at + _HEAD.size <= end:
-        crc, length = _HEAD.unpack_from(data, at)
-        body = data[at + _HEAD.size:min(at + _HEAD.size + length, end)]
-        if length < _BODY.size or len(body) < length or zlib.crc32(body) != crc:
-            break
-        epoch, ticket, attempt, kind, id_len = _BODY.unpack_from(body)
-        if (run and (epoch != run[-1][0] or ticket <= run[-1][1])) \
-                or _BODY.size + id_len > length:
-            break
-        job_id = body[_BODY.size:_BODY.size + id_len].decode()
-        record = _decode(job_id, attempt, kind, body[_BODY.size + id_len:])
-        if record is None:
-            break
-        run.append((epoch, ticket, record))
-        at += _HEAD.size + length
-    return run
-
 
 class LeaseLog:
     """The log of leases and requeues at ``path``. Thread-safe.
@@ -248,7 +156,7 @@ class LeaseLog:
         """The log's valid records, oldest first (which: the module's doc)."""
         data = os.pread(self._fd, os.fstat(self._fd).st_size, 0)
         size = self._region
-        runs = [run for at in range(0, len(data), size) if (run := _run(data, at, at + size))]
+        runs = [run for at in range(0, len(data), size) if (run := read_run(data, at, at + size))]
         if not runs:
             return []
         # Region 0 takes the first record of every epoch (and reset() leaves no other
@@ -292,16 +200,12 @@ class LeaseLog:
                 (StoreFullError: no space), or the record is longer than a region;
                 ``queue`` was not run. What ``queue`` raises (the record is wiped again).
         """
-        job_id = record.job_id.encode()
-        rest = _encode(record)
-        kind = _ENDED if record.ended is not None else _RUNNING if record.running else _PENDING
+        encoded = encode(record)
         with self._lock:
             if self._closed or self._map is None:  # closed, or never reset (opened)
                 raise StoreError(self.path, "the store is closed")
             ticket = self._ticket + 1
-            body = _BODY.pack(self._epoch, ticket, record.attempt, kind,
-                              len(job_id)) + job_id + rest
-            data = _HEAD.pack(zlib.crc32(body), len(body)) + body
+            data = frame(self._epoch, ticket, encoded)
             if self._size + len(data) > self._end:
                 self._next_region_locked(len(data))
             start = self._size

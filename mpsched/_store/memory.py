@@ -78,10 +78,10 @@ class MemoryStore(JournalStore):
             entries = sorted(self._entries.values(), key=lambda e: e.job.seq)
             seqs = [e.job.seq for e in entries]
             return Recovery(
-                [e.current() for e in entries if e.state is JobState.PENDING],
-                [RunningJob(e.current(), e.worker_id or "") for e in entries
-                 if e.state is JobState.RUNNING],
-                max(seqs) + 1 if seqs else 0)
+                pending=[e.current() for e in entries if e.state is JobState.PENDING],
+                running=[RunningJob(job=e.current(), worker_id=e.worker_id or "")
+                         for e in entries if e.state is JobState.RUNNING],
+                next_seq=max(seqs) + 1 if seqs else 0)
 
     def submit(self, jobs: Sequence[StoredJob]) -> list[str]:
         with self._lock:

@@ -1,19 +1,22 @@
 """SQLiteStore: the job store in one SQLite file (WAL mode), written with group commit.
 
 Writes. Every call becomes an op on one queue; what is queued is applied in one transaction
-and committed once ("group commit", ``_store_writer``) by a durable caller that finds no
+and committed once ("group commit", :mod:`mpsched._store.writer`) by a durable caller that finds no
 commit under way: callers that queue while one is under way share the next. Durable calls
 (submit, cancel, prune, flush) wait for the commit covering their op; finish and requeue
 return once logged (below) and ride in the next commit (a writer thread writes them within
 ~10 ms if no durable call comes). With durability="sync" every commit is fsynced, theirs too.
 
 Leases. A lease is journalled once it is written to the lease log beside the file
-(``_store_leases``; with durability="sync", on disk within ~2 ms). Its row is written later:
-with the job's finish (one row update for both), or at the next flush, whichever comes
-first. Requeues and finishes are logged too (a finish with its outcome, up to
-``OUTCOME_IN_LOG`` bytes; a larger outcome is committed before ``finish`` returns). Opening
-the store folds what the log holds into SQLite, so every reader of the file sees the leases
-and ends of a manager that died; ``recover`` reads the log too.
+(:mod:`mpsched._store.lease_log`; with durability="sync", on disk within ~2 ms). Its row
+is written later: with the job's finish (one row update for both), or at the next flush,
+whichever comes first. Requeues and finishes are logged too (a finish with its outcome, up
+to ``OUTCOME_IN_LOG`` bytes; a larger outcome is committed before ``finish`` returns).
+Opening the store folds what the log holds into SQLite, so every reader of the file sees
+the leases and ends of a manager that died; ``recover`` reads the log too.
+
+Prunes of finished jobs: by the caller of ``prune``, or a step at a time by the writer
+(:mod:`mpsched._store.pruning`).
 
 Failures. An op that breaks a rule (a repeated job id) fails alone. An error that undoes the
 transaction (disk full, an I/O error, a lock held by another program) fails the durable
@@ -22,24 +25,21 @@ head of the queue and are retried after a backoff, so no later op overtakes them
 committed before stays, and the store keeps taking writes.
 
 Reads (get, jobs, find_key, recover) run on read-only connections of their own: WAL lets
-them read the last commit while the writer writes, so a listing never waits for a batch.
+them read the last commit while the writer writes, so a listing never waits for a batch
+(:mod:`mpsched._store.readers`).
 
-Opening the file (checks, lock file, schema) is ``_store_file``'s part.
+Opening the file (checks, lock file, schema) is :mod:`mpsched._store.file`'s part; the SQL
+of the jobs table is :mod:`mpsched._store.statements`'.
 """
 
 from __future__ import annotations
 
-import functools
-import gc
 import logging
 import os
 import sqlite3
 import threading
 import time
-import urllib.parse
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from typing import Any, NamedTuple
+from collections.abc import Callable, Sequence
 
 from mpsched._core.histogram import HistogramSnapshot
 from mpsched._core.job import JobRecord, JobState
@@ -55,103 +55,31 @@ from mpsched._store.base import (
     check_finish_state,
     check_options,
 )
+from mpsched._store.commit import execute_rows
 from mpsched._store.file import connect_writer, open_checked
-from mpsched._store.lease_log import LeaseLog, LogRecord, ended, split
-from mpsched._store.writer import Writer, execute_rows, translate
+from mpsched._store.lease_log import LeaseLog
+from mpsched._store.lease_records import LogRecord, ended, leased, requeued, split
+from mpsched._store.pruning import Pruner
+from mpsched._store.readers import Readers, no_gc
+from mpsched._store.statements import (
+    FINISH,
+    FINISH_LEASED,
+    FOLD,
+    FOLD_END,
+    LEASE,
+    MULTI,
+    PRUNE,
+    RECORD,
+    REQUEUE,
+    ROWS_PER_INSERT,
+    STORED,
+    insert_rows,
+    job_record,
+    stored_job,
+)
+from mpsched._store.writer import Writer
 
 log = logging.getLogger("mpsched.store")
-
-
-_STORED = ("job_id, client_id, key, name, payload, priority, due_wall, seq, timeout, retries, "
-           "attempt, submitted_wall")
-_RECORD = ("job_id, client_id, key, name, priority, due_wall, seq, timeout, retries, attempt, "
-           "submitted_wall, state, worker_id, finished_wall")
-_PRUNE = "DELETE FROM jobs WHERE finished_wall <= ?"
-# The writer's own prunes go a step at a time, each in its own transaction between batches:
-# a whole prune (a minute of jobs finished a day ago, 60,000 at 1,000 jobs/s: ~0.18 s in
-# benchmarks/bench_store_steps.py) would hold every submit waiting for the writer that
-# long, where a step takes ~1.4 ms.
-PRUNE_STEP = 500  # rows
-_PRUNE_STEP = ("DELETE FROM jobs WHERE seq IN "
-               "(SELECT seq FROM jobs WHERE finished_wall <= ? LIMIT ?)")
-
-
-class _ByJob(NamedTuple):
-    """An UPDATE of one job's row, its id the last parameter, and the same for n rows in one
-    statement: SQLite then runs a batch's rows in one step, where executemany() takes one
-    step per row, and the sqlite3 module lets go of the GIL around each step (under load,
-    every step then waits to get it back)."""
-
-    one: str
-    many: Callable[[int], str]
-
-
-def _by_job(**columns: str | None) -> _ByJob:
-    """``columns``: column -> an SQL constant, or None for a parameter (in that order)."""
-    params = [name for name, value in columns.items() if value is None]
-    one = ", ".join(f"{name} = {'?' if value is None else value}"
-                    for name, value in columns.items())
-    many = ", ".join(
-        f"{name} = {f'v.column{params.index(name) + 1}' if value is None else value}"
-        for name, value in columns.items())
-    row = f"({', '.join('?' * (len(params) + 1))})"
-
-    @functools.lru_cache(maxsize=64)
-    def for_rows(rows: int) -> str:
-        return (f"UPDATE jobs SET {many} FROM (VALUES {', '.join([row] * rows)}) AS v "
-                f"WHERE jobs.job_id = v.column{len(params) + 1}")
-
-    return _ByJob(f"UPDATE jobs SET {one} WHERE job_id = ?", for_rows)
-
-
-# Statements on one job, its id last: the writer runs a batch's consecutive ones together.
-_LEASE = _by_job(state="'running'", worker_id=None, attempt=None)
-_FINISH = _by_job(state=None, outcome=None, finished_wall=None)
-_FINISH_LEASED = _by_job(state=None, outcome=None, finished_wall=None, worker_id=None,
-                         attempt=None)
-_REQUEUE = _by_job(state="'pending'", worker_id="NULL", attempt=None)
-# UPDATE ... FROM came with SQLite 3.33; older ones run a batch's rows by executemany().
-_MULTI = {s.one: s.many for s in (_LEASE, _FINISH, _FINISH_LEASED, _REQUEUE)} \
-    if sqlite3.sqlite_version_info >= (3, 33) else {}
-# Rows of one INSERT, 12 parameters each: under SQLite's default limit of parameters per
-# statement, 32766 since SQLite 3.32 and 999 before.
-_ROWS_PER_INSERT = 512 if sqlite3.sqlite_version_info >= (3, 32) else 64
-
-
-@functools.lru_cache(maxsize=64)
-def _insert_rows(rows: int) -> str:
-    values = f"({', '.join('?' * 12)}, 'pending')"
-    return f"INSERT INTO jobs ({_STORED}, state) VALUES {', '.join([values] * rows)}"
-
-
-# A job's last record in the lease log is its state unless it is finished or cancelled.
-_FOLD = ("UPDATE jobs SET state = ?, worker_id = ?, attempt = ? "
-         "WHERE job_id = ? AND state IN ('pending', 'running')")
-# An end the log has and SQLite may not (after the lease or requeue before it, if any).
-_FOLD_END = ("UPDATE jobs SET state = ?, outcome = ?, finished_wall = ? "
-             "WHERE job_id = ? AND state IN ('pending', 'running')")
-
-
-# A row as a StoredJob, without the Python-level call of StoredJob._make: a million of these
-# are made at recovery.
-_stored_job: Callable[[Sequence[Any]], StoredJob] = functools.partial(tuple.__new__, StoredJob)
-
-
-@contextmanager
-def _no_gc() -> Iterator[None]:
-    """Pause the cyclic GC: loading a million rows (tuples, all acyclic) would otherwise
-    trigger collection after collection over the growing heap, doubling the load time."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def _record(row: Sequence[Any], outcome: bytes | None = None) -> JobRecord:
-    return JobRecord._make((*row[:11], JobState(row[11]), row[12], row[13], outcome))
 
 
 def _overlay(records: list[LogRecord], pending: list[StoredJob],
@@ -166,11 +94,13 @@ def _overlay(records: list[LogRecord], pending: list[StoredJob],
         jobs.pop(job_id, None)
     for job_id, record in moves.items():
         if job_id in jobs:
-            job = jobs[job_id][0]._replace(attempt=record.attempt)
-            jobs[job_id] = (job, record.worker_id if record.running else None)
+            job, _worker = jobs[job_id]
+            jobs[job_id] = (job._replace(attempt=record.attempt),
+                            record.worker_id if record.running else None)
     ordered = sorted(jobs.values(), key=lambda pair: pair[0].seq)
     return ([job for job, worker in ordered if worker is None],
-            [RunningJob(job, worker) for job, worker in ordered if worker is not None])
+            [RunningJob(job=job, worker_id=worker) for job, worker in ordered
+             if worker is not None])
 
 
 def check_batching(batch_size: int, linger: float, idle: float) -> None:
@@ -213,13 +143,8 @@ class SQLiteStore(JournalStore):
         self._durability = durability
         self._result_ttl = float(result_ttl)
         self._clock = clock
-        self._prune_interval = prune_interval
-        # Used by the holder of the writer's lead only (in _housekeeping): when the last
-        # prune began, and while one goes on, its cutoff and the rows it deleted so far.
-        self._last_prune = clock()
-        self._prune_cutoff: float | None = None
-        self._pruned = 0
-        self._readers = _Readers(self._path)
+        pruner = Pruner(self._path, self._result_ttl, prune_interval, clock)
+        self._readers = Readers(self._path)
         self._lock_fd = open_checked(self._path)
         try:
             conn = connect_writer(self._path, durability)
@@ -227,8 +152,8 @@ class SQLiteStore(JournalStore):
             os.close(self._lock_fd)
             raise
         self._writer = Writer(conn, self._path, batch_size=batch_size, linger=linger,
-                              idle=prune_interval, housekeeping=self._housekeeping,
-                              multi=_MULTI)
+                              idle=prune_interval, housekeeping=pruner.step,
+                              multi=MULTI)
         # Guards _leased and orders the writer's ops on a job with them: leases whose row
         # is not queued yet (job id -> worker, attempt). Their row is queued with the job's
         # finish, or at a flush. Taken after the lease log's lock, never before it.
@@ -254,11 +179,12 @@ class SQLiteStore(JournalStore):
         moves, ends = split(self._leases.read())
         rows = [("running" if r.running else "pending", r.worker_id, r.attempt, job_id)
                 for job_id, r in moves.items()]
-        end_rows = [(r.ended, r.outcome, r.finished_wall, job_id) for job_id, r in ends.items()]
+        end_rows = [(str(r.ended), r.outcome, r.finished_wall, job_id)
+                    for job_id, r in ends.items()]
         if rows or end_rows:
             def fold(conn: sqlite3.Connection) -> None:
-                conn.executemany(_FOLD, rows)
-                conn.executemany(_FOLD_END, end_rows)
+                conn.executemany(FOLD, rows)
+                conn.executemany(FOLD_END, end_rows)
             self._writer.call(fold, len(rows) + len(end_rows))
         self._leases.reset()
 
@@ -284,22 +210,24 @@ class SQLiteStore(JournalStore):
                                                  self._leases.path) if os.path.exists(p))
 
     def recover(self) -> Recovery:
-        with self._readers.connection() as conn, _no_gc():
+        with self._readers.connection() as conn, no_gc():
             conn.execute("BEGIN")  # one snapshot for the three reads
             try:
-                pending = list(map(_stored_job, conn.execute(
-                    f"SELECT {_STORED} FROM jobs WHERE state = 'pending' ORDER BY seq")))
-                running = [RunningJob(_stored_job(row[:12]), row[12]) for row in conn.execute(
-                    f"SELECT {_STORED}, worker_id FROM jobs WHERE state = 'running' "
-                    "ORDER BY seq")]
-                last = conn.execute("SELECT max(seq) FROM jobs").fetchone()[0]
+                pending = list(map(stored_job, conn.execute(
+                    f"SELECT {STORED} FROM jobs WHERE state = 'pending' ORDER BY seq")))
+                rows = conn.execute(f"SELECT {STORED}, worker_id FROM jobs "
+                                    "WHERE state = 'running' ORDER BY seq")
+                running = [RunningJob(job=stored_job(stored), worker_id=worker_id)
+                           for *stored, worker_id in rows]
+                [last] = conn.execute("SELECT max(seq) FROM jobs").fetchone()
             finally:
                 if conn.in_transaction:
                     conn.execute("COMMIT")
         records = self._leases.read()
         if records:  # leases and requeues SQLite may not have yet
             pending, running = _overlay(records, pending, running)
-        return Recovery(pending, running, 0 if last is None else last + 1)
+        return Recovery(pending=pending, running=running,
+                        next_seq=0 if last is None else last + 1)
 
     def submit(self, jobs: Sequence[StoredJob]) -> list[str]:
         jobs = list(jobs)
@@ -316,7 +244,7 @@ class SQLiteStore(JournalStore):
                 "WHERE job_id = ? AND state = 'pending'", rows), len(rows))
 
     def lease(self, job_id: str, worker_id: str, attempt: int) -> None:
-        self._leases.append(LogRecord(job_id, True, attempt, worker_id),
+        self._leases.append(leased(job_id, worker_id, attempt),
                             lambda: self._defer_lease(job_id, worker_id, attempt))
 
     def _defer_lease(self, job_id: str, worker_id: str, attempt: int) -> None:
@@ -326,7 +254,7 @@ class SQLiteStore(JournalStore):
     def finish(self, job_id: str, state: JobState, outcome: bytes | None,
                finished_wall: float) -> None:
         check_finish_state(state)
-        record = ended(job_id, state.value, finished_wall, outcome)
+        record = ended(job_id, state, finished_wall, outcome)
         self._leases.append(record, lambda: self._queue_finish(job_id, state, outcome,
                                                                finished_wall))
         if outcome is not None and record.outcome is None:  # too long for the log
@@ -342,51 +270,51 @@ class SQLiteStore(JournalStore):
         with self._leased_lock:
             leased = self._leased.pop(job_id, None)
             if leased is None:
-                self._writer.post_update(_FINISH.one, (*ended, job_id), job_id)
+                self._writer.post_update(FINISH.one, (*ended, job_id), job_id)
             else:  # one row update for the lease and its end
-                self._writer.post_update(_FINISH_LEASED.one, (*ended, *leased, job_id), job_id)
+                self._writer.post_update(FINISH_LEASED.one, (*ended, *leased, job_id), job_id)
 
     def requeue(self, job_id: str, attempt: int) -> None:
-        self._leases.append(LogRecord(job_id, False, attempt, None),
+        self._leases.append(requeued(job_id, attempt),
                             lambda: self._queue_requeue(job_id, attempt))
 
     def _queue_requeue(self, job_id: str, attempt: int) -> None:
         with self._leased_lock:
             self._leased.pop(job_id, None)
-            self._writer.post_update(_REQUEUE.one, (attempt, job_id), job_id)
+            self._writer.post_update(REQUEUE.one, (attempt, job_id), job_id)
 
     def flush(self) -> None:
         with self._leased_lock:  # the rows of leases so far, then wait for all of it
             leased, self._leased = self._leased, {}
             for job_id, (worker_id, attempt) in leased.items():
-                self._writer.post_update(_LEASE.one, (worker_id, attempt, job_id), job_id)
+                self._writer.post_update(LEASE.one, (worker_id, attempt, job_id), job_id)
         self._writer.flush()
 
     def get(self, job_id: str) -> JobRecord | None:
         with self._readers.connection() as conn:
-            row = conn.execute(f"SELECT {_RECORD}, outcome FROM jobs WHERE job_id = ?",
+            row = conn.execute(f"SELECT {RECORD}, outcome FROM jobs WHERE job_id = ?",
                                (job_id,)).fetchone()
-        return None if row is None else _record(row, row[14])
+        return None if row is None else job_record(row)
 
     def jobs(self, state: JobState | None = None, limit: int | None = None) -> list[JobRecord]:
         where = "" if state is None else "WHERE state = ?"
         params: tuple[object, ...] = () if state is None else (JobState(state).value,)
         with self._readers.connection() as conn:
-            rows = conn.execute(f"SELECT {_RECORD} FROM jobs {where} ORDER BY seq LIMIT ?",
+            rows = conn.execute(f"SELECT {RECORD} FROM jobs {where} ORDER BY seq LIMIT ?",
                                 (*params, -1 if limit is None else limit)).fetchall()
-        return [_record(row) for row in rows]
+        return [job_record(row) for row in rows]
 
     def find_key(self, key: str) -> JobRecord | None:
         with self._readers.connection() as conn:
             row = conn.execute(
-                f"SELECT {_RECORD}, outcome FROM jobs WHERE key = ? AND state <> 'cancelled' "
+                f"SELECT {RECORD}, outcome FROM jobs WHERE key = ? AND state <> 'cancelled' "
                 "AND (finished_wall IS NULL OR finished_wall > ?)",
                 (key, self._clock() - self._result_ttl)).fetchone()
-        return None if row is None else _record(row, row[14])
+        return None if row is None else job_record(row)
 
     def prune(self, now_wall: float) -> int:
         count: int = self._writer.call(
-            lambda conn: conn.execute(_PRUNE, (now_wall - self._result_ttl,)).rowcount)
+            lambda conn: conn.execute(PRUNE, (now_wall - self._result_ttl,)).rowcount)
         return count
 
     def close(self) -> None:
@@ -437,7 +365,7 @@ class SQLiteStore(JournalStore):
                     held[job.key] = job.job_id
             ids.append(job.job_id if holder is None else holder)
         try:
-            execute_rows(conn, _insert_rows, new, _ROWS_PER_INSERT)
+            execute_rows(conn, insert_rows, new, ROWS_PER_INSERT)
         except sqlite3.IntegrityError as exc:
             raise InvalidJobError(
                 f"a job id or seq repeats one in the batch or the store ({exc})") from None
@@ -449,77 +377,8 @@ class SQLiteStore(JournalStore):
                            "WHERE key = ? AND state <> 'cancelled'", (key,)).fetchone()
         if row is None:
             return None
-        if row[1] is not None and row[1] <= now - self._result_ttl:
-            conn.execute("DELETE FROM jobs WHERE job_id = ?", (row[0],))
+        job_id, finished_wall = row
+        if finished_wall is not None and finished_wall <= now - self._result_ttl:
+            conn.execute("DELETE FROM jobs WHERE job_id = ?", (job_id,))
             return None
-        return str(row[0])
-
-    def _housekeeping(self, conn: sqlite3.Connection) -> bool:
-        """In the writer, between batches: every ``prune_interval``, a prune of the jobs
-        finished ``result_ttl`` ago, ``PRUNE_STEP`` rows per call (one transaction each), so
-        that no batch waits for more than one step. True while the prune has steps left."""
-        if self._prune_cutoff is None:
-            now = self._clock()
-            if now - self._last_prune < self._prune_interval:
-                return False
-            self._last_prune = now
-            self._prune_cutoff = now - self._result_ttl
-            self._pruned = 0
-        try:
-            with conn:
-                pruned = conn.execute(_PRUNE_STEP, (self._prune_cutoff, PRUNE_STEP)).rowcount
-        except sqlite3.Error as exc:
-            log.warning("could not prune %s: %s", self._path, exc)
-            self._prune_cutoff = None
-            return False
-        self._pruned += pruned
-        if pruned >= PRUNE_STEP:
-            return True
-        if self._pruned:
-            log.info("pruned %d finished jobs from %s", self._pruned, self._path)
-        self._prune_cutoff = None
-        return False
-
-
-class _Readers:
-    """Read-only connections, reused: each is used by one thread at a time."""
-
-    def __init__(self, path: str) -> None:
-        self._path = path
-        self._uri = f"file:{urllib.parse.quote(path)}?mode=ro"
-        # Guards _idle and _closed; held only to take or return a connection.
-        self._lock = threading.Lock()
-        self._idle: list[sqlite3.Connection] = []
-        self._closed = False
-
-    @contextmanager
-    def connection(self) -> Iterator[sqlite3.Connection]:
-        """A connection for one read; sqlite errors come out as StoreError."""
-        with self._lock:
-            if self._closed:
-                raise StoreError(self._path, "the store is closed")
-            conn = self._idle.pop() if self._idle else None
-        try:
-            if conn is None:
-                conn = sqlite3.connect(self._uri, uri=True, isolation_level=None,
-                                       check_same_thread=False, timeout=2.0)
-            yield conn
-        except sqlite3.Error as exc:
-            raise translate(exc, self._path) from exc
-        finally:
-            if conn is not None:
-                self._give_back(conn)
-
-    def _give_back(self, conn: sqlite3.Connection) -> None:
-        with self._lock:
-            if not self._closed and not conn.in_transaction and len(self._idle) < 4:
-                self._idle.append(conn)
-                return
-        conn.close()
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            idle, self._idle = self._idle, []
-        for conn in idle:
-            conn.close()
+        return str(job_id)

@@ -22,15 +22,13 @@ Data flow::
     post(op) ──┘     ▲                      │ disk full, I/O error: ROLLBACK
                      └──── async ops, in order, after a backoff ◀──┘  (durable callers fail)
 
-In a batch, consecutive statements on distinct jobs commute: they run as one executemany
-per statement. Functions run each in a savepoint, so that one breaking a rule fails alone;
-a statement that breaks one makes the batch run again op by op (functions must bear being
-run again in a new transaction).
+How one batch is written and committed (statements grouped, functions in savepoints, a
+replay op by op when a statement breaks a rule) is :mod:`mpsched._store.commit`'s; here,
+who writes which batch when.
 """
 
 from __future__ import annotations
 
-import _thread
 import logging
 import sqlite3
 import threading
@@ -40,7 +38,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from mpsched._core.histogram import COMMIT_BOUNDS, Histogram, HistogramSnapshot
-from mpsched._errors import MpschedError, StoreError, StoreFullError
+from mpsched._errors import StoreError
+from mpsched._store.commit import Committer, Op, translate
 
 log = logging.getLogger("mpsched.store")
 
@@ -50,69 +49,6 @@ MAX_BACKOFF = 1.0  # seconds between retries of a batch that failed as a whole
 # commits (2 ms cost ~20% more CPU per job here), short next to anything that reads them
 # (a flush writes at once).
 ASYNC_DELAY = 0.010
-ROWS_PER_STATEMENT = 256  # most rows of one multi-row statement (a few parameters each)
-
-
-def translate(exc: BaseException, path: str) -> StoreError:
-    """The typed error, naming ``path``, for an sqlite3 error."""
-    if getattr(exc, "sqlite_errorname", "") == "SQLITE_FULL" \
-            or "database or disk is full" in str(exc):
-        return StoreFullError(path)
-    return StoreError(path, str(exc))
-
-
-def execute_rows(conn: sqlite3.Connection, sql_for: Callable[[int], str],
-                 rows: Sequence[Sequence[object]], per_statement: int) -> None:
-    """Run ``rows``, in order, as multi-row statements: ``sql_for(n)`` is the statement for
-    n rows, their parameters one after another.
-
-    Each statement takes a power of two of rows, at most ``per_statement`` (a power of two):
-    the largest that fits in what is left. Batches come in every size, and with one
-    statement per batch each new size was a new statement to prepare (batches of 10 to 150
-    rows: 9.9-11.9 against ~8.5 µs of CPU per row, ``benchmarks/bench_store_steps.py``); a
-    connection now prepares a handful of statements in all, each once."""
-    at, end = 0, len(rows)
-    while at < end:
-        size = min(per_statement, 1 << ((end - at).bit_length() - 1))
-        chunk = rows[at:at + size]
-        conn.execute(sql_for(size), [value for row in chunk for value in row])
-        at += size
-
-
-def _fails_batch(exc: BaseException, conn: sqlite3.Connection) -> bool:
-    """True for errors of the store rather than of one op: full, I/O, busy, corrupt."""
-    return not conn.in_transaction or isinstance(exc, sqlite3.OperationalError) \
-        or type(exc) is sqlite3.DatabaseError
-
-
-class _Op:
-    """One queued change: a function of the connection, or a statement on one job."""
-
-    __slots__ = ("apply", "error", "job_id", "lead", "params", "result", "rows", "settled",
-                 "sql", "waiter")
-
-    def __init__(self, apply: Callable[[sqlite3.Connection], Any] | None, sql: str,
-                 params: Sequence[object], job_id: str | None, rows: int,
-                 durable: bool) -> None:
-        self.apply = apply
-        self.sql = sql  # with job_id: run as conn.execute(sql, params)
-        self.params = params
-        self.job_id = job_id  # the one job the statement touches; None for a function
-        self.rows = rows  # how much of a batch it fills
-        # A durable caller blocks acquiring its waiter (a bare lock, held from the start);
-        # it is released once the op is settled (committed or failed) or the lead is
-        # handed to this caller. Asynchronous ops have none.
-        self.waiter = _thread.allocate_lock() if durable else None
-        if self.waiter is not None:
-            self.waiter.acquire()
-        self.settled = False  # set (with _mutex held) before the waiter is released
-        self.lead = False  # the lead was handed to this op's caller (with _mutex held)
-        self.result: Any = None
-        self.error: MpschedError | None = None
-
-
-class _Replay(Exception):
-    """A batch is to be written again op by op (see ``Writer._write``)."""
 
 
 def _nothing(conn: sqlite3.Connection) -> None:
@@ -126,10 +62,9 @@ class Writer:
                  linger: float, idle: float,
                  housekeeping: Callable[[sqlite3.Connection], bool],
                  multi: Mapping[str, Callable[[int], str]] | None = None) -> None:
-        self._conn = conn  # used only by the holder of the lead, once started
+        # Used only by the holder of the lead, once started.
+        self._committer = Committer(conn, path, multi or {})
         self._path = path
-        # A statement on one job -> the same for n jobs in one statement (see _apply_run).
-        self._multi = multi or {}
         self._batch_size = batch_size
         self._linger = linger
         self._idle = idle
@@ -148,8 +83,8 @@ class Writer:
         # ASYNC_DELAY); notified when an op comes in while it is idle, when a batch ends
         # leaving ops or housekeeping for it, and by close().
         self._wake = threading.Condition(self._mutex)
-        self._ops: deque[_Op] = deque()
-        self._durable: deque[_Op] = deque()  # the durable ops of _ops, in the same order
+        self._ops: deque[Op] = deque()
+        self._durable: deque[Op] = deque()  # the durable ops of _ops, in the same order
         self._rows = 0  # queued rows: a batch is written at batch_size
         self._first_at = 0.0  # time.monotonic() when the oldest queued op came in
         self._busy = False  # a thread holds the lead: it alone uses the connection
@@ -157,11 +92,15 @@ class Writer:
         self._backoff = 0.0  # > 0 while a failed batch's async ops wait to be retried
         self._closing = False  # no more ops: close() was called, or the writer stopped
         self._closed = False  # close() was called
-        self.commits = 0  # written by the holder of the lead only
         self._commit_seconds = Histogram(COMMIT_BOUNDS)  # each commit's time; on _mutex
         self._thread = threading.Thread(target=self._run, name="mpsched-store-writer",
                                         daemon=True)
         self._thread.start()
+
+    @property
+    def commits(self) -> int:
+        """Transactions committed so far."""
+        return self._committer.commits
 
     # ------------------------------------------------------------------ callers
 
@@ -172,23 +111,23 @@ class Writer:
 
     def call(self, apply: Callable[[sqlite3.Connection], Any], rows: int = 1) -> Any:
         """Queue ``apply`` and wait until it is committed; its result, or its error."""
-        return self._call(_Op(apply, "", (), None, rows, durable=True))
+        return self._call(Op(apply, "", (), None, rows, durable=True))
 
     def post(self, apply: Callable[[sqlite3.Connection], object], rows: int = 1) -> None:
         """Queue ``apply`` to run after every op queued before it; return at once."""
-        self._put(_Op(apply, "", (), None, rows, durable=False))
+        self._put(Op(apply, "", (), None, rows, durable=False))
 
     def call_update(self, sql: str, params: Sequence[object], job_id: str) -> None:
         """Run ``sql`` (it changes the row of ``job_id`` only) and wait for its commit."""
-        self._call(_Op(None, sql, params, job_id, 1, durable=True))
+        self._call(Op(None, sql, params, job_id, 1, durable=True))
 
     def post_update(self, sql: str, params: Sequence[object], job_id: str) -> None:
         """As ``call_update``, returning at once: written after every earlier op."""
-        self._put(_Op(None, sql, params, job_id, 1, durable=False))
+        self._put(Op(None, sql, params, job_id, 1, durable=False))
 
     def flush(self) -> None:
         """Wait until every op queued before this call is settled."""
-        self._call(_Op(_nothing, "", (), None, 0, durable=True))
+        self._call(Op(_nothing, "", (), None, 0, durable=True))
 
     def close(self) -> bool:
         """Write what is queued, stop the thread, close the connection. False if closed."""
@@ -198,10 +137,10 @@ class Writer:
             self._closed = self._closing = True
             self._wake.notify()
         self._thread.join()
-        self._conn.close()
+        self._committer.close()
         return True
 
-    def _call(self, op: _Op) -> Any:
+    def _call(self, op: Op) -> Any:
         lead = self._put(op)
         while True:
             if not lead:
@@ -213,7 +152,7 @@ class Writer:
             raise op.error
         return op.result
 
-    def _await(self, op: _Op) -> None:
+    def _await(self, op: Op) -> None:
         """Block until ``op`` is settled or its caller is handed the lead."""
         assert op.waiter is not None
         try:
@@ -226,7 +165,7 @@ class Writer:
                         self._pass_lead_locked()
             raise
 
-    def _put(self, op: _Op) -> bool:
+    def _put(self, op: Op) -> bool:
         """Queue ``op``; True when its (durable) caller is to take the lead at once."""
         with self._mutex:
             if self._closing:
@@ -255,7 +194,7 @@ class Writer:
 
     # ------------------------------------------------------------------ the lead
 
-    def _lead(self, own: _Op | None) -> bool:
+    def _lead(self, own: Op | None) -> bool:
         """Holding the lead, write batches until ``own`` is settled (None: one batch), then
         pass the lead on; True. False when a failed batch started a backoff before ``own``
         was written: the lead went to the writer thread and ``own``'s caller waits again."""
@@ -296,7 +235,7 @@ class Writer:
         if self._ops or self._closing or self._housekeeping_left:
             self._wake.notify()
 
-    def _take_locked(self) -> list[_Op]:
+    def _take_locked(self) -> list[Op]:
         """The oldest queued ops, until they hold ``batch_size`` rows (an op is never split)."""
         ops, durable = self._ops, self._durable
         batch = [ops.popleft()]
@@ -313,26 +252,14 @@ class Writer:
 
     # ------------------------------------------------------------------ writing
 
-    def _write(self, batch: list[_Op]) -> None:
+    def _write(self, batch: list[Op]) -> None:
         """Apply ``batch`` in one transaction; on failure, ops are settled by ``_undo``."""
-        conn = self._conn
-        self._housekeeping_left = self._housekeeping(conn)
+        self._housekeeping_left = self._housekeeping(self._committer.conn)
         began = time.monotonic()
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                self._apply_all(batch, careful=False)
-            except _Replay:  # a statement broke a rule: again, so that it fails alone
-                conn.execute("ROLLBACK")
-                for op in batch:
-                    op.result = op.error = None
-                conn.execute("BEGIN IMMEDIATE")
-                self._apply_all(batch, careful=True)
-            conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            self._undo(batch, exc)
+        failed = self._committer.commit(batch)
+        if failed is not None:
+            self._undo(batch, failed)
             return
-        self.commits += 1
         for op in batch:
             if op.waiter is None and op.error is not None:
                 log.error("a change to the job store %s was refused: %s", self._path, op.error)
@@ -342,81 +269,10 @@ class Writer:
                 log.warning("the job store %s takes writes again", self._path)
                 self._backoff = 0.0
 
-    def _apply_all(self, batch: list[_Op], *, careful: bool) -> None:
-        """Apply the ops in order. Consecutive statements on distinct jobs commute: they run
-        as one executemany per statement, or (``careful``) one by one."""
-        run: list[_Op] = []
-        jobs: set[str] = set()
-        for op in batch:
-            if op.job_id is None or op.job_id in jobs:
-                self._apply_run(run, careful)
-                run, jobs = [], set()
-            if op.job_id is None:
-                self._apply(op)
-            else:
-                run.append(op)
-                jobs.add(op.job_id)
-        self._apply_run(run, careful)
-
-    def _apply_run(self, run: list[_Op], careful: bool) -> None:
-        """Raises _Replay when an executemany breaks a rule: which row did is unknown, and
-        the rows before it are applied."""
-        if careful or len(run) <= 1:
-            for op in run:
-                self._apply(op)
-            return
-        groups: dict[str, list[Sequence[object]]] = {}
-        for op in run:
-            groups.setdefault(op.sql, []).append(op.params)
-        try:
-            for sql, params in groups.items():
-                many = self._multi.get(sql)
-                if many is None or len(params) == 1:
-                    self._conn.executemany(sql, params)
-                    continue
-                execute_rows(self._conn, many, params, ROWS_PER_STATEMENT)
-        except Exception as exc:
-            if isinstance(exc, sqlite3.Error) and _fails_batch(exc, self._conn):
-                raise
-            raise _Replay from exc
-
-    def _apply(self, op: _Op) -> None:
-        """Run one op; one that breaks a rule fails alone (a function in a savepoint, a
-        statement by itself: SQLite undoes a failed statement)."""
-        conn = self._conn
-        if op.apply is None:
-            try:
-                conn.execute(op.sql, op.params)
-            except Exception as exc:
-                if isinstance(exc, sqlite3.Error) and _fails_batch(exc, conn):
-                    raise
-                op.error = translate(exc, self._path)
-            return
-        conn.execute("SAVEPOINT op")
-        try:
-            op.result = op.apply(conn)
-        except Exception as exc:
-            if isinstance(exc, sqlite3.Error) and _fails_batch(exc, conn):
-                raise
-            conn.execute("ROLLBACK TO op")
-            if isinstance(exc, MpschedError):
-                op.error = exc
-            else:
-                log.exception("a change to the job store %s failed", self._path)
-                op.error = translate(exc, self._path)
-        conn.execute("RELEASE op")
-
-    def _rollback(self) -> None:
-        if self._conn.in_transaction:
-            try:
-                self._conn.execute("ROLLBACK")
-            except sqlite3.Error as again:
-                log.error("could not roll back in the job store %s: %s", self._path, again)
-
-    def _undo(self, batch: list[_Op], exc: sqlite3.Error) -> None:
-        """The batch failed as a whole: fail its durable ops, keep its async ones in order."""
-        self._rollback()
-        retry: list[_Op] = []
+    def _undo(self, batch: list[Op], exc: sqlite3.Error) -> None:
+        """The batch failed as a whole (rolled back): fail its durable ops, keep its async
+        ones in order."""
+        retry: list[Op] = []
         for op in batch:
             if op.waiter is not None:
                 op.error = op.error or translate(exc, self._path)
@@ -444,7 +300,7 @@ class Writer:
                 if write:
                     self._lead(None)
                 else:
-                    self._housekeeping_left = self._housekeeping(self._conn)
+                    self._housekeeping_left = self._housekeeping(self._committer.conn)
                     with self._mutex:
                         self._pass_lead_locked()
         except BaseException as exc:  # a bug: callers must still hear of it
@@ -486,10 +342,10 @@ class Writer:
                     return True
                 self._wake.wait(remaining)
 
-    def _stop(self, batch: list[_Op], exc: BaseException) -> None:
+    def _stop(self, batch: list[Op], exc: BaseException) -> None:
         """A bug stopped a batch: refuse new ops, fail every unsettled op, free the lead."""
         log.error("the writer of the job store %s stopped", self._path, exc_info=exc)
-        self._rollback()
+        self._committer.rollback()
         with self._mutex:
             self._closing = True
             queued, self._ops = [*batch, *self._ops], deque()

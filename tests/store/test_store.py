@@ -34,7 +34,7 @@ from mpsched._errors import (
     StoreLockedError,
 )
 from mpsched._store import file as _store_file
-from mpsched._store import sqlite as _store_sqlite
+from mpsched._store import pruning as _store_pruning
 from mpsched._store.base import DAY, Recovery, Store, StoredSchedule
 from mpsched._store.memory import MemoryStore
 from mpsched._store.sqlite import SQLiteStore
@@ -542,7 +542,7 @@ def test_the_writers_prune_goes_a_step_per_transaction_and_finishes_on_its_own(
         caplog: pytest.LogCaptureFixture) -> None:
     """A batch waits for one step of a prune at most, not for all of it; the idle writer
     goes on with the next step at once, not a prune interval later."""
-    monkeypatch.setattr(_store_sqlite, "PRUNE_STEP", 10)
+    monkeypatch.setattr(_store_pruning, "PRUNE_STEP", 10)
     store = open_sqlite(prune_interval=60.0)
     store.submit([job(n) for n in range(1, 27)])
     for n in range(1, 26):

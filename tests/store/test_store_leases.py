@@ -29,8 +29,10 @@ from mpsched._core.queue import JobQueue
 from mpsched._errors import StoreError, StoreFullError
 from mpsched._manager.journal import Journal
 from mpsched._store import lease_log as _store_leases
+from mpsched._store import lease_records
 from mpsched._store.base import StoredJob
-from mpsched._store.lease_log import LeaseLog, LogRecord
+from mpsched._store.lease_log import LeaseLog
+from mpsched._store.lease_records import LogRecord
 from mpsched._store.sqlite import SQLiteStore
 
 T0 = 1.8e9
@@ -171,8 +173,8 @@ def test_a_finish_is_durable_before_sqlite_has_it_and_a_lost_outcome_says_so(
         store.lease("job-3", "w1", 1)
         # The end of a job whose outcome is too long for the log, the manager killed
         # before SQLite had it (finish() itself waits for that commit).
-        long = b"x" * (_store_leases.OUTCOME_IN_LOG + 1)
-        record = _store_leases.ended("job-3", "done", T0 + 3, long)
+        long = b"x" * (lease_records.OUTCOME_IN_LOG + 1)
+        record = lease_records.ended("job-3", "done", T0 + 3, long)
         assert record.outcome is None
         store._leases.append(record, lambda: None)
         crashed = crash_copy(tmp_path / "jobs.db", tmp_path / "crashed")
@@ -199,7 +201,7 @@ def test_a_long_outcome_is_committed_before_finish_returns(
     store = open_store()
     store.submit([job(1)])
     store.lease("job-1", "w1", 1)
-    long = b"y" * (_store_leases.OUTCOME_IN_LOG + 1)
+    long = b"y" * (lease_records.OUTCOME_IN_LOG + 1)
     store.finish("job-1", JobState.DONE, long, T0)
     crashed = crash_copy(tmp_path / "jobs.db", tmp_path / "crashed")
     assert row(crashed, "job-1") == ("done", "w1", 1)  # in SQLite itself, not only the log

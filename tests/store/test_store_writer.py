@@ -19,8 +19,9 @@ import pytest
 from mpsched._core.job import JobState
 from mpsched._errors import MpschedError, StoreError
 from mpsched._store.base import StoredJob
-from mpsched._store.sqlite import _LEASE, _ROWS_PER_INSERT, SQLiteStore, _insert_rows
-from mpsched._store.writer import execute_rows
+from mpsched._store.commit import execute_rows
+from mpsched._store.sqlite import SQLiteStore
+from mpsched._store.statements import LEASE, ROWS_PER_INSERT, insert_rows
 
 T0 = 1.8e9
 JOIN = 30.0  # real seconds a test waits for a thread it started, or for the writer
@@ -96,7 +97,7 @@ class Caller:
 def durable_lease(store: SQLiteStore, job_id: str, worker_id: str, attempt: int) -> None:
     """A lease as one durable statement op of the writer (``store.lease`` itself is made
     durable by the lease log, and its row is written asynchronously)."""
-    store._writer.call_update(_LEASE.one, (worker_id, attempt, job_id), job_id)
+    store._writer.call_update(LEASE.one, (worker_id, attempt, job_id), job_id)
 
 
 def state(store: SQLiteStore, job_id: str) -> tuple[JobState, str | None, int] | None:
@@ -279,4 +280,4 @@ def test_an_insert_statement_stays_under_sqlites_limit_of_parameters(tmp_path: P
             limit = 32766 if sqlite3.sqlite_version_info >= (3, 32) else 999
     finally:
         conn.close()
-    assert _insert_rows(_ROWS_PER_INSERT).count("?") <= limit
+    assert insert_rows(ROWS_PER_INSERT).count("?") <= limit
