@@ -29,8 +29,9 @@ from multiprocessing.connection import Connection
 from mpsched._core.queue import JobQueue
 from mpsched._errors import MpschedError, StoreError
 from mpsched._manager.http.server import StatusServer
-from mpsched._manager.journal import BaseJournal, Journal, NoJournal
+from mpsched._manager.journal import BaseJournal, NoJournal
 from mpsched._manager.service import ManagerService
+from mpsched._manager.store_journal import Journal
 from mpsched._manager.supervisor import Supervisor
 from mpsched._payload.segments import Segments
 from mpsched._payload.shm import payload_size

@@ -153,6 +153,10 @@ class Cancelled:
         # By schedule id, in cancel order: an id leaves (pop) before it is cancelled again.
         self._by_id: dict[str, CancelledSchedule] = {}
 
+    def keep_for(self, result_ttl: float) -> None:
+        """Remember the schedules cancelled from now on for ``result_ttl`` seconds."""
+        self.result_ttl = result_ttl
+
     def remember(self, entry: Entry, now: float) -> None:
         self._by_id[entry.spec.schedule_id] = CancelledSchedule(
             entry.recent, entry.outcomes, now + self.result_ttl)

@@ -5,15 +5,17 @@ through the journal (so it is in the store before it is in the heap) with its sl
 time; the heap's timed wait starts it on time, like any scheduled job. What arms the next run
 (``mpsched._core.recurring.plan``) depends on ``overlap``::
 
-    add / resume / recovery ──▶ plan("begin") ──▶ arm run k ──▶ heap ──▶ worker
-                                                     ▲            │
-    overlap "skip"/"queue", mode "delay":  run k ended ───────────┤ plan("ended")
-    overlap "allow":                       run k started ─────────┘ plan("started")
+    add / resume / recovery ──▶ plan(BEGIN) ──▶ arm run k ──▶ heap ──▶ worker
+                                                   ▲            │
+    overlap "skip"/"queue", mode "delay":  run k ended ─────────┤ plan(ENDED)
+    overlap "allow":                       run k started ───────┘ plan(STARTED)
 
 Run ids are deterministic, and a slot is armed only if the store does not know its run:
 a slot never runs twice, whoever adds the schedule and however often the manager restarts.
 Every-schedules map slots to the monotonic clock with one offset per manager lifetime;
-cron runs are re-mapped when the wall clock jumps (a watcher thread compares the clocks).
+cron runs are re-mapped when the wall clock jumps (a watcher thread compares the clocks:
+mpsched._manager.wall_clock). Arming and withdrawing runs is the planner's
+(mpsched._manager.schedule_runs); here, the schedules, their calls and their runs' events.
 
 A cancelled schedule leaves the store, but this manager remembers its latest runs and their
 outcomes for ``result_ttl`` (at most KEPT_CANCELLED schedules), so that its handles can
@@ -30,7 +32,7 @@ import threading
 from collections.abc import Callable
 
 from mpsched._core.clock import Clock
-from mpsched._core.job import Job, JobRequest, Outcome, OutcomeKind
+from mpsched._core.job import Job, Outcome, OutcomeKind
 from mpsched._core.options import Mode, OnError, Overlap
 from mpsched._core.recurring import (
     ScheduleAction,
@@ -43,28 +45,22 @@ from mpsched._core.recurring import (
     jitter_offset,
     local_zone_name,
     plain,
-    plan,
     resolve_anchor,
-    run_id,
     schedule_of,
     with_options,
 )
 from mpsched._errors import (
     ExtraMissingError,
     InvalidJobError,
-    MpschedError,
     ScheduleNotFoundError,
-    StoreError,
 )
 from mpsched._manager.journal import BaseJournal, cancelled
 from mpsched._manager.schedule_entry import Cancelled, Entry, State
+from mpsched._manager.schedule_runs import RunPlanner
+from mpsched._manager.wall_clock import WALL_JUMP, WallClockWatcher
 from mpsched._store.base import DAY, StoredSchedule
 
 log = logging.getLogger("mpsched.schedules")
-
-CLIENT_PREFIX = "schedule:"  # the client id a schedule's runs are submitted under
-WALL_CHECK = 1.0  # seconds between two comparisons of the wall and monotonic clocks
-WALL_JUMP = 0.5  # seconds the wall clock may move against the monotonic one unnoticed
 
 
 class Schedules:
@@ -74,19 +70,18 @@ class Schedules:
                  cancelled: Callable[[list[Job]], object]) -> None:
         """``cancelled``: journals withdrawn runs and tells whoever watches them."""
         self._journal = journal
-        self._cancelled = cancelled
         self._queue = journal.queue
         self._clock = clock
-        # Guards _entries, _runs, _gone and every entry. Held while a run is armed (a
-        # durable store write), so two clients adding or cancelling one schedule are
-        # serialised. Nobody waits on it for long: schedules change at human rates.
+        # Guards _entries, _gone, every entry and the planner's state. Held while a run is
+        # armed (a durable store write), so two clients adding or cancelling one schedule
+        # are serialised. Nobody waits on it for long: schedules change at human rates.
         self._lock = threading.Lock()
         self._entries: dict[str, Entry] = {}
-        self._runs: dict[str, str] = {}  # armed run id -> schedule id (read without lock)
+        self._planner = RunPlanner(journal, clock, cancelled)
         self._gone = Cancelled(result_ttl=DAY)  # the cancelled ones whose runs stay listable
-        # Set by close(); the wall-clock watcher waits on it between checks.
-        self._closed = threading.Event()
-        self._watcher: threading.Thread | None = None
+        # close() was called: runs that end change nothing any more (read without the lock)
+        self._closed = False
+        self._watcher = WallClockWatcher(clock, self.replan_stalled, self.remap_cron)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -96,7 +91,7 @@ class Schedules:
         with self._lock:
             for schedule in stored:
                 self._recover_locked(schedule)
-        self._start_watcher()
+        self._watcher.start()
         if not stored:
             return ""
         return f"recovered {len(stored)} schedule(s)"
@@ -113,25 +108,24 @@ class Schedules:
         for rid, label in state.active:
             record = self._journal.get(rid)
             if record is not None and not record.state.finished:
-                self._track_locked(entry, rid, label)
+                self._planner.track_locked(entry, rid, label)
         self._entries[spec.schedule_id] = entry
         if not entry.paused:
-            self._plan_locked(entry, Trigger.BEGIN)
+            self._planner.plan_locked(entry, Trigger.BEGIN)
 
     def keep_cancelled_for(self, result_ttl: float) -> None:
         """How long a cancelled schedule's latest runs and their outcomes stay listable:
         the manager's ``result_ttl`` (a day unless told)."""
         with self._lock:
-            self._gone.result_ttl = result_ttl
+            self._gone.keep_for(result_ttl)
 
     def close(self) -> None:
         """Stop planning: runs that end from now on leave the store as it is."""
         if self._entries and self._journal.store.location == "memory":
             log.info("%d schedule(s) end with this manager: without a store nothing keeps "
                      "them", len(self._entries))
-        self._closed.set()
-        if self._watcher is not None:
-            self._watcher.join(timeout=5)
+        self._closed = True
+        self._watcher.stop()
 
     # ------------------------------------------------------------------ calls
 
@@ -170,7 +164,7 @@ class Schedules:
             self._entries[spec.schedule_id] = entry
             log.info("schedule %s %s: %s", spec.schedule_id,
                      "replaced" if old else "added", spec.describe())
-            self._plan_locked(entry, Trigger.BEGIN)
+            self._planner.plan_locked(entry, Trigger.BEGIN)
             return self._info_locked(entry)
 
     def _carry_over_locked(self, old: Entry, new: Entry) -> None:
@@ -181,7 +175,7 @@ class Schedules:
         new.recent, new.outcomes, new.paused = old.recent, old.outcomes, old.paused
         new.last_started = old.last_started
         new.decided = old.decided
-        self._withdraw_locked(old)
+        self._planner.withdraw_locked(old)
         new.active, new.started = old.active, old.started
 
     def control(self, schedule_id: str, action: ScheduleAction | str) -> ScheduleInfo:
@@ -203,16 +197,16 @@ class Schedules:
                 pass
             elif action == ScheduleAction.PAUSE:
                 entry.paused = True
-                self._withdraw_locked(entry)
-                self._save_state_locked(entry)
+                self._planner.withdraw_locked(entry)
+                self._planner.save_state_locked(entry)
             elif action == ScheduleAction.RESUME:
                 if entry.paused:
                     entry.paused = False
                     entry.decided = None if entry.decided is None else max(
-                        entry.decided, self._now(entry))
-                    self._plan_locked(entry, Trigger.BEGIN)
+                        entry.decided, self._planner.now(entry))
+                    self._planner.plan_locked(entry, Trigger.BEGIN)
             elif action == ScheduleAction.CANCEL:
-                for rid in self._withdraw_locked(entry):
+                for rid in self._planner.withdraw_locked(entry):
                     entry.keep(cancelled(rid))
                 del self._entries[schedule_id]
                 self._journal.store.delete_schedule(schedule_id)
@@ -235,10 +229,10 @@ class Schedules:
         """The next ``n`` slots (UTC epoch seconds, jitter included) without running any."""
         with self._lock:
             entry = self._get_locked(schedule_id)
-            after = max(entry.decided, self._now(entry)) if entry.decided is not None \
+            after = max(entry.decided, self._planner.now(entry)) if entry.decided is not None \
                 else None
             armed = sorted(entry.active.values())
-            labels = [a for a in armed if a > self._now(entry)][:n]
+            labels = [a for a in armed if a > self._planner.now(entry)][:n]
             labels += entry.slots.preview(after if not labels else labels[-1], n - len(labels))
             sid, jitter = entry.spec.schedule_id, entry.spec.jitter
             return [label + jitter_offset(sid, label, jitter) for label in labels]
@@ -272,10 +266,10 @@ class Schedules:
 
     def started(self, job_id: str) -> None:
         """The service handed out a job: for a run of an ``allow`` schedule, arm the next."""
-        if job_id not in self._runs or self._closed.is_set():
+        if not self._planner.is_run(job_id) or self._closed:
             return
         with self._lock:
-            entry = self._entries.get(self._runs.get(job_id, ""))
+            entry = self._entries.get(self._planner.schedule_locked(job_id))
             if entry is None or job_id not in entry.active:
                 return
             entry.runs += 1
@@ -283,17 +277,17 @@ class Schedules:
             entry.last_started = job_id
             if entry.spec.overlap == Overlap.ALLOW and entry.spec.mode == Mode.RATE \
                     and not entry.paused:
-                self._plan_locked(entry, Trigger.STARTED)
+                self._planner.plan_locked(entry, Trigger.STARTED)
             else:
-                self._save_state_locked(entry)
+                self._planner.save_state_locked(entry)
 
     def ended(self, job_id: str, outcome: Outcome) -> None:
         """A job's outcome is final (or it was cancelled): for a run, count it and, unless
         its schedule allows overlap, arm the next."""
-        if job_id not in self._runs or self._closed.is_set():
+        if not self._planner.is_run(job_id) or self._closed:
             return  # closed: runs that end as the manager stops stay as the store has them
         with self._lock:
-            sid = self._runs.pop(job_id, "")
+            sid = self._planner.forget_locked(job_id)
             entry = self._entries.get(sid)
             if entry is None or entry.active.pop(job_id, None) is None:
                 # A run that was running when its schedule was cancelled (and maybe added
@@ -308,80 +302,22 @@ class Schedules:
                 entry.failed += 1
                 if entry.spec.on_error == OnError.PAUSE:
                     entry.paused = True
-                    self._withdraw_locked(entry)
+                    self._planner.withdraw_locked(entry)
                     log.warning("schedule %s paused: run %s failed (%s)", sid, job_id,
                                 outcome.error_kind or "its own exception")
             if entry.paused:
-                self._save_state_locked(entry)
+                self._planner.save_state_locked(entry)
             elif entry.spec.overlap != Overlap.ALLOW or entry.spec.mode == Mode.DELAY \
                     or not entry.active:
-                self._plan_locked(entry, Trigger.ENDED)
+                self._planner.plan_locked(entry, Trigger.ENDED)
             else:
-                self._save_state_locked(entry)
+                self._planner.save_state_locked(entry)
 
     # ------------------------------------------------------------------ planning
 
     def _entry(self, spec: ScheduleSpec, anchor: float, tz: str) -> Entry:
         return Entry(spec, Slots(spec, anchor, tz), tz,
                       offset=self._clock.now() - self._clock.wall())
-
-    def _now(self, entry: Entry) -> float:
-        """Now as a label on the schedule's timeline."""
-        if entry.spec.kind == ScheduleKind.CRON:
-            return self._clock.wall()
-        return self._clock.now() - entry.offset
-
-    def _plan_locked(self, entry: Entry, trigger: Trigger) -> None:
-        decision = plan(entry.slots, entry.decided, entry.owed_until, self._now(entry),
-                        trigger, active=bool(entry.active))
-        before = entry.decided, entry.owed_until
-        entry.decided, entry.owed_until = decision.decided, decision.owed_until
-        if decision.cancel_armed:
-            self._withdraw_locked(entry)
-        if decision.skipped or decision.missed:
-            entry.skipped += decision.skipped
-            entry.missed += decision.missed
-            entry.warn(self._clock.now())
-        if decision.arm is not None and not self._arm_locked(entry, decision.arm):
-            entry.decided, entry.owed_until = before  # the watcher tries that slot again
-        self._save_state_locked(entry)
-
-    def _arm_locked(self, entry: Entry, label: float) -> bool:
-        """Queue the run of one slot (unless the store knows it: then it is adopted);
-        False when it could not be queued."""
-        spec = entry.spec
-        rid = run_id(spec.schedule_id, label)
-        if rid in entry.active:
-            return True
-        record = self._journal.get(rid)
-        if record is not None:  # armed before (another manager life): never twice
-            if not record.state.finished:
-                self._track_locked(entry, rid, label)
-            return True
-        due = self._due(entry, label)
-        request = JobRequest(job_id=rid, client_id=CLIENT_PREFIX + spec.schedule_id,
-                             payload=spec.payload, priority=spec.priority,
-                             delay=max(0.0, due - self._clock.now()), at=None,
-                             timeout=spec.timeout, retries=spec.retries, name=spec.name)
-        try:
-            # Due at the slot itself: a delay would start from when the queue reads its
-            # clock, a little later, and every run would be that much late.
-            self._journal.submit([request], timeout=0, due=due)
-        except (MpschedError, StoreError) as exc:
-            if not entry.stalled:
-                log.warning("schedule %s: run %s could not be queued (%s); trying again "
-                            "every %g s", spec.schedule_id, rid, exc, WALL_CHECK)
-            entry.stalled = True  # the watcher plans it again
-            return False
-        self._track_locked(entry, rid, label)
-        return True
-
-    def _track_locked(self, entry: Entry, rid: str, label: float) -> None:
-        """Follow an armed run: its start and end re-plan the schedule."""
-        entry.active[rid] = label
-        self._runs[rid] = entry.spec.schedule_id
-        if rid not in entry.recent:
-            entry.recent.append(rid)
 
     def replan_stalled(self) -> None:
         """Plan again every schedule whose last run could not be queued (a full queue, a
@@ -390,30 +326,7 @@ class Schedules:
             for entry in self._entries.values():
                 if entry.stalled and not entry.paused and not entry.active:
                     entry.stalled = False
-                    self._plan_locked(entry, Trigger.BEGIN)
-
-    def _due(self, entry: Entry, label: float) -> float:
-        """The monotonic instant a slot's run is due, jitter included."""
-        label += jitter_offset(entry.spec.schedule_id, label, entry.spec.jitter)
-        if entry.spec.kind == ScheduleKind.CRON:
-            return label + self._clock.now() - self._clock.wall()
-        return label + entry.offset
-
-    def _withdraw_locked(self, entry: Entry) -> list[str]:
-        """Cancel the entry's armed runs that have not started; running ones stay active,
-        so that their end is still counted. Returns the ids of those withdrawn."""
-        jobs = self._queue.cancel_jobs(list(entry.active))
-        withdrawn = [job.job_id for job in jobs]
-        for rid in withdrawn:
-            del entry.active[rid]
-            self._runs.pop(rid, None)  # first: the cancel's ended() must not re-plan
-        if jobs:
-            self._cancelled(jobs)
-        return withdrawn
-
-    def _save_state_locked(self, entry: Entry) -> None:
-        self._journal.store.update_schedule(entry.spec.schedule_id,
-                                            pickle.dumps(entry.state()))
+                    self._planner.plan_locked(entry, Trigger.BEGIN)
 
     def _get_locked(self, schedule_id: str) -> Entry:
         entry = self._entries.get(schedule_id)
@@ -423,37 +336,17 @@ class Schedules:
         return entry
 
     def _info_locked(self, entry: Entry, *, cancelled: bool = False) -> ScheduleInfo:
-        return entry.info(self._now(entry), cancelled=cancelled)
-
-    # ------------------------------------------------------------------ wall clock
-
-    def _start_watcher(self) -> None:
-        self._watcher = threading.Thread(target=self._watch_wall, name="mpsched-wall-clock",
-                                         daemon=True)
-        self._watcher.start()
-
-    def _watch_wall(self) -> None:
-        """Re-map armed cron runs when the wall clock jumps against the monotonic one, and
-        plan again the schedules whose run could not be queued."""
-        offset = self._clock.now() - self._clock.wall()
-        while not self._closed.wait(WALL_CHECK):
-            now_offset = self._clock.now() - self._clock.wall()
-            self.replan_stalled()
-            if abs(now_offset - offset) > WALL_JUMP:
-                log.warning("the wall clock jumped by %+.3f s; cron runs re-planned",
-                            offset - now_offset)
-                self.remap_cron()
-            offset = now_offset
+        return entry.info(self._planner.now(entry), cancelled=cancelled)
 
     def too_early(self, job_id: str, early: float) -> bool:
         """Whether a cron run about to be handed out (up to ``early`` seconds before its
         due time) is early by the wall clock: it jumped back since the run was armed, and
         the watcher has not re-mapped it yet. The caller puts the run back and calls
         ``remap_cron``."""
-        if job_id not in self._runs:
+        if not self._planner.is_run(job_id):
             return False
         with self._lock:
-            entry = self._entries.get(self._runs.get(job_id, ""))
+            entry = self._entries.get(self._planner.schedule_locked(job_id))
             label = None if entry is None else entry.active.get(job_id)
             if entry is None or label is None or entry.spec.kind != ScheduleKind.CRON:
                 return False
@@ -469,5 +362,5 @@ class Schedules:
                 if entry.spec.kind != ScheduleKind.CRON:
                     continue
                 for rid, label in entry.active.items():
-                    moved += self._queue.reschedule(rid, self._due(entry, label))
+                    moved += self._queue.reschedule(rid, self._planner.due(entry, label))
         return moved

@@ -11,7 +11,7 @@ from fakeclock import FakeClock
 
 from mpsched._core.job import JobRequest, Outcome
 from mpsched._core.queue import JobQueue
-from mpsched._manager.journal import Journal
+from mpsched._manager.store_journal import Journal
 from mpsched._store.memory import MemoryStore
 
 WAIT = 10.0

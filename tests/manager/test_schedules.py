@@ -21,9 +21,9 @@ from mpsched._core.job import Outcome, OutcomeKind
 from mpsched._core.queue import JobQueue
 from mpsched._core.recurring import ScheduleSpec, jitter_offset, run_id
 from mpsched._errors import ExtraMissingError, JobNotFoundError, ScheduleNotFoundError
-from mpsched._manager.journal import Journal
 from mpsched._manager.schedules import Schedules
 from mpsched._manager.service import ManagerService
+from mpsched._manager.store_journal import Journal
 from mpsched._protocol.codec import (
     assignment_from_wire,
     outcome_from_wire,

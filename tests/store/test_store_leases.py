@@ -27,7 +27,7 @@ from test_store_writer import Held
 from mpsched._core.job import JobState
 from mpsched._core.queue import JobQueue
 from mpsched._errors import StoreError, StoreFullError
-from mpsched._manager.journal import Journal
+from mpsched._manager.store_journal import Journal
 from mpsched._store import lease_log as _store_leases
 from mpsched._store import lease_records
 from mpsched._store.base import StoredJob

@@ -1,0 +1,193 @@
+"""Journal: the journal of a manager with a store.
+
+``Journal`` makes the store calls at the right moments:
+
+- submit: journalled (durable) *before* the jobs enter the heap, with the seqs the heap
+  will order them by; a job whose ``key`` is held by a live or retained job is not queued,
+  and the holder's id stands for it;
+- take: the lease is journalled (durable) before the job is handed out, so a job taken
+  before a crash comes back as running (run again only if its retries allow);
+- finish, requeue: journalled in order, without waiting;
+- cancel: journalled (durable) before the client hears it was cancelled.
+
+Recovery maps each stored wall-clock due time to the manager's monotonic clock with one
+offset, and treats a job that was running as one whose worker died.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import time
+from collections.abc import Callable
+
+from mpsched._core.clock import Clock
+from mpsched._core.job import (
+    Assignment,
+    Job,
+    JobRecord,
+    JobRequest,
+    JobState,
+    Outcome,
+    OutcomeKind,
+    check_request,
+)
+from mpsched._core.queue import JobQueue
+from mpsched._errors import JobError, JobNotFoundError, StoreError, WorkerCrashedError
+from mpsched._manager.journal import BaseJournal, cancelled, decode, encode, failure
+from mpsched._store.base import JournalStore, Recovery, StoredJob
+from mpsched._store.lease_records import OUTCOME_IN_LOG
+
+log = logging.getLogger("mpsched.manager")
+
+
+def _lost(job_id: str) -> Outcome:
+    """The outcome a watcher gets of a job that ended without its outcome in the store (a
+    large one, not yet committed when the manager died)."""
+    error = JobError(f"job {job_id} ran to its end, but its outcome was lost: the manager "
+                     f"stopped before it reached the store (only outcomes of up to "
+                     f"{OUTCOME_IN_LOG // 1024} KiB are journalled with the job's end)")
+    return failure(job_id, error, OutcomeKind.OUTCOME_LOST)
+
+
+class Journal(BaseJournal):
+    """Journals one queue's job changes to ``store`` and keeps the watchers of each job."""
+
+    def __init__(self, store: JournalStore, queue: JobQueue,
+                 wall: Callable[[], float] = time.time) -> None:
+        super().__init__(store, queue)
+        self.store: JournalStore = store
+        self._wall = wall
+
+    # ------------------------------------------------------------------ recovery
+
+    def recover(self, clock: Clock) -> str:
+        """Put the store's pending jobs back in the queue; resolve the ones that were
+        running as if their worker died. Returns a one-line summary ("" for nothing)."""
+        recovery = self.store.recover()
+        offset = clock.now() - self._wall()
+        gc_was_on = gc.isenabled()
+        gc.disable()  # a million small objects: the cyclic collector would only slow it
+        try:
+            jobs = [_job(stored, offset) for stored in recovery.pending]
+            retried, failed = self._resolve_running(recovery, offset, jobs)
+            self.queue.restore(jobs, recovery.next_seq)
+        finally:
+            if gc_was_on:
+                gc.enable()
+        if not (recovery.pending or recovery.running):
+            return ""
+        return (f"recovered {len(recovery.pending)} pending job(s) from {self.store.location}; "
+                f"of {len(recovery.running)} running when the manager stopped, {retried} "
+                f"will run again and {failed} failed (WorkerCrashedError)")
+
+    def _resolve_running(self, recovery: Recovery, offset: float,
+                         jobs: list[Job]) -> tuple[int, int]:
+        retried = failed = 0
+        for running in recovery.running:
+            job = _job(running.job, offset)
+            if job.attempt <= job.retries:
+                self.store.requeue(job.job_id, job.attempt)
+                jobs.append(job)
+                retried += 1
+            else:
+                error = WorkerCrashedError(job.job_id, running.worker_id, None)
+                self.store.finish(job.job_id, JobState.FAILED, encode(failure(
+                    job.job_id, error, OutcomeKind.WORKER_CRASHED)), self._wall())
+                failed += 1
+        return retried, failed
+
+    # ------------------------------------------------------------------ changes
+
+    def submit(self, requests: list[JobRequest], timeout: float | None,
+               due: float | None = None) -> list[str] | None:
+        """As BaseJournal.submit; the store keeps the wall-clock time the requests'
+        ``delay`` gives."""
+        for request in requests:
+            check_request(request)
+        seqs = self.queue.reserve_seqs(len(requests))
+        now = self._wall()
+        holders = self.store.submit([
+            StoredJob(r.job_id, r.client_id, r.key, r.name, r.payload, r.priority,
+                      r.at if r.at is not None else now + (r.delay or 0.0), seq, r.timeout,
+                      r.retries, 0, now)
+            for r, seq in zip(requests, seqs, strict=True)])
+        fresh = [(r, seq) for r, seq, holder in zip(requests, seqs, holders, strict=True)
+                 if holder == r.job_id]
+        try:
+            self.queue.submit_many([r for r, _ in fresh], timeout, seqs=[s for _, s in fresh],
+                                   due=due, checked=True)
+        except BaseException:
+            self.store.cancel([r.job_id for r, _ in fresh], self._wall())
+            raise
+        return None if len(fresh) == len(requests) else holders
+
+    def lease(self, assignment: Assignment) -> bool:
+        lease = assignment.lease
+        try:
+            self.store.lease(lease.job_id, lease.worker_id, lease.attempt)
+            return True
+        except StoreError as exc:
+            log.error("job %s not handed out: %s", lease.job_id, exc)
+            self.queue.return_lease(lease.lease_id)
+            return False
+
+    def finished(self, job: Job, outcome: Outcome, worker_id: str | None = None) -> set[str]:
+        state = JobState.DONE if outcome.ok else JobState.FAILED
+        kept = encode(outcome) if self.store.keeps_outcomes else None
+        try:  # not under _lock: a large outcome waits for its commit here
+            self.store.finish(job.job_id, state, kept, self._wall())
+        except StoreError as exc:
+            log.error("the outcome of job %s was not journalled: %s", job.job_id, exc)
+        with self._lock:  # a watcher that registered before the finish was readable
+            return self._watchers.pop(job.job_id, set())
+
+    def requeued(self, job: Job) -> None:
+        try:
+            self.store.requeue(job.job_id, job.attempt)
+        except StoreError as exc:
+            log.error("the requeue of job %s was not journalled: %s", job.job_id, exc)
+
+    def cancelled(self, jobs: list[Job]) -> dict[str, set[str]]:
+        if jobs:
+            self.store.cancel([job.job_id for job in jobs], self._wall())
+        return super().cancelled(jobs)
+
+    # ------------------------------------------------------------------ lookups
+
+    def watch(self, client_id: str, job_id: str) -> Outcome | None:
+        # Watch first, then read what was journalled: a job that ends after this line hands
+        # its outcome to the watcher, one that ended before is found by the read. The flush
+        # (a commit) runs outside the lock, so no finish waits for it.
+        with self._lock:
+            self._watch_locked(client_id, job_id)
+        self.store.flush()  # outcomes journalled so far are readable
+        record = self.store.get(job_id)
+        if record is not None and not record.state.finished \
+                and record.state is not JobState.CANCELLED:
+            return None  # its end will be handed over
+        with self._lock:
+            handed = not self._unwatch_locked(client_id, job_id)
+        if record is None:
+            raise JobNotFoundError(job_id)
+        if handed:
+            return None  # it ended between the watch and the read: its outcome is on its way
+        if record.state is JobState.CANCELLED:
+            return cancelled(job_id)
+        return _lost(job_id) if record.outcome is None else decode(record.outcome)
+
+    def get(self, job_id: str, *, fresh: bool = False) -> JobRecord | None:
+        if fresh:
+            self.store.flush()  # what was journalled so far is readable
+        return self.store.get(job_id)
+
+    def jobs(self, state: str | None, limit: int | None) -> list[JobRecord]:
+        self.store.flush()
+        return self.store.jobs(None if state is None else JobState(state), limit)
+
+
+def _job(stored: StoredJob, offset: float) -> Job:
+    return Job(job_id=stored.job_id, client_id=stored.client_id, payload=stored.payload,
+               priority=stored.priority, due=stored.due_wall + offset, seq=stored.seq,
+               timeout=stored.timeout, retries=stored.retries, attempt=stored.attempt,
+               key=stored.key, name=stored.name)
