@@ -18,8 +18,8 @@ PACKAGE = Path(__file__).parent.parent / "mpsched"
 # a cycle waiting to happen, so modules of one group never import each other.
 LAYERS: list[tuple[str, list[set[str]]]] = [
     ("_errors", [set()]),  # the whole error tree, one module
-    ("_core", [{"options", "histogram"}, {"job"}, {"clock", "recurring"}, {"leases", "heap"},
-               {"queue"}]),
+    ("_core", [{"options", "histogram"}, {"job"}, {"clock", "recurring"},
+               {"leases", "heap", "planning"}, {"queue"}]),
     ("_store", [{"base", "commit", "pruning", "lease_records", "redis.url", "redis.records"},
                 {"writer", "statements", "readers", "lease_log", "memory", "file",
                  "redis.server", "redis.scripts"},
@@ -34,8 +34,8 @@ LAYERS: list[tuple[str, list[set[str]]]] = [
                   {"journal", "schedule_entry"}, {"schedule_runs", "store_journal"},
                   {"schedules"}, {"service"}, {"supervisor", "http.views"}, {"http.routes"},
                   {"http.server"}, {"main"}]),
-    ("_client", [{"job_future", "outbox", "link"}, {"outage", "schedule_handle"}, {"futures"},
-                 {"base"}, {"recurring"}, {"closing"}, {"client"}, {"scheduler"}]),
+    ("_client", [{"job_future", "outbox", "link"}, {"outage", "schedule_handle"}, {"results"},
+                 {"futures"}, {"base"}, {"recurring"}, {"closing"}, {"client"}, {"scheduler"}]),
     ("_cli", [{"options", "formats"}, {"parser", "connection"},
               {"demo", "stress", "serve", "jobs", "status"}, {"schedules"}, {"main"}]),
     ("", [{"__init__", "__main__"}]),  # the public API and ``python -m mpsched``

@@ -2,10 +2,10 @@
 
 ``JobFuture`` (mpsched._client.job_future) is the ``concurrent.futures.Future`` of one job.
 ``ClientCore`` keeps a client's futures by job id, owns its write-behind outbox and its
-link to the manager (mpsched._client.link), and runs the result thread that collects outcomes
-from the manager in batches and resolves them. It is kept apart from the ``Client``
-object so that the thread never holds a Client (or Scheduler) alive: dropping the last
-reference lets its finalizer stop the manager.
+link to the manager (mpsched._client.link), and runs the result thread, which collects
+outcomes from the manager in batches (mpsched._client.results) and resolves them. It is
+kept apart from the ``Client`` object so that the thread never holds a Client (or
+Scheduler) alive: dropping the last reference lets its finalizer stop the manager.
 
 When the connection to the manager is lost, a client that can reconnect (a client of
 ``mpsched.connect()``) rides the outage out in its result thread (mpsched._client.outage), and
@@ -24,9 +24,9 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from mpsched._client.job_future import JobFuture, settle_cancelled
-from mpsched._client.link import DISCONNECTED, ManagerLink, describe
-from mpsched._client.outage import ride_out
+from mpsched._client.link import DISCONNECTED, ManagerLink
 from mpsched._client.outbox import Outbox
+from mpsched._client.results import serve_outcomes
 from mpsched._core.job import JobRequest, Outcome, OutcomeKind, Payload
 from mpsched._errors import (
     ManagerConnectionLostError,
@@ -41,10 +41,7 @@ from mpsched._payload.segment_pool import SegmentPool
 from mpsched._protocol.proxy import (
     ServiceProxy,
 )
-from mpsched._protocol.records import (
-    LONG_POLL,
-    ClientHello,
-)
+from mpsched._protocol.records import ClientHello
 from mpsched._transport.sockets import describe_versions
 
 log = logging.getLogger("mpsched.client")
@@ -329,7 +326,7 @@ class ClientCore:
         # nobody else would ever resolve them.
         error: MpschedError
         try:
-            error = self._serve_outcomes()
+            error = serve_outcomes(self)
         except BaseException as exc:
             log.error("the result thread of client %s failed: %r", self.client_id, exc)
             error = SchedulerShutdownError(f"this client's result thread failed: {exc!r}")
@@ -346,32 +343,6 @@ class ClientCore:
             self.pool.close()
         self.fail_all(error)
 
-    def _serve_outcomes(self) -> MpschedError:
-        """Resolve outcomes as they come, through outages when this client can reconnect;
-        returns why it stopped."""
-        while True:
-            reason = self._collect()
-            if reason is None:  # this client closed its mailbox
-                return SchedulerShutdownError("the mpsched manager stopped")
-            failure = ride_out(self.link, self.link.begin(reason), self, self.outbox)
-            if failure is not None:
-                return failure
-
-    def _collect(self) -> str | None:
-        """Resolve outcomes until this client closes its mailbox (None) or loses the
-        manager (returns how)."""
-        service = self.service
-        try:
-            while (outage := self.link.outage) is None:  # another thread's call may lose it
-                outcomes = service.collect(self.client_id, self._trim_pool())
-                if outcomes is None:
-                    return None if self.closed else "the manager stopped"
-                for outcome in outcomes:
-                    self.resolve(outcome)
-            return outage.reason
-        except DISCONNECTED as exc:
-            return describe(exc)
-
     def job_ids(self) -> list[str]:
         """The ids of the jobs this client waits for."""
         with self._lock:
@@ -382,11 +353,6 @@ class ClientCore:
         with self._lock:
             in_doubt, self._in_doubt = self._in_doubt, []
         return in_doubt
-
-    def _trim_pool(self) -> float:
-        """Unlink the segments that stayed free too long; returns how long the next
-        collect may wait (the result thread is the one that trims them on time)."""
-        return LONG_POLL if self.pool is None else min(LONG_POLL, self.pool.trim())
 
     def resolve(self, outcome: Outcome) -> None:
         with self._lock:

@@ -1,4 +1,6 @@
-"""The pure core: the job model, the clock, the heap, leases, JobQueue, recurring planning.
+"""The pure core: the job model and its option enums (``job``, ``options``), the clock, the
+heap, leases, JobQueue, recurring schedules (``recurring``) and their planning
+(``planning``), lateness histograms.
 
 No multiprocessing, no sockets, no files: ordering, leases and the leader/follower wait are
 tested with threads and a fake clock. May import: ``mpsched._errors`` only.

@@ -1,5 +1,6 @@
-"""The manager process: the service it serves (queue, journal, schedules, mailboxes, the
-workers table), the supervisor of its local workers, and how a Scheduler starts it.
+"""The manager process: the service it serves (queue, journals with and without a store,
+schedules with their run planner and wall-clock watcher, mailboxes, the workers table,
+recent failures), the supervisor of its local workers, and how a Scheduler starts it.
 
 May import every package below it: ``_errors`` up to ``_worker``; never ``_client`` or
 ``_cli``.

@@ -17,14 +17,8 @@ from datetime import datetime
 from typing import NamedTuple
 
 from mpsched._core.job import Outcome
-from mpsched._core.recurring import (
-    ScheduleCounters,
-    ScheduleInfo,
-    ScheduleSpec,
-    Slots,
-    jitter_offset,
-    zone,
-)
+from mpsched._core.planning import Slots, jitter_offset
+from mpsched._core.recurring import ScheduleCounters, ScheduleInfo, ScheduleSpec, zone
 
 log = logging.getLogger("mpsched.schedules")
 

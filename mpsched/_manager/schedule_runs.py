@@ -1,6 +1,6 @@
 """How a schedule's runs get into the queue and out of it: ``RunPlanner``.
 
-At each trigger (mpsched._core.recurring.plan) it arms the slot to run: a job whose id is
+At each trigger (mpsched._core.planning.plan) it arms the slot to run: a job whose id is
 ``"{schedule id}@{slot, UTC}"``, submitted through the journal (so it is in the store before
 it is in the heap) with the slot as its due time, unless the store knows that run already
 (then it is adopted: a slot never runs twice). It withdraws armed runs that have not
@@ -15,7 +15,8 @@ from collections.abc import Callable
 
 from mpsched._core.clock import Clock
 from mpsched._core.job import Job, JobRequest
-from mpsched._core.recurring import ScheduleKind, Trigger, jitter_offset, plan, run_id
+from mpsched._core.planning import Trigger, jitter_offset, plan
+from mpsched._core.recurring import ScheduleKind, run_id
 from mpsched._errors import MpschedError, StoreError
 from mpsched._manager.journal import BaseJournal
 from mpsched._manager.schedule_entry import Entry

@@ -3,7 +3,7 @@
 A schedule keeps one run armed: a job whose id is ``"{schedule id}@{slot, UTC}"``, submitted
 through the journal (so it is in the store before it is in the heap) with its slot as due
 time; the heap's timed wait starts it on time, like any scheduled job. What arms the next run
-(``mpsched._core.recurring.plan``) depends on ``overlap``::
+(``mpsched._core.planning.plan``) depends on ``overlap``::
 
     add / resume / recovery ──▶ plan(BEGIN) ──▶ arm run k ──▶ heap ──▶ worker
                                                    ▲            │
@@ -34,18 +34,15 @@ from collections.abc import Callable
 from mpsched._core.clock import Clock
 from mpsched._core.job import Job, Outcome, OutcomeKind
 from mpsched._core.options import Mode, OnError, Overlap
+from mpsched._core.planning import Slots, Trigger, jitter_offset, resolve_anchor
 from mpsched._core.recurring import (
     ScheduleAction,
     ScheduleInfo,
     ScheduleKind,
     ScheduleSpec,
-    Slots,
-    Trigger,
     check_spec,
-    jitter_offset,
     local_zone_name,
     plain,
-    resolve_anchor,
     schedule_of,
     with_options,
 )

@@ -1,5 +1,6 @@
-"""The worker process: its take-run-report loop, remote worker pools
-(``python -m mpsched worker``) and process-tree kills.
+"""The worker process: its take-run-report loop (``loop``, why it ends: ``loop_end``), a
+remote worker process (``remote``) and the pool that keeps them (``pool``, for
+``python -m mpsched worker``), and process-tree kills.
 
 May import every package above except ``_manager``, ``_client`` and ``_cli``.
 """

@@ -11,16 +11,8 @@ import pytest
 from cronsim import CronSim
 
 from mpsched._client.recurring import ScheduleRequest, build_spec, default_id
-from mpsched._core.recurring import (
-    ScheduleKind,
-    ScheduleSpec,
-    Slots,
-    check_spec,
-    jitter_offset,
-    plan,
-    run_id,
-    schedule_of,
-)
+from mpsched._core.planning import Slots, jitter_offset, plan
+from mpsched._core.recurring import ScheduleKind, ScheduleSpec, check_spec, run_id, schedule_of
 from mpsched._errors import ConfigError, ExtraMissingError, InvalidJobError
 
 

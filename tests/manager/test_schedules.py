@@ -18,8 +18,9 @@ import pytest
 from fakeclock import FakeClock
 
 from mpsched._core.job import Outcome, OutcomeKind
+from mpsched._core.planning import jitter_offset
 from mpsched._core.queue import JobQueue
-from mpsched._core.recurring import ScheduleSpec, jitter_offset, run_id
+from mpsched._core.recurring import ScheduleSpec, run_id
 from mpsched._errors import ExtraMissingError, JobNotFoundError, ScheduleNotFoundError
 from mpsched._manager.schedules import Schedules
 from mpsched._manager.service import ManagerService
