@@ -53,7 +53,7 @@ def run_job(job_id: int, priority: str, work_seconds: float) -> JobRun:
     """A job: note who and when, then do a little work."""
     started = time.monotonic()
     time.sleep(work_seconds)
-    return JobRun(job_id, priority, os.getpid(), started)
+    return JobRun(job_id=job_id, priority=priority, worker_pid=os.getpid(), started=started)
 
 
 def produce(producer: int, address: Any, authkey: bytes, parent: Connection) -> None:
@@ -69,7 +69,8 @@ def produce(producer: int, address: Any, authkey: bytes, parent: Connection) -> 
         ]
         submitted_by = time.monotonic()
         runs = tuple(f.result(timeout=30) for f in futures)
-    parent.send(ProducerReport(producer, os.getpid(), submitted_by, runs))
+    parent.send(ProducerReport(producer=producer, pid=os.getpid(), submitted_by=submitted_by,
+                               runs=runs))
 
 
 def run_producers(s: Scheduler) -> tuple[float, list[ProducerReport]]:

@@ -124,7 +124,8 @@ def _probe(address: Address, key: bytes) -> None:
     """Connect and say hello as a client: raises what a worker or producer would meet."""
     service = service_at(address, key)
     python, cp = describe_versions()
-    service.open_client(ClientHello(f"probe-{os.getpid()}", python, cp))
+    service.open_client(ClientHello(client_id=f"probe-{os.getpid()}", python=python,
+                                    cloudpickle=cp))
     service.close_client(f"probe-{os.getpid()}")
 
 

@@ -18,6 +18,14 @@ from mpsched._transport.authkey import AUTHKEY_ENV
 from mpsched._transport.tls import TlsConfig
 
 STORE_ENV = "MPSCHED_STORE"
+
+
+class Injection(Option):
+    """A fault ``stress --inject`` plants in the run log before verifying it: it exists only
+    to prove the verifier catches it (a test runs each and expects FAIL)."""
+
+    DUPLICATE = "duplicate"  # the log's first key, once more
+    LOSS = "loss"  # the log's first key, dropped
 CONNECT_HELP = ("the manager's address, as serve prints it: unix:PATH or HOST:PORT "
                 "(default: this user's local manager)")
 KEY_HELP = (f"file holding the manager's key, mode 0600 (default: ${AUTHKEY_ENV}, else, "
@@ -104,8 +112,8 @@ def result_options(result: argparse.ArgumentParser) -> None:
 
 def tls_from_args(args: argparse.Namespace) -> TlsConfig | None:
     """The TLS setting the --tls-* options ask for; None without any of them."""
-    files = [getattr(args, f"tls_{name}", None) for name in ("cert", "key", "ca")]
-    return None if not any(files) else TlsConfig(*files)
+    cert, key, ca = (getattr(args, f"tls_{name}", None) for name in ("cert", "key", "ca"))
+    return None if not (cert or key or ca) else TlsConfig(cert=cert, key=key, ca=ca)
 
 
 def serve_options(serve: argparse.ArgumentParser) -> None:
@@ -285,7 +293,7 @@ def stress_options(stress: argparse.ArgumentParser) -> None:
     stress.add_argument("--authkey-file", type=Path, metavar="FILE",
                         help=f"with --connect: {KEY_HELP}")
     tls_options(stress, serving=False)
-    stress.add_argument("--inject", choices=["duplicate", "loss"],
+    stress.add_argument("--inject", choices=_words(Injection),
                         help=argparse.SUPPRESS)  # proves the verifier catches faults
 
 

@@ -122,9 +122,10 @@ def run_serve(args: argparse.Namespace, out: TextIO) -> int:
               f"or set {AUTHKEY_ENV}.", file=sys.stderr)
         return Exit.UNSAFE
     if explicit is None:
-        key = ServeKey(*ensure_local_authkey(), local=True)
+        local_key, local_file = ensure_local_authkey()
+        key = ServeKey(key=local_key, file=local_file, local=True)
     else:
-        key = ServeKey(explicit, args.authkey_file, local=False)
+        key = ServeKey(key=explicit, file=args.authkey_file, local=False)
     files = ServeFiles()
     if address is None:
         address = _take_local_socket(files)

@@ -12,6 +12,7 @@ from typing import TextIO
 from mpsched._cli.connection import manager_of, service_at
 from mpsched._cli.formats import format_due, format_duration, format_size, plural
 from mpsched._protocol.records import Exit, Stats
+from mpsched._store.base import IN_MEMORY
 from mpsched._transport.address import format_address
 
 
@@ -52,6 +53,6 @@ def format_stats(stats: Stats, where: str, now: float) -> str:
 
 def format_store(location: str, size: int | None) -> str:
     """``/var/lib/jobs.db, 1.2 MiB`` or ``memory (jobs end with the manager)``."""
-    if location == "memory":
+    if location == IN_MEMORY:
         return "memory (jobs end with the manager; serve --store FILE keeps them)"
     return location if size is None else f"{location}, {format_size(size)}"

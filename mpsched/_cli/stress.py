@@ -35,15 +35,17 @@ from multiprocessing.process import BaseProcess
 from typing import Any, TextIO
 
 from mpsched._cli.formats import plural
+from mpsched._cli.options import Injection
 from mpsched._client.client import connect
 from mpsched._client.scheduler import Scheduler
 from mpsched._core.job import Priority
 from mpsched._core.leases import percentiles
 from mpsched._transport.tls import TlsConfig, set_tls
 
-# Faults ``run_stress(inject=...)`` plants in the run log before verifying it. They exist
-# only to prove the verifier catches them (a test runs each and expects FAIL).
-INJECTIONS = ("duplicate", "loss")
+# What a producer says over its pipe once connected, and what the parent answers once all
+# are: they submit together.
+READY = "ready"
+GO = "go"
 
 START_TIMEOUT = 60.0  # longest a producer may take to spawn, import mpsched and connect
 RESULT_MARGIN = 120.0  # how long after the horizon a producer waits for its futures
@@ -136,12 +138,12 @@ def job_keys(producer: int, count: int) -> list[str]:
 def produce(spec: ProducerSpec, link: Connection) -> None:
     """A producer process: connect, wait for "go", submit, wait, report over ``link``.
 
-    Sends "ready" once connected, then a ProducerReport, or a ProducerFailed at any point.
+    Sends READY once connected, then a ProducerReport, or a ProducerFailed at any point.
     """
     try:
         reply: ProducerReport | ProducerFailed = _produce(spec, link)
     except Exception as exc:
-        reply = ProducerFailed(spec.producer, repr(exc))
+        reply = ProducerFailed(producer=spec.producer, reason=repr(exc))
     with contextlib.suppress(OSError):  # the parent gave up on us
         link.send(reply)
 
@@ -152,8 +154,8 @@ def _produce(spec: ProducerSpec, link: Connection) -> ProducerReport:
     set_tls(spec.tls)
     client = connect(spec.address, authkey=spec.authkey)
     try:
-        link.send("ready")
-        link.recv()  # "go": every producer connected, so they submit together
+        link.send(READY)
+        link.recv()  # GO: every producer connected, so they submit together
         first_submit = time.monotonic()
         submitted = []
         for key in job_keys(spec.producer, spec.count):
@@ -180,8 +182,9 @@ def _report(producer: int, submitted: list[tuple[str, float, Any]],
             returned.append(key)
             lateness.append(started - earliest)
             early += started < earliest
-    return ProducerReport(producer, tuple(returned), early, tuple(lateness), first_submit,
-                          time.monotonic())
+    return ProducerReport(producer=producer, returned=tuple(returned), early=early,
+                          lateness=tuple(lateness), first_submit=first_submit,
+                          last_done=time.monotonic())
 
 
 def run_stress(*, producers: int, workers: int, jobs: int, horizon: float = 2.0,
@@ -218,7 +221,7 @@ def run_stress(*, producers: int, workers: int, jobs: int, horizon: float = 2.0,
             _collect(report, _run_producers(report, address, authkey, log_path, horizon,
                                             tls))
         if inject is not None:
-            _inject(log_path, inject)
+            _inject(log_path, Injection.coerce(inject, "inject"))
         _verify(report, log_path)
     report.elapsed = time.monotonic() - begun
     _print_report(report, out)
@@ -234,8 +237,8 @@ def _validate(producers: int, workers: int, jobs: int, horizon: float, address: 
         raise ValueError(f"horizon must be a finite number of seconds >= 0, not {horizon!r}")
     if address is not None and authkey is None:
         raise ValueError("connecting to a running manager needs its authkey")
-    if inject is not None and inject not in INJECTIONS:
-        raise ValueError(f"inject must be one of {INJECTIONS}, not {inject!r}")
+    if inject is not None:
+        Injection.coerce(inject, "inject")  # ConfigError, a ValueError
 
 
 def _run_own(report: StressReport, horizon: float, log_path: str) -> None:
@@ -254,16 +257,17 @@ def _run_producers(report: StressReport, address: Any, authkey: bytes, log_path:
                    ) -> list[ProducerReport | ProducerFailed]:
     """Start the producers, release them together, and gather what each sends back."""
     counts = _split(report.jobs, report.producers)
-    specs = [ProducerSpec(p, n, address, authkey, log_path, horizon, tls)
+    specs = [ProducerSpec(producer=p, count=n, address=address, authkey=authkey,
+                          log_path=log_path, horizon=horizon, tls=tls)
              for p, n in enumerate(counts)]
     with _producer_processes(specs) as links:
         replies = [_receive(p, link, START_TIMEOUT) for p, link in enumerate(links)]
         for link, reply in zip(links, replies, strict=True):
-            if reply == "ready":
+            if reply == READY:
                 with contextlib.suppress(OSError):
-                    link.send("go")
+                    link.send(GO)
         wait = horizon + RESULT_MARGIN + START_TIMEOUT
-        return [_receive(p, link, wait) if reply == "ready" else reply
+        return [_receive(p, link, wait) if reply == READY else reply
                 for p, (link, reply) in enumerate(zip(links, replies, strict=True))]
 
 
@@ -304,8 +308,8 @@ def _receive(producer: int, link: Connection, timeout: float) -> Any:
         if link.poll(timeout):
             return link.recv()
     except (EOFError, OSError):
-        return ProducerFailed(producer, "the process died")
-    return ProducerFailed(producer, f"no message within {timeout:.0f} s")
+        return ProducerFailed(producer=producer, reason="the process died")
+    return ProducerFailed(producer=producer, reason=f"no message within {timeout:.0f} s")
 
 
 def _split(jobs: int, producers: int) -> list[int]:
@@ -333,13 +337,13 @@ def _collect(report: StressReport, replies: list[ProducerReport | ProducerFailed
     report.unresolved = len(_expected_keys(report) - returned)
 
 
-def _inject(log_path: str, inject: str) -> None:
-    """Plant a fault in the run log (see INJECTIONS): repeat or drop its first key."""
+def _inject(log_path: str, inject: Injection) -> None:
+    """Plant a fault in the run log: repeat or drop its first key."""
     with open(log_path) as log:
         lines = log.readlines()
     if not lines:  # nothing ran: the run fails anyway
         return
-    if inject == "duplicate":
+    if inject is Injection.DUPLICATE:
         lines.append(lines[0])
     else:
         del lines[0]

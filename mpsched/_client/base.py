@@ -120,6 +120,7 @@ class ClientBase:
 
 
 def _job_info(record: JobRecord) -> JobInfo:
-    return JobInfo(record.job_id, record.name, record.state.value,
-                   datetime.fromtimestamp(record.due_wall, timezone.utc),
-                   Priority(record.priority), record.attempt, record.worker_id, record.key)
+    return JobInfo(job_id=record.job_id, name=record.name, state=record.state.value,
+                   due=datetime.fromtimestamp(record.due_wall, timezone.utc),
+                   priority=Priority(record.priority), attempts=record.attempt,
+                   worker=record.worker_id, key=record.key)

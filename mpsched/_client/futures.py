@@ -75,7 +75,8 @@ class ClientCore:
         # Batches whose submit lost its connection, to a manager with a store: sent again
         # after the outage if the manager then does not know them.
         self._in_doubt: list[JobRequest] = []
-        hello = ClientHello(self.client_id, *describe_versions())
+        python, cloudpickle = describe_versions()
+        hello = ClientHello(client_id=self.client_id, python=python, cloudpickle=cloudpickle)
         max_pending = service.open_client(hello)
         options = service.payload_options()
         # The manager's segment prefix when this process maps its shared memory, else "".

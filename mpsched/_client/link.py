@@ -25,6 +25,7 @@ from mpsched._protocol.proxy import (
 from mpsched._protocol.records import (
     ClientHello,
 )
+from mpsched._store.base import IN_MEMORY
 from mpsched._transport.address import format_address
 
 log = logging.getLogger("mpsched.client")
@@ -33,7 +34,6 @@ T = TypeVar("T")
 
 RECONNECT_FIRST = 0.1  # seconds before the first try to reach a lost manager again
 RECONNECT_MAX = 5.0  # the wait doubles up to this
-NO_STORE = "memory"  # Stats.store of a manager without a store
 # The manager is gone; OSError covers ConnectionError. (A StoreError is an OSError too, but
 # one the manager raised: every handler of these lets it through first.)
 DISCONNECTED = (EOFError, OSError)
@@ -68,7 +68,7 @@ def describe(exc: BaseException) -> str:
 
 def has_store(service: ServiceProxy) -> bool:
     """Whether the manager keeps a store (then it knows a client's jobs after a restart)."""
-    return service.stats().store != NO_STORE
+    return service.stats().store != IN_MEMORY
 
 
 class ManagerLink:
@@ -142,7 +142,7 @@ class ManagerLink:
         does not reconnect: its calls are refused from now on, as its result thread
         closes it). Returns the caller's error, which ends with ``advice`` if the client
         reconnects."""
-        outage = Outage(self.address, describe(exc), time.monotonic())
+        outage = Outage(address=self.address, reason=describe(exc), since=time.monotonic())
         with self._lock:
             started = (self.outage is None and service is self.service
                        and not self.closed.is_set())
@@ -173,7 +173,8 @@ class ManagerLink:
         """The outage the result thread rides out (the one under way, or a new one)."""
         with self._lock:
             if self.outage is None:
-                self.outage = Outage(self.address, reason, time.monotonic())
+                self.outage = Outage(address=self.address, reason=reason,
+                                     since=time.monotonic())
             return self.outage
 
     def reconnect(self, watch: list[str]) -> Rejoin | None:
@@ -193,7 +194,8 @@ class ManagerLink:
                 durable = has_store(service)
                 outcomes, unknown = (service.watch_many(self.hello.client_id, watch)
                                      if watch else ([], []))
-                return Rejoin(service, durable, outcomes, unknown)
+                return Rejoin(service=service, durable=durable, outcomes=outcomes,
+                              unknown=unknown)
             # Not there yet, or gone again. AssertionError: Python < 3.12's handshake
             # asserts that the peer sent a challenge.
             except (*DISCONNECTED, AssertionError):

@@ -56,7 +56,8 @@ class EndedJobs:
         ``ttl`` of 0 nothing is remembered: ``job`` comes back at once."""
         now = self._clock()
         if self._ttl <= 0:
-            return [Ended(job, state, worker_id, wall, None, now, 0)]
+            return [Ended(job=job, state=state, worker_id=worker_id, finished_wall=wall,
+                          outcome=None, kept_until=now, size=0)]
         size = 0 if outcome is None else len(outcome.payload) + len(outcome.traceback)
         if outcome is not None and (size > MAX_OUTCOME or shm.segment_of(outcome.payload)):
             outcome, size = None, 0
@@ -65,7 +66,8 @@ class EndedJobs:
         old = ended.pop(job.job_id, None)
         if old is not None:
             self._bytes -= old.size
-        ended[job.job_id] = Ended(job, state, worker_id, wall, outcome, now + self._ttl, size)
+        ended[job.job_id] = Ended(job=job, state=state, worker_id=worker_id, finished_wall=wall,
+                                  outcome=outcome, kept_until=now + self._ttl, size=size)
         self._bytes += size
         if now < self._oldest_until and len(ended) <= MAX_JOBS and self._bytes <= MAX_BYTES:
             return ()  # nothing to forget: the usual case, without looking at the oldest

@@ -78,7 +78,7 @@ def run_manager(config: ManagerConfig, control: Connection | None = None,
     except StoreError as exc:
         if control is None:
             raise
-        control.send(ManagerFailed(str(exc), exc))
+        control.send(ManagerFailed(reason=str(exc), error=exc))
         return 1
     segments = _segments(config)
     try:
@@ -161,8 +161,8 @@ def _serve(config: ManagerConfig, control: Connection | None,
                 control.send(ManagerFailed(failure))
             log.error("manager start-up failed: %s", failure)
             return 1
-        ready = ManagerReady(server.address, os.getpid(), recovered_lines,
-                             "" if status is None else status.url)
+        ready = ManagerReady(address=server.address, pid=os.getpid(), recovered=recovered_lines,
+                             http_url="" if status is None else status.url)
         if control is not None:
             control.send(ready)
         if on_ready is not None:

@@ -66,12 +66,14 @@ class Entry:
     warned: tuple[float, int, int] | None = None
 
     def state(self) -> State:
-        return State(self.slots.anchor, self.tz, self.decided, self.owed_until, self.paused,
-                      self.counters(), tuple(self.active.items()), tuple(self.recent),
-                      self.last_started)
+        return State(anchor=self.slots.anchor, tz=self.tz, decided=self.decided,
+                     owed_until=self.owed_until, paused=self.paused, counters=self.counters(),
+                     active=tuple(self.active.items()), recent=tuple(self.recent),
+                     last_started=self.last_started)
 
     def counters(self) -> ScheduleCounters:
-        return ScheduleCounters(self.runs, self.skipped, self.missed, self.failed)
+        return ScheduleCounters(runs=self.runs, skipped=self.skipped, missed=self.missed,
+                                failed=self.failed)
 
     def restore(self, counters: ScheduleCounters) -> None:
         """Go on from the counters a store kept for this schedule (a manager restarted on
@@ -96,9 +98,10 @@ class Entry:
             label += jitter_offset(spec.schedule_id, label, spec.jitter)
             with contextlib.suppress(OverflowError, OSError, ValueError):  # past 9999: None
                 next_run = datetime.fromtimestamp(label, zone(self.tz))
-        return ScheduleInfo(spec.schedule_id, spec.describe(), spec.name, next_run,
-                            self.paused, cancelled, self.counters(), self.last_started,
-                            self.tz, next_run_id)
+        return ScheduleInfo(schedule_id=spec.schedule_id, spec=spec.describe(), name=spec.name,
+                            next_run=next_run, paused=self.paused, cancelled=cancelled,
+                            counters=self.counters(), last_run=self.last_started, tz=self.tz,
+                            next_run_id=next_run_id)
 
     def keep(self, outcome: Outcome) -> None:
         """Keep a run's outcome, the KEPT_OUTCOMES latest only."""

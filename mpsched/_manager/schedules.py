@@ -55,7 +55,7 @@ from mpsched._manager.journal import BaseJournal, cancelled
 from mpsched._manager.schedule_entry import Cancelled, Entry, State
 from mpsched._manager.schedule_runs import RunPlanner
 from mpsched._manager.wall_clock import WALL_JUMP, WallClockWatcher
-from mpsched._store.base import DAY, StoredSchedule
+from mpsched._store.base import DAY, IN_MEMORY, StoredSchedule
 
 log = logging.getLogger("mpsched.schedules")
 
@@ -118,7 +118,7 @@ class Schedules:
 
     def close(self) -> None:
         """Stop planning: runs that end from now on leave the store as it is."""
-        if self._entries and self._journal.store.location == "memory":
+        if self._entries and self._journal.store.location == IN_MEMORY:
             log.info("%d schedule(s) end with this manager: without a store nothing keeps "
                      "them", len(self._entries))
         self._closed = True
@@ -157,7 +157,8 @@ class Schedules:
             elif (gone := self._gone.pop(spec.schedule_id, self._clock.now())) is not None:
                 entry.recent, entry.outcomes = gone.recent, gone.outcomes  # its runs' list
             self._journal.store.save_schedule(StoredSchedule(
-                spec.schedule_id, pickle.dumps(plain(spec)), pickle.dumps(entry.state())))
+                schedule_id=spec.schedule_id, spec=pickle.dumps(plain(spec)),
+                state=pickle.dumps(entry.state())))
             self._entries[spec.schedule_id] = entry
             log.info("schedule %s %s: %s", spec.schedule_id,
                      "replaced" if old else "added", spec.describe())

@@ -174,5 +174,7 @@ def _status(worker: _Worker) -> WorkerStatus:
                 cpu, rss = proc.cpu_percent(None), proc.memory_info().rss
                 seconds = times.user + times.system
     hello = worker.hello
-    return WorkerStatus(hello.worker_id, hello.pid, hello.host, hello.remote,
-                        worker.jobs_done, worker.current, cpu, rss, seconds)
+    return WorkerStatus(worker_id=hello.worker_id, pid=hello.pid, host=hello.host,
+                        remote=hello.remote, jobs_done=worker.jobs_done,
+                        current_job=worker.current, cpu_percent=cpu, rss=rss,
+                        cpu_seconds=seconds)

@@ -69,7 +69,8 @@ class Segments:
         return cls(prefix, probe)
 
     def options(self, max_pending_bytes: int | None) -> PayloadOptions:
-        return PayloadOptions(self.prefix, self.probe, max_pending_bytes)
+        return PayloadOptions(prefix=self.prefix, probe=self.probe,
+                              max_pending_bytes=max_pending_bytes)
 
     def close(self) -> None:
         """The manager stops: unlink every segment of its prefix."""

@@ -129,7 +129,7 @@ def layout(buffers: Sequence[memoryview]) -> tuple[int, tuple[Entry, ...]]:
     entries = []
     offset = 0
     for buffer in buffers:
-        entries.append(Entry(offset, buffer.nbytes, buffer.readonly))
+        entries.append(Entry(offset=offset, length=buffer.nbytes, readonly=buffer.readonly))
         offset += -(-buffer.nbytes // ALIGN) * ALIGN
     return offset, tuple(entries)
 
@@ -275,7 +275,8 @@ def shared_with(options: PayloadOptions) -> str:
         log_fallback("this platform has no POSIX shared memory (/dev/shm)")
         return ""
     try:
-        found = read(options.prefix + "probe", [Entry(0, len(options.probe), True)])
+        probe = Entry(offset=0, length=len(options.probe), readonly=True)
+        found = read(options.prefix + "probe", [probe])
     except OSError as exc:
         log_fallback(f"this process does not see the manager's shared memory ({exc})")
         return ""
@@ -307,7 +308,7 @@ def _head(magic: bytes, segment: str, size: int, entries: Sequence[Entry]) -> by
 
 
 _EMPTY_HEAD = _head(MAGIC, "", 0, ())  # the frame of a payload with no buffers
-_EMPTY_FRAME = Frame("", 0, (), _HEAD.size, _HEAD.size)
+_EMPTY_FRAME = Frame(segment="", size=0, entries=(), data=_HEAD.size, body=_HEAD.size)
 
 
 def carry(buffers: Sequence[memoryview], body: bytes) -> bytes:
@@ -333,10 +334,11 @@ def parse(payload: Payload | memoryview) -> Frame | None:
     _, length, size, count = _HEAD.unpack_from(payload)
     start = _HEAD.size + length
     segment = bytes(payload[_HEAD.size:start]).decode()
-    entries = tuple(Entry(*_ENTRY.unpack_from(payload, start + i * _ENTRY.size))
+    entries = tuple(Entry._make(_ENTRY.unpack_from(payload, start + i * _ENTRY.size))
                     for i in range(count))
     data = start + count * _ENTRY.size
-    return Frame(segment, size, entries, data, data + (size if magic == CARRIED else 0))
+    return Frame(segment=segment, size=size, entries=entries, data=data,
+                 body=data + (size if magic == CARRIED else 0))
 
 
 def inline(payload: Payload) -> Payload:

@@ -11,7 +11,9 @@ own, where pickling it into the message would copy it on both sides. It arrives 
 bytearray, or as a read-only view of one (:func:`blob_in` unwraps it); the code on both sides
 sees bytes-like data.
 
-Each tuple is read back by unpacking it into named fields, never by index.
+Each tuple is read back by unpacking it into named fields, never by index; the records
+are then built from those names in their order (a keyword call would cost ~0.4 us a job,
+on the path every job takes).
 """
 
 from __future__ import annotations

@@ -233,7 +233,8 @@ class ServiceProxy(BaseProxy):
         return result
 
     def payload_options(self) -> PayloadOptions:
-        return PayloadOptions(*self._call("payload_options"))
+        result: PayloadOptions = self._call("payload_options")
+        return result
 
 
 # The object a manager process serves (its ManagerService); set once by serve_object().

@@ -118,7 +118,7 @@ class Stats:
     workers_missing: int = 0
     worker_start_failures: int = 0
     clients: int = 0  # clients with a mailbox (connected, or closing with outcomes left)
-    store: str = "memory"  # where jobs are journalled: a path, or "memory"
+    store: str = "memory"  # where jobs are journalled: a path, or "memory" (IN_MEMORY)
     store_size: int | None = None  # bytes the store takes on disk
 
     @property

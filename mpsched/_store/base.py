@@ -36,6 +36,7 @@ from mpsched._core.job import JobRecord, JobState, Payload
 from mpsched._errors import ConfigError, InvalidJobError
 
 DAY = 86400.0
+IN_MEMORY = "memory"  # the location of the store of a manager without one: its memory
 
 
 class StoredJob(NamedTuple):
@@ -61,9 +62,11 @@ class StoredJob(NamedTuple):
 def record_of(job: StoredJob, state: JobState, worker_id: str | None = None,
               finished_wall: float | None = None, outcome: bytes | None = None) -> JobRecord:
     """The record of ``job`` in ``state``."""
-    return JobRecord(job.job_id, job.client_id, job.key, job.name, job.priority,
-                     job.due_wall, job.seq, job.timeout, job.retries, job.attempt,
-                     job.submitted_wall, state, worker_id, finished_wall, outcome)
+    return JobRecord(job_id=job.job_id, client_id=job.client_id, key=job.key, name=job.name,
+                     priority=job.priority, due_wall=job.due_wall, seq=job.seq,
+                     timeout=job.timeout, retries=job.retries, attempt=job.attempt,
+                     submitted_wall=job.submitted_wall, state=state, worker_id=worker_id,
+                     finished_wall=finished_wall, outcome=outcome)
 
 
 class RunningJob(NamedTuple):
@@ -101,7 +104,7 @@ class Store(abc.ABC):
     @property
     @abc.abstractmethod
     def location(self) -> str:
-        """Where the jobs live, for ``status``: a path, a URL, or ``"memory"``."""
+        """Where the jobs live, for ``status``: a path, a URL, or IN_MEMORY."""
 
     @abc.abstractmethod
     def size(self) -> int | None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from mpsched._core.job import JobRecord, JobState
 from mpsched._errors import InvalidJobError, StoreError
 from mpsched._store.base import (
+    IN_MEMORY,
     JournalStore,
     Recovery,
     RunningJob,
@@ -63,7 +64,7 @@ class MemoryStore(JournalStore):
 
     @property
     def location(self) -> str:
-        return "memory"
+        return IN_MEMORY
 
     def size(self) -> int | None:
         return None
@@ -176,7 +177,7 @@ class MemoryStore(JournalStore):
 
     def _check_open_locked(self) -> None:
         if self._closed:
-            raise StoreError("memory", "the store is closed")
+            raise StoreError(IN_MEMORY, "the store is closed")
 
     def save_schedule(self, schedule: StoredSchedule) -> None:
         with self._lock:

@@ -59,7 +59,8 @@ class HandshakeSlots:
         self._telling: Counter[str] = Counter()  # of those, TLS refusals per address
         self._refused_by_host: dict[str, int] = {}  # addresses at their cap: refused since
         self._refused_total = 0  # refused since the total cap was last reached
-        self._limits = Limits(1, 1, 0)  # as of the last admission
+        # As of the last admission.
+        self._limits = Limits(total=1, per_address=1, refusals_per_address=0)
 
     def refusal_locked(self, host: str | None, limits: Limits) -> str:
         """Why a connection from ``host`` is refused now ("": it is not)."""

@@ -158,7 +158,8 @@ class HardenedServer(managers.Server):
             while (accepted := self._next_connection()) is not None:
                 sock, peer = accepted
                 self.handshakes.admit(sock, peer, connect.HANDSHAKE_TIMEOUT, Limits(
-                    MAX_HANDSHAKES, MAX_HANDSHAKES_PER_ADDRESS, MAX_REFUSALS_PER_ADDRESS))
+                    total=MAX_HANDSHAKES, per_address=MAX_HANDSHAKES_PER_ADDRESS,
+                    refusals_per_address=MAX_REFUSALS_PER_ADDRESS))
         finally:
             self.handshakes.stop()
 

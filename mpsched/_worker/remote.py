@@ -176,8 +176,9 @@ def _heartbeats(service: ServiceProxy, worker_id: str, interval: float,
     while True:
         try:
             times = me.cpu_times()
-            service.heartbeat(worker_id, WorkerLoad(me.cpu_percent(None), me.memory_info().rss,
-                                                    times.user + times.system))
+            service.heartbeat(worker_id, WorkerLoad(cpu_percent=me.cpu_percent(None),
+                                                    rss=me.memory_info().rss,
+                                                    cpu_seconds=times.user + times.system))
         except (WorkerRetiredError, SchedulerShutdownError, EOFError, OSError):
             return
         if stop.wait(interval):
