@@ -32,7 +32,8 @@ class MetricsInput:
     stats: Stats
     lateness: HistogramSnapshot  # every job's due -> start, since the manager started
     schedules: Sequence[ScheduleInfo]
-    commit_latency: HistogramSnapshot | None  # the store's commits (None: no store)
+    # the store's commits (None: no store, or one that does not time its commits)
+    commit_latency: HistogramSnapshot | None
     started_wall: float  # when the manager started, epoch seconds
 
 
@@ -119,15 +120,14 @@ def _manager(out: _Exposition, metrics: MetricsInput) -> None:
     out.family("mpsched_start_time_seconds", "gauge",
                "When the manager started, Unix epoch seconds.",
                [("", {}, metrics.started_wall)])
-    if metrics.commit_latency is None:
-        return
-    if stats.store_size is not None:
+    if stats.store != "memory" and stats.store_size is not None:
         out.family("mpsched_store_size_bytes", "gauge",
-                   "Bytes the job store takes on disk (database, journal, lease log).",
+                   "Bytes the job store takes (database, journal, lease log).",
                    [("", {}, stats.store_size)])
-    out.histogram("mpsched_store_commit_seconds",
-                  "Seconds each store transaction took to write and commit.",
-                  metrics.commit_latency)
+    if metrics.commit_latency is not None:
+        out.histogram("mpsched_store_commit_seconds",
+                      "Seconds each store transaction took to write and commit.",
+                      metrics.commit_latency)
 
 
 class _Exposition:

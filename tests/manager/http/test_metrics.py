@@ -138,6 +138,10 @@ def test_store_metrics_only_where_a_store_is_configured() -> None:
     assert with_store["mpsched_store_commit_seconds"].type == "histogram"
     assert value(with_store, "mpsched_store_commit_seconds",
                  "mpsched_store_commit_seconds_count") == 2
+    untimed = parsed(render(MetricsInput(  # a store that does not time its commits
+        stats(store="redis://localhost/0", store_size=99), lateness(), [], None, 1.7e9)))
+    assert value(untimed, "mpsched_store_size_bytes") == 99
+    assert "mpsched_store_commit_seconds" not in untimed
 
 
 def test_names_follow_prometheus_conventions() -> None:

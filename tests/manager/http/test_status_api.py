@@ -8,6 +8,7 @@ import dataclasses
 import os
 import urllib.parse
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,11 +18,15 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from mpsched._core.heap import PendingJobs
 from mpsched._core.job import JobRequest, Outcome, Priority
+from mpsched._core.queue import JobQueue
 from mpsched._core.recurring import ScheduleSpec
 from mpsched._manager.http.server import StatusServer
 from mpsched._manager.service import ManagerService
+from mpsched._manager.store_journal import Journal
 from mpsched._protocol.codec import assignment_from_wire, report_to_wire
 from mpsched._protocol.records import Report
+from mpsched._store.sqlite import SQLiteStore
+from mpsched._transport.http_access import HttpConfig
 
 
 def schedule(service: ManagerService, clock: FakeClock) -> None:
@@ -190,3 +195,23 @@ def test_the_page_and_the_listings_never_copy_the_whole_heap(
         assert request(server, "/api/jobs" + query).status == 200, query
     assert request(server, "/metrics").status == 200
     assert request(server, "/api/status").status == 200
+
+
+def test_with_a_store_its_size_and_commit_times_are_metrics(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "jobs.db", durability="process")
+    queue = JobQueue()
+    service = ManagerService(queue, journal=Journal(store, queue))
+    server = StatusServer(HttpConfig("127.0.0.1", 0), service)
+    server.start()
+    try:
+        service.journal.recover(queue.clock)
+        service.journal.submit([JobRequest("kept", "client", b"", 2, 3600.0, None)], None)
+        found = families(request(server, "/metrics").text)
+        assert sample(found, "mpsched_store_size_bytes") > 0
+        commits = sample(found, "mpsched_store_commit_seconds",
+                         "mpsched_store_commit_seconds_count")
+        assert commits >= 1 and commits == store.commits
+    finally:
+        server.stop()
+        service.stop()
+        store.close()
