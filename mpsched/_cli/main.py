@@ -29,7 +29,7 @@ from mpsched._cli.jobs import print_outcome, run_cancel, run_jobs, run_result
 from mpsched._cli.options import tls_from_args
 from mpsched._cli.parser import Command, build_parser, usage_line
 from mpsched._cli.schedules import check_recurring, run_schedules, submit_recurring
-from mpsched._cli.serve import default_method, run_serve
+from mpsched._cli.serve import run_serve
 from mpsched._cli.status import run_status
 from mpsched._client.client import Client, connect
 from mpsched._errors import (
@@ -43,7 +43,11 @@ from mpsched._errors import (
     StoreError,
     VersionMismatchError,
 )
-from mpsched._protocol.records import ClientHello, Exit
+from mpsched._protocol.records import (
+    ClientHello,
+    Exit,
+    StartMethod,
+)
 from mpsched._transport.address import Address, format_address
 from mpsched._transport.authkey import scrub_authkey_env
 from mpsched._transport.runtime import default_address
@@ -114,7 +118,7 @@ def _worker(args: argparse.Namespace, out: TextIO) -> int:
                           log_level=logging.getLogger().getEffectiveLevel(),
                           heartbeat_interval=args.heartbeat_interval,
                           tls=tls_from_args(args))
-    pool = WorkerPool(config, args.processes, default_method())
+    pool = WorkerPool(config, args.processes, StartMethod.default())
     print(f"mpsched worker: {plural(args.processes, 'process')} joined "
           f"{format_address(address)}", file=out, flush=True)
     return pool.run()

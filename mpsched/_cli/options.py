@@ -10,7 +10,7 @@ import os
 import textwrap
 from pathlib import Path
 
-from mpsched._core.job import JobState, Order
+from mpsched._core.job import JobState, Order, Priority
 from mpsched._core.options import Catchup, Durability, Mode, OnError, Option, Overlap
 from mpsched._core.recurring import MIN_INTERVAL, interval_problem
 from mpsched._protocol.records import HEARTBEAT_TIMEOUT
@@ -128,7 +128,7 @@ def serve_options(serve: argparse.ArgumentParser) -> None:
                        help=f"file holding the key, mode 0600 (default: ${AUTHKEY_ENV}, "
                             f"else this user's local key in the runtime directory, written "
                             f"at the first serve and kept)")
-    serve.add_argument("--order", choices=[o.value for o in Order], default="time",
+    serve.add_argument("--order", choices=_words(Order), default=Order.TIME,
                        help="time: earliest due first, then priority; priority: among "
                             "jobs already due, highest priority first (default: "
                             "%(default)s)")
@@ -149,7 +149,7 @@ def serve_options(serve: argparse.ArgumentParser) -> None:
     store.add_argument("--store", metavar="FILE", default=os.environ.get(STORE_ENV),
                        help=f"keep the jobs in this SQLite file, created if missing; one "
                             f"manager per file (default: ${STORE_ENV}, else in memory)")
-    store.add_argument("--durability", choices=_words(Durability), default="sync",
+    store.add_argument("--durability", choices=_words(Durability), default=Durability.SYNC,
                        help="sync: an acknowledged submit or cancel survives a power cut "
                             "(SQLite synchronous=FULL), and a job's start and end reach "
                             "the disk within milliseconds (group commit); process: they "
@@ -216,7 +216,8 @@ def submit_options(submit: argparse.ArgumentParser) -> None:
     when.add_argument("--at", metavar="TIME",
                       help="due at this ISO 8601 time, as 2026-12-03T02:00 (naive means "
                            "local time)")
-    submit.add_argument("--priority", choices=["high", "medium", "low"], default="medium",
+    submit.add_argument("--priority", choices=[p.name.lower() for p in Priority],
+                        default=Priority.MEDIUM.name.lower(),
                         help="among jobs due at the same time, high runs before medium "
                              "before low (default: %(default)s)")
     submit.add_argument("--timeout", type=float, metavar="SECONDS",
@@ -258,21 +259,21 @@ def submit_options(submit: argparse.ArgumentParser) -> None:
                            help="the schedule's name; submitting it again with the same "
                                 "spec changes nothing, with another replaces it (default: "
                                 "derived from the callable and the spec)")
-    recurring.add_argument("--mode", choices=_words(Mode), default="rate",
+    recurring.add_argument("--mode", choices=_words(Mode), default=Mode.RATE,
                            help="with --every: rate plans runs at start + k * SECONDS; delay "
                                 "plans each run SECONDS after the previous one ended "
                                 "(default: %(default)s)")
-    recurring.add_argument("--overlap", choices=_words(Overlap), default="skip",
+    recurring.add_argument("--overlap", choices=_words(Overlap), default=Overlap.SKIP,
                            help="a run due while the previous one is pending or running: "
                                 "skip it, queue it until that one ends, or allow both "
                                 "(default: %(default)s)")
-    recurring.add_argument("--catchup", choices=_words(Catchup), default="latest",
+    recurring.add_argument("--catchup", choices=_words(Catchup), default=Catchup.LATEST,
                            help="runs missed while the manager was down or busy: run the "
                                 "latest one, all of them, or none (default: %(default)s)")
     recurring.add_argument("--jitter", type=_seconds_or_zero, default=0.0, metavar="SECONDS",
                            help="start each run up to SECONDS after its time, the same "
                                 "offset for a given time across restarts (default: 0)")
-    recurring.add_argument("--on-error", choices=_words(OnError), default="continue",
+    recurring.add_argument("--on-error", choices=_words(OnError), default=OnError.CONTINUE,
                            help="a run that fails: continue the schedule, or pause it "
                                 "(default: %(default)s)")
 

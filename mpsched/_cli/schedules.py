@@ -11,6 +11,7 @@ from typing import Any, TextIO
 
 from mpsched._cli.connection import connected
 from mpsched._cli.formats import format_duration, local_time
+from mpsched._core.options import Catchup, Mode, OnError, Overlap
 from mpsched._core.recurring import ScheduleInfo
 from mpsched._protocol.records import (
     Exit,
@@ -18,8 +19,9 @@ from mpsched._protocol.records import (
 
 # The options of recurring jobs, with their defaults: given without --every or --cron,
 # they are a usage error.
-RECURRING_ONLY = {"tz": None, "schedule_id": None, "jitter": 0.0, "mode": "rate",
-                  "overlap": "skip", "catchup": "latest", "on_error": "continue"}
+RECURRING_ONLY = {"tz": None, "schedule_id": None, "jitter": 0.0, "mode": Mode.RATE,
+                  "overlap": Overlap.SKIP, "catchup": Catchup.LATEST,
+                  "on_error": OnError.CONTINUE}
 
 
 def check_recurring(args: argparse.Namespace) -> str | None:
@@ -40,7 +42,7 @@ def check_recurring(args: argparse.Namespace) -> str | None:
         return "--delay and --at set the first run of --every, not of --cron"
     if args.every is not None and args.tz is not None:
         return "--tz is for --cron"
-    if args.cron is not None and args.mode != "rate":
+    if args.cron is not None and args.mode != Mode.RATE:
         return "--mode is for --every: cron runs come at the times of the expression"
     return None
 

@@ -55,6 +55,7 @@ from mpsched._protocol.records import (
     Exit,
     ManagerConfig,
     ManagerReady,
+    StartMethod,
 )
 from mpsched._transport.address import Address, format_address, is_loopback, parse_address
 from mpsched._transport.authkey import AUTHKEY_ENV, read_authkey
@@ -206,7 +207,7 @@ def _exit_before_ready(signum: int, frame: Any) -> None:
 def _run_served(args: argparse.Namespace, out: TextIO, key: ServeKey, address: Address,
                 files: ServeFiles, http: HttpConfig | None) -> int:
     config = ManagerConfig(
-        authkey=key.key, workers=args.workers, mp_method=default_method(), address=address,
+        authkey=key.key, workers=args.workers, mp_method=StartMethod.default(), address=address,
         order=Order(args.order), max_pending=args.max_pending,
         max_pending_bytes=args.max_pending_bytes,
         log_level=logging.getLogger().getEffectiveLevel(),
@@ -290,7 +291,3 @@ def _install_stop_handlers(service: ManagerService, files: ServeFiles) -> None:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
-
-def default_method() -> str:
-    """The start method for worker processes: forkserver where there is one, else spawn."""
-    return "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"

@@ -28,6 +28,7 @@ from mpsched._protocol.proxy import (
 )
 from mpsched._protocol.records import (
     ManagerConfig,
+    StartMethod,
 )
 from mpsched._store.base import DAY, check_options
 from mpsched._transport.http_access import http_config
@@ -246,11 +247,12 @@ def _worker_count(workers: int | None, max_workers: int | None) -> int:
     return count
 
 
-def _start_method(mp_context: str | Any) -> str:
+def _start_method(mp_context: str | Any) -> StartMethod:
     if mp_context is None:
-        methods = multiprocessing.get_all_start_methods()
-        return "forkserver" if "forkserver" in methods else "spawn"
+        return StartMethod.default()
     method = mp_context if isinstance(mp_context, str) else mp_context.get_start_method()
-    if method not in ("spawn", "forkserver"):
-        raise ConfigError("mp_context", method, "a 'spawn' or 'forkserver' start method")
-    return str(method)
+    try:
+        return StartMethod(method)
+    except ValueError:
+        raise ConfigError("mp_context", method,
+                          "a 'spawn' or 'forkserver' start method") from None

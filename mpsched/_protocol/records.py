@@ -10,12 +10,13 @@ ones travel as are in :mod:`mpsched._protocol.codec`.
 from __future__ import annotations
 
 import logging
+import multiprocessing
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, NamedTuple
 
 from mpsched._core.job import Order, Outcome, QueueStats
-from mpsched._core.options import Durability
+from mpsched._core.options import Durability, Option
 from mpsched._errors import MpschedError
 from mpsched._transport.http_access import HttpConfig
 from mpsched._transport.tls import TlsConfig
@@ -142,13 +143,28 @@ class Stats:
         return self.queue.lateness
 
 
+class StartMethod(Option):
+    """How a manager starts its local worker processes: never fork, the manager has
+    threads; neither of these re-runs the program's main module in the workers."""
+
+    FORKSERVER = "forkserver"
+    SPAWN = "spawn"
+
+    @classmethod
+    def default(cls) -> StartMethod:
+        """FORKSERVER where the platform has it, else SPAWN."""
+        if "forkserver" in multiprocessing.get_all_start_methods():
+            return cls.FORKSERVER
+        return cls.SPAWN
+
+
 @dataclass(frozen=True)
 class ManagerConfig:
     """How a manager process is set up."""
 
     authkey: bytes
     workers: int
-    mp_method: str
+    mp_method: StartMethod
     address: Any = None  # None: a fresh Unix socket
     order: Order = Order.TIME
     max_pending: int | None = None

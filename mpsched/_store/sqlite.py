@@ -162,7 +162,8 @@ class SQLiteStore(JournalStore):
         leases: LeaseLog | None = None
         try:
             leases = self._leases = LeaseLog(self._path + "-leases",
-                                             sync=durability == "sync", flush=self.flush)
+                                             sync=durability is Durability.SYNC,
+                                             flush=self.flush)
             self._fold_leases()
         except BaseException:
             if leases is not None:
