@@ -1,5 +1,6 @@
-"""Planning recurring jobs (mpsched._core.recurring): slots, catch-up, overlap, jitter, cron and
-DST, validation. Pure arithmetic on made-up instants: no clock, no process."""
+"""Recurring jobs (mpsched._core.recurring and planning): slots, catch-up, overlap,
+jitter, cron and DST, validation. Pure arithmetic on made-up instants: no clock, no
+process."""
 
 from __future__ import annotations
 
@@ -10,9 +11,8 @@ from zoneinfo import ZoneInfo
 import pytest
 from cronsim import CronSim
 
-from mpsched._client.recurring import ScheduleRequest, build_spec, default_id
 from mpsched._core.planning import Slots, jitter_offset, plan
-from mpsched._core.recurring import ScheduleKind, ScheduleSpec, check_spec, run_id, schedule_of
+from mpsched._core.recurring import ScheduleSpec, check_spec, run_id, schedule_of
 from mpsched._errors import ConfigError, ExtraMissingError, InvalidJobError
 
 
@@ -223,35 +223,6 @@ def test_cron_without_cronsim_names_the_extra(monkeypatch: pytest.MonkeyPatch):
     with pytest.raises(ExtraMissingError, match=r"mpsched\[cron\]") as info:
         check_spec(spec(kind="cron", cron="0 2 * * *"))
     assert isinstance(info.value, ImportError)
-
-
-def _noop() -> None:
-    pass
-
-
-def test_start_takes_a_delay_a_timedelta_epoch_seconds_or_a_datetime():
-    def built(start: object) -> ScheduleSpec:
-        return build_spec(ScheduleRequest(kind=ScheduleKind.EVERY, schedule_id="s", interval=10,
-                                          start=start), _noop, (), {})  # type: ignore[arg-type]
-
-    assert (built(5).start_delay, built(5).start_at) == (5.0, None)
-    assert built(timedelta(minutes=1)).start_delay == 60.0
-    assert built(1.8e9).start_at == 1.8e9
-    when = datetime(2027, 1, 1, tzinfo=timezone.utc)
-    assert built(when).start_at == when.timestamp()
-    with pytest.raises(InvalidJobError):
-        built("soon")
-
-
-def test_the_default_id_is_stable_for_one_spec_and_differs_for_another():
-    def built(interval: float, *args: object) -> ScheduleSpec:
-        return build_spec(ScheduleRequest(kind=ScheduleKind.EVERY, interval=interval), _noop,
-                          args, {})
-
-    assert built(10).schedule_id == built(10).schedule_id == default_id(built(10))
-    assert built(10).schedule_id.startswith("_noop~")
-    assert built(10).schedule_id != built(20).schedule_id
-    assert built(10, 1).schedule_id != built(10, 2).schedule_id
 
 
 def test_the_local_zone_comes_from_tz_and_an_unknown_one_is_passed_over(
