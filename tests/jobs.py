@@ -249,3 +249,19 @@ def timer_slack() -> int:
     """This process's timer slack in nanoseconds (Linux)."""
     with open("/proc/self/timerslack_ns") as f:
         return int(f.read())
+
+
+def by_kind(kind: str, path: str = "") -> str:
+    """One function for a map() whose items behave differently: "wait" runs until the
+    file ``path`` exists (at most 30 s), "die" ends its worker process at once, anything
+    else appends a line to ``path`` (if given) and returns. Returns ``kind``."""
+    if kind == "wait":
+        deadline = time.monotonic() + 30.0
+        while not os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.005)
+    elif kind == "die":
+        os._exit(3)
+    elif path:
+        with open(path, "a") as out:
+            out.write(f"{kind}\n")
+    return kind

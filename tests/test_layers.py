@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).parent.parent / "mpsched"
 LAYERS: list[tuple[str, list[set[str]]]] = [
     ("_errors", [set()]),  # the whole error tree, one module
     ("_core", [{"options", "histogram"}, {"job"}, {"clock", "recurring"},
-               {"leases", "heap", "planning"}, {"queue"}]),
+               {"leases", "heap", "planning", "prefetch"}, {"queue"}]),
     ("_store", [{"base", "commit", "pruning", "lease_records", "redis.url", "redis.records"},
                 {"writer", "statements", "readers", "lease_log", "memory", "file",
                  "redis.server", "redis.scripts"},
@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, list[set[str]]]] = [
                     {"connect", "http_access"}, {"sockets"}, {"runtime"}]),
     ("_protocol", [{"records"}, {"codec"}, {"proxy"}]),
     ("_payload", [{"shm", "by_value"}, {"segment_pool", "segments"}, {"pickling"}]),
-    ("_worker", [{"loop_end"}, {"loop"}, {"remote"}, {"pool"}]),
+    ("_worker", [{"loop_end", "claims", "reports"}, {"loop"}, {"remote"}, {"pool"}]),
     ("_manager", [{"ended", "mailbox", "worker_table", "process", "failures", "http.metrics",
                    "http.history", "wall_clock"},
                   {"journal", "schedule_entry"}, {"schedule_runs", "store_journal"},

@@ -84,8 +84,26 @@ class PendingJobs:
             if self._delayed and self._delayed[0][0] <= now + early:
                 return self._taken(heapq.heappop(self._delayed)[3])
             return None
-        # Only jobs really due move to the ready heap: a job there is due for every taker,
-        # including one that must never get a job early (a worker on another clock).
+        self._promote(now)
+        if self._ready:
+            return self._taken(heapq.heappop(self._ready)[3])
+        if early and self._delayed and self._delayed[0][0] <= now + early:
+            return self._taken(heapq.heappop(self._delayed)[3])
+        return None
+
+    def due_head(self, now: float) -> Job | None:
+        """The job :meth:`pop_due` would return now with no ``early``, left in place."""
+        self._drop_stale_heads()
+        if self._order is Order.TIME:
+            due = self._delayed and self._delayed[0][0] <= now
+            return self._delayed[0][3] if due else None
+        self._promote(now)
+        return self._ready[0][3] if self._ready else None
+
+    def _promote(self, now: float) -> None:
+        """``order="priority"``: move the jobs due by ``now`` to the ready heap. Only jobs
+        really due move there: a job in it is due for every taker, including one that must
+        never get a job early (a worker on another clock)."""
         while self._delayed and self._delayed[0][0] <= now:
             job = heapq.heappop(self._delayed)[3]
             if job.cancelled:
@@ -93,11 +111,14 @@ class PendingJobs:
             else:
                 heapq.heappush(self._ready, (job.priority, job.due, job.seq, job))
         self._drop_stale_heads()
-        if self._ready:
-            return self._taken(heapq.heappop(self._ready)[3])
-        if early and self._delayed and self._delayed[0][0] <= now + early:
-            return self._taken(heapq.heappop(self._delayed)[3])
-        return None
+
+    def key(self, job: Job) -> tuple[float | int, ...]:
+        """Where ``job`` goes among due jobs (this queue's order): lower goes first."""
+        return job.time_key() if self._order is Order.TIME else job.priority_key()
+
+    def sorts_before(self, a: Job, b: Job) -> bool:
+        """Whether ``a`` goes before ``b`` when both are due (this queue's order)."""
+        return self.key(a) < self.key(b)
 
     def first(self, n: int) -> list[Job]:
         """Up to ``n`` live jobs in the order takers would get them (the ready heap's,

@@ -194,6 +194,8 @@ class QueueStats:
     # Of ``failed``: jobs lost with their worker (it died, went silent, or the manager
     # stopped) and not run again; ``timed_out`` ones are not among them.
     crashed: int = 0
+    prefetched: int = 0  # jobs handed to a worker along with the one it took
+    revoked: int = 0  # of those, taken back before their worker started them
 
 
 def due_arguments(delay: float | timedelta | None,

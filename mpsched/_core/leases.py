@@ -139,19 +139,23 @@ class Leases:
         late report can never resolve a job twice.
         """
         with self._lock:
-            flight = self._end_locked(lease_id)
-            if flight is None:
-                return None
-            if outcome.ok:
-                self._completed += 1
-            else:
-                self._failed += 1
-            if outcome.started is not None:
-                lateness = outcome.started - flight.job.due
-                self._lateness.append(max(0.0, lateness))
-                self._lateness_buckets.observe(max(0.0, lateness))
-                self._early += lateness < 0
-            return flight.job
+            return self.complete_locked(lease_id, outcome)
+
+    def complete_locked(self, lease_id: int, outcome: Outcome) -> Job | None:
+        """:meth:`complete`, with the lock held."""
+        flight = self._end_locked(lease_id)
+        if flight is None:
+            return None
+        if outcome.ok:
+            self._completed += 1
+        else:
+            self._failed += 1
+        if outcome.started is not None:
+            lateness = outcome.started - flight.job.due
+            self._lateness.append(max(0.0, lateness))
+            self._lateness_buckets.observe(max(0.0, lateness))
+            self._early += lateness < 0
+        return flight.job
 
     def fail(self, job: Job, *, timed_out: bool = False) -> None:
         """Count as failed a job whose lease was lost and that will not run again."""

@@ -35,6 +35,7 @@ from mpsched._core.job import (
     check_request,
 )
 from mpsched._core.leases import Leases, LostLease, percentiles
+from mpsched._core.prefetch import PREFETCH_HOLD, Claims, Prefetched
 from mpsched._errors import ConfigError, InvalidJobError, QueueFullError, SchedulerShutdownError
 
 # Drift between the wall clock and the monotonic clock that makes us re-read their offset.
@@ -63,6 +64,11 @@ class JobQueue:
         max_pending: bound on pending jobs; ``submit`` then waits for room. ``None``: no bound.
         max_pending_bytes: bound on what pending payloads hold, as ``sizer`` measures a
             payload (its length by default); ``submit`` then waits for room the same way.
+        claims: how workers claim prefetched jobs (mpsched._core.prefetch); None: no job
+            is ever prefetched.
+        on_returned: told of each job a revocation put back in the heap, before any taker
+            can get it again (the journal records it pending); called with this queue's
+            lock held, so it must not block.
     """
 
     def __init__(
@@ -73,6 +79,8 @@ class JobQueue:
         max_pending: int | None = None,
         max_pending_bytes: int | None = None,
         sizer: Callable[[Payload], int] = len,
+        claims: Claims | None = None,
+        on_returned: Callable[[Job], None] | None = None,
     ) -> None:
         if max_pending is not None and max_pending < 1:
             raise ConfigError("max_pending", max_pending, "at least 1")
@@ -83,15 +91,22 @@ class JobQueue:
         self._clock = clock if clock is not None else SystemClock()
         self._order = Order.coerce(order)
         self._max_pending = max_pending
+        self._claims = claims
+        self._on_returned = on_returned
         # Guards every field below. Held only for heap and table updates, never while a
         # job runs, while anything crosses a process boundary, or for any system call
-        # beyond a condition's wait (a timeout kill runs after retire_if_leased, outside).
+        # beyond a condition's wait (a timeout kill runs after retire_if_leased, outside;
+        # a revocation's Claims.revoke runs with the lock let go). Besides the heap, it
+        # covers on_returned (the journal's non-blocking append of a requeue record).
         self._lock = threading.Lock()
         # Takers wait here: untimed when the heap is empty or another taker leads, timed
         # (head's delay) when leading. Notified (one waiter) by a submit that makes a new
         # head, a cancel that removes the head, and a leaving taker when work remains and
         # no leader does; notified all by close().
         self._available = self._clock.condition(self._lock)
+        # A taker whose own prefetched jobs are being revoked waits here until that ends;
+        # notified (all: such waits are rare) at the end of every revocation.
+        self._revoke_done = self._clock.condition(self._lock)
         # Submitters wait here while max_pending jobs are pending. Notified (all of them:
         # a woken batch that still does not fit must not swallow the wake-up of a smaller
         # one that would) each time a pending job leaves the heap; all by close().
@@ -100,17 +115,29 @@ class JobQueue:
         self.leases = Leases(self._lock, self._clock)
         # The pending jobs in heap order (mpsched._core.heap); shares this lock.
         self._pending = PendingJobs(self._order, None if max_pending_bytes is None else sizer)
+        # Jobs handed out ahead of time, revocable until started (mpsched._core.prefetch).
+        self._prefetched = Prefetched()
+        # Workers whose prefetched jobs a job that entered the heap goes before: revoked
+        # by the thread that added them, once it has let go of the lock.
+        self._to_revoke: set[str] = set()
         # Released workers (by id, with when) whose takes never get a job again; kept for
         # GONE_MEMORY seconds, far longer than a take that was already under way can last.
         self._gone: dict[str, float] = {}
         self._room_waiting = 0  # submitters inside a wait for room
         self._leader: object | None = None  # the taker sleeping until the head is due
         self._waiting = 0  # takers and submitters inside a wait
+        self._takers_waiting = 0  # takers inside a wait: while one does, none prefetches
         self._closed = False
         self._wall_offset: float | None = None
         self._seq = itertools.count()
         self._submitted = self._cancelled = self._retried = 0
+        self._prefetched_count = self._revoked = 0
         self._wakeups = 0
+
+    def set_on_returned(self, on_returned: Callable[[Job], None] | None) -> None:
+        """Set the constructor's ``on_returned`` (its journal is made after the queue)."""
+        with self._lock:
+            self._on_returned = on_returned
 
     @property
     def clock(self) -> Clock:
@@ -186,16 +213,21 @@ class JobQueue:
             old_head = self._pending.head()
             order = seqs if seqs is not None else [next(self._seq) for _ in requests]
             planned = due is not None  # on this clock: the requests' own times are not used
-            for request, job_due, seq in zip(requests, dues, order, strict=True):
-                self._pending.push(Job(
-                    job_id=request.job_id, client_id=request.client_id,
-                    payload=request.payload, priority=request.priority, due=job_due,
-                    seq=seq, timeout=request.timeout, retries=request.retries,
-                    key=request.key, name=request.name, at=None if planned else request.at,
-                ))
+            jobs = [Job(job_id=request.job_id, client_id=request.client_id,
+                        payload=request.payload, priority=request.priority, due=job_due,
+                        seq=seq, timeout=request.timeout, retries=request.retries,
+                        key=request.key, name=request.name,
+                        at=None if planned else request.at)
+                    for request, job_due, seq in zip(requests, dues, order, strict=True)]
+            for job in jobs:
+                self._pending.push(job)
             self._submitted += len(requests)
             if self._pending.head() is not old_head:
                 self._new_head_locked()
+            due_now = [job for job in jobs if job.due <= now] if self._prefetched else []
+            if due_now:  # of those due, only the first in heap order can go before one
+                self._check_overtaken_locked(min(due_now, key=self._pending.key), now)
+        self._revoke_pending()
 
     def reserve_seqs(self, count: int) -> list[int]:
         """Take ``count`` submission counters for jobs :meth:`submit_many` will add."""
@@ -221,7 +253,8 @@ class JobQueue:
                 return job
             job.attempt -= 1
             self._push_locked(job)
-            return job
+        self._revoke_pending()
+        return job
 
     def count_withdrawn(self, count: int) -> None:
         """Count jobs a client cancelled before sending them: submitted, then cancelled."""
@@ -245,7 +278,8 @@ class JobQueue:
             else:
                 job.attempt -= 1
             self._push_locked(job)
-            return True
+        self._revoke_pending()
+        return True
 
     def cancel(self, job_id: str) -> bool:
         """Remove a pending job. Returns False when it is not pending (taken, done, unknown).
@@ -255,13 +289,20 @@ class JobQueue:
         return bool(self.cancel_jobs([job_id]))
 
     def cancel_jobs(self, job_ids: list[str]) -> list[Job]:
-        """Remove the pending jobs among ``job_ids``; returns them (as :meth:`cancel`)."""
+        """Remove the pending jobs among ``job_ids``; returns them (as :meth:`cancel`). A
+        prefetched job its worker has not started is taken back first, and removed too."""
         with self._lock:
+            if self._prefetched:
+                for job_id in job_ids:
+                    holder = self._prefetched.holder_locked(job_id)
+                    if holder is not None:
+                        self._revoke_locked(holder)
             old_head = self._pending.head()
             jobs = [job for job_id in job_ids if (job := self._pending.remove(job_id))]
             if jobs:
                 self._removed_locked(len(jobs), old_head)
-            return jobs
+        self._revoke_pending()
+        return jobs
 
     def reschedule(self, job_id: str, due: float) -> bool:
         """Move a pending job to another due time (this queue's clock), keeping its seq;
@@ -273,7 +314,8 @@ class JobQueue:
                 return False
             self._removed_locked(0, old_head)  # moved, not cancelled
             self._push_locked(dataclasses.replace(job, due=due, cancelled=False))
-            return True
+        self._revoke_pending()
+        return True
 
     def find(self, job_id: str) -> tuple[Job, str | None] | None:
         """A job pending (worker None) or in flight (with its worker's id), by id; None
@@ -342,34 +384,69 @@ class JobQueue:
         Raises:
             SchedulerShutdownError: the queue was closed; the taker should exit.
         """
+        batch = self.take_batch(worker_id, timeout, early)
+        return batch[0] if batch else None
+
+    def take_batch(self, worker_id: str, timeout: float, early: float = 0.0, more: int = 0,
+                   prefetchable: Callable[[Job], bool] | None = None) -> list[Assignment]:
+        """:meth:`take`, then up to ``more`` jobs more that are due already: prefetched,
+        each revocable until ``worker_id`` claims it (mpsched._core.prefetch).
+
+        Only jobs with no timeout that ``prefetchable`` accepts are prefetched, only with
+        Claims, and only while no other taker waits. A take ends the taker's previous
+        batch: it started each of its jobs, or was refused them (revoked). A taker that
+        finds nothing due takes back another worker's prefetched jobs and gets the first.
+
+        Returns:
+            The assignments in the order to start them; [] when no job became due in time.
+        Raises:
+            SchedulerShutdownError: the queue was closed; the taker should exit.
+        """
         with self._lock:
+            self._prefetched.forget_locked(worker_id)
             deadline = self._clock.now() + timeout
             try:
                 while True:
                     if self._closed:
                         raise SchedulerShutdownError("the queue is closed")
+                    while self._to_revoke:  # a job put back by _held_locked goes first
+                        self._revoke_locked(self._to_revoke.pop())
                     if worker_id in self._gone:
                         # A dead worker's call can outlive it in a server thread; handing
                         # it a job would leave that job in flight with no one to run it.
-                        return None
+                        return []
                     now = self._clock.now()
+                    if not self._prefetched.may_hand_locked(worker_id):
+                        # Its last batch is being revoked: it starts nothing newer before
+                        # the jobs it was refused are back in the heap (were it to die
+                        # meanwhile, its slot would count those as received).
+                        if deadline <= now:
+                            return []
+                        self._wait_locked(self._revoke_done, deadline - now)
+                        continue
+                    if self._prefetched and self._take_back_locked(worker_id, now):
+                        continue  # what went back to the heap goes first: pop it
                     job = self._pop_due_locked(now, early)
                     if job is not None and job.at is not None and self._held_locked(job, now):
                         continue  # back in the heap until the wall clock reaches its time
                     if job is not None:
-                        return self.leases.grant_locked(job, worker_id, now)
+                        first = self.leases.grant_locked(job, worker_id, now)
+                        if more and not self._takers_waiting:
+                            return [first, *self._prefetch_locked(worker_id, now, more,
+                                                                  prefetchable)]
+                        return [first]
                     remaining = deadline - now
                     if remaining <= 0:
-                        return None
+                        return []
                     head_due = self._pending.head_due()
                     if head_due is None or self._leader is not None:
-                        self._wait_locked(self._available, remaining)
+                        self._wait_locked(self._available, remaining, taker=True)
                         continue
                     me = object()
                     self._leader = me
                     try:
                         self._wait_locked(self._available,
-                                          min(head_due - early - now, remaining))
+                                          min(head_due - early - now, remaining), taker=True)
                     finally:
                         if self._leader is me:
                             self._leader = None
@@ -381,6 +458,14 @@ class JobQueue:
                         and not self._closed:
                     self._available.notify()
 
+    def revoke(self, worker_id: str) -> int:
+        """Take back the prefetched jobs ``worker_id`` has not started (it leaves); they go
+        back to the heap as never received. Returns how many did."""
+        with self._lock:
+            returned = self._revoke_locked(worker_id)
+        self._revoke_pending()
+        return returned
+
     def release_worker(self, worker_id: str) -> list[LostLease]:
         """End every lease a worker holds (it died or went away) and return them.
 
@@ -389,6 +474,7 @@ class JobQueue:
         with self._lock:
             now = self._clock.now()
             self._gone[worker_id] = now
+            self._prefetched.drop_locked(worker_id)
             for old, when in list(self._gone.items()):
                 if when >= now - GONE_MEMORY:
                     break  # insertion order is time order
@@ -416,9 +502,13 @@ class JobQueue:
         """Leases past their job's timeout, and the earliest deadline still ahead."""
         return self.leases.expired()
 
-    def complete(self, lease_id: int, outcome: Outcome) -> Job | None:
-        """End a lease with its worker's outcome; the job, or None if it had ended."""
-        return self.leases.complete(lease_id, outcome)
+    def complete(self, lease_id: int, outcome: Outcome, worker_id: str = "") -> Job | None:
+        """End a lease with its worker's outcome; the job, or None if it had ended.
+        ``worker_id``: the worker reporting it (it started its batch up to this lease)."""
+        with self._lock:
+            if worker_id in self._prefetched:
+                self._prefetched.started_locked(worker_id, lease_id)
+            return self.leases.complete_locked(lease_id, outcome)
 
     def fail(self, job: Job, *, timed_out: bool = False) -> None:
         """Count ``job`` (its lease already ended) as failed."""
@@ -467,6 +557,8 @@ class JobQueue:
                 wakeups=self._wakeups,
                 waiting=self._waiting,
                 crashed=done.crashed,
+                prefetched=self._prefetched_count,
+                revoked=self._revoked,
             )
         # Sorted here, outside the lock: 10,000 samples take milliseconds, which every
         # take would otherwise wait out.
@@ -493,13 +585,21 @@ class JobQueue:
         values keep equal due times, so ties still break by priority, then FIFO)."""
         assert job.at is not None
         fresh = self._clock.wall() - now
-        if job.at - fresh <= job.due + WALL_EARLY_TOLERANCE:
+        if not self._early_by_wall_locked(job, now, fresh):
             return False
         if self._wall_offset is None or abs(fresh - self._wall_offset) > WALL_EARLY_TOLERANCE:
             self._wall_offset = fresh
         job.due = job.at - self._wall_offset
         self._push_locked(job)
         return True
+
+    def _early_by_wall_locked(self, job: Job, now: float, fresh: float | None = None) -> bool:
+        """Whether ``job`` (asked for ``at=``), started now, would start before that time
+        by the wall clock (``fresh``: the wall-to-monotonic offset, read now if None)."""
+        assert job.at is not None
+        if fresh is None:
+            fresh = self._clock.wall() - now
+        return job.at - fresh > job.due + WALL_EARLY_TOLERANCE
 
     def _wait_for_room_locked(self, now: float, timeout: float | None, count: int = 1,
                               size: int = 0) -> None:
@@ -532,6 +632,8 @@ class JobQueue:
         self._pending.push(job)
         if self._pending.head() is job:
             self._new_head_locked()
+        if self._prefetched:
+            self._check_overtaken_locked(job, self._clock.now())
 
     def _new_head_locked(self) -> None:
         # A new head may be due sooner than what the leader sleeps for: hand the lead to
@@ -554,13 +656,94 @@ class JobQueue:
             self._room.notify_all()
         return job
 
-    def _wait_locked(self, condition: Waitable, timeout: float | None) -> None:
+    def _wait_locked(self, condition: Waitable, timeout: float | None, *,
+                     taker: bool = False) -> None:
         if timeout is not None:
             timeout = min(timeout, threading.TIMEOUT_MAX)
         self._waiting += 1
+        self._takers_waiting += taker
         try:
             condition.wait(timeout)
         finally:
             self._waiting -= 1
+            self._takers_waiting -= taker
             self._wakeups += 1
+
+    # ------------------------------------------------------- prefetch, lock held
+
+    def _prefetch_locked(self, worker_id: str, now: float, more: int,
+                         prefetchable: Callable[[Job], bool] | None) -> list[Assignment]:
+        """Hand ``worker_id`` up to ``more`` due jobs beyond the one it takes, in heap
+        order, stopping at the first that may not be prefetched."""
+        if self._claims is None or not self._prefetched.may_hand_locked(worker_id) \
+                or not self._claims.reopen(worker_id):
+            return []
+        batch: list[Assignment] = []
+        entries: list[tuple[int, Job]] = []
+        while len(batch) < more:
+            job = self._pending.due_head(now)
+            if job is None or job.timeout is not None \
+                    or (prefetchable is not None and not prefetchable(job)) \
+                    or (job.at is not None and self._early_by_wall_locked(job, now)):
+                break
+            popped = self._pop_due_locked(now)
+            assert popped is job
+            assignment = self.leases.grant_locked(job, worker_id, now)
+            batch.append(assignment)
+            entries.append((assignment.lease.lease_id, job))
+        if entries:
+            self._prefetched.handed_locked(worker_id, entries, now)
+            self._prefetched_count += len(entries)
+        return batch
+
+    def _revoke_locked(self, worker_id: str) -> int:
+        """Put back in the heap the prefetched jobs ``worker_id`` has not started, as never
+        received; returns how many. Lets go of the lock while the worker's claims are
+        revoked (mpsched._core.prefetch: a revocation's three steps)."""
+        lowest = self._prefetched.begin_revoke_locked(worker_id)
+        if lowest is None:
+            return 0
+        assert self._claims is not None  # nothing is prefetched without
+        cut: int | None = None
+        self._lock.release()
+        try:
+            cut = self._claims.revoke(worker_id, lowest)
+        finally:
+            self._lock.acquire()
+            entries = self._prefetched.end_revoke_locked(worker_id, cut)
+            self._revoke_done.notify_all()
+        returned = 0
+        for lease_id, job in entries:
+            if self.leases.drop_locked(lease_id) is None:
+                continue  # its worker was released meanwhile: resolved there
+            job.attempt -= 1
+            self._push_locked(job)
+            if self._on_returned is not None:
+                self._on_returned(job)  # before a taker can get it: we hold the lock
+            returned += 1
+        self._revoked += returned
+        return returned
+
+    def _take_back_locked(self, taker: str, now: float) -> bool:
+        """Revoke another worker's prefetched jobs that ``taker`` should start before what
+        the heap would give it (mpsched._core.prefetch: PREFETCH_HOLD); True if any went
+        back to the heap."""
+        victim = self._prefetched.victim_locked(
+            taker, self._pending.due_head(now), now - PREFETCH_HOLD, self._pending.sorts_before)
+        return victim is not None and self._revoke_locked(victim) > 0
+
+    def _check_overtaken_locked(self, job: Job, now: float) -> None:
+        """``job`` entered the heap: if it is due and goes before a prefetched job, that
+        job's worker is to be revoked (by :meth:`_revoke_pending`, after the lock)."""
+        if job.due <= now:
+            self._to_revoke.update(self._prefetched.overtaken_locked(
+                job, self._pending.sorts_before))
+
+    def _revoke_pending(self) -> None:
+        """Run the revocations that jobs entering the heap called for (lock not held)."""
+        if not self._to_revoke:
+            return  # read without the lock: whoever adds one runs it after its own update
+        with self._lock:
+            while self._to_revoke:
+                self._revoke_locked(self._to_revoke.pop())
 

@@ -50,6 +50,7 @@ from mpsched._store.sqlite import SQLiteStore
 from mpsched._transport.authkey import scrub_authkey_env
 from mpsched._transport.sockets import SERIALIZER, HardenedServer
 from mpsched._transport.tls import set_tls
+from mpsched._worker.claims import LocalClaims
 
 log = logging.getLogger("mpsched.manager")
 
@@ -71,8 +72,10 @@ def run_manager(config: ManagerConfig, control: Connection | None = None,
                         format="%(asctime)s %(name)s[%(process)d] %(levelname)s %(message)s")
     if control is not None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the owner decides when we stop
+    claims = LocalClaims()  # the local workers' claim slots, for prefetched jobs
     queue = JobQueue(order=config.order, max_pending=config.max_pending,
-                     max_pending_bytes=config.max_pending_bytes, sizer=payload_size)
+                     max_pending_bytes=config.max_pending_bytes, sizer=payload_size,
+                     claims=claims)
     try:
         journal, recovered = _open_journal(config, queue)
     except StoreError as exc:
@@ -80,11 +83,12 @@ def run_manager(config: ManagerConfig, control: Connection | None = None,
             raise
         control.send(ManagerFailed(reason=str(exc), error=exc))
         return 1
+    queue.set_on_returned(journal.requeued)  # revoked prefetched jobs are pending again
     segments = _segments(config)
     try:
         return _serve(config, control, on_ready, ManagerService(
             queue, heartbeat_timeout=config.heartbeat_timeout, journal=journal,
-            segments=segments), recovered)
+            segments=segments), recovered, claims)
     finally:
         segments.close()
         journal.store.close()
@@ -132,7 +136,7 @@ def _open_journal(config: ManagerConfig, queue: JobQueue) -> tuple[BaseJournal, 
 
 def _serve(config: ManagerConfig, control: Connection | None,
            on_ready: Callable[[ManagerReady, ManagerService], None] | None,
-           service: ManagerService, recovered: str) -> int:
+           service: ManagerService, recovered: str, claims: LocalClaims) -> int:
     service.schedules.keep_cancelled_for(config.result_ttl)
     summary = service.schedules.recover()
     if summary:
@@ -150,7 +154,7 @@ def _serve(config: ManagerConfig, control: Connection | None,
     # accepter ourselves so that this thread can supervise.
     server.stop_event = threading.Event()  # type: ignore[attr-defined]
     threading.Thread(target=server.accepter, name="mpsched-accept", daemon=True).start()
-    supervisor = Supervisor(service, config, server.address)
+    supervisor = Supervisor(service, config, server.address, claims)
     grace, now = config.drain_timeout, False
     status: StatusServer | None = None
     try:

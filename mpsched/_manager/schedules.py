@@ -262,6 +262,11 @@ class Schedules:
 
     # ------------------------------------------------------------------ run events
 
+    def is_run(self, job_id: str) -> bool:
+        """Whether ``job_id`` is an armed run of a schedule (read without the lock: one
+        dict lookup, for the queue's prefetch, which must not wait for this lock)."""
+        return job_id in self._runs
+
     def started(self, job_id: str) -> None:
         """The service handed out a job: for a run of an ``allow`` schedule, arm the next."""
         if not self._planner.is_run(job_id) or self._closed:

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 
 from mpsched._core.clock import Clock, SystemClock
-from mpsched._core.job import Job, JobRecord, Lease, Outcome, PayloadOptions
+from mpsched._core.job import Assignment, Job, JobRecord, Lease, Outcome, PayloadOptions
 from mpsched._core.leases import LostLease
 from mpsched._core.queue import JobQueue
 from mpsched._core.recurring import ScheduleInfo, ScheduleSpec
@@ -124,39 +124,69 @@ class ManagerService:
         return self.heartbeat_timeout
 
     @remote
-    def take(self, worker_id: str, report: ReportWire | None,
-             timeout: float) -> AssignmentWire | None:
-        """Report the previous job (if any), then wait for the next due one."""
-        local = self.workers.check_in(worker_id, reported=report is not None)
-        if report is not None:
+    def take(self, worker_id: str, reports: list[ReportWire] | None, timeout: float,
+             more: int = 0) -> list[AssignmentWire]:
+        """Report the jobs of the worker's last batch (if any), then wait for the next due
+        job: returns it, with up to ``more`` due jobs prefetched for a worker this manager
+        started (mpsched._core.prefetch); [] when none became due within ``timeout``."""
+        local = self.workers.check_in(worker_id, reported=len(reports or ()))
+        for report in reports or ():
             self._complete(report_from_wire(report), worker_id, same_clock=local)
         # Only a worker we started shares our monotonic clock: it can be handed a job early
         # and sleep until its due time itself. Any other gets it when due, and a delay
         # (measured here, so ~0) rather than an instant it would misread on its own clock.
         early = EARLY_HANDOFF if local else 0.0
         try:
-            assignment = self.queue.take(worker_id, min(timeout, LONG_POLL), early)
+            batch = self.queue.take_batch(worker_id, min(timeout, LONG_POLL), early,
+                                          more if local else 0, self._prefetchable)
         except SchedulerShutdownError:
             self.workers.told_stop(worker_id)
             raise
-        if assignment is None:
-            return None
-        if self.schedules.too_early(assignment.lease.job_id, early):
-            self.queue.return_lease(assignment.lease.lease_id)
+        if not batch:
+            return []
+        first = batch[0]
+        if self.schedules.too_early(first.lease.job_id, early):
+            for assignment in batch:
+                self.queue.return_lease(assignment.lease.lease_id)
             self.schedules.remap_cron()
-            return None
-        if not self.journal.lease(assignment):
-            return None
-        self.workers.update(worker_id, current=assignment.lease.job_id)
-        self.schedules.started(assignment.lease.job_id)
-        if assignment.timeout is not None:
+            return []
+        batch = self._journal_leases(batch)
+        if not batch:
+            return []
+        self.workers.update(worker_id, current=first.lease.job_id)
+        for assignment in batch:
+            self.schedules.started(assignment.lease.job_id)
+        if first.timeout is not None:
             self.wake_supervisor()  # it sleeps until the earliest job deadline
-        assert assignment.due is not None  # the queue always sets it
-        delay = max(0.0, assignment.due - self._clock.now())
-        if local:
-            return assignment_to_wire(assignment, delay)
+        assert first.due is not None  # the queue always sets it
+        delay = max(0.0, first.due - self._clock.now())
+        if local:  # the prefetched jobs are due already: no delay
+            return [assignment_to_wire(a, delay if a is first else 0.0) for a in batch]
         # Any other worker may run on another host: it cannot map our shared memory.
-        return assignment_to_wire(assignment, delay, self.segments.for_remote(assignment.payload))
+        return [assignment_to_wire(first, delay, self.segments.for_remote(first.payload))]
+
+    def _prefetchable(self, job: Job) -> bool:
+        """Whether a job may be prefetched: not a run of a schedule (a run counts as
+        started when handed out, and its schedule plans on that)."""
+        return not self.schedules.is_run(job.job_id)
+
+    def _journal_leases(self, batch: list[Assignment]) -> list[Assignment]:
+        """Journal each lease of ``batch``; on a failure, that job (put back by the
+        journal) and those after it go back to the heap. Returns those handed out."""
+        for i, assignment in enumerate(batch):
+            if not self.journal.lease(assignment):
+                for rest in batch[i + 1:]:
+                    self.queue.return_lease(rest.lease.lease_id)
+                return batch[:i]
+        return batch
+
+    @remote
+    def report(self, worker_id: str, reports: list[ReportWire]) -> None:
+        """Report jobs a worker ran while it holds more of its batch: sent as they end
+        (by its reporter thread) rather than with its next take."""
+        local = self.workers.check_in(worker_id, reported=len(reports), busy=True)
+        for report in reports:
+            self._complete(report_from_wire(report), worker_id, same_clock=local)
 
     @remote
     def ack(self, worker_id: str, lease_id: int) -> None:
@@ -165,20 +195,23 @@ class ManagerService:
 
     @remote
     def heartbeat(self, worker_id: str, load: WorkerLoad) -> None:
-        self.workers.check_in(worker_id, reported=False)
+        self.workers.check_in(worker_id, reported=0)
         self.workers.update(worker_id, load=load)
 
     @remote
-    def finish(self, worker_id: str, report: ReportWire | None) -> None:
-        """Report the last job of a worker that is leaving to be replaced (recycling)."""
-        if report is not None:
-            local = self.workers.check_in(worker_id, reported=True)
-            self._complete(report_from_wire(report), worker_id, same_clock=local)
+    def finish(self, worker_id: str, reports: list[ReportWire] | None) -> None:
+        """Report the last jobs of a worker that is leaving to be replaced (recycling); the
+        prefetched jobs it did not start go back to the heap."""
+        if reports:
+            local = self.workers.check_in(worker_id, reported=len(reports))
+            for report in reports:
+                self._complete(report_from_wire(report), worker_id, same_clock=local)
+        self.queue.revoke(worker_id)
 
     @remote
-    def leave(self, worker_id: str, report: ReportWire | None) -> None:
-        """A remote worker leaves (drained): report its last job and end its leases."""
-        self.finish(worker_id, report)
+    def leave(self, worker_id: str, reports: list[ReportWire] | None) -> None:
+        """A remote worker leaves (drained): report its last jobs and end its leases."""
+        self.finish(worker_id, reports)
         self.lose_worker(worker_id, exitcode=0)
 
     @remote
@@ -190,20 +223,40 @@ class ManagerService:
             log.error("remote worker %s exited with code %s holding %d job(s)", worker_id,
                       exitcode, held)
 
-    def _complete(self, report: Report, worker_id: str, *, same_clock: bool) -> None:
+    def recover_reports(self, worker_id: str, kept: list[bytes]) -> int:
+        """A local worker exited: complete the jobs whose reports it kept in its claim slot
+        (mpsched._worker.claims) and the manager may not have had yet, before its leases
+        are resolved as lost. Returns how many were still in flight."""
+        completed = 0
+        for record in kept:
+            report = report_from_wire(pickle.loads(record))
+            # A report that came in meanwhile ended its lease: nothing more to do (its
+            # outcome was posted; its result segment is its recipients' now).
+            completed += self._complete(report, worker_id, same_clock=True, late=False)
+        if completed:
+            log.info("worker %s exited; %d job(s) it had run were reported from its slot",
+                     worker_id, completed)
+        return completed
+
+    def _complete(self, report: Report, worker_id: str, *, same_clock: bool,
+                  late: bool = True) -> bool:
+        """End a lease with its report; False for a lease that had ended. ``late``: such
+        a report's outcome reaches nobody (its result segment is unlinked)."""
         # A start stamp from another monotonic clock than ours says nothing about lateness
         # here: only workers we started report on our clock; other workers' jobs stay out
         # of the lateness and started-early counts.
         stats_outcome = report.outcome if same_clock else report.outcome._replace(started=None)
-        job = self.queue.complete(report.lease_id, stats_outcome)
+        job = self.queue.complete(report.lease_id, stats_outcome, worker_id)
         if job is None:
-            self.segments.discarded(report.outcome)  # a late report: nobody gets it
-            return
+            if late:
+                self.segments.discarded(report.outcome)  # a late report: nobody gets it
+            return False
         if not report.outcome.ok:
             self.failures.note(job, report.outcome, worker_id)
         self.segments.ended([job.job_id])
         self._deliver(job.client_id, report.outcome,
                       self.journal.finished(job, report.outcome, worker_id))
+        return True
 
     def _deliver(self, client_id: str, outcome: Outcome, watchers: set[str]) -> None:
         """Post a job's outcome to its client and to every other client watching it."""

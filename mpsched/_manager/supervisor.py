@@ -30,6 +30,7 @@ from mpsched._protocol.records import (
     STOP_NOW,
     ManagerConfig,
 )
+from mpsched._worker.claims import ClaimSlot, LocalClaims
 from mpsched._worker.loop import WorkerConfig, kill_tree, worker_main
 
 log = logging.getLogger("mpsched.supervisor")
@@ -42,17 +43,20 @@ RESTART_BACKOFF = (0.1, 10.0)
 
 @dataclass(eq=False)
 class _Local:
-    """One local worker process and its delivery acknowledgement slot."""
+    """One local worker process and its claim slot (mpsched._worker.claims)."""
 
     proc: BaseProcess
-    ack: Any  # shared int64: the last lease id the worker received
+    slot: ClaimSlot  # shared: the last lease id it received or started, and its claims
 
 
 class Supervisor:
     """Keeps ``config.workers`` local worker processes alive until stopped."""
 
-    def __init__(self, service: ManagerService, config: ManagerConfig, address: Any) -> None:
+    def __init__(self, service: ManagerService, config: ManagerConfig, address: Any,
+                 claims: LocalClaims | None = None) -> None:
+        """``claims``: the queue's; each local worker's slot is added while it lives."""
         self._service = service
+        self._claims = claims if claims is not None else LocalClaims()
         self._config = config
         self._address = address
         self._ctx: Any = multiprocessing.get_context(config.mp_method)
@@ -75,7 +79,7 @@ class Supervisor:
 
     def _start_one(self) -> None:
         worker_id = f"w{next(self._ids)}"
-        ack = self._ctx.RawValue("q", 0)
+        slot = ClaimSlot(self._ctx)
         config = WorkerConfig(
             address=self._address, authkey=self._config.authkey, worker_id=worker_id,
             log_level=self._config.log_level, max_tasks=self._config.max_tasks_per_worker,
@@ -83,10 +87,11 @@ class Supervisor:
             local_token=self._service.workers.local_token,
             shm_prefix=self._service.segments.prefix,
             tls=None if self._config.tls is None else self._config.tls.for_local_workers())
-        proc = self._ctx.Process(target=worker_main, args=(config, ack, self._lifeline_r),
+        proc = self._ctx.Process(target=worker_main, args=(config, slot, self._lifeline_r),
                                  name=f"mpsched-worker-{worker_id}")
         proc.start()
-        self._workers[worker_id] = _Local(proc, ack)
+        self._workers[worker_id] = _Local(proc, slot)
+        self._claims.add(worker_id, slot)
 
     def await_workers(self, timeout: float) -> str:
         """Wait until every local worker said hello; returns why not ("" when all did)."""
@@ -205,8 +210,15 @@ class Supervisor:
         self._killed.pop(worker_id, None)
         local.proc.join()
         exitcode = local.proc.exitcode
+        self._claims.remove(worker_id)
+        kept = local.slot.kept()
+        if kept:  # reports of jobs it ran before the one it died in
+            self._service.recover_reports(worker_id, kept)
+        # Leases grow: every one of its leases up to the last it received or started had
+        # reached it (an attempt); the later ones never did (prefetched, not started).
+        started = local.slot.started()
         held = self._service.lose_worker(
-            worker_id, exitcode, received=lambda lease: bool(local.ack.value == lease.lease_id))
+            worker_id, exitcode, received=lambda lease: lease.lease_id <= started)
         if held or exitcode != 0:
             log.error("worker %s (pid %s) exited with code %s holding %d job(s)",
                       worker_id, local.proc.pid, exitcode, held)

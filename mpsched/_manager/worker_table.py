@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import hmac
+import itertools
 import logging
 import threading
 import time
@@ -76,8 +77,9 @@ class WorkerTable:
         return not hello.remote and hmac.compare_digest(hello.local_token.encode(),
                                                         self.local_token.encode())
 
-    def check_in(self, worker_id: str, *, reported: bool) -> bool:
-        """Note a sign of life (and a finished job); True for a worker this manager started.
+    def check_in(self, worker_id: str, *, reported: int, busy: bool = False) -> bool:
+        """Note a sign of life (and ``reported`` finished jobs); True for a worker this
+        manager started. ``busy``: it still runs a job of its batch (it reports early).
 
         Raises:
             WorkerRetiredError: the worker is not (or no longer) registered: it was
@@ -92,9 +94,10 @@ class WorkerTable:
             now = time.monotonic()
             worker.last_seen = now
             if reported:
-                self._finished.append(now)
-                worker.current = None
-                worker.jobs_done += 1
+                self._finished.extend(itertools.repeat(now, reported))
+                worker.jobs_done += reported
+                if not busy:
+                    worker.current = None
             return worker.local
 
     def update(self, worker_id: str, *, current: str | None = None, acked: int | None = None,

@@ -27,6 +27,7 @@ from mpsched._core.recurring import ScheduleInfo, ScheduleSpec
 from mpsched._errors import SchedulerShutdownError
 from mpsched._protocol.codec import (
     OutcomeWire,
+    ReportWire,
     assignment_from_wire,
     outcome_from_wire,
     report_to_wire,
@@ -124,10 +125,15 @@ class ServiceProxy(BaseProxy):
     def hello(self, hello: WorkerHello) -> float:
         return float(self._call("hello", hello))
 
-    def take(self, worker_id: str, report: Report | None, timeout: float) -> Assignment | None:
-        wire = self._call("take", worker_id, None if report is None else report_to_wire(report),
-                          timeout)
-        return None if wire is None else assignment_from_wire(wire)
+    def take(self, worker_id: str, reports: list[Report], timeout: float,
+             more: int = 0) -> list[Assignment]:
+        """Report ``reports``, then the next due job with up to ``more`` prefetched (see
+        ManagerService.take); [] when none became due within ``timeout``."""
+        wires = self._call("take", worker_id, _reports(reports), timeout, more)
+        return [assignment_from_wire(wire) for wire in wires]
+
+    def report(self, worker_id: str, reports: list[Report]) -> None:
+        self._call("report", worker_id, _reports(reports))
 
     def expect_reply_soon(self, seconds: float) -> None:
         """The reply to this thread's next call is due within about ``seconds``: wait for
@@ -142,11 +148,11 @@ class ServiceProxy(BaseProxy):
     def heartbeat(self, worker_id: str, load: WorkerLoad) -> None:
         self._call("heartbeat", worker_id, load)
 
-    def finish(self, worker_id: str, report: Report | None) -> None:
-        self._call("finish", worker_id, None if report is None else report_to_wire(report))
+    def finish(self, worker_id: str, reports: list[Report]) -> None:
+        self._call("finish", worker_id, _reports(reports))
 
-    def leave(self, worker_id: str, report: Report | None) -> None:
-        self._call("leave", worker_id, None if report is None else report_to_wire(report))
+    def leave(self, worker_id: str, reports: list[Report]) -> None:
+        self._call("leave", worker_id, _reports(reports))
 
     def worker_exited(self, worker_id: str, exitcode: int) -> None:
         self._call("worker_exited", worker_id, exitcode)
@@ -235,6 +241,10 @@ class ServiceProxy(BaseProxy):
     def payload_options(self) -> PayloadOptions:
         result: PayloadOptions = self._call("payload_options")
         return result
+
+
+def _reports(reports: list[Report]) -> list[ReportWire] | None:
+    return [report_to_wire(r) for r in reports] if reports else None
 
 
 # The object a manager process serves (its ManagerService); set once by serve_object().

@@ -19,6 +19,7 @@ import ctypes
 import faulthandler
 import logging
 import os
+import pickle
 import signal
 import sys
 import threading
@@ -26,6 +27,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -33,6 +35,7 @@ import cloudpickle
 import psutil
 
 from mpsched._core.job import Assignment, Outcome
+from mpsched._core.prefetch import BATCH_TIME, PREFETCH
 from mpsched._errors import (
     JobError,
     JobUnpicklingError,
@@ -41,6 +44,7 @@ from mpsched._errors import (
 )
 from mpsched._payload import shm
 from mpsched._payload.pickling import dumps_result, loads
+from mpsched._protocol.codec import report_to_wire
 from mpsched._protocol.proxy import (
     ServiceProxy,
     connect_service,
@@ -52,6 +56,8 @@ from mpsched._protocol.records import (
 )
 from mpsched._transport.sockets import describe_versions, host_name
 from mpsched._transport.tls import TlsConfig, set_tls
+from mpsched._worker.claims import ClaimSlot
+from mpsched._worker.reports import Reports
 
 log = logging.getLogger("mpsched.worker")
 
@@ -153,24 +159,24 @@ def make_hello(worker_id: str, *, remote: bool, local_token: str = "") -> Worker
     return WorkerHello(worker_id, os.getpid(), host_name(), python, cp, remote, local_token)
 
 
-def worker_main(config: WorkerConfig, ack: Any = None, lifeline: Connection | None = None) -> None:
+def worker_main(config: WorkerConfig, slot: ClaimSlot | None = None,
+                lifeline: Connection | None = None) -> None:
     """Entry point of a local worker process: join the manager, serve until it stops.
 
     Args:
-        ack: a shared int the worker sets to each lease id it receives, so the manager can
-            tell a job that never arrived (requeued untouched) from one that started.
+        slot: shared with the manager: the worker records in it each lease it receives or
+            starts, so the manager can tell a job that never arrived (requeued untouched)
+            from one that started, and claims its prefetched jobs there (None: no prefetch).
         lifeline: the read end of a pipe only the manager writes to; when it closes the
             manager is gone and this worker exits at once, even in the middle of a job.
     """
     setup_process(config, lifeline)
     service = connect_service(config.address, config.authkey)
     service.hello(make_hello(config.worker_id, remote=False, local_token=config.local_token))
-
-    def received(lease_id: int) -> None:
-        if ack is not None:
-            ack.value = lease_id
-
-    serve(service, config, received, reply_spin=REPLY_SPIN)
+    if slot is None:
+        serve(service, config, lambda lease_id: None, reply_spin=REPLY_SPIN)
+    else:
+        serve(service, config, slot.received, reply_spin=REPLY_SPIN, slot=slot)
 
 
 class JobTimeouts:
@@ -251,64 +257,161 @@ def _kill_children() -> None:
 
 def serve(service: ServiceProxy, config: WorkerConfig, received: Callable[[int], None],
           drain: DrainState | None = None, long_poll: float = LONG_POLL,
-          timeouts: JobTimeouts | None = None, reply_spin: float = 0.0) -> str:
+          timeouts: JobTimeouts | None = None, reply_spin: float = 0.0,
+          slot: ClaimSlot | None = None) -> str:
     """Take, run and report jobs until the manager stops ("stopped") or goes away ("lost"),
     the worker drains ("drained"), or it is time to recycle this process ("recycled":
     ``max_tasks`` / ``max_memory``).
 
-    A job's report rides on the next take. A remote worker's take that carries one returns
-    at once (a job that is due, or none), and only then does it wait ``long_poll``: when
-    the manager goes away, the worker knows whether it had answered for the last report.
+    Reports ride on the next take. A remote worker's take that carries some returns at
+    once (a job that is due, or none), and only then does it wait ``long_poll``: when the
+    manager goes away, the worker knows whether it had answered for the last reports.
 
     Args:
-        received: acknowledges each lease as it arrives; an OSError or EOFError from it
-            means the manager is gone ("lost"), and the job is not run.
+        received: acknowledges the first job of each batch as it arrives; an OSError or
+            EOFError from it means the manager is gone ("lost"), and the job is not run.
         drain: a remote worker's drain flag (None: a local worker, stopped by its manager).
         timeouts: enforces each job's timeout in this process (None: the manager does).
         reply_spin: after reporting a job, wait for the next one awake this long before
             sleeping (see REPLY_SPIN); 0: sleep at once.
+        slot: a local worker's ClaimSlot: with it, a worker whose last job was short asks
+            for prefetched jobs too (mpsched._core.prefetch), starts each only if it claims
+            it there, and keeps there the reports it holds back meanwhile. None: one job
+            per take.
     """
     worker_id = config.worker_id
-    report: Report | None = None
-    done = 0
-    while drain is None or not drain.draining:
-        # A remote worker's take that hands in a report does not wait: its answer says the
-        # report arrived, so an idle worker holds no report its manager may not have.
-        wait = 0.0 if report is not None and drain is not None else long_poll
-        if reply_spin and report is not None:
-            service.expect_reply_soon(reply_spin)
-        try:
-            assignment = _take(service, worker_id, report, wait, drain)
-        except Draining:
-            break
-        except SchedulerShutdownError:
-            return "stopped"
-        except (EOFError, OSError) as exc:
-            unsent = "" if report is None else (
-                f"; the report of job {report.outcome.job_id} got no answer: its outcome is "
-                f"lost unless the manager recorded it")
-            _log_lost(worker_id, exc, unsent)
-            return "lost"
-        report = None
-        if assignment is None:
-            continue
-        start_at = _start_time(assignment)
-        try:
-            received(assignment.lease.lease_id)
-        except (EOFError, OSError) as exc:
-            # Unacknowledged, the job counts as never delivered and may run elsewhere.
-            _log_lost(worker_id, exc, f"; job {assignment.lease.job_id} is not run here")
-            return "lost"
-        with timeouts.guard(assignment.timeout) if timeouts else contextlib.nullcontext():
-            outcome = run(assignment, start_at, _result_segment(config, assignment))
-        report = Report(assignment.lease.lease_id, outcome)
-        done += 1
-        if _should_recycle(config, done):
-            log.info("worker %s recycles after %d job(s)", worker_id, done)
-            _leave(config, worker_id, report, drain is not None)
-            return "recycled"
-    _leave(config, worker_id, report, drain is not None)
+    reports = Reports(partial(service.report, worker_id))
+    state = _Batches(config, slot, service)
+    unsent: list[Report] = []
+    try:
+        while drain is None or not drain.draining:
+            unsent = reports.take_all()
+            # A remote worker's take that hands in reports does not wait: its answer says
+            # they arrived, so an idle worker holds no report its manager may not have.
+            wait = 0.0 if unsent and drain is not None else long_poll
+            if reply_spin and unsent:
+                service.expect_reply_soon(reply_spin)
+            try:
+                batch = _take(service, worker_id, unsent, wait, drain, state.more())
+            except Draining:
+                break
+            except SchedulerShutdownError:
+                return "stopped"
+            except (EOFError, OSError) as exc:
+                _log_lost(worker_id, exc, _unanswered(unsent))
+                return "lost"
+            unsent = []
+            state.delivered(reports)
+            end = state.run_batch(batch, received, reports, timeouts)
+            if end:
+                if end == "recycled":
+                    log.info("worker %s recycles after %d job(s)", worker_id, state.done)
+                    unsent = _closed(reports)
+                    _leave(config, worker_id, unsent, drain is not None)
+                return end
+    finally:
+        reports.close()
+    unsent += _closed(reports)
+    _leave(config, worker_id, unsent, drain is not None)
     return "drained"
+
+
+def _closed(reports: Reports) -> list[Report]:
+    """Stop the reporter (after its send under way) and return what it did not send."""
+    reports.close()
+    return reports.take_all()
+
+
+def _unanswered(reports: list[Report]) -> str:
+    if len(reports) == 1:
+        return (f"; the report of job {reports[0].outcome.job_id} got no answer: its "
+                f"outcome is lost unless the manager recorded it")
+    if reports:
+        return (f"; the reports of jobs {', '.join(r.outcome.job_id for r in reports)} got "
+                f"no answer: their outcomes are lost unless the manager recorded them")
+    return ""
+
+
+class _Batches:
+    """How many jobs a worker asks for at once, and running what it gets."""
+
+    def __init__(self, config: WorkerConfig, slot: ClaimSlot | None,
+                 service: ServiceProxy) -> None:
+        self._config = config
+        self._slot = slot
+        self._service = service
+        self._last_run = float("inf")  # seconds the last job ran: long until one did
+        self.done = 0
+
+    def more(self) -> int:
+        """Prefetched jobs to ask for: as many as the last job's run time says fit in
+        BATCH_TIME (none after a job that ran that long), within max_tasks."""
+        if self._slot is None or self._last_run >= BATCH_TIME:
+            return 0
+        more = PREFETCH - 1
+        if self._last_run > 0:
+            more = min(more, int(BATCH_TIME / self._last_run) - 1)
+        if self._config.max_tasks is not None:
+            more = min(more, self._config.max_tasks - self.done - 1)
+        return max(more, 0)
+
+    def run_batch(self, batch: list[Assignment], received: Callable[[int], None],
+                  reports: Reports, timeouts: JobTimeouts | None) -> str:
+        """Run the jobs of one take in order; returns "" to take again, "lost" (the
+        manager is gone) or "recycled" (time to leave)."""
+        for i, assignment in enumerate(batch):
+            lease_id = assignment.lease.lease_id
+            if i and not self._claim_or_stop(lease_id):
+                break  # revoked: it and the rest of the batch went to other workers
+            if not i:
+                try:
+                    received(lease_id)
+                except (EOFError, OSError) as exc:
+                    # Unacknowledged, the job counts as never delivered and may run elsewhere.
+                    _log_lost(self._config.worker_id, exc,
+                              f"; job {assignment.lease.job_id} is not run here")
+                    return "lost"
+            report = self._run_one(assignment, timeouts)
+            if _should_recycle(self._config, self.done):
+                reports.add(report)
+                return "recycled"
+            if i + 1 < len(batch):
+                self._hold(report, reports)
+            else:
+                reports.add(report)
+        return ""
+
+    def delivered(self, reports: Reports) -> None:
+        """A take returned: the manager has every report made before it (once a send of
+        the reporter's under way has ended), so the kept ones may go."""
+        if self._slot is not None:
+            reports.settle()
+            self._slot.forget_kept()
+
+    def _hold(self, report: Report, reports: Reports) -> None:
+        """Hold back the report of a job that the batch goes on after, kept in the slot
+        first; when the slot is full, send every report now (this job's included)."""
+        assert self._slot is not None  # a batch of more than one job needs it
+        if self._slot.keep(pickle.dumps(report_to_wire(report), pickle.HIGHEST_PROTOCOL)):
+            reports.hold(report)
+            return
+        reports.add(report)
+        self._service.report(self._config.worker_id, reports.take_all())
+        self.delivered(reports)
+
+    def _claim_or_stop(self, lease_id: int) -> bool:
+        assert self._slot is not None  # a batch of more than one job needs it
+        return self._slot.claim(lease_id)
+
+    def _run_one(self, assignment: Assignment, timeouts: JobTimeouts | None) -> Report:
+        start_at = _start_time(assignment)
+        segment = _result_segment(self._config, assignment)
+        with timeouts.guard(assignment.timeout) if timeouts else contextlib.nullcontext():
+            outcome = run(assignment, start_at, segment)
+        ended = time.monotonic()
+        self._last_run = ended - (start_at if outcome.started is None else outcome.started)
+        self.done += 1
+        return Report(assignment.lease.lease_id, outcome)
 
 
 def _log_lost(worker_id: str, exc: BaseException, consequence: str) -> None:
@@ -316,22 +419,22 @@ def _log_lost(worker_id: str, exc: BaseException, consequence: str) -> None:
                 consequence)
 
 
-def _take(service: ServiceProxy, worker_id: str, report: Report | None, long_poll: float,
-          drain: DrainState | None) -> Assignment | None:
+def _take(service: ServiceProxy, worker_id: str, reports: list[Report], long_poll: float,
+          drain: DrainState | None, more: int) -> list[Assignment]:
     if drain is None:
-        return service.take(worker_id, report, long_poll)
+        return service.take(worker_id, reports, long_poll, more)
     with drain.interruptible():
-        return service.take(worker_id, report, long_poll)
+        return service.take(worker_id, reports, long_poll, more)
 
 
-def _leave(config: WorkerConfig, worker_id: str, report: Report | None, remote: bool) -> None:
+def _leave(config: WorkerConfig, worker_id: str, reports: list[Report], remote: bool) -> None:
     # A fresh connection: a take interrupted by SIGTERM left the old one mid-reply.
     with contextlib.suppress(Exception):
         service = connect_service(config.address, config.authkey)
         if remote:
-            service.leave(worker_id, report)
+            service.leave(worker_id, reports)
         else:
-            service.finish(worker_id, report)
+            service.finish(worker_id, reports)
 
 
 def _start_time(assignment: Assignment) -> float:

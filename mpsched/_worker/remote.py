@@ -189,5 +189,5 @@ def _timed_out(service: ServiceProxy, worker_id: str) -> None:
     log.warning("worker %s: job ran past its timeout; exiting", worker_id)
     kill_tree(os.getpid(), include_root=False)
     with contextlib.suppress(Exception):
-        service.leave(worker_id, None)
+        service.leave(worker_id, [])
     os._exit(Exit.JOB_TIMEOUT)

@@ -61,8 +61,7 @@ def service() -> ManagerService:
 
 
 def take(service: ManagerService, report: Report | None = None) -> int:
-    wire = service.take("w", None if report is None else report_to_wire(report), 0)
-    assert wire is not None
+    [wire] = service.take("w", None if report is None else [report_to_wire(report)], 0)
     return assignment_from_wire(wire).lease.lease_id
 
 
@@ -77,7 +76,7 @@ def test_jobs_run_without_any_store_call(service: ManagerService) -> None:
     lease = take(service)
     for job_id in ("j1", "j2", "keyed"):
         lease = take(service, done(lease, "j0" if job_id == "j1" else job_id))
-    service.finish("w", report_to_wire(done(lease, "keyed")))
+    service.finish("w", [report_to_wire(done(lease, "keyed"))])
     assert service.cancel("later", "other-client")
     assert service.stats().queue.completed == 4
 
@@ -97,7 +96,7 @@ def test_lookups_see_pending_and_running_jobs_and_forget_ended_ones(
     assert wait is not None and wait.key == "k" and wait.client_id == "c"
     assert journal.owner("run") == "c"
     assert journal.watch("watcher", "run") is None  # handed over when it ends
-    service.finish("w", report_to_wire(done(lease, "run")))
+    service.finish("w", [report_to_wire(done(lease, "run"))])
     assert journal.get("run") is None and journal.owner("run") is None
     with pytest.raises(JobNotFoundError):
         journal.watch("watcher", "run")
@@ -111,7 +110,7 @@ def test_a_key_is_held_while_its_job_is_pending_or_running(service: ManagerServi
     assert submit("second") == ["first"]  # pending: the holder stands for it
     lease = take(service)
     assert submit("third") == ["first"]  # running
-    service.finish("w", report_to_wire(done(lease, "first")))
+    service.finish("w", [report_to_wire(done(lease, "first"))])
     assert submit("fourth") is None  # ended: the key is free
     assert service.cancel("fourth", "c")
     assert submit("fifth") is None  # cancelled: free again
@@ -155,9 +154,9 @@ def run_to_end(service: ManagerService, job_id: str, *, ok: bool = True,
                payload: bytes = b"result", key: str | None = None) -> None:
     service.submit([request_to_wire(request(job_id, key=key))], None)
     lease = take(service)
-    service.finish("w", report_to_wire(Report(lease, Outcome(job_id, ok, payload,
+    service.finish("w", [report_to_wire(Report(lease, Outcome(job_id, ok, payload,
                                                              "" if ok else "Traceback",
-                                                             None))))
+                                                             None)))])
 
 
 def test_an_ended_job_is_known_by_its_id_for_result_ttl(

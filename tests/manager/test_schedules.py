@@ -100,16 +100,16 @@ class Run:
 
 
 def take(service: ManagerService, worker: str = "w1") -> Run | None:
-    wire = service.take(worker, None, 0)
-    if wire is None:
+    wires = service.take(worker, None, 0)
+    if not wires:
         return None
-    assignment = assignment_from_wire(wire)
+    assignment = assignment_from_wire(wires[0])
     return Run(assignment.lease.job_id, assignment.lease.lease_id)
 
 
 def finish(service: ManagerService, run: Run, worker: str = "w1", ok: bool = True) -> None:
     outcome = Outcome(run.job_id, ok, pickle.dumps(7 if ok else ValueError("no")), "", None)
-    service.finish(worker, report_to_wire(Report(run.lease_id, outcome)))
+    service.finish(worker, [report_to_wire(Report(run.lease_id, outcome))])
 
 
 def slot(clock: FakeClock, seconds_from_now: float) -> str:

@@ -39,12 +39,11 @@ def started_here(service: ManagerService, worker_id: str) -> WorkerHello:
 
 def run_one(service: ManagerService, worker_id: str) -> None:
     service.queue.submit(JobRequest(f"job-{worker_id}", "c", b"", 2, 0.0, None))
-    wire = service.take(worker_id, None, 0)
-    assert wire is not None
+    [wire] = service.take(worker_id, None, 0)
     assignment = assignment_from_wire(wire)
     # A start stamp far from the manager's clock, as another machine's would be.
     outcome = Outcome(assignment.lease.job_id, True, b"", "", time.monotonic() - 1e6)
-    service.finish(worker_id, report_to_wire(Report(assignment.lease.lease_id, outcome)))
+    service.finish(worker_id, [report_to_wire(Report(assignment.lease.lease_id, outcome))])
 
 
 def test_only_workers_the_manager_started_count_in_lateness():
@@ -70,11 +69,12 @@ def test_take_reports_the_last_job_and_keeps_the_worker_bookkeeping():
     service.hello(hello("w", "some-other-host", 4242))
     for n in range(2):
         service.queue.submit(JobRequest(f"job-{n}", "c", b"", 2, 0.0, None))
-    first = assignment_from_wire(service.take("w", None, 0))
+    [first_wire] = service.take("w", None, 0)
+    first = assignment_from_wire(first_wire)
     [worker] = service.stats().workers
     assert worker.current_job == "job-0" and worker.jobs_done == 0
     outcome = Outcome("job-0", True, b"result", "", time.monotonic())
-    second = service.take("w", report_to_wire(Report(first.lease.lease_id, outcome)), 0)
+    [second] = service.take("w", [report_to_wire(Report(first.lease.lease_id, outcome))], 0)
     assert assignment_from_wire(second).lease.job_id == "job-1"
     [worker] = service.stats().workers
     assert worker.current_job == "job-1" and worker.jobs_done == 1
@@ -94,9 +94,8 @@ def test_only_a_worker_the_manager_started_is_handed_jobs_early():
     for n in range(2):
         service.queue.submit(JobRequest(f"job-{n}", "c", b"", 2, soon + 60 * n, None))
     for worker_id in ("far", "same-name", "no-token"):
-        assert service.take(worker_id, None, 0) is None
-    wire = service.take("near", None, 0)
-    assert wire is not None
+        assert service.take(worker_id, None, 0) == []
+    [wire] = service.take("near", None, 0)
     early = assignment_from_wire(wire)
     assert early.lease.job_id == "job-0"
     # Its own worker shares the manager's clock: it gets the instant to wait for.
@@ -109,8 +108,7 @@ def test_a_worker_that_does_not_share_the_clock_gets_a_delay_and_no_instant():
     service.hello(hello("same-name", service.host, os.getpid()))
     service.queue.submit(JobRequest("job", "c", b"", 2, 5.0, None))
     clock.advance(5.0)
-    wire = service.take("same-name", None, 0)
-    assert wire is not None
+    [wire] = service.take("same-name", None, 0)
     assignment = assignment_from_wire(wire)
     assert assignment.lease.job_id == "job"
     assert assignment.due is None and assignment.delay == 0.0  # due now: run it at once
@@ -121,12 +119,13 @@ def test_a_worker_declared_gone_is_refused_and_its_late_report_changes_nothing()
     service.mailboxes.open("c")
     service.hello(hello("w", "some-other-host", 4242))
     service.queue.submit(JobRequest("job", "c", b"", 2, 0.0, None, retries=1))
-    assignment = assignment_from_wire(service.take("w", None, 0))
+    [wire] = service.take("w", None, 0)
+    assignment = assignment_from_wire(wire)
     service.ack("w", assignment.lease.lease_id)
     assert service.lose_worker("w", exitcode=None) == 1  # requeued: it has a retry
     outcome = Outcome("job", True, b"", "", time.monotonic())
     report = report_to_wire(Report(assignment.lease.lease_id, outcome))
-    for call in (lambda: service.take("w", report, 0),
+    for call in (lambda: service.take("w", [report], 0),
                  lambda: service.take("w", None, 0),
                  lambda: service.heartbeat("w", WorkerLoad(0.0, 0))):
         with pytest.raises(WorkerRetiredError, match="declared gone"):
@@ -242,3 +241,21 @@ def test_a_stopping_manager_knows_when_every_remote_worker_was_told():
     with pytest.raises(SchedulerShutdownError):
         service.take("far", None, 0)
     assert service.wait_workers_told(0) is True
+
+
+def test_reports_sent_while_a_batch_goes_on_end_their_jobs_and_keep_the_worker_busy():
+    # A worker handed several jobs reports the first ones while it runs the rest: they
+    # end (and reach their client) at once, and the worker still counts as busy.
+    service = ManagerService(JobQueue(), heartbeat_timeout=10)
+    service.mailboxes.open("c")
+    service.hello(hello("w", "some-other-host", 4242))
+    for n in range(2):
+        service.queue.submit(JobRequest(f"job-{n}", "c", b"", 2, 0.0, None))
+    [wire] = service.take("w", None, 0)
+    first = assignment_from_wire(wire)
+    outcome = Outcome("job-0", True, b"result", "", None)
+    service.report("w", [report_to_wire(Report(first.lease.lease_id, outcome))])
+    assert service.mailboxes.collect("c", 0) == [outcome]
+    [worker] = service.stats().workers
+    assert worker.jobs_done == 1 and worker.current_job == "job-0"
+    assert service.workers.busy() == {"w"}

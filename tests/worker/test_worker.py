@@ -30,12 +30,16 @@ class ScriptedService:
         self.assignments = list(assignments)
         self.reports: list[Report] = []
 
-    def take(self, worker_id: str, report: Report | None, timeout: float) -> Assignment | None:
-        if report is not None:
-            self.reports.append(report)
+    def take(self, worker_id: str, reports: list[Report], timeout: float,
+             more: int = 0) -> list[Assignment]:
+        self.reports += reports
         if not self.assignments:
             raise SchedulerShutdownError("stopped")
-        return self.assignments.pop(0)
+        assignment = self.assignments.pop(0)
+        return [] if assignment is None else [assignment]
+
+    def report(self, worker_id: str, reports: list[Report]) -> None:
+        self.reports += reports
 
 
 def assignment(lease_id: int, fn: Callable[..., Any], *args: Any,
@@ -80,13 +84,13 @@ class VanishingService(ScriptedService):
         self.vanish_at = vanish_at
         self.takes: list[tuple[bool, float]] = []  # (carried a report, timeout) per take
 
-    def take(self, worker_id: str, report: Report | None, timeout: float) -> Assignment | None:
-        self.takes.append((report is not None, timeout))
+    def take(self, worker_id: str, reports: list[Report], timeout: float,
+             more: int = 0) -> list[Assignment]:
+        self.takes.append((bool(reports), timeout))
         if len(self.takes) > self.vanish_at:
             raise EOFError
-        if report is not None:
-            self.reports.append(report)
-        return self.assignments.pop(0) if self.assignments else None
+        self.reports += reports
+        return [self.assignments.pop(0)] if self.assignments else []
 
 
 @pytest.mark.parametrize(("vanish_at", "says"), [
@@ -238,9 +242,10 @@ class SpinRecordingService(ScriptedService):
     def expect_reply_soon(self, seconds: float) -> None:
         self.spins.append(seconds)
 
-    def take(self, worker_id: str, report: Report | None, timeout: float) -> Assignment | None:
-        self.takes.append((report is not None, self.spins.pop() if self.spins else 0.0))
-        return super().take(worker_id, report, timeout)
+    def take(self, worker_id: str, reports: list[Report], timeout: float,
+             more: int = 0) -> list[Assignment]:
+        self.takes.append((bool(reports), self.spins.pop() if self.spins else 0.0))
+        return super().take(worker_id, reports, timeout, more)
 
 
 def test_a_worker_waits_awake_only_for_the_take_that_follows_a_job(tmp_path: Path) -> None:

@@ -1,0 +1,170 @@
+"""Prefetched jobs: due jobs handed to a worker together with the one it takes, which the
+queue may take back until that worker starts them.
+
+A short job costs less to run than the round trip that fetches it, so a worker whose last
+job was short asks for more than one (``JobQueue.take_batch``'s ``more``). What it gets
+beyond the first stays *revocable* until the worker starts it, which keeps the order that
+design.md promises (with N workers, jobs start in heap order; a due job never waits behind
+a running one while a worker is free):
+
+- only jobs already due, with no timeout and that the caller's predicate accepts, are
+  prefetched, and only while no other taker waits for work;
+- the worker starts a prefetched job only after *claiming* it (``Claims``: in the
+  manager, a slot the worker process shares, under a lock); the queue *revokes* the jobs of
+  a worker it has not started yet when
+  - a taker finds nothing due (it takes them back and runs the first: stealing),
+  - a job becomes due that goes before one of them (a retry, or a HIGH job with
+    ``order="priority"``),
+  - one of them is cancelled, or the worker leaves;
+- revoked jobs go back to the heap as never received: no attempt is counted.
+
+A revocation has three steps, so that no lock is held across a process boundary: under the
+queue's lock, :meth:`Prefetched.begin_revoke_locked` marks the worker; without it,
+``Claims.revoke`` moves the worker's slot past what it has started and says where it
+stopped; under the lock again, :meth:`Prefetched.end_revoke_locked` gives back the jobs
+from there on. While a worker is marked, no new batch is handed to it (its slot could be
+reopened under the revocation's feet).
+
+Pure, like the queue: no multiprocessing; the Claims of a test are plain Python.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from mpsched._core.job import Job
+
+PREFETCH = 8  # jobs a worker asks for at once, at most (the first and up to 7 prefetched)
+# A worker asks for as many jobs as its last one's run time says fit in this (at most
+# PREFETCH): a job that ran this long or longer gets no company. Past it the round trip is
+# a small part of a job and prefetching buys nothing.
+BATCH_TIME = 0.002
+# A prefetched job whose worker has not started it this long after it was handed out is
+# taken back by the next worker that takes, if it goes before what that worker would get:
+# its own worker is held up (a job ran far longer than the last one), and heap order says
+# it starts next. (An idle worker that finds nothing due takes it back at once.)
+PREFETCH_HOLD = 0.005
+
+
+class Claims(Protocol):
+    """Where the queue and the workers agree on which prefetched jobs have started.
+
+    Lease ids grow with each job handed out, so "everything from lease ``cut`` on" names
+    what a worker may no longer start.
+    """
+
+    def reopen(self, worker_id: str) -> bool:
+        """A new batch is about to be handed to ``worker_id``: it may start every job of it.
+        False if it cannot claim jobs at all (not a local worker): it gets none prefetched.
+        Called with the queue's lock held, while the worker waits for the batch and no
+        revocation of it is under way: it must not block."""
+
+    def revoke(self, worker_id: str, lowest: int) -> int | None:
+        """Stop ``worker_id`` from starting any prefetched job from lease ``lowest`` on that
+        it has not started. Returns the first lease id it may no longer start (it started
+        every one below), or None if it could not be told in time (nothing is revoked).
+        Called without the queue's lock."""
+
+
+class Prefetched:
+    """For each worker, its prefetched jobs that it may not have started, in lease order.
+
+    No lock of its own: JobQueue calls every method with its lock held.
+    """
+
+    def __init__(self) -> None:
+        self._batches: dict[str, list[tuple[int, Job]]] = {}  # worker -> (lease id, job)
+        self._handed: dict[str, float] = {}  # worker -> when its batch was handed out
+        self._revoking: set[str] = set()  # workers between begin_ and end_revoke_locked
+
+    def __bool__(self) -> bool:
+        return bool(self._batches)
+
+    def __contains__(self, worker_id: str) -> bool:
+        return worker_id in self._batches
+
+    def may_hand_locked(self, worker_id: str) -> bool:
+        """Whether a batch with prefetched jobs may be handed to ``worker_id`` now."""
+        return worker_id not in self._revoking
+
+    def handed_locked(self, worker_id: str, entries: list[tuple[int, Job]],
+                      now: float) -> None:
+        """``entries`` (lease id, job) were prefetched for ``worker_id`` at ``now``."""
+        self._batches[worker_id] = entries
+        self._handed[worker_id] = now
+
+    def forget_locked(self, worker_id: str) -> None:
+        """``worker_id`` is done with its batch (it takes again): each job of it was
+        started, or refused to it because it was revoked. A revocation under way keeps the
+        entries: it gives back those the worker was refused."""
+        if worker_id not in self._revoking:
+            self._drop(worker_id)
+
+    def drop_locked(self, worker_id: str) -> None:
+        """``worker_id`` is gone: its leases ended with it (a revocation under way finds
+        none of them held)."""
+        self._drop(worker_id)
+
+    def started_locked(self, worker_id: str, lease_id: int) -> None:
+        """``worker_id`` reported ``lease_id``: it started every job of its batch up to it."""
+        entries = self._batches.get(worker_id)
+        if entries is None or entries[0][0] > lease_id:
+            return
+        left = [entry for entry in entries if entry[0] > lease_id]
+        if left:
+            self._batches[worker_id] = left
+        else:
+            self._drop(worker_id)
+
+    def holder_locked(self, job_id: str) -> str | None:
+        """The worker holding ``job_id`` among its prefetched jobs, if one does."""
+        for worker_id, entries in self._batches.items():
+            if any(job.job_id == job_id for _, job in entries):
+                return worker_id
+        return None
+
+    def victim_locked(self, taker: str, head: Job | None, held_since: float,
+                      before: Callable[[Job, Job], bool]) -> str | None:
+        """A worker other than ``taker`` whose prefetched jobs ``taker`` takes back before
+        it takes ``head`` (the due job it would get; None: nothing is due): with nothing
+        due, any; else one whose batch was handed out by ``held_since`` and whose first job
+        goes before ``head``. The one holding the job handed out first (lowest lease id)."""
+        best: tuple[int, str] | None = None
+        for worker_id, entries in self._batches.items():
+            if worker_id == taker or worker_id in self._revoking:
+                continue
+            if head is not None and (self._handed[worker_id] > held_since
+                                     or not before(entries[0][1], head)):
+                continue
+            candidate = (entries[0][0], worker_id)
+            best = candidate if best is None or candidate < best else best
+        return None if best is None else best[1]
+
+    def overtaken_locked(self, job: Job, before: Callable[[Job, Job], bool]) -> list[str]:
+        """The workers holding a prefetched job that ``job`` goes before; ``before(a, b)``
+        tells whether due job ``a`` goes before due job ``b``."""
+        return [worker_id for worker_id, entries in self._batches.items()
+                if worker_id not in self._revoking and before(job, entries[-1][1])]
+
+    def begin_revoke_locked(self, worker_id: str) -> int | None:
+        """Mark ``worker_id`` as being revoked; returns the lowest lease id to revoke from,
+        or None when there is nothing to revoke (or a revocation is under way)."""
+        entries = self._batches.get(worker_id)
+        if not entries or worker_id in self._revoking:
+            return None
+        self._revoking.add(worker_id)
+        return entries[0][0]
+
+    def end_revoke_locked(self, worker_id: str, cut: int | None) -> list[tuple[int, Job]]:
+        """End the revocation of ``worker_id``: the entries it may no longer start (lease
+        ``cut`` on; none if ``cut`` is None). It started the others, so none stays."""
+        self._revoking.discard(worker_id)
+        entries = self._drop(worker_id)
+        if cut is None:
+            return []
+        return [entry for entry in entries if entry[0] >= cut]
+
+    def _drop(self, worker_id: str) -> list[tuple[int, Job]]:
+        self._handed.pop(worker_id, None)
+        return self._batches.pop(worker_id, [])
