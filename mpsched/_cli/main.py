@@ -53,7 +53,7 @@ from mpsched._transport.authkey import scrub_authkey_env
 from mpsched._transport.runtime import default_address
 from mpsched._transport.sockets import describe_versions
 from mpsched._transport.tls import set_tls
-from mpsched._worker.loop import WorkerConfig
+from mpsched._worker.process import WorkerConfig
 
 log = logging.getLogger("mpsched.cli")
 

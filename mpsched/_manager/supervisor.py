@@ -31,7 +31,8 @@ from mpsched._protocol.records import (
     ManagerConfig,
 )
 from mpsched._worker.claims import ClaimSlot, LocalClaims
-from mpsched._worker.loop import WorkerConfig, kill_tree, worker_main
+from mpsched._worker.loop import worker_main
+from mpsched._worker.process import WorkerConfig, kill_tree
 
 log = logging.getLogger("mpsched.supervisor")
 

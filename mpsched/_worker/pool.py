@@ -40,8 +40,8 @@ from mpsched._protocol.proxy import connect_service
 from mpsched._protocol.records import Exit
 from mpsched._transport.address import format_address
 from mpsched._transport.sockets import host_name
-from mpsched._worker.loop import WorkerConfig
 from mpsched._worker.loop_end import LoopEnd
+from mpsched._worker.process import WorkerConfig
 from mpsched._worker.remote import remote_worker_main
 
 log = logging.getLogger("mpsched.remote")

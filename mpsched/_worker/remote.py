@@ -40,17 +40,17 @@ from mpsched._protocol.records import (
     WorkerLoad,
 )
 from mpsched._transport.address import format_address
-from mpsched._worker.loop import (
+from mpsched._worker.loop import serve
+from mpsched._worker.loop_end import LoopEnd
+from mpsched._worker.process import (
     Draining,
     DrainState,
     JobTimeouts,
     WorkerConfig,
     kill_tree,
     make_hello,
-    serve,
     setup_process,
 )
-from mpsched._worker.loop_end import LoopEnd
 
 log = logging.getLogger("mpsched.remote")
 

@@ -20,7 +20,8 @@ from mpsched._errors import SchedulerShutdownError
 from mpsched._protocol.records import (
     Report,
 )
-from mpsched._worker.loop import DrainState, JobTimeouts, WorkerConfig, serve
+from mpsched._worker.loop import serve
+from mpsched._worker.process import DrainState, JobTimeouts, WorkerConfig
 
 
 class ScriptedService:
@@ -189,7 +190,7 @@ def test_a_job_past_its_timeout_ends_the_worker(
 
 
 class FakeTime:
-    """Stands in for the ``time`` module in mpsched._worker.loop: sleeping moves the clock."""
+    """Stands in for the ``time`` module in mpsched._worker.run: sleeping moves the clock."""
 
     def __init__(self, now: float) -> None:
         self.now = now
@@ -212,7 +213,7 @@ def started(service: ScriptedService) -> float | None:
 def test_a_remote_worker_waits_the_managers_delay_from_receipt_on_its_own_clock(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     clock = FakeTime(now=-3600.0)  # nowhere near the manager's clock
-    monkeypatch.setattr("mpsched._worker.loop.time", clock)
+    monkeypatch.setattr("mpsched._worker.run.time", clock)
     service = ScriptedService([assignment(1, str, "ran")._replace(delay=0.25)])
     serve(service, config(tmp_path), lambda lease_id: None, DrainState())
     assert clock.slept == [0.25]
@@ -222,7 +223,7 @@ def test_a_remote_worker_waits_the_managers_delay_from_receipt_on_its_own_clock(
 def test_a_local_worker_waits_until_the_due_instant_it_shares_with_the_manager(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     clock = FakeTime(now=100.0)
-    monkeypatch.setattr("mpsched._worker.loop.time", clock)
+    monkeypatch.setattr("mpsched._worker.run.time", clock)
     # Handed out early: the manager's clock is ours, the instant is what counts.
     early = assignment(1, str, "ran")._replace(due=100.002, delay=0.0015)
     service = ScriptedService([early])

@@ -123,12 +123,11 @@ def submit(service: ManagerService, job_id: str, priority: Priority = Priority.M
 
 def run(service: ManagerService, worker: str, ok: bool = True) -> str:
     """``worker`` takes the next due job and reports it; returns its id."""
-    wire = service.take(worker, None, 0)
-    assert wire is not None
+    [wire] = service.take(worker, None, 0)
     assignment = assignment_from_wire(wire)
     outcome = Outcome(assignment.lease.job_id, ok, pickle.dumps(7 if ok else ValueError()),
                       "" if ok else TRACEBACK, None)
-    service.finish(worker, report_to_wire(Report(assignment.lease.lease_id, outcome)))
+    service.finish(worker, [report_to_wire(Report(assignment.lease.lease_id, outcome))])
     return assignment.lease.job_id
 
 

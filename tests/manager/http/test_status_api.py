@@ -36,12 +36,11 @@ def schedule(service: ManagerService, clock: FakeClock) -> None:
         "tick", "every", 10.0, "rate", "", "", 5.0, None, 0.0, "skip", "latest", "continue",
         2, None, 0, "jobs:tick", b"payload")))
     clock.advance(5)
-    wire = service.take("w1", None, 0)
-    assert wire is not None
+    [wire] = service.take("w1", None, 0)
     lease = assignment_from_wire(wire).lease
     clock.advance(25)
-    service.finish("w1", report_to_wire(Report(lease.lease_id, Outcome(
-        lease.job_id, True, b"", "", None))))
+    service.finish("w1", [report_to_wire(Report(lease.lease_id, Outcome(
+        lease.job_id, True, b"", "", None)))])
     service.schedule_control("tick", "pause")
 
 
@@ -54,7 +53,7 @@ def set_up(service: ManagerService, clock: FakeClock) -> None:
     submit(service, "bad")
     assert run(service, "w1", ok=False) == "bad"
     submit(service, "retry-me", retries=1)
-    assert service.take("w2", None, 0) is not None
+    assert service.take("w2", None, 0) != []
     service.lose_worker("w2", exitcode=-9, received=lambda lease: True)  # retried
     assert run(service, "w1") == "retry-me"
     schedule(service, clock)
@@ -141,7 +140,7 @@ def test_the_dashboard_shows_counts_workers_the_head_running_jobs_failures_and_s
         serve: Callable[..., StatusServer]) -> None:
     set_up(service, clock)
     submit(service, "now")
-    assert service.take("w1", None, 0) is not None  # running on w1
+    assert service.take("w1", None, 0) != []  # running on w1
     clock.advance(2.5)
     shown = request(serve(), "/api/dashboard").json()
     assert shown["counts"]["pending"] == {"HIGH": 2, "MEDIUM": 1, "LOW": 3}
@@ -165,7 +164,7 @@ def test_the_dashboard_shows_counts_workers_the_head_running_jobs_failures_and_s
 def test_a_worker_lost_with_its_job_shows_as_a_crash(
         service: ManagerService, serve: Callable[..., StatusServer]) -> None:
     submit(service, "doomed")
-    assert service.take("w2", None, 0) is not None
+    assert service.take("w2", None, 0) != []
     service.lose_worker("w2", exitcode=-9, received=lambda lease: True)
     server = serve()
     found = families(request(server, "/metrics").text)

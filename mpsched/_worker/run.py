@@ -1,0 +1,114 @@
+"""Running one job in a worker: unpickle it, wait for its due time, call it, and turn
+whatever happens into an Outcome (a worker survives any exception a job raises).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+
+import cloudpickle
+
+from mpsched._core.job import Assignment, Outcome
+from mpsched._errors import JobError, JobUnpicklingError, ResultPicklingError
+from mpsched._payload import shm
+from mpsched._payload.pickling import dumps_result, loads
+from mpsched._transport.sockets import host_name
+from mpsched._worker.process import WorkerConfig
+
+
+def start_time(assignment: Assignment) -> float:
+    """When to enter the job, on this process's monotonic clock.
+
+    Only a worker that shares the manager's clock is sent ``due`` (an instant on it); any
+    other waits the ``delay`` the manager measured, from now.
+    """
+    if assignment.due is not None:
+        return assignment.due
+    return time.monotonic() + assignment.delay
+
+
+def result_segment(config: WorkerConfig, assignment: Assignment) -> str:
+    """Where a large result goes: shared memory when the manager uses it and the job's
+    client maps it (its payload is framed); "" for inline."""
+    if config.shm_prefix and assignment.payload[:4] == shm.MAGIC:
+        return shm.result_name(config.shm_prefix, assignment.lease.lease_id)
+    return ""
+
+
+def run(assignment: Assignment, start_at: float | None = None,
+        result_segment: str = "") -> Outcome:
+    """Unpickle and run one job; never raises: every failure becomes an Outcome.
+
+    The callable is entered no sooner than ``start_at`` (this process's monotonic clock;
+    by default computed from the assignment now, see ``start_time``). With
+    ``result_segment``, the result's large buffers go to that shared-memory segment.
+    """
+    job_id = assignment.lease.job_id
+    try:
+        fn, args, kwargs = loads(assignment.payload)
+        if isinstance(fn, bytes):  # map(): the callable was pickled once, separately
+            fn = cloudpickle.loads(fn)
+    except BaseException as exc:
+        unpickling = JobUnpicklingError(
+            f"job {job_id}: the worker on {host_name()} (pid {os.getpid()}) could not "
+            f"unpickle it: {exc!r}{_unpickling_hint(exc)}")
+        return _failure(job_id, unpickling, _format(exc), None, "job-unpickling")
+    started = _wait_until(start_time(assignment) if start_at is None else start_at)
+    try:
+        result = fn(*args, **kwargs)
+    except BaseException as exc:
+        return _failure(job_id, exc, _format(exc), started, "")
+    try:
+        payload = dumps_result(result, result_segment)
+    except BaseException as exc:
+        pickling = ResultPicklingError(
+            f"job {job_id} returned a {type(result).__qualname__} that could not be pickled: "
+            f"{exc!r}")
+        return _failure(job_id, pickling, _format(exc), started, "result-pickling")
+    return Outcome(job_id, True, payload, "", started)
+
+
+def _unpickling_hint(exc: BaseException) -> str:
+    """What to do about a job whose module (or a name in it) this worker cannot import."""
+    if not isinstance(exc, (ImportError, AttributeError)):
+        return ""
+    return (f". Workers import a job's functions by module name, from their working "
+            f"directory and PYTHONPATH (this worker's sys.path: {sys.path}); functions from "
+            f"__main__ and lambdas travel by value. For a module only the client has, send "
+            f"it by value: submit --by-value MODULE on the command line, or "
+            f"cloudpickle.register_pickle_by_value(module) in the submitting program before "
+            f"submitting; or install the module where the workers run.")
+
+
+def _wait_until(due: float) -> float:
+    """Sleep until ``due`` (a job handed out early, see EARLY_HANDOFF); return the time.
+
+    ``due`` is on this process's monotonic clock (see ``start_time``).
+    """
+    now = time.monotonic()
+    while now < due:
+        time.sleep(due - now)
+        now = time.monotonic()
+    return now
+
+
+def _failure(job_id: str, exc: BaseException, tb: str, started: float | None,
+             kind: str) -> Outcome:
+    if isinstance(exc, SystemExit):
+        exc = JobError(f"job {job_id} called sys.exit({exc.code!r})")
+    elif not isinstance(exc, Exception):
+        # KeyboardInterrupt and friends must not escape into the client.
+        exc = JobError(f"job {job_id} raised {type(exc).__name__}{exc.args!r}")
+    try:
+        payload = cloudpickle.dumps(exc)
+    except BaseException:
+        payload = cloudpickle.dumps(JobError(
+            f"job {job_id} raised {type(exc).__qualname__}: {exc} (not picklable)"))
+    return Outcome(job_id, False, payload, tb, started, kind)
+
+
+def _format(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
