@@ -19,7 +19,8 @@ PACKAGE = Path(__file__).parent.parent / "mpsched"
 LAYERS: list[tuple[str, list[set[str]]]] = [
     ("_errors", [set()]),  # the whole error tree, one module
     ("_core", [{"options", "histogram"}, {"job"}, {"clock", "recurring"},
-               {"leases", "heap", "planning", "prefetch"}, {"queue"}]),
+               {"leases", "heap", "planning", "wall_offset"}, {"room", "prefetch"},
+               {"queue"}]),
     ("_store", [{"base", "commit", "pruning", "lease_records", "redis.url", "redis.records"},
                 {"writer", "statements", "readers", "lease_log", "memory", "file",
                  "redis.server", "redis.scripts"},

@@ -30,10 +30,15 @@ Pure, like the queue: no multiprocessing; the Claims of a test are plain Python.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Protocol
 
-from mpsched._core.job import Job
+from mpsched._core.clock import Clock
+from mpsched._core.heap import PendingJobs
+from mpsched._core.job import Assignment, Job
+from mpsched._core.leases import Leases
+from mpsched._core.wall_offset import WallOffset
 
 PREFETCH = 8  # jobs a worker asks for at once, at most (the first and up to 7 prefetched)
 # A worker asks for as many jobs as its last one's run time says fit in this (at most
@@ -168,3 +173,148 @@ class Prefetched:
     def _drop(self, worker_id: str) -> list[tuple[int, Job]]:
         self._handed.pop(worker_id, None)
         return self._batches.pop(worker_id, [])
+
+
+class Prefetcher:
+    """A queue's prefetched jobs: handed out with a take, taken back when they must be.
+
+    Shares its JobQueue's lock, like Leases: methods ending in ``_locked`` are called with
+    it held, and a revocation lets go of it while the worker's slot changes (the three
+    steps above). ``push`` and ``pop_due`` are the queue's own (they signal takers and
+    submitters); ``on_returned`` is told of each job a revocation put back in the heap
+    (see JobQueue).
+    """
+
+    def __init__(self, lock: threading.Lock, clock: Clock, pending: PendingJobs,
+                 leases: Leases, wall: WallOffset, claims: Claims | None, *,
+                 push: Callable[[Job], None], pop_due: Callable[[float], Job | None]) -> None:
+        self._lock = lock  # the queue's: guards every field below
+        self._pending = pending
+        self._leases = leases
+        self._wall = wall
+        self._claims = claims
+        self._push = push
+        self._pop_due = pop_due
+        self.on_returned: Callable[[Job], None] | None = None
+        self._table = Prefetched()
+        # A taker whose own prefetched jobs are being revoked waits here (through the
+        # queue's wait) until that ends; notified (all: such waits are rare) at the end of
+        # every revocation.
+        self.revoke_done = clock.condition(lock)
+        # Workers whose prefetched jobs a job that entered the heap goes before: revoked
+        # by the thread that added them, once it has let go of the lock.
+        self._to_revoke: set[str] = set()
+        self.handed = 0  # jobs prefetched so far
+        self.revoked = 0  # of those, taken back
+
+    def __bool__(self) -> bool:
+        return bool(self._table)
+
+    # ------------------------------------------------------------------ the table
+
+    def forget_locked(self, worker_id: str) -> None:
+        self._table.forget_locked(worker_id)
+
+    def drop_locked(self, worker_id: str) -> None:
+        self._table.drop_locked(worker_id)
+
+    def started_locked(self, worker_id: str, lease_id: int) -> None:
+        if worker_id in self._table:
+            self._table.started_locked(worker_id, lease_id)
+
+    def revoking_locked(self, worker_id: str) -> bool:
+        """Whether a revocation of ``worker_id``'s batch is under way: it must start
+        nothing newer before the jobs it was refused are back in the heap (were it to die
+        meanwhile, its slot would count those as received)."""
+        return not self._table.may_hand_locked(worker_id)
+
+    # ------------------------------------------------------------- handing out
+
+    def hand_locked(self, worker_id: str, now: float, more: int,
+                    prefetchable: Callable[[Job], bool] | None) -> list[Assignment]:
+        """Hand ``worker_id`` up to ``more`` due jobs beyond the one it took, in heap
+        order, stopping at the first that may not be prefetched."""
+        if self._claims is None or not self._table.may_hand_locked(worker_id) \
+                or not self._claims.reopen(worker_id):
+            return []
+        batch: list[Assignment] = []
+        entries: list[tuple[int, Job]] = []
+        while len(batch) < more:
+            job = self._pending.due_head(now)
+            if job is None or job.timeout is not None \
+                    or (prefetchable is not None and not prefetchable(job)) \
+                    or (job.at is not None and self._wall.early_locked(job, now)):
+                break
+            popped = self._pop_due(now)
+            assert popped is job
+            assignment = self._leases.grant_locked(job, worker_id, now)
+            batch.append(assignment)
+            entries.append((assignment.lease.lease_id, job))
+        if entries:
+            self._table.handed_locked(worker_id, entries, now)
+            self.handed += len(entries)
+        return batch
+
+    # ------------------------------------------------------------- taking back
+
+    def take_back_locked(self, taker: str, now: float) -> bool:
+        """Revoke another worker's prefetched jobs that ``taker`` should start before what
+        the heap would give it (PREFETCH_HOLD, or nothing due); True if any went back."""
+        victim = self._table.victim_locked(
+            taker, self._pending.due_head(now), now - PREFETCH_HOLD, self._pending.sorts_before)
+        return victim is not None and self.revoke_locked(victim) > 0
+
+    def cancel_locked(self, job_ids: list[str]) -> None:
+        """Take back the prefetched jobs among ``job_ids`` (with their batches' rest), so
+        that a cancel finds them pending."""
+        if self._table:
+            for job_id in job_ids:
+                holder = self._table.holder_locked(job_id)
+                if holder is not None:
+                    self.revoke_locked(holder)
+
+    def overtaken_locked(self, job: Job, now: float) -> None:
+        """``job`` entered the heap: if it is due and goes before a prefetched job, that
+        job's worker is to be revoked (by :meth:`revoke_called_for`, after the lock)."""
+        if self._table and job.due <= now:
+            self._to_revoke.update(self._table.overtaken_locked(
+                job, self._pending.sorts_before))
+
+    def revoke_called_for_locked(self) -> None:
+        """Run the revocations that jobs entering the heap called for."""
+        while self._to_revoke:
+            self.revoke_locked(self._to_revoke.pop())
+
+    def revoke_called_for(self) -> None:
+        """:meth:`revoke_called_for_locked`, from a caller that does not hold the lock."""
+        if not self._to_revoke:
+            return  # read without the lock: whoever adds one runs it after its own update
+        with self._lock:
+            self.revoke_called_for_locked()
+
+    def revoke_locked(self, worker_id: str) -> int:
+        """Put back in the heap the prefetched jobs ``worker_id`` has not started, as never
+        received; returns how many. Lets go of the lock while the worker's slot changes."""
+        lowest = self._table.begin_revoke_locked(worker_id)
+        if lowest is None:
+            return 0
+        assert self._claims is not None  # nothing is prefetched without
+        cut: int | None = None
+        self._lock.release()
+        try:
+            cut = self._claims.revoke(worker_id, lowest)
+        finally:
+            self._lock.acquire()
+            entries = self._table.end_revoke_locked(worker_id, cut)
+            self.revoke_done.notify_all()
+        returned = 0
+        for lease_id, job in entries:
+            if self._leases.drop_locked(lease_id) is None:
+                continue  # its worker was released meanwhile: resolved there
+            job.attempt -= 1
+            self._push(job)
+            if self.on_returned is not None:
+                self.on_returned(job)  # before a taker can get it: we hold the lock
+            returned += 1
+        self.revoked += returned
+        return returned

@@ -35,19 +35,10 @@ from mpsched._core.job import (
     check_request,
 )
 from mpsched._core.leases import Leases, LostLease, percentiles
-from mpsched._core.prefetch import PREFETCH_HOLD, Claims, Prefetched
-from mpsched._errors import ConfigError, InvalidJobError, QueueFullError, SchedulerShutdownError
-
-# Drift between the wall clock and the monotonic clock that makes us re-read their offset.
-# Below it, equal ``at`` values must keep getting equal due times (so ties break by
-# priority, then FIFO), which a fresh offset per submit would not give.
-WALL_OFFSET_RESYNC = 1e-3
-
-# A job asked for at a wall-clock time is held when, handed out now, it would start more
-# than this before that time by the wall clock (a wall clock that fell behind the
-# monotonic one since the job came in: slewed by NTP, or set back). Below it, the
-# difference is the clocks' reading noise, far less than a job takes to be entered.
-WALL_EARLY_TOLERANCE = 1e-5
+from mpsched._core.prefetch import Claims, Prefetcher
+from mpsched._core.room import Room
+from mpsched._core.wall_offset import WallOffset
+from mpsched._errors import InvalidJobError, SchedulerShutdownError
 
 # How long a released worker's id is remembered: a take that was already on its way when
 # the worker was released returns None instead of a job (the manager bounds every take by
@@ -82,17 +73,8 @@ class JobQueue:
         claims: Claims | None = None,
         on_returned: Callable[[Job], None] | None = None,
     ) -> None:
-        if max_pending is not None and max_pending < 1:
-            raise ConfigError("max_pending", max_pending, "at least 1")
-        if max_pending_bytes is not None and max_pending_bytes < 1:
-            raise ConfigError("max_pending_bytes", max_pending_bytes, "at least 1")
-        self._max_bytes = max_pending_bytes
-        self._sizer = sizer
         self._clock = clock if clock is not None else SystemClock()
         self._order = Order.coerce(order)
-        self._max_pending = max_pending
-        self._claims = claims
-        self._on_returned = on_returned
         # Guards every field below. Held only for heap and table updates, never while a
         # job runs, while anything crosses a process boundary, or for any system call
         # beyond a condition's wait (a timeout kill runs after retire_if_leased, outside;
@@ -104,40 +86,36 @@ class JobQueue:
         # head, a cancel that removes the head, and a leaving taker when work remains and
         # no leader does; notified all by close().
         self._available = self._clock.condition(self._lock)
-        # A taker whose own prefetched jobs are being revoked waits here until that ends;
-        # notified (all: such waits are rare) at the end of every revocation.
-        self._revoke_done = self._clock.condition(self._lock)
-        # Submitters wait here while max_pending jobs are pending. Notified (all of them:
-        # a woken batch that still does not fit must not swallow the wake-up of a smaller
-        # one that would) each time a pending job leaves the heap; all by close().
-        self._room = self._clock.condition(self._lock)
         # Jobs in flight, and how the others ended; shares this lock.
         self.leases = Leases(self._lock, self._clock)
         # The pending jobs in heap order (mpsched._core.heap); shares this lock.
         self._pending = PendingJobs(self._order, None if max_pending_bytes is None else sizer)
-        # Jobs handed out ahead of time, revocable until started (mpsched._core.prefetch).
-        self._prefetched = Prefetched()
-        # Workers whose prefetched jobs a job that entered the heap goes before: revoked
-        # by the thread that added them, once it has let go of the lock.
-        self._to_revoke: set[str] = set()
+        # The bounds on pending jobs, and the submitters waiting for room; shares this lock.
+        self._room = Room(self._lock, self._clock, self._pending, max_pending,
+                          max_pending_bytes, sizer)
+        # Due times of jobs asked for at a wall-clock time (mpsched._core.wall_offset).
+        self._wall = WallOffset(self._clock)
+        # Jobs handed out ahead of time, revocable until started (mpsched._core.prefetch);
+        # shares this lock, and lets go of it while it revokes.
+        self._prefetch = Prefetcher(self._lock, self._clock, self._pending, self.leases,
+                                    self._wall, claims, push=self._push_locked,
+                                    pop_due=self._pop_due_locked)
+        self._prefetch.on_returned = on_returned
         # Released workers (by id, with when) whose takes never get a job again; kept for
         # GONE_MEMORY seconds, far longer than a take that was already under way can last.
         self._gone: dict[str, float] = {}
-        self._room_waiting = 0  # submitters inside a wait for room
         self._leader: object | None = None  # the taker sleeping until the head is due
         self._waiting = 0  # takers and submitters inside a wait
         self._takers_waiting = 0  # takers inside a wait: while one does, none prefetches
         self._closed = False
-        self._wall_offset: float | None = None
         self._seq = itertools.count()
         self._submitted = self._cancelled = self._retried = 0
-        self._prefetched_count = self._revoked = 0
         self._wakeups = 0
 
     def set_on_returned(self, on_returned: Callable[[Job], None] | None) -> None:
         """Set the constructor's ``on_returned`` (its journal is made after the queue)."""
         with self._lock:
-            self._on_returned = on_returned
+            self._prefetch.on_returned = on_returned
 
     @property
     def clock(self) -> Clock:
@@ -146,11 +124,11 @@ class JobQueue:
 
     @property
     def max_pending(self) -> int | None:
-        return self._max_pending
+        return self._room.max_pending
 
     @property
     def max_pending_bytes(self) -> int | None:
-        return self._max_bytes
+        return self._room.max_bytes
 
     # ----------------------------------------------------------------- submit / cancel
 
@@ -192,18 +170,12 @@ class JobQueue:
                 check_request(request)
         if len({r.job_id for r in requests}) != len(requests):
             raise InvalidJobError("a batch repeats a job id")
-        if self._max_pending is not None and len(requests) > self._max_pending:
-            raise InvalidJobError(
-                f"a batch of {len(requests)} jobs can never fit max_pending={self._max_pending}")
-        size = 0 if self._max_bytes is None else sum(self._sizer(r.payload) for r in requests)
-        if self._max_bytes is not None and size > self._max_bytes:
-            raise InvalidJobError(f"a batch of {size} payload bytes can never fit "
-                                  f"max_pending_bytes={self._max_bytes}")
+        size = self._room.batch_size(requests)
         with self._lock:
             now = self._clock.now()
-            dues = [self._due_locked(request, now) if due is None else max(due, now)
+            dues = [self._wall.due_locked(request, now) if due is None else max(due, now)
                     for request in requests]
-            self._wait_for_room_locked(now, timeout, len(requests), size)
+            self._room.wait_locked(now, timeout, len(requests), size, self._wait_locked)
             # Checked after the wait: another submitter may have queued an id meanwhile.
             for request in requests:
                 if request.job_id in self._pending:
@@ -224,10 +196,10 @@ class JobQueue:
             self._submitted += len(requests)
             if self._pending.head() is not old_head:
                 self._new_head_locked()
-            due_now = [job for job in jobs if job.due <= now] if self._prefetched else []
+            due_now = [job for job in jobs if job.due <= now] if self._prefetch else []
             if due_now:  # of those due, only the first in heap order can go before one
-                self._check_overtaken_locked(min(due_now, key=self._pending.key), now)
-        self._revoke_pending()
+                self._prefetch.overtaken_locked(min(due_now, key=self._pending.key), now)
+        self._prefetch.revoke_called_for()
 
     def reserve_seqs(self, count: int) -> list[int]:
         """Take ``count`` submission counters for jobs :meth:`submit_many` will add."""
@@ -253,7 +225,7 @@ class JobQueue:
                 return job
             job.attempt -= 1
             self._push_locked(job)
-        self._revoke_pending()
+        self._prefetch.revoke_called_for()
         return job
 
     def count_withdrawn(self, count: int) -> None:
@@ -278,7 +250,7 @@ class JobQueue:
             else:
                 job.attempt -= 1
             self._push_locked(job)
-        self._revoke_pending()
+        self._prefetch.revoke_called_for()
         return True
 
     def cancel(self, job_id: str) -> bool:
@@ -292,16 +264,12 @@ class JobQueue:
         """Remove the pending jobs among ``job_ids``; returns them (as :meth:`cancel`). A
         prefetched job its worker has not started is taken back first, and removed too."""
         with self._lock:
-            if self._prefetched:
-                for job_id in job_ids:
-                    holder = self._prefetched.holder_locked(job_id)
-                    if holder is not None:
-                        self._revoke_locked(holder)
+            self._prefetch.cancel_locked(job_ids)
             old_head = self._pending.head()
             jobs = [job for job_id in job_ids if (job := self._pending.remove(job_id))]
             if jobs:
                 self._removed_locked(len(jobs), old_head)
-        self._revoke_pending()
+        self._prefetch.revoke_called_for()
         return jobs
 
     def reschedule(self, job_id: str, due: float) -> bool:
@@ -314,7 +282,7 @@ class JobQueue:
                 return False
             self._removed_locked(0, old_head)  # moved, not cancelled
             self._push_locked(dataclasses.replace(job, due=due, cancelled=False))
-        self._revoke_pending()
+        self._prefetch.revoke_called_for()
         return True
 
     def find(self, job_id: str) -> tuple[Job, str | None] | None:
@@ -403,28 +371,25 @@ class JobQueue:
             SchedulerShutdownError: the queue was closed; the taker should exit.
         """
         with self._lock:
-            self._prefetched.forget_locked(worker_id)
+            self._prefetch.forget_locked(worker_id)
             deadline = self._clock.now() + timeout
             try:
                 while True:
                     if self._closed:
                         raise SchedulerShutdownError("the queue is closed")
-                    while self._to_revoke:  # a job put back by _held_locked goes first
-                        self._revoke_locked(self._to_revoke.pop())
+                    # A job put back by _held_locked may go before prefetched ones.
+                    self._prefetch.revoke_called_for_locked()
                     if worker_id in self._gone:
                         # A dead worker's call can outlive it in a server thread; handing
                         # it a job would leave that job in flight with no one to run it.
                         return []
                     now = self._clock.now()
-                    if not self._prefetched.may_hand_locked(worker_id):
-                        # Its last batch is being revoked: it starts nothing newer before
-                        # the jobs it was refused are back in the heap (were it to die
-                        # meanwhile, its slot would count those as received).
+                    if self._prefetch.revoking_locked(worker_id):
                         if deadline <= now:
                             return []
-                        self._wait_locked(self._revoke_done, deadline - now)
+                        self._wait_locked(self._prefetch.revoke_done, deadline - now)
                         continue
-                    if self._prefetched and self._take_back_locked(worker_id, now):
+                    if self._prefetch and self._prefetch.take_back_locked(worker_id, now):
                         continue  # what went back to the heap goes first: pop it
                     job = self._pop_due_locked(now, early)
                     if job is not None and job.at is not None and self._held_locked(job, now):
@@ -432,8 +397,8 @@ class JobQueue:
                     if job is not None:
                         first = self.leases.grant_locked(job, worker_id, now)
                         if more and not self._takers_waiting:
-                            return [first, *self._prefetch_locked(worker_id, now, more,
-                                                                  prefetchable)]
+                            return [first, *self._prefetch.hand_locked(worker_id, now, more,
+                                                                       prefetchable)]
                         return [first]
                     remaining = deadline - now
                     if remaining <= 0:
@@ -462,8 +427,8 @@ class JobQueue:
         """Take back the prefetched jobs ``worker_id`` has not started (it leaves); they go
         back to the heap as never received. Returns how many did."""
         with self._lock:
-            returned = self._revoke_locked(worker_id)
-        self._revoke_pending()
+            returned = self._prefetch.revoke_locked(worker_id)
+        self._prefetch.revoke_called_for()
         return returned
 
     def release_worker(self, worker_id: str) -> list[LostLease]:
@@ -474,7 +439,7 @@ class JobQueue:
         with self._lock:
             now = self._clock.now()
             self._gone[worker_id] = now
-            self._prefetched.drop_locked(worker_id)
+            self._prefetch.drop_locked(worker_id)
             for old, when in list(self._gone.items()):
                 if when >= now - GONE_MEMORY:
                     break  # insertion order is time order
@@ -506,8 +471,7 @@ class JobQueue:
         """End a lease with its worker's outcome; the job, or None if it had ended.
         ``worker_id``: the worker reporting it (it started its batch up to this lease)."""
         with self._lock:
-            if worker_id in self._prefetched:
-                self._prefetched.started_locked(worker_id, lease_id)
+            self._prefetch.started_locked(worker_id, lease_id)
             return self.leases.complete_locked(lease_id, outcome)
 
     def fail(self, job: Job, *, timed_out: bool = False) -> None:
@@ -523,7 +487,7 @@ class JobQueue:
         with self._lock:
             self._closed = True
             self._available.notify_all()
-            self._room.notify_all()
+            self._room.close_locked()
 
     # ----------------------------------------------------------------------- stats
 
@@ -557,8 +521,8 @@ class JobQueue:
                 wakeups=self._wakeups,
                 waiting=self._waiting,
                 crashed=done.crashed,
-                prefetched=self._prefetched_count,
-                revoked=self._revoked,
+                prefetched=self._prefetch.handed,
+                revoked=self._prefetch.revoked,
             )
         # Sorted here, outside the lock: 10,000 samples take milliseconds, which every
         # take would otherwise wait out.
@@ -567,73 +531,25 @@ class JobQueue:
 
     # ------------------------------------------------------- helpers, lock held
 
-    def _due_locked(self, request: JobRequest, now: float) -> float:
-        if request.at is not None:
-            fresh = self._clock.wall() - now
-            if self._wall_offset is None or abs(fresh - self._wall_offset) > WALL_OFFSET_RESYNC:
-                self._wall_offset = fresh
-            due = request.at - self._wall_offset
-        else:
-            due = now + (request.delay or 0.0)
-        return max(due, now)
-
     def _held_locked(self, job: Job, now: float) -> bool:
         """Put back a job just popped for ``at=`` that would start before its wall-clock
         time (its due time, on this monotonic clock, came from a wall-to-monotonic offset
         the wall clock has since fallen behind); True if it went back. Its new due time
         comes from the offset as it is now, kept for the jobs popped after it (equal ``at``
         values keep equal due times, so ties still break by priority, then FIFO)."""
-        assert job.at is not None
-        fresh = self._clock.wall() - now
-        if not self._early_by_wall_locked(job, now, fresh):
+        due = self._wall.held_due_locked(job, now)
+        if due is None:
             return False
-        if self._wall_offset is None or abs(fresh - self._wall_offset) > WALL_EARLY_TOLERANCE:
-            self._wall_offset = fresh
-        job.due = job.at - self._wall_offset
+        job.due = due
         self._push_locked(job)
         return True
-
-    def _early_by_wall_locked(self, job: Job, now: float, fresh: float | None = None) -> bool:
-        """Whether ``job`` (asked for ``at=``), started now, would start before that time
-        by the wall clock (``fresh``: the wall-to-monotonic offset, read now if None)."""
-        assert job.at is not None
-        if fresh is None:
-            fresh = self._clock.wall() - now
-        return job.at - fresh > job.due + WALL_EARLY_TOLERANCE
-
-    def _wait_for_room_locked(self, now: float, timeout: float | None, count: int = 1,
-                              size: int = 0) -> None:
-        if self._closed:
-            raise SchedulerShutdownError("the queue is closed")
-        if self._max_pending is None and self._max_bytes is None:
-            return
-        deadline = None if timeout is None else now + timeout
-        while full := self._full_locked(count, size):
-            remaining = None if deadline is None else deadline - self._clock.now()
-            if remaining is not None and remaining <= 0:
-                raise QueueFullError(full[0], timeout, full[1])
-            self._room_waiting += 1
-            try:
-                self._wait_locked(self._room, remaining)
-            finally:
-                self._room_waiting -= 1
-            if self._closed:
-                raise SchedulerShutdownError("the queue is closed")
-
-    def _full_locked(self, count: int, size: int) -> tuple[int, str] | None:
-        """The bound that ``count`` more jobs of ``size`` payload bytes would pass."""
-        if self._max_pending is not None and len(self._pending) + count > self._max_pending:
-            return self._max_pending, "jobs"
-        if self._max_bytes is not None and self._pending.bytes + size > self._max_bytes:
-            return self._max_bytes, "payload bytes"
-        return None
 
     def _push_locked(self, job: Job) -> None:
         self._pending.push(job)
         if self._pending.head() is job:
             self._new_head_locked()
-        if self._prefetched:
-            self._check_overtaken_locked(job, self._clock.now())
+        if self._prefetch:
+            self._prefetch.overtaken_locked(job, self._clock.now())
 
     def _new_head_locked(self) -> None:
         # A new head may be due sooner than what the leader sleeps for: hand the lead to
@@ -645,15 +561,14 @@ class JobQueue:
         """After jobs left the heap unrun: count them, wake submitters waiting for room,
         and hand the lead on if the head changed (``old_head``: the top before)."""
         self._cancelled += cancelled
-        if self._room_waiting:
-            self._room.notify_all()
+        self._room.left_locked()
         if self._pending.head() is not old_head:
             self._new_head_locked()
 
     def _pop_due_locked(self, now: float, early: float = 0.0) -> Job | None:
         job = self._pending.pop_due(now, early)
-        if job is not None and self._room_waiting:
-            self._room.notify_all()
+        if job is not None:
+            self._room.left_locked()
         return job
 
     def _wait_locked(self, condition: Waitable, timeout: float | None, *,
@@ -668,82 +583,3 @@ class JobQueue:
             self._waiting -= 1
             self._takers_waiting -= taker
             self._wakeups += 1
-
-    # ------------------------------------------------------- prefetch, lock held
-
-    def _prefetch_locked(self, worker_id: str, now: float, more: int,
-                         prefetchable: Callable[[Job], bool] | None) -> list[Assignment]:
-        """Hand ``worker_id`` up to ``more`` due jobs beyond the one it takes, in heap
-        order, stopping at the first that may not be prefetched."""
-        if self._claims is None or not self._prefetched.may_hand_locked(worker_id) \
-                or not self._claims.reopen(worker_id):
-            return []
-        batch: list[Assignment] = []
-        entries: list[tuple[int, Job]] = []
-        while len(batch) < more:
-            job = self._pending.due_head(now)
-            if job is None or job.timeout is not None \
-                    or (prefetchable is not None and not prefetchable(job)) \
-                    or (job.at is not None and self._early_by_wall_locked(job, now)):
-                break
-            popped = self._pop_due_locked(now)
-            assert popped is job
-            assignment = self.leases.grant_locked(job, worker_id, now)
-            batch.append(assignment)
-            entries.append((assignment.lease.lease_id, job))
-        if entries:
-            self._prefetched.handed_locked(worker_id, entries, now)
-            self._prefetched_count += len(entries)
-        return batch
-
-    def _revoke_locked(self, worker_id: str) -> int:
-        """Put back in the heap the prefetched jobs ``worker_id`` has not started, as never
-        received; returns how many. Lets go of the lock while the worker's claims are
-        revoked (mpsched._core.prefetch: a revocation's three steps)."""
-        lowest = self._prefetched.begin_revoke_locked(worker_id)
-        if lowest is None:
-            return 0
-        assert self._claims is not None  # nothing is prefetched without
-        cut: int | None = None
-        self._lock.release()
-        try:
-            cut = self._claims.revoke(worker_id, lowest)
-        finally:
-            self._lock.acquire()
-            entries = self._prefetched.end_revoke_locked(worker_id, cut)
-            self._revoke_done.notify_all()
-        returned = 0
-        for lease_id, job in entries:
-            if self.leases.drop_locked(lease_id) is None:
-                continue  # its worker was released meanwhile: resolved there
-            job.attempt -= 1
-            self._push_locked(job)
-            if self._on_returned is not None:
-                self._on_returned(job)  # before a taker can get it: we hold the lock
-            returned += 1
-        self._revoked += returned
-        return returned
-
-    def _take_back_locked(self, taker: str, now: float) -> bool:
-        """Revoke another worker's prefetched jobs that ``taker`` should start before what
-        the heap would give it (mpsched._core.prefetch: PREFETCH_HOLD); True if any went
-        back to the heap."""
-        victim = self._prefetched.victim_locked(
-            taker, self._pending.due_head(now), now - PREFETCH_HOLD, self._pending.sorts_before)
-        return victim is not None and self._revoke_locked(victim) > 0
-
-    def _check_overtaken_locked(self, job: Job, now: float) -> None:
-        """``job`` entered the heap: if it is due and goes before a prefetched job, that
-        job's worker is to be revoked (by :meth:`_revoke_pending`, after the lock)."""
-        if job.due <= now:
-            self._to_revoke.update(self._prefetched.overtaken_locked(
-                job, self._pending.sorts_before))
-
-    def _revoke_pending(self) -> None:
-        """Run the revocations that jobs entering the heap called for (lock not held)."""
-        if not self._to_revoke:
-            return  # read without the lock: whoever adds one runs it after its own update
-        with self._lock:
-            while self._to_revoke:
-                self._revoke_locked(self._to_revoke.pop())
-

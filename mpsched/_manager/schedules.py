@@ -265,7 +265,7 @@ class Schedules:
     def is_run(self, job_id: str) -> bool:
         """Whether ``job_id`` is an armed run of a schedule (read without the lock: one
         dict lookup, for the queue's prefetch, which must not wait for this lock)."""
-        return job_id in self._runs
+        return self._planner.is_run(job_id)
 
     def started(self, job_id: str) -> None:
         """The service handed out a job: for a run of an ``allow`` schedule, arm the next."""
