@@ -16,6 +16,7 @@ hand-off (take's reply, the worker's unpickling).
 
 from __future__ import annotations
 
+import contextlib
 import sched
 import threading
 import time
@@ -38,6 +39,7 @@ from benchmarks._common import (
     summarise,
 )
 from benchmarks.jobs import noop, stamp
+from benchmarks.watched import watching
 
 WORKERS = 2
 
@@ -63,11 +65,13 @@ def _lead(jobs: int) -> float:
 Run = tuple[list[float], float]  # lateness of every job (s); other processes' cores
 
 
-def run_mpsched(offsets: list[float]) -> Run:
-    with scheduler(workers=WORKERS) as s:
+def run_mpsched(offsets: list[float], watched: bool = False) -> Run:
+    """``watched``: its status page open and ``/metrics`` scraped once a second."""
+    with scheduler(workers=WORKERS, http="127.0.0.1:0" if watched else None) as s:
         for f in [s.submit(noop) for _ in range(4 * WORKERS)]:
             f.result()
-        with OtherLoad() as other:
+        with watching(s.http_url) if watched else contextlib.nullcontext(), \
+                OtherLoad() as other:
             wall = time.time() - time.monotonic()
             first = time.monotonic() + _lead(len(offsets))
             dues = [first + o for o in offsets]
@@ -188,8 +192,10 @@ def _check_lead(name: str, first: float) -> None:
         log(f"warning: {name} was still submitting when the first job fell due")
 
 
+WATCHED = "mpsched, page open + /metrics scraped"
 CONTENDERS = {
     "mpsched": run_mpsched,
+    WATCHED: partial(run_mpsched, watched=True),
     "APScheduler 3 (process pool)": run_apscheduler,
     "stdlib sched (in-process)": run_sched,
     "mpsched JobQueue, 2 threads (no IPC)": run_queue_threads,
@@ -207,7 +213,9 @@ def bench(jobs: int, span: float, pairs: int, repeats: int) -> Section:
                "at its start minus its intended due instant on the same clock. "
                "APScheduler 3: BackgroundScheduler, MemoryJobStore, its ProcessPoolExecutor "
                f"({WORKERS} workers), misfire grace off. All jobs are submitted before the "
-               "first falls due."),
+               f"first falls due. `{WATCHED}`: the same as `mpsched`, while another "
+               "process asks its manager for `/api/dashboard` (what an open status page "
+               "polls) and `/metrics` once a second each."),
     )
     samples: dict[str, list[float]] = {name: [] for name in CONTENDERS}
 
@@ -238,6 +246,10 @@ def _targets(section: Section, results: dict[str, list[Result]]) -> None:
     mine = results["mpsched"]
     aps = results["APScheduler 3 (process pool)"]
     floor = results["stdlib sched (in-process)"]
+    watched = results[WATCHED]
+    for q in ("p50", "p99"):
+        section.add(WATCHED, f"{q} minus mpsched unwatched {q}", "ms",
+                    [a - b for a, b in zip(column(watched, q), column(mine, q), strict=True)])
     p99 = ratios(column(mine, "p99"), column(aps, "p99"))
     section.add("mpsched", "p99 ÷ APScheduler p99", "x", p99)
     section.targets.append(Target("lateness p99 ≤ 0.5x APScheduler's", f"{summarise(p99)}x",

@@ -1,4 +1,5 @@
-"""1. Dispatch throughput: N no-op jobs due now on 2 workers, mpsched against three pools.
+"""1. Dispatch throughput: N no-op jobs due now on 2 workers, mpsched against three pools,
+and against itself with its status page open and its metrics scraped every second.
 
 Each contender gets a fresh, warmed pool (workers started and the job module imported);
 the clock runs from the first submit to the last result. CPU per job is split by process
@@ -7,6 +8,7 @@ role so the profile section can say where the time goes.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -36,6 +38,7 @@ from benchmarks._common import (
     summarise,
 )
 from benchmarks.jobs import noop, noop_arg
+from benchmarks.watched import watching
 
 WARM = 200  # jobs each pool runs before the clock starts
 
@@ -46,19 +49,26 @@ def run_mpsched(jobs: int, workers: int) -> Result:
                         wait_futures)
 
 
+def run_mpsched_watched(jobs: int, workers: int) -> Result:
+    """As ``run_mpsched``, with the status page open and ``/metrics`` scraped each second."""
+    return _run_mpsched(jobs, workers, lambda s: [s.submit(noop) for _ in range(jobs)],
+                        wait_futures, watched=True)
+
+
 def run_mpsched_map(jobs: int, workers: int) -> Result:
     """``map``: batched submits where mpsched batches them (72f0278 on)."""
     return _run_mpsched(jobs, workers, lambda s: s.map(noop_arg, range(jobs)), list)
 
 
 def _run_mpsched(jobs: int, workers: int, submit_all: Callable[[Any], Any],
-                 wait_all: Callable[[Any], Any]) -> Result:
-    with scheduler(workers=workers) as s:
+                 wait_all: Callable[[Any], Any], watched: bool = False) -> Result:
+    with scheduler(workers=workers, http="127.0.0.1:0" if watched else None) as s:
         wait_futures([s.submit(noop) for _ in range(WARM)])
         roles = mpsched_processes(s)
         before = {role: cpu_seconds(procs) for role, procs in roles.items()}
         kernel0 = {role: kernel_cpu_seconds(procs) for role, procs in roles.items()}
-        with OtherLoad() as other:
+        with watching(s.http_url) if watched else contextlib.nullcontext({}) as requests, \
+                OtherLoad() as other:
             start = time.perf_counter()
             pending = submit_all(s)
             submitted = time.perf_counter()
@@ -68,7 +78,7 @@ def _run_mpsched(jobs: int, workers: int, submit_all: Callable[[Any], Any],
         kernel = {role: kernel_cpu_seconds(procs) - kernel0[role]
                   for role, procs in roles.items()}
     result = {"jobs_per_s": jobs / (end - start), "submit_per_s": jobs / (submitted - start),
-              "other_cores": other.cores}
+              "other_cores": other.cores, **{f"http_{k}": v for k, v in requests.items()}}
     result["cpu_us_per_job"] = sum(used.values()) / jobs * 1e6
     for role, seconds in used.items():
         result[f"cpu_us_{role}"] = seconds / jobs * 1e6
@@ -118,8 +128,10 @@ def _measure(submit_all: Callable[[], Any], wait_all: Callable[[Any], Any], jobs
             "other_cores": other.cores}
 
 
+WATCHED = "mpsched, page open + /metrics scraped"
 CONTENDERS = {
     "mpsched": run_mpsched,
+    WATCHED: run_mpsched_watched,
     "mpsched map()": run_mpsched_map,
     "ProcessPoolExecutor": run_process_pool,
     "Pool.apply_async": run_mp_pool,
@@ -137,7 +149,11 @@ def bench(jobs: int, repeats: int, workers: int = 2) -> Section:
                "result (`mpsched map()`: one `map(noop_arg, range(N))` call, then iterating "
                "its results). ProcessPoolExecutor and Pool use their Linux default (fork); "
                "mpsched uses forkserver; loky its own spawn. CPU is user+system of all "
-               "threads of the client, the manager (mpsched) and the pool processes."),
+               "threads of the client, the manager (mpsched) and the pool processes. "
+               f"`{WATCHED}`: the same as `mpsched`, its manager serving its status page "
+               "(`Scheduler(http=...)`) while another process asks, on kept-alive "
+               "connections, for `/api/dashboard` (what an open page polls) and `/metrics` "
+               "once a second each, from before the clock starts to after it stops."),
     )
     results = alternate(
         [(name, partial(fn, jobs, workers)) for name, fn in CONTENDERS.items()],
@@ -156,6 +172,7 @@ def bench(jobs: int, repeats: int, workers: int = 2) -> Section:
             if f"kernel_us_{role}" in runs[0]:
                 section.add(name, f"… of which kernel, {role}", "µs",
                             column(runs, f"kernel_us_{role}"))
+    _watched_rows(section, results)
     for api in ("mpsched", "mpsched map()"):
         mine = column(results[api], "jobs_per_s")
         for peer, goal in (("ProcessPoolExecutor", 1.5), ("Pool.apply_async", 1.0),
@@ -172,3 +189,13 @@ def _target(api: str, peer: str, goal: float, rel: list[float]) -> Target:
     how = "submit() per job" if api == "mpsched" else "map()"
     return Target(f"throughput, {how}, ≥ {goal}x {peer} ({kind})", f"{summarise(rel)}x",
                   median(rel) >= goal)
+
+
+def _watched_rows(section: Section, results: dict[str, list[Result]]) -> None:
+    """The watched run against the same run unwatched, repeat by repeat."""
+    runs = results[WATCHED]
+    section.add(WATCHED, "throughput ÷ mpsched unwatched", "x", ratios(
+        column(runs, "jobs_per_s"), column(results["mpsched"], "jobs_per_s")))
+    section.add(WATCHED, "requests during the run (page poll + scrape)", "requests",
+                column(runs, "http_requests"))
+    section.add(WATCHED, "slowest request during the run", "ms", column(runs, "http_max_ms"))
