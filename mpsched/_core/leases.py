@@ -95,11 +95,12 @@ class Leases:
     def grant_locked(self, job: Job, worker_id: str, now: float) -> Assignment:
         """Put ``job`` (just popped from the heap) in flight with ``worker_id``."""
         job.attempt += 1
-        lease = Lease(next(self._ids), job.job_id, worker_id, job.attempt)
+        lease = Lease(lease_id=next(self._ids), job_id=job.job_id, worker_id=worker_id,
+                      attempt=job.attempt)
         deadline = None if job.timeout is None else now + job.timeout
         self._in_flight[lease.lease_id] = self._by_job[job.job_id] = \
-            _InFlight(job, lease, now, deadline)
-        return Assignment(lease, job.payload, job.due, job.timeout)
+            _InFlight(job=job, lease=lease, taken=now, deadline=deadline)
+        return Assignment(lease=lease, payload=job.payload, due=job.due, timeout=job.timeout)
 
     def drop_locked(self, lease_id: int) -> Job | None:
         """End a lease without an outcome (the job goes back to the heap)."""
@@ -107,7 +108,8 @@ class Leases:
         return None if flight is None else flight.job
 
     def release_worker_locked(self, worker_id: str, now: float) -> list[LostLease]:
-        lost = [LostLease(f.job, f.lease, f.deadline is not None and f.deadline <= now)
+        lost = [LostLease(job=f.job, lease=f.lease,
+                          past_deadline=f.deadline is not None and f.deadline <= now)
                 for f in self._in_flight.values() if f.lease.worker_id == worker_id]
         for entry in lost:
             self._end_locked(entry.lease.lease_id)
@@ -201,7 +203,8 @@ class Leases:
     def running(self) -> list[Running]:
         """Every job in flight, with its lease and when it was handed out."""
         with self._lock:
-            return [Running(f.job, f.lease, f.taken) for f in self._in_flight.values()]
+            return [Running(job=f.job, lease=f.lease, taken=f.taken)
+                    for f in self._in_flight.values()]
 
     def lateness_histogram(self) -> HistogramSnapshot:
         """The lateness (due to start, seconds) of every job reported on this queue's clock
@@ -212,6 +215,7 @@ class Leases:
     def outcomes_locked(self, *, samples: bool = True) -> Outcomes:
         """The counts, and (``samples``) a copy of the recent lateness samples: the caller
         summarises them after releasing the lock (sorting 10,000 takes milliseconds)."""
-        return Outcomes(len(self._in_flight), self._completed, self._failed,
-                        self._timed_out, self._early, list(self._lateness) if samples else [],
-                        len(self._lateness), self._crashed)
+        return Outcomes(in_flight=len(self._in_flight), completed=self._completed,
+                        failed=self._failed, timed_out=self._timed_out, started_early=self._early,
+                        recent=list(self._lateness) if samples else [],
+                        lateness_samples=len(self._lateness), crashed=self._crashed)

@@ -24,17 +24,27 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+from mpsched._core.options import Option
 from mpsched._manager.service import ManagerService
 from mpsched._protocol.records import (
     STOP,
     STOP_NOW,
     ManagerConfig,
+    StartMethod,
 )
 from mpsched._worker.claims import ClaimSlot, LocalClaims
 from mpsched._worker.loop import worker_main
 from mpsched._worker.process import WorkerConfig, kill_tree
 
 log = logging.getLogger("mpsched.supervisor")
+
+
+class WatchEnd(Option):
+    """Why the supervisor stopped watching: the words of the owner's control messages."""
+
+    STOP = STOP  # stop: running jobs may finish (the owner's message, or stop())
+    STOP_NOW = STOP_NOW  # stop, killing the workers with their jobs (a second Ctrl-C)
+    OWNER_GONE = "owner-gone"  # the process that started this manager died
 
 # A worker that fails to start is tried again after this many seconds, doubling each time
 # up to the second value; a success resets it.
@@ -61,7 +71,7 @@ class Supervisor:
         self._config = config
         self._address = address
         self._ctx: Any = multiprocessing.get_context(config.mp_method)
-        if config.mp_method == "forkserver":
+        if config.mp_method == StartMethod.FORKSERVER:
             self._ctx.set_forkserver_preload(["mpsched._worker.loop"])
         # Workers watch the read end; only this process holds the write end, so it closes
         # (and they exit) when this process dies, however it dies.
@@ -135,9 +145,9 @@ class Supervisor:
             log.info("worker started again; %d missing", self._missing)
         self._service.note_workers(self._missing)
 
-    def watch(self, control: Connection | None) -> str:
-        """Supervise until stopped; returns "stop", "stop-now" (the owner's messages) or
-        "owner-gone".
+    def watch(self, control: Connection | None) -> WatchEnd:
+        """Supervise until stopped; returns why: the owner's message (STOP, STOP_NOW), its
+        going away (OWNER_GONE), or a stop by a call (STOP).
 
         Sleeps until a local worker exits, the owner writes or goes away, something calls
         ``wake_supervisor()`` (a hello, a lease with a timeout, stop), the earliest job
@@ -151,7 +161,7 @@ class Supervisor:
             ready = wait(waitables, self._next_timeout())
             if control is not None and control in ready:
                 reason = self._owner_message(control)
-                if reason:
+                if reason is not None:
                     return reason
             if self._service.wake_reader in ready:
                 self._drain_wake()
@@ -166,7 +176,7 @@ class Supervisor:
                     self._restart_missing()
             except Exception:  # the supervisor must outlive its own bugs: futures depend on it
                 log.exception("supervisor error; carrying on")
-        return "stop"
+        return WatchEnd.STOP
 
     def _next_timeout(self) -> float | None:
         _, job_deadline = self._service.expired_leases()
@@ -175,13 +185,13 @@ class Supervisor:
         deadlines = [d for d in (job_deadline, heartbeat_deadline, restart) if d is not None]
         return max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
 
-    def _owner_message(self, control: Connection) -> str:
+    def _owner_message(self, control: Connection) -> WatchEnd | None:
         try:
             message = control.recv()
-            return message if message in (STOP, STOP_NOW) else ""
+            return WatchEnd(message) if message in (STOP, STOP_NOW) else None
         except (EOFError, OSError):
             log.warning("the process that started this manager is gone; stopping")
-            return "owner-gone"
+            return WatchEnd.OWNER_GONE
 
     def _kill_expired(self) -> None:
         late, _ = self._service.expired_leases()

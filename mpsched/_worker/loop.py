@@ -228,7 +228,7 @@ class _Batches:
         ended = time.monotonic()
         self._last_run = ended - (start_at if outcome.started is None else outcome.started)
         self.done += 1
-        return Report(assignment.lease.lease_id, outcome)
+        return Report(lease_id=assignment.lease.lease_id, outcome=outcome)
 
 
 def _log_lost(worker_id: str, exc: BaseException, consequence: str) -> None:

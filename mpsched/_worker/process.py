@@ -120,7 +120,8 @@ def _tighten_timer_slack() -> None:
 def make_hello(worker_id: str, *, remote: bool, local_token: str = "") -> WorkerHello:
     """This process's hello under ``worker_id``."""
     python, cp = describe_versions()
-    return WorkerHello(worker_id, os.getpid(), host_name(), python, cp, remote, local_token)
+    return WorkerHello(worker_id=worker_id, pid=os.getpid(), host=host_name(), python=python,
+                       cloudpickle=cp, remote=remote, local_token=local_token)
 
 
 class JobTimeouts:

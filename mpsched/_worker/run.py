@@ -11,7 +11,7 @@ import traceback
 
 import cloudpickle
 
-from mpsched._core.job import Assignment, Outcome
+from mpsched._core.job import Assignment, Outcome, OutcomeKind
 from mpsched._errors import JobError, JobUnpicklingError, ResultPicklingError
 from mpsched._payload import shm
 from mpsched._payload.pickling import dumps_result, loads
@@ -55,20 +55,20 @@ def run(assignment: Assignment, start_at: float | None = None,
         unpickling = JobUnpicklingError(
             f"job {job_id}: the worker on {host_name()} (pid {os.getpid()}) could not "
             f"unpickle it: {exc!r}{_unpickling_hint(exc)}")
-        return _failure(job_id, unpickling, _format(exc), None, "job-unpickling")
+        return _failure(job_id, unpickling, _format(exc), None, OutcomeKind.JOB_UNPICKLING)
     started = _wait_until(start_time(assignment) if start_at is None else start_at)
     try:
         result = fn(*args, **kwargs)
     except BaseException as exc:
-        return _failure(job_id, exc, _format(exc), started, "")
+        return _failure(job_id, exc, _format(exc), started, OutcomeKind.RAISED)
     try:
         payload = dumps_result(result, result_segment)
     except BaseException as exc:
         pickling = ResultPicklingError(
             f"job {job_id} returned a {type(result).__qualname__} that could not be pickled: "
             f"{exc!r}")
-        return _failure(job_id, pickling, _format(exc), started, "result-pickling")
-    return Outcome(job_id, True, payload, "", started)
+        return _failure(job_id, pickling, _format(exc), started, OutcomeKind.RESULT_PICKLING)
+    return Outcome(job_id=job_id, ok=True, payload=payload, traceback="", started=started)
 
 
 def _unpickling_hint(exc: BaseException) -> str:
@@ -96,7 +96,7 @@ def _wait_until(due: float) -> float:
 
 
 def _failure(job_id: str, exc: BaseException, tb: str, started: float | None,
-             kind: str) -> Outcome:
+             kind: OutcomeKind) -> Outcome:
     if isinstance(exc, SystemExit):
         exc = JobError(f"job {job_id} called sys.exit({exc.code!r})")
     elif not isinstance(exc, Exception):
@@ -107,7 +107,8 @@ def _failure(job_id: str, exc: BaseException, tb: str, started: float | None,
     except BaseException:
         payload = cloudpickle.dumps(JobError(
             f"job {job_id} raised {type(exc).__qualname__}: {exc} (not picklable)"))
-    return Outcome(job_id, False, payload, tb, started, kind)
+    return Outcome(job_id=job_id, ok=False, payload=payload, traceback=tb, started=started,
+                   error_kind=kind)
 
 
 def _format(exc: BaseException) -> str:
