@@ -7,7 +7,11 @@ after the last of them: the reports of the first ones would wait for the whole b
 one long job among short ones would hold the others' results back for as long as it runs.
 So a report made while the batch goes on is *held*: if the batch is not over within
 ``REPORT_AFTER`` seconds, a reporter thread sends what is held in a call of its own (on its
-own connection, so it never waits behind the main thread's take).
+own connection, so it never waits behind the main thread's take). While batches follow
+each other the reporter looks every ``REPORT_AFTER`` seconds on its own, and is woken only
+when the first report is held after it went idle (a wake-up per batch would cost more than
+the round trips prefetching saves); it goes idle after ``REPORT_AFTER`` with nothing held,
+so an idle worker's reporter sleeps.
 """
 
 from __future__ import annotations
@@ -37,15 +41,17 @@ class Reports:
         self._send = send
         self._after = after
         # Guards every field below. The reporter thread waits on _changed for a held report
-        # to age (timed) or for one to be held (untimed); hold() notifies it when the first
-        # report is held, close() when it is to leave; close() waits on it too, for a send
-        # under way to end (the reporter notifies when it has).
+        # to age, or for the next look (timed), or, idle, for one to be held (untimed);
+        # hold() notifies it when it holds a report while the reporter is idle, close()
+        # when it is to leave; close() waits on it too, for a send under way to end (the
+        # reporter notifies when it has).
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._pending: list[Report] = []
         self._oldest = 0.0  # when the oldest held report was made (monotonic)
         self._held = False  # some of _pending is held (the reporter may send it)
         self._sending = False  # the reporter is sending a batch
+        self._idle = True  # the reporter waits untimed: a held report must wake it
         self._closed = False
         self._thread: threading.Thread | None = None
 
@@ -62,7 +68,8 @@ class Reports:
             if not self._held:
                 self._held = True
                 self._oldest = time.monotonic()
-                self._changed.notify()
+                if self._idle:
+                    self._changed.notify()
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, daemon=True,
                                                 name="mpsched-reporter")
@@ -94,8 +101,13 @@ class Reports:
         with self._lock:
             while not self._closed:
                 if not self._held:
-                    self._changed.wait()
+                    if self._idle:
+                        self._changed.wait()  # until hold() or close()
+                    else:  # batches may follow: look again in a while
+                        self._changed.wait(self._after)
+                        self._idle = not self._held  # nothing held all along: sleep
                     continue
+                self._idle = False
                 wait = self._oldest + self._after - time.monotonic()
                 if wait > 0:
                     self._changed.wait(wait)
