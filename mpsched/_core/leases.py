@@ -18,6 +18,11 @@ from mpsched._core.clock import Clock
 from mpsched._core.histogram import LATENESS_BOUNDS, Histogram, HistogramSnapshot
 from mpsched._core.job import Assignment, Job, Lease, Outcome
 
+# How long a released worker's id is remembered: a take that was already on its way when
+# the worker was released returns nothing instead of a job (the manager bounds every take
+# by its long poll, a few seconds).
+GONE_MEMORY = 120.0
+
 # How many recent lateness samples stats() summarises.
 LATENESS_SAMPLES = 10_000
 
@@ -84,6 +89,9 @@ class Leases:
         self._drained = clock.condition(lock)
         self._drain_waiters = 0  # threads inside wait_drained: only then is it notified
         self._in_flight: dict[int, _InFlight] = {}
+        # Released workers (by id, with when) whose takes never get a job again; kept for
+        # GONE_MEMORY seconds, far longer than a take that was already under way can last.
+        self._gone: dict[str, float] = {}
         self._by_job: dict[str, _InFlight] = {}  # the same entries, by job id
         self._ids = itertools.count(1)
         self._lateness: deque[float] = deque(maxlen=LATENESS_SAMPLES)
@@ -107,7 +115,22 @@ class Leases:
         flight = self._end_locked(lease_id)
         return None if flight is None else flight.job
 
+    def retire_locked(self, worker_id: str, now: float) -> None:
+        """No take hands ``worker_id`` a job again (it died, went away, or is about to be
+        killed); remembered for GONE_MEMORY seconds."""
+        self._gone.pop(worker_id, None)  # keep the dict in time order
+        self._gone[worker_id] = now
+        for old, when in list(self._gone.items()):
+            if when >= now - GONE_MEMORY:
+                break  # insertion order is time order
+            del self._gone[old]
+
+    def retired_locked(self, worker_id: str) -> bool:
+        return worker_id in self._gone
+
     def release_worker_locked(self, worker_id: str, now: float) -> list[LostLease]:
+        """Retire ``worker_id`` and end every lease it holds; returns them."""
+        self.retire_locked(worker_id, now)
         lost = [LostLease(job=f.job, lease=f.lease,
                           past_deadline=f.deadline is not None and f.deadline <= now)
                 for f in self._in_flight.values() if f.lease.worker_id == worker_id]

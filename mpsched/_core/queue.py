@@ -40,10 +40,6 @@ from mpsched._core.room import Room
 from mpsched._core.wall_offset import WallOffset
 from mpsched._errors import InvalidJobError, SchedulerShutdownError
 
-# How long a released worker's id is remembered: a take that was already on its way when
-# the worker was released returns None instead of a job (the manager bounds every take by
-# its long poll, a few seconds).
-GONE_MEMORY = 120.0
 
 class JobQueue:
     """Pending jobs in heap order, handed out under leases to takers.
@@ -101,9 +97,6 @@ class JobQueue:
                                     self._wall, claims, push=self._push_locked,
                                     pop_due=self._pop_due_locked)
         self._prefetch.on_returned = on_returned
-        # Released workers (by id, with when) whose takes never get a job again; kept for
-        # GONE_MEMORY seconds, far longer than a take that was already under way can last.
-        self._gone: dict[str, float] = {}
         self._leader: object | None = None  # the taker sleeping until the head is due
         self._waiting = 0  # takers and submitters inside a wait
         self._takers_waiting = 0  # takers inside a wait: while one does, none prefetches
@@ -375,46 +368,11 @@ class JobQueue:
             deadline = self._clock.now() + timeout
             try:
                 while True:
-                    if self._closed:
-                        raise SchedulerShutdownError("the queue is closed")
-                    # A job put back by _held_locked may go before prefetched ones.
-                    self._prefetch.revoke_called_for_locked()
-                    if worker_id in self._gone:
-                        # A dead worker's call can outlive it in a server thread; handing
-                        # it a job would leave that job in flight with no one to run it.
+                    batch = self._try_take_locked(worker_id, early, more, prefetchable)
+                    if batch is not None:
+                        return batch
+                    if not self._wait_for_work_locked(worker_id, deadline, early):
                         return []
-                    now = self._clock.now()
-                    if self._prefetch.revoking_locked(worker_id):
-                        if deadline <= now:
-                            return []
-                        self._wait_locked(self._prefetch.revoke_done, deadline - now)
-                        continue
-                    if self._prefetch and self._prefetch.take_back_locked(worker_id, now):
-                        continue  # what went back to the heap goes first: pop it
-                    job = self._pop_due_locked(now, early)
-                    if job is not None and job.at is not None and self._held_locked(job, now):
-                        continue  # back in the heap until the wall clock reaches its time
-                    if job is not None:
-                        first = self.leases.grant_locked(job, worker_id, now)
-                        if more and not self._takers_waiting:
-                            return [first, *self._prefetch.hand_locked(worker_id, now, more,
-                                                                       prefetchable)]
-                        return [first]
-                    remaining = deadline - now
-                    if remaining <= 0:
-                        return []
-                    head_due = self._pending.head_due()
-                    if head_due is None or self._leader is not None:
-                        self._wait_locked(self._available, remaining, taker=True)
-                        continue
-                    me = object()
-                    self._leader = me
-                    try:
-                        self._wait_locked(self._available,
-                                          min(head_due - early - now, remaining), taker=True)
-                    finally:
-                        if self._leader is me:
-                            self._leader = None
             finally:
                 # Pass leadership on: without this, a follower could sleep untimed past
                 # the head's due time while no one else is watching the clock. (With
@@ -422,6 +380,58 @@ class JobQueue:
                 if self._waiting and self._leader is None and self._pending \
                         and not self._closed:
                     self._available.notify()
+
+    def _try_take_locked(self, worker_id: str, early: float, more: int,
+                         prefetchable: Callable[[Job], bool] | None) -> list[Assignment] | None:
+        """One look at the heap for ``take_batch``: the batch to hand out ([] for a retired
+        worker), or None when the taker must wait."""
+        if self._closed:
+            raise SchedulerShutdownError("the queue is closed")
+        self._prefetch.revoke_called_for_locked()  # a job put back may go before them
+        if self.leases.retired_locked(worker_id):
+            # A dead worker's call can outlive it in a server thread; handing it a job
+            # would leave that job in flight with no one to run it.
+            return []
+        if self._prefetch.revoking_locked(worker_id):
+            return None
+        now = self._clock.now()
+        while True:
+            if self._prefetch and self._prefetch.take_back_locked(worker_id, now):
+                continue  # what went back to the heap goes first: pop it
+            job = self._pop_due_locked(now, early)
+            if job is None:
+                return None
+            if job.at is not None and self._held_locked(job, now):
+                continue  # back in the heap until the wall clock reaches its time
+            first = self.leases.grant_locked(job, worker_id, now)
+            if more and not self._takers_waiting:
+                return [first, *self._prefetch.hand_locked(worker_id, now, more, prefetchable)]
+            return [first]
+
+    def _wait_for_work_locked(self, worker_id: str, deadline: float, early: float) -> bool:
+        """Wait for something to take: as the leader (until the head is due, ``early``
+        seconds ahead) or a follower (untimed), or, while the taker's own prefetched jobs
+        are being revoked, for that to end; False once ``deadline`` has passed."""
+        now = self._clock.now()
+        remaining = deadline - now
+        if remaining <= 0:
+            return False
+        if self._prefetch.revoking_locked(worker_id):
+            self._wait_locked(self._prefetch.revoke_done, remaining)
+            return True
+        head_due = self._pending.head_due()
+        if head_due is None or self._leader is not None:
+            self._wait_locked(self._available, remaining, taker=True)
+            return True
+        me = object()
+        self._leader = me
+        try:
+            self._wait_locked(self._available, min(head_due - early - now, remaining),
+                              taker=True)
+        finally:
+            if self._leader is me:
+                self._leader = None
+        return True
 
     def revoke(self, worker_id: str) -> int:
         """Take back the prefetched jobs ``worker_id`` has not started (it leaves); they go
@@ -437,14 +447,8 @@ class JobQueue:
         The worker id is retired: a ``take`` still running for it returns None.
         """
         with self._lock:
-            now = self._clock.now()
-            self._gone[worker_id] = now
             self._prefetch.drop_locked(worker_id)
-            for old, when in list(self._gone.items()):
-                if when >= now - GONE_MEMORY:
-                    break  # insertion order is time order
-                del self._gone[old]
-            return self.leases.release_worker_locked(worker_id, now)
+            return self.leases.release_worker_locked(worker_id, self._clock.now())
 
     def retire_if_leased(self, worker_id: str, lease_id: int) -> bool:
         """Retire ``worker_id`` (no take hands it a job again) if ``lease_id`` is still in
@@ -459,8 +463,7 @@ class JobQueue:
         with self._lock:
             if not self.leases.holds_locked(lease_id):
                 return False
-            self._gone.pop(worker_id, None)  # keep the dict in time order
-            self._gone[worker_id] = self._clock.now()
+            self.leases.retire_locked(worker_id, self._clock.now())
             return True
 
     def expired(self) -> tuple[list[Lease], float | None]:

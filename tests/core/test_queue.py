@@ -12,7 +12,8 @@ from fakeclock import FakeClock
 
 from mpsched._core.clock import SystemClock, Waitable
 from mpsched._core.job import Assignment, JobRequest, Order, Outcome, Priority
-from mpsched._core.queue import GONE_MEMORY, JobQueue
+from mpsched._core.leases import GONE_MEMORY
+from mpsched._core.queue import JobQueue
 from mpsched._errors import (
     ConfigError,
     InvalidJobError,
@@ -1304,4 +1305,4 @@ def test_released_worker_ids_are_forgotten_after_a_while(harness: Harness) -> No
     assert take_now(queue, "dead-99") is None  # a take still on its way gets nothing
     harness.clock.advance(GONE_MEMORY + 1)
     queue.release_worker("dead-100")
-    assert set(queue._gone) == {"dead-100"}
+    assert set(queue.leases._gone) == {"dead-100"}
