@@ -35,6 +35,7 @@ from mpsched._client.client import Client, connect
 from mpsched._errors import (
     AddressError,
     AuthenticationError,
+    ConfigError,
     ExtraMissingError,
     InvalidJobError,
     ManagerUnreachableError,
@@ -80,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # no second traceback while we leave
         print("mpsched: interrupted", file=sys.stderr)
         return Exit.INTERRUPTED
-    except (AddressError, UsageError, InvalidJobError) as exc:
+    except (AddressError, UsageError, InvalidJobError, ConfigError) as exc:
         print(usage_line(str(exc), args.command), file=sys.stderr)
         return Exit.USAGE
     except ExtraMissingError as exc:  # it names the process that lacks it

@@ -13,7 +13,7 @@ from pathlib import Path
 from mpsched._core.job import JobState, Order, Priority
 from mpsched._core.options import Catchup, Durability, Mode, OnError, Option, Overlap
 from mpsched._core.recurring import MIN_INTERVAL, interval_problem
-from mpsched._protocol.records import HEARTBEAT_TIMEOUT
+from mpsched._protocol.records import HEARTBEAT_TIMEOUT, LEASE_TIMEOUT
 from mpsched._transport.authkey import AUTHKEY_ENV
 from mpsched._transport.tls import TlsConfig
 
@@ -143,12 +143,22 @@ def serve_options(serve: argparse.ArgumentParser) -> None:
                        help="seconds of silence after which a remote worker is declared "
                             "gone and its jobs are requeued or failed (default: %(default)s)")
     store = serve.add_argument_group("job store", textwrap.fill(
-        "Without a store, jobs live in the manager's memory and end with it. With one, a "
-        "manager started again on the same file gets back its pending jobs, and its "
-        "running ones are retried (if their retries allow) or failed.", 77))
-    store.add_argument("--store", metavar="FILE", default=os.environ.get(STORE_ENV),
-                       help=f"keep the jobs in this SQLite file, created if missing; one "
-                            f"manager per file (default: ${STORE_ENV}, else in memory)")
+        "Without a store, jobs live in the manager's memory and end with it. With a SQLite "
+        "file, a manager started again on it gets back its pending jobs, and its running "
+        "ones are retried (if their retries allow) or failed. With a Redis URL, every "
+        "manager on it (serve or Scheduler, on any host) shares one queue: a job runs on "
+        "whichever has an idle worker, and the jobs of a manager that dies are taken back "
+        "by the others.", 77))
+    store.add_argument("--store", metavar="FILE|URL", default=os.environ.get(STORE_ENV),
+                       help=f"keep the jobs in this SQLite file (created if missing; one "
+                            f"manager per file), or in the Redis server of a redis://, "
+                            f"rediss:// or unix:// URL (?db=N, ?prefix=NAME; needs "
+                            f"mpsched[redis]) (default: ${STORE_ENV}, else in memory)")
+    store.add_argument("--lease-timeout", type=_seconds, default=LEASE_TIMEOUT,
+                       metavar="SECONDS",
+                       help="with a Redis store: seconds without a heartbeat after which "
+                            "the other managers presume this one dead and take back its "
+                            "jobs (default: %(default)s)")
     store.add_argument("--durability", choices=_words(Durability), default=Durability.SYNC,
                        help="sync: an acknowledged submit or cancel survives a power cut "
                             "(SQLite synchronous=FULL), and a job's start and end reach "

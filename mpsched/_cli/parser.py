@@ -60,7 +60,8 @@ EXIT_MEANINGS = {
     Exit.UNSAFE: "unsafe: serve on a non-loopback address without an explicit authkey, or "
                  "--http on one without --http-token-file and TLS",
     Exit.STORE: "store: serve cannot open its --store (missing or read-only directory, "
-                "not an mpsched store, or another manager holds it)",
+                "not an mpsched store, another manager holds it; a Redis server that does "
+                "not answer, refuses the password, is too old or may evict keys)",
     Exit.RUNNING: "running: serve without --address, while this user's local manager runs "
                   "(the message names its pid)",
     Exit.JOB_TIMEOUT: "result: the job has not finished (without --wait, or within "

@@ -57,6 +57,8 @@ from mpsched._protocol.records import (
     ManagerReady,
     StartMethod,
 )
+from mpsched._store.redis.server import check_store
+from mpsched._store.redis.url import is_redis_url, shown_store
 from mpsched._transport.address import Address, format_address, is_loopback, parse_address
 from mpsched._transport.authkey import AUTHKEY_ENV, read_authkey
 from mpsched._transport.http_access import HttpConfig, http_config
@@ -101,10 +103,14 @@ def run_serve(args: argparse.Namespace, out: TextIO) -> int:
     when this user's local manager already runs).
 
     Raises:
+        ConfigError: a bad Redis URL, or an option a Redis store does not take.
+        ExtraMissingError: a Redis URL without mpsched[redis].
         AddressError: ``--address`` does not parse.
         AuthenticationError: the key file is unreadable, empty or readable by others.
         RuntimeDirError: the runtime directory is another user's or open to others.
     """
+    check_store(args.store or "", order=args.order, lease_timeout=args.lease_timeout,
+                max_pending_bytes=args.max_pending_bytes)
     explicit = read_authkey(args.authkey_file)  # the file, else $MPSCHED_AUTHKEY
     address = None if args.address is None else parse_address(args.address)
     if args.http_token_file is not None and args.http is None:
@@ -214,7 +220,7 @@ def _run_served(args: argparse.Namespace, out: TextIO, key: ServeKey, address: A
         heartbeat_timeout=args.heartbeat_timeout, drain_timeout=args.drain_timeout,
         tls=tls_from_args(args), store=store_path(args.store),
         durability=Durability.coerce(args.durability), result_ttl=args.result_ttl,
-        http=http)
+        http=http, lease_timeout=args.lease_timeout)
 
     listening = False
 
@@ -262,8 +268,11 @@ def describe_page(url: str, http: HttpConfig) -> str:
 
 
 def store_path(option: str | None) -> str | None:
-    """The store file ``--store`` names, as an absolute path; None for none (or "")."""
-    return os.path.realpath(option) if option else None
+    """The store ``--store`` names: a Redis URL as it is, a file as an absolute path;
+    None for none (or "")."""
+    if not option:
+        return None
+    return option if is_redis_url(option) else os.path.realpath(option)
 
 
 def describe_store(config: ManagerConfig) -> str:
@@ -271,6 +280,10 @@ def describe_store(config: ManagerConfig) -> str:
     if config.store is None:
         return (f"memory: jobs end with this manager (--store FILE keeps them); outcomes "
                 f"kept {config.result_ttl:g} s, at most 100,000")
+    if is_redis_url(config.store):
+        return (f"{shown_store(config.store)} (shared by every manager on it; presumed "
+                f"dead after {config.lease_timeout:g} s without a heartbeat; outcomes kept "
+                f"{config.result_ttl:g} s)")
     return (f"{config.store} (durability {config.durability}, outcomes kept "
             f"{config.result_ttl:g} s)")
 

@@ -27,10 +27,13 @@ from mpsched._protocol.proxy import (
     connect_service,
 )
 from mpsched._protocol.records import (
+    LEASE_TIMEOUT,
     ManagerConfig,
     StartMethod,
 )
 from mpsched._store.base import DAY, check_options
+from mpsched._store.redis.server import check_store
+from mpsched._store.redis.url import shown_store
 from mpsched._transport.http_access import http_config
 
 log = logging.getLogger("mpsched.scheduler")
@@ -66,8 +69,12 @@ class Scheduler(Client):
             and is replaced. Both are checked between jobs: nothing is lost or run twice.
         store: a SQLite file that journals every job, so that a Scheduler (or ``serve``)
             started again on it gets its pending jobs back, and outcomes stay retrievable
-            by id (``job(job_id)``) for ``result_ttl`` seconds. None: jobs live in the
-            manager's memory only.
+            by id (``job(job_id)``) for ``result_ttl`` seconds; or a Redis URL
+            (``redis://HOST:PORT/DB``, ``rediss://`` for TLS, ``unix:///PATH``, with
+            ``?prefix=NAME``; needs ``mpsched[redis]``), a queue that every Scheduler and
+            ``serve`` on the same URL shares: a job runs on whichever has an idle
+            worker, in (due, priority, seq) order across all of them. None: jobs live in
+            the manager's memory only.
         durability: with a store, "sync" (each acknowledged submit or cancel survives a
             power cut; starts and ends reach the disk within milliseconds) or "process"
             (they survive a crash of the manager process, not of the machine).
@@ -75,6 +82,10 @@ class Scheduler(Client):
             still be looked up (default: one day): in the store, or without one in the
             manager's memory (at most 100,000 jobs and 64 MiB of outcomes, the oldest
             dropped first); also how long a cancelled schedule's latest runs stay listable.
+        lease_timeout: with a Redis store, seconds after its last heartbeat that this
+            Scheduler's manager is presumed dead by the others on the store, which then
+            take back the jobs it ran (retried if their retries allow, else failed as
+            WorkerCrashedError). Heartbeats go every third of it.
         shared_memory: large arguments and results (buffers of 64 KiB or more: bytes,
             bytearray, memoryview, NumPy arrays) travel through shared memory, written
             once and never through the manager. Without a store only; where shared memory
@@ -91,10 +102,14 @@ class Scheduler(Client):
 
     Raises:
         ConfigError: a bad option (a ValueError), or an ``http`` address that is not a
-            loopback one.
+            loopback one; a bad store URL, or an option a Redis store does not take
+            (order="priority", max_pending_bytes).
         AddressError: ``http`` is not ``HOST:PORT``.
         AuthenticationError: ``http_token_file`` is unreadable, empty, or others may read it.
-        StoreError: the store cannot be opened (StoreLockedError: another manager has it).
+        ExtraMissingError: a Redis URL without mpsched[redis] installed.
+        StoreError: the store cannot be opened (StoreLockedError: another manager has it;
+            a Redis server that does not answer, refuses the password, is older than 6.2
+            or may evict keys), within a few seconds; a URL's password is never shown.
         MpschedError: the manager or its workers did not start.
         SystemExit: in a child process that multiprocessing started for the program's
             own Process or pool, while it re-runs the program's unguarded main module;
@@ -117,6 +132,7 @@ class Scheduler(Client):
         durability: DurabilityLike = "sync",
         result_ttl: float = DAY,
         max_pending_bytes: int | None = None,
+        lease_timeout: float = LEASE_TIMEOUT,
         shared_memory: bool = True,
         http: str | None = None,
         http_token_file: str | os.PathLike[str] | None = None,
@@ -137,16 +153,20 @@ class Scheduler(Client):
             raise ConfigError("http_token_file", http_token_file, "left out without http")
         durability = Durability.coerce(durability)
         check_options(result_ttl)
+        order = Order.coerce(order)
+        store = None if store is None else os.fspath(store)
+        check_store(store or "", order=order.value, max_pending_bytes=max_pending_bytes,
+                    lease_timeout=lease_timeout)
         method = _start_method(mp_context)
         config = ManagerConfig(
             authkey=secrets.token_hex(32).encode(), workers=workers, mp_method=method,
-            order=Order.coerce(order), max_pending=max_pending, start_timeout=start_timeout,
+            order=order, max_pending=max_pending, start_timeout=start_timeout,
             log_level=logging.getLogger("mpsched").getEffectiveLevel(),
             max_tasks_per_worker=max_tasks_per_worker,
             max_memory_per_worker=max_memory_per_worker,
-            store=None if store is None else os.fspath(store), durability=durability,
+            store=store, durability=durability,
             result_ttl=float(result_ttl), max_pending_bytes=max_pending_bytes,
-            shared_memory=bool(shared_memory),
+            shared_memory=bool(shared_memory), lease_timeout=float(lease_timeout),
             http=None if http is None else http_config(http, http_token_file),
         )
         process = ManagerProcess(config)
@@ -162,7 +182,7 @@ class Scheduler(Client):
         self.http_url: str | None = ready.http_url or None
         self.authkey = config.authkey
         self.workers = workers
-        self._store = config.store
+        self._store = None if config.store is None else shown_store(config.store)
         # Stops the manager if this Scheduler is dropped or the program exits without
         # shutdown(); runs before multiprocessing joins its children at exit.
         self._finalizer = multiprocessing.util.Finalize(self, process.stop, exitpriority=10)

@@ -38,6 +38,8 @@ from mpsched._core.job import (
 from mpsched._core.queue import JobQueue
 from mpsched._errors import JobError, JobNotFoundError
 from mpsched._manager.ended import MAX_OUTCOME, Ended, EndedJobs
+from mpsched._manager.shared_queue import SharedQueue
+from mpsched._protocol.records import ManagerStatus
 from mpsched._store.base import Store
 from mpsched._store.memory import MemoryStore
 
@@ -68,9 +70,15 @@ def cancelled(job_id: str) -> Outcome:
 
 class BaseJournal(abc.ABC):
     """What the service tells of each job's life, and the lookups by id; the watchers of
-    each job. ``store`` keeps the schedules (and, in ``Journal``, the jobs)."""
+    each job. ``store`` keeps the schedules (and, in ``Journal``, the jobs).
 
-    def __init__(self, store: Store, queue: JobQueue) -> None:
+    ``shared``: the queue lives in a store that several managers share
+    (mpsched._manager.shared_journal); the others journal this manager's own queue.
+    """
+
+    shared = False
+
+    def __init__(self, store: Store, queue: JobQueue | SharedQueue) -> None:
         self.store = store
         self.queue = queue
         # Guards _watchers (and NoJournal's keys). Held while a job's watchers are taken
@@ -87,6 +95,14 @@ class BaseJournal(abc.ABC):
         """Put the store's pending jobs back in the queue; a one-line summary ("" for
         nothing)."""
         return ""
+
+    def managers(self) -> tuple[ManagerStatus, ...]:
+        """Every manager of a shared store, from their heartbeats; () for one's own."""
+        return ()
+
+    def bind(self, deliver: Callable[[str, Outcome, set[str]], None]) -> None:  # noqa: B027
+        """How ends this manager did not see (another manager of a shared store recorded
+        them) reach its clients; a journal of this manager's own queue sees them all."""
 
     @abc.abstractmethod
     def submit(self, requests: list[JobRequest], timeout: float | None,
@@ -105,9 +121,11 @@ class BaseJournal(abc.ABC):
         return True
 
     @abc.abstractmethod
-    def finished(self, job: Job, outcome: Outcome, worker_id: str | None = None) -> set[str]:
+    def finished(self, job: Job, outcome: Outcome,
+                 worker_id: str | None = None) -> set[str] | None:
         """Journal how a job ended (``worker_id``: who ran it); returns the clients
-        (besides its own) watching it."""
+        (besides its own) watching it, or None when the store refused the end (a shared
+        store, whose lease had gone stale: nobody is told)."""
 
     @abc.abstractmethod
     def requeued(self, job: Job) -> None:
@@ -169,6 +187,7 @@ class NoJournal(BaseJournal):
     def __init__(self, queue: JobQueue, wall: Callable[[], float] = time.time,
                  result_ttl: float = 0.0) -> None:
         super().__init__(MemoryStore(), queue)
+        self.queue: JobQueue = queue
         self._wall = wall
         # Under the base class's lock: key -> the id of the job holding it, and back; the
         # jobs that ended.

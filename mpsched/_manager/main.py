@@ -20,17 +20,23 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import signal
 import sys
 import threading
 from collections.abc import Callable
 from multiprocessing.connection import Connection
+from typing import Any
 
+from mpsched._core.job import Order
 from mpsched._core.queue import JobQueue
-from mpsched._errors import MpschedError, StoreError
+from mpsched._errors import ConfigError, MpschedError, StoreError
 from mpsched._manager.http.server import StatusServer
 from mpsched._manager.journal import BaseJournal, NoJournal
 from mpsched._manager.service import ManagerService
+from mpsched._manager.shared_journal import SharedJournal, encode_status
+from mpsched._manager.shared_link import SharedLink
+from mpsched._manager.shared_queue import Outage, SharedQueue
 from mpsched._manager.store_journal import Journal
 from mpsched._manager.supervisor import Supervisor
 from mpsched._payload.segments import Segments
@@ -46,9 +52,12 @@ from mpsched._protocol.records import (
     ManagerFailed,
     ManagerReady,
 )
+from mpsched._store.redis.store import RedisStore
+from mpsched._store.redis.url import is_redis_url
 from mpsched._store.sqlite import SQLiteStore
+from mpsched._transport.address import format_address
 from mpsched._transport.authkey import scrub_authkey_env
-from mpsched._transport.sockets import SERIALIZER, HardenedServer
+from mpsched._transport.sockets import SERIALIZER, HardenedServer, host_name
 from mpsched._transport.tls import set_tls
 from mpsched._worker.claims import LocalClaims
 
@@ -73,11 +82,8 @@ def run_manager(config: ManagerConfig, control: Connection | None = None,
     if control is not None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the owner decides when we stop
     claims = LocalClaims()  # the local workers' claim slots, for prefetched jobs
-    queue = JobQueue(order=config.order, max_pending=config.max_pending,
-                     max_pending_bytes=config.max_pending_bytes, sizer=payload_size,
-                     claims=claims)
     try:
-        journal, recovered = _open_journal(config, queue)
+        queue, journal, recovered = _open_queue(config, claims)
     except StoreError as exc:
         if control is None:
             raise
@@ -114,6 +120,28 @@ def _segments(config: ManagerConfig) -> Segments:
     else:
         why = ""
     return Segments.start(not why, why)
+
+
+def _open_queue(config: ManagerConfig,
+                claims: LocalClaims) -> tuple[JobQueue | SharedQueue, BaseJournal, str]:
+    """The queue and its journal: in this manager's memory (a heap, journalled to the
+    SQLite store the config names, if any), or in the Redis store it names, shared with
+    the other managers of that store; and what was recovered, in one line."""
+    if config.store is not None and is_redis_url(config.store):
+        if config.order is not Order.TIME:
+            raise ConfigError("order", str(config.order),
+                              "'time' with a Redis store (its queue orders by due time)")
+        store = RedisStore(config.store, result_ttl=config.result_ttl)
+        queue = SharedQueue(store, manager_id=f"{host_name()}:{os.getpid()}:"
+                                              f"{secrets.token_hex(3)}",
+                            lease_timeout=config.lease_timeout,
+                            max_pending=config.max_pending, outage=Outage(store.location))
+        return queue, SharedJournal(store, queue), ""
+    local = JobQueue(order=config.order, max_pending=config.max_pending,
+                     max_pending_bytes=config.max_pending_bytes, sizer=payload_size,
+                     claims=claims)
+    journal, recovered = _open_journal(config, local)
+    return local, journal, recovered
 
 
 def _open_journal(config: ManagerConfig, queue: JobQueue) -> tuple[BaseJournal, str]:
@@ -157,14 +185,19 @@ def _serve(config: ManagerConfig, control: Connection | None,
     supervisor = Supervisor(service, config, server.address, claims)
     grace, now = config.drain_timeout, False
     status: StatusServer | None = None
+    link: SharedLink | None = None
     try:
-        status, failure = _start_status(config, service)
+        link, failure = _link(service, server.address)
+        if not failure:
+            status, failure = _start_status(config, service)
         failure = failure or _start(supervisor, config)
         if failure:
             if control is not None:
                 control.send(ManagerFailed(failure))
             log.error("manager start-up failed: %s", failure)
             return 1
+        if link is not None:
+            link.beat_now()  # its status, with the workers that joined
         ready = ManagerReady(address=server.address, pid=os.getpid(), recovered=recovered_lines,
                              http_url="" if status is None else status.url)
         if control is not None:
@@ -185,6 +218,8 @@ def _serve(config: ManagerConfig, control: Connection | None,
         if status is not None:  # it showed the drain; nothing is left to show
             status.stop()
         supervisor.stop_workers(grace=2.0)
+        if link is not None:
+            link.stop()  # after the workers: their last ends are in the store
         # A remote worker between two takes must hear of the stop before the sockets
         # close; else it takes the stop for a lost manager and waits for it to come back.
         service.wait_workers_told(0.0 if grace == 0 else 2.0)
@@ -204,6 +239,29 @@ def _start_status(config: ManagerConfig,
         return None, f"cannot serve HTTP on {config.http.host}:{config.http.port}: {exc}"
     status.start()
     return status, ""
+
+
+def _link(service: ManagerService, address: Any) -> tuple[SharedLink | None, str]:
+    """With a shared store: this manager registered in it, listening to it, renewing its
+    leases (mpsched._manager.shared_link); and why not ("" when it is)."""
+    journal = service.journal
+    if not isinstance(journal, SharedJournal):
+        return None, ""
+    queue = journal.shared_queue
+    where, pid = format_address(address), os.getpid()
+
+    def status() -> bytes:
+        return encode_status(service.host, pid, where, service.workers.statuses(since=0.0)[0])
+
+    link = SharedLink(journal.store, queue, journal, outage=queue.outage, status=status,
+                      on_schedule=service.schedules.sync)
+    queue.on_unregistered(link.beat_now)
+    try:
+        link.start()
+    except StoreError as exc:
+        log.error("manager start-up failed: %s", exc)
+        return None, str(exc)
+    return link, ""
 
 
 def _start(supervisor: Supervisor, config: ManagerConfig) -> str:

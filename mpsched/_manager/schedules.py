@@ -110,6 +110,10 @@ class Schedules:
         if not entry.paused:
             self._planner.plan_locked(entry, Trigger.BEGIN)
 
+    def sync(self, schedule_id: str) -> None:
+        """Another manager of a shared store changed a schedule: take it as it is now
+        in the store."""
+
     def keep_cancelled_for(self, result_ttl: float) -> None:
         """How long a cancelled schedule's latest runs and their outcomes stay listable:
         the manager's ``result_ttl`` (a day unless told)."""
@@ -346,8 +350,8 @@ class Schedules:
         due time) is early by the wall clock: it jumped back since the run was armed, and
         the watcher has not re-mapped it yet. The caller puts the run back and calls
         ``remap_cron``."""
-        if not self._planner.is_run(job_id):
-            return False
+        if not self._planner.is_run(job_id) or self._journal.shared:
+            return False  # a shared store's runs are due by its own clock, in UTC
         with self._lock:
             entry = self._entries.get(self._planner.schedule_locked(job_id))
             label = None if entry is None else entry.active.get(job_id)

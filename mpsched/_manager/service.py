@@ -34,6 +34,7 @@ from mpsched._manager.failures import RecentFailures
 from mpsched._manager.journal import BaseJournal, NoJournal, cancelled
 from mpsched._manager.mailbox import Mailboxes
 from mpsched._manager.schedules import Schedules
+from mpsched._manager.shared_queue import SharedQueue
 from mpsched._manager.worker_table import WorkerTable
 from mpsched._payload.segments import Segments
 from mpsched._protocol.codec import (
@@ -73,14 +74,18 @@ THROUGHPUT_WINDOW = 10.0  # seconds over which stats() measures throughput
 class ManagerService:
     """The object the manager serves; each public method is one proxied call."""
 
-    def __init__(self, queue: JobQueue, *, heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
+    def __init__(self, queue: JobQueue | SharedQueue, *,
+                 heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
                  clock: Clock | None = None, journal: BaseJournal | None = None,
                  segments: Segments | None = None) -> None:
         """``clock`` must be the queue's clock: it measures the delay a worker is sent.
         ``segments``: the shared-memory segments of payloads (none by default)."""
         self.queue = queue
         # What happens to each job, journalled to the store (nothing without one).
-        self.journal = journal if journal is not None else NoJournal(queue)
+        if journal is None:
+            assert isinstance(queue, JobQueue), "a shared queue comes with its journal"
+            journal = NoJournal(queue)
+        self.journal = journal
         self._clock = clock if clock is not None else SystemClock()
         self.segments = segments if segments is not None else Segments()
         self.mailboxes = Mailboxes(on_discard=self.segments.discarded)
@@ -106,6 +111,8 @@ class ManagerService:
         self.wake_reader, self._wake_writer = os.pipe()
         # Recurring schedules; their runs are jobs of this queue (mpsched._manager.schedules).
         self.schedules = Schedules(self.journal, self._clock, self._cancelled)
+        # Ends that another manager of a shared store recorded come in through this.
+        self.journal.bind(self._deliver)
 
     def wake_supervisor(self) -> None:
         """Wake the supervisor loop (it waits on ``wake_reader`` with the worker sentinels)."""
@@ -254,8 +261,9 @@ class ManagerService:
         if not report.outcome.ok:
             self.failures.note(job, report.outcome, worker_id)
         self.segments.ended([job.job_id])
-        self._deliver(job.client_id, report.outcome,
-                      self.journal.finished(job, report.outcome, worker_id))
+        watchers = self.journal.finished(job, report.outcome, worker_id)
+        if watchers is not None:  # None: a shared store refused it (a stale lease)
+            self._deliver(job.client_id, report.outcome, watchers)
         return True
 
     def _deliver(self, client_id: str, outcome: Outcome, watchers: set[str]) -> None:
@@ -311,8 +319,9 @@ class ManagerService:
         outcome = Outcome(job.job_id, False, pickle.dumps(error), "", None,
                           type(error).__name__)
         self.failures.note(job, outcome, lease.worker_id, f"{type(error).__name__}: {error}")
-        self._deliver(job.client_id, outcome,
-                      self.journal.finished(job, outcome, lease.worker_id))
+        watchers = self.journal.finished(job, outcome, lease.worker_id)
+        if watchers is not None:  # None: a shared store refused it (a stale lease)
+            self._deliver(job.client_id, outcome, watchers)
 
     def expired_remote(self) -> tuple[list[str], float | None]:
         """Remote workers silent past the heartbeat timeout, and the next such deadline."""
@@ -556,7 +565,7 @@ class ManagerService:
                      workers_missing=self._workers_missing,
                      worker_start_failures=self._worker_start_failures,
                      clients=len(self.mailboxes), store=self.journal.store.location,
-                     store_size=self.journal.store.size())
+                     store_size=self.journal.store.size(), managers=self.journal.managers())
 
     def wait_workers_told(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds until every remote worker has been told that the

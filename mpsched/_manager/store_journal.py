@@ -57,6 +57,7 @@ class Journal(BaseJournal):
                  wall: Callable[[], float] = time.time) -> None:
         super().__init__(store, queue)
         self.store: JournalStore = store
+        self.queue: JobQueue = queue
         self._wall = wall
 
     # ------------------------------------------------------------------ recovery

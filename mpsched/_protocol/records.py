@@ -25,6 +25,7 @@ from mpsched._transport.tls import TlsConfig
 # its server thread within this; live callers simply call again.
 LONG_POLL = 5.0
 HEARTBEAT_TIMEOUT = 10.0  # a remote worker silent this long is declared gone
+LEASE_TIMEOUT = 30.0  # a manager of a Redis store silent this long is presumed dead
 STOP = "stop"  # the owner's message on a manager's control pipe: running jobs may finish
 STOP_NOW = "stop-now"  # ... or: kill the workers with their jobs at once (a second Ctrl-C)
 
@@ -107,6 +108,19 @@ class WorkerStatus:
 
 
 @dataclass(frozen=True)
+class ManagerStatus:
+    """One manager of a shared (Redis) store, as its last heartbeat left it."""
+
+    manager_id: str
+    host: str
+    pid: int
+    address: str
+    heartbeat_age: float  # seconds since its last heartbeat, on the store's clock
+    lease_timeout: float  # silent this long, its peers presume it dead
+    workers: tuple[WorkerStatus, ...]
+
+
+@dataclass(frozen=True)
 class Stats:
     """A snapshot of the whole scheduler: the queue's counters and the workers."""
 
@@ -121,6 +135,8 @@ class Stats:
     clients: int = 0  # clients with a mailbox (connected, or closing with outcomes left)
     store: str = "memory"  # where jobs are journalled: a path, or "memory" (IN_MEMORY)
     store_size: int | None = None  # bytes the store takes on disk
+    # With a shared store: every manager of it (this one included), from their heartbeats.
+    managers: tuple[ManagerStatus, ...] = ()
 
     @property
     def pending(self) -> dict[str, int]:
@@ -175,12 +191,15 @@ class ManagerConfig:
     heartbeat_timeout: float = HEARTBEAT_TIMEOUT
     drain_timeout: float = 30.0  # on stop, how long running jobs may take to finish
     tls: TlsConfig | None = None  # TCP only; local workers connect with it too
-    store: str | None = None  # a SQLite file that journals every job; None: in memory
+    store: str | None = None  # a SQLite file, or a Redis URL (shared); None: in memory
     durability: Durability = Durability.SYNC  # SYNC: submits survive a power cut; PROCESS: a crash
     result_ttl: float = 86400.0  # seconds finished jobs' outcomes are kept (store or memory)
     max_pending_bytes: int | None = None  # bound on what pending payloads hold
     shared_memory: bool = False  # large buffers through /dev/shm (local clients, no store)
     http: HttpConfig | None = None  # the status page, metrics and JSON API; None: none
+    # A shared (Redis) store: silent this long, a manager is presumed dead by its peers,
+    # which take its jobs back.
+    lease_timeout: float = LEASE_TIMEOUT
 
 
 class ManagerReady(NamedTuple):

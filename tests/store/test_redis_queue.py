@@ -268,11 +268,10 @@ def test_a_full_queue_takes_nothing_of_a_batch(store: RedisStore) -> None:
 
 def test_a_manager_is_listed_with_its_last_heartbeat_until_it_leaves(
         store: RedisStore) -> None:
-    before = server_now(store)
     store.heartbeat("m9", LEASE, b"status of m9")
     [record] = [m for m in store.managers() if m.manager_id == "m9"]
     assert record.status == b"status of m9" and record.lease_timeout == LEASE
-    assert record.seen_wall == pytest.approx(before, abs=1.0)
+    assert 0 <= record.seen_ago < 1.0
     store.forget_manager("m9")
     assert "m9" not in [m.manager_id for m in store.managers()]
 

@@ -115,13 +115,14 @@ class Beat(NamedTuple):
     reaped: list[str]  # managers presumed dead just now
     failed: list[tuple[str, str, str, bool]]  # (job id, worker, client, deliver here)
     requeued: int
+    next_expiry: float | None  # seconds until another manager's lease runs out (None: none)
 
 
 class ManagerRecord(NamedTuple):
     """One manager of the store, as its last heartbeat left it."""
 
     manager_id: str
-    seen_wall: float  # UTC epoch seconds of its last heartbeat (server's clock)
+    seen_ago: float  # seconds since its last heartbeat, on the server's clock
     lease_timeout: float
     status: bytes  # the manager's own encoding of what it runs (workers, address)
 

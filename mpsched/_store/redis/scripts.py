@@ -117,11 +117,11 @@ class Scripts:
                 for i, s, o, x, c, w in self._call("drain", me, count)]
 
     def heartbeat(self, me: str, lease: float, status: bytes) -> Beat:
-        before, reaped, failed, requeued = self._call(
+        before, reaped, failed, requeued, next_ms = self._call(
             "heartbeat", me, _us(lease) // 1000, self._ttl_ms, self._keep_ms, status)
         return Beat(bool(before), [_text(m) for m in reaped],
                     [(_text(i), _text(w), _text(c), bool(m)) for i, w, c, m in failed],
-                    int(requeued))
+                    int(requeued), None if next_ms < 0 else next_ms / 1000)
 
     def leave(self, me: str) -> None:
         self._call("leave", me)

@@ -21,8 +21,8 @@ import ssl
 from types import ModuleType
 from typing import Any, NamedTuple
 
-from mpsched._errors import ExtraMissingError, StoreError
-from mpsched._store.redis.url import RedisURL
+from mpsched._errors import ConfigError, ExtraMissingError, StoreError
+from mpsched._store.redis.url import RedisURL, is_redis_url, parse_redis_url
 
 log = logging.getLogger("mpsched.store")
 
@@ -169,3 +169,28 @@ def describe(exc: BaseException, *, password: bool = True) -> str:
     if isinstance(exc, redis.ResponseError):
         return f"the server refused a command ({text})"
     return f"{type(exc).__name__}: {text}"
+
+
+def check_store(store: str, *, order: str, max_pending_bytes: int | None,
+                lease_timeout: float) -> None:
+    """Check at the call site what a Redis store takes, before any process starts.
+
+    Raises:
+        ConfigError: a bad Redis URL, ``lease_timeout`` not a positive number of seconds,
+            or an option a Redis store does not take (``order="priority"``,
+            ``max_pending_bytes``).
+        ExtraMissingError: the URL is a Redis one and redis-py is not installed.
+    """
+    if isinstance(lease_timeout, bool) or not isinstance(lease_timeout, (int, float)) \
+            or not 0 < lease_timeout < float("inf"):
+        raise ConfigError("lease_timeout", lease_timeout, "a positive number of seconds")
+    if not is_redis_url(store):
+        return
+    parse_redis_url(store)
+    if order != "time":
+        raise ConfigError("order", order, "'time' with a Redis store (its managers share "
+                                          "one queue in due-time order)")
+    if max_pending_bytes is not None:
+        raise ConfigError("max_pending_bytes", max_pending_bytes,
+                          "None with a Redis store (max_pending bounds its jobs)")
+    redis_module()

@@ -215,10 +215,12 @@ class RedisStore(Store):
         with self.errors():
             ids = [m.decode() for m in self.client.zrange(self.base + "managers", 0, -1)]
             pipe = self.client.pipeline(transaction=False)
+            pipe.time()
             for manager in ids:
                 pipe.hmget(f"{self.base}m:{manager}", "seen", "lease_ms", "status")
-            rows = pipe.execute()
-        return [ManagerRecord(manager, int(seen) / US, int(lease) / 1000, status or b"")
+            (now_s, now_us), *rows = pipe.execute()
+        now = now_s * US + now_us
+        return [ManagerRecord(manager, (now - int(seen)) / US, int(lease) / 1000, status or b"")
                 for manager, (seen, lease, status) in zip(ids, rows, strict=True)
                 if seen is not None]
 
@@ -238,6 +240,24 @@ class RedisStore(Store):
             done=number.get("done", 0), failed=number.get("failed", 0),
             cancelled=number.get("cancelled", 0), retried=number.get("retried", 0),
             head_in=head)
+
+    def head(self, n: int) -> list[tuple[JobRecord, float]]:
+        """The next ``n`` pending jobs in claim order, each with the seconds until it is
+        due on the server's clock (<= 0: due)."""
+        if n <= 0:
+            return []
+        with self.errors():
+            pipe = self.client.pipeline(transaction=False)
+            pipe.zrange(self.base + "due", 0, n - 1)
+            pipe.time()
+            members, (now_s, now_us) = pipe.execute()
+        now = now_s + now_us / US
+        found = []
+        for member in members:
+            record = self.get(member.decode()[18:])
+            if record is not None:
+                found.append((record, record.due_wall - now))
+        return found
 
     def subscriber(self) -> Any:
         """A redis-py PubSub on this store's server (the caller subscribes and reads it)."""

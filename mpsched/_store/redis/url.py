@@ -146,3 +146,9 @@ def _scrub(url: str) -> str:
     """``url`` with any password replaced by ``***`` (for a message about a bad URL)."""
     url = re.sub(r"(?i)([?&]password=)[^&]*", r"\1***", url)
     return re.sub(r"^([^:/]+://[^:@/]*:)[^@/]*@", r"\1***@", url)
+
+
+def shown_store(store: str) -> str:
+    """A ``store=`` string as messages show it: a Redis URL without its password."""
+    return parse_redis_url(store).redacted if is_redis_url(store) else store
+

@@ -3,8 +3,10 @@
 -- (counted as an attempt), else failed as crashed. Idempotent: whoever reaps first does.
 --
 -- ARGV: B, me, lease_ms, ttl_ms, keep_ms, status
--- Returns {registered_before, reaped, failed, requeued}: reaped lists the managers
--- presumed dead; failed lists {id, worker, client, mine} of the jobs failed.
+-- Returns {registered_before, reaped, failed, requeued, next_ms}: reaped lists the
+-- managers presumed dead; failed lists {id, worker, client, mine} of the jobs failed;
+-- next_ms is how long until the lease of the first other manager runs out (-1: none),
+-- when the caller beats again to take its jobs back at once if it is dead.
 local me = ARGV[2]
 local lease_ms = tonumber(ARGV[3])
 local ttl_ms = tonumber(ARGV[4])
@@ -46,4 +48,13 @@ for _, dead in ipairs(redis.call('ZRANGEBYSCORE', B .. 'managers', '-inf', now,
   end
 end
 if new_head then wake() end
-return {before, reaped, failed, requeued}
+local first = redis.call('ZRANGE', B .. 'managers', 0, 1, 'WITHSCORES')
+local next_ms = -1
+for k = 1, #first, 2 do
+  if first[k] ~= me then
+    next_ms = math.floor((tonumber(first[k + 1]) - now) / 1000)
+    if next_ms < 0 then next_ms = 0 end
+    break
+  end
+end
+return {before, reaped, failed, requeued, next_ms}

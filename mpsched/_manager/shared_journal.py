@@ -1,0 +1,235 @@
+"""SharedJournal: the journal of a manager whose queue lives in Redis.
+
+With a journal store (mpsched._manager.journal) the manager's heap decides and the store
+records. With Redis the store decides (its scripts order, claim and fence), so this
+journal has little to write: a submit is the write (due on the server's clock), a claim
+recorded the lease, and a finish is written here under the lease's fencing token, then
+handed to the clients. What it keeps is this manager's clients' interest in jobs: their
+own, and those they watch, which may end on any manager. Those ends arrive in this
+manager's inbox (mpsched._manager.shared_link drains it) and are delivered from here.
+
+A finish that Redis refuses (the lease went stale: this manager was presumed dead and a
+peer took the job back) is logged and never delivered: the job's record is whatever the
+peer made of it.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import time
+from collections.abc import Callable
+
+from mpsched._core.job import (
+    Assignment,
+    Job,
+    JobRecord,
+    JobRequest,
+    JobState,
+    Outcome,
+    check_request,
+)
+from mpsched._errors import (
+    JobError,
+    JobNotFoundError,
+    PayloadTooLargeError,
+    QueueFullError,
+    StoreUnavailableError,
+    WorkerCrashedError,
+)
+from mpsched._manager.journal import BaseJournal, cancelled, decode, encode
+from mpsched._manager.shared_queue import SharedQueue
+from mpsched._protocol.records import ManagerStatus, WorkerStatus
+from mpsched._store.redis.records import Ended, Finish, NewJob
+from mpsched._store.redis.store import RedisStore
+
+log = logging.getLogger("mpsched.manager")
+
+FULL_RETRY = (0.01, 0.2)  # a submit to a full queue tries again after these (doubling)
+
+# How the service hands an outcome to a client and the other clients watching its job.
+Deliver = Callable[[str, Outcome, set[str]], None]
+
+
+class SharedJournal(BaseJournal):
+    """Journals this manager's part of a shared queue and delivers its clients' ends."""
+
+    shared = True
+
+    def __init__(self, store: RedisStore, queue: SharedQueue,
+                 wall: Callable[[], float] = time.time) -> None:
+        super().__init__(store, queue)
+        self.store: RedisStore = store
+        self.shared_queue = queue
+        self.manager_id = queue.manager_id
+        self._wall = wall
+        self._deliver: Deliver = lambda client, outcome, watchers: None
+        # Under the base class's lock: finishes Redis could not take (it was down), sent
+        # again by the link (mpsched._manager.shared_link), in order.
+        self._unsent: list[Finish] = []
+
+    def bind(self, deliver: Deliver) -> None:
+        """How ends that arrive from other managers reach this manager's clients."""
+        self._deliver = deliver
+
+    # ------------------------------------------------------------------ changes
+
+    def submit(self, requests: list[JobRequest], timeout: float | None,
+               due: float | None = None) -> list[str] | None:
+        """Submit to Redis, due on its clock. ``due`` set: a schedule's run (its ``at``
+        is its slot), created once however many managers arm it.
+
+        Raises:
+            InvalidJobError: as check_request; PayloadTooLargeError for a payload Redis
+                cannot hold; an id already in the store.
+            QueueFullError: max_pending jobs pending after ``timeout`` seconds.
+            StoreUnavailableError, StoreError: Redis did not take them; nothing was added.
+        """
+        for request in requests:
+            check_request(request)
+            if len(request.payload) > self.store.max_payload:
+                raise PayloadTooLargeError(len(request.payload), self.store.max_payload,
+                                           f"the Redis store {self.store.location}")
+        jobs = [NewJob(r.job_id, r.client_id, r.key, r.name, r.payload, r.priority, r.delay,
+                       r.at, r.timeout, r.retries) for r in requests]
+        run = due is not None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pause = FULL_RETRY[0]
+        while True:
+            holders, full = self.store.submit_jobs(
+                jobs, self.manager_id, if_absent=run,
+                max_pending=self.shared_queue.max_pending)
+            if not full:
+                break
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                assert self.shared_queue.max_pending is not None
+                raise QueueFullError(self.shared_queue.max_pending, timeout)
+            time.sleep(pause if left is None else min(pause, left))
+            pause = min(pause * 2, FULL_RETRY[1])
+        same = all(h == r.job_id for h, r in zip(holders, requests, strict=True))
+        return None if same and not run else holders
+
+    def lease(self, assignment: Assignment) -> bool:
+        return True  # the claim recorded it
+
+    def finished(self, job: Job, outcome: Outcome,
+                 worker_id: str | None = None) -> set[str] | None:
+        """Record a job's end under its lease; the local clients to tell, or None when
+        Redis refused it (a stale lease: never delivered)."""
+        token = self.shared_queue.pop_token(job.job_id)
+        if token is None:
+            return None
+        finish = Finish(job.job_id, token, JobState.DONE if outcome.ok else JobState.FAILED,
+                        encode(outcome))
+        try:
+            reply = self.store.report(self.manager_id, self.shared_queue.lease_timeout,
+                                      finishes=[finish])
+        except StoreUnavailableError as exc:
+            log.error("the end of job %s waits for the store (%s); it is sent again when "
+                      "the store is back", job.job_id, exc)
+            with self._lock:
+                self._unsent.append(finish)
+            return self._ended_here(job.job_id)
+        result = reply.finished[0]
+        if result == 0:
+            log.warning("job %s ended on worker %s, but its lease had run out and another "
+                        "manager took the job back: this end is not recorded", job.job_id,
+                        worker_id)
+            return None
+        return self._ended_here(job.job_id)
+
+    def _ended_here(self, job_id: str) -> set[str]:
+        with self._lock:
+            return self._watchers.pop(job_id, set())
+
+    def requeued(self, job: Job) -> None:
+        pass  # SharedQueue.requeue put it back in Redis
+
+    def take_unsent(self) -> list[Finish]:
+        """The finishes Redis could not take yet, oldest first (the caller sends them, or
+        gives them back with :meth:`put_back_unsent`)."""
+        with self._lock:
+            unsent, self._unsent = self._unsent, []
+            return unsent
+
+    def put_back_unsent(self, finishes: list[Finish]) -> None:
+        with self._lock:
+            self._unsent[:0] = finishes
+
+    def has_unsent(self) -> bool:
+        with self._lock:
+            return bool(self._unsent)
+
+    # ------------------------------------------------------------------ ends from elsewhere
+
+    def deliver_ended(self, ended: list[Ended]) -> None:
+        """Hand ends that other managers recorded (this manager's inbox) to the clients
+        here that submitted or watch them."""
+        for end in ended:
+            with self._lock:
+                watchers = self._watchers.pop(end.job_id, set())
+            mine = end.owner == self.manager_id
+            if mine and end.client_id:
+                self._deliver(end.client_id, outcome_of(end), watchers)
+            elif watchers:
+                first = min(watchers)
+                self._deliver(first, outcome_of(end), watchers - {first})
+
+    # ------------------------------------------------------------------ lookups
+
+    def watch(self, client_id: str, job_id: str) -> Outcome | None:
+        with self._lock:
+            self._watch_locked(client_id, job_id)
+        try:
+            ended = self.store.watch(self.manager_id, job_id)
+        except BaseException:
+            with self._lock:
+                self._unwatch_locked(client_id, job_id)
+            raise
+        if ended is not None and ended.state in (JobState.PENDING, JobState.RUNNING):
+            return None  # its end will be handed over
+        with self._lock:
+            handed = not self._unwatch_locked(client_id, job_id)
+        if ended is None:
+            raise JobNotFoundError(job_id)
+        return None if handed else outcome_of(ended)
+
+    def get(self, job_id: str, *, fresh: bool = False) -> JobRecord | None:
+        return self.store.get(job_id)
+
+    def managers(self) -> tuple[ManagerStatus, ...]:
+        """Every live manager of the store, as its last heartbeat described it."""
+        found = []
+        for record in self.store.managers():
+            try:
+                host, pid, address, workers = pickle.loads(record.status)
+            except Exception:  # a manager of another version, or one still starting
+                host, pid, address, workers = "?", 0, "", ()
+            found.append(ManagerStatus(record.manager_id, host, pid, address,
+                                       record.seen_ago, record.lease_timeout, tuple(workers)))
+        return tuple(found)
+
+    def jobs(self, state: str | None, limit: int | None) -> list[JobRecord]:
+        return self.store.jobs(None if state is None else JobState(state), limit)
+
+
+def encode_status(host: str, pid: int, address: str,
+                  workers: tuple[WorkerStatus, ...]) -> bytes:
+    """A manager's status as its heartbeats publish it (``managers`` reads it back)."""
+    return pickle.dumps((host, pid, address, workers), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def outcome_of(end: Ended) -> Outcome:
+    """The outcome a client gets of a job that ended as ``end`` says."""
+    if end.state is JobState.CANCELLED:
+        return cancelled(end.job_id)
+    if end.outcome:
+        return decode(end.outcome)
+    if end.crashed_worker is not None:
+        error = WorkerCrashedError(end.job_id, end.crashed_worker, None)
+        return Outcome(end.job_id, False, pickle.dumps(error), "", None,
+                       type(error).__name__)
+    error_ = JobError(f"job {end.job_id} ended, but its outcome is no longer kept "
+                      f"(result_ttl)")
+    return Outcome(end.job_id, False, pickle.dumps(error_), "", None, "outcome-not-kept")

@@ -1,0 +1,229 @@
+"""SharedLink: the two threads that tie a manager to its shared Redis store.
+
+- the subscriber listens on the deployment's wake-up channel (a new head, a free lead:
+  one waiting taker looks again), on this manager's own channel (its inbox has ends of
+  its clients' jobs: it drains them and delivers them), and on the schedules channel;
+  after each (re)connection it wakes a taker and drains the inbox, for whatever it
+  missed while it was not listening;
+- the heartbeat renews this manager's leases every third of ``lease_timeout``, publishes
+  its status (``status`` shows every manager), takes back the jobs of managers presumed
+  dead, sends again the finishes Redis could not take, and drops forgotten jobs from the
+  listings.
+
+While Redis does not answer, both retry with back-off (0.1 s doubling to 5 s), and the
+manager logs one WARNING for the outage and one INFO line when Redis is back; jobs that
+run go on running. Neither thread polls: each sleeps on a socket or an event.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from mpsched._errors import StoreError, StoreUnavailableError
+from mpsched._manager.shared_journal import SharedJournal
+from mpsched._manager.shared_queue import Outage, SharedQueue
+from mpsched._store.redis.records import Ended
+from mpsched._store.redis.store import RedisStore
+
+log = logging.getLogger("mpsched.manager")
+
+BACKOFF = (0.1, 5.0)  # seconds between tries while Redis is down, doubling
+LISTEN = 60.0  # longest the subscriber sleeps on its socket before it looks at its flag
+PRUNE_EVERY = 30  # heartbeats between two prunes of the listing indexes
+REAP_MARGIN = 0.005  # a beat that takes back a dead peer's jobs comes this late after its lease
+
+
+class SharedLink:
+    """The subscriber and heartbeat threads of one manager (see the module docstring).
+
+    Args:
+        status: this manager's status, encoded, for its heartbeats.
+        on_schedule: called with a schedule id when some manager changed it.
+    """
+
+    def __init__(self, store: RedisStore, queue: SharedQueue, journal: SharedJournal, *,
+                 outage: Outage, status: Callable[[], bytes],
+                 on_schedule: Callable[[str], None] | None = None) -> None:
+        self._store = store
+        self._queue = queue
+        self._journal = journal
+        self._outage = outage
+        self._status = status
+        self._on_schedule = on_schedule or (lambda schedule_id: None)
+        self._me = queue.manager_id
+        self._channels = {store.base + "wake": self._on_wake,
+                          f"{store.base}ch:{self._me}": self._on_inbox,
+                          store.base + "sched": self._on_sched}
+        # Set when the link stops; both threads wait on it between tries.
+        self._stopping = threading.Event()
+        # Set to ask for a heartbeat now (a claim found this manager presumed dead);
+        # the heartbeat thread waits on it between beats.
+        self._beat_now = threading.Event()
+        # Set by the subscriber once it listens (start() waits for the first time).
+        self._listening = threading.Event()
+        self._registered = False
+        self._next_expiry: float | None = None  # written and read by the beating thread
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        """Register this manager (its first heartbeat), then start listening; returns
+        once the subscriber listens, so that no wake-up is missed after it.
+
+        Raises:
+            StoreError: Redis refused the first heartbeat.
+        """
+        self._beat()
+        for name, target in (("subscriber", self._listen), ("heartbeat", self._beats)):
+            thread = threading.Thread(target=target, name=f"mpsched-redis-{name}",
+                                      daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        self._listening.wait(10.0)
+
+    def beat_now(self) -> None:
+        self._beat_now.set()
+
+    def stop(self) -> None:
+        """Stop both threads, then leave the store (nothing this manager ran is leased
+        any more: its jobs ended or went back)."""
+        self._stopping.set()
+        self._beat_now.set()
+        # Redis down: the subscriber is in a back-off wait, which the event ends.
+        with contextlib.suppress(Exception):
+            self._store.client.publish(f"{self._store.base}ch:{self._me}", "stop")
+        for thread in self._threads:
+            thread.join(10.0)
+        try:
+            self._send_unsent()
+            if not self._journal.has_unsent() and not self._queue.held():
+                self._store.forget_manager(self._me)
+        except StoreError as exc:
+            log.warning("could not leave the job store (%s): peers take back what this "
+                        "manager held once its lease runs out", exc)
+
+    # ------------------------------------------------------------------ subscriber
+
+    def _listen(self) -> None:
+        pause = BACKOFF[0]
+        while not self._stopping.is_set():
+            pubsub: Any = None
+            try:
+                pubsub = self._store.subscriber()
+                pubsub.subscribe(*self._channels)
+                for _ in self._channels:  # one confirmation per channel
+                    pubsub.get_message(timeout=10.0)
+                self._listening.set()
+                self._queue.wake()  # what was said while it did not listen
+                self._on_inbox()
+                pause = BACKOFF[0]
+                while not self._stopping.is_set():
+                    message = pubsub.get_message(timeout=LISTEN)
+                    if message is not None and message["type"] == "message":
+                        self._dispatch(message)
+            except Exception as exc:  # a lost connection, a bug: the thread goes on
+                if self._stopping.is_set():
+                    break
+                self._store_error(exc)
+                self._stopping.wait(pause)
+                pause = min(pause * 2, BACKOFF[1])
+            finally:
+                if pubsub is not None:
+                    with contextlib.suppress(Exception):
+                        pubsub.close()
+
+    def _dispatch(self, message: dict[str, Any]) -> None:
+        channel = message["channel"]
+        handler = self._channels.get(channel.decode() if isinstance(channel, bytes)
+                                     else channel)
+        if handler is not None:
+            handler(message["data"])
+
+    def _on_wake(self, data: object = None) -> None:
+        self._queue.wake()
+
+    def _on_inbox(self, data: object = None) -> None:
+        """Deliver every end in this manager's inbox."""
+        while True:
+            ended = self._store.drain(self._me)
+            if not ended:
+                return
+            self._journal.deliver_ended(ended)
+
+    def _on_sched(self, data: object = None) -> None:
+        schedule_id = data.decode() if isinstance(data, bytes) else str(data)
+        self._on_schedule(schedule_id)
+
+    # ------------------------------------------------------------------ heartbeat
+
+    def _beats(self) -> None:
+        pause = BACKOFF[0]
+        beats = 0
+        while not self._stopping.is_set():
+            wait = self._queue.lease_timeout / 3 if not self._outage.down else pause
+            if self._next_expiry is not None and not self._outage.down:
+                wait = min(wait, self._next_expiry + REAP_MARGIN)
+            self._beat_now.wait(wait)
+            self._beat_now.clear()
+            if self._stopping.is_set():
+                return
+            try:
+                self._beat()
+                self._send_unsent()
+                beats += 1
+                if beats % PRUNE_EVERY == 0:
+                    self._store.prune()
+                pause = BACKOFF[0]
+            except Exception as exc:
+                self._store_error(exc)
+                pause = min(pause * 2, BACKOFF[1])
+
+    def _beat(self) -> None:
+        """Renew this manager's leases, show its status, take back dead peers' jobs."""
+        beat = self._store.heartbeat(self._me, self._queue.lease_timeout, self._status())
+        self._outage(None)
+        # The next beat comes when the first peer's lease would run out: a dead peer's
+        # jobs are taken back then, not up to a third of our own lease later.
+        self._next_expiry = beat.next_expiry
+        if self._registered and not beat.registered_before:
+            log.warning("this manager was presumed dead by its peers (no heartbeat for "
+                        "%g s): the jobs it ran were taken back, and their ends from here "
+                        "are refused", self._queue.lease_timeout)
+            self._queue.wake()
+        self._registered = True
+        for manager in beat.reaped:
+            log.warning("manager %s stopped renewing its leases for %g s: presumed dead; "
+                        "its jobs were taken back (%d retried, %d failed)", manager,
+                        self._queue.lease_timeout, beat.requeued, len(beat.failed))
+        mine = []
+        for job_id, worker, client, here in beat.failed:
+            log.error("job %s: its worker %s went away with its manager; failed "
+                      "(WorkerCrashedError)", job_id, worker)
+            if here:
+                mine.append(Ended(job_id, None, None, worker, client, self._me))
+        if mine:
+            self._journal.deliver_ended(mine)
+
+    def _send_unsent(self) -> None:
+        """Send again the finishes Redis could not take."""
+        unsent = self._journal.take_unsent()
+        if not unsent:
+            return
+        try:
+            reply = self._store.report(self._me, self._queue.lease_timeout, finishes=unsent)
+        except StoreError:
+            self._journal.put_back_unsent(unsent)
+            raise
+        for finish, result in zip(unsent, reply.finished, strict=True):
+            if result == 0:
+                log.warning("the end of job %s came too late: its lease had run out and "
+                            "a peer took the job back", finish.job_id)
+
+    def _store_error(self, exc: BaseException) -> None:
+        if isinstance(exc, StoreUnavailableError):
+            self._outage(exc)
+        else:
+            log.error("job store link: %s: %s", type(exc).__name__, exc)

@@ -1,0 +1,35 @@
+"""Job functions for the tests of managers sharing a Redis store: each run leaves one line
+in a log (``key start-wall-clock pid``, one O_APPEND write, so concurrent runs never
+interleave and a log read after a SIGKILL holds every run that started)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import NamedTuple
+
+
+class Run(NamedTuple):
+    key: str
+    started: float  # wall clock, epoch seconds
+    pid: int
+
+
+def run(log_path: str, key: str, hold: float = 0.0) -> str:
+    """Log this run, then sleep ``hold`` seconds; return the key."""
+    line = f"{key} {time.time()!r} {os.getpid()}\n".encode()
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+    time.sleep(hold)
+    return key
+
+
+def runs(log_path: str) -> list[Run]:
+    """Every run logged, in log order."""
+    if not os.path.exists(log_path):
+        return []
+    with open(log_path) as log:
+        return [Run(k, float(s), int(p)) for k, s, p in (line.split() for line in log)]

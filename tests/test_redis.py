@@ -1,0 +1,187 @@
+"""Several managers on one Redis store, end to end: real ``serve`` processes (and
+Schedulers), a real redis-server of the test's own, clients in the test process.
+
+Each run of a job logs itself (shared_jobs: one O_APPEND line with its start and pid), so
+a test reads what ran, where, when, and how often, whatever was killed on the way.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import shared_jobs
+from processes import wait_for
+from served import Manager, serve
+
+from mpsched import Priority, Scheduler, StoreError, WorkerCrashedError
+
+pytestmark = pytest.mark.slow
+
+SECRET = "n0t-this-one"
+
+
+def start_manager(procs: Any, url: str, *args: str, workers: int = 1) -> Manager:
+    return serve(procs, "--address", "127.0.0.1:0", "--workers", str(workers),
+                 "--store", url, *args)
+
+
+def worker_pids(manager: Manager) -> set[int]:
+    return {w.pid for w in manager.stats().workers}
+
+
+def test_two_managers_share_a_thousand_jobs_each_run_once_and_never_early(
+        procs: Any, connect_client: Callable[..., Any], shared_redis: Any,
+        redis_url: str, tmp_path: Path) -> None:
+    first, second = start_manager(procs, redis_url), start_manager(procs, redis_url)
+    client = connect_client(first)  # this process: a client of neither's host process
+    log = str(tmp_path / "runs.log")
+    submitted = time.time()
+    futures = [client.schedule(shared_jobs.run, log, f"j{n}", delay=(n % 50) / 100)
+               for n in range(1000)]
+    assert [f.result(timeout=60) for f in futures] == [f"j{n}" for n in range(1000)]
+    runs = shared_jobs.runs(log)
+    assert sorted(r.key for r in runs) == sorted(f"j{n}" for n in range(1000))  # once each
+    due = {f"j{n}": submitted + (n % 50) / 100 for n in range(1000)}
+    assert all(r.started >= due[r.key] for r in runs), "a job started before its due time"
+    used = {r.pid for r in runs}
+    assert used & worker_pids(first) and used & worker_pids(second)
+
+
+def test_jobs_run_in_exact_order_across_managers(
+        procs: Any, connect_client: Callable[..., Any], redis_url: str,
+        tmp_path: Path) -> None:
+    idle = start_manager(procs, redis_url, workers=0)  # submits only
+    client = connect_client(idle)
+    log = str(tmp_path / "runs.log")
+    at = time.time() + 1.5
+    levels = [Priority.LOW, Priority.MEDIUM, Priority.HIGH]
+    futures = [client.schedule(shared_jobs.run, log, f"{levels[n % 3].name}-{n}", at=at,
+                               priority=levels[n % 3]) for n in range(30)]
+    futures.append(client.schedule(shared_jobs.run, log, "first", at=at - 0.5,
+                                   priority=Priority.LOW))
+    start_manager(procs, redis_url, workers=1)  # the one worker of the store
+    for future in futures:
+        future.result(timeout=60)
+    order = [r.key for r in shared_jobs.runs(log)]
+    expected = ["first"] + [f"{levels[n % 3].name}-{n}" for level in (2, 1, 0)
+                            for n in range(30) if n % 3 == level]
+    assert order == expected
+
+
+@pytest.mark.parametrize("retries", [0, 1])
+def test_a_killed_managers_job_is_taken_back_by_a_peer_in_time(
+        procs: Any, connect_client: Callable[..., Any], redis_url: str, tmp_path: Path,
+        retries: int) -> None:
+    lease = 2.0
+    doomed = start_manager(procs, redis_url, "--lease-timeout", str(lease))
+    client = connect_client(doomed)
+    log = str(tmp_path / "runs.log")
+    job = client.schedule(shared_jobs.run, log, "held", 30.0, retries=retries)
+    wait_for(lambda: len(shared_jobs.runs(log)) == 1, 30, "the job started")
+    survivor = start_manager(procs, redis_url, "--lease-timeout", str(lease))
+    watcher = connect_client(survivor)
+    watched = watcher.job(job.job_id)
+    os.killpg(doomed.proc.pid, signal.SIGKILL)
+    killed = time.monotonic()
+    if retries:
+        wait_for(lambda: len(shared_jobs.runs(log)) == 2, lease + 10, "the job ran again")
+        assert time.monotonic() - killed < lease + 1.0
+        runs = shared_jobs.runs(log)
+        assert runs[1].pid in worker_pids(survivor)
+    else:
+        with pytest.raises(WorkerCrashedError):
+            watched.result(timeout=lease + 10)
+        assert time.monotonic() - killed < lease + 1.0
+        assert len(shared_jobs.runs(log)) == 1  # never run twice
+
+
+def test_a_manager_stopped_past_its_lease_loses_its_job_and_its_late_end_is_refused(
+        procs: Any, connect_client: Callable[..., Any], redis_url: str,
+        tmp_path: Path) -> None:
+    lease = 1.5
+    stalled = start_manager(procs, redis_url, "--lease-timeout", str(lease))
+    log = str(tmp_path / "runs.log")
+    client = connect_client(stalled)
+    job = client.schedule(shared_jobs.run, log, "held", 1.0)  # retries=0
+    wait_for(lambda: len(shared_jobs.runs(log)) == 1, 30, "the job started")
+    peer = start_manager(procs, redis_url, "--lease-timeout", str(lease))
+    watched = connect_client(peer).job(job.job_id)
+    os.kill(stalled.proc.pid, signal.SIGSTOP)  # the manager; its worker runs on
+    try:
+        with pytest.raises(WorkerCrashedError):
+            watched.result(timeout=lease + 10)
+    finally:
+        os.kill(stalled.proc.pid, signal.SIGCONT)
+    wait_for(lambda: "its lease had run out" in stalled.proc.stderr(), 30,
+             "the stale end was refused and logged")
+    assert "presumed dead" in stalled.proc.stderr()
+    again = client.schedule(shared_jobs.run, log, "after", 0.0)
+    assert again.result(timeout=30) == "after"  # it carries on
+    [info] = [i for i in connect_client(peer).jobs() if i.job_id == job.job_id]
+    assert info.state == "failed"
+
+
+def test_one_key_submitted_at_once_through_two_managers_runs_once(
+        procs: Any, connect_client: Callable[..., Any], redis_url: str,
+        tmp_path: Path) -> None:
+    managers = [start_manager(procs, redis_url), start_manager(procs, redis_url)]
+    clients = [connect_client(m) for m in managers]
+    log = str(tmp_path / "runs.log")
+    barrier = threading.Barrier(len(clients))
+    futures: list[Any] = [None, None]
+
+    def submit(n: int) -> None:
+        barrier.wait()
+        futures[n] = clients[n].schedule(shared_jobs.run, log, f"from-{n}", 0.2, key="once")
+
+    threads = [threading.Thread(target=submit, args=(n,)) for n in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert futures[0].job_id == futures[1].job_id
+    results = {futures[n].result(timeout=30) for n in range(2)}
+    assert len(results) == 1 and len(shared_jobs.runs(log)) == 1
+
+
+def test_acknowledged_jobs_survive_a_sigkill_of_redis_under_appendfsync_always(
+        own_redis: Callable[..., Any], make_scheduler: Callable[..., Scheduler],
+        tmp_path: Path) -> None:
+    server = own_redis(appendonly="yes", appendfsync="always")
+    scheduler = make_scheduler(workers=1, store=server.url(), max_pending=1000)
+    log = str(tmp_path / "runs.log")
+    # max_pending: each submit returns once Redis acknowledged it
+    futures = [scheduler.schedule(shared_jobs.run, log, f"j{n}", delay=2.0)
+               for n in range(50)]
+    server.kill()
+    server.start()
+    assert sorted(f.result(timeout=60) for f in futures) == sorted(f"j{n}" for n in range(50))
+    assert collections.Counter(r.key for r in shared_jobs.runs(log)).most_common(1)[0][1] == 1
+
+
+def test_a_scheduler_on_a_redis_that_may_evict_fails_at_once_without_the_password(
+        own_redis: Callable[..., Any]) -> None:
+    server = own_redis(maxmemory_policy="allkeys-lru", requirepass=SECRET)
+    started = time.monotonic()
+    with pytest.raises(StoreError, match="maxmemory-policy") as caught:
+        Scheduler(workers=1, store=server.url())
+    assert SECRET not in str(caught.value)
+    assert time.monotonic() - started < 15.0
+
+
+def test_serve_with_a_bad_store_url_says_so_in_one_line(procs: Any) -> None:
+    done = procs.run("serve", "--address", "127.0.0.1:0", "--store",
+                     f"redis://:{SECRET}@127.0.0.1:1/0")
+    assert done.returncode == 7, done.stderr
+    assert "nothing is listening" in done.stderr and SECRET not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
