@@ -39,8 +39,9 @@ LAYERS: list[tuple[str, list[set[str]]]] = [
                   {"http.server"}, {"main"}]),
     ("_client", [{"job_future", "outbox", "link"}, {"outage", "schedule_handle"}, {"results"},
                  {"futures"}, {"base"}, {"recurring"}, {"closing"}, {"client"}, {"scheduler"}]),
-    ("_cli", [{"options", "formats"}, {"parser", "connection"},
-              {"demo", "stress", "serve", "jobs", "status"}, {"schedules"}, {"main"}]),
+    ("_cli", [{"options", "formats", "managers"}, {"parser", "connection"},
+              {"demo", "stress", "serve", "jobs", "status"}, {"schedules", "stress_shared"},
+              {"main"}]),
     ("", [{"__init__", "__main__"}]),  # the public API and ``python -m mpsched``
 ]
 

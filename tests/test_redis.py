@@ -8,6 +8,7 @@ a test reads what ran, where, when, and how often, whatever was killed on the wa
 from __future__ import annotations
 
 import collections
+import itertools
 import os
 import signal
 import threading
@@ -21,7 +22,7 @@ import shared_jobs
 from processes import wait_for
 from served import Manager, serve
 
-from mpsched import Priority, Scheduler, StoreError, WorkerCrashedError
+from mpsched import PayloadTooLargeError, Priority, Scheduler, StoreError, WorkerCrashedError
 
 pytestmark = pytest.mark.slow
 
@@ -122,7 +123,8 @@ def test_a_manager_stopped_past_its_lease_loses_its_job_and_its_late_end_is_refu
         os.kill(stalled.proc.pid, signal.SIGCONT)
     wait_for(lambda: "its lease had run out" in stalled.proc.stderr(), 30,
              "the stale end was refused and logged")
-    assert "presumed dead" in stalled.proc.stderr()
+    wait_for(lambda: "presumed dead" in stalled.proc.stderr(), 30,
+             "the manager learnt that its peers presumed it dead")
     again = client.schedule(shared_jobs.run, log, "after", 0.0)
     assert again.result(timeout=30) == "after"  # it carries on
     [info] = [i for i in connect_client(peer).jobs() if i.job_id == job.job_id]
@@ -185,3 +187,60 @@ def test_serve_with_a_bad_store_url_says_so_in_one_line(procs: Any) -> None:
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
+
+
+def test_one_schedule_added_on_two_managers_runs_each_slot_once(
+        make_scheduler: Callable[..., Scheduler], redis_url: str, tmp_path: Path) -> None:
+    log = str(tmp_path / "runs.log")
+    first = make_scheduler(workers=1, store=redis_url)
+    second = make_scheduler(workers=1, store=redis_url)
+    handles = [s.every(0.25, shared_jobs.run, log, "tick", id="tick") for s in (first, second)]
+    assert [s.id for s in second.schedules()] == ["tick"]  # one schedule
+    wait_for(lambda: len(shared_jobs.runs(log)) >= 8, 30, "eight runs")
+    handles[1].cancel()  # from the other manager: it ends on both
+    time.sleep(0.6)
+    runs = shared_jobs.runs(log)
+    ran = sorted(r.started for r in runs)
+    assert all(b - a > 0.1 for a, b in itertools.pairwise(ran)), "a slot ran twice"
+    done = [j for j in first.jobs() if j.job_id.startswith("tick@") and j.state == "done"]
+    assert len(done) == len(runs)
+    assert {r.pid for r in runs} <= {w.pid for s in (first, second)
+                                     for w in s.stats().workers}
+    time.sleep(0.6)
+    assert len(shared_jobs.runs(log)) == len(runs)  # cancelled on both
+
+
+def test_the_cli_works_against_any_manager_and_status_shows_them_all(
+        procs: Any, connect_client: Callable[..., Any], redis_url: str,
+        tmp_path: Path) -> None:
+    first, second = start_manager(procs, redis_url), start_manager(procs, redis_url, workers=2)
+    client = connect_client(first)
+    log = str(tmp_path / "runs.log")
+    done = client.schedule(shared_jobs.run, log, "done", 0.0)
+    later = client.schedule(shared_jobs.run, log, "later", 0.0, delay=600)
+    assert done.result(timeout=30) == "done"
+    status = procs.run("status", *second.cli())
+    assert status.returncode == 0, status.stderr
+    assert "managers  2 on the store" in status.stdout
+    for manager in (first, second):
+        assert str(manager.proc.pid) in status.stdout
+        assert manager.address in status.stdout
+    assert status.stdout.count("    worker ") == 3 and "s ago" in status.stdout
+    listed = procs.run("jobs", *second.cli())
+    assert done.job_id in listed.stdout and later.job_id in listed.stdout
+    shown = procs.run("result", done.job_id, *second.cli())
+    assert shown.returncode == 0 and "done" in shown.stdout, shown.stderr
+    cancelled = procs.run("cancel", later.job_id, *second.cli())
+    assert cancelled.returncode == 0, cancelled.stderr
+    wait_for(later.cancelled, 10, "the future of its owner's client ended cancelled")
+
+
+def test_a_payload_larger_than_redis_takes_fails_at_the_call_site(
+        own_redis: Callable[..., Any], make_scheduler: Callable[..., Scheduler]) -> None:
+    server = own_redis(proto_max_bulk_len="1mb")
+    scheduler = make_scheduler(workers=1, store=server.url())
+    with pytest.raises(PayloadTooLargeError, match="more than the job store takes"):
+        scheduler.submit(len, b"x" * 2**20)
+    with pytest.raises(PayloadTooLargeError):
+        list(scheduler.map(len, [b"x", b"y" * 2**20]))
+    assert scheduler.submit(len, b"x" * 1000).result(timeout=30) == 1000

@@ -49,6 +49,8 @@ from mpsched._protocol.records import (
     Exit,
     StartMethod,
 )
+from mpsched._store.redis.server import check_store
+from mpsched._store.redis.url import is_redis_url
 from mpsched._transport.address import Address, format_address
 from mpsched._transport.authkey import scrub_authkey_env
 from mpsched._transport.runtime import default_address
@@ -247,7 +249,21 @@ def _demo(args: argparse.Namespace, out: TextIO) -> int:
 
 def _stress(args: argparse.Namespace, out: TextIO) -> int:
     from mpsched._cli.stress import run_stress
+    from mpsched._cli.stress_shared import run_shared_stress
 
+    if args.store is not None:
+        if args.connect is not None:
+            raise UsageError("--store starts managers of its own: no --connect with it")
+        check_store(args.store, order="time", max_pending_bytes=None,
+                    lease_timeout=args.lease_timeout)
+        if not is_redis_url(args.store):
+            raise UsageError("--store takes a Redis URL (redis://, rediss://, unix://): "
+                             "only such a store is shared by several managers")
+        return run_shared_stress(store=args.store, managers=args.managers,
+                                 producers=args.producers, workers=args.workers,
+                                 jobs=args.jobs, horizon=args.horizon,
+                                 kill_every=args.kill_every, lease_timeout=args.lease_timeout,
+                                 out=out)
     address: Address | None = None
     key: bytes | None = None
     tls = tls_from_args(args)

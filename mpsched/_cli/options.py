@@ -304,6 +304,22 @@ def stress_options(stress: argparse.ArgumentParser) -> None:
     stress.add_argument("--authkey-file", type=Path, metavar="FILE",
                         help=f"with --connect: {KEY_HELP}")
     tls_options(stress, serving=False)
+    shared = stress.add_argument_group("several managers on one Redis store", textwrap.fill(
+        "With --store URL, the run starts --managers serve processes on that Redis store "
+        "(each with --workers workers), the producers connect to them in turn, and every "
+        "--kill-every seconds one manager is killed with its workers and started again: "
+        "every job must still run once (or, if its manager died as it ran, at most once, "
+        "failing with WorkerCrashedError).", 77))
+    shared.add_argument("--store", metavar="URL",
+                        help="a Redis URL (redis://, rediss://, unix://); needs mpsched[redis]")
+    shared.add_argument("--managers", type=_count, default=3,
+                        help="managers on the store (default: %(default)s)")
+    shared.add_argument("--kill-every", type=_seconds, metavar="SECONDS",
+                        help="SIGKILL a manager this often, then start it again (default: "
+                             "never)")
+    shared.add_argument("--lease-timeout", type=_seconds, default=2.0, metavar="SECONDS",
+                        help="each manager's lease: how soon its peers take back what a "
+                             "killed one ran (default: %(default)s)")
     stress.add_argument("--inject", choices=_words(Injection),
                         help=argparse.SUPPRESS)  # proves the verifier catches faults
 

@@ -11,6 +11,7 @@ from typing import TextIO
 
 from mpsched._cli.connection import manager_of, service_at
 from mpsched._cli.formats import format_due, format_duration, format_size, plural
+from mpsched._cli.managers import format_managers
 from mpsched._protocol.records import Exit, Stats
 from mpsched._store.base import IN_MEMORY
 from mpsched._transport.address import format_address
@@ -48,11 +49,12 @@ def format_stats(stats: Stats, where: str, now: float) -> str:
     for w in stats.workers:
         lines.append(f"  {w.worker_id:<14} {w.host:<16} {w.pid:>7} {w.cpu_percent:>6.1f} "
                      f"{w.rss / 2**20:>7.1f} {w.jobs_done:>6}  {w.current_job or '-'}")
+    lines += format_managers(stats.managers)
     return "\n".join(lines) + "\n"
 
 
 def format_store(location: str, size: int | None) -> str:
     """``/var/lib/jobs.db, 1.2 MiB`` or ``memory (jobs end with the manager)``."""
     if location == IN_MEMORY:
-        return "memory (jobs end with the manager; serve --store FILE keeps them)"
+        return "memory (jobs end with the manager; serve --store FILE|URL keeps them)"
     return location if size is None else f"{location}, {format_size(size)}"

@@ -28,7 +28,7 @@ import random
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -74,6 +74,7 @@ class ProducerReport:
     lateness: tuple[float, ...]  # start - earliest due, seconds, per returned job
     first_submit: float  # time.monotonic()
     last_done: float  # time.monotonic() once every future was resolved (or given up)
+    crashed: tuple[str, ...] = ()  # keys that failed as WorkerCrashedError (a killed manager)
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,7 @@ class StressReport:
     unknown: int = 0  # keys in the log nobody submitted
     early: int = 0
     unresolved: int = 0  # expected keys whose futures never returned a start time
+    crashed: int = 0  # keys whose manager was killed as they ran: at most one run each
     errors: list[str] = field(default_factory=list)  # producers that failed outright
 
     def problems(self) -> list[str]:
@@ -166,12 +168,12 @@ def _produce(spec: ProducerSpec, link: Connection) -> ProducerReport:
             submitted.append((key, earliest, future))
         concurrent.futures.wait([f for _, _, f in submitted],
                                 timeout=spec.horizon + RESULT_MARGIN)
-        return _report(spec.producer, submitted, first_submit)
+        return report_of(spec.producer, submitted, first_submit)
     finally:
         client.shutdown(wait=False, cancel_futures=True)
 
 
-def _report(producer: int, submitted: list[tuple[str, float, Any]],
+def report_of(producer: int, submitted: list[tuple[str, float, Any]],
             first_submit: float) -> ProducerReport:
     """What came back; a future not done, cancelled or failed leaves its key out."""
     returned, lateness = [], []
@@ -218,13 +220,13 @@ def run_stress(*, producers: int, workers: int, jobs: int, horizon: float = 2.0,
             _run_own(report, horizon, log_path)
         else:
             assert authkey is not None
-            _collect(report, _run_producers(report, address, authkey, log_path, horizon,
+            collect(report, run_producers(report, address, authkey, log_path, horizon,
                                             tls))
         if inject is not None:
             _inject(log_path, Injection.coerce(inject, "inject"))
-        _verify(report, log_path)
+        verify(report, log_path)
     report.elapsed = time.monotonic() - begun
-    _print_report(report, out)
+    print_report(report, out)
     return 0 if report.ok else 1
 
 
@@ -245,22 +247,26 @@ def _run_own(report: StressReport, horizon: float, log_path: str) -> None:
     """Run the producers against a Scheduler of our own, always shut down afterwards."""
     assert report.workers is not None
     with Scheduler(workers=report.workers) as s:  # __exit__ shuts it down, even on error
-        reports = _run_producers(report, s.address, s.authkey, log_path, horizon)
+        reports = run_producers(report, s.address, s.authkey, log_path, horizon)
         stats = s.stats().queue
     report.manager_lateness = stats.lateness
     report.manager_samples = stats.lateness_samples
-    _collect(report, reports)
+    collect(report, reports)
 
 
-def _run_producers(report: StressReport, address: Any, authkey: bytes, log_path: str,
-                   horizon: float, tls: TlsConfig | None = None
+def run_producers(report: StressReport, address: Any, authkey: bytes, log_path: str,
+                   horizon: float, tls: TlsConfig | None = None,
+                   target: Callable[[ProducerSpec, Connection], None] | None = None
                    ) -> list[ProducerReport | ProducerFailed]:
-    """Start the producers, release them together, and gather what each sends back."""
+    """Start the producers, release them together, and gather what each sends back.
+    ``address``: one manager's, or a list (producer p uses the p-th, in turn);
+    ``target``: what each producer process runs (default: ``produce``)."""
     counts = _split(report.jobs, report.producers)
-    specs = [ProducerSpec(producer=p, count=n, address=address, authkey=authkey,
+    where = address if isinstance(address, list) else [address]
+    specs = [ProducerSpec(producer=p, count=n, address=where[p % len(where)], authkey=authkey,
                           log_path=log_path, horizon=horizon, tls=tls)
              for p, n in enumerate(counts)]
-    with _producer_processes(specs) as links:
+    with _producer_processes(specs, target or produce) as links:
         replies = [_receive(p, link, START_TIMEOUT) for p, link in enumerate(links)]
         for link, reply in zip(links, replies, strict=True):
             if reply == READY:
@@ -272,7 +278,8 @@ def _run_producers(report: StressReport, address: Any, authkey: bytes, log_path:
 
 
 @contextlib.contextmanager
-def _producer_processes(specs: list[ProducerSpec]) -> Iterator[list[Connection]]:
+def _producer_processes(specs: list[ProducerSpec], target: Callable[[ProducerSpec, Connection],
+                        None]) -> Iterator[list[Connection]]:
     """Spawned producer processes and our ends of their pipes; all gone on exit."""
     ctx = multiprocessing.get_context("spawn")
     processes: list[BaseProcess] = []
@@ -281,7 +288,7 @@ def _producer_processes(specs: list[ProducerSpec]) -> Iterator[list[Connection]]
         for spec in specs:
             ours, theirs = ctx.Pipe()
             # daemon: should this process fail, its producers must not keep it alive
-            process = ctx.Process(target=produce, args=(spec, theirs), daemon=True,
+            process = ctx.Process(target=target, args=(spec, theirs), daemon=True,
                                   name=f"mpsched-stress-producer-{spec.producer}")
             process.start()
             theirs.close()  # so a producer that dies shows here as EOFError, not a hang
@@ -323,7 +330,7 @@ def _expected_keys(report: StressReport) -> set[str]:
     return {k for p, n in enumerate(counts) for k in job_keys(p, n)}
 
 
-def _collect(report: StressReport, replies: list[ProducerReport | ProducerFailed]) -> None:
+def collect(report: StressReport, replies: list[ProducerReport | ProducerFailed]) -> None:
     """Fold the producers' replies into ``report``: early starts, lateness, throughput."""
     reports = [r for r in replies if isinstance(r, ProducerReport)]
     report.errors += [f"producer {r.producer} failed: {r.reason}"
@@ -334,7 +341,8 @@ def _collect(report: StressReport, replies: list[ProducerReport | ProducerFailed
         report.busy = (max(r.last_done for r in reports)
                        - min(r.first_submit for r in reports))
     returned = {k for r in reports for k in r.returned}
-    report.unresolved = len(_expected_keys(report) - returned)
+    report.crashed = len({k for r in reports for k in r.crashed})
+    report.unresolved = len(_expected_keys(report) - returned) - report.crashed
 
 
 def _inject(log_path: str, inject: Injection) -> None:
@@ -351,19 +359,20 @@ def _inject(log_path: str, inject: Injection) -> None:
         log.writelines(lines)
 
 
-def _verify(report: StressReport, log_path: str) -> None:
-    """Compare the run log with the keys submitted: lost, duplicated and unknown keys."""
-    expected = _expected_keys(report)
+def verify(report: StressReport, log_path: str, crashed: set[str] | None = None) -> None:
+    """Compare the run log with the keys submitted: lost, duplicated and unknown keys
+    (a key in ``crashed`` may have run once, or not at all)."""
+    expected = _expected_keys(report) - (crashed or set())
     runs: Counter[str] = Counter()
     if os.path.exists(log_path):
         with open(log_path) as log:
             runs.update(line.rstrip("\n") for line in log)
     report.lost = len(expected - runs.keys())
     report.duplicated = sum(1 for n in runs.values() if n > 1)
-    report.unknown = len(runs.keys() - expected)
+    report.unknown = len(runs.keys() - expected - (crashed or set()))
 
 
-def _print_report(report: StressReport, out: TextIO) -> None:
+def print_report(report: StressReport, out: TextIO) -> None:
     workers = "those of the running manager" if report.workers is None else report.workers
     throughput = report.jobs / report.busy if report.busy > 0 else 0.0
     print(f"jobs:        {report.jobs}", file=out)
@@ -372,6 +381,9 @@ def _print_report(report: StressReport, out: TextIO) -> None:
     print(f"elapsed:     {report.elapsed:.2f} s", file=out)
     print(f"throughput:  {throughput:.0f} jobs/s (first submit to last result, "
           f"{report.busy:.2f} s)", file=out)
+    if report.crashed:
+        print(f"crashed:     {report.crashed} (their manager was killed as they ran: "
+              f"WorkerCrashedError, run at most once)", file=out)
     if report.manager_lateness is not None:
         samples = plural(report.manager_samples, "job")
         print(f"lateness, manager (due -> start, last {samples}): "

@@ -130,6 +130,7 @@ class Client(ClosingClient, Executor):
         check_job(level, delay_s, at_s, timeout, retries, key)  # the manager's check, here
         core = self._core
         payload = pickle_job(fn, args, kwargs, pool=core.pool)
+        core.check_payload(payload)
         # Sent at once, a keyed submit learns which job holds its key; the rest go
         # write-behind (the request is built once, whole: a _replace costs ~1-2 us).
         outbox = None if key is not None else core.outbox
@@ -215,6 +216,7 @@ class Client(ClosingClient, Executor):
         try:
             for args in zip(*iterables):  # noqa: B905 - stop at the shortest
                 payload = pickle_job(fn, args, {}, fn_bytes, self._core.pool)
+                self._core.check_payload(payload)
                 jobs.append(JobRequest(job_id="", client_id=self._core.client_id,
                                        payload=payload, priority=level, delay=0.0, at=None,
                                        name=name))

@@ -31,6 +31,7 @@ from mpsched._core.job import JobRequest, Outcome, OutcomeKind, Payload
 from mpsched._errors import (
     ManagerConnectionLostError,
     MpschedError,
+    PayloadTooLargeError,
     ResultUnpicklingError,
     SchedulerShutdownError,
     StoreError,
@@ -87,6 +88,7 @@ class ClientCore:
         self.link = ManagerLink(service, hello, reconnect if self.pool is None else None,
                                 lost_advice, on_outage=self._pause_outbox)
         self.max_pending_bytes = options.max_pending_bytes
+        self.max_payload = options.max_payload  # None: the manager sets no bound
         self.batch_size = min(MAP_BATCH, max_pending or MAP_BATCH)
         # A bounded queue must report QueueFullError at the call site: send synchronously.
         bounded = max_pending is not None or options.max_pending_bytes is not None
@@ -291,15 +293,28 @@ class ClientCore:
             cancelled += self._settle(removed)
         return cancelled
 
+    def check_payload(self, payload: Payload) -> None:
+        """Refuse, at the call site, a job pickle larger than the store takes.
+
+        Raises:
+            PayloadTooLargeError: it is; its shared-memory segment (if any) is released.
+        """
+        if self.max_payload is not None and len(payload) > self.max_payload:
+            self._release_payload(payload)
+            raise PayloadTooLargeError(len(payload), self.max_payload, "the job store")
+
     def release(self, requests: list[JobRequest]) -> None:
         """Unlink the segments of jobs the manager never took (refused, withdrawn, or
         never sent): this client still owns them."""
         for request in requests:
-            segment = shm.segment_of(request.payload)
-            if segment and self.pool is not None:
-                self.pool.discard(segment)
-            elif segment:
-                shm.unlink(segment)
+            self._release_payload(request.payload)
+
+    def _release_payload(self, payload: Payload) -> None:
+        segment = shm.segment_of(payload)
+        if segment and self.pool is not None:
+            self.pool.discard(segment)
+        elif segment:
+            shm.unlink(segment)
 
     def ended(self, job_ids: list[str]) -> None:
         """These jobs of this client ended in the manager (cancelled there, or not queued

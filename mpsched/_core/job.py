@@ -362,3 +362,4 @@ class PayloadOptions(NamedTuple):
     prefix: str  # names of this manager's segments; "" when it takes payloads inline only
     probe: bytes  # the content of the segment ``prefix + "probe"``: proves /dev/shm is shared
     max_pending_bytes: int | None  # the bound on pending payload bytes (None: none)
+    max_payload: int | None = None  # the largest job pickle the store takes (None: no bound)

@@ -96,6 +96,11 @@ class BaseJournal(abc.ABC):
         nothing)."""
         return ""
 
+    @property
+    def max_payload(self) -> int | None:
+        """The largest job pickle the store takes (None: no bound but memory's)."""
+        return None
+
     def managers(self) -> tuple[ManagerStatus, ...]:
         """Every manager of a shared store, from their heartbeats; () for one's own."""
         return ()
@@ -150,6 +155,16 @@ class BaseJournal(abc.ABC):
     def get(self, job_id: str, *, fresh: bool = False) -> JobRecord | None:
         """The record of a job the manager knows (with a store: as it was journalled,
         its outcome included); ``fresh``: after every change journalled so far."""
+
+    def adopt(self, run_id: str) -> bool | None:
+        """A schedule's run armed before (another life of this manager, or another
+        manager): True while it is pending or running (its end will come here too),
+        False once it ended, None when unknown."""
+        record = self.get(run_id)
+        return None if record is None else not record.state.finished
+
+    def schedule_changed(self, schedule_id: str) -> None:  # noqa: B027
+        """Tell the other managers of a shared store that a schedule changed."""
 
     def owner(self, job_id: str) -> str | None:
         """The client that submitted a job the manager knows."""

@@ -84,27 +84,33 @@ class RunPlanner:
         rid = run_id(spec.schedule_id, label)
         if rid in entry.active:
             return True
-        record = self._journal.get(rid)
-        if record is not None:  # armed before (another manager life): never twice
-            if not record.state.finished:
+        shared = self._journal.shared
+        known = None if shared else self._journal.adopt(rid)
+        if known is not None:  # armed before (another manager life): never twice
+            if known:
                 self.track_locked(entry, rid, label)
             return True
         due = self.due(entry, label)
+        slot = label + jitter_offset(spec.schedule_id, label, spec.jitter)
         request = JobRequest(job_id=rid, client_id=CLIENT_PREFIX + spec.schedule_id,
                              payload=spec.payload, priority=spec.priority,
-                             delay=max(0.0, due - self._clock.now()), at=None,
+                             # A shared store's clock decides: due at the slot, in UTC.
+                             delay=None if shared else max(0.0, due - self._clock.now()),
+                             at=slot if shared else None,
                              timeout=spec.timeout, retries=spec.retries, name=spec.name)
         try:
             # Due at the slot itself: a delay would start from when the queue reads its
-            # clock, a little later, and every run would be that much late.
-            self._journal.submit([request], timeout=0, due=due)
+            # clock, a little later, and every run would be that much late. A shared
+            # store creates a run once, whoever arms it ("" for one that ran already).
+            holders = self._journal.submit([request], timeout=0, due=due)
         except (MpschedError, StoreError) as exc:
             if not entry.stalled:
                 log.warning("schedule %s: run %s could not be queued (%s); trying again "
                             "every %g s", spec.schedule_id, rid, exc, WALL_CHECK)
             entry.stalled = True  # the watcher plans it again
             return False
-        self.track_locked(entry, rid, label)
+        if holders != [""]:
+            self.track_locked(entry, rid, label)
         return True
 
     def track_locked(self, entry: Entry, rid: str, label: float) -> None:

@@ -103,16 +103,42 @@ class Schedules:
         entry.recent.extend(state.recent)
         entry.last_started = state.last_started
         for rid, label in state.active:
-            record = self._journal.get(rid)
-            if record is not None and not record.state.finished:
+            if self._journal.adopt(rid):
                 self._planner.track_locked(entry, rid, label)
         self._entries[spec.schedule_id] = entry
         if not entry.paused:
             self._planner.plan_locked(entry, Trigger.BEGIN)
 
     def sync(self, schedule_id: str) -> None:
-        """Another manager of a shared store changed a schedule: take it as it is now
-        in the store."""
+        """A manager of a shared store added, replaced, paused, resumed or cancelled a
+        schedule (this one too: then nothing changes): take it as the store has it now.
+        Every manager plans every schedule of the store; a slot's run is created once
+        (its id), and each manager that armed it hears of its end."""
+        stored = next((s for s in self._journal.store.schedules()
+                       if s.schedule_id == schedule_id), None)
+        with self._lock:
+            entry = self._entries.get(schedule_id)
+            if stored is None:
+                if entry is not None:  # cancelled elsewhere (its runs withdrawn there)
+                    del self._entries[schedule_id]
+                    for rid in entry.active:
+                        self._planner.forget_locked(rid)
+                    self._gone.remember(entry, self._clock.now())
+                return
+            spec = with_options(ScheduleSpec._make(pickle.loads(stored.spec)))
+            if entry is None or entry.spec.identity() != spec.identity():
+                if entry is not None:
+                    for rid in entry.active:
+                        self._planner.forget_locked(rid)
+                self._recover_locked(stored)
+                return
+            paused = State(*pickle.loads(stored.state)).paused
+            if paused and not entry.paused:
+                entry.paused = True
+                self._planner.withdraw_locked(entry)
+            elif entry.paused and not paused:
+                entry.paused = False
+                self._planner.plan_locked(entry, Trigger.BEGIN)
 
     def keep_cancelled_for(self, result_ttl: float) -> None:
         """How long a cancelled schedule's latest runs and their outcomes stay listable:
@@ -167,6 +193,7 @@ class Schedules:
             log.info("schedule %s %s: %s", spec.schedule_id,
                      "replaced" if old else "added", spec.describe())
             self._planner.plan_locked(entry, Trigger.BEGIN)
+            self._journal.schedule_changed(spec.schedule_id)
             return self._info_locked(entry)
 
     def _carry_over_locked(self, old: Entry, new: Entry) -> None:
@@ -201,18 +228,21 @@ class Schedules:
                 entry.paused = True
                 self._planner.withdraw_locked(entry)
                 self._planner.save_state_locked(entry)
+                self._journal.schedule_changed(schedule_id)
             elif action == ScheduleAction.RESUME:
                 if entry.paused:
                     entry.paused = False
                     entry.decided = None if entry.decided is None else max(
                         entry.decided, self._planner.now(entry))
                     self._planner.plan_locked(entry, Trigger.BEGIN)
+                    self._journal.schedule_changed(schedule_id)
             elif action == ScheduleAction.CANCEL:
                 for rid in self._planner.withdraw_locked(entry):
                     entry.keep(cancelled(rid))
                 del self._entries[schedule_id]
                 self._journal.store.delete_schedule(schedule_id)
                 self._gone.remember(entry, self._clock.now())
+                self._journal.schedule_changed(schedule_id)
                 log.info("schedule %s cancelled", schedule_id)
                 return self._info_locked(entry, cancelled=True)
             else:

@@ -393,7 +393,7 @@ class ManagerService:
     def payload_options(self) -> PayloadOptions:
         """How clients send payloads: the shared-memory prefix (and its probe) and the
         bound on pending payload bytes."""
-        return self.segments.options(self.queue.max_pending_bytes)
+        return self.segments.options(self.queue.max_pending_bytes, self.journal.max_payload)
 
     @remote
     def cancel(self, job_id: str, client_id: str | None = None) -> bool:

@@ -68,6 +68,10 @@ class SharedJournal(BaseJournal):
         # again by the link (mpsched._manager.shared_link), in order.
         self._unsent: list[Finish] = []
 
+    @property
+    def max_payload(self) -> int | None:
+        return self.store.max_payload
+
     def bind(self, deliver: Deliver) -> None:
         """How ends that arrive from other managers reach this manager's clients."""
         self._deliver = deliver
@@ -169,12 +173,9 @@ class SharedJournal(BaseJournal):
         for end in ended:
             with self._lock:
                 watchers = self._watchers.pop(end.job_id, set())
-            mine = end.owner == self.manager_id
-            if mine and end.client_id:
-                self._deliver(end.client_id, outcome_of(end), watchers)
-            elif watchers:
-                first = min(watchers)
-                self._deliver(first, outcome_of(end), watchers - {first})
+            # Its own client is served here only if this manager is its owner; posting
+            # to a client that is not connected here drops nothing anyone waits for.
+            self._deliver(end.client_id, outcome_of(end), watchers)
 
     # ------------------------------------------------------------------ lookups
 
@@ -197,6 +198,17 @@ class SharedJournal(BaseJournal):
 
     def get(self, job_id: str, *, fresh: bool = False) -> JobRecord | None:
         return self.store.get(job_id)
+
+    def adopt(self, run_id: str) -> bool | None:
+        """As BaseJournal.adopt; a run pending or running is watched from here from now
+        on, so that this manager hears of its end wherever it runs."""
+        ended = self.store.watch(self.manager_id, run_id)
+        if ended is None:
+            return None
+        return ended.state in (JobState.PENDING, JobState.RUNNING)
+
+    def schedule_changed(self, schedule_id: str) -> None:
+        self.store.publish_schedule(schedule_id)
 
     def managers(self) -> tuple[ManagerStatus, ...]:
         """Every live manager of the store, as its last heartbeat described it."""

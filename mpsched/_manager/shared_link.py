@@ -21,13 +21,12 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
 
 from mpsched._errors import StoreError, StoreUnavailableError
 from mpsched._manager.shared_journal import SharedJournal
 from mpsched._manager.shared_queue import Outage, SharedQueue
 from mpsched._store.redis.records import Ended
-from mpsched._store.redis.store import RedisStore
+from mpsched._store.redis.store import RedisStore, Subscription
 
 log = logging.getLogger("mpsched.manager")
 
@@ -110,20 +109,18 @@ class SharedLink:
     def _listen(self) -> None:
         pause = BACKOFF[0]
         while not self._stopping.is_set():
-            pubsub: Any = None
+            subscription: Subscription | None = None
             try:
-                pubsub = self._store.subscriber()
-                pubsub.subscribe(*self._channels)
-                for _ in self._channels:  # one confirmation per channel
-                    pubsub.get_message(timeout=10.0)
+                subscription = self._store.subscribe(list(self._channels))
                 self._listening.set()
                 self._queue.wake()  # what was said while it did not listen
                 self._on_inbox()
                 pause = BACKOFF[0]
                 while not self._stopping.is_set():
-                    message = pubsub.get_message(timeout=LISTEN)
-                    if message is not None and message["type"] == "message":
-                        self._dispatch(message)
+                    message = subscription.message(LISTEN)
+                    if message is not None:
+                        channel, data = message
+                        self._channels.get(channel, self._on_wake)(data)
             except Exception as exc:  # a lost connection, a bug: the thread goes on
                 if self._stopping.is_set():
                     break
@@ -131,16 +128,8 @@ class SharedLink:
                 self._stopping.wait(pause)
                 pause = min(pause * 2, BACKOFF[1])
             finally:
-                if pubsub is not None:
-                    with contextlib.suppress(Exception):
-                        pubsub.close()
-
-    def _dispatch(self, message: dict[str, Any]) -> None:
-        channel = message["channel"]
-        handler = self._channels.get(channel.decode() if isinstance(channel, bytes)
-                                     else channel)
-        if handler is not None:
-            handler(message["data"])
+                if subscription is not None:
+                    subscription.close()
 
     def _on_wake(self, data: object = None) -> None:
         self._queue.wake()

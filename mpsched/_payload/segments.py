@@ -68,9 +68,10 @@ class Segments:
             return cls()
         return cls(prefix, probe)
 
-    def options(self, max_pending_bytes: int | None) -> PayloadOptions:
+    def options(self, max_pending_bytes: int | None,
+                max_payload: int | None = None) -> PayloadOptions:
         return PayloadOptions(prefix=self.prefix, probe=self.probe,
-                              max_pending_bytes=max_pending_bytes)
+                              max_pending_bytes=max_pending_bytes, max_payload=max_payload)
 
     def close(self) -> None:
         """The manager stops: unlink every segment of its prefix."""

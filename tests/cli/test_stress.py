@@ -86,3 +86,16 @@ def test_run_stress_uses_a_running_manager(make_scheduler) -> None:
 def test_run_stress_refuses_bad_arguments(bad: dict[str, object]) -> None:
     with pytest.raises(ValueError):
         run_stress(**{**STRESS, **bad}, out=io.StringIO())
+
+
+def test_stress_on_a_redis_store_kills_managers_and_every_job_still_runs_once(
+        shared_redis, redis_url):
+    from mpsched._cli.stress_shared import run_shared_stress
+
+    out = io.StringIO()
+    code = run_shared_stress(store=redis_url, managers=2, producers=2, workers=1, jobs=1000,
+                             horizon=2.0, kill_every=0.7, lease_timeout=1.0, out=out)
+    text = out.getvalue()
+    assert code == 0, text
+    assert "OK: 1000 jobs ran exactly once, none early" in text
+    assert "kills (each restarted at once)" in text and " 0 kills" not in text

@@ -251,13 +251,20 @@ def test_one_key_submitted_at_once_through_many_managers_is_one_job(
     assert len(stores[0].jobs(JobState.PENDING)) == 1
 
 
-def test_a_schedule_run_created_twice_is_created_once(store: RedisStore) -> None:
-    run = new("nightly@2027-01-01T00:00:00Z", delay=60)
+def test_a_schedule_run_created_twice_is_created_once_and_never_after_it_ran(
+        store: RedisStore) -> None:
+    run = new("nightly@2027-01-01T00:00:00Z")
     assert store.submit_jobs([run], "m1", if_absent=True) == ([run.job_id], False)
     assert store.submit_jobs([run], "m2", if_absent=True) == ([run.job_id], False)
     assert [r.job_id for r in store.jobs()] == [run.job_id]
     with pytest.raises(InvalidJobError, match="already in the store"):
         store.submit_jobs([run], "m2")
+    [job] = take(store, "m3").jobs
+    store.report("m3", LEASE, finishes=[Finish(run.job_id, job.token, JobState.DONE, b"")])
+    assert [e.job_id for e in store.drain("m1")] == [run.job_id]  # its creator
+    assert [e.job_id for e in store.drain("m2")] == [run.job_id]  # and who armed it too
+    assert store.submit_jobs([run], "m2", if_absent=True) == ([""], False)  # it ran
+    assert store.counts().pending[2] == 0
 
 
 def test_a_full_queue_takes_nothing_of_a_batch(store: RedisStore) -> None:

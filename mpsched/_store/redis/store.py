@@ -259,10 +259,24 @@ class RedisStore(Store):
                 found.append((record, record.due_wall - now))
         return found
 
+    def publish_schedule(self, schedule_id: str) -> None:
+        """Tell every manager (``{p}:sched``) that a schedule changed in the store."""
+        with self.errors():
+            self.client.publish(self.base + "sched", schedule_id)
+
     def subscriber(self) -> Any:
         """A redis-py PubSub on this store's server (the caller subscribes and reads it)."""
         with self.errors():
             return self.client.pubsub(ignore_subscribe_messages=False)
+
+    def subscribe(self, channels: Sequence[str]) -> Subscription:
+        """Listen on ``channels`` (on a connection of its own), once the server confirmed
+        each subscription.
+
+        Raises:
+            StoreUnavailableError, StoreError: as :meth:`errors`.
+        """
+        return Subscription(self, channels)
 
     # ------------------------------------------------------------------ records
 
@@ -347,6 +361,39 @@ class RedisStore(Store):
                 return
             self._closed = True
         self.client.close()
+
+
+class Subscription:
+    """Messages on some channels of a store's server, read by one thread."""
+
+    def __init__(self, store: RedisStore, channels: Sequence[str]) -> None:
+        self._store = store
+        with store.errors():
+            self._pubsub = store.client.pubsub()
+            try:
+                self._pubsub.subscribe(*channels)
+                for _ in channels:  # the server confirms each one
+                    self._pubsub.get_message(timeout=CONNECT_TIMEOUT)
+            except BaseException:
+                self._pubsub.close()
+                raise
+
+    def message(self, timeout: float) -> tuple[str, bytes] | None:
+        """The next message (its channel and data), waiting up to ``timeout`` seconds on
+        the socket; None when none came.
+
+        Raises:
+            StoreUnavailableError: the connection was lost.
+        """
+        with self._store.errors():
+            message = self._pubsub.get_message(timeout=timeout)
+        if message is None or message["type"] != "message":
+            return None
+        return message["channel"].decode(), message["data"]
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._pubsub.close()
 
 
 def _record(job_id: str, row: Sequence[Any], outcome: bytes | None) -> JobRecord:

@@ -7,8 +7,9 @@
 --
 -- A job whose key another live or retained job holds is not added: its holder's id
 -- stands for it (within the batch, the first job with a key). With if_absent = '1', a
--- job whose id exists already is not added either and stands for itself (a schedule's
--- run armed twice); otherwise a known id fails the batch.
+-- job whose id exists already is not added either (a schedule's run armed twice): it
+-- stands for itself while pending or running (and its end is told to `owner` too), and
+-- as "" once it has ended; otherwise a known id fails the batch.
 --
 -- Returns {holders, full}: for each job the id of the job that stands for it; full = 1
 -- when the queue had no room for the batch (max_pending): nothing was added.
@@ -27,11 +28,18 @@ for k = 1, n do
   end
   ids[id] = true
   local holder = nil
-  if redis.call('EXISTS', B .. 'j:' .. id) == 1 then
+  local known = redis.call('HMGET', B .. 'j:' .. id, 'st', 'o')
+  if known[1] then
     if not if_absent then
       return redis.error_reply('DUPLICATE job id ' .. id .. ' is already in the store')
     end
     holder = id
+    if known[1] == 'pending' or known[1] == 'running' then
+      -- armed by another manager too: this one hears of its end as well
+      if known[2] ~= owner then redis.call('SADD', B .. 'w:' .. id, owner) end
+    else
+      holder = ''  -- it ran (or was cancelled) already: it is not armed again
+    end
   elseif key ~= '' then
     holder = keys[key]
     if not holder then

@@ -1,0 +1,208 @@
+"""A manager's side of a shared Redis queue (SharedQueue, SharedJournal, SharedLink), in
+this process against a real redis-server: takers that wait without asking Redis, wake-ups
+on a new head, one timed waiter across managers, a clock an hour off, and an outage."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from mpsched._core.clock import SystemClock
+from mpsched._core.job import Assignment, JobState, Outcome
+from mpsched._errors import SchedulerShutdownError
+from mpsched._manager.journal import encode
+from mpsched._manager.shared_journal import SharedJournal
+from mpsched._manager.shared_link import SharedLink
+from mpsched._manager.shared_queue import SharedQueue
+from mpsched._store.redis.records import NewJob
+from mpsched._store.redis.store import RedisStore
+
+JOIN = 30.0
+
+
+class ShiftedClock(SystemClock):
+    """The monotonic clock of a machine booted an hour earlier (or later)."""
+
+    def __init__(self, shift: float) -> None:
+        self.shift = shift
+
+    def now(self) -> float:
+        return super().now() + self.shift
+
+
+class Peer:
+    """One manager: its store connection, queue, journal and link (started)."""
+
+    def __init__(self, url: str, name: str, *, clock: Any = None, lease: float = 30.0) -> None:
+        self.store = RedisStore(url)
+        self.queue = SharedQueue(self.store, manager_id=name, lease_timeout=lease,
+                                 clock=clock)
+        self.journal = SharedJournal(self.store, self.queue)
+        self.delivered: list[tuple[str, Outcome]] = []
+        self.journal.bind(lambda client, outcome, watchers:
+                          self.delivered.append((client, outcome)))
+        self.link = SharedLink(self.store, self.queue, self.journal,
+                               outage=self.queue.outage, status=lambda: b"")
+        self.queue.on_unregistered(self.link.beat_now)
+        self.link.start()
+
+    def submit(self, job_id: str, delay: float = 0.0) -> None:
+        self.store.submit_jobs([NewJob(job_id, "c1", None, "f", b"payload", 2, delay, None,
+                                       None, 0)], self.queue.manager_id)
+
+    def close(self) -> None:
+        self.queue.close()
+        self.link.stop()
+        self.store.close()
+
+
+@pytest.fixture
+def peers(redis_url: str) -> Iterator[Callable[..., Peer]]:
+    made: list[Peer] = []
+
+    def make(name: str, **options: Any) -> Peer:
+        made.append(Peer(options.pop("url", redis_url), name, **options))
+        return made[-1]
+
+    yield make
+    for peer in made:
+        peer.close()
+
+
+class Taker(threading.Thread):
+    """A worker's take, in a thread: ``got`` is its assignment (None: none came)."""
+
+    def __init__(self, queue: SharedQueue, worker: str, timeout: float = 10.0) -> None:
+        super().__init__(daemon=True)
+        self.queue, self.worker, self.timeout = queue, worker, timeout
+        self.got: Assignment | None = None
+        self.ended: float | None = None
+        self.start()
+
+    def run(self) -> None:
+        with contextlib.suppress(SchedulerShutdownError):  # the test ended: it was closed
+            self.got = self.queue.take(self.worker, self.timeout)
+        self.ended = time.monotonic()
+
+
+def commands(store: RedisStore) -> int:
+    """Commands the server has run so far (all of them, scripts counted once)."""
+    return int(store.client.info("stats")["total_commands_processed"])
+
+
+def waiting(queue: SharedQueue, count: int) -> None:
+    deadline = time.monotonic() + JOIN
+    while queue.stats().waiting < count:
+        assert time.monotonic() < deadline, "the takers never waited"
+        time.sleep(0.01)
+
+
+def test_idle_takers_ask_nothing_and_a_submit_wakes_one_at_once(
+        peers: Callable[..., Peer]) -> None:
+    first, second = peers("m1"), peers("m2")
+    takers = [Taker(first.queue, "w1"), Taker(first.queue, "w2"), Taker(second.queue, "w1")]
+    waiting(first.queue, 2)
+    waiting(second.queue, 1)
+    before = commands(first.store)
+    time.sleep(1.0)  # what an idle manager sends in a second: nothing (heartbeats: 10 s)
+    assert commands(first.store) - before <= 2  # the INFO calls of this test
+    submitted = time.monotonic()
+    second.submit("j1")
+    deadline = time.monotonic() + JOIN
+    while not any(t.got for t in takers):
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    [taker] = [t for t in takers if t.got]
+    assert taker.got is not None and taker.got.lease.job_id == "j1"
+    assert taker.ended is not None and taker.ended - submitted < 0.5
+    assert sum(t.got is not None for t in takers) == 1
+
+
+def test_one_manager_times_the_head_and_a_sooner_head_is_taken_on_time(
+        peers: Callable[..., Peer]) -> None:
+    first, second = peers("m1"), peers("m2")
+    first.submit("later", delay=3.0)
+    takers = [Taker(first.queue, "w1"), Taker(second.queue, "w1")]
+    waiting(first.queue, 1)
+    waiting(second.queue, 1)
+    leader = first.store.client.get(first.store.base + "leader")
+    assert leader in (b"m1", b"m2")
+    submitted = time.monotonic()
+    second.submit("sooner", delay=0.3)
+    for taker in takers:
+        taker.join(JOIN)
+    got = {t.got.lease.job_id: t.ended for t in takers if t.got is not None}
+    assert got["sooner"] is not None and 0.25 < got["sooner"] - submitted < 1.0
+    assert got["later"] is not None and 2.9 < got["later"] - submitted < 4.0
+
+
+def test_a_manager_whose_clock_is_an_hour_off_runs_jobs_on_time(
+        peers: Callable[..., Peer]) -> None:
+    ahead = peers("ahead", clock=ShiftedClock(+3600.0))
+    behind = peers("behind", clock=ShiftedClock(-3600.0))
+    for peer in (ahead, behind):
+        submitted = time.monotonic()
+        peer.submit(f"due-{peer.queue.manager_id}", delay=0.4)
+        taker = Taker(peer.queue, "w1")
+        taker.join(JOIN)
+        assert taker.got is not None and taker.ended is not None
+        assert 0.35 < taker.ended - submitted < 1.5
+        # Handed out with its due instant on the manager's own (shifted) clock.
+        assert taker.got.due is not None
+        assert abs(taker.got.due - peer.queue.clock.now()) < 0.5
+
+
+def test_an_outage_is_one_warning_and_the_manager_carries_on(
+        own_redis: Callable[..., Any], peers: Callable[..., Peer],
+        caplog: pytest.LogCaptureFixture) -> None:
+    server = own_redis()
+    peer = peers("m1", url=server.url())
+    taker = Taker(peer.queue, "w1", timeout=30.0)
+    waiting(peer.queue, 1)
+    with caplog.at_level(logging.INFO, logger="mpsched.manager"):
+        server.kill()
+        time.sleep(1.0)  # the manager notices: its subscriber's connection is gone
+        server.start()
+        deadline = time.monotonic() + JOIN
+        while True:
+            try:
+                peer.submit("after")
+                break
+            except Exception:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        taker.join(JOIN)
+    assert taker.got is not None and taker.got.lease.job_id == "after"
+    warnings = [r for r in caplog.records if "does not answer" in r.message]
+    assert len(warnings) == 1
+    assert [r for r in caplog.records if "answers again" in r.message]
+
+
+def test_an_end_that_redis_could_not_take_is_sent_again_when_it_is_back(
+        own_redis: Callable[..., Any], peers: Callable[..., Peer]) -> None:
+    server = own_redis(appendonly="yes", appendfsync="always")
+    peer = peers("m1", url=server.url())
+    peer.submit("j1")
+    taker = Taker(peer.queue, "w1")
+    taker.join(JOIN)
+    assert taker.got is not None
+    job = peer.queue.complete(taker.got.lease.lease_id, Outcome("j1", True, b"r", "", None))
+    assert job is not None
+    server.kill()
+    assert peer.journal.finished(job, Outcome("j1", True, b"r", "", None)) is not None
+    assert peer.journal.has_unsent()
+    server.start()
+    deadline = time.monotonic() + JOIN
+    while peer.journal.has_unsent():
+        peer.link.beat_now()
+        assert time.monotonic() < deadline, "the end was never sent again"
+        time.sleep(0.05)
+    record = peer.store.get("j1")
+    assert record is not None and record.state is JobState.DONE
+    assert record.outcome == encode(Outcome("j1", True, b"r", "", None))
