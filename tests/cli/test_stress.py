@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import multiprocessing
+import re
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 
@@ -98,4 +99,5 @@ def test_stress_on_a_redis_store_kills_managers_and_every_job_still_runs_once(
     text = out.getvalue()
     assert code == 0, text
     assert "OK: 1000 jobs ran exactly once, none early" in text
-    assert "kills (each restarted at once)" in text and " 0 kills" not in text
+    kills = re.search(r"(\d+) kills? \(each restarted at once\)", text)
+    assert kills is not None and int(kills.group(1)) >= 1, text
