@@ -8,7 +8,6 @@ a test reads what ran, where, when, and how often, whatever was killed on the wa
 from __future__ import annotations
 
 import collections
-import itertools
 import os
 import signal
 import threading
@@ -200,10 +199,9 @@ def test_one_schedule_added_on_two_managers_runs_each_slot_once(
     handles[1].cancel()  # from the other manager: it ends on both
     time.sleep(0.6)
     runs = shared_jobs.runs(log)
-    ran = sorted(r.started for r in runs)
-    assert all(b - a > 0.1 for a, b in itertools.pairwise(ran)), "a slot ran twice"
     done = [j for j in first.jobs() if j.job_id.startswith("tick@") and j.state == "done"]
-    assert len(done) == len(runs)
+    assert len(done) == len(runs), "a slot ran twice"  # one run id per slot, each once
+    assert all(j.attempts == 1 for j in done)
     assert {r.pid for r in runs} <= {w.pid for s in (first, second)
                                      for w in s.stats().workers}
     time.sleep(0.6)

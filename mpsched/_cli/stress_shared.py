@@ -50,9 +50,13 @@ from mpsched._cli.stress import (
     run_producers,
     verify,
 )
-from mpsched._client.client import connect
+from mpsched._client.client import Client, connect
 from mpsched._core.job import Priority
-from mpsched._errors import ManagerConnectionLostError, WorkerCrashedError
+from mpsched._errors import (
+    ManagerConnectionLostError,
+    ManagerUnreachableError,
+    WorkerCrashedError,
+)
 from mpsched._store.redis.url import shown_store
 from mpsched._transport.address import parse_address
 
@@ -159,6 +163,18 @@ def run_shared_stress(*, store: str, managers: int, producers: int, workers: int
     return 0 if report.ok else 1
 
 
+def _connect(spec: ProducerSpec) -> Client:
+    """A client of the producer's manager, which may be being restarted just then."""
+    deadline = time.monotonic() + START_TIMEOUT
+    while True:
+        try:
+            return connect(spec.address, authkey=spec.authkey)
+        except ManagerUnreachableError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
 def produce_shared(spec: ProducerSpec, link: Connection) -> None:
     """A producer process of a shared-store run (as stress.produce, but its manager may
     be killed under it: a submit refused during the outage is made again, and a job that
@@ -173,7 +189,7 @@ def produce_shared(spec: ProducerSpec, link: Connection) -> None:
 
 def _produce_shared(spec: ProducerSpec, link: Connection) -> ProducerReport:
     rng = random.Random()
-    client = connect(spec.address, authkey=spec.authkey)
+    client = _connect(spec)
     try:
         link.send("ready")
         link.recv()
