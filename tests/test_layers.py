@@ -32,7 +32,7 @@ LAYERS: list[tuple[str, list[set[str]]]] = [
     ("_worker", [{"loop_end", "claims", "reports", "process"}, {"run"}, {"loop"}, {"remote"},
                  {"pool"}]),
     ("_manager", [{"ended", "mailbox", "worker_table", "process", "failures", "http.metrics",
-                   "http.history", "wall_clock", "shared_queue"},
+                   "http.history", "http.connections", "wall_clock", "shared_queue"},
                   {"journal", "schedule_entry"}, {"schedule_runs", "store_journal"},
                   {"schedules", "shared_journal"}, {"service", "shared_link"},
                   {"supervisor", "http.views"}, {"http.routes"},

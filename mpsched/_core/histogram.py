@@ -48,9 +48,10 @@ class HistogramSnapshot(NamedTuple):
         """What was observed after ``earlier`` (a snapshot of the same histogram)."""
         if earlier.bounds != self.bounds:
             raise ValueError("snapshots of histograms with different bounds")
-        return HistogramSnapshot(self.bounds, tuple(
-            now - then for now, then in zip(self.counts, earlier.counts, strict=True)),
-            self.total - earlier.total)
+        counts = tuple(now - then
+                       for now, then in zip(self.counts, earlier.counts, strict=True))
+        return HistogramSnapshot(bounds=self.bounds, counts=counts,
+                                 total=self.total - earlier.total)
 
     def quantile(self, q: float) -> float | None:
         """The upper bound of the bucket holding the ``q`` quantile (0 < q <= 1); None with
@@ -67,7 +68,7 @@ class HistogramSnapshot(NamedTuple):
 
 def empty(bounds: tuple[float, ...]) -> HistogramSnapshot:
     """A snapshot with nothing observed."""
-    return HistogramSnapshot(bounds, (0,) * (len(bounds) + 1), 0.0)
+    return HistogramSnapshot(bounds=bounds, counts=(0,) * (len(bounds) + 1), total=0.0)
 
 
 class Histogram:
@@ -94,4 +95,5 @@ class Histogram:
         self._total += value
 
     def snapshot(self) -> HistogramSnapshot:
-        return HistogramSnapshot(self.bounds, tuple(self._counts), self._total)
+        return HistogramSnapshot(bounds=self.bounds, counts=tuple(self._counts),
+                                 total=self._total)

@@ -67,8 +67,8 @@ def http_config(address: str, token_file: str | os.PathLike[str] | None = None,
         raise AddressError(f"bad HTTP address {address!r}: the status server listens on "
                            f"TCP, HOST:PORT")
     token = None if token_file is None else read_token(token_file)
-    config = HttpConfig(parsed[0], parsed[1], token,
-                        tls if tls is not None and tls.cert is not None else None)
+    config = HttpConfig(host=parsed[0], port=parsed[1], token=token,
+                        tls=tls if tls is not None and tls.cert is not None else None)
     problem = unsafe(config)
     if problem:
         raise ConfigError("http", address, problem)

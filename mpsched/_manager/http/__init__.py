@@ -4,8 +4,9 @@ JSON API, served from a thread of the manager process (``serve --http``,
 
 ``metrics`` renders the Prometheus text format and ``views`` the JSON, both from copies of
 the manager's counters; ``history`` keeps the lateness histogram's recent past for the
-page's chart; ``server`` is the listener with its limits (connections, time, sizes),
-TLS and token check; ``routes`` maps requests to answers. ``page.html`` is the page, one
+page's chart; ``server`` is the listener with its limits (time, sizes), TLS and token
+check, ``connections`` counts its open connections against their caps and deadlines;
+``routes`` maps requests to answers. ``page.html`` is the page, one
 file with its script and style inline.
 
 May import everything ``mpsched._manager`` may, and the manager's own modules up to

@@ -74,7 +74,7 @@ def load_page() -> Page:
     policy = (f"default-src 'none'; script-src {hashes('script')}; "
               f"style-src {hashes('style')}; connect-src 'self'; img-src data:; "
               f"base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
-    return Page(html.encode(), policy)
+    return Page(html=html.encode(), policy=policy)
 
 
 class Routes:
@@ -98,10 +98,11 @@ class Routes:
         if method == "POST":
             return self._act(parts, may_act)
         if split.path == "/":
-            return Response(200, HTML, self._page.html,
-                            (("Content-Security-Policy", self._page.policy),))
+            return Response(status=200, content_type=HTML, body=self._page.html,
+                            headers=(("Content-Security-Policy", self._page.policy),))
         if split.path == "/metrics":
-            return Response(200, METRICS_TYPE, self._views.metrics().encode())
+            return Response(status=200, content_type=METRICS_TYPE,
+                            body=self._views.metrics().encode())
         if split.path == "/api/status":
             return _json(self._views.status(), indent=2)
         if split.path == "/api/dashboard":
@@ -165,4 +166,5 @@ def _listing(query: str) -> tuple[JobState | None, int]:
 
 
 def _json(value: Any, indent: int | None = None) -> Response:
-    return Response(200, JSON, (json.dumps(value, indent=indent) + "\n").encode())
+    return Response(status=200, content_type=JSON,
+                    body=(json.dumps(value, indent=indent) + "\n").encode())

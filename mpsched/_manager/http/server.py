@@ -12,9 +12,9 @@ Stdlib ``http.server`` in threads: the server answers a handful of small request
 second, which needs no framework, and a dependency would make ``--http`` an extra to
 install. What the stdlib leaves open is closed here:
 
-- at most MAX_CONNECTIONS connections (MAX_PER_ADDRESS from one IP address); one over a
-  cap gets a 503 (over TLS: a closed connection) from the accepting thread, which never
-  reads from or waits on a client;
+- at most MAX_CONNECTIONS connections (MAX_PER_ADDRESS from one IP address, counted by
+  mpsched._manager.http.connections); one over a cap gets a 503 (over TLS: a closed
+  connection) from the accepting thread, which never reads from or waits on a client;
 - each connection has a deadline, REQUEST_TIME from when it was accepted or last
   answered: the accepting thread (which sleeps until the next deadline or connection, so
   an idle server costs nothing) shuts down a connection past it, so a client that
@@ -42,11 +42,10 @@ import socket
 import socketserver
 import ssl
 import threading
-import time
-from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any, BinaryIO
 
+from mpsched._manager.http.connections import Connections
 from mpsched._manager.http.history import LatenessHistory
 from mpsched._manager.http.routes import TEXT, HttpError, Response, Routes, load_page
 from mpsched._manager.http.views import Views
@@ -56,9 +55,6 @@ from mpsched._transport.tls import TlsConfig
 
 log = logging.getLogger("mpsched.http")
 
-MAX_CONNECTIONS = 32
-MAX_PER_ADDRESS = 8
-REQUEST_TIME = 10.0  # seconds a connection may take per request, from the previous answer
 IO_TIMEOUT = 5.0  # seconds one read or write may wait
 MAX_HEAD = 16 * 1024  # bytes of a request line and headers
 MAX_BODY = 1024  # bytes of a request body
@@ -90,7 +86,7 @@ class StatusServer:
         if self._thread.is_alive():
             self._thread.join(STOP_WAIT)
         self._listener.server_close()
-        self._listener.end_all(STOP_WAIT)
+        self._listener.connections.end_all(STOP_WAIT)
 
 
 def _context(tls: TlsConfig) -> ssl.SSLContext:
@@ -101,17 +97,9 @@ def _context(tls: TlsConfig) -> ssl.SSLContext:
     return context
 
 
-@dataclass
-class _Connection:
-    sock: socket.socket  # what to shut down: the accepted socket, or its TLS wrapper
-    host: str  # the peer's IP address
-    deadline: float  # time.monotonic() past which the accepting thread ends it
-    ended: bool = False  # shut down by the accepting thread; its thread is on its way out
-
-
 class _Listener(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
-    block_on_close = False  # end_all() ends the connections' threads, with a bound
+    block_on_close = False  # Connections.end_all() ends the connections' threads, with a bound
     allow_reuse_address = True
     request_queue_size = 64
 
@@ -119,13 +107,7 @@ class _Listener(socketserver.ThreadingMixIn, http.server.HTTPServer):
         self.config = config
         self.routes = routes
         self.tls = tls
-        # Guards _open and _capped. The accepting thread adds and reaps connections; a connection's
-        # thread swaps in its TLS socket, moves its deadline and removes itself at its end.
-        # stop() waits on _ended until _open is empty; notified as each one ends.
-        self._lock = threading.Lock()
-        self._ended = threading.Condition(self._lock)
-        self._open: dict[socket.socket, _Connection] = {}
-        self._capped = False  # a cap turned connections away since half the slots were free
+        self.connections = Connections()  # open ones, their caps and deadlines
         # Set by stop_serving(), which then writes to _waker to wake the accepting thread.
         self._stopping = threading.Event()
         self._wake, self._waker = socket.socketpair()
@@ -134,18 +116,8 @@ class _Listener(socketserver.ThreadingMixIn, http.server.HTTPServer):
     # -------------------------------------------------- the accepting thread's side
 
     def verify_request(self, request: Any, client_address: Any) -> bool:
-        host = str(client_address[0])
-        with self._lock:
-            mine = sum(1 for c in self._open.values() if c.host == host)
-            if len(self._open) < MAX_CONNECTIONS and mine < MAX_PER_ADDRESS:
-                self._open[request] = _Connection(request, host,
-                                                  time.monotonic() + REQUEST_TIME)
-                return True
-            if not self._capped:  # one warning per episode, not one per connection
-                self._capped = True
-                log.warning("status server: refusing connections (%d open from %s, %d in "
-                            "all; at most %d from one address, %d in all)", mine, host,
-                            len(self._open), MAX_PER_ADDRESS, MAX_CONNECTIONS)
+        if self.connections.admit(request, str(client_address[0])):
+            return True
         if self.tls is None:  # over TLS there is no way to say why without a handshake
             with contextlib.suppress(OSError):
                 request.setblocking(False)
@@ -162,7 +134,7 @@ class _Listener(socketserver.ThreadingMixIn, http.server.HTTPServer):
             selector.register(self.socket, selectors.EVENT_READ)
             selector.register(self._wake, selectors.EVENT_READ)
             while not self._stopping.is_set():
-                for key, _ in selector.select(self._end_late()):
+                for key, _ in selector.select(self.connections.end_late()):
                     if key.fileobj is self.socket:
                         self._handle_request_noblock()  # type: ignore[attr-defined]
 
@@ -171,35 +143,15 @@ class _Listener(socketserver.ThreadingMixIn, http.server.HTTPServer):
         with contextlib.suppress(OSError):
             self._waker.send(b"x")
 
-    def _end_late(self) -> float | None:
-        """End the connections past their deadline (shut down, their threads' reads and
-        writes return); the seconds until the next deadline, None for none."""
-        now = time.monotonic()
-        with self._lock:
-            late = [c for c in self._open.values() if not c.ended and c.deadline <= now]
-            for connection in late:
-                connection.ended = True
-            ahead = [c.deadline - now for c in self._open.values() if not c.ended]
-        for connection in late:
-            with contextlib.suppress(OSError):
-                connection.sock.shutdown(socket.SHUT_RDWR)
-        return min(ahead, default=None)
-
     def handle_error(self, request: Any, client_address: Any) -> None:
         log.debug("status server: connection from %s ended with an error",
                   client_address[0], exc_info=True)
 
     def shutdown_request(self, request: Any) -> None:
-        with self._lock:
-            connection = self._open.pop(request, None)
-            if not self._open:
-                self._ended.notify_all()
-            if self._capped and len(self._open) <= MAX_CONNECTIONS // 2:
-                self._capped = False
-                log.info("status server: accepting connections again")
-        if connection is not None and connection.sock is not request:
+        sock = self.connections.remove(request)
+        if sock is not None and sock is not request:
             with contextlib.suppress(OSError):
-                connection.sock.close()  # the TLS socket, which owns the descriptor
+                sock.close()  # the TLS socket, which owns the descriptor
         super().shutdown_request(request)
 
     def server_close(self) -> None:
@@ -207,31 +159,6 @@ class _Listener(socketserver.ThreadingMixIn, http.server.HTTPServer):
         self._wake.close()
         self._waker.close()
 
-    def end_all(self, timeout: float) -> None:
-        """End every open connection and wait up to ``timeout`` for their threads."""
-        with self._lock:
-            socks = [c.sock for c in self._open.values()]
-        for sock in socks:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-        with self._lock:
-            if not self._ended.wait_for(lambda: not self._open, timeout):
-                log.warning("status server: %d connection(s) still open after %.0f s",
-                            len(self._open), timeout)
-
-    # -------------------------------------------------- a connection's thread's side
-
-    def wrapped(self, raw: socket.socket, sock: socket.socket) -> None:
-        """``raw``'s connection now runs over ``sock`` (TLS)."""
-        with self._lock:
-            if raw in self._open:
-                self._open[raw].sock = sock
-
-    def answered(self, raw: socket.socket) -> None:
-        """A request was answered: the next one has REQUEST_TIME from now."""
-        with self._lock:
-            if raw in self._open:
-                self._open[raw].deadline = time.monotonic() + REQUEST_TIME
 
 
 class _TooLarge(Exception):
@@ -287,7 +214,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if self.server.tls is not None:  # here, not in the accepting thread
             self.request = self.server.tls.wrap_socket(self._raw, server_side=True,
                                                        do_handshake_on_connect=False)
-            self.server.wrapped(self._raw, self.request)  # its deadline bounds the handshake
+            # Its deadline bounds the handshake.
+            self.server.connections.wrapped(self._raw, self.request)
             self.request.do_handshake()
         super().setup()
         self.connection.settimeout(IO_TIMEOUT)  # each read or write (TLS too)
@@ -311,7 +239,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
             return
         self._send(self._response())
-        self.server.answered(self._raw)
+        self.server.connections.answered(self._raw)
 
     def handle_expect_100(self) -> bool:
         answered = super().handle_expect_100()
@@ -410,4 +338,5 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 def _error(status: int, message: str, headers: tuple[tuple[str, str], ...] = ()) -> Response:
     line = "".join(c if c.isprintable() else "?" for c in message)
-    return Response(status, TEXT, f"{line}\n".encode(), headers)
+    return Response(status=status, content_type=TEXT, body=f"{line}\n".encode(),
+                    headers=headers)

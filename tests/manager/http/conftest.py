@@ -59,7 +59,7 @@ def serve(service: ManagerService) -> Iterator[Callable[..., StatusServer]]:
 
     def start(token: bytes | None = None, host: str = "127.0.0.1",
               tls: TlsConfig | None = None) -> StatusServer:
-        server = StatusServer(HttpConfig(host, 0, token, tls), service)
+        server = StatusServer(HttpConfig(host=host, port=0, token=token, tls=tls), service)
         started.append(server)
         server.start()
         return server

@@ -202,7 +202,7 @@ def test_with_a_store_its_size_and_commit_times_are_metrics(tmp_path: Path) -> N
     store = SQLiteStore(tmp_path / "jobs.db", durability="process")
     queue = JobQueue()
     service = ManagerService(queue, journal=Journal(store, queue))
-    server = StatusServer(HttpConfig("127.0.0.1", 0), service)
+    server = StatusServer(HttpConfig(host="127.0.0.1", port=0), service)
     server.start()
     try:
         service.journal.recover(queue.clock)

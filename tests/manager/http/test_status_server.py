@@ -15,11 +15,13 @@ from conftest import TOKEN, port_of, raw_exchange, request, submit
 from fakeclock import FakeClock
 from processes import wait_for
 
+import mpsched._manager.http.connections as connections_module
 import mpsched._manager.http.server as server_module
 from mpsched._core.job import Priority
 from mpsched._core.recurring import ScheduleSpec
 from mpsched._errors import AddressError, AuthenticationError, ConfigError
-from mpsched._manager.http.server import MAX_PER_ADDRESS, StatusServer
+from mpsched._manager.http.connections import MAX_PER_ADDRESS
+from mpsched._manager.http.server import StatusServer
 from mpsched._manager.service import ManagerService
 from mpsched._transport.http_access import http_config
 from mpsched._transport.tls import TlsConfig
@@ -200,7 +202,7 @@ def test_an_error_of_the_server_is_logged_and_answered_500_in_one_line(
 
 @pytest.fixture
 def quick_deadline(monkeypatch: pytest.MonkeyPatch) -> Iterator[float]:
-    monkeypatch.setattr(server_module, "REQUEST_TIME", 0.5)
+    monkeypatch.setattr(connections_module, "REQUEST_TIME", 0.5)
     yield 0.5
 
 
@@ -264,11 +266,11 @@ def test_idle_clients_do_not_stop_the_queue_or_other_requests(
 
 def test_an_idle_server_sleeps_without_a_timeout(serve: Callable[..., StatusServer]) -> None:
     server = serve()
-    listener = server._listener
-    assert listener._end_late() is None  # no connection: nothing to wake up for
+    connections = server._listener.connections
+    assert connections.end_late() is None  # no connection: nothing to wake up for
     with connect(server):
-        wait_for(lambda: listener._end_late() is not None, what="the connection is counted")
-    wait_for(lambda: listener._end_late() is None, what="the connection's end is seen")
+        wait_for(lambda: connections.end_late() is not None, what="the connection is counted")
+    wait_for(lambda: connections.end_late() is None, what="the connection's end is seen")
 
 
 def test_stop_ends_open_connections(serve: Callable[..., StatusServer]) -> None:
@@ -292,7 +294,7 @@ def test_answers_go_out_without_waiting_for_acks(serve: Callable[..., StatusServ
     with connect(server) as sock:
         sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         assert sock.recv(12) == b"HTTP/1.1 200"
-        [served] = [c.sock for c in server._listener._open.values()]
+        [served] = server._listener.connections.socks()
         assert served.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
     assert server_module._Handler.wbufsize > 0
 
