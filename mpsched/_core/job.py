@@ -135,6 +135,9 @@ class Assignment(NamedTuple):
     due: float | None  # the manager's monotonic clock; None for a worker with another clock
     timeout: float | None = None  # seconds the job may run once started
     delay: float = 0.0  # seconds from hand-off until due, measured at the manager; >= 0
+    # Wall-clock epoch seconds the job was asked for (``at=``); only a worker on the
+    # manager's machine receives it, and it also waits for the wall clock to get there.
+    at: float | None = None
 
 
 class OutcomeKind(Option):

@@ -108,7 +108,8 @@ class Leases:
         deadline = None if job.timeout is None else now + job.timeout
         self._in_flight[lease.lease_id] = self._by_job[job.job_id] = \
             _InFlight(job=job, lease=lease, taken=now, deadline=deadline)
-        return Assignment(lease=lease, payload=job.payload, due=job.due, timeout=job.timeout)
+        return Assignment(lease=lease, payload=job.payload, due=job.due, timeout=job.timeout,
+                          at=job.at)
 
     def drop_locked(self, lease_id: int) -> Job | None:
         """End a lease without an outcome (the job goes back to the heap)."""

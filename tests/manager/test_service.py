@@ -102,6 +102,20 @@ def test_only_a_worker_the_manager_started_is_handed_jobs_early():
     assert early.due == clock.now() + soon and early.delay == pytest.approx(soon)
 
 
+def test_only_a_worker_on_the_managers_machine_is_told_an_at_jobs_wall_clock_time():
+    clock = FakeClock()
+    service = ManagerService(JobQueue(clock=clock), clock=clock)
+    service.hello(hello("far", "some-other-host", 4242))
+    service.hello(started_here(service, "near"))
+    at = clock.wall()  # due now, by the wall clock too
+    for n in range(2):
+        service.queue.submit(JobRequest(f"job-{n}", "c", b"", 2, None, at))
+    [far] = service.take("far", None, 0)
+    [near] = service.take("near", None, 0)
+    assert assignment_from_wire(far).at is None  # its wall clock is not ours
+    assert assignment_from_wire(near).at == at
+
+
 def test_a_worker_that_does_not_share_the_clock_gets_a_delay_and_no_instant():
     clock = FakeClock()
     service = ManagerService(JobQueue(clock=clock), clock=clock)

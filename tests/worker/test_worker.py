@@ -192,12 +192,16 @@ def test_a_job_past_its_timeout_ends_the_worker(
 class FakeTime:
     """Stands in for the ``time`` module in mpsched._worker.run: sleeping moves the clock."""
 
-    def __init__(self, now: float) -> None:
+    def __init__(self, now: float, wall: float = 0.0) -> None:
         self.now = now
+        self.wall_offset = wall - now  # time.time() is the monotonic clock plus this
         self.slept: list[float] = []
 
     def monotonic(self) -> float:
         return self.now
+
+    def time(self) -> float:
+        return self.now + self.wall_offset
 
     def sleep(self, seconds: float) -> None:
         self.slept.append(seconds)
@@ -230,6 +234,19 @@ def test_a_local_worker_waits_until_the_due_instant_it_shares_with_the_manager(
     serve(service, config(tmp_path), lambda lease_id: None)
     assert started(service) == pytest.approx(100.002)
     assert sum(clock.slept) == pytest.approx(0.002)
+
+
+def test_a_local_worker_starts_an_at_job_no_sooner_than_its_wall_clock_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Due (on the shared monotonic clock) at 100.002, asked for at wall time 1000.005:
+    # the wall clock fell 3 ms behind the monotonic one since the manager mapped it.
+    clock = FakeTime(now=100.0, wall=1000.0)
+    monkeypatch.setattr("mpsched._worker.run.time", clock)
+    early = assignment(1, str, "ran")._replace(due=100.002, delay=0.0015, at=1000.005)
+    service = ScriptedService([early])
+    serve(service, config(tmp_path), lambda lease_id: None)
+    assert started(service) == pytest.approx(100.005)
+    assert clock.time() >= 1000.005
 
 
 class SpinRecordingService(ScriptedService):
