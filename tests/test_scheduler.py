@@ -7,6 +7,7 @@ import math
 import sys
 import threading
 import time
+import urllib.request
 from concurrent.futures import CancelledError
 from datetime import datetime, timedelta, timezone
 
@@ -314,6 +315,23 @@ def test_bad_scheduler_options_raise():
         Scheduler(workers=1, mp_context="fork")
     with pytest.raises(ConfigError):
         Scheduler(workers=1, order="random")
+
+
+def test_a_schedulers_status_page_is_loopback_only(tmp_path):
+    from mpsched import AddressError, Scheduler
+
+    with pytest.raises(ConfigError, match="a Scheduler has no TLS"):
+        Scheduler(workers=1, http="0.0.0.0:0")
+    with pytest.raises(AddressError, match="bad HTTP address 'unix:/tmp/page'"):
+        Scheduler(workers=1, http="unix:/tmp/page")
+    with pytest.raises(ConfigError, match="http_token_file must be left out without http"):
+        Scheduler(workers=1, http_token_file=tmp_path / "token")
+
+
+def test_a_port_alone_serves_the_status_page_on_loopback(make_scheduler):
+    s = make_scheduler(workers=1, http=0)
+    assert s.http_url is not None and s.http_url.startswith("http://127.0.0.1:")
+    assert urllib.request.urlopen(s.http_url + "metrics", timeout=10).status == 200
 
 
 def test_workers_not_ready_in_start_timeout_raise_instead_of_hanging():

@@ -59,7 +59,7 @@ def tls_options(p: argparse.ArgumentParser, *, serving: bool) -> None:
         group.add_argument("--tls-cert", type=Path, metavar="FILE",
                            help="serve TLS with this certificate (its local workers verify "
                                 "it with --tls-ca, or with the certificate itself when it "
-                                "is self-signed)")
+                                "is self-signed); --http serves HTTPS with it too")
         group.add_argument("--tls-key", type=Path, metavar="FILE",
                            help="the certificate's private key (default: in --tls-cert)")
         group.add_argument("--tls-ca", type=Path, metavar="FILE",
@@ -190,9 +190,10 @@ def _http_options(serve: argparse.ArgumentParser) -> None:
         "TLS (the manager's --tls-cert/--tls-key). With a token, every request carries it "
         "(Authorization: Bearer TOKEN; for the page, open URL#token=TOKEN), and may also "
         "cancel pending jobs and pause or resume schedules.", 77))
-    http.add_argument("--http", metavar="HOST:PORT",
-                      help="serve the status page and metrics there (port 0: any free "
-                           "port; default: none)")
+    http.add_argument("--http", metavar="[HOST:]PORT",
+                      help="serve the status page and metrics there; a port alone listens "
+                           "on 127.0.0.1, this machine only (port 0: any free port; "
+                           "default: none)")
     http.add_argument("--http-token-file", type=Path, metavar="FILE",
                       help="file holding the token requests must carry, mode 0600")
 

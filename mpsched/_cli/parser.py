@@ -155,7 +155,8 @@ def build_parser() -> Parser:
     serve_options(command(
         Command.SERVE, "run a manager with local workers",
         "python -m mpsched serve\n"
-        "  python -m mpsched serve --address 127.0.0.1:7000 --workers 4 --store jobs.db",
+        "  python -m mpsched serve --address 127.0.0.1:7000 --workers 4 --store jobs.db\n"
+        "  python -m mpsched serve --http 8080",
         codes="7 the store cannot be opened, 8 this user's local manager is already running"))
     worker_options(command(
         Command.WORKER, "join a running manager with worker processes",

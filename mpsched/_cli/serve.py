@@ -61,7 +61,7 @@ from mpsched._store.redis.server import check_store
 from mpsched._store.redis.url import is_redis_url, shown_store
 from mpsched._transport.address import Address, format_address, is_loopback, parse_address
 from mpsched._transport.authkey import AUTHKEY_ENV, read_authkey
-from mpsched._transport.http_access import HttpConfig, http_config
+from mpsched._transport.http_access import LOOPBACK, HttpConfig, http_config, missing
 from mpsched._transport.runtime import (
     SOCKET_NAME,
     default_address,
@@ -114,14 +114,17 @@ def run_serve(args: argparse.Namespace, out: TextIO) -> int:
     explicit = read_authkey(args.authkey_file)  # the file, else $MPSCHED_AUTHKEY
     address = None if args.address is None else parse_address(args.address)
     if args.http_token_file is not None and args.http is None:
-        print("mpsched: --http-token-file goes with --http HOST:PORT", file=sys.stderr)
+        print("mpsched: --http-token-file goes with --http [HOST:]PORT", file=sys.stderr)
         return Exit.USAGE
     try:
         http = status_server(args)
-    except ConfigError as exc:
-        print(f"mpsched: refusing to serve the status page on {args.http}: it needs "
-              f"{exc.expected}. Give --http-token-file (mode 0600) and --tls-cert/--tls-key, "
-              f"or a loopback address such as 127.0.0.1:8080.", file=sys.stderr)
+    except ConfigError:
+        tls = tls_from_args(args)
+        lacking = missing(token=args.http_token_file, tls=tls and tls.cert)
+        print(f"mpsched: refusing to serve the status page on {args.http} without "
+              f"{lacking}: anyone who can connect to it could read the scheduler's jobs. "
+              f"Give {'both' if ' and ' in lacking else 'it'}, or a loopback address "
+              f"(--http PORT serves {LOOPBACK}:PORT).", file=sys.stderr)
         return Exit.UNSAFE
     if explicit is None and address is not None and not is_loopback(address):
         print(f"mpsched: refusing to serve on {format_address(address)} without an authkey: "

@@ -34,7 +34,8 @@ from mpsched._protocol.records import (
 from mpsched._store.base import DAY, check_options
 from mpsched._store.redis.server import check_store
 from mpsched._store.redis.url import shown_store
-from mpsched._transport.http_access import http_config
+from mpsched._transport.address import is_loopback
+from mpsched._transport.http_access import HttpConfig, http_config, parse_http_address
 
 log = logging.getLogger("mpsched.scheduler")
 
@@ -90,11 +91,12 @@ class Scheduler(Client):
             bytearray, memoryview, NumPy arrays) travel through shared memory, written
             once and never through the manager. Without a store only; where shared memory
             is missing or full they travel inline. False: always inline.
-        http: ``"HOST:PORT"`` on a loopback address (port 0: any free one): the manager
-            serves a live status page there, Prometheus metrics at ``/metrics`` and a JSON
-            API (``/api/status``, ``/api/jobs``); ``http_url`` says where. Read-only
-            unless ``http_token_file`` is given. (Another address needs TLS: ``python -m
-            mpsched serve --http``.)
+        http: a port (an int, or a str of digits) on 127.0.0.1, or ``"HOST:PORT"`` on
+            another loopback address (port 0: any free one): the manager serves a live
+            status page there, Prometheus metrics at ``/metrics`` and a JSON API
+            (``/api/status``, ``/api/jobs``); ``http_url`` says where. Read-only unless
+            ``http_token_file`` is given. (Another address needs TLS: ``python -m mpsched
+            serve --http``.)
         http_token_file: a file only this user can read (mode 0600) holding a token that
             every request must then carry (``Authorization: Bearer TOKEN``; the page:
             ``http_url + "#token=TOKEN"``); its holders may also cancel pending jobs and
@@ -104,7 +106,7 @@ class Scheduler(Client):
         ConfigError: a bad option (a ValueError), or an ``http`` address that is not a
             loopback one; a bad store URL, or an option a Redis store does not take
             (order="priority", max_pending_bytes).
-        AddressError: ``http`` is not ``HOST:PORT``.
+        AddressError: ``http`` is neither a port nor ``HOST:PORT``.
         AuthenticationError: ``http_token_file`` is unreadable, empty, or others may read it.
         ExtraMissingError: a Redis URL without mpsched[redis] installed.
         StoreError: the store cannot be opened (StoreLockedError: another manager has it;
@@ -134,7 +136,7 @@ class Scheduler(Client):
         max_pending_bytes: int | None = None,
         lease_timeout: float = LEASE_TIMEOUT,
         shared_memory: bool = True,
-        http: str | None = None,
+        http: str | int | None = None,
         http_token_file: str | os.PathLike[str] | None = None,
     ) -> None:
         workers = _worker_count(workers, max_workers)
@@ -149,8 +151,6 @@ class Scheduler(Client):
                                               isinstance(max_pending_bytes, int)
                                               or max_pending_bytes < 1):
             raise ConfigError("max_pending_bytes", max_pending_bytes, "a positive int")
-        if http_token_file is not None and http is None:
-            raise ConfigError("http_token_file", http_token_file, "left out without http")
         durability = Durability.coerce(durability)
         check_options(result_ttl)
         order = Order.coerce(order)
@@ -167,7 +167,7 @@ class Scheduler(Client):
             store=store, durability=durability,
             result_ttl=float(result_ttl), max_pending_bytes=max_pending_bytes,
             shared_memory=bool(shared_memory), lease_timeout=float(lease_timeout),
-            http=None if http is None else http_config(http, http_token_file),
+            http=_status_page(http, http_token_file),
         )
         process = ManagerProcess(config)
         self._manager_process = process
@@ -248,6 +248,26 @@ class Scheduler(Client):
 
     def __repr__(self) -> str:
         return f"<Scheduler workers={self.workers} address={self.address!r}>"
+
+
+def _status_page(http: str | int | None,
+                 token_file: str | os.PathLike[str] | None) -> HttpConfig | None:
+    """The status server ``http`` and ``http_token_file`` ask for; None: none.
+
+    Raises:
+        ConfigError: a token file without ``http``, or ``http`` on an address others can
+            reach (a Scheduler has no TLS to serve it with).
+        AddressError, AuthenticationError: as ``http_config``.
+    """
+    if http is None:
+        if token_file is not None:
+            raise ConfigError("http_token_file", token_file, "left out without http")
+        return None
+    if not is_loopback(parse_http_address(http)):
+        raise ConfigError("http", http, "a port (on 127.0.0.1) or a loopback 'HOST:PORT': a "
+                                        "Scheduler has no TLS to serve another address with "
+                                        "(python -m mpsched serve --http has)")
+    return http_config(http, token_file)
 
 
 def _worker_count(workers: int | None, max_workers: int | None) -> int:

@@ -27,10 +27,22 @@ def token_file(tmp_path: Path, mode: int = 0o600) -> Path:
 def test_serve_refuses_a_non_loopback_page_without_a_token_and_tls(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["serve", "--http", "0.0.0.0:0"]) == Exit.UNSAFE
-    assert "refusing to serve the status page on 0.0.0.0:0" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        "mpsched: refusing to serve the status page on 0.0.0.0:0 without a token file "
+        "(--http-token-file) and TLS (--tls-cert, --tls-key): anyone who can connect to it "
+        "could read the scheduler's jobs. Give both, or a loopback address (--http PORT "
+        "serves 127.0.0.1:PORT).\n")
     assert main(["serve", "--http", "0.0.0.0:0", "--http-token-file",
                  str(token_file(tmp_path))]) == Exit.UNSAFE
-    assert "TLS" in capsys.readouterr().err
+    assert "without TLS (--tls-cert, --tls-key): " in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("address", [":8080", "10.0.0.1", "unix:/tmp/page.sock", "8o80"])
+def test_serve_says_what_an_http_address_may_be(
+        address: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--http", address]) == Exit.USAGE
+    assert f"bad HTTP address {address!r}: use a port (0 to 65535; on 127.0.0.1, this " \
+        f"machine only) or HOST:PORT" in capsys.readouterr().err
 
 
 def test_serve_refuses_a_token_file_others_can_read_or_without_http(

@@ -3,6 +3,7 @@ status and one line, and clients that cannot stall the manager."""
 
 from __future__ import annotations
 
+import http.client
 import logging
 import socket
 import ssl
@@ -71,10 +72,20 @@ def test_a_token_file_must_be_private_and_hold_a_token(
         http_config("127.0.0.1:0", token_file(tmp_path, content, mode))
 
 
-def test_an_address_must_be_host_and_port() -> None:
-    for bad in ("unix:/tmp/x", "nonsense", "host:99999"):
-        with pytest.raises(AddressError):
-            http_config(bad)
+def test_an_address_must_be_host_and_port_or_a_port_on_loopback() -> None:
+    for bad in ("unix:/tmp/x", "nonsense", "host:99999", ":8080", "99999", True, 1.5):
+        with pytest.raises(AddressError, match=r"(use|give) a port"):
+            http_config(bad)  # type: ignore[arg-type]
+    for port in ("8080", 8080):
+        config = http_config(port)
+        assert (config.host, config.port, config.url()) == \
+            ("127.0.0.1", 8080, "http://127.0.0.1:8080/")
+
+
+def test_the_url_of_a_server_on_every_interface_names_this_host(
+        tmp_path: Path, self_signed: TlsConfig) -> None:
+    config = http_config("0.0.0.0:8443", token_file(tmp_path), self_signed)
+    assert config.url(8443) == f"https://{socket.gethostname()}:8443/"
 
 
 def test_with_a_token_every_request_carries_it_but_the_page(
@@ -124,11 +135,9 @@ def test_a_token_holder_cancels_a_pending_job_and_pauses_and_resumes_a_schedule(
 def test_https_with_a_token_on_every_interface(
         serve: Callable[..., StatusServer], self_signed: TlsConfig) -> None:
     server = serve(token=TOKEN, host="0.0.0.0", tls=self_signed)
-    assert server.url.startswith("https://0.0.0.0:")
+    assert server.url.startswith(f"https://{socket.gethostname()}:")
     context = ssl.create_default_context(cafile=str(self_signed.cert))
     context.check_hostname = False
-    import http.client
-
     conn = http.client.HTTPSConnection("127.0.0.1", port_of(server), timeout=10,
                                        context=context)
     try:
