@@ -1,6 +1,11 @@
 """The workers a manager knows: who joined, from where, whether it shares the manager's
 clock, what it runs, when it was last heard of, and whether it was told the manager stops.
 
+Each worker has a *slot* among the workers of its host (0, 1, ...: the lowest one free when
+it joins), which the worker that replaces it takes again: metrics label a worker's series
+by host and slot, so a pool that recycles its workers keeps as many series as it has
+workers, whatever their ids.
+
 Used by ManagerService (mpsched._manager.service) from the server threads of the workers'
 connections, and by the supervisor's thread for heartbeat deadlines.
 """
@@ -15,7 +20,9 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import psutil
 
@@ -28,11 +35,36 @@ from mpsched._protocol.records import (
 
 log = logging.getLogger("mpsched.manager")
 
+CPU_SPAN = 1.0  # seconds a local worker's CPU % is averaged over, at least
+
+
+@dataclass
+class CpuMeter:
+    """A process's CPU %, from readings of its CPU time: the average since a base reading
+    at least CPU_SPAN seconds older, which then moves up to this one. Readings closer than
+    that get the same figure, so that every reader (status, the page, a scrape) sees one
+    figure over a second or more, whoever asked last. Nothing reads it in the background:
+    after a silence, the first reading averages over the silence."""
+
+    since: float  # when the base reading was taken (monotonic)
+    base: float  # CPU seconds at the base reading
+    percent: float = 0.0
+
+    def read(self, now: float, cpu_seconds: float) -> float:
+        """The CPU % with a reading of ``cpu_seconds`` taken at ``now``. (A reading older
+        than the base, from a reader that was overtaken, only gets the figure.)"""
+        span = now - self.since
+        if span >= CPU_SPAN:
+            self.percent = max(0.0, 100.0 * (cpu_seconds - self.base) / span)
+            self.since, self.base = now, cpu_seconds
+        return self.percent
+
 
 @dataclass(eq=False)
 class _Worker:
     hello: WorkerHello
     last_seen: float
+    slot: int  # its place among the workers of its host, taken again by its replacement
     jobs_done: int = 0
     current: str | None = None
     acked: int = 0  # remote workers: the last lease id they acknowledged
@@ -40,16 +72,19 @@ class _Worker:
     local: bool = False  # started by this manager: shares its monotonic clock
     told_stop: bool = False  # a take of it was answered "the manager stops"
     proc: psutil.Process | None = field(default=None, repr=False)  # local workers only
+    cpu: CpuMeter | None = None  # local workers only; read and moved under the table's lock
 
 
 class WorkerTable:
     """The registered workers, by id. Thread-safe."""
 
-    def __init__(self, local_token: str) -> None:
+    def __init__(self, local_token: str,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         # What the workers this manager starts say in their hello (WorkerConfig.local_token):
         # the proof that they share this process's monotonic clock.
         self.local_token = local_token
-        # Guards _workers and _finished.
+        self._clock = clock
+        # Guards _workers (with each one's CPU meter) and _finished.
         self._lock = threading.Lock()
         # A stopping manager waits here (wait_told) until every remote worker has been told
         # it stops; told_stop() notifies it each time one is.
@@ -59,18 +94,22 @@ class WorkerTable:
 
     def join(self, hello: WorkerHello) -> None:
         """Register a worker (again, under a new id, after it was declared gone)."""
-        proc = None
+        proc, cpu = None, None
         local = self._started_here(hello)
         if local:
-            with contextlib.suppress(psutil.NoSuchProcess):
+            with contextlib.suppress(psutil.Error, OSError):
                 proc = psutil.Process(hello.pid)
+                cpu = CpuMeter(since=self._clock(), base=_cpu_seconds(proc))
         elif not hello.remote:
             log.warning("worker %s (pid %d on %s) did not come from this manager; its clock "
                         "is treated as another machine's", hello.worker_id, hello.pid,
                         hello.host)
         with self._lock:
-            self._workers[hello.worker_id] = _Worker(hello, time.monotonic(), local=local,
-                                                     proc=proc)
+            taken = {w.slot for wid, w in self._workers.items()
+                     if w.hello.host == hello.host and wid != hello.worker_id}
+            slot = next(n for n in itertools.count() if n not in taken)
+            self._workers[hello.worker_id] = _Worker(hello, time.monotonic(), slot=slot,
+                                                     local=local, proc=proc, cpu=cpu)
 
     def _started_here(self, hello: WorkerHello) -> bool:
         # A host name proves nothing about clocks: two containers or VMs may share one.
@@ -162,22 +201,54 @@ class WorkerTable:
             # Completion times are appended in time order: a bisection (in C, over the
             # deque's blocks) finds the recent ones without a pass over 100,000 of them.
             recent = len(self._finished) - bisect.bisect_left(self._finished, since)
-        return tuple(_status(w) for w in workers), recent
+        # /proc is read outside the lock, which every job's report takes.
+        usage = [self._usage(w) for w in workers]
+        with self._lock:
+            percents = [_percent_locked(w, u) for w, u in zip(workers, usage, strict=True)]
+        return tuple(_status(w, u, p) for w, u, p in zip(workers, usage, percents,
+                                                         strict=True)), recent
 
-
-def _status(worker: _Worker) -> WorkerStatus:
-    load = worker.load
-    cpu, rss, seconds = (load.cpu_percent, load.rss, load.cpu_seconds) if load \
-        else (0.0, 0, 0.0)
-    if worker.proc is not None:
+    def _usage(self, worker: _Worker) -> _Usage | None:
+        """A local worker's RSS and CPU seconds, read from its process now; None for a
+        remote worker (its heartbeat brings them) or a process that cannot be read."""
+        if worker.proc is None:
+            return None
         with contextlib.suppress(psutil.Error, OSError):  # e.g. no fd left to read /proc
             proc = worker.proc
             with proc.oneshot():
-                times = proc.cpu_times()
-                cpu, rss = proc.cpu_percent(None), proc.memory_info().rss
-                seconds = times.user + times.system
+                return _Usage(rss=proc.memory_info().rss, cpu_seconds=_cpu_seconds(proc),
+                              read_at=self._clock())
+        return None
+
+
+class _Usage(NamedTuple):
+    """A local worker's process, as read from /proc."""
+
+    rss: int
+    cpu_seconds: float
+    read_at: float  # the table's clock, just after the reading
+
+
+def _cpu_seconds(proc: psutil.Process) -> float:
+    times = proc.cpu_times()
+    return times.user + times.system
+
+
+def _percent_locked(worker: _Worker, usage: _Usage | None) -> float:
+    """A worker's CPU %: a local one's from its meter, a remote one's from its heartbeat."""
+    if worker.cpu is not None and usage is not None:
+        return worker.cpu.read(usage.read_at, usage.cpu_seconds)
+    return worker.load.cpu_percent if worker.load is not None else 0.0
+
+
+def _status(worker: _Worker, usage: _Usage | None, percent: float) -> WorkerStatus:
+    load = worker.load
+    if usage is not None:
+        rss, seconds = usage.rss, usage.cpu_seconds
+    else:
+        rss, seconds = (load.rss, load.cpu_seconds) if load is not None else (0, 0.0)
     hello = worker.hello
     return WorkerStatus(worker_id=hello.worker_id, pid=hello.pid, host=hello.host,
                         remote=hello.remote, jobs_done=worker.jobs_done,
-                        current_job=worker.current, cpu_percent=cpu, rss=rss,
-                        cpu_seconds=seconds)
+                        current_job=worker.current, cpu_percent=percent, rss=rss,
+                        cpu_seconds=seconds, slot=worker.slot)

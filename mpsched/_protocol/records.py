@@ -87,9 +87,10 @@ class ClientHello(NamedTuple):
 class WorkerLoad(NamedTuple):
     """A remote worker's heartbeat: how busy its process is."""
 
-    cpu_percent: float
+    cpu_percent: float  # local workers: over the last second or more; remote: 2 s
     rss: int
     cpu_seconds: float = 0.0  # user + system CPU time of its process since it started
+    slot: int = 0  # its place among its host's workers, taken again by its replacement
 
 
 @dataclass(frozen=True)
@@ -102,9 +103,10 @@ class WorkerStatus:
     remote: bool
     jobs_done: int
     current_job: str | None
-    cpu_percent: float
+    cpu_percent: float  # local workers: over the last second or more; remote: 2 s
     rss: int
     cpu_seconds: float = 0.0  # user + system CPU time of its process since it started
+    slot: int = 0  # its place among its host's workers, taken again by its replacement
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ Pure: :func:`render` turns a :class:`MetricsInput` (copies of counters the manag
 anyway) into text; nothing here reads a clock or takes a lock. Names follow Prometheus'
 conventions: an ``mpsched_`` prefix, base units in the name (``_seconds``, ``_bytes``),
 ``_total`` on counters, labels for dimensions (``priority``, ``outcome``, ``state``,
-``host``, ``worker``, ``schedule``).
+``host``, ``slot``, ``schedule``).
 """
 
 from __future__ import annotations
@@ -84,14 +84,20 @@ def _workers(out: _Exposition, stats: Stats) -> None:
     out.family("mpsched_workers_missing", "gauge",
                "Local workers the manager wants but could not start yet.",
                [("", {}, stats.workers_missing)])
-    each = [({"worker": w.worker_id, "host": w.host, "pid": str(w.pid)}, w)
-            for w in stats.workers]
-    out.family("mpsched_worker_rss_bytes", "gauge", "Resident memory of each worker process.",
+    # By host and slot, never by worker id or pid: a worker that replaces another takes its
+    # slot, and its series goes on (a counter that restarts, as a restarted process's
+    # does), so recycled workers add no series.
+    each = [({"host": w.host, "slot": str(w.slot)}, w) for w in stats.workers]
+    out.family("mpsched_worker_rss_bytes", "gauge",
+               "Resident memory of each worker process, by host and slot.",
                [("", labels, w.rss) for labels, w in each])
     out.family("mpsched_worker_cpu_seconds_total", "counter",
-               "User and system CPU time of each worker process.",
+               "User and system CPU time of each worker process, by host and slot (from 0 "
+               "again when a new process takes the slot).",
                [("", labels, w.cpu_seconds) for labels, w in each])
-    out.family("mpsched_worker_jobs_total", "counter", "Jobs each worker has reported.",
+    out.family("mpsched_worker_jobs_total", "counter",
+               "Jobs each worker process has reported, by host and slot (from 0 again when "
+               "a new process takes the slot).",
                [("", labels, w.jobs_done) for labels, w in each])
 
 

@@ -30,9 +30,13 @@ def queue_stats(**changes: Any) -> QueueStats:
 
 def stats(**changes: Any) -> Stats:
     workers = (
-        WorkerStatus("w1", 101, "alpha", False, 12, "job-9", 50.0, 2**20, 1.5),
-        WorkerStatus("w2", 102, "alpha", False, 8, None, 0.0, 2**21, 0.25),
-        WorkerStatus('b"e\\ta:7.0', 7, 'be"ta\n', True, 3, None, 1.0, 2**22, 9.0),
+        WorkerStatus(worker_id="w1", pid=101, host="alpha", remote=False, jobs_done=12,
+                     current_job="job-9", cpu_percent=50.0, rss=2**20, cpu_seconds=1.5,
+                     slot=0),
+        WorkerStatus(worker_id="w2", pid=102, host="alpha", remote=False, jobs_done=8,
+                     current_job=None, cpu_percent=0.0, rss=2**21, cpu_seconds=0.25, slot=1),
+        WorkerStatus(worker_id='b"e\\ta:7.0', pid=7, host='be"ta\n', remote=True, jobs_done=3,
+                     current_job=None, cpu_percent=1.0, rss=2**22, cpu_seconds=9.0, slot=0),
     )
     values: dict[str, Any] = dict(queue=queue_stats(), workers=workers, uptime=5.0,
                                   throughput=1.0, clients=2)
@@ -100,13 +104,24 @@ def test_workers_by_state_and_host_and_each_ones_memory_and_cpu() -> None:
     assert value(families, "mpsched_workers", state="busy", host="alpha") == 1
     assert value(families, "mpsched_workers", state="idle", host="alpha") == 1
     assert value(families, "mpsched_workers", state="busy", host='be"ta\n') == 0
-    assert value(families, "mpsched_worker_rss_bytes", worker="w2", pid="102") == 2**21
+    assert value(families, "mpsched_worker_rss_bytes", host="alpha", slot="1") == 2**21
     cpu = families["mpsched_worker_cpu_seconds"]
     assert cpu.type == "counter"
     assert value(families, "mpsched_worker_cpu_seconds", "mpsched_worker_cpu_seconds_total",
-                 worker='b"e\\ta:7.0', host='be"ta\n') == 9.0
+                 host='be"ta\n', slot="0") == 9.0
     assert value(families, "mpsched_worker_jobs", "mpsched_worker_jobs_total",
-                 worker="w1") == 12
+                 host="alpha", slot="0") == 12
+
+
+def test_a_workers_series_are_by_host_and_slot_never_by_its_id_or_pid() -> None:
+    """A recycled worker's replacement takes its slot: the series go on, none is added."""
+    families = parsed(render(MetricsInput(stats(), lateness(), [], None, 1.7e9)))
+    for family in ("mpsched_worker_rss_bytes", "mpsched_worker_cpu_seconds",
+                   "mpsched_worker_jobs"):
+        assert {frozenset(s.labels.items()) for s in families[family].samples} == {
+            frozenset({("host", "alpha"), ("slot", "0")}),
+            frozenset({("host", "alpha"), ("slot", "1")}),
+            frozenset({("host", 'be"ta\n'), ("slot", "0")})}, family
 
 
 def test_schedule_counters_by_schedule_id() -> None:

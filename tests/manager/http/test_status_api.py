@@ -25,9 +25,10 @@ from mpsched._manager.http.server import StatusServer
 from mpsched._manager.service import ManagerService
 from mpsched._manager.store_journal import Journal
 from mpsched._protocol.codec import assignment_from_wire, report_to_wire
-from mpsched._protocol.records import Report
+from mpsched._protocol.records import Report, WorkerHello
 from mpsched._store.sqlite import SQLiteStore
 from mpsched._transport.http_access import HttpConfig
+from mpsched._transport.sockets import describe_versions
 
 
 def schedule(service: ManagerService, clock: FakeClock) -> None:
@@ -100,7 +101,8 @@ def test_metrics_show_the_state_the_test_set_up(
     assert sample(found, "mpsched_workers", state="idle", host="elsewhere") == 1
     assert sample(found, "mpsched_workers", state="busy", host="elsewhere") == 0
     # ok-1, ok-2, bad, retry-me and the schedule's run
-    assert sample(found, "mpsched_worker_jobs", "mpsched_worker_jobs_total", worker="w1") == 5
+    assert sample(found, "mpsched_worker_jobs", "mpsched_worker_jobs_total", host="elsewhere",
+                  slot="0") == 5
     assert not [name for name in found if name.startswith("mpsched_store_")]  # no store
 
 
@@ -161,6 +163,23 @@ def test_the_dashboard_shows_counts_workers_the_head_running_jobs_failures_and_s
     assert shown["actions"] is False
     assert len(shown["chart"]["counts"]) == len(shown["chart"]["bounds"])
     assert WORKERS[1] not in {w["worker_id"] for w in shown["workers"]}
+
+
+def test_a_worker_that_replaces_another_takes_its_series(
+        service: ManagerService, serve: Callable[..., StatusServer]) -> None:
+    server = serve()
+    for generation in range(3):  # w2 replaced by w2-1, then by w2-2
+        found = families(request(server, "/metrics").text)
+        slots = {(s.labels["host"], s.labels["slot"])
+                 for s in found["mpsched_worker_rss_bytes"].samples}
+        assert slots == {("elsewhere", "0"), ("elsewhere", "1")}, generation
+        gone = WORKERS[1] if generation == 0 else f"{WORKERS[1]}-{generation}"
+        service.lose_worker(gone, exitcode=0)
+        python, cp = describe_versions()
+        service.hello(WorkerHello(f"{WORKERS[1]}-{generation + 1}", os.getpid(), "elsewhere",
+                                  python, cp, True, ""))
+    [replaced] = [w for w in service.stats().workers if w.worker_id == "w2-3"]
+    assert replaced.slot == 1
 
 
 def test_a_worker_lost_with_its_job_shows_as_a_crash(
