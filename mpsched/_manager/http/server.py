@@ -198,8 +198,7 @@ class _CappedReader:
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: the page polls once a second
-    server_version = "mpsched"
-    sys_version = ""  # no Python version in the Server header
+    server_version = "mpsched"  # and no Python version: see version_string()
     # Buffered, and flushed once per answer: its head and body leave in one segment. (Sent
     # apart, the body waited for the ACK of the head, which a client delays by 40 ms.)
     wbufsize = 64 * 1024
@@ -241,6 +240,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._send(self._response())
         self.server.connections.answered(self._raw)
 
+    def version_string(self) -> str:
+        return self.server_version
+
     def handle_expect_100(self) -> bool:
         answered = super().handle_expect_100()
         self.wfile.flush()  # the writer is buffered: "100 Continue" must go now
@@ -248,13 +250,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def _response(self) -> Response:
         try:
-            if self.command not in ("GET", "POST"):
+            if self.command not in ("GET", "HEAD", "POST"):
                 raise HttpError(405, f"{self.command} is not served: use GET (or POST for "
-                                     f"actions)", (("Allow", "GET, POST"),))
+                                     f"actions)", (("Allow", "GET, HEAD, POST"),))
             self._check_host()
             may_act = self._check_token()
             self._skip_body()
-            return self.server.routes.answer(self.command, self.path, may_act=may_act)
+            method = "GET" if self.command == "HEAD" else self.command  # _send drops the body
+            return self.server.routes.answer(method, self.path, may_act=may_act)
         except HttpError as exc:
             return _error(exc.status, exc.message, exc.headers)
         except Exception:
@@ -283,13 +286,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         token = self.server.config.token
         if token is None:
             return False
-        scheme, _, given = self.headers.get("Authorization", "").partition(" ")
+        sent = self.headers.get("Authorization")
+        scheme, _, given = (sent or "").partition(" ")
         if scheme.lower() == "bearer" and hmac.compare_digest(
                 given.strip().encode("latin-1", "replace"), token):
             return True
-        if self.command == "GET" and self.path.partition("?")[0] == "/":
+        if self.command in ("GET", "HEAD") and self.path.partition("?")[0] == "/":
             return False
-        raise HttpError(401, "this server needs its token: Authorization: Bearer TOKEN",
+        raise HttpError(401, "this server needs its token: send Authorization: Bearer TOKEN"
+                        if sent is None else "wrong token: this server takes the one in its "
+                        "--http-token-file, as Authorization: Bearer TOKEN",
                         (("WWW-Authenticate", 'Bearer realm="mpsched"'),))
 
     def _skip_body(self) -> None:
