@@ -20,7 +20,7 @@ LAYERS: list[tuple[str, list[set[str]]]] = [
     ("_errors", [set()]),  # the whole error tree, one module
     ("_core", [{"options", "histogram"}, {"job"}, {"clock", "recurring"},
                {"leases", "heap", "planning", "wall_offset"}, {"room", "prefetch"},
-               {"queue"}]),
+               {"hand_out"}, {"intake"}, {"queue"}]),
     ("_store", [{"base", "commit", "pruning", "lease_records", "redis.url", "redis.records"},
                 {"writer", "statements", "readers", "lease_log", "memory", "file",
                  "redis.server", "redis.scripts"},

@@ -1,5 +1,6 @@
 """The pure core: the job model and its option enums (``job``, ``options``), the clock, the
-heap, leases, JobQueue, recurring schedules (``recurring``) and their planning
+heap, leases, JobQueue and its parts (``intake``, ``hand_out``, ``room``,
+``wall_offset``, ``prefetch``), recurring schedules (``recurring``) and their planning
 (``planning``), lateness histograms.
 
 No multiprocessing, no sockets, no files: ordering, leases and the leader/follower wait are

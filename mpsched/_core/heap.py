@@ -1,7 +1,7 @@
 """PendingJobs: the heaps of pending jobs, their order and their lazy deletion.
 
-No lock of its own: JobQueue (mpsched._core.queue) owns one instance and calls every method with
-its lock held. Jobs wait in ``delayed``, keyed ``(due, level, seq)``; with
+No lock of its own: JobQueue (mpsched._core.queue) owns one instance, and it and its parts
+call every method with its lock held. Jobs wait in ``delayed``, keyed ``(due, level, seq)``; with
 ``order="priority"`` the jobs already due move to ``ready``, keyed ``(level, due, seq)``.
 A cancelled job is marked, not searched for: a heap drops it when it reaches the top, and
 both heaps are rebuilt once stale entries outnumber live ones.

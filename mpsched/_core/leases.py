@@ -1,8 +1,9 @@
 """Leases: which jobs are in flight, with which worker, until when; and how jobs ended.
 
 A job leaves JobQueue's heap and gets its lease in one step, so this table shares the
-queue's lock: methods that end in ``_locked`` are called by JobQueue with that lock held,
-the others take it themselves. Pure, like the queue: clock injected, no multiprocessing.
+queue's lock: methods that end in ``_locked`` are called by JobQueue and its parts with
+that lock held, the others take it themselves. Pure, like the queue: clock injected, no
+multiprocessing.
 """
 
 from __future__ import annotations

@@ -1,0 +1,194 @@
+"""HandOut: a JobQueue's takers, their leader/follower wait, and workers that leave.
+
+A take pops the next due job and puts it in flight under a lease (mpsched._core.leases) in
+one step, with up to ``more`` due jobs prefetched (mpsched._core.prefetch). Waiting
+follows Java's ``DelayedWorkQueue`` (leader/follower): at most one taker, the *leader*,
+sleeps with a timeout equal to the head job's remaining delay; every other taker waits
+untimed on the same condition. Whoever changes the head (:meth:`HandOut.new_head_locked`),
+or the leader on its way out, wakes exactly one waiter. So a due job is never stranded
+behind a busy or sleeping taker (the seed's ``signal()`` trap), and each event wakes O(1)
+threads instead of all of them. A worker that leaves has its prefetched jobs taken back
+(revoke) or its leases ended and its id retired (release_worker, retire_if_leased).
+
+No lock of its own: it shares its JobQueue's. Methods ending in ``_locked`` are called
+with it held; the others take it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from mpsched._core.clock import Clock, Waitable
+from mpsched._core.heap import PendingJobs
+from mpsched._core.job import Assignment, Job
+from mpsched._core.leases import Leases, LostLease
+from mpsched._core.prefetch import Prefetcher
+from mpsched._core.wall_offset import WallOffset
+from mpsched._errors import SchedulerShutdownError
+
+
+class HandOut:
+    """The taking side of one JobQueue, guarded by that queue's ``lock``.
+
+    ``push`` and ``pop_due`` are the queue's moves of a job into and out of its heap (they
+    tell takers of a new head, prefetched jobs of one that goes before them, and
+    submitters of room).
+    """
+
+    def __init__(self, lock: threading.Lock, clock: Clock, pending: PendingJobs,
+                 wall: WallOffset, leases: Leases, prefetch: Prefetcher, *,
+                 push: Callable[[Job], None],
+                 pop_due: Callable[[float, float], Job | None]) -> None:
+        self._lock = lock  # the queue's: guards every field below
+        self._clock = clock
+        self._pending = pending
+        self._wall = wall
+        self._leases = leases
+        self._prefetch = prefetch
+        self._push = push
+        self._pop_due = pop_due
+        # Takers wait here: untimed when the heap is empty or another taker leads, timed
+        # (head's delay) when leading. Notified (one waiter) by a submit that makes a new
+        # head, a cancel that removes the head, and a leaving taker when work remains and
+        # no leader does; notified all by close_locked().
+        self._available = clock.condition(lock)
+        self._leader: object | None = None  # the taker sleeping until the head is due
+        self.waiting = 0  # takers and submitters inside a wait
+        self._takers_waiting = 0  # takers inside a wait: while one does, none prefetches
+        self.wakeups = 0  # waits that ended
+        self.closed = False  # by close_locked(): takes raise, requeues are refused
+
+    def take_batch(self, worker_id: str, timeout: float, early: float, more: int,
+                   prefetchable: Callable[[Job], bool] | None) -> list[Assignment]:
+        """The next due job under a new lease, and up to ``more`` prefetched ones; waits
+        up to ``timeout`` seconds (JobQueue.take_batch)."""
+        with self._lock:
+            self._prefetch.forget_locked(worker_id)
+            deadline = self._clock.now() + timeout
+            try:
+                while True:
+                    batch = self._try_take_locked(worker_id, early, more, prefetchable)
+                    if batch is not None:
+                        return batch
+                    if not self._wait_for_work_locked(worker_id, deadline, early):
+                        return []
+            finally:
+                # Pass leadership on: without this, a follower could sleep untimed past
+                # the head's due time while no one else is watching the clock. (With
+                # nobody waiting there is no one to notify: skip the call, it is per job.)
+                if self.waiting and self._leader is None and self._pending \
+                        and not self.closed:
+                    self._available.notify()
+
+    def _try_take_locked(self, worker_id: str, early: float, more: int,
+                         prefetchable: Callable[[Job], bool] | None) -> list[Assignment] | None:
+        """One look at the heap for ``take_batch``: the batch to hand out ([] for a retired
+        worker), or None when the taker must wait."""
+        if self.closed:
+            raise SchedulerShutdownError("the queue is closed")
+        self._prefetch.revoke_called_for_locked()  # a job put back may go before them
+        if self._leases.retired_locked(worker_id):
+            # A dead worker's call can outlive it in a server thread; handing it a job
+            # would leave that job in flight with no one to run it.
+            return []
+        if self._prefetch.revoking_locked(worker_id):
+            return None
+        now = self._clock.now()
+        while True:
+            if self._prefetch and self._prefetch.take_back_locked(worker_id, now):
+                continue  # what went back to the heap goes first: pop it
+            job = self._pop_due(now, early)
+            if job is None:
+                return None
+            if job.at is not None and self._held_locked(job, now):
+                continue  # back in the heap until the wall clock reaches its time
+            first = self._leases.grant_locked(job, worker_id, now)
+            if more and not self._takers_waiting:
+                return [first, *self._prefetch.hand_locked(worker_id, now, more, prefetchable)]
+            return [first]
+
+    def _wait_for_work_locked(self, worker_id: str, deadline: float, early: float) -> bool:
+        """Wait for something to take: as the leader (until the head is due, ``early``
+        seconds ahead) or a follower (untimed), or, while the taker's own prefetched jobs
+        are being revoked, for that to end; False once ``deadline`` has passed."""
+        now = self._clock.now()
+        remaining = deadline - now
+        if remaining <= 0:
+            return False
+        if self._prefetch.revoking_locked(worker_id):
+            self.wait_locked(self._prefetch.revoke_done, remaining)
+            return True
+        head_due = self._pending.head_due()
+        if head_due is None or self._leader is not None:
+            self.wait_locked(self._available, remaining, taker=True)
+            return True
+        me = object()
+        self._leader = me
+        try:
+            self.wait_locked(self._available, min(head_due - early - now, remaining),
+                             taker=True)
+        finally:
+            if self._leader is me:
+                self._leader = None
+        return True
+
+    def _held_locked(self, job: Job, now: float) -> bool:
+        """Put back a job just popped for ``at=`` that would start before its wall-clock
+        time (its due time, on this monotonic clock, came from a wall-to-monotonic offset
+        the wall clock has since fallen behind); True if it went back. Its new due time
+        comes from the offset as it is now, kept for the jobs popped after it (equal ``at``
+        values keep equal due times, so ties still break by priority, then FIFO)."""
+        due = self._wall.held_due_locked(job, now)
+        if due is None:
+            return False
+        job.due = due
+        self._push(job)
+        return True
+
+    def revoke(self, worker_id: str) -> int:
+        """``worker_id``'s prefetched jobs back in the heap (JobQueue.revoke)."""
+        with self._lock:
+            returned = self._prefetch.revoke_locked(worker_id)
+        self._prefetch.revoke_called_for()
+        return returned
+
+    def release_worker(self, worker_id: str) -> list[LostLease]:
+        """End a gone worker's leases, and retire its id (JobQueue.release_worker)."""
+        with self._lock:
+            self._prefetch.drop_locked(worker_id)
+            return self._leases.release_worker_locked(worker_id, self._clock.now())
+
+    def retire_if_leased(self, worker_id: str, lease_id: int) -> bool:
+        """Retire ``worker_id`` while ``lease_id`` is in flight
+        (JobQueue.retire_if_leased)."""
+        with self._lock:
+            if not self._leases.holds_locked(lease_id):
+                return False
+            self._leases.retire_locked(worker_id, self._clock.now())
+            return True
+
+    def close_locked(self) -> None:
+        """Every waiting and future take raises SchedulerShutdownError."""
+        self.closed = True
+        self._available.notify_all()
+
+    def new_head_locked(self) -> None:
+        """The heap has a new head, which may be due sooner than what the leader sleeps
+        for: hand the lead to one waiter, which re-reads the head."""
+        self._leader = None
+        self._available.notify()
+
+    def wait_locked(self, condition: Waitable, timeout: float | None, *,
+                    taker: bool = False) -> None:
+        """Wait on ``condition`` (a taker's, or a submitter's for room), counted."""
+        if timeout is not None:
+            timeout = min(timeout, threading.TIMEOUT_MAX)
+        self.waiting += 1
+        self._takers_waiting += taker
+        try:
+            condition.wait(timeout)
+        finally:
+            self.waiting -= 1
+            self._takers_waiting -= taker
+            self.wakeups += 1
