@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-dev
 
-.PHONY: demo test check lint bench bench-guard stress clean tools
+.PHONY: demo test check lint bench bench-guard stress clean tools screenshot
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,16 @@ tools:
 
 test: $(STAMP) tools
 	$(PY) -m pytest
+
+# docs/dashboard.png, the README's picture of the status page: taken by the page's browser
+# test, from a copy of this tree in a temporary directory, so that the tracebacks on it name
+# no one's checkout.
+screenshot: $(STAMP) tools
+	@copy=$$(mktemp -d) && mkdir $$copy/mpsched && git ls-files -z | \
+	  xargs -0 cp --parents -t $$copy/mpsched && cd $$copy/mpsched && \
+	  MPSCHED_SCREENSHOT=$(CURDIR)/docs/dashboard.png PYTHONPATH=$$copy/mpsched \
+	  $(CURDIR)/$(PY) -m pytest -q -p no:cacheprovider tests/test_dashboard_page.py \
+	  -k follows_a_job; status=$$?; rm -rf $$copy; exit $$status
 
 lint: $(STAMP)
 	$(PY) -m ruff check mpsched tests examples

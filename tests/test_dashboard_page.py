@@ -4,8 +4,10 @@ itself up to date, and, with a token, acts."""
 
 from __future__ import annotations
 
+import hashlib
 import os
-import shutil
+import struct
+import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import CancelledError
 from pathlib import Path
@@ -16,6 +18,7 @@ import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
 from processes import wait_started
 
+import mpsched._manager.http
 from mpsched import Priority, Scheduler
 
 CHROMIUM = "/usr/bin/chromium"
@@ -23,7 +26,9 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-ne
          "--disable-component-update", "--disable-sync", "--no-first-run"]
 WAIT_MS = 30_000  # for the page to show a change, on a loaded 2-core machine
 TOKEN = "page-token-for-tests"
-SCREENSHOT_ENV = "MPSCHED_SCREENSHOT"  # where to copy the screenshot (the README's)
+SCREENSHOT_ENV = "MPSCHED_SCREENSHOT"  # where to copy the screenshot (make screenshot)
+README_SCREENSHOT = Path(__file__).parent.parent / "docs" / "dashboard.png"
+PAGE_KEY = b"mpsched-page"  # the PNG text chunk that says which page.html it shows
 
 pytestmark = pytest.mark.slow
 
@@ -113,7 +118,8 @@ def test_the_page_shows_workers_and_jobs_and_follows_a_job_to_its_end(
     page.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 10_000
     if os.environ.get(SCREENSHOT_ENV):
-        shutil.copyfile(shot, os.environ[SCREENSHOT_ENV])
+        Path(os.environ[SCREENSHOT_ENV]).write_bytes(
+            with_text(shot.read_bytes(), PAGE_KEY, page_digest()))
 
     release.touch()
     assert running.result(timeout=30) == "woke"
@@ -166,3 +172,38 @@ def test_without_the_token_the_page_asks_for_it(with_token: Scheduler, open_page
     page.locator("#auth button").click()
     expect(page.locator("#auth")).to_be_hidden()
     expect(page.locator("#live")).to_contain_text("actions on")
+
+
+def page_digest() -> bytes:
+    """What identifies this version of the page: its file's SHA-256, in short."""
+    html = Path(mpsched._manager.http.__file__).with_name("page.html").read_bytes()
+    return hashlib.sha256(html).hexdigest()[:16].encode()
+
+
+def with_text(png: bytes, key: bytes, value: bytes) -> bytes:
+    """``png`` with a tEXt chunk ``key``: ``value`` before its end (IEND, 12 bytes)."""
+    data = key + b"\0" + value
+    chunk = struct.pack(">I", len(data)) + b"tEXt" + data + struct.pack(
+        ">I", zlib.crc32(b"tEXt" + data))
+    return png[:-12] + chunk + png[-12:]
+
+
+def text_of(png: bytes, key: bytes) -> bytes | None:
+    """The value of the tEXt chunk ``key`` of ``png``; None without one."""
+    at = 8  # past the signature
+    while at < len(png):
+        (length,), kind = struct.unpack(">I", png[at:at + 4]), png[at + 4:at + 8]
+        data = png[at + 8:at + 8 + length]
+        if kind == b"tEXt" and data.partition(b"\0")[0] == key:
+            return data.partition(b"\0")[2]
+        at += 12 + length
+    return None
+
+
+def test_the_readme_screenshot_shows_this_page() -> None:
+    """The README's screenshot is taken by the browser test above (make screenshot), which
+    writes in it which page.html it shows: a change to the page needs a new one."""
+    shown = text_of(README_SCREENSHOT.read_bytes(), PAGE_KEY)
+    assert shown == page_digest(), (
+        f"{README_SCREENSHOT} shows another page.html than this one ({shown!r}): run make "
+        f"screenshot and commit it")

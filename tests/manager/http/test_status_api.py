@@ -8,7 +8,7 @@ import dataclasses
 import json
 import os
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -217,21 +217,27 @@ def test_the_page_and_the_listings_never_copy_the_whole_heap(
     assert request(server, "/api/status").status == 200
 
 
-def test_with_a_store_its_size_and_commit_times_are_metrics(tmp_path: Path) -> None:
+@pytest.fixture
+def stored(tmp_path: Path) -> Iterator[tuple[ManagerService, SQLiteStore, StatusServer]]:
+    """A service journalling to a SQLite store, with its status server; all stopped at the
+    end."""
     store = SQLiteStore(tmp_path / "jobs.db", durability="process")
     queue = JobQueue()
     service = ManagerService(queue, journal=Journal(store, queue))
     server = StatusServer(HttpConfig(host="127.0.0.1", port=0), service)
     server.start()
-    try:
-        service.journal.recover(queue.clock)
-        service.journal.submit([JobRequest("kept", "client", b"", 2, 3600.0, None)], None)
-        found = families(request(server, "/metrics").text)
-        assert sample(found, "mpsched_store_size_bytes") > 0
-        commits = sample(found, "mpsched_store_commit_seconds",
-                         "mpsched_store_commit_seconds_count")
-        assert commits >= 1 and commits == store.commits
-    finally:
-        server.stop()
-        service.stop()
-        store.close()
+    yield service, store, server
+    server.stop()
+    service.stop()
+    store.close()
+
+
+def test_with_a_store_its_size_and_commit_times_are_metrics(
+        stored: tuple[ManagerService, SQLiteStore, StatusServer]) -> None:
+    service, store, server = stored
+    service.journal.recover(service.queue.clock)
+    service.journal.submit([JobRequest("kept", "client", b"", 2, 3600.0, None)], None)
+    found = families(request(server, "/metrics").text)
+    assert sample(found, "mpsched_store_size_bytes") > 0
+    commits = sample(found, "mpsched_store_commit_seconds", "mpsched_store_commit_seconds_count")
+    assert commits >= 1 and commits == store.commits
