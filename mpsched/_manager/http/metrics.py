@@ -35,6 +35,19 @@ class MetricsInput:
     # the store's commits (None: no store, or one that does not time its commits)
     commit_latency: HistogramSnapshot | None
     started_wall: float  # when the manager started, epoch seconds
+    process: ProcessFigures | None = None  # the manager process (None: not readable)
+    build: Labels | None = None  # version labels of mpsched_build_info
+
+
+@dataclass(frozen=True)
+class ProcessFigures:
+    """The manager process itself, as every Prometheus client library's ``process_*``
+    metrics show a process."""
+
+    cpu_seconds: float  # user + system
+    rss: int  # bytes
+    open_fds: int
+    start_time: float  # epoch seconds
 
 
 def render(metrics: MetricsInput) -> str:
@@ -47,6 +60,8 @@ def render(metrics: MetricsInput) -> str:
     _workers(out, metrics.stats)
     _schedules(out, metrics.schedules)
     _manager(out, metrics)
+    if metrics.process is not None:
+        _process(out, metrics.process)
     return out.text()
 
 
@@ -126,6 +141,10 @@ def _manager(out: _Exposition, metrics: MetricsInput) -> None:
     out.family("mpsched_start_time_seconds", "gauge",
                "When the manager started, Unix epoch seconds.",
                [("", {}, metrics.started_wall)])
+    if metrics.build is not None:
+        out.family("mpsched_build_info", "gauge",
+                   "Always 1; its labels say which mpsched and Python the manager runs.",
+                   [("", metrics.build, 1)])
     if stats.store != "memory" and stats.store_size is not None:
         out.family("mpsched_store_size_bytes", "gauge",
                    "Bytes the job store takes (database, journal, lease log).",
@@ -134,6 +153,21 @@ def _manager(out: _Exposition, metrics: MetricsInput) -> None:
         out.histogram("mpsched_store_commit_seconds",
                       "Seconds each store transaction took to write and commit.",
                       metrics.commit_latency)
+
+
+def _process(out: _Exposition, process: ProcessFigures) -> None:
+    """The standard process metrics, of the manager process (workers have their own)."""
+    for name, kind, text, value in (
+            ("process_cpu_seconds_total", "counter",
+             "User and system CPU time of the manager process, in seconds.",
+             process.cpu_seconds),
+            ("process_resident_memory_bytes", "gauge",
+             "Resident memory of the manager process, in bytes.", process.rss),
+            ("process_open_fds", "gauge",
+             "File descriptors the manager process has open.", process.open_fds),
+            ("process_start_time_seconds", "gauge",
+             "When the manager process started, Unix epoch seconds.", process.start_time)):
+        out.family(name, kind, text, [("", {}, value)])
 
 
 class _Exposition:

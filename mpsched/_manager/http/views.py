@@ -10,10 +10,14 @@ thread, so a slow client never holds anything the scheduler needs.
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import math
+import platform
 import time
 from datetime import datetime, timezone
 from typing import Any
+
+import psutil
 
 from mpsched._core.histogram import HistogramSnapshot
 from mpsched._core.job import Job, JobRecord, JobState, Priority
@@ -21,7 +25,7 @@ from mpsched._core.leases import Running
 from mpsched._core.recurring import ScheduleInfo
 from mpsched._manager.failures import Failure
 from mpsched._manager.http.history import LatenessHistory
-from mpsched._manager.http.metrics import MetricsInput, render
+from mpsched._manager.http.metrics import MetricsInput, ProcessFigures, render
 from mpsched._manager.journal import decode
 from mpsched._manager.service import ManagerService
 
@@ -40,6 +44,8 @@ class Views:
         self._queue = service.queue
         self.history = history
         self._started_wall = time.time() - service.stats(lateness=False).uptime
+        self._process = psutil.Process()  # this one: the manager's
+        self._build = {"version": _version(), "python": platform.python_version()}
 
     def status(self) -> JsonDict:
         """What ``status --json`` prints."""
@@ -51,7 +57,21 @@ class Views:
             stats=self._service.stats(lateness=False),
             lateness=self._queue.leases.lateness_histogram(),
             schedules=self._service.schedules.listing(), commit_latency=store.commit_latency(),
-            started_wall=self._started_wall))
+            started_wall=self._started_wall, process=self._process_figures(),
+            build=self._build))
+
+    def _process_figures(self) -> ProcessFigures | None:
+        """The manager process's CPU time, memory and descriptors, read now (one
+        look at /proc)."""
+        try:
+            with self._process.oneshot():
+                times = self._process.cpu_times()
+                return ProcessFigures(cpu_seconds=times.user + times.system,
+                                      rss=self._process.memory_info().rss,
+                                      open_fds=self._process.num_fds(),
+                                      start_time=self._process.create_time())
+        except (psutil.Error, OSError):  # e.g. no descriptor left to read /proc with
+            return None
 
     def dashboard(self, *, actions: bool) -> JsonDict:
         """Everything the page shows, in one answer."""
@@ -175,6 +195,13 @@ def chart(recent: HistogramSnapshot, covered: float) -> JsonDict:
 def _bound(value: float | None) -> float | None:
     """A bucket bound for JSON, which has no infinity: None above every bound."""
     return None if value is None or math.isinf(value) else value
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("mpsched")
+    except importlib.metadata.PackageNotFoundError:  # run from a tree, not installed
+        return "unknown"
 
 
 def iso(epoch: float) -> str | None:

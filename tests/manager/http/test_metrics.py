@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from mpsched._core.histogram import COMMIT_BOUNDS, LATENESS_BOUNDS, Histogram, empty
 from mpsched._core.job import QueueStats
 from mpsched._core.recurring import ScheduleCounters, ScheduleInfo
-from mpsched._manager.http.metrics import MetricsInput, render
+from mpsched._manager.http.metrics import MetricsInput, ProcessFigures, render
 from mpsched._protocol.records import Stats, WorkerStatus
 
 NEXT = datetime(2030, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
@@ -159,13 +159,32 @@ def test_store_metrics_only_where_a_store_is_configured() -> None:
     assert "mpsched_store_commit_seconds" not in untimed
 
 
+def test_the_manager_process_in_the_standard_process_metrics_and_its_build() -> None:
+    families = parsed(render(MetricsInput(
+        stats(), lateness(), [], None, 1.7e9,
+        process=ProcessFigures(cpu_seconds=12.5, rss=3 * 2**20, open_fds=17,
+                               start_time=1.6e9),
+        build={"version": "0.1.0", "python": "3.11.7"})))
+    assert families["process_cpu_seconds"].type == "counter"
+    assert value(families, "process_cpu_seconds", "process_cpu_seconds_total") == 12.5
+    assert value(families, "process_resident_memory_bytes") == 3 * 2**20
+    assert value(families, "process_open_fds") == 17
+    assert value(families, "process_start_time_seconds") == 1.6e9
+    assert value(families, "mpsched_build_info", version="0.1.0", python="3.11.7") == 1
+    unread = parsed(render(MetricsInput(stats(), lateness(), [], None, 1.7e9)))
+    assert not [name for name in unread if name.startswith("process_")]
+
+
 def test_names_follow_prometheus_conventions() -> None:
     text = render(MetricsInput(stats(store="x", store_size=1), empty(LATENESS_BOUNDS),
-                               [schedule("s", 0, 0, 0, 0)], empty(COMMIT_BOUNDS), 1.7e9))
+                               [schedule("s", 0, 0, 0, 0)], empty(COMMIT_BOUNDS), 1.7e9,
+                               process=ProcessFigures(cpu_seconds=1.0, rss=1, open_fds=1,
+                                                      start_time=1.0),
+                               build={"version": "1", "python": "3"}))
     types = dict(re.findall(r"^# TYPE (\S+) (\S+)$", text, re.MULTILINE))
-    assert len(types) == len(re.findall(r"^# HELP ", text, re.MULTILINE)) >= 20
+    assert len(types) == len(re.findall(r"^# HELP ", text, re.MULTILINE)) >= 25
     for name, kind in types.items():
-        assert re.fullmatch(r"mpsched_[a-z_]+", name), name
+        assert re.fullmatch(r"(mpsched|process)_[a-z_]+", name), name
         assert name.endswith("_total") == (kind == "counter"), name
         if kind == "histogram":
             assert name.endswith("_seconds"), name

@@ -7,11 +7,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import platform
 import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from conftest import TRACEBACK, WORKERS, request, run, submit
 from fakeclock import FakeClock
@@ -104,6 +106,13 @@ def test_metrics_show_the_state_the_test_set_up(
     assert sample(found, "mpsched_worker_jobs", "mpsched_worker_jobs_total", host="elsewhere",
                   slot="0") == 5
     assert not [name for name in found if name.startswith("mpsched_store_")]  # no store
+    me = psutil.Process()  # the service runs in this process: it is the manager here
+    assert sample(found, "process_start_time_seconds") == me.create_time()
+    assert 0 < sample(found, "process_cpu_seconds", "process_cpu_seconds_total") <= \
+        sum(me.cpu_times()[:2])
+    assert sample(found, "process_open_fds") > 0
+    [build] = found["mpsched_build_info"].samples
+    assert build.value == 1 and build.labels["python"] == platform.python_version()
 
 
 def test_api_status_is_what_status_json_prints(
