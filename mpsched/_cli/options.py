@@ -53,8 +53,9 @@ def cancel_options(cancel: argparse.ArgumentParser) -> None:
 def tls_options(p: argparse.ArgumentParser, *, serving: bool) -> None:
     group = p.add_argument_group(
         "TLS (TCP addresses only; the authkey is still required)",
-        "Without TLS, traffic after the authkey handshake is plaintext pickles: use it on "
-        "any network you do not trust. Files are PEM." if serving else None)
+        textwrap.fill("Without TLS, traffic after the authkey handshake is plaintext "
+                      "pickles: use it on any network you do not trust. Files are PEM.", 77)
+        if serving else None)
     if serving:
         group.add_argument("--tls-cert", type=Path, metavar="FILE",
                            help="serve TLS with this certificate (its local workers verify "
@@ -195,7 +196,8 @@ def _http_options(serve: argparse.ArgumentParser) -> None:
                            "on 127.0.0.1, this machine only (port 0: any free port; "
                            "default: none)")
     http.add_argument("--http-token-file", type=Path, metavar="FILE",
-                      help="file holding the token requests must carry, mode 0600")
+                      help="file holding the token every request must carry (mode "
+                           "0600; printable ASCII without spaces)")
 
 
 def worker_options(worker: argparse.ArgumentParser) -> None:
