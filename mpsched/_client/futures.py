@@ -36,7 +36,7 @@ from mpsched._errors import (
     SchedulerShutdownError,
     StoreError,
 )
-from mpsched._payload import shm
+from mpsched._payload import frames, shm
 from mpsched._payload.pickling import loads, remote_exception
 from mpsched._payload.segment_pool import SegmentPool
 from mpsched._protocol.proxy import (
@@ -310,7 +310,7 @@ class ClientCore:
             self._release_payload(request.payload)
 
     def _release_payload(self, payload: Payload) -> None:
-        segment = shm.segment_of(payload)
+        segment = frames.segment_of(payload)
         if segment and self.pool is not None:
             self.pool.discard(segment)
         elif segment:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from mpsched._core.job import Job, JobState, Outcome
-from mpsched._payload import shm
+from mpsched._payload import frames
 
 MAX_JOBS = 100_000
 MAX_BYTES = 64 * 2**20  # of outcomes (result or error payloads and tracebacks)
@@ -59,7 +59,7 @@ class EndedJobs:
             return [Ended(job=job, state=state, worker_id=worker_id, finished_wall=wall,
                           outcome=None, kept_until=now, size=0)]
         size = 0 if outcome is None else len(outcome.payload) + len(outcome.traceback)
-        if outcome is not None and (size > MAX_OUTCOME or shm.segment_of(outcome.payload)):
+        if outcome is not None and (size > MAX_OUTCOME or frames.segment_of(outcome.payload)):
             outcome, size = None, 0
         job.payload = b""  # it will not run again: the arguments are not needed
         ended = self._ended

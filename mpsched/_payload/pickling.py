@@ -21,7 +21,7 @@ import cloudpickle
 
 from mpsched._core.job import Outcome, Payload
 from mpsched._errors import InvalidJobError, JobError, JobPicklingError, RemoteTraceback
-from mpsched._payload import shm
+from mpsched._payload import frames, shm
 from mpsched._payload.by_value import by_value_modules, cloudpickle_dumps, pickled_by_value
 from mpsched._payload.segment_pool import SegmentPool, Stored, write_as
 
@@ -61,7 +61,7 @@ def pickle_job(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, 
 
     With ``pool`` (this process shares the manager's shared memory) large buffers go out
     of band into a segment the pool gives, and the payload is framed
-    (mpsched._payload.shm.frame). If shared memory cannot take them, the job is pickled inline
+    (mpsched._payload.frames.frame). If shared memory cannot take them, the job is pickled inline
     instead: it never fails for want of shared memory.
 
     Raises:
@@ -140,17 +140,17 @@ def dumps_framed(obj: Any, store: Callable[[list[memoryview]], Stored | None], *
     buffers: list[memoryview] = []
     body = _dumps(_wrap(obj, [_MAX_VISITS], 0, {}), buffers, fast=fast)
     if not buffers:
-        return shm.frame("", 0, (), body) if job else body
+        return frames.frame("", 0, (), body) if job else body
     stored = store(buffers)
     if stored is None:
         return None
     name, size, entries = stored
-    return shm.frame(name, size, entries, body)
+    return frames.frame(name, size, entries, body)
 
 
 def dumps_carried(obj: Any, *, fast: bool = True) -> bytes:
     """Pickle ``obj`` for a trip without shared memory: a plain pickle, or, when it holds
-    large buffers, a payload that carries them after its frame (mpsched._payload.shm.carry).
+    large buffers, a payload that carries them after its frame (mpsched._payload.frames.carry).
     ``fast``: as for :func:`_dumps`.
 
     Raises:
@@ -158,7 +158,7 @@ def dumps_carried(obj: Any, *, fast: bool = True) -> bytes:
     """
     buffers: list[memoryview] = []
     body = _dumps(_wrap(obj, [_MAX_VISITS], 0, {}), buffers, fast=fast)
-    return shm.carry(buffers, body) if buffers else body
+    return frames.carry(buffers, body) if buffers else body
 
 
 def loads(payload: Payload) -> Any:
@@ -168,13 +168,13 @@ def loads(payload: Payload) -> Any:
     Raises:
         Exception: whatever unpickling raised; OSError when the segment is gone.
     """
-    parsed = shm.parse(payload)
+    parsed = frames.parse(payload)
     if parsed is None:
         return pickle.loads(payload)
     if parsed.segment:
         buffers: Iterable[Any] = shm.read(parsed.segment, parsed.entries)
     else:
-        buffers = shm.inline_buffers(payload, parsed) if parsed.entries else ()
+        buffers = frames.inline_buffers(payload, parsed) if parsed.entries else ()
     return pickle.loads(memoryview(payload)[parsed.body:], buffers=buffers)
 
 

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from mpsched._core.job import Payload
-from mpsched._payload import shm
+from mpsched._payload import frames, shm
 
 log = logging.getLogger("mpsched.shm")
 
@@ -41,7 +41,7 @@ MAX_FREE = 64 << 20  # bytes of free segments a client keeps at most
 IDLE = 1.0  # seconds a free segment is kept for the next job
 _SMALLEST = 1 << 16  # size classes are powers of two from here up to MAX_SIZE
 
-Stored = tuple[str, int, tuple[shm.Entry, ...]]  # segment name, size, buffer table
+Stored = tuple[str, int, tuple[frames.Entry, ...]]  # segment name, size, buffer table
 
 
 class SegmentPool:
@@ -69,7 +69,7 @@ class SegmentPool:
         """Write a job's out-of-band buffers into a segment: a free one of this pool when
         they are all read-only and small enough, else a new one (a segment of its own when
         it cannot be reused). None when shared memory cannot take them."""
-        size = shm.layout(buffers)[0]
+        size = frames.layout(buffers)[0]
         if size > self._max_size or not all(buffer.readonly for buffer in buffers):
             return write_as(shm.new_name(self.prefix, "j"), buffers)
         while (free := self._take(_size_class(size))) is not None:
@@ -85,7 +85,7 @@ class SegmentPool:
 
     def pooled(self, payload: Payload) -> str:
         """The segment of this pool that ``payload`` holds; "" for none."""
-        name = shm.segment_of(payload)
+        name = frames.segment_of(payload)
         return name if name.startswith(self._stem) else ""
 
     def returned(self, name: str) -> None:

@@ -30,7 +30,7 @@ import threading
 from collections.abc import Iterable
 
 from mpsched._core.job import JobRequest, Outcome, Payload, PayloadOptions
-from mpsched._payload import shm
+from mpsched._payload import frames, shm
 
 log = logging.getLogger("mpsched.manager")
 
@@ -85,7 +85,7 @@ class Segments:
         """Take ownership of a batch's segments (before its jobs can be taken)."""
         if not self.prefix:
             return
-        owned = [(r.job_id, s) for r in requests if (s := shm.segment_of(r.payload))]
+        owned = [(r.job_id, s) for r in requests if (s := frames.segment_of(r.payload))]
         if owned:
             pooling = {c for _, s in owned if (c := shm.pool_owner(self.prefix, s))}
             with self._lock:
@@ -122,7 +122,7 @@ class Segments:
             return shm.inline(payload)
         except OSError as exc:  # gone: the worker will fail the job with the same error
             log.warning("cannot read the arguments of a job in %s: %s",
-                        shm.segment_of(payload), exc)
+                        frames.segment_of(payload), exc)
             return payload
 
     # ----------------------------------------------------------------------- results
@@ -138,7 +138,7 @@ class Segments:
 
     def discarded(self, outcome: Outcome) -> None:
         """An outcome nobody will collect (late report, or its client is gone)."""
-        segment = shm.segment_of(outcome.payload) if self.prefix else ""
+        segment = frames.segment_of(outcome.payload) if self.prefix else ""
         if not segment:
             return
         with self._lock:
@@ -150,7 +150,7 @@ class Segments:
 
     def posted(self, outcome: Outcome, recipients: int) -> None:
         """An outcome is posted to ``recipients`` mailboxes."""
-        segment = shm.segment_of(outcome.payload) if self.prefix else ""
+        segment = frames.segment_of(outcome.payload) if self.prefix else ""
         if segment:
             with self._lock:
                 self._results[segment] = recipients
@@ -164,7 +164,7 @@ class Segments:
         """``outcomes`` go to ``client_id``, which maps them before it collects again."""
         if not self.prefix or not self._results:
             return
-        segments = [s for o in outcomes if (s := shm.segment_of(o.payload))]
+        segments = [s for o in outcomes if (s := frames.segment_of(o.payload))]
         if segments:
             with self._lock:
                 self._handed.setdefault(client_id, []).extend(segments)

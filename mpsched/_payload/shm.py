@@ -1,10 +1,12 @@
-"""Shared-memory segments that carry a job's large buffers, and the payload frame naming them.
+"""Shared-memory segments that carry a job's large buffers: their names, writing, reading
+and removing them.
 
 A client that shares the manager's ``/dev/shm`` writes a job's large buffers (pickle
 protocol 5, out of band) once into one POSIX shared-memory segment; only the segment's name
-travels through the manager, in a small frame in front of the job's pickle. A worker the
-manager started writes a large result the same way. Nobody here unpickles anything: this
-module moves bytes and names, and the manager reads only the frame.
+travels through the manager, in a small frame in front of the job's pickle
+(mpsched._payload.frames). A worker the manager started writes a large result the same way.
+Nobody here unpickles anything: this module moves bytes and names, and the manager reads
+only the frame.
 
 Names are ``mps<pid>_<start>_...``: the pid of the manager that owns the segment and that
 process's start time (in hundredths of a second). A manager removes every segment of its
@@ -27,13 +29,12 @@ import mmap
 import os
 import re
 import secrets
-import struct
 from collections.abc import Sequence
-from typing import NamedTuple
 
 import psutil
 
 from mpsched._core.job import Payload, PayloadOptions
+from mpsched._payload import frames
 
 try:
     import _posixshmem  # type: ignore[import-not-found]
@@ -43,34 +44,9 @@ except ImportError:  # pragma: no cover - Windows, or a build without POSIX shm
 log = logging.getLogger("mpsched.shm")
 
 THRESHOLD = 64 * 1024  # buffers this large or larger go out of band
-ALIGN = 64  # offset alignment of buffers in a segment (NumPy views want aligned data)
 SHM_DIR = "/dev/shm"
-MAGIC = b"MPS\x05"  # first bytes of a framed payload; a pickle starts with b"\x80"
-CARRIED = b"MPS\x06"  # the same, for a payload that carries its buffers itself
-_HEAD = struct.Struct("!4sHQH")  # magic, name length, segment size, buffer count
-_ENTRY = struct.Struct("!QQ?")  # offset, length, read-only
 _NAME = re.compile(r"mps(\d+)_(\d+)_")
 _logged: set[str] = set()  # fallback reasons already logged by this process
-
-
-class Entry(NamedTuple):
-    """Where one out-of-band buffer sits in a segment."""
-
-    offset: int
-    length: int
-    readonly: bool
-
-
-class Frame(NamedTuple):
-    """A framed payload, parsed: its segment (``""`` for none), the buffers in it, where
-    they start when the payload carries them itself (no segment: see :func:`inline`), and
-    where the pickle starts."""
-
-    segment: str
-    size: int
-    entries: tuple[Entry, ...]
-    data: int
-    body: int
 
 
 def available() -> bool:
@@ -121,21 +97,8 @@ def result_name(prefix: str, lease_id: int) -> str:
     return f"{prefix}r{lease_id}"
 
 
-# ----------------------------------------------------------------------- segments
-
-
-def layout(buffers: Sequence[memoryview]) -> tuple[int, tuple[Entry, ...]]:
-    """Where ``buffers`` go in a segment (each at an aligned offset), and its size."""
-    entries = []
-    offset = 0
-    for buffer in buffers:
-        entries.append(Entry(offset=offset, length=buffer.nbytes, readonly=buffer.readonly))
-        offset += -(-buffer.nbytes // ALIGN) * ALIGN
-    return offset, tuple(entries)
-
-
 def write(name: str, buffers: Sequence[memoryview], *, reuse: bool = False
-          ) -> tuple[int, tuple[Entry, ...]] | None:
+          ) -> tuple[int, tuple[frames.Entry, ...]] | None:
     """Create segment ``name`` holding ``buffers`` (laid out by :func:`layout`); with
     ``reuse``, overwrite the existing segment ``name`` instead.
 
@@ -145,7 +108,7 @@ def write(name: str, buffers: Sequence[memoryview], *, reuse: bool = False
     """
     if _posixshmem is None:
         return None
-    size, entries = layout(buffers)
+    size, entries = frames.layout(buffers)
     flags = os.O_RDWR if reuse else os.O_CREAT | os.O_EXCL | os.O_RDWR
     try:
         fd = _posixshmem.shm_open("/" + name, flags, mode=0o600)
@@ -172,7 +135,7 @@ def _write_all(fd: int, buffer: memoryview, offset: int) -> None:
         done += os.pwrite(fd, view[done:], offset + done)
 
 
-def read(name: str, entries: Sequence[Entry]) -> list[bytes | memoryview]:
+def read(name: str, entries: Sequence[frames.Entry]) -> list[bytes | memoryview]:
     """The buffers of segment ``name``, for ``pickle.loads(..., buffers=...)``.
 
     A read-only buffer comes back as ``bytes`` (read, one copy: a ``bytes`` argument is
@@ -202,7 +165,7 @@ def read(name: str, entries: Sequence[Entry]) -> list[bytes | memoryview]:
         os.close(fd)
 
 
-def _read_all(fd: int, entry: Entry) -> bytes:
+def _read_all(fd: int, entry: frames.Entry) -> bytes:
     data = os.pread(fd, entry.length, entry.offset)
     if len(data) == entry.length:
         return data
@@ -275,7 +238,7 @@ def shared_with(options: PayloadOptions) -> str:
         log_fallback("this platform has no POSIX shared memory (/dev/shm)")
         return ""
     try:
-        probe = Entry(offset=0, length=len(options.probe), readonly=True)
+        probe = frames.Entry(offset=0, length=len(options.probe), readonly=True)
         found = read(options.prefix + "probe", [probe])
     except OSError as exc:
         log_fallback(f"this process does not see the manager's shared memory ({exc})")
@@ -286,70 +249,15 @@ def shared_with(options: PayloadOptions) -> str:
     return options.prefix
 
 
-# ------------------------------------------------------------------------- frames
-
-
-def frame(segment: str, size: int, entries: Sequence[Entry], body: bytes) -> bytes:
-    """A payload: the frame (segment name, size, buffer table) followed by the pickle.
-
-    Payloads without a segment are framed too when their client reads shared memory:
-    the frame then tells the worker that a large result may come back that way.
-    """
-    if not segment and not entries:
-        return _EMPTY_HEAD + body
-    return b"".join([_head(MAGIC, segment, size, entries), body])
-
-
-def _head(magic: bytes, segment: str, size: int, entries: Sequence[Entry]) -> bytes:
-    encoded = segment.encode()
-    parts = [_HEAD.pack(magic, len(encoded), size, len(entries)), encoded]
-    parts += [_ENTRY.pack(*entry) for entry in entries]
-    return b"".join(parts)
-
-
-_EMPTY_HEAD = _head(MAGIC, "", 0, ())  # the frame of a payload with no buffers
-_EMPTY_FRAME = Frame(segment="", size=0, entries=(), data=_HEAD.size, body=_HEAD.size)
-
-
-def carry(buffers: Sequence[memoryview], body: bytes) -> bytes:
-    """A payload that carries its out-of-band ``buffers`` itself, where no shared memory
-    can: the frame (no segment), the buffers as :func:`layout` places them, the pickle.
-    Built with one copy of each buffer, where pickling them in band takes several."""
-    size, entries = layout(buffers)
-    parts: list[bytes | memoryview] = [_head(CARRIED, "", size, entries)]
-    for entry, buffer in zip(entries, buffers, strict=True):
-        parts.append(buffer)
-        parts.append(bytes(-entry.length % ALIGN))
-    parts.append(body)
-    return b"".join(parts)
-
-
-def parse(payload: Payload | memoryview) -> Frame | None:
-    """The frame of a framed payload; None for a plain pickle."""
-    magic = payload[:4]
-    if magic != MAGIC and magic != CARRIED:
-        return None
-    if payload[:_HEAD.size] == _EMPTY_HEAD:
-        return _EMPTY_FRAME
-    _, length, size, count = _HEAD.unpack_from(payload)
-    start = _HEAD.size + length
-    segment = bytes(payload[_HEAD.size:start]).decode()
-    entries = tuple(Entry._make(_ENTRY.unpack_from(payload, start + i * _ENTRY.size))
-                    for i in range(count))
-    data = start + count * _ENTRY.size
-    return Frame(segment=segment, size=size, entries=entries, data=data,
-                 body=data + (size if magic == CARRIED else 0))
-
-
 def inline(payload: Payload) -> Payload:
-    """``payload`` carrying its segment's buffers itself (as :func:`carry` makes them),
+    """``payload`` carrying its segment's buffers itself (as ``frames.carry`` makes them),
     for a worker that cannot map the segment (another host). Other payloads come back as
     they are. The segment stays: its owner unlinks it.
 
     Raises:
         OSError: the segment is gone or unreadable.
     """
-    parsed = parse(payload)
+    parsed = frames.parse(payload)
     if parsed is None or not parsed.segment:
         return payload
     if _posixshmem is None:
@@ -364,39 +272,19 @@ def inline(payload: Payload) -> Payload:
                 raise OSError(f"shared-memory segment {parsed.segment} is short")
     finally:
         os.close(fd)
-    head = _head(CARRIED, "", parsed.size, parsed.entries)
-    return b"".join([head, data, memoryview(payload)[parsed.body:]])
-
-
-def inline_buffers(payload: Payload, parsed: Frame) -> list[bytearray | memoryview]:
-    """The buffers a payload made by :func:`carry` or :func:`inline` holds, for
-    ``pickle.loads``:
-    read-only ones as views of it, writable ones as copies (a job may write to those)."""
-    view = memoryview(payload)
-    buffers: list[bytearray | memoryview] = []
-    for entry in parsed.entries:
-        part = view[parsed.data + entry.offset:parsed.data + entry.offset + entry.length]
-        buffers.append(part if entry.readonly else bytearray(part))
-    return buffers
-
-
-def segment_of(payload: Payload) -> str:
-    """The name of the segment a payload refers to; "" for none."""
-    if payload[:4] != MAGIC:
-        return ""
-    _, length, _, _ = _HEAD.unpack_from(payload)
-    return payload[_HEAD.size:_HEAD.size + length].decode() if length else ""
+    return frames.carried(parsed.size, parsed.entries, data,
+                          memoryview(payload)[parsed.body:])
 
 
 def payload_size(payload: Payload) -> int:
     """Bytes a pending payload holds: its own length plus its segment's size."""
-    if not segment_of(payload):
+    if not frames.segment_of(payload):
         return len(payload)
-    return len(payload) + int(_HEAD.unpack_from(payload)[2])
+    return len(payload) + frames.segment_size(payload)
 
 
 def release(payload: Payload) -> None:
     """Unlink the segment a payload refers to, if any (its owner is done with it)."""
-    segment = segment_of(payload)
+    segment = frames.segment_of(payload)
     if segment:
         unlink(segment)

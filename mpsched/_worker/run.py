@@ -13,7 +13,7 @@ import cloudpickle
 
 from mpsched._core.job import Assignment, Outcome, OutcomeKind
 from mpsched._errors import JobError, JobUnpicklingError, ResultPicklingError
-from mpsched._payload import shm
+from mpsched._payload import frames, shm
 from mpsched._payload.pickling import dumps_result, loads
 from mpsched._transport.sockets import host_name
 from mpsched._worker.process import WorkerConfig
@@ -33,7 +33,7 @@ def start_time(assignment: Assignment) -> float:
 def result_segment(config: WorkerConfig, assignment: Assignment) -> str:
     """Where a large result goes: shared memory when the manager uses it and the job's
     client maps it (its payload is framed); "" for inline."""
-    if config.shm_prefix and assignment.payload[:4] == shm.MAGIC:
+    if config.shm_prefix and assignment.payload[:4] == frames.MAGIC:
         return shm.result_name(config.shm_prefix, assignment.lease.lease_id)
     return ""
 

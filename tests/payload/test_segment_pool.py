@@ -8,8 +8,8 @@ import jobs
 import pytest
 
 from mpsched._core.job import JobRequest
+from mpsched._payload import frames, shm
 from mpsched._payload import segment_pool as _segment_pool
-from mpsched._payload import shm
 from mpsched._payload.pickling import loads, pickle_job
 from mpsched._payload.segment_pool import SegmentPool
 from mpsched._payload.segments import Segments
@@ -28,7 +28,7 @@ class Clock:
 
 
 def segment(payload: bytes) -> str:
-    return shm.segment_of(payload)
+    return frames.segment_of(payload)
 
 
 def test_a_returned_segment_carries_the_next_job_of_its_size(prefix):

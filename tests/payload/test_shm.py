@@ -17,7 +17,7 @@ from mpsched._core.job import JobRequest, Outcome, PayloadOptions
 from mpsched._core.queue import JobQueue
 from mpsched._errors import InvalidJobError, QueueFullError
 from mpsched._manager.mailbox import Mailboxes
-from mpsched._payload import shm
+from mpsched._payload import frames, shm
 from mpsched._payload.pickling import dumps_result, loads, pickle_job
 from mpsched._payload.segment_pool import SegmentPool
 from mpsched._payload.segments import Segments
@@ -34,7 +34,7 @@ def test_large_buffers_go_out_of_band_once_and_come_back_as_their_types(prefix):
     data = os.urandom(BIG)
     mutable = bytearray(data)
     payload = job_payload(prefix, data, mutable, memoryview(data), [data, 1], "small")
-    frame = shm.parse(payload)
+    frame = frames.parse(payload)
     assert frame is not None and frame.segment.startswith(prefix + "j")
     assert len(payload) < 1024  # only the name and a small pickle cross the manager
     assert shm.names(prefix) == [frame.segment]
@@ -59,45 +59,45 @@ def test_writable_buffers_are_mapped_not_copied_and_writes_stay_private(prefix):
 
 def test_small_arguments_stay_in_the_pickle_behind_an_empty_frame(prefix):
     payload = job_payload(prefix, b"x" * 100)
-    frame = shm.parse(payload)
+    frame = frames.parse(payload)
     assert frame is not None and frame.segment == "" and frame.entries == ()
     assert loads(payload)[1] == (b"x" * 100,)
     assert shm.names(prefix) == []
     assert pickle_job(jobs.noop, (b"x" * 100,), {})[:1] == b"\x80"  # no pool: plain
-    assert pickle_job(jobs.noop, (b"x" * BIG,), {})[:4] == shm.CARRIED  # or carried
+    assert pickle_job(jobs.noop, (b"x" * BIG,), {})[:4] == frames.CARRIED  # or carried
 
 
 def test_a_payload_without_shared_memory_carries_its_buffers_after_its_frame():
     data, mutable = os.urandom(BIG), bytearray(os.urandom(BIG + 1))
     payload = pickle_job(jobs.noop, (data, mutable, jobs.Mapped(bytearray(BIG))), {})
-    frame = shm.parse(payload)
+    frame = frames.parse(payload)
     assert frame is not None and frame.segment == "" and len(frame.entries) == 3
-    assert [e.offset % shm.ALIGN for e in frame.entries] == [0, 0, 0]
+    assert [e.offset % frames.ALIGN for e in frame.entries] == [0, 0, 0]
     assert len(payload) < frame.size + 1024 and shm.payload_size(payload) == len(payload)
     _, (got, got_mutable, mapped), _ = loads(payload)
     assert type(got) is bytes and got == data
     assert type(got_mutable) is bytearray and got_mutable == mutable
     assert jobs.inspect_mapped(mapped) == ("bytearray", True, 255)
-    assert loads(dumps_result(data)) == data and dumps_result(data)[:4] == shm.CARRIED
+    assert loads(dumps_result(data)) == data and dumps_result(data)[:4] == frames.CARRIED
 
 
 def test_a_payload_for_a_remote_worker_carries_its_buffers_itself(prefix):
     data = os.urandom(BIG)
     payload = job_payload(prefix, data, jobs.Mapped(bytearray(BIG)), "small")
     carried = shm.inline(payload)
-    assert shm.segment_of(carried) == "" and shm.payload_size(carried) == len(carried)
+    assert frames.segment_of(carried) == "" and shm.payload_size(carried) == len(carried)
     shm.release(payload)  # the worker reads nothing from shared memory
     _, (got, mapped, small), _ = loads(carried)
     assert got == data and small == "small"
     assert jobs.inspect_mapped(mapped) == ("bytearray", True, 255)  # a copy it may write
     assert shm.inline(carried) is carried
-    assert shm.inline(job_payload(prefix, b"small"))[:4] == shm.MAGIC
+    assert shm.inline(job_payload(prefix, b"small"))[:4] == frames.MAGIC
 
 
 def test_a_result_goes_to_the_segment_named_for_its_lease(prefix):
     name = shm.result_name(prefix, 17)
     payload = dumps_result(bytes(BIG), name)
-    assert shm.segment_of(payload) == name and loads(payload) == bytes(BIG)
+    assert frames.segment_of(payload) == name and loads(payload) == bytes(BIG)
     assert dumps_result(5, shm.result_name(prefix, 18))[:1] == b"\x80"
     assert shm.names(prefix) == [name]
     shm.release(payload)
@@ -112,7 +112,7 @@ def test_a_full_shared_memory_sends_the_job_inline(prefix, monkeypatch, caplog):
     with caplog.at_level(logging.INFO, logger="mpsched.shm"):
         first = job_payload(prefix, bytes(BIG))
         second = job_payload(prefix, bytes(BIG))
-    assert first[:4] == second[:4] == shm.CARRIED  # inline: the buffer after the frame
+    assert first[:4] == second[:4] == frames.CARRIED  # inline: the buffer after the frame
     assert loads(first)[1] == (bytes(BIG),)
     assert shm.names(prefix) == []  # the half-written segment was removed
     assert [r.levelname for r in caplog.records] == ["INFO"]  # logged once
@@ -162,9 +162,9 @@ def test_the_manager_unlinks_a_job_s_arguments_once_it_has_ended(prefix):
     segments.refused(batch[2:])  # a refused job stays its client's
     segments.ended(["a"])
     assert sorted(shm.names(prefix)) == sorted(
-        shm.segment_of(payloads[j]) for j in ("b", "c"))
+        frames.segment_of(payloads[j]) for j in ("b", "c"))
     segments.ended(["b", "c", "unknown"])
-    assert shm.names(prefix) == [shm.segment_of(payloads["c"])]
+    assert shm.names(prefix) == [frames.segment_of(payloads["c"])]
     shm.release(payloads["c"])
 
 
