@@ -11,27 +11,24 @@ from __future__ import annotations
 
 import logging
 import os
-import pickle
 import secrets
 import threading
 import time
 from collections.abc import Callable
 
 from mpsched._core.clock import Clock, SystemClock
-from mpsched._core.job import Assignment, Job, JobRecord, Lease, Outcome, PayloadOptions
-from mpsched._core.leases import LostLease
+from mpsched._core.job import Assignment, Job, JobRecord, Lease, PayloadOptions
 from mpsched._core.queue import JobQueue
 from mpsched._core.recurring import ScheduleInfo, ScheduleSpec
 from mpsched._errors import (
     JobNotFoundError,
-    JobTimeoutError,
-    MpschedError,
     SchedulerShutdownError,
     VersionMismatchError,
-    WorkerCrashedError,
 )
+from mpsched._manager.client_connections import ClientConnections
+from mpsched._manager.endings import Endings
 from mpsched._manager.failures import RecentFailures
-from mpsched._manager.journal import BaseJournal, NoJournal, cancelled
+from mpsched._manager.journal import BaseJournal, NoJournal
 from mpsched._manager.mailbox import Mailboxes
 from mpsched._manager.schedules import Schedules
 from mpsched._manager.shared_queue import SharedQueue
@@ -54,7 +51,6 @@ from mpsched._protocol.records import (
     HEARTBEAT_TIMEOUT,
     LONG_POLL,
     ClientHello,
-    Report,
     Stats,
     WorkerHello,
     WorkerLoad,
@@ -94,13 +90,9 @@ class ManagerService:
         self.versions = describe_versions()
         self.host = host_name()
         self.workers = WorkerTable(local_token=secrets.token_hex(16))
-        # Guards _client_connections. Nobody waits on it.
-        self._lock = threading.Lock()
-        # Per server thread: the client this connection speaks for (it opened the client,
-        # or collects its outcomes). When every such connection of a client has ended
-        # (connection_closed), nobody can collect its outcomes: its mailbox is dropped.
-        self._collector = threading.local()
-        self._client_connections: dict[str, int] = {}
+        # Which client each connection speaks for: when all of one's have ended, nobody
+        # can collect its outcomes (connection_closed), and its mailbox is dropped.
+        self._connections = ClientConnections()
         # The supervisor's counts (written by its thread only, through note_workers()); read
         # by stats().
         self._workers_missing = 0
@@ -109,10 +101,15 @@ class ManagerService:
         # Set once stop() is called; the supervisor sees it through the wake pipe.
         self.stopping = threading.Event()
         self.wake_reader, self._wake_writer = os.pipe()
+        # How jobs end and their outcomes reach clients (mpsched._manager.endings).
+        self.endings = Endings(queue, self.journal, self.segments, self.mailboxes,
+                               self.failures, self.workers, self.stopping,
+                               run_ended=lambda job_id, outcome:
+                               self.schedules.ended(job_id, outcome))
         # Recurring schedules; their runs are jobs of this queue (mpsched._manager.schedules).
-        self.schedules = Schedules(self.journal, self._clock, self._cancelled)
+        self.schedules = Schedules(self.journal, self._clock, self.endings.cancelled)
         # Ends that another manager of a shared store recorded come in through this.
-        self.journal.bind(self._deliver)
+        self.journal.bind(self.endings.deliver)
 
     def wake_supervisor(self) -> None:
         """Wake the supervisor loop (it waits on ``wake_reader`` with the worker sentinels)."""
@@ -138,7 +135,7 @@ class ManagerService:
         started (mpsched._core.prefetch); [] when none became due within ``timeout``."""
         local = self.workers.check_in(worker_id, reported=len(reports or ()))
         for report in reports or ():
-            self._complete(report_from_wire(report), worker_id, same_clock=local)
+            self.endings.complete(report_from_wire(report), worker_id, same_clock=local)
         # Only a worker we started shares our monotonic clock: it can be handed a job early
         # and sleep until its due time itself. Any other gets it when due, and a delay
         # (measured here, so ~0) rather than an instant it would misread on its own clock.
@@ -193,7 +190,7 @@ class ManagerService:
         (by its reporter thread) rather than with its next take."""
         local = self.workers.check_in(worker_id, reported=len(reports), busy=True)
         for report in reports:
-            self._complete(report_from_wire(report), worker_id, same_clock=local)
+            self.endings.complete(report_from_wire(report), worker_id, same_clock=local)
 
     @remote
     def ack(self, worker_id: str, lease_id: int) -> None:
@@ -212,7 +209,7 @@ class ManagerService:
         if reports:
             local = self.workers.check_in(worker_id, reported=len(reports))
             for report in reports:
-                self._complete(report_from_wire(report), worker_id, same_clock=local)
+                self.endings.complete(report_from_wire(report), worker_id, same_clock=local)
         self.queue.revoke(worker_id)
 
     @remote
@@ -231,97 +228,15 @@ class ManagerService:
                       exitcode, held)
 
     def recover_reports(self, worker_id: str, kept: list[bytes]) -> int:
-        """A local worker exited: complete the jobs whose reports it kept in its claim slot
-        (mpsched._worker.claims) and the manager may not have had yet, before its leases
-        are resolved as lost. Returns how many were still in flight."""
-        completed = 0
-        for record in kept:
-            report = report_from_wire(pickle.loads(record))
-            # A report that came in meanwhile ended its lease: nothing more to do (its
-            # outcome was posted; its result segment is its recipients' now).
-            completed += self._complete(report, worker_id, same_clock=True, late=False)
-        if completed:
-            log.info("worker %s exited; %d job(s) it had run were reported from its slot",
-                     worker_id, completed)
-        return completed
-
-    def _complete(self, report: Report, worker_id: str, *, same_clock: bool,
-                  late: bool = True) -> bool:
-        """End a lease with its report; False for a lease that had ended. ``late``: such
-        a report's outcome reaches nobody (its result segment is unlinked)."""
-        # A start stamp from another monotonic clock than ours says nothing about lateness
-        # here: only workers we started report on our clock; other workers' jobs stay out
-        # of the lateness and started-early counts.
-        stats_outcome = report.outcome if same_clock else report.outcome._replace(started=None)
-        job = self.queue.complete(report.lease_id, stats_outcome, worker_id)
-        if job is None:
-            if late:
-                self.segments.discarded(report.outcome)  # a late report: nobody gets it
-            return False
-        if not report.outcome.ok:
-            self.failures.note(job, report.outcome, worker_id)
-        self.segments.ended([job.job_id])
-        watchers = self.journal.finished(job, report.outcome, worker_id)
-        if watchers is not None:  # None: a shared store refused it (a stale lease)
-            self._deliver(job.client_id, report.outcome, watchers)
-        return True
-
-    def _deliver(self, client_id: str, outcome: Outcome, watchers: set[str]) -> None:
-        """Post a job's outcome to its client and to every other client watching it."""
-        others = watchers - {client_id}
-        self.segments.posted(outcome, 1 + len(others))
-        try:  # first: a client that hears a run ended finds its outcome kept (runs())
-            self.schedules.ended(outcome.job_id, outcome)
-        finally:
-            self.mailboxes.post(client_id, outcome)
-            for watcher in others:
-                self.mailboxes.post(watcher, outcome)
+        """A local worker exited: end the jobs it ran whose reports it kept in its claim
+        slot (see Endings.recover); returns how many were still in flight."""
+        return self.endings.recover(worker_id, kept)
 
     def lose_worker(self, worker_id: str, exitcode: int | None,
                     received: Callable[[Lease], bool] | None = None) -> int:
-        """Forget a worker and resolve each job it held; returns how many it held.
-
-        ``received`` tells whether the worker got a lease (local workers: their shared
-        acknowledgement slot); by default, the last lease it acknowledged.
-        """
-        lost = self.queue.release_worker(worker_id)
-        acked = self.workers.remove(worker_id)
-        for item in lost:
-            got = received(item.lease) if received else item.lease.lease_id == acked
-            self._resolve_lost(item, got, exitcode)
-        return len(lost)
-
-    def _resolve_lost(self, item: LostLease, received: bool, exitcode: int | None) -> None:
-        job, lease = item.job, item.lease
-        self.segments.lease_lost(lease.lease_id)  # a result it wrote but never reported
-        error: MpschedError
-        if item.past_deadline:
-            assert job.timeout is not None
-            self.queue.fail(job, timed_out=True)
-            error = JobTimeoutError(job.job_id, job.timeout)
-        elif not received and self.queue.requeue(job, retry=False):
-            self.journal.requeued(job)
-            log.info("job %s never reached worker %s; requeued", job.job_id, lease.worker_id)
-            return
-        elif received and job.attempt <= job.retries and self.queue.requeue(job, retry=True):
-            self.journal.requeued(job)
-            log.warning("job %s: worker %s died on attempt %d; requeued", job.job_id,
-                        lease.worker_id, job.attempt)
-            return
-        elif self.stopping.is_set():
-            self.queue.fail(job)
-            error = SchedulerShutdownError(f"the manager stopped before job {job.job_id} ran")
-        else:
-            self.queue.fail(job)
-            error = WorkerCrashedError(job.job_id, lease.worker_id, exitcode)
-            log.error("%s", error)
-        self.segments.ended([job.job_id])
-        outcome = Outcome(job.job_id, False, pickle.dumps(error), "", None,
-                          type(error).__name__)
-        self.failures.note(job, outcome, lease.worker_id, f"{type(error).__name__}: {error}")
-        watchers = self.journal.finished(job, outcome, lease.worker_id)
-        if watchers is not None:  # None: a shared store refused it (a stale lease)
-            self._deliver(job.client_id, outcome, watchers)
+        """Forget a worker and resolve each job it held; returns how many it held (see
+        Endings.lose_worker)."""
+        return self.endings.lose_worker(worker_id, exitcode, received)
 
     def expired_remote(self) -> tuple[list[str], float | None]:
         """Remote workers silent past the heartbeat timeout, and the next such deadline."""
@@ -357,7 +272,7 @@ class ManagerService:
         """Register a client; returns the queue's max_pending (a client batches below it)."""
         self._check_versions(f"client {hello.client_id}", (hello.python, hello.cloudpickle))
         self.mailboxes.open(hello.client_id)
-        self._speaks_for(hello.client_id)
+        self._connections.speaks_for(hello.client_id)
         return self.queue.max_pending
 
     @remote
@@ -404,19 +319,14 @@ class ManagerService:
         jobs = self.queue.cancel_jobs([job_id])
         if not jobs:
             return False
-        self.segments.ended([job_id])
-        told = self.journal.cancelled(jobs).get(job_id, set())
-        if owner is not None and owner != client_id:
-            told.add(owner)
-        for client in told:
-            self.mailboxes.post(client, cancelled(job_id))
-        self.schedules.ended(job_id, cancelled(job_id))
+        tell_owner = owner is not None and owner != client_id
+        self.endings.cancelled(jobs, {job_id: {owner}} if owner and tell_owner else None)
         return True
 
     @remote
     def cancel_many(self, job_ids: list[str]) -> list[str]:
         """Cancel pending jobs of the caller; returns the ids of those that were pending."""
-        return self._cancelled(self.queue.cancel_jobs(job_ids))
+        return self.endings.cancelled(self.queue.cancel_jobs(job_ids))
 
     @remote
     def not_due(self, client_id: str) -> list[str]:
@@ -425,18 +335,8 @@ class ManagerService:
 
     @remote
     def cancel_client(self, client_id: str, not_due_only: bool = False) -> list[str]:
-        return self._cancelled(self.queue.cancel_client_jobs(client_id,
-                                                             not_due_only=not_due_only))
-
-    def _cancelled(self, jobs: list[Job]) -> list[str]:
-        job_ids = [job.job_id for job in jobs]
-        self.segments.ended(job_ids)
-        for job_id, watchers in self.journal.cancelled(jobs).items():
-            for client in watchers:
-                self.mailboxes.post(client, cancelled(job_id))
-        for job_id in job_ids:
-            self.schedules.ended(job_id, cancelled(job_id))
-        return job_ids
+        return self.endings.cancelled(self.queue.cancel_client_jobs(
+            client_id, not_due_only=not_due_only))
 
     @remote
     def watch(self, client_id: str, job_id: str) -> OutcomeWire | None:
@@ -488,20 +388,12 @@ class ManagerService:
 
     @remote
     def collect(self, client_id: str, timeout: float) -> list[OutcomeWire] | None:
-        self._speaks_for(client_id)
+        self._connections.speaks_for(client_id)
         self.segments.collecting(client_id)
         outcomes = self.mailboxes.collect(client_id, min(timeout, LONG_POLL))
         if outcomes:
             self.segments.handed(client_id, outcomes)
         return None if outcomes is None else [outcome_to_wire(o) for o in outcomes]
-
-    def _speaks_for(self, client_id: str) -> None:
-        """Note that this server thread's connection belongs to ``client_id``."""
-        if getattr(self._collector, "client_id", None) == client_id:
-            return
-        self._collector.client_id = client_id
-        with self._lock:
-            self._client_connections[client_id] = self._client_connections.get(client_id, 0) + 1
 
     def connection_closed(self) -> None:
         """Called in a connection's own server thread when the connection ends.
@@ -512,14 +404,9 @@ class ManagerService:
         closed itself properly has no mailbox left by now. A client that died before its
         result thread connected is caught by its opening connection.
         """
-        client_id = getattr(self._collector, "client_id", None)
+        client_id = self._connections.closed()
         if client_id is None:
             return
-        with self._lock:
-            left = self._client_connections.pop(client_id, 1) - 1
-            if left:
-                self._client_connections[client_id] = left
-                return
         dropped = self.mailboxes.drop(client_id)
         self.segments.client_gone(client_id)
         if dropped is not None:

@@ -1,0 +1,172 @@
+"""How jobs end in the manager, and how their outcomes reach the clients waiting for them.
+
+A job ends by its worker's report (with its next take, early from its reporter thread, or
+read from the claim slot of a worker that died after running it), by the loss of its
+worker (requeued untouched, run again within ``retries``, or failed by the manager:
+WorkerCrashedError, JobTimeoutError, SchedulerShutdownError), or by a cancel. Whichever,
+the outcome is journalled and then delivered: to the job's client and every client
+watching it (their mailboxes), to its schedule if it is a run, to the list of recent
+failures, and its shared-memory segments change hands.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import threading
+from collections.abc import Callable
+
+from mpsched._core.job import Job, Lease, Outcome, OutcomeKind
+from mpsched._core.leases import LostLease
+from mpsched._core.queue import JobQueue
+from mpsched._errors import (
+    JobTimeoutError,
+    MpschedError,
+    SchedulerShutdownError,
+    WorkerCrashedError,
+)
+from mpsched._manager.failures import RecentFailures
+from mpsched._manager.journal import BaseJournal, cancelled, failure
+from mpsched._manager.mailbox import Mailboxes
+from mpsched._manager.shared_queue import SharedQueue
+from mpsched._manager.worker_table import WorkerTable
+from mpsched._payload.segments import Segments
+from mpsched._protocol.codec import report_from_wire
+from mpsched._protocol.records import Report
+
+log = logging.getLogger("mpsched.manager")
+
+KINDS: dict[type[MpschedError], OutcomeKind] = {
+    JobTimeoutError: OutcomeKind.JOB_TIMEOUT,
+    SchedulerShutdownError: OutcomeKind.SHUTDOWN,
+    WorkerCrashedError: OutcomeKind.WORKER_CRASHED,
+}
+
+
+class Endings:
+    """The ends of jobs: thread-safe, as the parts it joins are.
+
+    ``run_ended`` is the Schedules' ``ended`` (made after this: they tell cancelled runs
+    through :meth:`cancelled`); ``stopping`` is set once the manager stops.
+    """
+
+    def __init__(self, queue: JobQueue | SharedQueue, journal: BaseJournal,
+                 segments: Segments, mailboxes: Mailboxes, failures: RecentFailures,
+                 workers: WorkerTable, stopping: threading.Event,
+                 run_ended: Callable[[str, Outcome], None]) -> None:
+        self._queue = queue
+        self._journal = journal
+        self._segments = segments
+        self._mailboxes = mailboxes
+        self._failures = failures
+        self._workers = workers
+        self._stopping = stopping
+        self._run_ended = run_ended
+
+    def complete(self, report: Report, worker_id: str, *, same_clock: bool,
+                 late: bool = True) -> bool:
+        """End a lease with its worker's report; False for a lease that had ended.
+        ``late``: such a report's outcome reaches nobody (its result segment is
+        unlinked)."""
+        # A start stamp from another monotonic clock than ours says nothing about lateness
+        # here: only workers we started report on our clock; other workers' jobs stay out
+        # of the lateness and started-early counts.
+        stats_outcome = report.outcome if same_clock else report.outcome._replace(started=None)
+        job = self._queue.complete(report.lease_id, stats_outcome, worker_id)
+        if job is None:
+            if late:
+                self._segments.discarded(report.outcome)  # a late report: nobody gets it
+            return False
+        if not report.outcome.ok:
+            self._failures.note(job, report.outcome, worker_id)
+        self._segments.ended([job.job_id])
+        watchers = self._journal.finished(job, report.outcome, worker_id)
+        if watchers is not None:  # None: a shared store refused it (a stale lease)
+            self.deliver(job.client_id, report.outcome, watchers)
+        return True
+
+    def recover(self, worker_id: str, kept: list[bytes]) -> int:
+        """A local worker exited: complete the jobs whose reports it kept in its claim slot
+        (mpsched._worker.claims) and the manager may not have had yet, before its leases
+        are resolved as lost. Returns how many were still in flight."""
+        completed = 0
+        for record in kept:
+            report = report_from_wire(pickle.loads(record))
+            # A report that came in meanwhile ended its lease: nothing more to do (its
+            # outcome was posted; its result segment is its recipients' now).
+            completed += self.complete(report, worker_id, same_clock=True, late=False)
+        if completed:
+            log.info("worker %s exited; %d job(s) it had run were reported from its slot",
+                     worker_id, completed)
+        return completed
+
+    def lose_worker(self, worker_id: str, exitcode: int | None,
+                    received: Callable[[Lease], bool] | None = None) -> int:
+        """Forget a worker and resolve each job it held; returns how many it held.
+
+        ``received`` tells whether the worker got a lease (local workers: their claim
+        slot); by default, the last lease it acknowledged.
+        """
+        lost = self._queue.release_worker(worker_id)
+        acked = self._workers.remove(worker_id)
+        for item in lost:
+            got = received(item.lease) if received else item.lease.lease_id == acked
+            self._resolve_lost(item, got, exitcode)
+        return len(lost)
+
+    def _resolve_lost(self, item: LostLease, received: bool, exitcode: int | None) -> None:
+        job, lease = item.job, item.lease
+        self._segments.lease_lost(lease.lease_id)  # a result it wrote but never reported
+        error: MpschedError
+        if item.past_deadline:
+            assert job.timeout is not None
+            self._queue.fail(job, timed_out=True)
+            error = JobTimeoutError(job.job_id, job.timeout)
+        elif not received and self._queue.requeue(job, retry=False):
+            self._journal.requeued(job)
+            log.info("job %s never reached worker %s; requeued", job.job_id, lease.worker_id)
+            return
+        elif received and job.attempt <= job.retries and self._queue.requeue(job, retry=True):
+            self._journal.requeued(job)
+            log.warning("job %s: worker %s died on attempt %d; requeued", job.job_id,
+                        lease.worker_id, job.attempt)
+            return
+        elif self._stopping.is_set():
+            self._queue.fail(job)
+            error = SchedulerShutdownError(f"the manager stopped before job {job.job_id} ran")
+        else:
+            self._queue.fail(job)
+            error = WorkerCrashedError(job.job_id, lease.worker_id, exitcode)
+            log.error("%s", error)
+        self._segments.ended([job.job_id])
+        outcome = failure(job.job_id, error, KINDS[type(error)])
+        self._failures.note(job, outcome, lease.worker_id, f"{type(error).__name__}: {error}")
+        watchers = self._journal.finished(job, outcome, lease.worker_id)
+        if watchers is not None:  # None: a shared store refused it (a stale lease)
+            self.deliver(job.client_id, outcome, watchers)
+
+    def cancelled(self, jobs: list[Job], told: dict[str, set[str]] | None = None) -> list[str]:
+        """Jobs taken out of the heap unrun: journal them and tell their watchers (and, in
+        ``told``, further clients by job id); returns their ids."""
+        job_ids = [job.job_id for job in jobs]
+        self._segments.ended(job_ids)
+        watchers = self._journal.cancelled(jobs)
+        for job_id, more in (told or {}).items():
+            watchers.setdefault(job_id, set()).update(more)
+        for job_id, clients in watchers.items():
+            for client in clients:
+                self._mailboxes.post(client, cancelled(job_id))
+        for job_id in job_ids:
+            self._run_ended(job_id, cancelled(job_id))
+        return job_ids
+
+    def deliver(self, client_id: str, outcome: Outcome, watchers: set[str]) -> None:
+        """Post a job's outcome to its client and to every other client watching it."""
+        others = watchers - {client_id}
+        self._segments.posted(outcome, 1 + len(others))
+        try:  # first: a client that hears a run ended finds its outcome kept (runs())
+            self._run_ended(outcome.job_id, outcome)
+        finally:
+            self._mailboxes.post(client_id, outcome)
+            for watcher in others:
+                self._mailboxes.post(watcher, outcome)
