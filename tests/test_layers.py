@@ -36,7 +36,7 @@ LAYERS: list[tuple[str, list[set[str]]]] = [
                    "http.history", "http.connections", "wall_clock", "shared_queue",
                    "client_connections"},
                   {"journal", "schedule_entry"}, {"schedule_runs", "store_journal", "endings"},
-                  {"schedules", "shared_journal"}, {"service", "shared_link"},
+                  {"schedules", "shared_journal"}, {"dispatch"}, {"service", "shared_link"},
                   {"supervisor", "http.views"}, {"http.routes"},
                   {"http.server"}, {"main"}]),
     ("_client", [{"job_future", "outbox", "link"}, {"outage", "schedule_handle"}, {"results"},

@@ -17,15 +17,15 @@ import time
 from collections.abc import Callable
 
 from mpsched._core.clock import Clock, SystemClock
-from mpsched._core.job import Assignment, Job, JobRecord, Lease, PayloadOptions
+from mpsched._core.job import JobRecord, Lease, PayloadOptions
 from mpsched._core.queue import JobQueue
-from mpsched._core.recurring import ScheduleInfo, ScheduleSpec
+from mpsched._core.recurring import ScheduleAction, ScheduleInfo, ScheduleSpec
 from mpsched._errors import (
     JobNotFoundError,
-    SchedulerShutdownError,
     VersionMismatchError,
 )
 from mpsched._manager.client_connections import ClientConnections
+from mpsched._manager.dispatch import Dispatch
 from mpsched._manager.endings import Endings
 from mpsched._manager.failures import RecentFailures
 from mpsched._manager.journal import BaseJournal, NoJournal
@@ -39,7 +39,6 @@ from mpsched._protocol.codec import (
     JobRequestWire,
     OutcomeWire,
     ReportWire,
-    assignment_to_wire,
     outcome_to_wire,
     report_from_wire,
     request_from_wire,
@@ -59,11 +58,6 @@ from mpsched._transport.sockets import describe_versions, host_name
 
 log = logging.getLogger("mpsched.manager")
 
-# Workers this manager started get a job this long before it is due and sleep the rest on
-# the monotonic clock they share with it, so the manager's wake-up and the reply's trip do
-# not add to the job's lateness. Any other worker's clock is not ours, whatever its host
-# name says (another container, a VM booted later): it gets jobs when due.
-EARLY_HANDOFF = 0.002
 THROUGHPUT_WINDOW = 10.0  # seconds over which stats() measures throughput
 
 
@@ -110,6 +104,9 @@ class ManagerService:
         self.schedules = Schedules(self.journal, self._clock, self.endings.cancelled)
         # Ends that another manager of a shared store recorded come in through this.
         self.journal.bind(self.endings.deliver)
+        # Due jobs handed to workers (mpsched._manager.dispatch).
+        self.dispatch = Dispatch(queue, self.journal, self.schedules, self.workers,
+                                self.segments, self._clock, self.wake_supervisor)
 
     def wake_supervisor(self) -> None:
         """Wake the supervisor loop (it waits on ``wake_reader`` with the worker sentinels)."""
@@ -136,53 +133,7 @@ class ManagerService:
         local = self.workers.check_in(worker_id, reported=len(reports or ()))
         for report in reports or ():
             self.endings.complete(report_from_wire(report), worker_id, same_clock=local)
-        # Only a worker we started shares our monotonic clock: it can be handed a job early
-        # and sleep until its due time itself. Any other gets it when due, and a delay
-        # (measured here, so ~0) rather than an instant it would misread on its own clock.
-        early = EARLY_HANDOFF if local else 0.0
-        try:
-            batch = self.queue.take_batch(worker_id, min(timeout, LONG_POLL), early,
-                                          more if local else 0, self._prefetchable)
-        except SchedulerShutdownError:
-            self.workers.told_stop(worker_id)
-            raise
-        if not batch:
-            return []
-        first = batch[0]
-        if self.schedules.too_early(first.lease.job_id, early):
-            for assignment in batch:
-                self.queue.return_lease(assignment.lease.lease_id)
-            self.schedules.remap_cron()
-            return []
-        batch = self._journal_leases(batch)
-        if not batch:
-            return []
-        self.workers.update(worker_id, current=first.lease.job_id)
-        for assignment in batch:
-            self.schedules.started(assignment.lease.job_id)
-        if first.timeout is not None:
-            self.wake_supervisor()  # it sleeps until the earliest job deadline
-        assert first.due is not None  # the queue always sets it
-        delay = max(0.0, first.due - self._clock.now())
-        if local:  # the prefetched jobs are due already: no delay
-            return [assignment_to_wire(a, delay if a is first else 0.0) for a in batch]
-        # Any other worker may run on another host: it cannot map our shared memory.
-        return [assignment_to_wire(first, delay, self.segments.for_remote(first.payload))]
-
-    def _prefetchable(self, job: Job) -> bool:
-        """Whether a job may be prefetched: not a run of a schedule (a run counts as
-        started when handed out, and its schedule plans on that)."""
-        return not self.schedules.is_run(job.job_id)
-
-    def _journal_leases(self, batch: list[Assignment]) -> list[Assignment]:
-        """Journal each lease of ``batch``; on a failure, that job (put back by the
-        journal) and those after it go back to the heap. Returns those handed out."""
-        for i, assignment in enumerate(batch):
-            if not self.journal.lease(assignment):
-                for rest in batch[i + 1:]:
-                    self.queue.return_lease(rest.lease.lease_id)
-                return batch[:i]
-        return batch
+        return self.dispatch.take(worker_id, local, timeout, more)
 
     @remote
     def report(self, worker_id: str, reports: list[ReportWire]) -> None:
@@ -427,9 +378,7 @@ class ManagerService:
     @remote
     def schedule_control(self, schedule_id: str, action: str) -> ScheduleInfo:
         """``info``, ``pause``, ``resume`` or ``cancel`` one schedule."""
-        if action == "info":
-            return self.schedules.info(schedule_id)
-        return self.schedules.control(schedule_id, action)
+        return self.schedules.control(schedule_id, ScheduleAction.coerce(action))
 
     @remote
     def schedule_preview(self, schedule_id: str, n: int) -> list[float]:
@@ -447,7 +396,7 @@ class ManagerService:
         now = time.monotonic()
         workers, recent = self.workers.statuses(since=now - THROUGHPUT_WINDOW)
         window = min(THROUGHPUT_WINDOW, max(now - self._started, 1e-9))
-        return Stats(self.queue.stats(lateness=lateness), workers,
+        return Stats(queue=self.queue.stats(lateness=lateness), workers=workers,
                      uptime=now - self._started, throughput=recent / window,
                      workers_missing=self._workers_missing,
                      worker_start_failures=self._worker_start_failures,

@@ -12,7 +12,8 @@ from fakeclock import FakeClock
 from mpsched._core.job import JobRequest, Outcome
 from mpsched._core.queue import JobQueue
 from mpsched._errors import WorkerRetiredError
-from mpsched._manager.service import EARLY_HANDOFF, ManagerService
+from mpsched._manager.dispatch import EARLY_HANDOFF
+from mpsched._manager.service import ManagerService
 from mpsched._protocol.codec import (
     assignment_from_wire,
     report_to_wire,
