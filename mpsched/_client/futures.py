@@ -1,8 +1,10 @@
 """The futures of one client and the thread that resolves them.
 
 ``JobFuture`` (mpsched._client.job_future) is the ``concurrent.futures.Future`` of one job.
-``ClientCore`` keeps a client's futures by job id, owns its write-behind outbox and its
-link to the manager (mpsched._client.link), and runs the result thread, which collects
+``ClientCore`` keeps a client's futures by job id (in a FutureTable,
+mpsched._client.future_table, which also says whether the client takes new jobs), owns its
+write-behind outbox and its link to the manager (mpsched._client.link), and runs the
+result thread, which collects
 outcomes from the manager in batches (mpsched._client.results) and resolves them. It is
 kept apart from the ``Client`` object so that the thread never holds a Client (or
 Scheduler) alive: dropping the last reference lets its finalizer stop the manager.
@@ -23,6 +25,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from mpsched._client.future_table import FutureTable
 from mpsched._client.job_future import JobFuture, settle_cancelled
 from mpsched._client.link import DISCONNECTED, ManagerLink
 from mpsched._client.outbox import Outbox
@@ -67,15 +70,6 @@ class ClientCore:
         cannot reconnect tells its caller to do."""
         self.client_id = uuid.uuid4().hex[:12]
         self._ids = itertools.count(1)
-        # Guards _futures, closed and _in_doubt. Submitters, cancel() and the result thread
-        # take it briefly; nobody waits on it across a call to the manager.
-        self._lock = threading.Lock()
-        self._futures: dict[str, JobFuture[Any]] = {}
-        self.closed = False
-        self.exiting = False  # closed by the interpreter's exit: said when a submit is refused
-        # Batches whose submit lost its connection, to a manager with a store: sent again
-        # after the outage if the manager then does not know them.
-        self._in_doubt: list[JobRequest] = []
         python, cloudpickle = describe_versions()
         hello = ClientHello(client_id=self.client_id, python=python, cloudpickle=cloudpickle)
         max_pending = service.open_client(hello)
@@ -87,6 +81,7 @@ class ClientCore:
         # Segment names are that manager's alone: such a client cannot move to another.
         self.link = ManagerLink(service, hello, reconnect if self.pool is None else None,
                                 lost_advice, on_outage=self._pause_outbox)
+        self._futures = FutureTable(self.link)  # the futures this client waits for
         self.max_pending_bytes = options.max_pending_bytes
         self.max_payload = options.max_payload  # None: the manager sets no bound
         self.batch_size = min(MAP_BATCH, max_pending or MAP_BATCH)
@@ -107,33 +102,25 @@ class ClientCore:
         """The proxy of the manager (another one after a reconnect)."""
         return self.link.service
 
+    @property
+    def closed(self) -> bool:
+        """The client takes no new job: its owner shut it, or it closed itself."""
+        return self._futures.closed
+
     def shut(self, *, exiting: bool = False) -> bool:
         """Close this client for its owner (shutdown, detach, ``exiting``: the interpreter's
         exit, said when a submit is refused); True if it was open until now."""
-        with self._lock:
-            was_open = not self.closed
-            self.closed = True
-            self.exiting = self.exiting or (exiting and was_open)
-            self.link.close()
-        return was_open
+        return self._futures.shut(exiting=exiting)
 
     def future(self, job_id: str) -> JobFuture[Any] | None:
         """The future this client keeps for a job, if it still waits for it."""
-        with self._lock:
-            return self._futures.get(job_id)
-
-    def _refusal_locked(self, shut_down: str) -> MpschedError:
-        """The error of a call this client cannot make (closed, or its manager lost);
-        ``shut_down`` is the message after a shutdown."""
-        refusal = None if self.closed and self.link.gone is None else self.link.refusal()
-        return refusal or SchedulerShutdownError(shut_down)
+        return self._futures.get(job_id)
 
     def refuse(self, job_id: str) -> MpschedError:
         """Forget the future of a job the paused outbox did not take; returns the error
         its submit raises."""
         self.forget(job_id)
-        with self._lock:
-            return self._refusal_locked("cannot schedule new futures after shutdown")
+        return self._futures.refusal("cannot schedule new futures after shutdown")
 
     def new_future(self, payload: Payload = b"") -> JobFuture[Any]:
         """Register a future for a new job id, whose job carries ``payload``; raises once
@@ -141,11 +128,7 @@ class ClientCore:
         future: JobFuture[Any] = JobFuture(self, f"{self.client_id}-{next(self._ids)}")
         if self.pool is not None:
             future.segment = self.pool.pooled(payload)
-        with self._lock:  # held briefly: the result thread takes it per outcome
-            if self.closed or self.link.outage is not None:
-                why = " (the interpreter is exiting)" if self.exiting else ""
-                raise self._refusal_locked(f"cannot schedule new futures after shutdown{why}")
-            self._futures[future.id_nowait] = future
+        self._futures.add(future)
         return future
 
     def sent(self, job_id: str, timeout: float = 30.0) -> None:
@@ -163,15 +146,11 @@ class ClientCore:
             SchedulerShutdownError: the client is closed.
             ManagerConnectionLostError: the manager is unreachable.
         """
-        with self._lock:
-            if self.closed or self.link.outage is not None:
-                raise self._refusal_locked("this client is shut down")
-            existing = self._futures.get(job_id)
-            if existing is not None:
-                return existing
-            future: JobFuture[Any] = JobFuture(self, job_id, watched=True)
-            self._futures[job_id] = future
-            service = self.service
+        future: JobFuture[Any] = JobFuture(self, job_id, watched=True)
+        kept = self._futures.watch(future)
+        if kept is not future:
+            return kept
+        service = self.service
         try:
             outcome = service.watch(self.client_id, job_id)
         except DISCONNECTED as exc:
@@ -193,8 +172,7 @@ class ClientCore:
             self.outbox.flush()
         with contextlib.suppress(*DISCONNECTED):
             job_ids = self.service.not_due(self.client_id)
-            with self._lock:
-                futures = [self._futures.pop(j) for j in job_ids if j in self._futures]
+            futures = self._futures.pop_many(job_ids)
             for future in futures:
                 if future.set_running_or_notify_cancel():
                     future.set_exception(SchedulerShutdownError(f"job {future.id_nowait} {why}"))
@@ -203,23 +181,17 @@ class ClientCore:
 
     def fail_watched(self, error: MpschedError) -> None:
         """Fail the futures of jobs this client only watches (it will not wait for them)."""
-        with self._lock:
-            watched = [f for f in self._futures.values() if f.watched]
-            for future in watched:
-                del self._futures[future.id_nowait]
-        for future in watched:
+        for future in self._futures.pop_watched():
             if future.set_running_or_notify_cancel():
                 future.set_exception(error)
 
     def forget(self, job_id: str) -> bool:
         """Drop a job's future from those the result thread resolves; True if it was
         there, which makes the caller the one that settles it."""
-        with self._lock:
-            return self._futures.pop(job_id, None) is not None
+        return self._futures.pop(job_id) is not None
 
     def outstanding(self) -> list[JobFuture[Any]]:
-        with self._lock:
-            return list(self._futures.values())
+        return self._futures.futures()
 
     def _unsent(self, requests: list[JobRequest], error: BaseException) -> None:
         # A batch the manager refused: its store could not take it (the manager carries
@@ -232,19 +204,16 @@ class ClientCore:
             failure = self.link.lost(error, self.service, "the job may have reached the "
                                      "manager (and may run) or not: without a store nothing "
                                      "tells which")
-            with self._lock:
-                if self.link.durable and self.link.reconnects and not self.closed:
-                    self._in_doubt.extend(requests)
-                    log.info("a batch of %d job(s) lost its connection on its way; the "
-                             "manager is asked about it once it is back", len(requests))
-                    return
+            if self._futures.hold_in_doubt(requests):
+                log.info("a batch of %d job(s) lost its connection on its way; the "
+                         "manager is asked about it once it is back", len(requests))
+                return
         log.error("could not send %d job(s) to the manager: %r", len(requests), error)
-        with self._lock:
-            if not isinstance(error, DISCONNECTED):  # StoreError is one
-                self.closed = True
-                failure = SchedulerShutdownError(
-                    f"the job could not be sent to the manager: {error!r}")
-            futures = [self._futures.pop(r.job_id) for r in requests if r.job_id in self._futures]
+        stopping = not isinstance(error, DISCONNECTED)  # StoreError is one
+        if stopping:
+            failure = SchedulerShutdownError(f"the job could not be sent to the manager: "
+                                             f"{error!r}")
+        futures = self._futures.pop_many([r.job_id for r in requests], close=stopping)
         self.release(requests)
         for future in futures:
             if future.set_running_or_notify_cancel():
@@ -322,18 +291,11 @@ class ClientCore:
         segments they held are free again."""
         if self.pool is None or not job_ids:
             return
-        with self._lock:
-            futures = [f for j in job_ids if (f := self._futures.get(j)) is not None]
-            segments = [f.segment for f in futures if f.segment]
-            for future in futures:
-                future.segment = ""
-        for segment in segments:
+        for segment in self._futures.free_segments(job_ids):
             self.pool.returned(segment)
 
     def _settle(self, cancelled_ids: list[str]) -> int:
-        with self._lock:
-            futures = [self._futures.pop(j) for j in cancelled_ids if j in self._futures]
-        for future in futures:
+        for future in self._futures.pop_many(cancelled_ids):
             settle_cancelled(future)
         return len(cancelled_ids)
 
@@ -347,11 +309,9 @@ class ClientCore:
             log.error("the result thread of client %s failed: %r", self.client_id, exc)
             error = SchedulerShutdownError(f"this client's result thread failed: {exc!r}")
             error.__cause__ = exc
-        with self._lock:
-            if isinstance(error, ManagerConnectionLostError) and not self.closed:
-                self.link.give_up(error)  # what each later call raises
-            self.closed = True
-            self._in_doubt = []  # their futures fail below
+        # A lost manager's error is what each later call raises; batches in doubt are
+        # dropped, their futures fail below.
+        self._futures.close(error if isinstance(error, ManagerConnectionLostError) else None)
         self.link.close()
         if self.outbox is not None:
             self.outbox.withdraw_all()  # their futures fail below; the jobs must not run
@@ -361,21 +321,17 @@ class ClientCore:
 
     def job_ids(self) -> list[str]:
         """The ids of the jobs this client waits for."""
-        with self._lock:
-            return list(self._futures)
+        return self._futures.job_ids()
 
     def take_in_doubt(self) -> list[JobRequest]:
         """The batches whose submit lost its connection (see _unsent), handed over."""
-        with self._lock:
-            in_doubt, self._in_doubt = self._in_doubt, []
-        return in_doubt
+        return self._futures.take_in_doubt()
 
     def resolve(self, outcome: Outcome) -> None:
-        with self._lock:
-            future = self._futures.pop(outcome.job_id, None)
-            segment = "" if future is None else future.segment
+        future = self._futures.pop(outcome.job_id)
         if future is None:
             return
+        segment = future.segment
         if segment and self.pool is not None:  # the job has ended: its segment is free
             self.pool.returned(segment)
         if outcome.error_kind == OutcomeKind.CANCELLED:  # by another client, or through a job id
@@ -393,17 +349,12 @@ class ClientCore:
         future.set_exception(remote_exception(outcome))
 
     def fail(self, job_ids: list[str], error: MpschedError) -> None:
-        with self._lock:
-            futures = [self._futures.pop(j) for j in job_ids if j in self._futures]
-        for future in futures:
+        for future in self._futures.pop_many(job_ids):
             if future.set_running_or_notify_cancel():
                 future.set_exception(error)
 
     def fail_all(self, error: MpschedError) -> None:
-        with self._lock:
-            futures = list(self._futures.values())
-            self._futures.clear()
-        for future in futures:
+        for future in self._futures.pop_all():
             if future.set_running_or_notify_cancel():
                 future.set_exception(error)
 

@@ -75,7 +75,7 @@ def settle_cancelled(future: Future[Any]) -> bool:
     ``Future.cancel()`` wakes ``result()`` but not ``wait()``/``as_completed()``: those
     hear of a cancellation only from ``set_running_or_notify_cancel()``, which the stdlib
     executors call when they meet a cancelled work item. The caller must be the one that
-    took the future out of its client's futures (``ClientCore._futures``): no other path
+    took the future out of its client's futures (mpsched._client.future_table): no other path
     settles it then, and that call may be made only once.
     """
     if not Future.cancel(future):  # already finished: a failure settled it first

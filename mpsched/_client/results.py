@@ -23,7 +23,10 @@ class Collecting(ClientJobs, Protocol):
     link: ManagerLink  # the manager's proxy, and the outage under way
     outbox: Outbox | None
     pool: SegmentPool | None  # the client's reusable segments, trimmed between collects
-    closed: bool  # the client closed its mailbox
+
+    @property
+    def closed(self) -> bool:
+        """The client closed its mailbox."""
 
 
 def serve_outcomes(core: Collecting) -> MpschedError:
