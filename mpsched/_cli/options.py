@@ -218,6 +218,18 @@ def submit_options(submit: argparse.ArgumentParser) -> None:
                                        "(or sent with --by-value)")
     submit.add_argument("--connect", metavar="ADDRESS", help=CONNECT_HELP)
     submit.add_argument("--authkey-file", type=Path, metavar="FILE", help=KEY_HELP)
+    _job_options(submit)
+    tls_options(submit, serving=False)
+    submit.add_argument("--wait", action="store_true",
+                        help="wait for the job and print its result: as JSON, or, when JSON "
+                             "cannot hold it (a set, an object), its repr, said on stderr; "
+                             "a failure prints the worker's traceback on stderr. Ctrl-C "
+                             "stops waiting and leaves the job as it is, queued or running")
+    _recurring_options(submit)
+
+
+def _job_options(submit: argparse.ArgumentParser) -> None:
+    """What ``submit`` asks of one job: its arguments, time, priority and limits."""
     submit.add_argument("--args", default="[]", metavar="JSON",
                         help="JSON list of positional arguments")
     submit.add_argument("--kwargs", default="{}", metavar="JSON",
@@ -247,12 +259,10 @@ def submit_options(submit: argparse.ArgumentParser) -> None:
                         help="an idempotency key: while a job with this key is pending or "
                              "running (or its outcome kept by a store), submit prints that "
                              "job's id and queues nothing")
-    tls_options(submit, serving=False)
-    submit.add_argument("--wait", action="store_true",
-                        help="wait for the job and print its result: as JSON, or, when JSON "
-                             "cannot hold it (a set, an object), its repr, said on stderr; "
-                             "a failure prints the worker's traceback on stderr. Ctrl-C "
-                             "stops waiting and leaves the job as it is, queued or running")
+
+
+def _recurring_options(submit: argparse.ArgumentParser) -> None:
+    """``submit --every`` and ``--cron``: a schedule, and how its runs go."""
     recurring = submit.add_argument_group("recurring", textwrap.fill(
         "With --every or --cron the callable runs on a schedule kept by the manager (and "
         "by its store, across restarts); submit prints the schedule's id. With --every, "

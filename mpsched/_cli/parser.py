@@ -134,24 +134,45 @@ def build_parser() -> Parser:
     parser.add_argument("--version", action="version", version=_version(),
                         help="print the versions of mpsched, Python and cloudpickle")
     parser.set_defaults(command=None)
-    sub = parser.add_subparsers(title="commands", metavar="COMMAND")
+    commands = _Commands(parser)
+    _running_commands(commands)
+    _query_commands(commands)
+    _tool_commands(commands)
+    parser.commands = commands.parsers()
+    return parser
 
-    def command(name: Command, help: str, example: str, key: bool = True,
-                codes: str = "") -> argparse.ArgumentParser:
+
+class _Commands:
+    """The subcommands of the parser, in the order ``--help`` lists them."""
+
+    def __init__(self, parser: Parser) -> None:
+        self._sub = parser.add_subparsers(title="commands", metavar="COMMAND")
+
+    def add(self, name: Command, help: str, example: str, key: bool = True,
+            codes: str = "") -> argparse.ArgumentParser:
+        """A subcommand's parser, its help ending with ``example``, the key's note (with
+        ``key``) and its exit ``codes``."""
         epilog = f"example:\n  {example}"
         if key:
             epilog += f"\n\n{EPILOG_KEY}"
         codes = textwrap.fill(f"exit codes: {codes}; others: see python -m mpsched --help"
                               if codes else "exit codes: see python -m mpsched --help", 79)
-        p = sub.add_parser(str(name), help=help, description=help,
-                           epilog=f"{epilog}\n\n{codes}",
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        p = self._sub.add_parser(str(name), help=help, description=help,
+                                 epilog=f"{epilog}\n\n{codes}",
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
         p.set_defaults(command=name)
         p.add_argument("--log-level", default="warning",
                        choices=["debug", "info", "warning", "error"],
                        help="what to log on stderr (default: %(default)s)")
         return p
 
+    def parsers(self) -> dict[str, argparse.ArgumentParser]:
+        return dict(self._sub.choices)
+
+
+def _running_commands(commands: _Commands) -> None:
+    """The commands that run a manager, join one with workers, or give it work."""
+    command = commands.add
     serve_options(command(
         Command.SERVE, "run a manager with local workers",
         "python -m mpsched serve\n"
@@ -167,6 +188,11 @@ def build_parser() -> Parser:
         "python -m mpsched submit math:factorial --args '[20]' --delay 5 --wait\n"
         "  python -m mpsched submit time:time --cron '30 2 * * 1-5' --tz Europe/Berlin "
         "--id nightly"))
+
+
+def _query_commands(commands: _Commands) -> None:
+    """The commands that ask a running manager about its jobs, or cancel one."""
+    command = commands.add
     status_options(client_options(command(
         Command.STATUS, "show queue, workers, lateness and the job store",
         "python -m mpsched status --json")))
@@ -187,6 +213,11 @@ def build_parser() -> Parser:
         "python -m mpsched result 3f2a1b4c5d6e-17 --wait",
         codes="0 done (the result printed), 1 failed, cancelled or unknown (no result will "
               "come), 124 not finished yet")))
+
+
+def _tool_commands(commands: _Commands) -> None:
+    """The commands that show mpsched at work, a demo and a stress run."""
+    command = commands.add
     command(Command.DEMO, "a live demo: 4 producer processes submit 12 jobs due in 1, 2 and "
                           "3 s at mixed priorities; 3 workers start them by due time, then "
                           "priority",
@@ -194,8 +225,6 @@ def build_parser() -> Parser:
     stress_options(command(
         Command.STRESS, "flood a manager and verify exactly-once, none early",
         "python -m mpsched stress --producers 3 --workers 4 --jobs 5000"))
-    parser.commands = dict(sub.choices)
-    return parser
 
 
 def _version() -> str:
