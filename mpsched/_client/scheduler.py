@@ -24,6 +24,7 @@ from mpsched._core.options import Durability, DurabilityLike
 from mpsched._errors import ConfigError, SchedulerShutdownError
 from mpsched._manager.process import ManagerProcess
 from mpsched._protocol.proxy import (
+    ServiceProxy,
     connect_service,
 )
 from mpsched._protocol.records import (
@@ -140,26 +141,15 @@ class Scheduler(Client):
         http_token_file: str | os.PathLike[str] | None = None,
     ) -> None:
         workers = _worker_count(workers, max_workers)
-        for name, limit in (("max_tasks_per_worker", max_tasks_per_worker),
-                            ("max_memory_per_worker", max_memory_per_worker)):
-            if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
-                                      or limit < 1):
-                raise ConfigError(name, limit, "a positive int")
-        if max_pending is not None and (not isinstance(max_pending, int) or max_pending < 1):
-            raise ConfigError("max_pending", max_pending, "a positive int")
-        if max_pending_bytes is not None and (isinstance(max_pending_bytes, bool) or not
-                                              isinstance(max_pending_bytes, int)
-                                              or max_pending_bytes < 1):
-            raise ConfigError("max_pending_bytes", max_pending_bytes, "a positive int")
+        _check_bounds(max_tasks_per_worker, max_memory_per_worker, max_pending,
+                      max_pending_bytes)
         durability = Durability.coerce(durability)
         check_options(result_ttl)
         order = Order.coerce(order)
-        store = None if store is None else os.fspath(store)
-        check_store(store or "", order=order.value, max_pending_bytes=max_pending_bytes,
-                    lease_timeout=lease_timeout)
-        method = _start_method(mp_context)
+        store = _store(store, order, max_pending_bytes, lease_timeout)
         config = ManagerConfig(
-            authkey=secrets.token_hex(32).encode(), workers=workers, mp_method=method,
+            authkey=secrets.token_hex(32).encode(), workers=workers,
+            mp_method=_start_method(mp_context),
             order=order, max_pending=max_pending, start_timeout=start_timeout,
             log_level=logging.getLogger("mpsched").getEffectiveLevel(),
             max_tasks_per_worker=max_tasks_per_worker,
@@ -169,6 +159,17 @@ class Scheduler(Client):
             shared_memory=bool(shared_memory), lease_timeout=float(lease_timeout),
             http=_status_page(http, http_token_file),
         )
+        service, pid = self._start_manager(config, start_timeout)
+        self.workers = workers
+        super().__init__(service, submit_timeout=submit_timeout,
+                         lost_advice=_lost_advice(pid, self._store))
+        # A manager that dies without removing its segments leaves them to whoever stops it.
+        self._manager_process.sweep_on_stop(self._core.shm_prefix)
+
+    def _start_manager(self, config: ManagerConfig,
+                       start_timeout: float) -> tuple[ServiceProxy, int]:
+        """Start the manager of ``config`` and connect to it; returns its proxy and pid.
+        The manager is stopped if this fails, or once this Scheduler is dropped."""
         process = ManagerProcess(config)
         self._manager_process = process
         try:
@@ -181,19 +182,11 @@ class Scheduler(Client):
         # Where the manager serves its status page and metrics; None without ``http``.
         self.http_url: str | None = ready.http_url or None
         self.authkey = config.authkey
-        self.workers = workers
         self._store = None if config.store is None else shown_store(config.store)
         # Stops the manager if this Scheduler is dropped or the program exits without
         # shutdown(); runs before multiprocessing joins its children at exit.
         self._finalizer = multiprocessing.util.Finalize(self, process.stop, exitpriority=10)
-        kept = ("" if self._store is None else
-                f"; its jobs not finished stay in the store {self._store} for the next "
-                f"Scheduler or serve on it")
-        super().__init__(service, submit_timeout=submit_timeout, lost_advice=(
-            f"this Scheduler's manager (pid {ready.pid}) is gone, and nothing restarts it: "
-            f"the Scheduler takes no more jobs; start a new one{kept}"))
-        # A manager that dies without removing its segments leaves them to whoever stops it.
-        process.sweep_on_stop(self._core.shm_prefix)
+        return service, ready.pid
 
     def _stop(self) -> None:
         super()._stop()
@@ -268,6 +261,44 @@ def _status_page(http: str | int | None,
                                         "Scheduler has no TLS to serve another address with "
                                         "(python -m mpsched serve --http has)")
     return http_config(http, token_file)
+
+
+def _store(store: str | os.PathLike[str] | None, order: Order,
+           max_pending_bytes: int | None, lease_timeout: float) -> str | None:
+    """``store`` as a string, checked with the options a store may refuse.
+
+    Raises:
+        ConfigError, ExtraMissingError: as ``check_store`` says.
+    """
+    store = None if store is None else os.fspath(store)
+    check_store(store or "", order=order.value, max_pending_bytes=max_pending_bytes,
+                lease_timeout=lease_timeout)
+    return store
+
+
+def _lost_advice(pid: int, store: str | None) -> str:
+    """What a Scheduler's error says to do once its manager (``pid``) is gone."""
+    kept = ("" if store is None else
+            f"; its jobs not finished stay in the store {store} for the next Scheduler or "
+            f"serve on it")
+    return (f"this Scheduler's manager (pid {pid}) is gone, and nothing restarts it: the "
+            f"Scheduler takes no more jobs; start a new one{kept}")
+
+
+def _check_bounds(max_tasks_per_worker: int | None, max_memory_per_worker: int | None,
+                  max_pending: int | None, max_pending_bytes: int | None) -> None:
+    """Raise ConfigError for a bound that is not a positive int (None: no bound)."""
+    for name, limit in (("max_tasks_per_worker", max_tasks_per_worker),
+                        ("max_memory_per_worker", max_memory_per_worker)):
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                                  or limit < 1):
+            raise ConfigError(name, limit, "a positive int")
+    if max_pending is not None and (not isinstance(max_pending, int) or max_pending < 1):
+        raise ConfigError("max_pending", max_pending, "a positive int")
+    if max_pending_bytes is not None and (isinstance(max_pending_bytes, bool) or not
+                                          isinstance(max_pending_bytes, int)
+                                          or max_pending_bytes < 1):
+        raise ConfigError("max_pending_bytes", max_pending_bytes, "a positive int")
 
 
 def _worker_count(workers: int | None, max_workers: int | None) -> int:
