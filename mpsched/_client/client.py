@@ -22,6 +22,7 @@ from typing import Any, ParamSpec, TypeVar
 from mpsched._client.closing import ClosingClient
 from mpsched._client.job_future import JobFuture, MapResults
 from mpsched._client.link import DISCONNECTED
+from mpsched._client.outbox import Outbox
 from mpsched._core.job import (
     JobRequest,
     Priority,
@@ -208,7 +209,16 @@ class Client(ClosingClient, Executor):
         if isinstance(chunksize, bool) or not isinstance(chunksize, int) or chunksize < 1:
             raise InvalidJobError(f"chunksize must be an int >= 1, not {chunksize!r}")
         deadline = None if timeout is None else time.monotonic() + timeout
-        level = Priority.MEDIUM.level
+        jobs = self._map_jobs(fn, iterables)
+        # Every item pickled: now queue them all, write-behind or in batches.
+        outbox = self._core.outbox
+        futures = self._send_all(jobs) if outbox is None else self._put_all(jobs, outbox)
+        return MapResults(self._core, futures, deadline)
+
+    def _map_jobs(self, fn: Callable[..., Any],
+                  iterables: tuple[Iterable[Any], ...]) -> list[JobRequest]:
+        """map()'s jobs, one per item, each pickled (the callable once for all); on an
+        error, the segments of those pickled already are released."""
         pickle_job(fn, (), {})  # a clear JobPicklingError if the callable cannot pickle
         fn_bytes = fast_dumps(fn) or cloudpickle_dumps(fn)  # pickled once for all items
         name = job_name(fn)
@@ -218,27 +228,32 @@ class Client(ClosingClient, Executor):
                 payload = pickle_job(fn, args, {}, fn_bytes, self._core.pool)
                 self._core.check_payload(payload)
                 jobs.append(JobRequest(job_id="", client_id=self._core.client_id,
-                                       payload=payload, priority=level, delay=0.0, at=None,
-                                       name=name))
+                                       payload=payload, priority=Priority.MEDIUM.level,
+                                       delay=0.0, at=None, name=name))
         except BaseException:
             self._core.release(jobs)
             raise
-        outbox = self._core.outbox
-        if outbox is not None:  # every item pickled: now queue them all, write-behind
-            futures: list[JobFuture[T]] = []
-            try:
-                for request in jobs:
-                    futures.append(self._core.new_future(request.payload))
-                    if not outbox.put(request._replace(job_id=futures[-1].id_nowait)):
-                        error = self._core.refuse(futures.pop().id_nowait)
-                        for future in futures:  # all or nothing: the manager was lost
-                            future.cancel()
-                        raise error
-            except BaseException:
-                self._core.release(jobs[len(futures):])
-                raise
-            return MapResults(self._core, futures, deadline)
-        futures = []
+        return jobs
+
+    def _put_all(self, jobs: list[JobRequest], outbox: Outbox) -> list[JobFuture[Any]]:
+        """Hand every job to ``outbox``, all or none; their futures."""
+        futures: list[JobFuture[Any]] = []
+        try:
+            for request in jobs:
+                futures.append(self._core.new_future(request.payload))
+                if not outbox.put(request._replace(job_id=futures[-1].id_nowait)):
+                    error = self._core.refuse(futures.pop().id_nowait)
+                    for future in futures:  # all or nothing: the manager was lost
+                        future.cancel()
+                    raise error
+        except BaseException:
+            self._core.release(jobs[len(futures):])
+            raise
+        return futures
+
+    def _send_all(self, jobs: list[JobRequest]) -> list[JobFuture[Any]]:
+        """Send every job in batches that fit a bounded queue, all or none; their futures."""
+        futures: list[JobFuture[Any]] = []
         batches = _batches(jobs, self._core.batch_size, self._core.max_pending_bytes)
         try:
             while batches:
@@ -248,7 +263,7 @@ class Client(ClosingClient, Executor):
                 future.cancel()
             self._core.release([r for batch in batches for r in batch])  # never sent
             raise
-        return MapResults(self._core, futures, deadline)
+        return futures
 
 
 def _batches(jobs: list[JobRequest], count: int,
