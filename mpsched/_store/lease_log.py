@@ -20,13 +20,14 @@ at once, so it survives a crash of the manager process, and the copy keeps the G
 pwrite() per record let go of it, and under load each lease then waited to get it back: the
 manager's CPU per job in the durable dispatch benchmark fell by ~15 µs without it).
 
-With ``durability="sync"`` the log is also group-synced: a thread of its own fdatasync()s
-whatever was written since its last one, at most every ``SYNC_INTERVAL`` (2 ms), and at once
-after a quiet spell. A record reaches the disk within ~2 ms, as the SQLite journal's group
-commit does for submits; a job is not held back for it (an fdatasync per lease put a device
-flush in every worker's cycle, and held dispatch to ~0.35x of no store). A power cut may
-thus forget the records of its last ~2 ms: those jobs come back as they were before them
-(pending, their attempt not counted; or running, and handled as a crashed worker's).
+With ``durability="sync"`` the log is also group-synced (mpsched._store.group_sync): a
+thread of its own fdatasync()s whatever was written since its last one, at most every
+``SYNC_INTERVAL`` (2 ms), and at once after a quiet spell. A record reaches the disk within
+~2 ms, as the SQLite journal's group commit does for submits; a job is not held back for it
+(an fdatasync per lease put a device flush in every worker's cycle, and held dispatch to
+~0.35x of no store). A power cut may thus forget the records of its last ~2 ms: those jobs
+come back as they were before them (pending, their attempt not counted; or running, and
+handled as a crashed worker's).
 
 Each record carries the job's state after the change (:mod:`mpsched._store.lease_records`):
 the last record of a job is its state, unless SQLite has the job finished or cancelled
@@ -70,6 +71,7 @@ from collections import deque
 from collections.abc import Callable
 
 from mpsched._errors import StoreError, StoreFullError
+from mpsched._store.group_sync import GroupSync
 from mpsched._store.lease_records import LogRecord, encode, frame, read_run
 
 log = logging.getLogger("mpsched.store")
@@ -78,10 +80,6 @@ log = logging.getLogger("mpsched.store")
 # a log is read with the region size it was written with.
 LIMIT = 128 << 10
 FLUSH_RETRY = 1.0  # seconds before the flusher tries again after a failed flush
-# Seconds from one fdatasync() of a busy log to the next (durability="sync"): the most a
-# power cut may take back. At ~50 µs of kernel CPU each, a busy log costs ~2% of a core.
-SYNC_INTERVAL = 0.002
-SYNC_BACKOFF = 1.0  # seconds between tries after an fdatasync() failed
 
 class LeaseLog:
     """The log of leases and requeues at ``path``. Thread-safe.
@@ -106,7 +104,7 @@ class LeaseLog:
             self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as exc:
             raise StoreError(path, f"cannot open the lease log: {exc.strerror}") from None
-        # Guards every field below up to _sync_cond, and orders the appends: held for one
+        # Guards every field below but _syncer, and orders the appends: held for one
         # copy into the mapping and the caller's queueing of its SQLite change, or to grow
         # the file. Appenders wait on it; so does the flusher thread, through _flush_cond.
         self._lock = threading.Lock()
@@ -128,27 +126,13 @@ class LeaseLog:
         self._flusher = threading.Thread(target=self._flush_loop, daemon=True,
                                          name="mpsched-lease-flush")
         self._flusher.start()
-        # Guards _written, _synced, _syncer_idle and _stopping; taken after _lock. The syncer
-        # thread waits on it for records to sync (appends notify it when it is idle) and,
-        # between two syncs, for ``release``; ``wait_synced`` callers wait for a sync.
-        self._sync_cond = threading.Condition(threading.Lock())
-        self._written = 0  # the last ticket written, as the syncer sees it
-        self._synced = 0  # the last ticket an fdatasync() that began after its write covered
-        self._syncer_idle = False
-        self._stopping = False
-        self._syncer: threading.Thread | None = None
-        if sync:
-            self._syncer = threading.Thread(target=self._sync_loop, daemon=True,
-                                            name="mpsched-lease-sync")
-            self._syncer.start()
+        # With ``sync``, the thread that fdatasync()s the records written (its own lock).
+        self._syncer = GroupSync(self._fd, path) if sync else None
 
     def wait_synced(self, ticket: int, timeout: float) -> bool:
         """With ``sync``: wait until the record of ``ticket`` is on disk; False if it is not
         by ``timeout`` seconds (or without ``sync``)."""
-        if self._syncer is None:
-            return False
-        with self._sync_cond:
-            return self._sync_cond.wait_for(lambda: self._synced >= ticket, timeout)
+        return self._syncer is not None and self._syncer.wait_synced(ticket, timeout)
 
     # ------------------------------------------------------------------ at open
 
@@ -186,8 +170,8 @@ class LeaseLog:
             self._committed = self._flush_wanted = 0
             self._epoch = int.from_bytes(os.urandom(8), "little")
             self._ticket = 0
-            with self._sync_cond:
-                self._written = self._synced = 0
+            if self._syncer is not None:
+                self._syncer.reset()
 
     # ------------------------------------------------------------------ appends
 
@@ -220,10 +204,7 @@ class LeaseLog:
             self._size = end
             self._ticket = self._last[self._regions[-1]] = ticket
             if self._syncer is not None:
-                with self._sync_cond:
-                    self._written = ticket
-                    if self._syncer_idle:
-                        self._sync_cond.notify_all()
+                self._syncer.written(ticket)
         return ticket
 
     def close(self) -> None:
@@ -241,10 +222,7 @@ class LeaseLog:
             self._flush_cond.notify_all()
         self._flusher.join()
         if self._syncer is not None:
-            with self._sync_cond:
-                self._stopping = True
-                self._sync_cond.notify_all()
-            self._syncer.join()
+            self._syncer.stop()
         if remove:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.path)
@@ -255,39 +233,6 @@ class LeaseLog:
         self._fd = -1
 
     # ------------------------------------------------------------------ inside
-
-    def _sync_loop(self) -> None:
-        """The syncer thread: fdatasync() what was written, at most every SYNC_INTERVAL,
-        until ``release`` and nothing is left. A failure is logged and tried again."""
-        failing = False
-        while True:
-            with self._sync_cond:
-                self._syncer_idle = True
-                while self._written <= self._synced and not self._stopping:
-                    self._sync_cond.wait()
-                self._syncer_idle = False
-                if self._written <= self._synced:
-                    return  # stopping, and all of it is on disk
-                covered = self._written
-            try:
-                os.fdatasync(self._fd)
-            except OSError as exc:
-                if not failing:
-                    log.error("%s: fdatasync() failed (%s): the leases since its last "
-                              "success may not survive a power cut; trying again",
-                              self.path, exc.strerror)
-                failing = True
-                with self._sync_cond:
-                    if self._sync_cond.wait_for(lambda: self._stopping, SYNC_BACKOFF):
-                        return
-                continue
-            if failing:
-                log.warning("%s: fdatasync() works again", self.path)
-                failing = False
-            with self._sync_cond:
-                self._synced = max(self._synced, covered)
-                self._sync_cond.notify_all()
-                self._sync_cond.wait_for(lambda: self._stopping, SYNC_INTERVAL)
 
     def _flush_loop(self) -> None:
         """The flusher thread: when a region is left, flush the store's writer (outside the

@@ -28,6 +28,7 @@ from mpsched._core.job import JobState
 from mpsched._core.queue import JobQueue
 from mpsched._errors import StoreError, StoreFullError
 from mpsched._manager.store_journal import Journal
+from mpsched._store import group_sync as _group_sync
 from mpsched._store import lease_log as _store_leases
 from mpsched._store import lease_records
 from mpsched._store.base import StoredJob
@@ -520,7 +521,7 @@ def test_sync_appends_never_wait_and_one_fdatasync_covers_all_written_before_it(
 
 def test_release_syncs_what_an_interval_held_back(
         open_log: Callable[..., LeaseLog], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_store_leases, "SYNC_INTERVAL", 3600.0)
+    monkeypatch.setattr(_group_sync, "SYNC_INTERVAL", 3600.0)
     calls: list[int] = []
     real = os.fdatasync
     monkeypatch.setattr(os, "fdatasync", lambda fd: (calls.append(fd), real(fd))[1])
@@ -535,7 +536,7 @@ def test_release_syncs_what_an_interval_held_back(
 def test_a_failed_fdatasync_is_logged_and_tried_again(
         open_log: Callable[..., LeaseLog], monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture) -> None:
-    monkeypatch.setattr(_store_leases, "SYNC_BACKOFF", 0.01)
+    monkeypatch.setattr(_group_sync, "SYNC_BACKOFF", 0.01)
     failures = [OSError(errno.EIO, os.strerror(errno.EIO))] * 3
     real = os.fdatasync
 
