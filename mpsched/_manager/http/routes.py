@@ -121,7 +121,8 @@ class Routes:
 
     def _act(self, parts: list[str], may_act: bool) -> Response:
         if not _known_action(parts):
-            raise HttpError(405, f"/{'/'.join(parts)} takes GET only", (("Allow", "GET"),))
+            raise HttpError(405, f"/{'/'.join(parts)} takes GET (or HEAD) only",
+                            (("Allow", "GET, HEAD"),))
         if not may_act:
             raise HttpError(403, "read-only: this server has no token (serve --http with "
                                  "--http-token-file lets token holders act)")

@@ -205,6 +205,8 @@ def test_head_is_get_without_the_body(serve: Callable[..., StatusServer]) -> Non
     answer = request(server, "/metrics", method="HEAD")
     assert answer.status == 200 and answer.body == b""
     assert answer.headers["Server"] == "mpsched"  # no Python version, no trailing space
+    posted = request(server, "/metrics", method="POST")
+    assert (posted.status, posted.headers["Allow"]) == (405, "GET, HEAD")
 
 
 def test_an_error_of_the_server_is_logged_and_answered_500_in_one_line(
