@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from typing import Protocol
 
-from mpsched._client.link import ManagerLink, Outage
+from mpsched._client.link import ManagerLink, Outage, Rejoin
 from mpsched._client.outbox import Outbox
 from mpsched._core.job import JobRequest, Outcome
 from mpsched._errors import AuthenticationError, MpschedError, VersionMismatchError
@@ -53,20 +53,7 @@ def ride_out(link: ManagerLink, outage: Outage, jobs: ClientJobs,
     else the error its futures fail with."""
     if not link.reconnects:
         return outage.error(link.advice())
-    if outbox is not None:
-        outbox.pause()  # takes nothing more, sends nothing more
-        outbox.wait_idle()  # a batch on its way is in doubt now, or sent
-    unsent = set() if outbox is None else outbox.unsent()
-    watch = [job_id for job_id in jobs.job_ids() if job_id not in unsent]
-    link.announce(outage, len(watch) + len(unsent))
-    if not link.durable:
-        never_sent = [] if outbox is None else outbox.withdraw_all(counted=False)
-        jobs.fail(never_sent, outage.error("the job was never sent, and did not run: submit "
-                                           "it again once this client has reconnected"))
-        jobs.fail_all(outage.error("without a store the manager keeps no outcome for a "
-                                   "client that lost its connection: the job may have run, "
-                                   "or may still run"))
-        watch = []
+    watch = _hold(link, outage, jobs, outbox)
     try:
         rejoin = link.reconnect(watch)
     except (AuthenticationError, VersionMismatchError) as exc:
@@ -77,6 +64,35 @@ def ride_out(link: ManagerLink, outage: Outage, jobs: ClientJobs,
         kept = ("; the manager's store keeps its jobs: look them up by id (Client.job) from "
                 "another client") if link.durable else ""
         return outage.error(link.advice() + kept)
+    _carry_over(link, outage, jobs, outbox, rejoin, len(watch))
+    return None
+
+
+def _hold(link: ManagerLink, outage: Outage, jobs: ClientJobs,
+          outbox: Outbox | None) -> list[str]:
+    """Stop sending, say so, and fail what no manager will tell of; returns the ids of the
+    jobs to ask the manager about once it is back (none without a store)."""
+    if outbox is not None:
+        outbox.pause()  # takes nothing more, sends nothing more
+        outbox.wait_idle()  # a batch on its way is in doubt now, or sent
+    unsent = set() if outbox is None else outbox.unsent()
+    watch = [job_id for job_id in jobs.job_ids() if job_id not in unsent]
+    link.announce(outage, len(watch) + len(unsent))
+    if link.durable:
+        return watch
+    never_sent = [] if outbox is None else outbox.withdraw_all(counted=False)
+    jobs.fail(never_sent, outage.error("the job was never sent, and did not run: submit "
+                                       "it again once this client has reconnected"))
+    jobs.fail_all(outage.error("without a store the manager keeps no outcome for a "
+                               "client that lost its connection: the job may have run, "
+                               "or may still run"))
+    return []
+
+
+def _carry_over(link: ManagerLink, outage: Outage, jobs: ClientJobs, outbox: Outbox | None,
+                rejoin: Rejoin, watched: int) -> None:
+    """The manager is back (``rejoin``): resolve what ended, send again the batches in
+    doubt it never got, fail the other jobs it does not know, and let the outbox go on."""
     for outcome in rejoin.outcomes:
         jobs.resolve(outcome)
     in_doubt = {request.job_id: request for request in jobs.take_in_doubt()}
@@ -88,5 +104,4 @@ def ride_out(link: ManagerLink, outage: Outage, jobs: ClientJobs,
     link.rejoined(rejoin)
     if outbox is not None:
         outbox.resume(rejoin.service, resend)  # before submits are taken again
-    link.restored(outage, len(watch) - len(rejoin.unknown), len(resend), len(unknown))
-    return None
+    link.restored(outage, watched - len(rejoin.unknown), len(resend), len(unknown))
