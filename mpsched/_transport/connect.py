@@ -48,6 +48,24 @@ def client_connection(address: Any, authkey: bytes | None = None) -> FastConnect
     """
     family = getattr(socket, connection.address_type(address))  # type: ignore[attr-defined]
     tls = client_tls() if family == socket.AF_INET else None
+    conn = FastConnection(_connected(address, family))
+    try:
+        conn.set_deadline(HANDSHAKE_TIMEOUT)
+        _handshake(conn, address, authkey, tls)
+        conn.set_deadline(None)
+    except BaseException as exc:
+        conn.close()
+        _raise_client_error(exc, f"the mpsched manager at {format_address(address)}", tls,
+                            tcp=family == socket.AF_INET)
+    return conn
+
+
+def _connected(address: Any, family: int) -> socket.socket:
+    """A socket connected to ``address`` (within CONNECT_TIMEOUT on TCP).
+
+    Raises:
+        TimeoutError: as :func:`client_connection`; OSError: nothing listens there.
+    """
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         # A Unix socket's connect with a timeout would fail at once (EAGAIN) while the
@@ -64,25 +82,24 @@ def client_connection(address: Any, authkey: bytes | None = None) -> FastConnect
     except BaseException:
         sock.close()
         raise
-    conn = FastConnection(sock)
-    where = f"the mpsched manager at {format_address(address)}"
-    try:
-        conn.set_deadline(HANDSHAKE_TIMEOUT)
-        if tls is not None:
-            conn.start_tls(tls.context, server_side=False, server_hostname=address[0])
-        if authkey is not None:
-            first = conn.recv_bytes(MAX_MESSAGE)
-            reason = refusal(first)
-            if reason is not None:
-                raise ManagerUnreachableError(format_address(address),
-                                              f"it is refusing connections: {reason}")
-            connection.answer_challenge(as_connection(_Replay(conn, first)), authkey)
-            connection.deliver_challenge(as_connection(conn), authkey)
-        conn.set_deadline(None)
-    except BaseException as exc:
-        conn.close()
-        _raise_client_error(exc, where, tls, tcp=family == socket.AF_INET)
-    return conn
+    return sock
+
+
+def _handshake(conn: FastConnection, address: Any, authkey: bytes | None,
+               tls: ClientTls | None) -> None:
+    """TLS (with ``tls``), then the key's challenges both ways (with ``authkey``); the
+    manager may refuse the connection first, saying why (ManagerUnreachableError)."""
+    if tls is not None:
+        conn.start_tls(tls.context, server_side=False, server_hostname=address[0])
+    if authkey is None:
+        return
+    first = conn.recv_bytes(MAX_MESSAGE)
+    reason = refusal(first)
+    if reason is not None:
+        raise ManagerUnreachableError(format_address(address),
+                                      f"it is refusing connections: {reason}")
+    connection.answer_challenge(as_connection(_Replay(conn, first)), authkey)
+    connection.deliver_challenge(as_connection(conn), authkey)
 
 
 def as_connection(conn: FastConnection | _Replay) -> Any:
