@@ -132,13 +132,7 @@ def plan(slots: Slots, decided: float | None, owed_until: float | None, now: flo
     """
     spec = slots.spec
     if spec.mode == Mode.DELAY:
-        if trigger == Trigger.BEGIN and decided is None:
-            start = slots.after(None)
-            return Plan(arm=start, decided=start)
-        if trigger == Trigger.BEGIN and active:
-            return Plan(arm=None, decided=decided)
-        nxt = round(now + spec.interval, 6)
-        return Plan(arm=nxt, decided=nxt)
+        return _delay_plan(slots, decided, now, trigger, active=active)
     if owed_until is not None and trigger != Trigger.BEGIN:
         owed = slots.after(decided)
         if owed <= owed_until:
@@ -154,16 +148,35 @@ def plan(slots: Slots, decided: float | None, owed_until: float | None, now: flo
         nxt = slots.after(now)
         return Plan(arm=nxt, decided=nxt, skipped=count)
     if trigger == Trigger.BEGIN and active:
-        # The run armed before the downtime is late itself and stands for the missed slots.
-        if spec.catchup == Catchup.LATEST:
-            return Plan(arm=None, decided=last, missed=count)
-        if spec.catchup == Catchup.ALL:
-            return Plan(arm=None, decided=decided, owed_until=last)
-        nxt = slots.after(now)
-        return Plan(arm=nxt, decided=nxt, missed=count + 1, cancel_armed=True)
+        return _recovered_plan(slots, decided, now, count, last)
     if spec.catchup == Catchup.LATEST:
         return Plan(arm=last, decided=last, missed=count - 1)
     if spec.catchup == Catchup.ALL:
         return Plan(arm=first, decided=first, owed_until=last if first < last else None)
     nxt = slots.after(now)
     return Plan(arm=nxt, decided=nxt, missed=count)
+
+
+def _delay_plan(slots: Slots, decided: float | None, now: float, trigger: Trigger, *,
+                active: bool) -> Plan:
+    """:func:`plan` for ``mode="delay"``: the next run an interval after ``now``."""
+    if trigger == Trigger.BEGIN and decided is None:
+        start = slots.after(None)
+        return Plan(arm=start, decided=start)
+    if trigger == Trigger.BEGIN and active:
+        return Plan(arm=None, decided=decided)
+    nxt = round(now + slots.spec.interval, 6)
+    return Plan(arm=nxt, decided=nxt)
+
+
+def _recovered_plan(slots: Slots, decided: float | None, now: float, count: int,
+                    last: float) -> Plan:
+    """:func:`plan` at BEGIN for a schedule whose run is still pending or running, with
+    ``count`` slots missed up to ``last``: the run armed before the downtime is late itself
+    and stands for them."""
+    if slots.spec.catchup == Catchup.LATEST:
+        return Plan(arm=None, decided=last, missed=count)
+    if slots.spec.catchup == Catchup.ALL:
+        return Plan(arm=None, decided=decided, owed_until=last)
+    nxt = slots.after(now)
+    return Plan(arm=nxt, decided=nxt, missed=count + 1, cancel_armed=True)
