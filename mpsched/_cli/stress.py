@@ -213,7 +213,8 @@ def run_stress(*, producers: int, workers: int, jobs: int, horizon: float = 2.0,
     """
     _validate(producers, workers, jobs, horizon, address, authkey, inject)
     begun = time.monotonic()
-    report = StressReport(jobs, producers, None if address is not None else workers)
+    report = StressReport(jobs=jobs, producers=producers,
+                          workers=None if address is not None else workers)
     with tempfile.TemporaryDirectory(prefix="mpsched-stress-") as tmp:
         log_path = os.path.join(tmp, "stress.log")
         if address is None:

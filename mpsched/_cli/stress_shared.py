@@ -126,7 +126,7 @@ def run_shared_stress(*, store: str, managers: int, producers: int, workers: int
     that every job ran once (see the module docstring). Returns 0 when every check
     passed, 1 otherwise."""
     begun = time.monotonic()
-    report = StressReport(jobs, producers, workers * managers)
+    report = StressReport(jobs=jobs, producers=producers, workers=workers * managers)
     killed = 0
     with tempfile.TemporaryDirectory(prefix="mpsched-stress-") as tmp:
         log_path = os.path.join(tmp, "stress.log")
