@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import json
 import platform
 import textwrap
 from collections.abc import Sequence
@@ -98,6 +99,17 @@ EPILOG = "\n".join([
 PROG = "python -m mpsched"
 
 
+def _json_guess(words: list[str]) -> list[object]:
+    """``words`` as JSON values where they read as one (``5``, ``true``), else strings."""
+    guessed: list[object] = []
+    for word in words:
+        try:
+            guessed.append(json.loads(word))
+        except ValueError:
+            guessed.append(word)
+    return guessed
+
+
 def usage_line(message: str, command: str | None) -> str:
     """A usage error as the command line prints it: one line, and where the help is."""
     return f"mpsched: {message}; see {PROG}{f' {command}' if command else ''} --help"
@@ -119,7 +131,12 @@ class Parser(argparse.ArgumentParser):
         args, unknown = self.parse_known_args(argv)
         if unknown:
             blamed = getattr(self, "commands", {}).get(args.command, self)
-            blamed.error(f"unrecognized arguments: {' '.join(unknown)}")
+            hint = ""
+            if args.command == "submit" and not any(a.startswith("-") for a in unknown):
+                # What a newcomer types first: the function's arguments after it.
+                hint = (f" (the function's arguments go in --args as a JSON list: "
+                        f"--args '{json.dumps(_json_guess(unknown))}')")
+            blamed.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
         return args
 
 

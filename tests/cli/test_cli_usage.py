@@ -109,6 +109,9 @@ def test_the_exit_docstring_explains_signal_codes() -> None:
                  id="serve-negative-workers"),
     pytest.param(["no-such-command"], None, "argument COMMAND: invalid choice",
                  id="unknown-command"),
+    pytest.param(["submit", "operator:add", "1", "x", "--connect", "unix:/x"], "submit",
+                 "unrecognized arguments: 1 x (the function's arguments go in --args as a "
+                 """JSON list: --args '[1, "x"]')""", id="arguments-after-the-target"),
 ])
 def test_a_command_line_argparse_refuses_is_one_line_and_a_pointer_to_help(
         argv: list[str], command: str | None, error: str,
