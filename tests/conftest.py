@@ -19,8 +19,12 @@ from mpsched._payload import shm
 
 
 def stop_hard(scheduler: Scheduler) -> None:
-    """Stop a scheduler and its processes whatever state a test left it in."""
+    """Stop a scheduler and its processes whatever state a test left it in: a job a test
+    left running is killed with its worker, not waited for (the manager's drain)."""
     scheduler.shutdown(wait=False, cancel_futures=True)
+    process = getattr(scheduler, "_manager_process", None)
+    if process is not None:
+        process.stop_now()
     scheduler._finalizer()  # stops the manager, which stops its workers
     if scheduler._closer is not None:
         scheduler._closer.join(30)
