@@ -126,8 +126,10 @@ class Writer:
         self._put(Op(None, sql, params, job_id, 1, durable=False))
 
     def flush(self) -> None:
-        """Wait until every op queued before this call is settled."""
-        self._call(Op(_nothing, "", (), None, 0, durable=True))
+        """Wait until every op queued before this call is settled. A flush fills the batch
+        it ends: with ``linger``, the writer does not wait for more rows after it (a store
+        that closes would wait out the linger)."""
+        self._call(Op(_nothing, "", (), None, self._batch_size, durable=True))
 
     def close(self) -> bool:
         """Write what is queued, stop the thread, close the connection. False if closed."""

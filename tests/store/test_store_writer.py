@@ -125,6 +125,22 @@ def test_async_ops_are_written_without_a_flush(open_store: Callable[..., SQLiteS
         time.sleep(0.001)
 
 
+def test_a_flush_and_a_close_do_not_wait_out_the_linger(
+        open_store: Callable[..., SQLiteStore]) -> None:
+    first = open_store()
+    first.submit([job(1)])
+    first.close()
+    store = open_store(linger=10.0)  # a batch waits up to 10 s for 512 rows
+    store.recover()
+    store.lease("job-1", "w", 1)
+    store.finish("job-1", JobState.DONE, b"ok", T0)
+    start = time.monotonic()
+    store.flush()  # nothing more is worth waiting for: written now
+    assert state(store, "job-1") == (JobState.DONE, "w", 1)
+    store.close()
+    assert time.monotonic() - start < 5.0  # far below the linger
+
+
 def test_a_batch_applies_async_and_durable_ops_in_order(
         open_store: Callable[..., SQLiteStore]) -> None:
     store = open_store()
