@@ -49,6 +49,7 @@ from mpsched._cli.options import tls_from_args
 from mpsched._core.job import Order
 from mpsched._core.options import Durability
 from mpsched._errors import ConfigError, StoreError
+from mpsched._manager.http.server import StatusAddressError
 from mpsched._manager.main import run_manager
 from mpsched._manager.service import ManagerService
 from mpsched._protocol.records import (
@@ -246,6 +247,9 @@ def _run_served(args: argparse.Namespace, out: TextIO, key: ServeKey, address: A
     except StoreError as exc:  # before an OSError: it is one, but not the listener's
         print(f"mpsched: {exc}", file=sys.stderr)
         return Exit.STORE
+    except StatusAddressError as exc:  # an OSError too, but not the manager's listener's
+        print(f"mpsched: {exc.strerror}", file=sys.stderr)
+        return Exit.USAGE
     except OSError as exc:
         if listening:
             raise

@@ -31,7 +31,7 @@ from typing import Any
 from mpsched._core.job import Order
 from mpsched._core.queue import JobQueue
 from mpsched._errors import ConfigError, MpschedError, StoreError
-from mpsched._manager.http.server import StatusServer
+from mpsched._manager.http.server import StatusAddressError, StatusServer
 from mpsched._manager.journal import BaseJournal, NoJournal
 from mpsched._manager.service import ManagerService
 from mpsched._manager.shared_journal import SharedJournal, encode_status
@@ -189,7 +189,7 @@ def _serve(config: ManagerConfig, control: Connection | None,
     try:
         link, failure = _link(service, server.address)
         if not failure:
-            status, failure = _start_status(config, service)
+            status, failure = _start_status(config, service, control is None)
         failure = failure or _start(supervisor, config)
         if failure:
             if control is not None:
@@ -228,15 +228,24 @@ def _serve(config: ManagerConfig, control: Connection | None,
         service.mailboxes.wait_collected(0.0 if grace == 0 else 5.0)
 
 
-def _start_status(config: ManagerConfig,
-                  service: ManagerService) -> tuple[StatusServer | None, str]:
-    """The status server the config asks for, serving; or why it could not start."""
+def _start_status(config: ManagerConfig, service: ManagerService,
+                  foreground: bool) -> tuple[StatusServer | None, str]:
+    """The status server the config asks for, serving; or why it could not start.
+
+    Raises:
+        StatusAddressError: (``foreground``: a ``serve``) its address cannot be bound.
+    """
     if config.http is None:
         return None, ""
+    where = f"{config.http.host}:{config.http.port}"
     try:
         status = StatusServer(config.http, service)
-    except (OSError, MpschedError) as exc:  # an address in use, TLS files that do not load
-        return None, f"cannot serve HTTP on {config.http.host}:{config.http.port}: {exc}"
+    except OSError as exc:  # an address in use, or not this host's
+        if foreground:
+            raise StatusAddressError(where, exc) from exc
+        return None, f"cannot serve HTTP on {where}: {exc}"
+    except MpschedError as exc:  # TLS files that do not load
+        return None, f"cannot serve HTTP on {where}: {exc}"
     status.start()
     return status, ""
 

@@ -717,6 +717,18 @@ def test_serve_says_when_it_cannot_listen(procs: Processes, tmp_path: Path) -> N
     assert "Traceback" not in busy.stderr + nowhere.stderr
 
 
+def test_serve_says_in_one_line_when_its_status_page_cannot_listen(procs: Processes) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        busy = procs.run("serve", "--workers", "0", "--http", f"127.0.0.1:{port}",
+                         timeout=30)
+    assert busy.returncode == Exit.USAGE, busy.stderr  # not 1: that is a failed job's
+    assert busy.stderr.strip() == (f"mpsched: cannot serve the status page on 127.0.0.1:"
+                                   f"{port}: Address already in use"), busy.stderr
+    again = procs.run("status", timeout=30)  # it left no manager behind, nor its lock
+    assert again.returncode != Exit.OK and "Traceback" not in again.stderr, again.stderr
+
+
 @pytest.mark.parametrize("argv", [
     pytest.param(["worker", "--processes", "0"], id="worker-no-processes"),
     pytest.param(["worker", "--heartbeat-interval", "0"], id="worker-zero-heartbeat"),

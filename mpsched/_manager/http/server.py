@@ -63,6 +63,14 @@ SECURITY_HEADERS = (("Cache-Control", "no-store"), ("X-Content-Type-Options", "n
                     ("Referrer-Policy", "no-referrer"), ("X-Frame-Options", "DENY"))
 
 
+class StatusAddressError(OSError):
+    """The status server's address cannot be bound (in use, or not this host's)."""
+
+    def __init__(self, where: str, cause: OSError) -> None:
+        super().__init__(cause.errno, f"cannot serve the status page on {where}: "
+                                      f"{cause.strerror or cause}")
+
+
 class StatusServer:
     """The status server of one manager: binds at construction, serves after start()."""
 
