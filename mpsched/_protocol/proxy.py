@@ -41,7 +41,6 @@ from mpsched._protocol.records import (
     WorkerLoad,
 )
 from mpsched._transport.sockets import SERIALIZER, HardenedServer
-from mpsched._transport.wire import FastConnection
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -134,13 +133,6 @@ class ServiceProxy(BaseProxy):
 
     def report(self, worker_id: str, reports: list[Report]) -> None:
         self._call("report", worker_id, _reports(reports))
-
-    def expect_reply_soon(self, seconds: float) -> None:
-        """The reply to this thread's next call is due within about ``seconds``: wait for
-        it awake that long (FastConnection.expect_soon) before sleeping."""
-        conn = getattr(self._tls, "connection", None)
-        if isinstance(conn, FastConnection):
-            conn.expect_soon(seconds)
 
     def ack(self, worker_id: str, lease_id: int) -> None:
         self._call("ack", worker_id, lease_id)

@@ -71,7 +71,6 @@ class FastConnection:
         if self._sock.family == socket.AF_UNIX:
             self._readable = select.poll()
             self._readable.register(self._sock, select.POLLIN)
-        self._spin = 0.0  # seconds the next read may poll before it sleeps (expect_soon)
         self._rest = b""  # bytes received beyond the last message
         self._deadline: float | None = None  # time.monotonic() by which I/O must be done
         self._tls = isinstance(self._sock, ssl.SSLSocket)  # on TLS already, or by start_tls
@@ -220,31 +219,15 @@ class FastConnection:
                 raise EOFError
             have += got
 
-    def expect_soon(self, seconds: float) -> None:
-        """The next message is due within about ``seconds`` (a reply from a peer on this
-        machine): the next read that finds nothing keeps polling for it that long,
-        yielding the CPU between polls, and only then sleeps. A sleeping reader's CPU
-        goes idle, and waking an idle virtual CPU costs ~10-20 us, several times the few
-        polls that catch a reply already on its way. Unix sockets only; one read only."""
-        self._spin = seconds
-
     def _read(self) -> bytes:
         if self._deadline is not None:
             self._arm()
         elif self._readable is not None:
-            if self._spin:
-                self._poll_a_while()
             self._readable.poll()  # see __init__; it returns at once if data is here
         chunk = self._sock.recv(_READ)
         if not chunk:
             raise EOFError
         return chunk
-
-    def _poll_a_while(self) -> None:
-        assert self._readable is not None
-        until, self._spin = time.monotonic() + self._spin, 0.0
-        while not self._readable.poll(0) and time.monotonic() < until:
-            os.sched_yield()  # whatever else is runnable here runs first
 
     def poll(self, timeout: float | None = 0.0) -> bool:
         if self._rest:

@@ -46,12 +46,6 @@ from mpsched._worker.run import result_segment, run, start_time
 
 log = logging.getLogger("mpsched.worker")
 
-# A local worker that reports a job waits this long for its next one awake (polling,
-# yielding its CPU) before it sleeps: the manager on this machine answers within tens of
-# microseconds when a job is due, and waking a CPU that went idle costs about as much as
-# the whole hand-off. Idle workers (whose last take found nothing) sleep at once.
-REPLY_SPIN = 0.0003
-
 def worker_main(config: WorkerConfig, slot: ClaimSlot | None = None,
                 lifeline: Connection | None = None) -> None:
     """Entry point of a local worker process: join the manager, serve until it stops.
@@ -67,15 +61,14 @@ def worker_main(config: WorkerConfig, slot: ClaimSlot | None = None,
     service = connect_service(config.address, config.authkey)
     service.hello(make_hello(config.worker_id, remote=False, local_token=config.local_token))
     if slot is None:
-        serve(service, config, lambda lease_id: None, reply_spin=REPLY_SPIN)
+        serve(service, config, lambda lease_id: None)
     else:
-        serve(service, config, slot.received, reply_spin=REPLY_SPIN, slot=slot)
+        serve(service, config, slot.received, slot=slot)
 
 
 def serve(service: ServiceProxy, config: WorkerConfig, received: Callable[[int], None],
           drain: DrainState | None = None, long_poll: float = LONG_POLL,
-          timeouts: JobTimeouts | None = None, reply_spin: float = 0.0,
-          slot: ClaimSlot | None = None) -> LoopEnd:
+          timeouts: JobTimeouts | None = None, slot: ClaimSlot | None = None) -> LoopEnd:
     """Take, run and report jobs until the manager stops (STOPPED) or goes away (LOST),
     the worker drains (DRAINED), or it is time to recycle this process (RECYCLED:
     ``max_tasks`` / ``max_memory``).
@@ -89,8 +82,6 @@ def serve(service: ServiceProxy, config: WorkerConfig, received: Callable[[int],
             EOFError from it means the manager is gone (LOST), and the job is not run.
         drain: a remote worker's drain flag (None: a local worker, stopped by its manager).
         timeouts: enforces each job's timeout in this process (None: the manager does).
-        reply_spin: after reporting a job, wait for the next one awake this long before
-            sleeping (see REPLY_SPIN); 0: sleep at once.
         slot: a local worker's ClaimSlot: with it, a worker whose last job was short asks
             for prefetched jobs too (mpsched._core.prefetch), starts each only if it claims
             it there, and keeps there the reports it holds back meanwhile. None: one job
@@ -106,8 +97,6 @@ def serve(service: ServiceProxy, config: WorkerConfig, received: Callable[[int],
             # A remote worker's take that hands in reports does not wait: its answer says
             # they arrived, so an idle worker holds no report its manager may not have.
             wait = 0.0 if unsent and drain is not None else long_poll
-            if reply_spin and unsent:
-                service.expect_reply_soon(reply_spin)
             try:
                 batch = _take(service, worker_id, unsent, wait, drain, state.more())
             except Draining:

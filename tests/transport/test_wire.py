@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import pickle
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -157,50 +155,3 @@ def test_a_waiting_reader_is_not_woken_when_its_peer_takes_what_it_sent(
         thread.join(30)
     assert switches and switches[0] < 1.5 * rounds, \
         f"{switches[0] / rounds:.2f} sleeps per call: woken for nothing"
-
-
-def _state(pid: int) -> str:
-    with open(f"/proc/{pid}/stat") as stat:
-        return stat.read().rpartition(")")[2].split()[0]
-
-
-# Sends "awake", expects the reply within 30 s; then "asleep", expecting it within 50 ms.
-CALLER = """
-import socket, sys
-from mpsched._transport.wire import FastConnection
-conn = FastConnection(socket.socket(fileno=int(sys.argv[1])))
-for label, spin in (("awake", 30.0), ("asleep", 0.05)):
-    conn.send(label)
-    conn.expect_soon(spin)
-    assert conn.recv() == "reply"
-"""
-
-
-@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="needs Linux's /proc")
-def test_a_reply_expected_soon_is_waited_for_awake_then_asleep() -> None:
-    mine, theirs = socket.socketpair()
-    peer = FastConnection(mine)
-    caller = subprocess.Popen([sys.executable, "-c", CALLER, str(theirs.fileno())],
-                              pass_fds=[theirs.fileno()])
-    theirs.close()
-    try:
-        assert peer.recv() == "awake"
-        # Within its window the caller keeps polling: runnable (R), never asleep (S).
-        states = set()
-        for _ in range(50):
-            states.add(_state(caller.pid))
-            time.sleep(0.002)
-        assert states == {"R"}, states
-        peer.send("reply")
-        assert peer.recv() == "asleep"
-        # Past its window it sleeps until the reply comes.
-        deadline = time.monotonic() + 30
-        while _state(caller.pid) != "S":
-            assert time.monotonic() < deadline, "the caller never went to sleep"
-            time.sleep(0.01)
-        peer.send("reply")
-        assert caller.wait(30) == 0
-    finally:
-        caller.kill()
-        caller.wait(30)
-        peer.close()

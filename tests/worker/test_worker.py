@@ -247,37 +247,3 @@ def test_a_local_worker_starts_an_at_job_no_sooner_than_its_wall_clock_time(
     serve(service, config(tmp_path), lambda lease_id: None)
     assert started(service) == pytest.approx(100.005)
     assert clock.time() >= 1000.005
-
-
-class SpinRecordingService(ScriptedService):
-    """Records, for each take, whether the worker asked to wait for its reply awake."""
-
-    def __init__(self, assignments: list[Assignment | None]) -> None:
-        super().__init__(assignments)  # type: ignore[arg-type]
-        self.spins: list[float] = []
-        self.takes: list[tuple[bool, float]] = []  # (carried a report, spin asked)
-
-    def expect_reply_soon(self, seconds: float) -> None:
-        self.spins.append(seconds)
-
-    def take(self, worker_id: str, reports: list[Report], timeout: float,
-             more: int = 0) -> list[Assignment]:
-        self.takes.append((bool(reports), self.spins.pop() if self.spins else 0.0))
-        return super().take(worker_id, reports, timeout, more)
-
-
-def test_a_worker_waits_awake_only_for_the_take_that_follows_a_job(tmp_path: Path) -> None:
-    # Idle takes (nothing due came back) sleep at once; a take that reports a job just
-    # run waits awake for its reply: the manager answers at once when work is due.
-    service = SpinRecordingService([None, assignment(1, abs, -1), assignment(2, abs, -2), None])
-    serve(service, config(tmp_path), lambda lease_id: None,  # type: ignore[arg-type]
-          reply_spin=0.0003)
-    assert service.takes == [(False, 0.0), (False, 0.0), (True, 0.0003), (True, 0.0003),
-                             (False, 0.0)]
-    assert outcomes(service) == [("job-1", 1), ("job-2", 2)]
-
-
-def test_remote_workers_do_not_wait_awake(tmp_path: Path) -> None:
-    service = SpinRecordingService([assignment(1, abs, -1), None])
-    serve(service, config(tmp_path), lambda lease_id: None, DrainState())  # type: ignore[arg-type]
-    assert [spin for _, spin in service.takes] == [0.0, 0.0, 0.0]
