@@ -59,31 +59,16 @@ class HandOut:
         self.wakeups = 0  # waits that ended
         self.closed = False  # by close_locked(): takes raise, requeues are refused
 
-    def take_batch(self, worker_id: str, timeout: float, early: float, more: int,
-                   prefetchable: Callable[[Job], bool] | None) -> list[Assignment]:
-        """The next due job under a new lease, and up to ``more`` prefetched ones; waits
-        up to ``timeout`` seconds (JobQueue.take_batch)."""
-        with self._lock:
-            self._prefetch.forget_locked(worker_id)
-            deadline = self._clock.now() + timeout
-            try:
-                while True:
-                    batch = self._try_take_locked(worker_id, early, more, prefetchable)
-                    if batch is not None:
-                        return batch
-                    if not self._wait_for_work_locked(worker_id, deadline, early):
-                        return []
-            finally:
-                # Pass leadership on: without this, a follower could sleep untimed past
-                # the head's due time while no one else is watching the clock. (With
-                # nobody waiting there is no one to notify: skip the call, it is per job.)
-                if self.waiting and self._leader is None and self._pending \
-                        and not self.closed:
-                    self._available.notify()
+    def pass_lead_locked(self) -> None:
+        """A taker leaves: if takers wait, work remains and no one leads, wake one, so
+        that a follower never sleeps untimed past the head's due time while no one else
+        is watching the clock."""
+        if self.waiting and self._leader is None and self._pending and not self.closed:
+            self._available.notify()
 
-    def _try_take_locked(self, worker_id: str, early: float, more: int,
-                         prefetchable: Callable[[Job], bool] | None) -> list[Assignment] | None:
-        """One look at the heap for ``take_batch``: the batch to hand out ([] for a retired
+    def try_take_locked(self, worker_id: str, early: float, more: int,
+                        prefetchable: Callable[[Job], bool] | None) -> list[Assignment] | None:
+        """One look at the heap for JobQueue.take_batch: the batch to hand out ([] for a retired
         worker), or None when the taker must wait."""
         if self.closed:
             raise SchedulerShutdownError("the queue is closed")
@@ -108,7 +93,7 @@ class HandOut:
                 return [first, *self._prefetch.hand_locked(worker_id, now, more, prefetchable)]
             return [first]
 
-    def _wait_for_work_locked(self, worker_id: str, deadline: float, early: float) -> bool:
+    def wait_for_work_locked(self, worker_id: str, deadline: float, early: float) -> bool:
         """Wait for something to take: as the leader (until the head is due, ``early``
         seconds ahead) or a follower (untimed), or, while the taker's own prefetched jobs
         are being revoked, for that to end; False once ``deadline`` has passed."""

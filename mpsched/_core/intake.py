@@ -75,7 +75,13 @@ class Intake:
                     raise InvalidJobError(f"job id {request.job_id!r} is already running")
             old_head = self._pending.head()
             order = seqs if seqs is not None else [next(self._seq) for _ in requests]
-            jobs = _jobs(requests, dues, order, planned=due is not None)
+            planned = due is not None  # on this clock: the requests' own times are not used
+            jobs = [Job(job_id=request.job_id, client_id=request.client_id,
+                        payload=request.payload, priority=request.priority, due=job_due,
+                        seq=seq, timeout=request.timeout, retries=request.retries,
+                        key=request.key, name=request.name,
+                        at=None if planned else request.at)
+                    for request, job_due, seq in zip(requests, dues, order, strict=True)]
             for job in jobs:
                 self._pending.push(job)
             self.submitted += len(requests)
@@ -155,6 +161,13 @@ class Intake:
                 self._removed_locked(len(jobs), old_head)
             return jobs
 
+    def not_due(self, client_id: str) -> list[str]:
+        """The ids of one client's pending jobs not due yet (JobQueue.not_due)."""
+        with self._lock:
+            now = self._clock.now()
+            return [j.job_id for j in self._pending
+                    if j.client_id == client_id and j.due > now]
+
     def reschedule(self, job_id: str, due: float) -> bool:
         """A pending job moved to another due time (JobQueue.reschedule)."""
         with self._lock:
@@ -175,13 +188,3 @@ class Intake:
         if self._pending.head() is not old_head:
             self._hand_out.new_head_locked()
 
-
-def _jobs(requests: list[JobRequest], dues: list[float], seqs: list[int], *,
-          planned: bool) -> list[Job]:
-    """The heap's records of submitted ``requests``; ``planned``: their due times are on
-    the queue's clock already, and the requests' own times are not kept."""
-    return [Job(job_id=request.job_id, client_id=request.client_id, payload=request.payload,
-                priority=request.priority, due=job_due, seq=seq, timeout=request.timeout,
-                retries=request.retries, key=request.key, name=request.name,
-                at=None if planned else request.at)
-            for request, job_due, seq in zip(requests, dues, seqs, strict=True)]

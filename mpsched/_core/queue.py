@@ -19,10 +19,8 @@ One lock, and parts that share it, each with a responsibility of its own:
    Leases       jobs in flight, and how jobs ended                       (leases.py)
 ```
 
-Waiting follows Java's ``DelayedWorkQueue`` (leader/follower; mpsched._core.hand_out): at
-most one taker, the *leader*, sleeps with a timeout equal to the head job's remaining
-delay; every other taker waits untimed on the same condition. Whoever changes the head, or
-the leader on its way out, wakes exactly one waiter.
+Takers wait leader/follower, as in Java's ``DelayedWorkQueue`` (mpsched._core.hand_out):
+one at most sleeps until the head is due, and each event wakes one waiter.
 """
 
 from __future__ import annotations
@@ -216,40 +214,6 @@ class JobQueue:
         """As :meth:`cancel_client`; returns the jobs removed."""
         return self._intake.cancel_client_jobs(client_id, not_due_only=not_due_only)
 
-    # ----------------------------------------------------------------------- lookups
-
-    def find(self, job_id: str) -> tuple[Job, str | None] | None:
-        """A job pending (worker None) or in flight (with its worker's id), by id; None
-        when it is neither. The Job is the queue's own record: read it, do not change it."""
-        with self._lock:
-            job = self._pending.get(job_id)
-            if job is not None:
-                return job, None
-            found = self.leases.find_locked(job_id)
-            return None if found is None else (found[0], found[1].worker_id)
-
-    def jobs(self) -> list[tuple[Job, str | None]]:
-        """Every job pending (worker None) or in flight (with its worker's id), in
-        submission order. The Jobs are the queue's own records: read them only."""
-        with self._lock:
-            jobs: list[tuple[Job, str | None]] = [(job, None) for job in self._pending]
-            jobs += [(job, lease.worker_id) for job, lease in self.leases.jobs_locked()]
-        return sorted(jobs, key=lambda entry: entry[0].seq)
-
-    def head(self, n: int) -> list[Job]:
-        """The next ``n`` pending jobs in the order takers would get them, without taking
-        any: O(n log n) under the lock however many are pending. The Jobs are the queue's
-        own records: read them only."""
-        with self._lock:
-            return self._pending.first(n)
-
-    def not_due(self, client_id: str) -> list[str]:
-        """The ids of one client's pending jobs whose due time is still ahead."""
-        with self._lock:
-            now = self._clock.now()
-            return [j.job_id for j in self._pending
-                    if j.client_id == client_id and j.due > now]
-
     # ------------------------------------------------------------------------ take
 
     def take(self, worker_id: str, timeout: float, early: float = 0.0) -> Assignment | None:
@@ -284,7 +248,20 @@ class JobQueue:
         Raises:
             SchedulerShutdownError: the queue was closed; the taker should exit.
         """
-        return self._hand_out.take_batch(worker_id, timeout, early, more, prefetchable)
+        hand_out = self._hand_out
+        with self._lock:
+            self._prefetch.forget_locked(worker_id)
+            deadline = self._clock.now() + timeout
+            try:
+                while True:
+                    batch = hand_out.try_take_locked(worker_id, early, more, prefetchable)
+                    if batch is not None:
+                        return batch
+                    if not hand_out.wait_for_work_locked(worker_id, deadline, early):
+                        return []
+            finally:  # pass the lead on (nobody waiting: skip the call, it is per job)
+                if hand_out.waiting:
+                    hand_out.pass_lead_locked()
 
     def revoke(self, worker_id: str) -> int:
         """Take back the prefetched jobs ``worker_id`` has not started (it leaves); they go
@@ -335,7 +312,36 @@ class JobQueue:
             self._hand_out.close_locked()
             self._room.close_locked()
 
-    # ----------------------------------------------------------------------- stats
+    # -------------------------------------------------------------- lookups, stats
+
+    def find(self, job_id: str) -> tuple[Job, str | None] | None:
+        """A job pending (worker None) or in flight (with its worker's id), by id; None
+        when it is neither. The Job is the queue's own record: read it, do not change it."""
+        with self._lock:
+            job = self._pending.get(job_id)
+            if job is not None:
+                return job, None
+            found = self.leases.find_locked(job_id)
+            return None if found is None else (found[0], found[1].worker_id)
+
+    def jobs(self) -> list[tuple[Job, str | None]]:
+        """Every job pending (worker None) or in flight (with its worker's id), in
+        submission order. The Jobs are the queue's own records: read them only."""
+        with self._lock:
+            jobs: list[tuple[Job, str | None]] = [(job, None) for job in self._pending]
+            jobs += [(job, lease.worker_id) for job, lease in self.leases.jobs_locked()]
+        return sorted(jobs, key=lambda entry: entry[0].seq)
+
+    def head(self, n: int) -> list[Job]:
+        """The next ``n`` pending jobs in the order takers would get them, without taking
+        any: O(n log n) under the lock however many are pending. The Jobs are the queue's
+        own records: read them only."""
+        with self._lock:
+            return self._pending.first(n)
+
+    def not_due(self, client_id: str) -> list[str]:
+        """The ids of one client's pending jobs whose due time is still ahead."""
+        return self._intake.not_due(client_id)
 
     def __len__(self) -> int:
         with self._lock:
