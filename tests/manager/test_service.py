@@ -274,3 +274,35 @@ def test_reports_sent_while_a_batch_goes_on_end_their_jobs_and_keep_the_worker_b
     [worker] = service.stats().workers
     assert worker.jobs_done == 1 and worker.current_job == "job-0"
     assert service.workers.busy() == {"w"}
+
+
+class OpenClaims:
+    """Claims that let every local worker be handed prefetched jobs and revoke at once."""
+
+    def __init__(self) -> None:
+        self.revoked: list[tuple[str, int]] = []
+
+    def reopen(self, worker_id: str) -> bool:
+        return True
+
+    def revoke(self, worker_id: str, lowest: int) -> int | None:
+        self.revoked.append((worker_id, lowest))
+        return lowest  # it started none of them
+
+
+def test_a_worker_that_leaves_to_be_replaced_gives_back_the_jobs_it_did_not_start():
+    claims = OpenClaims()
+    service = ManagerService(JobQueue(claims=claims))
+    service.hello(started_here(service, "w"))
+    service.mailboxes.open("c")
+    for n in range(4):
+        service.queue.submit(JobRequest(f"job-{n}", "c", b"", 2, 0.0, None))
+    first, *prefetched = [assignment_from_wire(w) for w in service.take("w", None, 0, more=3)]
+    assert [a.lease.job_id for a in prefetched] == ["job-1", "job-2", "job-3"]
+    outcome = Outcome("job-0", True, b"", "", None)
+    service.finish("w", [report_to_wire(Report(first.lease.lease_id, outcome))])  # recycles
+    assert claims.revoked == [("w", prefetched[0].lease.lease_id)]
+    assert service.stats().queue.pending["medium"] == 3  # back in the heap, untouched
+    service.hello(started_here(service, "w2"))
+    again = [assignment_from_wire(w).lease for w in service.take("w2", None, 0)]
+    assert [(lease.job_id, lease.attempt) for lease in again] == [("job-1", 1)]
