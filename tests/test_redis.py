@@ -21,7 +21,14 @@ import shared_jobs
 from processes import wait_for
 from served import Manager, serve
 
-from mpsched import PayloadTooLargeError, Priority, Scheduler, StoreError, WorkerCrashedError
+from mpsched import (
+    PayloadTooLargeError,
+    Priority,
+    Scheduler,
+    StoreError,
+    StoreUnavailableError,
+    WorkerCrashedError,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -242,3 +249,26 @@ def test_a_payload_larger_than_redis_takes_fails_at_the_call_site(
     with pytest.raises(PayloadTooLargeError):
         list(scheduler.map(len, [b"x", b"y" * 2**20]))
     assert scheduler.submit(len, b"x" * 1000).result(timeout=30) == 1000
+
+
+def test_while_redis_is_down_calls_fail_with_a_typed_error_and_work_again_after(
+        own_redis: Callable[..., Any], make_scheduler: Callable[..., Scheduler]) -> None:
+    server = own_redis(appendonly="yes", appendfsync="always")
+    scheduler = make_scheduler(workers=1, store=server.url())
+    assert scheduler.submit(len, "ab").result(timeout=30) == 2
+    server.kill()
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailableError, match="job store unix://"):
+        scheduler.submit(len, "abc").result(timeout=30)
+    with pytest.raises(StoreUnavailableError):
+        scheduler.jobs()
+    assert time.monotonic() - started < 15.0  # at once: nothing waits for Redis
+    server.start()
+    deadline = time.monotonic() + 30
+    while True:  # the manager's connections come back on their next use
+        try:
+            assert scheduler.submit(len, "abcd").result(timeout=30) == 4
+            break
+        except StoreUnavailableError:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)

@@ -36,8 +36,9 @@ from mpsched._manager.journal import BaseJournal, NoJournal
 from mpsched._manager.service import ManagerService
 from mpsched._manager.shared_journal import SharedJournal, encode_status
 from mpsched._manager.shared_link import SharedLink
-from mpsched._manager.shared_queue import Outage, SharedQueue
+from mpsched._manager.shared_queue import SharedQueue
 from mpsched._manager.store_journal import Journal
+from mpsched._manager.store_outage import Outage
 from mpsched._manager.supervisor import Supervisor
 from mpsched._payload.segments import Segments
 from mpsched._payload.shm import payload_size

@@ -94,8 +94,9 @@ class SharedJournal(BaseJournal):
             if len(request.payload) > self.store.max_payload:
                 raise PayloadTooLargeError(len(request.payload), self.store.max_payload,
                                            f"the Redis store {self.store.location}")
-        jobs = [NewJob(r.job_id, r.client_id, r.key, r.name, r.payload, r.priority, r.delay,
-                       r.at, r.timeout, r.retries) for r in requests]
+        jobs = [NewJob(job_id=r.job_id, client_id=r.client_id, key=r.key, name=r.name,
+                       payload=r.payload, priority=r.priority, delay=r.delay, at=r.at,
+                       timeout=r.timeout, retries=r.retries) for r in requests]
         run = due is not None
         deadline = None if timeout is None else time.monotonic() + timeout
         pause = FULL_RETRY[0]
@@ -124,18 +125,17 @@ class SharedJournal(BaseJournal):
         token = self.shared_queue.pop_token(job.job_id)
         if token is None:
             return None
-        finish = Finish(job.job_id, token, JobState.DONE if outcome.ok else JobState.FAILED,
-                        encode(outcome))
+        finish = Finish(job_id=job.job_id, token=token,
+                        state=JobState.DONE if outcome.ok else JobState.FAILED,
+                        outcome=encode(outcome))
         try:
-            reply = self.store.report(self.manager_id, self.shared_queue.lease_timeout,
-                                      finishes=[finish])
+            result = self.shared_queue.report_end(finish, worker_id)
         except StoreUnavailableError as exc:
             log.error("the end of job %s waits for the store (%s); it is sent again when "
                       "the store is back", job.job_id, exc)
             with self._lock:
                 self._unsent.append(finish)
             return self._ended_here(job.job_id)
-        result = reply.finished[0]
         if result == 0:
             log.warning("job %s ended on worker %s, but its lease had run out and another "
                         "manager took the job back: this end is not recorded", job.job_id,
@@ -218,8 +218,10 @@ class SharedJournal(BaseJournal):
                 host, pid, address, workers = pickle.loads(record.status)
             except Exception:  # a manager of another version, or one still starting
                 host, pid, address, workers = "?", 0, "", ()
-            found.append(ManagerStatus(record.manager_id, host, pid, address,
-                                       record.seen_ago, record.lease_timeout, tuple(workers)))
+            found.append(ManagerStatus(
+                manager_id=record.manager_id, host=host, pid=pid, address=address,
+                heartbeat_age=record.seen_ago, lease_timeout=record.lease_timeout,
+                workers=tuple(workers)))
         return tuple(found)
 
     def jobs(self, state: str | None, limit: int | None) -> list[JobRecord]:

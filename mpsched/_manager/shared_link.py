@@ -24,9 +24,11 @@ from collections.abc import Callable
 
 from mpsched._errors import StoreError, StoreUnavailableError
 from mpsched._manager.shared_journal import SharedJournal
-from mpsched._manager.shared_queue import Outage, SharedQueue
+from mpsched._manager.shared_queue import SharedQueue
+from mpsched._manager.store_outage import Outage
 from mpsched._store.redis.records import Ended
-from mpsched._store.redis.store import RedisStore, Subscription
+from mpsched._store.redis.store import RedisStore
+from mpsched._store.redis.subscription import Subscription
 
 log = logging.getLogger("mpsched.manager")
 
@@ -192,7 +194,8 @@ class SharedLink:
             log.error("job %s: its worker %s went away with its manager; failed "
                       "(WorkerCrashedError)", job_id, worker)
             if here:
-                mine.append(Ended(job_id, None, None, worker, client, self._me))
+                mine.append(Ended(job_id=job_id, state=None, outcome=None,
+                                  crashed_worker=worker, client_id=client, owner=self._me))
         if mine:
             self._journal.deliver_ended(mine)
 

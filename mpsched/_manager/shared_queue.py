@@ -26,108 +26,24 @@ look every LEAD_SPAN seconds while a job waits in the future).
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 
-from mpsched._core.clock import Clock, SystemClock, Waitable
-from mpsched._core.job import Assignment, Job, Lease, Outcome, QueueStats
-from mpsched._core.leases import Leases, LostLease, percentiles
+from mpsched._core.job import Assignment, Job
+from mpsched._core.leases import LostLease
 from mpsched._errors import SchedulerShutdownError, StoreUnavailableError
-from mpsched._store.redis.records import Claimed, Reply, Requeue, Take
-from mpsched._store.redis.store import RedisStore
+from mpsched._manager.shared_queue_base import BACKOFF, SharedQueueBase
+from mpsched._store.redis.records import Claimed, Finish, Reply, Requeue, Take
 
 log = logging.getLogger("mpsched.manager")
 
 GONE_MEMORY = 120.0  # as JobQueue's: a retired worker's late take gets nothing
 FOLLOW_GRACE = 0.01  # a follower looks again this long after the leader's lead lapses
-BACKOFF = (0.1, 5.0)  # a taker's wait after Redis failed, doubling up to the second
 ASK = 0.0  # a taker's wait that means: claim now
 
 
-class Outage:
-    """One WARNING when Redis stops answering, one INFO line when it is back."""
-
-    def __init__(self, location: str) -> None:
-        self._location = location
-        # Guards _since; nobody waits on it.
-        self._lock = threading.Lock()
-        self._since: StoreUnavailableError | None = None
-
-    def __call__(self, error: StoreUnavailableError | None) -> None:
-        with self._lock:
-            was, self._since = self._since, error if error is not None else None
-            if was is None and error is not None:
-                log.warning("the job store does not answer (%s); retrying with back-off, "
-                            "jobs that run go on", error)
-            elif was is not None and error is None:
-                log.info("the job store %s answers again", self._location)
-
-    @property
-    def down(self) -> bool:
-        with self._lock:
-            return self._since is not None
-
-
-class SharedQueue:
-    """This manager's takers and leases on a shared Redis queue.
-
-    Args:
-        store: the RedisStore (its connection is shared by every taker thread).
-        manager_id: this manager's id in the store.
-        lease_timeout: seconds after its last renewal that peers presume this manager
-            dead and take its jobs back.
-        outage: told of each failed call to Redis and each that succeeds (one warning
-            per outage).
-    """
-
-    def __init__(self, store: RedisStore, *, manager_id: str, lease_timeout: float,
-                 clock: Clock | None = None, max_pending: int | None = None,
-                 outage: Outage | None = None) -> None:
-        self.store = store
-        self.manager_id = manager_id
-        self.lease_timeout = lease_timeout
-        self._clock = clock if clock is not None else SystemClock()
-        self._max_pending = max_pending
-        self.outage = outage if outage is not None else Outage(store.location)
-        self._unregistered: Callable[[], None] = lambda: None
-        # Guards every field below and the lease table. Never held across a call to
-        # Redis: takers claim outside it and take it again to hand the job out.
-        self._lock = threading.Lock()
-        # Takers wait here: timed by the local leader (the head's delay), until the lead
-        # of another manager lapses, or untimed. Notified (one) by a wake-up (a new head,
-        # a free lead: wake()), by a taker that leaves while more is due or no taker
-        # leads; all by close().
-        self._available: Waitable = self._clock.condition(self._lock)
-        self.leases = Leases(self._lock, self._clock)
-        self._tokens: dict[str, str] = {}  # job id -> its lease's token, in flight here
-        self._gone: dict[str, float] = {}  # retired workers, as JobQueue's
-        self._gen = 0  # wake-ups so far: a claim older than the last one may be stale
-        self._leader: object | None = None  # the taker that times the head for us
-        self._idle_gen: int | None = None  # the queue was empty at this generation
-        self._follow_until: float | None = None  # another manager leads until then
-        self._waiting = 0
-        self._backoff = BACKOFF[0]
-        self._closed = False
-        self._cancelled = self._withdrawn = self._wakeups = 0
-
-    @property
-    def clock(self) -> Clock:
-        return self._clock
-
-    def on_unregistered(self, callback: Callable[[], None]) -> None:
-        """Called when a claim finds this manager presumed dead (it should register again
-        at once: mpsched._manager.shared_link beats now)."""
-        self._unregistered = callback
-
-    @property
-    def max_pending(self) -> int | None:
-        return self._max_pending
-
-    @property
-    def max_pending_bytes(self) -> int | None:
-        return None
-
-    # ------------------------------------------------------------------ take
+class SharedQueue(SharedQueueBase):
+    """This manager's takers and leases on a shared Redis queue (arguments: as
+    SharedQueueBase's)."""
 
     def take(self, worker_id: str, timeout: float, early: float = 0.0) -> Assignment | None:
         """Claim the next due job for ``worker_id`` under a new lease, waiting at most
@@ -137,6 +53,11 @@ class SharedQueue:
             SchedulerShutdownError: the queue was closed; the taker should exit.
         """
         deadline = self._clock.now() + timeout
+        with self._lock:
+            self._early[worker_id] = early
+            ready = self._ready.pop(worker_id, None)
+            if ready is not None and not self._closed:
+                return ready
         while True:
             with self._lock:
                 if self._closed:
@@ -174,13 +95,6 @@ class SharedQueue:
         another manager whose worker is free (mpsched._core.prefetch's promise)."""
         assignment = self.take(worker_id, timeout, early)
         return [] if assignment is None else [assignment]
-
-    def revoke(self, worker_id: str) -> int:
-        """Nothing is ever prefetched here, so nothing is taken back (see take_batch)."""
-        return 0
-
-    def set_on_returned(self, on_returned: Callable[[Job], None] | None) -> None:
-        """Jobs go back to Redis by requeue (SharedQueue.requeue), never by revocation."""
 
     def _known_wait_locked(self) -> float | None:
         """How long a new taker may wait without asking Redis, nothing having changed
@@ -263,24 +177,37 @@ class SharedQueue:
             if self._waiting:
                 self._available.notify()
 
-    # ------------------------------------------------------------------ leases
+    def report_end(self, finish: Finish, worker_id: str | None) -> int:
+        """Record a job's end under its lease (Finish), and, when its worker holds no
+        other job and will take again, claim that worker's next due job in the same call
+        (its next take hands it out). Returns the finish's result (0: the lease was stale
+        and nothing was recorded; 1; 2: deliver it here).
 
-    def token_of(self, job_id: str) -> str | None:
-        """The token of a lease of this manager's on ``job_id`` (kept until its end is
-        reported to Redis: pop_token)."""
+        Raises:
+            StoreUnavailableError: Redis did not answer; nothing is known to be recorded.
+        """
         with self._lock:
-            return self._tokens.get(job_id)
-
-    def pop_token(self, job_id: str) -> str | None:
-        with self._lock:
-            return self._tokens.pop(job_id, None)
-
-    def complete(self, lease_id: int, outcome: Outcome, worker_id: str = "") -> Job | None:
-        """End a lease with its worker's outcome (the journal reports it to Redis)."""
-        return self.leases.complete(lease_id, outcome)
-
-    def fail(self, job: Job, *, timed_out: bool = False) -> None:
-        self.leases.fail(job, timed_out=timed_out)
+            early = self._early.get(worker_id or "")
+            want = (worker_id is not None and early is not None and not self._closed
+                    and worker_id not in self._gone and worker_id not in self._ready
+                    and not any(lease.worker_id == worker_id
+                                for _, lease in self.leases.jobs_locked()))
+        take = None if not want else Take(want=1, worker=f"{self.manager_id}/{worker_id}",
+                                          early=early or 0.0)
+        reply = self.store.report(self.manager_id, self.lease_timeout, finishes=[finish],
+                                  take=take)
+        if reply.jobs:
+            assert worker_id is not None
+            with self._lock:
+                keep = not self._closed and worker_id not in self._gone
+                if keep:
+                    self._ready[worker_id] = self._hand_out_locked(worker_id, reply,
+                                                                   early or 0.0)
+            if not keep:
+                [claimed] = reply.jobs
+                self.store.report(self.manager_id, self.lease_timeout, requeues=[
+                    Requeue(job_id=claimed.job_id, token=claimed.token, retry=False)])
+        return reply.finished[0]
 
     def requeue(self, job: Job, *, retry: bool) -> bool:
         """Put a job whose lease was lost back in Redis (an attempt if ``retry``); False
@@ -290,8 +217,8 @@ class SharedQueue:
         if token is None:
             return False
         try:
-            reply = self.store.report(self.manager_id, self.lease_timeout,
-                                      requeues=[Requeue(job.job_id, token, retry)])
+            reply = self.store.report(self.manager_id, self.lease_timeout, requeues=[
+                Requeue(job_id=job.job_id, token=token, retry=retry)])
         except StoreUnavailableError as exc:
             log.error("job %s could not be put back in the queue (%s); it will be when "
                       "its lease runs out", job.job_id, exc)
@@ -316,97 +243,13 @@ class SharedQueue:
         with self._lock:
             now = self._clock.now()
             self._gone[worker_id] = now
+            self._ready.pop(worker_id, None)  # its lease is released with the others
+            self._early.pop(worker_id, None)
             for old, when in list(self._gone.items()):
                 if when >= now - GONE_MEMORY:
                     break
                 del self._gone[old]
             return self.leases.release_worker_locked(worker_id, now)
-
-    def retire_if_leased(self, worker_id: str, lease_id: int) -> bool:
-        with self._lock:
-            if not self.leases.holds_locked(lease_id):
-                return False
-            self._gone.pop(worker_id, None)
-            self._gone[worker_id] = self._clock.now()
-            return True
-
-    def expired(self) -> tuple[list[Lease], float | None]:
-        return self.leases.expired()
-
-    def wait_drained(self, timeout: float) -> bool:
-        return self.leases.wait_drained(timeout)
-
-    def held(self) -> int:
-        """Jobs in flight here."""
-        return len(self.leases.held())
-
-    # ------------------------------------------------------------------ cancel
-
-    def cancel_jobs(self, job_ids: list[str]) -> list[Job]:
-        """Cancel those of ``job_ids`` that are pending (in any manager); the jobs
-        cancelled (their ids and clients) whose end this manager tells."""
-        withdrawn = self.store.cancel_jobs(self.manager_id, job_ids)
-        with self._lock:
-            self._cancelled += len(withdrawn)
-        return [Job(job_id=w.job_id, client_id=w.client_id, payload=b"", priority=0, due=0.0,
-                    seq=0) for w in withdrawn]
-
-    def cancel_client_jobs(self, client_id: str, *, not_due_only: bool = False) -> list[Job]:
-        withdrawn = self.store.cancel_client(self.manager_id, client_id,
-                                             not_due_only=not_due_only)
-        return [Job(job_id=w.job_id, client_id=w.client_id, payload=b"", priority=0, due=0.0,
-                    seq=0) for w in withdrawn]
-
-    def not_due(self, client_id: str) -> list[str]:
-        return self.store.not_yet_due(client_id)
-
-    def count_withdrawn(self, count: int) -> None:
-        with self._lock:
-            self._withdrawn += count
-
-    def reschedule(self, job_id: str, due: float) -> bool:
-        """Nothing to move: due times in Redis are UTC on the server's clock, which a
-        jump of this manager's wall clock does not change."""
-        return False
-
-    # ------------------------------------------------------------------ stats, stop
-
-    def stats(self, *, lateness: bool = True) -> QueueStats:
-        """The queue's counters across every manager; lateness and waits of this one
-        (``lateness`` False: no percentiles, as JobQueue.stats)."""
-        counts = self.store.counts()
-        with self._lock:
-            done = self.leases.outcomes_locked(samples=lateness)
-            waiting, wakeups = self._waiting, self._wakeups
-        return QueueStats(
-            pending={"high": counts.pending[1], "medium": counts.pending[2],
-                     "low": counts.pending[3]},
-            in_flight=counts.running, submitted=counts.submitted + self._withdrawn,
-            completed=counts.done, failed=counts.failed,
-            cancelled=counts.cancelled + self._withdrawn, retried=counts.retried,
-            timed_out=done.timed_out, started_early=done.started_early,
-            next_due_in=counts.head_in,
-            lateness=percentiles(done.recent) if lateness else {},
-            lateness_samples=done.lateness_samples, wakeups=wakeups, waiting=waiting,
-            crashed=done.crashed)
-
-    def head(self, n: int) -> list[Job]:
-        """The next ``n`` pending jobs in the order claims would take them (a listing),
-        due on this manager's clock."""
-        now = self._clock.now()
-        return [Job(job_id=r.job_id, client_id=r.client_id, payload=b"", priority=r.priority,
-                    due=now + due_in, seq=r.seq, timeout=r.timeout, retries=r.retries,
-                    attempt=r.attempt, key=r.key, name=r.name)
-                for r, due_in in self.store.head(n)]
-
-    def __len__(self) -> int:
-        return sum(self.store.counts().pending.values())
-
-    def close(self) -> None:
-        """Stop: every waiting or future ``take`` raises SchedulerShutdownError."""
-        with self._lock:
-            self._closed = True
-            self._available.notify_all()
 
 
 def _job(claimed: Claimed, now: float) -> Job:

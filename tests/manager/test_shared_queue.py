@@ -206,3 +206,39 @@ def test_an_end_that_redis_could_not_take_is_sent_again_when_it_is_back(
     record = peer.store.get("j1")
     assert record is not None and record.state is JobState.DONE
     assert record.outcome == encode(Outcome("j1", True, b"r", "", None))
+
+
+def test_a_jobs_end_and_its_workers_next_job_travel_in_one_call(
+        peers: Callable[..., Peer]) -> None:
+    peer = peers("m1")
+    for n in range(3):
+        peer.submit(f"j{n}")
+    first = peer.queue.take("w1", 5.0)
+    assert first is not None
+    job = peer.queue.complete(first.lease.lease_id, Outcome("j0", True, b"r", "", None), "w1")
+    assert job is not None
+    before = peer.store.client.info("commandstats")["cmdstat_evalsha"]["calls"]
+    assert peer.journal.finished(job, Outcome("j0", True, b"r", "", None), "w1") == set()
+    second = peer.queue.take("w1", 5.0)  # handed out from what the finish's call claimed
+    calls = peer.store.client.info("commandstats")["cmdstat_evalsha"]["calls"] - before
+    assert second is not None and second.lease.job_id == "j1"
+    assert calls == 1
+    record = peer.store.get("j0")
+    assert record is not None and record.state is JobState.DONE
+
+
+def test_a_job_claimed_for_a_worker_that_dies_before_taking_it_goes_back_untouched(
+        peers: Callable[..., Peer]) -> None:
+    peer = peers("m1")
+    peer.submit("j0")
+    peer.submit("j1")
+    first = peer.queue.take("w1", 5.0)
+    assert first is not None
+    job = peer.queue.complete(first.lease.lease_id, Outcome("j0", True, b"", "", None), "w1")
+    assert job is not None
+    peer.journal.finished(job, Outcome("j0", True, b"", "", None), "w1")  # claims j1 for w1
+    [lost] = peer.queue.release_worker("w1")  # w1 died before its next take
+    assert lost.job.job_id == "j1"
+    assert peer.queue.requeue(lost.job, retry=False)
+    again = peer.queue.take("w2", 5.0)
+    assert again is not None and again.lease.job_id == "j1" and again.lease.attempt == 1

@@ -102,26 +102,31 @@ class Scripts:
                not_due_only: bool = False) -> list[Withdrawn]:
         rows = self._call("cancel", me, self._ttl_ms, self._keep_ms, client_id,
                           "1" if not_due_only else "0", *job_ids)
-        return [Withdrawn(_text(i), _text(c), bool(m)) for i, c, m in rows]
+        return [Withdrawn(job_id=_text(i), client_id=_text(c), mine=bool(m))
+                for i, c, m in rows]
 
     def watch(self, me: str, job_id: str) -> Ended | None:
         row = self._call("watch", me, job_id)
         if not row:
             return None
         state, outcome, crashed, client = row
-        return Ended(job_id, JobState(_text(state)), outcome, _opt(crashed), _text(client), "")
+        return Ended(job_id=job_id, state=JobState(_text(state)), outcome=outcome,
+                     crashed_worker=_opt(crashed), client_id=_text(client), owner="")
 
     def drain(self, me: str, count: int) -> list[Ended]:
-        return [Ended(_text(i), None if not s else JobState(_text(s)), o, _opt(x),
-                      _opt(c) or "", _opt(w) or "")
+        return [Ended(job_id=_text(i), state=None if not s else JobState(_text(s)),
+                      outcome=o, crashed_worker=_opt(x), client_id=_opt(c) or "",
+                      owner=_opt(w) or "")
                 for i, s, o, x, c, w in self._call("drain", me, count)]
 
     def heartbeat(self, me: str, lease: float, status: bytes) -> Beat:
         before, reaped, failed, requeued, next_ms = self._call(
             "heartbeat", me, _us(lease) // 1000, self._ttl_ms, self._keep_ms, status)
-        return Beat(bool(before), [_text(m) for m in reaped],
-                    [(_text(i), _text(w), _text(c), bool(m)) for i, w, c, m in failed],
-                    int(requeued), None if next_ms < 0 else next_ms / 1000)
+        return Beat(registered_before=bool(before), reaped=[_text(m) for m in reaped],
+                    failed=[(_text(i), _text(w), _text(c), bool(m))
+                            for i, w, c, m in failed],
+                    requeued=int(requeued),
+                    next_expiry=None if next_ms < 0 else next_ms / 1000)
 
     def leave(self, me: str) -> None:
         self._call("leave", me)

@@ -60,6 +60,7 @@ from mpsched._store.redis.server import (
     redis_module,
     warn_persistence,
 )
+from mpsched._store.redis.subscription import Subscription
 from mpsched._store.redis.url import RedisURL, parse_redis_url
 
 log = logging.getLogger("mpsched.store")
@@ -220,7 +221,8 @@ class RedisStore(Store):
                 pipe.hmget(f"{self.base}m:{manager}", "seen", "lease_ms", "status")
             (now_s, now_us), *rows = pipe.execute()
         now = now_s * US + now_us
-        return [ManagerRecord(manager, (now - int(seen)) / US, int(lease) / 1000, status or b"")
+        return [ManagerRecord(manager_id=manager, seen_ago=(now - int(seen)) / US,
+                              lease_timeout=int(lease) / 1000, status=status or b"")
                 for manager, (seen, lease, status) in zip(ids, rows, strict=True)
                 if seen is not None]
 
@@ -276,7 +278,13 @@ class RedisStore(Store):
         Raises:
             StoreUnavailableError, StoreError: as :meth:`errors`.
         """
-        return Subscription(self, channels)
+        with self.errors():
+            pubsub = self.client.pubsub()
+            try:
+                return Subscription(pubsub, channels, self.errors)
+            except BaseException:
+                pubsub.close()
+                raise
 
     # ------------------------------------------------------------------ records
 
@@ -352,7 +360,8 @@ class RedisStore(Store):
             pipe.hgetall(self.base + "s:spec")
             pipe.hgetall(self.base + "s:state")
             order, specs, states = pipe.execute()
-        return [StoredSchedule(sid.decode(), specs[sid], states.get(sid, b""))
+        return [StoredSchedule(schedule_id=sid.decode(), spec=specs[sid],
+                               state=states.get(sid, b""))
                 for sid in order if sid in specs]
 
     def close(self) -> None:
@@ -361,39 +370,6 @@ class RedisStore(Store):
                 return
             self._closed = True
         self.client.close()
-
-
-class Subscription:
-    """Messages on some channels of a store's server, read by one thread."""
-
-    def __init__(self, store: RedisStore, channels: Sequence[str]) -> None:
-        self._store = store
-        with store.errors():
-            self._pubsub = store.client.pubsub()
-            try:
-                self._pubsub.subscribe(*channels)
-                for _ in channels:  # the server confirms each one
-                    self._pubsub.get_message(timeout=CONNECT_TIMEOUT)
-            except BaseException:
-                self._pubsub.close()
-                raise
-
-    def message(self, timeout: float) -> tuple[str, bytes] | None:
-        """The next message (its channel and data), waiting up to ``timeout`` seconds on
-        the socket; None when none came.
-
-        Raises:
-            StoreUnavailableError: the connection was lost.
-        """
-        with self._store.errors():
-            message = self._pubsub.get_message(timeout=timeout)
-        if message is None or message["type"] != "message":
-            return None
-        return message["channel"].decode(), message["data"]
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self._pubsub.close()
 
 
 def _record(job_id: str, row: Sequence[Any], outcome: bytes | None) -> JobRecord:

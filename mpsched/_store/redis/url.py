@@ -107,17 +107,18 @@ def parse_redis_url(url: str) -> RedisURL:
     if scheme == "unix":
         if not parts.path or (parts.netloc not in ("", "localhost") and "@" not in parts.netloc):
             raise ConfigError("store", _scrub(url), "a unix:///PATH URL with an absolute path")
-        return RedisURL(scheme, None, None, parts.path, _db(url, db_text), prefix, username,
-                        password)
+        return RedisURL(scheme=scheme, host=None, port=None, path=parts.path,
+                        db=_db(url, db_text), prefix=prefix, username=username,
+                        password=password)
     if not parts.hostname:
         raise ConfigError("store", _scrub(url), f"{EXPECTED} (no host)")
     path_db = parts.path.strip("/")
     if path_db and db_text is not None and path_db != db_text:
         raise ConfigError("store", _scrub(url), "a URL with one database number, not two")
-    return RedisURL(scheme, parts.hostname, port or DEFAULT_PORT, None,
-                    _db(url, db_text if db_text is not None else path_db or None), prefix,
-                    username, password, _one(query, "ca"), _one(query, "cert"),
-                    _one(query, "key"))
+    return RedisURL(scheme=scheme, host=parts.hostname, port=port or DEFAULT_PORT, path=None,
+                    db=_db(url, db_text if db_text is not None else path_db or None),
+                    prefix=prefix, username=username, password=password,
+                    ca=_one(query, "ca"), cert=_one(query, "cert"), key=_one(query, "key"))
 
 
 def _query(url: str, query: str) -> dict[str, list[str]]:

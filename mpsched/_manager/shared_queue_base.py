@@ -1,0 +1,190 @@
+"""SharedQueueBase: what a manager keeps of a queue that lives in Redis, and the calls that
+go straight to Redis (cancel, listings, counters); SharedQueue (mpsched._manager.shared_queue)
+adds the takers and their waits on it.
+
+Its lock guards the lease table (mpsched._core.leases) and every field SharedQueue adds; it
+is never held across a call to Redis.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from mpsched._core.clock import Clock, SystemClock, Waitable
+from mpsched._core.job import Assignment, Job, Lease, Outcome, QueueStats
+from mpsched._core.leases import Leases, percentiles
+from mpsched._manager.store_outage import Outage
+from mpsched._store.redis.store import RedisStore
+
+BACKOFF = (0.1, 5.0)  # a taker's wait after Redis failed, doubling up to the second
+
+
+class SharedQueueBase:
+    """This manager's leases on a shared Redis queue, and its calls straight to Redis.
+
+    Args:
+        store: the RedisStore (its connection is shared by every taker thread).
+        manager_id: this manager's id in the store.
+        lease_timeout: seconds after its last renewal that peers presume this manager
+            dead and take its jobs back.
+        outage: told of each failed call to Redis and each that succeeds (one warning
+            per outage).
+    """
+
+    def __init__(self, store: RedisStore, *, manager_id: str, lease_timeout: float,
+                 clock: Clock | None = None, max_pending: int | None = None,
+                 outage: Outage | None = None) -> None:
+        self.store = store
+        self.manager_id = manager_id
+        self.lease_timeout = lease_timeout
+        self._clock = clock if clock is not None else SystemClock()
+        self._max_pending = max_pending
+        self.outage = outage if outage is not None else Outage(store.location)
+        self._unregistered: Callable[[], None] = lambda: None
+        # Guards every field below and the lease table. Never held across a call to
+        # Redis: takers claim outside it and take it again to hand the job out.
+        self._lock = threading.Lock()
+        # Takers wait here: timed by the local leader (the head's delay), until the lead
+        # of another manager lapses, or untimed. Notified (one) by a wake-up (a new head,
+        # a free lead: wake()), by a taker that leaves while more is due or no taker
+        # leads; all by close().
+        self._available: Waitable = self._clock.condition(self._lock)
+        self.leases = Leases(self._lock, self._clock)
+        self._tokens: dict[str, str] = {}  # job id -> its lease's token, in flight here
+        # A worker's next job, claimed in the call that recorded its last one's end (one
+        # round trip per job instead of two); its next take hands it out.
+        self._ready: dict[str, Assignment] = {}
+        self._early: dict[str, float] = {}  # worker id -> the hand-off window of its takes
+        self._gone: dict[str, float] = {}  # retired workers, as JobQueue's
+        self._gen = 0  # wake-ups so far: a claim older than the last one may be stale
+        self._leader: object | None = None  # the taker that times the head for us
+        self._idle_gen: int | None = None  # the queue was empty at this generation
+        self._follow_until: float | None = None  # another manager leads until then
+        self._waiting = 0
+        self._backoff = BACKOFF[0]
+        self._closed = False
+        self._cancelled = self._withdrawn = self._wakeups = 0
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    def on_unregistered(self, callback: Callable[[], None]) -> None:
+        """Called when a claim finds this manager presumed dead (it should register again
+        at once: mpsched._manager.shared_link beats now)."""
+        self._unregistered = callback
+
+    @property
+    def max_pending(self) -> int | None:
+        return self._max_pending
+
+    @property
+    def max_pending_bytes(self) -> int | None:
+        return None
+
+    def revoke(self, worker_id: str) -> int:
+        """Nothing is ever prefetched here, so nothing is taken back (see take_batch)."""
+        return 0
+
+    def set_on_returned(self, on_returned: Callable[[Job], None] | None) -> None:
+        """Jobs go back to Redis by requeue (SharedQueue.requeue), never by revocation."""
+
+    def token_of(self, job_id: str) -> str | None:
+        """The token of a lease of this manager's on ``job_id`` (kept until its end is
+        reported to Redis: pop_token)."""
+        with self._lock:
+            return self._tokens.get(job_id)
+
+    def pop_token(self, job_id: str) -> str | None:
+        with self._lock:
+            return self._tokens.pop(job_id, None)
+
+    def complete(self, lease_id: int, outcome: Outcome, worker_id: str = "") -> Job | None:
+        """End a lease with its worker's outcome (the journal reports it to Redis)."""
+        return self.leases.complete(lease_id, outcome)
+
+    def fail(self, job: Job, *, timed_out: bool = False) -> None:
+        self.leases.fail(job, timed_out=timed_out)
+
+    def retire_if_leased(self, worker_id: str, lease_id: int) -> bool:
+        with self._lock:
+            if not self.leases.holds_locked(lease_id):
+                return False
+            self._gone.pop(worker_id, None)
+            self._gone[worker_id] = self._clock.now()
+            return True
+
+    def expired(self) -> tuple[list[Lease], float | None]:
+        return self.leases.expired()
+
+    def wait_drained(self, timeout: float) -> bool:
+        return self.leases.wait_drained(timeout)
+
+    def held(self) -> int:
+        """Jobs in flight here."""
+        return len(self.leases.held())
+
+    def cancel_jobs(self, job_ids: list[str]) -> list[Job]:
+        """Cancel those of ``job_ids`` that are pending (in any manager); the jobs
+        cancelled (their ids and clients) whose end this manager tells."""
+        withdrawn = self.store.cancel_jobs(self.manager_id, job_ids)
+        with self._lock:
+            self._cancelled += len(withdrawn)
+        return [Job(job_id=w.job_id, client_id=w.client_id, payload=b"", priority=0, due=0.0,
+                    seq=0) for w in withdrawn]
+
+    def cancel_client_jobs(self, client_id: str, *, not_due_only: bool = False) -> list[Job]:
+        withdrawn = self.store.cancel_client(self.manager_id, client_id,
+                                             not_due_only=not_due_only)
+        return [Job(job_id=w.job_id, client_id=w.client_id, payload=b"", priority=0, due=0.0,
+                    seq=0) for w in withdrawn]
+
+    def not_due(self, client_id: str) -> list[str]:
+        return self.store.not_yet_due(client_id)
+
+    def count_withdrawn(self, count: int) -> None:
+        with self._lock:
+            self._withdrawn += count
+
+    def reschedule(self, job_id: str, due: float) -> bool:
+        """Nothing to move: due times in Redis are UTC on the server's clock, which a
+        jump of this manager's wall clock does not change."""
+        return False
+
+    def stats(self, *, lateness: bool = True) -> QueueStats:
+        """The queue's counters across every manager; lateness and waits of this one
+        (``lateness`` False: no percentiles, as JobQueue.stats)."""
+        counts = self.store.counts()
+        with self._lock:
+            done = self.leases.outcomes_locked(samples=lateness)
+            waiting, wakeups = self._waiting, self._wakeups
+        return QueueStats(
+            pending={"high": counts.pending[1], "medium": counts.pending[2],
+                     "low": counts.pending[3]},
+            in_flight=counts.running, submitted=counts.submitted + self._withdrawn,
+            completed=counts.done, failed=counts.failed,
+            cancelled=counts.cancelled + self._withdrawn, retried=counts.retried,
+            timed_out=done.timed_out, started_early=done.started_early,
+            next_due_in=counts.head_in,
+            lateness=percentiles(done.recent) if lateness else {},
+            lateness_samples=done.lateness_samples, wakeups=wakeups, waiting=waiting,
+            crashed=done.crashed)
+
+    def head(self, n: int) -> list[Job]:
+        """The next ``n`` pending jobs in the order claims would take them (a listing),
+        due on this manager's clock."""
+        now = self._clock.now()
+        return [Job(job_id=r.job_id, client_id=r.client_id, payload=b"", priority=r.priority,
+                    due=now + due_in, seq=r.seq, timeout=r.timeout, retries=r.retries,
+                    attempt=r.attempt, key=r.key, name=r.name)
+                for r, due_in in self.store.head(n)]
+
+    def __len__(self) -> int:
+        return sum(self.store.counts().pending.values())
+
+    def close(self) -> None:
+        """Stop: every waiting or future ``take`` raises SchedulerShutdownError."""
+        with self._lock:
+            self._closed = True
+            self._available.notify_all()
