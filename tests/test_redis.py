@@ -114,12 +114,13 @@ def test_a_manager_stopped_past_its_lease_loses_its_job_and_its_late_end_is_refu
         procs: Any, connect_client: Callable[..., Any], redis_url: str,
         tmp_path: Path) -> None:
     lease = 1.5
+    # The peer has no worker: it only takes back the job of the stalled manager.
+    peer = start_manager(procs, redis_url, "--lease-timeout", str(lease), workers=0)
     stalled = start_manager(procs, redis_url, "--lease-timeout", str(lease))
     log = str(tmp_path / "runs.log")
     client = connect_client(stalled)
-    job = client.schedule(shared_jobs.run, log, "held", 1.0)  # retries=0
+    job = client.schedule(shared_jobs.run, log, "held", lease + 3.0)  # retries=0
     wait_for(lambda: len(shared_jobs.runs(log)) == 1, 30, "the job started")
-    peer = start_manager(procs, redis_url, "--lease-timeout", str(lease))
     watched = connect_client(peer).job(job.job_id)
     os.kill(stalled.proc.pid, signal.SIGSTOP)  # the manager; its worker runs on
     try:

@@ -27,6 +27,7 @@ from mpsched._manager.shared_journal import SharedJournal
 from mpsched._manager.shared_queue import SharedQueue
 from mpsched._manager.store_outage import Outage
 from mpsched._store.redis.records import Ended
+from mpsched._store.redis.scripts import parse_ended
 from mpsched._store.redis.store import RedisStore
 from mpsched._store.redis.subscription import Subscription
 
@@ -137,7 +138,12 @@ class SharedLink:
         self._queue.wake()
 
     def _on_inbox(self, data: object = None) -> None:
-        """Deliver every end in this manager's inbox."""
+        """Deliver a job's end that came whole in the message, or every end in this
+        manager's inbox."""
+        whole = parse_ended(data) if isinstance(data, bytes) else None
+        if whole is not None:
+            self._journal.deliver_ended([whole])
+            return
         while True:
             ended = self._store.drain(self._me)
             if not ended:

@@ -14,7 +14,8 @@ import pytest
 
 from mpsched._core.job import JobState
 from mpsched._errors import InvalidJobError, StoreUnavailableError
-from mpsched._store.redis.records import Finish, NewJob, Requeue, Take
+from mpsched._store.redis.records import Ended, Finish, NewJob, Requeue, Take
+from mpsched._store.redis.scripts import parse_ended
 from mpsched._store.redis.store import RedisStore
 
 LEASE = 30.0
@@ -182,23 +183,25 @@ def test_a_manager_presumed_dead_loses_its_jobs_to_a_peer(store: RedisStore) -> 
     assert store.heartbeat("m2", LEASE, b"").reaped == []  # reaped once
 
 
-def test_the_owner_of_a_job_run_elsewhere_finds_its_end_in_its_inbox(
-        store: RedisStore) -> None:
+def test_the_owner_of_a_job_run_elsewhere_hears_of_its_end(store: RedisStore) -> None:
     pubsub = store.subscriber()
-    pubsub.subscribe(store.base + "ch:m1")
+    pubsub.subscribe(store.base + "ch:m1")  # m1 listens; m3 does not
     pubsub.get_message(timeout=1.0)
-    store.submit_jobs([new("a"), new("b")], "m1")
-    jobs = take(store, "m2", want=2).jobs
+    store.submit_jobs([new("a"), new("b"), new("large")], "m1")
+    jobs = take(store, "m2", want=3).jobs
     assert store.watch("m3", "b") is not None  # m3's client watches b
+    big = b"x" * 20000  # too large to travel in a message
     reply = store.report("m2", LEASE, finishes=[
-        Finish(j.job_id, j.token, JobState.DONE, j.job_id.encode()) for j in jobs])
-    assert reply.finished == [1, 1]
-    assert pubsub.get_message(timeout=1.0)["type"] == "message"  # one message: then a list
-    assert pubsub.get_message(timeout=0.2) is None
-    ended = store.drain("m1")
-    assert [(e.job_id, e.state, e.outcome, e.client_id) for e in ended] == [
-        ("a", JobState.DONE, b"a", "c1"), ("b", JobState.DONE, b"b", "c1")]
-    assert [e.job_id for e in store.drain("m3")] == ["b"]
+        Finish(j.job_id, j.token, JobState.DONE, big if j.job_id == "large" else
+               j.job_id.encode()) for j in jobs])
+    assert reply.finished == [1, 1, 1]
+    heard = [pubsub.get_message(timeout=1.0)["data"] for _ in range(3)]
+    assert [parse_ended(m) for m in heard[:2]] == [
+        Ended("a", JobState.DONE, b"a", None, "c1", ""),
+        Ended("b", JobState.DONE, b"b", None, "c1", "")]  # whole: nothing to fetch
+    assert heard[2] == b"1" and pubsub.get_message(timeout=0.2) is None
+    assert [(e.job_id, e.outcome) for e in store.drain("m1")] == [("large", big)]
+    assert [e.job_id for e in store.drain("m3")] == ["b"]  # nobody listened: its inbox
     assert store.drain("m1") == []
     pubsub.close()
 

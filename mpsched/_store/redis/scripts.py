@@ -1,12 +1,18 @@
-"""The Lua scripts of a Redis store (``lua/``), registered once per client and called by
-name; the argument lists they take and the replies they give, in Python.
+"""The Lua scripts of a Redis store (``lua/``), called by name; the argument lists they
+take and the replies they give, in Python.
 
-Each script is ``common.lua`` followed by its own file. redis-py's ``Script`` calls it by
-its SHA (EVALSHA) and loads it again when the server has forgotten it (a restart).
+Each script is ``common.lua`` followed by its own file, called by its SHA (EVALSHA) and
+loaded again when the server has forgotten it (a restart). Every thread calls them on a
+connection of its own, straight through redis-py's connection (a command out, a reply in):
+its client's pool, retry and reply-callback layers cost more CPU than the call itself, on
+the path every job takes.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib
+import threading
 from collections.abc import Sequence
 from importlib import resources
 from typing import Any
@@ -59,11 +65,50 @@ class Scripts:
         self._due_key = base + "due"  # every key shares its hash slot
         self._ttl_ms = str(_us(ttl) // 1000)
         self._keep_ms = str(_us(keep) // 1000)
-        self._scripts = {name: client.register_script(source(name)) for name in NAMES}
+        self._sources = {name: source(name) for name in NAMES}
+        self._shas = {name: hashlib.sha1(text.encode()).hexdigest()
+                      for name, text in self._sources.items()}
+        self._pool = client.connection_pool
+        errors = importlib.import_module("redis").exceptions
+        self._no_script = errors.NoScriptError
+        self._lost = (errors.ConnectionError, errors.TimeoutError, OSError)
+        # Each thread's own connection (made on its first call), and all of them, so that
+        # close() can end them; the list is guarded by _lock (nobody waits on it).
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._connections: list[Any] = []
 
-    def _call(self, name: str, *args: Any, client: Any = None) -> Any:
-        return self._scripts[name](keys=[self._due_key], args=[self._base, *args],
-                                   client=client)
+    def _connection(self) -> Any:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = self._pool.make_connection()
+            with self._lock:
+                self._connections.append(conn)
+        return conn
+
+    def _call(self, name: str, *args: Any) -> Any:
+        conn = self._connection()
+        command = ("EVALSHA", self._shas[name], 1, self._due_key, self._base, *args)
+        try:
+            conn.send_command(*command)
+            try:
+                return conn.read_response()
+            except self._no_script:  # the server restarted since: load it, call it again
+                conn.send_command("SCRIPT", "LOAD", self._sources[name])
+                conn.read_response()
+                conn.send_command(*command)
+                return conn.read_response()
+        except self._lost:  # the next call makes another connection
+            conn.disconnect()
+            self._local.conn = None
+            raise
+
+    def close(self) -> None:
+        """Close every thread's connection."""
+        with self._lock:
+            connections, self._connections = self._connections, []
+        for conn in connections:
+            conn.disconnect()
 
     def submit(self, jobs: Sequence[NewJob], owner: str, *, if_absent: bool,
                max_pending: int | None) -> tuple[list[str], bool]:
@@ -78,8 +123,8 @@ class Scripts:
         return [_text(h) for h in holders], bool(full)
 
     def claim(self, me: str, lease: float, finishes: Sequence[Finish],
-              requeues: Sequence[Requeue], take: Take, *, span: float, grace: float,
-              client: Any = None) -> Reply:
+              requeues: Sequence[Requeue], take: Take, *, span: float,
+              grace: float) -> Reply:
         args: list[Any] = [me, _us(lease) // 1000, self._ttl_ms, self._keep_ms,
                            len(finishes)]
         for f in finishes:
@@ -90,7 +135,7 @@ class Scripts:
         args += [take.want, take.worker, _us(take.early), _us(span) // 1000,
                  _us(grace) // 1000, take.lead, len(take.ids), *take.ids]
         finished, requeued, jobs, head_us, leader, leader_ms, registered = \
-            self._call("claim", *args, client=client)
+            self._call("claim", *args)
         return Reply(
             finished=[int(x) for x in finished], requeued=[int(x) for x in requeued],
             jobs=[_claimed(job) for job in jobs],
@@ -147,3 +192,21 @@ def _claimed(row: list[Any]) -> Claimed:
         token=_text(token), priority=int(level), seq=int(seq), client_id=_text(client),
         owner=_text(owner), retries=int(retries), key=_opt(key), name=_text(name),
         due_wall=int(due_us) / US, submitted_wall=int(submitted_us) / US)
+
+
+def parse_ended(message: bytes) -> Ended | None:
+    """A job's end as the scripts publish it on a manager's channel (``ended_message`` in
+    common.lua); None for any other message (an inbox that has ids to drain)."""
+    if not message.startswith(b"E"):
+        return None
+    fields: list[bytes] = []
+    at = 1
+    while at < len(message):
+        colon = message.index(b":", at)
+        size = int(message[at:colon])
+        fields.append(message[colon + 1:colon + 1 + size])
+        at = colon + 1 + size
+    job_id, state, client, crashed, outcome = fields
+    return Ended(job_id=job_id.decode(), state=JobState(state.decode()),
+                 outcome=outcome or None, crashed_worker=crashed.decode() or None,
+                 client_id=client.decode(), owner="")

@@ -233,12 +233,17 @@ class RedisStore(Store):
             pipe.hgetall(self.base + "stats")
             pipe.zrange(self.base + "due", 0, 0, withscores=True)
             pipe.time()
-            stats, top, (now_s, now_us) = pipe.execute()
+            pipe.zrange(self.base + "managers", 0, -1)
+            stats, top, (now_s, now_us), managers = pipe.execute()
+            pipe = self.client.pipeline(transaction=False)
+            for manager in managers:
+                pipe.scard(f"{self.base}l:{manager.decode()}")
+            running = sum(pipe.execute())
         number = {k.decode(): int(v) for k, v in stats.items()}
         head = None if not top else top[0][1] / US - (now_s + now_us / US)
         return QueueCounts(
             pending={level: number.get(f"pending:{level}", 0) for level in (1, 2, 3)},
-            running=number.get("running", 0), submitted=number.get("submitted", 0),
+            running=running, submitted=number.get("submitted", 0),
             done=number.get("done", 0), failed=number.get("failed", 0),
             cancelled=number.get("cancelled", 0), retried=number.get("retried", 0),
             head_in=head)
@@ -369,6 +374,7 @@ class RedisStore(Store):
             if self._closed:
                 return
             self._closed = True
+        self.scripts.close()
         self.client.close()
 
 

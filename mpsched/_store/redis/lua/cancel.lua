@@ -21,7 +21,7 @@ end
 local cancelled = {}
 for _, id in ipairs(ids) do
   local jk = B .. 'j:' .. id
-  local f = redis.call('HMGET', jk, 'st', 'pr', 's', 'c', 'o', 'k')
+  local f = redis.call('HMGET', jk, 'st', 'pr', 's', 'c', 'o', 'k', 'wd')
   if f[1] == 'pending' then
     redis.call('ZREM', B .. 'due', member(f[2], f[3], id))
     redis.call('ZREM', B .. 'c:' .. f[4], id)
@@ -32,7 +32,8 @@ for _, id in ipairs(ids) do
     if f[6] and redis.call('GET', B .. 'k:' .. f[6]) == id then
       redis.call('DEL', B .. 'k:' .. f[6])
     end
-    local mine, others = notify(id, f[5], me)
+    local mine, others = notify(id, f[5], me, f[7],
+                                ended_message(id, 'cancelled', f[4], nil, nil))
     retire(id, false, ttl_ms, others, keep_ms, now)
     cancelled[#cancelled + 1] = {id, f[4], mine}
   end

@@ -71,7 +71,6 @@ local function lease(id)
   redis.call('SADD', B .. 'l:' .. me, id)
   redis.call('ZREM', B .. 'c:' .. f[1], id)
   redis.call('HINCRBY', B .. 'stats', 'pending:' .. f[6], -1)
-  redis.call('HINCRBY', B .. 'stats', 'running', 1)
   local delay = tonumber(f[7]) - now
   if delay < 0 then delay = 0 end
   return {id, f[5], delay, f[9], attempt, token, f[6], f[8], f[1], f[2], f[10], f[3], f[4],

@@ -24,14 +24,29 @@ local function head()
   return redis.call('ZRANGE', B .. 'due', 0, 0, 'WITHSCORES')
 end
 
+-- A job's end as a message on a manager's channel: "E" then each field as its length,
+-- ":" and itself (id, state, client, crashed worker, outcome).
+local function ended_message(id, state, client, crashed, outcome)
+  local text = 'E'
+  for _, field in ipairs({id, state, client, crashed or '', outcome or ''}) do
+    text = text .. #field .. ':' .. field
+  end
+  return text
+end
+
 -- Tell the managers that deliver a job's end to clients: its owner (the manager its
--- client submitted through) and those whose clients watch it. Each gets the id in its
--- inbox list, and a message on its channel when that list was empty. Returns 1 when
--- `me` is one of them: it delivers the end itself, straight away.
-local function notify(id, owner, me)
+-- client submitted through) and those whose clients watch it (`watched`: any do). A
+-- small end goes whole in a message on each one's channel; one that no subscriber took
+-- (or a large one) goes by id to its inbox list, with a "1" on its channel when that list
+-- was empty. Returns 1 when `me` is one of them (it delivers the end itself, straight
+-- away), and whether another is.
+local function notify(id, owner, me, watched, message)
   local mine = 0
-  local targets = redis.call('SMEMBERS', B .. 'w:' .. id)
-  redis.call('DEL', B .. 'w:' .. id)
+  local targets = {}
+  if watched then
+    targets = redis.call('SMEMBERS', B .. 'w:' .. id)
+    redis.call('DEL', B .. 'w:' .. id)
+  end
   if owner then targets[#targets + 1] = owner end
   local told = {}
   for _, m in ipairs(targets) do
@@ -39,13 +54,19 @@ local function notify(id, owner, me)
       mine = 1
     elseif not told[m] and redis.call('ZSCORE', B .. 'managers', m) then
       told[m] = true
-      if redis.call('RPUSH', B .. 'in:' .. m, id) == 1 then
-        redis.call('PUBLISH', B .. 'ch:' .. m, '1')
+      if not message or redis.call('PUBLISH', B .. 'ch:' .. m, message) == 0 then
+        if redis.call('RPUSH', B .. 'in:' .. m, id) == 1 then
+          redis.call('PUBLISH', B .. 'ch:' .. m, '1')
+        end
       end
     end
   end
   return mine, next(told) ~= nil
 end
+
+-- Ends small enough to travel whole in a channel message (a subscriber's output buffer
+-- is limited: 8 MiB by default).
+local INLINE = 16384
 
 -- Keep an ended job for ttl_ms (its record, outcome and key), then Redis forgets it.
 -- Another manager's inbox names it: it is kept at least keep_ms, long enough to be read.
@@ -66,14 +87,15 @@ end
 -- when the caller (`me`) delivers the end itself.
 local function finish(id, token, state, outcome, me, ttl_ms, keep_ms, now)
   local jk = B .. 'j:' .. id
-  local f = redis.call('HMGET', jk, 't', 'st', 'o', 'k', 'm')
+  local f = redis.call('HMGET', jk, 't', 'st', 'o', 'k', 'm', 'c', 'wd')
   if f[1] ~= token or f[2] ~= 'running' then return 0 end
   redis.call('HSET', jk, 'st', state, 'f', now, 'out', outcome)
   redis.call('HDEL', jk, 'p')
   redis.call('SREM', B .. 'l:' .. f[5], id)
   redis.call('HINCRBY', B .. 'stats', state, 1)
-  redis.call('HINCRBY', B .. 'stats', 'running', -1)
-  local mine, others = notify(id, f[3], me)
+  local message = nil
+  if #outcome <= INLINE then message = ended_message(id, state, f[6], nil, outcome) end
+  local mine, others = notify(id, f[3], me, f[7], message)
   retire(id, f[4], ttl_ms, others, keep_ms, now)
   return 1 + mine
 end
@@ -99,7 +121,6 @@ local function requeue(id, token, retry)
   redis.call('ZADD', B .. 'due', f[6], m)
   redis.call('ZADD', B .. 'c:' .. f[7], f[6], id)
   redis.call('HINCRBY', B .. 'stats', 'pending:' .. f[4], 1)
-  redis.call('HINCRBY', B .. 'stats', 'running', -1)
   if head()[1] == m then return 2 end
   return 1
 end

@@ -24,7 +24,7 @@ for _, dead in ipairs(redis.call('ZRANGEBYSCORE', B .. 'managers', '-inf', now,
   reaped[#reaped + 1] = dead
   for _, id in ipairs(redis.call('SMEMBERS', B .. 'l:' .. dead)) do
     local jk = B .. 'j:' .. id
-    local f = redis.call('HMGET', jk, 'st', 'm', 'a', 'r', 'w', 'c', 'o', 'k')
+    local f = redis.call('HMGET', jk, 'st', 'm', 'a', 'r', 'w', 'c', 'o', 'k', 'wd')
     if f[1] == 'running' and f[2] == dead then
       if tonumber(f[3]) <= tonumber(f[4]) then
         if requeue(id, nil, '1') == 2 then new_head = true end
@@ -33,8 +33,8 @@ for _, dead in ipairs(redis.call('ZRANGEBYSCORE', B .. 'managers', '-inf', now,
         redis.call('HSET', jk, 'st', 'failed', 'f', now, 'x', f[5])
         redis.call('HDEL', jk, 'p', 'out')
         redis.call('HINCRBY', B .. 'stats', 'failed', 1)
-        redis.call('HINCRBY', B .. 'stats', 'running', -1)
-        local mine, others = notify(id, f[7], me)
+        local mine, others = notify(id, f[7], me, f[9],
+                                    ended_message(id, 'failed', f[6], f[5], nil))
         retire(id, f[8], ttl_ms, others, keep_ms, now)
         failed[#failed + 1] = {id, f[5], f[6], mine}
       end

@@ -36,7 +36,10 @@ for k = 1, n do
     holder = id
     if known[1] == 'pending' or known[1] == 'running' then
       -- armed by another manager too: this one hears of its end as well
-      if known[2] ~= owner then redis.call('SADD', B .. 'w:' .. id, owner) end
+      if known[2] ~= owner then
+        redis.call('SADD', B .. 'w:' .. id, owner)
+        redis.call('HSET', B .. 'j:' .. id, 'wd', 1)
+      end
     else
       holder = ''  -- it ran (or was cancelled) already: it is not armed again
     end
