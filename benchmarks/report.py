@@ -18,7 +18,7 @@ README = HERE / "README.md"
 CHART = HERE / "lateness_cdf.png"
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 ORDER = ["throughput", "lateness", "scaling", "idle", "herd", "scale", "durable", "payloads",
-         "recurring",
+         "recurring", "redis",
          "breakdown"]
 
 

@@ -3,7 +3,8 @@
     python benchmarks/run.py [--quick] [--only NAME ...] [--repeats N] [--no-readme]
 
 NAME is one of: throughput, lateness, scaling, idle, herd, scale, durable, payloads,
-recurring, breakdown. The full run takes about 28 minutes on 2 cores; ``--quick`` (smaller
+recurring, breakdown, redis (section 10: needs redis-server and the bench extra's RQ,
+arq and Celery). The full run takes about 28 minutes on 2 cores; ``--quick`` (smaller
 sizes, 2 repeats) about 4.
 Progress goes to stderr. Timing claims live here, never in tests.
 """
@@ -36,6 +37,7 @@ from benchmarks import (  # noqa: E402
     bench_lateness,
     bench_payloads,
     bench_recurring,
+    bench_redis,
     bench_scale,
     bench_scaling,
     bench_throughput,
@@ -59,16 +61,17 @@ class Sizes:
     durable: tuple[int, int, int, int]
     payloads: float  # share of the issue's job counts per payload case
     recurring: int  # runs of the 10 ms schedule
+    redis: tuple[int, tuple[int, float, int]]  # no-op jobs; lateness plan (as lateness)
 
 
 FULL = Sizes(repeats=5, throughput_jobs=20_000, lateness=(500, 5.0, 100), scaling=(40, 0.05),
              idle_window=10.0, herd=(32, 2_000, 1.0), scale=(1_000_000, 1_000, 20_000),
              durable=(20_000, 100_000, 3_000, 1_000_000), payloads=1.0,
-             recurring=1_000)
+             recurring=1_000, redis=(5_000, (500, 5.0, 100)))
 QUICK = Sizes(repeats=2, throughput_jobs=2_000, lateness=(200, 2.0, 40), scaling=(16, 0.05),
               idle_window=2.0, herd=(32, 500, 0.5), scale=(100_000, 1_000, 2_000),
               durable=(2_000, 10_000, 500, 100_000), payloads=0.2,
-              recurring=200)
+              recurring=200, redis=(1_000, (200, 2.0, 40)))
 
 BENCHMARKS: dict[str, Callable[[Sizes, int], Section]] = {
     "throughput": lambda z, r: bench_throughput.bench(z.throughput_jobs, r),
@@ -81,6 +84,8 @@ BENCHMARKS: dict[str, Callable[[Sizes, int], Section]] = {
     "payloads": lambda z, r: bench_payloads.bench(z.payloads, r),
     "recurring": lambda z, r: bench_recurring.bench(z.recurring, r),
     "breakdown": lambda z, r: bench_breakdown.bench(r),
+    # 3 repeats at most: the peers' redelivery waits, and their workers start slowly
+    "redis": lambda z, r: bench_redis.bench(z.redis[0], z.redis[1], min(r, 3)),
 }
 
 
