@@ -239,6 +239,9 @@ def test_the_cli_works_against_any_manager_and_status_shows_them_all(
     cancelled = procs.run("cancel", later.job_id, *second.cli())
     assert cancelled.returncode == 0, cancelled.stderr
     wait_for(later.cancelled, 10, "the future of its owner's client ended cancelled")
+    client.every(3600, shared_jobs.run, log, "hourly", id="hourly")
+    wait_for(lambda: "hourly" in procs.run("schedules", *second.cli()).stdout, 10,
+             "the other manager lists the schedule added through the first")
 
 
 def test_a_payload_larger_than_redis_takes_fails_at_the_call_site(
