@@ -40,7 +40,7 @@ class JobRun(NamedTuple):
 
 
 @dataclass(frozen=True)
-class ProducerReport:
+class WaveReport:
     """What a producer process sends back once its jobs are done."""
 
     producer: int
@@ -69,11 +69,11 @@ def produce(producer: int, address: Any, authkey: bytes, parent: Connection) -> 
         ]
         submitted_by = time.monotonic()
         runs = tuple(f.result(timeout=30) for f in futures)
-    parent.send(ProducerReport(producer=producer, pid=os.getpid(), submitted_by=submitted_by,
+    parent.send(WaveReport(producer=producer, pid=os.getpid(), submitted_by=submitted_by,
                                runs=runs))
 
 
-def run_producers(s: Scheduler) -> tuple[float, list[ProducerReport]]:
+def run_producers(s: Scheduler) -> tuple[float, list[WaveReport]]:
     """Run the producer processes; return the origin (wave j is due at origin + j s) and
     their reports.
 
@@ -97,7 +97,7 @@ def run_producers(s: Scheduler) -> tuple[float, list[ProducerReport]]:
     origin_epoch = origin + (time.time() - time.monotonic())
     for parent, _ in links:
         parent.send(origin_epoch)
-    reports: list[ProducerReport] = [receive(parent) for parent, _ in links]
+    reports: list[WaveReport] = [receive(parent) for parent, _ in links]
     for process in producers:
         process.join(10)
     return origin, reports

@@ -1,9 +1,9 @@
 """One schedule inside the manager: its spec, where it stands, what it reports.
 
-``Entry`` is guarded by the lock of the ``Schedules`` that holds it (mpsched._manager.schedules);
-``State`` is the part a store keeps, as plain data. ``CancelledSchedule`` is what is left of
-an entry once it is cancelled: its latest runs and their outcomes, which ``Cancelled``
-keeps for ``result_ttl``.
+``ScheduleEntry`` is guarded by the lock of the ``Schedules`` that holds it
+(mpsched._manager.schedules); ``State`` is the part a store keeps, as plain data.
+``CancelledSchedule`` is what is left of an entry once it is cancelled: its latest runs
+and their outcomes, which ``Cancelled`` keeps for ``result_ttl``.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class State(NamedTuple):
 
 
 @dataclass(eq=False)
-class Entry:
+class ScheduleEntry:
     spec: ScheduleSpec
     slots: Slots
     tz: str
@@ -154,7 +154,7 @@ class Cancelled:
         """Remember the schedules cancelled from now on for ``result_ttl`` seconds."""
         self.result_ttl = result_ttl
 
-    def remember(self, entry: Entry, now: float) -> None:
+    def remember(self, entry: ScheduleEntry, now: float) -> None:
         self._by_id[entry.spec.schedule_id] = CancelledSchedule(
             entry.recent, entry.outcomes, now + self.result_ttl)
         self._forget(now)

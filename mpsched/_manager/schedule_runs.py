@@ -19,7 +19,7 @@ from mpsched._core.planning import Trigger, jitter_offset, plan
 from mpsched._core.recurring import ScheduleKind, run_id
 from mpsched._errors import MpschedError, StoreError
 from mpsched._manager.journal import BaseJournal
-from mpsched._manager.schedule_entry import Entry
+from mpsched._manager.schedule_entry import ScheduleEntry
 from mpsched._manager.wall_clock import WALL_CHECK
 
 log = logging.getLogger("mpsched.schedules")
@@ -56,13 +56,13 @@ class RunPlanner:
         """The run ``job_id`` ended: stop following it; its schedule's id ("" for none)."""
         return self._runs.pop(job_id, "")
 
-    def now(self, entry: Entry) -> float:
+    def now(self, entry: ScheduleEntry) -> float:
         """Now as a label on the schedule's timeline."""
         if entry.spec.kind == ScheduleKind.CRON:
             return self._clock.wall()
         return self._clock.now() - entry.offset
 
-    def plan_locked(self, entry: Entry, trigger: Trigger) -> None:
+    def plan_locked(self, entry: ScheduleEntry, trigger: Trigger) -> None:
         decision = plan(entry.slots, entry.decided, entry.owed_until, self.now(entry),
                         trigger, active=bool(entry.active))
         before = entry.decided, entry.owed_until
@@ -77,7 +77,7 @@ class RunPlanner:
             entry.decided, entry.owed_until = before  # the watcher tries that slot again
         self.save_state_locked(entry)
 
-    def _arm_locked(self, entry: Entry, label: float) -> bool:
+    def _arm_locked(self, entry: ScheduleEntry, label: float) -> bool:
         """Queue the run of one slot (unless the store knows it: then it is adopted);
         False when it could not be queued."""
         spec = entry.spec
@@ -113,21 +113,21 @@ class RunPlanner:
             self.track_locked(entry, rid, label)
         return True
 
-    def track_locked(self, entry: Entry, rid: str, label: float) -> None:
+    def track_locked(self, entry: ScheduleEntry, rid: str, label: float) -> None:
         """Follow an armed run: its start and end re-plan the schedule."""
         entry.active[rid] = label
         self._runs[rid] = entry.spec.schedule_id
         if rid not in entry.recent:
             entry.recent.append(rid)
 
-    def due(self, entry: Entry, label: float) -> float:
+    def due(self, entry: ScheduleEntry, label: float) -> float:
         """The monotonic instant a slot's run is due, jitter included."""
         label += jitter_offset(entry.spec.schedule_id, label, entry.spec.jitter)
         if entry.spec.kind == ScheduleKind.CRON:
             return label + self._clock.now() - self._clock.wall()
         return label + entry.offset
 
-    def withdraw_locked(self, entry: Entry) -> list[str]:
+    def withdraw_locked(self, entry: ScheduleEntry) -> list[str]:
         """Cancel the entry's armed runs that have not started; running ones stay active,
         so that their end is still counted. Returns the ids of those withdrawn."""
         jobs = self._queue.cancel_jobs(list(entry.active))
@@ -139,7 +139,7 @@ class RunPlanner:
             self._cancelled(jobs)
         return withdrawn
 
-    def save_state_locked(self, entry: Entry) -> None:
+    def save_state_locked(self, entry: ScheduleEntry) -> None:
         """Write where the schedule stands to the store (without waiting for it)."""
         self._journal.store.update_schedule(entry.spec.schedule_id,
                                             pickle.dumps(entry.state()))

@@ -52,7 +52,7 @@ from mpsched._errors import (
     ScheduleNotFoundError,
 )
 from mpsched._manager.journal import BaseJournal, cancelled
-from mpsched._manager.schedule_entry import Cancelled, Entry, State
+from mpsched._manager.schedule_entry import Cancelled, ScheduleEntry, State
 from mpsched._manager.schedule_runs import RunPlanner
 from mpsched._manager.wall_clock import WALL_JUMP, WallClockWatcher
 from mpsched._store.base import DAY, IN_MEMORY, StoredSchedule
@@ -73,7 +73,7 @@ class Schedules:
         # armed (a durable store write), so two clients adding or cancelling one schedule
         # are serialised. Nobody waits on it for long: schedules change at human rates.
         self._lock = threading.Lock()
-        self._entries: dict[str, Entry] = {}
+        self._entries: dict[str, ScheduleEntry] = {}
         self._planner = RunPlanner(journal, clock, cancelled)
         self._gone = Cancelled(result_ttl=DAY)  # the cancelled ones whose runs stay listable
         # close() was called: runs that end change nothing any more (read without the lock)
@@ -196,7 +196,7 @@ class Schedules:
             self._journal.schedule_changed(spec.schedule_id)
             return self._info_locked(entry)
 
-    def _carry_over_locked(self, old: Entry, new: Entry) -> None:
+    def _carry_over_locked(self, old: ScheduleEntry, new: ScheduleEntry) -> None:
         """A replaced schedule keeps its counters and last run; its armed run that has not
         started is withdrawn (the new spec plans the next one)."""
         new.runs, new.skipped, new.missed, new.failed = old.counters()
@@ -352,8 +352,8 @@ class Schedules:
 
     # ------------------------------------------------------------------ planning
 
-    def _entry(self, spec: ScheduleSpec, anchor: float, tz: str) -> Entry:
-        return Entry(spec, Slots(spec, anchor, tz), tz,
+    def _entry(self, spec: ScheduleSpec, anchor: float, tz: str) -> ScheduleEntry:
+        return ScheduleEntry(spec, Slots(spec, anchor, tz), tz,
                       offset=self._clock.now() - self._clock.wall())
 
     def replan_stalled(self) -> None:
@@ -365,14 +365,14 @@ class Schedules:
                     entry.stalled = False
                     self._planner.plan_locked(entry, Trigger.BEGIN)
 
-    def _get_locked(self, schedule_id: str) -> Entry:
+    def _get_locked(self, schedule_id: str) -> ScheduleEntry:
         entry = self._entries.get(schedule_id)
         if entry is None:
             gone = self._gone.get(schedule_id, self._clock.now())
             raise ScheduleNotFoundError(schedule_id, cancelled=gone is not None)
         return entry
 
-    def _info_locked(self, entry: Entry, *, cancelled: bool = False) -> ScheduleInfo:
+    def _info_locked(self, entry: ScheduleEntry, *, cancelled: bool = False) -> ScheduleInfo:
         return entry.info(self._planner.now(entry), cancelled=cancelled)
 
     def too_early(self, job_id: str, early: float) -> bool:

@@ -61,7 +61,7 @@ class CpuMeter:
 
 
 @dataclass(eq=False)
-class _Worker:
+class _Registered:
     hello: WorkerHello
     last_seen: float
     slot: int  # its place among the workers of its host, taken again by its replacement
@@ -89,7 +89,7 @@ class WorkerTable:
         # A stopping manager waits here (wait_told) until every remote worker has been told
         # it stops; told_stop() notifies it each time one is.
         self._told = threading.Condition(self._lock)
-        self._workers: dict[str, _Worker] = {}
+        self._workers: dict[str, _Registered] = {}
         self._finished: deque[float] = deque(maxlen=100_000)  # completion times
 
     def join(self, hello: WorkerHello) -> None:
@@ -108,7 +108,7 @@ class WorkerTable:
             taken = {w.slot for wid, w in self._workers.items()
                      if w.hello.host == hello.host and wid != hello.worker_id}
             slot = next(n for n in itertools.count() if n not in taken)
-            self._workers[hello.worker_id] = _Worker(hello, time.monotonic(), slot=slot,
+            self._workers[hello.worker_id] = _Registered(hello, time.monotonic(), slot=slot,
                                                      local=local, proc=proc, cpu=cpu)
 
     def _started_here(self, hello: WorkerHello) -> bool:
@@ -208,7 +208,7 @@ class WorkerTable:
         return tuple(_status(w, u, p) for w, u, p in zip(workers, usage, percents,
                                                          strict=True)), recent
 
-    def _usage(self, worker: _Worker) -> _Usage | None:
+    def _usage(self, worker: _Registered) -> _Usage | None:
         """A local worker's RSS and CPU seconds, read from its process now; None for a
         remote worker (its heartbeat brings them) or a process that cannot be read."""
         if worker.proc is None:
@@ -234,14 +234,14 @@ def _cpu_seconds(proc: psutil.Process) -> float:
     return times.user + times.system
 
 
-def _percent_locked(worker: _Worker, usage: _Usage | None) -> float:
+def _percent_locked(worker: _Registered, usage: _Usage | None) -> float:
     """A worker's CPU %: a local one's from its meter, a remote one's from its heartbeat."""
     if worker.cpu is not None and usage is not None:
         return worker.cpu.read(usage.read_at, usage.cpu_seconds)
     return worker.load.cpu_percent if worker.load is not None else 0.0
 
 
-def _status(worker: _Worker, usage: _Usage | None, percent: float) -> WorkerStatus:
+def _status(worker: _Registered, usage: _Usage | None, percent: float) -> WorkerStatus:
     load = worker.load
     if usage is not None:
         rss, seconds = usage.rss, usage.cpu_seconds

@@ -22,7 +22,7 @@ _HEAD = struct.Struct("!4sHQH")  # magic, name length, segment size, buffer coun
 _ENTRY = struct.Struct("!QQ?")  # offset, length, read-only
 
 
-class Entry(NamedTuple):
+class BufferEntry(NamedTuple):
     """Where one out-of-band buffer sits in a segment."""
 
     offset: int
@@ -37,22 +37,22 @@ class Frame(NamedTuple):
 
     segment: str
     size: int
-    entries: tuple[Entry, ...]
+    entries: tuple[BufferEntry, ...]
     data: int
     body: int
 
 
-def layout(buffers: Sequence[memoryview]) -> tuple[int, tuple[Entry, ...]]:
+def layout(buffers: Sequence[memoryview]) -> tuple[int, tuple[BufferEntry, ...]]:
     """Where ``buffers`` go in a segment (each at an aligned offset), and its size."""
     entries = []
     offset = 0
     for buffer in buffers:
-        entries.append(Entry(offset=offset, length=buffer.nbytes, readonly=buffer.readonly))
+        entries.append(BufferEntry(offset=offset, length=buffer.nbytes, readonly=buffer.readonly))
         offset += -(-buffer.nbytes // ALIGN) * ALIGN
     return offset, tuple(entries)
 
 
-def frame(segment: str, size: int, entries: Sequence[Entry], body: bytes) -> bytes:
+def frame(segment: str, size: int, entries: Sequence[BufferEntry], body: bytes) -> bytes:
     """A payload: the frame (segment name, size, buffer table) followed by the pickle.
 
     Payloads without a segment are framed too when their client reads shared memory:
@@ -63,7 +63,7 @@ def frame(segment: str, size: int, entries: Sequence[Entry], body: bytes) -> byt
     return b"".join([_head(MAGIC, segment, size, entries), body])
 
 
-def _head(magic: bytes, segment: str, size: int, entries: Sequence[Entry]) -> bytes:
+def _head(magic: bytes, segment: str, size: int, entries: Sequence[BufferEntry]) -> bytes:
     encoded = segment.encode()
     parts = [_HEAD.pack(magic, len(encoded), size, len(entries)), encoded]
     parts += [_ENTRY.pack(*entry) for entry in entries]
@@ -97,14 +97,14 @@ def parse(payload: Payload | memoryview) -> Frame | None:
     _, length, size, count = _HEAD.unpack_from(payload)
     start = _HEAD.size + length
     segment = bytes(payload[_HEAD.size:start]).decode()
-    entries = tuple(Entry._make(_ENTRY.unpack_from(payload, start + i * _ENTRY.size))
+    entries = tuple(BufferEntry._make(_ENTRY.unpack_from(payload, start + i * _ENTRY.size))
                     for i in range(count))
     data = start + count * _ENTRY.size
     return Frame(segment=segment, size=size, entries=entries, data=data,
                  body=data + (size if magic == CARRIED else 0))
 
 
-def carried(size: int, entries: Sequence[Entry], data: bytes | bytearray,
+def carried(size: int, entries: Sequence[BufferEntry], data: bytes | bytearray,
             body: bytes | memoryview) -> bytes:
     """A payload that carries ``data`` (``size`` bytes, its buffers where ``entries`` say)
     after its frame, then the pickle ``body``."""

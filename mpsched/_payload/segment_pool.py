@@ -41,7 +41,7 @@ MAX_FREE = 64 << 20  # bytes of free segments a client keeps at most
 IDLE = 1.0  # seconds a free segment is kept for the next job
 _SMALLEST = 1 << 16  # size classes are powers of two from here up to MAX_SIZE
 
-Stored = tuple[str, int, tuple[frames.Entry, ...]]  # segment name, size, buffer table
+Stored = tuple[str, int, tuple[frames.BufferEntry, ...]]  # segment name, size, buffer table
 
 
 class SegmentPool:

@@ -98,7 +98,7 @@ def result_name(prefix: str, lease_id: int) -> str:
 
 
 def write(name: str, buffers: Sequence[memoryview], *, reuse: bool = False
-          ) -> tuple[int, tuple[frames.Entry, ...]] | None:
+          ) -> tuple[int, tuple[frames.BufferEntry, ...]] | None:
     """Create segment ``name`` holding ``buffers`` (laid out by :func:`layout`); with
     ``reuse``, overwrite the existing segment ``name`` instead.
 
@@ -135,7 +135,7 @@ def _write_all(fd: int, buffer: memoryview, offset: int) -> None:
         done += os.pwrite(fd, view[done:], offset + done)
 
 
-def read(name: str, entries: Sequence[frames.Entry]) -> list[bytes | memoryview]:
+def read(name: str, entries: Sequence[frames.BufferEntry]) -> list[bytes | memoryview]:
     """The buffers of segment ``name``, for ``pickle.loads(..., buffers=...)``.
 
     A read-only buffer comes back as ``bytes`` (read, one copy: a ``bytes`` argument is
@@ -165,7 +165,7 @@ def read(name: str, entries: Sequence[frames.Entry]) -> list[bytes | memoryview]
         os.close(fd)
 
 
-def _read_all(fd: int, entry: frames.Entry) -> bytes:
+def _read_all(fd: int, entry: frames.BufferEntry) -> bytes:
     data = os.pread(fd, entry.length, entry.offset)
     if len(data) == entry.length:
         return data
@@ -238,7 +238,7 @@ def shared_with(options: PayloadOptions) -> str:
         log_fallback("this platform has no POSIX shared memory (/dev/shm)")
         return ""
     try:
-        probe = frames.Entry(offset=0, length=len(options.probe), readonly=True)
+        probe = frames.BufferEntry(offset=0, length=len(options.probe), readonly=True)
         found = read(options.prefix + "probe", [probe])
     except OSError as exc:
         log_fallback(f"this process does not see the manager's shared memory ({exc})")

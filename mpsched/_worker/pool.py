@@ -103,7 +103,7 @@ def _tell_manager(config: WorkerConfig, worker_id: str, exitcode: int) -> None:
 
 
 @dataclass(eq=False)
-class _Worker:
+class _PoolWorker:
     proc: BaseProcess
     verdict: Any  # shared int: a _Verdict the process sets before it exits on purpose
     joins: Connection | None  # the ids it joins under arrive here; None once it closed
@@ -120,7 +120,7 @@ class WorkerPool:
         # Children exit when this process dies: only it holds the write end.
         self._lifeline_r, self._lifeline_w = self._ctx.Pipe(duplex=False)
         # Everything below is touched by the main thread only.
-        self._workers: list[_Worker] = []
+        self._workers: list[_PoolWorker] = []
         self._draining = False  # no more replacements: a signal, a fatal or a stop
         self._signals = 0
         self._killed_by = 0  # the signal that made us kill the workers (the second one)
@@ -165,7 +165,7 @@ class WorkerPool:
             return 128 + self._killed_by  # as a process killed by that signal would
         return int(result)
 
-    def _read_joins(self, worker: _Worker) -> None:
+    def _read_joins(self, worker: _PoolWorker) -> None:
         """Note the ids a worker said it joined under; close its pipe at its end."""
         if worker.joins is None:
             return
@@ -182,7 +182,7 @@ class WorkerPool:
             self._failed_starts = 0
             self._backoff = RESTART_BACKOFF[0]
 
-    def _on_exit(self, worker: _Worker, result: Exit) -> Exit:
+    def _on_exit(self, worker: _PoolWorker, result: Exit) -> Exit:
         """Replace a worker that left, unless it says the pool must stop; returns the code."""
         said, code = worker.verdict.value, worker.proc.exitcode
         if said == _Verdict.UNSAID and worker.worker_id is not None:
@@ -200,7 +200,7 @@ class WorkerPool:
             self._replace(worker, said, code)
         return result
 
-    def _replace(self, worker: _Worker, said: int, code: int | None) -> None:
+    def _replace(self, worker: _PoolWorker, said: int, code: int | None) -> None:
         """Start another worker in place of one that exited: at once, or after the
         back-off if it died before it ever joined."""
         pid = worker.proc.pid
@@ -246,7 +246,7 @@ class WorkerPool:
             raise
         finally:
             theirs.close()  # the child's now: its death shows here as the end of the pipe
-        self._workers.append(_Worker(proc, verdict, joins))
+        self._workers.append(_PoolWorker(proc, verdict, joins))
 
     def _report_exit(self, worker_id: str, exitcode: int | None) -> None:
         """Tell the manager, from a thread, that a worker that joined died without a word:
