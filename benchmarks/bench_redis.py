@@ -101,8 +101,8 @@ class Mpsched(Contender):
                            for _ in range(2)]
 
     def stop(self) -> None:
-        for s in self.schedulers:
-            s.shutdown(wait=False, cancel_futures=True)
+        for s in self.schedulers:  # their managers leave the store before it stops
+            s.shutdown(wait=True, cancel_futures=True)
 
     def submit_marks(self, path: str, count: int) -> None:
         for _ in range(count):
