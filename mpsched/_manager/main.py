@@ -38,7 +38,7 @@ from mpsched._manager.shared_journal import SharedJournal, encode_status
 from mpsched._manager.shared_link import SharedLink
 from mpsched._manager.shared_queue import SharedQueue
 from mpsched._manager.store_journal import Journal
-from mpsched._manager.store_outage import Outage
+from mpsched._manager.store_outage import StoreOutage
 from mpsched._manager.supervisor import Supervisor
 from mpsched._payload.segments import Segments
 from mpsched._payload.shm import payload_size
@@ -136,7 +136,7 @@ def _open_queue(config: ManagerConfig,
         queue = SharedQueue(store, manager_id=f"{host_name()}:{os.getpid()}:"
                                               f"{secrets.token_hex(3)}",
                             lease_timeout=config.lease_timeout,
-                            max_pending=config.max_pending, outage=Outage(store.location))
+                            max_pending=config.max_pending, outage=StoreOutage(store.location))
         return queue, SharedJournal(store, queue), ""
     local = JobQueue(order=config.order, max_pending=config.max_pending,
                      max_pending_bytes=config.max_pending_bytes, sizer=payload_size,

@@ -40,7 +40,7 @@ from mpsched._errors import (
 from mpsched._manager.journal import BaseJournal, cancelled, decode, encode
 from mpsched._manager.shared_queue import SharedQueue
 from mpsched._protocol.records import ManagerStatus, WorkerStatus
-from mpsched._store.redis.records import Ended, Finish, NewJob
+from mpsched._store.redis.records import Finish, NewJob, StoredEnd
 from mpsched._store.redis.store import RedisStore
 
 log = logging.getLogger("mpsched.manager")
@@ -167,7 +167,7 @@ class SharedJournal(BaseJournal):
 
     # ------------------------------------------------------------------ ends from elsewhere
 
-    def deliver_ended(self, ended: list[Ended]) -> None:
+    def deliver_ended(self, ended: list[StoredEnd]) -> None:
         """Hand ends that other managers recorded (this manager's inbox) to the clients
         here that submitted or watch them."""
         for end in ended:
@@ -234,7 +234,7 @@ def encode_status(host: str, pid: int, address: str,
     return pickle.dumps((host, pid, address, workers), protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def outcome_of(end: Ended) -> Outcome:
+def outcome_of(end: StoredEnd) -> Outcome:
     """The outcome a client gets of a job that ended as ``end`` says."""
     if end.state is JobState.CANCELLED:
         return cancelled(end.job_id)

@@ -25,8 +25,8 @@ from collections.abc import Callable
 from mpsched._errors import StoreError, StoreUnavailableError
 from mpsched._manager.shared_journal import SharedJournal
 from mpsched._manager.shared_queue import SharedQueue
-from mpsched._manager.store_outage import Outage
-from mpsched._store.redis.records import Ended
+from mpsched._manager.store_outage import StoreOutage
+from mpsched._store.redis.records import StoredEnd
 from mpsched._store.redis.scripts import parse_ended
 from mpsched._store.redis.store import RedisStore
 from mpsched._store.redis.subscription import Subscription
@@ -48,7 +48,7 @@ class SharedLink:
     """
 
     def __init__(self, store: RedisStore, queue: SharedQueue, journal: SharedJournal, *,
-                 outage: Outage, status: Callable[[], bytes],
+                 outage: StoreOutage, status: Callable[[], bytes],
                  on_schedule: Callable[[str], None] | None = None) -> None:
         self._store = store
         self._queue = queue
@@ -200,7 +200,7 @@ class SharedLink:
             log.error("job %s: its worker %s went away with its manager; failed "
                       "(WorkerCrashedError)", job_id, worker)
             if here:
-                mine.append(Ended(job_id=job_id, state=None, outcome=None,
+                mine.append(StoredEnd(job_id=job_id, state=None, outcome=None,
                                   crashed_worker=worker, client_id=client, owner=self._me))
         if mine:
             self._journal.deliver_ended(mine)

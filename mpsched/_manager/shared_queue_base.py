@@ -14,7 +14,7 @@ from collections.abc import Callable
 from mpsched._core.clock import Clock, SystemClock, Waitable
 from mpsched._core.job import Assignment, Job, Lease, Outcome, QueueStats
 from mpsched._core.leases import Leases, percentiles
-from mpsched._manager.store_outage import Outage
+from mpsched._manager.store_outage import StoreOutage
 from mpsched._store.redis.store import RedisStore
 
 BACKOFF = (0.1, 5.0)  # a taker's wait after Redis failed, doubling up to the second
@@ -34,13 +34,13 @@ class SharedQueueBase:
 
     def __init__(self, store: RedisStore, *, manager_id: str, lease_timeout: float,
                  clock: Clock | None = None, max_pending: int | None = None,
-                 outage: Outage | None = None) -> None:
+                 outage: StoreOutage | None = None) -> None:
         self.store = store
         self.manager_id = manager_id
         self.lease_timeout = lease_timeout
         self._clock = clock if clock is not None else SystemClock()
         self._max_pending = max_pending
-        self.outage = outage if outage is not None else Outage(store.location)
+        self.outage = outage if outage is not None else StoreOutage(store.location)
         self._unregistered: Callable[[], None] = lambda: None
         # Guards every field below and the lease table. Never held across a call to
         # Redis: takers claim outside it and take it again to hand the job out.

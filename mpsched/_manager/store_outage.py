@@ -1,4 +1,4 @@
-"""Outage: what a manager says when its shared store stops answering, and when it is back:
+"""StoreOutage: what a manager says when its shared store stops answering, and when it is back:
 one WARNING per outage, one INFO line at its end, however many calls failed meanwhile."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from mpsched._errors import StoreUnavailableError
 log = logging.getLogger("mpsched.manager")
 
 
-class Outage:
+class StoreOutage:
     """One WARNING when Redis stops answering, one INFO line when it is back."""
 
     def __init__(self, location: str) -> None:

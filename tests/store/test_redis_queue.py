@@ -14,7 +14,7 @@ import pytest
 
 from mpsched._core.job import JobState
 from mpsched._errors import InvalidJobError, StoreUnavailableError
-from mpsched._store.redis.records import Ended, Finish, NewJob, Requeue, Take
+from mpsched._store.redis.records import Finish, NewJob, Requeue, StoredEnd, Take
 from mpsched._store.redis.scripts import parse_ended
 from mpsched._store.redis.store import RedisStore
 
@@ -197,8 +197,8 @@ def test_the_owner_of_a_job_run_elsewhere_hears_of_its_end(store: RedisStore) ->
     assert reply.finished == [1, 1, 1]
     heard = [pubsub.get_message(timeout=1.0)["data"] for _ in range(3)]
     assert [parse_ended(m) for m in heard[:2]] == [
-        Ended("a", JobState.DONE, b"a", None, "c1", ""),
-        Ended("b", JobState.DONE, b"b", None, "c1", "")]  # whole: nothing to fetch
+        StoredEnd("a", JobState.DONE, b"a", None, "c1", ""),
+        StoredEnd("b", JobState.DONE, b"b", None, "c1", "")]  # whole: nothing to fetch
     assert heard[2] == b"1" and pubsub.get_message(timeout=0.2) is None
     assert [(e.job_id, e.outcome) for e in store.drain("m1")] == [("large", big)]
     assert [e.job_id for e in store.drain("m3")] == ["b"]  # nobody listened: its inbox

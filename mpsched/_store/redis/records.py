@@ -89,7 +89,7 @@ class Reply(NamedTuple):
     registered: bool  # False: the caller was presumed dead; nothing was claimed
 
 
-class Ended(NamedTuple):
+class StoredEnd(NamedTuple):
     """A job's end as a manager's inbox (or a watch) hands it over."""
 
     job_id: str

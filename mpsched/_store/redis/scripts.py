@@ -21,11 +21,11 @@ from mpsched._core.job import JobState
 from mpsched._store.redis.records import (
     Beat,
     Claimed,
-    Ended,
     Finish,
     NewJob,
     Reply,
     Requeue,
+    StoredEnd,
     Take,
     Withdrawn,
 )
@@ -150,16 +150,16 @@ class Scripts:
         return [Withdrawn(job_id=_text(i), client_id=_text(c), mine=bool(m))
                 for i, c, m in rows]
 
-    def watch(self, me: str, job_id: str) -> Ended | None:
+    def watch(self, me: str, job_id: str) -> StoredEnd | None:
         row = self._call("watch", me, job_id)
         if not row:
             return None
         state, outcome, crashed, client = row
-        return Ended(job_id=job_id, state=JobState(_text(state)), outcome=outcome,
+        return StoredEnd(job_id=job_id, state=JobState(_text(state)), outcome=outcome,
                      crashed_worker=_opt(crashed), client_id=_text(client), owner="")
 
-    def drain(self, me: str, count: int) -> list[Ended]:
-        return [Ended(job_id=_text(i), state=None if not s else JobState(_text(s)),
+    def drain(self, me: str, count: int) -> list[StoredEnd]:
+        return [StoredEnd(job_id=_text(i), state=None if not s else JobState(_text(s)),
                       outcome=o, crashed_worker=_opt(x), client_id=_opt(c) or "",
                       owner=_opt(w) or "")
                 for i, s, o, x, c, w in self._call("drain", me, count)]
@@ -194,7 +194,7 @@ def _claimed(row: list[Any]) -> Claimed:
         due_wall=int(due_us) / US, submitted_wall=int(submitted_us) / US)
 
 
-def parse_ended(message: bytes) -> Ended | None:
+def parse_ended(message: bytes) -> StoredEnd | None:
     """A job's end as the scripts publish it on a manager's channel (``ended_message`` in
     common.lua); None for any other message (an inbox that has ids to drain)."""
     if not message.startswith(b"E"):
@@ -207,6 +207,6 @@ def parse_ended(message: bytes) -> Ended | None:
         fields.append(message[colon + 1:colon + 1 + size])
         at = colon + 1 + size
     job_id, state, client, crashed, outcome = fields
-    return Ended(job_id=job_id.decode(), state=JobState(state.decode()),
+    return StoredEnd(job_id=job_id.decode(), state=JobState(state.decode()),
                  outcome=outcome or None, crashed_worker=crashed.decode() or None,
                  client_id=client.decode(), owner="")

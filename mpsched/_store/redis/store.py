@@ -39,13 +39,13 @@ from mpsched._errors import InvalidJobError, StoreError, StoreUnavailableError
 from mpsched._store.base import Store, StoredSchedule, check_options
 from mpsched._store.redis.records import (
     Beat,
-    Ended,
     Finish,
     ManagerRecord,
     NewJob,
     QueueCounts,
     Reply,
     Requeue,
+    StoredEnd,
     Take,
     Withdrawn,
 )
@@ -189,13 +189,13 @@ class RedisStore(Store):
             ids = self.client.zrangebyscore(f"{self.base}c:{client_id}", f"({now}", "+inf")
         return [i.decode() for i in ids]
 
-    def watch(self, me: str, job_id: str) -> Ended | None:
+    def watch(self, me: str, job_id: str) -> StoredEnd | None:
         """Watch a job from ``me``: None for an unknown job, else where it stands
-        (``Ended.state``); unless it has ended, ``me`` is told when it ends (its inbox)."""
+        (``StoredEnd.state``); unless it has ended, ``me`` is told when it ends (its inbox)."""
         with self.errors():
             return self.scripts.watch(me, job_id)
 
-    def drain(self, me: str, count: int = 500) -> list[Ended]:
+    def drain(self, me: str, count: int = 500) -> list[StoredEnd]:
         """Take up to ``count`` ended jobs from ``me``'s inbox."""
         with self.errors():
             return self.scripts.drain(me, count)
