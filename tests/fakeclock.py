@@ -31,6 +31,8 @@ class FakeCondition:
         self.wakeups = 0  # returns from wait(), for O(1) wake-up assertions
 
     def wait(self, timeout: float | None = None) -> bool:
+        if timeout is not None:
+            timeout *= 1 + self._clock.oversleep
         deadline = None if timeout is None else self._clock.now() + timeout
         waiter = _Waiter(deadline)
         self._waiters.append(waiter)
@@ -69,10 +71,16 @@ class FakeCondition:
 
 
 class FakeClock:
-    """Monotonic and wall time that move only on ``advance``."""
+    """Monotonic and wall time that move only on ``advance``.
 
-    def __init__(self, start: float = 1000.0, wall_offset: float = 1.7e9) -> None:
+    ``oversleep``: every timed wait lasts that share longer than asked, as on machines
+    whose timers run late (0.003: a 2 s wait ends 6 ms late).
+    """
+
+    def __init__(self, start: float = 1000.0, wall_offset: float = 1.7e9,
+                 oversleep: float = 0.0) -> None:
         self._now = start
+        self.oversleep = oversleep
         self.wall_offset = wall_offset
         self._conditions: list[tuple[FakeCondition, threading.Lock]] = []
         # Guards _parked_count; tests wait on it until the expected threads are parked.
@@ -89,6 +97,14 @@ class FakeClock:
         cond = FakeCondition(self, lock)
         self._conditions.append((cond, lock))
         return cond
+
+    def next_deadline(self) -> float | None:
+        """When the first timed wait ends (None: no timed wait)."""
+        deadlines = []
+        for cond, lock in self._conditions:
+            with lock:
+                deadlines += [w.deadline for w in cond._waiters if w.deadline is not None]
+        return min(deadlines, default=None)
 
     def advance(self, seconds: float) -> None:
         """Move time on and expire every timed wait whose deadline has passed."""

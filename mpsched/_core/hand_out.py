@@ -3,12 +3,13 @@
 A take pops the next due job and puts it in flight under a lease (mpsched._core.leases) in
 one step, with up to ``more`` due jobs prefetched (mpsched._core.prefetch). Waiting
 follows Java's ``DelayedWorkQueue`` (leader/follower): at most one taker, the *leader*,
-sleeps with a timeout equal to the head job's remaining delay; every other taker waits
-untimed on the same condition. Whoever changes the head (:meth:`HandOut.new_head_locked`),
-or the leader on its way out, wakes exactly one waiter. So a due job is never stranded
-behind a busy or sleeping taker (the seed's ``signal()`` trap), and each event wakes O(1)
-threads instead of all of them. A worker that leaves has its prefetched jobs taken back
-(revoke) or its leases ended and its id retired (release_worker, retire_if_leased).
+sleeps until the head job is due (in a few timed waits, each ending a little early:
+mpsched._core.clock.ahead); every other taker waits untimed on the same condition.
+Whoever changes the head (:meth:`HandOut.new_head_locked`), or the leader on its way out,
+wakes exactly one waiter. So a due job is never stranded behind a busy or sleeping taker
+(the seed's ``signal()`` trap), and each event wakes O(1) threads instead of all of them.
+A worker that leaves has its prefetched jobs taken back (revoke) or its leases ended and
+its id retired (release_worker, retire_if_leased).
 
 No lock of its own: it shares its JobQueue's. Methods ending in ``_locked`` are called
 with it held; the others take it.
@@ -19,7 +20,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from mpsched._core.clock import Clock, Waitable
+from mpsched._core.clock import Clock, Waitable, ahead
 from mpsched._core.heap import PendingJobs
 from mpsched._core.job import Assignment, Job
 from mpsched._core.leases import Leases, LostLease
@@ -111,7 +112,7 @@ class HandOut:
         me = object()
         self._leader = me
         try:
-            self.wait_locked(self._available, min(head_due - early - now, remaining),
+            self.wait_locked(self._available, min(ahead(head_due - early - now), remaining),
                              taker=True)
         finally:
             if self._leader is me:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from mpsched._core.clock import ahead
 from mpsched._core.job import Assignment, Job
 from mpsched._core.leases import LostLease
 from mpsched._errors import SchedulerShutdownError, StoreUnavailableError
@@ -146,7 +147,7 @@ class SharedQueue(SharedQueueBase):
             if self._leader is not None:
                 return None, None  # another taker of ours times it already
             self._leader = lead = object()
-            return max(reply.head_in - early, 1e-6), lead
+            return max(ahead(reply.head_in - early), 1e-6), lead
         if reply.leader_left is not None:
             self._follow_until = self._clock.now() + reply.leader_left + FOLLOW_GRACE
             return reply.leader_left + FOLLOW_GRACE, None
