@@ -47,9 +47,11 @@ STEPS: dict[str, list[tuple[str, str]]] = {
     ],
     "manager": [
         ("submit: JobQueue.submit (heap push, lock)", r"JobQueue\.submit|JobQueue\._push"),
-        ("take: JobQueue.take (heap pop, lease, condition)", r"JobQueue\.take"),
-        ("complete: report, JobQueue.complete, mailbox post",
-         r"JobQueue\.complete|Mailboxes\.post"
+        ("take: JobQueue.take (heap pop, lease, prefetch, condition)", r"JobQueue\.take"),
+        ("take: hand-out records (leases to wire, check-in)",
+         r"Dispatch\.take|WorkerTable\.check_in"),
+        ("complete: report, JobQueue.complete, ended-job record, mailbox post",
+         r"JobQueue\.complete|Mailboxes\.post|Endings\.|NoJournal\.finished"
          r"|ManagerService\._complete|report_from_wire"),
         ("result: mailbox collect", r"Mailboxes\.collect|collect \(mpsched"),
         ("other service methods", r"ManagerService\."),
@@ -59,8 +61,11 @@ STEPS: dict[str, list[tuple[str, str]]] = {
         ("supervisor / accept", r"watch|accepter|Supervisor"),
     ],
     "worker": [
-        ("run the job (unpickle, call, pickle result)", r"run \(mpsched/_worker"),
-        ("take: proxy call (pickle report, send, wait)", r"take \(mpsched|_callmethod"),
+        ("hold a report (and wake the idle reporter thread)", r"Reports\.hold|_Batches\._hold"),
+        ("claim a prefetched job (shared-memory slot)", r"_claim_or_stop|ClaimSlot"),
+        ("run the job (unpickle, call, pickle result)", r"run \(mpsched/_worker|_run_one"),
+        ("take: proxy call (pickle report, send, wait)",
+         r"take \(mpsched|_callmethod|Reports\.take_all|delivered"),
         ("lifeline / other threads", r"_exit_with_manager|lifeline"),
     ],
 }
