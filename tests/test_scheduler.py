@@ -317,6 +317,17 @@ def test_bad_scheduler_options_raise():
         Scheduler(workers=1, order="random")
 
 
+@pytest.mark.parametrize("name", ["max_tasks_per_worker", "max_memory_per_worker",
+                                  "max_pending", "max_pending_bytes"])
+@pytest.mark.parametrize("value", [0, -1, 2.5, "10", True])
+def test_a_bound_that_is_not_a_positive_int_is_refused_before_anything_starts(
+        name: str, value: object) -> None:
+    from mpsched import Scheduler
+
+    with pytest.raises(ConfigError, match=f"^{name} must be a positive int"):
+        Scheduler(workers=1, **{name: value})
+
+
 def test_a_schedulers_status_page_is_loopback_only(tmp_path):
     from mpsched import AddressError, Scheduler
 

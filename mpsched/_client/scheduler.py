@@ -287,18 +287,15 @@ def _lost_advice(pid: int, store: str | None) -> str:
 
 def _check_bounds(max_tasks_per_worker: int | None, max_memory_per_worker: int | None,
                   max_pending: int | None, max_pending_bytes: int | None) -> None:
-    """Raise ConfigError for a bound that is not a positive int (None: no bound)."""
+    """Raise ConfigError for a bound that is not a positive int (None: no bound; a bool
+    is not a count, though Python calls it an int)."""
     for name, limit in (("max_tasks_per_worker", max_tasks_per_worker),
-                        ("max_memory_per_worker", max_memory_per_worker)):
+                        ("max_memory_per_worker", max_memory_per_worker),
+                        ("max_pending", max_pending),
+                        ("max_pending_bytes", max_pending_bytes)):
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
                                   or limit < 1):
             raise ConfigError(name, limit, "a positive int")
-    if max_pending is not None and (not isinstance(max_pending, int) or max_pending < 1):
-        raise ConfigError("max_pending", max_pending, "a positive int")
-    if max_pending_bytes is not None and (isinstance(max_pending_bytes, bool) or not
-                                          isinstance(max_pending_bytes, int)
-                                          or max_pending_bytes < 1):
-        raise ConfigError("max_pending_bytes", max_pending_bytes, "a positive int")
 
 
 def _worker_count(workers: int | None, max_workers: int | None) -> int:

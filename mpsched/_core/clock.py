@@ -14,8 +14,8 @@ from typing import Protocol
 # 0.1-0.3%, so a 2 s wait ended 2-6 ms late), more than the lateness mpsched promises. A
 # wait for a due time therefore ends AHEAD_SHARE of its length early, and the waiter waits
 # again for the rest (ahead()): what is left late is the timer's share of the last wait,
-# which lasts at most SHORT_WAIT, for about log(delay / SHORT_WAIT) / log(1 / AHEAD_SHARE) more wake-ups
-# (two more for a 2 s wait, four for an hour).
+# which lasts at most SHORT_WAIT, for about log(delay / SHORT_WAIT) / log(1 / AHEAD_SHARE)
+# more wake-ups (two more for a 2 s wait, four for an hour).
 AHEAD_SHARE = 1 / 64
 SHORT_WAIT = 0.002
 
