@@ -9,10 +9,11 @@ What the calls carry is in :mod:`mpsched._protocol.records` (typed records) and
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import threading
 import weakref
 from collections.abc import Callable
-from multiprocessing.managers import BaseManager, BaseProxy
+from multiprocessing.managers import BaseManager, BaseProxy, dispatch  # type: ignore[attr-defined]
 from multiprocessing.util import ForkAwareLocal
 from typing import Any, TypeVar
 
@@ -41,6 +42,7 @@ from mpsched._protocol.records import (
     WorkerLoad,
 )
 from mpsched._transport.sockets import SERIALIZER, HardenedServer
+from mpsched._transport.wire import FastConnection
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -48,7 +50,8 @@ class ServiceProxy(BaseProxy):
     """Typed client side of the manager's ManagerService (mpsched._manager.service).
 
     A proxy owns its connections: one per thread that calls through it, opened at that
-    thread's first call, closed when the proxy is collected or :meth:`discard` ed.
+    thread's first call or before the thread starts (:meth:`open_connection`), closed when
+    the proxy is collected or :meth:`discard` ed.
     multiprocessing's proxies share one connection per (address, thread) among every proxy
     of an address, which goes wrong twice here: a new proxy of a manager restarted at the
     same address would call through the dead manager's connection, and collecting any
@@ -66,7 +69,7 @@ class ServiceProxy(BaseProxy):
         # at before it closes one: this proxy's alone.
         self._tls = ForkAwareLocal()
         self._idset = type(self._idset)()  # type: ignore[has-type]  # a ProcessLocalSet
-        # Guards _connections and _discarded; held briefly, by a thread's first call and by
+        # Guards _connections and _discarded; held briefly, by open_connection() and by
         # discard(). Nobody waits on it.
         self._connections_lock = threading.Lock()
         # The connections this proxy opened that are still referenced: weak, so that a
@@ -77,12 +80,46 @@ class ServiceProxy(BaseProxy):
             self._incref()  # type: ignore[attr-defined]
 
     def _connect(self) -> None:
+        # A thread's first call, in a thread that was given no connection.
+        self._tls.connection = self.open_connection(threading.current_thread().name)
+
+    def open_connection(self, thread_name: str) -> FastConnection:
+        """A new connection to the manager, authenticated and ready for calls, for the
+        thread named ``thread_name``, which takes it with :meth:`use_connection`.
+
+        Whoever starts a thread that will call the manager opens its connection first,
+        so that a manager which stalls after (stopped, frozen, swapping) finds no handshake
+        of that thread's under way: a handshake gives up after HANDSHAKE_TIMEOUT, and the
+        client takes that for a lost manager, where a call on an open connection waits for
+        its answer however long the stall lasts.
+
+        Raises:
+            EOFError: this proxy was discarded (as every call of it then).
+            AuthenticationError, OSError: as :func:`connect_service`.
+        """
         with self._connections_lock:
-            if self._discarded:
-                raise EOFError("this proxy's manager went away (its connections are closed)")
-        super()._connect()  # type: ignore[misc]
-        with self._connections_lock:
-            self._connections.add(self._tls.connection)
+            self._refuse_if_discarded_locked()
+        conn: FastConnection = self._Client(  # type: ignore[attr-defined]
+            self._token.address, authkey=self._authkey)  # type: ignore[attr-defined]
+        try:
+            name = multiprocessing.current_process().name
+            dispatch(conn, None, "accept_connection", (f"{name}|{thread_name}",))
+            with self._connections_lock:
+                self._refuse_if_discarded_locked()  # discard() closed the others meanwhile
+                self._connections.add(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def use_connection(self, connection: FastConnection) -> None:
+        """Make ``connection`` (from :meth:`open_connection`) the calling thread's: its
+        calls through this proxy go on it."""
+        self._tls.connection = connection
+
+    def _refuse_if_discarded_locked(self) -> None:
+        if self._discarded:
+            raise EOFError("this proxy's manager went away (its connections are closed)")
 
     def discard(self) -> None:
         """Forget the manager this proxy called: close each of its connections, in every
