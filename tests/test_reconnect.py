@@ -1,5 +1,6 @@
 """A ``serve`` killed with SIGKILL and started again at its address, while clients of this
-process and thread hold connections to it: over TCP and over a Unix socket.
+process and thread hold connections to it: over TCP and over a Unix socket. And one that
+stalls (SIGSTOP) just after a client connected, for longer than a handshake may take.
 
 Managers are real ``python -m mpsched serve`` processes (tests/served.py), each killed by
 its pid in the test, and by its process group when the test ends (the ``procs`` fixture).
@@ -13,6 +14,7 @@ import os
 import signal
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from multiprocessing.managers import dispatch  # type: ignore[attr-defined]
@@ -28,7 +30,9 @@ import mpsched
 from mpsched import ManagerConnectionLostError
 from mpsched._client.futures import ClientCore
 from mpsched._protocol.proxy import connect_service
+from mpsched._transport import connect
 from mpsched._transport.connect import client_connection
+from mpsched._transport.wire import FastConnection
 
 pytestmark = pytest.mark.slow
 
@@ -145,6 +149,32 @@ def test_without_a_store_outstanding_futures_fail_and_new_submits_work_once_back
     assert said(client_log, LOST) == 1
 
 
+# ------------------------------------------------------------------------------ a stall
+
+# The client's handshake deadline, here, and a stall of the manager that outlasts it.
+SHORT_HANDSHAKE = 1.0
+STALL = 2 * SHORT_HANDSHAKE
+
+
+def test_a_manager_that_stalls_just_after_connect_costs_the_client_nothing(
+        procs: Processes, connect_client: Callable[[Manager], mpsched.Client],
+        client_log: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "1")
+    monkeypatch.setattr(connect, "HANDSHAKE_TIMEOUT", SHORT_HANDSHAKE)
+    client = connect_client(manager)
+    sent = client.submit(pow, 2, 5)
+    # Stopped (a debugger, a frozen VM or container, a machine swapping) before the
+    # client's threads have made a call: a handshake caught in the stall would time out.
+    os.kill(manager.proc.pid, signal.SIGSTOP)
+    try:
+        time.sleep(STALL)
+    finally:
+        os.kill(manager.proc.pid, signal.SIGCONT)
+    assert sent.result(timeout=WAIT) == 32
+    assert client.submit(pow, 2, 6).result(timeout=WAIT) == 64
+    assert said(client_log, LOST) == 0
+
+
 # ------------------------------------------------------------------------------ proxies
 
 
@@ -159,9 +189,9 @@ def test_dropping_another_proxy_leaves_a_new_client_s_opening_connection_alone(
     go = threading.Event()  # set by the test; the held result thread waits on it
     collect_loop = ClientCore._collect_loop
 
-    def held(core: ClientCore) -> None:
+    def held(core: ClientCore, connection: FastConnection) -> None:
         assert go.wait(WAIT)
-        collect_loop(core)
+        collect_loop(core, connection)
 
     monkeypatch.setattr(ClientCore, "_collect_loop", held)
     client = mpsched.connect(s.address, authkey=s.authkey)

@@ -288,6 +288,10 @@ def connect(address: str | tuple[str, int] | None = None, *,
             submit_timeout: float | None = None) -> Client:
     """A client of a running manager: the Scheduler API without local workers.
 
+    Every connection the client needs is open when this returns (its result and sender
+    threads' too): a manager that stops answering for a while after (SIGSTOP, a frozen VM)
+    and then goes on only delays the client's calls and jobs.
+
     When the connection to the manager is lost (it was killed, stopped or restarted, or
     the network failed), the client reconnects by itself, retrying the address after
     0.1 s, then twice as long each time up to 5 s, with one WARNING per outage and one

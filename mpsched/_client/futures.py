@@ -47,6 +47,7 @@ from mpsched._protocol.proxy import (
 )
 from mpsched._protocol.records import ClientHello
 from mpsched._transport.sockets import describe_versions
+from mpsched._transport.wire import FastConnection
 
 log = logging.getLogger("mpsched.client")
 
@@ -88,9 +89,25 @@ class ClientCore:
         # A bounded queue must report QueueFullError at the call site: send synchronously.
         bounded = max_pending is not None or options.max_pending_bytes is not None
         self.outbox = None if bounded else Outbox(service, self._unsent, self.release)
-        self._thread = threading.Thread(target=self._collect_loop, daemon=True,
-                                        name=f"mpsched-results-{self.client_id}")
-        self._thread.start()
+        self._thread = self._start_result_thread(service)
+
+    def _start_result_thread(self, service: ServiceProxy) -> threading.Thread:
+        """Open the result thread's connection, then start the thread. Opened here, as the
+        outbox opens its sender's, so that a manager that stalls once the client is made
+        holds the client's calls until it goes on, and fails none of its jobs (see
+        ServiceProxy.open_connection); a manager that cannot be reached now fails the
+        making of the client, before it has jobs."""
+        name = f"mpsched-results-{self.client_id}"
+        try:
+            connection = service.open_connection(name)
+        except BaseException:
+            if self.outbox is not None:
+                self.outbox.close()  # its sender thread ends
+            raise
+        thread = threading.Thread(target=self._collect_loop, args=(connection,), daemon=True,
+                                  name=name)
+        thread.start()
+        return thread
 
     def _pause_outbox(self) -> None:
         """The manager is lost: the outbox takes and sends nothing until it is back."""
@@ -299,7 +316,8 @@ class ClientCore:
             settle_cancelled(future)
         return len(cancelled_ids)
 
-    def _collect_loop(self) -> None:
+    def _collect_loop(self, connection: FastConnection) -> None:
+        self.link.service.use_connection(connection)
         # However this thread ends, every outstanding future fails and the client closes:
         # nobody else would ever resolve them.
         error: MpschedError

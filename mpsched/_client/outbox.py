@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from mpsched._core.job import JobRequest
 from mpsched._protocol.proxy import ServiceProxy
+from mpsched._transport.wire import FastConnection
 
 BATCH = 512  # requests per manager call at most
 
@@ -32,7 +33,11 @@ class Outbox:
         """``on_failure``: called with a batch that could not be sent and why (a refusal,
         a lost connection);
         ``on_withdrawn``: with requests taken back before they were sent (both called
-        without the lock)."""
+        without the lock).
+
+        Raises:
+            as :meth:`ServiceProxy.open_connection`: the sender's connection is opened here.
+        """
         self._service = service
         self._on_failure = on_failure
         self._on_withdrawn = on_withdrawn
@@ -54,7 +59,11 @@ class Outbox:
         self._paused = False  # the manager is unreachable: take nothing, send nothing
         self._closed = False
         self._sender_waits = False  # the sender waits on _queued: put() must notify
-        self._thread = threading.Thread(target=self._run, daemon=True, name="mpsched-sender")
+        # Open before the first submit, so that no submit's handshake can be caught in a
+        # stall of the manager (see ServiceProxy.open_connection).
+        connection = service.open_connection("mpsched-sender")
+        self._thread = threading.Thread(target=self._run, args=(service, connection),
+                                        daemon=True, name="mpsched-sender")
         self._thread.start()
 
     def put(self, request: JobRequest) -> bool:
@@ -154,7 +163,8 @@ class Outbox:
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout)
 
-    def _run(self) -> None:
+    def _run(self, service: ServiceProxy, connection: FastConnection) -> None:
+        service.use_connection(connection)
         while True:
             with self._lock:
                 while (self._paused or (not self._requests and not self._withdrawn)) \

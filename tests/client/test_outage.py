@@ -79,6 +79,13 @@ class FakeManager:
         self._check()
         self.opened.append(hello.client_id)
 
+    def open_connection(self, thread_name: str) -> object:
+        self._check()
+        return object()  # calls go to this object, whichever thread makes them
+
+    def use_connection(self, connection: object) -> None:
+        pass
+
     def payload_options(self) -> PayloadOptions:
         return PayloadOptions("", b"", None)
 

@@ -21,6 +21,12 @@ class FakeService:
         self.fail_with: BaseException | None = None
         self.withdrawn = 0  # requests the manager was told were taken back unsent
 
+    def open_connection(self, thread_name: str) -> object:
+        return object()  # calls go to this object, whichever thread makes them
+
+    def use_connection(self, connection: object) -> None:
+        pass
+
     def submit(self, requests: list[JobRequest], timeout: float | None,
                withdrawn: int = 0) -> None:
         self.withdrawn += withdrawn
