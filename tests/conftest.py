@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -16,6 +17,14 @@ from processes import Programs
 
 from mpsched import Scheduler
 from mpsched._payload import shm
+
+# Tests press Ctrl-C (SIGINT) on programs they start. A runner started in the background by
+# a shell without job control (`make test &` in a script, nohup) ignores SIGINT, its
+# children would inherit that, and Python installs no KeyboardInterrupt handler in a
+# process that starts with SIGINT ignored. A handler here is reset to the default in each
+# child at exec, as in a runner started from a terminal.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def stop_hard(scheduler: Scheduler) -> None:
