@@ -26,6 +26,8 @@ one at most sleeps until the head is due, and each event wakes one waiter.
 from __future__ import annotations
 
 import dataclasses
+import heapq
+import operator
 import threading
 from collections.abc import Callable
 
@@ -37,6 +39,7 @@ from mpsched._core.job import (
     Assignment,
     Job,
     JobRequest,
+    JobState,
     Lease,
     Order,
     Outcome,
@@ -48,6 +51,8 @@ from mpsched._core.leases import Leases, LostLease, percentiles
 from mpsched._core.prefetch import Claims, Prefetcher
 from mpsched._core.room import Room
 from mpsched._core.wall_offset import WallOffset
+
+_by_seq = operator.attrgetter("seq")
 
 
 class JobQueue:
@@ -324,13 +329,24 @@ class JobQueue:
             found = self.leases.find_locked(job_id)
             return None if found is None else (found[0], found[1].worker_id)
 
-    def jobs(self) -> list[tuple[Job, str | None]]:
-        """Every job pending (worker None) or in flight (with its worker's id), in
-        submission order. The Jobs are the queue's own records: read them only."""
+    def jobs(self, state: JobState | None = None,
+             limit: int | None = None) -> list[tuple[Job, str | None]]:
+        """The jobs pending (worker None) or in flight (with its worker's id), in
+        submission order: those in ``state`` (PENDING or RUNNING; None: both), the first
+        ``limit`` of them (None: all). The lock is held for a copy of the heap's list;
+        choosing the first ``limit`` (O(n log limit)) happens after. The Jobs are the
+        queue's own records: read them only."""
         with self._lock:
-            jobs: list[tuple[Job, str | None]] = [(job, None) for job in self._pending]
-            jobs += [(job, lease.worker_id) for job, lease in self.leases.jobs_locked()]
-        return sorted(jobs, key=lambda entry: entry[0].seq)
+            pending = list(self._pending) if state in (None, JobState.PENDING) else []
+            running: list[tuple[Job, str | None]] = (
+                [(job, lease.worker_id) for job, lease in self.leases.jobs_locked()]
+                if state in (None, JobState.RUNNING) else [])
+        if limit is not None:
+            pending = heapq.nsmallest(limit, pending, key=_by_seq)
+        jobs: list[tuple[Job, str | None]] = [(job, None) for job in pending]
+        jobs += running
+        jobs.sort(key=lambda entry: entry[0].seq)
+        return jobs if limit is None else jobs[:limit]
 
     def head(self, n: int) -> list[Job]:
         """The next ``n`` pending jobs in the order takers would get them, without taking

@@ -18,6 +18,7 @@ each of them gets its outcome.
 from __future__ import annotations
 
 import abc
+import heapq
 import logging
 import pickle
 import threading
@@ -323,13 +324,18 @@ class NoJournal(BaseJournal):
         ended: list[Ended] = []
         if wanted is None or wanted.finished:
             with self._lock:
-                ended = self._ended.all_locked()
-        # Ended jobs alone: no copy of every pending one (a million of them, maybe).
-        live = self.queue.jobs() if wanted is None or not wanted.finished else []
+                ended = [e for e in self._ended.all_locked()
+                         if wanted is None or e.state is wanted]
+            if limit is not None:
+                ended = heapq.nsmallest(limit, ended, key=lambda e: e.job.seq)
+        # Ended jobs alone: no copy of every pending one (a million of them, maybe); and
+        # records only for the jobs listed, the first ``limit`` chosen before.
+        live = (self.queue.jobs(wanted, limit) if wanted is None or not wanted.finished
+                else [])
         records = [self._record(job, worker) for job, worker in live]
         records += [self._ended_record(e) for e in ended]
         records.sort(key=lambda record: record.seq)
-        return [r for r in records if wanted is None or r.state is wanted][:limit]
+        return records[:limit]
 
     def _record(self, job: Job, worker_id: str | None, state: JobState | None = None,
                 finished_wall: float | None = None) -> JobRecord:

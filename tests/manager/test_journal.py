@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 import pickle
+from typing import Any
 
 import pytest
 from fakeclock import FakeClock
 
-from mpsched._core.job import JobRequest, JobState, Outcome, OutcomeKind
+from mpsched._core.job import JobRecord, JobRequest, JobState, Outcome, OutcomeKind
 from mpsched._core.queue import JobQueue
 from mpsched._errors import InvalidJobError, JobNotFoundError
 from mpsched._manager import ended as _ended
@@ -102,6 +103,32 @@ def test_lookups_see_pending_and_running_jobs_and_forget_ended_ones(
         journal.watch("watcher", "run")
 
 
+def test_a_limited_listing_makes_records_for_the_jobs_it_lists_only(
+        service: ManagerService, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A million pending jobs listed 100 at a time must not cost a record for each of
+    # them (seconds of the manager's time): the first ``limit`` are chosen first.
+    service.submit([request_to_wire(request(f"j{i}", delay=60 + (i * 7) % 50))
+                    for i in range(2000)], None)
+    journal = service.journal
+    assert isinstance(journal, NoJournal)
+    made = 0
+    record = journal._record
+
+    def counted(*args: Any, **kwargs: Any) -> JobRecord:
+        nonlocal made
+        made += 1
+        return record(*args, **kwargs)
+
+    monkeypatch.setattr(journal, "_record", counted)
+    for state in (None, "pending"):
+        made = 0
+        listed = journal.jobs(state, 10)
+        assert [r.job_id for r in listed] == [f"j{i}" for i in range(10)]  # by submission
+        assert made == 10
+    made = 0
+    assert journal.jobs("running", 10) == [] and made == 0
+
+
 def test_a_key_is_held_while_its_job_is_pending_or_running(service: ManagerService) -> None:
     def submit(job_id: str) -> list[str] | None:
         return service.submit([request_to_wire(request(job_id, key="nightly"))], None)
@@ -171,6 +198,8 @@ def test_an_ended_job_is_known_by_its_id_for_result_ttl(
         ("done", JobState.DONE, "w"), ("failed", JobState.FAILED, "w"),
         ("cancelled", JobState.CANCELLED, None)]
     assert [r.job_id for r in journal.jobs("done", None)] == ["done"]
+    assert [r.job_id for r in journal.jobs(None, 2)] == ["done", "failed"]
+    assert [r.job_id for r in journal.jobs("cancelled", 1)] == ["cancelled"]
     assert service.job("done") is not None and journal.owner("failed") == "c"
     done, failed, gone = (journal.watch("other", j) for j in ("done", "failed", "cancelled"))
     assert done is not None and (done.ok, done.payload) == (True, b"result")
