@@ -37,7 +37,7 @@ LAYERS: list[tuple[str, list[set[str]]]] = [
                    "http.history", "http.connections", "wall_clock", "store_outage",
                    "client_connections"},
                   {"shared_queue_base"}, {"shared_queue"}, {"journal", "schedule_entry"},
-                  {"schedule_runs", "store_journal", "endings"},
+                  {"schedule_runs", "store_journal", "endings"}, {"schedule_events"},
                   {"schedules", "shared_journal"}, {"dispatch"}, {"service", "shared_link"},
                   {"supervisor", "http.views"}, {"http.routes"},
                   {"http.server"}, {"main"}]),

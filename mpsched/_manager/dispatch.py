@@ -18,7 +18,7 @@ from mpsched._core.job import Assignment, Job
 from mpsched._core.queue import JobQueue
 from mpsched._errors import SchedulerShutdownError
 from mpsched._manager.journal import BaseJournal
-from mpsched._manager.schedules import Schedules
+from mpsched._manager.schedule_events import ScheduleEvents
 from mpsched._manager.shared_queue import SharedQueue
 from mpsched._manager.worker_table import WorkerTable
 from mpsched._payload.segments import Segments
@@ -38,7 +38,7 @@ class Dispatch:
     job deadline)."""
 
     def __init__(self, queue: JobQueue | SharedQueue, journal: BaseJournal,
-                 schedules: Schedules, workers: WorkerTable, segments: Segments,
+                 schedules: ScheduleEvents, workers: WorkerTable, segments: Segments,
                  clock: Clock, wake_supervisor: Callable[[], None]) -> None:
         self._queue = queue
         self._journal = journal

@@ -1,7 +1,7 @@
 """One schedule inside the manager: its spec, where it stands, what it reports.
 
-``ScheduleEntry`` is guarded by the lock of the ``Schedules`` that holds it
-(mpsched._manager.schedules); ``State`` is the part a store keeps, as plain data.
+``ScheduleEntry`` is guarded by the lock of the ``ScheduleBook`` that holds it
+(mpsched._manager.schedule_events); ``State`` is the part a store keeps, as plain data.
 ``CancelledSchedule`` is what is left of an entry once it is cancelled: its latest runs
 and their outcomes, which ``Cancelled`` keeps for ``result_ttl``.
 """

@@ -15,7 +15,9 @@ a slot never runs twice, whoever adds the schedule and however often the manager
 Every-schedules map slots to the monotonic clock with one offset per manager lifetime;
 cron runs are re-mapped when the wall clock jumps (a watcher thread compares the clocks:
 mpsched._manager.wall_clock). Arming and withdrawing runs is the planner's
-(mpsched._manager.schedule_runs); here, the schedules, their calls and their runs' events.
+(mpsched._manager.schedule_runs), what runs starting and ending do is ScheduleEvents'
+(mpsched._manager.schedule_events, on the same ScheduleBook); here, the schedules and
+their calls.
 
 A cancelled schedule leaves the store, but this manager remembers its latest runs and their
 outcomes for ``result_ttl`` (at most KEPT_CANCELLED schedules), so that its handles can
@@ -28,12 +30,10 @@ import logging
 import os
 import pickle
 import socket
-import threading
 from collections.abc import Callable
 
 from mpsched._core.clock import Clock
-from mpsched._core.job import Job, Outcome, OutcomeKind
-from mpsched._core.options import Mode, OnError, Overlap
+from mpsched._core.job import Job, Outcome
 from mpsched._core.planning import Slots, Trigger, jitter_offset, resolve_anchor
 from mpsched._core.recurring import (
     ScheduleAction,
@@ -52,10 +52,11 @@ from mpsched._errors import (
     ScheduleNotFoundError,
 )
 from mpsched._manager.journal import BaseJournal, cancelled
-from mpsched._manager.schedule_entry import Cancelled, ScheduleEntry, State
+from mpsched._manager.schedule_entry import ScheduleEntry, State
+from mpsched._manager.schedule_events import ScheduleBook, ScheduleEvents
 from mpsched._manager.schedule_runs import RunPlanner
-from mpsched._manager.wall_clock import WALL_JUMP, WallClockWatcher
-from mpsched._store.base import DAY, IN_MEMORY, StoredSchedule
+from mpsched._manager.wall_clock import WallClockWatcher
+from mpsched._store.base import IN_MEMORY, StoredSchedule
 
 log = logging.getLogger("mpsched.schedules")
 
@@ -66,19 +67,17 @@ class Schedules:
     def __init__(self, journal: BaseJournal, clock: Clock,
                  cancelled: Callable[[list[Job]], object]) -> None:
         """``cancelled``: journals withdrawn runs and tells whoever watches them."""
+        self._book = book = ScheduleBook(journal, clock, RunPlanner(journal, clock, cancelled))
         self._journal = journal
-        self._queue = journal.queue
         self._clock = clock
-        # Guards _entries, _gone, every entry and the planner's state. Held while a run is
-        # armed (a durable store write), so two clients adding or cancelling one schedule
-        # are serialised. Nobody waits on it for long: schedules change at human rates.
-        self._lock = threading.Lock()
-        self._entries: dict[str, ScheduleEntry] = {}
-        self._planner = RunPlanner(journal, clock, cancelled)
-        self._gone = Cancelled(result_ttl=DAY)  # the cancelled ones whose runs stay listable
-        # close() was called: runs that end change nothing any more (read without the lock)
-        self._closed = False
-        self._watcher = WallClockWatcher(clock, self.replan_stalled, self.remap_cron)
+        self._lock = book.lock  # see ScheduleBook
+        self._entries = book.entries
+        self._gone = book.gone
+        self._planner = book.planner
+        # What runs starting and ending do (the queue's side of the schedules).
+        self.events = ScheduleEvents(book)
+        self._watcher = WallClockWatcher(clock, self.events.replan_stalled,
+                                         self.events.remap_cron)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -151,7 +150,7 @@ class Schedules:
         if self._entries and self._journal.store.location == IN_MEMORY:
             log.info("%d schedule(s) end with this manager: without a store nothing keeps "
                      "them", len(self._entries))
-        self._closed = True
+        self._book.closed = True
         self._watcher.stop()
 
     # ------------------------------------------------------------------ calls
@@ -294,76 +293,11 @@ class Schedules:
                     return listed.outcomes[job_id]
             return None
 
-    # ------------------------------------------------------------------ run events
-
-    def is_run(self, job_id: str) -> bool:
-        """Whether ``job_id`` is an armed run of a schedule (read without the lock: one
-        dict lookup, for the queue's prefetch, which must not wait for this lock)."""
-        return self._planner.is_run(job_id)
-
-    def started(self, job_id: str) -> None:
-        """The service handed out a job: for a run of an ``allow`` schedule, arm the next."""
-        if not self._planner.is_run(job_id) or self._closed:
-            return
-        with self._lock:
-            entry = self._entries.get(self._planner.schedule_locked(job_id))
-            if entry is None or job_id not in entry.active:
-                return
-            entry.runs += 1
-            entry.started.add(job_id)
-            entry.last_started = job_id
-            if entry.spec.overlap == Overlap.ALLOW and entry.spec.mode == Mode.RATE \
-                    and not entry.paused:
-                self._planner.plan_locked(entry, Trigger.STARTED)
-            else:
-                self._planner.save_state_locked(entry)
-
-    def ended(self, job_id: str, outcome: Outcome) -> None:
-        """A job's outcome is final (or it was cancelled): for a run, count it and, unless
-        its schedule allows overlap, arm the next."""
-        if not self._planner.is_run(job_id) or self._closed:
-            return  # closed: runs that end as the manager stops stay as the store has them
-        with self._lock:
-            sid = self._planner.forget_locked(job_id)
-            entry = self._entries.get(sid)
-            if entry is None or entry.active.pop(job_id, None) is None:
-                # A run that was running when its schedule was cancelled (and maybe added
-                # again since, its runs' list carried over): its outcome is kept all the same.
-                listed = self._gone.get(sid, self._clock.now()) or entry
-                if listed is not None and job_id in listed.recent:
-                    listed.keep(outcome)
-                return
-            entry.started.discard(job_id)
-            entry.keep(outcome)
-            if not outcome.ok and outcome.error_kind != OutcomeKind.CANCELLED:
-                entry.failed += 1
-                if entry.spec.on_error == OnError.PAUSE:
-                    entry.paused = True
-                    self._planner.withdraw_locked(entry)
-                    log.warning("schedule %s paused: run %s failed (%s)", sid, job_id,
-                                outcome.error_kind or "its own exception")
-            if entry.paused:
-                self._planner.save_state_locked(entry)
-            elif entry.spec.overlap != Overlap.ALLOW or entry.spec.mode == Mode.DELAY \
-                    or not entry.active:
-                self._planner.plan_locked(entry, Trigger.ENDED)
-            else:
-                self._planner.save_state_locked(entry)
-
     # ------------------------------------------------------------------ planning
 
     def _entry(self, spec: ScheduleSpec, anchor: float, tz: str) -> ScheduleEntry:
         return ScheduleEntry(spec, Slots(spec, anchor, tz), tz,
                       offset=self._clock.now() - self._clock.wall())
-
-    def replan_stalled(self) -> None:
-        """Plan again every schedule whose last run could not be queued (a full queue, a
-        store error): it has no run armed, so nothing else would."""
-        with self._lock:
-            for entry in self._entries.values():
-                if entry.stalled and not entry.paused and not entry.active:
-                    entry.stalled = False
-                    self._planner.plan_locked(entry, Trigger.BEGIN)
 
     def _get_locked(self, schedule_id: str) -> ScheduleEntry:
         entry = self._entries.get(schedule_id)
@@ -374,30 +308,3 @@ class Schedules:
 
     def _info_locked(self, entry: ScheduleEntry, *, cancelled: bool = False) -> ScheduleInfo:
         return entry.info(self._planner.now(entry), cancelled=cancelled)
-
-    def too_early(self, job_id: str, early: float) -> bool:
-        """Whether a cron run about to be handed out (up to ``early`` seconds before its
-        due time) is early by the wall clock: it jumped back since the run was armed, and
-        the watcher has not re-mapped it yet. The caller puts the run back and calls
-        ``remap_cron``."""
-        if not self._planner.is_run(job_id) or self._journal.shared:
-            return False  # a shared store's runs are due by its own clock, in UTC
-        with self._lock:
-            entry = self._entries.get(self._planner.schedule_locked(job_id))
-            label = None if entry is None else entry.active.get(job_id)
-            if entry is None or label is None or entry.spec.kind != ScheduleKind.CRON:
-                return False
-            planned = label + jitter_offset(entry.spec.schedule_id, label, entry.spec.jitter)
-            return self._clock.wall() < planned - early - WALL_JUMP / 10
-
-    def remap_cron(self) -> int:
-        """Move every armed cron run that has not started to its slot on the wall clock as
-        it reads now; returns how many moved."""
-        moved = 0
-        with self._lock:
-            for entry in self._entries.values():
-                if entry.spec.kind != ScheduleKind.CRON:
-                    continue
-                for rid, label in entry.active.items():
-                    moved += self._queue.reschedule(rid, self._planner.due(entry, label))
-        return moved

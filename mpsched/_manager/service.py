@@ -99,13 +99,13 @@ class ManagerService:
         self.endings = Endings(queue, self.journal, self.segments, self.mailboxes,
                                self.failures, self.workers, self.stopping,
                                run_ended=lambda job_id, outcome:
-                               self.schedules.ended(job_id, outcome))
+                               self.schedules.events.ended(job_id, outcome))
         # Recurring schedules; their runs are jobs of this queue (mpsched._manager.schedules).
         self.schedules = Schedules(self.journal, self._clock, self.endings.cancelled)
         # Ends that another manager of a shared store recorded come in through this.
         self.journal.bind(self.endings.deliver)
         # Due jobs handed to workers (mpsched._manager.dispatch).
-        self.dispatch = Dispatch(queue, self.journal, self.schedules, self.workers,
+        self.dispatch = Dispatch(queue, self.journal, self.schedules.events, self.workers,
                                 self.segments, self._clock, self.wake_supervisor)
 
     def wake_supervisor(self) -> None:

@@ -259,7 +259,7 @@ def test_cron_runs_move_when_the_wall_clock_jumps(service: ManagerService, clock
     service.add_schedule(tuple(spec(kind="cron", interval=0.0, cron="*/30 * * * *",
                                     tz="UTC", start_delay=None)))
     clock.wall_offset -= 600  # the wall clock is set back 10 minutes
-    assert service.schedules.remap_cron() == 1
+    assert service.schedules.events.remap_cron() == 1
     clock.advance(1)
     assert take(service) is None  # by the wall clock the slot is 10 minutes away
     clock.advance(600)
@@ -412,10 +412,10 @@ def test_a_run_that_could_not_be_queued_is_planned_again(clock: FakeClock):
         first = slot(clock, 5)
         service.add_schedule(tuple(spec()))
         assert len(service.queue) == 1  # the queue was full: the run is not queued
-        service.schedules.replan_stalled()
+        service.schedules.events.replan_stalled()
         assert len(service.queue) == 1  # still full: nothing changes
         service.cancel("blocker")
-        service.schedules.replan_stalled()  # the watcher does so every second
+        service.schedules.events.replan_stalled()  # the watcher does so every second
         assert len(service.queue) == 1
         clock.advance(5)
         run = take(service)
