@@ -108,6 +108,15 @@ class Withdrawn(NamedTuple):
     mine: bool
 
 
+class Held(NamedTuple):
+    """A job a cancel waits for: prefetched by manager ``holder``, which is asked to give
+    it back unless its worker started it (see the cancel script)."""
+
+    job_id: str
+    client_id: str
+    holder: str
+
+
 class Beat(NamedTuple):
     """What a heartbeat found (see the heartbeat script)."""
 

@@ -1,14 +1,22 @@
 -- Report and claim, in one call: end the leases of jobs that finished, put back those
--- whose lease was lost, then claim up to n due jobs for `worker` (or the pending jobs
--- named in `ids`), in (due, priority, seq) order on the server's clock.
+-- whose lease was lost (or that a worker was handed and did not start), answer the
+-- cancels that waited for those, then claim up to n due jobs for `worker` (or the
+-- pending jobs named in `ids`), in (due, priority, seq) order on the server's clock.
 --
 -- ARGV: B, me, lease_ms, ttl_ms, keep_ms,
 --       nf, {id, token, state, outcome} * nf,
 --       nr, {id, token, retry} * nr,
+--       na, {nonce} * na,
 --       n, worker, early_us, span_ms, grace_ms, lead, ni, {id} * ni
 --
--- A job due within early_us from now may be claimed: its lease says how long until it is
--- due (a duration, never an instant), and the worker waits that long itself.
+-- The first job claimed may be due within early_us from now: its lease says how long
+-- until it is due (a duration, never an instant), and the worker waits that long itself.
+-- The others are *prefetched* (marked pf): each is due now, has no timeout and is not a
+-- schedule's run (its id has no "@"); the claim stops at the first that is not. Each
+-- has a lease and a token of its own.
+--
+-- The ends of the jobs finished here go to each other manager that delivers them in one
+-- message (send_outbox).
 --
 -- Returns {finished, requeued, jobs, head_us, leader, leader_ms, registered}:
 --   finished, requeued: per report, finish()'s and requeue()'s result;
@@ -29,21 +37,31 @@ local now = now_us()
 local i = 6
 
 local finished = {}
+local outbox = {}
 local nf = tonumber(ARGV[i]); i = i + 1
 for k = 1, nf do
   finished[k] = finish(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], me, ttl_ms, keep_ms,
-                       now)
+                       now, outbox)
   i = i + 4
 end
+send_outbox(outbox)
 
 local requeued = {}
 local new_head = false
 local nr = tonumber(ARGV[i]); i = i + 1
 for k = 1, nr do
-  requeued[k] = requeue(ARGV[i], ARGV[i + 1], ARGV[i + 2])
+  requeued[k] = requeue(ARGV[i], ARGV[i + 1], ARGV[i + 2], ttl_ms, keep_ms, now)
   if requeued[k] == 2 then new_head = true end
   i = i + 3
 end
+
+local na = tonumber(ARGV[i]); i = i + 1
+for k = 0, na - 1 do
+  local answer = B .. 'cr:' .. ARGV[i + k]
+  redis.call('RPUSH', answer, '1')
+  redis.call('PEXPIRE', answer, 60000)
+end
+i = i + na
 
 local n = tonumber(ARGV[i])
 local worker = ARGV[i + 1]
@@ -61,13 +79,17 @@ else
   n, ni, lead = 0, 0, ''
 end
 
-local function lease(id)
+local function fields(id)
+  return redis.call('HMGET', B .. 'j:' .. id, 'c', 'o', 'k', 'n', 'p', 'pr', 'd', 's', 'to',
+                    'r', 'a', 'sub')
+end
+
+local function lease(id, f, prefetched)
   local jk = B .. 'j:' .. id
-  local f = redis.call('HMGET', jk, 'c', 'o', 'k', 'n', 'p', 'pr', 'd', 's', 'to', 'r', 'a',
-                       'sub')
   local attempt = tonumber(f[11]) + 1
   local token = redis.call('INCR', B .. 'token')
-  redis.call('HSET', jk, 'st', 'running', 'a', attempt, 't', token, 'w', worker, 'm', me)
+  redis.call('HSET', jk, 'st', 'running', 'a', attempt, 't', token, 'w', worker, 'm', me,
+             'pf', prefetched and '1' or '0')
   redis.call('SADD', B .. 'l:' .. me, id)
   redis.call('ZREM', B .. 'c:' .. f[1], id)
   redis.call('HINCRBY', B .. 'stats', 'pending:' .. f[6], -1)
@@ -84,14 +106,21 @@ if ni > 0 then
     local f = redis.call('HMGET', B .. 'j:' .. id, 'st', 'pr', 's')
     if f[1] == 'pending' then
       redis.call('ZREM', B .. 'due', member(f[2], f[3], id))
-      jobs[#jobs + 1] = lease(id)
+      jobs[#jobs + 1] = lease(id, fields(id), false)
     end
   end
 elseif n > 0 then
-  local due = redis.call('ZRANGEBYSCORE', B .. 'due', '-inf', now + early, 'LIMIT', 0, n)
-  for _, m in ipairs(due) do
-    redis.call('ZREM', B .. 'due', m)
-    jobs[#jobs + 1] = lease(string.sub(m, 19))
+  local due = redis.call('ZRANGEBYSCORE', B .. 'due', '-inf', now + early, 'WITHSCORES',
+                         'LIMIT', 0, n)
+  for k = 1, #due, 2 do
+    local id = string.sub(due[k], 19)
+    local f = fields(id)
+    if k > 1 and (tonumber(due[k + 1]) > now or (f[9] and f[9] ~= '')
+                  or string.find(id, '@', 1, true)) then
+      break
+    end
+    redis.call('ZREM', B .. 'due', due[k])
+    jobs[#jobs + 1] = lease(id, f, k > 1)
   end
 end
 

@@ -27,7 +27,7 @@ for _, dead in ipairs(redis.call('ZRANGEBYSCORE', B .. 'managers', '-inf', now,
     local f = redis.call('HMGET', jk, 'st', 'm', 'a', 'r', 'w', 'c', 'o', 'k', 'wd')
     if f[1] == 'running' and f[2] == dead then
       if tonumber(f[3]) <= tonumber(f[4]) then
-        if requeue(id, nil, '1') == 2 then new_head = true end
+        if requeue(id, nil, '1', ttl_ms, keep_ms, now) == 2 then new_head = true end
         requeued = requeued + 1
       else
         redis.call('HSET', jk, 'st', 'failed', 'f', now, 'x', f[5])
