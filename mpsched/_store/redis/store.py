@@ -7,7 +7,8 @@ Keys, all under the deployment's hash tag ``{prefix}`` (one Redis Cluster slot):
                      same µs sort by priority, then seq: the exact (due, priority, seq) order
     {p}:j:<id>       hash: the job (client, owner manager, key, name, payload, level, due,
                      seq, timeout, retries, attempt, state, worker, manager, lease token,
-                     finished, outcome); expires result_ttl after the job ended
+                     prefetched, a cancel's mark, finished, outcome); expires result_ttl
+                     after the job ended
     {p}:k:<key>      the id of the job holding an idempotency key (expires with the job)
     {p}:seq {p}:token  counters: submission order; lease fencing tokens
     {p}:all {p}:ended  sorted sets by seq and by end time: listings, and their pruning
@@ -17,6 +18,7 @@ Keys, all under the deployment's hash tag ``{prefix}`` (one Redis Cluster slot):
     {p}:in:<mgr>     list: ids of ended jobs whose clients it serves, or that they watch
     {p}:w:<id>       set: managers (besides the owner) whose clients watch a job
     {p}:leader       the manager whose taker waits, timed, for the head (SET NX PX)
+    {p}:cr:<nonce>   list: answers to a cancel that waits for prefetched jobs (BLPOP)
     {p}:stats        hash: counters across managers
     {p}:s:spec {p}:s:state {p}:s:order   schedules
     channels {p}:wake (the head changed, or the lead is free) and {p}:ch:<mgr> (inbox)
