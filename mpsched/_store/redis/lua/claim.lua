@@ -37,14 +37,14 @@ local now = now_us()
 local i = 6
 
 local finished = {}
-local outbox = {}
+local outbox = new_outbox()
 local nf = tonumber(ARGV[i]); i = i + 1
 for k = 1, nf do
   finished[k] = finish(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], me, ttl_ms, keep_ms,
                        now, outbox)
   i = i + 4
 end
-send_outbox(outbox)
+send_outbox(outbox, now)
 
 local requeued = {}
 local new_head = false
@@ -84,15 +84,21 @@ local function fields(id)
                     'r', 'a', 'sub')
 end
 
-local function lease(id, f, prefetched)
-  local jk = B .. 'j:' .. id
+-- What the leases of one call change besides each job's hash, written once at its end.
+local leased = {ids = {}, members = {}, clients = {}, levels = {}}
+
+local function lease(id, f, prefetched, token)
   local attempt = tonumber(f[11]) + 1
-  local token = redis.call('INCR', B .. 'token')
-  redis.call('HSET', jk, 'st', 'running', 'a', attempt, 't', token, 'w', worker, 'm', me,
-             'pf', prefetched and '1' or '0')
-  redis.call('SADD', B .. 'l:' .. me, id)
-  redis.call('ZREM', B .. 'c:' .. f[1], id)
-  redis.call('HINCRBY', B .. 'stats', 'pending:' .. f[6], -1)
+  redis.call('HSET', B .. 'j:' .. id, 'st', 'running', 'a', attempt, 't', token,
+             'w', worker, 'm', me, 'pf', prefetched and '1' or '0')
+  leased.ids[#leased.ids + 1] = id
+  local ofclient = leased.clients[f[1]]
+  if not ofclient then
+    ofclient = {}
+    leased.clients[f[1]] = ofclient
+  end
+  ofclient[#ofclient + 1] = id
+  leased.levels[f[6]] = (leased.levels[f[6]] or 0) + 1
   local delay = tonumber(f[7]) - now
   if delay < 0 then delay = 0 end
   return {id, f[5], delay, f[9], attempt, token, f[6], f[8], f[1], f[2], f[10], f[3], f[4],
@@ -105,13 +111,16 @@ if ni > 0 then
     local id = ARGV[i + k - 1]
     local f = redis.call('HMGET', B .. 'j:' .. id, 'st', 'pr', 's')
     if f[1] == 'pending' then
-      redis.call('ZREM', B .. 'due', member(f[2], f[3], id))
-      jobs[#jobs + 1] = lease(id, fields(id), false)
+      leased.members[#leased.members + 1] = member(f[2], f[3], id)
+      jobs[#jobs + 1] = lease(id, fields(id), false, redis.call('INCR', B .. 'token'))
     end
   end
 elseif n > 0 then
   local due = redis.call('ZRANGEBYSCORE', B .. 'due', '-inf', now + early, 'WITHSCORES',
                          'LIMIT', 0, n)
+  -- Tokens for every job it may claim at once (one it does not claim leaves a gap: a
+  -- token need only be new).
+  local token = #due > 0 and redis.call('INCRBY', B .. 'token', #due / 2) - #due / 2
   for k = 1, #due, 2 do
     local id = string.sub(due[k], 19)
     local f = fields(id)
@@ -119,8 +128,19 @@ elseif n > 0 then
                   or string.find(id, '@', 1, true)) then
       break
     end
-    redis.call('ZREM', B .. 'due', due[k])
-    jobs[#jobs + 1] = lease(id, f, k > 1)
+    leased.members[#leased.members + 1] = due[k]
+    token = token + 1
+    jobs[#jobs + 1] = lease(id, f, k > 1, token)
+  end
+end
+if #jobs > 0 then
+  redis.call('ZREM', B .. 'due', unpack(leased.members))
+  redis.call('SADD', B .. 'l:' .. me, unpack(leased.ids))
+  for client, ids in pairs(leased.clients) do
+    redis.call('ZREM', B .. 'c:' .. client, unpack(ids))
+  end
+  for level, count in pairs(leased.levels) do
+    redis.call('HINCRBY', B .. 'stats', 'pending:' .. level, -count)
   end
 end
 

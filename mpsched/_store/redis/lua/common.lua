@@ -27,11 +27,12 @@ end
 -- A job's end as a message on a manager's channel: "E" then each field as its length,
 -- ":" and itself (id, state, client, crashed worker, outcome).
 local function ended_message(id, state, client, crashed, outcome)
-  local text = 'E'
+  local parts = {'E'}
   for _, field in ipairs({id, state, client, crashed or '', outcome or ''}) do
-    text = text .. #field .. ':' .. field
+    parts[#parts + 1] = #field .. ':'
+    parts[#parts + 1] = field
   end
-  return text
+  return table.concat(parts)
 end
 
 -- Tell the managers that deliver a job's end to clients: its owner (the manager its
@@ -41,6 +42,14 @@ end
 -- was empty. With an `outbox` (see send_outbox), the messages of one call wait there and
 -- go as one message per manager at its end. Returns 1 when `me` is one of them (it
 -- delivers the end itself, straight away), and whether another is.
+local function live(m, outbox)
+  if not outbox then return redis.call('ZSCORE', B .. 'managers', m) end
+  if outbox.live[m] == nil then
+    outbox.live[m] = redis.call('ZSCORE', B .. 'managers', m) ~= false
+  end
+  return outbox.live[m]
+end
+
 local function notify(id, owner, me, watched, message, outbox)
   local mine = 0
   local targets = {}
@@ -53,13 +62,13 @@ local function notify(id, owner, me, watched, message, outbox)
   for _, m in ipairs(targets) do
     if m == me then
       mine = 1
-    elseif not told[m] and redis.call('ZSCORE', B .. 'managers', m) then
+    elseif not told[m] and live(m, outbox) then
       told[m] = true
       if message and outbox then
-        local box = outbox[m]
+        local box = outbox.boxes[m]
         if not box then
           box = {text = {'E'}, ids = {}}
-          outbox[m] = box
+          outbox.boxes[m] = box
         end
         box.text[#box.text + 1] = string.sub(message, 2)
         box.ids[#box.ids + 1] = id
@@ -73,10 +82,31 @@ local function notify(id, owner, me, watched, message, outbox)
   return mine, next(told) ~= nil
 end
 
--- Send what notify() left in an outbox: each manager's ends in one message (their fields
--- one after the other), or by id to its inbox if no subscriber of its took it.
-local function send_outbox(outbox)
-  for m, box in pairs(outbox) do
+-- An outbox: what the finishes of one call change besides each job's hash, written once
+-- at its end by send_outbox (notify's messages by manager, leases ended by manager,
+-- counts by state, ids ended), and which managers are live.
+local function new_outbox()
+  return {boxes = {}, live = {}, leases = {}, states = {}, ended = {}}
+end
+
+-- Write what an outbox holds: each manager's ends in one message (their fields one after
+-- the other), or by id to its inbox if no subscriber of its took it.
+local function send_outbox(outbox, now)
+  for m, ids in pairs(outbox.leases) do
+    redis.call('SREM', B .. 'l:' .. m, unpack(ids))
+  end
+  for state, count in pairs(outbox.states) do
+    redis.call('HINCRBY', B .. 'stats', state, count)
+  end
+  if #outbox.ended > 0 then
+    local scored = {}
+    for _, id in ipairs(outbox.ended) do
+      scored[#scored + 1] = now
+      scored[#scored + 1] = id
+    end
+    redis.call('ZADD', B .. 'ended', unpack(scored))
+  end
+  for m, box in pairs(outbox.boxes) do
     if redis.call('PUBLISH', B .. 'ch:' .. m, table.concat(box.text)) == 0 then
       if redis.call('RPUSH', B .. 'in:' .. m, unpack(box.ids)) == #box.ids then
         redis.call('PUBLISH', B .. 'ch:' .. m, '1')
@@ -91,7 +121,7 @@ local INLINE = 16384
 
 -- Keep an ended job for ttl_ms (its record, outcome and key), then Redis forgets it.
 -- Another manager's inbox names it: it is kept at least keep_ms, long enough to be read.
-local function retire(id, key, ttl_ms, others, keep_ms, now)
+local function retire(id, key, ttl_ms, others, keep_ms, now, outbox)
   local jk = B .. 'j:' .. id
   local ttl = ttl_ms
   if others and ttl < keep_ms then ttl = keep_ms end
@@ -100,24 +130,34 @@ local function retire(id, key, ttl_ms, others, keep_ms, now)
     if ttl_ms > 0 then redis.call('PEXPIRE', B .. 'k:' .. key, ttl_ms)
     else redis.call('DEL', B .. 'k:' .. key) end
   end
-  redis.call('ZADD', B .. 'ended', now, id)
+  if outbox then
+    outbox.ended[#outbox.ended + 1] = id
+  else
+    redis.call('ZADD', B .. 'ended', now, id)
+  end
 end
 
 -- End a running job's lease with an outcome, if `token` is its lease's: 0 when the
 -- lease is stale (the job was taken back and given to another lease), else 1, or 2
--- when the caller (`me`) delivers the end itself.
+-- when the caller (`me`) delivers the end itself. What else changes waits in `outbox`
+-- (see send_outbox).
 local function finish(id, token, state, outcome, me, ttl_ms, keep_ms, now, outbox)
   local jk = B .. 'j:' .. id
   local f = redis.call('HMGET', jk, 't', 'st', 'o', 'k', 'm', 'c', 'wd')
   if f[1] ~= token or f[2] ~= 'running' then return 0 end
   redis.call('HSET', jk, 'st', state, 'f', now, 'out', outcome)
   redis.call('HDEL', jk, 'p')
-  redis.call('SREM', B .. 'l:' .. f[5], id)
-  redis.call('HINCRBY', B .. 'stats', state, 1)
+  local leases = outbox.leases[f[5]]
+  if not leases then
+    leases = {}
+    outbox.leases[f[5]] = leases
+  end
+  leases[#leases + 1] = id
+  outbox.states[state] = (outbox.states[state] or 0) + 1
   local message = nil
   if #outcome <= INLINE then message = ended_message(id, state, f[6], nil, outcome) end
   local mine, others = notify(id, f[3], me, f[7], message, outbox)
-  retire(id, f[4], ttl_ms, others, keep_ms, now)
+  retire(id, f[4], ttl_ms, others, keep_ms, now, outbox)
   return 1 + mine
 end
 
