@@ -71,9 +71,11 @@ class Endings:
         return self.complete_all([report], worker_id, same_clock=same_clock, late=late) == 1
 
     def complete_all(self, reports: list[Report], worker_id: str, *, same_clock: bool,
-                     late: bool = True) -> int:
+                     late: bool = True, more: int | None = None) -> int:
         """:meth:`complete` each of one worker's reports, journalled together (a shared
-        store records them in one call); returns how many ended a lease."""
+        store records them in one call, and claims the worker's next jobs in it: ``more``
+        beyond the first, None for as many as its last take asked); returns how many
+        ended a lease."""
         ended: list[tuple[Job, Outcome]] = []
         for report in reports:
             # A start stamp from another monotonic clock than ours says nothing about
@@ -92,8 +94,8 @@ class Endings:
             ended.append((job, report.outcome))
         if not ended:
             return 0
-        for (job, outcome), watchers in zip(ended, self._journal.finished_all(ended, worker_id),
-                                            strict=True):
+        for (job, outcome), watchers in zip(
+                ended, self._journal.finished_all(ended, worker_id, more), strict=True):
             if watchers is not None:  # None: a shared store refused it (a stale lease)
                 self.deliver(job.client_id, outcome, watchers)
         return len(ended)

@@ -132,10 +132,10 @@ class BaseJournal(abc.ABC):
         (besides its own) watching it, or None when the store refused the end (a shared
         store, whose lease had gone stale: nobody is told)."""
 
-    def finished_all(self, ends: list[tuple[Job, Outcome]],
-                     worker_id: str | None = None) -> list[set[str] | None]:
+    def finished_all(self, ends: list[tuple[Job, Outcome]], worker_id: str | None = None,
+                     more: int | None = None) -> list[set[str] | None]:
         """:meth:`finished` for each of the jobs one worker ran (a shared store records
-        them in one call)."""
+        them in one call, with the worker's next jobs: ``more`` beyond the first)."""
         return [self.finished(job, outcome, worker_id) for job, outcome in ends]
 
     @abc.abstractmethod

@@ -131,9 +131,9 @@ class ManagerService:
         job: returns it, with up to ``more`` due jobs prefetched for a worker this manager
         started (mpsched._core.prefetch); [] when none became due within ``timeout``."""
         local = self.workers.check_in(worker_id, reported=len(reports or ()))
-        if reports:
+        if reports:  # a shared store claims its next jobs with these ends: as many
             self.endings.complete_all([report_from_wire(r) for r in reports], worker_id,
-                                      same_clock=local)
+                                      same_clock=local, more=more if local else 0)
         return self.dispatch.take(worker_id, local, timeout, more)
 
     @remote

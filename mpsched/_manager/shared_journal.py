@@ -124,8 +124,8 @@ class SharedJournal(BaseJournal):
         Redis refused it (a stale lease: never delivered)."""
         return self.finished_all([(job, outcome)], worker_id)[0]
 
-    def finished_all(self, ends: list[tuple[Job, Outcome]],
-                     worker_id: str | None = None) -> list[set[str] | None]:
+    def finished_all(self, ends: list[tuple[Job, Outcome]], worker_id: str | None = None,
+                     more: int | None = None) -> list[set[str] | None]:
         """Record the ends of jobs one worker ran, in one call to Redis (which claims that
         worker's next jobs too: SharedQueue.report_ends); for each, as :meth:`finished`."""
         finishes: list[Finish | None] = []
@@ -139,7 +139,7 @@ class SharedJournal(BaseJournal):
         if not sent:
             return [None] * len(ends)
         try:
-            results = iter(self.shared_queue.report_ends(sent, worker_id))
+            results = iter(self.shared_queue.report_ends(sent, worker_id, more))
         except StoreUnavailableError as exc:
             log.error("the end of job(s) %s waits for the store (%s); it is sent again when "
                       "the store is back", ", ".join(f.job_id for f in sent), exc)

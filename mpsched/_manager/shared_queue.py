@@ -204,17 +204,20 @@ class SharedQueue(SharedPrefetch):
             if self._waiting:
                 self._available.notify()
 
-    def report_ends(self, finishes: list[Finish], worker_id: str | None) -> list[int]:
+    def report_ends(self, finishes: list[Finish], worker_id: str | None,
+                    more: int | None = None) -> list[int]:
         """Record jobs' ends under their leases (Finish), and, when their worker holds no
-        other job and will take again, claim that worker's next due job, with the jobs
-        its takes ask for beyond it, in the same call (its next take hands them out).
-        Returns each finish's result (0: the lease was stale and nothing was recorded; 1;
-        2: deliver it here).
+        other job and will take again, claim that worker's next due job, with ``more``
+        jobs beyond it (None: as many as its last take asked for), in the same call (its
+        next take hands them out). Returns each finish's result (0: the lease was stale
+        and nothing was recorded; 1; 2: deliver it here).
 
         Raises:
             StoreUnavailableError: Redis did not answer; nothing is known to be recorded.
         """
         with self._lock:
+            if worker_id is not None and more is not None:
+                self._more[worker_id] = more
             early = self._early.get(worker_id or "")
             want = (worker_id is not None and early is not None and not self._closed
                     and worker_id not in self._gone and worker_id not in self._ready

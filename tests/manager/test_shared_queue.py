@@ -368,3 +368,19 @@ def test_a_worker_that_leaves_gives_back_what_it_did_not_start(
     assert state(peer, "j2") == (JobState.RUNNING, 1)
     assert peer.queue.revoke("w2") == 1
     assert state(peer, "j2") == (JobState.PENDING, 0)
+
+
+def test_the_ends_a_worker_hands_in_after_a_long_job_claim_it_one_job(
+        peers: Callable[..., Peer], no_hold: None) -> None:
+    peer = peers("m1", claims=Slots())
+    for n in range(6):
+        peer.submit(f"j{n}")
+    ends = []
+    for assignment in peer.queue.take_batch("w1", 5.0, more=3):
+        outcome = Outcome(assignment.lease.job_id, True, b"r", "", None)
+        job = peer.queue.complete(assignment.lease.lease_id, outcome, "w1")
+        assert job is not None
+        ends.append((job, outcome))
+    peer.journal.finished_all(ends, "w1", more=0)  # its take asks for no company now
+    assert [a.lease.job_id for a in peer.queue.take_batch("w1", 5.0)] == ["j4"]
+    assert state(peer, "j5") == (JobState.PENDING, 0)
