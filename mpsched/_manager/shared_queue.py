@@ -86,8 +86,9 @@ class SharedQueue(SharedPrefetch):
                 gen = self._gen
                 wait = self._known_wait_locked()
                 want = self._batch_size_locked(worker_id)
+                others_wait = self._waiting > 0
             asked = wait == ASK
-            reply = self._claim(worker_id, early, want) if asked else None
+            reply = self._claim(worker_id, early, want, others_wait) if asked else None
             back: list[Requeue] = []
             try:
                 with self._lock:
@@ -126,13 +127,14 @@ class SharedQueue(SharedPrefetch):
             return self._follow_until - self._clock.now()
         return ASK
 
-    def _claim(self, worker_id: str, early: float, want: int) -> Reply | None:
-        """One claim of up to ``want`` jobs; None when Redis failed (the taker then backs
-        off)."""
+    def _claim(self, worker_id: str, early: float, want: int,
+               others_wait: bool) -> Reply | None:
+        """One claim of up to ``want`` jobs (``others_wait``: another taker of ours waits
+        for work); None when Redis failed (the taker then backs off)."""
         try:
             reply = self.store.report(self.manager_id, self.lease_timeout, take=Take(
                 want=want, worker=f"{self.manager_id}/{worker_id}", early=early,
-                lead="wait"))
+                lead="wait", waiting=others_wait))
         except StoreUnavailableError as exc:
             self.outage(exc)
             return None
@@ -225,8 +227,9 @@ class SharedQueue(SharedPrefetch):
                     and not any(lease.worker_id == worker_id
                                 for _, lease in self.leases.jobs_locked()))
             count = self._batch_size_locked(worker_id) if want and worker_id else 0
+            others_wait = self._waiting > 0
         take = None if not want else Take(want=count, worker=f"{self.manager_id}/{worker_id}",
-                                          early=early or 0.0)
+                                          early=early or 0.0, waiting=others_wait)
         reply = self.store.report(self.manager_id, self.lease_timeout, finishes=finishes,
                                   take=take)
         if reply.jobs:

@@ -109,6 +109,23 @@ def test_a_claim_prefetches_only_jobs_due_now_without_timeout_nor_schedule_run(
     assert [j.job_id for j in reply.jobs] == ["e"] and reply.jobs[0].delay > 0.1
 
 
+def test_nothing_is_prefetched_while_another_manager_has_a_taker_waiting(
+        store: RedisStore) -> None:
+    assert take(store, "m2", want=4).jobs == []  # m2's taker will wait for work
+    store.submit_jobs([new(f"j{n}") for n in range(8)], "m1")
+    assert [j.job_id for j in take(store, "m1", want=4).jobs] == ["j0"]
+    assert [j.job_id for j in take(store, "m1", want=4, waiting=True).jobs] == ["j1"]
+    assert [j.job_id for j in take(store, "m2", want=1, waiting=True).jobs] == ["j2"]
+    assert [j.job_id for j in take(store, "m1", want=4).jobs] == ["j3"]  # m2 still waits
+    assert [j.job_id for j in take(store, "m2", want=1).jobs] == ["j4"]  # none of m2 waits
+    assert [j.job_id for j in take(store, "m1", want=2).jobs] == ["j5", "j6"]
+    assert take(store, "m2", want=4).jobs[0].job_id == "j7"
+    assert take(store, "m2", want=4).jobs == []
+    store.forget_manager("m2")  # a manager that leaves is no taker any more
+    store.submit_jobs([new("k0"), new("k1")], "m1")
+    assert [j.job_id for j in take(store, "m1", want=2).jobs] == ["k0", "k1"]
+
+
 def test_a_prefetched_job_a_cancel_waits_for_is_cancelled_when_given_back(
         store: RedisStore) -> None:
     pubsub = store.subscriber()

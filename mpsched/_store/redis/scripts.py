@@ -135,7 +135,8 @@ class Scripts:
             args += [r.job_id, r.token, "1" if r.retry else "0"]
         args += [len(answers), *answers]
         args += [take.want, take.worker, _us(take.early), _us(span) // 1000,
-                 _us(grace) // 1000, take.lead, len(take.ids), *take.ids]
+                 _us(grace) // 1000, take.lead, "1" if take.waiting else "0",
+                 len(take.ids), *take.ids]
         finished, requeued, jobs, head_us, leader, leader_ms, registered = \
             self._call("claim", *args)
         return Reply(

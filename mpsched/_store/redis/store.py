@@ -18,6 +18,8 @@ Keys, all under the deployment's hash tag ``{prefix}`` (one Redis Cluster slot):
     {p}:in:<mgr>     list: ids of ended jobs whose clients it serves, or that they watch
     {p}:w:<id>       set: managers (besides the owner) whose clients watch a job
     {p}:leader       the manager whose taker waits, timed, for the head (SET NX PX)
+    {p}:idle         sorted set: managers with a taker waiting for work, by when that
+                     mark lapses (others prefetch nothing meanwhile)
     {p}:cr:<nonce>   list: answers to a cancel that waits for prefetched jobs (BLPOP)
     {p}:stats        hash: counters across managers
     {p}:s:spec {p}:s:state {p}:s:order   schedules

@@ -7,13 +7,16 @@
 --       nf, {id, token, state, outcome} * nf,
 --       nr, {id, token, retry} * nr,
 --       na, {nonce} * na,
---       n, worker, early_us, span_ms, grace_ms, lead, ni, {id} * ni
+--       n, worker, early_us, span_ms, grace_ms, lead, waiting, ni, {id} * ni
 --
 -- The first job claimed may be due within early_us from now: its lease says how long
 -- until it is due (a duration, never an instant), and the worker waits that long itself.
 -- The others are *prefetched* (marked pf): each is due now, has no timeout and is not a
 -- schedule's run (its id has no "@"); the claim stops at the first that is not. Each
--- has a lease and a token of its own.
+-- has a lease and a token of its own. Nothing is prefetched while another manager has
+-- a taker waiting for work (the `idle` set: a manager is in it from a take that claims
+-- nothing, or while `waiting` = '1': another taker of its waits, until a take of its
+-- claims with none waiting; a mark lasts IDLE_MS at most, and leaves with its manager).
 --
 -- The ends of the jobs finished here go to each other manager that delivers them in one
 -- message (send_outbox).
@@ -69,7 +72,9 @@ local early = tonumber(ARGV[i + 2])
 local span_ms = tonumber(ARGV[i + 3])
 local grace_ms = tonumber(ARGV[i + 4])
 local lead = ARGV[i + 5]
-local ni = tonumber(ARGV[i + 6]); i = i + 7
+local waiting = ARGV[i + 6] == '1'
+local ni = tonumber(ARGV[i + 7]); i = i + 8
+local IDLE_MS = 60000
 
 local registered = 1
 if redis.call('ZSCORE', B .. 'managers', me) then
@@ -116,6 +121,11 @@ if ni > 0 then
     end
   end
 elseif n > 0 then
+  if n > 1 then
+    for _, m in ipairs(redis.call('ZRANGEBYSCORE', B .. 'idle', now, '+inf', 'LIMIT', 0, 2)) do
+      if m ~= me then n = 1 end
+    end
+  end
   local due = redis.call('ZRANGEBYSCORE', B .. 'due', '-inf', now + early, 'WITHSCORES',
                          'LIMIT', 0, n)
   -- Tokens for every job it may claim at once (one it does not claim leaves a gap: a
@@ -141,6 +151,14 @@ if #jobs > 0 then
   end
   for level, count in pairs(leased.levels) do
     redis.call('HINCRBY', B .. 'stats', 'pending:' .. level, -count)
+  end
+end
+
+if n > 0 or ni > 0 then
+  if waiting or (#jobs == 0 and lead == 'wait') then
+    redis.call('ZADD', B .. 'idle', now + IDLE_MS * 1000, me)
+  else
+    redis.call('ZREM', B .. 'idle', me)
   end
 end
 

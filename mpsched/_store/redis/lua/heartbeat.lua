@@ -42,6 +42,7 @@ for _, dead in ipairs(redis.call('ZRANGEBYSCORE', B .. 'managers', '-inf', now,
   end
   redis.call('DEL', B .. 'l:' .. dead, B .. 'm:' .. dead, B .. 'in:' .. dead)
   redis.call('ZREM', B .. 'managers', dead)
+  redis.call('ZREM', B .. 'idle', dead)
   if redis.call('GET', B .. 'leader') == dead then
     redis.call('DEL', B .. 'leader')
     new_head = true
