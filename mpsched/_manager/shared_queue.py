@@ -7,7 +7,10 @@ mpsched._core.leases, each with its Redis fencing token), and its takers' waitin
 
 Waiting is leader/follower across managers and inside this one::
 
-    take ─▶ claim (Lua, server's TIME) ─▶ a due job: leased, handed out
+    take ─▶ claim (Lua, server's TIME) ─▶ due jobs (the first, and for a worker of ours
+                │                         whose last job was short up to 7 prefetched:
+                │                         mpsched._manager.shared_prefetch): leased,
+                │                         handed out
                 │
                 └─ nothing due ─▶ this manager leads (Redis key): one taker sleeps
                                   until the head is due, on this manager's clock
@@ -15,6 +18,9 @@ Waiting is leader/follower across managers and inside this one::
                                   queue empty: sleep until woken
     wake-ups: a submit that makes a new head, a leader that leaves (pub/sub, through
               mpsched._manager.shared_link), a reconnection
+
+A worker's reports that come with its take are recorded in one call that claims its next
+batch too (report_ends), which its take then hands out.
 
 Only durations measured on the server's clock (the head's delay, a job's delay) cross to
 this manager, which times them on its own monotonic clock: its clock may be hours off
@@ -279,6 +285,7 @@ class SharedQueue(SharedPrefetch):
             self._ready.pop(worker_id, None)  # its leases are released with the others
             self._prefetched.drop_locked(worker_id)
             self._early.pop(worker_id, None)
+            self._more.pop(worker_id, None)
             for old, when in list(self._gone.items()):
                 if when >= now - GONE_MEMORY:
                     break

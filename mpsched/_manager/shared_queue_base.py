@@ -1,8 +1,9 @@
 """SharedQueueBase: what a manager keeps of a queue that lives in Redis, and the calls that
-go straight to Redis (cancel, listings, counters); SharedQueue (mpsched._manager.shared_queue)
-adds the takers and their waits on it.
+go straight to Redis (listings, counters); SharedPrefetch (mpsched._manager.shared_prefetch)
+adds the jobs claimed for a worker beyond the one it takes, and cancels, and SharedQueue
+(mpsched._manager.shared_queue) the takers and their waits.
 
-Its lock guards the lease table (mpsched._core.leases) and every field SharedQueue adds; it
+Its lock guards the lease table (mpsched._core.leases) and every field the others add; it
 is never held across a call to Redis.
 """
 
@@ -120,15 +121,6 @@ class SharedQueueBase:
     def held(self) -> int:
         """Jobs in flight here."""
         return len(self.leases.held())
-
-    def cancel_jobs(self, job_ids: list[str]) -> list[Job]:
-        """Cancel those of ``job_ids`` that are pending (in any manager); the jobs
-        cancelled (their ids and clients) whose end this manager tells."""
-        withdrawn = self.store.cancel_jobs(self.manager_id, job_ids)
-        with self._lock:
-            self._cancelled += len(withdrawn)
-        return [Job(job_id=w.job_id, client_id=w.client_id, payload=b"", priority=0, due=0.0,
-                    seq=0) for w in withdrawn]
 
     def cancel_client_jobs(self, client_id: str, *, not_due_only: bool = False) -> list[Job]:
         withdrawn = self.store.cancel_client(self.manager_id, client_id,
