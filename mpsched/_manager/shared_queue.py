@@ -73,54 +73,72 @@ class SharedQueue(SharedPrefetch):
         """
         deadline = self._clock.now() + timeout
         with self._lock:
-            self._early[worker_id] = early
-            self._more[worker_id] = more
-            if prefetchable is not None:
-                self._prefetchable = prefetchable  # the same for every take: Dispatch's
-            while not self._prefetched.may_hand_locked(worker_id) and not self._closed:
-                self._revoke_done.wait(max(deadline - self._clock.now(), 0.001))
-            ready = self._ready.pop(worker_id, None)
-            if ready is not None and not self._closed:
-                return ready  # claimed with its last ends: the table holds its prefetched
-            self._prefetched.forget_locked(worker_id)  # its last batch is over
+            ready = self._begin_take_locked(worker_id, early, more, prefetchable, deadline)
+        if ready is not None:
+            return ready
         while True:
+            batch = self._take_once(worker_id, early, deadline)
+            if batch is not None:
+                return batch
+
+    def _begin_take_locked(self, worker_id: str, early: float, more: int,
+                           prefetchable: Callable[[Job], bool] | None,
+                           deadline: float) -> list[Assignment] | None:
+        """A take begins: the batch claimed for the worker with its last ends, if any
+        (None: it must claim)."""
+        self._early[worker_id] = early
+        self._more[worker_id] = more
+        if prefetchable is not None:
+            self._prefetchable = prefetchable  # the same for every take: Dispatch's
+        while not self._prefetched.may_hand_locked(worker_id) and not self._closed:
+            self._revoke_done.wait(max(deadline - self._clock.now(), 0.001))
+        ready = self._ready.pop(worker_id, None)
+        if ready is not None and not self._closed:
+            return ready  # claimed with its last ends: the table holds its prefetched
+        self._prefetched.forget_locked(worker_id)  # its last batch is over
+        return None
+
+    def _take_once(self, worker_id: str, early: float,
+                   deadline: float) -> list[Assignment] | None:
+        """One claim (or none, when nothing changed since the last) and the wait after
+        it: the batch, [] past the deadline, or None to look again."""
+        with self._lock:
+            if self._closed:
+                raise SchedulerShutdownError("the queue is closed")
+            if worker_id in self._gone:
+                return []
+            gen = self._gen
+            wait = self._known_wait_locked()
+            want = self._batch_size_locked(worker_id)
+            others_wait = self._waiting > 0
+        asked = wait == ASK
+        reply = self._claim(worker_id, early, want, others_wait) if asked else None
+        back: list[Requeue] = []
+        try:
             with self._lock:
                 if self._closed:
+                    back = _requeues(reply)
                     raise SchedulerShutdownError("the queue is closed")
-                if worker_id in self._gone:
+                lead: object | None = None
+                if asked:
+                    if reply is not None and reply.jobs:
+                        batch, back = self._hand_out_locked(worker_id, reply, early)
+                        return batch
+                    if self._gen != gen:
+                        return None  # woken while it claimed: what it saw may be old
+                    wait, lead = self._wait_after_locked(reply, early)
+                remaining = deadline - self._clock.now()
+                if remaining <= 0:
+                    if lead is not None and self._leader is lead:
+                        self._leader = None
+                    self._leave_locked()
                     return []
-                gen = self._gen
-                wait = self._known_wait_locked()
-                want = self._batch_size_locked(worker_id)
-                others_wait = self._waiting > 0
-            asked = wait == ASK
-            reply = self._claim(worker_id, early, want, others_wait) if asked else None
-            back: list[Requeue] = []
-            try:
-                with self._lock:
-                    if self._closed:
-                        back = _requeues(reply)
-                        raise SchedulerShutdownError("the queue is closed")
-                    lead: object | None = None
-                    if asked:
-                        if reply is not None and reply.jobs:
-                            batch, back = self._hand_out_locked(worker_id, reply, early)
-                            return batch
-                        if self._gen != gen:
-                            continue  # woken while it claimed: what it saw may be old
-                        wait, lead = self._wait_after_locked(reply, early)
-                    remaining = deadline - self._clock.now()
-                    if remaining <= 0:
-                        if lead is not None and self._leader is lead:
-                            self._leader = None
-                        self._leave_locked()
-                        return []
-                    if wait is not None and wait <= 0:
-                        continue
+                if wait is None or wait > 0:
                     self._wait_locked(remaining if wait is None else min(wait, remaining),
                                       lead)
-            finally:
-                self.give_back(back)  # claimed, but not to be handed out (without the lock)
+                return None
+        finally:
+            self.give_back(back)  # claimed, but not to be handed out (without the lock)
 
     def _known_wait_locked(self) -> float | None:
         """How long a new taker may wait without asking Redis, nothing having changed
