@@ -120,9 +120,10 @@ class SharedJournal(BaseJournal):
 
     def finished(self, job: Job, outcome: Outcome,
                  worker_id: str | None = None) -> set[str] | None:
-        """Record a job's end under its lease; the local clients to tell, or None when
-        Redis refused it (a stale lease: never delivered)."""
-        return self.finished_all([(job, outcome)], worker_id)[0]
+        """Record a job's end under its lease, as a take of one that hands it in (the
+        worker's next job is claimed in the same call, unless it left); the local clients
+        to tell, or None when Redis refused it (a stale lease: never delivered)."""
+        return self.finished_all([(job, outcome)], worker_id, more=0)[0]
 
     def finished_all(self, ends: list[tuple[Job, Outcome]], worker_id: str | None = None,
                      more: int | None = None) -> list[set[str] | None]:

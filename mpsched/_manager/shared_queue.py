@@ -232,11 +232,15 @@ class SharedQueue(SharedPrefetch):
 
     def report_ends(self, finishes: list[Finish], worker_id: str | None,
                     more: int | None = None) -> list[int]:
-        """Record jobs' ends under their leases (Finish), and, when their worker holds no
-        other job and will take again, claim that worker's next due job, with ``more``
-        jobs beyond it (None: as many as its last take asked for), in the same call (its
-        next take hands them out). Returns each finish's result (0: the lease was stale
-        and nothing was recorded; 1; 2: deliver it here).
+        """Record jobs' ends under their leases (Finish), and, when their worker's take
+        hands them in (``more`` set: it waits for its next jobs) and it holds no other
+        job, claim that worker's next due job, with ``more`` jobs beyond it, in the same
+        call (its take hands them out). Returns each finish's result (0: the lease was
+        stale and nothing was recorded; 1; 2: deliver it here).
+
+        Only a take claims: ends that come while the worker runs more of its batch (its
+        reporter's), or after it left, must not hand it a batch, whose claim slot would
+        be reopened under the feet of a revocation of the jobs it has not started.
 
         Raises:
             StoreUnavailableError: Redis did not answer; nothing is known to be recorded.
@@ -245,7 +249,8 @@ class SharedQueue(SharedPrefetch):
             if worker_id is not None and more is not None:
                 self._more[worker_id] = more
             early = self._early.get(worker_id or "")
-            want = (worker_id is not None and early is not None and not self._closed
+            want = (worker_id is not None and more is not None and early is not None
+                    and not self._closed
                     and worker_id not in self._gone and worker_id not in self._ready
                     and self._prefetched.may_hand_locked(worker_id)
                     and not any(lease.worker_id == worker_id

@@ -298,7 +298,7 @@ def test_a_batch_is_claimed_in_one_call_and_its_ends_with_the_next_batch_in_anot
         job = peer.queue.complete(assignment.lease.lease_id, outcome, "w1")
         assert job is not None
         ends.append((job, outcome))
-    assert peer.journal.finished_all(ends, "w1") == [set()] * 4
+    assert peer.journal.finished_all(ends, "w1", more=3) == [set()] * 4  # as its take
     assert len(calls) == 2  # four ends, and the next batch claimed with them
     assert [a.lease.job_id for a in peer.queue.take_batch("w1", 5.0, more=3)] == ["j4", "j5"]
     assert len(calls) == 2
@@ -364,7 +364,8 @@ def test_a_worker_that_leaves_gives_back_what_it_did_not_start(
     # Its end claims w2's next job (j2), which w2 leaves without taking: it goes back too.
     outcome = Outcome("j1", True, b"", "", None)
     job = peer.queue.complete(again.lease.lease_id, outcome, "w2")
-    assert job is not None and peer.journal.finished_all([(job, outcome)], "w2") == [set()]
+    assert job is not None and peer.journal.finished_all([(job, outcome)], "w2",
+                                                         more=0) == [set()]
     assert state(peer, "j2") == (JobState.RUNNING, 1)
     assert peer.queue.revoke("w2") == 1
     assert state(peer, "j2") == (JobState.PENDING, 0)
@@ -384,3 +385,26 @@ def test_the_ends_a_worker_hands_in_after_a_long_job_claim_it_one_job(
     peer.journal.finished_all(ends, "w1", more=0)  # its take asks for no company now
     assert [a.lease.job_id for a in peer.queue.take_batch("w1", 5.0)] == ["j4"]
     assert state(peer, "j5") == (JobState.PENDING, 0)
+
+
+def test_ends_a_worker_reports_while_it_runs_its_batch_claim_nothing_for_it(
+        peers: Callable[..., Peer], no_hold: None) -> None:
+    # Its reporter's ends, sent while the worker may still claim the rest of its batch
+    # (here: all of it was revoked), must not hand it a batch: that would reopen its
+    # claim slot, and it could start a job that went back to the queue.
+    slots = Slots()
+    peer = peers("m1", claims=slots)
+    for n in range(6):
+        peer.submit(f"j{n}")
+    first, second, *_ = peer.queue.take_batch("w1", 5.0, more=3)
+    slots.started["w1"] = second.lease.lease_id
+    peer.queue.give_back_for_cancel(["j2"], None)  # revokes j2 and j3: not started
+    ends = []
+    for assignment in (first, second):
+        outcome = Outcome(assignment.lease.job_id, True, b"r", "", None)
+        job = peer.queue.complete(assignment.lease.lease_id, outcome, "w1")
+        assert job is not None
+        ends.append((job, outcome))
+    assert peer.journal.finished_all(ends, "w1") == [set(), set()]  # its reporter's
+    assert peer.queue.held() == 0
+    assert [state(peer, f"j{n}") for n in (2, 3, 4)] == [(JobState.PENDING, 0)] * 3
