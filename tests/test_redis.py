@@ -71,11 +71,17 @@ def test_cancels_through_another_manager_while_jobs_run_in_batches_never_run_one
     first, second = start_manager(procs, redis_url), start_manager(procs, redis_url)
     owner, other = connect_client(first), connect_client(second)
     log = str(tmp_path / "runs.log")
-    futures = [owner.submit(shared_jobs.run, log, f"j{n}", 0.0003) for n in range(1000)]
+    # All due at one instant, so that both workers take batches (none waits for work).
+    at = time.time() + 1.0
+    futures = [owner.schedule(shared_jobs.run, log, f"j{n}", 0.0003, at=at)
+               for n in range(1000)]
     tried: set[int] = set()
     cancelled: set[str] = set()
-    while (done := len(shared_jobs.runs(log))) < 900:  # cancel just ahead of the runs
-        for n in range(done + 2, done + 12, 3):
+    wait_for(lambda: shared_jobs.runs(log), 30, "the first run")
+    deadline = time.monotonic() + 60
+    while not futures[-1].done() and time.monotonic() < deadline:
+        done = len(shared_jobs.runs(log)) + len(cancelled)
+        for n in range(done + 2, min(done + 12, len(futures)), 3):  # just ahead of runs
             if n not in tried:
                 tried.add(n)
                 if other.cancel(futures[n].job_id):
