@@ -62,6 +62,41 @@ def test_two_managers_share_a_thousand_jobs_each_run_once_and_never_early(
     assert used & worker_pids(first) and used & worker_pids(second)
 
 
+def test_cancels_through_another_manager_while_jobs_run_in_batches_never_run_one_twice(
+        procs: Any, connect_client: Callable[..., Any], redis_url: str,
+        tmp_path: Path) -> None:
+    # Short jobs go to each worker in batches; a cancel through the other manager finds
+    # each job pending, prefetched (its holder gives it back unless it started) or
+    # running: whichever, a job cancelled never runs, and every other one runs once.
+    first, second = start_manager(procs, redis_url), start_manager(procs, redis_url)
+    owner, other = connect_client(first), connect_client(second)
+    log = str(tmp_path / "runs.log")
+    # All due at one instant, so that both workers take batches (none waits for work).
+    at = time.time() + 1.0
+    futures = [owner.schedule(shared_jobs.run, log, f"j{n}", 0.0003, at=at)
+               for n in range(1000)]
+    tried: set[int] = set()
+    cancelled: set[str] = set()
+    wait_for(lambda: shared_jobs.runs(log), 30, "the first run")
+    deadline = time.monotonic() + 60
+    while not futures[-1].done() and time.monotonic() < deadline:
+        done = len(shared_jobs.runs(log)) + len(cancelled)
+        for n in range(done + 2, min(done + 12, len(futures)), 3):  # just ahead of runs
+            if n not in tried:
+                tried.add(n)
+                if other.cancel(futures[n].job_id):
+                    cancelled.add(futures[n].job_id)
+    wait_for(lambda: all(f.done() for f in futures), 60)
+    ran = collections.Counter(r.key for r in shared_jobs.runs(log))
+    assert set(ran.values()) == {1}
+    for n, future in enumerate(futures):
+        if future.job_id in cancelled:
+            assert future.cancelled() and f"j{n}" not in ran
+        else:
+            assert future.result() == f"j{n}" and ran[f"j{n}"] == 1
+    assert sum(m.stats().queue.prefetched for m in (first, second)) > 0
+
+
 def test_jobs_run_in_exact_order_across_managers(
         procs: Any, connect_client: Callable[..., Any], redis_url: str,
         tmp_path: Path) -> None:

@@ -129,6 +129,15 @@ class Prefetched:
                 return worker_id
         return None
 
+    def first_handed_locked(self) -> float | None:
+        """When the oldest batch still held was handed out (None: none is held)."""
+        return min(self._handed.values(), default=None)
+
+    def held_since_locked(self, cutoff: float) -> list[str]:
+        """The workers whose batch was handed out by ``cutoff`` and is still held."""
+        return [worker_id for worker_id, when in self._handed.items()
+                if when <= cutoff and worker_id not in self._revoking]
+
     def victim_locked(self, taker: str, head: Job | None, held_since: float,
                       before: Callable[[Job, Job], bool]) -> str | None:
         """A worker other than ``taker`` whose prefetched jobs ``taker`` takes back before

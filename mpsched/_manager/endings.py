@@ -68,22 +68,37 @@ class Endings:
         """End a lease with its worker's report; False for a lease that had ended.
         ``late``: such a report's outcome reaches nobody (its result segment is
         unlinked)."""
-        # A start stamp from another monotonic clock than ours says nothing about lateness
-        # here: only workers we started report on our clock; other workers' jobs stay out
-        # of the lateness and started-early counts.
-        stats_outcome = report.outcome if same_clock else report.outcome._replace(started=None)
-        job = self._queue.complete(report.lease_id, stats_outcome, worker_id)
-        if job is None:
-            if late:
-                self._segments.discarded(report.outcome)  # a late report: nobody gets it
-            return False
-        if not report.outcome.ok:
-            self._failures.note(job, report.outcome, worker_id)
-        self._segments.ended([job.job_id])
-        watchers = self._journal.finished(job, report.outcome, worker_id)
-        if watchers is not None:  # None: a shared store refused it (a stale lease)
-            self.deliver(job.client_id, report.outcome, watchers)
-        return True
+        return self.complete_all([report], worker_id, same_clock=same_clock, late=late) == 1
+
+    def complete_all(self, reports: list[Report], worker_id: str, *, same_clock: bool,
+                     late: bool = True, more: int | None = None) -> int:
+        """:meth:`complete` each of one worker's reports, journalled together (a shared
+        store records them in one call, and claims the worker's next jobs in it: ``more``
+        beyond the first, None for as many as its last take asked); returns how many
+        ended a lease."""
+        ended: list[tuple[Job, Outcome]] = []
+        for report in reports:
+            # A start stamp from another monotonic clock than ours says nothing about
+            # lateness here: only workers we started report on our clock; other workers'
+            # jobs stay out of the lateness and started-early counts.
+            stats_outcome = (report.outcome if same_clock
+                             else report.outcome._replace(started=None))
+            job = self._queue.complete(report.lease_id, stats_outcome, worker_id)
+            if job is None:
+                if late:
+                    self._segments.discarded(report.outcome)  # a late report: nobody gets it
+                continue
+            if not report.outcome.ok:
+                self._failures.note(job, report.outcome, worker_id)
+            self._segments.ended([job.job_id])
+            ended.append((job, report.outcome))
+        if not ended:
+            return 0
+        for (job, outcome), watchers in zip(
+                ended, self._journal.finished_all(ended, worker_id, more), strict=True):
+            if watchers is not None:  # None: a shared store refused it (a stale lease)
+                self.deliver(job.client_id, outcome, watchers)
+        return len(ended)
 
     def recover(self, worker_id: str, kept: list[bytes]) -> int:
         """A local worker exited: complete the jobs whose reports it kept in its claim slot

@@ -133,6 +133,12 @@ class BaseJournal(abc.ABC):
         (besides its own) watching it, or None when the store refused the end (a shared
         store, whose lease had gone stale: nobody is told)."""
 
+    def finished_all(self, ends: list[tuple[Job, Outcome]], worker_id: str | None = None,
+                     more: int | None = None) -> list[set[str] | None]:
+        """:meth:`finished` for each of the jobs one worker ran (a shared store records
+        them in one call, with the worker's next jobs: ``more`` beyond the first)."""
+        return [self.finished(job, outcome, worker_id) for job, outcome in ends]
+
     @abc.abstractmethod
     def requeued(self, job: Job) -> None:
         """Journal that a job whose lease was lost is pending again."""

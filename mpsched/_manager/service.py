@@ -131,8 +131,9 @@ class ManagerService:
         job: returns it, with up to ``more`` due jobs prefetched for a worker this manager
         started (mpsched._core.prefetch); [] when none became due within ``timeout``."""
         local = self.workers.check_in(worker_id, reported=len(reports or ()))
-        for report in reports or ():
-            self.endings.complete(report_from_wire(report), worker_id, same_clock=local)
+        if reports:  # a shared store claims its next jobs with these ends: as many
+            self.endings.complete_all([report_from_wire(r) for r in reports], worker_id,
+                                      same_clock=local, more=more if local else 0)
         return self.dispatch.take(worker_id, local, timeout, more)
 
     @remote
@@ -140,8 +141,8 @@ class ManagerService:
         """Report jobs a worker ran while it holds more of its batch: sent as they end
         (by its reporter thread) rather than with its next take."""
         local = self.workers.check_in(worker_id, reported=len(reports), busy=True)
-        for report in reports:
-            self.endings.complete(report_from_wire(report), worker_id, same_clock=local)
+        self.endings.complete_all([report_from_wire(r) for r in reports], worker_id,
+                                  same_clock=local)
 
     @remote
     def ack(self, worker_id: str, lease_id: int) -> None:
@@ -159,8 +160,8 @@ class ManagerService:
         prefetched jobs it did not start go back to the heap."""
         if reports:
             local = self.workers.check_in(worker_id, reported=len(reports))
-            for report in reports:
-                self.endings.complete(report_from_wire(report), worker_id, same_clock=local)
+            self.endings.complete_all([report_from_wire(r) for r in reports], worker_id,
+                                      same_clock=local)
         self.queue.revoke(worker_id)
 
     @remote

@@ -120,28 +120,45 @@ class SharedJournal(BaseJournal):
 
     def finished(self, job: Job, outcome: Outcome,
                  worker_id: str | None = None) -> set[str] | None:
-        """Record a job's end under its lease; the local clients to tell, or None when
-        Redis refused it (a stale lease: never delivered)."""
-        token = self.shared_queue.pop_token(job.job_id)
-        if token is None:
-            return None
-        finish = Finish(job_id=job.job_id, token=token,
-                        state=JobState.DONE if outcome.ok else JobState.FAILED,
-                        outcome=encode(outcome))
+        """Record a job's end under its lease, as a take of one that hands it in (the
+        worker's next job is claimed in the same call, unless it left); the local clients
+        to tell, or None when Redis refused it (a stale lease: never delivered)."""
+        return self.finished_all([(job, outcome)], worker_id, more=0)[0]
+
+    def finished_all(self, ends: list[tuple[Job, Outcome]], worker_id: str | None = None,
+                     more: int | None = None) -> list[set[str] | None]:
+        """Record the ends of jobs one worker ran, in one call to Redis (which claims that
+        worker's next jobs too: SharedQueue.report_ends); for each, as :meth:`finished`."""
+        finishes: list[Finish | None] = []
+        for job, outcome in ends:
+            token = self.shared_queue.pop_token(job.job_id)
+            finishes.append(None if token is None else Finish(
+                job_id=job.job_id, token=token,
+                state=JobState.DONE if outcome.ok else JobState.FAILED,
+                outcome=encode(outcome)))
+        sent = [f for f in finishes if f is not None]
+        if not sent:
+            return [None] * len(ends)
         try:
-            result = self.shared_queue.report_end(finish, worker_id)
+            results = iter(self.shared_queue.report_ends(sent, worker_id, more))
         except StoreUnavailableError as exc:
-            log.error("the end of job %s waits for the store (%s); it is sent again when "
-                      "the store is back", job.job_id, exc)
+            log.error("the end of job(s) %s waits for the store (%s); it is sent again when "
+                      "the store is back", ", ".join(f.job_id for f in sent), exc)
             with self._lock:
-                self._unsent.append(finish)
-            return self._ended_here(job.job_id)
-        if result == 0:
-            log.warning("job %s ended on worker %s, but its lease had run out and another "
-                        "manager took the job back: this end is not recorded", job.job_id,
-                        worker_id)
-            return None
-        return self._ended_here(job.job_id)
+                self._unsent += sent
+            return [None if f is None else self._ended_here(f.job_id) for f in finishes]
+        watchers: list[set[str] | None] = []
+        for finish in finishes:
+            if finish is None:
+                watchers.append(None)
+            elif next(results) == 0:
+                log.warning("job %s ended on worker %s, but its lease had run out and "
+                            "another manager took the job back: this end is not recorded",
+                            finish.job_id, worker_id)
+                watchers.append(None)
+            else:
+                watchers.append(self._ended_here(finish.job_id))
+        return watchers
 
     def _ended_here(self, job_id: str) -> set[str]:
         with self._lock:

@@ -27,7 +27,7 @@ from mpsched._manager.shared_journal import SharedJournal
 from mpsched._manager.shared_queue import SharedQueue
 from mpsched._manager.store_outage import StoreOutage
 from mpsched._store.redis.records import StoredEnd
-from mpsched._store.redis.scripts import parse_ended
+from mpsched._store.redis.scripts import parse_cancel_request, parse_ended
 from mpsched._store.redis.store import RedisStore
 from mpsched._store.redis.subscription import Subscription
 
@@ -138,11 +138,16 @@ class SharedLink:
         self._queue.wake()
 
     def _on_inbox(self, data: object = None) -> None:
-        """Deliver a job's end that came whole in the message, or every end in this
-        manager's inbox."""
+        """Deliver the ends of jobs that came whole in the message, or every end in this
+        manager's inbox; or give back the prefetched jobs a cancel waits for."""
         whole = parse_ended(data) if isinstance(data, bytes) else None
         if whole is not None:
-            self._journal.deliver_ended([whole])
+            self._journal.deliver_ended(whole)
+            return
+        request = parse_cancel_request(data) if isinstance(data, bytes) else None
+        if request is not None:
+            nonce, job_ids = request
+            self._queue.give_back_for_cancel(job_ids, nonce)
             return
         while True:
             ended = self._store.drain(self._me)
@@ -206,14 +211,18 @@ class SharedLink:
             self._journal.deliver_ended(mine)
 
     def _send_unsent(self) -> None:
-        """Send again the finishes Redis could not take."""
+        """Send again the finishes, and the prefetched jobs given back, that Redis could
+        not take."""
         unsent = self._journal.take_unsent()
-        if not unsent:
+        unreturned = self._queue.take_unreturned()
+        if not unsent and not unreturned:
             return
         try:
-            reply = self._store.report(self._me, self._queue.lease_timeout, finishes=unsent)
+            reply = self._store.report(self._me, self._queue.lease_timeout, finishes=unsent,
+                                       requeues=unreturned)
         except StoreError:
             self._journal.put_back_unsent(unsent)
+            self._queue.put_back_unreturned(unreturned)
             raise
         for finish, result in zip(unsent, reply.finished, strict=True):
             if result == 0:

@@ -7,7 +7,10 @@ mpsched._core.leases, each with its Redis fencing token), and its takers' waitin
 
 Waiting is leader/follower across managers and inside this one::
 
-    take ─▶ claim (Lua, server's TIME) ─▶ a due job: leased, handed out
+    take ─▶ claim (Lua, server's TIME) ─▶ due jobs (the first, and for a worker of ours
+                │                         whose last job was short up to 7 prefetched:
+                │                         mpsched._manager.shared_prefetch): leased,
+                │                         handed out
                 │
                 └─ nothing due ─▶ this manager leads (Redis key): one taker sleeps
                                   until the head is due, on this manager's clock
@@ -15,6 +18,9 @@ Waiting is leader/follower across managers and inside this one::
                                   queue empty: sleep until woken
     wake-ups: a submit that makes a new head, a leader that leaves (pub/sub, through
               mpsched._manager.shared_link), a reconnection
+
+A worker's reports that come with its take are recorded in one call that claims its next
+batch too (report_ends), which its take then hands out.
 
 Only durations measured on the server's clock (the head's delay, a job's delay) cross to
 this manager, which times them on its own monotonic clock: its clock may be hours off
@@ -32,7 +38,8 @@ from mpsched._core.clock import ahead
 from mpsched._core.job import Assignment, Job
 from mpsched._core.leases import LostLease
 from mpsched._errors import SchedulerShutdownError, StoreUnavailableError
-from mpsched._manager.shared_queue_base import BACKOFF, SharedQueueBase
+from mpsched._manager.shared_prefetch import SharedPrefetch
+from mpsched._manager.shared_queue_base import BACKOFF
 from mpsched._store.redis.records import Claimed, Finish, Reply, Requeue, Take
 
 log = logging.getLogger("mpsched.manager")
@@ -42,9 +49,9 @@ FOLLOW_GRACE = 0.01  # a follower looks again this long after the leader's lead 
 ASK = 0.0  # a taker's wait that means: claim now
 
 
-class SharedQueue(SharedQueueBase):
+class SharedQueue(SharedPrefetch):
     """This manager's takers and leases on a shared Redis queue (arguments: as
-    SharedQueueBase's)."""
+    SharedPrefetch's)."""
 
     def take(self, worker_id: str, timeout: float, early: float = 0.0) -> Assignment | None:
         """Claim the next due job for ``worker_id`` under a new lease, waiting at most
@@ -53,49 +60,86 @@ class SharedQueue(SharedQueueBase):
         Raises:
             SchedulerShutdownError: the queue was closed; the taker should exit.
         """
+        batch = self.take_batch(worker_id, timeout, early)
+        return batch[0] if batch else None
+
+    def take_batch(self, worker_id: str, timeout: float, early: float = 0.0, more: int = 0,
+                   prefetchable: Callable[[Job], bool] | None = None) -> list[Assignment]:
+        """:meth:`take`, with up to ``more`` due jobs more claimed in the same call for a
+        worker this manager started (prefetched: mpsched._manager.shared_prefetch);
+        ``prefetchable`` tells which jobs may be. [] when none came due.
+
+        Raises:
+            SchedulerShutdownError: the queue was closed; the taker should exit.
+        """
         deadline = self._clock.now() + timeout
         with self._lock:
-            self._early[worker_id] = early
-            ready = self._ready.pop(worker_id, None)
-            if ready is not None and not self._closed:
-                return ready
+            ready = self._begin_take_locked(worker_id, early, more, prefetchable, deadline)
+        if ready is not None:
+            return ready
         while True:
+            batch = self._take_once(worker_id, early, deadline)
+            if batch is not None:
+                return batch
+
+    def _begin_take_locked(self, worker_id: str, early: float, more: int,
+                           prefetchable: Callable[[Job], bool] | None,
+                           deadline: float) -> list[Assignment] | None:
+        """A take begins: the batch claimed for the worker with its last ends, if any
+        (None: it must claim)."""
+        self._early[worker_id] = early
+        self._more[worker_id] = more
+        if prefetchable is not None:
+            self._prefetchable = prefetchable  # the same for every take: Dispatch's
+        while not self._prefetched.may_hand_locked(worker_id) and not self._closed:
+            self._revoke_done.wait(max(deadline - self._clock.now(), 0.001))
+        ready = self._ready.pop(worker_id, None)
+        if ready is not None and not self._closed:
+            return ready  # claimed with its last ends: the table holds its prefetched
+        self._prefetched.forget_locked(worker_id)  # its last batch is over
+        return None
+
+    def _take_once(self, worker_id: str, early: float,
+                   deadline: float) -> list[Assignment] | None:
+        """One claim (or none, when nothing changed since the last) and the wait after
+        it: the batch, [] past the deadline, or None to look again."""
+        with self._lock:
+            if self._closed:
+                raise SchedulerShutdownError("the queue is closed")
+            if worker_id in self._gone:
+                return []
+            gen = self._gen
+            wait = self._known_wait_locked()
+            want = self._batch_size_locked(worker_id)
+            others_wait = self._waiting > 0
+        asked = wait == ASK
+        reply = self._claim(worker_id, early, want, others_wait) if asked else None
+        back: list[Requeue] = []
+        try:
             with self._lock:
                 if self._closed:
-                    raise SchedulerShutdownError("the queue is closed")
-                if worker_id in self._gone:
-                    return None
-                gen = self._gen
-                wait = self._known_wait_locked()
-            asked = wait == ASK
-            reply = self._claim(worker_id, early) if asked else None
-            with self._lock:
-                if self._closed:
+                    back = _requeues(reply)
                     raise SchedulerShutdownError("the queue is closed")
                 lead: object | None = None
                 if asked:
                     if reply is not None and reply.jobs:
-                        return self._hand_out_locked(worker_id, reply, early)
+                        batch, back = self._hand_out_locked(worker_id, reply, early)
+                        return batch
                     if self._gen != gen:
-                        continue  # woken while it claimed: what it saw may be old
+                        return None  # woken while it claimed: what it saw may be old
                     wait, lead = self._wait_after_locked(reply, early)
                 remaining = deadline - self._clock.now()
                 if remaining <= 0:
                     if lead is not None and self._leader is lead:
                         self._leader = None
                     self._leave_locked()
-                    return None
-                if wait is not None and wait <= 0:
-                    continue
-                self._wait_locked(remaining if wait is None else min(wait, remaining), lead)
-
-    def take_batch(self, worker_id: str, timeout: float, early: float = 0.0, more: int = 0,
-                   prefetchable: Callable[[Job], bool] | None = None) -> list[Assignment]:
-        """:meth:`take`, as a batch of one: a shared queue prefetches nothing (``more`` is
-        not used), since a job held by one manager's worker could not be taken back by
-        another manager whose worker is free (mpsched._core.prefetch's promise)."""
-        assignment = self.take(worker_id, timeout, early)
-        return [] if assignment is None else [assignment]
+                    return []
+                if wait is None or wait > 0:
+                    self._wait_locked(remaining if wait is None else min(wait, remaining),
+                                      lead)
+                return None
+        finally:
+            self.give_back(back)  # claimed, but not to be handed out (without the lock)
 
     def _known_wait_locked(self) -> float | None:
         """How long a new taker may wait without asking Redis, nothing having changed
@@ -108,11 +152,14 @@ class SharedQueue(SharedQueueBase):
             return self._follow_until - self._clock.now()
         return ASK
 
-    def _claim(self, worker_id: str, early: float) -> Reply | None:
-        """One claim; None when Redis failed (the taker then backs off)."""
+    def _claim(self, worker_id: str, early: float, want: int,
+               others_wait: bool) -> Reply | None:
+        """One claim of up to ``want`` jobs (``others_wait``: another taker of ours waits
+        for work); None when Redis failed (the taker then backs off)."""
         try:
             reply = self.store.report(self.manager_id, self.lease_timeout, take=Take(
-                want=1, worker=f"{self.manager_id}/{worker_id}", early=early, lead="wait"))
+                want=want, worker=f"{self.manager_id}/{worker_id}", early=early,
+                lead="wait", waiting=others_wait))
         except StoreUnavailableError as exc:
             self.outage(exc)
             return None
@@ -121,15 +168,21 @@ class SharedQueue(SharedQueueBase):
             self._unregistered()
         return reply
 
-    def _hand_out_locked(self, worker_id: str, reply: Reply, early: float) -> Assignment:
-        [claimed] = reply.jobs
+    def _hand_out_locked(self, worker_id: str, reply: Reply,
+                         early: float) -> tuple[list[Assignment], list[Requeue]]:
+        """The batch claimed for ``worker_id``, leased here; and the claimed jobs to give
+        back (see SharedPrefetch._grant_locked)."""
         now = self._clock.now()
         self._backoff = BACKOFF[0]
         if self._waiting and (self._leader is None or (
                 reply.head_in is not None and reply.head_in <= early)):
             self._available.notify()  # more is due, or nobody times the head: pass it on
-        self._tokens[claimed.job_id] = claimed.token
-        return self.leases.grant_locked(_job(claimed, now), worker_id, now)
+
+        def grant(claimed: Claimed) -> Assignment:
+            self._tokens[claimed.job_id] = claimed.token
+            return self.leases.grant_locked(_job(claimed, now), worker_id, now)
+
+        return self._grant_locked(worker_id, reply.jobs, grant)
 
     def _wait_after_locked(self, reply: Reply | None,
                            early: float) -> tuple[float | None, object | None]:
@@ -178,37 +231,46 @@ class SharedQueue(SharedQueueBase):
             if self._waiting:
                 self._available.notify()
 
-    def report_end(self, finish: Finish, worker_id: str | None) -> int:
-        """Record a job's end under its lease (Finish), and, when its worker holds no
-        other job and will take again, claim that worker's next due job in the same call
-        (its next take hands it out). Returns the finish's result (0: the lease was stale
-        and nothing was recorded; 1; 2: deliver it here).
+    def report_ends(self, finishes: list[Finish], worker_id: str | None,
+                    more: int | None = None) -> list[int]:
+        """Record jobs' ends under their leases (Finish), and, when their worker's take
+        hands them in (``more`` set: it waits for its next jobs) and it holds no other
+        job, claim that worker's next due job, with ``more`` jobs beyond it, in the same
+        call (its take hands them out). Returns each finish's result (0: the lease was
+        stale and nothing was recorded; 1; 2: deliver it here).
+
+        Only a take claims: ends that come while the worker runs more of its batch (its
+        reporter's), or after it left, must not hand it a batch, whose claim slot would
+        be reopened under the feet of a revocation of the jobs it has not started.
 
         Raises:
             StoreUnavailableError: Redis did not answer; nothing is known to be recorded.
         """
         with self._lock:
+            if worker_id is not None and more is not None:
+                self._more[worker_id] = more
             early = self._early.get(worker_id or "")
-            want = (worker_id is not None and early is not None and not self._closed
+            want = (worker_id is not None and more is not None and early is not None
+                    and not self._closed
                     and worker_id not in self._gone and worker_id not in self._ready
+                    and self._prefetched.may_hand_locked(worker_id)
                     and not any(lease.worker_id == worker_id
                                 for _, lease in self.leases.jobs_locked()))
-        take = None if not want else Take(want=1, worker=f"{self.manager_id}/{worker_id}",
-                                          early=early or 0.0)
-        reply = self.store.report(self.manager_id, self.lease_timeout, finishes=[finish],
+            count = self._batch_size_locked(worker_id) if want and worker_id else 0
+            others_wait = self._waiting > 0
+        take = None if not want else Take(want=count, worker=f"{self.manager_id}/{worker_id}",
+                                          early=early or 0.0, waiting=others_wait)
+        reply = self.store.report(self.manager_id, self.lease_timeout, finishes=finishes,
                                   take=take)
         if reply.jobs:
             assert worker_id is not None
+            back = _requeues(reply)
             with self._lock:
-                keep = not self._closed and worker_id not in self._gone
-                if keep:
-                    self._ready[worker_id] = self._hand_out_locked(worker_id, reply,
-                                                                   early or 0.0)
-            if not keep:
-                [claimed] = reply.jobs
-                self.store.report(self.manager_id, self.lease_timeout, requeues=[
-                    Requeue(job_id=claimed.job_id, token=claimed.token, retry=False)])
-        return reply.finished[0]
+                if not self._closed and worker_id not in self._gone:
+                    self._ready[worker_id], back = self._hand_out_locked(worker_id, reply,
+                                                                         early or 0.0)
+            self.give_back(back)
+        return reply.finished
 
     def requeue(self, job: Job, *, retry: bool) -> bool:
         """Put a job whose lease was lost back in Redis (an attempt if ``retry``); False
@@ -244,13 +306,21 @@ class SharedQueue(SharedQueueBase):
         with self._lock:
             now = self._clock.now()
             self._gone[worker_id] = now
-            self._ready.pop(worker_id, None)  # its lease is released with the others
+            self._ready.pop(worker_id, None)  # its leases are released with the others
+            self._prefetched.drop_locked(worker_id)
             self._early.pop(worker_id, None)
+            self._more.pop(worker_id, None)
             for old, when in list(self._gone.items()):
                 if when >= now - GONE_MEMORY:
                     break
                 del self._gone[old]
             return self.leases.release_worker_locked(worker_id, now)
+
+
+def _requeues(reply: Reply | None) -> list[Requeue]:
+    """Give-backs of every job a reply claimed (none was handed out)."""
+    return [] if reply is None else [Requeue(job_id=c.job_id, token=c.token, retry=False)
+                                     for c in reply.jobs]
 
 
 def _job(claimed: Claimed, now: float) -> Job:

@@ -1,8 +1,9 @@
 """SharedQueueBase: what a manager keeps of a queue that lives in Redis, and the calls that
-go straight to Redis (cancel, listings, counters); SharedQueue (mpsched._manager.shared_queue)
-adds the takers and their waits on it.
+go straight to Redis (listings, counters); SharedPrefetch (mpsched._manager.shared_prefetch)
+adds the jobs claimed for a worker beyond the one it takes, and cancels, and SharedQueue
+(mpsched._manager.shared_queue) the takers and their waits.
 
-Its lock guards the lease table (mpsched._core.leases) and every field SharedQueue adds; it
+Its lock guards the lease table (mpsched._core.leases) and every field the others add; it
 is never held across a call to Redis.
 """
 
@@ -54,7 +55,7 @@ class SharedQueueBase:
         self._tokens: dict[str, str] = {}  # job id -> its lease's token, in flight here
         # A worker's next job, claimed in the call that recorded its last one's end (one
         # round trip per job instead of two); its next take hands it out.
-        self._ready: dict[str, Assignment] = {}
+        self._ready: dict[str, list[Assignment]] = {}
         self._early: dict[str, float] = {}  # worker id -> the hand-off window of its takes
         self._gone: dict[str, float] = {}  # retired workers, as JobQueue's
         self._gen = 0  # wake-ups so far: a claim older than the last one may be stale
@@ -82,10 +83,6 @@ class SharedQueueBase:
     @property
     def max_pending_bytes(self) -> int | None:
         return None
-
-    def revoke(self, worker_id: str) -> int:
-        """Nothing is ever prefetched here, so nothing is taken back (see take_batch)."""
-        return 0
 
     def set_on_returned(self, on_returned: Callable[[Job], None] | None) -> None:
         """Jobs go back to Redis by requeue (SharedQueue.requeue), never by revocation."""
@@ -125,15 +122,6 @@ class SharedQueueBase:
         """Jobs in flight here."""
         return len(self.leases.held())
 
-    def cancel_jobs(self, job_ids: list[str]) -> list[Job]:
-        """Cancel those of ``job_ids`` that are pending (in any manager); the jobs
-        cancelled (their ids and clients) whose end this manager tells."""
-        withdrawn = self.store.cancel_jobs(self.manager_id, job_ids)
-        with self._lock:
-            self._cancelled += len(withdrawn)
-        return [Job(job_id=w.job_id, client_id=w.client_id, payload=b"", priority=0, due=0.0,
-                    seq=0) for w in withdrawn]
-
     def cancel_client_jobs(self, client_id: str, *, not_due_only: bool = False) -> list[Job]:
         withdrawn = self.store.cancel_client(self.manager_id, client_id,
                                              not_due_only=not_due_only)
@@ -159,6 +147,7 @@ class SharedQueueBase:
         with self._lock:
             done = self.leases.outcomes_locked(samples=lateness)
             waiting, wakeups = self._waiting, self._wakeups
+            prefetched, given_back = self._prefetch_counts_locked()
         return QueueStats(
             pending={"high": counts.pending[1], "medium": counts.pending[2],
                      "low": counts.pending[3]},
@@ -169,7 +158,11 @@ class SharedQueueBase:
             next_due_in=counts.head_in,
             lateness=percentiles(done.recent) if lateness else {},
             lateness_samples=done.lateness_samples, wakeups=wakeups, waiting=waiting,
-            crashed=done.crashed)
+            crashed=done.crashed, prefetched=prefetched, revoked=given_back)
+
+    def _prefetch_counts_locked(self) -> tuple[int, int]:
+        """Prefetched jobs handed out so far, and of those given back (none here)."""
+        return 0, 0
 
     def head(self, n: int) -> list[Job]:
         """The next ``n`` pending jobs in the order claims would take them (a listing),

@@ -16,6 +16,7 @@ import pytest
 from mpsched._core.clock import SystemClock
 from mpsched._core.job import Assignment, JobState, Outcome
 from mpsched._errors import SchedulerShutdownError
+from mpsched._manager import shared_prefetch
 from mpsched._manager.journal import encode
 from mpsched._manager.shared_journal import SharedJournal
 from mpsched._manager.shared_link import SharedLink
@@ -59,10 +60,11 @@ class _LateCondition(threading.Condition):
 class Peer:
     """One manager: its store connection, queue, journal and link (started)."""
 
-    def __init__(self, url: str, name: str, *, clock: Any = None, lease: float = 30.0) -> None:
+    def __init__(self, url: str, name: str, *, clock: Any = None, lease: float = 30.0,
+                 claims: Any = None) -> None:
         self.store = RedisStore(url)
         self.queue = SharedQueue(self.store, manager_id=name, lease_timeout=lease,
-                                 clock=clock)
+                                 clock=clock, claims=claims)
         self.journal = SharedJournal(self.store, self.queue)
         self.delivered: list[tuple[str, Outcome]] = []
         self.journal.bind(lambda client, outcome, watchers:
@@ -93,6 +95,29 @@ def peers(redis_url: str) -> Iterator[Callable[..., Peer]]:
     yield make
     for peer in made:
         peer.close()
+
+
+class Slots:
+    """Local workers' claim slots, as mpsched._worker.claims keeps them: each worker's
+    last started lease; a revocation refuses it everything after."""
+
+    def __init__(self) -> None:
+        self.started: dict[str, int] = {}
+        self.revoked: list[tuple[str, int]] = []
+
+    def reopen(self, worker_id: str) -> bool:
+        return True
+
+    def revoke(self, worker_id: str, lowest: int) -> int | None:
+        cut = max(self.started.get(worker_id, 0) + 1, lowest)
+        self.revoked.append((worker_id, cut))
+        return cut
+
+
+def state(peer: Peer, job_id: str) -> tuple[JobState, int]:
+    record = peer.store.get(job_id)
+    assert record is not None
+    return record.state, record.attempt
 
 
 class Taker(threading.Thread):
@@ -277,3 +302,143 @@ def test_a_job_claimed_for_a_worker_that_dies_before_taking_it_goes_back_untouch
     assert peer.queue.requeue(lost.job, retry=False)
     again = peer.queue.take("w2", 5.0)
     assert again is not None and again.lease.job_id == "j1" and again.lease.attempt == 1
+
+
+@pytest.fixture
+def no_hold(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Prefetched jobs are never given back for being held up (the test does it)."""
+    monkeypatch.setattr(shared_prefetch, "PREFETCH_HOLD", 3600.0)
+
+
+def counted_reports(peer: Peer, monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    calls: list[object] = []
+    real = peer.store.report
+    monkeypatch.setattr(peer.store, "report", lambda *a, **k: calls.append(a) or real(*a, **k))
+    return calls
+
+
+def test_a_batch_is_claimed_in_one_call_and_its_ends_with_the_next_batch_in_another(
+        peers: Callable[..., Peer], monkeypatch: pytest.MonkeyPatch, no_hold: None) -> None:
+    peer = peers("m1", claims=Slots())
+    for n in range(6):
+        peer.submit(f"j{n}")
+    calls = counted_reports(peer, monkeypatch)
+    batch = peer.queue.take_batch("w1", 5.0, more=3)
+    assert [a.lease.job_id for a in batch] == ["j0", "j1", "j2", "j3"]
+    assert len({a.lease.lease_id for a in batch}) == 4 and len(calls) == 1
+    ends = []
+    for assignment in batch:
+        outcome = Outcome(assignment.lease.job_id, True, b"r", "", None)
+        job = peer.queue.complete(assignment.lease.lease_id, outcome, "w1")
+        assert job is not None
+        ends.append((job, outcome))
+    assert peer.journal.finished_all(ends, "w1", more=3) == [set()] * 4  # as its take
+    assert len(calls) == 2  # four ends, and the next batch claimed with them
+    assert [a.lease.job_id for a in peer.queue.take_batch("w1", 5.0, more=3)] == ["j4", "j5"]
+    assert len(calls) == 2
+    assert [state(peer, f"j{n}")[0] for n in range(4)] == [JobState.DONE] * 4
+    assert peer.queue.stats().prefetched == 4
+
+
+def test_prefetched_jobs_held_up_are_given_back_in_order_and_a_peer_runs_them(
+        peers: Callable[..., Peer]) -> None:
+    slots = Slots()
+    first, second = peers("m1", claims=slots), peers("m2")
+    for n in range(4):
+        first.submit(f"j{n}")
+    batch = first.queue.take_batch("w1", 5.0, more=3)
+    assert [a.lease.job_id for a in batch] == ["j0", "j1", "j2", "j3"]
+    slots.started["w1"] = batch[1].lease.lease_id  # it started j1, and is held up in it
+    handed = time.monotonic()
+    taker = Taker(second.queue, "w1")
+    taker.join(JOIN)
+    assert taker.got is not None and taker.got.lease.job_id == "j2"  # in order
+    assert taker.ended is not None and taker.ended - handed < 0.5  # PREFETCH_HOLD: 5 ms
+    assert state(first, "j2") == (JobState.RUNNING, 1)
+    assert state(first, "j3") == (JobState.PENDING, 0)  # given back as never started
+    assert state(first, "j1") == (JobState.RUNNING, 1)
+    assert first.queue.stats().revoked == 2
+
+
+def test_a_cancel_through_another_manager_takes_a_prefetched_job_back_unless_it_started(
+        peers: Callable[..., Peer], no_hold: None) -> None:
+    slots = Slots()
+    holder, other = peers("m1", claims=slots), peers("m2")
+    for n in range(4):
+        holder.submit(f"j{n}")
+    batch = holder.queue.take_batch("w1", 5.0, more=3)
+    slots.started["w1"] = batch[1].lease.lease_id  # j0 and j1 started
+    cancelled = other.queue.cancel_jobs(["j1", "j3"])
+    assert [job.job_id for job in cancelled] == ["j3"]
+    assert state(holder, "j3")[0] is JobState.CANCELLED
+    assert state(holder, "j1")[0] is JobState.RUNNING
+    assert state(holder, "j2") == (JobState.PENDING, 0)  # the rest of its batch went back
+    assert holder.queue.held() == 2
+    # Its own manager cancels at once; nothing waits for an answer.
+    for n in range(4, 7):
+        holder.submit(f"j{n}")
+    holder.queue.take_batch("w2", 5.0, more=3)  # j2, j4, j5, j6
+    started = time.monotonic()
+    assert [job.job_id for job in holder.queue.cancel_jobs(["j6"])] == ["j6"]
+    assert time.monotonic() - started < 1.0
+
+
+def test_a_worker_that_leaves_gives_back_what_it_did_not_start(
+        peers: Callable[..., Peer], no_hold: None) -> None:
+    slots = Slots()
+    peer = peers("m1", claims=slots)
+    for n in range(4):
+        peer.submit(f"j{n}")
+    batch = peer.queue.take_batch("w1", 5.0, more=3)
+    slots.started["w1"] = batch[0].lease.lease_id
+    assert peer.queue.revoke("w1") == 3
+    assert [state(peer, f"j{n}") for n in range(1, 4)] == [(JobState.PENDING, 0)] * 3
+    [again] = peer.queue.take_batch("w2", 5.0)
+    assert again.lease.job_id == "j1"
+    # Its end claims w2's next job (j2), which w2 leaves without taking: it goes back too.
+    outcome = Outcome("j1", True, b"", "", None)
+    job = peer.queue.complete(again.lease.lease_id, outcome, "w2")
+    assert job is not None and peer.journal.finished_all([(job, outcome)], "w2",
+                                                         more=0) == [set()]
+    assert state(peer, "j2") == (JobState.RUNNING, 1)
+    assert peer.queue.revoke("w2") == 1
+    assert state(peer, "j2") == (JobState.PENDING, 0)
+
+
+def test_the_ends_a_worker_hands_in_after_a_long_job_claim_it_one_job(
+        peers: Callable[..., Peer], no_hold: None) -> None:
+    peer = peers("m1", claims=Slots())
+    for n in range(6):
+        peer.submit(f"j{n}")
+    ends = []
+    for assignment in peer.queue.take_batch("w1", 5.0, more=3):
+        outcome = Outcome(assignment.lease.job_id, True, b"r", "", None)
+        job = peer.queue.complete(assignment.lease.lease_id, outcome, "w1")
+        assert job is not None
+        ends.append((job, outcome))
+    peer.journal.finished_all(ends, "w1", more=0)  # its take asks for no company now
+    assert [a.lease.job_id for a in peer.queue.take_batch("w1", 5.0)] == ["j4"]
+    assert state(peer, "j5") == (JobState.PENDING, 0)
+
+
+def test_ends_a_worker_reports_while_it_runs_its_batch_claim_nothing_for_it(
+        peers: Callable[..., Peer], no_hold: None) -> None:
+    # Its reporter's ends, sent while the worker may still claim the rest of its batch
+    # (here: all of it was revoked), must not hand it a batch: that would reopen its
+    # claim slot, and it could start a job that went back to the queue.
+    slots = Slots()
+    peer = peers("m1", claims=slots)
+    for n in range(6):
+        peer.submit(f"j{n}")
+    first, second, *_ = peer.queue.take_batch("w1", 5.0, more=3)
+    slots.started["w1"] = second.lease.lease_id
+    peer.queue.give_back_for_cancel(["j2"], None)  # revokes j2 and j3: not started
+    ends = []
+    for assignment in (first, second):
+        outcome = Outcome(assignment.lease.job_id, True, b"r", "", None)
+        job = peer.queue.complete(assignment.lease.lease_id, outcome, "w1")
+        assert job is not None
+        ends.append((job, outcome))
+    assert peer.journal.finished_all(ends, "w1") == [set(), set()]  # its reporter's
+    assert peer.queue.held() == 0
+    assert [state(peer, f"j{n}") for n in (2, 3, 4)] == [(JobState.PENDING, 0)] * 3

@@ -92,6 +92,75 @@ def test_a_claim_of_several_takes_them_in_order_and_says_what_is_left(
     assert (counts.pending[2], counts.running, counts.submitted) == (3, 3, 6)
 
 
+def test_a_claim_prefetches_only_jobs_due_now_without_timeout_nor_schedule_run(
+        store: RedisStore) -> None:
+    store.submit_jobs([new("a"), new("b"), new("c")._replace(timeout=5.0), new("d")], "m1")
+    reply = take(store, want=4)
+    assert [j.job_id for j in reply.jobs] == ["a", "b"]  # stops at the one with a timeout
+    assert [store.client.hget(store.base + "j:" + j.job_id, "pf") for j in reply.jobs] == [
+        b"0", b"1"]
+    assert [j.job_id for j in take(store, want=1).jobs] == ["c"]  # first: a timeout is fine
+    store.submit_jobs([new("s@2026-01-01T00:00:00Z"), new("e", delay=0.3)], "m1")
+    assert [j.job_id for j in take(store, want=4).jobs] == ["d"]  # not a schedule's run
+    assert [j.job_id for j in take(store, want=4).jobs] == ["s@2026-01-01T00:00:00Z"]
+    # The first may come due within the early window; the prefetched ones must be due.
+    store.submit_jobs([new("f", delay=0.3)], "m1")
+    reply = take(store, want=4, early=1.0)
+    assert [j.job_id for j in reply.jobs] == ["e"] and reply.jobs[0].delay > 0.1
+
+
+def test_nothing_is_prefetched_while_another_manager_has_a_taker_waiting(
+        store: RedisStore) -> None:
+    assert take(store, "m2", want=4).jobs == []  # m2's taker will wait for work
+    store.submit_jobs([new(f"j{n}") for n in range(8)], "m1")
+    assert [j.job_id for j in take(store, "m1", want=4).jobs] == ["j0"]
+    assert [j.job_id for j in take(store, "m1", want=4, waiting=True).jobs] == ["j1"]
+    assert [j.job_id for j in take(store, "m2", want=1, waiting=True).jobs] == ["j2"]
+    assert [j.job_id for j in take(store, "m1", want=4).jobs] == ["j3"]  # m2 still waits
+    assert [j.job_id for j in take(store, "m2", want=1).jobs] == ["j4"]  # none of m2 waits
+    assert [j.job_id for j in take(store, "m1", want=2).jobs] == ["j5", "j6"]
+    assert take(store, "m2", want=4).jobs[0].job_id == "j7"
+    assert take(store, "m2", want=4).jobs == []
+    store.forget_manager("m2")  # a manager that leaves is no taker any more
+    store.submit_jobs([new("k0"), new("k1")], "m1")
+    assert [j.job_id for j in take(store, "m1", want=2).jobs] == ["k0", "k1"]
+
+
+def test_a_prefetched_job_a_cancel_waits_for_is_cancelled_when_given_back(
+        store: RedisStore) -> None:
+    pubsub = store.subscriber()
+    pubsub.subscribe(store.base + "ch:m2")
+    pubsub.get_message(timeout=1.0)
+    store.submit_jobs([new("a"), new("b"), new("c")], "m1")
+    _, b, c = take(store, "m2", want=3).jobs
+    withdrawn, held = store.cancel_or_ask("m1", ["a", "b", "c"], "n1")
+    assert withdrawn == [] and [(h.job_id, h.holder) for h in held] == [("b", "m2"),
+                                                                        ("c", "m2")]
+    assert pubsub.get_message(timeout=1.0)["data"] == b"Cn1 b c"  # m2 is asked
+    # m2's worker had started c, not b: b goes back, and is cancelled; m2 answers.
+    reply = store.report("m2", LEASE, requeues=[Requeue("b", b.token, False)],
+                         answers=["n1"])
+    assert reply.requeued == [3]
+    settled = store.settle_cancel("m1", "n1", ["b", "c"], asked=1, wait=5.0)
+    assert [w.job_id for w in settled] == ["b"]
+    for job_id, state in (("b", JobState.CANCELLED), ("c", JobState.RUNNING)):
+        record = store.get(job_id)
+        assert record is not None and record.state is state
+    assert store.report("m2", LEASE, finishes=[
+        Finish("c", c.token, JobState.DONE, b"c")]).finished == [1]
+    assert store.counts().cancelled == 1 and store.counts().running == 1  # a runs
+    # Given back unmarked (the cancel settled first): pending again, not cancelled.
+    store.submit_jobs([new("d"), new("e")], "m1")
+    _, e = take(store, "m2", want=2).jobs
+    _, held = store.cancel_or_ask("m1", ["e"], "n2")
+    assert [h.job_id for h in held] == ["e"]
+    assert store.settle_cancel("m1", "n2", ["e"], asked=1, wait=0.2) == []  # no answer
+    assert store.report("m2", LEASE, requeues=[Requeue("e", e.token, False)]).requeued == [2]
+    record = store.get("e")
+    assert record is not None and record.state is JobState.PENDING and record.attempt == 0
+    pubsub.close()
+
+
 def test_one_waiting_manager_leads_the_others_follow_until_its_lead_lapses(
         store: RedisStore) -> None:
     store.submit_jobs([new("later", delay=60)], "m1")
@@ -195,11 +264,12 @@ def test_the_owner_of_a_job_run_elsewhere_hears_of_its_end(store: RedisStore) ->
         Finish(j.job_id, j.token, JobState.DONE, big if j.job_id == "large" else
                j.job_id.encode()) for j in jobs])
     assert reply.finished == [1, 1, 1]
-    heard = [pubsub.get_message(timeout=1.0)["data"] for _ in range(3)]
-    assert [parse_ended(m) for m in heard[:2]] == [
+    heard = [pubsub.get_message(timeout=1.0)["data"] for _ in range(2)]
+    assert heard[0] == b"1"  # the large one: by id, in the inbox
+    assert parse_ended(heard[1]) == [  # the others whole, in one message: nothing to fetch
         StoredEnd("a", JobState.DONE, b"a", None, "c1", ""),
-        StoredEnd("b", JobState.DONE, b"b", None, "c1", "")]  # whole: nothing to fetch
-    assert heard[2] == b"1" and pubsub.get_message(timeout=0.2) is None
+        StoredEnd("b", JobState.DONE, b"b", None, "c1", "")]
+    assert pubsub.get_message(timeout=0.2) is None
     assert [(e.job_id, e.outcome) for e in store.drain("m1")] == [("large", big)]
     assert [e.job_id for e in store.drain("m3")] == ["b"]  # nobody listened: its inbox
     assert store.drain("m1") == []

@@ -68,13 +68,15 @@ class Take(NamedTuple):
     """What to claim in a report call: ``count`` due jobs from the head for ``worker``
     (or the pending jobs ``ids``), those due within ``early`` seconds too; ``lead``:
     "wait" (the caller will wait if it gets nothing: take the lead if it is free), "give"
-    (give the lead up) or "" (leave it)."""
+    (give the lead up) or "" (leave it); ``waiting``: another taker of the caller's waits
+    for work (other managers prefetch nothing meanwhile)."""
 
     want: int = 0
     worker: str = ""
     early: float = 0.0
     lead: str = ""
     ids: tuple[str, ...] = ()
+    waiting: bool = False
 
 
 class Reply(NamedTuple):
@@ -106,6 +108,15 @@ class Withdrawn(NamedTuple):
     job_id: str
     client_id: str
     mine: bool
+
+
+class Held(NamedTuple):
+    """A job a cancel waits for: prefetched by manager ``holder``, which is asked to give
+    it back unless its worker started it (see the cancel script)."""
+
+    job_id: str
+    client_id: str
+    holder: str
 
 
 class Beat(NamedTuple):

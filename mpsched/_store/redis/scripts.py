@@ -22,6 +22,7 @@ from mpsched._store.redis.records import (
     Beat,
     Claimed,
     Finish,
+    Held,
     NewJob,
     Reply,
     Requeue,
@@ -124,7 +125,7 @@ class Scripts:
 
     def claim(self, me: str, lease: float, finishes: Sequence[Finish],
               requeues: Sequence[Requeue], take: Take, *, span: float,
-              grace: float) -> Reply:
+              grace: float, answers: Sequence[str] = ()) -> Reply:
         args: list[Any] = [me, _us(lease) // 1000, self._ttl_ms, self._keep_ms,
                            len(finishes)]
         for f in finishes:
@@ -132,8 +133,10 @@ class Scripts:
         args.append(len(requeues))
         for r in requeues:
             args += [r.job_id, r.token, "1" if r.retry else "0"]
+        args += [len(answers), *answers]
         args += [take.want, take.worker, _us(take.early), _us(span) // 1000,
-                 _us(grace) // 1000, take.lead, len(take.ids), *take.ids]
+                 _us(grace) // 1000, take.lead, "1" if take.waiting else "0",
+                 len(take.ids), *take.ids]
         finished, requeued, jobs, head_us, leader, leader_ms, registered = \
             self._call("claim", *args)
         return Reply(
@@ -144,11 +147,15 @@ class Scripts:
             registered=bool(registered))
 
     def cancel(self, me: str, job_ids: Sequence[str], client_id: str = "",
-               not_due_only: bool = False) -> list[Withdrawn]:
+               not_due_only: bool = False, *, nonce: str = "",
+               settle: bool = False) -> tuple[list[Withdrawn], list[Held]]:
         rows = self._call("cancel", me, self._ttl_ms, self._keep_ms, client_id,
-                          "1" if not_due_only else "0", *job_ids)
-        return [Withdrawn(job_id=_text(i), client_id=_text(c), mine=bool(m))
-                for i, c, m in rows]
+                          "1" if not_due_only else "0", "settle" if settle else "", nonce,
+                          *job_ids)
+        return ([Withdrawn(job_id=_text(row[0]), client_id=_text(row[1]), mine=row[2] == 1)
+                 for row in rows if row[2] != 2],
+                [Held(job_id=_text(row[0]), client_id=_text(row[1]), holder=_text(row[3]))
+                 for row in rows if row[2] == 2])
 
     def watch(self, me: str, job_id: str) -> StoredEnd | None:
         row = self._call("watch", me, job_id)
@@ -194,9 +201,10 @@ def _claimed(row: list[Any]) -> Claimed:
         due_wall=int(due_us) / US, submitted_wall=int(submitted_us) / US)
 
 
-def parse_ended(message: bytes) -> StoredEnd | None:
-    """A job's end as the scripts publish it on a manager's channel (``ended_message`` in
-    common.lua); None for any other message (an inbox that has ids to drain)."""
+def parse_ended(message: bytes) -> list[StoredEnd] | None:
+    """The ends of jobs as the scripts publish them on a manager's channel, one or more
+    (``ended_message`` and ``send_outbox`` in common.lua); None for any other message (an
+    inbox that has ids to drain, a cancel's request)."""
     if not message.startswith(b"E"):
         return None
     fields: list[bytes] = []
@@ -206,7 +214,17 @@ def parse_ended(message: bytes) -> StoredEnd | None:
         size = int(message[at:colon])
         fields.append(message[colon + 1:colon + 1 + size])
         at = colon + 1 + size
-    job_id, state, client, crashed, outcome = fields
-    return StoredEnd(job_id=job_id.decode(), state=JobState(state.decode()),
-                 outcome=outcome or None, crashed_worker=crashed.decode() or None,
-                 client_id=client.decode(), owner="")
+    return [StoredEnd(job_id=job_id.decode(), state=JobState(state.decode()),
+                      outcome=outcome or None, crashed_worker=crashed.decode() or None,
+                      client_id=client.decode(), owner="")
+            for job_id, state, client, crashed, outcome
+            in zip(*[iter(fields)] * 5, strict=True)]
+
+
+def parse_cancel_request(message: bytes) -> tuple[str, list[str]] | None:
+    """A cancel's request to give back prefetched jobs (cancel.lua: "C" nonce " " ids):
+    its nonce and the job ids; None for any other message."""
+    if not message.startswith(b"C"):
+        return None
+    nonce, *job_ids = message[1:].decode().split(" ")
+    return nonce, job_ids

@@ -7,7 +7,8 @@ Keys, all under the deployment's hash tag ``{prefix}`` (one Redis Cluster slot):
                      same µs sort by priority, then seq: the exact (due, priority, seq) order
     {p}:j:<id>       hash: the job (client, owner manager, key, name, payload, level, due,
                      seq, timeout, retries, attempt, state, worker, manager, lease token,
-                     finished, outcome); expires result_ttl after the job ended
+                     prefetched, a cancel's mark, finished, outcome); expires result_ttl
+                     after the job ended
     {p}:k:<key>      the id of the job holding an idempotency key (expires with the job)
     {p}:seq {p}:token  counters: submission order; lease fencing tokens
     {p}:all {p}:ended  sorted sets by seq and by end time: listings, and their pruning
@@ -17,6 +18,9 @@ Keys, all under the deployment's hash tag ``{prefix}`` (one Redis Cluster slot):
     {p}:in:<mgr>     list: ids of ended jobs whose clients it serves, or that they watch
     {p}:w:<id>       set: managers (besides the owner) whose clients watch a job
     {p}:leader       the manager whose taker waits, timed, for the head (SET NX PX)
+    {p}:idle         sorted set: managers with a taker waiting for work, by when that
+                     mark lapses (others prefetch nothing meanwhile)
+    {p}:cr:<nonce>   list: answers to a cancel that waits for prefetched jobs (BLPOP)
     {p}:stats        hash: counters across managers
     {p}:s:spec {p}:s:state {p}:s:order   schedules
     channels {p}:wake (the head changed, or the lead is free) and {p}:ch:<mgr> (inbox)
@@ -31,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -40,6 +45,7 @@ from mpsched._store.base import Store, StoredSchedule, check_options
 from mpsched._store.redis.records import (
     Beat,
     Finish,
+    Held,
     ManagerRecord,
     NewJob,
     QueueCounts,
@@ -162,24 +168,50 @@ class RedisStore(Store):
                                        max_pending=max_pending)
 
     def report(self, me: str, lease_timeout: float, finishes: Sequence[Finish] = (),
-               requeues: Sequence[Requeue] = (), take: Take | None = None) -> Reply:
-        """End leases, put jobs back, then claim (see the claim script), in one call;
-        ``me`` renews its leases for ``lease_timeout`` seconds."""
+               requeues: Sequence[Requeue] = (), take: Take | None = None,
+               answers: Sequence[str] = ()) -> Reply:
+        """End leases, put jobs back, answer the cancels (by nonce) that waited for them,
+        then claim (see the claim script), in one call; ``me`` renews its leases for
+        ``lease_timeout`` seconds."""
         with self.errors():
             return self.scripts.claim(me, lease_timeout, finishes, requeues, take or Take(),
-                                      span=LEAD_SPAN, grace=LEAD_GRACE)
+                                      span=LEAD_SPAN, grace=LEAD_GRACE, answers=answers)
 
     def cancel_jobs(self, me: str, job_ids: Sequence[str]) -> list[Withdrawn]:
         """Cancel those of ``job_ids`` that are pending; the managers of their clients and
         watchers are told (``me`` tells its own: ``Withdrawn.mine``)."""
         with self.errors():
-            return self.scripts.cancel(me, job_ids)
+            return self.scripts.cancel(me, job_ids)[0]
+
+    def cancel_or_ask(self, me: str, job_ids: Sequence[str],
+                      nonce: str) -> tuple[list[Withdrawn], list[Held]]:
+        """:meth:`cancel_jobs`; and those a manager holds prefetched are marked under
+        ``nonce``, and that manager asked to give them back (see the cancel script):
+        :meth:`settle_cancel` says which were."""
+        with self.errors():
+            return self.scripts.cancel(me, job_ids, nonce=nonce)
+
+    def settle_cancel(self, me: str, nonce: str, job_ids: Sequence[str], *, asked: int,
+                      wait: float) -> list[Withdrawn]:
+        """Wait up to ``wait`` seconds for the ``asked`` managers that :meth:`cancel_or_ask`
+        asked to answer (on a list of the server's: no polling), then settle: those of
+        ``job_ids`` that were given back and cancelled; the others had started (their
+        cancel failed), or their manager did not answer in time."""
+        with self.errors():
+            answer = f"{self.base}cr:{nonce}"
+            deadline = time.monotonic() + wait
+            while asked > 0 and (left := deadline - time.monotonic()) > 0:
+                if self.client.blpop([answer], timeout=max(left, 0.001)) is None:
+                    break
+                asked -= 1
+            self.client.delete(answer)
+            return self.scripts.cancel(me, job_ids, nonce=nonce, settle=True)[0]
 
     def cancel_client(self, me: str, client_id: str, *,
                       not_due_only: bool = False) -> list[Withdrawn]:
         """Cancel every pending job of a client (only those not yet due)."""
         with self.errors():
-            return self.scripts.cancel(me, (), client_id, not_due_only)
+            return self.scripts.cancel(me, (), client_id, not_due_only)[0]
 
     def not_yet_due(self, client_id: str) -> list[str]:
         """The ids of a client's pending jobs not yet due by the server's clock."""

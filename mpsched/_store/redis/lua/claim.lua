@@ -1,14 +1,25 @@
 -- Report and claim, in one call: end the leases of jobs that finished, put back those
--- whose lease was lost, then claim up to n due jobs for `worker` (or the pending jobs
--- named in `ids`), in (due, priority, seq) order on the server's clock.
+-- whose lease was lost (or that a worker was handed and did not start), answer the
+-- cancels that waited for those, then claim up to n due jobs for `worker` (or the
+-- pending jobs named in `ids`), in (due, priority, seq) order on the server's clock.
 --
 -- ARGV: B, me, lease_ms, ttl_ms, keep_ms,
 --       nf, {id, token, state, outcome} * nf,
 --       nr, {id, token, retry} * nr,
---       n, worker, early_us, span_ms, grace_ms, lead, ni, {id} * ni
+--       na, {nonce} * na,
+--       n, worker, early_us, span_ms, grace_ms, lead, waiting, ni, {id} * ni
 --
--- A job due within early_us from now may be claimed: its lease says how long until it is
--- due (a duration, never an instant), and the worker waits that long itself.
+-- The first job claimed may be due within early_us from now: its lease says how long
+-- until it is due (a duration, never an instant), and the worker waits that long itself.
+-- The others are *prefetched* (marked pf): each is due now, has no timeout and is not a
+-- schedule's run (its id has no "@"); the claim stops at the first that is not. Each
+-- has a lease and a token of its own. Nothing is prefetched while another manager has
+-- a taker waiting for work (the `idle` set: a manager is in it from a take that claims
+-- nothing, or while `waiting` = '1': another taker of its waits, until a take of its
+-- claims with none waiting; a mark lasts IDLE_MS at most, and leaves with its manager).
+--
+-- The ends of the jobs finished here go to each other manager that delivers them in one
+-- message (send_outbox).
 --
 -- Returns {finished, requeued, jobs, head_us, leader, leader_ms, registered}:
 --   finished, requeued: per report, finish()'s and requeue()'s result;
@@ -29,21 +40,31 @@ local now = now_us()
 local i = 6
 
 local finished = {}
+local outbox = new_outbox()
 local nf = tonumber(ARGV[i]); i = i + 1
 for k = 1, nf do
   finished[k] = finish(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], me, ttl_ms, keep_ms,
-                       now)
+                       now, outbox)
   i = i + 4
 end
+send_outbox(outbox, now)
 
 local requeued = {}
 local new_head = false
 local nr = tonumber(ARGV[i]); i = i + 1
 for k = 1, nr do
-  requeued[k] = requeue(ARGV[i], ARGV[i + 1], ARGV[i + 2])
+  requeued[k] = requeue(ARGV[i], ARGV[i + 1], ARGV[i + 2], ttl_ms, keep_ms, now)
   if requeued[k] == 2 then new_head = true end
   i = i + 3
 end
+
+local na = tonumber(ARGV[i]); i = i + 1
+for k = 0, na - 1 do
+  local answer = B .. 'cr:' .. ARGV[i + k]
+  redis.call('RPUSH', answer, '1')
+  redis.call('PEXPIRE', answer, 60000)
+end
+i = i + na
 
 local n = tonumber(ARGV[i])
 local worker = ARGV[i + 1]
@@ -51,7 +72,9 @@ local early = tonumber(ARGV[i + 2])
 local span_ms = tonumber(ARGV[i + 3])
 local grace_ms = tonumber(ARGV[i + 4])
 local lead = ARGV[i + 5]
-local ni = tonumber(ARGV[i + 6]); i = i + 7
+local waiting = ARGV[i + 6] == '1'
+local ni = tonumber(ARGV[i + 7]); i = i + 8
+local IDLE_MS = 60000
 
 local registered = 1
 if redis.call('ZSCORE', B .. 'managers', me) then
@@ -61,16 +84,26 @@ else
   n, ni, lead = 0, 0, ''
 end
 
-local function lease(id)
-  local jk = B .. 'j:' .. id
-  local f = redis.call('HMGET', jk, 'c', 'o', 'k', 'n', 'p', 'pr', 'd', 's', 'to', 'r', 'a',
-                       'sub')
+local function fields(id)
+  return redis.call('HMGET', B .. 'j:' .. id, 'c', 'o', 'k', 'n', 'p', 'pr', 'd', 's', 'to',
+                    'r', 'a', 'sub')
+end
+
+-- What the leases of one call change besides each job's hash, written once at its end.
+local leased = {ids = {}, members = {}, clients = {}, levels = {}}
+
+local function lease(id, f, prefetched, token)
   local attempt = tonumber(f[11]) + 1
-  local token = redis.call('INCR', B .. 'token')
-  redis.call('HSET', jk, 'st', 'running', 'a', attempt, 't', token, 'w', worker, 'm', me)
-  redis.call('SADD', B .. 'l:' .. me, id)
-  redis.call('ZREM', B .. 'c:' .. f[1], id)
-  redis.call('HINCRBY', B .. 'stats', 'pending:' .. f[6], -1)
+  redis.call('HSET', B .. 'j:' .. id, 'st', 'running', 'a', attempt, 't', token,
+             'w', worker, 'm', me, 'pf', prefetched and '1' or '0')
+  leased.ids[#leased.ids + 1] = id
+  local ofclient = leased.clients[f[1]]
+  if not ofclient then
+    ofclient = {}
+    leased.clients[f[1]] = ofclient
+  end
+  ofclient[#ofclient + 1] = id
+  leased.levels[f[6]] = (leased.levels[f[6]] or 0) + 1
   local delay = tonumber(f[7]) - now
   if delay < 0 then delay = 0 end
   return {id, f[5], delay, f[9], attempt, token, f[6], f[8], f[1], f[2], f[10], f[3], f[4],
@@ -83,15 +116,49 @@ if ni > 0 then
     local id = ARGV[i + k - 1]
     local f = redis.call('HMGET', B .. 'j:' .. id, 'st', 'pr', 's')
     if f[1] == 'pending' then
-      redis.call('ZREM', B .. 'due', member(f[2], f[3], id))
-      jobs[#jobs + 1] = lease(id)
+      leased.members[#leased.members + 1] = member(f[2], f[3], id)
+      jobs[#jobs + 1] = lease(id, fields(id), false, redis.call('INCR', B .. 'token'))
     end
   end
 elseif n > 0 then
-  local due = redis.call('ZRANGEBYSCORE', B .. 'due', '-inf', now + early, 'LIMIT', 0, n)
-  for _, m in ipairs(due) do
-    redis.call('ZREM', B .. 'due', m)
-    jobs[#jobs + 1] = lease(string.sub(m, 19))
+  if n > 1 then
+    for _, m in ipairs(redis.call('ZRANGEBYSCORE', B .. 'idle', now, '+inf', 'LIMIT', 0, 2)) do
+      if m ~= me then n = 1 end
+    end
+  end
+  local due = redis.call('ZRANGEBYSCORE', B .. 'due', '-inf', now + early, 'WITHSCORES',
+                         'LIMIT', 0, n)
+  -- Tokens for every job it may claim at once (one it does not claim leaves a gap: a
+  -- token need only be new).
+  local token = #due > 0 and redis.call('INCRBY', B .. 'token', #due / 2) - #due / 2
+  for k = 1, #due, 2 do
+    local id = string.sub(due[k], 19)
+    local f = fields(id)
+    if k > 1 and (tonumber(due[k + 1]) > now or (f[9] and f[9] ~= '')
+                  or string.find(id, '@', 1, true)) then
+      break
+    end
+    leased.members[#leased.members + 1] = due[k]
+    token = token + 1
+    jobs[#jobs + 1] = lease(id, f, k > 1, token)
+  end
+end
+if #jobs > 0 then
+  redis.call('ZREM', B .. 'due', unpack(leased.members))
+  redis.call('SADD', B .. 'l:' .. me, unpack(leased.ids))
+  for client, ids in pairs(leased.clients) do
+    redis.call('ZREM', B .. 'c:' .. client, unpack(ids))
+  end
+  for level, count in pairs(leased.levels) do
+    redis.call('HINCRBY', B .. 'stats', 'pending:' .. level, -count)
+  end
+end
+
+if n > 0 or ni > 0 then
+  if waiting or (#jobs == 0 and lead == 'wait') then
+    redis.call('ZADD', B .. 'idle', now + IDLE_MS * 1000, me)
+  else
+    redis.call('ZREM', B .. 'idle', me)
   end
 end
 

@@ -27,20 +27,30 @@ end
 -- A job's end as a message on a manager's channel: "E" then each field as its length,
 -- ":" and itself (id, state, client, crashed worker, outcome).
 local function ended_message(id, state, client, crashed, outcome)
-  local text = 'E'
+  local parts = {'E'}
   for _, field in ipairs({id, state, client, crashed or '', outcome or ''}) do
-    text = text .. #field .. ':' .. field
+    parts[#parts + 1] = #field .. ':'
+    parts[#parts + 1] = field
   end
-  return text
+  return table.concat(parts)
 end
 
 -- Tell the managers that deliver a job's end to clients: its owner (the manager its
 -- client submitted through) and those whose clients watch it (`watched`: any do). A
 -- small end goes whole in a message on each one's channel; one that no subscriber took
 -- (or a large one) goes by id to its inbox list, with a "1" on its channel when that list
--- was empty. Returns 1 when `me` is one of them (it delivers the end itself, straight
--- away), and whether another is.
-local function notify(id, owner, me, watched, message)
+-- was empty. With an `outbox` (see send_outbox), the messages of one call wait there and
+-- go as one message per manager at its end. Returns 1 when `me` is one of them (it
+-- delivers the end itself, straight away), and whether another is.
+local function live(m, outbox)
+  if not outbox then return redis.call('ZSCORE', B .. 'managers', m) end
+  if outbox.live[m] == nil then
+    outbox.live[m] = redis.call('ZSCORE', B .. 'managers', m) ~= false
+  end
+  return outbox.live[m]
+end
+
+local function notify(id, owner, me, watched, message, outbox)
   local mine = 0
   local targets = {}
   if watched then
@@ -52,9 +62,17 @@ local function notify(id, owner, me, watched, message)
   for _, m in ipairs(targets) do
     if m == me then
       mine = 1
-    elseif not told[m] and redis.call('ZSCORE', B .. 'managers', m) then
+    elseif not told[m] and live(m, outbox) then
       told[m] = true
-      if not message or redis.call('PUBLISH', B .. 'ch:' .. m, message) == 0 then
+      if message and outbox then
+        local box = outbox.boxes[m]
+        if not box then
+          box = {text = {'E'}, ids = {}}
+          outbox.boxes[m] = box
+        end
+        box.text[#box.text + 1] = string.sub(message, 2)
+        box.ids[#box.ids + 1] = id
+      elseif not message or redis.call('PUBLISH', B .. 'ch:' .. m, message) == 0 then
         if redis.call('RPUSH', B .. 'in:' .. m, id) == 1 then
           redis.call('PUBLISH', B .. 'ch:' .. m, '1')
         end
@@ -64,13 +82,46 @@ local function notify(id, owner, me, watched, message)
   return mine, next(told) ~= nil
 end
 
+-- An outbox: what the finishes of one call change besides each job's hash, written once
+-- at its end by send_outbox (notify's messages by manager, leases ended by manager,
+-- counts by state, ids ended), and which managers are live.
+local function new_outbox()
+  return {boxes = {}, live = {}, leases = {}, states = {}, ended = {}}
+end
+
+-- Write what an outbox holds: each manager's ends in one message (their fields one after
+-- the other), or by id to its inbox if no subscriber of its took it.
+local function send_outbox(outbox, now)
+  for m, ids in pairs(outbox.leases) do
+    redis.call('SREM', B .. 'l:' .. m, unpack(ids))
+  end
+  for state, count in pairs(outbox.states) do
+    redis.call('HINCRBY', B .. 'stats', state, count)
+  end
+  if #outbox.ended > 0 then
+    local scored = {}
+    for _, id in ipairs(outbox.ended) do
+      scored[#scored + 1] = now
+      scored[#scored + 1] = id
+    end
+    redis.call('ZADD', B .. 'ended', unpack(scored))
+  end
+  for m, box in pairs(outbox.boxes) do
+    if redis.call('PUBLISH', B .. 'ch:' .. m, table.concat(box.text)) == 0 then
+      if redis.call('RPUSH', B .. 'in:' .. m, unpack(box.ids)) == #box.ids then
+        redis.call('PUBLISH', B .. 'ch:' .. m, '1')
+      end
+    end
+  end
+end
+
 -- Ends small enough to travel whole in a channel message (a subscriber's output buffer
 -- is limited: 8 MiB by default).
 local INLINE = 16384
 
 -- Keep an ended job for ttl_ms (its record, outcome and key), then Redis forgets it.
 -- Another manager's inbox names it: it is kept at least keep_ms, long enough to be read.
-local function retire(id, key, ttl_ms, others, keep_ms, now)
+local function retire(id, key, ttl_ms, others, keep_ms, now, outbox)
   local jk = B .. 'j:' .. id
   local ttl = ttl_ms
   if others and ttl < keep_ms then ttl = keep_ms end
@@ -79,36 +130,76 @@ local function retire(id, key, ttl_ms, others, keep_ms, now)
     if ttl_ms > 0 then redis.call('PEXPIRE', B .. 'k:' .. key, ttl_ms)
     else redis.call('DEL', B .. 'k:' .. key) end
   end
-  redis.call('ZADD', B .. 'ended', now, id)
+  if outbox then
+    outbox.ended[#outbox.ended + 1] = id
+  else
+    redis.call('ZADD', B .. 'ended', now, id)
+  end
 end
 
 -- End a running job's lease with an outcome, if `token` is its lease's: 0 when the
 -- lease is stale (the job was taken back and given to another lease), else 1, or 2
--- when the caller (`me`) delivers the end itself.
-local function finish(id, token, state, outcome, me, ttl_ms, keep_ms, now)
+-- when the caller (`me`) delivers the end itself. What else changes waits in `outbox`
+-- (see send_outbox).
+local function finish(id, token, state, outcome, me, ttl_ms, keep_ms, now, outbox)
   local jk = B .. 'j:' .. id
   local f = redis.call('HMGET', jk, 't', 'st', 'o', 'k', 'm', 'c', 'wd')
   if f[1] ~= token or f[2] ~= 'running' then return 0 end
   redis.call('HSET', jk, 'st', state, 'f', now, 'out', outcome)
   redis.call('HDEL', jk, 'p')
-  redis.call('SREM', B .. 'l:' .. f[5], id)
-  redis.call('HINCRBY', B .. 'stats', state, 1)
+  local leases = outbox.leases[f[5]]
+  if not leases then
+    leases = {}
+    outbox.leases[f[5]] = leases
+  end
+  leases[#leases + 1] = id
+  outbox.states[state] = (outbox.states[state] or 0) + 1
   local message = nil
   if #outcome <= INLINE then message = ended_message(id, state, f[6], nil, outcome) end
-  local mine, others = notify(id, f[3], me, f[7], message)
-  retire(id, f[4], ttl_ms, others, keep_ms, now)
+  local mine, others = notify(id, f[3], me, f[7], message, outbox)
+  retire(id, f[4], ttl_ms, others, keep_ms, now, outbox)
   return 1 + mine
+end
+
+-- A job taken out of the queue unrun (pending, or prefetched and never started): its end
+-- is recorded as cancelled and told to its owner and watchers, except `me`, which tells
+-- its own clients. Its level's pending count and its place in the due set are the
+-- caller's.
+local function cancelled_end(id, client, owner, key, watched, me, ttl_ms, keep_ms, now)
+  local jk = B .. 'j:' .. id
+  redis.call('HSET', jk, 'st', 'cancelled', 'f', now)
+  redis.call('HDEL', jk, 'p')
+  redis.call('HINCRBY', B .. 'stats', 'cancelled', 1)
+  if key and redis.call('GET', B .. 'k:' .. key) == id then
+    redis.call('DEL', B .. 'k:' .. key)
+  end
+  local mine, others = notify(id, owner, me, watched,
+                              ended_message(id, 'cancelled', client, nil, nil))
+  retire(id, false, ttl_ms, others, keep_ms, now)
+  return mine
+end
+
+-- The manager whose cancel waits for a prefetched job (the `cx` field: "nonce|manager").
+local function canceller(cx)
+  return string.sub(cx, string.find(cx, '|', 1, true) + 1)
 end
 
 -- Put a running job back in the due set with its due time and seq (first among what is
 -- due), if `token` is its lease's. `retry` is '1' when this counts as an attempt (its
--- worker had it), '0' when it never started. Returns 1 if it went back, 2 if it became
--- the head, 0 for a stale lease.
-local function requeue(id, token, retry)
+-- worker had it), '0' when it never started: then, if a cancel waits for it (it was
+-- prefetched: see cancel.lua), it is cancelled instead. Returns 1 if it went back, 2 if
+-- it became the head, 3 if it was cancelled, 0 for a stale lease.
+local function requeue(id, token, retry, ttl_ms, keep_ms, now)
   local jk = B .. 'j:' .. id
-  local f = redis.call('HMGET', jk, 't', 'st', 'm', 'pr', 's', 'd', 'c', 'a')
+  local f = redis.call('HMGET', jk, 't', 'st', 'm', 'pr', 's', 'd', 'c', 'a', 'cx', 'o', 'k',
+                       'wd')
   if token and f[1] ~= token then return 0 end
   if f[2] ~= 'running' then return 0 end
+  redis.call('SREM', B .. 'l:' .. f[3], id)
+  if retry == '0' and f[9] then
+    cancelled_end(id, f[7], f[10], f[11], f[12], canceller(f[9]), ttl_ms, keep_ms, now)
+    return 3
+  end
   local fields = {'st', 'pending'}
   if retry == '0' then
     fields[3], fields[4] = 'a', tonumber(f[8]) - 1
@@ -116,7 +207,6 @@ local function requeue(id, token, retry)
     redis.call('HINCRBY', B .. 'stats', 'retried', 1)
   end
   redis.call('HSET', jk, unpack(fields))
-  redis.call('SREM', B .. 'l:' .. f[3], id)
   local m = member(f[4], f[5], id)
   redis.call('ZADD', B .. 'due', f[6], m)
   redis.call('ZADD', B .. 'c:' .. f[7], f[6], id)

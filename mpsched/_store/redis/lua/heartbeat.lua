@@ -27,7 +27,7 @@ for _, dead in ipairs(redis.call('ZRANGEBYSCORE', B .. 'managers', '-inf', now,
     local f = redis.call('HMGET', jk, 'st', 'm', 'a', 'r', 'w', 'c', 'o', 'k', 'wd')
     if f[1] == 'running' and f[2] == dead then
       if tonumber(f[3]) <= tonumber(f[4]) then
-        if requeue(id, nil, '1') == 2 then new_head = true end
+        if requeue(id, nil, '1', ttl_ms, keep_ms, now) == 2 then new_head = true end
         requeued = requeued + 1
       else
         redis.call('HSET', jk, 'st', 'failed', 'f', now, 'x', f[5])
@@ -42,6 +42,7 @@ for _, dead in ipairs(redis.call('ZRANGEBYSCORE', B .. 'managers', '-inf', now,
   end
   redis.call('DEL', B .. 'l:' .. dead, B .. 'm:' .. dead, B .. 'in:' .. dead)
   redis.call('ZREM', B .. 'managers', dead)
+  redis.call('ZREM', B .. 'idle', dead)
   if redis.call('GET', B .. 'leader') == dead then
     redis.call('DEL', B .. 'leader')
     new_head = true

@@ -5,6 +5,7 @@
 local me = ARGV[2]
 redis.call('DEL', B .. 'l:' .. me, B .. 'm:' .. me, B .. 'in:' .. me)
 redis.call('ZREM', B .. 'managers', me)
+redis.call('ZREM', B .. 'idle', me)
 if redis.call('GET', B .. 'leader') == me then
   redis.call('DEL', B .. 'leader')
   if head()[1] then wake() end

@@ -66,6 +66,8 @@ end
 local now = now_us()
 local old = head()[1]
 local seq = redis.call('INCRBY', B .. 'seq', #fresh) - #fresh
+-- The index entries of every job, written once each at the end.
+local due_set, all_set, by_client, levels = {}, {}, {}, {}
 for _, at in ipairs(fresh) do
   seq = seq + 1
   local id, client, key = ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
@@ -82,10 +84,32 @@ for _, at in ipairs(fresh) do
     redis.call('SET', B .. 'k:' .. key, id)
   end
   redis.call('HSET', B .. 'j:' .. id, unpack(fields))
-  redis.call('ZADD', B .. 'due', due, member(level, seq, id))
-  redis.call('ZADD', B .. 'all', seq, id)
-  redis.call('ZADD', B .. 'c:' .. client, due, id)
-  redis.call('HINCRBY', B .. 'stats', 'pending:' .. level, 1)
+  due_set[#due_set + 1] = due
+  due_set[#due_set + 1] = member(level, seq, id)
+  all_set[#all_set + 1] = seq
+  all_set[#all_set + 1] = id
+  local mine = by_client[client]
+  if not mine then
+    mine = {}
+    by_client[client] = mine
+  end
+  mine[#mine + 1] = due
+  mine[#mine + 1] = id
+  levels[level] = (levels[level] or 0) + 1
+end
+-- ZADD takes at most a few thousand arguments at once from Lua (unpack's limit).
+local function zadd(key, pairs_)
+  for from = 1, #pairs_, 4000 do
+    redis.call('ZADD', key, unpack(pairs_, from, math.min(from + 3999, #pairs_)))
+  end
+end
+if #fresh > 0 then
+  zadd(B .. 'due', due_set)
+  zadd(B .. 'all', all_set)
+  for client, entries in pairs(by_client) do zadd(B .. 'c:' .. client, entries) end
+  for level, count in pairs(levels) do
+    redis.call('HINCRBY', B .. 'stats', 'pending:' .. level, count)
+  end
 end
 redis.call('HINCRBY', B .. 'stats', 'submitted', #fresh)
 if #fresh > 0 and head()[1] ~= old then wake() end

@@ -1,0 +1,281 @@
+"""SharedPrefetch: the jobs a manager claims from Redis for a worker of its own beyond the
+one it takes (prefetched, as mpsched._core.prefetch explains), and giving them back.
+
+A claim of a batch is one script call for up to PREFETCH due jobs, each under a lease and
+a fencing token of its own, in (due, priority, seq) order; the worker claims each job
+beyond the first in its claim slot (mpsched._worker.claims) before it starts it, as with a
+queue in memory. What a peer manager cannot do is take them back: its idle worker, or an
+earlier or more urgent job it holds, cannot reach into this manager's table. So this
+manager gives back, by itself, what its workers have not started:
+
+- a batch still held PREFETCH_HOLD after it was handed out (its worker is held up by a
+  job that ran far longer than the last one): the watcher thread revokes the rest and
+  puts it back in Redis at its place in the order (a requeue that is no attempt), where
+  any manager's taker finds it; so no prefetched job waits more than PREFETCH_HOLD plus
+  one Redis call behind the worker that holds it;
+- a worker that leaves (recycled, or gone): what it did not start, and the batch claimed
+  for it that it never took;
+- a cancel, from any manager: the cancel script marks the job and asks its manager (a
+  message on its channel) to give back what its worker has not started; a job given back
+  while marked is cancelled (see lua/cancel.lua), and the manager answers the canceller.
+
+A revocation has the three steps of mpsched._core.prefetch (begin under the lock, the
+worker's slot without it, end under it); a give-back is one report call, made without
+the lock. One that Redis could not take is kept and sent again by the link's heartbeat.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+from collections.abc import Callable
+
+from mpsched._core.clock import Clock
+from mpsched._core.job import Assignment, Job, Outcome
+from mpsched._core.prefetch import PREFETCH_HOLD, Claims, Prefetched
+from mpsched._errors import StoreUnavailableError
+from mpsched._manager.shared_queue_base import SharedQueueBase
+from mpsched._manager.store_outage import StoreOutage
+from mpsched._store.redis.records import Claimed, Requeue
+from mpsched._store.redis.store import RedisStore
+
+log = logging.getLogger("mpsched.manager")
+
+CANCEL_WAIT = 2.0  # seconds a cancel waits for the manager asked to give a job back
+
+
+class SharedPrefetch(SharedQueueBase):
+    """Prefetched jobs on a shared queue (arguments: as SharedQueueBase's, and ``claims``:
+    the local workers' claim slots; None: nothing is ever prefetched)."""
+
+    def __init__(self, store: RedisStore, *, manager_id: str, lease_timeout: float,
+                 clock: Clock | None = None, max_pending: int | None = None,
+                 outage: StoreOutage | None = None, claims: Claims | None = None) -> None:
+        super().__init__(store, manager_id=manager_id, lease_timeout=lease_timeout,
+                         clock=clock, max_pending=max_pending, outage=outage)
+        self._claims = claims
+        self._prefetched = Prefetched()  # under self._lock, as every field below
+        self._prefetchable: Callable[[Job], bool] | None = None  # Dispatch's predicate
+        self._more: dict[str, int] = {}  # worker id -> jobs beyond one its takes ask for
+        self._unreturned: list[Requeue] = []  # give-backs Redis could not take yet
+        self._batches = 0  # batches with prefetched jobs handed out so far
+        self._handed = self._given_back = 0  # prefetched jobs handed out; given back
+        self._hold_idle = True  # the watcher waits untimed: a batch handed must wake it
+        self._hold_thread: threading.Thread | None = None
+        # The hold watcher waits here: for the oldest batch held to reach PREFETCH_HOLD
+        # (timed), for the next look while batches follow each other (timed), or, idle,
+        # for a batch to be handed out (untimed). Notified by a batch handed out while it
+        # is idle, and by close() (all).
+        self._holds = self._clock.condition(self._lock)
+        # A taker whose worker's prefetched jobs are being revoked waits here until that
+        # ends; notified (all) at the end of every revocation.
+        self._revoke_done = self._clock.condition(self._lock)
+
+    # ------------------------------------------------------------------ handing out
+
+    def _batch_size_locked(self, worker_id: str) -> int:
+        """How many jobs to claim for ``worker_id`` at once: 1, or with prefetched ones
+        when its worker asks for them, no other taker of ours waits for work, and no
+        revocation of it is under way."""
+        more = self._more.get(worker_id, 0)
+        if (more <= 0 or self._claims is None or self._waiting
+                or not self._prefetched.may_hand_locked(worker_id)):
+            return 1
+        return 1 + more
+
+    def _grant_locked(self, worker_id: str, jobs: list[Claimed],
+                      grant: Callable[[Claimed], Assignment]) -> tuple[list[Assignment],
+                                                                       list[Requeue]]:
+        """Lease ``jobs`` to ``worker_id`` (``grant`` leases one); returns the batch, and
+        the jobs to give back: those after the first that may not be prefetched (a
+        schedule's run), or all but the first for a worker that cannot claim them."""
+        first, *rest = jobs
+        keep = 0
+        if rest and self._claims is not None and self._prefetched.may_hand_locked(worker_id) \
+                and self._claims.reopen(worker_id):
+            while keep < len(rest) and (self._prefetchable is None
+                                        or self._prefetchable(_stub(rest[keep]))):
+                keep += 1
+        batch = [grant(claimed) for claimed in (first, *rest[:keep])]
+        if len(batch) > 1:
+            now = self._clock.now()
+            self._prefetched.handed_locked(
+                worker_id, [(a.lease.lease_id, _job_of(a)) for a in batch[1:]], now)
+            self._batches += 1
+            self._handed += len(batch) - 1
+            self._start_watching_locked()
+        return batch, [Requeue(job_id=c.job_id, token=c.token, retry=False)
+                       for c in rest[keep:]]
+
+    def _start_watching_locked(self) -> None:
+        if self._hold_thread is None:
+            self._hold_thread = threading.Thread(target=self._watch_holds, daemon=True,
+                                                 name="mpsched-prefetch-hold")
+            self._hold_thread.start()
+        elif self._hold_idle:
+            self._holds.notify()
+
+    def complete(self, lease_id: int, outcome: Outcome, worker_id: str = "") -> Job | None:
+        """End a lease with its worker's outcome: it started every job of its batch up to
+        this one."""
+        with self._lock:
+            if worker_id:
+                self._prefetched.started_locked(worker_id, lease_id)
+        return super().complete(lease_id, outcome, worker_id)
+
+    # ------------------------------------------------------------------ giving back
+
+    def _revoke(self, worker_id: str) -> list[Requeue]:
+        """Revoke the prefetched jobs ``worker_id`` has not started (the three steps of
+        mpsched._core.prefetch); their leases end here, and the requeues that give them
+        back to Redis are the caller's to send. Called without the lock."""
+        with self._lock:
+            lowest = self._prefetched.begin_revoke_locked(worker_id)
+        if lowest is None:
+            return []
+        assert self._claims is not None  # nothing is prefetched without
+        cut: int | None = None
+        try:
+            cut = self._claims.revoke(worker_id, lowest)
+        finally:
+            with self._lock:
+                entries = self._prefetched.end_revoke_locked(worker_id, cut)
+                self._revoke_done.notify_all()
+                back = []
+                for lease_id, job in entries:
+                    token = self._tokens.pop(job.job_id, None)
+                    if self.leases.drop_locked(lease_id) is not None and token is not None:
+                        back.append(Requeue(job_id=job.job_id, token=token, retry=False))
+        return back
+
+    def give_back(self, requeues: list[Requeue], answers: tuple[str, ...] = ()) -> None:
+        """Put jobs this manager's workers never started back in Redis (no attempt), and
+        answer the cancels that waited for them, in one call; kept for the heartbeat to
+        send again when Redis does not answer."""
+        if not requeues and not answers:
+            return
+        try:
+            reply = self.store.report(self.manager_id, self.lease_timeout,
+                                      requeues=requeues, answers=answers)
+        except StoreUnavailableError as exc:
+            log.warning("%d prefetched job(s) could not be given back yet (%s); they are "
+                        "sent again when the store is back", len(requeues), exc)
+            with self._lock:
+                self._unreturned += requeues
+            return
+        with self._lock:
+            self._given_back += sum(1 for r in reply.requeued if r in (1, 2))
+
+    def take_unreturned(self) -> list[Requeue]:
+        """The give-backs Redis could not take yet (the caller sends them again)."""
+        with self._lock:
+            unreturned, self._unreturned = self._unreturned, []
+            return unreturned
+
+    def put_back_unreturned(self, requeues: list[Requeue]) -> None:
+        with self._lock:
+            self._unreturned[:0] = requeues
+
+    def revoke(self, worker_id: str) -> int:
+        """A worker leaves to be replaced: give back the prefetched jobs it did not start
+        and the batch claimed for it that it never took; returns how many."""
+        with self._lock:
+            ready = self._ready.pop(worker_id, [])
+            back = []
+            for assignment in ready:
+                token = self._tokens.pop(assignment.lease.job_id, None)
+                if self.leases.drop_locked(assignment.lease.lease_id) is not None \
+                        and token is not None:
+                    back.append(Requeue(job_id=assignment.lease.job_id, token=token,
+                                        retry=False))
+        back += self._revoke(worker_id)
+        self.give_back(back)
+        return len(back)
+
+    def give_back_for_cancel(self, job_ids: list[str], nonce: str | None) -> None:
+        """A cancel waits for ``job_ids``: give back the unstarted prefetched jobs of
+        the workers that hold any (the cancel script cancels those it marked), then
+        answer it (``nonce``: another manager's cancel waits for the answer)."""
+        with self._lock:
+            holders = {w for job_id in job_ids
+                       if (w := self._prefetched.holder_locked(job_id)) is not None}
+        back: list[Requeue] = []
+        for worker_id in sorted(holders):
+            back += self._revoke(worker_id)
+        self.give_back(back, () if nonce is None else (nonce,))
+
+    def cancel_jobs(self, job_ids: list[str]) -> list[Job]:
+        """Cancel those of ``job_ids`` that are pending, or prefetched by any manager and
+        not started yet (that manager gives them back first, within CANCEL_WAIT); the
+        jobs cancelled (their ids and clients) whose end this manager tells."""
+        nonce = secrets.token_hex(8)
+        withdrawn, asked = self.store.cancel_or_ask(self.manager_id, job_ids, nonce)
+        if asked:
+            mine = [w.job_id for w in asked if w.holder == self.manager_id]
+            if mine:
+                self.give_back_for_cancel(mine, None)
+            others = {w.holder for w in asked if w.holder != self.manager_id}
+            withdrawn += self.store.settle_cancel(
+                self.manager_id, nonce, [w.job_id for w in asked], asked=len(others),
+                wait=CANCEL_WAIT)
+        with self._lock:
+            self._cancelled += len(withdrawn)
+        return [Job(job_id=w.job_id, client_id=w.client_id, payload=b"", priority=0, due=0.0,
+                    seq=0) for w in withdrawn]
+
+    def _prefetch_counts_locked(self) -> tuple[int, int]:
+        return self._handed, self._given_back
+
+    # ------------------------------------------------------------------ the watcher
+
+    def _watch_holds(self) -> None:
+        """Give back the rest of each batch still held PREFETCH_HOLD after it was handed
+        out. While batches follow each other it looks every PREFETCH_HOLD on its own; it
+        sleeps untimed once one such look found none handed out."""
+        with self._lock:
+            while not self._closed:
+                first = self._prefetched.first_handed_locked()
+                if first is None:
+                    if self._hold_idle:
+                        self._holds.wait()
+                    else:
+                        seen = self._batches
+                        self._holds.wait(PREFETCH_HOLD)
+                        self._hold_idle = seen == self._batches and not self._prefetched
+                    continue
+                self._hold_idle = False
+                now = self._clock.now()
+                if first + PREFETCH_HOLD > now:
+                    self._holds.wait(first + PREFETCH_HOLD - now)
+                    continue
+                held = self._prefetched.held_since_locked(now - PREFETCH_HOLD)
+                self._lock.release()
+                try:
+                    back: list[Requeue] = []
+                    for worker_id in held:
+                        back += self._revoke(worker_id)
+                    self.give_back(back)
+                except Exception:  # the watcher must outlive any error of its own
+                    log.exception("giving back prefetched jobs failed")
+                finally:
+                    self._lock.acquire()
+
+    def close(self) -> None:
+        super().close()
+        with self._lock:
+            self._holds.notify_all()
+            self._revoke_done.notify_all()
+
+
+def _stub(claimed: Claimed) -> Job:
+    """Enough of a claimed job for Dispatch's prefetchable predicate (it reads the id)."""
+    return Job(job_id=claimed.job_id, client_id=claimed.client_id, payload=b"",
+               priority=claimed.priority, due=0.0, seq=claimed.seq)
+
+
+def _job_of(assignment: Assignment) -> Job:
+    """The in-flight job of an assignment, as the prefetch table records it (the table
+    names jobs by id)."""
+    return Job(job_id=assignment.lease.job_id, client_id="", payload=b"", priority=0,
+               due=0.0, seq=0)
