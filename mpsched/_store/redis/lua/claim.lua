@@ -97,11 +97,7 @@ local function lease(id, f, prefetched, token)
   redis.call('HSET', B .. 'j:' .. id, 'st', 'running', 'a', attempt, 't', token,
              'w', worker, 'm', me, 'pf', prefetched and '1' or '0')
   leased.ids[#leased.ids + 1] = id
-  local ofclient = leased.clients[f[1]]
-  if not ofclient then
-    ofclient = {}
-    leased.clients[f[1]] = ofclient
-  end
+  local ofclient = list_in(leased.clients, f[1])
   ofclient[#ofclient + 1] = id
   leased.levels[f[6]] = (leased.levels[f[6]] or 0) + 1
   local delay = tonumber(f[7]) - now

@@ -13,6 +13,16 @@ local function member(level, seq, id)
   return level .. string.format('%016d', tonumber(seq)) .. ':' .. id
 end
 
+-- The list kept under ``key`` in ``map``, made empty on first use.
+local function list_in(map, key)
+  local list = map[key]
+  if not list then
+    list = {}
+    map[key] = list
+  end
+  return list
+end
+
 -- Ask one waiting manager to look at the queue again (its head changed, or the timed
 -- waiter left); every manager's subscriber hears it.
 local function wake()
@@ -147,11 +157,7 @@ local function finish(id, token, state, outcome, me, ttl_ms, keep_ms, now, outbo
   if f[1] ~= token or f[2] ~= 'running' then return 0 end
   redis.call('HSET', jk, 'st', state, 'f', now, 'out', outcome)
   redis.call('HDEL', jk, 'p')
-  local leases = outbox.leases[f[5]]
-  if not leases then
-    leases = {}
-    outbox.leases[f[5]] = leases
-  end
+  local leases = list_in(outbox.leases, f[5])
   leases[#leases + 1] = id
   outbox.states[state] = (outbox.states[state] or 0) + 1
   local message = nil

@@ -88,11 +88,7 @@ for _, at in ipairs(fresh) do
   due_set[#due_set + 1] = member(level, seq, id)
   all_set[#all_set + 1] = seq
   all_set[#all_set + 1] = id
-  local mine = by_client[client]
-  if not mine then
-    mine = {}
-    by_client[client] = mine
-  end
+  local mine = list_in(by_client, client)
   mine[#mine + 1] = due
   mine[#mine + 1] = id
   levels[level] = (levels[level] or 0) + 1
