@@ -36,23 +36,23 @@ def bench_url() -> str:
 # ------------------------------------------------------------------------------ jobs
 
 
-def mark(path: str) -> None:
-    """The throughput job: one byte appended (the file's size counts the runs)."""
+def _append(path: str, data: bytes) -> None:
+    """One write at the end of ``path`` (O_APPEND: runs in several processes never mix)."""
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
-        os.write(fd, b".")
+        os.write(fd, data)
     finally:
         os.close(fd)
+
+
+def mark(path: str) -> None:
+    """The throughput job: one byte appended (the file's size counts the runs)."""
+    _append(path, b".")
 
 
 def stamp_line(path: str, key: str, hold: float = 0.0) -> None:
     """Append ``key wall-clock-start pid``, then sleep ``hold`` seconds."""
-    line = f"{key} {time.time()!r} {os.getpid()}\n".encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        os.write(fd, line)
-    finally:
-        os.close(fd)
+    _append(path, f"{key} {time.time()!r} {os.getpid()}\n".encode())
     if hold:
         time.sleep(hold)
 

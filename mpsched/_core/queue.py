@@ -29,7 +29,7 @@ import dataclasses
 import heapq
 import operator
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from mpsched._core.clock import Clock, SystemClock
 from mpsched._core.hand_out import HandOut
@@ -337,7 +337,9 @@ class JobQueue:
         choosing the first ``limit`` (O(n log limit)) happens after. The Jobs are the
         queue's own records: read them only."""
         with self._lock:
-            pending = list(self._pending) if state in (None, JobState.PENDING) else []
+            # A snapshot: iterating PendingJobs copies its jobs when the iterator is made.
+            pending: Iterable[Job] = iter(self._pending) if state in (
+                None, JobState.PENDING) else ()
             running: list[tuple[Job, str | None]] = (
                 [(job, lease.worker_id) for job, lease in self.leases.jobs_locked()]
                 if state in (None, JobState.RUNNING) else [])
