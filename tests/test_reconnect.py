@@ -29,7 +29,7 @@ from served import START_TIMEOUT, Manager, Processes, serve
 import mpsched
 from mpsched import ManagerConnectionLostError
 from mpsched._client.futures import ClientCore
-from mpsched._protocol.proxy import connect_service
+from mpsched._protocol.proxy import ServiceProxy, connect_service
 from mpsched._transport import connect
 from mpsched._transport.connect import client_connection
 from mpsched._transport.wire import FastConnection
@@ -173,6 +173,25 @@ def test_a_manager_that_stalls_just_after_connect_costs_the_client_nothing(
     assert sent.result(timeout=WAIT) == 32
     assert client.submit(pow, 2, 6).result(timeout=WAIT) == 64
     assert said(client_log, LOST) == 0
+
+
+def test_a_manager_that_stalls_while_a_client_opens_its_connections_is_unreachable(
+        make_scheduler: Callable[..., mpsched.Scheduler],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    s = make_scheduler(workers=1)
+
+    def stalled(proxy: ServiceProxy, thread_name: str) -> FastConnection:
+        # What the handshake of a thread's connection raises when the manager stops
+        # answering after it accepted the client's first connection.
+        raise TimeoutError("timed out")
+
+    monkeypatch.setattr(ServiceProxy, "open_connection", stalled)
+    with pytest.raises(mpsched.ManagerUnreachableError) as raised:
+        mpsched.connect(s.address, authkey=s.authkey)
+    assert "stopped answering while the client opened its connections" in str(raised.value)
+    monkeypatch.undo()
+    with mpsched.connect(s.address, authkey=s.authkey) as client:  # the manager is fine
+        assert client.submit(pow, 2, 5).result(timeout=WAIT) == 32
 
 
 # ------------------------------------------------------------------------------ proxies
