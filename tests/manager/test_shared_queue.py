@@ -74,8 +74,8 @@ class Peer:
         self.queue.on_unregistered(self.link.beat_now)
         self.link.start()
 
-    def submit(self, job_id: str, delay: float = 0.0) -> None:
-        self.store.submit_jobs([NewJob(job_id, "c1", None, "f", b"payload", 2, delay, None,
+    def submit(self, job_id: str, delay: float = 0.0, client: str = "c1") -> None:
+        self.store.submit_jobs([NewJob(job_id, client, None, "f", b"payload", 2, delay, None,
                                        None, 0)], self.queue.manager_id)
 
     def close(self) -> None:
@@ -381,6 +381,59 @@ def test_a_cancel_through_another_manager_takes_a_prefetched_job_back_unless_it_
     started = time.monotonic()
     assert [job.job_id for job in holder.queue.cancel_jobs(["j6"])] == ["j6"]
     assert time.monotonic() - started < 1.0
+
+
+@pytest.mark.parametrize("through", ["other", "holder"])
+def test_a_cancel_of_a_clients_jobs_takes_back_those_prefetched_unless_started(
+        peers: Callable[..., Peer], no_hold: None, through: str) -> None:
+    slots = Slots()
+    holder, other = peers("m1", claims=slots), peers("m2")
+    for n in range(5):
+        holder.submit(f"j{n}", client="c2" if n == 2 else "c1")
+    holder.submit("later", delay=60)
+    batch = holder.queue.take_batch("w1", 5.0, more=3)  # j0, and j1 to j3 prefetched
+    slots.started["w1"] = batch[1].lease.lease_id  # j0 and j1 started
+    canceller = other if through == "other" else holder
+    started = time.monotonic()
+    cancelled = canceller.queue.cancel_client_jobs("c1")
+    assert sorted(job.job_id for job in cancelled) == ["j3", "j4", "later"]
+    assert all(job.client_id == "c1" for job in cancelled)
+    assert time.monotonic() - started < 1.0  # the holder answered: no wait for CANCEL_WAIT
+    assert [state(holder, f"j{n}")[0] for n in range(5)] == [
+        JobState.RUNNING, JobState.RUNNING, JobState.PENDING, JobState.CANCELLED,
+        JobState.CANCELLED]
+    assert state(holder, "j2") == (JobState.PENDING, 0)  # c2's: back in the queue
+    assert holder.queue.held() == 2  # j0 and j1 run to their ends
+    record = holder.store.get("j1")
+    assert record is not None and record.state is JobState.RUNNING
+    assert holder.store.client.hget(f"{holder.store.base}j:j1", "cx") is None  # unmarked
+
+
+def test_a_cancel_of_a_clients_jobs_waits_for_a_silent_holder_no_longer_than_its_bound(
+        peers: Callable[..., Peer], no_hold: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    slots = Slots()
+    holder, other = peers("m1", claims=slots), peers("m2")
+    stalled, resume = threading.Event(), threading.Event()
+
+    def stall(job_ids: list[str], nonce: str | None) -> None:
+        stalled.set()
+        resume.wait(JOIN)
+
+    monkeypatch.setattr(holder.queue, "give_back_for_cancel", stall)
+    try:
+        for n in range(4):
+            holder.submit(f"j{n}")
+        holder.queue.take_batch("w1", 5.0, more=2)  # j0, with j1 and j2 prefetched
+        started = time.monotonic()
+        assert [job.job_id for job in other.queue.cancel_client_jobs("c1")] == ["j3"]
+        took = time.monotonic() - started
+        assert stalled.is_set()
+        assert shared_prefetch.CANCEL_WAIT <= took < shared_prefetch.CANCEL_WAIT + 1.0
+    finally:
+        resume.set()
+    # The cancel settled without them: they are unmarked, held by their manager still.
+    assert [state(holder, f"j{n}")[0] for n in range(3)] == [JobState.RUNNING] * 3
+    assert holder.store.client.hget(f"{holder.store.base}j:j1", "cx") is None
 
 
 def test_a_worker_that_leaves_gives_back_what_it_did_not_start(

@@ -161,6 +161,37 @@ def test_a_prefetched_job_a_cancel_waits_for_is_cancelled_when_given_back(
     pubsub.close()
 
 
+def test_a_cancel_of_a_clients_jobs_asks_for_those_any_manager_holds_prefetched(
+        store: RedisStore) -> None:
+    pubsub = store.subscriber()
+    pubsub.subscribe(store.base + "ch:m2")
+    pubsub.get_message(timeout=1.0)
+    store.submit_jobs([new("a"), new("b"), new("x", client="c2"), new("c"), new("d"),
+                       new("e", delay=60)], "m1")
+    _, b, _, c = take(store, "m2", want=4).jobs
+    assert [j.job_id for j in take(store, "m1", want=1).jobs] == ["d"]
+    # Only due jobs are prefetched: a cancel of those not yet due asks nobody.
+    assert [w.job_id for w in store.cancel_client("m3", "c1", not_due_only=True)] == ["e"]
+    assert pubsub.get_message(timeout=0.1) is None
+    withdrawn, held = store.cancel_client_or_ask("m3", "c1", "n1")
+    # Not a or d: each is the job its worker took, not one prefetched; not x: c2's.
+    assert withdrawn == []
+    assert sorted((h.job_id, h.holder) for h in held) == [("b", "m2"), ("c", "m2")]
+    request = pubsub.get_message(timeout=1.0)["data"]
+    assert request in (b"Cn1 b c", b"Cn1 c b")
+    # m2's worker had started b, not c: c goes back, and is cancelled; m2 answers.
+    assert store.report("m2", LEASE, requeues=[Requeue("c", c.token, False)],
+                        answers=["n1"]).requeued == [3]
+    settled = store.settle_cancel("m3", "n1", ["b", "c"], asked=1, wait=5.0)
+    assert [(w.job_id, w.client_id, w.mine) for w in settled] == [("c", "c1", True)]
+    states = {j: r.state for j in "abcdx" if (r := store.get(j)) is not None}
+    assert states == {"a": JobState.RUNNING, "b": JobState.RUNNING, "c": JobState.CANCELLED,
+                      "d": JobState.RUNNING, "x": JobState.RUNNING}
+    assert store.report("m2", LEASE, finishes=[
+        Finish("b", b.token, JobState.DONE, b"b")]).finished == [1]  # unmarked: it ends
+    pubsub.close()
+
+
 def test_one_waiting_manager_leads_the_others_follow_until_its_lead_lapses(
         store: RedisStore) -> None:
     store.submit_jobs([new("later", delay=60)], "m1")

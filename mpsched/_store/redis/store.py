@@ -213,6 +213,14 @@ class RedisStore(Store):
         with self.errors():
             return self.scripts.cancel(me, (), client_id, not_due_only)[0]
 
+    def cancel_client_or_ask(self, me: str, client_id: str,
+                             nonce: str) -> tuple[list[Withdrawn], list[Held]]:
+        """:meth:`cancel_client`; and the client's jobs that any live manager holds
+        prefetched (found among the managers' leases) are marked under ``nonce`` and
+        their managers asked, as by :meth:`cancel_or_ask`."""
+        with self.errors():
+            return self.scripts.cancel(me, (), client_id, nonce=nonce)
+
     def not_yet_due(self, client_id: str) -> list[str]:
         """The ids of a client's pending jobs not yet due by the server's clock."""
         with self.errors():
