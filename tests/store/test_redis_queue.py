@@ -358,8 +358,8 @@ def test_one_key_submitted_at_once_through_many_managers_is_one_job(
 def test_a_schedule_run_created_twice_is_created_once_and_never_after_it_ran(
         store: RedisStore) -> None:
     run = new("nightly@2027-01-01T00:00:00Z")
-    assert store.submit_jobs([run], "m1", if_absent=True) == ([run.job_id], False)
-    assert store.submit_jobs([run], "m2", if_absent=True) == ([run.job_id], False)
+    assert store.submit_jobs([run], "m1", if_absent=True) == ([run.job_id], None)
+    assert store.submit_jobs([run], "m2", if_absent=True) == ([run.job_id], None)
     assert [r.job_id for r in store.jobs()] == [run.job_id]
     with pytest.raises(InvalidJobError, match="already in the store"):
         store.submit_jobs([run], "m2")
@@ -367,13 +367,13 @@ def test_a_schedule_run_created_twice_is_created_once_and_never_after_it_ran(
     store.report("m3", LEASE, finishes=[Finish(run.job_id, job.token, JobState.DONE, b"")])
     assert [e.job_id for e in store.drain("m1")] == [run.job_id]  # its creator
     assert [e.job_id for e in store.drain("m2")] == [run.job_id]  # and who armed it too
-    assert store.submit_jobs([run], "m2", if_absent=True) == ([""], False)  # it ran
+    assert store.submit_jobs([run], "m2", if_absent=True) == ([""], None)  # it ran
     assert store.counts().pending[2] == 0
 
 
 def test_a_full_queue_takes_nothing_of_a_batch(store: RedisStore) -> None:
-    assert store.submit_jobs([new("a"), new("b")], "m1", max_pending=3) == (["a", "b"], False)
-    assert store.submit_jobs([new("c"), new("d")], "m1", max_pending=3)[1]
+    assert store.submit_jobs([new("a"), new("b")], "m1", max_pending=3) == (["a", "b"], None)
+    assert store.submit_jobs([new("c"), new("d")], "m1", max_pending=3)[1] == "jobs"
     assert store.counts().pending[2] == 2
 
 
@@ -400,6 +400,6 @@ def test_calls_fail_fast_with_a_typed_error_while_redis_is_down(
             store.get("j")
         assert time.monotonic() - started < 2.0
         server.start()
-        assert store.submit_jobs([new("j")], "m1") == (["j"], False)  # scripts load again
+        assert store.submit_jobs([new("j")], "m1") == (["j"], None)  # scripts load again
     finally:
         store.close()

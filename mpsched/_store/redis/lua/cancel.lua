@@ -63,6 +63,7 @@ for _, id in ipairs(ids) do
     redis.call('ZREM', B .. 'due', member(f[2], f[3], id))
     redis.call('ZREM', B .. 'c:' .. f[4], id)
     redis.call('HINCRBY', B .. 'stats', 'pending:' .. f[2], -1)
+    count_bytes(-payload_bytes(id))
     local mine = cancelled_end(id, f[4], f[5], f[6], f[7], me, ttl_ms, keep_ms, now)
     cancelled[#cancelled + 1] = {id, f[4], mine}
   elseif f[1] == 'running' and f[8] == '1' and nonce ~= '' and not f[10]
@@ -78,4 +79,5 @@ for holder, held in pairs(asked) do
     redis.call('PUBLISH', B .. 'ch:' .. holder, 'C' .. nonce .. ' ' .. table.concat(held, ' '))
   end
 end
+write_bytes()
 return cancelled
