@@ -53,9 +53,11 @@ class SharedPrefetch(SharedQueueBase):
 
     def __init__(self, store: RedisStore, *, manager_id: str, lease_timeout: float,
                  clock: Clock | None = None, max_pending: int | None = None,
-                 outage: StoreOutage | None = None, claims: Claims | None = None) -> None:
+                 max_pending_bytes: int | None = None, outage: StoreOutage | None = None,
+                 claims: Claims | None = None) -> None:
         super().__init__(store, manager_id=manager_id, lease_timeout=lease_timeout,
-                         clock=clock, max_pending=max_pending, outage=outage)
+                         clock=clock, max_pending=max_pending,
+                         max_pending_bytes=max_pending_bytes, outage=outage)
         self._claims = claims
         self._prefetched = Prefetched()  # under self._lock, as every field below
         self._prefetchable: Callable[[Job], bool] | None = None  # Dispatch's predicate

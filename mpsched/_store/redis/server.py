@@ -171,14 +171,12 @@ def describe(exc: BaseException, *, password: bool = True) -> str:
     return f"{type(exc).__name__}: {text}"
 
 
-def check_store(store: str, *, order: str, max_pending_bytes: int | None,
-                lease_timeout: float) -> None:
+def check_store(store: str, *, order: str, lease_timeout: float) -> None:
     """Check at the call site what a Redis store takes, before any process starts.
 
     Raises:
         ConfigError: a bad Redis URL, ``lease_timeout`` not a positive number of seconds,
-            or an option a Redis store does not take (``order="priority"``,
-            ``max_pending_bytes``).
+            or an option a Redis store does not take (``order="priority"``).
         ExtraMissingError: the URL is a Redis one and redis-py is not installed.
     """
     if isinstance(lease_timeout, bool) or not isinstance(lease_timeout, (int, float)) \
@@ -190,7 +188,4 @@ def check_store(store: str, *, order: str, max_pending_bytes: int | None,
     if order != "time":
         raise ConfigError("order", order, "'time' with a Redis store (its managers share "
                                           "one queue in due-time order)")
-    if max_pending_bytes is not None:
-        raise ConfigError("max_pending_bytes", max_pending_bytes,
-                          "None with a Redis store (max_pending bounds its jobs)")
     redis_module()
