@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from mpsched._core.clock import SystemClock
-from mpsched._core.job import Assignment, JobState, Outcome
-from mpsched._errors import SchedulerShutdownError
+from mpsched._core.job import Assignment, JobRequest, JobState, Outcome
+from mpsched._errors import InvalidJobError, QueueFullError, SchedulerShutdownError
 from mpsched._manager import shared_prefetch
 from mpsched._manager.journal import encode
 from mpsched._manager.shared_journal import SharedJournal
@@ -495,3 +495,32 @@ def test_ends_a_worker_reports_while_it_runs_its_batch_claim_nothing_for_it(
     assert peer.journal.finished_all(ends, "w1") == [set(), set()]  # its reporter's
     assert peer.queue.held() == 0
     assert [state(peer, f"j{n}") for n in (2, 3, 4)] == [(JobState.PENDING, 0)] * 3
+
+
+def test_a_bounded_submit_times_out_on_the_bound_it_met_and_one_that_never_fits_at_once(
+        redis_url: str) -> None:
+    store = RedisStore(redis_url)
+    queue = SharedQueue(store, manager_id="m1", lease_timeout=30.0, max_pending=2,
+                        max_pending_bytes=100)
+    journal = SharedJournal(store, queue)
+
+    def request(job_id: str, size: int) -> JobRequest:
+        return JobRequest(job_id, "c1", b"x" * size, 2, 0.0, None)
+
+    try:
+        with pytest.raises(InvalidJobError, match="3 jobs can never fit max_pending=2"):
+            journal.submit([request(f"j{n}", 1) for n in range(3)], None)
+        with pytest.raises(InvalidJobError, match="101 payload bytes can never fit"):
+            journal.submit([request("big", 101)], None)
+        journal.submit([request("a", 60)], 0)
+        with pytest.raises(QueueFullError) as full:
+            journal.submit([request("b", 41)], 0.05)
+        assert (full.value.max_pending, full.value.unit) == (100, "payload bytes")
+        journal.submit([request("b", 40)], 0)
+        with pytest.raises(QueueFullError) as full:
+            journal.submit([request("c", 0)], 0.05)
+        assert (full.value.max_pending, full.value.unit) == (2, "jobs")
+        assert [r.job_id for r in store.jobs(JobState.PENDING)] == ["a", "b"]
+    finally:
+        queue.close()
+        store.close()
