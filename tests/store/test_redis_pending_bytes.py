@@ -71,8 +71,17 @@ def test_the_counter_follows_every_move_into_and_out_of_the_queue(
     assert counted(store) == 1800
     assert [w.job_id for w in store.cancel_jobs("m2", ["d"])] == ["d"]  # by id
     assert counted(store) == 1400
-    assert {w.job_id for w in store.cancel_client("m1", "c2")} == {"e", "f"}  # a client's
-    assert counted(store) == 300
+    store.submit_jobs([sized("g", 700, client="c2")], "m1")
+    c, g = take(store, "m2", want=2).jobs  # g prefetched
+    assert counted(store) == 1100
+    # A cancel of all of c2's jobs: e and f pending, g held by m2, given back cancelled.
+    withdrawn, held = store.cancel_client_or_ask("m1", "c2", "n2")
+    assert {w.job_id for w in withdrawn} == {"e", "f"} and [h.job_id for h in held] == ["g"]
+    assert counted(store) == 0
+    store.report("m2", LEASE, requeues=[Requeue("g", g.token, False)], answers=["n2"])
+    assert [w.job_id for w in store.settle_cancel("m1", "n2", ["g"], asked=1, wait=5.0)] \
+        == ["g"]
+    assert counted(store) == 0
 
 
 def test_the_jobs_of_a_manager_presumed_dead_count_again_once_taken_back(
