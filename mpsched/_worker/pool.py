@@ -209,15 +209,18 @@ class WorkerPool:
         elif worker.worker_id is not None:
             log.warning("worker pid %s exited with %s; starting another", pid, code)
         else:
-            self._failed_starts += 1
-            if self._failed_starts == 1:  # once per streak, however long it lasts
-                log.warning("worker pid %s exited with %s before it joined the manager; "
-                            "starting another in %g s, waiting twice as long (up to %g s) "
-                            "each time one dies so again", pid, code, self._backoff,
-                            RESTART_BACKOFF[1])
-            self._next_start = max(self._next_start, time.monotonic() + self._backoff)
-            self._backoff = min(self._backoff * 2, RESTART_BACKOFF[1])
+            self._died_at_start(f"worker pid {pid} exited with {code}")
         self._missing += 1  # started by _start_missing(), when _next_start has come
+
+    def _died_at_start(self, what: str) -> None:
+        """A worker died before it joined: the next start waits out the back-off."""
+        self._failed_starts += 1
+        if self._failed_starts == 1:  # once per streak, however long it lasts
+            log.warning("%s before it joined the manager; starting another in %g s, "
+                        "waiting twice as long (up to %g s) each time one dies so again",
+                        what, self._backoff, RESTART_BACKOFF[1])
+        self._next_start = max(self._next_start, time.monotonic() + self._backoff)
+        self._backoff = min(self._backoff * 2, RESTART_BACKOFF[1])
 
     def _start_delay(self) -> float | None:
         """How long the pool may wait before a replacement is due (None: none is)."""
@@ -233,6 +236,7 @@ class WorkerPool:
             self._start(patient=True)
 
     def _start(self, *, patient: bool) -> None:
+        """Start one worker process (``patient``: it waits for an unreachable manager)."""
         verdict = self._ctx.RawValue("i", _Verdict.UNSAID)
         joins, theirs = self._ctx.Pipe(duplex=False)
         config = replace(self._config, wait_for_manager=patient)
@@ -241,6 +245,13 @@ class WorkerPool:
                                  name="mpsched-remote-worker")
         try:
             proc.start()
+        except BrokenPipeError:
+            # The new process died before it read what to run (killed as it was forked:
+            # the OOM killer, a fork handler), so the pipe its start writes to is closed.
+            joins.close()
+            self._died_at_start("a new worker process died as it started (broken pipe)")
+            self._missing += 1
+            return
         except BaseException:
             joins.close()
             raise
