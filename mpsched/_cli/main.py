@@ -254,7 +254,7 @@ def _stress(args: argparse.Namespace, out: TextIO) -> int:
     if args.store is not None:
         if args.connect is not None:
             raise UsageError("--store starts managers of its own: no --connect with it")
-        check_store(args.store, order="time", max_pending_bytes=None,
+        check_store(args.store, max_pending_bytes=None,
                     lease_timeout=args.lease_timeout)
         if not is_redis_url(args.store):
             raise UsageError("--store takes a Redis URL (redis://, rediss://, unix://): "

@@ -110,7 +110,7 @@ def run_serve(args: argparse.Namespace, out: TextIO) -> int:
         AuthenticationError: the key file is unreadable, empty or readable by others.
         RuntimeDirError: the runtime directory is another user's or open to others.
     """
-    check_store(args.store or "", order=args.order, lease_timeout=args.lease_timeout,
+    check_store(args.store or "", lease_timeout=args.lease_timeout,
                 max_pending_bytes=args.max_pending_bytes)
     explicit = read_authkey(args.authkey_file)  # the file, else $MPSCHED_AUTHKEY
     address = None if args.address is None else parse_address(args.address)

@@ -60,7 +60,8 @@ class Scheduler(Client):
             processes involved run threads. (The manager itself is always a fresh
             interpreter.) Neither re-runs the program's main module.
         order: "time" (due time, then priority, then submission) or "priority" (among jobs
-            already due, priority first).
+            already due, priority first). With a Redis store, every manager of the store
+            must have the same.
         max_pending: bound on jobs waiting in the heap; ``submit`` then waits for room.
         max_pending_bytes: bound on the bytes pending jobs' payloads hold (in the manager
             and in shared memory together); ``submit`` then waits for room the same way.
@@ -106,7 +107,9 @@ class Scheduler(Client):
     Raises:
         ConfigError: a bad option (a ValueError), or an ``http`` address that is not a
             loopback one; a bad store URL, or an option a Redis store does not take
-            (order="priority", max_pending_bytes).
+            (max_pending_bytes); with a Redis store, an ``order`` other than the one its
+            live managers run with (the order is the shared queue's: it may change only
+            while no manager of the store is live).
         AddressError: ``http`` is neither a port nor ``HOST:PORT``.
         AuthenticationError: ``http_token_file`` is unreadable, empty, or others may read it.
         ExtraMissingError: a Redis URL without mpsched[redis] installed.
@@ -146,7 +149,7 @@ class Scheduler(Client):
         durability = Durability.coerce(durability)
         check_options(result_ttl)
         order = Order.coerce(order)
-        store = _store(store, order, max_pending_bytes, lease_timeout)
+        store = _store(store, max_pending_bytes, lease_timeout)
         config = ManagerConfig(
             authkey=secrets.token_hex(32).encode(), workers=workers,
             mp_method=_start_method(mp_context),
@@ -263,7 +266,7 @@ def _status_page(http: str | int | None,
     return http_config(http, token_file)
 
 
-def _store(store: str | os.PathLike[str] | None, order: Order,
+def _store(store: str | os.PathLike[str] | None,
            max_pending_bytes: int | None, lease_timeout: float) -> str | None:
     """``store`` as a string, checked with the options a store may refuse.
 
@@ -271,7 +274,7 @@ def _store(store: str | os.PathLike[str] | None, order: Order,
         ConfigError, ExtraMissingError: as ``check_store`` says.
     """
     store = None if store is None else os.fspath(store)
-    check_store(store or "", order=order.value, max_pending_bytes=max_pending_bytes,
+    check_store(store or "", max_pending_bytes=max_pending_bytes,
                 lease_timeout=lease_timeout)
     return store
 
