@@ -272,8 +272,7 @@ def _link(service: ManagerService,
     queue.on_unregistered(link.beat_now)
     try:
         link.start()
-    except (StoreError, ConfigError) as exc:
-        log.error("manager start-up failed: %s", exc)
+    except (StoreError, ConfigError) as exc:  # the caller logs it
         return None, exc
     return link, None
 

@@ -269,8 +269,8 @@ class RedisStore(Store):
                     raise
                 raise ConfigError(
                     "order", self.order.value,
-                    f"{theirs[0]!r}, the order of the managers that run on the store "
-                    f"{self.url.redacted}, while one of them is live") from None
+                    f"{theirs[0]!r} (the order of the live managers of the store "
+                    f"{self.url.redacted})") from None
         if beat.order is not self.order:
             log.error("the job store %s has order=%r now (a manager started with it while "
                       "this one was presumed dead): this manager follows it",
