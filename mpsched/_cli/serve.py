@@ -104,7 +104,8 @@ def run_serve(args: argparse.Namespace, out: TextIO) -> int:
     when this user's local manager already runs).
 
     Raises:
-        ConfigError: a bad Redis URL, or an option a Redis store does not take.
+        ConfigError: a bad Redis URL, an option a Redis store does not take, or an
+            ``--order`` other than that of the store's live managers.
         ExtraMissingError: a Redis URL without mpsched[redis].
         AddressError: ``--address`` does not parse.
         AuthenticationError: the key file is unreadable, empty or readable by others.

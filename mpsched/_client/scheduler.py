@@ -76,8 +76,8 @@ class Scheduler(Client):
             (``redis://HOST:PORT/DB``, ``rediss://`` for TLS, ``unix:///PATH``, with
             ``?prefix=NAME``; needs ``mpsched[redis]``), a queue that every Scheduler and
             ``serve`` on the same URL shares: a job runs on whichever has an idle
-            worker, in (due, priority, seq) order across all of them. None: jobs live in
-            the manager's memory only.
+            worker, in (due, priority, seq) order across all of them (or ``order``'s:
+            the store's, the same for all). None: jobs live in the manager's memory only.
         durability: with a store, "sync" (each acknowledged submit or cancel survives a
             power cut; starts and ends reach the disk within milliseconds) or "process"
             (they survive a crash of the manager process, not of the machine).

@@ -1,7 +1,8 @@
 -- Report and claim, in one call: end the leases of jobs that finished, put back those
 -- whose lease was lost (or that a worker was handed and did not start), answer the
 -- cancels that waited for those, then claim up to n due jobs for `worker` (or the
--- pending jobs named in `ids`), in (due, priority, seq) order on the server's clock.
+-- pending jobs named in `ids`), in (due, priority, seq) order on the server's clock
+-- (or by priority first among due jobs: `order`, below).
 --
 -- ARGV: B, me, lease_ms, ttl_ms, keep_ms,
 --       nf, {id, token, state, outcome} * nf,

@@ -241,8 +241,8 @@ end
 
 -- A job taken out of the queue unrun (pending, or prefetched and never started): its end
 -- is recorded as cancelled and told to its owner and watchers, except `me`, which tells
--- its own clients. Its level's pending count and its place in the due set are the
--- caller's.
+-- its own clients. Its level's pending count and its place in the queue (unqueue) are
+-- the caller's.
 local function cancelled_end(id, client, owner, key, watched, me, ttl_ms, keep_ms, now)
   local jk = B .. 'j:' .. id
   redis.call('HSET', jk, 'st', 'cancelled', 'f', now)
