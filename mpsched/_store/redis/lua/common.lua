@@ -75,7 +75,9 @@ local function demote_all()
     local due = {}
     for k = 1, #ready, 2 do
       local id = string.sub(ready[k], 34)
+      -- the exact due time (the member's is 0 for one before 1970)
       due[k] = redis.call('HGET', B .. 'j:' .. id, 'd')
+               or tonumber(string.sub(ready[k], 1, 16))
       due[k + 1] = member(ready[k + 1], string.sub(ready[k], 17, 32), id)
     end
     redis.call('ZADD', B .. 'due', unpack(due))

@@ -24,8 +24,9 @@ local now = now_us()
 local recorded = redis.call('GET', B .. 'order') or 'time'
 if recorded ~= order then
   local others = false
-  for _, m in ipairs(redis.call('ZRANGEBYSCORE', B .. 'managers', '(' .. now, '+inf',
-                                'LIMIT', 0, 2)) do
+  local live = redis.call('ZRANGEBYSCORE', B .. 'managers', string.format('(%d', now),
+                          '+inf', 'LIMIT', 0, 2)
+  for _, m in ipairs(live) do
     if m ~= me then others = true end
   end
   if not others then
