@@ -5,6 +5,7 @@ order and when."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -48,6 +49,9 @@ def test_due_jobs_run_highest_priority_first_on_another_managers_single_worker(
     # The claim of the second gate moved every due job among the ready ones: still pending.
     pending = {job.job_id for job in other.jobs(state="pending")}
     assert pending == {future.job_id for future in backlog.values()}
+    listed = procs.run("jobs", "--state", "pending", "--json", *idle.cli())
+    assert listed.returncode == 0, listed.stderr
+    assert {job["job_id"] for job in json.loads(listed.stdout)} == pending
     assert other.cancel(backlog["MEDIUM-1"].job_id)
     due_later = time.time() + 2.0
     later = client.schedule(shared_jobs.run, log, "later", at=due_later,
