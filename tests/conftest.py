@@ -113,8 +113,8 @@ def connect_client() -> Iterator[Callable[..., Any]]:
 
     clients: list[mpsched.Client] = []
 
-    def make(manager: Any) -> mpsched.Client:
-        clients.append(mpsched.connect(manager.address, authkey=manager.key))
+    def make(manager: Any, **options: Any) -> mpsched.Client:
+        clients.append(mpsched.connect(manager.address, authkey=manager.key, **options))
         return clients[-1]
 
     yield make

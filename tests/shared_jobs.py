@@ -27,6 +27,16 @@ def run(log_path: str, key: str, hold: float = 0.0) -> str:
     return key
 
 
+def gated(log_path: str, key: str, gate: str = "") -> str:
+    """Log this run, then, with a ``gate``, wait until that file exists (30 s at most);
+    return the key."""
+    run(log_path, key)
+    deadline = time.monotonic() + 30.0
+    while gate and not os.path.exists(gate) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return key
+
+
 def runs(log_path: str) -> list[Run]:
     """Every run logged, in log order."""
     if not os.path.exists(log_path):

@@ -29,7 +29,7 @@ from served import START_TIMEOUT, Manager, Processes, serve
 import mpsched
 from mpsched import ManagerConnectionLostError
 from mpsched._client.futures import ClientCore
-from mpsched._protocol.proxy import connect_service
+from mpsched._protocol.proxy import ServiceProxy, connect_service
 from mpsched._transport import connect
 from mpsched._transport.connect import client_connection
 from mpsched._transport.wire import FastConnection
@@ -127,6 +127,31 @@ def test_with_a_store_outstanding_futures_resolve_after_the_restart(
     assert said(client_log, LOST) == 1 and said(client_log, BACK) == 1  # one outage
 
 
+def test_after_a_reconnect_the_sender_s_connection_is_opened_by_the_reconnect(
+        site: Site, connect_client: Callable[[Manager], mpsched.Client],
+        client_log: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = site.start()
+    client = connect_client(first)
+    assert client.submit(pow, 2, 5).result(timeout=WAIT) == 32
+    opened: list[tuple[str, str]] = []  # (the calling thread, the thread it is for)
+    open_connection = ServiceProxy.open_connection
+
+    def recording(proxy: ServiceProxy, thread_name: str) -> FastConnection:
+        opened.append((threading.current_thread().name, thread_name))
+        return open_connection(proxy, thread_name)
+
+    monkeypatch.setattr(ServiceProxy, "open_connection", recording)
+    kill(first)
+    wait_for(lambda: said(client_log, LOST), WAIT, "the client noticed")
+    site.start()
+    wait_for(lambda: said(client_log, BACK), WAIT, "the client reconnected")
+    assert client.submit(pow, 2, 6).result(timeout=WAIT) == 64
+    # Not by the sender at its first send (a handshake there, caught in a stall of the
+    # manager, would fail the batch), but by the reconnect, before submits go on.
+    callers = [caller for caller, name in opened if name == "mpsched-sender"]
+    assert callers and "mpsched-sender" not in callers, opened
+
+
 def test_without_a_store_outstanding_futures_fail_and_new_submits_work_once_back(
         site: Site, connect_client: Callable[[Manager], mpsched.Client],
         client_log: pytest.LogCaptureFixture) -> None:
@@ -173,6 +198,25 @@ def test_a_manager_that_stalls_just_after_connect_costs_the_client_nothing(
     assert sent.result(timeout=WAIT) == 32
     assert client.submit(pow, 2, 6).result(timeout=WAIT) == 64
     assert said(client_log, LOST) == 0
+
+
+def test_a_manager_that_stalls_while_a_client_opens_its_connections_is_unreachable(
+        make_scheduler: Callable[..., mpsched.Scheduler],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    s = make_scheduler(workers=1)
+
+    def stalled(proxy: ServiceProxy, thread_name: str) -> FastConnection:
+        # What the handshake of a thread's connection raises when the manager stops
+        # answering after it accepted the client's first connection.
+        raise TimeoutError("timed out")
+
+    monkeypatch.setattr(ServiceProxy, "open_connection", stalled)
+    with pytest.raises(mpsched.ManagerUnreachableError) as raised:
+        mpsched.connect(s.address, authkey=s.authkey)
+    assert "stopped answering while the client opened its connections" in str(raised.value)
+    monkeypatch.undo()
+    with mpsched.connect(s.address, authkey=s.authkey) as client:  # the manager is fine
+        assert client.submit(pow, 2, 5).result(timeout=WAIT) == 32
 
 
 # ------------------------------------------------------------------------------ proxies

@@ -16,14 +16,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import jobs
 import pytest
 import shared_jobs
 from processes import wait_for
 from served import Manager, serve
 
 from mpsched import (
+    InvalidJobError,
     PayloadTooLargeError,
     Priority,
+    QueueFullError,
     Scheduler,
     StoreError,
     StoreUnavailableError,
@@ -95,6 +98,45 @@ def test_cancels_through_another_manager_while_jobs_run_in_batches_never_run_one
         else:
             assert future.result() == f"j{n}" and ran[f"j{n}"] == 1
     assert sum(m.stats().queue.prefetched for m in (first, second)) > 0
+
+
+def test_max_pending_bytes_bounds_what_every_managers_pending_jobs_hold(
+        procs: Any, connect_client: Callable[..., Any], redis_url: str) -> None:
+    # Submits go through a manager without workers; claims on another one make room.
+    size, bound = 100_000, 250_000  # two jobs' payloads fit (a little over their data)
+    submitter = start_manager(procs, redis_url, "--max-pending-bytes", str(bound),
+                              workers=0)
+    hasty = connect_client(submitter, submit_timeout=0.5)
+    patient = connect_client(submitter, submit_timeout=30)
+    data = os.urandom(size)
+    queued = [hasty.submit(jobs.length, data) for _ in range(2)]
+    with pytest.raises(QueueFullError) as full:
+        hasty.submit(jobs.length, data)
+    assert (full.value.unit, full.value.max_pending) == ("payload bytes", bound)
+    with pytest.raises(InvalidJobError, match="can never fit max_pending_bytes"):
+        hasty.submit(jobs.length, os.urandom(bound))  # as without Redis: it never fits
+    waited: list[Any] = []
+    thread = threading.Thread(target=lambda: waited.append(patient.submit(jobs.length, data)))
+    thread.start()
+    try:
+        assert not waited  # the queue is full: it waits for room
+        start_manager(procs, redis_url, workers=1)  # the store's only worker
+        thread.join(30)
+        assert len(waited) == 1  # the runner's claims made room
+        assert [f.result(timeout=30) for f in queued + waited] == [size] * 3
+    finally:
+        thread.join(30)
+
+
+def test_a_scheduler_on_redis_maps_in_batches_that_fit_max_pending_bytes(
+        make_scheduler: Callable[..., Scheduler], redis_url: str) -> None:
+    size = 100_000
+    scheduler = make_scheduler(workers=1, store=redis_url, max_pending_bytes=2 * size + 1000)
+    data = os.urandom(size)
+    # Five payloads, two of which fit at once: sent in batches, each waiting for room.
+    assert list(scheduler.map(jobs.length, [data] * 5)) == [size] * 5
+    with pytest.raises(InvalidJobError, match="can never fit max_pending_bytes"):
+        scheduler.submit(jobs.length, os.urandom(3 * size))
 
 
 def test_jobs_run_in_exact_order_across_managers(

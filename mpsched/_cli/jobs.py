@@ -86,7 +86,7 @@ def print_outcome(future: JobFuture[Any], out: TextIO) -> int:
 def run_jobs(args: argparse.Namespace, out: TextIO) -> int:
     """The ``jobs`` command."""
     with connected(args) as client:
-        listed = client.jobs(args.state)
+        listed = client.jobs(args.state, args.limit)
     now = time.time()
     if args.json:
         json.dump([job_as_dict(job, now) for job in listed], out, indent=2)

@@ -90,6 +90,8 @@ def jobs_options(jobs: argparse.ArgumentParser) -> None:
                       help="only jobs in this state (default: all; finished jobs are "
                            "listed for --result-ttl seconds, in memory within bounds "
                            "without --store)")
+    jobs.add_argument("--limit", type=_count, metavar="N",
+                      help="at most N jobs, the first in submission order (default: all)")
     jobs.add_argument("--json", action="store_true",
                       help="print a JSON list; due as an ISO 8601 UTC time and due_in in "
                            "seconds from now (negative: overdue)")

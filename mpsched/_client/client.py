@@ -325,9 +325,10 @@ def connect(address: str | tuple[str, int] | None = None, *,
         ManagerUnreachableError: no manager answers at ``address`` (a ConnectionError):
             an unknown host, nothing listening, no answer to a TCP connect within
             ``CONNECT_TIMEOUT`` (10 s, mpsched._transport.sockets), something that is not a
-            manager, or a manager turning connections away (too many handshakes pending
-            from this address); with no address, also when no local manager has ever run
-            as this user.
+            manager, a manager turning connections away (too many handshakes pending
+            from this address), or one that stops answering (stalled, gone) while the
+            client opens its threads' connections; with no address, also when no local
+            manager has ever run as this user.
     """
     if address is None:
         address = default_address()
@@ -343,5 +344,13 @@ def connect(address: str | tuple[str, int] | None = None, *,
     # AssertionError: Python < 3.12's handshake asserts that the peer sent a challenge.
     except (*DISCONNECTED, AssertionError) as exc:
         raise ManagerUnreachableError.from_error(format_address(address), exc) from exc
-    return Client(service, submit_timeout=submit_timeout,
-                  reconnect=functools.partial(connect_service, address, key))
+    try:
+        return Client(service, submit_timeout=submit_timeout,
+                      reconnect=functools.partial(connect_service, address, key))
+    except DISCONNECTED as exc:
+        # It answered the first connection, then not the client's threads' (a stall
+        # longer than a handshake may take, or it went away).
+        service.discard()
+        raise ManagerUnreachableError(
+            format_address(address), "it answered, then stopped answering while the client "
+            f"opened its connections ({type(exc).__name__}: {exc})") from exc

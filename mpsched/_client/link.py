@@ -27,6 +27,7 @@ from mpsched._protocol.records import (
 )
 from mpsched._store.base import IN_MEMORY
 from mpsched._transport.address import format_address
+from mpsched._transport.wire import FastConnection
 
 log = logging.getLogger("mpsched.client")
 
@@ -37,6 +38,7 @@ RECONNECT_MAX = 5.0  # the wait doubles up to this
 # The manager is gone; OSError covers ConnectionError. (A StoreError is an OSError too, but
 # one the manager raised: every handler of these lets it through first.)
 DISCONNECTED = (EOFError, OSError)
+SENDER_THREAD = "mpsched-sender"  # the outbox's thread (its connection: see reconnect)
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,7 @@ class Rejoin(NamedTuple):
     durable: bool  # it keeps a store
     outcomes: list[Outcome]  # of the jobs asked about that have ended
     unknown: list[str]  # the ids of those it does not know
+    sender: FastConnection | None  # the outbox sender's connection there, opened already
 
 
 def describe(exc: BaseException) -> str:
@@ -177,9 +180,11 @@ class ManagerLink:
                                      since=time.monotonic())
             return self.outage
 
-    def reconnect(self, watch: list[str]) -> Rejoin | None:
+    def reconnect(self, watch: list[str], *, sender: bool = False) -> Rejoin | None:
         """Connect with back-off until a manager answers, open this client there again
-        and watch the jobs of ``watch``; None once the client is closed.
+        and watch the jobs of ``watch``; None once the client is closed. With ``sender``,
+        the outbox sender's connection is opened too (see ServiceProxy.open_connection:
+        a stall during its handshake is one more try here, never a failed submit).
 
         Raises:
             AuthenticationError, VersionMismatchError: the manager there refused the client.
@@ -194,8 +199,9 @@ class ManagerLink:
                 durable = has_store(service)
                 outcomes, unknown = (service.watch_many(self.hello.client_id, watch)
                                      if watch else ([], []))
+                connection = service.open_connection(SENDER_THREAD) if sender else None
                 return Rejoin(service=service, durable=durable, outcomes=outcomes,
-                              unknown=unknown)
+                              unknown=unknown, sender=connection)
             # Not there yet, or gone again. AssertionError: Python < 3.12's handshake
             # asserts that the peer sent a challenge.
             except (*DISCONNECTED, AssertionError):

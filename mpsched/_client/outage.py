@@ -55,7 +55,7 @@ def ride_out(link: ManagerLink, outage: Outage, jobs: ClientJobs,
         return outage.error(link.advice())
     watch = _hold(link, outage, jobs, outbox)
     try:
-        rejoin = link.reconnect(watch)
+        rejoin = link.reconnect(watch, sender=outbox is not None)
     except (AuthenticationError, VersionMismatchError) as exc:
         log.error("mpsched client %s: the manager at %s refused it: %s; it stops "
                   "reconnecting", link.hello.client_id, link.address, exc)
@@ -103,5 +103,5 @@ def _carry_over(link: ManagerLink, outage: Outage, jobs: ClientJobs, outbox: Out
                                     "forgotten)"))
     link.rejoined(rejoin)
     if outbox is not None:
-        outbox.resume(rejoin.service, resend)  # before submits are taken again
+        outbox.resume(rejoin.service, resend, rejoin.sender)  # before submits are taken
     link.restored(outage, watched - len(rejoin.unknown), len(resend), len(unknown))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+from mpsched._client.link import SENDER_THREAD
 from mpsched._core.job import JobRequest
 from mpsched._protocol.proxy import ServiceProxy
 from mpsched._transport.wire import FastConnection
@@ -59,11 +60,12 @@ class Outbox:
         self._paused = False  # the manager is unreachable: take nothing, send nothing
         self._closed = False
         self._sender_waits = False  # the sender waits on _queued: put() must notify
+        self._handover: FastConnection | None = None  # resume()'s connection, for the sender
         # Open before the first submit, so that no submit's handshake can be caught in a
         # stall of the manager (see ServiceProxy.open_connection).
-        connection = service.open_connection("mpsched-sender")
+        connection = service.open_connection(SENDER_THREAD)
         self._thread = threading.Thread(target=self._run, args=(service, connection),
-                                        daemon=True, name="mpsched-sender")
+                                        daemon=True, name=SENDER_THREAD)
         self._thread.start()
 
     def put(self, request: JobRequest) -> bool:
@@ -145,11 +147,15 @@ class Outbox:
         with self._lock:
             return set(self._requests)
 
-    def resume(self, service: ServiceProxy, resend: list[JobRequest]) -> None:
-        """Send to ``service`` from now on, ``resend`` first (requests sent before whose
-        manager never got them), then what was left unsent; take requests again."""
+    def resume(self, service: ServiceProxy, resend: list[JobRequest],
+               connection: FastConnection | None = None) -> None:
+        """Send to ``service`` from now on, on ``connection`` (opened for the sender by
+        the reconnect; None: its first send opens one), ``resend`` first (requests sent
+        before whose manager never got them), then what was left unsent; take requests
+        again."""
         with self._lock:
             self._service = service
+            self._handover = connection
             if resend:
                 self._requests = {**{r.job_id: r for r in resend}, **self._requests}
             self._paused = False
@@ -182,6 +188,9 @@ class Outbox:
                 self._busy = True
                 withdrawn, self._withdrawn = self._withdrawn, 0
                 service = self._service
+                handover, self._handover = self._handover, None
+            if handover is not None:
+                service.use_connection(handover)
             try:
                 service.submit(batch, None, withdrawn)
             except BaseException as exc:

@@ -64,7 +64,9 @@ class Scheduler(Client):
             must have the same.
         max_pending: bound on jobs waiting in the heap; ``submit`` then waits for room.
         max_pending_bytes: bound on the bytes pending jobs' payloads hold (in the manager
-            and in shared memory together); ``submit`` then waits for room the same way.
+            and in shared memory together; with a Redis store, the payloads stored there
+            by every manager of the store); ``submit`` then waits for room the same way.
+            A job (or ``map`` item) larger than the bound is refused (InvalidJobError).
         submit_timeout: longest ``submit`` waits for room (None: no limit).
         start_timeout: longest the constructor waits for the manager and workers.
         max_tasks_per_worker: a worker leaves after this many jobs and is replaced.
@@ -106,10 +108,9 @@ class Scheduler(Client):
 
     Raises:
         ConfigError: a bad option (a ValueError), or an ``http`` address that is not a
-            loopback one; a bad store URL, or an option a Redis store does not take
-            (max_pending_bytes); with a Redis store, an ``order`` other than the one its
-            live managers run with (the order is the shared queue's: it may change only
-            while no manager of the store is live).
+            loopback one; a bad store URL; with a Redis store, an ``order`` other than
+            the one its live managers run with (the order is the shared queue's: it may
+            change only while no manager of the store is live).
         AddressError: ``http`` is neither a port nor ``HOST:PORT``.
         AuthenticationError: ``http_token_file`` is unreadable, empty, or others may read it.
         ExtraMissingError: a Redis URL without mpsched[redis] installed.
@@ -149,7 +150,7 @@ class Scheduler(Client):
         durability = Durability.coerce(durability)
         check_options(result_ttl)
         order = Order.coerce(order)
-        store = _store(store, max_pending_bytes, lease_timeout)
+        store = _store(store, lease_timeout)
         config = ManagerConfig(
             authkey=secrets.token_hex(32).encode(), workers=workers,
             mp_method=_start_method(mp_context),
@@ -266,16 +267,14 @@ def _status_page(http: str | int | None,
     return http_config(http, token_file)
 
 
-def _store(store: str | os.PathLike[str] | None,
-           max_pending_bytes: int | None, lease_timeout: float) -> str | None:
+def _store(store: str | os.PathLike[str] | None, lease_timeout: float) -> str | None:
     """``store`` as a string, checked with the options a store may refuse.
 
     Raises:
         ConfigError, ExtraMissingError: as ``check_store`` says.
     """
     store = None if store is None else os.fspath(store)
-    check_store(store or "", max_pending_bytes=max_pending_bytes,
-                lease_timeout=lease_timeout)
+    check_store(store or "", lease_timeout=lease_timeout)
     return store
 
 

@@ -16,6 +16,22 @@ from mpsched._core.job import JobRequest, Payload
 from mpsched._errors import ConfigError, InvalidJobError, QueueFullError, SchedulerShutdownError
 
 
+def check_fits(count: int, size: int, max_pending: int | None,
+               max_bytes: int | None) -> None:
+    """Refuse a batch of ``count`` jobs of ``size`` payload bytes that could never fit
+    the bounds, however many jobs leave the queue (None: no bound).
+
+    Raises:
+        InvalidJobError: the batch is larger than either bound.
+    """
+    if max_pending is not None and count > max_pending:
+        raise InvalidJobError(
+            f"a batch of {count} jobs can never fit max_pending={max_pending}")
+    if max_bytes is not None and size > max_bytes:
+        raise InvalidJobError(f"a batch of {size} payload bytes can never fit "
+                              f"max_pending_bytes={max_bytes}")
+
+
 class Room:
     """``max_pending`` jobs and ``max_bytes`` payload bytes (as ``sizer`` counts them) at
     most in ``pending``; None: no bound."""
@@ -45,15 +61,8 @@ class Room:
         Raises:
             InvalidJobError: the batch is larger than either bound.
         """
-        if self.max_pending is not None and len(requests) > self.max_pending:
-            raise InvalidJobError(
-                f"a batch of {len(requests)} jobs can never fit max_pending={self.max_pending}")
-        if self.max_bytes is None:
-            return 0
-        size = sum(self._sizer(r.payload) for r in requests)
-        if size > self.max_bytes:
-            raise InvalidJobError(f"a batch of {size} payload bytes can never fit "
-                                  f"max_pending_bytes={self.max_bytes}")
+        size = 0 if self.max_bytes is None else sum(self._sizer(r.payload) for r in requests)
+        check_fits(len(requests), size, self.max_pending, self.max_bytes)
         return size
 
     def wait_locked(self, now: float, timeout: float | None, count: int, size: int,

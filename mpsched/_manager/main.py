@@ -134,8 +134,9 @@ def _open_queue(config: ManagerConfig,
         queue = SharedQueue(store, manager_id=f"{host_name()}:{os.getpid()}:"
                                               f"{secrets.token_hex(3)}",
                             lease_timeout=config.lease_timeout,
-                            max_pending=config.max_pending, outage=StoreOutage(store.location),
-                            claims=claims)
+                            max_pending=config.max_pending,
+                            max_pending_bytes=config.max_pending_bytes,
+                            outage=StoreOutage(store.location), claims=claims)
         return queue, SharedJournal(store, queue), ""
     local = JobQueue(order=config.order, max_pending=config.max_pending,
                      max_pending_bytes=config.max_pending_bytes, sizer=payload_size,

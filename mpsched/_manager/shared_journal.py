@@ -29,6 +29,7 @@ from mpsched._core.job import (
     Outcome,
     check_request,
 )
+from mpsched._core.room import check_fits
 from mpsched._errors import (
     JobError,
     JobNotFoundError,
@@ -85,8 +86,11 @@ class SharedJournal(BaseJournal):
 
         Raises:
             InvalidJobError: as check_request; PayloadTooLargeError for a payload Redis
-                cannot hold; an id already in the store.
-            QueueFullError: max_pending jobs pending after ``timeout`` seconds.
+                cannot hold; an id already in the store; a batch larger than
+                ``max_pending`` or ``max_pending_bytes`` (it could never fit).
+            QueueFullError: no room under ``max_pending`` jobs pending in Redis, or under
+                ``max_pending_bytes`` bytes of their stored payloads, within ``timeout``
+                seconds.
             StoreUnavailableError, StoreError: Redis did not take them; nothing was added.
         """
         for request in requests:
@@ -94,6 +98,10 @@ class SharedJournal(BaseJournal):
             if len(request.payload) > self.store.max_payload:
                 raise PayloadTooLargeError(len(request.payload), self.store.max_payload,
                                            f"the Redis store {self.store.location}")
+        max_pending = self.shared_queue.max_pending
+        max_bytes = self.shared_queue.max_pending_bytes
+        check_fits(len(requests), sum(len(r.payload) for r in requests), max_pending,
+                   max_bytes)
         jobs = [NewJob(job_id=r.job_id, client_id=r.client_id, key=r.key, name=r.name,
                        payload=r.payload, priority=r.priority, delay=r.delay, at=r.at,
                        timeout=r.timeout, retries=r.retries) for r in requests]
@@ -102,14 +110,15 @@ class SharedJournal(BaseJournal):
         pause = FULL_RETRY[0]
         while True:
             holders, full = self.store.submit_jobs(
-                jobs, self.manager_id, if_absent=run,
-                max_pending=self.shared_queue.max_pending)
-            if not full:
+                jobs, self.manager_id, if_absent=run, max_pending=max_pending,
+                max_pending_bytes=max_bytes)
+            if full is None:
                 break
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
-                assert self.shared_queue.max_pending is not None
-                raise QueueFullError(self.shared_queue.max_pending, timeout)
+                bound = max_pending if full == "jobs" else max_bytes
+                assert bound is not None
+                raise QueueFullError(bound, timeout, full)
             time.sleep(pause if left is None else min(pause, left))
             pause = min(pause * 2, FULL_RETRY[1])
         same = all(h == r.job_id for h, r in zip(holders, requests, strict=True))

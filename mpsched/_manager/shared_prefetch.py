@@ -18,6 +18,8 @@ manager gives back, by itself, what its workers have not started:
 - a cancel, from any manager: the cancel script marks the job and asks its manager (a
   message on its channel) to give back what its worker has not started; a job given back
   while marked is cancelled (see lua/cancel.lua), and the manager answers the canceller.
+  A cancel of every job of a client (its exit, shutdown(cancel_futures=True)) finds the
+  client's prefetched jobs among the managers' leases in Redis and asks for them alike.
 
 A revocation has the three steps of mpsched._core.prefetch (begin under the lock, the
 worker's slot without it, end under it); a give-back is one report call, made without
@@ -37,7 +39,7 @@ from mpsched._core.prefetch import PREFETCH_HOLD, Claims, Prefetched
 from mpsched._errors import StoreUnavailableError
 from mpsched._manager.shared_queue_base import SharedQueueBase
 from mpsched._manager.store_outage import StoreOutage
-from mpsched._store.redis.records import Claimed, Requeue
+from mpsched._store.redis.records import Claimed, Held, Requeue, Withdrawn
 from mpsched._store.redis.store import RedisStore
 
 log = logging.getLogger("mpsched.manager")
@@ -51,9 +53,11 @@ class SharedPrefetch(SharedQueueBase):
 
     def __init__(self, store: RedisStore, *, manager_id: str, lease_timeout: float,
                  clock: Clock | None = None, max_pending: int | None = None,
-                 outage: StoreOutage | None = None, claims: Claims | None = None) -> None:
+                 max_pending_bytes: int | None = None, outage: StoreOutage | None = None,
+                 claims: Claims | None = None) -> None:
         super().__init__(store, manager_id=manager_id, lease_timeout=lease_timeout,
-                         clock=clock, max_pending=max_pending, outage=outage)
+                         clock=clock, max_pending=max_pending,
+                         max_pending_bytes=max_pending_bytes, outage=outage)
         self._claims = claims
         self._prefetched = Prefetched()  # under self._lock, as every field below
         self._prefetchable: Callable[[Job], bool] | None = None  # Dispatch's predicate
@@ -210,7 +214,24 @@ class SharedPrefetch(SharedQueueBase):
         not started yet (that manager gives them back first, within CANCEL_WAIT); the
         jobs cancelled (their ids and clients) whose end this manager tells."""
         nonce = secrets.token_hex(8)
-        withdrawn, asked = self.store.cancel_or_ask(self.manager_id, job_ids, nonce)
+        return self._settle(nonce, *self.store.cancel_or_ask(self.manager_id, job_ids,
+                                                             nonce))
+
+    def cancel_client_jobs(self, client_id: str, *, not_due_only: bool = False) -> list[Job]:
+        """Cancel every pending job of a client, and those of its jobs that any manager
+        holds prefetched and has not started (as :meth:`cancel_jobs`: within CANCEL_WAIT;
+        a job that started runs to its end). With ``not_due_only``, only its pending jobs
+        not yet due: a prefetched job is due."""
+        if not_due_only:
+            return super().cancel_client_jobs(client_id, not_due_only=True)
+        nonce = secrets.token_hex(8)
+        return self._settle(nonce, *self.store.cancel_client_or_ask(self.manager_id,
+                                                                    client_id, nonce))
+
+    def _settle(self, nonce: str, withdrawn: list[Withdrawn], asked: list[Held]) -> list[Job]:
+        """Finish a cancel under ``nonce``: give back this manager's own prefetched jobs
+        it asked for, wait (CANCEL_WAIT at most) for the other managers asked, and settle;
+        the jobs cancelled, as :meth:`cancel_jobs` returns them."""
         if asked:
             mine = [w.job_id for w in asked if w.holder == self.manager_id]
             if mine:

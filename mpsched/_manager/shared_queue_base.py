@@ -29,18 +29,23 @@ class SharedQueueBase:
         manager_id: this manager's id in the store.
         lease_timeout: seconds after its last renewal that peers presume this manager
             dead and take its jobs back.
+        max_pending, max_pending_bytes: the bounds this manager's submits keep the whole
+            queue under (jobs pending in Redis, the bytes of their stored payloads; None:
+            no bound). They are checked in Redis, against every manager's jobs.
         outage: told of each failed call to Redis and each that succeeds (one warning
             per outage).
     """
 
     def __init__(self, store: RedisStore, *, manager_id: str, lease_timeout: float,
                  clock: Clock | None = None, max_pending: int | None = None,
+                 max_pending_bytes: int | None = None,
                  outage: StoreOutage | None = None) -> None:
         self.store = store
         self.manager_id = manager_id
         self.lease_timeout = lease_timeout
         self._clock = clock if clock is not None else SystemClock()
         self._max_pending = max_pending
+        self._max_pending_bytes = max_pending_bytes
         self.outage = outage if outage is not None else StoreOutage(store.location)
         self._unregistered: Callable[[], None] = lambda: None
         # Guards every field below and the lease table. Never held across a call to
@@ -82,7 +87,7 @@ class SharedQueueBase:
 
     @property
     def max_pending_bytes(self) -> int | None:
-        return None
+        return self._max_pending_bytes
 
     def set_on_returned(self, on_returned: Callable[[Job], None] | None) -> None:
         """Jobs go back to Redis by requeue (SharedQueue.requeue), never by revocation."""

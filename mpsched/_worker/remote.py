@@ -40,6 +40,7 @@ from mpsched._protocol.records import (
     WorkerLoad,
 )
 from mpsched._transport.address import format_address
+from mpsched._transport.wire import FastConnection
 from mpsched._worker.loop import serve
 from mpsched._worker.loop_end import LoopEnd
 from mpsched._worker.process import (
@@ -56,6 +57,7 @@ log = logging.getLogger("mpsched.remote")
 
 RECONNECT_FIRST = 0.1  # seconds before the first retry of an unreachable manager
 RECONNECT_MAX = 5.0  # the back-off doubles up to this
+HEARTBEAT_THREAD = "mpsched-heartbeat"
 
 
 def remote_worker_main(config: WorkerConfig, lifeline: Connection | None = None,
@@ -145,10 +147,20 @@ def _session(service: ServiceProxy, config: WorkerConfig, heartbeat_timeout: flo
     """Serve one joined connection; returns serve()'s end, or RETIRED (join again)."""
     # Several beats per timeout, whatever --heartbeat-interval says.
     interval = min(config.heartbeat_interval, heartbeat_timeout / 4)
+    # The heartbeat thread's connection is opened here, before the thread starts: a
+    # handshake of its own, caught in a stall of the manager, would time out and leave
+    # the worker beating on nothing (see ServiceProxy.open_connection).
+    try:
+        connection = service.open_connection(HEARTBEAT_THREAD)
+    except (EOFError, OSError) as exc:
+        log.warning("worker %s: lost the manager just after joining (%s)", config.worker_id,
+                    exc)
+        return LoopEnd.LOST
     # Set when this session ends; the heartbeat thread waits on it between beats.
     stop = threading.Event()
-    threading.Thread(target=_heartbeats, args=(service, config.worker_id, interval, stop),
-                     daemon=True, name="mpsched-heartbeat").start()
+    threading.Thread(target=_heartbeats,
+                     args=(service, connection, config.worker_id, interval, stop),
+                     daemon=True, name=HEARTBEAT_THREAD).start()
     timeouts = JobTimeouts(functools.partial(_timed_out, service, config.worker_id))
     try:
         return LoopEnd(serve(service, config, _acknowledger(service, config.worker_id), drain,
@@ -168,19 +180,42 @@ def _acknowledger(service: ServiceProxy, worker_id: str) -> Callable[[int], None
     return acknowledge
 
 
-def _heartbeats(service: ServiceProxy, worker_id: str, interval: float,
-                stop: threading.Event) -> None:
+def _heartbeats(service: ServiceProxy, connection: FastConnection, worker_id: str,
+                interval: float, stop: threading.Event) -> None:
+    """Beat every ``interval`` seconds on ``connection`` until ``stop`` is set, or the
+    manager says this worker is gone or stopping (the session's own calls hear it too).
+    A beat that fails (the connection broke, or a new one could not be opened) is not
+    the end: the next one goes on a new connection, so a worker that still serves its
+    job keeps saying so; if the manager is really gone, the session ends and sets
+    ``stop``."""
+    service.use_connection(connection)
     # The first beat goes at once: until it arrives, status shows no CPU or memory.
     me = psutil.Process()
     me.cpu_percent(None)
+    failing = False
     while True:
         try:
             times = me.cpu_times()
             service.heartbeat(worker_id, WorkerLoad(cpu_percent=me.cpu_percent(None),
                                                     rss=me.memory_info().rss,
                                                     cpu_seconds=times.user + times.system))
-        except (WorkerRetiredError, SchedulerShutdownError, EOFError, OSError):
+        except (WorkerRetiredError, SchedulerShutdownError):
             return
+        except (EOFError, OSError) as exc:
+            if stop.is_set():
+                return
+            if not failing:
+                log.info("worker %s: a heartbeat failed (%s); trying again in %.1f s",
+                            worker_id, exc, interval)
+                failing = True
+            broken = service.set_connection_aside()  # the next beat opens a new one
+            if broken is not None:
+                with contextlib.suppress(OSError):
+                    broken.close()
+        else:
+            if failing:
+                log.info("worker %s: heartbeats go through again", worker_id)
+                failing = False
         if stop.wait(interval):
             return
 

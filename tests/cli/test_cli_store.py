@@ -319,6 +319,15 @@ def test_jobs_cancel_and_result_round_trip_and_outlive_a_restart(
                      r"\(in 59 min \d\d s\) +high +0 +-$", row), row
     assert len(rows) == 2 and all(done_id not in r for r in rows)
 
+    code, out, err = run("jobs", "--limit", "3", "--json")  # the first three submitted
+    assert code == Exit.OK, err
+    assert [job["job_id"] for job in json.loads(out)] == [done_id, failed_id, later_id]
+    code, out, err = run("jobs", "--state", "pending", "--limit", "1")
+    assert code == Exit.OK, err
+    assert [row.split()[0] for row in out.splitlines()[1:]] == [later_id]
+    code, out, err = run("jobs", "--limit", "0")
+    assert code == 2 and "--limit: must be 1 or more, not 0" in err, err
+
     assert run("result", done_id) == (Exit.OK, "2432902008176640000\n", "")
     code, out, err = run("result", done_id, "--json")
     assert json.loads(out) == {"job_id": done_id, "state": "done",

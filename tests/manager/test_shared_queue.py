@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from mpsched._core.clock import SystemClock
-from mpsched._core.job import Assignment, JobState, Outcome
-from mpsched._errors import SchedulerShutdownError
+from mpsched._core.job import Assignment, JobRequest, JobState, Outcome
+from mpsched._errors import InvalidJobError, QueueFullError, SchedulerShutdownError
 from mpsched._manager import shared_prefetch
 from mpsched._manager.journal import encode
 from mpsched._manager.shared_journal import SharedJournal
@@ -74,8 +74,8 @@ class Peer:
         self.queue.on_unregistered(self.link.beat_now)
         self.link.start()
 
-    def submit(self, job_id: str, delay: float = 0.0) -> None:
-        self.store.submit_jobs([NewJob(job_id, "c1", None, "f", b"payload", 2, delay, None,
+    def submit(self, job_id: str, delay: float = 0.0, client: str = "c1") -> None:
+        self.store.submit_jobs([NewJob(job_id, client, None, "f", b"payload", 2, delay, None,
                                        None, 0)], self.queue.manager_id)
 
     def close(self) -> None:
@@ -383,6 +383,59 @@ def test_a_cancel_through_another_manager_takes_a_prefetched_job_back_unless_it_
     assert time.monotonic() - started < 1.0
 
 
+@pytest.mark.parametrize("through", ["other", "holder"])
+def test_a_cancel_of_a_clients_jobs_takes_back_those_prefetched_unless_started(
+        peers: Callable[..., Peer], no_hold: None, through: str) -> None:
+    slots = Slots()
+    holder, other = peers("m1", claims=slots), peers("m2")
+    for n in range(5):
+        holder.submit(f"j{n}", client="c2" if n == 2 else "c1")
+    holder.submit("later", delay=60)
+    batch = holder.queue.take_batch("w1", 5.0, more=3)  # j0, and j1 to j3 prefetched
+    slots.started["w1"] = batch[1].lease.lease_id  # j0 and j1 started
+    canceller = other if through == "other" else holder
+    started = time.monotonic()
+    cancelled = canceller.queue.cancel_client_jobs("c1")
+    assert sorted(job.job_id for job in cancelled) == ["j3", "j4", "later"]
+    assert all(job.client_id == "c1" for job in cancelled)
+    assert time.monotonic() - started < 1.0  # the holder answered: no wait for CANCEL_WAIT
+    assert [state(holder, f"j{n}")[0] for n in range(5)] == [
+        JobState.RUNNING, JobState.RUNNING, JobState.PENDING, JobState.CANCELLED,
+        JobState.CANCELLED]
+    assert state(holder, "j2") == (JobState.PENDING, 0)  # c2's: back in the queue
+    assert holder.queue.held() == 2  # j0 and j1 run to their ends
+    record = holder.store.get("j1")
+    assert record is not None and record.state is JobState.RUNNING
+    assert holder.store.client.hget(f"{holder.store.base}j:j1", "cx") is None  # unmarked
+
+
+def test_a_cancel_of_a_clients_jobs_waits_for_a_silent_holder_no_longer_than_its_bound(
+        peers: Callable[..., Peer], no_hold: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    slots = Slots()
+    holder, other = peers("m1", claims=slots), peers("m2")
+    stalled, resume = threading.Event(), threading.Event()
+
+    def stall(job_ids: list[str], nonce: str | None) -> None:
+        stalled.set()
+        resume.wait(JOIN)
+
+    monkeypatch.setattr(holder.queue, "give_back_for_cancel", stall)
+    try:
+        for n in range(4):
+            holder.submit(f"j{n}")
+        holder.queue.take_batch("w1", 5.0, more=2)  # j0, with j1 and j2 prefetched
+        started = time.monotonic()
+        assert [job.job_id for job in other.queue.cancel_client_jobs("c1")] == ["j3"]
+        took = time.monotonic() - started
+        assert stalled.is_set()
+        assert shared_prefetch.CANCEL_WAIT <= took < shared_prefetch.CANCEL_WAIT + 1.0
+    finally:
+        resume.set()
+    # The cancel settled without them: they are unmarked, held by their manager still.
+    assert [state(holder, f"j{n}")[0] for n in range(3)] == [JobState.RUNNING] * 3
+    assert holder.store.client.hget(f"{holder.store.base}j:j1", "cx") is None
+
+
 def test_a_worker_that_leaves_gives_back_what_it_did_not_start(
         peers: Callable[..., Peer], no_hold: None) -> None:
     slots = Slots()
@@ -442,3 +495,32 @@ def test_ends_a_worker_reports_while_it_runs_its_batch_claim_nothing_for_it(
     assert peer.journal.finished_all(ends, "w1") == [set(), set()]  # its reporter's
     assert peer.queue.held() == 0
     assert [state(peer, f"j{n}") for n in (2, 3, 4)] == [(JobState.PENDING, 0)] * 3
+
+
+def test_a_bounded_submit_times_out_on_the_bound_it_met_and_one_that_never_fits_at_once(
+        redis_url: str) -> None:
+    store = RedisStore(redis_url)
+    queue = SharedQueue(store, manager_id="m1", lease_timeout=30.0, max_pending=2,
+                        max_pending_bytes=100)
+    journal = SharedJournal(store, queue)
+
+    def request(job_id: str, size: int) -> JobRequest:
+        return JobRequest(job_id, "c1", b"x" * size, 2, 0.0, None)
+
+    try:
+        with pytest.raises(InvalidJobError, match="3 jobs can never fit max_pending=2"):
+            journal.submit([request(f"j{n}", 1) for n in range(3)], None)
+        with pytest.raises(InvalidJobError, match="101 payload bytes can never fit"):
+            journal.submit([request("big", 101)], None)
+        journal.submit([request("a", 60)], 0)
+        with pytest.raises(QueueFullError) as full:
+            journal.submit([request("b", 41)], 0.05)
+        assert (full.value.max_pending, full.value.unit) == (100, "payload bytes")
+        journal.submit([request("b", 40)], 0)
+        with pytest.raises(QueueFullError) as full:
+            journal.submit([request("c", 0)], 0.05)
+        assert (full.value.max_pending, full.value.unit) == (2, "jobs")
+        assert [r.job_id for r in store.jobs(JobState.PENDING)] == ["a", "b"]
+    finally:
+        queue.close()
+        store.close()

@@ -161,6 +161,37 @@ def test_a_prefetched_job_a_cancel_waits_for_is_cancelled_when_given_back(
     pubsub.close()
 
 
+def test_a_cancel_of_a_clients_jobs_asks_for_those_any_manager_holds_prefetched(
+        store: RedisStore) -> None:
+    pubsub = store.subscriber()
+    pubsub.subscribe(store.base + "ch:m2")
+    pubsub.get_message(timeout=1.0)
+    store.submit_jobs([new("a"), new("b"), new("x", client="c2"), new("c"), new("d"),
+                       new("e", delay=60)], "m1")
+    _, b, _, c = take(store, "m2", want=4).jobs
+    assert [j.job_id for j in take(store, "m1", want=1).jobs] == ["d"]
+    # Only due jobs are prefetched: a cancel of those not yet due asks nobody.
+    assert [w.job_id for w in store.cancel_client("m3", "c1", not_due_only=True)] == ["e"]
+    assert pubsub.get_message(timeout=0.1) is None
+    withdrawn, held = store.cancel_client_or_ask("m3", "c1", "n1")
+    # Not a or d: each is the job its worker took, not one prefetched; not x: c2's.
+    assert withdrawn == []
+    assert sorted((h.job_id, h.holder) for h in held) == [("b", "m2"), ("c", "m2")]
+    request = pubsub.get_message(timeout=1.0)["data"]
+    assert request in (b"Cn1 b c", b"Cn1 c b")
+    # m2's worker had started b, not c: c goes back, and is cancelled; m2 answers.
+    assert store.report("m2", LEASE, requeues=[Requeue("c", c.token, False)],
+                        answers=["n1"]).requeued == [3]
+    settled = store.settle_cancel("m3", "n1", ["b", "c"], asked=1, wait=5.0)
+    assert [(w.job_id, w.client_id, w.mine) for w in settled] == [("c", "c1", True)]
+    states = {j: r.state for j in "abcdx" if (r := store.get(j)) is not None}
+    assert states == {"a": JobState.RUNNING, "b": JobState.RUNNING, "c": JobState.CANCELLED,
+                      "d": JobState.RUNNING, "x": JobState.RUNNING}
+    assert store.report("m2", LEASE, finishes=[
+        Finish("b", b.token, JobState.DONE, b"b")]).finished == [1]  # unmarked: it ends
+    pubsub.close()
+
+
 def test_one_waiting_manager_leads_the_others_follow_until_its_lead_lapses(
         store: RedisStore) -> None:
     store.submit_jobs([new("later", delay=60)], "m1")
@@ -327,8 +358,8 @@ def test_one_key_submitted_at_once_through_many_managers_is_one_job(
 def test_a_schedule_run_created_twice_is_created_once_and_never_after_it_ran(
         store: RedisStore) -> None:
     run = new("nightly@2027-01-01T00:00:00Z")
-    assert store.submit_jobs([run], "m1", if_absent=True) == ([run.job_id], False)
-    assert store.submit_jobs([run], "m2", if_absent=True) == ([run.job_id], False)
+    assert store.submit_jobs([run], "m1", if_absent=True) == ([run.job_id], None)
+    assert store.submit_jobs([run], "m2", if_absent=True) == ([run.job_id], None)
     assert [r.job_id for r in store.jobs()] == [run.job_id]
     with pytest.raises(InvalidJobError, match="already in the store"):
         store.submit_jobs([run], "m2")
@@ -336,13 +367,13 @@ def test_a_schedule_run_created_twice_is_created_once_and_never_after_it_ran(
     store.report("m3", LEASE, finishes=[Finish(run.job_id, job.token, JobState.DONE, b"")])
     assert [e.job_id for e in store.drain("m1")] == [run.job_id]  # its creator
     assert [e.job_id for e in store.drain("m2")] == [run.job_id]  # and who armed it too
-    assert store.submit_jobs([run], "m2", if_absent=True) == ([""], False)  # it ran
+    assert store.submit_jobs([run], "m2", if_absent=True) == ([""], None)  # it ran
     assert store.counts().pending[2] == 0
 
 
 def test_a_full_queue_takes_nothing_of_a_batch(store: RedisStore) -> None:
-    assert store.submit_jobs([new("a"), new("b")], "m1", max_pending=3) == (["a", "b"], False)
-    assert store.submit_jobs([new("c"), new("d")], "m1", max_pending=3)[1]
+    assert store.submit_jobs([new("a"), new("b")], "m1", max_pending=3) == (["a", "b"], None)
+    assert store.submit_jobs([new("c"), new("d")], "m1", max_pending=3)[1] == "jobs"
     assert store.counts().pending[2] == 2
 
 
@@ -369,6 +400,6 @@ def test_calls_fail_fast_with_a_typed_error_while_redis_is_down(
             store.get("j")
         assert time.monotonic() - started < 2.0
         server.start()
-        assert store.submit_jobs([new("j")], "m1") == (["j"], False)  # scripts load again
+        assert store.submit_jobs([new("j")], "m1") == (["j"], None)  # scripts load again
     finally:
         store.close()

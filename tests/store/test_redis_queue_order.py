@@ -159,8 +159,8 @@ def test_max_pending_counts_the_jobs_among_the_due_ones(managers: list[RedisStor
     m1, _ = managers
     m1.submit_jobs([new("a"), new("b"), new("c")], "m1")
     take(m1, "m1")  # b and c wait among the due jobs
-    assert m1.submit_jobs([new("d"), new("e")], "m1", max_pending=3)[1]  # full
-    assert m1.submit_jobs([new("d")], "m1", max_pending=3) == (["d"], False)
+    assert m1.submit_jobs([new("d"), new("e")], "m1", max_pending=3)[1] == "jobs"  # full
+    assert m1.submit_jobs([new("d")], "m1", max_pending=3) == (["d"], None)
 
 
 def test_a_manager_with_another_order_is_refused_while_one_is_live(

@@ -143,6 +143,7 @@ class QueueCounts(NamedTuple):
     """The shared queue's counters, across every manager."""
 
     pending: dict[int, int]  # by priority level
+    pending_bytes: int  # what their stored payloads hold (max_pending_bytes bounds it)
     running: int
     submitted: int
     done: int

@@ -33,6 +33,8 @@ from mpsched._store.redis.records import (
 
 NAMES = ("submit", "claim", "cancel", "watch", "drain", "heartbeat", "leave", "jobs", "prune")
 US = 1_000_000  # microseconds per second
+# The bound a submit found reached (submit.lua's `full`), as QueueFullError names it.
+FULL = {1: "jobs", 2: "payload bytes"}
 
 
 def source(name: str) -> str:
@@ -117,16 +119,18 @@ class Scripts:
             conn.disconnect()
 
     def submit(self, jobs: Sequence[NewJob], owner: str, *, if_absent: bool,
-               max_pending: int | None) -> tuple[list[str], bool]:
+               max_pending: int | None,
+               max_pending_bytes: int | None) -> tuple[list[str], str | None]:
         args: list[Any] = [owner, "1" if if_absent else "0",
-                           "" if max_pending is None else max_pending, len(jobs)]
+                           "" if max_pending is None else max_pending,
+                           "" if max_pending_bytes is None else max_pending_bytes, len(jobs)]
         for job in jobs:
             args += [job.job_id, job.client_id, job.key or "", job.name, job.payload,
                      job.priority, "" if job.delay is None else _us(job.delay),
                      "" if job.at is None else _us(job.at),
                      "" if job.timeout is None else repr(float(job.timeout)), job.retries]
         holders, full = self._call("submit", *args)
-        return [_text(h) for h in holders], bool(full)
+        return [_text(h) for h in holders], FULL.get(full)
 
     def claim(self, me: str, lease: float, finishes: Sequence[Finish],
               requeues: Sequence[Requeue], take: Take, *, span: float,

@@ -171,14 +171,14 @@ def describe(exc: BaseException, *, password: bool = True) -> str:
     return f"{type(exc).__name__}: {text}"
 
 
-def check_store(store: str, *, max_pending_bytes: int | None, lease_timeout: float) -> None:
+def check_store(store: str, *, lease_timeout: float) -> None:
     """Check at the call site what a Redis store takes, before any process starts. (Its
     ``order`` is checked when the manager joins the store's live managers: its first
     heartbeat, RedisStore.heartbeat.)
 
     Raises:
-        ConfigError: a bad Redis URL, ``lease_timeout`` not a positive number of seconds,
-            or an option a Redis store does not take (``max_pending_bytes``).
+        ConfigError: a bad Redis URL, or ``lease_timeout`` not a positive number of
+            seconds.
         ExtraMissingError: the URL is a Redis one and redis-py is not installed.
     """
     if isinstance(lease_timeout, bool) or not isinstance(lease_timeout, (int, float)) \
@@ -187,7 +187,4 @@ def check_store(store: str, *, max_pending_bytes: int | None, lease_timeout: flo
     if not is_redis_url(store):
         return
     parse_redis_url(store)
-    if max_pending_bytes is not None:
-        raise ConfigError("max_pending_bytes", max_pending_bytes,
-                          "None with a Redis store (max_pending bounds its jobs)")
     redis_module()

@@ -25,7 +25,8 @@ Keys, all under the deployment's hash tag ``{prefix}`` (one Redis Cluster slot):
     {p}:idle         sorted set: managers with a taker waiting for work, by when that
                      mark lapses (others prefetch nothing meanwhile)
     {p}:cr:<nonce>   list: answers to a cancel that waits for prefetched jobs (BLPOP)
-    {p}:stats        hash: counters across managers
+    {p}:stats        hash: counters across managers (among them pending jobs by level,
+                     and pending_bytes: the bytes of their stored payloads)
     {p}:s:spec {p}:s:state {p}:s:order   schedules
     channels {p}:wake (the head changed, or the lead is free) and {p}:ch:<mgr> (inbox)
 
@@ -160,14 +161,19 @@ class RedisStore(Store):
         return self.settings.max_bulk - PAYLOAD_MARGIN
 
     def submit_jobs(self, jobs: Sequence[NewJob], owner: str, *, if_absent: bool = False,
-                    max_pending: int | None = None) -> tuple[list[str], bool]:
+                    max_pending: int | None = None,
+                    max_pending_bytes: int | None = None) -> tuple[list[str], str | None]:
         """Add jobs, all or none, due on the server's clock; ``owner`` is the manager that
-        delivers their ends to their clients.
+        delivers their ends to their clients. The batch is added only if the queue then
+        holds at most ``max_pending`` pending jobs and ``max_pending_bytes`` bytes of
+        their stored payloads (None: no bound).
 
         Returns:
             For each job the id of the job that stands for it (its own, or the holder of
             its key; with ``if_absent``, a job whose id exists stands for itself and is
-            not added), and whether the queue was full (max_pending): nothing was added.
+            not added), and the bound the batch would have passed (``"jobs"`` or
+            ``"payload bytes"``, QueueFullError's unit): then nothing was added; None
+            when it was.
         Raises:
             InvalidJobError: an id already in the store (without ``if_absent``), or
                 repeated in the batch; nothing was added.
@@ -175,7 +181,8 @@ class RedisStore(Store):
         """
         with self.errors():
             return self.scripts.submit(jobs, owner, if_absent=if_absent,
-                                       max_pending=max_pending)
+                                       max_pending=max_pending,
+                                       max_pending_bytes=max_pending_bytes)
 
     def report(self, me: str, lease_timeout: float, finishes: Sequence[Finish] = (),
                requeues: Sequence[Requeue] = (), take: Take | None = None,
@@ -222,6 +229,14 @@ class RedisStore(Store):
         """Cancel every pending job of a client (only those not yet due)."""
         with self.errors():
             return self.scripts.cancel(me, (), client_id, not_due_only)[0]
+
+    def cancel_client_or_ask(self, me: str, client_id: str,
+                             nonce: str) -> tuple[list[Withdrawn], list[Held]]:
+        """:meth:`cancel_client`; and the client's jobs that any live manager holds
+        prefetched (found among the managers' leases) are marked under ``nonce`` and
+        their managers asked, as by :meth:`cancel_or_ask`."""
+        with self.errors():
+            return self.scripts.cancel(me, (), client_id, nonce=nonce)
 
     def not_yet_due(self, client_id: str) -> list[str]:
         """The ids of a client's pending jobs not yet due by the server's clock."""
@@ -317,6 +332,7 @@ class RedisStore(Store):
         head = None if first is None else first / US - (now_s + now_us / US)
         return QueueCounts(
             pending={level: number.get(f"pending:{level}", 0) for level in (1, 2, 3)},
+            pending_bytes=number.get("pending_bytes", 0),
             running=running, submitted=number.get("submitted", 0),
             done=number.get("done", 0), failed=number.get("failed", 0),
             cancelled=number.get("cancelled", 0), retried=number.get("retried", 0),

@@ -1,5 +1,8 @@
 -- Cancel pending jobs: by id, or every pending job of one client (due later than now
--- only, with not_due = '1').
+-- only, with not_due = '1'). With a nonce, a client's jobs that managers hold
+-- prefetched are found among every live manager's leases (l:<manager>: the jobs in
+-- flight, so only a cancel of all of a client's jobs pays for it, never a claim) and
+-- treated as if named by id, below.
 --
 -- A job named by id that a manager claimed as *prefetched* (pf: its worker may not have
 -- started it) can be cancelled only by that manager, which can take it back from its
@@ -26,6 +29,14 @@ if client ~= '' then
   local from = '-inf'
   if ARGV[6] == '1' then from = '(' .. now end
   ids = redis.call('ZRANGEBYSCORE', B .. 'c:' .. client, from, '+inf')
+  if nonce ~= '' and ARGV[6] ~= '1' then
+    for _, m in ipairs(redis.call('ZRANGE', B .. 'managers', 0, -1)) do
+      for _, id in ipairs(redis.call('SMEMBERS', B .. 'l:' .. m)) do
+        local f = redis.call('HMGET', B .. 'j:' .. id, 'c', 'pf')
+        if f[1] == client and f[2] == '1' then ids[#ids + 1] = id end
+      end
+    end
+  end
 else
   for k = 9, #ARGV do ids[#ids + 1] = ARGV[k] end
 end
@@ -52,6 +63,7 @@ for _, id in ipairs(ids) do
     unqueue(id, f[2], f[3])
     redis.call('ZREM', B .. 'c:' .. f[4], id)
     redis.call('HINCRBY', B .. 'stats', 'pending:' .. f[2], -1)
+    count_bytes(-payload_bytes(id))
     local mine = cancelled_end(id, f[4], f[5], f[6], f[7], me, ttl_ms, keep_ms, now)
     cancelled[#cancelled + 1] = {id, f[4], mine}
   elseif f[1] == 'running' and f[8] == '1' and nonce ~= '' and not f[10]
@@ -67,4 +79,5 @@ for holder, held in pairs(asked) do
     redis.call('PUBLISH', B .. 'ch:' .. holder, 'C' .. nonce .. ' ' .. table.concat(held, ' '))
   end
 end
+write_bytes()
 return cancelled

@@ -106,6 +106,7 @@ local function lease(id, f, prefetched, token)
   local ofclient = list_in(leased.clients, f[1])
   ofclient[#ofclient + 1] = id
   leased.levels[f[6]] = (leased.levels[f[6]] or 0) + 1
+  count_bytes(-#f[5])
   local delay = tonumber(f[7]) - now
   if delay < 0 then delay = 0 end
   return {id, f[5], delay, f[9], attempt, token, f[6], f[8], f[1], f[2], f[10], f[3], f[4],
@@ -204,4 +205,5 @@ end
 local leader_ms = -1
 if holder and leader == 0 then leader_ms = redis.call('PTTL', leader_key) end
 if new_head then wake() end
+write_bytes()
 return {finished, requeued, jobs, head_us, leader, leader_ms, registered}

@@ -108,6 +108,28 @@ local function head(ready)
   return redis.call('ZRANGE', B .. 'due', 0, 0, 'WITHSCORES')
 end
 
+-- The payload bytes of pending jobs, across managers: the field 'pending_bytes' of
+-- {p}:stats, what max_pending_bytes bounds (each pending job's stored payload, `p`).
+-- Whatever moves a job into or out of the due set counts its payload with count_bytes;
+-- the script writes the sum of its changes once, with write_bytes, before it returns.
+local changed_bytes = 0
+
+local function count_bytes(delta)
+  changed_bytes = changed_bytes + delta
+end
+
+-- The size of a job's stored payload, without reading it.
+local function payload_bytes(id)
+  return redis.call('HSTRLEN', B .. 'j:' .. id, 'p')
+end
+
+local function write_bytes()
+  if changed_bytes ~= 0 then
+    redis.call('HINCRBY', B .. 'stats', 'pending_bytes', changed_bytes)
+    changed_bytes = 0
+  end
+end
+
 -- A job's end as a message on a manager's channel: "E" then each field as its length,
 -- ":" and itself (id, state, client, crashed worker, outcome).
 local function ended_message(id, state, client, crashed, outcome)
@@ -268,7 +290,8 @@ end
 -- due), if `token` is its lease's. `retry` is '1' when this counts as an attempt (its
 -- worker had it), '0' when it never started: then, if a cancel waits for it (it was
 -- prefetched: see cancel.lua), it is cancelled instead. Returns 1 if it went back, 2 if
--- it became the head, 3 if it was cancelled, 0 for a stale lease.
+-- it became the head, 3 if it was cancelled, 0 for a stale lease. The caller writes
+-- the payload bytes it put back (write_bytes).
 local function requeue(id, token, retry, ttl_ms, keep_ms, now)
   local jk = B .. 'j:' .. id
   local f = redis.call('HMGET', jk, 't', 'st', 'm', 'pr', 's', 'd', 'c', 'a', 'cx', 'o', 'k',
@@ -291,6 +314,7 @@ local function requeue(id, token, retry, ttl_ms, keep_ms, now)
   redis.call('ZADD', B .. 'due', f[6], m)
   redis.call('ZADD', B .. 'c:' .. f[7], f[6], id)
   redis.call('HINCRBY', B .. 'stats', 'pending:' .. f[4], 1)
+  count_bytes(payload_bytes(id))
   if head()[1] == m then return 2 end
   return 1
 end

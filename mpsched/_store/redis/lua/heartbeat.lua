@@ -75,6 +75,7 @@ for _, dead in ipairs(redis.call('ZRANGEBYSCORE', B .. 'managers', '-inf', now,
   end
 end
 if new_head then wake() end
+write_bytes()
 local first = redis.call('ZRANGE', B .. 'managers', 0, 1, 'WITHSCORES')
 local next_ms = -1
 for k = 1, #first, 2 do

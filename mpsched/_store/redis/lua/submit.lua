@@ -1,9 +1,10 @@
 -- Submit jobs, all or none, due on the server's clock.
 --
--- ARGV: B, owner, if_absent, max_pending, n,
+-- ARGV: B, owner, if_absent, max_pending, max_bytes, n,
 --       {id, client, key, name, payload, level, delay_us, at_us, timeout, retries} * n
 -- (delay_us or at_us is "": a job is due after a delay from now on this server's clock,
--- or at a UTC instant; max_pending "" for no bound).
+-- or at a UTC instant; max_pending, a bound on pending jobs, and max_bytes, on the
+-- payload bytes they hold, "" for no bound).
 --
 -- A job whose key another live or retained job holds is not added: its holder's id
 -- stands for it (within the batch, the first job with a key). With if_absent = '1', a
@@ -12,16 +13,18 @@
 -- as "" once it has ended; otherwise a known id fails the batch.
 --
 -- Returns {holders, full}: for each job the id of the job that stands for it; full = 1
--- when the queue had no room for the batch (max_pending): nothing was added.
+-- when the queue had no room for the batch under max_pending, 2 under max_bytes: nothing
+-- was added.
 local owner = ARGV[2]
 local if_absent = ARGV[3] == '1'
 local max_pending = tonumber(ARGV[4])
-local n = tonumber(ARGV[5])
+local max_bytes = tonumber(ARGV[5])
+local n = tonumber(ARGV[6])
 local FIELDS = 10
 
 local holders, fresh, keys, ids = {}, {}, {}, {}
 for k = 1, n do
-  local at = 5 + (k - 1) * FIELDS
+  local at = 6 + (k - 1) * FIELDS
   local id, key = ARGV[at + 1], ARGV[at + 3]
   if ids[id] then
     return redis.error_reply('DUPLICATE a batch repeats job id ' .. id)
@@ -62,6 +65,13 @@ end
 if max_pending and #fresh > 0 and pending_count() + #fresh > max_pending then
   return {holders, 1}
 end
+local size = 0
+for _, at in ipairs(fresh) do size = size + #ARGV[at + 5] end
+if max_bytes and size > 0 and size + tonumber(
+    redis.call('HGET', B .. 'stats', 'pending_bytes') or 0) > max_bytes then
+  return {holders, 2}
+end
+count_bytes(size)
 
 local now = now_us()
 local old = head()[1]
@@ -108,5 +118,6 @@ if #fresh > 0 then
   end
 end
 redis.call('HINCRBY', B .. 'stats', 'submitted', #fresh)
+write_bytes()
 if #fresh > 0 and head()[1] ~= old then wake() end
 return {holders, 0}
