@@ -43,3 +43,13 @@ def runs(log_path: str) -> list[Run]:
         return []
     with open(log_path) as log:
         return [Run(k, float(s), int(p)) for k, s, p in (line.split() for line in log)]
+
+
+def gate(log_path: str, key: str, path: str, timeout: float = 30.0) -> str:
+    """Log this run, then hold its worker until the file ``path`` exists (at most
+    ``timeout`` seconds); return the key."""
+    run(log_path, key)
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return key

@@ -254,7 +254,7 @@ def _stress(args: argparse.Namespace, out: TextIO) -> int:
     if args.store is not None:
         if args.connect is not None:
             raise UsageError("--store starts managers of its own: no --connect with it")
-        check_store(args.store, order="time", lease_timeout=args.lease_timeout)
+        check_store(args.store, lease_timeout=args.lease_timeout)
         if not is_redis_url(args.store):
             raise UsageError("--store takes a Redis URL (redis://, rediss://, unix://): "
                              "only such a store is shared by several managers")

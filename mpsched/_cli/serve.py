@@ -104,13 +104,14 @@ def run_serve(args: argparse.Namespace, out: TextIO) -> int:
     when this user's local manager already runs).
 
     Raises:
-        ConfigError: a bad Redis URL, or an option a Redis store does not take.
+        ConfigError: a bad Redis URL, or an ``--order`` other than that of the store's
+            live managers.
         ExtraMissingError: a Redis URL without mpsched[redis].
         AddressError: ``--address`` does not parse.
         AuthenticationError: the key file is unreadable, empty or readable by others.
         RuntimeDirError: the runtime directory is another user's or open to others.
     """
-    check_store(args.store or "", order=args.order, lease_timeout=args.lease_timeout)
+    check_store(args.store or "", lease_timeout=args.lease_timeout)
     explicit = read_authkey(args.authkey_file)  # the file, else $MPSCHED_AUTHKEY
     address = None if args.address is None else parse_address(args.address)
     if args.http_token_file is not None and args.http is None:

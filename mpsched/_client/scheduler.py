@@ -60,7 +60,8 @@ class Scheduler(Client):
             processes involved run threads. (The manager itself is always a fresh
             interpreter.) Neither re-runs the program's main module.
         order: "time" (due time, then priority, then submission) or "priority" (among jobs
-            already due, priority first).
+            already due, priority first). With a Redis store, every manager of the store
+            must have the same.
         max_pending: bound on jobs waiting in the heap; ``submit`` then waits for room.
         max_pending_bytes: bound on the bytes pending jobs' payloads hold (in the manager
             and in shared memory together; with a Redis store, the payloads stored there
@@ -77,8 +78,8 @@ class Scheduler(Client):
             (``redis://HOST:PORT/DB``, ``rediss://`` for TLS, ``unix:///PATH``, with
             ``?prefix=NAME``; needs ``mpsched[redis]``), a queue that every Scheduler and
             ``serve`` on the same URL shares: a job runs on whichever has an idle
-            worker, in (due, priority, seq) order across all of them. None: jobs live in
-            the manager's memory only.
+            worker, in (due, priority, seq) order across all of them (or ``order``'s:
+            the store's, the same for all). None: jobs live in the manager's memory only.
         durability: with a store, "sync" (each acknowledged submit or cancel survives a
             power cut; starts and ends reach the disk within milliseconds) or "process"
             (they survive a crash of the manager process, not of the machine).
@@ -107,8 +108,9 @@ class Scheduler(Client):
 
     Raises:
         ConfigError: a bad option (a ValueError), or an ``http`` address that is not a
-            loopback one; a bad store URL, or an option a Redis store does not take
-            (order="priority").
+            loopback one; a bad store URL; with a Redis store, an ``order`` other than
+            the one its live managers run with (the order is the shared queue's: it may
+            change only while no manager of the store is live).
         AddressError: ``http`` is neither a port nor ``HOST:PORT``.
         AuthenticationError: ``http_token_file`` is unreadable, empty, or others may read it.
         ExtraMissingError: a Redis URL without mpsched[redis] installed.
@@ -148,7 +150,7 @@ class Scheduler(Client):
         durability = Durability.coerce(durability)
         check_options(result_ttl)
         order = Order.coerce(order)
-        store = _store(store, order, lease_timeout)
+        store = _store(store, lease_timeout)
         config = ManagerConfig(
             authkey=secrets.token_hex(32).encode(), workers=workers,
             mp_method=_start_method(mp_context),
@@ -265,15 +267,14 @@ def _status_page(http: str | int | None,
     return http_config(http, token_file)
 
 
-def _store(store: str | os.PathLike[str] | None, order: Order,
-           lease_timeout: float) -> str | None:
+def _store(store: str | os.PathLike[str] | None, lease_timeout: float) -> str | None:
     """``store`` as a string, checked with the options a store may refuse.
 
     Raises:
         ConfigError, ExtraMissingError: as ``check_store`` says.
     """
     store = None if store is None else os.fspath(store)
-    check_store(store or "", order=order.value, lease_timeout=lease_timeout)
+    check_store(store or "", lease_timeout=lease_timeout)
     return store
 
 

@@ -28,7 +28,6 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from mpsched._core.job import Order
 from mpsched._core.queue import JobQueue
 from mpsched._errors import ConfigError, MpschedError, StoreError
 from mpsched._manager.http.server import StatusAddressError, StatusServer
@@ -77,6 +76,8 @@ def run_manager(config: ManagerConfig, control: Connection | None = None,
     Raises:
         StoreError: (without ``control``) the store cannot be opened or recovered; with
             ``control`` it is sent to the owner instead, and 1 is returned.
+        ConfigError: (without ``control``; else sent as StoreError is) a live manager
+            of the shared store runs with another ``order``.
     """
     logging.basicConfig(level=config.log_level, stream=sys.stderr,
                         format="%(asctime)s %(name)s[%(process)d] %(levelname)s %(message)s")
@@ -129,10 +130,7 @@ def _open_queue(config: ManagerConfig,
     SQLite store the config names, if any), or in the Redis store it names, shared with
     the other managers of that store; and what was recovered, in one line."""
     if config.store is not None and is_redis_url(config.store):
-        if config.order is not Order.TIME:
-            raise ConfigError("order", str(config.order),
-                              "'time' with a Redis store (its queue orders by due time)")
-        store = RedisStore(config.store, result_ttl=config.result_ttl)
+        store = RedisStore(config.store, result_ttl=config.result_ttl, order=config.order)
         queue = SharedQueue(store, manager_id=f"{host_name()}:{os.getpid()}:"
                                               f"{secrets.token_hex(3)}",
                             lease_timeout=config.lease_timeout,
@@ -190,13 +188,16 @@ def _serve(config: ManagerConfig, control: Connection | None,
     status: StatusServer | None = None
     link: SharedLink | None = None
     try:
-        link, failure = _link(service, server.address)
+        link, error = _link(service, server.address)
+        if error is not None and control is None:
+            raise error  # serve says it as it does when the store cannot be opened
+        failure = "" if error is None else str(error)
         if not failure:
             status, failure = _start_status(config, service, control is None)
         failure = failure or _start(supervisor, config)
         if failure:
             if control is not None:
-                control.send(ManagerFailed(failure))
+                control.send(ManagerFailed(failure, error))
             log.error("manager start-up failed: %s", failure)
             return 1
         if link is not None:
@@ -253,12 +254,14 @@ def _start_status(config: ManagerConfig, service: ManagerService,
     return status, ""
 
 
-def _link(service: ManagerService, address: Any) -> tuple[SharedLink | None, str]:
+def _link(service: ManagerService,
+          address: Any) -> tuple[SharedLink | None, StoreError | ConfigError | None]:
     """With a shared store: this manager registered in it, listening to it, renewing its
-    leases (mpsched._manager.shared_link); and why not ("" when it is)."""
+    leases (mpsched._manager.shared_link); and why not (None when it is): the store
+    failed, or it runs in another order (ConfigError)."""
     journal = service.journal
     if not isinstance(journal, SharedJournal):
-        return None, ""
+        return None, None
     queue = journal.shared_queue
     where, pid = format_address(address), os.getpid()
 
@@ -270,10 +273,9 @@ def _link(service: ManagerService, address: Any) -> tuple[SharedLink | None, str
     queue.on_unregistered(link.beat_now)
     try:
         link.start()
-    except StoreError as exc:
-        log.error("manager start-up failed: %s", exc)
-        return None, str(exc)
-    return link, ""
+    except (StoreError, ConfigError) as exc:  # the caller logs it
+        return None, exc
+    return link, None
 
 
 def _start(supervisor: Supervisor, config: ManagerConfig) -> str:

@@ -77,6 +77,7 @@ class SharedLink:
 
         Raises:
             StoreError: Redis refused the first heartbeat.
+            ConfigError: a live manager of the store runs with another order.
         """
         self._beat()
         for name, target in (("subscriber", self._listen), ("heartbeat", self._beats)):
@@ -185,7 +186,8 @@ class SharedLink:
 
     def _beat(self) -> None:
         """Renew this manager's leases, show its status, take back dead peers' jobs."""
-        beat = self._store.heartbeat(self._me, self._queue.lease_timeout, self._status())
+        beat = self._store.heartbeat(self._me, self._queue.lease_timeout, self._status(),
+                                     join=not self._registered)
         self._outage(None)
         # The next beat comes when the first peer's lease would run out: a dead peer's
         # jobs are taken back then, not up to a third of our own lease later.

@@ -2,7 +2,7 @@
 one it takes (prefetched, as mpsched._core.prefetch explains), and giving them back.
 
 A claim of a batch is one script call for up to PREFETCH due jobs, each under a lease and
-a fencing token of its own, in (due, priority, seq) order; the worker claims each job
+a fencing token of its own, in the queue's order; the worker claims each job
 beyond the first in its claim slot (mpsched._worker.claims) before it starts it, as with a
 queue in memory. What a peer manager cannot do is take them back: its idle worker, or an
 earlier or more urgent job it holds, cannot reach into this manager's table. So this

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from mpsched._core.job import JobState, Payload
+from mpsched._core.job import JobState, Order, Payload
 
 
 class NewJob(NamedTuple):
@@ -127,6 +127,7 @@ class Beat(NamedTuple):
     failed: list[tuple[str, str, str, bool]]  # (job id, worker, client, deliver here)
     requeued: int
     next_expiry: float | None  # seconds until another manager's lease runs out (None: none)
+    order: Order  # the store's order, which this manager's claims follow
 
 
 class ManagerRecord(NamedTuple):

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
-from mpsched._core.job import JobState
+from mpsched._core.job import JobState, Order
 from mpsched._store.redis.records import (
     Beat,
     Claimed,
@@ -60,11 +60,16 @@ class Scripts:
     """The scripts, registered on ``client``, called with the deployment's key base.
 
     ``ttl`` and ``keep`` are this manager's result_ttl and the least time an ended job
-    named in another manager's inbox is kept (seconds).
+    named in another manager's inbox is kept (seconds); ``order`` the order its claims
+    follow (the store's: see :meth:`heartbeat`).
     """
 
-    def __init__(self, client: Any, base: str, *, ttl: float, keep: float) -> None:
+    def __init__(self, client: Any, base: str, *, ttl: float, keep: float,
+                 order: Order = Order.TIME) -> None:
         self._base = base
+        # Read by every claim, replaced by the heartbeat thread when the store's order is
+        # another (one reference, swapped whole: no lock).
+        self.order = order
         self._due_key = base + "due"  # every key shares its hash slot
         self._ttl_ms = str(_us(ttl) // 1000)
         self._keep_ms = str(_us(keep) // 1000)
@@ -140,7 +145,7 @@ class Scripts:
         args += [len(answers), *answers]
         args += [take.want, take.worker, _us(take.early), _us(span) // 1000,
                  _us(grace) // 1000, take.lead, "1" if take.waiting else "0",
-                 len(take.ids), *take.ids]
+                 len(take.ids), *take.ids, self.order.value]
         finished, requeued, jobs, head_us, leader, leader_ms, registered = \
             self._call("claim", *args)
         return Reply(
@@ -175,14 +180,16 @@ class Scripts:
                       owner=_opt(w) or "")
                 for i, s, o, x, c, w in self._call("drain", me, count)]
 
-    def heartbeat(self, me: str, lease: float, status: bytes) -> Beat:
-        before, reaped, failed, requeued, next_ms = self._call(
-            "heartbeat", me, _us(lease) // 1000, self._ttl_ms, self._keep_ms, status)
+    def heartbeat(self, me: str, lease: float, status: bytes, *, join: bool = False) -> Beat:
+        before, reaped, failed, requeued, next_ms, order = self._call(
+            "heartbeat", me, _us(lease) // 1000, self._ttl_ms, self._keep_ms, status,
+            self.order.value, "1" if join else "0")
         return Beat(registered_before=bool(before), reaped=[_text(m) for m in reaped],
                     failed=[(_text(i), _text(w), _text(c), bool(m))
                             for i, w, c, m in failed],
                     requeued=int(requeued),
-                    next_expiry=None if next_ms < 0 else next_ms / 1000)
+                    next_expiry=None if next_ms < 0 else next_ms / 1000,
+                    order=Order(_text(order)))
 
     def leave(self, me: str) -> None:
         self._call("leave", me)

@@ -171,12 +171,14 @@ def describe(exc: BaseException, *, password: bool = True) -> str:
     return f"{type(exc).__name__}: {text}"
 
 
-def check_store(store: str, *, order: str, lease_timeout: float) -> None:
-    """Check at the call site what a Redis store takes, before any process starts.
+def check_store(store: str, *, lease_timeout: float) -> None:
+    """Check at the call site what a Redis store takes, before any process starts. (Its
+    ``order`` is checked when the manager joins the store's live managers: its first
+    heartbeat, RedisStore.heartbeat.)
 
     Raises:
-        ConfigError: a bad Redis URL, ``lease_timeout`` not a positive number of seconds,
-            or an option a Redis store does not take (``order="priority"``).
+        ConfigError: a bad Redis URL, or ``lease_timeout`` not a positive number of
+            seconds.
         ExtraMissingError: the URL is a Redis one and redis-py is not installed.
     """
     if isinstance(lease_timeout, bool) or not isinstance(lease_timeout, (int, float)) \
@@ -185,7 +187,4 @@ def check_store(store: str, *, order: str, lease_timeout: float) -> None:
     if not is_redis_url(store):
         return
     parse_redis_url(store)
-    if order != "time":
-        raise ConfigError("order", order, "'time' with a Redis store (its managers share "
-                                          "one queue in due-time order)")
     redis_module()

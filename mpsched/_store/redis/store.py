@@ -5,6 +5,10 @@ Keys, all under the deployment's hash tag ``{prefix}`` (one Redis Cluster slot):
     {p}:due          sorted set: pending jobs; score = due time in µs on the server's clock,
                      member = level + seq (16 digits) + ":" + id, so that jobs due at the
                      same µs sort by priority, then seq: the exact (due, priority, seq) order
+    {p}:rdy          sorted set, order="priority" only: the pending jobs already due, moved
+                     from {p}:due by claims; score = level, member = due µs (16 digits) +
+                     seq (16 digits) + ":" + id: the exact (priority, due, seq) order
+    {p}:order        the queue's order ("time" when absent), the same for every manager
     {p}:j:<id>       hash: the job (client, owner manager, key, name, payload, level, due,
                      seq, timeout, retries, attempt, state, worker, manager, lease token,
                      prefetched, a cancel's mark, finished, outcome); expires result_ttl
@@ -40,8 +44,8 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from mpsched._core.job import JobRecord, JobState
-from mpsched._errors import InvalidJobError, StoreError, StoreUnavailableError
+from mpsched._core.job import JobRecord, JobState, Order
+from mpsched._errors import ConfigError, InvalidJobError, StoreError, StoreUnavailableError
 from mpsched._store.base import Store, StoredSchedule, check_options
 from mpsched._store.redis.records import (
     Beat,
@@ -93,6 +97,10 @@ class RedisStore(Store):
         result_ttl: seconds an ended job (its record, outcome and key) is kept.
         timeout: seconds to connect and check the server; every later command may take
             ``operation_timeout``.
+        order: the order of the queue (``Order.PRIORITY``: among due jobs, the highest
+            priority first). It is the store's, the same for all its managers: the first
+            heartbeat of a manager (``join``) records it, or refuses it while a manager
+            with the other order is live.
 
     Raises:
         ConfigError: a bad URL or ``result_ttl``.
@@ -102,7 +110,8 @@ class RedisStore(Store):
 
     def __init__(self, url: str | RedisURL, *, result_ttl: float = 86400.0,
                  timeout: float = CONNECT_TIMEOUT,
-                 operation_timeout: float = OPERATION_TIMEOUT) -> None:
+                 operation_timeout: float = OPERATION_TIMEOUT,
+                 order: Order = Order.TIME) -> None:
         check_options(result_ttl)
         self.url = parse_redis_url(url) if isinstance(url, str) else url
         self.result_ttl = float(result_ttl)
@@ -115,7 +124,8 @@ class RedisStore(Store):
             checking.close()
         warn_persistence(self.url, self.settings)
         self.client = open_client(self.url, timeout=operation_timeout)
-        self.scripts = Scripts(self.client, self.base, ttl=self.result_ttl, keep=DELIVERY_KEEP)
+        self.scripts = Scripts(self.client, self.base, ttl=self.result_ttl, keep=DELIVERY_KEEP,
+                               order=order)
         # Guards _closed; nobody waits on it.
         self._lock = threading.Lock()
         self._closed = False
@@ -247,11 +257,41 @@ class RedisStore(Store):
         with self.errors():
             return self.scripts.drain(me, count)
 
-    def heartbeat(self, me: str, lease_timeout: float, status: bytes) -> Beat:
+    @property
+    def order(self) -> Order:
+        """The order this manager's claims follow: its own, or the store's once a
+        heartbeat found that to be another (see :meth:`heartbeat`)."""
+        return self.scripts.order
+
+    def heartbeat(self, me: str, lease_timeout: float, status: bytes, *,
+                  join: bool = False) -> Beat:
         """Say ``me`` is alive for ``lease_timeout`` more seconds, with its status; take
-        back the jobs of managers presumed dead."""
+        back the jobs of managers presumed dead. The store takes :attr:`order` when no
+        other manager is live; else a manager that joins (``join``) with another order
+        is refused, and one that beats again after it was presumed dead follows the
+        store's (logged).
+
+        Raises:
+            ConfigError: (``join``) a live manager of the store has another order.
+            StoreUnavailableError, StoreError: as :meth:`errors`.
+        """
         with self.errors():
-            return self.scripts.heartbeat(me, lease_timeout, status)
+            try:
+                beat = self.scripts.heartbeat(me, lease_timeout, status, join=join)
+            except self._redis.ResponseError as exc:
+                theirs = str(exc).partition("ORDER ")[2].split()
+                if not theirs:
+                    raise
+                raise ConfigError(
+                    "order", self.order.value,
+                    f"{theirs[0]!r} (the order of the live managers of the store "
+                    f"{self.url.redacted})") from None
+        if beat.order is not self.order:
+            log.error("the job store %s has order=%r now (a manager started with it while "
+                      "this one was presumed dead): this manager follows it",
+                      self.url.redacted, beat.order.value)
+            self.scripts.order = beat.order
+        return beat
 
     def forget_manager(self, me: str) -> None:
         """Forget a manager that stops (it holds no lease any more)."""
@@ -281,13 +321,15 @@ class RedisStore(Store):
             pipe.zrange(self.base + "due", 0, 0, withscores=True)
             pipe.time()
             pipe.zrange(self.base + "managers", 0, -1)
-            stats, top, (now_s, now_us), managers = pipe.execute()
+            pipe.zrange(self.base + "rdy", 0, 0)
+            stats, top, (now_s, now_us), managers, ready = pipe.execute()
             pipe = self.client.pipeline(transaction=False)
             for manager in managers:
                 pipe.scard(f"{self.base}l:{manager.decode()}")
             running = sum(pipe.execute())
         number = {k.decode(): int(v) for k, v in stats.items()}
-        head = None if not top else top[0][1] / US - (now_s + now_us / US)
+        first = _ready_due(ready[0]) if ready else top[0][1] if top else None
+        head = None if first is None else first / US - (now_s + now_us / US)
         return QueueCounts(
             pending={level: number.get(f"pending:{level}", 0) for level in (1, 2, 3)},
             pending_bytes=number.get("pending_bytes", 0),
@@ -298,21 +340,31 @@ class RedisStore(Store):
 
     def head(self, n: int) -> list[tuple[JobRecord, float]]:
         """The next ``n`` pending jobs in claim order, each with the seconds until it is
-        due on the server's clock (<= 0: due)."""
+        due on the server's clock (<= 0: due). With order="priority", the jobs due
+        already come first by (priority, due, seq); of those that came due since the last
+        claim, only the first ``n`` by due time are looked at."""
         if n <= 0:
             return []
         with self.errors():
             pipe = self.client.pipeline(transaction=False)
+            pipe.zrange(self.base + "rdy", 0, n - 1)
             pipe.zrange(self.base + "due", 0, n - 1)
             pipe.time()
-            members, (now_s, now_us) = pipe.execute()
+            ready, members, (now_s, now_us) = pipe.execute()
         now = now_s + now_us / US
-        found = []
+        records = [record for record in (self.get(m.decode()[33:]) for m in ready)
+                   if record is not None]
+        later = []
         for member in members:
             record = self.get(member.decode()[18:])
-            if record is not None:
-                found.append((record, record.due_wall - now))
-        return found
+            if record is None:
+                continue
+            if record.due_wall <= now and self.order is Order.PRIORITY:
+                records.append(record)  # due: a claim moves it among the ready ones
+            else:
+                later.append(record)
+        records.sort(key=lambda r: (r.priority, r.due_wall, r.seq))
+        return [(record, record.due_wall - now) for record in (records + later)[:n]]
 
     def publish_schedule(self, schedule_id: str) -> None:
         """Tell every manager (``{p}:sched``) that a schedule changed in the store."""
@@ -424,6 +476,11 @@ class RedisStore(Store):
             self._closed = True
         self.scripts.close()
         self.client.close()
+
+
+def _ready_due(member: bytes) -> int:
+    """The due time in µs of a member of ``{p}:rdy`` (its first 16 digits)."""
+    return int(member[:16])
 
 
 def _record(job_id: str, row: Sequence[Any], outcome: bytes | None) -> JobRecord:

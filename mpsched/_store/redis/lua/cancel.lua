@@ -60,7 +60,7 @@ for _, id in ipairs(ids) do
   local jk = B .. 'j:' .. id
   local f = redis.call('HMGET', jk, 'st', 'pr', 's', 'c', 'o', 'k', 'wd', 'pf', 'm', 'cx')
   if f[1] == 'pending' then
-    redis.call('ZREM', B .. 'due', member(f[2], f[3], id))
+    unqueue(id, f[2], f[3])
     redis.call('ZREM', B .. 'c:' .. f[4], id)
     redis.call('HINCRBY', B .. 'stats', 'pending:' .. f[2], -1)
     count_bytes(-payload_bytes(id))

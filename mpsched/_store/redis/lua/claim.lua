@@ -1,13 +1,18 @@
 -- Report and claim, in one call: end the leases of jobs that finished, put back those
 -- whose lease was lost (or that a worker was handed and did not start), answer the
 -- cancels that waited for those, then claim up to n due jobs for `worker` (or the
--- pending jobs named in `ids`), in (due, priority, seq) order on the server's clock.
+-- pending jobs named in `ids`), in (due, priority, seq) order on the server's clock
+-- (or by priority first among due jobs: `order`, below).
 --
 -- ARGV: B, me, lease_ms, ttl_ms, keep_ms,
 --       nf, {id, token, state, outcome} * nf,
 --       nr, {id, token, retry} * nr,
 --       na, {nonce} * na,
---       n, worker, early_us, span_ms, grace_ms, lead, waiting, ni, {id} * ni
+--       n, worker, early_us, span_ms, grace_ms, lead, waiting, ni, {id} * ni, order
+--
+-- With order = 'priority' (the last argument), the jobs due by now are first moved to
+-- `rdy` (promote, in common.lua) and claimed from there by (priority, due, seq); when
+-- none is due, the claim goes on as with 'time', on the due set.
 --
 -- The first job claimed may be due within early_us from now: its lease says how long
 -- until it is due (a duration, never an instant), and the worker waits that long itself.
@@ -74,6 +79,7 @@ local grace_ms = tonumber(ARGV[i + 4])
 local lead = ARGV[i + 5]
 local waiting = ARGV[i + 6] == '1'
 local ni = tonumber(ARGV[i + 7]); i = i + 8
+local by_priority = ARGV[#ARGV] == 'priority'
 local IDLE_MS = 60000
 
 local registered = 1
@@ -108,12 +114,13 @@ local function lease(id, f, prefetched, token)
 end
 
 local jobs = {}
+local queue, cut = B .. 'due', 19  -- where the jobs claimed from the head wait
 if ni > 0 then
   for k = 1, ni do
     local id = ARGV[i + k - 1]
     local f = redis.call('HMGET', B .. 'j:' .. id, 'st', 'pr', 's')
     if f[1] == 'pending' then
-      leased.members[#leased.members + 1] = member(f[2], f[3], id)
+      unqueue(id, f[2], f[3])
       jobs[#jobs + 1] = lease(id, fields(id), false, redis.call('INCR', B .. 'token'))
     end
   end
@@ -123,13 +130,23 @@ elseif n > 0 then
       if m ~= me then n = 1 end
     end
   end
-  local due = redis.call('ZRANGEBYSCORE', B .. 'due', '-inf', now + early, 'WITHSCORES',
-                         'LIMIT', 0, n)
+  local due = {}
+  if by_priority then
+    promote(now)
+    for k, m in ipairs(redis.call('ZRANGE', B .. 'rdy', 0, n - 1)) do
+      due[2 * k - 1], due[2 * k] = ready_entry(m)
+    end
+    if #due > 0 then queue, cut = B .. 'rdy', 34 end
+  end
+  if #due == 0 then
+    due = redis.call('ZRANGEBYSCORE', B .. 'due', '-inf', now + early, 'WITHSCORES',
+                     'LIMIT', 0, n)
+  end
   -- Tokens for every job it may claim at once (one it does not claim leaves a gap: a
   -- token need only be new).
   local token = #due > 0 and redis.call('INCRBY', B .. 'token', #due / 2) - #due / 2
   for k = 1, #due, 2 do
-    local id = string.sub(due[k], 19)
+    local id = string.sub(due[k], cut)
     local f = fields(id)
     if k > 1 and (tonumber(due[k + 1]) > now or (f[9] and f[9] ~= '')
                   or string.find(id, '@', 1, true)) then
@@ -140,8 +157,8 @@ elseif n > 0 then
     jobs[#jobs + 1] = lease(id, f, k > 1, token)
   end
 end
+if #leased.members > 0 then redis.call('ZREM', queue, unpack(leased.members)) end
 if #jobs > 0 then
-  redis.call('ZREM', B .. 'due', unpack(leased.members))
   redis.call('SADD', B .. 'l:' .. me, unpack(leased.ids))
   for client, ids in pairs(leased.clients) do
     redis.call('ZREM', B .. 'c:' .. client, unpack(ids))
@@ -159,7 +176,7 @@ if n > 0 or ni > 0 then
   end
 end
 
-local top = head()
+local top = head(by_priority)
 local head_us = -1
 if top[1] then head_us = tonumber(top[2]) - now end
 

@@ -29,8 +29,82 @@ local function wake()
   redis.call('PUBLISH', B .. 'wake', '1')
 end
 
--- The head of the due set, as {member, score}, or an empty table.
-local function head()
+-- order="priority": the jobs already due wait in `rdy` instead, scored by priority level,
+-- member = due time in µs (16 digits; one before 1970 as 0) .. seq (16 digits) .. ":" ..
+-- id, so that they sort by (level, due, seq). A claim moves them there from `due` as
+-- they come due (promote); with order="time" `rdy` stays empty. Every other script puts
+-- a pending job (back) in `due`: the next claim moves it on if it is due.
+local function ready_member(due, seq, id)
+  local at = tonumber(due)
+  if at < 0 then at = 0 end
+  return string.format('%016d%016d:', at, tonumber(seq)) .. id
+end
+
+-- A member of `rdy` as the due set would hold it: {member, due time in µs}.
+local function ready_entry(m)
+  return m, tonumber(string.sub(m, 1, 16))
+end
+
+-- Move every job due by `now` from `due` to `rdy` (each once: it leaves `due`).
+local CHUNK = 1000
+local function promote(now)
+  local moved
+  repeat
+    local due = redis.call('ZRANGEBYSCORE', B .. 'due', '-inf', now, 'WITHSCORES',
+                           'LIMIT', 0, CHUNK)
+    moved = #due / 2
+    if moved == 0 then return end
+    local ready = {}
+    for k = 1, #due, 2 do
+      local m = due[k]
+      ready[k] = string.sub(m, 1, 1)
+      ready[k + 1] = ready_member(due[k + 1], string.sub(m, 2, 17), string.sub(m, 19))
+    end
+    redis.call('ZADD', B .. 'rdy', unpack(ready))
+    redis.call('ZREMRANGEBYRANK', B .. 'due', 0, moved - 1)
+  until moved < CHUNK
+end
+
+-- Move every job of `rdy` back to `due` (the store's order becomes "time").
+local function demote_all()
+  local moved
+  repeat
+    local ready = redis.call('ZRANGE', B .. 'rdy', 0, CHUNK - 1, 'WITHSCORES')
+    moved = #ready / 2
+    if moved == 0 then return end
+    local due = {}
+    for k = 1, #ready, 2 do
+      local id = string.sub(ready[k], 34)
+      -- the exact due time (the member's is 0 for one before 1970)
+      due[k] = redis.call('HGET', B .. 'j:' .. id, 'd')
+               or tonumber(string.sub(ready[k], 1, 16))
+      due[k + 1] = member(ready[k + 1], string.sub(ready[k], 17, 32), id)
+    end
+    redis.call('ZADD', B .. 'due', unpack(due))
+    redis.call('ZREMRANGEBYRANK', B .. 'rdy', 0, moved - 1)
+  until moved < CHUNK
+end
+
+-- Take a pending job out of the queue, wherever it waits; 1 if it was there.
+local function unqueue(id, level, seq)
+  if redis.call('ZREM', B .. 'due', member(level, seq, id)) == 1 then return 1 end
+  local due = redis.call('HGET', B .. 'j:' .. id, 'd')
+  if not due then return 0 end
+  return redis.call('ZREM', B .. 'rdy', ready_member(due, seq, id))
+end
+
+-- How many jobs are pending (max_pending counts them all).
+local function pending_count()
+  return redis.call('ZCARD', B .. 'due') + redis.call('ZCARD', B .. 'rdy')
+end
+
+-- The head of the due set, as {member, score}, or an empty table; with `ready`
+-- (order="priority"), the first job of `rdy` if any, as {member, its due time}.
+local function head(ready)
+  if ready then
+    local top = redis.call('ZRANGE', B .. 'rdy', 0, 0)
+    if top[1] then return {ready_entry(top[1])} end
+  end
   return redis.call('ZRANGE', B .. 'due', 0, 0, 'WITHSCORES')
 end
 
@@ -191,8 +265,8 @@ end
 
 -- A job taken out of the queue unrun (pending, or prefetched and never started): its end
 -- is recorded as cancelled and told to its owner and watchers, except `me`, which tells
--- its own clients. Its level's pending count and its place in the due set are the
--- caller's.
+-- its own clients. Its level's pending count and its place in the queue (unqueue) are
+-- the caller's.
 local function cancelled_end(id, client, owner, key, watched, me, ttl_ms, keep_ms, now)
   local jk = B .. 'j:' .. id
   redis.call('HSET', jk, 'st', 'cancelled', 'f', now)

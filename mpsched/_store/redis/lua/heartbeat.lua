@@ -2,16 +2,42 @@
 -- takes back the jobs of managers whose leases ran out: retried if their retries allow
 -- (counted as an attempt), else failed as crashed. Idempotent: whoever reaps first does.
 --
--- ARGV: B, me, lease_ms, ttl_ms, keep_ms, status
--- Returns {registered_before, reaped, failed, requeued, next_ms}: reaped lists the
+-- The queue's order ("time" or "priority", the key `order`; "time" when none is
+-- recorded) is the store's: a manager with another one is refused while any other
+-- manager is live (an error reply "ORDER <the store's order>", nothing changed) if it
+-- joins (join = '1'); one that beats again after it was presumed dead follows the
+-- store's. With no other manager live, the caller's order becomes the store's (the jobs
+-- waiting in `rdy` go back to `due` for "time").
+--
+-- ARGV: B, me, lease_ms, ttl_ms, keep_ms, status, order, join
+-- Returns {registered_before, reaped, failed, requeued, next_ms, order}: reaped lists the
 -- managers presumed dead; failed lists {id, worker, client, mine} of the jobs failed;
 -- next_ms is how long until the lease of the first other manager runs out (-1: none),
--- when the caller beats again to take its jobs back at once if it is dead.
+-- when the caller beats again to take its jobs back at once if it is dead; order is the
+-- store's, which the caller's claims must follow.
 local me = ARGV[2]
 local lease_ms = tonumber(ARGV[3])
 local ttl_ms = tonumber(ARGV[4])
 local keep_ms = tonumber(ARGV[5])
+local order = ARGV[7]
 local now = now_us()
+local recorded = redis.call('GET', B .. 'order') or 'time'
+if recorded ~= order then
+  local others = false
+  local live = redis.call('ZRANGEBYSCORE', B .. 'managers', string.format('(%d', now),
+                          '+inf', 'LIMIT', 0, 2)
+  for _, m in ipairs(live) do
+    if m ~= me then others = true end
+  end
+  if not others then
+    redis.call('SET', B .. 'order', order)
+    if order == 'time' then demote_all() end
+  elseif ARGV[8] == '1' then
+    return redis.error_reply('ORDER ' .. recorded)
+  else
+    order = recorded
+  end
+end
 local before = 0
 if redis.call('ZSCORE', B .. 'managers', me) then before = 1 end
 redis.call('ZADD', B .. 'managers', now + lease_ms * 1000, me)
@@ -59,4 +85,4 @@ for k = 1, #first, 2 do
     break
   end
 end
-return {before, reaped, failed, requeued, next_ms}
+return {before, reaped, failed, requeued, next_ms, order}

@@ -62,7 +62,7 @@ for k = 1, n do
   end
 end
 
-if max_pending and #fresh > 0 and redis.call('ZCARD', B .. 'due') + #fresh > max_pending then
+if max_pending and #fresh > 0 and pending_count() + #fresh > max_pending then
   return {holders, 1}
 end
 local size = 0
