@@ -62,10 +62,12 @@ def test_due_jobs_run_highest_priority_first_on_another_managers_single_worker(
             future.result(timeout=60)
     assert backlog["MEDIUM-1"].cancelled()
     runs = shared_jobs.runs(log)
-    assert [r.key for r in runs] == [
+    # "later" (HIGH) may go before the last of the backlog on a slow machine, once due.
+    assert [r.key for r in runs if r.key != "later"] == [
         "gate-1", "gate-2", "HIGH-0", "HIGH-1", "HIGH-2", "MEDIUM-0", "MEDIUM-2",
-        "LOW-0", "LOW-1", "LOW-2", "later"]
-    assert runs[-1].started >= due_later, "a job started before its due time"
+        "LOW-0", "LOW-1", "LOW-2"]
+    [run_later] = [r for r in runs if r.key == "later"]
+    assert run_later.started >= due_later, "a job started before its due time"
 
 
 def test_a_manager_with_the_other_order_is_refused_while_one_is_live(
