@@ -38,7 +38,6 @@ RECONNECT_MAX = 5.0  # the wait doubles up to this
 # The manager is gone; OSError covers ConnectionError. (A StoreError is an OSError too, but
 # one the manager raised: every handler of these lets it through first.)
 DISCONNECTED = (EOFError, OSError)
-SENDER_THREAD = "mpsched-sender"  # the outbox's thread (its connection: see reconnect)
 
 
 @dataclass(frozen=True)
@@ -180,11 +179,12 @@ class ManagerLink:
                                      since=time.monotonic())
             return self.outage
 
-    def reconnect(self, watch: list[str], *, sender: bool = False) -> Rejoin | None:
+    def reconnect(self, watch: list[str], *, sender: str | None = None) -> Rejoin | None:
         """Connect with back-off until a manager answers, open this client there again
-        and watch the jobs of ``watch``; None once the client is closed. With ``sender``,
-        the outbox sender's connection is opened too (see ServiceProxy.open_connection:
-        a stall during its handshake is one more try here, never a failed submit).
+        and watch the jobs of ``watch``; None once the client is closed. ``sender``: the
+        name of the outbox's thread, whose connection is opened here too (see
+        ServiceProxy.open_connection: a stall during its handshake is one more try here,
+        never a failed submit).
 
         Raises:
             AuthenticationError, VersionMismatchError: the manager there refused the client.
@@ -199,7 +199,7 @@ class ManagerLink:
                 durable = has_store(service)
                 outcomes, unknown = (service.watch_many(self.hello.client_id, watch)
                                      if watch else ([], []))
-                connection = service.open_connection(SENDER_THREAD) if sender else None
+                connection = None if sender is None else service.open_connection(sender)
                 return Rejoin(service=service, durable=durable, outcomes=outcomes,
                               unknown=unknown, sender=connection)
             # Not there yet, or gone again. AssertionError: Python < 3.12's handshake

@@ -21,7 +21,7 @@ import logging
 from typing import Protocol
 
 from mpsched._client.link import ManagerLink, Outage, Rejoin
-from mpsched._client.outbox import Outbox
+from mpsched._client.outbox import SENDER_THREAD, Outbox
 from mpsched._core.job import JobRequest, Outcome
 from mpsched._errors import AuthenticationError, MpschedError, VersionMismatchError
 
@@ -55,7 +55,7 @@ def ride_out(link: ManagerLink, outage: Outage, jobs: ClientJobs,
         return outage.error(link.advice())
     watch = _hold(link, outage, jobs, outbox)
     try:
-        rejoin = link.reconnect(watch, sender=outbox is not None)
+        rejoin = link.reconnect(watch, sender=None if outbox is None else SENDER_THREAD)
     except (AuthenticationError, VersionMismatchError) as exc:
         log.error("mpsched client %s: the manager at %s refused it: %s; it stops "
                   "reconnecting", link.hello.client_id, link.address, exc)

@@ -17,12 +17,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from mpsched._client.link import SENDER_THREAD
 from mpsched._core.job import JobRequest
 from mpsched._protocol.proxy import ServiceProxy
 from mpsched._transport.wire import FastConnection
 
 BATCH = 512  # requests per manager call at most
+SENDER_THREAD = "mpsched-sender"  # the sender thread's name, and its connection's
 
 
 class Outbox:
