@@ -362,6 +362,11 @@ class RedisStore(Store):
             return None
         return _record(job_id, row[:-1], row[-1])
 
+    def payload(self, job_id: str) -> bytes:
+        """The payload Redis keeps of job ``job_id`` (b"" for none)."""
+        with self.errors():
+            return self.client.hget(f"{self.base}j:{job_id}", "p") or b""
+
     def jobs(self, state: JobState | None = None, limit: int | None = None) -> list[JobRecord]:
         with self.errors():
             rows = self.scripts.jobs(state, limit)
