@@ -160,6 +160,7 @@ class SharedQueue(SharedPrefetch):
             reply = self.store.report(self.manager_id, self.lease_timeout, take=Take(
                 want=want, worker=f"{self.manager_id}/{worker_id}", early=early,
                 lead="wait", waiting=others_wait))
+            reply = self.with_payloads(reply)
         except StoreUnavailableError as exc:
             self.outage(exc)
             return None
@@ -263,6 +264,11 @@ class SharedQueue(SharedPrefetch):
         reply = self.store.report(self.manager_id, self.lease_timeout, finishes=finishes,
                                   take=take)
         if reply.jobs:
+            try:
+                reply = self.with_payloads(reply)
+            except StoreUnavailableError:
+                self.give_back(_requeues(reply))  # the ends are recorded: keep them
+                return reply.finished
             assert worker_id is not None
             back = _requeues(reply)
             with self._lock:
