@@ -46,8 +46,18 @@ def settled(s: Scheduler) -> None:
     wait_for(lambda: segments(s) == [s._core.shm_prefix + "probe"], what="segments released")
 
 
-def test_arguments_and_results_travel_through_shared_memory(make_scheduler, fifo):
-    s = make_scheduler(workers=1)
+@pytest.fixture(params=["no-store", "redis"])
+def store_options(request):
+    """No store, or a Redis store (which holds every payload whole: the manager keeps
+    the segments of its own clients' jobs for its own workers)."""
+    if request.param == "no-store":
+        return {}
+    return {"store": request.getfixturevalue("redis_url")}
+
+
+def test_arguments_and_results_travel_through_shared_memory(make_scheduler, fifo,
+                                                            store_options):
+    s = make_scheduler(workers=1, **store_options)
     assert s._core.shm_prefix  # a Scheduler's client shares its manager's /dev/shm
     data = os.urandom(BIG)
     running = s.submit(jobs.announce_then_sleep_with, fifo, 0.5, data)
@@ -64,8 +74,8 @@ def test_arguments_and_results_travel_through_shared_memory(make_scheduler, fifo
     assert segments(s) == []
 
 
-def test_cancelled_and_retried_jobs_leak_nothing(make_scheduler, tmp_path):
-    s = make_scheduler(workers=1)
+def test_cancelled_and_retried_jobs_leak_nothing(make_scheduler, tmp_path, store_options):
+    s = make_scheduler(workers=1, **store_options)
     data = os.urandom(BIG)
     later = [s.schedule(jobs.length, data, delay=60) for _ in range(3)]
     s.stats()  # every submit has landed
@@ -81,8 +91,8 @@ def test_cancelled_and_retried_jobs_leak_nothing(make_scheduler, tmp_path):
     assert segments(s) == []
 
 
-def test_a_job_past_its_timeout_leaks_nothing(make_scheduler, fifo):
-    s = make_scheduler(workers=1)
+def test_a_job_past_its_timeout_leaks_nothing(make_scheduler, fifo, store_options):
+    s = make_scheduler(workers=1, **store_options)
     late = s.schedule(jobs.announce_then_sleep_with, fifo, 60, os.urandom(BIG), timeout=0.5)
     wait_started(fifo)
     assert isinstance(late.exception(timeout=30), JobTimeoutError)
@@ -105,6 +115,31 @@ def test_a_dead_client_s_jobs_and_results_leak_nothing(make_scheduler, tmp_path)
     subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
     wait_for(lambda: s.stats().completed == 2, what="the dead client's jobs ran")
     settled(s)
+
+
+def test_a_job_held_by_one_manager_runs_on_another_with_its_payload_inline(
+        make_scheduler, redis_url, fifo, tmp_path):
+    # Submitted through a manager whose one worker is busy, which keeps the segments;
+    # the other manager claims the jobs with their payloads from Redis (copies, not
+    # mappings), and their results reach the owner's client through Redis.
+    owner = make_scheduler(workers=1, store=redis_url)
+    release = tmp_path / "release"
+    busy = owner.submit(jobs.announce_then_wait, fifo, str(release), 60)
+    wait_started(fifo)
+    data = os.urandom(BIG)
+    mapped = owner.submit(jobs.inspect_mapped, jobs.Mapped(bytearray(data)))
+    summed = owner.submit(jobs.digest, data)
+    result = owner.submit(jobs.big_result, BIG)
+    owner.stats()  # every submit has landed
+    assert len(segments(owner, "j")) == 2  # held while the jobs are pending
+    runner = make_scheduler(workers=1, store=redis_url)
+    assert mapped.result(timeout=30) == ("bytearray", True, 255)  # inline: a copy
+    assert summed.result(timeout=30) == hashlib.sha256(data).hexdigest()
+    assert result.result(timeout=30) == bytes([7]) * BIG  # inline, through Redis
+    release.touch()
+    assert busy.result(timeout=30) == "woke"
+    settled(owner)  # the ends came to the owner, which unlinked the segments
+    settled(runner)  # the result segment its worker wrote, read back for Redis
 
 
 def test_a_finished_job_s_segment_carries_the_next_job(make_scheduler, monkeypatch):

@@ -160,14 +160,18 @@ class SharedQueue(SharedPrefetch):
             reply = self.store.report(self.manager_id, self.lease_timeout, take=Take(
                 want=want, worker=f"{self.manager_id}/{worker_id}", early=early,
                 lead="wait", waiting=others_wait))
-            reply = self.with_payloads(reply)
         except StoreUnavailableError as exc:
             self.outage(exc)
             return None
         self.outage(None)
         if not reply.registered:
             self._unregistered()
-        return reply
+        try:
+            return self.with_payloads(reply)
+        except StoreUnavailableError as exc:
+            self.give_back(_requeues(reply))  # claimed, but not to be handed out
+            self.outage(exc)
+            return None
 
     def _hand_out_locked(self, worker_id: str, reply: Reply,
                          early: float) -> tuple[list[Assignment], list[Requeue]]:
