@@ -7,8 +7,9 @@ Keys, all under the deployment's hash tag ``{prefix}`` (one Redis Cluster slot):
                      same µs sort by priority, then seq: the exact (due, priority, seq) order
     {p}:j:<id>       hash: the job (client, owner manager, key, name, payload, level, due,
                      seq, timeout, retries, attempt, state, worker, manager, lease token,
-                     prefetched, a cancel's mark, finished, outcome); expires result_ttl
-                     after the job ended
+                     prefetched, a cancel's mark, finished, outcome; for a job with large
+                     buffers, the manager holding them in shared memory: NewJob.held);
+                     expires result_ttl after the job ended
     {p}:k:<key>      the id of the job holding an idempotency key (expires with the job)
     {p}:seq {p}:token  counters: submission order; lease fencing tokens
     {p}:all {p}:ended  sorted sets by seq and by end time: listings, and their pruning
