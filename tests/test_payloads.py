@@ -19,8 +19,10 @@ import jobs
 import psutil
 import pytest
 from processes import wait_for, wait_started
+from served import serve
 
 from mpsched import Scheduler
+from mpsched._core.job import JobState
 from mpsched._errors import (
     JobTimeoutError,
     QueueFullError,
@@ -29,6 +31,7 @@ from mpsched._errors import (
 )
 from mpsched._payload import segment_pool as _segment_pool
 from mpsched._payload import shm
+from mpsched._store.redis.store import RedisStore
 from mpsched._transport.address import format_address
 
 pytestmark = pytest.mark.slow
@@ -163,6 +166,38 @@ def test_prefetched_and_cancelled_jobs_on_a_redis_store_leak_nothing(make_schedu
     assert set(results.values()) == {len(data)}
     assert cancelled and all(futures[n].cancelled() for n in cancelled)
     assert s.stats().queue.prefetched > 0
+    settled(s)
+
+
+def test_a_late_end_refused_by_redis_leaks_nothing_and_its_retry_runs(
+        make_scheduler, redis_url, procs, fifo, tmp_path):
+    # The manager stalls past its lease while its worker runs a job held in shared
+    # memory: a peer takes the job back (a retry). The stalled manager's late end, with
+    # a large result in a segment, is refused: the result's segment is unlinked. Its
+    # worker then runs the retry, whose payload this manager no longer holds: it reads
+    # it from Redis.
+    lease = 1.5
+    s = make_scheduler(workers=1, store=redis_url, lease_timeout=lease)
+    serve(procs, "--address", "127.0.0.1:0", "--workers", "0", "--store", redis_url,
+          "--lease-timeout", str(lease))  # takes back the stalled manager's job
+    release = tmp_path / "release"
+    data = os.urandom(BIG)
+    job = s.schedule(jobs.announce_wait_then_big_result, fifo, str(release), data,
+                     retries=1)
+    wait_started(fifo)
+    store = RedisStore(redis_url)
+    try:
+        os.kill(s._manager_process.pid, signal.SIGSTOP)  # its worker runs on
+        try:
+            wait_for(lambda: store.get(job.job_id).state is JobState.PENDING,
+                     lease + 10, "the peer took the job back")
+            release.touch()  # the worker ends it and reports to the stalled manager
+        finally:
+            os.kill(s._manager_process.pid, signal.SIGCONT)
+    finally:
+        store.close()
+    wait_started(fifo)  # the retry
+    assert job.result(timeout=30) == bytes([7]) * BIG
     settled(s)
 
 
