@@ -133,12 +133,15 @@ def test_a_job_held_by_one_manager_runs_on_another_with_its_payload_inline(
     mapped = owner.submit(jobs.inspect_mapped, jobs.Mapped(bytearray(data)))
     summed = owner.submit(jobs.digest, data)
     result = owner.submit(jobs.big_result, BIG)
+    later = owner.schedule(jobs.length, data, delay=60)
     owner.stats()  # every submit has landed
-    assert len(segments(owner, "j")) == 2  # held while the jobs are pending
+    assert len(segments(owner, "j")) == 3  # held while the jobs are pending
     runner = make_scheduler(workers=1, store=redis_url)
+    assert runner.cancel(later.job_id)  # the end reaches the owner, which unlinks it
     assert mapped.result(timeout=30) == ("bytearray", True, 255)  # inline: a copy
     assert summed.result(timeout=30) == hashlib.sha256(data).hexdigest()
     assert result.result(timeout=30) == bytes([7]) * BIG  # inline, through Redis
+    wait_for(later.cancelled, what="the owner's future ended cancelled")
     release.touch()
     assert busy.result(timeout=30) == "woke"
     settled(owner)  # the ends came to the owner, which unlinked the segments
