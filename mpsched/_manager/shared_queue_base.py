@@ -17,6 +17,7 @@ from mpsched._core.clock import Clock, SystemClock, Waitable
 from mpsched._core.job import Assignment, Job, Lease, Outcome, Payload, QueueStats
 from mpsched._core.leases import Leases, percentiles
 from mpsched._manager.store_outage import StoreOutage
+from mpsched._payload import frames
 from mpsched._store.redis.records import Reply
 from mpsched._store.redis.store import RedisStore
 
@@ -95,17 +96,23 @@ class SharedQueueBase:
         self._held_payload = lookup
 
     def with_payloads(self, reply: Reply) -> Reply:
-        """``reply`` with the payloads Redis left out (jobs held here in shared memory)
-        filled in: the framed payload that names the segment, for this manager's workers.
-        One Redis has not left out comes back as it is.
+        """``reply`` with each claimed payload as this manager's workers take it:
 
-        A job this manager no longer holds (it ended here under a lease that had run
-        out, and a peer put it back) is read from Redis.
+        - a job held here in shared memory (Redis left its payload out): the framed
+          payload that names the segment. One this manager no longer holds (it ended
+          here under a lease that had run out, and a peer put it back) is read from Redis;
+        - a job another manager's client submitted: without the empty frame that tells a
+          worker that the job's client maps this manager's shared memory (it does not:
+          a large result then goes inline, rather than into a segment read back at once).
+
+        Any other payload comes back as it is, and so does a reply with only those.
 
         Raises:
-            StoreUnavailableError, StoreError: such a payload could not be read.
+            StoreUnavailableError, StoreError: a payload could not be read from Redis.
         """
-        if all(claimed.payload for claimed in reply.jobs):
+        me = self.manager_id
+        if all(c.payload and (c.owner == me or c.payload[:4] != frames.MAGIC)
+               for c in reply.jobs):
             return reply
         jobs = []
         for claimed in reply.jobs:
@@ -114,6 +121,8 @@ class SharedQueueBase:
                 log.info("job %s was claimed without its payload, which this manager "
                          "no longer holds; it is read from the store", claimed.job_id)
                 payload = self.store.payload(claimed.job_id)
+            elif claimed.owner != me:
+                payload = frames.unframed(payload)
             jobs.append(claimed._replace(payload=payload))
         return reply._replace(jobs=jobs)
 
