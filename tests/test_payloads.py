@@ -144,8 +144,13 @@ def test_a_job_held_by_one_manager_runs_on_another_with_its_payload_inline(
     wait_for(later.cancelled, what="the owner's future ended cancelled")
     release.touch()
     assert busy.result(timeout=30) == "woke"
+    own = owner.submit(jobs.big_result, BIG, 3)  # its result comes back in a segment
+    assert own.result(timeout=30) == bytes([3]) * BIG
     settled(owner)  # the ends came to the owner, which unlinked the segments
-    settled(runner)  # the result segment its worker wrote, read back for Redis
+    settled(runner)
+    # What Redis keeps of a result a worker wrote into shared memory is whole, for
+    # every manager, after the segment is gone.
+    assert runner.job(own.job_id).result(timeout=30) == bytes([3]) * BIG
 
 
 def test_prefetched_and_cancelled_jobs_on_a_redis_store_leak_nothing(make_scheduler,
