@@ -216,6 +216,19 @@ def die_once_with(marker: str, data: bytes) -> int:
     return len(data)
 
 
+def announce_wait_then_big_result(fifo: str, release: str, data: bytes) -> bytes:
+    """Announce, run until ``release`` exists, then return a large result (as large as
+    the large argument)."""
+    announce_then_wait(fifo, release, 60)
+    return bytes([7]) * len(data)
+
+
+def hold_with(seconds: float, data: bytes) -> int:
+    """Sleep, then return the size of a large argument (a short job, prefetched)."""
+    time.sleep(seconds)
+    return len(data)
+
+
 def announce_then_sleep_with(fifo: str, seconds: float, data: bytes) -> int:
     """Announce, sleep, return the argument's size (a large argument, for timeouts)."""
     announce(fifo)

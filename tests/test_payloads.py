@@ -19,8 +19,10 @@ import jobs
 import psutil
 import pytest
 from processes import wait_for, wait_started
+from served import serve
 
 from mpsched import Scheduler
+from mpsched._core.job import JobState
 from mpsched._errors import (
     JobTimeoutError,
     QueueFullError,
@@ -29,6 +31,7 @@ from mpsched._errors import (
 )
 from mpsched._payload import segment_pool as _segment_pool
 from mpsched._payload import shm
+from mpsched._store.redis.store import RedisStore
 from mpsched._transport.address import format_address
 
 pytestmark = pytest.mark.slow
@@ -46,8 +49,18 @@ def settled(s: Scheduler) -> None:
     wait_for(lambda: segments(s) == [s._core.shm_prefix + "probe"], what="segments released")
 
 
-def test_arguments_and_results_travel_through_shared_memory(make_scheduler, fifo):
-    s = make_scheduler(workers=1)
+@pytest.fixture(params=["no-store", "redis"])
+def store_options(request):
+    """No store, or a Redis store (which holds every payload whole: the manager keeps
+    the segments of its own clients' jobs for its own workers)."""
+    if request.param == "no-store":
+        return {}
+    return {"store": request.getfixturevalue("redis_url")}
+
+
+def test_arguments_and_results_travel_through_shared_memory(make_scheduler, fifo,
+                                                            store_options):
+    s = make_scheduler(workers=1, **store_options)
     assert s._core.shm_prefix  # a Scheduler's client shares its manager's /dev/shm
     data = os.urandom(BIG)
     running = s.submit(jobs.announce_then_sleep_with, fifo, 0.5, data)
@@ -64,8 +77,8 @@ def test_arguments_and_results_travel_through_shared_memory(make_scheduler, fifo
     assert segments(s) == []
 
 
-def test_cancelled_and_retried_jobs_leak_nothing(make_scheduler, tmp_path):
-    s = make_scheduler(workers=1)
+def test_cancelled_and_retried_jobs_leak_nothing(make_scheduler, tmp_path, store_options):
+    s = make_scheduler(workers=1, **store_options)
     data = os.urandom(BIG)
     later = [s.schedule(jobs.length, data, delay=60) for _ in range(3)]
     s.stats()  # every submit has landed
@@ -81,8 +94,8 @@ def test_cancelled_and_retried_jobs_leak_nothing(make_scheduler, tmp_path):
     assert segments(s) == []
 
 
-def test_a_job_past_its_timeout_leaks_nothing(make_scheduler, fifo):
-    s = make_scheduler(workers=1)
+def test_a_job_past_its_timeout_leaks_nothing(make_scheduler, fifo, store_options):
+    s = make_scheduler(workers=1, **store_options)
     late = s.schedule(jobs.announce_then_sleep_with, fifo, 60, os.urandom(BIG), timeout=0.5)
     wait_started(fifo)
     assert isinstance(late.exception(timeout=30), JobTimeoutError)
@@ -104,6 +117,95 @@ def test_a_dead_client_s_jobs_and_results_leak_nothing(make_scheduler, tmp_path)
     """)
     subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
     wait_for(lambda: s.stats().completed == 2, what="the dead client's jobs ran")
+    settled(s)
+
+
+def test_a_job_held_by_one_manager_runs_on_another_with_its_payload_inline(
+        make_scheduler, redis_url, fifo, tmp_path):
+    # Submitted through a manager whose one worker is busy, which keeps the segments;
+    # the other manager claims the jobs with their payloads from Redis (copies, not
+    # mappings), and their results reach the owner's client through Redis.
+    owner = make_scheduler(workers=1, store=redis_url)
+    release = tmp_path / "release"
+    busy = owner.submit(jobs.announce_then_wait, fifo, str(release), 60)
+    wait_started(fifo)
+    data = os.urandom(BIG)
+    mapped = owner.submit(jobs.inspect_mapped, jobs.Mapped(bytearray(data)))
+    summed = owner.submit(jobs.digest, data)
+    result = owner.submit(jobs.big_result, BIG)
+    later = owner.schedule(jobs.length, data, delay=60)
+    owner.stats()  # every submit has landed
+    assert len(segments(owner, "j")) == 3  # held while the jobs are pending
+    runner = make_scheduler(workers=1, store=redis_url)
+    assert runner.cancel(later.job_id)  # the end reaches the owner, which unlinks it
+    assert mapped.result(timeout=30) == ("bytearray", True, 255)  # inline: a copy
+    assert summed.result(timeout=30) == hashlib.sha256(data).hexdigest()
+    assert result.result(timeout=30) == bytes([7]) * BIG  # inline, through Redis
+    wait_for(later.cancelled, what="the owner's future ended cancelled")
+    release.touch()
+    assert busy.result(timeout=30) == "woke"
+    own = owner.submit(jobs.big_result, BIG, 3)  # its result comes back in a segment
+    assert own.result(timeout=30) == bytes([3]) * BIG
+    settled(owner)  # the ends came to the owner, which unlinked the segments
+    settled(runner)
+    # What Redis keeps of a result a worker wrote into shared memory is whole, for
+    # every manager, after the segment is gone.
+    assert runner.job(own.job_id).result(timeout=30) == bytes([3]) * BIG
+
+
+def test_prefetched_and_cancelled_jobs_on_a_redis_store_leak_nothing(make_scheduler,
+                                                                     redis_url):
+    # Short jobs go to each worker in batches (prefetched); cancels just ahead of the runs
+    # find them pending, prefetched (given back, then cancelled) or started: each ends
+    # once, rightly, and every segment is unlinked when its job ends.
+    s = make_scheduler(workers=2, store=redis_url)
+    data = os.urandom(shm.THRESHOLD * 2)
+    futures = [s.submit(jobs.hold_with, 0.0003, data) for _ in range(1000)]
+    tried: set[int] = set()
+    cancelled: set[int] = set()
+    while not futures[-1].done():
+        done = sum(f.done() for f in futures)
+        for n in range(done + 2, min(done + 30, len(futures)), 3):
+            if n not in tried:
+                tried.add(n)
+                if futures[n].cancel():
+                    cancelled.add(n)
+    results = {n: f.result(timeout=60) for n, f in enumerate(futures) if n not in cancelled}
+    assert set(results.values()) == {len(data)}
+    assert cancelled and all(futures[n].cancelled() for n in cancelled)
+    assert s.stats().queue.prefetched > 0
+    settled(s)
+
+
+def test_a_late_end_refused_by_redis_leaks_nothing_and_its_retry_runs(
+        make_scheduler, redis_url, procs, fifo, tmp_path):
+    # The manager stalls past its lease while its worker runs a job held in shared
+    # memory: a peer takes the job back (a retry). The stalled manager's late end, with
+    # a large result in a segment, is refused: the result's segment is unlinked. Its
+    # worker then runs the retry, whose payload this manager no longer holds: it reads
+    # it from Redis.
+    lease = 1.5
+    s = make_scheduler(workers=1, store=redis_url, lease_timeout=lease)
+    serve(procs, "--address", "127.0.0.1:0", "--workers", "0", "--store", redis_url,
+          "--lease-timeout", str(lease))  # takes back the stalled manager's job
+    release = tmp_path / "release"
+    data = os.urandom(BIG)
+    job = s.schedule(jobs.announce_wait_then_big_result, fifo, str(release), data,
+                     retries=1)
+    wait_started(fifo)
+    store = RedisStore(redis_url)
+    try:
+        os.kill(s._manager_process.pid, signal.SIGSTOP)  # its worker runs on
+        try:
+            wait_for(lambda: store.get(job.job_id).state is JobState.PENDING,
+                     lease + 10, "the peer took the job back")
+            release.touch()  # the worker ends it and reports to the stalled manager
+        finally:
+            os.kill(s._manager_process.pid, signal.SIGCONT)
+    finally:
+        store.close()
+    wait_started(fifo)  # the retry
+    assert job.result(timeout=30) == bytes([7]) * BIG
     settled(s)
 
 

@@ -280,14 +280,18 @@ class ClientCore:
         return cancelled
 
     def check_payload(self, payload: Payload) -> None:
-        """Refuse, at the call site, a job pickle larger than the store takes.
+        """Refuse, at the call site, a job pickle larger than the store takes (with the
+        buffers it has in shared memory: the store holds them inline).
 
         Raises:
             PayloadTooLargeError: it is; its shared-memory segment (if any) is released.
         """
-        if self.max_payload is not None and len(payload) > self.max_payload:
+        if self.max_payload is None:
+            return
+        size = shm.payload_size(payload)
+        if size > self.max_payload:
             self._release_payload(payload)
-            raise PayloadTooLargeError(len(payload), self.max_payload, "the job store")
+            raise PayloadTooLargeError(size, self.max_payload, "the job store")
 
     def release(self, requests: list[JobRequest]) -> None:
         """Unlink the segments of jobs the manager never took (refused, withdrawn, or

@@ -93,8 +93,10 @@ class Scheduler(Client):
             WorkerCrashedError). Heartbeats go every third of it.
         shared_memory: large arguments and results (buffers of 64 KiB or more: bytes,
             bytearray, memoryview, NumPy arrays) travel through shared memory, written
-            once and never through the manager. Without a store only; where shared memory
-            is missing or full they travel inline. False: always inline.
+            once and never through the manager. Without a store, or with a Redis store
+            (which holds them inline too, for the other managers: the manager reads
+            them once, and its own workers still map them); not with SQLite. Where
+            shared memory is missing or full they travel inline. False: always inline.
         http: a port (an int, or a str of digits) on 127.0.0.1, or ``"HOST:PORT"`` on
             another loopback address (port 0: any free one): the manager serves a live
             status page there, Prometheus metrics at ``/metrics`` and a JSON API

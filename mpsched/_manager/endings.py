@@ -98,6 +98,8 @@ class Endings:
                 ended, self._journal.finished_all(ended, worker_id, more), strict=True):
             if watchers is not None:  # None: a shared store refused it (a stale lease)
                 self.deliver(job.client_id, outcome, watchers)
+            else:
+                self._segments.discarded(outcome)  # nobody gets it: its result segment goes
         return len(ended)
 
     def recover(self, worker_id: str, kept: list[bytes]) -> int:

@@ -93,6 +93,8 @@ def run_manager(config: ManagerConfig, control: Connection | None = None,
         return 1
     queue.set_on_returned(journal.requeued)  # revoked prefetched jobs are pending again
     segments = _segments(config)
+    if isinstance(journal, SharedJournal):
+        journal.hold_segments(segments)
     try:
         return _serve(config, control, on_ready, ManagerService(
             queue, heartbeat_timeout=config.heartbeat_timeout, journal=journal,
@@ -113,9 +115,10 @@ def run_owned(control: Connection) -> int:
 
 def _segments(config: ManagerConfig) -> Segments:
     """Shared memory for payloads where every worker and client can map it: a Scheduler's
-    manager (its workers are local), without a store (payloads must be in the store to
-    survive a restart)."""
-    if config.store is not None:
+    manager (its workers are local), without a store or with a Redis store (which holds
+    every payload inline too: mpsched._payload.segments); not with SQLite, whose file
+    holds each payload as the manager received it."""
+    if config.store is not None and not is_redis_url(config.store):
         why = f"the store {config.store} keeps every payload"
     elif not config.shared_memory:
         why = "shared memory is off (Scheduler(shared_memory=False), or serve)"

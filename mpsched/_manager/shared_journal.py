@@ -40,6 +40,8 @@ from mpsched._errors import (
 )
 from mpsched._manager.journal import BaseJournal, cancelled, decode, encode
 from mpsched._manager.shared_queue import SharedQueue
+from mpsched._payload import frames, shm
+from mpsched._payload.segments import Segments
 from mpsched._protocol.records import ManagerStatus, WorkerStatus
 from mpsched._store.redis.records import Finish, NewJob, StoredEnd
 from mpsched._store.redis.store import RedisStore
@@ -68,6 +70,14 @@ class SharedJournal(BaseJournal):
         # Under the base class's lock: finishes Redis could not take (it was down), sent
         # again by the link (mpsched._manager.shared_link), in order.
         self._unsent: list[Finish] = []
+        self._segments = Segments()  # none until hold_segments()
+
+    def hold_segments(self, segments: Segments) -> None:
+        """This manager's shared-memory segments: a job submitted here with a segment
+        goes to Redis inline and keeps its segment here for this manager's workers
+        (mpsched._payload.segments), until its end comes here."""
+        self._segments = segments
+        self.shared_queue.on_held_payload(segments.held_payload)
 
     @property
     def max_payload(self) -> int | None:
@@ -95,6 +105,8 @@ class SharedJournal(BaseJournal):
         """
         for request in requests:
             check_request(request)
+        requests, held = self._segments.for_store(requests)
+        for request in requests:
             if len(request.payload) > self.store.max_payload:
                 raise PayloadTooLargeError(len(request.payload), self.store.max_payload,
                                            f"the Redis store {self.store.location}")
@@ -104,7 +116,8 @@ class SharedJournal(BaseJournal):
                    max_bytes)
         jobs = [NewJob(job_id=r.job_id, client_id=r.client_id, key=r.key, name=r.name,
                        payload=r.payload, priority=r.priority, delay=r.delay, at=r.at,
-                       timeout=r.timeout, retries=r.retries) for r in requests]
+                       timeout=r.timeout, retries=r.retries, held=r.job_id in held)
+                for r in requests]
         run = due is not None
         deadline = None if timeout is None else time.monotonic() + timeout
         pause = FULL_RETRY[0]
@@ -144,7 +157,7 @@ class SharedJournal(BaseJournal):
             finishes.append(None if token is None else Finish(
                 job_id=job.job_id, token=token,
                 state=JobState.DONE if outcome.ok else JobState.FAILED,
-                outcome=encode(outcome)))
+                outcome=encode(self._stored(outcome))))
         sent = [f for f in finishes if f is not None]
         if not sent:
             return [None] * len(ends)
@@ -168,6 +181,18 @@ class SharedJournal(BaseJournal):
             else:
                 watchers.append(self._ended_here(finish.job_id))
         return watchers
+
+    def _stored(self, outcome: Outcome) -> Outcome:
+        """``outcome`` as Redis keeps it: a result a local worker wrote into shared
+        memory is read back to go inline (its segment stays, for a client here)."""
+        if not frames.segment_of(outcome.payload):
+            return outcome
+        try:
+            return outcome._replace(payload=shm.inline(outcome.payload))
+        except OSError as exc:
+            log.error("the result of job %s cannot be read from shared memory (%s); the "
+                      "store keeps a result other managers cannot read", outcome.job_id, exc)
+            return outcome
 
     def _ended_here(self, job_id: str) -> set[str]:
         with self._lock:
@@ -199,6 +224,7 @@ class SharedJournal(BaseJournal):
         for end in ended:
             with self._lock:
                 watchers = self._watchers.pop(end.job_id, set())
+            self._segments.ended([end.job_id])  # it ran elsewhere, or was cancelled there
             # Its own client is served here only if this manager is its owner; posting
             # to a client that is not connected here drops nothing anyone waits for.
             self._deliver(end.client_id, outcome_of(end), watchers)

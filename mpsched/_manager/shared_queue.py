@@ -166,7 +166,12 @@ class SharedQueue(SharedPrefetch):
         self.outage(None)
         if not reply.registered:
             self._unregistered()
-        return reply
+        try:
+            return self.with_payloads(reply)
+        except StoreUnavailableError as exc:
+            self.give_back(_requeues(reply))  # claimed, but not to be handed out
+            self.outage(exc)
+            return None
 
     def _hand_out_locked(self, worker_id: str, reply: Reply,
                          early: float) -> tuple[list[Assignment], list[Requeue]]:
@@ -263,6 +268,11 @@ class SharedQueue(SharedPrefetch):
         reply = self.store.report(self.manager_id, self.lease_timeout, finishes=finishes,
                                   take=take)
         if reply.jobs:
+            try:
+                reply = self.with_payloads(reply)
+            except StoreUnavailableError:
+                self.give_back(_requeues(reply))  # the ends are recorded: keep them
+                return reply.finished
             assert worker_id is not None
             back = _requeues(reply)
             with self._lock:

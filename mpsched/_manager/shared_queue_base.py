@@ -9,14 +9,19 @@ is never held across a call to Redis.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 
 from mpsched._core.clock import Clock, SystemClock, Waitable
-from mpsched._core.job import Assignment, Job, Lease, Outcome, QueueStats
+from mpsched._core.job import Assignment, Job, Lease, Outcome, Payload, QueueStats
 from mpsched._core.leases import Leases, percentiles
 from mpsched._manager.store_outage import StoreOutage
+from mpsched._payload import frames
+from mpsched._store.redis.records import Reply
 from mpsched._store.redis.store import RedisStore
+
+log = logging.getLogger("mpsched.manager")
 
 BACKOFF = (0.1, 5.0)  # a taker's wait after Redis failed, doubling up to the second
 
@@ -48,6 +53,9 @@ class SharedQueueBase:
         self._max_pending_bytes = max_pending_bytes
         self.outage = outage if outage is not None else StoreOutage(store.location)
         self._unregistered: Callable[[], None] = lambda: None
+        # The framed payload of a job whose large buffers this manager keeps in shared
+        # memory (None: not one of those); its claims get no payload for it from Redis.
+        self._held_payload: Callable[[str], Payload | None] = lambda job_id: None
         # Guards every field below and the lease table. Never held across a call to
         # Redis: takers claim outside it and take it again to hand the job out.
         self._lock = threading.Lock()
@@ -80,6 +88,43 @@ class SharedQueueBase:
         """Called when a claim finds this manager presumed dead (it should register again
         at once: mpsched._manager.shared_link beats now)."""
         self._unregistered = callback
+
+    def on_held_payload(self, lookup: Callable[[str], Payload | None]) -> None:
+        """Where the payloads of the jobs this manager holds in shared memory come from
+        (mpsched._payload.segments.Segments.held_payload): a claim of one of those brings
+        no payload from Redis."""
+        self._held_payload = lookup
+
+    def with_payloads(self, reply: Reply) -> Reply:
+        """``reply`` with each claimed payload as this manager's workers take it:
+
+        - a job held here in shared memory (Redis left its payload out): the framed
+          payload that names the segment. One this manager no longer holds (it ended
+          here under a lease that had run out, and a peer put it back) is read from Redis;
+        - a job another manager's client submitted: without the empty frame that tells a
+          worker that the job's client maps this manager's shared memory (it does not:
+          a large result then goes inline, rather than into a segment read back at once).
+
+        Any other payload comes back as it is, and so does a reply with only those.
+
+        Raises:
+            StoreUnavailableError, StoreError: a payload could not be read from Redis.
+        """
+        me = self.manager_id
+        if all(c.payload and (c.owner == me or c.payload[:4] != frames.MAGIC)
+               for c in reply.jobs):
+            return reply
+        jobs = []
+        for claimed in reply.jobs:
+            payload = claimed.payload or self._held_payload(claimed.job_id)
+            if payload is None:
+                log.info("job %s was claimed without its payload, which this manager "
+                         "no longer holds; it is read from the store", claimed.job_id)
+                payload = self.store.payload(claimed.job_id)
+            elif claimed.owner != me:
+                payload = frames.unframed(payload)
+            jobs.append(claimed._replace(payload=payload))
+        return reply._replace(jobs=jobs)
 
     @property
     def max_pending(self) -> int | None:

@@ -123,6 +123,14 @@ def inline_buffers(payload: Payload, parsed: Frame) -> list[bytearray | memoryvi
     return buffers
 
 
+def unframed(payload: Payload) -> Payload:
+    """A payload framed with no segment and no buffers (:func:`frame`), as the plain
+    pickle it frames; any other payload as it is."""
+    if payload[:_HEAD.size] == _EMPTY_HEAD:
+        return payload[_HEAD.size:]
+    return payload
+
+
 def segment_of(payload: Payload) -> str:
     """The name of the segment a payload refers to; "" for none."""
     if payload[:4] != MAGIC:

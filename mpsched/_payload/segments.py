@@ -18,7 +18,13 @@ Exactly one owner unlinks a segment:
   and the segments of stopped managers when it starts (mpsched._payload.shm.sweep_dead_managers).
 
 The manager reads no segment (it learns names from payload frames), except to hand a job to
-a worker that joined from elsewhere: that one gets the buffers inline.
+a worker that joined from elsewhere (that one gets the buffers inline), and with a Redis
+store, which must hold every payload whole (any manager may run a job, and this one may
+die): a job's arguments once, at its submit (:meth:`Segments.for_store`), and a result once,
+for the store. The manager keeps the job's segment and its framed payload while the job
+is pending or running, so that its own claims take the job without its payload and hand
+its workers the frame (mpsched._manager.shared_queue_base); the segment is unlinked when
+the job ends wherever it ran (its end comes to this manager, which serves its client).
 """
 
 from __future__ import annotations
@@ -42,9 +48,12 @@ class Segments:
     def __init__(self, prefix: str = "", probe: bytes = b"") -> None:
         self.prefix = prefix
         self.probe = probe
-        # Guards the four tables below. Server threads take it briefly; nobody waits on it.
+        # Guards the five tables below. Server threads take it briefly; nobody waits on it.
         self._lock = threading.Lock()
         self._jobs: dict[str, str] = {}  # job id -> its arguments' segment
+        # Job id -> its framed payload, for the jobs whose store holds them inline
+        # (for_store): this manager's workers get the frame, which names the segment.
+        self._framed: dict[str, Payload] = {}
         # Clients whose reusable segments go back to them when a job ends (connected ones).
         self._pool_clients: set[str] = set()
         self._results: dict[str, int] = {}  # result segment -> clients yet to collect it
@@ -92,19 +101,52 @@ class Segments:
                 self._jobs.update(owned)
                 self._pool_clients |= pooling
 
+    def for_store(self, requests: list[JobRequest]) -> tuple[list[JobRequest], set[str]]:
+        """A batch (taken by :meth:`submitted`) as a store that must hold every payload
+        whole takes it: each job with a segment carries its buffers inline (read once,
+        here), and its framed payload is kept for :meth:`held_payload` until the job
+        ends. Returns the batch and the ids of the jobs whose segments this manager
+        keeps; jobs without a segment are passed on as they are, at no cost.
+
+        Raises:
+            OSError: a segment could not be read (the caller refuses the batch).
+        """
+        if not self.prefix:
+            return requests, set()
+        held = {r.job_id: r.payload for r in requests if frames.segment_of(r.payload)}
+        if not held:
+            return requests, set()
+        stored = [r._replace(payload=shm.inline(r.payload)) if r.job_id in held else r
+                  for r in requests]
+        with self._lock:
+            self._framed.update(held)
+        return stored, set(held)
+
+    def held_payload(self, job_id: str) -> Payload | None:
+        """The framed payload of a job :meth:`for_store` took (None for another): what
+        this manager's workers get instead of the inline payload the store holds."""
+        with self._lock:
+            return self._framed.get(job_id)
+
     def refused(self, requests: list[JobRequest]) -> None:
         """A batch's submit failed: its client keeps (and unlinks) its segments."""
         if self.prefix and self._jobs:
             with self._lock:
                 for request in requests:
                     self._jobs.pop(request.job_id, None)
+                    self._framed.pop(request.job_id, None)
 
     def ended(self, job_ids: Iterable[str]) -> None:
         """These jobs will never run again (final outcome, cancelled, not queued)."""
         if not self.prefix or not self._jobs:
             return
         with self._lock:
-            found = [s for j in job_ids if (s := self._jobs.pop(j, None))]
+            found = []
+            for job_id in job_ids:
+                segment = self._jobs.pop(job_id, None)
+                if segment:
+                    found.append(segment)
+                    self._framed.pop(job_id, None)
             # A reusable segment of a connected client is that client's again.
             done = [s for s in found
                     if shm.pool_owner(self.prefix, s) not in self._pool_clients]

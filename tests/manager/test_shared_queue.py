@@ -21,6 +21,7 @@ from mpsched._manager.journal import encode
 from mpsched._manager.shared_journal import SharedJournal
 from mpsched._manager.shared_link import SharedLink
 from mpsched._manager.shared_queue import SharedQueue
+from mpsched._payload import frames
 from mpsched._store.redis.records import NewJob
 from mpsched._store.redis.store import RedisStore
 
@@ -524,3 +525,23 @@ def test_a_bounded_submit_times_out_on_the_bound_it_met_and_one_that_never_fits_
     finally:
         queue.close()
         store.close()
+
+
+def test_workers_get_the_frame_of_a_job_held_here_and_no_empty_frame_for_another_s(
+        peers: Callable[..., Peer]) -> None:
+    # m1 holds "held" in shared memory (its claim brings no payload: the frame names the
+    # segment). A job framed for m1's shared memory but run on m2 loses its empty frame:
+    # its client is elsewhere, so a large result goes inline, not into m2's memory.
+    owner, other = peers("m1"), peers("m2")
+    owner.queue.on_held_payload({"held": b"frame naming a segment"}.get)
+    framed = frames.frame("", 0, (), b"pickle")
+    owner.store.submit_jobs([NewJob("held", "c1", None, "f", b"inline", 2, 0.0, None, None,
+                                    0, held=True)], "m1")
+    first = owner.queue.take("w1", 5.0)
+    assert first is not None and first.payload == b"frame naming a segment"
+    owner.store.submit_jobs([NewJob(f"j{n}", "c1", None, "f", framed, 2, 0.0, None, None, 0)
+                             for n in range(2)], "m1")
+    mine = owner.queue.take("w2", 5.0)
+    assert mine is not None and mine.payload == framed  # its client maps m1's memory
+    theirs = other.queue.take("w1", 5.0)
+    assert theirs is not None and theirs.payload == b"pickle"

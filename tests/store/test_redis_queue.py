@@ -260,6 +260,21 @@ def test_a_job_that_never_reached_its_worker_goes_back_without_an_attempt(
     assert again.attempt == 1 and store.counts().retried == 0
 
 
+def test_a_held_job_is_claimed_without_its_payload_by_its_holder_only(
+        store: RedisStore) -> None:
+    # m1 keeps the job's large buffers in shared memory: its workers map them there.
+    store.submit_jobs([new("held")._replace(held=True), new("plain")], "m1")
+    assert store.client.hget(f"{store.base}j:held", "sh") == b"m1"
+    assert b"sh" not in store.client.hkeys(f"{store.base}j:plain")  # the others pay nothing
+    held, plain = take(store, "m1", want=2).jobs
+    assert (held.job_id, held.payload) == ("held", b"")
+    assert (plain.job_id, plain.payload) == ("plain", b"payload plain")
+    store.report("m1", LEASE, requeues=[Requeue("held", held.token, False)])
+    [again] = take(store, "m2").jobs  # any other manager gets it whole
+    assert (again.job_id, again.payload) == ("held", b"payload held")
+    assert store.payload("held") == b"payload held"
+
+
 def test_a_manager_presumed_dead_loses_its_jobs_to_a_peer(store: RedisStore) -> None:
     store.heartbeat("dying", 0.2, b"")
     store.submit_jobs([new("retried", retries=1), new("failed")], "m1")

@@ -24,13 +24,17 @@ class NewJob(NamedTuple):
     at: float | None  # UTC epoch seconds
     timeout: float | None
     retries: int
+    # The submitting manager keeps this job's large buffers in shared memory too: its
+    # own claims get no payload from Redis (the claim script) and hand its workers the
+    # framed payload that names the segment.
+    held: bool = False
 
 
 class Claimed(NamedTuple):
     """A job claimed for a worker, under a lease whose fencing token is ``token``."""
 
     job_id: str
-    payload: bytes
+    payload: Payload
     delay: float  # seconds until it is due, on the server's clock at the claim (>= 0)
     timeout: float | None
     attempt: int  # this run's number, from 1

@@ -129,6 +129,8 @@ class Scripts:
                      job.priority, "" if job.delay is None else _us(job.delay),
                      "" if job.at is None else _us(job.at),
                      "" if job.timeout is None else repr(float(job.timeout)), job.retries]
+        held = [k for k, job in enumerate(jobs, 1) if job.held]
+        args += [len(held), *held]
         holders, full = self._call("submit", *args)
         return [_text(h) for h in holders], FULL.get(full)
 

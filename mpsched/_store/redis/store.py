@@ -11,8 +11,9 @@ Keys, all under the deployment's hash tag ``{prefix}`` (one Redis Cluster slot):
     {p}:order        the queue's order ("time" when absent), the same for every manager
     {p}:j:<id>       hash: the job (client, owner manager, key, name, payload, level, due,
                      seq, timeout, retries, attempt, state, worker, manager, lease token,
-                     prefetched, a cancel's mark, finished, outcome); expires result_ttl
-                     after the job ended
+                     prefetched, a cancel's mark, finished, outcome; for a job with large
+                     buffers, the manager holding them in shared memory: NewJob.held);
+                     expires result_ttl after the job ended
     {p}:k:<key>      the id of the job holding an idempotency key (expires with the job)
     {p}:seq {p}:token  counters: submission order; lease fencing tokens
     {p}:all {p}:ended  sorted sets by seq and by end time: listings, and their pruning
@@ -413,6 +414,11 @@ class RedisStore(Store):
         if row[10] is None:
             return None
         return _record(job_id, row[:-1], row[-1])
+
+    def payload(self, job_id: str) -> bytes:
+        """The payload Redis keeps of job ``job_id`` (b"" for none)."""
+        with self.errors():
+            return self.client.hget(f"{self.base}j:{job_id}", "p") or b""
 
     def jobs(self, state: JobState | None = None, limit: int | None = None) -> list[JobRecord]:
         with self.errors():

@@ -29,7 +29,8 @@
 -- Returns {finished, requeued, jobs, head_us, leader, leader_ms, registered}:
 --   finished, requeued: per report, finish()'s and requeue()'s result;
 --   jobs: per claimed job {id, payload, delay_us, timeout, attempt, token, level, seq,
---         client, owner, retries, key, name, due_us, submitted_us};
+--         client, owner, retries, key, name, due_us, submitted_us}; the payload is ''
+--         for a job `me` holds in shared memory (its field sh: see submit.lua);
 --   head_us: microseconds until the head is due (<= 0: due now), -1 for an empty queue;
 --   leader: 1 when `me` is the timed waiter: lead = 'wait' asks for the lead (a taker
 --         of `me` will wait if it claims nothing), 'give' gives it up, '' leaves it;
@@ -92,7 +93,7 @@ end
 
 local function fields(id)
   return redis.call('HMGET', B .. 'j:' .. id, 'c', 'o', 'k', 'n', 'p', 'pr', 'd', 's', 'to',
-                    'r', 'a', 'sub')
+                    'r', 'a', 'sub', 'sh')
 end
 
 -- What the leases of one call change besides each job's hash, written once at its end.
@@ -109,7 +110,9 @@ local function lease(id, f, prefetched, token)
   count_bytes(-#f[5])
   local delay = tonumber(f[7]) - now
   if delay < 0 then delay = 0 end
-  return {id, f[5], delay, f[9], attempt, token, f[6], f[8], f[1], f[2], f[10], f[3], f[4],
+  local payload = f[5]
+  if f[13] == me then payload = '' end  -- its workers map the segment `me` keeps
+  return {id, payload, delay, f[9], attempt, token, f[6], f[8], f[1], f[2], f[10], f[3], f[4],
           f[7], f[12]}
 end
 

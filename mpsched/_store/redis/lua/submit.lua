@@ -1,7 +1,8 @@
 -- Submit jobs, all or none, due on the server's clock.
 --
 -- ARGV: B, owner, if_absent, max_pending, max_bytes, n,
---       {id, client, key, name, payload, level, delay_us, at_us, timeout, retries} * n
+--       {id, client, key, name, payload, level, delay_us, at_us, timeout, retries} * n,
+--       nh, {k} * nh
 -- (delay_us or at_us is "": a job is due after a delay from now on this server's clock,
 -- or at a UTC instant; max_pending, a bound on pending jobs, and max_bytes, on the
 -- payload bytes they hold, "" for no bound).
@@ -12,6 +13,10 @@
 -- stands for itself while pending or running (and its end is told to `owner` too), and
 -- as "" once it has ended; otherwise a known id fails the batch.
 --
+-- The nh jobs numbered k (from 1, in the batch) are held by `owner` too: it keeps their
+-- large buffers in shared memory, so its own claims take them without the payload (the
+-- job's field `sh` names it). Jobs without large buffers pay nothing for this.
+--
 -- Returns {holders, full}: for each job the id of the job that stands for it; full = 1
 -- when the queue had no room for the batch under max_pending, 2 under max_bytes: nothing
 -- was added.
@@ -21,6 +26,11 @@ local max_pending = tonumber(ARGV[4])
 local max_bytes = tonumber(ARGV[5])
 local n = tonumber(ARGV[6])
 local FIELDS = 10
+local held = {}
+local nh_at = 7 + n * FIELDS
+for k = 1, tonumber(ARGV[nh_at]) do
+  held[6 + (tonumber(ARGV[nh_at + k]) - 1) * FIELDS] = true  -- by the job's `at`, below
+end
 
 local holders, fresh, keys, ids = {}, {}, {}, {}
 for k = 1, n do
@@ -88,6 +98,10 @@ for _, at in ipairs(fresh) do
   local fields = {'c', client, 'o', owner, 'n', ARGV[at + 4], 'p', ARGV[at + 5],
                   'pr', level, 'd', due, 's', seq, 'to', ARGV[at + 9], 'r', ARGV[at + 10],
                   'a', 0, 'sub', now, 'st', 'pending'}
+  if held[at] then
+    fields[#fields + 1] = 'sh'
+    fields[#fields + 1] = owner
+  end
   if key ~= '' then
     fields[#fields + 1] = 'k'
     fields[#fields + 1] = key
