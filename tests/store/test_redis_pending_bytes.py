@@ -100,6 +100,19 @@ def test_the_jobs_of_a_manager_presumed_dead_count_again_once_taken_back(
     assert counted(store) == 600
 
 
+def test_a_store_written_before_the_counter_is_counted_by_the_first_manager_to_join(
+        store: RedisStore) -> None:
+    store.submit_jobs([sized("a", 100), sized("b", 200, delay=60)], "m1")
+    store.client.hdel(f"{store.base}stats", "pending_bytes")  # as before the counter
+    store.heartbeat("m1", LEASE, b"")  # a beat that is no join counts nothing
+    assert store.counts().pending_bytes == 0
+    store.heartbeat("m3", LEASE, b"", join=True)
+    assert counted(store) == 300
+    store.heartbeat("m4", LEASE, b"", join=True)  # counted once: not again
+    take(store, "m1")
+    assert counted(store) == 200
+
+
 def test_a_batch_that_would_pass_max_pending_bytes_takes_nothing(store: RedisStore) -> None:
     assert store.submit_jobs([sized("a", 60)], "m1", max_pending_bytes=100) == (["a"], None)
     full = store.submit_jobs([sized("b", 30), sized("c", 20)], "m2", max_pending_bytes=100)

@@ -38,6 +38,19 @@ if recorded ~= order then
     order = recorded
   end
 end
+-- A store whose jobs were submitted before pending payload bytes were counted: the first
+-- manager to join counts them once (every pending job's HSTRLEN), so that the counter
+-- starts right rather than low by their sum forever.
+if ARGV[8] == '1' and redis.call('HEXISTS', B .. 'stats', 'pending_bytes') == 0 then
+  local total = 0
+  for _, m in ipairs(redis.call('ZRANGE', B .. 'due', 0, -1)) do
+    total = total + payload_bytes(string.sub(m, 19))
+  end
+  for _, m in ipairs(redis.call('ZRANGE', B .. 'rdy', 0, -1)) do
+    total = total + payload_bytes(string.sub(m, 34))
+  end
+  redis.call('HSET', B .. 'stats', 'pending_bytes', total)
+end
 local before = 0
 if redis.call('ZSCORE', B .. 'managers', me) then before = 1 end
 redis.call('ZADD', B .. 'managers', now + lease_ms * 1000, me)
