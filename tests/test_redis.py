@@ -100,6 +100,16 @@ def test_cancels_through_another_manager_while_jobs_run_in_batches_never_run_one
     assert sum(m.stats().queue.prefetched for m in (first, second)) > 0
 
 
+def test_large_arguments_and_results_of_a_remote_client_go_through_redis(
+        procs: Any, connect_client: Callable[..., Any], redis_url: str) -> None:
+    # Over a connection, a payload of 64 KiB or more arrives as a bytearray.
+    manager = start_manager(procs, redis_url, workers=1)
+    client = connect_client(manager)
+    data = os.urandom(200_000)
+    assert client.submit(jobs.length, data).result(timeout=30) == len(data)
+    assert client.submit(bytes, 300_000).result(timeout=30) == bytes(300_000)
+
+
 def test_max_pending_bytes_bounds_what_every_managers_pending_jobs_hold(
         procs: Any, connect_client: Callable[..., Any], redis_url: str) -> None:
     # Submits go through a manager without workers; claims on another one make room.

@@ -125,7 +125,7 @@ class Scripts:
                            "" if max_pending is None else max_pending,
                            "" if max_pending_bytes is None else max_pending_bytes, len(jobs)]
         for job in jobs:
-            args += [job.job_id, job.client_id, job.key or "", job.name, job.payload,
+            args += [job.job_id, job.client_id, job.key or "", job.name, _blob(job.payload),
                      job.priority, "" if job.delay is None else _us(job.delay),
                      "" if job.at is None else _us(job.at),
                      "" if job.timeout is None else repr(float(job.timeout)), job.retries]
@@ -140,7 +140,7 @@ class Scripts:
         args: list[Any] = [me, _us(lease) // 1000, self._ttl_ms, self._keep_ms,
                            len(finishes)]
         for f in finishes:
-            args += [f.job_id, f.token, f.state.value, f.outcome]
+            args += [f.job_id, f.token, f.state.value, _blob(f.outcome)]
         args.append(len(requeues))
         for r in requeues:
             args += [r.job_id, r.token, "1" if r.retry else "0"]
@@ -241,3 +241,10 @@ def parse_cancel_request(message: bytes) -> tuple[str, list[str]] | None:
         return None
     nonce, *job_ids = message[1:].decode().split(" ")
     return nonce, job_ids
+
+
+def _blob(data: bytes | bytearray | memoryview) -> bytes:
+    """A payload or outcome as a script argument: bytes. A large one arrives from a
+    connection as a bytearray (mpsched._protocol.codec.blob_in), which the Redis client's
+    command packer refuses; copied once here."""
+    return data if type(data) is bytes else bytes(data)
