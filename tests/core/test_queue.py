@@ -307,6 +307,27 @@ def test_equal_at_values_tie_break_by_priority_then_submission(
     assert set(dues) == {harness.clock.now()}
 
 
+class SwitchingClock(FakeClock):
+    """A fake clock on which every wall-clock read comes 2 ms after the monotonic read
+    before it, as when another thread takes the GIL (5 ms turns) or the CPU in between."""
+
+    def wall(self) -> float:
+        self._now += 0.002
+        return super().wall()
+
+
+def test_equal_at_values_in_one_batch_tie_break_by_priority_across_thread_switches(
+    harness: Harness,
+) -> None:
+    clock = SwitchingClock()
+    queue = harness.queue(clock=clock)
+    at = clock.wall() + 3
+    queue.submit_many([request("high", HIGH, at=at), request("medium", MEDIUM, at=at),
+                       request("low", LOW, at=at)])
+    clock.advance(4)
+    assert drain(queue) == ["high", "medium", "low"]
+
+
 def test_equal_at_values_keep_equal_keys_across_sub_millisecond_drift(
     harness: Harness,
 ) -> None:
