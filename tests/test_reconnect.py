@@ -127,6 +127,7 @@ def test_with_a_store_outstanding_futures_resolve_after_the_restart(
     assert said(client_log, LOST) == 1 and said(client_log, BACK) == 1  # one outage
 
 
+@pytest.mark.parametrize("site", ["unix"], indirect=True)  # the same on either transport
 def test_after_a_reconnect_the_sender_s_connection_is_opened_by_the_reconnect(
         site: Site, connect_client: Callable[[Manager], mpsched.Client],
         client_log: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
