@@ -1,10 +1,10 @@
 """mpsched: run Python jobs at a scheduled time, in priority order, on worker processes."""
 
-from mpsched._client.client import Client as Client
-from mpsched._client.client import connect as connect
-from mpsched._client.job_future import JobFuture as JobFuture
-from mpsched._client.schedule_handle import Schedule as Schedule
-from mpsched._client.scheduler import Scheduler as Scheduler
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from mpsched._core.job import JobInfo as JobInfo
 from mpsched._core.job import JobState as JobState
 from mpsched._core.job import Order as Order
@@ -102,3 +102,33 @@ __all__ = [
     "connect",
 ]
 __version__ = "0.1.0"
+
+# The client side is imported at its first use: a manager, its workers and the forkserver
+# that starts them import this package too, and never use it (~0.2 s of imports each).
+_CLIENT = {
+    "Client": "mpsched._client.client",
+    "connect": "mpsched._client.client",
+    "JobFuture": "mpsched._client.job_future",
+    "Schedule": "mpsched._client.schedule_handle",
+    "Scheduler": "mpsched._client.scheduler",
+}
+
+if TYPE_CHECKING:
+    from mpsched._client.client import Client as Client
+    from mpsched._client.client import connect as connect
+    from mpsched._client.job_future import JobFuture as JobFuture
+    from mpsched._client.schedule_handle import Schedule as Schedule
+    from mpsched._client.scheduler import Scheduler as Scheduler
+
+
+def __getattr__(name: str) -> Any:
+    module = _CLIENT.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # looked up once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
