@@ -143,6 +143,15 @@ def test_a_port_where_something_else_answers_is_not_redis(
     assert "not a Redis server" in str(_refused(f"redis://:{SECRET}@127.0.0.1:{port}"))
 
 
+def test_an_argument_the_redis_client_refuses_is_not_blamed_on_the_server() -> None:
+    import redis
+
+    from mpsched._store.redis.server import describe
+
+    said = describe(redis.DataError("Invalid input of type: 'dict'"))
+    assert said.startswith("the Redis client refused a command's argument"), said
+
+
 def test_a_silent_port_fails_within_the_timeout(
         listener: Callable[[bytes | None], int]) -> None:
     port = listener(None)

@@ -164,8 +164,10 @@ def describe(exc: BaseException, *, password: bool = True) -> str:
         if "Error 2 " in text:
             return f"no such socket file ({text})"
         return f"cannot connect ({text})"
-    if isinstance(exc, (redis.InvalidResponse, redis.DataError)):
+    if isinstance(exc, redis.InvalidResponse):
         return f"what listens there is not a Redis server ({text})"
+    if isinstance(exc, redis.DataError):  # raised here, before anything was sent
+        return f"the Redis client refused a command's argument ({text})"
     if isinstance(exc, redis.ResponseError):
         return f"the server refused a command ({text})"
     return f"{type(exc).__name__}: {text}"
