@@ -103,7 +103,8 @@ class Client(ClosingClient, Executor):
                 priority, a timeout that is not a positive number, negative retries, or
                 ``fn`` not callable.
             JobPicklingError: ``fn`` or its arguments cannot be pickled.
-            QueueFullError: ``max_pending`` jobs were pending for all of ``submit_timeout``.
+            QueueFullError: ``max_pending`` jobs, or ``max_pending_bytes`` bytes of their
+                payloads, were pending for all of ``submit_timeout`` (``unit`` says which).
             SchedulerShutdownError: after ``shutdown()``.
             ManagerConnectionLostError: (also a SchedulerShutdownError) the connection to
                 the manager is lost: a client of ``connect()`` raises it at once until it

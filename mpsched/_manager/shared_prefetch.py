@@ -240,8 +240,6 @@ class SharedPrefetch(SharedQueueBase):
             withdrawn += self.store.settle_cancel(
                 self.manager_id, nonce, [w.job_id for w in asked], asked=len(others),
                 wait=CANCEL_WAIT)
-        with self._lock:
-            self._cancelled += len(withdrawn)
         return [Job(job_id=w.job_id, client_id=w.client_id, payload=b"", priority=0, due=0.0,
                     seq=0) for w in withdrawn]
 

@@ -78,7 +78,7 @@ class SharedQueueBase:
         self._waiting = 0
         self._backoff = BACKOFF[0]
         self._closed = False
-        self._cancelled = self._withdrawn = self._wakeups = 0
+        self._withdrawn = self._wakeups = 0
 
     @property
     def clock(self) -> Clock:
