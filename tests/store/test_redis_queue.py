@@ -7,57 +7,25 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
+from redis_queue import LEASE, new, server_now, take
 
 from mpsched._core.job import JobState
 from mpsched._errors import InvalidJobError, StoreUnavailableError
-from mpsched._store.redis.records import Finish, NewJob, Requeue, StoredEnd, Take
+from mpsched._store.redis.records import Finish, Requeue, StoredEnd, Take
 from mpsched._store.redis.scripts import parse_ended
 from mpsched._store.redis.store import RedisStore
 
-LEASE = 30.0
-
-
-def new(job_id: str, *, level: int = 2, delay: float | None = 0.0, at: float | None = None,
-        key: str | None = None, retries: int = 0, client: str = "c1") -> NewJob:
-    return NewJob(job_id, client, key, "tests.jobs:work", f"payload {job_id}".encode(),
-                  level, None if at is not None else delay, at, None, retries)
-
 
 @pytest.fixture
-def open_store(redis_url: str) -> Iterator[Callable[..., RedisStore]]:
-    """RedisStores on one prefix of the shared server (each a manager's connection)."""
-    opened: list[RedisStore] = []
-
-    def open_(url: str = redis_url, **options: Any) -> RedisStore:
-        opened.append(RedisStore(url, **options))
-        return opened[-1]
-
-    yield open_
-    for store in opened:
-        store.close()
-
-
-@pytest.fixture
-def store(open_store: Callable[..., RedisStore]) -> RedisStore:
-    made = open_store()
+def store(open_redis_store: Callable[..., RedisStore]) -> RedisStore:
+    made = open_redis_store()
     for manager in ("m1", "m2", "m3"):
         made.heartbeat(manager, LEASE, b"")
     return made
-
-
-def take(store: RedisStore, manager: str = "m1", want: int = 1, lead: str = "wait",
-         **kw: Any) -> Any:
-    return store.report(manager, LEASE, take=Take(want=want, worker=f"{manager}/w1",
-                                                   lead=lead, **kw))
-
-
-def server_now(store: RedisStore) -> float:
-    seconds, micros = store.client.time()
-    return float(seconds + micros / 1e6)
 
 
 def test_equal_due_times_run_by_priority_then_submission(store: RedisStore) -> None:
@@ -352,8 +320,8 @@ def test_cancel_by_id_or_by_client_tells_the_owner(store: RedisStore) -> None:
 
 
 def test_one_key_submitted_at_once_through_many_managers_is_one_job(
-        open_store: Callable[..., RedisStore]) -> None:
-    stores = [open_store() for _ in range(4)]
+        open_redis_store: Callable[..., RedisStore]) -> None:
+    stores = [open_redis_store() for _ in range(4)]
     holders: list[list[str]] = []
     start = threading.Barrier(len(stores))
 

@@ -8,61 +8,29 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
+from redis_queue import HIGH, LEASE, LOW, new, server_now, take
 
 from mpsched._core.job import JobState, Order
 from mpsched._errors import ConfigError
-from mpsched._store.redis.records import NewJob, Requeue, Take
+from mpsched._store.redis.records import Requeue
 from mpsched._store.redis.store import RedisStore
 
-LEASE = 30.0
-HIGH, MEDIUM, LOW = 1, 2, 3
-
-
-def new(job_id: str, *, level: int = MEDIUM, delay: float | None = 0.0,
-        at: float | None = None, retries: int = 0, client: str = "c1") -> NewJob:
-    return NewJob(job_id, client, None, "tests.jobs:work", f"payload {job_id}".encode(),
-                  level, None if at is not None else delay, at, None, retries)
-
 
 @pytest.fixture
-def open_store(redis_url: str) -> Iterator[Callable[..., RedisStore]]:
-    """RedisStores on one prefix of the shared server (each a manager's connection)."""
-    opened: list[RedisStore] = []
-
-    def open_(**options: Any) -> RedisStore:
-        opened.append(RedisStore(redis_url, **options))
-        return opened[-1]
-
-    yield open_
-    for store in opened:
-        store.close()
-
-
-@pytest.fixture
-def managers(open_store: Callable[..., RedisStore]) -> list[RedisStore]:
+def managers(open_redis_store: Callable[..., RedisStore]) -> list[RedisStore]:
     """Two managers, m1 and m2, of one store in priority order, both live."""
-    made = [open_store(order=Order.PRIORITY) for _ in range(2)]
+    made = [open_redis_store(order=Order.PRIORITY) for _ in range(2)]
     for name, store in zip(("m1", "m2"), made, strict=True):
         store.heartbeat(name, LEASE, b"", join=True)
     return made
 
 
-def take(store: RedisStore, manager: str, want: int = 1, **kw: Any) -> Any:
-    return store.report(manager, LEASE, take=Take(want=want, worker=f"{manager}/w1",
-                                                   lead="wait", **kw))
-
-
 def ids(reply: Any) -> list[str]:
     return [job.job_id for job in reply.jobs]
-
-
-def server_now(store: RedisStore) -> float:
-    seconds, micros = store.client.time()
-    return float(seconds + micros / 1e6)
 
 
 def backlog(store: RedisStore) -> None:
@@ -80,8 +48,8 @@ def backlog(store: RedisStore) -> None:
     (Order.PRIORITY, ["high-2", "high-3", "medium-1a", "medium-1b", "low-0"]),
 ], ids=["time", "priority"])
 def test_an_overdue_backlog_is_claimed_in_the_orders_key_by_any_manager(
-        open_store: Callable[..., RedisStore], order: Order, expected: list[str]) -> None:
-    stores = [open_store(order=order) for _ in range(2)]
+        open_redis_store: Callable[..., RedisStore], order: Order, expected: list[str]) -> None:
+    stores = [open_redis_store(order=order) for _ in range(2)]
     for name, store in zip(("m1", "m2"), stores, strict=True):
         store.heartbeat(name, LEASE, b"", join=True)
     backlog(stores[0])
@@ -164,46 +132,46 @@ def test_max_pending_counts_the_jobs_among_the_due_ones(managers: list[RedisStor
 
 
 def test_a_manager_with_another_order_is_refused_while_one_is_live(
-        open_store: Callable[..., RedisStore], redis_url: str) -> None:
-    first = open_store(order=Order.PRIORITY)
+        open_redis_store: Callable[..., RedisStore], redis_url: str) -> None:
+    first = open_redis_store(order=Order.PRIORITY)
     first.heartbeat("m1", LEASE, b"", join=True)
-    second = open_store(order=Order.TIME)
+    second = open_redis_store(order=Order.TIME)
     with pytest.raises(ConfigError) as refused:
         second.heartbeat("m2", LEASE, b"", join=True)
     assert refused.value.option == "order" and refused.value.value == "time"
     assert "'priority'" in str(refused.value) and "prefix=" in str(refused.value)
     assert [m.manager_id for m in first.managers()] == ["m1"]  # m2 was not registered
-    same = open_store(order=Order.PRIORITY)
+    same = open_redis_store(order=Order.PRIORITY)
     same.heartbeat("m3", LEASE, b"", join=True)  # the same order joins
     assert {m.manager_id for m in first.managers()} == {"m1", "m3"}
 
 
 def test_with_no_manager_live_the_order_changes_and_nothing_is_stranded(
-        open_store: Callable[..., RedisStore]) -> None:
-    first = open_store(order=Order.PRIORITY)
+        open_redis_store: Callable[..., RedisStore]) -> None:
+    first = open_redis_store(order=Order.PRIORITY)
     first.heartbeat("m1", LEASE, b"", join=True)
     at = server_now(first) - 1.0
     first.submit_jobs([new("low", level=LOW, at=at - 1), new("high", level=HIGH, at=at),
                        new("med", at=at)], "m1")
     assert ids(take(first, "m1")) == ["high"]  # low and med now wait among the due jobs
     first.forget_manager("m1")
-    second = open_store(order=Order.TIME)
+    second = open_redis_store(order=Order.TIME)
     second.heartbeat("m2", LEASE, b"", join=True)
     assert ids(take(second, "m2", want=8)) == ["low", "med"]  # back in time order
     second.submit_jobs([new("low-2", level=LOW, at=at - 1), new("high-2", level=HIGH, at=at)],
                        "m2")
     second.forget_manager("m2")
-    third = open_store(order=Order.PRIORITY)
+    third = open_redis_store(order=Order.PRIORITY)
     third.heartbeat("m3", LEASE, b"", join=True)
     assert ids(take(third, "m3", want=8)) == ["high-2", "low-2"]
 
 
 def test_a_manager_back_from_the_dead_follows_the_stores_order(
-        open_store: Callable[..., RedisStore], caplog: pytest.LogCaptureFixture) -> None:
-    late = open_store(order=Order.TIME)
+        open_redis_store: Callable[..., RedisStore], caplog: pytest.LogCaptureFixture) -> None:
+    late = open_redis_store(order=Order.TIME)
     late.heartbeat("late", 0.2, b"", join=True)
     time.sleep(0.25)  # its lease runs out: it is presumed dead
-    other = open_store(order=Order.PRIORITY)
+    other = open_redis_store(order=Order.PRIORITY)
     other.heartbeat("m2", LEASE, b"", join=True)  # nobody live: the store's order changes
     at = server_now(other) - 1.0
     other.submit_jobs([new("low", level=LOW, at=at - 1), new("high", level=HIGH, at=at)],
