@@ -215,6 +215,14 @@ def test_a_manager_that_stalls_while_a_client_opens_its_connections_is_unreachab
     with pytest.raises(mpsched.ManagerUnreachableError) as raised:
         mpsched.connect(s.address, authkey=s.authkey)
     assert "stopped answering while the client opened its connections" in str(raised.value)
+
+    def turned_away(proxy: ServiceProxy, thread_name: str) -> FastConnection:
+        raise mpsched.ManagerUnreachableError("here", "too many handshakes from this host")
+
+    monkeypatch.setattr(ServiceProxy, "open_connection", turned_away)
+    with pytest.raises(mpsched.ManagerUnreachableError) as raised:  # said as the manager said
+        mpsched.connect(s.address, authkey=s.authkey)
+    assert str(raised.value) == "no manager answers at here: too many handshakes from this host"
     monkeypatch.undo()
     with mpsched.connect(s.address, authkey=s.authkey) as client:  # the manager is fine
         assert client.submit(pow, 2, 5).result(timeout=WAIT) == 32

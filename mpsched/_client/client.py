@@ -348,6 +348,9 @@ def connect(address: str | tuple[str, int] | None = None, *,
     try:
         return Client(service, submit_timeout=submit_timeout,
                       reconnect=functools.partial(connect_service, address, key))
+    except ManagerUnreachableError:  # turned a thread's connection away: it said why
+        service.discard()
+        raise
     except DISCONNECTED as exc:
         # It answered the first connection, then not the client's threads' (a stall
         # longer than a handshake may take, or it went away).
