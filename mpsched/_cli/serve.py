@@ -21,9 +21,10 @@ runs no finalizer, so it removes both first. The runtime directory stays, with t
 key and the lock file, for the next serve. A socket left by a serve killed with SIGKILL is
 removed by the next serve at the same path: the default one's once the next default serve
 holds the lock, another once nothing answers on it. The job store of ``--store`` (and its
-``-wal``, ``-shm``, ``-leases`` and ``.lock`` files) stays, on purpose: the next serve on
-it gets its jobs back. One it cannot open (its directory missing or read-only, a file that
-is not an mpsched store, another manager holding it) exits 7 with one line naming the file.
+``-wal``, ``-shm``, ``-leases``, ``-workers`` and ``.lock`` files) stays, on purpose: the
+next serve on it gets its jobs back. One it cannot open (its directory missing or
+read-only, a file that is not an mpsched store, another manager holding it) exits 7 with
+one line naming the file.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ import sys
 import threading
 from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from mpsched._core.queue import JobQueue
 from mpsched._errors import ConfigError, MpschedError, StoreError
@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from mpsched._manager.http.server import StatusServer
 from mpsched._transport.tls import set_tls
 from mpsched._worker.claims import LocalClaims
+from mpsched._worker.slot_file import AnonymousSlots, SlotFile, SlotSource
 
 log = logging.getLogger("mpsched.manager")
 
@@ -87,7 +88,7 @@ def run_manager(config: ManagerConfig, control: Connection | None = None,
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the owner decides when we stop
     claims = LocalClaims()  # the local workers' claim slots, for prefetched jobs
     try:
-        queue, journal, recovered = _open_queue(config, claims)
+        queue, journal, recovered, slots = _open_queue(config, claims)
     except StoreError as exc:
         if control is None:
             raise
@@ -100,7 +101,7 @@ def run_manager(config: ManagerConfig, control: Connection | None = None,
     try:
         return _serve(config, control, on_ready, ManagerService(
             queue, heartbeat_timeout=config.heartbeat_timeout, journal=journal,
-            segments=segments), recovered, claims)
+            segments=segments), recovered, _Workers(claims, slots))
     finally:
         segments.close()
         journal.store.close()
@@ -129,11 +130,27 @@ def _segments(config: ManagerConfig) -> Segments:
     return Segments.start(not why, why)
 
 
-def _open_queue(config: ManagerConfig,
-                claims: LocalClaims) -> tuple[JobQueue | SharedQueue, BaseJournal, str]:
+class _Opened(NamedTuple):
+    """What a manager serves from: its queue, its journal, what was recovered (one line),
+    and where its local workers' claim slots live."""
+
+    queue: JobQueue | SharedQueue
+    journal: BaseJournal
+    recovered: str
+    slots: SlotSource
+
+
+class _Workers(NamedTuple):
+    """The local workers' claim slots: the queue's, and where they are made."""
+
+    claims: LocalClaims
+    slots: SlotSource
+
+
+def _open_queue(config: ManagerConfig, claims: LocalClaims) -> _Opened:
     """The queue and its journal: in this manager's memory (a heap, journalled to the
     SQLite store the config names, if any), or in the Redis store it names, shared with
-    the other managers of that store; and what was recovered, in one line."""
+    the other managers of that store."""
     if config.store is not None and is_redis_url(config.store):
         store = RedisStore(config.store, result_ttl=config.result_ttl, order=config.order)
         queue = SharedQueue(store, manager_id=f"{host_name()}:{os.getpid()}:"
@@ -142,35 +159,37 @@ def _open_queue(config: ManagerConfig,
                             max_pending=config.max_pending,
                             max_pending_bytes=config.max_pending_bytes,
                             outage=StoreOutage(store.location), claims=claims)
-        return queue, SharedJournal(store, queue), ""
+        return _Opened(queue, SharedJournal(store, queue), "", AnonymousSlots())
     local = JobQueue(order=config.order, max_pending=config.max_pending,
                      max_pending_bytes=config.max_pending_bytes, sizer=payload_size,
                      claims=claims)
-    journal, recovered = _open_journal(config, local)
-    return local, journal, recovered
+    return _open_journal(config, local)
 
 
-def _open_journal(config: ManagerConfig, queue: JobQueue) -> tuple[BaseJournal, str]:
+def _open_journal(config: ManagerConfig, queue: JobQueue) -> _Opened:
     """The journal of the store the config names (none without one), its jobs back in
-    ``queue``; and what was recovered, in one line ("" for nothing)."""
+    ``queue``, what was recovered, and the slot file beside it."""
     if config.store is None:
-        return NoJournal(queue, result_ttl=config.result_ttl), ""
+        return _Opened(queue, NoJournal(queue, result_ttl=config.result_ttl), "",
+                       AnonymousSlots())
     store = SQLiteStore(config.store, durability=config.durability,
                         result_ttl=config.result_ttl)
     journal = Journal(store, queue)
     try:
-        summary = journal.recover(queue.clock)
+        slots = SlotFile(config.store)  # under the store's lock: no other manager's
+        summary = journal.recover(queue.clock, slots.traces())
+        slots.clear()
     except BaseException:
         store.close()
         raise
     if summary:
         log.info("%s", summary)
-    return journal, summary
+    return _Opened(queue, journal, summary, slots)
 
 
 def _serve(config: ManagerConfig, control: Connection | None,
            on_ready: Callable[[ManagerReady, ManagerService], None] | None,
-           service: ManagerService, recovered: str, claims: LocalClaims) -> int:
+           service: ManagerService, recovered: str, workers: _Workers) -> int:
     service.schedules.keep_cancelled_for(config.result_ttl)
     summary = service.schedules.recover()
     if summary:
@@ -188,7 +207,7 @@ def _serve(config: ManagerConfig, control: Connection | None,
     # accepter ourselves so that this thread can supervise.
     server.stop_event = threading.Event()  # type: ignore[attr-defined]
     threading.Thread(target=server.accepter, name="mpsched-accept", daemon=True).start()
-    supervisor = Supervisor(service, config, server.address, claims)
+    supervisor = Supervisor(service, config, server.address, *workers)
     grace, now = config.drain_timeout, False
     status: StatusServer | None = None
     link: SharedLink | None = None
@@ -227,6 +246,8 @@ def _serve(config: ManagerConfig, control: Connection | None,
         if status is not None:  # it showed the drain; nothing is left to show
             status.stop()
         supervisor.stop_workers(grace=2.0)
+        if isinstance(workers.slots, SlotFile) and service.wait_drained(0.0):
+            workers.slots.remove()  # no job left running: nothing in it to read
         if link is not None:
             link.stop()  # after the workers: their last ends are in the store
         # A remote worker between two takes must hear of the stop before the sockets

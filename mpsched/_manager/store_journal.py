@@ -11,7 +11,9 @@
 - cancel: journalled (durable) before the client hears it was cancelled.
 
 Recovery maps each stored wall-clock due time to the manager's monotonic clock with one
-offset, and treats a job that was running as one whose worker died.
+offset. A job that was running is resolved by what its worker's claim slot says
+(mpsched._worker.slot_file): ended, with the outcome the worker kept there; never started
+(a prefetched job), pending again untouched; else as one whose worker died.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import gc
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from mpsched._core.clock import Clock
 from mpsched._core.job import (
@@ -37,6 +40,7 @@ from mpsched._errors import JobError, JobNotFoundError, StoreError, WorkerCrashe
 from mpsched._manager.journal import BaseJournal, cancelled, decode, encode, failure
 from mpsched._store.base import JournalStore, Recovery, StoredJob
 from mpsched._store.lease_records import OUTCOME_IN_LOG
+from mpsched._worker.slot_file import WorkerTrace
 
 log = logging.getLogger("mpsched.manager")
 
@@ -62,16 +66,17 @@ class Journal(BaseJournal):
 
     # ------------------------------------------------------------------ recovery
 
-    def recover(self, clock: Clock) -> str:
+    def recover(self, clock: Clock, traces: dict[str, WorkerTrace] | None = None) -> str:
         """Put the store's pending jobs back in the queue; resolve the ones that were
-        running as if their worker died. Returns a one-line summary ("" for nothing)."""
+        running by what ``traces`` (the local workers' slots, by worker id) say, else as
+        if their worker died. Returns a one-line summary ("" for nothing)."""
         recovery = self.store.recover()
         offset = clock.now() - self._wall()
         gc_was_on = gc.isenabled()
         gc.disable()  # a million small objects: the cyclic collector would only slow it
         try:
             jobs = [_job(stored, offset) for stored in recovery.pending]
-            retried, failed = self._resolve_running(recovery, offset, jobs)
+            resolved = self._resolve_running(recovery, offset, jobs, traces or {})
             self.queue.restore(jobs, recovery.next_seq)
         finally:
             if gc_was_on:
@@ -79,24 +84,35 @@ class Journal(BaseJournal):
         if not (recovery.pending or recovery.running):
             return ""
         return (f"recovered {len(recovery.pending)} pending job(s) from {self.store.location}; "
-                f"of {len(recovery.running)} running when the manager stopped, {retried} "
-                f"will run again and {failed} failed (WorkerCrashedError)")
+                f"of {len(recovery.running)} running when the manager stopped, "
+                f"{resolved.summary()}")
 
-    def _resolve_running(self, recovery: Recovery, offset: float,
-                         jobs: list[Job]) -> tuple[int, int]:
-        retried = failed = 0
+    def _resolve_running(self, recovery: Recovery, offset: float, jobs: list[Job],
+                         traces: dict[str, WorkerTrace]) -> _Resolved:
+        resolved = _Resolved()
         for running in recovery.running:
             job = _job(running.job, offset)
-            if job.attempt <= job.retries:
+            trace = traces.get(running.worker_id)
+            outcome = trace.outcome(job.job_id) if trace is not None else None
+            if outcome is not None:  # it ran to its end; the report never reached us
+                state = JobState.DONE if outcome.ok else JobState.FAILED
+                self.store.finish(job.job_id, state, encode(outcome), self._wall())
+                resolved.ended += 1
+            elif trace is not None and not trace.entered_job(job.job_id):
+                job.attempt -= 1  # handed out with others, never started: not an attempt
                 self.store.requeue(job.job_id, job.attempt)
                 jobs.append(job)
-                retried += 1
+                resolved.unstarted += 1
+            elif job.attempt <= job.retries:
+                self.store.requeue(job.job_id, job.attempt)
+                jobs.append(job)
+                resolved.retried += 1
             else:
                 error = WorkerCrashedError(job.job_id, running.worker_id, None)
                 self.store.finish(job.job_id, JobState.FAILED, encode(failure(
                     job.job_id, error, OutcomeKind.WORKER_CRASHED)), self._wall())
-                failed += 1
-        return retried, failed
+                resolved.failed += 1
+        return resolved
 
     # ------------------------------------------------------------------ changes
 
@@ -185,6 +201,24 @@ class Journal(BaseJournal):
     def jobs(self, state: str | None, limit: int | None) -> list[JobRecord]:
         self.store.flush()
         return self.store.jobs(None if state is None else JobState(state), limit)
+
+
+@dataclass
+class _Resolved:
+    """How the jobs that were running when the manager stopped were resolved."""
+
+    ended: int = 0  # their workers had run them to their end
+    unstarted: int = 0  # handed out but never started: pending again, untouched
+    retried: int = 0  # started, with a retry left: pending again
+    failed: int = 0  # started, no retry left: WorkerCrashedError
+
+    def summary(self) -> str:
+        parts = [f"{self.ended} had ended"] if self.ended else []
+        if self.unstarted:
+            parts.append(f"{self.unstarted} had not started")
+        parts.append(f"{self.retried} will run again and {self.failed} failed "
+                     f"(WorkerCrashedError)")
+        return ", ".join(parts)
 
 
 def _job(stored: StoredJob, offset: float) -> Job:

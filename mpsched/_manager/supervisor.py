@@ -35,6 +35,7 @@ from mpsched._protocol.records import (
 from mpsched._worker.claims import ClaimSlot, LocalClaims
 from mpsched._worker.loop import worker_main
 from mpsched._worker.process import WorkerConfig, kill_tree
+from mpsched._worker.slot_file import AnonymousSlots, SlotSource
 
 log = logging.getLogger("mpsched.supervisor")
 
@@ -64,10 +65,13 @@ class Supervisor:
     """Keeps ``config.workers`` local worker processes alive until stopped."""
 
     def __init__(self, service: ManagerService, config: ManagerConfig, address: Any,
-                 claims: LocalClaims | None = None) -> None:
-        """``claims``: the queue's; each local worker's slot is added while it lives."""
+                 claims: LocalClaims | None = None, slots: SlotSource | None = None) -> None:
+        """``claims``: the queue's; each local worker's slot is added while it lives.
+        ``slots``: where the slots are made (a SQLite store's slot file; by default
+        anonymous shared memory)."""
         self._service = service
         self._claims = claims if claims is not None else LocalClaims()
+        self._slots = slots if slots is not None else AnonymousSlots()
         self._config = config
         self._address = address
         self._ctx: Any = multiprocessing.get_context(config.mp_method)
@@ -90,7 +94,7 @@ class Supervisor:
 
     def _start_one(self) -> None:
         worker_id = f"w{next(self._ids)}"
-        slot = ClaimSlot(self._ctx)
+        slot = self._slots.slot(self._ctx, worker_id)
         config = WorkerConfig(
             address=self._address, authkey=self._config.authkey, worker_id=worker_id,
             log_level=self._config.log_level, max_tasks=self._config.max_tasks_per_worker,
@@ -100,7 +104,11 @@ class Supervisor:
             tls=None if self._config.tls is None else self._config.tls.for_local_workers())
         proc = self._ctx.Process(target=worker_main, args=(config, slot, self._lifeline_r),
                                  name=f"mpsched-worker-{worker_id}")
-        proc.start()
+        try:
+            proc.start()
+        except BaseException:
+            self._slots.release(slot)
+            raise
         self._workers[worker_id] = _Local(proc, slot)
         self._claims.add(worker_id, slot)
 
@@ -230,6 +238,7 @@ class Supervisor:
         started = local.slot.started()
         held = self._service.lose_worker(
             worker_id, exitcode, received=lambda lease: lease.lease_id <= started)
+        self._slots.release(local.slot)  # what it held is resolved: the slot may go again
         if held or exitcode != 0:
             log.error("worker %s (pid %s) exited with code %s holding %d job(s)",
                       worker_id, local.proc.pid, exitcode, held)

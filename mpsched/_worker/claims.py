@@ -1,8 +1,8 @@
-"""A local worker's claim slot: which of its prefetched jobs it has started, and the
-reports it has not sent yet, shared with the manager that started it
-(mpsched._core.prefetch says why and when jobs are prefetched).
+"""A local worker's claim slot: which of its jobs it has started, and the reports it has
+not sent yet, shared with the manager that started it (mpsched._core.prefetch says why and
+when jobs are prefetched).
 
-In shared memory, created by the manager and inherited by the worker process:
+In shared memory, created by the manager and mapped by the worker process:
 
 - ``started``: the last lease id the worker received (the first job of a batch, which is
   never revoked) or claimed (a prefetched one). Lease ids grow, so when the worker dies
@@ -14,6 +14,13 @@ In shared memory, created by the manager and inherited by the worker process:
   so a job that ended is never taken for one its worker died under (and run again). The
   worker forgets them once its manager has them all.
 
+With a SQLite store the slot is a region of a file beside the store
+(mpsched._worker.slot_file), so that it outlives the manager's whole process tree: the
+worker also records there which job it started last, and keeps every report (its batch's
+last one too) until its manager has it. A manager started again on the store reads the
+slots before it recovers the jobs that were running: a job whose report is there ended,
+and a job of that worker that it never started is pending again, untouched.
+
 A claim and a revocation each check one value and set the other, under one lock (a POSIX
 semaphore) that both hold for a few bytecodes only; so a prefetched job is either started
 by its worker or given back to the heap, never both and never neither.
@@ -21,45 +28,92 @@ by its worker or given back to the heap, never both and never neither.
 
 from __future__ import annotations
 
+import ctypes
+import hashlib
+import mmap
+import os
 from multiprocessing.context import BaseContext
 from typing import Any
+
+from mpsched._core.job import Lease
 
 NEVER = (1 << 63) - 1  # revoked_from when nothing is revoked
 KEPT_BYTES = 1 << 16  # room for kept reports; one that does not fit is sent at once
 REVOKE_TIMEOUT = 0.5  # seconds the manager waits for a worker's slot before it gives up
 
+# A slot's bytes: three int64 (started, revoked_from, bytes of kept reports), the digest of
+# the job started last, the worker's id (a length, then its bytes), then the kept reports.
+_STARTED_JOB = 24
+DIGEST_BYTES = 8
+_WORKER_ID = 32
+MAX_WORKER_ID = 64
+HEAD_BYTES = 128
+SLOT_BYTES = HEAD_BYTES + KEPT_BYTES
+# A slot's span in a slot file: mappings start at multiples of the allocation granularity.
+SLOT_SPAN = -(-SLOT_BYTES // mmap.ALLOCATIONGRANULARITY) * mmap.ALLOCATIONGRANULARITY
+
+
+def job_digest(job_id: str) -> bytes:
+    """What a slot records of the job its worker started last."""
+    return hashlib.blake2b(job_id.encode(), digest_size=DIGEST_BYTES).digest()
+
 
 class ClaimSlot:
     """One local worker's slot; picklable to the worker process while it is started."""
 
-    def __init__(self, ctx: BaseContext) -> None:
-        # [started, revoked_from, bytes of kept reports]
-        self._values: Any = ctx.RawArray("q", [0, NEVER, 0])
-        # Kept reports, each a 4-byte length and its bytes; written by the worker only,
-        # read by the manager only once the worker has exited (no lock needed).
-        self._kept: Any = ctx.RawArray("B", KEPT_BYTES)
+    def __init__(self, ctx: BaseContext, region: tuple[str, int] | None = None) -> None:
+        """``region``: a slot file's path and the slot's index in it (mpsched._worker.
+        slot_file), the slot then durable; by default anonymous shared memory, gone with
+        the processes that map it."""
+        self.region = region  # (slot file, index), or None
+        self.durable = region is not None
         # Guards the check-and-set of claim() and revoke(): held by the worker in claim()
         # and by the manager in revoke(), each for a few bytecodes; nobody waits on it for
         # long. received() and reopen() write one value without it (see each).
         self._lock = ctx.Lock()
+        self._attach(None if region is not None else ctx.RawArray("B", SLOT_BYTES))
+        self._view[:HEAD_BYTES] = bytes(HEAD_BYTES)
+        self._values[1] = NEVER
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A region is mapped again where the slot is unpickled; an anonymous one travels as
+        # multiprocessing passes shared memory to a process it starts.
+        memory = None if self.region is not None else self._memory
+        return {"region": self.region, "memory": memory, "lock": self._lock}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.region, self._lock = state["region"], state["lock"]
+        self.durable = self.region is not None
+        self._attach(state["memory"])
+
+    def _attach(self, memory: Any) -> None:
+        self._memory = memory if self.region is None else map_region(*self.region)
+        self._view = memoryview(self._memory).cast("B")
+        self._values: Any = (ctypes.c_int64 * 3).from_buffer(self._memory)
+        self._kept = self._view[HEAD_BYTES:HEAD_BYTES + KEPT_BYTES]
 
     # ------------------------------------------------------------- the worker's side
 
-    def received(self, lease_id: int) -> None:
+    def received(self, lease: Lease) -> None:
         """The worker got the first job of a batch (no one revokes it): an attempt from now
         on. Without the lock: a revocation under way is of a batch before this one, all of
         whose jobs this worker already started or was refused."""
-        self._values[0] = lease_id
+        self._values[0] = lease.lease_id
 
-    def claim(self, lease_id: int) -> bool:
-        """The worker is about to start prefetched lease ``lease_id``: True if it may (it
-        counts as started from now on), False if it was revoked (it and every later job
-        of the batch go to other workers)."""
+    def claim(self, lease: Lease) -> bool:
+        """The worker is about to start prefetched ``lease``: True if it may (it counts as
+        started from now on), False if it was revoked (it and every later job of the batch
+        go to other workers)."""
         with self._lock:
-            if lease_id >= self._values[1]:
+            if lease.lease_id >= self._values[1]:
                 return False
-            self._values[0] = lease_id
+            self._values[0] = lease.lease_id
             return True
+
+    def entering(self, job_id: str) -> None:
+        """The worker calls the job's callable next (a durable slot says so: read after the
+        manager's death, a job its worker never entered is not an attempt)."""
+        self._view[_STARTED_JOB:_STARTED_JOB + DIGEST_BYTES] = job_digest(job_id)
 
     def keep(self, record: bytes) -> bool:
         """Keep one report's bytes until :meth:`forget_kept`; False if there is no room
@@ -69,9 +123,8 @@ class ClaimSlot:
         end = used + 4 + len(record)
         if end > KEPT_BYTES:
             return False
-        view = memoryview(self._kept).cast("B")
-        view[used:used + 4] = len(record).to_bytes(4, "little")
-        view[used + 4:end] = record
+        self._kept[used:used + 4] = len(record).to_bytes(4, "little")
+        self._kept[used + 4:end] = record
         self._values[2] = end
         return True
 
@@ -83,18 +136,17 @@ class ClaimSlot:
 
     def kept(self) -> list[bytes]:
         """The reports the worker kept and had not forgotten; read once it has exited."""
-        used = int(self._values[2])
-        view = memoryview(self._kept).cast("B")
-        records, at = [], 0
-        while at + 4 <= used:
-            size = int.from_bytes(view[at:at + 4], "little")
-            records.append(bytes(view[at + 4:at + 4 + size]))
-            at += 4 + size
-        return records
+        return read_kept(self._view)
 
     def started(self) -> int:
         """The last lease id the worker received or claimed."""
         return int(self._values[0])
+
+    def name(self, worker_id: str) -> None:
+        """Record whose slot this is (a durable slot is read by worker id at recovery)."""
+        data = worker_id.encode()[:MAX_WORKER_ID]
+        self._view[_WORKER_ID + 2:_WORKER_ID + 2 + len(data)] = data
+        self._view[_WORKER_ID:_WORKER_ID + 2] = len(data).to_bytes(2, "little")
 
     def reopen(self) -> None:
         """A new batch goes to the worker: it may start every job of it. Without the lock:
@@ -114,6 +166,36 @@ class ClaimSlot:
             return cut
         finally:
             self._lock.release()
+
+
+def map_region(path: str, index: int) -> mmap.mmap:
+    """The slot ``index`` of the slot file at ``path``, mapped shared."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        return mmap.mmap(fd, SLOT_SPAN, offset=index * SLOT_SPAN)
+    finally:
+        os.close(fd)
+
+
+def read_kept(view: memoryview) -> list[bytes]:
+    """The kept reports of the slot whose bytes are ``view``."""
+    used = min(int.from_bytes(view[16:24], "little"), KEPT_BYTES)
+    kept = view[HEAD_BYTES:HEAD_BYTES + KEPT_BYTES]
+    records, at = [], 0
+    while at + 4 <= used:
+        size = int.from_bytes(kept[at:at + 4], "little")
+        if at + 4 + size > used:
+            break
+        records.append(bytes(kept[at + 4:at + 4 + size]))
+        at += 4 + size
+    return records
+
+
+def read_owner(view: memoryview) -> tuple[str, bytes]:
+    """The worker id and the digest of the job started last of the slot ``view``."""
+    length = min(int.from_bytes(view[_WORKER_ID:_WORKER_ID + 2], "little"), MAX_WORKER_ID)
+    worker_id = bytes(view[_WORKER_ID + 2:_WORKER_ID + 2 + length]).decode(errors="replace")
+    return worker_id, bytes(view[_STARTED_JOB:_STARTED_JOB + DIGEST_BYTES])
 
 
 class LocalClaims:

@@ -25,7 +25,7 @@ from multiprocessing.connection import Connection
 
 import psutil
 
-from mpsched._core.job import Assignment
+from mpsched._core.job import Assignment, Lease
 from mpsched._core.prefetch import BATCH_TIME, PREFETCH
 from mpsched._errors import SchedulerShutdownError
 from mpsched._protocol.codec import report_to_wire
@@ -61,12 +61,12 @@ def worker_main(config: WorkerConfig, slot: ClaimSlot | None = None,
     service = connect_service(config.address, config.authkey)
     service.hello(make_hello(config.worker_id, remote=False, local_token=config.local_token))
     if slot is None:
-        serve(service, config, lambda lease_id: None)
+        serve(service, config, lambda lease: None)
     else:
         serve(service, config, slot.received, slot=slot)
 
 
-def serve(service: ServiceProxy, config: WorkerConfig, received: Callable[[int], None],
+def serve(service: ServiceProxy, config: WorkerConfig, received: Callable[[Lease], None],
           drain: DrainState | None = None, long_poll: float = LONG_POLL,
           timeouts: JobTimeouts | None = None, slot: ClaimSlot | None = None) -> LoopEnd:
     """Take, run and report jobs until the manager stops (STOPPED) or goes away (LOST),
@@ -146,6 +146,9 @@ class _Batches:
         self._config = config
         self._slot = slot
         self._service = service
+        self._durable = slot is not None and slot.durable
+        # A durable slot records which job the worker enters (mpsched._worker.claims).
+        self._entering = slot.entering if slot is not None and slot.durable else None
         self._last_run = float("inf")  # seconds the last job ran: long until one did
         self.done = 0
 
@@ -161,30 +164,37 @@ class _Batches:
             more = min(more, self._config.max_tasks - self.done - 1)
         return max(more, 0)
 
-    def run_batch(self, batch: list[Assignment], received: Callable[[int], None],
+    def run_batch(self, batch: list[Assignment], received: Callable[[Lease], None],
                   reports: Reports, timeouts: JobTimeouts | None) -> LoopEnd | None:
         """Run the jobs of one take in order; returns None to take again, LOST (the
         manager is gone) or RECYCLED (time to leave)."""
         for i, assignment in enumerate(batch):
-            lease_id = assignment.lease.lease_id
-            if i and not self._claim_or_stop(lease_id):
+            lease = assignment.lease
+            if i and not self._claim_or_stop(lease):
                 break  # revoked: it and the rest of the batch went to other workers
             if not i:
                 try:
-                    received(lease_id)
+                    received(lease)
                 except (EOFError, OSError) as exc:
                     # Unacknowledged, the job counts as never delivered and may run elsewhere.
-                    _log_lost(self._config.worker_id, exc,
-                              f"; job {assignment.lease.job_id} is not run here")
+                    _log_lost(self._config.worker_id, exc, f"; job {lease.job_id} is not run here")
                     return LoopEnd.LOST
             report = self._run_one(assignment, timeouts)
+            held = i + 1 < len(batch)
+            # A durable slot keeps every report until the manager has it; any slot keeps
+            # those held back while the batch goes on.
+            kept = (held or self._durable) and self._keep(report)
             if _should_recycle(self._config, self.done):
                 reports.add(report)
                 return LoopEnd.RECYCLED
-            if i + 1 < len(batch):
-                self._hold(report, reports)
-            else:
+            if not held:
                 reports.add(report)
+            elif kept:
+                reports.hold(report)
+            else:  # no room in the slot: every report goes now, this job's included
+                reports.add(report)
+                self._service.report(self._config.worker_id, reports.take_all())
+                self.delivered(reports)
         return None
 
     def delivered(self, reports: Reports) -> None:
@@ -194,26 +204,20 @@ class _Batches:
             reports.settle()
             self._slot.forget_kept()
 
-    def _hold(self, report: Report, reports: Reports) -> None:
-        """Hold back the report of a job that the batch goes on after, kept in the slot
-        first; when the slot is full, send every report now (this job's included)."""
+    def _keep(self, report: Report) -> bool:
+        """Keep ``report`` in the slot until the manager has it; False if it has no room."""
         assert self._slot is not None  # a batch of more than one job needs it
-        if self._slot.keep(pickle.dumps(report_to_wire(report), pickle.HIGHEST_PROTOCOL)):
-            reports.hold(report)
-            return
-        reports.add(report)
-        self._service.report(self._config.worker_id, reports.take_all())
-        self.delivered(reports)
+        return self._slot.keep(pickle.dumps(report_to_wire(report), pickle.HIGHEST_PROTOCOL))
 
-    def _claim_or_stop(self, lease_id: int) -> bool:
+    def _claim_or_stop(self, lease: Lease) -> bool:
         assert self._slot is not None  # a batch of more than one job needs it
-        return self._slot.claim(lease_id)
+        return self._slot.claim(lease)
 
     def _run_one(self, assignment: Assignment, timeouts: JobTimeouts | None) -> Report:
         start_at = start_time(assignment)
         segment = result_segment(self._config, assignment)
         with timeouts.guard(assignment.timeout) if timeouts else contextlib.nullcontext():
-            outcome = run(assignment, start_at, segment)
+            outcome = run(assignment, start_at, segment, self._entering)
         ended = time.monotonic()
         self._last_run = ended - (start_at if outcome.started is None else outcome.started)
         self.done += 1

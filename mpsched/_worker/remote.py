@@ -27,6 +27,7 @@ from multiprocessing.connection import Connection
 
 import psutil
 
+from mpsched._core.job import Lease
 from mpsched._errors import (
     SchedulerShutdownError,
     WorkerRetiredError,
@@ -173,9 +174,9 @@ def _session(service: ServiceProxy, config: WorkerConfig, heartbeat_timeout: flo
         stop.set()
 
 
-def _acknowledger(service: ServiceProxy, worker_id: str) -> Callable[[int], None]:
-    def acknowledge(lease_id: int) -> None:
-        service.ack(worker_id, lease_id)
+def _acknowledger(service: ServiceProxy, worker_id: str) -> Callable[[Lease], None]:
+    def acknowledge(lease: Lease) -> None:
+        service.ack(worker_id, lease.lease_id)
 
     return acknowledge
 

@@ -8,6 +8,7 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Callable
 
 import cloudpickle
 
@@ -39,12 +40,13 @@ def result_segment(config: WorkerConfig, assignment: Assignment) -> str:
 
 
 def run(assignment: Assignment, start_at: float | None = None,
-        result_segment: str = "") -> Outcome:
+        result_segment: str = "", entering: Callable[[str], None] | None = None) -> Outcome:
     """Unpickle and run one job; never raises: every failure becomes an Outcome.
 
     The callable is entered no sooner than ``start_at`` (this process's monotonic clock;
     by default computed from the assignment now, see ``start_time``). With
     ``result_segment``, the result's large buffers go to that shared-memory segment.
+    ``entering`` is called with the job id right before the callable is.
     """
     job_id = assignment.lease.job_id
     try:
@@ -59,6 +61,8 @@ def run(assignment: Assignment, start_at: float | None = None,
     started = _wait_until(start_time(assignment) if start_at is None else start_at)
     if assignment.at is not None:
         started = _wait_for_wall(assignment.at, started)
+    if entering is not None:
+        entering(job_id)
     try:
         result = fn(*args, **kwargs)
     except BaseException as exc:

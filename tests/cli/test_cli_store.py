@@ -16,13 +16,14 @@ import tempfile
 import textwrap
 import time
 import traceback
+from collections import Counter
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 import store_jobs
-from processes import wait_for
+from processes import wait_for, wait_started
 from served import START_TIMEOUT, Manager, Processes, serve
 
 import mpsched
@@ -62,6 +63,21 @@ def serve_store(procs: Processes, store: Path, *args: str) -> Manager:
 def kill(manager: Manager) -> None:
     os.kill(manager.proc.pid, signal.SIGKILL)
     manager.proc.wait()
+
+
+def kill_tree(manager: Manager) -> None:
+    """SIGKILL the manager with every process it started (its process group), at once."""
+    os.killpg(manager.proc.pid, signal.SIGKILL)
+    manager.proc.wait()
+
+
+def reconnected(client: mpsched.Client) -> bool:
+    """Whether ``client`` is back with its manager (its calls raise until it is)."""
+    try:
+        client.stats()
+    except mpsched.ManagerConnectionLostError:
+        return False
+    return True
 
 
 def idle(manager: Manager) -> bool:
@@ -118,6 +134,48 @@ def test_a_killed_serve_runs_every_job_once_after_a_restart_and_none_early(
         else:
             assert shown.returncode == Exit.FAILURE, shown.stderr
             assert f"job {job_id} failed: WorkerCrashedError" in shown.stderr
+
+
+def test_a_serve_killed_with_its_workers_mid_batch_ends_what_ran_and_requeues_the_rest(
+        procs: Processes, tmp_path: Path, fifo: str,
+        connect_client: Callable[[Manager], mpsched.Client]) -> None:
+    # One worker is handed a batch (its last job was short): a, then stop (which SIGSTOPs
+    # the manager: a's report, held back while the batch goes on, can no longer reach it),
+    # then c, d, e, never started. Then the manager's whole process tree is SIGKILLed, the
+    # worker with it. What ran to its end must end done, what never started must run
+    # after the restart (none of it is an attempt), and only the job under way is lost.
+    store, log = tmp_path / "jobs.db", str(tmp_path / "runs.log")
+    manager = serve_store(procs, store, "--workers", "1")
+    client = connect_client(manager)
+    at = time.time() + 0.5  # due together, after the client sent them all
+    warm = client.schedule(store_jobs.bracketed, log, "warm", 0.0, at=at)
+    keys = {client.schedule(store_jobs.bracketed, log, "a", 0.0, at=at): "a"}
+    stop = client.schedule(store_jobs.stop_manager_then_sleep, log, "stop", manager.proc.pid,
+                           fifo, at=at)
+    keys.update({client.schedule(store_jobs.bracketed, log, key, 0.0, at=at): key
+                 for key in "cde"})
+    wait_started(fifo)
+    kill_tree(manager)
+    assert "start c" not in Path(log).read_text()
+
+    restarted = serve_store(procs, store, "--workers", "1")
+    # a, stop and c, d, e are running or pending, by how many the batch took; of the
+    # running ones, a ended, stop failed, the others had not started.
+    recovered = re.fullmatch(
+        rf"  recovered (\d) pending job\(s\) from {re.escape(os.path.realpath(store))}; of "
+        r"(\d) running when the manager stopped, 1 had ended, (?:(\d) had not started, )?"
+        r"0 will run again and 1 failed \(WorkerCrashedError\)", restarted.proc.line())
+    assert recovered, "the banner says what came back"
+    pending, running, unstarted = (int(n or 0) for n in recovered.groups())
+    assert pending + running == 5 and unstarted == running - 2
+    assert warm.result(timeout=START_TIMEOUT) == "warm"  # reported before the batch
+    assert isinstance(stop.exception(timeout=START_TIMEOUT), mpsched.WorkerCrashedError)
+    assert {key: future.result(timeout=START_TIMEOUT) for future, key in keys.items()} == {
+        key: key for key in "acde"}
+    lines = Path(log).read_text().splitlines()
+    assert Counter(lines) == Counter(
+        [f"start {key}" for key in ("warm", "a", "stop", "c", "d", "e")]
+        + [f"end {key}" for key in ("warm", "a", "c", "d", "e")])  # each ran once
 
 
 CLIENT = textwrap.dedent("""
