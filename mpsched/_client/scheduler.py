@@ -51,6 +51,9 @@ class Scheduler(Client):
     warning; a second Ctrl-C kills them and raises SystemExit(130) (KeyboardInterrupt in
     an interactive session).
 
+    The workers share this process's ``multiprocessing.current_process().authkey``, as
+    ProcessPoolExecutor's do, so jobs may use a ``multiprocessing.Manager``'s proxies.
+
     Args:
         workers: number of worker processes; defaults to ``os.cpu_count()``.
         max_workers: the same, under ``ProcessPoolExecutor``'s name; give one of the two.
@@ -164,6 +167,9 @@ class Scheduler(Client):
             result_ttl=float(result_ttl), max_pending_bytes=max_pending_bytes,
             shared_memory=bool(shared_memory), lease_timeout=float(lease_timeout),
             http=_status_page(http, http_token_file),
+            # Over the control socket only: the workers share this process's key, so
+            # that a multiprocessing.Manager's proxies travel in jobs.
+            process_authkey=bytes(multiprocessing.current_process().authkey),
         )
         service, pid = self._start_manager(config, start_timeout)
         self.workers = workers
