@@ -40,6 +40,7 @@ class ClosingClient(RecurringClient):
         self._shutdown_lock = threading.Lock()
         self._closer: threading.Thread | None = None
         self._set_aside: list[Any] = []  # manager connections closed by _stop() (_leave_on)
+        self._stopped = False  # _stop() ran: nothing is left to drop, say or wait for
         _close_at_exit(self)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
@@ -94,6 +95,9 @@ class ClosingClient(RecurringClient):
         it just returns (the exit status is already the program's)."""
         with self._shutdown_lock:
             self._core.shut()
+        closer = self._closer
+        if self._stopped and (closer is None or not closer.is_alive()):
+            return  # left already (run_forever() on a Ctrl-C, then its with block)
         again = "again " if isinstance(exc, KeyboardInterrupt) else ""
         try:
             self._set_connection_aside()  # ``exc`` may have cut a call short
@@ -196,6 +200,7 @@ class ClosingClient(RecurringClient):
         while self._set_aside:
             with contextlib.suppress(OSError):
                 self._set_aside.pop().close()
+        self._stopped = True
 
 
 # Clients still open, closed (oldest first) when the interpreter exits. The hook runs
