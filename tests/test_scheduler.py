@@ -561,6 +561,17 @@ def test_a_job_puts_into_a_queue_of_a_multiprocessing_manager(make_scheduler, mp
     assert os.getpid() not in pids
 
 
+def test_a_fork_child_that_ends_leaves_its_parents_scheduler_running(make_scheduler):
+    # A child that fork made (a Manager's server, where fork is the default) runs
+    # threading's exit hooks as it ends: the parent's clients are not its own to close.
+    s = make_scheduler(workers=1)
+    child = multiprocessing.get_context("fork").Process(target=jobs.noop)
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0
+    assert s.submit(pow, 2, 10).result(timeout=60) == 1024
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_the_process_authkey_reaches_no_command_line_or_environment(make_scheduler):
     # It travels over the manager's control socket, which only this process holds.

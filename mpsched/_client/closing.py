@@ -2,10 +2,11 @@
 Ctrl-C while it waits), ``detach``, and the interpreter's exit.
 
 A client still open when the interpreter exits is closed by a hook that runs with
-threading's own exit hooks (see :func:`_close_at_exit`). A Scheduler (mpsched._client.scheduler)
-overrides the steps that differ for a client that owns its manager: what the exit does
-(``_exit_work``), what becomes of jobs not started (``_drop_not_started``), a second Ctrl-C
-(``_stop_now``) and the last step (``_stop``).
+threading's own exit hooks (see :func:`_close_at_exit`), in the process that made it only:
+a child that fork made forgets its parent's clients (:func:`_forget_open_clients`).
+A Scheduler (mpsched._client.scheduler) overrides the steps that differ for a client that
+owns its manager: what the exit does (``_exit_work``), what becomes of jobs not started
+(``_drop_not_started``), a second Ctrl-C (``_stop_now``) and the last step (``_stop``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import logging
+import os
 import sys
 import threading
 import weakref
@@ -219,6 +221,16 @@ def _close_at_exit(client: ClosingClient) -> None:
         if not _exit_hook_registered:
             threading._register_atexit(_close_open_clients)  # type: ignore[attr-defined]
             _exit_hook_registered = True
+
+
+def _forget_open_clients() -> None:
+    """In a child that fork made (a fork-started Process, a multiprocessing.Manager):
+    the clients are its parent's. Its exit runs threading's exit hooks too, and must not
+    close them (a Scheduler's would stop its manager, over the inherited socket)."""
+    _open_clients.clear()
+
+
+os.register_at_fork(after_in_child=_forget_open_clients)
 
 
 def _close_open_clients() -> None:
