@@ -45,14 +45,16 @@ def wait_for_stop(closed: threading.Event) -> bool:
     def on_sigterm(signum: int, frame: FrameType | None) -> None:
         received.append(signum)
 
-    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous is None:  # not set from Python: the default is the best guess
+        previous = signal.SIG_DFL
     try:
+        signal.signal(signal.SIGTERM, on_sigterm)
         # In slices: a signal is handled between two of them at the latest.
         while not received and not closed.is_set():
             closed.wait(MAIN_THREAD_WAKE)
     finally:
-        # None: the handler was not set from Python; the default is the best guess.
-        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+        signal.signal(signal.SIGTERM, previous)
     return bool(received)
 
 
