@@ -59,6 +59,9 @@ class Scheduler(Client):
     The workers share this process's ``multiprocessing.current_process().authkey``, as
     ProcessPoolExecutor's do, so jobs may use a ``multiprocessing.Manager``'s proxies.
 
+    Schedules live in the manager: without a store they end when it stops, named in one
+    warning. A script whose work is its schedules ends with :meth:`run_forever`.
+
     Args:
         workers: number of worker processes; defaults to ``os.cpu_count()``.
         max_workers: the same, under ``ProcessPoolExecutor``'s name; give one of the two.
