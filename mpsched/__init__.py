@@ -30,6 +30,7 @@ from mpsched._errors import JobUnpicklingError as JobUnpicklingError
 from mpsched._errors import ManagerConnectionLostError as ManagerConnectionLostError
 from mpsched._errors import ManagerUnreachableError as ManagerUnreachableError
 from mpsched._errors import MpschedError as MpschedError
+from mpsched._errors import NothingToRunError as NothingToRunError
 from mpsched._errors import PayloadTooLargeError as PayloadTooLargeError
 from mpsched._errors import QueueFullError as QueueFullError
 from mpsched._errors import RemoteTraceback as RemoteTraceback
@@ -73,6 +74,7 @@ __all__ = [
     "ManagerUnreachableError",
     "Mode",
     "MpschedError",
+    "NothingToRunError",
     "OnError",
     "Order",
     "Overlap",

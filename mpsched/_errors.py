@@ -10,6 +10,7 @@ exception a caller would already catch for the same situation::
      │                                          word (durability, overlap, state) or a bound
      ├── AddressError(ValueError)               an address neither ``unix:PATH`` nor HOST:PORT
      ├── SchedulerShutdownError(RuntimeError)   submit after shutdown, manager gone
+ ├── NothingToRunError(RuntimeError)        run_forever() with no schedule and no job
      ├── QueueFullError(queue.Full)             bounded queue had no room before the timeout
      ├── JobPicklingError(pickle.PicklingError) the callable or its arguments did not pickle
      ├── JobUnpicklingError(pickle.UnpicklingError)   ... or did not unpickle in the worker
@@ -85,6 +86,20 @@ class ConfigError(MpschedError, ValueError):
 
 class SchedulerShutdownError(MpschedError, RuntimeError):
     """The scheduler (or its manager) was shut down; it takes no more jobs."""
+
+
+class NothingToRunError(MpschedError, RuntimeError):
+    """``Scheduler.run_forever()`` found no schedule and no job pending or running: it
+    would wait for a signal with nothing to run meanwhile."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "run_forever() has nothing to run: the manager holds no schedule and no job "
+            "pending or running. Add a schedule first (every() or cron()); to wait only for "
+            "jobs, leave the with block or call shutdown(wait=True)")
+
+    def __reduce__(self) -> tuple[type[NothingToRunError], tuple[()]]:
+        return (type(self), ())
 
 
 class QueueFullError(MpschedError, queue.Full):

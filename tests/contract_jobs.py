@@ -113,6 +113,16 @@ class DelSignal:
         say(self.fifo, os.getpid())
 
 
+class EventfulGCObj:
+    """CPython's: sets an Event of a multiprocessing.Manager when a copy is dropped."""
+
+    def __init__(self, mgr: Any) -> None:
+        self.event = mgr.Event()
+
+    def __del__(self) -> None:
+        self.event.set()
+
+
 def sleep_and_print(seconds: float, message: str) -> None:
     time.sleep(seconds)
     print(message)

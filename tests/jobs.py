@@ -278,3 +278,21 @@ def by_kind(kind: str, path: str = "") -> str:
         with open(path, "a") as out:
             out.write(f"{kind}\n")
     return kind
+
+
+def set_event(event: Any) -> bool:
+    """Set an Event proxy of a multiprocessing.Manager; True once it is set there."""
+    event.set()
+    return bool(event.is_set())
+
+
+def put_in(queue: Any, item: Any) -> int:
+    """Put ``item`` into a Queue proxy of a multiprocessing.Manager; returns this pid."""
+    queue.put(item)
+    return os.getpid()
+
+
+def say(text: str) -> None:
+    """Write ``text`` as a line on this worker's stdout (its program's), in one write: a
+    line of the program's own never lands inside it."""
+    os.write(1, f"{text}\n".encode())

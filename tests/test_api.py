@@ -35,6 +35,7 @@ def test_public_names_are_pinned():
         "ManagerUnreachableError",
         "Mode",
         "MpschedError",
+        "NothingToRunError",
         "OnError",
         "Order",
         "Overlap",
@@ -70,6 +71,7 @@ def test_errors_derive_from_the_base_and_the_matching_stdlib_type():
     pairs = {
         mpsched.InvalidJobError: ValueError,
         mpsched.SchedulerShutdownError: RuntimeError,
+        mpsched.NothingToRunError: RuntimeError,
         mpsched.QueueFullError: queue.Full,
         mpsched.JobPicklingError: pickle.PicklingError,
         mpsched.JobUnpicklingError: pickle.UnpicklingError,
@@ -108,6 +110,7 @@ def test_errors_with_facts_survive_pickling():
         mpsched.ManagerConnectionLostError("db1:7000", "EOFError", "it reconnects by itself"),
         mpsched.PayloadTooLargeError(600 * 2**20, 512 * 2**20, "the Redis store"),
         mpsched.StoreUnavailableError("redis://db1:6379/0", "nothing is listening there"),
+        mpsched.NothingToRunError(),
     ]
     for error in errors:
         copy = pickle.loads(pickle.dumps(error))

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from processes import Programs
+from processes import Lines, Programs, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -56,3 +57,29 @@ def test_the_readme_first_example_runs_as_a_script_as_pasted(programs: Programs)
     assert done.returncode == 0, done.stderr
     assert done.stderr == "", done.stderr
     assert done.stdout.splitlines()[0] == promised.group(1).strip(), done.stdout
+
+
+def _catches_sigterm(pid: int) -> bool:
+    """Whether process ``pid`` has a handler of its own for SIGTERM (Linux: SigCgt)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    [mask] = [line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")]
+    return bool(int(mask, 16) >> (signal.SIGTERM - 1) & 1)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_the_readme_recurring_example_keeps_running_until_sigterm(programs: Programs) -> None:
+    text = README.read_text()
+    start = text.index("```python\n", text.index("### Recurring jobs")) + len("```python\n")
+    block = text[start:text.index("```", start)]
+    popen = programs.start(str(programs.script(block, "recurring_readme.py")))
+    assert popen.stdout is not None and popen.stderr is not None
+    out, err = Lines(popen.stdout), Lines(popen.stderr)
+    printed = out.next(RUN_TIMEOUT)  # next_run, preview(3) and counters
+    assert "Europe/Berlin" in printed, printed
+    # run_forever() waits with its SIGTERM handler set: the script keeps running.
+    wait_for(lambda: popen.poll() is not None or _catches_sigterm(popen.pid),
+             RUN_TIMEOUT, "run_forever() waiting")
+    assert popen.poll() is None, err.rest()
+    os.kill(popen.pid, signal.SIGTERM)
+    assert popen.wait(RUN_TIMEOUT) == 0, err.rest()
+    assert err.rest() == []  # a store keeps the schedules: no warning

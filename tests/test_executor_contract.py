@@ -47,6 +47,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import io
+import multiprocessing
 import os
 import select
 import subprocess
@@ -323,6 +324,23 @@ def test_ressources_gced_in_workers(executor, listener):
     executor.submit(id, obj).result(WAIT)
     assert int(listener.line()) != os.getpid()
     del obj
+
+
+def test_ressources_gced_in_workers_with_a_manager_event(executor):
+    # CPython's own version: the object sets an Event of a multiprocessing.Manager when the
+    # worker drops it, which needs the workers to share this process's authkey.
+    mgr = multiprocessing.Manager()
+    try:
+        obj = cj.EventfulGCObj(mgr)
+        executor.submit(id, obj).result(WAIT)
+        assert obj.event.wait(timeout=WAIT)
+        # Dropped while the manager still runs, so that our copy's __del__ can reach it.
+        gc.collect()
+        obj = None
+        gc.collect()
+    finally:
+        mgr.shutdown()
+        mgr.join()
 
 
 def test_max_tasks_per_worker(make_scheduler):

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import base64
 import itertools
 import math
+import multiprocessing
+import os
 import sys
 import threading
 import time
 import urllib.request
 from concurrent.futures import CancelledError
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import jobs
 import psutil
@@ -523,6 +527,62 @@ def test_workers_and_jobs_never_inherit_the_authkey_variable(make_scheduler, mon
     monkeypatch.setenv("MPSCHED_AUTHKEY", "not-for-jobs")
     s = make_scheduler(workers=1)
     assert s.submit(jobs.getenv, "MPSCHED_AUTHKEY").result(timeout=60) is None
+
+
+# The default start method, then each one a Scheduler takes.
+ANY_START_METHOD = [pytest.param(None, id="default"), *START_METHODS]
+
+
+@pytest.fixture
+def mp_manager():
+    """A multiprocessing.Manager of the test process, as a program makes one."""
+    manager = multiprocessing.Manager()
+    yield manager
+    manager.shutdown()
+
+
+@pytest.mark.parametrize("method", ANY_START_METHOD)
+def test_a_job_sets_an_event_of_a_multiprocessing_manager(make_scheduler, mp_manager, method):
+    # The workers share this process's multiprocessing authkey, as ProcessPoolExecutor's
+    # do: the proxy a job gets connects to the manager that made it.
+    event = mp_manager.Event()
+    s = make_scheduler(workers=1, mp_context=method)
+    assert s.submit(jobs.set_event, event).result(timeout=60) is True
+    assert event.is_set()
+
+
+@pytest.mark.parametrize("method", ANY_START_METHOD)
+def test_a_job_puts_into_a_queue_of_a_multiprocessing_manager(make_scheduler, mp_manager,
+                                                              method):
+    box = mp_manager.Queue()
+    s = make_scheduler(workers=2, mp_context=method)
+    pids = [s.submit(jobs.put_in, box, n).result(timeout=60) for n in range(4)]
+    assert sorted(box.get(timeout=30) for _ in range(4)) == [0, 1, 2, 3]
+    assert os.getpid() not in pids
+
+
+def test_a_fork_child_that_ends_leaves_its_parents_scheduler_running(make_scheduler):
+    # A child that fork made (a Manager's server, where fork is the default) runs
+    # threading's exit hooks as it ends: the parent's clients are not its own to close.
+    s = make_scheduler(workers=1)
+    child = multiprocessing.get_context("fork").Process(target=jobs.noop)
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0
+    assert s.submit(pow, 2, 10).result(timeout=60) == 1024
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_the_process_authkey_reaches_no_command_line_or_environment(make_scheduler):
+    # It travels over the manager's control socket, which only this process holds.
+    s = make_scheduler(workers=1)
+    s.submit(jobs.noop).result(timeout=60)
+    key = bytes(multiprocessing.current_process().authkey)
+    shown = (key, key.hex().encode(), base64.b64encode(key))
+    for pid in [s._manager_process.pid, *(w.pid for w in s.stats().workers)]:
+        for name in ("cmdline", "environ"):
+            seen = Path(f"/proc/{pid}/{name}").read_bytes()
+            assert not any(form in seen for form in shown), (pid, name)
 
 
 def test_connect_strips_a_key_as_read_from_a_key_file(make_scheduler):

@@ -2,10 +2,11 @@
 Ctrl-C while it waits), ``detach``, and the interpreter's exit.
 
 A client still open when the interpreter exits is closed by a hook that runs with
-threading's own exit hooks (see :func:`_close_at_exit`). A Scheduler (mpsched._client.scheduler)
-overrides the steps that differ for a client that owns its manager: what the exit does
-(``_exit_work``), what becomes of jobs not started (``_drop_not_started``), a second Ctrl-C
-(``_stop_now``) and the last step (``_stop``).
+threading's own exit hooks (see :func:`_close_at_exit`), in the process that made it only:
+a child that fork made forgets its parent's clients (:func:`_forget_open_clients`).
+A Scheduler (mpsched._client.scheduler) overrides the steps that differ for a client that
+owns its manager: what the exit does (``_exit_work``), what becomes of jobs not started
+(``_drop_not_started``), a second Ctrl-C (``_stop_now``) and the last step (``_stop``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import logging
+import os
 import sys
 import threading
 import weakref
@@ -40,6 +42,7 @@ class ClosingClient(RecurringClient):
         self._shutdown_lock = threading.Lock()
         self._closer: threading.Thread | None = None
         self._set_aside: list[Any] = []  # manager connections closed by _stop() (_leave_on)
+        self._stopped = False  # _stop() ran: nothing is left to drop, say or wait for
         _close_at_exit(self)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
@@ -94,6 +97,9 @@ class ClosingClient(RecurringClient):
         it just returns (the exit status is already the program's)."""
         with self._shutdown_lock:
             self._core.shut()
+        closer = self._closer
+        if self._stopped and (closer is None or not closer.is_alive()):
+            return  # left already (run_forever() on a Ctrl-C, then its with block)
         again = "again " if isinstance(exc, KeyboardInterrupt) else ""
         try:
             self._set_connection_aside()  # ``exc`` may have cut a call short
@@ -196,6 +202,7 @@ class ClosingClient(RecurringClient):
         while self._set_aside:
             with contextlib.suppress(OSError):
                 self._set_aside.pop().close()
+        self._stopped = True
 
 
 # Clients still open, closed (oldest first) when the interpreter exits. The hook runs
@@ -214,6 +221,16 @@ def _close_at_exit(client: ClosingClient) -> None:
         if not _exit_hook_registered:
             threading._register_atexit(_close_open_clients)  # type: ignore[attr-defined]
             _exit_hook_registered = True
+
+
+def _forget_open_clients() -> None:
+    """In a child that fork made (a fork-started Process, a multiprocessing.Manager):
+    the clients are its parent's. Its exit runs threading's exit hooks too, and must not
+    close them (a Scheduler's would stop its manager, over the inherited socket)."""
+    _open_clients.clear()
+
+
+os.register_at_fork(after_in_child=_forget_open_clients)
 
 
 def _close_open_clients() -> None:

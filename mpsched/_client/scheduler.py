@@ -19,9 +19,14 @@ from typing import Any
 
 from mpsched._client.client import Client
 from mpsched._client.closing import count
+from mpsched._client.forever import DroppedSchedules, wait_for_stop
 from mpsched._core.job import Order
 from mpsched._core.options import Durability, DurabilityLike
-from mpsched._errors import ConfigError, SchedulerShutdownError
+from mpsched._errors import (
+    ConfigError,
+    NothingToRunError,
+    SchedulerShutdownError,
+)
 from mpsched._manager.process import ManagerProcess
 from mpsched._protocol.proxy import (
     ServiceProxy,
@@ -50,6 +55,12 @@ class Scheduler(Client):
     yet due stay pending in it) and waits for the running ones, naming them in one
     warning; a second Ctrl-C kills them and raises SystemExit(130) (KeyboardInterrupt in
     an interactive session).
+
+    The workers share this process's ``multiprocessing.current_process().authkey``, as
+    ProcessPoolExecutor's do, so jobs may use a ``multiprocessing.Manager``'s proxies.
+
+    Schedules live in the manager: without a store they end when it stops, named in one
+    warning. A script whose work is its schedules ends with :meth:`run_forever`.
 
     Args:
         workers: number of worker processes; defaults to ``os.cpu_count()``.
@@ -164,9 +175,16 @@ class Scheduler(Client):
             result_ttl=float(result_ttl), max_pending_bytes=max_pending_bytes,
             shared_memory=bool(shared_memory), lease_timeout=float(lease_timeout),
             http=_status_page(http, http_token_file),
+            # Over the control socket only: the workers share this process's key, so
+            # that a multiprocessing.Manager's proxies travel in jobs.
+            process_authkey=bytes(multiprocessing.current_process().authkey),
         )
         service, pid = self._start_manager(config, start_timeout)
         self.workers = workers
+        # Without a store, the schedules the manager holds end with it: said once.
+        self._dropped = DroppedSchedules()
+        if self._store is not None:
+            self._dropped.hush()
         super().__init__(service, submit_timeout=submit_timeout,
                          lost_advice=_lost_advice(pid, self._store))
         # A manager that dies without removing its segments leaves them to whoever stops it.
@@ -194,7 +212,61 @@ class Scheduler(Client):
         self._finalizer = multiprocessing.util.Finalize(self, process.stop, exitpriority=10)
         return service, ready.pid
 
+    def run_forever(self) -> None:
+        """Run this Scheduler's schedules and jobs until SIGTERM or Ctrl-C, then shut down.
+
+        A script whose work is its schedules ends its ``with`` block with it; else leaving
+        the block would stop the manager, and the schedules with it.
+
+        - SIGTERM: shuts down as leaving the ``with`` block does (``shutdown(wait=True)``),
+          then returns. The program's own SIGTERM handler is back by then: a second SIGTERM
+          does what it did before (by default it ends the program, and the manager stops).
+        - Ctrl-C: as a Ctrl-C that leaves the ``with`` block: jobs not started are
+          cancelled (a store keeps those due later), one warning names the running ones,
+          which it waits for; a second Ctrl-C kills them (SystemExit(130)).
+        - Called from another thread, it sets no signal handler (Python allows that in
+          the main thread only): it returns once the Scheduler is shut down.
+
+        Without a store, the schedules end with the manager; with one, they stay in it for
+        the next Scheduler or ``serve`` on it. No warning either way: the stop was asked.
+
+        Raises:
+            KeyboardInterrupt: the Ctrl-C, once shut down.
+            NothingToRunError: at once, when the manager holds no schedule and no job
+                pending or running: nothing would run until the signal.
+            SchedulerShutdownError: at once, after shutdown.
+            ManagerConnectionLostError: the manager was lost (it died); nothing restarts it.
+        """
+        self._check_something_to_run()
+        try:
+            if wait_for_stop(self._core.link.closed):
+                log.info("run_forever(): SIGTERM; shutting down")
+                self._dropped.hush()
+            lost = self._core.link.refusal()
+            self.shutdown(wait=True)
+        except KeyboardInterrupt as interrupt:
+            self._dropped.hush()
+            self._leave_on(interrupt, "stopped run_forever()")
+            raise
+        if lost is not None:
+            raise lost
+
+    def _check_something_to_run(self) -> None:
+        """Raise as :meth:`run_forever` does at once (see there)."""
+        if self._core.closed:
+            raise self._core.link.refusal() or SchedulerShutdownError(
+                "run_forever() after shutdown: this Scheduler runs nothing more")
+        if self.schedules():
+            return
+        queue = self.stats().queue
+        if not queue.in_flight and not sum(queue.pending.values()):
+            raise NothingToRunError()
+
+    def _say_dropped_schedules(self) -> None:
+        self._dropped.say(lambda: self._core.link.ask(lambda service: service.list_schedules()))
+
     def _stop(self) -> None:
+        self._say_dropped_schedules()
         super()._stop()
         self._finalizer()
 
@@ -238,6 +310,7 @@ class Scheduler(Client):
         # The manager kills its workers, and the jobs they run, at once.
         running = self._core.outstanding()
         described = self._describe(running) if running else ""
+        self._say_dropped_schedules()
         self._manager_process.stop_now()
         self._stop()
         stopped = "stopped the manager and its workers"

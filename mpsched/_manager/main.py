@@ -19,6 +19,7 @@ imports user code.
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
 import secrets
 import signal
@@ -109,10 +110,14 @@ def run_manager(config: ManagerConfig, control: Connection | None = None,
 
 def run_owned(control: Connection) -> int:
     """Entry of a Scheduler's manager process (mpsched._manager.process): read the config
-    its owner sends over ``control``, then run as :func:`run_manager`; returns the exit
+    its owner sends over ``control``, take the owner's multiprocessing authkey as this
+    process's (its workers inherit it), then run as :func:`run_manager`; returns the exit
     code."""
     config = control.recv()
     assert isinstance(config, ManagerConfig), config
+    if config.process_authkey:
+        # Before any worker starts: multiprocessing hands each child its parent's key.
+        multiprocessing.current_process().authkey = config.process_authkey
     return run_manager(config, control)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, NamedTuple
 
@@ -202,6 +202,10 @@ class ManagerConfig:
     # A shared (Redis) store: silent this long, a manager is presumed dead by its peers,
     # which take its jobs back.
     lease_timeout: float = LEASE_TIMEOUT
+    # A Scheduler's manager: its owner's multiprocessing authkey, which the manager takes
+    # as its own process's and so passes to its workers: a multiprocessing.Manager's
+    # proxies, Queues and Events then work in jobs. b"": the manager keeps its own.
+    process_authkey: bytes = field(default=b"", repr=False)
 
 
 class ManagerReady(NamedTuple):
