@@ -10,7 +10,7 @@ exception a caller would already catch for the same situation::
      │                                          word (durability, overlap, state) or a bound
      ├── AddressError(ValueError)               an address neither ``unix:PATH`` nor HOST:PORT
      ├── SchedulerShutdownError(RuntimeError)   submit after shutdown, manager gone
- ├── NothingToRunError(RuntimeError)        run_forever() with no schedule and no job
+     ├── NothingToRunError(RuntimeError)        run_forever() with no schedule and no job
      ├── QueueFullError(queue.Full)             bounded queue had no room before the timeout
      ├── JobPicklingError(pickle.PicklingError) the callable or its arguments did not pickle
      ├── JobUnpicklingError(pickle.UnpicklingError)   ... or did not unpickle in the worker
