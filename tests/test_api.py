@@ -31,6 +31,7 @@ def test_public_names_are_pinned():
         "JobState",
         "JobTimeoutError",
         "JobUnpicklingError",
+        "ManagerBusyError",
         "ManagerConnectionLostError",
         "ManagerUnreachableError",
         "Mode",
@@ -80,6 +81,7 @@ def test_errors_derive_from_the_base_and_the_matching_stdlib_type():
         mpsched.AuthenticationError: multiprocessing.AuthenticationError,
         mpsched.ManagerUnreachableError: ConnectionError,
         mpsched.ManagerConnectionLostError: ConnectionError,
+        mpsched.ManagerBusyError: mpsched.ManagerUnreachableError,
         mpsched.StoreUnavailableError: ConnectionError,
         mpsched.PayloadTooLargeError: ValueError,
         mpsched.AddressError: ValueError,
@@ -106,6 +108,7 @@ def test_errors_with_facts_survive_pickling():
         mpsched.VersionMismatchError("worker w1", ("3.11", "3.1.1"), ("3.12", "3.0.0")),
         mpsched.ManagerUnreachableError("db1:7000", "nothing is listening there"),
         mpsched.ManagerConnectionLostError("db1:7000", "EOFError", "it reconnects by itself"),
+        mpsched.ManagerBusyError("db1:7000", "it closed every handshake tried for 10 s"),
         mpsched.PayloadTooLargeError(600 * 2**20, 512 * 2**20, "the Redis store"),
         mpsched.StoreUnavailableError("redis://db1:6379/0", "nothing is listening there"),
     ]

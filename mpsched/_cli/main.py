@@ -17,6 +17,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any, TextIO
@@ -38,6 +39,7 @@ from mpsched._errors import (
     ConfigError,
     ExtraMissingError,
     InvalidJobError,
+    ManagerBusyError,
     ManagerUnreachableError,
     MpschedError,
     SchedulerShutdownError,
@@ -59,6 +61,10 @@ from mpsched._transport.tls import set_tls
 from mpsched._worker.process import WorkerConfig
 
 log = logging.getLogger("mpsched.cli")
+
+# Seconds ``worker`` waits between tries of a busy manager (each try is itself tried again
+# for CONNECT_TIMEOUT: mpsched._transport.connect).
+BUSY_PAUSE = 1.0
 
 
 class UsageError(MpschedError, ValueError):
@@ -113,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _worker(args: argparse.Namespace, out: TextIO) -> int:
     address, key = manager_of(args)
     # Fail fast, in this process, on a wrong address, key or version.
-    _probe(address, key)
+    _probe_until_answered(address, key)
     from mpsched._worker.pool import WorkerPool
 
     scrub_authkey_env()  # read: the workers and their jobs must not inherit it
@@ -125,6 +131,24 @@ def _worker(args: argparse.Namespace, out: TextIO) -> int:
     print(f"mpsched worker: {plural(args.processes, 'process')} joined "
           f"{format_address(address)}", file=out, flush=True)
     return pool.run()
+
+
+def _probe_until_answered(address: Address, key: bytes) -> None:
+    """:func:`_probe`, tried again for as long as the manager is busy (it closes every
+    handshake: a flood of idle connections), with one warning while it lasts."""
+    warned = False
+    while True:
+        try:
+            _probe(address, key)
+        except ManagerBusyError as exc:
+            if not warned:
+                log.warning("%s; trying again every %g s until it answers", exc, BUSY_PAUSE)
+                warned = True
+            time.sleep(BUSY_PAUSE)
+        else:
+            if warned:
+                log.warning("the manager at %s answers again", format_address(address))
+            return
 
 
 def _probe(address: Address, key: bytes) -> None:

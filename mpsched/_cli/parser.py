@@ -56,8 +56,9 @@ EXIT_MEANINGS = {
     Exit.AUTH: "key: none given, a key file or runtime directory others can use, or the "
                "manager refused it",
     Exit.VERSION: "version: Python or cloudpickle differs from the manager's",
-    Exit.UNREACHABLE: "unreachable: unknown host, nothing listening, or not an mpsched "
-                      "manager",
+    Exit.UNREACHABLE: "unreachable: unknown host, nothing listening, not an mpsched "
+                      "manager, or one that closed every handshake tried for 10 s (busy; "
+                      "a worker keeps trying)",
     Exit.UNSAFE: "unsafe: serve on a non-loopback address without an explicit authkey, or "
                  "--http on one without --http-token-file and TLS",
     Exit.STORE: "store: serve cannot open its --store (missing or read-only directory, "

@@ -28,6 +28,7 @@ from multiprocessing.connection import Connection
 import psutil
 
 from mpsched._errors import (
+    ManagerBusyError,
     SchedulerShutdownError,
     WorkerRetiredError,
 )
@@ -105,9 +106,10 @@ def _join(config: WorkerConfig, worker_id: str, drain: DrainState, *, patient: b
           outage_logged: bool) -> tuple[ServiceProxy, float]:
     """Connect and say hello; returns the service and its heartbeat timeout.
 
-    While ``patient``, an unreachable manager is retried with back-off. An outage is logged
-    once at WARNING (here, unless ``outage_logged``: serve() said it lost the manager), and
-    the join that ends it at INFO.
+    While ``patient``, an unreachable manager is retried with back-off; a busy one (it
+    closed every handshake tried: ManagerBusyError) always is. An outage is logged once at
+    WARNING (here, unless ``outage_logged``: serve() said it lost the manager), and the join
+    that ends it at INFO.
 
     Raises:
         Draining: SIGTERM, before or while waiting.
@@ -126,7 +128,7 @@ def _join(config: WorkerConfig, worker_id: str, drain: DrainState, *, patient: b
         except (EOFError, OSError) as exc:
             if service is not None:
                 service.discard()  # it went away after we connected
-            if not patient:
+            if not patient and not isinstance(exc, ManagerBusyError):
                 raise
             if not outage_logged:
                 log.warning("worker %s: no manager answers at %s (%s); retrying until it does",
