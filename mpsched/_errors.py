@@ -10,6 +10,7 @@ exception a caller would already catch for the same situation::
      │                                          word (durability, overlap, state) or a bound
      ├── AddressError(ValueError)               an address neither ``unix:PATH`` nor HOST:PORT
      ├── SchedulerShutdownError(RuntimeError)   submit after shutdown, manager gone
+     │    └── WorkerDismissedError              (a remote worker's own: its pool drains, exits)
      ├── QueueFullError(queue.Full)             bounded queue had no room before the timeout
      ├── JobPicklingError(pickle.PicklingError) the callable or its arguments did not pickle
      ├── JobUnpicklingError(pickle.UnpicklingError)   ... or did not unpickle in the worker
@@ -86,6 +87,12 @@ class ConfigError(MpschedError, ValueError):
 
 class SchedulerShutdownError(MpschedError, RuntimeError):
     """The scheduler (or its manager) was shut down; it takes no more jobs."""
+
+
+class WorkerDismissedError(SchedulerShutdownError):
+    """The manager tells this remote worker that its pool leaves (``drain-workers``, or a
+    manager stopping with ``--drain-workers-on-stop``): the pool finishes its running jobs
+    and exits. A SchedulerShutdownError, on which a pool of an earlier version exits."""
 
 
 class QueueFullError(MpschedError, queue.Full):

@@ -47,8 +47,8 @@ LAYERS: list[tuple[str, list[set[str]]]] = [
                  {"results"},
                  {"futures"}, {"base"}, {"recurring"}, {"closing"}, {"client"}, {"scheduler"}]),
     ("_cli", [{"options", "formats", "managers"}, {"parser", "connection"},
-              {"demo", "stress", "serve", "jobs", "status"}, {"schedules", "stress_shared"},
-              {"main"}]),
+              {"demo", "stress", "serve", "jobs", "status", "drain"},
+              {"schedules", "stress_shared"}, {"main"}]),
     ("", [{"__init__", "__main__"}]),  # the public API and ``python -m mpsched``
 ]
 

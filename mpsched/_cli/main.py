@@ -1,10 +1,12 @@
-"""``python -m mpsched``: serve, worker, submit, status, jobs, cancel, result, demo, stress.
+"""``python -m mpsched``: serve, worker, drain-workers, submit, status, jobs, cancel,
+result, demo, stress.
 
 ``main(argv)`` returns an exit code (see :class:`mpsched._protocol.records.Exit`), so tests call
 it directly. The grammar and help texts live in :mod:`mpsched._cli.parser`, ``serve`` in
-:mod:`mpsched._cli.serve`, the commands that read and change jobs (status, jobs, cancel,
-result) in :mod:`mpsched._cli.jobs`, ``demo`` and ``stress`` in their own modules; this
-one runs ``worker`` and ``submit`` and turns errors into one line and an exit code.
+:mod:`mpsched._cli.serve`, ``drain-workers`` in :mod:`mpsched._cli.drain`, the commands
+that read and change jobs (status, jobs, cancel, result) in :mod:`mpsched._cli.jobs`,
+``demo`` and ``stress`` in their own modules; this one runs ``worker`` and ``submit`` and
+turns errors into one line and an exit code.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any, TextIO
 import cloudpickle
 
 from mpsched._cli.connection import manager_of, service_at
+from mpsched._cli.drain import run_drain_workers
 from mpsched._cli.formats import plural
 from mpsched._cli.jobs import print_outcome, run_cancel, run_jobs, run_result
 from mpsched._cli.options import tls_from_args
@@ -303,7 +306,8 @@ def _stress(args: argparse.Namespace, out: TextIO) -> int:
 
 Handler = Callable[[argparse.Namespace, TextIO], int]
 HANDLERS: dict[Command, Handler] = {
-    Command.SERVE: run_serve, Command.WORKER: _worker, Command.SUBMIT: _submit,
+    Command.SERVE: run_serve, Command.WORKER: _worker,
+    Command.DRAIN_WORKERS: run_drain_workers, Command.SUBMIT: _submit,
     Command.STATUS: run_status, Command.JOBS: run_jobs, Command.SCHEDULES: run_schedules,
     Command.CANCEL: run_cancel, Command.RESULT: run_result, Command.DEMO: _demo,
     Command.STRESS: _stress}

@@ -3,12 +3,12 @@ them is mpsched._worker.pool's).
 
 A remote worker process (``remote_worker_main``) joins the manager, acknowledges each lease,
 sends heartbeats and enforces its jobs' timeouts itself. It never reads the manager's clock:
-the manager hands it a job when the job is due. When the manager goes away (refused, reset,
-end of file) the worker retries with back-off, 0.1 s doubling to 5 s, for as long as it is
-not told to drain, and joins again under a new id when the manager answers. When the manager
-stops cleanly (its queue closed) the worker exits: from here a shutdown and a stop before a
-restart look the same, and a pool waiting for a manager that is never coming back would hang
-whoever runs it.
+the manager hands it a job when the job is due. When the manager goes away (killed, reset,
+end of file) or stops (its queue closed: SIGTERM, as every restart of a service does), the
+worker tries again with back-off, 0.1 s doubling to 5 s, for as long as it is not told to
+drain, and joins again under a new id when a manager answers at the address. It leaves on
+its own SIGTERM (drained), or when the manager dismisses it (``drain-workers``, or a stop
+with ``--drain-workers-on-stop``): then its pool leaves too.
 """
 
 from __future__ import annotations
@@ -63,12 +63,13 @@ HEARTBEAT_THREAD = "mpsched-heartbeat"
 
 def remote_worker_main(config: WorkerConfig, lifeline: Connection | None = None,
                        joined: Callable[[str], None] | None = None) -> LoopEnd:
-    """Entry point of a remote worker process; returns why it ended: STOPPED (the manager
-    stopped), DRAINED (SIGTERM) or RECYCLED (``max_tasks`` / ``max_memory``).
+    """Entry point of a remote worker process; returns why it ended: DISMISSED (the
+    manager dismissed it: its pool leaves), DRAINED (SIGTERM) or RECYCLED (``max_tasks`` /
+    ``max_memory``).
 
     Joins again under a new id when the manager declared it gone (a network cut longer than
-    the heartbeat timeout) or went away and came back. ``joined`` is called with the id of
-    each join, once the manager has registered it.
+    the heartbeat timeout), or went away or stopped and came back. ``joined`` is called with
+    the id of each join, once the manager has registered it.
 
     Raises:
         AuthenticationError, VersionMismatchError: the manager refused this worker.
@@ -83,8 +84,9 @@ def remote_worker_main(config: WorkerConfig, lifeline: Connection | None = None,
     for rejoin in itertools.count():
         worker_id = f"{config.worker_id}.{rejoin}"
         try:
-            service, heartbeat_timeout = _join(config, worker_id, drain, patient=patient,
-                                               outage_logged=ended == LoopEnd.LOST)
+            service, heartbeat_timeout = _join(
+                config, worker_id, drain, patient=patient,
+                outage_logged=ended in (LoopEnd.LOST, LoopEnd.STOPPED))
         except Draining:
             return LoopEnd.DRAINED
         patient = True  # joined once: from now on an unreachable manager is an outage
@@ -92,11 +94,14 @@ def remote_worker_main(config: WorkerConfig, lifeline: Connection | None = None,
             joined(worker_id)
         ended = _session(service, replace(config, worker_id=worker_id), heartbeat_timeout,
                          drain)
-        if ended == LoopEnd.LOST:
+        if ended == LoopEnd.STOPPED:
+            log.warning("worker %s: the manager at %s stopped; joining it again once it is "
+                        "back", worker_id, format_address(config.address))
+        if ended in (LoopEnd.LOST, LoopEnd.STOPPED):
             service.discard()
         elif ended != LoopEnd.RETIRED:
-            if ended == LoopEnd.STOPPED:
-                log.info("worker %s: the manager at %s stopped; exiting", worker_id,
+            if ended == LoopEnd.DISMISSED:
+                log.info("worker %s: the manager at %s dismissed it; leaving", worker_id,
                          format_address(config.address))
             return ended
     raise AssertionError("itertools.count() ended")  # pragma: no cover
