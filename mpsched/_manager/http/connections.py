@@ -18,7 +18,7 @@ import logging
 import socket
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 
 log = logging.getLogger("mpsched.http")
@@ -61,6 +61,15 @@ class Connections:
         self._waiting: OrderedDict[Connection, None] = OrderedDict()  # oldest first
         self._served: set[Connection] = set()
         self._capped = 0  # closed for room since half the slots were free
+        self._turned_away = 0  # ... and turned away, every open one being answered
+
+    def _below_caps_locked(self) -> bool:
+        """Whether the open connections, in all and from each address, fill half their caps
+        at most: a flood is over."""
+        every = [*self._waiting, *self._served]
+        if len(every) > MAX_CONNECTIONS // 2:
+            return False
+        return max(Counter(c.host for c in every).values(), default=0) <= MAX_PER_ADDRESS // 2
 
     def _hosts_locked(self, host: str) -> int:
         return (sum(1 for c in self._waiting if c.host == host)
@@ -79,9 +88,11 @@ class Connections:
             else:
                 return True, None
             if oldest is None:
-                log.warning("status server: turning a connection from %s away: every one of "
-                            "the %d open is answering a request", host,
-                            len(self._waiting) + len(self._served))
+                self._turned_away += 1
+                if self._turned_away == 1:
+                    log.warning("status server: turning connections from %s away: each of "
+                                "the %d open is being answered", host,
+                                len(self._waiting) + len(self._served))
                 return False, None
             self._capped += 1
             if self._capped == 1:  # one warning per episode, not one per connection
@@ -126,10 +137,11 @@ class Connections:
             self._served.discard(connection)
             if not self._waiting and not self._served:
                 self._ended.notify_all()
-            if self._capped and len(self._waiting) + len(self._served) <= MAX_CONNECTIONS // 2:
+            if (self._capped or self._turned_away) and self._below_caps_locked():
                 log.info("status server: below the caps again; closed %d waiting "
-                         "connection(s) meanwhile", self._capped)
-                self._capped = 0
+                         "connection(s) and turned %d away meanwhile", self._capped,
+                         self._turned_away)
+                self._capped = self._turned_away = 0
 
     def end_late(self) -> float | None:
         """Shut down the connections past their deadline (their reads and writes return,

@@ -253,7 +253,8 @@ def _still_open(sock: socket.socket) -> bool:
 
 
 def test_idle_connections_past_the_cap_of_one_address_make_room_oldest_first(
-        serve: Callable[..., StatusServer]) -> None:
+        serve: Callable[..., StatusServer], caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="mpsched.http")
     server = serve()
     connections = server._listener.connections
     others = [connect(server, source="127.0.0.2") for _ in range(3)]
@@ -271,6 +272,7 @@ def test_idle_connections_past_the_cap_of_one_address_make_room_oldest_first(
         assert idle[1].recv(12) == b"HTTP/1.1 200"
         # Another address's connections are not touched.
         assert all(_still_open(sock) for sock in others)
+        assert len([r for r in caplog.records if "closing the oldest" in r.getMessage()]) == 1
     finally:
         for sock in [*others, *idle]:
             sock.close()
