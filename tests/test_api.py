@@ -202,9 +202,6 @@ REACHED_THROUGH = {
                    "started_and_waits_for_what_runs",
     "close_client": "test_scheduler.py::test_shutdown_cancel_futures_cancels_pending_and_"
                     "returns_promptly",
-    "drain_workers": "worker/test_remote.py::test_drain_workers_lets_the_running_job_finish_"
-                     "and_the_pool_exit_0",
-    "leave": "cli/test_cli.py::test_sigterm_drains_a_remote_pool",
     "not_due": "test_interrupt.py::test_with_a_store_ctrl_c_leaves_the_jobs_due_later_in_it",
     "payload_options": "test_payloads.py::test_arguments_and_results_travel_through_shared_"
                        "memory",

@@ -63,16 +63,8 @@ class Dispatch:
         # and sleep until its due time itself. Any other gets it when due, and a delay
         # (measured here, so ~0) rather than an instant it would misread on its own clock.
         early = EARLY_HANDOFF if local else 0.0
-        if self._workers.dismissal(worker_id):
-            raise WorkerDismissedError(f"worker {worker_id} was dismissed: its pool leaves")
-        try:
-            batch = self._queue.take_batch(worker_id, min(timeout, LONG_POLL), early,
-                                           more if local else 0, self._prefetchable)
-        except SchedulerShutdownError:
-            if self._workers.dismissal(worker_id):
-                raise WorkerDismissedError(f"the manager stops and dismissed worker "
-                                           f"{worker_id}: its pool leaves") from None
-            raise
+        batch = self._take_batch(worker_id, min(timeout, LONG_POLL), early,
+                                 more if local else 0)
         if not batch:
             return []
         first = batch[0]
@@ -95,6 +87,20 @@ class Dispatch:
             return [assignment_to_wire(a, delay if a is first else 0.0) for a in batch]
         # Any other worker may run on another host: it cannot map our shared memory.
         return [assignment_to_wire(first, delay, self._segments.for_remote(first.payload))]
+
+    def _take_batch(self, worker_id: str, timeout: float, early: float,
+                    more: int) -> list[Assignment]:
+        """The queue's take, unless the worker was dismissed (before or as the queue
+        closed): then WorkerDismissedError."""
+        if self._workers.dismissal(worker_id):
+            raise WorkerDismissedError(f"worker {worker_id} was dismissed: its pool leaves")
+        try:
+            return self._queue.take_batch(worker_id, timeout, early, more, self._prefetchable)
+        except SchedulerShutdownError:
+            if self._workers.dismissal(worker_id):
+                raise WorkerDismissedError(f"the manager stops and dismissed worker "
+                                           f"{worker_id}: its pool leaves") from None
+            raise
 
     def _prefetchable(self, job: Job) -> bool:
         """Whether a job may be prefetched: not a run of a schedule (a run counts as

@@ -94,17 +94,22 @@ def remote_worker_main(config: WorkerConfig, lifeline: Connection | None = None,
             joined(worker_id)
         ended = _session(service, replace(config, worker_id=worker_id), heartbeat_timeout,
                          drain)
-        if ended == LoopEnd.STOPPED:
-            log.warning("worker %s: the manager at %s stopped; joining it again once it is "
-                        "back", worker_id, format_address(config.address))
+        if not _joins_again(ended, worker_id, config):
+            return ended
         if ended in (LoopEnd.LOST, LoopEnd.STOPPED):
             service.discard()
-        elif ended != LoopEnd.RETIRED:
-            if ended == LoopEnd.DISMISSED:
-                log.info("worker %s: the manager at %s dismissed it; leaving", worker_id,
-                         format_address(config.address))
-            return ended
     raise AssertionError("itertools.count() ended")  # pragma: no cover
+
+
+def _joins_again(ended: LoopEnd, worker_id: str, config: WorkerConfig) -> bool:
+    """Whether a worker whose session ended so joins again (saying why when it matters)."""
+    where = format_address(config.address)
+    if ended == LoopEnd.STOPPED:
+        log.warning("worker %s: the manager at %s stopped; joining it again once it is back",
+                    worker_id, where)
+    elif ended == LoopEnd.DISMISSED:
+        log.info("worker %s: the manager at %s dismissed it; leaving", worker_id, where)
+    return ended in (LoopEnd.LOST, LoopEnd.STOPPED, LoopEnd.RETIRED)
 
 
 def _join(config: WorkerConfig, worker_id: str, drain: DrainState, *, patient: bool,
