@@ -274,7 +274,7 @@ class ManagerBusyError(ManagerUnreachableError):
     connections (a flood of idle ones from the client's address, say), or it was stopping.
     ``reason`` says what happened last. Trying again later may succeed."""
 
-    _SAYS = "the manager at {address} is busy: {reason}"
+    _SAYS = "the manager at {address} is busy: {reason}; try again later"
 
 
 class ManagerConnectionLostError(ManagerUnreachableError, SchedulerShutdownError):

@@ -145,7 +145,8 @@ def _probe_until_answered(address: Address, key: bytes) -> None:
             _probe(address, key)
         except ManagerBusyError as exc:
             if not warned:
-                log.warning("%s; trying again every %g s until it answers", exc, BUSY_PAUSE)
+                log.warning("the manager at %s is busy: %s; the pool tries again every %g s "
+                            "until it answers", exc.address, exc.reason, BUSY_PAUSE)
                 warned = True
             time.sleep(BUSY_PAUSE)
         else:

@@ -78,8 +78,7 @@ def client_connection(address: Any, authkey: bytes | None = None) -> FastConnect
             if time.monotonic() + backoff > give_up:
                 raise ManagerBusyError(format_address(address), (
                     f"it closed {tries} connection(s) during their handshake in "
-                    f"{CONNECT_TIMEOUT:g} s (the last: {exc.reason}); try again later"
-                    )) from None
+                    f"{CONNECT_TIMEOUT:g} s (the last: {exc.reason})")) from None
             if tries == 1:
                 log.info("the manager at %s closed a connection during its handshake (%s); "
                          "trying again for up to %g s", format_address(address),

@@ -141,8 +141,10 @@ def _join(config: WorkerConfig, worker_id: str, drain: DrainState, *, patient: b
             if not patient and not isinstance(exc, ManagerBusyError):
                 raise
             if not outage_logged:
-                log.warning("worker %s: no manager answers at %s (%s); retrying until it does",
-                            worker_id, where, exc)
+                what = (f"the manager at {where} is busy ({exc.reason})"
+                        if isinstance(exc, ManagerBusyError)
+                        else f"no manager answers at {where} ({exc})")
+                log.warning("worker %s: %s; retrying until it does", worker_id, what)
                 outage_logged = True
         else:
             if outage_logged:
