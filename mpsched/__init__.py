@@ -27,6 +27,7 @@ from mpsched._errors import JobNotFoundError as JobNotFoundError
 from mpsched._errors import JobPicklingError as JobPicklingError
 from mpsched._errors import JobTimeoutError as JobTimeoutError
 from mpsched._errors import JobUnpicklingError as JobUnpicklingError
+from mpsched._errors import ManagerBusyError as ManagerBusyError
 from mpsched._errors import ManagerConnectionLostError as ManagerConnectionLostError
 from mpsched._errors import ManagerUnreachableError as ManagerUnreachableError
 from mpsched._errors import MpschedError as MpschedError
@@ -70,6 +71,7 @@ __all__ = [
     "JobState",
     "JobTimeoutError",
     "JobUnpicklingError",
+    "ManagerBusyError",
     "ManagerConnectionLostError",
     "ManagerUnreachableError",
     "Mode",

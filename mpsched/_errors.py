@@ -10,6 +10,7 @@ exception a caller would already catch for the same situation::
      │                                          word (durability, overlap, state) or a bound
      ├── AddressError(ValueError)               an address neither ``unix:PATH`` nor HOST:PORT
      ├── SchedulerShutdownError(RuntimeError)   submit after shutdown, manager gone
+     │    └── WorkerDismissedError              (a remote worker's own: its pool drains, exits)
      ├── NothingToRunError(RuntimeError)        run_forever() with no schedule and no job
      ├── QueueFullError(queue.Full)             bounded queue had no room before the timeout
      ├── JobPicklingError(pickle.PicklingError) the callable or its arguments did not pickle
@@ -23,6 +24,7 @@ exception a caller would already catch for the same situation::
      │    ├── RuntimeDirError(PermissionError)  the local manager's directory is not this user's
      │    └── TlsError                          TLS set up wrongly, or its handshake failed
      ├── ManagerUnreachableError(ConnectionError)   no mpsched manager answers at an address
+     │    ├── ManagerBusyError                  one does, but dropped every handshake tried
      │    └── ManagerConnectionLostError(SchedulerShutdownError)   a client lost its manager
      ├── JobNotFoundError(KeyError)             no job with that id (never, or forgotten)
      ├── ScheduleNotFoundError(KeyError)        no schedule with that id (or cancelled)
@@ -86,6 +88,12 @@ class ConfigError(MpschedError, ValueError):
 
 class SchedulerShutdownError(MpschedError, RuntimeError):
     """The scheduler (or its manager) was shut down; it takes no more jobs."""
+
+
+class WorkerDismissedError(SchedulerShutdownError):
+    """The manager tells this remote worker that its pool leaves (``drain-workers``, or a
+    manager stopping with ``--drain-workers-on-stop``): the pool finishes its running jobs
+    and exits. A SchedulerShutdownError, on which a pool of an earlier version exits."""
 
 
 class NothingToRunError(MpschedError, RuntimeError):
@@ -226,13 +234,15 @@ class ManagerUnreachableError(MpschedError, ConnectionError):
 
     Build it with :meth:`from_error` from what connecting raised: an unknown host, nothing
     listening, something listening that is not an mpsched manager, or a manager that
-    turned the connection away (too many handshakes pending from this address), saying so.
+    dropped every handshake the client tried (a ManagerBusyError), saying so.
     """
+
+    _SAYS = "no manager answers at {address}: {reason}"
 
     def __init__(self, address: str, reason: str) -> None:
         self.address = address
         self.reason = reason
-        super().__init__(f"no manager answers at {address}: {reason}")
+        super().__init__(self._SAYS.format(address=address, reason=reason))
 
     def __reduce__(self) -> tuple[type[ManagerUnreachableError], tuple[str, str]]:
         return (type(self), (self.address, self.reason))
@@ -247,6 +257,8 @@ class ManagerUnreachableError(MpschedError, ConnectionError):
         deadline, a hang-up, bytes that are not a challenge) means the peer is not an
         mpsched manager.
         """
+        if isinstance(exc, ManagerBusyError):
+            return ManagerBusyError(address, exc.reason)
         if isinstance(exc, ManagerUnreachableError):
             return cls(address, exc.reason)
         if isinstance(exc, socket.gaierror):
@@ -269,6 +281,15 @@ class ManagerUnreachableError(MpschedError, ConnectionError):
         else:
             how = f"it sent something else: {exc}"
         return cls(address, f"what listens there is not an mpsched manager ({how})")
+
+
+class ManagerBusyError(ManagerUnreachableError):
+    """A manager answers at an address, but closed each connection the client opened during
+    its handshake, for as long as the client kept trying: it made room for newer
+    connections (a flood of idle ones from the client's address, say), or it was stopping.
+    ``reason`` says what happened last. Trying again later may succeed."""
+
+    _SAYS = "the manager at {address} is busy: {reason}; try again later"
 
 
 class ManagerConnectionLostError(ManagerUnreachableError, SchedulerShutdownError):

@@ -9,7 +9,10 @@ atomically) with its counts:
 
 - ``holding``: connections now in their handshake (they got a challenge);
 - ``challenged``, ``refused``: connections that got a challenge / a refusal, in all;
-- ``dropped``: challenged connections the manager closed later (at their deadline).
+- ``dropped``: challenged connections the manager closed later (at their deadline, or to
+  make room for newer ones);
+- ``closed``: connections the server closed, whatever it said (any server: a status
+  page's too).
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ def main(argv: list[str] | None = None) -> None:
                 continue
             selector.unregister(peer.sock)
             peer.sock.close()
+            counts["closed"] += 1
             if peer.challenged:
                 counts["holding"] -= 1
                 counts["dropped"] += 1

@@ -31,6 +31,7 @@ def test_public_names_are_pinned():
         "JobState",
         "JobTimeoutError",
         "JobUnpicklingError",
+        "ManagerBusyError",
         "ManagerConnectionLostError",
         "ManagerUnreachableError",
         "Mode",
@@ -82,6 +83,7 @@ def test_errors_derive_from_the_base_and_the_matching_stdlib_type():
         mpsched.AuthenticationError: multiprocessing.AuthenticationError,
         mpsched.ManagerUnreachableError: ConnectionError,
         mpsched.ManagerConnectionLostError: ConnectionError,
+        mpsched.ManagerBusyError: mpsched.ManagerUnreachableError,
         mpsched.StoreUnavailableError: ConnectionError,
         mpsched.PayloadTooLargeError: ValueError,
         mpsched.AddressError: ValueError,
@@ -108,6 +110,7 @@ def test_errors_with_facts_survive_pickling():
         mpsched.VersionMismatchError("worker w1", ("3.11", "3.1.1"), ("3.12", "3.0.0")),
         mpsched.ManagerUnreachableError("db1:7000", "nothing is listening there"),
         mpsched.ManagerConnectionLostError("db1:7000", "EOFError", "it reconnects by itself"),
+        mpsched.ManagerBusyError("db1:7000", "it closed every handshake tried for 10 s"),
         mpsched.PayloadTooLargeError(600 * 2**20, 512 * 2**20, "the Redis store"),
         mpsched.StoreUnavailableError("redis://db1:6379/0", "nothing is listening there"),
         mpsched.NothingToRunError(),
@@ -123,7 +126,8 @@ def test_every_error_is_exported_and_drawn_in_the_tree():
 
     errors = {name for name, value in vars(_errors).items()
               if isinstance(value, type) and issubclass(value, mpsched.MpschedError)}
-    internal = {"WorkerRetiredError"}  # a remote worker's own: it joins again, no user sees it
+    # A remote worker's own (it joins again; its pool leaves): no user sees them.
+    internal = {"WorkerRetiredError", "WorkerDismissedError"}
     assert errors - internal <= set(mpsched.__all__), errors - internal - set(mpsched.__all__)
     drawn = set(re.findall(r"[├└]── (\w+)", _errors.__doc__ or "")) | {"MpschedError"}
     assert errors == drawn, errors ^ drawn
@@ -201,7 +205,6 @@ REACHED_THROUGH = {
                    "started_and_waits_for_what_runs",
     "close_client": "test_scheduler.py::test_shutdown_cancel_futures_cancels_pending_and_"
                     "returns_promptly",
-    "leave": "cli/test_cli.py::test_sigterm_drains_a_remote_pool",
     "not_due": "test_interrupt.py::test_with_a_store_ctrl_c_leaves_the_jobs_due_later_in_it",
     "payload_options": "test_payloads.py::test_arguments_and_results_travel_through_shared_"
                        "memory",

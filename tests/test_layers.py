@@ -36,7 +36,8 @@ LAYERS: list[tuple[str, list[set[str]]]] = [
     ("_manager", [{"ended", "mailbox", "worker_table", "process", "failures", "http.metrics",
                    "http.history", "http.connections", "wall_clock", "store_outage",
                    "client_connections"},
-                  {"shared_queue_base"}, {"shared_prefetch"}, {"shared_queue"},
+                  {"shared_queue_base", "http.intake"}, {"shared_prefetch", "http.answering"},
+                  {"shared_queue"},
                   {"journal", "schedule_entry"},
                   {"schedule_runs", "store_journal", "endings"}, {"schedule_events"},
                   {"schedules", "shared_journal"}, {"dispatch"}, {"service", "shared_link"},
@@ -47,8 +48,8 @@ LAYERS: list[tuple[str, list[set[str]]]] = [
                  {"futures"}, {"base"}, {"recurring"}, {"closing"}, {"client", "forever"},
                  {"scheduler"}]),
     ("_cli", [{"options", "formats", "managers"}, {"parser", "connection"},
-              {"demo", "stress", "serve", "jobs", "status"}, {"schedules", "stress_shared"},
-              {"main"}]),
+              {"demo", "stress", "serve", "jobs", "status", "drain"},
+              {"schedules", "stress_shared"}, {"main"}]),
     ("", [{"__init__", "__main__"}]),  # the public API and ``python -m mpsched``
 ]
 

@@ -1,10 +1,12 @@
-"""``python -m mpsched``: serve, worker, submit, status, jobs, cancel, result, demo, stress.
+"""``python -m mpsched``: serve, worker, drain-workers, submit, status, jobs, cancel,
+result, demo, stress.
 
 ``main(argv)`` returns an exit code (see :class:`mpsched._protocol.records.Exit`), so tests call
 it directly. The grammar and help texts live in :mod:`mpsched._cli.parser`, ``serve`` in
-:mod:`mpsched._cli.serve`, the commands that read and change jobs (status, jobs, cancel,
-result) in :mod:`mpsched._cli.jobs`, ``demo`` and ``stress`` in their own modules; this
-one runs ``worker`` and ``submit`` and turns errors into one line and an exit code.
+:mod:`mpsched._cli.serve`, ``drain-workers`` in :mod:`mpsched._cli.drain`, the commands
+that read and change jobs (status, jobs, cancel, result) in :mod:`mpsched._cli.jobs`,
+``demo`` and ``stress`` in their own modules; this one runs ``worker`` and ``submit`` and
+turns errors into one line and an exit code.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any, TextIO
@@ -24,6 +27,7 @@ from typing import Any, TextIO
 import cloudpickle
 
 from mpsched._cli.connection import manager_of, service_at
+from mpsched._cli.drain import run_drain_workers
 from mpsched._cli.formats import plural
 from mpsched._cli.jobs import print_outcome, run_cancel, run_jobs, run_result
 from mpsched._cli.options import tls_from_args
@@ -38,6 +42,7 @@ from mpsched._errors import (
     ConfigError,
     ExtraMissingError,
     InvalidJobError,
+    ManagerBusyError,
     ManagerUnreachableError,
     MpschedError,
     SchedulerShutdownError,
@@ -59,6 +64,10 @@ from mpsched._transport.tls import set_tls
 from mpsched._worker.process import WorkerConfig
 
 log = logging.getLogger("mpsched.cli")
+
+# Seconds ``worker`` waits between tries of a busy manager (each try is itself tried again
+# for CONNECT_TIMEOUT: mpsched._transport.connect).
+BUSY_PAUSE = 1.0
 
 
 class UsageError(MpschedError, ValueError):
@@ -113,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _worker(args: argparse.Namespace, out: TextIO) -> int:
     address, key = manager_of(args)
     # Fail fast, in this process, on a wrong address, key or version.
-    _probe(address, key)
+    _probe_until_answered(address, key)
     from mpsched._worker.pool import WorkerPool
 
     scrub_authkey_env()  # read: the workers and their jobs must not inherit it
@@ -125,6 +134,25 @@ def _worker(args: argparse.Namespace, out: TextIO) -> int:
     print(f"mpsched worker: {plural(args.processes, 'process')} joined "
           f"{format_address(address)}", file=out, flush=True)
     return pool.run()
+
+
+def _probe_until_answered(address: Address, key: bytes) -> None:
+    """:func:`_probe`, tried again for as long as the manager is busy (it closes every
+    handshake: a flood of idle connections), with one warning while it lasts."""
+    warned = False
+    while True:
+        try:
+            _probe(address, key)
+        except ManagerBusyError as exc:
+            if not warned:
+                log.warning("the manager at %s is busy: %s; the pool tries again every %g s "
+                            "until it answers", exc.address, exc.reason, BUSY_PAUSE)
+                warned = True
+            time.sleep(BUSY_PAUSE)
+        else:
+            if warned:
+                log.warning("the manager at %s answers again", format_address(address))
+            return
 
 
 def _probe(address: Address, key: bytes) -> None:
@@ -279,7 +307,8 @@ def _stress(args: argparse.Namespace, out: TextIO) -> int:
 
 Handler = Callable[[argparse.Namespace, TextIO], int]
 HANDLERS: dict[Command, Handler] = {
-    Command.SERVE: run_serve, Command.WORKER: _worker, Command.SUBMIT: _submit,
+    Command.SERVE: run_serve, Command.WORKER: _worker,
+    Command.DRAIN_WORKERS: run_drain_workers, Command.SUBMIT: _submit,
     Command.STATUS: run_status, Command.JOBS: run_jobs, Command.SCHEDULES: run_schedules,
     Command.CANCEL: run_cancel, Command.RESULT: run_result, Command.DEMO: _demo,
     Command.STRESS: _stress}

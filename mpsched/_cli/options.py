@@ -181,6 +181,10 @@ def serve_options(serve: argparse.ArgumentParser) -> None:
                        help="on the first SIGTERM or SIGINT, seconds running jobs may take "
                             "to finish before their workers are killed (default: "
                             "%(default)s)")
+    serve.add_argument("--drain-workers-on-stop", action="store_true",
+                       help="on stop, remote worker pools drain and exit 0, as with "
+                            "drain-workers (default: they wait for a manager to come back "
+                            "at the address)")
     tls_options(serve, serving=True)
     _http_options(serve)
 

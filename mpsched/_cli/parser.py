@@ -37,6 +37,7 @@ class Command(Option):
 
     SERVE = "serve"
     WORKER = "worker"
+    DRAIN_WORKERS = "drain-workers"
     SUBMIT = "submit"
     STATUS = "status"
     JOBS = "jobs"
@@ -56,8 +57,9 @@ EXIT_MEANINGS = {
     Exit.AUTH: "key: none given, a key file or runtime directory others can use, or the "
                "manager refused it",
     Exit.VERSION: "version: Python or cloudpickle differs from the manager's",
-    Exit.UNREACHABLE: "unreachable: unknown host, nothing listening, or not an mpsched "
-                      "manager",
+    Exit.UNREACHABLE: "unreachable: unknown host, nothing listening, not an mpsched "
+                      "manager, or one that closed every handshake tried for 10 s (busy; "
+                      "a worker keeps trying)",
     Exit.UNSAFE: "unsafe: serve on a non-loopback address without an explicit authkey, or "
                  "--http on one without --http-token-file and TLS",
     Exit.STORE: "store: serve cannot open its --store (missing or read-only directory, "
@@ -197,9 +199,15 @@ def _running_commands(commands: _Commands) -> None:
         "  python -m mpsched serve --http 8080",
         codes="7 the store cannot be opened, 8 this user's local manager is already running"))
     worker_options(command(
-        Command.WORKER, "join a running manager with worker processes",
+        Command.WORKER, "join a running manager with worker processes (they join it again "
+                        "after it restarts)",
         "python -m mpsched worker --processes 2\n"
         "  python -m mpsched worker --connect 10.0.0.5:7000 --authkey-file key"))
+    client_options(command(
+        Command.DRAIN_WORKERS, "tell the worker pools of a manager to leave: running jobs "
+                               "finish, each pool exits 0",
+        "python -m mpsched drain-workers --connect 10.0.0.5:7000 --authkey-file key",
+        codes="0 told (every pool connected now; none may be)"))
     submit_options(command(
         Command.SUBMIT, "submit an importable callable, once or on a schedule",
         "python -m mpsched submit math:factorial --args '[20]' --delay 5 --wait\n"

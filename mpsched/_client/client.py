@@ -325,11 +325,14 @@ def connect(address: str | tuple[str, int] | None = None, *,
         VersionMismatchError: this process runs another Python or cloudpickle version.
         ManagerUnreachableError: no manager answers at ``address`` (a ConnectionError):
             an unknown host, nothing listening, no answer to a TCP connect within
-            ``CONNECT_TIMEOUT`` (10 s, mpsched._transport.sockets), something that is not a
-            manager, a manager turning connections away (too many handshakes pending
-            from this address), or one that stops answering (stalled, gone) while the
-            client opens its threads' connections; with no address, also when no local
-            manager has ever run as this user.
+            ``CONNECT_TIMEOUT`` (10 s, mpsched._transport.connect), something that is not
+            a manager, or one that stops answering (stalled, gone) while the client opens
+            its threads' connections; with no address, also when no local manager has
+            ever run as this user.
+        ManagerBusyError: (a ManagerUnreachableError) the manager closed each of the
+            client's connections during its handshake, tried again with back-off for
+            ``CONNECT_TIMEOUT``: it made room for newer connections (a flood of idle
+            ones), or it was stopping.
     """
     if address is None:
         address = default_address()
@@ -348,7 +351,7 @@ def connect(address: str | tuple[str, int] | None = None, *,
     try:
         return Client(service, submit_timeout=submit_timeout,
                       reconnect=functools.partial(connect_service, address, key))
-    except ManagerUnreachableError:  # turned a thread's connection away: it said why
+    except ManagerUnreachableError:  # dropped a thread's connection: it said why
         service.discard()
         raise
     except DISCONNECTED as exc:

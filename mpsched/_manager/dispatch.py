@@ -16,7 +16,7 @@ from collections.abc import Callable
 from mpsched._core.clock import Clock
 from mpsched._core.job import Assignment, Job
 from mpsched._core.queue import JobQueue
-from mpsched._errors import SchedulerShutdownError
+from mpsched._errors import SchedulerShutdownError, WorkerDismissedError
 from mpsched._manager.journal import BaseJournal
 from mpsched._manager.schedule_events import ScheduleEvents
 from mpsched._manager.shared_queue import SharedQueue
@@ -55,18 +55,16 @@ class Dispatch:
         started); the assignments as they go out ([] for none).
 
         Raises:
-            SchedulerShutdownError: the manager stops (the worker is noted as told).
+            WorkerDismissedError: the worker was dismissed: its pool leaves (it is noted as
+                told).
+            SchedulerShutdownError: the manager stops.
         """
         # Only a worker we started shares our monotonic clock: it can be handed a job early
         # and sleep until its due time itself. Any other gets it when due, and a delay
         # (measured here, so ~0) rather than an instant it would misread on its own clock.
         early = EARLY_HANDOFF if local else 0.0
-        try:
-            batch = self._queue.take_batch(worker_id, min(timeout, LONG_POLL), early,
-                                           more if local else 0, self._prefetchable)
-        except SchedulerShutdownError:
-            self._workers.told_stop(worker_id)
-            raise
+        batch = self._take_batch(worker_id, min(timeout, LONG_POLL), early,
+                                 more if local else 0)
         if not batch:
             return []
         first = batch[0]
@@ -89,6 +87,20 @@ class Dispatch:
             return [assignment_to_wire(a, delay if a is first else 0.0) for a in batch]
         # Any other worker may run on another host: it cannot map our shared memory.
         return [assignment_to_wire(first, delay, self._segments.for_remote(first.payload))]
+
+    def _take_batch(self, worker_id: str, timeout: float, early: float,
+                    more: int) -> list[Assignment]:
+        """The queue's take, unless the worker was dismissed (before or as the queue
+        closed): then WorkerDismissedError."""
+        if self._workers.dismissal(worker_id):
+            raise WorkerDismissedError(f"worker {worker_id} was dismissed: its pool leaves")
+        try:
+            return self._queue.take_batch(worker_id, timeout, early, more, self._prefetchable)
+        except SchedulerShutdownError:
+            if self._workers.dismissal(worker_id):
+                raise WorkerDismissedError(f"the manager stops and dismissed worker "
+                                           f"{worker_id}: its pool leaves") from None
+            raise
 
     def _prefetchable(self, job: Job) -> bool:
         """Whether a job may be prefetched: not a run of a schedule (a run counts as

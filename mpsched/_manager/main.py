@@ -102,7 +102,8 @@ def run_manager(config: ManagerConfig, control: Connection | None = None,
     try:
         return _serve(config, control, on_ready, ManagerService(
             queue, heartbeat_timeout=config.heartbeat_timeout, journal=journal,
-            segments=segments), recovered, _Workers(claims, slots))
+            segments=segments, drain_workers_on_stop=config.drain_workers_on_stop),
+            recovered, _Workers(claims, slots))
     finally:
         segments.close()
         journal.store.close()
@@ -255,9 +256,10 @@ def _serve(config: ManagerConfig, control: Connection | None,
             workers.slots.remove()  # no job left running: nothing in it to read
         if link is not None:
             link.stop()  # after the workers: their last ends are in the store
-        # A remote worker between two takes must hear of the stop before the sockets
-        # close; else it takes the stop for a lost manager and waits for it to come back.
-        service.wait_workers_told(0.0 if grace == 0 else 2.0)
+        if config.drain_workers_on_stop:
+            # A dismissed worker between two takes must hear it before the sockets close;
+            # else it takes the stop for a restart and waits for the manager to come back.
+            service.wait_workers_told(0.0 if grace == 0 else 2.0)
         service.mailboxes.close()
         # Let connected clients take the last outcomes before the sockets close.
         service.mailboxes.wait_collected(0.0 if grace == 0 else 5.0)

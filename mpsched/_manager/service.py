@@ -67,9 +67,11 @@ class ManagerService:
     def __init__(self, queue: JobQueue | SharedQueue, *,
                  heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
                  clock: Clock | None = None, journal: BaseJournal | None = None,
-                 segments: Segments | None = None) -> None:
+                 segments: Segments | None = None,
+                 drain_workers_on_stop: bool = False) -> None:
         """``clock`` must be the queue's clock: it measures the delay a worker is sent.
-        ``segments``: the shared-memory segments of payloads (none by default)."""
+        ``segments``: the shared-memory segments of payloads (none by default).
+        ``drain_workers_on_stop``: :meth:`stop` dismisses the remote workers too."""
         self.queue = queue
         # What happens to each job, journalled to the store (nothing without one).
         if journal is None:
@@ -94,6 +96,7 @@ class ManagerService:
         self._started = time.monotonic()
         # Set once stop() is called; the supervisor sees it through the wake pipe.
         self.stopping = threading.Event()
+        self.drain_workers_on_stop = drain_workers_on_stop
         self.wake_reader, self._wake_writer = os.pipe()
         # How jobs end and their outcomes reach clients (mpsched._manager.endings).
         self.endings = Endings(queue, self.journal, self.segments, self.mailboxes,
@@ -404,14 +407,28 @@ class ManagerService:
                      clients=len(self.mailboxes), store=self.journal.store.location,
                      store_size=self.journal.store.size(), managers=self.journal.managers())
 
+    @remote
+    def drain_workers(self) -> int:
+        """Dismiss every remote worker connected now: its next take (within LONG_POLL for an
+        idle one) tells it that its pool leaves, and the pool drains (running jobs finish
+        and are reported) and exits. Returns how many workers were dismissed."""
+        dismissed = self.workers.dismiss_remote()
+        log.warning("dismissed %d remote worker(s): their pools drain and exit", dismissed)
+        return dismissed
+
     def wait_workers_told(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds until every remote worker has been told that the
-        manager stops (so it exits instead of waiting for the manager to come back)."""
+        """Wait up to ``timeout`` seconds until every dismissed worker has been told (so its
+        pool exits instead of waiting for the manager to come back)."""
         return self.workers.wait_told(timeout)
 
     @remote
     def stop(self) -> None:
-        """Stop handing out jobs; the manager process then drains, stops workers, exits."""
+        """Stop handing out jobs; the manager process then drains, stops workers, exits.
+        Remote workers wait for a manager to come back at the address, unless
+        ``drain_workers_on_stop``: then they are dismissed first (their pools exit)."""
+        if self.drain_workers_on_stop and not self.stopping.is_set():
+            log.info("stopping: dismissed %d remote worker(s); their pools drain and exit",
+                     self.workers.dismiss_remote())
         self.stopping.set()
         self.schedules.close()
         self.queue.close()

@@ -1,5 +1,6 @@
 """The workers a manager knows: who joined, from where, whether it shares the manager's
-clock, what it runs, when it was last heard of, and whether it was told the manager stops.
+clock, what it runs, when it was last heard of, and whether it was dismissed (its pool is
+to leave: ``drain-workers``, or a stop with ``--drain-workers-on-stop``) and told so.
 
 Each worker has a *slot* among the workers of its host (0, 1, ...: the lowest one free when
 it joins), which the worker that replaces it takes again: metrics label a worker's series
@@ -70,7 +71,8 @@ class _Registered:
     acked: int = 0  # remote workers: the last lease id they acknowledged
     load: WorkerLoad | None = None
     local: bool = False  # started by this manager: shares its monotonic clock
-    told_stop: bool = False  # a take of it was answered "the manager stops"
+    dismissed: bool = False  # its pool is to leave (remote workers only)
+    told: bool = False  # ... and a take of it was answered so
     proc: psutil.Process | None = field(default=None, repr=False)  # local workers only
     cpu: CpuMeter | None = None  # local workers only; read and moved under the table's lock
 
@@ -86,8 +88,8 @@ class WorkerTable:
         self._clock = clock
         # Guards _workers (with each one's CPU meter) and _finished.
         self._lock = threading.Lock()
-        # A stopping manager waits here (wait_told) until every remote worker has been told
-        # it stops; told_stop() notifies it each time one is.
+        # A manager stopping with --drain-workers-on-stop waits here (wait_told) until every
+        # dismissed worker has been told; dismissal() notifies it each time one is.
         self._told = threading.Condition(self._lock)
         self._workers: dict[str, _Registered] = {}
         self._finished: deque[float] = deque(maxlen=100_000)  # completion times
@@ -153,20 +155,31 @@ class WorkerTable:
             if load is not None:
                 worker.load = load
 
-    def told_stop(self, worker_id: str) -> None:
+    def dismiss_remote(self) -> int:
+        """Dismiss every remote worker registered now: its next take tells it that its pool
+        leaves. Returns how many there are."""
+        with self._lock:
+            remote = [w for w in self._workers.values() if w.hello.remote]
+            for worker in remote:
+                worker.dismissed = True
+            return len(remote)
+
+    def dismissal(self, worker_id: str) -> bool:
+        """Whether ``worker_id`` was dismissed; if so, it is noted as told."""
         with self._lock:
             worker = self._workers.get(worker_id)
-            if worker is not None:
-                worker.told_stop = True
-                self._told.notify_all()
+            if worker is None or not worker.dismissed:
+                return False
+            worker.told = True
+            self._told.notify_all()
+            return True
 
     def wait_told(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds until every remote worker has been told that the
-        manager stops (so it exits instead of waiting for the manager to come back)."""
+        """Wait up to ``timeout`` seconds until every dismissed worker still registered has
+        been told (so its pool leaves instead of waiting for the manager to come back)."""
         with self._lock:
             return self._told.wait_for(
-                lambda: all(w.told_stop for w in self._workers.values() if w.hello.remote),
-                timeout)
+                lambda: all(w.told for w in self._workers.values() if w.dismissed), timeout)
 
     def busy(self) -> set[str]:
         """The ids of the workers that run a job."""

@@ -246,6 +246,10 @@ class ServiceProxy(BaseProxy):
     def stop(self) -> None:
         self._call("stop")
 
+    def drain_workers(self) -> int:
+        result: int = self._call("drain_workers")
+        return result
+
     def add_schedule(self, spec: ScheduleSpec) -> ScheduleInfo:
         result: ScheduleInfo = self._call("add_schedule", tuple(spec))
         return result

@@ -192,6 +192,9 @@ class ManagerConfig:
     max_memory_per_worker: int | None = None  # bytes of RSS
     heartbeat_timeout: float = HEARTBEAT_TIMEOUT
     drain_timeout: float = 30.0  # on stop, how long running jobs may take to finish
+    # On stop, dismiss the remote workers too (their pools exit); else they wait for the
+    # manager to come back at its address.
+    drain_workers_on_stop: bool = False
     tls: TlsConfig | None = None  # TCP only; local workers connect with it too
     store: str | None = None  # a SQLite file, or a Redis URL (shared); None: in memory
     durability: Durability = Durability.SYNC  # SYNC: submits survive a power cut; PROCESS: a crash

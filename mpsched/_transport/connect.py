@@ -5,46 +5,94 @@ deadlines, with every failure said as what it was.
   SYN retries to a host that drops them;
 - TLS (if :func:`mpsched._transport.tls.set_tls` set it up) and the HMAC challenge both ways
   finish within HANDSHAKE_TIMEOUT, the server's deadline too;
-- a manager that turns the connection away says why (``#REFUSED#``): that is a
-  ManagerUnreachableError, not a failed handshake.
+- a manager that closes the connection during its handshake (it made room for newer
+  ones, or it stops; it says why with ``#REFUSED#`` where it can) is tried again, after
+  BUSY_BACKOFF, until CONNECT_TIMEOUT has passed since the first try; then that is a
+  ManagerBusyError, not a failed handshake.
 """
 
 from __future__ import annotations
 
 import errno
+import logging
 import socket
 import ssl
+import time
 from multiprocessing import AuthenticationError as _StdAuthenticationError
 from multiprocessing import connection
 from typing import Any, NoReturn
 
-from mpsched._errors import AuthenticationError, ManagerUnreachableError, TlsError
+from mpsched._errors import AuthenticationError, ManagerBusyError, TlsError
 from mpsched._transport.address import format_address
 from mpsched._transport.handshake import MAX_MESSAGE, refusal
 from mpsched._transport.tls import ClientTls, client_tls
 from mpsched._transport.wire import FastConnection
 
+log = logging.getLogger("mpsched.transport")
+
 HANDSHAKE_TIMEOUT = 5.0  # seconds for the whole handshake of one connection
 # Seconds a client's TCP connect may wait for an answer (without it, a connect to a host
-# that drops it retries its SYN for about two minutes).
+# that drops it retries its SYN for about two minutes); also how long a client tries again
+# a manager that closes its connections during their handshake.
 CONNECT_TIMEOUT = 10.0
+# Seconds before the first try again of a handshake the manager closed, doubling up to
+# the second value.
+BUSY_BACKOFF = (0.02, 0.5)
+
+
+class _Dropped(Exception):
+    """The manager closed the connection before it welcomed us: it is there, and busy."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 def client_connection(address: Any, authkey: bytes | None = None) -> FastConnection:
     """Connect (within CONNECT_TIMEOUT on TCP), then start TLS on TCP if
-    :func:`mpsched._transport.tls.set_tls` set it up, and authenticate, all within HANDSHAKE_TIMEOUT
-    after the connection is established.
+    :func:`mpsched._transport.tls.set_tls` set it up, and authenticate, all within
+    HANDSHAKE_TIMEOUT after the connection is established. A manager that closes the
+    connection during its handshake is tried again, after 0.02 s doubling to 0.5 s, for
+    CONNECT_TIMEOUT since the first try.
 
     Raises:
         AuthenticationError: the manager rejected our key, or we rejected its.
         TlsError: TLS failed (the manager's certificate did not verify, it does not speak
             TLS, or it wants a client certificate we did not give).
-        ManagerUnreachableError: the manager turned us away (too many connections in their
-            handshake, from our address or in all), saying why.
+        ManagerBusyError: the manager closed every try during its handshake (it made room
+            for newer connections, or it stops), saying why where it could.
         TimeoutError: no answer to a TCP connect within CONNECT_TIMEOUT (errno
             ETIMEDOUT), or the handshake did not finish in time.
-        ConnectionError: the manager closed the connection during the handshake.
+        ConnectionError: the manager closed the connection after it welcomed us, or
+            before it said anything.
         OSError: nothing listens there.
+    """
+    give_up = time.monotonic() + CONNECT_TIMEOUT
+    backoff = BUSY_BACKOFF[0]
+    tries = 0
+    while True:
+        try:
+            return _connection(address, authkey)
+        except _Dropped as exc:
+            tries += 1
+            if time.monotonic() + backoff > give_up:
+                raise ManagerBusyError(format_address(address), (
+                    f"it closed {tries} connection(s) during their handshake in "
+                    f"{CONNECT_TIMEOUT:g} s (the last: {exc.reason})")) from None
+            if tries == 1:
+                log.info("the manager at %s closed a connection during its handshake (%s); "
+                         "trying again for up to %g s", format_address(address),
+                         exc.reason, CONNECT_TIMEOUT)
+        time.sleep(backoff)
+        backoff = min(backoff * 2, BUSY_BACKOFF[1])
+
+
+def _connection(address: Any, authkey: bytes | None) -> FastConnection:
+    """One try of :func:`client_connection`.
+
+    Raises:
+        _Dropped: the manager closed it before it welcomed us; the rest as
+            :func:`client_connection`.
     """
     family = getattr(socket, connection.address_type(address))  # type: ignore[attr-defined]
     tls = client_tls() if family == socket.AF_INET else None
@@ -87,18 +135,27 @@ def _connected(address: Any, family: int) -> socket.socket:
 
 def _handshake(conn: FastConnection, address: Any, authkey: bytes | None,
                tls: ClientTls | None) -> None:
-    """TLS (with ``tls``), then the key's challenges both ways (with ``authkey``); the
-    manager may refuse the connection first, saying why (ManagerUnreachableError)."""
+    """TLS (with ``tls``), then the key's challenges both ways (with ``authkey``).
+
+    Raises:
+        _Dropped: the manager closed the connection before it welcomed us: during TLS, in
+            place of its challenge or its welcome (saying why), or after its challenge.
+    """
     if tls is not None:
-        conn.start_tls(tls.context, server_side=False, server_hostname=address[0])
+        try:
+            conn.start_tls(tls.context, server_side=False, server_hostname=address[0])
+        except (EOFError, ConnectionError, ssl.SSLEOFError, ssl.SSLZeroReturnError):
+            raise _Dropped("it closed the connection during the TLS handshake") from None
     if authkey is None:
         return
     first = conn.recv_bytes(MAX_MESSAGE)
     reason = refusal(first)
     if reason is not None:
-        raise ManagerUnreachableError(format_address(address),
-                                      f"it is refusing connections: {reason}")
-    connection.answer_challenge(as_connection(_Replay(conn, first)), authkey)
+        raise _Dropped(reason)
+    try:
+        connection.answer_challenge(as_connection(_Replay(conn, first)), authkey)
+    except (EOFError, ConnectionError):
+        raise _Dropped("it closed the connection after its challenge") from None
     connection.deliver_challenge(as_connection(conn), authkey)
 
 
@@ -110,7 +167,7 @@ def as_connection(conn: FastConnection | _Replay) -> Any:
 
 class _Replay:
     """``conn`` for answer_challenge(), once we have read its first message ourselves (to
-    see whether it is a refusal)."""
+    see whether it is a refusal); a refusal in place of the welcome raises _Dropped."""
 
     def __init__(self, conn: FastConnection, first: bytes | bytearray) -> None:
         self._conn = conn
@@ -118,7 +175,13 @@ class _Replay:
 
     def recv_bytes(self, maxlength: int | None = None) -> bytes | bytearray:
         first, self._first = self._first, None
-        return self._conn.recv_bytes(maxlength) if first is None else first
+        if first is not None:
+            return first
+        message = self._conn.recv_bytes(maxlength)
+        reason = refusal(message)
+        if reason is not None:
+            raise _Dropped(reason)
+        return message
 
     def send_bytes(self, data: bytes) -> None:
         self._conn.send_bytes(data)
@@ -127,7 +190,7 @@ class _Replay:
 def _raise_client_error(exc: BaseException, where: str, tls: ClientTls | None, *,
                         tcp: bool) -> NoReturn:
     """Raise ``exc`` as the error that says what went wrong in a client's handshake."""
-    if isinstance(exc, ManagerUnreachableError):  # turned away: it said why
+    if isinstance(exc, _Dropped):  # the manager is there: the caller tries again
         raise exc from None
     # Only TCP can carry TLS: a Unix socket's manager never asks for it.
     hint = " (does it require TLS? give its CA with --tls-ca)" if tcp and not tls else ""

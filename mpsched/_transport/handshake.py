@@ -4,11 +4,13 @@
 whenever its socket is ready: the TLS handshake (if the listener serves TLS), then our
 challenge and the peer's answer. Once the answer is right the peer has proven it holds
 the key, and a serving thread takes over (it answers the peer's challenge in turn and
-reads the first request). A connection turned away is sent ``#REFUSED#`` and the reason
-where it expects the challenge (after TLS, if on), and closed::
+reads the first request). A connection turned away (the server stops) is sent
+``#REFUSED#`` and the reason where it expects the challenge; one closed to make room for
+newer ones is sent it where it expects ``#WELCOME#`` (over TLS, once TLS is up)::
 
-    accept ─┬─ [TLS] ─ #CHALLENGE# ─▶ ◀─ answer ─ #WELCOME# ─▶ ─ a serving thread
-            └─ [TLS] ─ #REFUSED# reason ─▶ ─ close
+    accept ─ [TLS] ─┬─ #CHALLENGE# ─▶ ◀─ answer ─┬─ #WELCOME# ─▶ ─ a serving thread
+                    │                            └─ #REFUSED# reason ─▶ ─ close (room)
+                    └─ #REFUSED# reason ─▶ ─ close (stopping)
 
 Challenges and answers are multiprocessing's (``deliver_challenge`` of this Python,
 split into its steps), so any multiprocessing client of a supported Python connects.
@@ -16,6 +18,7 @@ split into its steps), so any multiprocessing client of a supported Python conne
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import hmac
 import logging
@@ -113,19 +116,14 @@ class Stage(enum.Enum):
     TLS = enum.auto()  # the TLS handshake runs
     ANSWER = enum.auto()  # our challenge is out: waiting for the answer
     PROVEN = enum.auto()  # the answer was right: #WELCOME# goes out, then a thread serves
-    CLOSING = enum.auto()  # a refusal or #FAILURE# goes out, then the socket closes
 
 
 class PendingHandshake:
     """One connection in its handshake; :meth:`advance` it whenever ``events`` are ready
-    on ``fd``. Used by one thread at a time.
-
-    ``refused``: why the connection is turned away ("": it is admitted); it is then sent
-    that instead of the challenge.
-    """
+    on ``fd``. Used by one thread at a time."""
 
     def __init__(self, sock: socket.socket, peer: Any, timeout: float, *,
-                 tls: ssl.SSLContext | None, refused: str) -> None:
+                 tls: ssl.SSLContext | None) -> None:
         sock.setblocking(False)
         if sock.family == socket.AF_INET:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -134,7 +132,6 @@ class PendingHandshake:
         self.peer = peer
         self.host: str | None = peer[0] if isinstance(peer, tuple) else None
         self.deadline = time.monotonic() + timeout
-        self.refused = refused
         self.events = READ  # what it waits for
         self.heard = False  # the peer sent something
         self._tls = tls
@@ -146,8 +143,8 @@ class PendingHandshake:
             self._greet()
 
     def advance(self, authkey: bytes) -> bool:
-        """Do what the socket allows now, without blocking. True once finished: ``stage``
-        is PROVEN (hand it over) or CLOSING (close it).
+        """Do what the socket allows now, without blocking. True once the peer has proven
+        it holds the key (``stage`` is PROVEN: hand it over).
 
         Raises:
             AuthenticationError: the wrong answer (the peer was sent #FAILURE#).
@@ -162,8 +159,6 @@ class PendingHandshake:
             self._greet()
         if not self._flush():
             return False
-        if self.stage is not Stage.ANSWER:
-            return True
         answer = self._answer()
         if answer is None:
             return False
@@ -206,13 +201,18 @@ class PendingHandshake:
         return True
 
     def _greet(self) -> None:
-        if self.refused:
-            self.stage = Stage.CLOSING
-            self._outbox = frame(REFUSED + self.refused.encode())
-        else:
-            self.stage = Stage.ANSWER
-            self._message = _challenge()
-            self._outbox = frame(CHALLENGE + self._message)
+        self.stage = Stage.ANSWER
+        self._message = _challenge()
+        self._outbox = frame(CHALLENGE + self._message)
+
+    def tell_closed(self, reason: str) -> None:
+        """Before the server closes this connection to make room: tell the peer why, if it
+        has its challenge (it reads the reason instead of ``#WELCOME#``), without waiting."""
+        if self.stage is not Stage.ANSWER or self._outbox:
+            return  # in its TLS handshake, or it has not seen its challenge yet
+        # Suppressed: gone, or its buffer is full (then it sees the close).
+        with contextlib.suppress(OSError):
+            self.sock.send(frame(REFUSED + reason.encode()))
 
     def _flush(self) -> bool:
         """Send what is queued; False while some is left."""

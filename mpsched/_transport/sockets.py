@@ -12,10 +12,10 @@ transport makes the defaults safe; here, the listener and the server:
 - a connection costs no thread until its peer has proven it holds the key: one thread
   waits for all the others with a selector (:mod:`mpsched._transport.handshake_loop`), so
   slow or silent peers cannot pin manager threads;
-- at most MAX_HANDSHAKES connections may be in their handshake at once, and at most
-  MAX_HANDSHAKES_PER_ADDRESS from one TCP peer address, so that one host cannot take every
-  slot; a connection over a cap is told why (``ManagerUnreachableError`` on its side) and
-  closed;
+- at most MAX_HANDSHAKES connections are in their handshake at once, and at most
+  MAX_HANDSHAKES_PER_ADDRESS from one TCP peer address: these caps bound descriptors and
+  never turn a new connection away; it closes the oldest handshake of its address (or of
+  all) instead, whose peer is told why and tries again (mpsched._transport.connect);
 - accept() out of file descriptors backs off instead of spinning;
 - a Unix socket is created mode 0600: other users cannot connect;
 - TCP sockets set TCP_NODELAY on both ends (small request/reply messages otherwise wait
@@ -51,14 +51,14 @@ from mpsched._transport.wire import FastConnection
 log = logging.getLogger("mpsched.transport")
 
 # Connections a server lets sit in their handshake at once: each holds a descriptor (no
-# thread), so all of them together stay well within the usual limit of 1024.
+# thread), so all of them together stay well within the usual limit of 1024. A new one
+# past it closes the oldest.
 MAX_HANDSHAKES = 512
-# ... from one TCP peer address: it takes 16 hosts to fill MAX_HANDSHAKES, and a host
-# opening connections for a whole pool of workers at once stays far below it.
-MAX_HANDSHAKES_PER_ADDRESS = 32
-# TLS: refused connections of one address told why at once (each needs its own TLS
-# handshake before it can read why); more are closed without a word.
-MAX_REFUSALS_PER_ADDRESS = 4
+# ... from one TCP peer address: a new one past it closes the oldest of its address, so
+# one host's flood churns its own slots and leaves other hosts' handshakes alone. A peer
+# behind a flooding address has this many newer arrivals to prove its key (at the few
+# thousand a second a flood reaches here, tens of milliseconds).
+MAX_HANDSHAKES_PER_ADDRESS = 128
 LISTEN_BACKLOG = 512  # connections the kernel holds for accept() (capped by somaxconn)
 ACCEPT_BACKOFF = (0.1, 1.0)  # first and longest wait after accept() ran out of descriptors
 SERIALIZER = "mpsched"  # our entry in multiprocessing.managers.listener_client
@@ -152,14 +152,13 @@ class HardenedServer(managers.Server):
         """Accept connections and hand each to the handshake thread, until ``stop_event``
         is set or the listener is closed; then close those still in their handshake.
         A connection that arrives while MAX_HANDSHAKES others are in their handshake, or
-        MAX_HANDSHAKES_PER_ADDRESS others from its address, is told so and closed."""
+        MAX_HANDSHAKES_PER_ADDRESS others from its address, closes the oldest of them."""
         self.handshakes.start()
         try:
             while (accepted := self._next_connection()) is not None:
                 sock, peer = accepted
                 self.handshakes.admit(sock, peer, connect.HANDSHAKE_TIMEOUT, Limits(
-                    total=MAX_HANDSHAKES, per_address=MAX_HANDSHAKES_PER_ADDRESS,
-                    refusals_per_address=MAX_REFUSALS_PER_ADDRESS))
+                    total=MAX_HANDSHAKES, per_address=MAX_HANDSHAKES_PER_ADDRESS))
         finally:
             self.handshakes.stop()
 

@@ -27,7 +27,7 @@ import psutil
 
 from mpsched._core.job import Assignment, Lease
 from mpsched._core.prefetch import BATCH_TIME, PREFETCH
-from mpsched._errors import SchedulerShutdownError
+from mpsched._errors import SchedulerShutdownError, WorkerDismissedError
 from mpsched._protocol.codec import report_to_wire
 from mpsched._protocol.proxy import ServiceProxy, connect_service
 from mpsched._protocol.records import LONG_POLL, Report
@@ -69,9 +69,10 @@ def worker_main(config: WorkerConfig, slot: ClaimSlot | None = None,
 def serve(service: ServiceProxy, config: WorkerConfig, received: Callable[[Lease], None],
           drain: DrainState | None = None, long_poll: float = LONG_POLL,
           timeouts: JobTimeouts | None = None, slot: ClaimSlot | None = None) -> LoopEnd:
-    """Take, run and report jobs until the manager stops (STOPPED) or goes away (LOST),
-    the worker drains (DRAINED), or it is time to recycle this process (RECYCLED:
-    ``max_tasks`` / ``max_memory``).
+    """Take, run and report jobs until the manager stops (STOPPED), goes away (LOST) or
+    dismisses this remote worker (DISMISSED: it left, its pool leaves), the worker drains
+    (DRAINED), or it is time to recycle this process (RECYCLED: ``max_tasks`` /
+    ``max_memory``).
 
     Reports ride on the next take. A remote worker's take that carries some returns at
     once (a job that is due, or none), and only then does it wait ``long_poll``: when the
@@ -101,6 +102,9 @@ def serve(service: ServiceProxy, config: WorkerConfig, received: Callable[[Lease
                 batch = _take(service, worker_id, unsent, wait, drain, state.more())
             except Draining:
                 break
+            except WorkerDismissedError:  # the take's own reports went in before it
+                _leave(config, worker_id, _closed(reports), drain is not None)
+                return LoopEnd.DISMISSED
             except SchedulerShutdownError:
                 return LoopEnd.STOPPED
             except (EOFError, OSError) as exc:

@@ -10,6 +10,7 @@ class LoopEnd(Option):
     """Why a worker stopped taking jobs."""
 
     STOPPED = "stopped"  # the manager stopped (its queue closed)
+    DISMISSED = "dismissed"  # a remote worker the manager dismissed: its pool leaves
     LOST = "lost"  # the manager went away (refused, reset, end of file)
     DRAINED = "drained"  # told to drain (SIGTERM), or its manager stopped it
     RECYCLED = "recycled"  # max_tasks or max_memory reached: a new process takes over

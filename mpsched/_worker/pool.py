@@ -6,9 +6,11 @@ while the pool is not draining, whatever its exit code (a job may call ``os._exi
 ``os._exit(3)``). A worker that exits on purpose first says why in a shared slot, its
 verdict, so a job's exit code can never pass for one: a refused key or version stops every
 worker (the pool exits AUTH or VERSION), as does an unreachable manager at the first start
-(UNREACHABLE; the CLI probes first); a stopped manager drains the pool, which exits 0.
-First SIGTERM or SIGINT: every worker drains (finishes its job, takes no more) and the pool
-exits 0. Second: the workers are killed.
+(UNREACHABLE; the CLI probes first; a busy one is waited for). A manager that stops or
+dies is waited for: its workers join it again when it is back. A manager that dismisses
+a worker (``drain-workers``, or its stop with ``--drain-workers-on-stop``) drains the pool,
+which exits 0. First SIGTERM or SIGINT: every worker drains (finishes its job, takes no
+more) and the pool exits 0. Second: the workers are killed.
 
 Each worker tells the pool, over a pipe of its own, the id it joined the manager under.
 When a worker that joined dies without a word (a job's ``os._exit``, a signal), the pool
@@ -58,7 +60,7 @@ class _Verdict(enum.IntEnum):
 
     UNSAID = 0  # nothing said: a job's os._exit, a crash, a signal, a job timeout
     LEFT = 1  # drained or recycled
-    MANAGER_STOPPED = 2
+    DISMISSED = 2  # by the manager: the pool leaves
     AUTH = Exit.AUTH  # the fatal ones: the pool stops and exits with the same code
     VERSION = Exit.VERSION
     UNREACHABLE = Exit.UNREACHABLE
@@ -76,8 +78,8 @@ def _child(config: WorkerConfig, lifeline: Connection, verdict: Any, joins: Conn
 
     said = _Verdict.LEFT
     try:
-        if remote_worker_main(config, lifeline, joined) == LoopEnd.STOPPED:
-            said = _Verdict.MANAGER_STOPPED
+        if remote_worker_main(config, lifeline, joined) == LoopEnd.DISMISSED:
+            said = _Verdict.DISMISSED
     except AuthenticationError as exc:
         print(f"mpsched worker: {exc}", file=sys.stderr)
         said = _Verdict.AUTH
@@ -190,10 +192,10 @@ class WorkerPool:
         if said in FATAL:
             self._drain()
             return Exit(said) if result == Exit.OK else result
-        if said == _Verdict.MANAGER_STOPPED:
+        if said == _Verdict.DISMISSED:
             if not self._draining:
-                log.warning("the manager at %s stopped; the pool exits",
-                            format_address(self._config.address))
+                log.warning("the manager at %s dismissed this pool: its workers finish their "
+                            "jobs and it exits", format_address(self._config.address))
             self._drain()
             return result
         if not self._draining:

@@ -3,12 +3,12 @@ them is mpsched._worker.pool's).
 
 A remote worker process (``remote_worker_main``) joins the manager, acknowledges each lease,
 sends heartbeats and enforces its jobs' timeouts itself. It never reads the manager's clock:
-the manager hands it a job when the job is due. When the manager goes away (refused, reset,
-end of file) the worker retries with back-off, 0.1 s doubling to 5 s, for as long as it is
-not told to drain, and joins again under a new id when the manager answers. When the manager
-stops cleanly (its queue closed) the worker exits: from here a shutdown and a stop before a
-restart look the same, and a pool waiting for a manager that is never coming back would hang
-whoever runs it.
+the manager hands it a job when the job is due. When the manager goes away (killed, reset,
+end of file) or stops (its queue closed: SIGTERM, as every restart of a service does), the
+worker tries again with back-off, 0.1 s doubling to 5 s, for as long as it is not told to
+drain, and joins again under a new id when a manager answers at the address. It leaves on
+its own SIGTERM (drained), or when the manager dismisses it (``drain-workers``, or a stop
+with ``--drain-workers-on-stop``): then its pool leaves too.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import psutil
 
 from mpsched._core.job import Lease
 from mpsched._errors import (
+    ManagerBusyError,
     SchedulerShutdownError,
     WorkerRetiredError,
 )
@@ -63,12 +64,13 @@ HEARTBEAT_THREAD = "mpsched-heartbeat"
 
 def remote_worker_main(config: WorkerConfig, lifeline: Connection | None = None,
                        joined: Callable[[str], None] | None = None) -> LoopEnd:
-    """Entry point of a remote worker process; returns why it ended: STOPPED (the manager
-    stopped), DRAINED (SIGTERM) or RECYCLED (``max_tasks`` / ``max_memory``).
+    """Entry point of a remote worker process; returns why it ended: DISMISSED (the
+    manager dismissed it: its pool leaves), DRAINED (SIGTERM) or RECYCLED (``max_tasks`` /
+    ``max_memory``).
 
     Joins again under a new id when the manager declared it gone (a network cut longer than
-    the heartbeat timeout) or went away and came back. ``joined`` is called with the id of
-    each join, once the manager has registered it.
+    the heartbeat timeout), or went away or stopped and came back. ``joined`` is called with
+    the id of each join, once the manager has registered it.
 
     Raises:
         AuthenticationError, VersionMismatchError: the manager refused this worker.
@@ -83,8 +85,9 @@ def remote_worker_main(config: WorkerConfig, lifeline: Connection | None = None,
     for rejoin in itertools.count():
         worker_id = f"{config.worker_id}.{rejoin}"
         try:
-            service, heartbeat_timeout = _join(config, worker_id, drain, patient=patient,
-                                               outage_logged=ended == LoopEnd.LOST)
+            service, heartbeat_timeout = _join(
+                config, worker_id, drain, patient=patient,
+                outage_logged=ended in (LoopEnd.LOST, LoopEnd.STOPPED))
         except Draining:
             return LoopEnd.DRAINED
         patient = True  # joined once: from now on an unreachable manager is an outage
@@ -92,23 +95,32 @@ def remote_worker_main(config: WorkerConfig, lifeline: Connection | None = None,
             joined(worker_id)
         ended = _session(service, replace(config, worker_id=worker_id), heartbeat_timeout,
                          drain)
-        if ended == LoopEnd.LOST:
-            service.discard()
-        elif ended != LoopEnd.RETIRED:
-            if ended == LoopEnd.STOPPED:
-                log.info("worker %s: the manager at %s stopped; exiting", worker_id,
-                         format_address(config.address))
+        if not _joins_again(ended, worker_id, config):
             return ended
+        if ended in (LoopEnd.LOST, LoopEnd.STOPPED):
+            service.discard()
     raise AssertionError("itertools.count() ended")  # pragma: no cover
+
+
+def _joins_again(ended: LoopEnd, worker_id: str, config: WorkerConfig) -> bool:
+    """Whether a worker whose session ended so joins again (saying why when it matters)."""
+    where = format_address(config.address)
+    if ended == LoopEnd.STOPPED:
+        log.warning("worker %s: the manager at %s stopped; joining it again once it is back",
+                    worker_id, where)
+    elif ended == LoopEnd.DISMISSED:
+        log.info("worker %s: the manager at %s dismissed it; leaving", worker_id, where)
+    return ended in (LoopEnd.LOST, LoopEnd.STOPPED, LoopEnd.RETIRED)
 
 
 def _join(config: WorkerConfig, worker_id: str, drain: DrainState, *, patient: bool,
           outage_logged: bool) -> tuple[ServiceProxy, float]:
     """Connect and say hello; returns the service and its heartbeat timeout.
 
-    While ``patient``, an unreachable manager is retried with back-off. An outage is logged
-    once at WARNING (here, unless ``outage_logged``: serve() said it lost the manager), and
-    the join that ends it at INFO.
+    While ``patient``, an unreachable manager is retried with back-off; a busy one (it
+    closed every handshake tried: ManagerBusyError) always is. An outage is logged once at
+    WARNING (here, unless ``outage_logged``: serve() said it lost the manager), and the join
+    that ends it at INFO.
 
     Raises:
         Draining: SIGTERM, before or while waiting.
@@ -127,11 +139,13 @@ def _join(config: WorkerConfig, worker_id: str, drain: DrainState, *, patient: b
         except (EOFError, OSError) as exc:
             if service is not None:
                 service.discard()  # it went away after we connected
-            if not patient:
+            if not patient and not isinstance(exc, ManagerBusyError):
                 raise
             if not outage_logged:
-                log.warning("worker %s: no manager answers at %s (%s); retrying until it does",
-                            worker_id, where, exc)
+                what = (f"the manager at {where} is busy ({exc.reason})"
+                        if isinstance(exc, ManagerBusyError)
+                        else f"no manager answers at {where} ({exc})")
+                log.warning("worker %s: %s; retrying until it does", worker_id, what)
                 outage_logged = True
         else:
             if outage_logged:

@@ -246,16 +246,48 @@ def test_a_client_that_dies_before_collecting_leaves_no_mailbox():
     assert len(service.mailboxes) == 0
 
 
-def test_a_stopping_manager_knows_when_every_remote_worker_was_told():
-    from mpsched._errors import SchedulerShutdownError
+def test_a_manager_stopping_with_drain_workers_on_stop_knows_when_each_was_told():
+    from mpsched._errors import WorkerDismissedError
+
+    service = ManagerService(JobQueue(), heartbeat_timeout=10, drain_workers_on_stop=True)
+    service.hello(hello("far", "some-other-host", 4242))
+    service.stop()
+    assert service.wait_workers_told(0) is False  # between two takes: not told yet
+    with pytest.raises(WorkerDismissedError):
+        service.take("far", None, 0)
+    assert service.wait_workers_told(0) is True
+
+
+def test_a_stopping_manager_dismisses_no_remote_worker_by_default():
+    from mpsched._errors import SchedulerShutdownError, WorkerDismissedError
 
     service = ManagerService(JobQueue(), heartbeat_timeout=10)
     service.hello(hello("far", "some-other-host", 4242))
     service.stop()
-    assert service.wait_workers_told(0) is False  # between two takes: not told yet
-    with pytest.raises(SchedulerShutdownError):
+    assert service.wait_workers_told(0) is True  # nobody to tell: it will come back
+    with pytest.raises(SchedulerShutdownError) as stopped:
         service.take("far", None, 0)
-    assert service.wait_workers_told(0) is True
+    assert not isinstance(stopped.value, WorkerDismissedError)  # it joins again later
+
+
+def test_drain_workers_dismisses_the_remote_workers_after_their_reports():
+    from mpsched._errors import WorkerDismissedError
+
+    service = ManagerService(JobQueue())
+    service.mailboxes.open("c")
+    service.hello(hello("far", "some-other-host", 4242))
+    service.hello(started_here(service, "near"))
+    service.queue.submit(JobRequest("job-0", "c", b"", 2, 0.0, None))
+    [wire] = service.take("far", None, 0)
+    lease = assignment_from_wire(wire).lease
+    assert service.drain_workers() == 1  # the remote one only
+    outcome = Outcome("job-0", True, b"result", "", time.monotonic())
+    with pytest.raises(WorkerDismissedError):
+        service.take("far", [report_to_wire(Report(lease.lease_id, outcome))], 0)
+    assert service.mailboxes.collect("c", 0) == [outcome]  # its report went in first
+    assert service.take("near", None, 0) == []  # a local worker goes on taking
+    service.leave("far", [])
+    assert [w.worker_id for w in service.stats().workers] == ["near"]
 
 
 def test_reports_sent_while_a_batch_goes_on_end_their_jobs_and_keep_the_worker_busy():

@@ -20,7 +20,7 @@ from servers import KEY, InProcessServer, read_until_closed, trickle
 
 import mpsched._transport.connect as connect
 import mpsched._transport.sockets as transport
-from mpsched import AuthenticationError, ManagerUnreachableError, TlsError
+from mpsched import AuthenticationError, TlsError
 from mpsched._manager.main import ServiceManager
 from mpsched._transport.connect import client_connection
 from mpsched._transport.sockets import SERIALIZER
@@ -154,35 +154,39 @@ def test_idle_tls_handshakes_cost_no_thread(certs: Certs,
             peer.close()
 
 
-def test_a_tls_client_over_its_address_cap_is_told_why_over_tls(
+def test_a_tls_client_over_its_address_cap_closes_the_oldest_which_hears_why_over_tls(
         certs: Certs, serve: Callable[..., InProcessServer],
         monkeypatch: pytest.MonkeyPatch) -> None:
     server = serve(TlsConfig(cert=certs.server.cert, key=certs.server.key))
     monkeypatch.setattr(transport, "MAX_HANDSHAKES_PER_ADDRESS", 2)
-    monkeypatch.setattr(transport, "MAX_REFUSALS_PER_ADDRESS", 1)
     monkeypatch.setattr(connect, "HANDSHAKE_TIMEOUT", 60.0)  # silent ones stay
     set_tls(_with_ca(certs))
     peers: list[socket.socket] = []
     try:
-        for _ in range(2):
-            peers.append(socket.create_connection(server.address))
-        wait_for(lambda: server.server.handshakes.in_handshake() == 2, 30, "both taken in")
-        with pytest.raises(ManagerUnreachableError,
-                           match="it is refusing connections: too many handshakes from "
-                                 r"127\.0\.0\.1 are pending \(at most 2 from one address\)"):
-            client_connection(server.address, KEY)
-        # Telling why takes a TLS handshake: while a silent peer holds the one refusal
-        # this address may have in progress, the next is closed without a word.
+        # The oldest did its TLS handshake and holds its challenge; the next one is silent.
+        context = ssl.create_default_context(cafile=str(certs.ca))
+        context.check_hostname = False
+        in_tls = context.wrap_socket(socket.create_connection(server.address))
+        peers.append(in_tls)
+        in_tls.settimeout(30)
+        assert b"#CHALLENGE#" in in_tls.recv(4096)
         peers.append(socket.create_connection(server.address))
-        wait_for(lambda: server.server.handshakes.in_handshake() == 3, 30, "taken in")
-        with pytest.raises((TlsError, ConnectionError)):
-            client_connection(server.address, KEY)
+        wait_for(lambda: server.server.handshakes.in_handshake() == 2, 30, "both taken in")
+        with client_connection(server.address, KEY) as conn:
+            assert _served_by(conn) == ("#RETURN", None)
+        told = read_until_closed(in_tls, timeout=30)
+        assert told[4:] == (b"#REFUSED#its handshake was closed to make room: 2 newer ones "
+                            b"from 127.0.0.1 are pending (at most 2 from one address)")
+        # One closed before its TLS handshake is closed without a word.
+        peers.append(socket.create_connection(server.address))
+        wait_for(lambda: server.server.handshakes.in_handshake() == 2, 30, "taken in")
+        with client_connection(server.address, KEY) as conn:
+            assert _served_by(conn) == ("#RETURN", None)
+        assert read_until_closed(peers[1], timeout=30) == b""
     finally:
         for peer in peers:
             peer.close()
     wait_for(lambda: server.server.handshakes.in_handshake() == 0, 30, "all slots freed")
-    with client_connection(server.address, KEY) as conn:
-        assert _served_by(conn) == ("#RETURN", None)
 
 
 def test_a_bare_connect_and_close_to_a_tls_server_is_logged_quietly(

@@ -35,7 +35,7 @@ import mpsched
 import mpsched._transport.authkey as _authkey
 import mpsched._transport.connect as connect
 import mpsched._transport.sockets as transport
-from mpsched import AddressError, AuthenticationError, ManagerUnreachableError
+from mpsched import AddressError, AuthenticationError
 from mpsched._protocol.proxy import ServiceManager
 from mpsched._transport.address import format_address, is_loopback, parse_address
 from mpsched._transport.authkey import (
@@ -386,41 +386,44 @@ def _handshaking(sock: socket.socket) -> None:
         data += chunk
 
 
-def _refused(sock: socket.socket) -> str:
-    """What a raw connection the server turned away was told, before it was closed."""
+def _closed_for_room(sock: socket.socket) -> str:
+    """What a raw connection that had its challenge was told when the server closed it to
+    make room for a newer one."""
     data = read_until_closed(sock, timeout=30)
-    assert b"#CHALLENGE#" not in data
     (size,) = struct.unpack_from("!i", data)
     assert len(data) == 4 + size and data[4:].startswith(b"#REFUSED#"), data
     return data[4 + len(b"#REFUSED#"):].decode()
 
 
-def test_connections_beyond_max_handshakes_are_told_why_and_closed_at_once(
+def test_a_connection_beyond_max_handshakes_closes_the_oldest_one_and_is_served(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setattr(transport, "MAX_HANDSHAKES", 3)
     monkeypatch.setattr(connect, "HANDSHAKE_TIMEOUT", 60.0)  # silent ones stay
-    caplog.set_level(logging.WARNING, logger="mpsched.transport")
+    caplog.set_level(logging.INFO, logger="mpsched.transport")
     running = InProcessServer(("127.0.0.1", 0)).start()
     peers: list[socket.socket] = []
     try:
         for _ in range(3):
             peers.append(socket.create_connection(running.address))
             _handshaking(peers[-1])
-        for _ in range(3):
-            extra = socket.create_connection(running.address)
-            peers.append(extra)
-            assert _refused(extra) == "3 connections are in their handshake; try again soon"
-        with pytest.raises(ManagerUnreachableError,
-                           match="it is refusing connections: 3 connections are in"):
-            client_connection(running.address, KEY)
-        warnings = [r for r in caplog.records if "in their handshake" in r.getMessage()]
-        assert len(warnings) == 1
-        for peer in peers[:3]:
+        # Each newcomer is served; each takes the slot of the oldest silent one, which a
+        # new silent one then takes again.
+        for oldest in range(3):
+            _connect(running)
+            assert _closed_for_room(peers[oldest]) == (
+                "its handshake was closed to make room: 3 newer connections are in their "
+                "handshake")
+            peers.append(socket.create_connection(running.address))
+            _handshaking(peers[-1])
+        warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+        assert [w.getMessage() for w in warnings] == [
+            "3 connections are in their handshake, the cap; closing the oldest for each "
+            "new one"]
+        for peer in peers:
             peer.close()  # their handshakes end at EOF, freeing the slots
         wait_for(lambda: running.server.handshakes.in_handshake() == 0, 30,
                  "the handshake slots freed")
-        _connect(running)
-        assert "accepting connections again; closed 4 meanwhile" in caplog.text
+        assert "handshakes are below their cap again; closed 3 meanwhile" in caplog.text
     finally:
         for peer in peers:
             peer.close()
@@ -452,41 +455,81 @@ def _served_from(source: str, address: Any) -> Any:
         return conn.recv()
 
 
-def test_a_host_over_its_handshake_cap_is_told_why_and_others_are_served(
+def test_a_host_over_its_handshake_cap_closes_its_own_oldest_and_is_served(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setattr(transport, "MAX_HANDSHAKES_PER_ADDRESS", 3)
     monkeypatch.setattr(connect, "HANDSHAKE_TIMEOUT", 60.0)  # silent ones stay
-    caplog.set_level(logging.WARNING, logger="mpsched.transport")
+    caplog.set_level(logging.INFO, logger="mpsched.transport")
     running = InProcessServer(("127.0.0.1", 0)).start()
     peers: list[socket.socket] = []
     try:
-        peers += _silent_from("127.0.0.1", running.address, 3)
-        peers.append(socket.create_connection(running.address))
-        assert _refused(peers[-1]) == ("too many handshakes from 127.0.0.1 are pending (at "
-                                       "most 3 from one address); try again once they finish")
-        with pytest.raises(ManagerUnreachableError) as caught:
-            mpsched.connect(format_address(running.address), authkey=KEY)
-        assert str(caught.value) == (
-            f"no manager answers at {format_address(running.address)}: it is refusing "
-            f"connections: too many handshakes from 127.0.0.1 are pending (at most 3 from "
-            f"one address); try again once they finish")
-        # Other hosts are served meanwhile, and may hold their own three.
-        peers += _silent_from("127.0.0.2", running.address, 3)
+        others = _silent_from("127.0.0.2", running.address, 3)
+        peers += others
+        mine = _silent_from("127.0.0.1", running.address, 3)
+        peers += mine
+        # A client behind the strangers' address gets in, in the slot of their oldest.
+        _connect(running)
+        assert _closed_for_room(mine[0]) == (
+            "its handshake was closed to make room: 3 newer ones from 127.0.0.1 are pending "
+            "(at most 3 from one address)")
+        # Another host's handshakes are not touched.
+        wait_for(lambda: running.server.handshakes.in_handshake() == 5, 30,
+                 "the client's handshake over")
+        for other in others:
+            other.setblocking(False)
+            with pytest.raises(BlockingIOError):
+                other.recv(1)  # open, nothing more said
         assert _served_from("127.0.0.3", running.address) == ("#RETURN", None)
-        warnings = [r for r in caplog.records if "handshakes from" in r.getMessage()]
+        warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
         assert [w.getMessage() for w in warnings] == [
-            "3 handshakes from 127.0.0.1 are pending; refusing its new connections until "
-            "some finish"]
-        for peer in peers[:3]:
+            "3 handshakes from 127.0.0.1 are pending, its cap; closing the oldest of them "
+            "for each new one"]
+        for peer in peers:
             peer.close()
-        wait_for(lambda: running.server.handshakes.in_handshake() == 3, 30,
-                 "127.0.0.1's handshake slots freed")
-        _connect(running)  # 127.0.0.1 again
-        assert "accepting connections from 127.0.0.1 again; refused 2 meanwhile" in caplog.text
+        wait_for(lambda: running.server.handshakes.in_handshake() == 0, 30,
+                 "the handshake slots freed")
+        assert re.search(r"handshakes from 127\.0\.0\.1 are below their cap again; closed "
+                         r"\d+ of them meanwhile to make room", caplog.text)
     finally:
         for peer in peers:
             peer.close()
         running.stop()
+
+
+def test_a_handshake_closed_each_time_is_tried_again_then_the_manager_is_busy(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A listener that sends a challenge, then closes: as a manager making room does.
+    monkeypatch.setattr(connect, "CONNECT_TIMEOUT", 1.0)
+    listener = socket.create_server(("127.0.0.1", 0))
+    tries: list[float] = []
+    stop = threading.Event()
+
+    def close_each() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                sock, _ = listener.accept()
+            except TimeoutError:
+                continue
+            tries.append(time.monotonic())
+            with sock:
+                sock.sendall(struct.pack("!i", 31) + b"#CHALLENGE#" + b"x" * 20)
+
+    closer = threading.Thread(target=close_each, daemon=True)
+    closer.start()
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(mpsched.ManagerBusyError, match=(
+                r"^the manager at 127\.0\.0\.1:\d+ is busy: it closed \d+ connection\(s\) "
+                r"during their handshake in 1 s \(the last: it closed the connection after "
+                r"its challenge\); try again later$")):
+            client_connection(listener.getsockname(), KEY)
+        assert time.monotonic() - t0 < 1.0 + connect.BUSY_BACKOFF[1] + 5
+        assert len(tries) >= 4  # 0.02, 0.04, 0.08, 0.16, 0.32 s apart
+    finally:
+        stop.set()
+        closer.join(10)
+        listener.close()
 
 
 @pytest.mark.parametrize(("answer", "reply", "logged"), [

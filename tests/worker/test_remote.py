@@ -18,7 +18,7 @@ from pathlib import Path
 import jobs
 import psutil
 import pytest
-from processes import wait_for, wait_started
+from processes import assert_gone, wait_for, wait_started
 from served import START_TIMEOUT, Manager, Proc, Processes, pool_workers, serve
 from servers import unanswered_address
 
@@ -302,13 +302,66 @@ def test_an_idle_worker_that_loses_its_manager_says_no_finished_job_is_lost(
     assert done.job_id not in log and "is lost" not in log, log
 
 
-def test_a_remote_pool_exits_0_and_says_so_when_its_manager_stops(procs: Processes) -> None:
-    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0")
+RESTARTED_BOUND = 10.0  # s from a restarted manager's banner to a job its old pool ran
+
+
+def test_a_remote_pool_rides_out_its_manager_stopped_and_started_again(
+        procs: Processes, connect_client: Callable[[Manager], mpsched.Client],
+        tmp_path: Path) -> None:
+    # As a deploy restarts a service: SIGTERM, then serve again at the same address and key.
+    where = ("--address", f"127.0.0.1:{free_port()}", "--workers", "0",
+             "--authkey-file", str(key_file(tmp_path)))
+    manager = serve(procs, *where)
+    pool = start_pool(procs, manager, 2)
+    for restart in (1, 2):
+        os.kill(manager.proc.pid, signal.SIGTERM)
+        assert manager.proc.wait() == Exit.OK, manager.proc.stderr()
+        manager = serve(procs, *where)
+        restarted = time.monotonic()
+        ran_on = connect_client(manager).submit(jobs.pid).result(timeout=RESTARTED_BOUND)
+        assert time.monotonic() - restarted < RESTARTED_BOUND, restart
+        assert pool.popen.poll() is None, pool.stderr()  # the same pool, still running
+        assert ran_on in {p.pid for p in pool.descendants()}
+    log = pool.stderr()
+    # Each stop is heard as one (or, between two calls, as a lost connection).
+    assert "stopped; joining it again once it is back" in log
+    assert "dismissed" not in log and "Traceback" not in log
+
+
+def test_a_remote_pool_exits_0_when_its_manager_stops_draining_its_workers(
+        procs: Processes) -> None:
+    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0",
+                    "--drain-workers-on-stop")
     pool = start_pool(procs, manager, 2)
     os.kill(manager.proc.pid, signal.SIGTERM)
     assert manager.proc.wait() == Exit.OK, manager.proc.stderr()
     assert pool.wait() == Exit.OK, pool.stderr()
-    assert pool.stderr().count(f"the manager at {manager.address} stopped") == 1
+    assert pool.stderr().count(f"the manager at {manager.address} dismissed this pool") == 1
+
+
+def test_drain_workers_lets_the_running_job_finish_and_the_pool_exit_0(
+        procs: Processes, connect_client: Callable[[Manager], mpsched.Client],
+        fifo: str) -> None:
+    # A long heartbeat timeout: only a proper leave removes the workers in time.
+    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0",
+                    "--heartbeat-timeout", "60")
+    pool = start_pool(procs, manager, 2)
+    children = procs.note_descendants(pool)
+    client = connect_client(manager)
+    running = client.submit(jobs.announce_then_sleep, fifo, 3.0)
+    wait_started(fifo)
+    drained = procs.run("drain-workers", *manager.cli())
+    assert drained.returncode == Exit.OK, drained.stderr
+    assert drained.stdout.startswith(f"told 2 remote workers of the manager at "
+                                     f"{manager.address} to leave"), drained.stdout
+    assert running.result(timeout=30) == "woke"  # it ran to its end
+    assert pool.wait() == Exit.OK, pool.stderr()
+    assert_gone(children)
+    wait_for(lambda: not manager.stats().workers, 5, "the pool's workers left")
+    assert manager.stats().queue.failed == 0
+    # The manager goes on: a pool started later joins it as usual.
+    later = start_pool(procs, manager, 1)
+    assert client.submit(jobs.pid).result(timeout=30) in {p.pid for p in later.descendants()}
 
 
 def test_a_pool_with_no_manager_at_its_address_fails_fast(

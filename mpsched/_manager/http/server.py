@@ -2,27 +2,31 @@
 
 ```
  browser / Prometheus / curl          manager process
-   GET /, /metrics, /api/... ──▶  mpsched-http thread: accept, caps, deadlines
-                                  one thread per connection (at most MAX_CONNECTIONS):
-                                    TLS, head (<= MAX_HEAD bytes), Host and token checks,
+   GET /, /metrics, /api/... ──▶  mpsched-http thread: accept, TLS, request heads, caps,
+                                  deadlines, for every waiting connection (no thread each)
+                                  a thread per request being answered (MAX_ANSWERING):
+                                    Host and token checks, body (<= MAX_BODY bytes),
                                     Routes.answer() ──▶ copies of the service's counters
 ```
 
-Stdlib ``http.server`` in threads: the server answers a handful of small requests a
-second, which needs no framework, and a dependency would make ``--http`` an extra to
+Stdlib ``http.server`` parses and answers: the server answers a handful of small requests
+a second, which needs no framework, and a dependency would make ``--http`` an extra to
 install. What the stdlib leaves open is closed here:
 
+- a connection waiting for a request (idle kept-alive, or its request unfinished) holds
+  a descriptor and no thread: the accepting thread (mpsched._manager.http.intake) runs
+  its TLS handshake and reads its request's head without blocking. A thread answers it
+  once the whole head has arrived;
 - at most MAX_CONNECTIONS connections (MAX_PER_ADDRESS from one IP address, counted by
-  mpsched._manager.http.connections); one over a cap gets a 503 (over TLS: a closed
-  connection) from the accepting thread, which never reads from or waits on a client;
+  mpsched._manager.http.connections): past a cap, a new connection closes the oldest
+  waiting one, so idle connections cannot keep a scraper out; a request that has arrived
+  is answered;
 - each connection has a deadline, REQUEST_TIME from when it was accepted or last
-  answered: the accepting thread (which sleeps until the next deadline or connection, so
-  an idle server costs nothing) shuts down a connection past it, so a client that
-  trickles a byte at a time (slowloris) or reads its answer that way holds a thread for
-  that long at most; each read or write waits IO_TIMEOUT at most;
+  answered, past which it is shut down, so a client that trickles a byte at a time
+  (slowloris) or reads its answer that way is cut off then; each read or write of a
+  thread waits IO_TIMEOUT at most;
 - a request's line and headers take MAX_HEAD bytes at most, a body MAX_BODY (actions
   need none);
-- TLS handshakes run in the connection's thread, never in the accepting one;
 - every answer to a bad request is a status and one line of text; an error of the
   server's own is logged once and answered 500, never with a traceback.
 
@@ -37,16 +41,16 @@ import hmac
 import http.server
 import ipaddress
 import logging
-import selectors
 import socket
-import socketserver
 import ssl
 import threading
 from http import HTTPStatus
-from typing import Any, BinaryIO
+from typing import Any
 
-from mpsched._manager.http.connections import Connections
+from mpsched._manager.http.answering import Answering, RequestReader, TooLarge
+from mpsched._manager.http.connections import Connection, Connections
 from mpsched._manager.http.history import LatenessHistory
+from mpsched._manager.http.intake import MAX_HEAD, Intake, whole_head
 from mpsched._manager.http.routes import TEXT, HttpError, Response, Routes, load_page
 from mpsched._manager.http.views import Views
 from mpsched._manager.service import ManagerService
@@ -56,8 +60,8 @@ from mpsched._transport.tls import TlsConfig
 log = logging.getLogger("mpsched.http")
 
 IO_TIMEOUT = 5.0  # seconds one read or write may wait
-MAX_HEAD = 16 * 1024  # bytes of a request line and headers
 MAX_BODY = 1024  # bytes of a request body
+LISTEN_BACKLOG = 128  # connections the kernel holds for accept()
 STOP_WAIT = 2.0  # seconds stop() waits for the connections' threads
 SECURITY_HEADERS = (("Cache-Control", "no-store"), ("X-Content-Type-Options", "nosniff"),
                     ("Referrer-Policy", "no-referrer"), ("X-Frame-Options", "DENY"))
@@ -81,8 +85,8 @@ class StatusServer:
         tls = None if config.tls is None else _context(config.tls)
         self._listener = _Listener(config, routes, tls)
         self.url = config.url(self._listener.server_address[1])
-        self._thread = threading.Thread(target=self._listener.serve, name="mpsched-http",
-                                         daemon=True)
+        self._thread = threading.Thread(target=self._listener.intake.run,
+                                        name="mpsched-http", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
@@ -90,10 +94,10 @@ class StatusServer:
 
     def stop(self) -> None:
         """Stop accepting, end every connection, wait (briefly) for their threads."""
-        self._listener.stop_serving()
+        self._listener.intake.stop()
         if self._thread.is_alive():
             self._thread.join(STOP_WAIT)
-        self._listener.server_close()
+        self._listener.socket.close()
         self._listener.connections.end_all(STOP_WAIT)
 
 
@@ -105,131 +109,83 @@ def _context(tls: TlsConfig) -> ssl.SSLContext:
     return context
 
 
-class _Listener(socketserver.ThreadingMixIn, http.server.HTTPServer):
-    daemon_threads = True
-    block_on_close = False  # Connections.end_all() ends the connections' threads, with a bound
-    allow_reuse_address = True
-    request_queue_size = 64
+class _Listener:
+    """The status server's socket, and what its threads share."""
 
     def __init__(self, config: HttpConfig, routes: Routes, tls: ssl.SSLContext | None) -> None:
         self.config = config
         self.routes = routes
         self.tls = tls
         self.connections = Connections()  # open ones, their caps and deadlines
-        # Set by stop_serving(), which then writes to _waker to wake the accepting thread.
-        self._stopping = threading.Event()
-        self._wake, self._waker = socket.socketpair()
-        super().__init__((config.host, config.port), _Handler)
+        self.socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.socket.bind((config.host, config.port))
+            self.socket.listen(LISTEN_BACKLOG)
+        except BaseException:
+            self.socket.close()
+            raise
+        self.server_address: tuple[str, int] = self.socket.getsockname()
+        self.answering = Answering(self._answer, self._drop)
+        self.intake = Intake(self.socket, self.connections, tls, self.answering.start)
 
-    # -------------------------------------------------- the accepting thread's side
+    def _answer(self, connection: Connection) -> None:
+        """In a thread: answer the requests whose heads ``connection`` holds, then give it
+        back to wait for the next (or close it)."""
+        while True:
+            try:
+                keep = not _Handler(connection, self).close_connection
+            except Exception:  # a peer that went away mid-answer, or a TLS error
+                log.debug("status server: a connection from %s ended with an error",
+                          connection.host, exc_info=True)
+                keep = False
+            if not keep or connection.ended:
+                self._drop(connection)
+                return
+            self.connections.answered(connection)
+            if not whole_head(connection.head):  # no other request came along with it
+                self.intake.give_back(connection)
+                return
 
-    def verify_request(self, request: Any, client_address: Any) -> bool:
-        if self.connections.admit(request, str(client_address[0])):
-            return True
-        if self.tls is None:  # over TLS there is no way to say why without a handshake
-            with contextlib.suppress(OSError):
-                request.setblocking(False)
-                request.send(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain"
-                             b"\r\nContent-Length: 21\r\nConnection: close\r\n\r\n"
-                             b"too many connections\n")
-        return False
-
-    def serve(self) -> None:
-        """The accepting thread: accept connections, and end those past their deadline. It
-        sleeps until a connection comes, the next deadline, or stop_serving(): an idle
-        server never wakes up."""
-        with selectors.DefaultSelector() as selector:
-            selector.register(self.socket, selectors.EVENT_READ)
-            selector.register(self._wake, selectors.EVENT_READ)
-            while not self._stopping.is_set():
-                for key, _ in selector.select(self.connections.end_late()):
-                    if key.fileobj is self.socket:
-                        self._handle_request_noblock()  # type: ignore[attr-defined]
-
-    def stop_serving(self) -> None:
-        self._stopping.set()
-        with contextlib.suppress(OSError):
-            self._waker.send(b"x")
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        log.debug("status server: connection from %s ended with an error",
-                  client_address[0], exc_info=True)
-
-    def shutdown_request(self, request: Any) -> None:
-        sock = self.connections.remove(request)
-        if sock is not None and sock is not request:
-            with contextlib.suppress(OSError):
-                sock.close()  # the TLS socket, which owns the descriptor
-        super().shutdown_request(request)
-
-    def server_close(self) -> None:
-        super().server_close()
-        self._wake.close()
-        self._waker.close()
-
-
-
-class _TooLarge(Exception):
-    """A request's head passed MAX_HEAD bytes."""
-
-
-class _CappedReader:
-    """A connection's reader that lets each request's head take MAX_HEAD bytes at most."""
-
-    def __init__(self, raw: BinaryIO) -> None:
-        self._raw = raw
-        self._left = MAX_HEAD
-
-    def next_request(self) -> None:
-        self._left = MAX_HEAD
-
-    def readline(self, limit: int = -1) -> bytes:
-        if self._left < 0:
-            raise _TooLarge
-        size = self._left + 1 if limit < 0 else min(limit, self._left + 1)
-        line = self._raw.readline(size)
-        self._left -= len(line)
-        if self._left < 0:
-            raise _TooLarge
-        return line
-
-    def read(self, size: int) -> bytes:
-        return self._raw.read(size)
-
-    def close(self) -> None:
-        self._raw.close()
-
-    @property
-    def closed(self) -> bool:
-        return self._raw.closed
+    def _drop(self, connection: Connection) -> None:
+        self.connections.remove(connection)
+        connection.sock.close()
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
+    """Answers one request of a connection (constructing it does), whose head the
+    accepting thread has read."""
+
     protocol_version = "HTTP/1.1"  # keep-alive: the page polls once a second
     server_version = "mpsched"  # and no Python version: see version_string()
     # Buffered, and flushed once per answer: its head and body leave in one segment. (Sent
     # apart, the body waited for the ACK of the head, which a client delays by 40 ms.)
     wbufsize = 64 * 1024
-    server: _Listener
-    rfile: Any  # a _CappedReader
+    server: _Listener  # type: ignore[assignment]
+    rfile: Any  # a RequestReader
+
+    def __init__(self, connection: Connection, server: _Listener) -> None:
+        self._connection = connection
+        super().__init__(connection.sock, (connection.host, connection.port),
+                         server)  # type: ignore[arg-type]
 
     def setup(self) -> None:
-        self._raw = self.request
-        self._raw.settimeout(IO_TIMEOUT)
-        with contextlib.suppress(OSError):
-            self._raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if self.server.tls is not None:  # here, not in the accepting thread
-            self.request = self.server.tls.wrap_socket(self._raw, server_side=True,
-                                                       do_handshake_on_connect=False)
-            # Its deadline bounds the handshake.
-            self.server.connections.wrapped(self._raw, self.request)
-            self.request.do_handshake()
-        super().setup()
+        self.connection = self.request
         self.connection.settimeout(IO_TIMEOUT)  # each read or write (TLS too)
-        self.rfile = _CappedReader(self.rfile)
+        self.rfile = RequestReader(self._connection)
+        self.wfile = self.connection.makefile("wb", self.wbufsize)
+
+    def handle(self) -> None:
+        self.close_connection = True  # unless the request keeps it alive
+        self.handle_one_request()
+
+    def finish(self) -> None:
+        with contextlib.suppress(OSError):
+            self.wfile.flush()
+        with contextlib.suppress(OSError):
+            self.wfile.close()
 
     def handle_one_request(self) -> None:
-        self.rfile.next_request()
         self.command = self.requestline = self.request_version = ""  # until parsed
         try:
             self.raw_requestline = self.rfile.readline()
@@ -238,7 +194,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 return
             if not self.parse_request():
                 return  # it answered the error
-        except _TooLarge:
+        except TooLarge:
             self.send_error(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE,
                             f"request line and headers take more than {MAX_HEAD} bytes")
             return
@@ -246,7 +202,6 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
             return
         self._send(self._response())
-        self.server.connections.answered(self._raw)
 
     def version_string(self) -> str:
         return self.server_version

@@ -240,18 +240,41 @@ def connect(server: StatusServer, source: str = "127.0.0.1") -> socket.socket:
     return sock
 
 
-def test_connections_over_the_cap_of_one_address_are_turned_away_not_others(
-        serve: Callable[..., StatusServer]) -> None:
+def _still_open(sock: socket.socket) -> bool:
+    sock.setblocking(False)
+    try:
+        return sock.recv(1) != b""  # an answer it did not ask for: open, yet wrong
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        sock.setblocking(True)
+
+
+def test_idle_connections_past_the_cap_of_one_address_make_room_oldest_first(
+        serve: Callable[..., StatusServer], caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="mpsched.http")
     server = serve()
+    connections = server._listener.connections
+    others = [connect(server, source="127.0.0.2") for _ in range(3)]
     idle = [connect(server) for _ in range(MAX_PER_ADDRESS)]
     try:
-        assert request(server, "/metrics").status == 503  # from 127.0.0.1, the 9th
-        with connect(server, source="127.0.0.2") as other:  # another address gets in
-            other.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                          b"Connection: close\r\n\r\n")
-            assert other.recv(12) == b"HTTP/1.1 200"
+        wait_for(lambda: len(connections.socks()) == MAX_PER_ADDRESS + 3,
+                 what="every connection counted")
+        # A request past 127.0.0.1's cap is answered: the oldest idle one makes room.
+        assert request(server, "/metrics").status == 200
+        assert idle[0].recv(1) == b""
+        assert all(_still_open(sock) for sock in idle[1:])
+        # A request that arrived on the oldest is answered, not closed for room.
+        idle[1].sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert request(server, "/api/status").status == 200
+        assert idle[1].recv(12) == b"HTTP/1.1 200"
+        # Another address's connections are not touched.
+        assert all(_still_open(sock) for sock in others)
+        assert len([r for r in caplog.records if "closing the oldest" in r.getMessage()]) == 1
     finally:
-        for sock in idle:
+        for sock in [*others, *idle]:
             sock.close()
 
 
