@@ -8,6 +8,7 @@ opaque cloudpickled ``payload``.
 from __future__ import annotations
 
 import enum
+import hashlib
 import math
 import time
 from dataclasses import dataclass, field
@@ -119,6 +120,12 @@ class Lease(NamedTuple):
     job_id: str
     worker_id: str
     attempt: int
+
+
+def job_digest(job_id: str) -> bytes:
+    """Eight bytes that stand for ``job_id`` where a worker records which job it entered
+    (mpsched._worker.claims): fixed in size whatever the id's length."""
+    return hashlib.blake2b(job_id.encode(), digest_size=8).digest()
 
 
 class Assignment(NamedTuple):

@@ -112,6 +112,12 @@ class Leases:
         return Assignment(lease=lease, payload=job.payload, due=job.due, timeout=job.timeout,
                           at=job.at)
 
+    def hold_locked(self, job: Job, worker_id: str, now: float) -> None:
+        """Put ``job`` in flight with ``worker_id`` as the attempt it already is: a job a
+        store says ran on that worker when the manager before this one died."""
+        job.attempt -= 1
+        self.grant_locked(job, worker_id, now)
+
     def drop_locked(self, lease_id: int) -> Job | None:
         """End a lease without an outcome (the job goes back to the heap)."""
         flight = self._end_locked(lease_id)
@@ -139,6 +145,12 @@ class Leases:
         for entry in lost:
             self._end_locked(entry.lease.lease_id)
         return lost
+
+    def lease_of(self, job_id: str) -> Lease | None:
+        """The lease of the job ``job_id`` if it is in flight; takes the lock."""
+        with self._lock:
+            flight = self._by_job.get(job_id)
+            return None if flight is None else flight.lease
 
     def find_locked(self, job_id: str) -> tuple[Job, Lease] | None:
         """The job in flight under ``job_id``, with its lease."""

@@ -173,6 +173,15 @@ class JobQueue:
         any submit; new jobs get seqs from ``next_seq`` on, so they order after these."""
         self._intake.restore(jobs, next_seq)
 
+    def hold_in_flight(self, worker_id: str, jobs: list[Job]) -> None:
+        """Put in flight with ``worker_id`` jobs a store says were running on it when the
+        manager before this one died (a remote worker that may still run them), before
+        any take: their attempts as the store has them."""
+        with self._lock:
+            now = self._clock.now()
+            for job in jobs:
+                self.leases.hold_locked(job, worker_id, now)
+
     def return_lease(self, lease_id: int) -> Job | None:
         """Take back a job just handed out that must not run (its lease could not be
         journalled): it goes back to the heap as never received. Returns the job."""

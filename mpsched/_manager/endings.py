@@ -32,7 +32,7 @@ from mpsched._manager.shared_queue import SharedQueue
 from mpsched._manager.worker_table import WorkerTable
 from mpsched._payload.segments import Segments
 from mpsched._protocol.codec import report_from_wire
-from mpsched._protocol.records import Report
+from mpsched._protocol.records import LeftBehind, Report
 
 log = logging.getLogger("mpsched.manager")
 
@@ -122,14 +122,35 @@ class Endings:
         """Forget a worker and resolve each job it held; returns how many it held.
 
         ``received`` tells whether the worker got a lease (local workers: their claim
-        slot); by default, the last lease it acknowledged.
+        slot); by default, the last lease it acknowledged (every lease, for a worker awaited
+        since a restart: WorkerTable.await_worker).
         """
         lost = self._queue.release_worker(worker_id)
         acked = self._workers.remove(worker_id)
         for item in lost:
-            got = received(item.lease) if received else item.lease.lease_id == acked
+            got = (received(item.lease) if received else
+                   acked is None or item.lease.lease_id == acked)
             self._resolve_lost(item, got, exitcode)
         return len(lost)
+
+    def resolve_left(self, worker_id: str, exitcode: int | None, left: LeftBehind, *,
+                     same_clock: bool) -> int:
+        """A worker is gone, or joined again under a new id, and ``left`` says what it left
+        (its claim slot): end the jobs it ran to their end with their outcomes, then
+        resolve its other leases, the job it entered as one it died under and the rest as
+        never received. Returns how many leases it held besides the ended ones."""
+        completed = 0
+        for report in left.ended:
+            lease = self._queue.leases.lease_of(report.outcome.job_id)
+            if lease is not None and lease.worker_id == worker_id:
+                # Its own lease id: one of a manager before a restart names no lease here.
+                completed += self.complete(report._replace(lease_id=lease.lease_id),
+                                           worker_id, same_clock=same_clock, late=False)
+        if completed:
+            log.info("worker %s is gone; %d job(s) it had run were reported from its slot",
+                     worker_id, completed)
+        return self.lose_worker(worker_id, exitcode,
+                                received=lambda lease: left.entered_job(lease.job_id))
 
     def _resolve_lost(self, item: LostLease, received: bool, exitcode: int | None) -> None:
         job, lease = item.job, item.lease

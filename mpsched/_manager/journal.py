@@ -24,6 +24,7 @@ import pickle
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from mpsched._core.clock import Clock
 from mpsched._core.job import (
@@ -40,7 +41,7 @@ from mpsched._core.queue import JobQueue
 from mpsched._errors import JobError, JobNotFoundError
 from mpsched._manager.ended import MAX_OUTCOME, Ended, EndedJobs
 from mpsched._manager.shared_queue import SharedQueue
-from mpsched._protocol.records import ManagerStatus
+from mpsched._protocol.records import LeftBehind, ManagerStatus
 from mpsched._store.base import Store
 from mpsched._store.memory import MemoryStore
 
@@ -69,6 +70,13 @@ def cancelled(job_id: str) -> Outcome:
                    error_kind=OutcomeKind.CANCELLED)
 
 
+class Recovered(NamedTuple):
+    """What a manager got back from its store."""
+
+    summary: str  # in one line ("" for nothing)
+    awaited: dict[str, list[Job]]  # jobs held in flight for each remote worker, by its id
+
+
 class BaseJournal(abc.ABC):
     """What the service tells of each job's life, and the lookups by id; the watchers of
     each job. ``store`` keeps the schedules (and, in ``Journal``, the jobs).
@@ -92,10 +100,11 @@ class BaseJournal(abc.ABC):
         self._lock = threading.Lock()
         self._watchers: dict[str, set[str]] = {}
 
-    def recover(self, clock: Clock) -> str:
-        """Put the store's pending jobs back in the queue; a one-line summary ("" for
-        nothing)."""
-        return ""
+    def recover(self, clock: Clock, traces: dict[str, LeftBehind] | None = None) -> Recovered:
+        """Put the store's pending jobs back in the queue, and resolve the ones that were
+        running (by ``traces``: what each local worker's claim slot says, by worker id);
+        nothing without a store."""
+        return Recovered("", {})
 
     @property
     def max_payload(self) -> int | None:

@@ -89,7 +89,7 @@ def run_manager(config: ManagerConfig, control: Connection | None = None,
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the owner decides when we stop
     claims = LocalClaims()  # the local workers' claim slots, for prefetched jobs
     try:
-        queue, journal, recovered, slots = _open_queue(config, claims)
+        queue, journal, recovered, slots, awaited = _open_queue(config, claims)
     except StoreError as exc:
         if control is None:
             raise
@@ -100,10 +100,12 @@ def run_manager(config: ManagerConfig, control: Connection | None = None,
     if isinstance(journal, SharedJournal):
         journal.hold_segments(segments)
     try:
-        return _serve(config, control, on_ready, ManagerService(
+        service = ManagerService(
             queue, heartbeat_timeout=config.heartbeat_timeout, journal=journal,
-            segments=segments, drain_workers_on_stop=config.drain_workers_on_stop),
-            recovered, _Workers(claims, slots))
+            segments=segments, drain_workers_on_stop=config.drain_workers_on_stop)
+        for worker_id in awaited:  # their jobs are in flight: see Journal.recover
+            service.workers.await_worker(worker_id)
+        return _serve(config, control, on_ready, service, recovered, _Workers(claims, slots))
     finally:
         segments.close()
         journal.store.close()
@@ -138,12 +140,13 @@ def _segments(config: ManagerConfig) -> Segments:
 
 class _Opened(NamedTuple):
     """What a manager serves from: its queue, its journal, what was recovered (one line),
-    and where its local workers' claim slots live."""
+    where its local workers' claim slots live, and the remote workers it awaits."""
 
     queue: JobQueue | SharedQueue
     journal: BaseJournal
     recovered: str
     slots: SlotSource
+    awaited: tuple[str, ...] = ()
 
 
 class _Workers(NamedTuple):
@@ -182,15 +185,15 @@ def _open_journal(config: ManagerConfig, queue: JobQueue) -> _Opened:
                         result_ttl=config.result_ttl)
     journal = Journal(store, queue)
     try:
-        slots = SlotFile(config.store)  # under the store's lock: no other manager's
-        summary = journal.recover(queue.clock, slots.traces())
+        slots = SlotFile(f"{config.store}-workers")  # under the store's lock: ours alone
+        summary, awaited = journal.recover(queue.clock, slots.traces())
         slots.clear()
     except BaseException:
         store.close()
         raise
     if summary:
         log.info("%s", summary)
-    return _Opened(queue, journal, summary, slots)
+    return _Opened(queue, journal, summary, slots, tuple(awaited))
 
 
 def _serve(config: ManagerConfig, control: Connection | None,

@@ -50,6 +50,7 @@ from mpsched._protocol.records import (
     HEARTBEAT_TIMEOUT,
     LONG_POLL,
     ClientHello,
+    LeftBehind,
     Stats,
     WorkerHello,
     WorkerLoad,
@@ -174,13 +175,27 @@ class ManagerService:
         self.lose_worker(worker_id, exitcode=0)
 
     @remote
-    def worker_exited(self, worker_id: str, exitcode: int) -> None:
-        """A remote worker's pool saw its process exit (a negative code: killed by that
-        signal): resolve the jobs it held now, not at its heartbeat deadline."""
-        held = self.lose_worker(worker_id, exitcode)
-        if held:
+    def worker_exited(self, worker_id: str, exitcode: int | None,
+                      left: LeftBehind | None = None) -> None:
+        """A remote worker is gone: its pool saw its process exit (a negative code: killed
+        by that signal; None: its pool died, and the next one found its slot), or it joined
+        again under a new id (None). Resolve the jobs it held now, not at its heartbeat
+        deadline: by ``left``, what its claim slot says, when there is one."""
+        if left is None:
+            held = self.lose_worker(worker_id, exitcode)
+        else:
+            held = self.endings.resolve_left(worker_id, exitcode, left, same_clock=False)
+        if held and exitcode is not None:
             log.error("remote worker %s exited with code %s holding %d job(s)", worker_id,
                       exitcode, held)
+        elif held:
+            log.warning("remote worker %s is gone (its pool, or it, said so) holding %d "
+                        "job(s)", worker_id, held)
+
+    def resolve_left(self, worker_id: str, exitcode: int | None, left: LeftBehind) -> int:
+        """A local worker exited, and its durable claim slot says what it left: see
+        Endings.resolve_left; returns how many leases it held besides the ended ones."""
+        return self.endings.resolve_left(worker_id, exitcode, left, same_clock=True)
 
     def recover_reports(self, worker_id: str, kept: list[bytes]) -> int:
         """A local worker exited: end the jobs it ran whose reports it kept in its claim

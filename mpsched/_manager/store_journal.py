@@ -22,7 +22,7 @@ import gc
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mpsched._core.clock import Clock
 from mpsched._core.job import (
@@ -37,10 +37,17 @@ from mpsched._core.job import (
 )
 from mpsched._core.queue import JobQueue
 from mpsched._errors import JobError, JobNotFoundError, StoreError, WorkerCrashedError
-from mpsched._manager.journal import BaseJournal, cancelled, decode, encode, failure
+from mpsched._manager.journal import (
+    BaseJournal,
+    Recovered,
+    cancelled,
+    decode,
+    encode,
+    failure,
+)
+from mpsched._protocol.records import LeftBehind
 from mpsched._store.base import JournalStore, Recovery, StoredJob
 from mpsched._store.lease_records import OUTCOME_IN_LOG
-from mpsched._worker.slot_file import WorkerTrace
 
 log = logging.getLogger("mpsched.manager")
 
@@ -66,10 +73,11 @@ class Journal(BaseJournal):
 
     # ------------------------------------------------------------------ recovery
 
-    def recover(self, clock: Clock, traces: dict[str, WorkerTrace] | None = None) -> str:
-        """Put the store's pending jobs back in the queue; resolve the ones that were
-        running by what ``traces`` (the local workers' slots, by worker id) say, else as
-        if their worker died. Returns a one-line summary ("" for nothing)."""
+    def recover(self, clock: Clock, traces: dict[str, LeftBehind] | None = None) -> Recovered:
+        """Put the store's pending jobs back in the queue, and resolve the ones that were
+        running: by what ``traces`` (the local workers' slots, by worker id) say; a job
+        of a worker without one (a remote worker, which may still run it) stays in flight
+        for that worker, awaited (WorkerTable.await_worker)."""
         recovery = self.store.recover()
         offset = clock.now() - self._wall()
         gc_was_on = gc.isenabled()
@@ -78,27 +86,33 @@ class Journal(BaseJournal):
             jobs = [_job(stored, offset) for stored in recovery.pending]
             resolved = self._resolve_running(recovery, offset, jobs, traces or {})
             self.queue.restore(jobs, recovery.next_seq)
+            for worker_id, held in resolved.awaited.items():
+                self.queue.hold_in_flight(worker_id, held)
         finally:
             if gc_was_on:
                 gc.enable()
         if not (recovery.pending or recovery.running):
-            return ""
-        return (f"recovered {len(recovery.pending)} pending job(s) from {self.store.location}; "
-                f"of {len(recovery.running)} running when the manager stopped, "
-                f"{resolved.summary()}")
+            return Recovered("", {})
+        return Recovered(
+            f"recovered {len(recovery.pending)} pending job(s) from {self.store.location}; "
+            f"of {len(recovery.running)} running when the manager stopped, "
+            f"{resolved.summary()}", resolved.awaited)
 
     def _resolve_running(self, recovery: Recovery, offset: float, jobs: list[Job],
-                         traces: dict[str, WorkerTrace]) -> _Resolved:
+                         traces: dict[str, LeftBehind]) -> _Resolved:
         resolved = _Resolved()
         for running in recovery.running:
             job = _job(running.job, offset)
             trace = traces.get(running.worker_id)
-            outcome = trace.outcome(job.job_id) if trace is not None else None
+            if trace is None:  # no slot here: its worker may be running it still
+                resolved.awaited.setdefault(running.worker_id, []).append(job)
+                continue
+            outcome = trace.outcome(job.job_id)
             if outcome is not None:  # it ran to its end; the report never reached us
                 state = JobState.DONE if outcome.ok else JobState.FAILED
                 self.store.finish(job.job_id, state, encode(outcome), self._wall())
                 resolved.ended += 1
-            elif trace is not None and not trace.entered_job(job.job_id):
+            elif not trace.entered_job(job.job_id):
                 job.attempt -= 1  # handed out with others, never started: not an attempt
                 self.store.requeue(job.job_id, job.attempt)
                 jobs.append(job)
@@ -211,11 +225,15 @@ class _Resolved:
     unstarted: int = 0  # handed out but never started: pending again, untouched
     retried: int = 0  # started, with a retry left: pending again
     failed: int = 0  # started, no retry left: WorkerCrashedError
+    awaited: dict[str, list[Job]] = field(default_factory=dict)  # by remote worker id
 
     def summary(self) -> str:
         parts = [f"{self.ended} had ended"] if self.ended else []
         if self.unstarted:
             parts.append(f"{self.unstarted} had not started")
+        if self.awaited:
+            held = sum(map(len, self.awaited.values()))
+            parts.append(f"{held} wait for their remote worker to say how they ended")
         parts.append(f"{self.retried} will run again and {self.failed} failed "
                      f"(WorkerCrashedError)")
         return ", ".join(parts)

@@ -230,14 +230,18 @@ class Supervisor:
         local.proc.join()
         exitcode = local.proc.exitcode
         self._claims.remove(worker_id)
-        kept = local.slot.kept()
-        if kept:  # reports of jobs it ran before the one it died in
-            self._service.recover_reports(worker_id, kept)
-        # Leases grow: every one of its leases up to the last it received or started had
-        # reached it (an attempt); the later ones never did (prefetched, not started).
-        started = local.slot.started()
-        held = self._service.lose_worker(
-            worker_id, exitcode, received=lambda lease: lease.lease_id <= started)
+        if local.slot.durable:  # it says which job it entered, and what it ran
+            held = self._service.resolve_left(worker_id, exitcode, local.slot.left_behind())
+        else:
+            kept = local.slot.kept()
+            if kept:  # reports of jobs it ran before the one it died in
+                self._service.recover_reports(worker_id, kept)
+            # Leases grow: every one of its leases up to the last it received or started
+            # had reached it (an attempt); the later ones never did (prefetched, not
+            # started).
+            started = local.slot.started()
+            held = self._service.lose_worker(
+                worker_id, exitcode, received=lambda lease: lease.lease_id <= started)
         self._slots.release(local.slot)  # what it held is resolved: the slot may go again
         if held or exitcode != 0:
             log.error("worker %s (pid %s) exited with code %s holding %d job(s)",

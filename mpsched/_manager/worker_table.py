@@ -72,6 +72,10 @@ class _Registered:
     load: WorkerLoad | None = None
     local: bool = False  # started by this manager: shares its monotonic clock
     dismissed: bool = False  # its pool is to leave (remote workers only)
+    # A remote worker that held jobs when the manager died: not joined (yet), awaited under
+    # its old id until its pool or its next join says what became of them, or it is silent
+    # past the heartbeat timeout (its heartbeat thread may beat under that id meanwhile).
+    awaited: bool = False
     told: bool = False  # ... and a take of it was answered so
     proc: psutil.Process | None = field(default=None, repr=False)  # local workers only
     cpu: CpuMeter | None = None  # local workers only; read and moved under the table's lock
@@ -112,6 +116,18 @@ class WorkerTable:
             slot = next(n for n in itertools.count() if n not in taken)
             self._workers[hello.worker_id] = _Registered(hello, time.monotonic(), slot=slot,
                                                      local=local, proc=proc, cpu=cpu)
+
+    def await_worker(self, worker_id: str) -> None:
+        """Register ``worker_id`` as awaited (see _Registered.awaited): it counts as a
+        remote worker last heard of now, but is not listed, counted or dismissed."""
+        host = worker_id.rsplit(":", 1)[0] if ":" in worker_id else ""
+        hello = WorkerHello(worker_id=worker_id, pid=0, host=host, python="",
+                            cloudpickle="", remote=True)
+        with self._lock:
+            taken = {w.slot for w in self._workers.values() if w.hello.host == host}
+            slot = next(n for n in itertools.count() if n not in taken)
+            self._workers.setdefault(worker_id, _Registered(
+                hello, time.monotonic(), slot=slot, awaited=True))
 
     def _started_here(self, hello: WorkerHello) -> bool:
         # A host name proves nothing about clocks: two containers or VMs may share one.
@@ -159,7 +175,7 @@ class WorkerTable:
         """Dismiss every remote worker registered now: its next take tells it that its pool
         leaves. Returns how many there are."""
         with self._lock:
-            remote = [w for w in self._workers.values() if w.hello.remote]
+            remote = [w for w in self._workers.values() if w.hello.remote and not w.awaited]
             for worker in remote:
                 worker.dismissed = True
             return len(remote)
@@ -186,11 +202,14 @@ class WorkerTable:
         with self._lock:
             return {wid for wid, w in self._workers.items() if w.current is not None}
 
-    def remove(self, worker_id: str) -> int:
-        """Forget a worker; returns the last lease id it acknowledged (0: none)."""
+    def remove(self, worker_id: str) -> int | None:
+        """Forget a worker; returns the last lease id it acknowledged (0: none), or None
+        for an awaited one: each of its leases may have reached it."""
         with self._lock:
             worker = self._workers.pop(worker_id, None)
-        return 0 if worker is None else worker.acked
+        if worker is None:
+            return 0
+        return None if worker.awaited else worker.acked
 
     def expired_remote(self, heartbeat_timeout: float) -> tuple[list[str], float | None]:
         """Remote workers silent past the heartbeat timeout, and the next such deadline."""
@@ -203,14 +222,15 @@ class WorkerTable:
         return late, min(ahead, default=None)
 
     def __len__(self) -> int:
+        """How many workers are registered (awaited ones are not)."""
         with self._lock:
-            return len(self._workers)
+            return sum(not w.awaited for w in self._workers.values())
 
     def statuses(self, since: float) -> tuple[tuple[WorkerStatus, ...], int]:
         """Every worker as ``stats()`` shows it, and how many jobs finished after ``since``
         (monotonic)."""
         with self._lock:
-            workers = list(self._workers.values())
+            workers = [w for w in self._workers.values() if not w.awaited]
             # Completion times are appended in time order: a bisection (in C, over the
             # deque's blocks) finds the recent ones without a pass over 100,000 of them.
             recent = len(self._finished) - bisect.bisect_left(self._finished, since)

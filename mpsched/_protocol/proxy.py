@@ -36,6 +36,7 @@ from mpsched._protocol.codec import (
 )
 from mpsched._protocol.records import (
     ClientHello,
+    LeftBehind,
     Report,
     Stats,
     WorkerHello,
@@ -183,8 +184,9 @@ class ServiceProxy(BaseProxy):
     def leave(self, worker_id: str, reports: list[Report]) -> None:
         self._call("leave", worker_id, _reports(reports))
 
-    def worker_exited(self, worker_id: str, exitcode: int) -> None:
-        self._call("worker_exited", worker_id, exitcode)
+    def worker_exited(self, worker_id: str, exitcode: int | None,
+                      left: LeftBehind | None = None) -> None:
+        self._call("worker_exited", worker_id, exitcode, left)
 
     def open_client(self, hello: ClientHello) -> int | None:
         result: int | None = self._call("open_client", hello)

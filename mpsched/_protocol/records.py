@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, NamedTuple
 
-from mpsched._core.job import Order, Outcome, QueueStats
+from mpsched._core.job import Order, Outcome, QueueStats, job_digest
 from mpsched._core.options import Durability, Option
 from mpsched._errors import MpschedError
 from mpsched._transport.http_access import HttpConfig
@@ -60,6 +60,23 @@ class Report(NamedTuple):
 
     lease_id: int
     outcome: Outcome
+
+
+class LeftBehind(NamedTuple):
+    """What a worker that is gone, or that joined again under a new id, left of its jobs,
+    as its claim slot says (mpsched._worker.claims): the manager resolves that worker's
+    leases by it rather than by what it acknowledged."""
+
+    entered: bytes  # job_digest of the job whose callable it entered last; b"" for none
+    ended: tuple[Report, ...]  # jobs it ran to their end, whose reports may not have arrived
+
+    def outcome(self, job_id: str) -> Outcome | None:
+        """How ``job_id`` ended, if the worker ran it to its end."""
+        return next((r.outcome for r in self.ended if r.outcome.job_id == job_id), None)
+
+    def entered_job(self, job_id: str) -> bool:
+        """Whether ``job_id`` is the job whose callable the worker entered last."""
+        return bool(self.entered) and self.entered == job_digest(job_id)
 
 
 class WorkerHello(NamedTuple):

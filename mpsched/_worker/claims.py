@@ -29,13 +29,18 @@ by its worker or given back to the heap, never both and never neither.
 from __future__ import annotations
 
 import ctypes
-import hashlib
+import logging
 import mmap
 import os
+import pickle
 from multiprocessing.context import BaseContext
 from typing import Any
 
-from mpsched._core.job import Lease
+from mpsched._core.job import Lease, job_digest
+from mpsched._protocol.codec import report_from_wire
+from mpsched._protocol.records import LeftBehind
+
+log = logging.getLogger("mpsched.worker")
 
 NEVER = (1 << 63) - 1  # revoked_from when nothing is revoked
 KEPT_BYTES = 1 << 16  # room for kept reports; one that does not fit is sent at once
@@ -51,11 +56,6 @@ HEAD_BYTES = 128
 SLOT_BYTES = HEAD_BYTES + KEPT_BYTES
 # A slot's span in a slot file: mappings start at multiples of the allocation granularity.
 SLOT_SPAN = -(-SLOT_BYTES // mmap.ALLOCATIONGRANULARITY) * mmap.ALLOCATIONGRANULARITY
-
-
-def job_digest(job_id: str) -> bytes:
-    """What a slot records of the job its worker started last."""
-    return hashlib.blake2b(job_id.encode(), digest_size=DIGEST_BYTES).digest()
 
 
 class ClaimSlot:
@@ -138,9 +138,18 @@ class ClaimSlot:
         """The reports the worker kept and had not forgotten; read once it has exited."""
         return read_kept(self._view)
 
+    def left_behind(self) -> LeftBehind:
+        """What the slot says its worker left of its jobs: read once it has exited, or by
+        the worker itself as it joins its manager again."""
+        return read_left(self._view)
+
     def started(self) -> int:
         """The last lease id the worker received or claimed."""
         return int(self._values[0])
+
+    def owner(self) -> str:
+        """The worker id the slot was last named for ("": none)."""
+        return read_owner(self._view)
 
     def name(self, worker_id: str) -> None:
         """Record whose slot this is (a durable slot is read by worker id at recovery)."""
@@ -191,11 +200,24 @@ def read_kept(view: memoryview) -> list[bytes]:
     return records
 
 
-def read_owner(view: memoryview) -> tuple[str, bytes]:
-    """The worker id and the digest of the job started last of the slot ``view``."""
+def read_owner(view: memoryview) -> str:
+    """The worker id the slot ``view`` was last named for ("": none)."""
     length = min(int.from_bytes(view[_WORKER_ID:_WORKER_ID + 2], "little"), MAX_WORKER_ID)
-    worker_id = bytes(view[_WORKER_ID + 2:_WORKER_ID + 2 + length]).decode(errors="replace")
-    return worker_id, bytes(view[_STARTED_JOB:_STARTED_JOB + DIGEST_BYTES])
+    return bytes(view[_WORKER_ID + 2:_WORKER_ID + 2 + length]).decode(errors="replace")
+
+
+def read_left(view: memoryview) -> LeftBehind:
+    """What the slot ``view`` says its worker left of its jobs. A kept report that does
+    not read back (a slot written by something else) is left out, with a warning."""
+    entered = bytes(view[_STARTED_JOB:_STARTED_JOB + DIGEST_BYTES])
+    ended = []
+    for record in read_kept(view):
+        try:
+            ended.append(report_from_wire(pickle.loads(record)))
+        except Exception as exc:
+            log.warning("a kept report is unreadable (%s: %s); its job stays as it was",
+                        type(exc).__name__, exc)
+    return LeftBehind(entered=entered if any(entered) else b"", ended=tuple(ended))
 
 
 class LocalClaims:

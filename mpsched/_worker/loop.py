@@ -83,14 +83,16 @@ def serve(service: ServiceProxy, config: WorkerConfig, received: Callable[[Lease
             EOFError from it means the manager is gone (LOST), and the job is not run.
         drain: a remote worker's drain flag (None: a local worker, stopped by its manager).
         timeouts: enforces each job's timeout in this process (None: the manager does).
-        slot: a local worker's ClaimSlot: with it, a worker whose last job was short asks
-            for prefetched jobs too (mpsched._core.prefetch), starts each only if it claims
-            it there, and keeps there the reports it holds back meanwhile. None: one job
-            per take.
+        slot: the worker's ClaimSlot. With it, a local worker whose last job was short
+            asks for prefetched jobs too (mpsched._core.prefetch), starts each only if it
+            claims it there, and keeps there the reports it holds back meanwhile. A remote
+            worker's slot (its pool's), and a durable one, also record which job the
+            worker enters and keep every report until the manager has it. None: one job
+            per take, nothing recorded.
     """
     worker_id = config.worker_id
     reports = Reports(partial(service.report, worker_id))
-    state = _Batches(config, slot, service)
+    state = _Batches(config, slot, service, remote=drain is not None)
     unsent: list[Report] = []
     try:
         while drain is None or not drain.draining:
@@ -146,20 +148,23 @@ class _Batches:
     """How many jobs a worker asks for at once, and running what it gets."""
 
     def __init__(self, config: WorkerConfig, slot: ClaimSlot | None,
-                 service: ServiceProxy) -> None:
+                 service: ServiceProxy, *, remote: bool) -> None:
         self._config = config
         self._slot = slot
         self._service = service
-        self._durable = slot is not None and slot.durable
-        # A durable slot records which job the worker enters (mpsched._worker.claims).
-        self._entering = slot.entering if slot is not None and slot.durable else None
+        self._prefetch = slot is not None and not remote  # remote workers take one job
+        # Whoever reads the slot after this worker (or its manager) is gone learns which
+        # job it entered and what it ran (mpsched._worker.claims): a durable slot, and a
+        # remote worker's, which its pool reads (or it itself, joining again).
+        self._traced = slot is not None and (slot.durable or remote)
+        self._entering = slot.entering if slot is not None and self._traced else None
         self._last_run = float("inf")  # seconds the last job ran: long until one did
         self.done = 0
 
     def more(self) -> int:
         """Prefetched jobs to ask for: as many as the last job's run time says fit in
         BATCH_TIME (none after a job that ran that long), within max_tasks."""
-        if self._slot is None or self._last_run >= BATCH_TIME:
+        if not self._prefetch or self._last_run >= BATCH_TIME:
             return 0
         more = PREFETCH - 1
         if self._last_run > 0:
@@ -185,9 +190,9 @@ class _Batches:
                     return LoopEnd.LOST
             report = self._run_one(assignment, timeouts)
             held = i + 1 < len(batch)
-            # A durable slot keeps every report until the manager has it; any slot keeps
+            # A traced slot keeps every report until the manager has it; any slot keeps
             # those held back while the batch goes on.
-            kept = (held or self._durable) and self._keep(report)
+            kept = (held or self._traced) and self._keep(report)
             if _should_recycle(self._config, self.done):
                 reports.add(report)
                 return LoopEnd.RECYCLED

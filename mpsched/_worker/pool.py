@@ -39,10 +39,12 @@ from typing import Any
 
 from mpsched._errors import AuthenticationError, VersionMismatchError
 from mpsched._protocol.proxy import connect_service
-from mpsched._protocol.records import Exit
+from mpsched._protocol.records import Exit, LeftBehind
 from mpsched._transport.address import format_address
 from mpsched._transport.sockets import host_name
+from mpsched._worker.claims import ClaimSlot
 from mpsched._worker.loop_end import LoopEnd
+from mpsched._worker.pool_slots import Orphan, PoolSlots, forget
 from mpsched._worker.process import WorkerConfig
 from mpsched._worker.remote import remote_worker_main
 
@@ -69,7 +71,8 @@ class _Verdict(enum.IntEnum):
 FATAL = {_Verdict.AUTH, _Verdict.VERSION, _Verdict.UNREACHABLE}
 
 
-def _child(config: WorkerConfig, lifeline: Connection, verdict: Any, joins: Connection) -> None:
+def _child(config: WorkerConfig, lifeline: Connection, verdict: Any, joins: Connection,
+           slot: ClaimSlot) -> None:
     config = replace(config, worker_id=f"{host_name()}:{os.getpid()}")
 
     def joined(worker_id: str) -> None:
@@ -78,7 +81,7 @@ def _child(config: WorkerConfig, lifeline: Connection, verdict: Any, joins: Conn
 
     said = _Verdict.LEFT
     try:
-        if remote_worker_main(config, lifeline, joined) == LoopEnd.DISMISSED:
+        if remote_worker_main(config, lifeline, joined, slot) == LoopEnd.DISMISSED:
             said = _Verdict.DISMISSED
     except AuthenticationError as exc:
         print(f"mpsched worker: {exc}", file=sys.stderr)
@@ -93,20 +96,31 @@ def _child(config: WorkerConfig, lifeline: Connection, verdict: Any, joins: Conn
     sys.exit(int(said) if said in FATAL else 0)
 
 
-def _tell_manager(config: WorkerConfig, worker_id: str, exitcode: int) -> None:
-    """Tell the manager that worker ``worker_id`` exited (in a thread of the pool's)."""
+def _tell_manager(config: WorkerConfig, gone: list[tuple[str, int | None, LeftBehind | None]],
+                  orphan: Orphan | None = None) -> None:
+    """Tell the manager, in a thread of the pool's, that each ``(worker id, exit code,
+    what its slot says)`` of ``gone`` is gone; then ``orphan`` (whose slots they are) is
+    forgotten."""
     try:
         service = connect_service(config.address, config.authkey)
-        service.worker_exited(worker_id, exitcode)
+        for worker_id, exitcode, left in gone:
+            service.worker_exited(worker_id, exitcode, left)
     except Exception as exc:  # whatever it is, the heartbeat deadline still comes
-        log.warning("could not tell the manager at %s that worker %s exited (%s: %s); it "
-                    "will notice when the worker's heartbeats stop",
-                    format_address(config.address), worker_id, type(exc).__name__, exc)
+        log.warning("could not tell the manager at %s that worker(s) %s are gone (%s: %s); "
+                    "it will notice when their heartbeats stop",
+                    format_address(config.address), ", ".join(w for w, _, _ in gone),
+                    type(exc).__name__, exc)
+        return
+    if orphan is not None:
+        log.info("told the manager what %d worker(s) of a pool that died had left in %s",
+                 len(gone), orphan.path)
+        forget(orphan)
 
 
 @dataclass(eq=False)
 class _PoolWorker:
     proc: BaseProcess
+    slot: ClaimSlot  # what it entered and ran, under the id it joined with (pool_slots)
     verdict: Any  # shared int: a _Verdict the process sets before it exits on purpose
     joins: Connection | None  # the ids it joins under arrive here; None once it closed
     worker_id: str | None = None  # the id it last joined under; None: it never joined
@@ -121,6 +135,7 @@ class WorkerPool:
         self._ctx: Any = multiprocessing.get_context(method)
         # Children exit when this process dies: only it holds the write end.
         self._lifeline_r, self._lifeline_w = self._ctx.Pipe(duplex=False)
+        self._slots = PoolSlots(config.address)
         # Everything below is touched by the main thread only.
         self._workers: list[_PoolWorker] = []
         self._draining = False  # no more replacements: a signal, a fatal or a stop
@@ -163,6 +178,7 @@ class WorkerPool:
         deadline = time.monotonic() + REPORT_GRACE
         for reporter in self._reporters:
             reporter.join(max(0.0, deadline - time.monotonic()))
+        self._slots.close()
         if self._killed_by:
             return 128 + self._killed_by  # as a process killed by that signal would
         return int(result)
@@ -178,6 +194,10 @@ class WorkerPool:
         except (EOFError, OSError):
             worker.joins.close()
             worker.joins = None
+        if joined and self._slots.orphans:  # the manager answers: tell it what they left
+            for orphan in self._slots.orphans:
+                self._tell([(w, None, left) for w, left in orphan.left.items()], orphan)
+            self._slots.orphans = []
         if joined and self._failed_starts:
             log.info("worker pid %s joined the manager after %d worker(s) died at start",
                      worker.proc.pid, self._failed_starts)
@@ -188,7 +208,8 @@ class WorkerPool:
         """Replace a worker that left, unless it says the pool must stop; returns the code."""
         said, code = worker.verdict.value, worker.proc.exitcode
         if said == _Verdict.UNSAID and worker.worker_id is not None:
-            self._report_exit(worker.worker_id, code)
+            self._report_exit(worker, code)
+        self._slots.release(worker.slot)
         if said in FATAL:
             self._drain()
             return Exit(said) if result == Exit.OK else result
@@ -242,8 +263,9 @@ class WorkerPool:
         verdict = self._ctx.RawValue("i", _Verdict.UNSAID)
         joins, theirs = self._ctx.Pipe(duplex=False)
         config = replace(self._config, wait_for_manager=patient)
+        slot = self._slots.slot(self._ctx)
         proc = self._ctx.Process(target=_child,
-                                 args=(config, self._lifeline_r, verdict, theirs),
+                                 args=(config, self._lifeline_r, verdict, theirs, slot),
                                  name="mpsched-remote-worker")
         try:
             proc.start()
@@ -251,24 +273,37 @@ class WorkerPool:
             # The new process died before it read what to run (killed as it was forked:
             # the OOM killer, a fork handler), so the pipe its start writes to is closed.
             joins.close()
+            self._slots.release(slot)
             self._died_at_start("a new worker process died as it started (broken pipe)")
             self._missing += 1
             return
         except BaseException:
             joins.close()
+            self._slots.release(slot)
             raise
         finally:
             theirs.close()  # the child's now: its death shows here as the end of the pipe
-        self._workers.append(_PoolWorker(proc, verdict, joins))
+        self._workers.append(_PoolWorker(proc, slot, verdict, joins))
 
-    def _report_exit(self, worker_id: str, exitcode: int | None) -> None:
-        """Tell the manager, from a thread, that a worker that joined died without a word:
-        it resolves the worker's jobs at once instead of at its heartbeat deadline."""
-        if exitcode is None:  # pragma: no cover - joined processes have exit codes
-            return
+    def _report_exit(self, worker: _PoolWorker, exitcode: int | None) -> None:
+        """Tell the manager that a worker that joined died without a word, and what its slot
+        says it left: the manager resolves its jobs at once, not at its heartbeat
+        deadline."""
+        assert worker.worker_id is not None
+        left: LeftBehind | None = worker.slot.left_behind()
+        owner = worker.slot.owner()
+        gone: list[tuple[str, int | None, LeftBehind | None]] = []
+        if owner and owner != worker.worker_id and left is not None:
+            # It died before it told what its session before left: that first.
+            gone.append((owner, None, LeftBehind(b"", left.ended)))
+            left = None  # it entered nothing as its new self
+        gone.append((worker.worker_id, exitcode, left))
+        self._tell(gone)
+
+    def _tell(self, gone: list[tuple[str, int | None, LeftBehind | None]],
+              orphan: Orphan | None = None) -> None:
         self._reporters = [r for r in self._reporters if r.is_alive()]
-        reporter = threading.Thread(target=_tell_manager,
-                                    args=(self._config, worker_id, exitcode),
+        reporter = threading.Thread(target=_tell_manager, args=(self._config, gone, orphan),
                                     name="mpsched-exit-report", daemon=True)
         reporter.start()
         self._reporters.append(reporter)

@@ -39,10 +39,12 @@ from mpsched._protocol.proxy import (
 )
 from mpsched._protocol.records import (
     Exit,
+    LeftBehind,
     WorkerLoad,
 )
 from mpsched._transport.address import format_address
 from mpsched._transport.wire import FastConnection
+from mpsched._worker.claims import ClaimSlot
 from mpsched._worker.loop import serve
 from mpsched._worker.loop_end import LoopEnd
 from mpsched._worker.process import (
@@ -63,7 +65,8 @@ HEARTBEAT_THREAD = "mpsched-heartbeat"
 
 
 def remote_worker_main(config: WorkerConfig, lifeline: Connection | None = None,
-                       joined: Callable[[str], None] | None = None) -> LoopEnd:
+                       joined: Callable[[str], None] | None = None,
+                       slot: ClaimSlot | None = None) -> LoopEnd:
     """Entry point of a remote worker process; returns why it ended: DISMISSED (the
     manager dismissed it: its pool leaves), DRAINED (SIGTERM) or RECYCLED (``max_tasks`` /
     ``max_memory``).
@@ -71,6 +74,12 @@ def remote_worker_main(config: WorkerConfig, lifeline: Connection | None = None,
     Joins again under a new id when the manager declared it gone (a network cut longer than
     the heartbeat timeout), or went away or stopped and came back. ``joined`` is called with
     the id of each join, once the manager has registered it.
+
+    ``slot`` (its pool's: mpsched._worker.pool_slots) records which job it enters and
+    keeps its reports until the manager has them, under the id it last joined with; its
+    pool reads it if it dies. Joining again, the worker first tells the manager what its
+    last session left there (a manager that died, then came back with a store, may
+    still hold those jobs for it).
 
     Raises:
         AuthenticationError, VersionMismatchError: the manager refused this worker.
@@ -91,10 +100,12 @@ def remote_worker_main(config: WorkerConfig, lifeline: Connection | None = None,
         except Draining:
             return LoopEnd.DRAINED
         patient = True  # joined once: from now on an unreachable manager is an outage
+        if slot is not None:
+            _carry(service, slot, worker_id)
         if joined is not None:
             joined(worker_id)
         ended = _session(service, replace(config, worker_id=worker_id), heartbeat_timeout,
-                         drain)
+                         drain, slot)
         if not _joins_again(ended, worker_id, config):
             return ended
         if ended in (LoopEnd.LOST, LoopEnd.STOPPED):
@@ -157,8 +168,25 @@ def _join(config: WorkerConfig, worker_id: str, drain: DrainState, *, patient: b
         backoff = min(backoff * 2, RECONNECT_MAX)
 
 
+def _carry(service: ServiceProxy, slot: ClaimSlot, worker_id: str) -> None:
+    """Joined as ``worker_id``: tell the manager what the slot says the session before left
+    (the reports it had not seen arrive; no job runs now), then name the slot for this
+    one. A manager that cannot be told now is told at the next join."""
+    previous = slot.owner()
+    if previous and previous != worker_id:
+        left = slot.left_behind()
+        try:
+            service.worker_exited(previous, None, LeftBehind(b"", left.ended))
+        except (EOFError, OSError) as exc:
+            log.warning("worker %s: could not tell the manager what %s left (%s); telling "
+                        "it at the next join", worker_id, previous, exc)
+            return
+        slot.forget_kept()
+    slot.name(worker_id)
+
+
 def _session(service: ServiceProxy, config: WorkerConfig, heartbeat_timeout: float,
-             drain: DrainState) -> LoopEnd:
+             drain: DrainState, slot: ClaimSlot | None = None) -> LoopEnd:
     """Serve one joined connection; returns serve()'s end, or RETIRED (join again)."""
     # Several beats per timeout, whatever --heartbeat-interval says.
     interval = min(config.heartbeat_interval, heartbeat_timeout / 4)
@@ -179,7 +207,7 @@ def _session(service: ServiceProxy, config: WorkerConfig, heartbeat_timeout: flo
     timeouts = JobTimeouts(functools.partial(_timed_out, service, config.worker_id))
     try:
         return LoopEnd(serve(service, config, _acknowledger(service, config.worker_id), drain,
-                             timeouts=timeouts))
+                             timeouts=timeouts, slot=slot))
     except WorkerRetiredError:
         log.warning("worker %s was declared gone by the manager; joining again",
                     config.worker_id)

@@ -19,37 +19,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import pickle
 from multiprocessing.context import BaseContext
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
-from mpsched._core.job import Outcome
-from mpsched._protocol.codec import report_from_wire
-from mpsched._worker.claims import (
-    SLOT_BYTES,
-    SLOT_SPAN,
-    ClaimSlot,
-    job_digest,
-    read_kept,
-    read_owner,
-)
+from mpsched._protocol.records import LeftBehind
+from mpsched._worker.claims import SLOT_BYTES, SLOT_SPAN, ClaimSlot, read_left, read_owner
 
 log = logging.getLogger("mpsched.supervisor")
-
-
-class WorkerTrace(NamedTuple):
-    """What a local worker's slot said of it when its manager died."""
-
-    entered: bytes  # the digest of the job whose callable it entered last
-    ended: dict[str, Outcome]  # the outcomes of jobs it ran whose reports it kept, by job id
-
-    def outcome(self, job_id: str) -> Outcome | None:
-        """The outcome of ``job_id`` if this worker ran it to its end."""
-        return self.ended.get(job_id)
-
-    def entered_job(self, job_id: str) -> bool:
-        """Whether ``job_id`` is the job whose callable this worker entered last."""
-        return self.entered == job_digest(job_id)
 
 
 class SlotSource(Protocol):
@@ -77,26 +53,19 @@ class SlotFile:
     store's lock, so no other process writes the file but its own workers. Its methods are
     called from the manager's main thread only."""
 
-    def __init__(self, store_path: str) -> None:
-        self.path = f"{store_path}-workers"
+    def __init__(self, path: str) -> None:
+        """``path``: the file (created 0600 if missing), a store's ``PATH-workers``."""
+        self.path = path
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         os.close(fd)
         self._slots = 0  # slots the file holds, each written full of zeros once
         self._free: list[int] = []  # of those, the ones no worker uses
         self._full = False  # the file could not grow: said once
 
-    def traces(self) -> dict[str, WorkerTrace]:
-        """What each slot says of its worker, by worker id: read before the store's
-        running jobs are resolved."""
-        with open(self.path, "rb") as file:
-            data = memoryview(file.read())
-        traces = {}
-        for at in range(0, len(data) - SLOT_BYTES + 1, SLOT_SPAN):
-            view = data[at:at + SLOT_BYTES]
-            worker_id, started = read_owner(view)
-            if worker_id:
-                traces[worker_id] = WorkerTrace(started, _outcomes(worker_id, read_kept(view)))
-        return traces
+    def traces(self) -> dict[str, LeftBehind]:
+        """What each slot says its worker left of its jobs, by worker id: read before
+        their leases are resolved."""
+        return read_traces(self.path)
 
     def clear(self) -> None:
         """Forget every slot (their workers' jobs are resolved)."""
@@ -142,14 +111,14 @@ class SlotFile:
         return index
 
 
-def _outcomes(worker_id: str, kept: list[bytes]) -> dict[str, Outcome]:
-    outcomes = {}
-    for record in kept:
-        try:
-            report = report_from_wire(pickle.loads(record))
-        except Exception as exc:  # a slot that is not ours: the job stays as it was
-            log.warning("a report kept by worker %s is unreadable (%s: %s)", worker_id,
-                        type(exc).__name__, exc)
-            continue
-        outcomes[report.outcome.job_id] = report.outcome
-    return outcomes
+def read_traces(path: str) -> dict[str, LeftBehind]:
+    """What each slot of the slot file at ``path`` says its worker left, by worker id."""
+    with open(path, "rb") as file:
+        data = memoryview(file.read())
+    traces = {}
+    for at in range(0, len(data) - SLOT_BYTES + 1, SLOT_SPAN):
+        view = data[at:at + SLOT_BYTES]
+        worker_id = read_owner(view)
+        if worker_id:
+            traces[worker_id] = read_left(view)
+    return traces

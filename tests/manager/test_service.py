@@ -9,7 +9,7 @@ import time
 import pytest
 from fakeclock import FakeClock
 
-from mpsched._core.job import JobRequest, Outcome
+from mpsched._core.job import JobRequest, Outcome, job_digest
 from mpsched._core.queue import JobQueue
 from mpsched._errors import WorkerRetiredError
 from mpsched._manager.dispatch import EARLY_HANDOFF
@@ -19,6 +19,7 @@ from mpsched._protocol.codec import (
     report_to_wire,
 )
 from mpsched._protocol.records import (
+    LeftBehind,
     Report,
     WorkerHello,
     WorkerLoad,
@@ -338,3 +339,50 @@ def test_a_worker_that_leaves_to_be_replaced_gives_back_the_jobs_it_did_not_star
     service.hello(started_here(service, "w2"))
     again = [assignment_from_wire(w).lease for w in service.take("w2", None, 0)]
     assert [(lease.job_id, lease.attempt) for lease in again] == [("job-1", 1)]
+
+
+# ------------------------------------------------------------------ what a worker left
+
+
+def take_three(service: ManagerService, worker_id: str) -> list[str]:
+    """Three jobs handed to ``worker_id`` one by one (each never reported)."""
+    taken = []
+    for n in range(3):
+        service.queue.submit(JobRequest(f"job-{n}", "c", b"", 2, 0.0, None))
+        [wire] = service.take(worker_id, None, 0)
+        taken.append(assignment_from_wire(wire).lease.job_id)
+    return taken
+
+
+def test_what_a_gone_worker_left_ends_its_jobs_by_its_word() -> None:
+    # It ran job-0 to its end (its report never arrived), was in job-1, never entered job-2.
+    service = ManagerService(JobQueue())
+    service.mailboxes.open("c")
+    service.hello(hello("r", "another-host", 4242))
+    take_three(service, "r")
+    ran = Report(0, Outcome("job-0", True, b"result", "", None))
+    service.worker_exited("r", -9, LeftBehind(job_digest("job-1"), (ran,)))
+    ended = {o.job_id: o for o in service.mailboxes.collect("c", 0) or []}
+    assert ended["job-0"].ok and ended["job-0"].payload == b"result"
+    assert ended["job-1"].error_kind == "WorkerCrashedError"  # retries=0
+    assert set(ended) == {"job-0", "job-1"}
+    [(pending, worker)] = service.queue.jobs()
+    assert pending.job_id == "job-2" and worker is None and pending.attempt == 0
+
+
+def test_an_awaited_worker_that_never_comes_back_loses_every_job_as_received() -> None:
+    # After a restart, a remote worker's jobs wait for it; silent past the heartbeat
+    # timeout, each may have reached it: an attempt (never run again without retries).
+    service = ManagerService(JobQueue(), heartbeat_timeout=0.0)
+    service.mailboxes.open("c")
+    service.queue.submit(JobRequest("job-0", "c", b"", 2, 0.0, None))
+    [job] = service.queue.cancel_jobs(["job-0"])
+    job.attempt = 1
+    service.queue.hold_in_flight("old", [job])
+    service.workers.await_worker("old")
+    assert len(service.workers) == 0 and service.stats().workers == ()
+    [late], _ = service.expired_remote()
+    assert late == "old"
+    assert service.lose_worker("old", None) == 1
+    [ended] = service.mailboxes.collect("c", 0) or []
+    assert ended.error_kind == "WorkerCrashedError"

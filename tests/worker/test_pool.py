@@ -34,9 +34,10 @@ def pool(tmp_path: Path) -> Iterator[WorkerPool]:
                           worker_id="")
     pool = WorkerPool(config, 1, "spawn")
     real = multiprocessing.get_context("spawn")
-    pool._ctx = SimpleNamespace(RawValue=real.RawValue, Pipe=real.Pipe,
-                                Process=DiesAsItStarts)
+    pool._ctx = SimpleNamespace(RawValue=real.RawValue, RawArray=real.RawArray,
+                                Lock=real.Lock, Pipe=real.Pipe, Process=DiesAsItStarts)
     yield pool
+    pool._slots.close()
     pool._lifeline_r.close()
     pool._lifeline_w.close()
     os.close(pool._wake_r)

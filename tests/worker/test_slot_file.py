@@ -56,7 +56,7 @@ def store_path(tmp_path: Path) -> Iterator[Path]:
 
 def test_what_a_worker_process_wrote_is_read_back_by_a_manager_started_again(
         store_path: Path) -> None:
-    slots = SlotFile(str(store_path))
+    slots = SlotFile(f"{store_path}-workers")
     first, second = slots.slot(CTX, "w1"), slots.slot(CTX, "w2")
     proc = CTX.Process(target=work_in_a_process, args=(first, "job-3", ["job-1", "job-2"]))
     proc.start()
@@ -64,18 +64,18 @@ def test_what_a_worker_process_wrote_is_read_back_by_a_manager_started_again(
     assert proc.exitcode == 0
     second.entering("job-9")
 
-    traces = SlotFile(str(store_path)).traces()  # as a manager started again reads it
+    traces = SlotFile(f"{store_path}-workers").traces()  # as a manager started again reads it
     assert set(traces) == {"w1", "w2"}
     w1 = traces["w1"]
-    assert {job_id: pickle.loads(o.payload) for job_id, o in w1.ended.items()} == {
+    assert {r.outcome.job_id: pickle.loads(r.outcome.payload) for r in w1.ended} == {
         "job-1": "result of job-1", "job-2": "result of job-2"}
     assert w1.entered_job("job-3") and not w1.entered_job("job-2")
-    assert traces["w2"].ended == {} and traces["w2"].entered_job("job-9")
+    assert traces["w2"].ended == () and traces["w2"].entered_job("job-9")
 
 
 def test_a_slot_given_to_the_next_worker_says_nothing_of_the_one_before(
         store_path: Path) -> None:
-    slots = SlotFile(str(store_path))
+    slots = SlotFile(f"{store_path}-workers")
     old = slots.slot(CTX, "w1")
     old.entering("job-1")
     assert old.keep(kept("job-0", 0))
@@ -83,11 +83,11 @@ def test_a_slot_given_to_the_next_worker_says_nothing_of_the_one_before(
     new = slots.slot(CTX, "w2")
     assert new.region == old.region  # the same bytes of the file
     assert set(slots.traces()) == {"w2"}
-    assert slots.traces()["w2"].ended == {} and not slots.traces()["w2"].entered_job("job-1")
+    assert slots.traces()["w2"].ended == () and not slots.traces()["w2"].entered_job("job-1")
 
 
 def test_cleared_and_removed(store_path: Path) -> None:
-    slots = SlotFile(str(store_path))
+    slots = SlotFile(f"{store_path}-workers")
     slots.slot(CTX, "w1").entering("job-1")
     slots.clear()
     assert slots.traces() == {} and os.path.getsize(slots.path) == 0
@@ -102,7 +102,7 @@ def test_a_file_that_cannot_grow_gives_anonymous_slots_and_says_so_once(
     def full(fd: int, data: bytes, offset: int) -> int:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    slots = SlotFile(str(store_path))
+    slots = SlotFile(f"{store_path}-workers")
     monkeypatch.setattr(_slot_file.os, "pwrite", full)
     with caplog.at_level(logging.WARNING, logger="mpsched.supervisor"):
         made = [slots.slot(CTX, f"w{n}") for n in range(3)]
@@ -118,17 +118,17 @@ def stored(n: int, retries: int = 0) -> StoredJob:
                      n, None, retries, 0, T0)
 
 
-def test_recovery_ends_what_ran_requeues_what_never_started_and_fails_the_rest(
+def test_recovery_ends_what_ran_requeues_what_never_started_and_awaits_remote_workers(
         store_path: Path) -> None:
     # job-1 ran to its end (its report kept), job-2 was entered, job-3 was handed out with
     # them and never started, job-4 (retries=1) never started either, job-5 ran on a
-    # worker with no slot (remote): the slot tells nothing of it.
+    # worker with no slot here (a remote one, which may run it still): it stays in flight.
     store = SQLiteStore(store_path, clock=lambda: T0)
     store.submit([stored(1), stored(2), stored(3), stored(4, retries=1), stored(5)])
     for n in (1, 2, 3, 4):
         store.lease(f"job-{n}", "w1", 1)
     store.lease("job-5", "r1", 1)
-    slots = SlotFile(str(store_path))
+    slots = SlotFile(f"{store_path}-workers")
     slot = slots.slot(CTX, "w1")
     slot.entering("job-1")
     slot.keep(kept("job-1", "one"))
@@ -138,15 +138,21 @@ def test_recovery_ends_what_ran_requeues_what_never_started_and_fails_the_rest(
     store = SQLiteStore(store_path, clock=lambda: T0)
     queue = JobQueue()
     try:
-        summary = Journal(store, queue).recover(queue.clock, SlotFile(str(store_path)).traces())
+        summary, awaited = Journal(store, queue).recover(
+            queue.clock, SlotFile(f"{store_path}-workers").traces())
         store.flush()
         assert summary.endswith("of 5 running when the manager stopped, 1 had ended, 2 had "
-                                "not started, 0 will run again and 2 failed "
+                                "not started, 1 wait for their remote worker to say how "
+                                "they ended, 0 will run again and 1 failed "
                                 "(WorkerCrashedError)")
+        assert {w: [j.job_id for j in jobs] for w, jobs in awaited.items()} == {
+            "r1": ["job-5"]}
+        held = queue.find("job-5")
+        assert held is not None and held[1] == "r1" and held[0].attempt == 1
         one = store.get("job-1")
         assert one is not None and one.state is JobState.DONE and one.outcome is not None
         assert pickle.loads(decode(one.outcome).payload) == "one"
-        for job_id in ("job-2", "job-5"):
+        for job_id in ("job-2",):
             record = store.get(job_id)
             assert record is not None and record.state is JobState.FAILED
             assert record.outcome is not None
