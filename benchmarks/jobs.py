@@ -52,6 +52,25 @@ def calibrate_spin(seconds: float, trials: int = 3) -> int:
     return max(1, int(rates[len(rates) // 2] * seconds))
 
 
+def bracketed(log_path: str, key: str, cpu_seconds: float) -> str:
+    """The chaos benchmarks' job: write ``start KEY PID T``, burn ``cpu_seconds`` of CPU,
+    write ``end KEY PID T`` (T the wall clock), one O_APPEND write each; return the key."""
+    _append(log_path, f"start {key} {os.getpid()} {time.time()!r}\n")
+    end = time.thread_time() + cpu_seconds
+    while time.thread_time() < end:
+        pass
+    _append(log_path, f"end {key} {os.getpid()} {time.time()!r}\n")
+    return key
+
+
+def _append(path: str, line: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
 def noop_arg(_item: object) -> None:
     """``noop`` for ``map``: one argument, ignored."""
 
