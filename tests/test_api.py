@@ -212,8 +212,6 @@ REACHED_THROUGH = {
                         "call_site",
     "watch_many": "test_reconnect.py::test_with_a_store_outstanding_futures_resolve_after_"
                   "the_restart",
-    "worker_exited": "worker/test_remote.py::test_a_remote_worker_that_dies_fails_its_job_at_"
-                     "once_naming_the_exit",
 }
 
 
