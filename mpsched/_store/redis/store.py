@@ -20,6 +20,8 @@ Keys, all under the deployment's hash tag ``{prefix}`` (one Redis Cluster slot):
     {p}:c:<client>   sorted set: a client's pending jobs by due time (cancel at its exit)
     {p}:managers     sorted set: live managers by the instant their leases run out
     {p}:m:<mgr>      hash: a manager's last heartbeat and status; {p}:l:<mgr> its leases
+    {p}:hb           the instant of the last heartbeat of any manager (a silence of the
+                     server counts against no lease: heartbeat.lua)
     {p}:in:<mgr>     list: ids of ended jobs whose clients it serves, or that they watch
     {p}:w:<id>       set: managers (besides the owner) whose clients watch a job
     {p}:leader       the manager whose taker waits, timed, for the head (SET NX PX)

@@ -51,6 +51,18 @@ if ARGV[8] == '1' and redis.call('HEXISTS', B .. 'stats', 'pending_bytes') == 0 
   end
   redis.call('HSET', B .. 'stats', 'pending_bytes', total)
 end
+-- Time in which no manager beat (the server was down or paused, or every manager was)
+-- is not counted against anyone's lease: whoever beats first after such a silence moves
+-- every lease on by its length, so a store that comes back takes nobody for dead. A
+-- manager that died before the silence is taken back that much later, at most one lease.
+local last = tonumber(redis.call('GET', B .. 'hb'))
+if last and now - last > lease_ms * 500 then
+  local leases = redis.call('ZRANGE', B .. 'managers', 0, -1, 'WITHSCORES')
+  for k = 1, #leases, 2 do
+    redis.call('ZADD', B .. 'managers', tonumber(leases[k + 1]) + now - last, leases[k])
+  end
+end
+redis.call('SET', B .. 'hb', now)
 local before = 0
 if redis.call('ZSCORE', B .. 'managers', me) then before = 1 end
 redis.call('ZADD', B .. 'managers', now + lease_ms * 1000, me)

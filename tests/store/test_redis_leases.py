@@ -1,0 +1,48 @@
+"""Managers' leases in a RedisStore across faults of the server or of a manager: what a
+take-back may and may not do, what a call that timed out may have done, and who hears of
+a job's end. Each test drives the scripts directly, against a redis-server of its own
+where it pauses or restarts it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from redis_queue import new
+
+from mpsched._core.job import JobState
+from mpsched._store.redis.records import Take
+from mpsched._store.redis.store import RedisStore
+
+SHORT = 1.0  # seconds: the lease of the managers in these tests
+
+
+def claim(store: RedisStore, manager: str, lease: float = SHORT, **kw: Any) -> Any:
+    return store.report(manager, lease, take=Take(want=1, worker=f"{manager}/w1", **kw))
+
+
+def test_time_the_server_was_paused_counts_against_no_managers_lease(
+        own_redis: Callable[..., Any], open_redis_store: Callable[..., RedisStore]) -> None:
+    server = own_redis()
+    first, second = open_redis_store(server.url()), open_redis_store(server.url())
+    first.heartbeat("m1", SHORT, b"", join=True)
+    second.heartbeat("m2", SHORT, b"", join=True)
+    second.submit_jobs([new("j1")], "m2")
+    [job] = claim(second, "m2").jobs
+    server.pause()
+    time.sleep(2.5 * SHORT)  # nobody can beat: every lease ran out on the server's clock
+    server.resume()
+    beat = first.heartbeat("m1", SHORT, b"")
+    assert beat.reaped == []  # the first beat after the silence takes nobody for dead
+    record = first.get(job.job_id)
+    assert record is not None and record.state is JobState.RUNNING
+    deadline = time.monotonic() + 10 * SHORT
+    reaped: list[str] = []
+    while not reaped:  # m2 stays silent: it is taken back one lease later
+        assert time.monotonic() < deadline, "the silent manager was never taken back"
+        time.sleep(SHORT / 4)
+        reaped = first.heartbeat("m1", SHORT, b"").reaped
+    assert reaped == ["m2"]
+    record = first.get(job.job_id)
+    assert record is not None and record.state is JobState.FAILED
