@@ -10,9 +10,10 @@
   dead, sends again the finishes Redis could not take, and drops forgotten jobs from the
   listings.
 
-While Redis does not answer, both retry with back-off (0.1 s doubling to 5 s), and the
-manager logs one WARNING for the outage and one INFO line when Redis is back; jobs that
-run go on running. Neither thread polls: each sleeps on a socket or an event.
+While Redis does not answer, both retry with back-off (0.1 s doubling to 1 s), and the
+manager logs one WARNING for the outage and one when Redis is back, with how long it was
+away; then every taker looks again at once, and the ends held meanwhile are sent. Jobs
+that run go on running. Neither thread polls: each sleeps on a socket or an event.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from mpsched._store.redis.subscription import Subscription
 
 log = logging.getLogger("mpsched.manager")
 
-BACKOFF = (0.1, 5.0)  # seconds between tries while Redis is down, doubling
+BACKOFF = (0.1, 1.0)  # seconds between tries while Redis is down, doubling
 LISTEN = 60.0  # longest the subscriber sleeps on its socket before it looks at its flag
 PRUNE_EVERY = 30  # heartbeats between two prunes of the listing indexes
 REAP_MARGIN = 0.005  # a beat that takes back a dead peer's jobs comes this late after its lease
@@ -70,6 +71,8 @@ class SharedLink:
         self._registered = False
         self._next_expiry: float | None = None  # written and read by the beating thread
         self._threads: list[threading.Thread] = []
+        outage.on_back(queue.wake_all)
+        outage.on_back(self._beat_now.set)  # send what waited for the store
 
     def start(self) -> None:
         """Register this manager (its first heartbeat), then start listening; returns

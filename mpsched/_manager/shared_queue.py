@@ -236,6 +236,16 @@ class SharedQueue(SharedPrefetch):
             if self._waiting:
                 self._available.notify()
 
+    def wake_all(self) -> None:
+        """The store answers again after an outage: every waiting taker looks at once
+        (those backing off included)."""
+        with self._lock:
+            self._gen += 1
+            self._leader = None
+            self._idle_gen = self._follow_until = None
+            self._backoff = BACKOFF[0]
+            self._available.notify_all()
+
     def report_ends(self, finishes: list[Finish], worker_id: str | None,
                     more: int | None = None) -> list[int]:
         """Record jobs' ends under their leases (Finish), and, when their worker's take

@@ -23,7 +23,9 @@ from mpsched._store.redis.store import RedisStore
 
 log = logging.getLogger("mpsched.manager")
 
-BACKOFF = (0.1, 5.0)  # a taker's wait after Redis failed, doubling up to the second
+# A taker's wait after Redis failed, doubling up to the second: the link's look at the
+# store (as often) wakes every taker the moment it answers again.
+BACKOFF = (0.1, 1.0)
 
 
 class SharedQueueBase:

@@ -5,7 +5,9 @@ Each script is ``common.lua`` followed by its own file, called by its SHA (EVALS
 loaded again when the server has forgotten it (a restart). Every thread calls them on a
 connection of its own, straight through redis-py's connection (a command out, a reply in):
 its client's pool, retry and reply-callback layers cost more CPU than the call itself, on
-the path every job takes.
+the path every job takes. Those connections are made from the pool's settings but are
+not the pool's: a pool counts the connections it made and refuses more past its cap,
+and one lost here is never given back to it.
 """
 
 from __future__ import annotations
@@ -89,10 +91,19 @@ class Scripts:
     def _connection(self) -> Any:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = self._local.conn = self._pool.make_connection()
+            conn = self._local.conn = self._pool.connection_class(
+                **self._pool.connection_kwargs)
             with self._lock:
                 self._connections.append(conn)
         return conn
+
+    def _lose(self, conn: Any) -> None:
+        """Close a connection that failed; the thread's next call makes another."""
+        conn.disconnect()
+        self._local.conn = None
+        with self._lock:
+            if conn in self._connections:
+                self._connections.remove(conn)
 
     def _call(self, name: str, *args: Any) -> Any:
         conn = self._connection()
@@ -106,9 +117,8 @@ class Scripts:
                 conn.read_response()
                 conn.send_command(*command)
                 return conn.read_response()
-        except self._lost:  # the next call makes another connection
-            conn.disconnect()
-            self._local.conn = None
+        except self._lost:
+            self._lose(conn)
             raise
 
     def close(self) -> None:
