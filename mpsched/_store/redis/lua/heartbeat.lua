@@ -59,10 +59,11 @@ local last = tonumber(redis.call('GET', B .. 'hb'))
 if last and now - last > lease_ms * 500 then
   local leases = redis.call('ZRANGE', B .. 'managers', 0, -1, 'WITHSCORES')
   for k = 1, #leases, 2 do
-    redis.call('ZADD', B .. 'managers', tonumber(leases[k + 1]) + now - last, leases[k])
+    redis.call('ZADD', B .. 'managers',
+               string.format('%d', tonumber(leases[k + 1]) + now - last), leases[k])
   end
 end
-redis.call('SET', B .. 'hb', now)
+redis.call('SET', B .. 'hb', string.format('%d', now))
 local before = 0
 if redis.call('ZSCORE', B .. 'managers', me) then before = 1 end
 redis.call('ZADD', B .. 'managers', now + lease_ms * 1000, me)
