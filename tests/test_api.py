@@ -55,6 +55,7 @@ def test_public_names_are_pinned():
         "Stats",
         "StoreError",
         "StoreFullError",
+        "StoreInDoubtError",
         "StoreLockedError",
         "StoreUnavailableError",
         "TlsError",
@@ -81,6 +82,7 @@ def test_errors_derive_from_the_base_and_the_matching_stdlib_type():
         mpsched.ManagerUnreachableError: ConnectionError,
         mpsched.ManagerConnectionLostError: ConnectionError,
         mpsched.StoreUnavailableError: ConnectionError,
+        mpsched.StoreInDoubtError: mpsched.StoreUnavailableError,
         mpsched.PayloadTooLargeError: ValueError,
         mpsched.AddressError: ValueError,
         mpsched.ConfigError: ValueError,
@@ -108,6 +110,7 @@ def test_errors_with_facts_survive_pickling():
         mpsched.ManagerConnectionLostError("db1:7000", "EOFError", "it reconnects by itself"),
         mpsched.PayloadTooLargeError(600 * 2**20, 512 * 2**20, "the Redis store"),
         mpsched.StoreUnavailableError("redis://db1:6379/0", "nothing is listening there"),
+        mpsched.StoreInDoubtError("redis://db1:6379/0", "no answer in time"),
     ]
     for error in errors:
         copy = pickle.loads(pickle.dumps(error))

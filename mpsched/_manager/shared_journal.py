@@ -35,6 +35,7 @@ from mpsched._errors import (
     JobNotFoundError,
     PayloadTooLargeError,
     QueueFullError,
+    StoreInDoubtError,
     StoreUnavailableError,
     WorkerCrashedError,
 )
@@ -49,6 +50,9 @@ from mpsched._store.redis.store import RedisStore
 log = logging.getLogger("mpsched.manager")
 
 FULL_RETRY = (0.01, 0.2)  # a submit to a full queue tries again after these (doubling)
+# How long a submit whose answer was lost is sent again, until Redis says whether it took
+# the first (a resent batch is taken once: RedisStore.submit_jobs's ``again``).
+DOUBT_WAIT = 30.0
 
 # How the service hands an outcome to a client and the other clients watching its job.
 Deliver = Callable[[str, Outcome, set[str]], None]
@@ -102,6 +106,8 @@ class SharedJournal(BaseJournal):
                 ``max_pending_bytes`` bytes of their stored payloads, within ``timeout``
                 seconds.
             StoreUnavailableError, StoreError: Redis did not take them; nothing was added.
+            StoreInDoubtError: Redis took the batch and its answer was lost, and it did
+                not answer again within DOUBT_WAIT: the jobs may be queued.
         """
         for request in requests:
             check_request(request)
@@ -122,9 +128,7 @@ class SharedJournal(BaseJournal):
         deadline = None if timeout is None else time.monotonic() + timeout
         pause = FULL_RETRY[0]
         while True:
-            holders, full = self.store.submit_jobs(
-                jobs, self.manager_id, if_absent=run, max_pending=max_pending,
-                max_pending_bytes=max_bytes)
+            holders, full = self._submit_once(jobs, run, max_pending, max_bytes)
             if full is None:
                 break
             left = None if deadline is None else deadline - time.monotonic()
@@ -136,6 +140,37 @@ class SharedJournal(BaseJournal):
             pause = min(pause * 2, FULL_RETRY[1])
         same = all(h == r.job_id for h, r in zip(holders, requests, strict=True))
         return None if same and not run else holders
+
+    def _submit_once(self, jobs: list[NewJob], run: bool, max_pending: int | None,
+                     max_bytes: int | None) -> tuple[list[str], str | None]:
+        """One submit of ``jobs``; one whose answer was lost is sent again (as such) until
+        Redis answers, for DOUBT_WAIT at most: it says whether the first was taken.
+
+        Raises:
+            StoreInDoubtError: Redis did not answer again within DOUBT_WAIT.
+            StoreUnavailableError: it was not sent: nothing was added.
+        """
+        try:
+            return self.store.submit_jobs(jobs, self.manager_id, if_absent=run,
+                                          max_pending=max_pending, max_pending_bytes=max_bytes)
+        except StoreInDoubtError as doubt:
+            error = doubt
+        deadline = time.monotonic() + DOUBT_WAIT
+        pause = FULL_RETRY[1]
+        while time.monotonic() < deadline:
+            time.sleep(min(pause, max(deadline - time.monotonic(), 0.0)))
+            pause = min(pause * 2, 1.0)
+            try:
+                return self.store.submit_jobs(jobs, self.manager_id, if_absent=run,
+                                              max_pending=max_pending,
+                                              max_pending_bytes=max_bytes, again=True)
+            except StoreUnavailableError as exc:
+                if isinstance(exc, StoreInDoubtError):
+                    error = exc
+        ids = ", ".join(job.job_id for job in jobs[:5]) + (", ..." if len(jobs) > 5 else "")
+        raise StoreInDoubtError(self.store.location, f"{error.reason}; the job(s) {ids} may "
+                                f"be queued and may run: look them up by id "
+                                f"(Client.job); with key= a job may be submitted again")
 
     def lease(self, assignment: Assignment) -> bool:
         return True  # the claim recorded it

@@ -106,7 +106,10 @@ class SharedLink:
         try:
             self._send_unsent()
             if not self._journal.has_unsent() and not self._queue.held():
-                self._store.forget_manager(self._me)
+                back = self._store.forget_manager(self._me)
+                if back:
+                    log.warning("%d job(s) still leased to this manager as it left (claims "
+                                "whose answers were lost) went back to the queue", back)
         except StoreError as exc:
             log.warning("could not leave the job store (%s): peers take back what this "
                         "manager held once its lease runs out", exc)
@@ -217,7 +220,8 @@ class SharedLink:
 
     def _send_unsent(self) -> None:
         """Send again the finishes, and the prefetched jobs given back, that Redis could
-        not take."""
+        not take; undo the claims whose answers were lost (Redis answered a beat since)."""
+        self._queue.settle_doubtful()
         unsent = self._journal.take_unsent()
         unreturned = self._queue.take_unreturned()
         if not unsent and not unreturned:

@@ -169,7 +169,7 @@ class SharedPrefetch(SharedQueueBase):
                 self._unreturned += requeues
             return
         with self._lock:
-            self._given_back += sum(1 for r in reply.requeued if r in (1, 2))
+            self._given_back += sum(1 for r in reply.requeued if r in (1, 2, 4))
 
     def take_unreturned(self) -> list[Requeue]:
         """The give-backs Redis could not take yet (the caller sends them again)."""

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from mpsched._core.clock import ahead
 from mpsched._core.job import Assignment, Job
 from mpsched._core.leases import LostLease
-from mpsched._errors import SchedulerShutdownError, StoreUnavailableError
+from mpsched._errors import SchedulerShutdownError, StoreInDoubtError, StoreUnavailableError
 from mpsched._manager.shared_prefetch import SharedPrefetch
 from mpsched._manager.shared_queue_base import BACKOFF
 from mpsched._store.redis.records import Claimed, Finish, Reply, Requeue, Take
@@ -156,11 +156,14 @@ class SharedQueue(SharedPrefetch):
                others_wait: bool) -> Reply | None:
         """One claim of up to ``want`` jobs (``others_wait``: another taker of ours waits
         for work); None when Redis failed (the taker then backs off)."""
+        claim = self.claim_name()
         try:
             reply = self.store.report(self.manager_id, self.lease_timeout, take=Take(
                 want=want, worker=f"{self.manager_id}/{worker_id}", early=early,
-                lead="wait", waiting=others_wait))
+                lead="wait", waiting=others_wait, claim=claim))
         except StoreUnavailableError as exc:
+            if isinstance(exc, StoreInDoubtError):
+                self.in_doubt(claim)
             self.outage(exc)
             return None
         self.outage(None)
@@ -274,9 +277,15 @@ class SharedQueue(SharedPrefetch):
             count = self._batch_size_locked(worker_id) if want and worker_id else 0
             others_wait = self._waiting > 0
         take = None if not want else Take(want=count, worker=f"{self.manager_id}/{worker_id}",
-                                          early=early or 0.0, waiting=others_wait)
-        reply = self.store.report(self.manager_id, self.lease_timeout, finishes=finishes,
-                                  take=take)
+                                          early=early or 0.0, waiting=others_wait,
+                                          claim=self.claim_name())
+        try:
+            reply = self.store.report(self.manager_id, self.lease_timeout,
+                                      finishes=finishes, take=take)
+        except StoreInDoubtError:
+            if take is not None:
+                self.in_doubt(take.claim)
+            raise
         if reply.jobs:
             try:
                 reply = self.with_payloads(reply)

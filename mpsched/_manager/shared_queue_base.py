@@ -9,6 +9,7 @@ is never held across a call to Redis.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 from collections.abc import Callable
@@ -81,6 +82,45 @@ class SharedQueueBase:
         self._backoff = BACKOFF[0]
         self._closed = False
         self._withdrawn = self._wakeups = 0
+        self._claims_made = itertools.count(1)  # names each claim of this manager's
+        # Claims that went out and got no answer (Redis may have run them): undone by
+        # the link once Redis answers again (settle_doubtful).
+        self._doubtful: list[str] = []
+        store.on_unavailable = self.outage
+
+    def claim_name(self) -> str:
+        """A name for the next claim (Take.claim), unique in this manager."""
+        return str(next(self._claims_made))
+
+    def in_doubt(self, claim: str) -> None:
+        """A claim went out and its answer never came: Redis may have leased its jobs to
+        this manager without it knowing them."""
+        with self._lock:
+            self._doubtful.append(claim)
+
+    def settle_doubtful(self) -> int:
+        """Undo the claims whose answers never came, now that Redis answered a later call
+        (they have run by now, or never will): their jobs go back to the queue. Returns
+        how many did.
+
+        Raises:
+            StoreUnavailableError: Redis did not answer; they are kept for the next try.
+        """
+        with self._lock:
+            doubtful, self._doubtful = self._doubtful, []
+        if not doubtful:
+            return 0
+        try:
+            back = self.store.unclaim(self.manager_id, doubtful)
+        except BaseException:
+            with self._lock:
+                self._doubtful[:0] = doubtful
+            raise
+        if back:
+            log.warning("%d job(s) claimed for this manager in a call whose answer was "
+                        "lost went back to the queue, never started: %s", len(back),
+                        ", ".join(back))
+        return len(back)
 
     @property
     def clock(self) -> Clock:

@@ -46,3 +46,18 @@ def test_time_the_server_was_paused_counts_against_no_managers_lease(
     assert reaped == ["m2"]
     record = first.get(job.job_id)
     assert record is not None and record.state is JobState.FAILED
+
+
+def test_a_manager_that_leaves_gives_back_the_jobs_still_leased_to_it(
+        open_redis_store: Callable[..., RedisStore]) -> None:
+    # A claim whose answer was lost leaves a job leased to a manager that never knew it.
+    store = open_redis_store()
+    store.heartbeat("m1", SHORT, b"", join=True)
+    store.submit_jobs([new("j1")], "m1")
+    claim(store, "m1", lease=30.0)
+    assert store.forget_manager("m1") == 1
+    record = store.get("j1")
+    assert record is not None and (record.state, record.attempt) == (JobState.PENDING, 0)
+    store.heartbeat("m2", SHORT, b"", join=True)
+    [again] = claim(store, "m2", lease=30.0).jobs
+    assert (again.job_id, again.attempt) == ("j1", 1)

@@ -69,7 +69,7 @@ class Requeue(NamedTuple):
 
 
 class Take(NamedTuple):
-    """What to claim in a report call: ``count`` due jobs from the head for ``worker``
+    """What to claim in a report call: ``want`` due jobs from the head for ``worker``
     (or the pending jobs ``ids``), those due within ``early`` seconds too; ``lead``:
     "wait" (the caller will wait if it gets nothing: take the lead if it is free), "give"
     (give the lead up) or "" (leave it); ``waiting``: another taker of the caller's waits
@@ -81,6 +81,9 @@ class Take(NamedTuple):
     lead: str = ""
     ids: tuple[str, ...] = ()
     waiting: bool = False
+    # The claim's name (unique per manager), written in each job it leases: a claim
+    # whose answer never came is given back by it (RedisStore.unclaim).
+    claim: str = ""
 
 
 class Reply(NamedTuple):

@@ -33,10 +33,21 @@ from mpsched._store.redis.records import (
     Withdrawn,
 )
 
-NAMES = ("submit", "claim", "cancel", "watch", "drain", "heartbeat", "leave", "jobs", "prune")
+NAMES = ("submit", "claim", "cancel", "watch", "drain", "heartbeat", "leave", "jobs", "prune",
+         "unclaim")
 US = 1_000_000  # microseconds per second
 # The bound a submit found reached (submit.lua's `full`), as QueueFullError names it.
 FULL = {1: "jobs", 2: "payload bytes"}
+
+
+class Unanswered(Exception):
+    """A script went out whole and its answer did not come (a timeout, or the connection
+    lost on the way back): the server may have run it, or may run it yet. ``cause`` is
+    redis-py's error."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 def source(name: str) -> str:
@@ -106,19 +117,27 @@ class Scripts:
                 self._connections.remove(conn)
 
     def _call(self, name: str, *args: Any) -> Any:
+        """Run script ``name``; Unanswered when it went out and no answer came (it may
+        have run); redis-py's error when it did not go out (it did not run)."""
         conn = self._connection()
         command = ("EVALSHA", self._shas[name], 1, self._due_key, self._base, *args)
+        sent = False
         try:
             conn.send_command(*command)
+            sent = True
             try:
                 return conn.read_response()
             except self._no_script:  # the server restarted since: load it, call it again
+                sent = False
                 conn.send_command("SCRIPT", "LOAD", self._sources[name])
                 conn.read_response()
                 conn.send_command(*command)
+                sent = True
                 return conn.read_response()
-        except self._lost:
+        except self._lost as exc:
             self._lose(conn)
+            if sent:
+                raise Unanswered(exc) from exc
             raise
 
     def close(self) -> None:
@@ -129,9 +148,10 @@ class Scripts:
             conn.disconnect()
 
     def submit(self, jobs: Sequence[NewJob], owner: str, *, if_absent: bool,
-               max_pending: int | None,
-               max_pending_bytes: int | None) -> tuple[list[str], str | None]:
-        args: list[Any] = [owner, "1" if if_absent else "0",
+               max_pending: int | None, max_pending_bytes: int | None,
+               again: bool = False) -> tuple[list[str], str | None]:
+        mode = "2" if again else "1" if if_absent else "0"
+        args: list[Any] = [owner, mode,
                            "" if max_pending is None else max_pending,
                            "" if max_pending_bytes is None else max_pending_bytes, len(jobs)]
         for job in jobs:
@@ -157,7 +177,7 @@ class Scripts:
         args += [len(answers), *answers]
         args += [take.want, take.worker, _us(take.early), _us(span) // 1000,
                  _us(grace) // 1000, take.lead, "1" if take.waiting else "0",
-                 len(take.ids), *take.ids, self.order.value]
+                 len(take.ids), *take.ids, take.claim, self.order.value]
         finished, requeued, jobs, head_us, leader, leader_ms, registered = \
             self._call("claim", *args)
         return Reply(
@@ -203,8 +223,12 @@ class Scripts:
                     next_expiry=None if next_ms < 0 else next_ms / 1000,
                     order=Order(_text(order)))
 
-    def leave(self, me: str) -> None:
-        self._call("leave", me)
+    def leave(self, me: str) -> int:
+        return int(self._call("leave", me, self._ttl_ms, self._keep_ms))
+
+    def unclaim(self, me: str, claims: Sequence[str]) -> list[str]:
+        return [_text(i) for i in self._call("unclaim", me, self._ttl_ms, self._keep_ms,
+                                             *claims)]
 
     def jobs(self, state: JobState | None, limit: int | None) -> list[list[Any]]:
         return list(self._call("jobs", "" if state is None else state.value, limit or 0))

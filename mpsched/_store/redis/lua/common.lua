@@ -245,12 +245,17 @@ end
 
 -- End a running job's lease with an outcome, if `token` is its lease's: 0 when the
 -- lease is stale (the job was taken back and given to another lease), else 1, or 2
--- when the caller (`me`) delivers the end itself. What else changes waits in `outbox`
--- (see send_outbox).
+-- when the caller (`me`) delivers the end itself. An end sent again under the lease that
+-- recorded it (its first answer was lost) is 1 again, and changes nothing. What else
+-- changes waits in `outbox` (see send_outbox).
 local function finish(id, token, state, outcome, me, ttl_ms, keep_ms, now, outbox)
   local jk = B .. 'j:' .. id
-  local f = redis.call('HMGET', jk, 't', 'st', 'o', 'k', 'm', 'c', 'wd')
-  if f[1] ~= token or f[2] ~= 'running' then return 0 end
+  local f = redis.call('HMGET', jk, 't', 'st', 'o', 'k', 'm', 'c', 'wd', 'x')
+  if f[1] ~= token then return 0 end
+  if f[2] ~= 'running' then
+    if (f[2] == 'done' or f[2] == 'failed') and not f[8] then return 1 end
+    return 0
+  end
   redis.call('HSET', jk, 'st', state, 'f', now, 'out', outcome)
   redis.call('HDEL', jk, 'p')
   local leases = list_in(outbox.leases, f[5])
@@ -290,13 +295,15 @@ end
 -- due), if `token` is its lease's. `retry` is '1' when this counts as an attempt (its
 -- worker had it), '0' when it never started: then, if a cancel waits for it (it was
 -- prefetched: see cancel.lua), it is cancelled instead. Returns 1 if it went back, 2 if
--- it became the head, 3 if it was cancelled, 0 for a stale lease. The caller writes
--- the payload bytes it put back (write_bytes).
+-- it became the head, 3 if it was cancelled, 4 if it was back already under this token
+-- (sent again: the first answer was lost), 0 for a stale lease. The caller writes the
+-- payload bytes it put back (write_bytes).
 local function requeue(id, token, retry, ttl_ms, keep_ms, now)
   local jk = B .. 'j:' .. id
   local f = redis.call('HMGET', jk, 't', 'st', 'm', 'pr', 's', 'd', 'c', 'a', 'cx', 'o', 'k',
                        'wd')
   if token and f[1] ~= token then return 0 end
+  if f[2] == 'pending' and token then return 4 end  -- put back before: its answer was lost
   if f[2] ~= 'running' then return 0 end
   redis.call('SREM', B .. 'l:' .. f[3], id)
   if retry == '0' and f[9] then
