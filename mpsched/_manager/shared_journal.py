@@ -198,11 +198,10 @@ class SharedJournal(BaseJournal):
             return [None] * len(ends)
         try:
             results = iter(self.shared_queue.report_ends(sent, worker_id, more))
-        except StoreUnavailableError as exc:
-            log.error("the end of job(s) %s waits for the store (%s); it is sent again when "
-                      "the store is back", ", ".join(f.job_id for f in sent), exc)
+        except StoreUnavailableError:
             with self._lock:
                 self._unsent += sent
+            self.shared_queue.outage.held("end(s) of jobs", len(sent))
             return [None if f is None else self._ended_here(f.job_id) for f in finishes]
         watchers: list[set[str] | None] = []
         for finish in finishes:

@@ -162,11 +162,10 @@ class SharedPrefetch(SharedQueueBase):
         try:
             reply = self.store.report(self.manager_id, self.lease_timeout,
                                       requeues=requeues, answers=answers)
-        except StoreUnavailableError as exc:
-            log.warning("%d prefetched job(s) could not be given back yet (%s); they are "
-                        "sent again when the store is back", len(requeues), exc)
+        except StoreUnavailableError:
             with self._lock:
                 self._unreturned += requeues
+            self.outage.held("job(s) to put back", len(requeues))
             return
         with self._lock:
             self._given_back += sum(1 for r in reply.requeued if r in (1, 2, 4))

@@ -302,19 +302,22 @@ class SharedQueue(SharedPrefetch):
         return reply.finished
 
     def requeue(self, job: Job, *, retry: bool) -> bool:
-        """Put a job whose lease was lost back in Redis (an attempt if ``retry``); False
-        when Redis refused it (the lease was stale) or could not be reached (then its
-        lease runs out and a peer, or this manager, takes it back)."""
+        """Put a job whose lease was lost back in Redis (an attempt if ``retry``), at once
+        or, when Redis does not answer, once it does (the link sends it again); False
+        when Redis refused it (the lease was stale)."""
         token = self.pop_token(job.job_id)
         if token is None:
             return False
+        back = Requeue(job_id=job.job_id, token=token, retry=retry)
         try:
-            reply = self.store.report(self.manager_id, self.lease_timeout, requeues=[
-                Requeue(job_id=job.job_id, token=token, retry=retry)])
-        except StoreUnavailableError as exc:
-            log.error("job %s could not be put back in the queue (%s); it will be when "
-                      "its lease runs out", job.job_id, exc)
-            return False
+            reply = self.store.report(self.manager_id, self.lease_timeout, requeues=[back])
+        except StoreUnavailableError:
+            with self._lock:
+                self._unreturned.append(back)
+            self.outage.held("job(s) to put back")
+            if not retry:
+                job.attempt -= 1
+            return True
         if not reply.requeued[0]:
             log.warning("job %s was not put back: another manager took it over", job.job_id)
             return False

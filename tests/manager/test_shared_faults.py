@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from processes import wait_for
-from shared_peers import Peer, state
+from shared_peers import Peer, Taker, state
 
 from mpsched._core.job import JobRequest, JobState, Outcome
 from mpsched._errors import StoreUnavailableError
@@ -138,3 +138,20 @@ def test_a_listing_while_redis_is_paused_fails_in_time_and_the_outage_is_said_at
             assert [r for r in caplog.records if "does not answer" in r.message]
         finally:
             paused.server.resume()
+
+
+def test_a_job_whose_worker_left_while_redis_was_down_goes_back_when_it_answers(
+        own_redis: Callable[..., Any], peers: Callable[..., Peer]) -> None:
+    server = own_redis(appendonly="yes", appendfsync="always")
+    peer = peers("m1", url=server.url())
+    peer.submit("j1")
+    got = peer.queue.take("w1", 5.0)
+    assert got is not None
+    server.kill()
+    [lost] = peer.queue.release_worker("w1")  # it never had the job
+    assert peer.queue.requeue(lost.job, retry=False)  # once Redis answers
+    server.start()
+    taker = Taker(peer.queue, "w2", timeout=JOIN)
+    taker.join(JOIN)
+    assert taker.got is not None and taker.got.lease.job_id == "j1"
+    assert taker.got.lease.attempt == 1
