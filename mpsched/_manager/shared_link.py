@@ -203,6 +203,7 @@ class SharedLink:
                         "%g s): the jobs it ran were taken back, and their ends from here "
                         "are refused", self._queue.lease_timeout)
             self._queue.wake()
+            self._on_inbox()  # the ends its clients are owed, kept while it was away
         self._registered = True
         for manager in beat.reaped:
             log.warning("manager %s stopped renewing its leases for %g s: presumed dead; "

@@ -12,7 +12,7 @@ from typing import Any
 from redis_queue import new
 
 from mpsched._core.job import JobState
-from mpsched._store.redis.records import Take
+from mpsched._store.redis.records import Finish, Take
 from mpsched._store.redis.store import RedisStore
 
 SHORT = 1.0  # seconds: the lease of the managers in these tests
@@ -61,3 +61,23 @@ def test_a_manager_that_leaves_gives_back_the_jobs_still_leased_to_it(
     store.heartbeat("m2", SHORT, b"", join=True)
     [again] = claim(store, "m2", lease=30.0).jobs
     assert (again.job_id, again.attempt) == ("j1", 1)
+
+
+def test_a_manager_presumed_dead_finds_every_end_its_clients_are_owed_when_it_is_back(
+        open_redis_store: Callable[..., RedisStore]) -> None:
+    store = open_redis_store()
+    store.heartbeat("owner", 0.3, b"", join=True)  # it will be paused past its lease
+    store.heartbeat("peer", 30.0, b"", join=True)
+    store.submit_jobs([new("runs-on-peer"), new("runs-on-owner")], "owner")
+    [on_peer] = claim(store, "peer", lease=30.0).jobs
+    [on_owner] = claim(store, "owner", lease=0.3).jobs
+    deadline = time.monotonic() + 10.0
+    while "owner" not in store.heartbeat("peer", 30.0, b"").reaped:
+        assert time.monotonic() < deadline, "the owner was never presumed dead"
+        time.sleep(0.05)
+    # While the owner is presumed dead, its job on the peer ends.
+    store.report("peer", 30.0, finishes=[
+        Finish(on_peer.job_id, on_peer.token, JobState.DONE, b"result")])
+    store.heartbeat("owner", 30.0, b"")  # back
+    ended = {end.job_id: end.state for end in store.drain("owner")}
+    assert ended == {on_peer.job_id: JobState.DONE, on_owner.job_id: JobState.FAILED}

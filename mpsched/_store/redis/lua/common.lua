@@ -144,8 +144,8 @@ end
 -- Tell the managers that deliver a job's end to clients: its owner (the manager its
 -- client submitted through) and those whose clients watch it (`watched`: any do). A
 -- small end goes whole in a message on each one's channel; one that no subscriber took
--- (or a large one) goes by id to its inbox list, with a "1" on its channel when that list
--- was empty. With an `outbox` (see send_outbox), the messages of one call wait there and
+-- (or a large one), or for a manager not live, goes by id to its inbox list, with a "1"
+-- on its channel when that list was empty. With an `outbox` (see send_outbox), the messages of one call wait there and
 -- go as one message per manager at its end. Returns 1 when `me` is one of them (it
 -- delivers the end itself, straight away), and whether another is.
 local function live(m, outbox)
@@ -154,6 +154,17 @@ local function live(m, outbox)
     outbox.live[m] = redis.call('ZSCORE', B .. 'managers', m) ~= false
   end
   return outbox.live[m]
+end
+
+-- A manager that is not live (presumed dead, maybe only paused) finds the end in its
+-- inbox if it comes back, kept as long as an ended job (INBOX_KEEP_MS at least).
+local INBOX_KEEP_MS = 3600000
+local function keep_for_absent(m, id)
+  local inbox = B .. 'in:' .. m
+  if redis.call('RPUSH', inbox, id) == 1 then
+    redis.call('PUBLISH', B .. 'ch:' .. m, '1')
+  end
+  redis.call('PEXPIRE', inbox, INBOX_KEEP_MS)
 end
 
 local function notify(id, owner, me, watched, message, outbox)
@@ -168,7 +179,10 @@ local function notify(id, owner, me, watched, message, outbox)
   for _, m in ipairs(targets) do
     if m == me then
       mine = 1
-    elseif not told[m] and live(m, outbox) then
+    elseif not told[m] and not live(m, outbox) then
+      told[m] = true
+      keep_for_absent(m, id)
+    elseif not told[m] then
       told[m] = true
       if message and outbox then
         local box = outbox.boxes[m]

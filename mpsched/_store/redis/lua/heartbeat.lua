@@ -92,7 +92,9 @@ for _, dead in ipairs(redis.call('ZRANGEBYSCORE', B .. 'managers', '-inf', now,
       end
     end
   end
-  redis.call('DEL', B .. 'l:' .. dead, B .. 'm:' .. dead, B .. 'in:' .. dead)
+  -- Its inbox stays a while: a manager only paused finds there what it is owed.
+  redis.call('DEL', B .. 'l:' .. dead, B .. 'm:' .. dead)
+  redis.call('PEXPIRE', B .. 'in:' .. dead, INBOX_KEEP_MS)
   redis.call('ZREM', B .. 'managers', dead)
   redis.call('ZREM', B .. 'idle', dead)
   if redis.call('GET', B .. 'leader') == dead then
