@@ -8,6 +8,7 @@ logs itself (shared_jobs).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from collections.abc import Callable, Iterator
@@ -40,10 +41,8 @@ def stopped() -> Iterator[Callable[[Manager], None]]:
 
     yield stop
     for pid in paused:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGCONT)
-        except ProcessLookupError:
-            pass
 
 
 def presumed_dead(peer: Manager, manager: Manager) -> bool:
@@ -68,3 +67,27 @@ def test_a_future_whose_job_ended_while_its_manager_was_presumed_dead_resolves(
         os.kill(owner.proc.pid, signal.SIGCONT)
     assert future.result(timeout=10) == "held"
     assert client.job(future.job_id).result(timeout=10) == "held"
+
+
+def test_a_job_that_ran_to_its_end_under_a_paused_manager_is_listed_with_its_end(
+        procs: Any, connect_client: Callable[..., Any], redis_url: str, tmp_path: Path,
+        stopped: Callable[[Manager], None]) -> None:
+    paused = start_manager(procs, redis_url)  # its worker runs the job
+    peer = start_manager(procs, redis_url, workers=0)
+    client = connect_client(peer)
+    log = str(tmp_path / "runs.log")
+    future = client.schedule(shared_jobs.run, log, "ends", 1.0)  # retries=0
+    wait_for(lambda: shared_jobs.runs(log), 30, "the job started on the paused manager")
+    stopped(paused)  # its worker runs on, ends the job, and reports to a paused manager
+    try:
+        wait_for(lambda: presumed_dead(peer, paused), 30, "the paused manager presumed dead")
+        wait_for(lambda: future.done(), 30, "the peer failed the job")
+    finally:
+        os.kill(paused.proc.pid, signal.SIGCONT)
+
+    def listed() -> str:
+        return next(j.state for j in client.jobs() if j.job_id == future.job_id)
+
+    wait_for(lambda: listed() == "done", 30, "the job listed with the end it ran to")
+    assert client.job(future.job_id).result(timeout=10) == "ends"
+    assert len(shared_jobs.runs(log)) == 1

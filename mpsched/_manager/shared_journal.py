@@ -207,12 +207,14 @@ class SharedJournal(BaseJournal):
         for finish in finishes:
             if finish is None:
                 watchers.append(None)
-            elif next(results) == 0:
+            elif (result := next(results)) == 0:
                 log.warning("job %s ended on worker %s, but its lease had run out and "
                             "another manager took the job back: this end is not recorded",
                             finish.job_id, worker_id)
                 watchers.append(None)
             else:
+                if result == 3:
+                    log_revived(finish.job_id)
                 watchers.append(self._ended_here(finish.job_id))
         return watchers
 
@@ -312,6 +314,12 @@ class SharedJournal(BaseJournal):
 
     def jobs(self, state: str | None, limit: int | None) -> list[JobRecord]:
         return self.store.jobs(None if state is None else JobState(state), limit)
+
+
+def log_revived(job_id: str) -> None:
+    """Say that a job's end replaced the failure a peer recorded (Reply.finished 3)."""
+    log.warning("job %s ran to its end here while this manager was presumed dead, and a "
+                "peer had failed it: its end replaces that failure", job_id)
 
 
 def encode_status(host: str, pid: int, address: str,

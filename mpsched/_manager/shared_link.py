@@ -21,10 +21,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from mpsched._errors import StoreError, StoreUnavailableError
-from mpsched._manager.shared_journal import SharedJournal
+from mpsched._manager.shared_journal import SharedJournal, log_revived
 from mpsched._manager.shared_queue import SharedQueue
 from mpsched._manager.store_outage import StoreOutage
 from mpsched._store.redis.records import StoredEnd
@@ -71,6 +72,7 @@ class SharedLink:
         self._registered = False
         self._next_expiry: float | None = None  # written and read by the beating thread
         self._threads: list[threading.Thread] = []
+        queue.fence.on_ask(self._beat_now.set)  # a taker whose leases may have run out
         outage.on_back(queue.wake_all)
         outage.on_back(self._beat_now.set)  # send what waited for the store
 
@@ -192,16 +194,20 @@ class SharedLink:
 
     def _beat(self) -> None:
         """Renew this manager's leases, show its status, take back dead peers' jobs."""
+        sent, sent_ns = self._queue.clock.now(), time.monotonic_ns()
         beat = self._store.heartbeat(self._me, self._queue.lease_timeout, self._status(),
                                      join=not self._registered)
+        if self._registered and not beat.registered_before:
+            self._queue.fence.taken_back(self._queue.next_lease_id())
+        self._queue.fence.renewed(sent, sent_ns)
         self._outage(None)
         # The next beat comes when the first peer's lease would run out: a dead peer's
         # jobs are taken back then, not up to a third of our own lease later.
         self._next_expiry = beat.next_expiry
         if self._registered and not beat.registered_before:
             log.warning("this manager was presumed dead by its peers (no heartbeat for "
-                        "%g s): the jobs it ran were taken back, and their ends from here "
-                        "are refused", self._queue.lease_timeout)
+                        "%g s): its jobs were taken back; those not started yet are not "
+                        "started here", self._queue.lease_timeout)
             self._queue.wake()
             self._on_inbox()  # the ends its clients are owed, kept while it was away
         self._registered = True
@@ -235,6 +241,8 @@ class SharedLink:
             self._queue.put_back_unreturned(unreturned)
             raise
         for finish, result in zip(unsent, reply.finished, strict=True):
+            if result == 3:
+                log_revived(finish.job_id)
             if result == 0:
                 log.warning("the end of job %s came too late: its lease had run out and "
                             "a peer took the job back", finish.job_id)

@@ -75,18 +75,41 @@ class SharedQueue(SharedPrefetch):
         deadline = self._clock.now() + timeout
         with self._lock:
             ready = self._begin_take_locked(worker_id, early, more, prefetchable, deadline)
-        if ready is not None:
+        if ready is not None and self._fenced(worker_id, ready):
             return ready
         while True:
             batch = self._take_once(worker_id, early, deadline)
-            if batch is not None:
+            if batch is not None and (not batch or self._fenced(worker_id, batch)):
                 return batch
+
+    def _fenced(self, worker_id: str, batch: list[Assignment]) -> bool:
+        """Whether ``batch`` may go out: its leases are still this manager's (see
+        mpsched._manager.shared_fence; after a pause, wait for a heartbeat's answer).
+        Else its leases end here and its jobs are given back (refused by Redis if a
+        peer took them back already, put back if not), and False."""
+        if self.fence.wait_valid(batch[0].lease.lease_id, self.lease_timeout):
+            return True
+        back = []
+        with self._lock:
+            self._prefetched.drop_locked(worker_id)
+            for assignment in batch:
+                token = self._tokens.pop(assignment.lease.job_id, None)
+                if self.leases.drop_locked(assignment.lease.lease_id) is not None \
+                        and token is not None:
+                    back.append(Requeue(job_id=assignment.lease.job_id, token=token,
+                                        retry=False))
+        log.warning("%d job(s) claimed before this manager was presumed dead (or while "
+                    "its heartbeats went unanswered) were not handed out", len(batch))
+        self.give_back(back)
+        return False
 
     def _begin_take_locked(self, worker_id: str, early: float, more: int,
                            prefetchable: Callable[[Job], bool] | None,
                            deadline: float) -> list[Assignment] | None:
         """A take begins: the batch claimed for the worker with its last ends, if any
         (None: it must claim)."""
+        if self.fence.stale_below:
+            self._drop_skipped_locked(worker_id)
         self._early[worker_id] = early
         self._more[worker_id] = more
         if prefetchable is not None:
@@ -98,6 +121,15 @@ class SharedQueue(SharedPrefetch):
             return ready  # claimed with its last ends: the table holds its prefetched
         self._prefetched.forget_locked(worker_id)  # its last batch is over
         return None
+
+    def _drop_skipped_locked(self, worker_id: str) -> None:
+        """End the stale leases a worker still holds as it takes again: jobs it did not
+        start, its manager having been presumed dead (the fence refused them; a peer
+        took them back)."""
+        for job, lease in self.leases.jobs_locked():
+            if lease.worker_id == worker_id and self.fence.stale(lease.lease_id):
+                self.leases.drop_locked(lease.lease_id)
+                self._tokens.pop(job.job_id, None)
 
     def _take_once(self, worker_id: str, early: float,
                    deadline: float) -> list[Assignment] | None:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from mpsched._core.clock import Clock, SystemClock, Waitable
 from mpsched._core.job import Assignment, Job, Lease, Outcome, Payload, QueueStats
 from mpsched._core.leases import Leases, percentiles
+from mpsched._manager.shared_fence import LeaseFence
 from mpsched._manager.store_outage import StoreOutage
 from mpsched._payload import frames
 from mpsched._store.redis.records import Reply
@@ -68,6 +69,9 @@ class SharedQueueBase:
         # leads; all by close().
         self._available: Waitable = self._clock.condition(self._lock)
         self.leases = Leases(self._lock, self._clock)
+        # Whether this manager's leases are still its own (a pause past its lease):
+        # nothing claimed is handed out, or started by a local worker, past it.
+        self.fence = LeaseFence(lease_timeout, self._clock.now)
         self._tokens: dict[str, str] = {}  # job id -> its lease's token, in flight here
         # A worker's next job, claimed in the call that recorded its last one's end (one
         # round trip per job instead of two); its next take hands it out.
@@ -178,6 +182,11 @@ class SharedQueueBase:
 
     def set_on_returned(self, on_returned: Callable[[Job], None] | None) -> None:
         """Jobs go back to Redis by requeue (SharedQueue.requeue), never by revocation."""
+
+    def next_lease_id(self) -> int:
+        """The id of the next lease this manager grants (every earlier one is lower)."""
+        with self._lock:
+            return self.leases.next_id_locked()
 
     def token_of(self, job_id: str) -> str | None:
         """The token of a lease of this manager's on ``job_id`` (kept until its end is

@@ -8,6 +8,11 @@ In shared memory, created by the manager and inherited by the worker process:
   never revoked) or claimed (a prefetched one). Lease ids grow, so when the worker dies
   every lease of it up to this one had reached it: an attempt, not a job never received.
 - ``revoked_from``: the first lease id of its batch it may no longer start.
+- the fence of a manager on a shared Redis queue (mpsched._manager.shared_fence): until
+  when its leases hold on the monotonic clock (ns), and the lease ids below which they
+  were taken back. The worker starts no job past the first, nor any below the second:
+  it waits for its manager's next heartbeat instead (a manager paused past its lease).
+  Without Redis they never change: every lease holds.
 - the *kept* reports: a worker that goes on with its batch after a job keeps that job's
   report here first (mpsched._worker.reports holds it for a while before sending it).
   Should a later job kill the worker, the manager reads them when it sees the worker exit,
@@ -21,20 +26,24 @@ by its worker or given back to the heap, never both and never neither.
 
 from __future__ import annotations
 
+import time
 from multiprocessing.context import BaseContext
 from typing import Any
 
 NEVER = (1 << 63) - 1  # revoked_from when nothing is revoked
 KEPT_BYTES = 1 << 16  # room for kept reports; one that does not fit is sent at once
 REVOKE_TIMEOUT = 0.5  # seconds the manager waits for a worker's slot before it gives up
+FENCE_WAIT = 30.0  # seconds a worker waits for its manager's fence to say yes or no
+FENCE_LOOK = 0.005  # seconds between two looks meanwhile (only while it is in doubt)
 
 
 class ClaimSlot:
     """One local worker's slot; picklable to the worker process while it is started."""
 
     def __init__(self, ctx: BaseContext) -> None:
-        # [started, revoked_from, bytes of kept reports]
-        self._values: Any = ctx.RawArray("q", [0, NEVER, 0])
+        # [started, revoked_from, bytes of kept reports, fence: valid until (ns), stale
+        # below]; the fence is written by the manager only, each value whole.
+        self._values: Any = ctx.RawArray("q", [0, NEVER, 0, NEVER, 0])
         # Kept reports, each a 4-byte length and its bytes; written by the worker only,
         # read by the manager only once the worker has exited (no lock needed).
         self._kept: Any = ctx.RawArray("B", KEPT_BYTES)
@@ -60,6 +69,25 @@ class ClaimSlot:
                 return False
             self._values[0] = lease_id
             return True
+
+    def may_start(self, lease_id: int, wait: float = FENCE_WAIT) -> bool:
+        """Whether the worker may start lease ``lease_id`` by its manager's fence: True
+        while the manager's leases hold; False once this one was taken back. In doubt (the
+        manager's last heartbeat is too old: it may be paused), it waits for the next
+        one, ``wait`` seconds at most (then False)."""
+        values = self._values
+        deadline = None
+        while True:
+            if time.monotonic_ns() < values[3]:  # read before stale_below: see fence()
+                return bool(lease_id >= values[4])
+            if lease_id < values[4]:
+                return False
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + wait
+            elif now >= deadline:
+                return False
+            time.sleep(FENCE_LOOK)
 
     def keep(self, record: bytes) -> bool:
         """Keep one report's bytes until :meth:`forget_kept`; False if there is no room
@@ -96,6 +124,12 @@ class ClaimSlot:
         """The last lease id the worker received or claimed."""
         return int(self._values[0])
 
+    def fence(self, valid_ns: int, stale_below: int) -> None:
+        """Set the manager's fence (see may_start): stale_below first, so that a worker
+        that reads the new valid_until reads the new stale_below too."""
+        self._values[4] = stale_below
+        self._values[3] = valid_ns
+
     def reopen(self) -> None:
         """A new batch goes to the worker: it may start every job of it. Without the lock:
         the worker waits for that batch meanwhile, and the queue starts no revocation of it
@@ -126,9 +160,17 @@ class LocalClaims:
 
     def __init__(self) -> None:
         self._slots: dict[str, ClaimSlot] = {}
+        self._fence = (NEVER, 0)  # the manager's fence (ClaimSlot.fence), for new slots
 
     def add(self, worker_id: str, slot: ClaimSlot) -> None:
+        slot.fence(*self._fence)
         self._slots[worker_id] = slot
+
+    def set_fence(self, valid_ns: int, stale_below: int) -> None:
+        """Move every slot's fence (a manager on a shared Redis queue: its heartbeats)."""
+        self._fence = (valid_ns, stale_below)
+        for slot in list(self._slots.values()):
+            slot.fence(valid_ns, stale_below)
 
     def remove(self, worker_id: str) -> None:
         self._slots.pop(worker_id, None)

@@ -155,3 +155,32 @@ def test_a_job_whose_worker_left_while_redis_was_down_goes_back_when_it_answers(
     taker.join(JOIN)
     assert taker.got is not None and taker.got.lease.job_id == "j1"
     assert taker.got.lease.attempt == 1
+
+
+def test_a_manager_paused_past_its_lease_hands_out_nothing_it_claimed_before(
+        peers: Callable[..., Peer], monkeypatch: pytest.MonkeyPatch) -> None:
+    paused = peers("paused", lease=1.0)
+    peer = peers("peer")  # takes back the paused manager's jobs when its lease runs out
+    for job_id in ("j0", "j1"):
+        paused.submit(job_id)
+    first = paused.queue.take("w1", 5.0)
+    assert first is not None
+    outcome = Outcome("j0", True, b"", "", None)
+    job = paused.queue.complete(first.lease.lease_id, outcome, "w1")
+    assert job is not None
+    assert paused.journal.finished(job, outcome, "w1") == set()  # j1 claimed for w1 with it
+    resume = threading.Event()
+    beat = paused.store.heartbeat
+
+    def stalled(*args: Any, **kwargs: Any) -> Any:
+        resume.wait(JOIN)  # the manager's heartbeats stall: it is presumed dead
+        return beat(*args, **kwargs)
+
+    monkeypatch.setattr(paused.store, "heartbeat", stalled)
+    try:
+        wait_for(lambda: state(peer, "j1") == (JobState.FAILED, 1), 30,
+                 "the peer took the paused manager's job back")
+    finally:
+        resume.set()
+    assert paused.queue.take("w1", 1.0) is None  # j1 is not handed out: it was taken back
+    assert state(peer, "j1") == (JobState.FAILED, 1)

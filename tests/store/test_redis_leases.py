@@ -81,3 +81,28 @@ def test_a_manager_presumed_dead_finds_every_end_its_clients_are_owed_when_it_is
     store.heartbeat("owner", 30.0, b"")  # back
     ended = {end.job_id: end.state for end in store.drain("owner")}
     assert ended == {on_peer.job_id: JobState.DONE, on_owner.job_id: JobState.FAILED}
+
+
+def test_an_end_from_a_manager_presumed_dead_replaces_the_failure_its_peer_recorded(
+        open_redis_store: Callable[..., RedisStore]) -> None:
+    store = open_redis_store()
+    store.heartbeat("paused", 0.3, b"", join=True)
+    store.heartbeat("peer", 30.0, b"", join=True)
+    store.submit_jobs([new("ran-to-its-end")], "peer")
+    [job] = claim(store, "paused", lease=0.3).jobs
+    deadline = time.monotonic() + 10.0
+    while not store.heartbeat("peer", 30.0, b"").failed:  # retries=0: failed as crashed
+        assert time.monotonic() < deadline, "the paused manager's job was never taken back"
+        time.sleep(0.05)
+    record = store.get(job.job_id)
+    assert record is not None and record.state is JobState.FAILED
+    failed = store.counts().failed
+    reply = store.report("paused", 30.0, finishes=[
+        Finish(job.job_id, job.token, JobState.DONE, b"its result")])
+    assert reply.finished == [3]  # recorded, in place of the failure
+    record = store.get(job.job_id)
+    assert record is not None and record.state is JobState.DONE
+    assert record.outcome == b"its result" and record.worker_id == "paused/w1"
+    assert store.counts().failed == failed - 1
+    ended = {end.job_id: end.state for end in store.drain("peer")}
+    assert ended == {job.job_id: JobState.DONE}  # its owner is told what happened

@@ -268,7 +268,11 @@ def test_a_manager_presumed_dead_loses_its_jobs_to_a_peer(store: RedisStore) -> 
     late = store.report("dying", 0.2, finishes=[
         Finish(j.job_id, j.token, JobState.DONE, b"late") for j in reply.jobs],
         take=Take(want=1, worker="dying/w1"))
-    assert late.finished == [0, 0] and not late.registered and late.jobs == []
+    # "retried" runs again under m2: its late end is refused. "failed" never ran again:
+    # the end it ran to under the dying manager replaces the failure the peer recorded.
+    assert late.finished == [0, 3] and not late.registered and late.jobs == []
+    record = store.get("failed")
+    assert record is not None and record.state is JobState.DONE and record.outcome == b"late"
     assert store.heartbeat("m2", LEASE, b"").reaped == []  # reaped once
 
 

@@ -89,7 +89,9 @@ class Take(NamedTuple):
 class Reply(NamedTuple):
     """The answer to a report call (see the claim script)."""
 
-    finished: list[int]  # per Finish: 0 stale (refused), 1 recorded, 2 recorded, deliver here
+    # per Finish: 0 stale (refused), 1 recorded, 2 recorded, deliver here, 3 recorded in
+    # place of the failure a peer recorded when it took the job back
+    finished: list[int]
     requeued: list[int]  # per Requeue: 0 stale, 1 back in the queue, 2 and the new head
     jobs: list[Claimed]
     head_in: float | None  # seconds until the head is due (<= 0: due); None: empty queue

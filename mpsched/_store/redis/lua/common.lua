@@ -260,15 +260,26 @@ end
 -- End a running job's lease with an outcome, if `token` is its lease's: 0 when the
 -- lease is stale (the job was taken back and given to another lease), else 1, or 2
 -- when the caller (`me`) delivers the end itself. An end sent again under the lease that
--- recorded it (its first answer was lost) is 1 again, and changes nothing. What else
--- changes waits in `outbox` (see send_outbox).
+-- recorded it (its first answer was lost) is 1 again, and changes nothing. A job a peer
+-- failed as crashed when it took back the jobs of this lease's manager (presumed dead:
+-- field x), and that never ran again, ran to this end after all: the end replaces the
+-- failure, and its owner and watchers are told again (3). What else changes waits in
+-- `outbox` (see send_outbox).
 local function finish(id, token, state, outcome, me, ttl_ms, keep_ms, now, outbox)
   local jk = B .. 'j:' .. id
   local f = redis.call('HMGET', jk, 't', 'st', 'o', 'k', 'm', 'c', 'wd', 'x')
   if f[1] ~= token then return 0 end
+  local revived = false
   if f[2] ~= 'running' then
-    if (f[2] == 'done' or f[2] == 'failed') and not f[8] then return 1 end
-    return 0
+    if f[2] == 'failed' and f[8] then
+      revived = true
+      redis.call('HDEL', jk, 'x')
+      outbox.states['failed'] = (outbox.states['failed'] or 0) - 1
+    elseif f[2] == 'done' or f[2] == 'failed' then
+      return 1
+    else
+      return 0
+    end
   end
   redis.call('HSET', jk, 'st', state, 'f', now, 'out', outcome)
   redis.call('HDEL', jk, 'p')
@@ -279,6 +290,7 @@ local function finish(id, token, state, outcome, me, ttl_ms, keep_ms, now, outbo
   if #outcome <= INLINE then message = ended_message(id, state, f[6], nil, outcome) end
   local mine, others = notify(id, f[3], me, f[7], message, outbox)
   retire(id, f[4], ttl_ms, others, keep_ms, now, outbox)
+  if revived then return 3 end
   return 1 + mine
 end
 
