@@ -56,6 +56,7 @@ from mpsched._errors import (
     StoreUnavailableError,
 )
 from mpsched._store.base import Store, StoredSchedule, check_options
+from mpsched._store.redis import schedules as stored_schedules
 from mpsched._store.redis import views
 from mpsched._store.redis.records import (
     Beat,
@@ -421,36 +422,28 @@ class RedisStore(Store):
 
     def save_schedule(self, schedule: StoredSchedule) -> None:
         with self.errors():
-            pipe = self.client.pipeline(transaction=True)
-            pipe.hset(self.base + "s:spec", schedule.schedule_id, schedule.spec)
-            pipe.hset(self.base + "s:state", schedule.schedule_id, schedule.state)
-            pipe.incr(self.base + "s:seq")
-            order, = pipe.execute()[2:]
-            self.client.zadd(self.base + "s:order", {schedule.schedule_id: order}, nx=True)
+            stored_schedules.save(self.client, self.base, schedule)
+
+    def save_schedule_unless_same(self, schedule: StoredSchedule,
+                                  same: Callable[[bytes], bool]) -> StoredSchedule | None:
+        """Record a schedule, unless one with its id is recorded already whose spec
+        ``same`` says is this one's: then that one, as recorded (its timeline), is
+        returned and nothing is written. One step across managers: of two that add the
+        same schedule at once, one writes and the other gets what it wrote."""
+        with self.errors():
+            return stored_schedules.save_unless_same(self.client, self.base, schedule, same)
 
     def update_schedule(self, schedule_id: str, state: bytes) -> None:
         with self.errors():
-            if self.client.hexists(self.base + "s:spec", schedule_id):
-                self.client.hset(self.base + "s:state", schedule_id, state)
+            stored_schedules.update(self.client, self.base, schedule_id, state)
 
     def delete_schedule(self, schedule_id: str) -> None:
         with self.errors():
-            pipe = self.client.pipeline(transaction=True)
-            for name in ("s:spec", "s:state"):
-                pipe.hdel(self.base + name, schedule_id)
-            pipe.zrem(self.base + "s:order", schedule_id)
-            pipe.execute()
+            stored_schedules.delete(self.client, self.base, schedule_id)
 
     def schedules(self) -> list[StoredSchedule]:
         with self.errors():
-            pipe = self.client.pipeline(transaction=True)
-            pipe.zrange(self.base + "s:order", 0, -1)
-            pipe.hgetall(self.base + "s:spec")
-            pipe.hgetall(self.base + "s:state")
-            order, specs, states = pipe.execute()
-        return [StoredSchedule(schedule_id=sid.decode(), spec=specs[sid],
-                               state=states.get(sid, b""))
-                for sid in order if sid in specs]
+            return stored_schedules.listing(self.client, self.base)
 
     def close(self) -> None:
         with self._lock:
