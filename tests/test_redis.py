@@ -366,3 +366,20 @@ def test_while_redis_is_down_calls_fail_with_a_typed_error_and_work_again_after(
         except StoreUnavailableError:
             assert time.monotonic() < deadline
             time.sleep(0.1)
+
+
+def test_status_shows_the_workers_of_each_manager_with_how_old_that_news_is(
+        procs: Any, connect_client: Callable[..., Any], redis_url: str,
+        tmp_path: Path) -> None:
+    busy = start_manager(procs, redis_url, "--lease-timeout", "30")  # beats every 10 s
+    other = start_manager(procs, redis_url, workers=0)
+    log = str(tmp_path / "runs.log")
+    job = connect_client(busy).schedule(shared_jobs.run, log, "held", 20.0)
+    wait_for(lambda: shared_jobs.runs(log), 30, "the job started")
+    mine = procs.run("status", *busy.cli())  # its own workers, as they are now
+    assert mine.returncode == 0, mine.stderr
+    [line] = [ln for ln in mine.stdout.splitlines() if ln.startswith("    worker ")]
+    assert f"running {job.job_id}" in line and line.endswith("(now)")
+    theirs = procs.run("status", *other.cli())  # another manager's, from its heartbeat
+    [line] = [ln for ln in theirs.stdout.splitlines() if ln.startswith("    worker ")]
+    assert "(as of " in line and line.endswith(" s ago)")

@@ -298,18 +298,21 @@ class SharedJournal(BaseJournal):
     def schedule_changed(self, schedule_id: str) -> None:
         self.store.publish_schedule(schedule_id)
 
-    def managers(self) -> tuple[ManagerStatus, ...]:
-        """Every live manager of the store, as its last heartbeat described it."""
+    def managers(self, live: tuple[WorkerStatus, ...] = ()) -> tuple[ManagerStatus, ...]:
+        """Every live manager of the store, as its last heartbeat described it; this one
+        with its workers as they are now (``live``)."""
         found = []
         for record in self.store.managers():
             try:
                 host, pid, address, workers = pickle.loads(record.status)
             except Exception:  # a manager of another version, or one still starting
                 host, pid, address, workers = "?", 0, "", ()
+            mine = record.manager_id == self.manager_id
             found.append(ManagerStatus(
                 manager_id=record.manager_id, host=host, pid=pid, address=address,
                 heartbeat_age=record.seen_ago, lease_timeout=record.lease_timeout,
-                workers=tuple(workers)))
+                workers=live if mine else tuple(workers),
+                workers_age=0.0 if mine else record.seen_ago))
         return tuple(found)
 
     def jobs(self, state: str | None, limit: int | None) -> list[JobRecord]:

@@ -211,10 +211,12 @@ class SharedLink:
             self._queue.wake()
             self._on_inbox()  # the ends its clients are owed, kept while it was away
         self._registered = True
-        for manager in beat.reaped:
-            log.warning("manager %s stopped renewing its leases for %g s: presumed dead; "
-                        "its jobs were taken back (%d retried, %d failed)", manager,
-                        self._queue.lease_timeout, beat.requeued, len(beat.failed))
+        for taken in beat.taken_back:
+            silent = (f"{taken.lease_timeout:g} s" if taken.lease_timeout >= 0
+                      else "its lease")
+            log.warning("manager %s stopped renewing its leases for %s: presumed dead; "
+                        "its jobs were taken back (%d retried, %d failed)", taken.manager,
+                        silent, taken.requeued, taken.failed)
         mine = []
         for job_id, worker, client, here in beat.failed:
             log.error("job %s: its worker %s went away with its manager; failed "

@@ -110,6 +110,11 @@ class Store(abc.ABC):
     def size(self) -> int | None:
         """Bytes the store takes (database and journal files), or None if unknown."""
 
+    def kept(self) -> int | None:
+        """How many job records the store keeps (pending, running, ended until
+        result_ttl), where that is cheap to know; None elsewhere."""
+        return None
+
     def commit_latency(self) -> HistogramSnapshot | None:
         """How long each commit took so far (seconds, in fixed buckets); None for a store
         that does not commit (memory) or does not measure it."""

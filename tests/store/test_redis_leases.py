@@ -18,8 +18,9 @@ from mpsched._store.redis.store import RedisStore
 SHORT = 1.0  # seconds: the lease of the managers in these tests
 
 
-def claim(store: RedisStore, manager: str, lease: float = SHORT, **kw: Any) -> Any:
-    return store.report(manager, lease, take=Take(want=1, worker=f"{manager}/w1", **kw))
+def claim(store: RedisStore, manager: str, lease: float = SHORT, want: int = 1,
+          **kw: Any) -> Any:
+    return store.report(manager, lease, take=Take(want=want, worker=f"{manager}/w1", **kw))
 
 
 def test_time_the_server_was_paused_counts_against_no_managers_lease(
@@ -106,3 +107,33 @@ def test_an_end_from_a_manager_presumed_dead_replaces_the_failure_its_peer_recor
     assert store.counts().failed == failed - 1
     ended = {end.job_id: end.state for end in store.drain("peer")}
     assert ended == {job.job_id: JobState.DONE}  # its owner is told what happened
+
+
+def test_a_take_back_counts_each_dead_managers_jobs_on_its_own(
+        open_redis_store: Callable[..., RedisStore]) -> None:
+    store = open_redis_store()
+    store.heartbeat("peer", 30.0, b"", join=True)
+    store.submit_jobs([new("a1", retries=1), new("a2"), new("b1")], "peer")
+    store.heartbeat("a", 0.3, b"", join=True)
+    store.heartbeat("b", 0.5, b"", join=True)
+    claim(store, "a", lease=0.3, want=2)  # a1 (retried), a2 (failed)
+    claim(store, "b", lease=0.5)  # b1 (failed)
+    deadline = time.monotonic() + 10.0
+    taken: dict[str, Any] = {}
+    while len(taken) < 2:
+        assert time.monotonic() < deadline, "the silent managers were never taken back"
+        time.sleep(0.05)
+        taken.update({t.manager: t for t in store.heartbeat("peer", 30.0, b"").taken_back})
+    assert (taken["a"].requeued, taken["a"].failed, taken["a"].lease_timeout) == (1, 1, 0.3)
+    assert (taken["b"].requeued, taken["b"].failed, taken["b"].lease_timeout) == (0, 1, 0.5)
+
+
+def test_a_store_counts_the_jobs_it_keeps_at_one_command_a_look(
+        open_redis_store: Callable[..., RedisStore]) -> None:
+    store = open_redis_store()
+    store.heartbeat("m1", 30.0, b"", join=True)
+    assert store.kept() == 0
+    store.submit_jobs([new(f"j{n}") for n in range(3)], "m1")
+    [job] = claim(store, "m1", lease=30.0).jobs
+    store.report("m1", 30.0, finishes=[Finish(job.job_id, job.token, JobState.DONE, b"")])
+    assert store.kept() == 3  # two pending, one ended and kept for result_ttl

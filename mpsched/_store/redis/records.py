@@ -128,11 +128,21 @@ class Held(NamedTuple):
     holder: str
 
 
+class TakenBack(NamedTuple):
+    """The jobs a heartbeat took back from one manager it presumed dead."""
+
+    manager: str
+    lease_timeout: float  # that manager's (seconds; < 0: unknown)
+    requeued: int
+    failed: int
+
+
 class Beat(NamedTuple):
     """What a heartbeat found (see the heartbeat script)."""
 
     registered_before: bool  # False on the first beat, or after being presumed dead
     reaped: list[str]  # managers presumed dead just now
+    taken_back: list[TakenBack]  # what was taken back from each
     failed: list[tuple[str, str, str, bool]]  # (job id, worker, client, deliver here)
     requeued: int
     next_expiry: float | None  # seconds until another manager's lease runs out (None: none)

@@ -30,6 +30,7 @@ from mpsched._store.redis.records import (
     Requeue,
     StoredEnd,
     Take,
+    TakenBack,
     Withdrawn,
 )
 
@@ -213,10 +214,13 @@ class Scripts:
                 for i, s, o, x, c, w in self._call("drain", me, count)]
 
     def heartbeat(self, me: str, lease: float, status: bytes, *, join: bool = False) -> Beat:
-        before, reaped, failed, requeued, next_ms, order = self._call(
+        before, reaped, failed, requeued, next_ms, order, taken = self._call(
             "heartbeat", me, _us(lease) // 1000, self._ttl_ms, self._keep_ms, status,
             self.order.value, "1" if join else "0")
         return Beat(registered_before=bool(before), reaped=[_text(m) for m in reaped],
+                    taken_back=[TakenBack(manager=_text(m), lease_timeout=int(ms) / 1000,
+                                          requeued=int(r), failed=int(f))
+                                for m, ms, r, f in taken],
                     failed=[(_text(i), _text(w), _text(c), bool(m))
                             for i, w, c, m in failed],
                     requeued=int(requeued),

@@ -384,6 +384,12 @@ class RedisStore(Store):
         with self.errors():
             return int(self.client.info("memory")["used_memory"])
 
+    def kept(self) -> int | None:
+        """The job records this deployment keeps (one ZCARD: its listing index, which
+        forgets expired ids at the next prune)."""
+        with self.errors():
+            return int(self.client.zcard(self.base + "all"))
+
     def flush(self) -> None:
         """Nothing to wait for: every call is done on the server when it returns."""
         if self._closed:

@@ -10,8 +10,9 @@
 -- waiting in `rdy` go back to `due` for "time").
 --
 -- ARGV: B, me, lease_ms, ttl_ms, keep_ms, status, order, join
--- Returns {registered_before, reaped, failed, requeued, next_ms, order}: reaped lists the
--- managers presumed dead; failed lists {id, worker, client, mine} of the jobs failed;
+-- Returns {registered_before, reaped, failed, requeued, next_ms, order, taken}: reaped lists
+-- the managers presumed dead, and taken for each {manager, its lease_ms (-1: unknown),
+-- jobs requeued, jobs failed}; failed lists {id, worker, client, mine} of the jobs failed;
 -- next_ms is how long until the lease of the first other manager runs out (-1: none),
 -- when the caller beats again to take its jobs back at once if it is dead; order is the
 -- store's, which the caller's claims must follow.
@@ -69,11 +70,12 @@ if redis.call('ZSCORE', B .. 'managers', me) then before = 1 end
 redis.call('ZADD', B .. 'managers', now + lease_ms * 1000, me)
 redis.call('HSET', B .. 'm:' .. me, 'seen', now, 'lease_ms', lease_ms, 'status', ARGV[6])
 
-local reaped, failed, requeued = {}, {}, 0
+local reaped, failed, requeued, taken = {}, {}, 0, {}
 local new_head = false
 for _, dead in ipairs(redis.call('ZRANGEBYSCORE', B .. 'managers', '-inf', now,
                                  'LIMIT', 0, 16)) do
   reaped[#reaped + 1] = dead
+  local counted = {requeued, #failed}
   for _, id in ipairs(redis.call('SMEMBERS', B .. 'l:' .. dead)) do
     local jk = B .. 'j:' .. id
     local f = redis.call('HMGET', jk, 'st', 'm', 'a', 'r', 'w', 'c', 'o', 'k', 'wd')
@@ -92,6 +94,8 @@ for _, dead in ipairs(redis.call('ZRANGEBYSCORE', B .. 'managers', '-inf', now,
       end
     end
   end
+  taken[#taken + 1] = {dead, tonumber(redis.call('HGET', B .. 'm:' .. dead, 'lease_ms')) or -1,
+                       requeued - counted[1], #failed - counted[2]}
   -- Its inbox stays a while: a manager only paused finds there what it is owed.
   redis.call('DEL', B .. 'l:' .. dead, B .. 'm:' .. dead)
   redis.call('PEXPIRE', B .. 'in:' .. dead, INBOX_KEEP_MS)
@@ -113,4 +117,4 @@ for k = 1, #first, 2 do
     break
   end
 end
-return {before, reaped, failed, requeued, next_ms, order}
+return {before, reaped, failed, requeued, next_ms, order, taken}
