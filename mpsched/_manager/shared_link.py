@@ -70,6 +70,12 @@ class SharedLink:
         # Set by the subscriber once it listens (start() waits for the first time).
         self._listening = threading.Event()
         self._registered = False
+        # Held while the inbox is drained (the subscriber, or the heartbeat thread when
+        # this manager was presumed dead); guards _drained: the ends the last drain
+        # returned and this manager delivered, which the next drain drops. Nobody waits
+        # on it but another drain.
+        self._draining = threading.Lock()
+        self._drained = 0
         self._next_expiry: float | None = None  # written and read by the beating thread
         self._threads: list[threading.Thread] = []
         queue.fence.on_ask(self._beat_now.set)  # a taker whose leases may have run out
@@ -158,11 +164,14 @@ class SharedLink:
             nonce, job_ids = request
             self._queue.give_back_for_cancel(job_ids, nonce)
             return
-        while True:
-            ended = self._store.drain(self._me)
-            if not ended:
-                return
-            self._journal.deliver_ended(ended)
+        with self._draining:
+            while True:
+                ended = self._store.drain(self._me, done=self._drained)
+                self._drained = 0
+                if not ended:
+                    return
+                self._journal.deliver_ended(ended)
+                self._drained = len(ended)  # dropped from the inbox by the next drain
 
     def _on_sched(self, data: object = None) -> None:
         schedule_id = data.decode() if isinstance(data, bytes) else str(data)

@@ -137,3 +137,18 @@ def test_a_store_counts_the_jobs_it_keeps_at_one_command_a_look(
     [job] = claim(store, "m1", lease=30.0).jobs
     store.report("m1", 30.0, finishes=[Finish(job.job_id, job.token, JobState.DONE, b"")])
     assert store.kept() == 3  # two pending, one ended and kept for result_ttl
+
+
+def test_ends_in_an_inbox_stay_there_until_a_drain_says_they_were_delivered(
+        open_redis_store: Callable[..., RedisStore]) -> None:
+    # A drain whose answer was lost (Redis paused past the manager's timeout) must not
+    # take the ends with it: the next drain hands them over again.
+    store = open_redis_store()
+    store.heartbeat("owner", 30.0, b"", join=True)
+    store.heartbeat("peer", 30.0, b"", join=True)
+    store.submit_jobs([new("j1")], "owner")
+    [job] = claim(store, "peer", lease=30.0).jobs
+    store.report("peer", 30.0, finishes=[Finish("j1", job.token, JobState.DONE, b"r")])
+    assert [e.job_id for e in store.drain("owner")] == ["j1"]  # its answer "lost"
+    assert [e.job_id for e in store.drain("owner")] == ["j1"]  # handed over again
+    assert store.drain("owner", done=1) == []

@@ -207,11 +207,11 @@ class Scripts:
         return StoredEnd(job_id=job_id, state=JobState(_text(state)), outcome=outcome,
                      crashed_worker=_opt(crashed), client_id=_text(client), owner="")
 
-    def drain(self, me: str, count: int) -> list[StoredEnd]:
+    def drain(self, me: str, count: int, done: int = 0) -> list[StoredEnd]:
         return [StoredEnd(job_id=_text(i), state=None if not s else JobState(_text(s)),
                       outcome=o, crashed_worker=_opt(x), client_id=_opt(c) or "",
                       owner=_opt(w) or "")
-                for i, s, o, x, c, w in self._call("drain", me, count)]
+                for i, s, o, x, c, w in self._call("drain", me, count, done)]
 
     def heartbeat(self, me: str, lease: float, status: bytes, *, join: bool = False) -> Beat:
         before, reaped, failed, requeued, next_ms, order, taken = self._call(

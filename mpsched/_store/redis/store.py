@@ -272,10 +272,12 @@ class RedisStore(Store):
         with self.errors():
             return self.scripts.watch(me, job_id)
 
-    def drain(self, me: str, count: int = 500) -> list[StoredEnd]:
-        """Take up to ``count`` ended jobs from ``me``'s inbox."""
+    def drain(self, me: str, count: int = 500, done: int = 0) -> list[StoredEnd]:
+        """Up to ``count`` ended jobs from the head of ``me``'s inbox, once the ``done``
+        ones the last call returned are dropped (``me`` delivered them): an answer that
+        was lost is answered again."""
         with self.errors():
-            return self.scripts.drain(me, count)
+            return self.scripts.drain(me, count, done)
 
     @property
     def order(self) -> Order:
