@@ -402,7 +402,8 @@ class ManagerService:
                      workers_missing=self._workers_missing,
                      worker_start_failures=self._worker_start_failures,
                      clients=len(self.mailboxes), store=self.journal.store.location,
-                     store_size=self.journal.store.size(), store_jobs=self.journal.store.kept(),
+                     store_size=self.journal.store.size(),
+                     store_jobs=self.journal.store.kept() if self.journal.shared else None,
                      managers=self.journal.managers(workers))
 
     def wait_workers_told(self, timeout: float) -> bool:
