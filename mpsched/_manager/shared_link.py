@@ -19,6 +19,7 @@ that run go on running. Neither thread polls: each sleeps on a socket or an even
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -131,14 +132,8 @@ class SharedLink:
             try:
                 subscription = self._store.subscribe(list(self._channels))
                 self._listening.set()
-                self._queue.wake()  # what was said while it did not listen
-                self._on_inbox()
                 pause = BACKOFF[0]
-                while not self._stopping.is_set():
-                    message = subscription.message(LISTEN)
-                    if message is not None:
-                        channel, data = message
-                        self._channels.get(channel, self._on_wake)(data)
+                self._serve(subscription)
             except Exception as exc:  # a lost connection, a bug: the thread goes on
                 if self._stopping.is_set():
                     break
@@ -148,6 +143,37 @@ class SharedLink:
             finally:
                 if subscription is not None:
                     subscription.close()
+
+    def _serve(self, subscription: Subscription) -> None:
+        """Hand each message to its handler until the link stops. A handler that fails
+        (its own call to Redis: a connection from before a restart) keeps the
+        subscription, whose messages would be lost with it; a drain that failed is tried
+        again within BACKOFF[1].
+
+        Raises:
+            StoreUnavailableError: the subscription's connection was lost.
+        """
+        self._queue.wake()  # what was said while it did not listen
+        owed = not self._handled(self._on_inbox)
+        inbox = f"{self._store.base}ch:{self._me}"
+        while not self._stopping.is_set():
+            message = subscription.message(BACKOFF[1] if owed else LISTEN)
+            if message is not None:
+                channel, data = message
+                handler = self._channels.get(channel, self._on_wake)
+                if not self._handled(functools.partial(handler, data)) and channel == inbox:
+                    owed = True
+            if owed:
+                owed = not self._handled(self._on_inbox)
+
+    def _handled(self, handle: Callable[[], object]) -> bool:
+        """Run a message's handler; False (said, as any failed call) if Redis failed it."""
+        try:
+            handle()
+        except StoreError as exc:
+            self._store_error(exc)
+            return False
+        return True
 
     def _on_wake(self, data: object = None) -> None:
         self._queue.wake()

@@ -17,6 +17,7 @@ from shared_peers import Peer, Taker, state
 
 from mpsched._core.job import JobRequest, JobState, Outcome
 from mpsched._errors import StoreUnavailableError
+from mpsched._manager.journal import encode
 
 JOIN = 30.0
 TIMEOUT = 1.0  # the managers' operation timeout, in seconds
@@ -184,3 +185,32 @@ def test_a_manager_paused_past_its_lease_hands_out_nothing_it_claimed_before(
         resume.set()
     assert paused.queue.take("w1", 1.0) is None  # j1 is not handed out: it was taken back
     assert state(peer, "j1") == (JobState.FAILED, 1)
+
+
+def ended_message(job_id: str, outcome: bytes) -> bytes:
+    """A job's end as the scripts publish it on its owner's channel (common.lua)."""
+    fields = [job_id.encode(), b"done", b"c1", b"", outcome]
+    return b"E" + b"".join(str(len(f)).encode() + b":" + f for f in fields)
+
+
+def test_a_drain_that_fails_keeps_the_subscription_and_the_ends_it_carries(
+        peers: Callable[..., Peer], monkeypatch: pytest.MonkeyPatch) -> None:
+    # Right after a restart of Redis a thread's old connection fails once: the ends
+    # already published to this manager must not go with the subscription.
+    peer = peers("m1")
+    real = peer.store.drain
+    failures = [StoreUnavailableError("redis://x", "Connection closed by server.")]
+
+    def drain(*args: Any, **kwargs: Any) -> Any:
+        if failures:
+            raise failures.pop()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(peer.store, "drain", drain)
+    outcome = encode(Outcome("x", True, b"r", "", None))
+    pipe = peer.store.client.pipeline(transaction=False)
+    pipe.publish(peer.store.base + "ch:m1", "1")  # its inbox has ends: a drain, that fails
+    pipe.publish(peer.store.base + "ch:m1", ended_message("x", outcome))
+    assert pipe.execute() == [1, 1]
+    wait_for(lambda: [o for _, o in peer.delivered if o.job_id == "x"], 10,
+             "the end published after the failed drain was delivered")

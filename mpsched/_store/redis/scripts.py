@@ -94,6 +94,7 @@ class Scripts:
         errors = importlib.import_module("redis").exceptions
         self._no_script = errors.NoScriptError
         self._lost = (errors.ConnectionError, errors.TimeoutError, OSError)
+        self._timeout = errors.TimeoutError
         # Each thread's own connection (made on its first call), and all of them, so that
         # close() can end them; the list is guarded by _lock (nobody waits on it).
         self._local = threading.local()
@@ -137,9 +138,19 @@ class Scripts:
                 return conn.read_response()
         except self._lost as exc:
             self._lose(conn)
+            if not isinstance(exc, self._timeout):
+                self.reset()  # the server went away: every other connection is stale
             if sent:
                 raise Unanswered(exc) from exc
             raise
+
+    def reset(self) -> None:
+        """Close every thread's connection; each thread's next call opens another (a
+        restarted server answers none of the old ones)."""
+        with self._lock:
+            connections = list(self._connections)
+        for conn in connections:
+            conn.disconnect()
 
     def close(self) -> None:
         """Close every thread's connection."""

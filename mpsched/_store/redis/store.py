@@ -160,6 +160,9 @@ class RedisStore(Store):
         except (self._redis.ConnectionError, self._redis.TimeoutError, OSError) as exc:
             if isinstance(exc, StoreError):
                 raise
+            if not isinstance(exc, self._redis.TimeoutError):
+                # The server went away: its idle pooled connections are stale too.
+                self.client.connection_pool.disconnect(inuse_connections=False)
             error = StoreUnavailableError(self.url.redacted, describe(exc))
             self.on_unavailable(error)
             raise error from None
