@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from mpsched._core.job import JobState
 from mpsched._errors import StoreError, StoreUnavailableError
 from mpsched._manager.shared_journal import SharedJournal, log_revived
 from mpsched._manager.shared_queue import SharedQueue
@@ -266,6 +267,7 @@ class SharedLink:
         """Send again the finishes, and the prefetched jobs given back, that Redis could
         not take; undo the claims whose answers were lost (Redis answered a beat since)."""
         self._queue.settle_doubtful()
+        self._recheck()
         unsent = self._journal.take_unsent()
         unreturned = self._queue.take_unreturned()
         if not unsent and not unreturned:
@@ -283,6 +285,22 @@ class SharedLink:
             if result == 0:
                 log.warning("the end of job %s came too late: its lease had run out and "
                             "a peer took the job back", finish.job_id)
+
+    def _recheck(self) -> None:
+        """Tell this manager's clients the ends of jobs that a call whose answer was lost
+        may have made (a cancel): each is looked up, and watched if it goes on."""
+        job_ids = self._queue.take_recheck()
+        ended = []
+        try:
+            for job_id in job_ids:
+                end = self._store.watch(self._me, job_id)
+                if end is not None and end.state not in (JobState.PENDING, JobState.RUNNING):
+                    ended.append(end)
+        except StoreError:
+            self._queue.recheck(job_ids)
+            raise
+        if ended:
+            self._journal.deliver_ended(ended)
 
     def _store_error(self, exc: BaseException) -> None:
         if isinstance(exc, StoreUnavailableError):

@@ -90,6 +90,9 @@ class SharedQueueBase:
         # Claims that went out and got no answer (Redis may have run them): undone by
         # the link once Redis answers again (settle_doubtful).
         self._doubtful: list[str] = []
+        # Jobs a call whose answer was lost may have ended (a cancel): looked up by the
+        # link once Redis answers, and their ends told here.
+        self._recheck: list[str] = []
         store.on_unavailable = self.outage
 
     def claim_name(self) -> str:
@@ -101,6 +104,16 @@ class SharedQueueBase:
         this manager without it knowing them."""
         with self._lock:
             self._doubtful.append(claim)
+
+    def recheck(self, job_ids: list[str]) -> None:
+        """A call whose answer was lost may have ended these jobs: look them up later."""
+        with self._lock:
+            self._recheck += job_ids
+
+    def take_recheck(self) -> list[str]:
+        with self._lock:
+            job_ids, self._recheck = self._recheck, []
+        return job_ids
 
     def settle_doubtful(self) -> int:
         """Undo the claims whose answers never came, now that Redis answered a later call

@@ -15,7 +15,7 @@ import pytest
 from processes import wait_for
 from shared_peers import Peer, Taker, state
 
-from mpsched._core.job import JobRequest, JobState, Outcome
+from mpsched._core.job import JobRequest, JobState, Outcome, OutcomeKind
 from mpsched._errors import StoreUnavailableError
 from mpsched._manager.journal import encode
 
@@ -214,3 +214,22 @@ def test_a_drain_that_fails_keeps_the_subscription_and_the_ends_it_carries(
     assert pipe.execute() == [1, 1]
     wait_for(lambda: [o for _, o in peer.delivered if o.job_id == "x"], 10,
              "the end published after the failed drain was delivered")
+
+
+def test_a_cancel_whose_answer_was_lost_tells_the_jobs_client_once_redis_answers(
+        paused: Any) -> None:
+    peer = paused.peer
+    peer.submit("j0", delay=600)
+    peer.submit("j1", delay=600)
+    assert [j.job_id for j in peer.queue.cancel_jobs(["j0"])] == ["j0"]  # its connection
+    paused.server.pause()
+    try:
+        with pytest.raises(StoreUnavailableError):
+            peer.queue.cancel_jobs(["j1"])  # Redis cancels it when it resumes
+    finally:
+        paused.server.resume()
+    wait_for(lambda: [o for _, o in peer.delivered if o.job_id == "j1"], 30,
+             "the client of the job cancelled in the lost call was told")
+    [(client, outcome)] = [(c, o) for c, o in peer.delivered if o.job_id == "j1"]
+    assert client == "c1" and outcome.error_kind == OutcomeKind.CANCELLED
+    assert state(peer, "j1")[0] is JobState.CANCELLED
