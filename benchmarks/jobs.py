@@ -40,6 +40,19 @@ def spin(loops: int) -> int:
     return total
 
 
+def burn(loops: int) -> tuple[float, float]:
+    """Section 11's job: ``spin(loops)``; returns its start and the CPU it used itself.
+
+    The start is ``time.time()`` (the wall clock ``at=`` and ``run_date`` are given in);
+    the CPU is this thread's own (``time.thread_time()``, nanosecond resolution) over the
+    ``spin`` alone, so a pool's unpickling, reporting or other threads never count in it.
+    """
+    started = time.time()
+    cpu = time.thread_time()
+    spin(loops)
+    return started, time.thread_time() - cpu
+
+
 def calibrate_spin(seconds: float, trials: int = 3) -> int:
     """How many ``spin`` loops take ``seconds`` in this process (median of ``trials``)."""
     probe = 200_000
@@ -48,6 +61,22 @@ def calibrate_spin(seconds: float, trials: int = 3) -> int:
         start = time.perf_counter()
         spin(probe)
         rates.append(probe / (time.perf_counter() - start))
+    rates.sort()
+    return max(1, int(rates[len(rates) // 2] * seconds))
+
+
+def calibrate_burn(seconds: float, trials: int = 5) -> int:
+    """How many ``spin`` loops take ``seconds`` of this thread's CPU (median of ``trials``).
+
+    Timed on ``time.thread_time()``, not the wall clock: another tenant taking the core
+    during a probe does not shrink the count, as it does ``calibrate_spin``'s.
+    """
+    probe = 200_000
+    rates = []
+    for _ in range(trials):
+        start = time.thread_time()
+        spin(probe)
+        rates.append(probe / (time.thread_time() - start))
     rates.sort()
     return max(1, int(rates[len(rates) // 2] * seconds))
 
