@@ -66,19 +66,23 @@ def calibrate_spin(seconds: float, trials: int = 3) -> int:
 
 
 def calibrate_burn(seconds: float, trials: int = 5) -> int:
-    """How many ``spin`` loops take ``seconds`` of this thread's CPU (median of ``trials``).
+    """How many ``spin`` loops take ``seconds`` of this thread's CPU.
 
     Timed on ``time.thread_time()``, not the wall clock: another tenant taking the core
-    during a probe does not shrink the count, as it does ``calibrate_spin``'s.
+    during a probe does not shrink the count, as it does ``calibrate_spin``'s. Refined at
+    the size found (median of ``trials`` runs, three times): a loop costs more once
+    ``i * i`` outgrows one 30-bit digit, so a rate probed at another size is off by ~20%.
     """
-    probe = 200_000
-    rates = []
-    for _ in range(trials):
-        start = time.thread_time()
-        spin(probe)
-        rates.append(probe / (time.thread_time() - start))
-    rates.sort()
-    return max(1, int(rates[len(rates) // 2] * seconds))
+    loops = max(1, int(seconds * 1e7))  # ~0.1 µs a loop: a first guess
+    for _ in range(3):
+        spent = []
+        for _ in range(trials):
+            start = time.thread_time()
+            spin(loops)
+            spent.append(time.thread_time() - start)
+        spent.sort()
+        loops = max(1, round(loops * seconds / max(spent[len(spent) // 2], 1e-9)))
+    return loops
 
 
 def noop_arg(_item: object) -> None:
