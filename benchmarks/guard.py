@@ -15,7 +15,7 @@ Prints one line per figure, each with its target, and exits 1 when a target is m
 - efficiency: 1,000 jobs of 2 ms of pure-Python CPU submitted at once on 2 workers, against
   ProcessPoolExecutor (fork), alternating: the jobs' own CPU ÷ 2 ÷ wall time (section 11's
   method, smaller); mpsched's may trail ProcessPoolExecutor's of the same round by at most
-  ``EFFICIENCY_GAP`` (median over rounds).
+  ``EFFICIENCY_GAP`` (median over rounds; rounds with another tenant busy are run again).
 
 A guard, not a measurement to quote: numbers the READMEs claim come from ``run.py``.
 """
@@ -51,9 +51,11 @@ P99_GAP_TARGET = 0.3  # ms over sched's p99
 P50_GAP_TARGET = 0.3  # ms over sched's p50 (section 2's target)
 LATENESS_PLAN = (250, 2.5, 50)  # jobs, span (s), instants carrying 2 jobs
 EFFICIENCY_BATCH = (1_000, 2.0)  # jobs, ms of CPU each
-# How far mpsched's efficiency may trail ProcessPoolExecutor's in the same round; see
-# benchmarks/README.md for the measurements behind it.
-EFFICIENCY_GAP = 0.03
+# How far mpsched's efficiency may trail ProcessPoolExecutor's in the same round: 751f38f
+# trails it by ~0.055 on a quiet machine, and by ~0.095 with 100 µs more manager CPU per
+# job (benchmarks/README.md, "CPU-heavy work: the guard").
+EFFICIENCY_GAP = 0.08
+QUIET_CORES = 0.15  # other processes' CPU above which an efficiency round is run again
 
 
 def throughput(jobs: int, repeats: int) -> bool:
@@ -120,20 +122,42 @@ def lateness(repeats: int) -> bool:
 
 
 def efficiency(repeats: int) -> bool:
+    """Rounds of mpsched and ProcessPoolExecutor back to back, order swapped each round.
+
+    A round in which other processes used more than ``QUIET_CORES`` during either run is
+    run again, up to ``3 * repeats`` rounds in all: efficiency is wall time, which another
+    tenant moves by ±0.2 here, ten times the margin judged.
+    """
     jobs, length_ms = EFFICIENCY_BATCH
     loops = calibrate_burn(length_ms / 1e3)
-    results = alternate([
-        ("mpsched", lambda: bench_cpu.run_mpsched(jobs, loops)),
-        ("ProcessPoolExecutor", lambda: bench_cpu.run_process_pool(jobs, loops)),
-    ], repeats, "guard efficiency")
-    ours = column(results["mpsched"], "efficiency")
-    theirs = column(results["ProcessPoolExecutor"], "efficiency")
-    gap = median([a - b for a, b in zip(ours, theirs, strict=True)])
+    contenders = [("mpsched", lambda: bench_cpu.run_mpsched(jobs, loops)),
+                  ("ProcessPoolExecutor", lambda: bench_cpu.run_process_pool(jobs, loops))]
+    quiet: list[tuple[_common.Result, _common.Result]] = []
+    busy = 0
+    for attempt in range(3 * repeats):
+        if len(quiet) == repeats:
+            break
+        runs = alternate(contenders[::-1] if attempt % 2 else contenders, 1, "guard efficiency")
+        pair = runs["mpsched"][0], runs["ProcessPoolExecutor"][0]
+        if max(run["other_cores"] for run in pair) > QUIET_CORES:
+            busy += 1
+        else:
+            quiet.append(pair)
+    what = f"efficiency, {jobs:,} x {length_ms:g} ms at once"
+    if not quiet:
+        print(f"{what}: not judged, other processes used more than {QUIET_CORES} cores in "
+              f"all {busy} rounds MISSED")
+        return False
+    gap = median([ours["efficiency"] - theirs["efficiency"] for ours, theirs in quiet])
     met = gap >= -EFFICIENCY_GAP
-    print(f"efficiency, {jobs:,} x {length_ms:g} ms at once: mpsched {median(ours):.3f}, "
-          f"ProcessPoolExecutor {median(theirs):.3f}, {gap:+.3f} (median of {repeats}; "
-          f"target: at most {EFFICIENCY_GAP} below ProcessPoolExecutor's) "
-          f"{'ok' if met else 'MISSED'}")
+    ours = median([p[0]["efficiency"] for p in quiet])
+    theirs = median([p[1]["efficiency"] for p in quiet])
+    cpu = median([p[0]["cpu_us_client"] + p[0]["cpu_us_manager"] for p in quiet])
+    parent = median([p[1]["cpu_us_parent"] for p in quiet])
+    print(f"{what}: mpsched {ours:.3f}, ProcessPoolExecutor {theirs:.3f}, {gap:+.3f} "
+          f"(median of {len(quiet)} rounds, {busy} busy ones left out; client + manager "
+          f"{cpu:.0f} µs per job, ProcessPoolExecutor's parent {parent:.0f}; target: at most "
+          f"{EFFICIENCY_GAP} below ProcessPoolExecutor's) {'ok' if met else 'MISSED'}")
     return met
 
 
