@@ -69,19 +69,19 @@ def calibrate_burn(seconds: float, trials: int = 5) -> int:
     """How many ``spin`` loops take ``seconds`` of this thread's CPU.
 
     Timed on ``time.thread_time()``, not the wall clock: another tenant taking the core
-    during a probe does not shrink the count, as it does ``calibrate_spin``'s. Refined at
-    the size found (median of ``trials`` runs, three times): a loop costs more once
-    ``i * i`` outgrows one 30-bit digit, so a rate probed at another size is off by ~20%.
+    during a probe does not shrink the count, as it does ``calibrate_spin``'s. The fastest
+    of ``trials`` runs counts: a busy sibling core or cache only slows a loop down, so a
+    job takes at least ``seconds`` on a quiet core. Refined three times at the size found:
+    a loop costs more once ``i * i`` outgrows one 30-bit digit.
     """
     loops = max(1, int(seconds * 1e7))  # ~0.1 µs a loop: a first guess
     for _ in range(3):
-        spent = []
+        fastest = float("inf")
         for _ in range(trials):
             start = time.thread_time()
             spin(loops)
-            spent.append(time.thread_time() - start)
-        spent.sort()
-        loops = max(1, round(loops * seconds / max(spent[len(spent) // 2], 1e-9)))
+            fastest = min(fastest, time.thread_time() - start)
+        loops = max(1, round(loops * seconds / max(fastest, 1e-9)))
     return loops
 
 
