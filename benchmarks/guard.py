@@ -155,7 +155,7 @@ def efficiency(repeats: int) -> bool:
     cpu = median([p[0]["cpu_us_client"] + p[0]["cpu_us_manager"] for p in quiet])
     parent = median([p[1]["cpu_us_parent"] for p in quiet])
     print(f"{what}: mpsched {ours:.3f}, ProcessPoolExecutor {theirs:.3f}, {gap:+.3f} "
-          f"(median of {len(quiet)} rounds, {busy} busy ones left out; client + manager "
+          f"(median of {len(quiet)} quiet of {len(quiet) + busy} rounds; client + manager "
           f"{cpu:.0f} µs per job, ProcessPoolExecutor's parent {parent:.0f}; target: at most "
           f"{EFFICIENCY_GAP} below ProcessPoolExecutor's) {'ok' if met else 'MISSED'}")
     return met

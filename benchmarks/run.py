@@ -4,8 +4,8 @@
 
 NAME is one of: throughput, lateness, scaling, idle, herd, scale, durable, payloads,
 recurring, breakdown, redis (section 10: needs redis-server and the bench extra's RQ,
-arq and Celery), cpu (section 11: CPU-heavy work, ~13 minutes alone). The full run takes
-about 41 minutes on 2 cores; ``--quick`` (smaller sizes, 2 repeats) about 6.
+arq and Celery), cpu (section 11: CPU-heavy work, ~12 minutes alone). The full run takes
+about 40 minutes on 2 cores; ``--quick`` (smaller sizes, 2 repeats) about 5.
 Progress goes to stderr. Timing claims live here, never in tests.
 """
 
