@@ -52,8 +52,8 @@ P50_GAP_TARGET = 0.3  # ms over sched's p50 (section 2's target)
 LATENESS_PLAN = (250, 2.5, 50)  # jobs, span (s), instants carrying 2 jobs
 EFFICIENCY_BATCH = (1_000, 2.0)  # jobs, ms of CPU each
 # How far mpsched's efficiency may trail ProcessPoolExecutor's in the same round: 751f38f
-# trails it by ~0.055 on a quiet machine, and by ~0.095 with 100 µs more manager CPU per
-# job (benchmarks/README.md, "CPU-heavy work: the guard").
+# trails it by ~0.052 in quiet rounds, and by ~0.096 with 100 µs more manager CPU per job
+# (benchmarks/README.md, section 11's run notes: "The guard").
 EFFICIENCY_GAP = 0.08
 QUIET_CORES = 0.15  # other processes' CPU above which an efficiency round is run again
 
@@ -126,7 +126,7 @@ def efficiency(repeats: int) -> bool:
 
     A round in which other processes used more than ``QUIET_CORES`` during either run is
     run again, up to ``3 * repeats`` rounds in all: efficiency is wall time, which another
-    tenant moves by ±0.2 here, ten times the margin judged.
+    tenant moves by ±0.2 here, several times the margin judged.
     """
     jobs, length_ms = EFFICIENCY_BATCH
     loops = calibrate_burn(length_ms / 1e3)
