@@ -52,6 +52,7 @@ MPSCHED = "mpsched"
 APSCHEDULER = "APScheduler 3 (process pool)"
 
 Outcome = tuple[float, float]  # a burn's start (wall clock) and its own CPU seconds
+Phases = dict[str, dict[str, float]]  # phase -> role -> CPU seconds
 
 
 def lead(jobs: int) -> float:
@@ -59,12 +60,12 @@ def lead(jobs: int) -> float:
     return 1.0 + jobs * 100e-6
 
 
-def _result(ats: list[float], outcomes: list[Outcome | None], phases: dict[str, dict[str,
-            float]], late_submit: bool, other: float) -> Result:
+def _result(ats: list[float], outcomes: list[Outcome | None], phases: Phases,
+            late_submit: bool, other: float) -> Result:
     """Lateness percentiles (ms) and CPU per job (µs) by phase and role."""
     jobs = len(ats)
-    late = [o[0] - at if o is not None else float("inf") for o, at in zip(outcomes, ats,
-                                                                          strict=True)]
+    late = [float("inf") if o is None else o[0] - at
+            for o, at in zip(outcomes, ats, strict=True)]
     job_cpu = sum(o[1] for o in outcomes if o is not None)
     result = {f"late_{k}": v * 1e3 for k, v in percentiles(late).items()}
     result.update(job_cpu_ms=job_cpu / jobs * 1e3, late_submit=float(late_submit),
@@ -80,7 +81,7 @@ def _result(ats: list[float], outcomes: list[Outcome | None], phases: dict[str, 
     return result
 
 
-def _phases(submit: dict[str, float], due: dict[str, float]) -> dict[str, dict[str, float]]:
+def _phases(submit: dict[str, float], due: dict[str, float]) -> Phases:
     return {"submit": submit, "due": due,
             "all": {role: submit[role] + due[role] for role in submit}}
 
