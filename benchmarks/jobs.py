@@ -53,18 +53,6 @@ def burn(loops: int) -> tuple[float, float]:
     return started, time.thread_time() - cpu
 
 
-def calibrate_spin(seconds: float, trials: int = 3) -> int:
-    """How many ``spin`` loops take ``seconds`` in this process (median of ``trials``)."""
-    probe = 200_000
-    rates = []
-    for _ in range(trials):
-        start = time.perf_counter()
-        spin(probe)
-        rates.append(probe / (time.perf_counter() - start))
-    rates.sort()
-    return max(1, int(rates[len(rates) // 2] * seconds))
-
-
 def calibrate_burn(seconds: float, trials: int = 5) -> int:
     """How many ``spin`` loops take ``seconds`` of this thread's CPU.
 
@@ -83,6 +71,18 @@ def calibrate_burn(seconds: float, trials: int = 5) -> int:
             fastest = min(fastest, time.thread_time() - start)
         loops = max(1, round(loops * seconds / max(fastest, 1e-9)))
     return loops
+
+
+def calibrate_spin(seconds: float, trials: int = 3) -> int:
+    """How many ``spin`` loops take ``seconds`` in this process (median of ``trials``)."""
+    probe = 200_000
+    rates = []
+    for _ in range(trials):
+        start = time.perf_counter()
+        spin(probe)
+        rates.append(probe / (time.perf_counter() - start))
+    rates.sort()
+    return max(1, int(rates[len(rates) // 2] * seconds))
 
 
 def noop_arg(_item: object) -> None:
