@@ -4,7 +4,11 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-dev
 
-.PHONY: demo test check lint bench bench-guard stress clean tools screenshot
+.PHONY: help demo test test-fast docs check lint bench bench-guard stress clean tools screenshot
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## /\1\t/' | \
+	  awk -F'\t' '{ printf "  make %-12s %s\n", $$1, $$2 }'
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,16 +30,16 @@ bench: $(STAMP)  ## side by side with the peers; rewrites benchmarks/README.md
 bench-guard: $(STAMP)  ## throughput and 2 ms efficiency vs ProcessPoolExecutor, lateness vs sched: ~1.5 min, exits 1 on a miss
 	$(PY) benchmarks/guard.py
 
-stress: $(STAMP)
+stress: $(STAMP)  ## flood a manager with 20,000 jobs from 3 producers and check each ran once
 	$(PY) -m mpsched stress --producers 3 --workers 4 --jobs 20000
 
 # Programs the tests start themselves (each Redis test runs a redis-server of its own,
 # never the system's; the status page's tests drive Debian's chromium, never a browser
 # Playwright downloads). As root on Debian, what is missing is installed; else we say what
-# to do.
+# to do. Only this target installs system packages: run it once before make test.
 SYSTEM_TOOLS := redis-server chromium
 
-tools:
+tools:  ## install the programs the tests start (redis-server, chromium) with apt-get, if missing
 	@for tool in $(SYSTEM_TOOLS); do \
 	  command -v $$tool >/dev/null && continue; \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -47,24 +51,30 @@ tools:
 	  fi; \
 	done
 
-test: $(STAMP) tools
+test: $(STAMP)  ## the whole test suite (~10 min on 2 cores); needs make tools once
 	$(PY) -m pytest
+
+test-fast: $(STAMP)  ## the tests not marked slow (under 2 min)
+	$(PY) -m pytest -m "not slow"
+
+docs: $(STAMP)  ## build the documentation site into site/; fails on a broken link or reference
+	$(PY) -m mkdocs build --strict --site-dir site
 
 # docs/dashboard.png, the README's picture of the status page: taken by the page's browser
 # test, from a copy of this tree in a temporary directory, so that the tracebacks on it name
 # no one's checkout.
-screenshot: $(STAMP) tools
+screenshot: $(STAMP)  ## take docs/dashboard.png again (needs make tools once)
 	@copy=$$(mktemp -d) && mkdir $$copy/mpsched && git ls-files -z | \
 	  xargs -0 cp --parents -t $$copy/mpsched && cd $$copy/mpsched && \
 	  MPSCHED_SCREENSHOT=$(CURDIR)/docs/dashboard.png PYTHONPATH=$$copy/mpsched \
 	  $(CURDIR)/$(PY) -m pytest -q -p no:cacheprovider tests/test_dashboard_page.py \
 	  -k follows_a_job; status=$$?; rm -rf $$copy; exit $$status
 
-lint: $(STAMP)
-	$(PY) -m ruff check mpsched tests examples
+lint: $(STAMP)  ## ruff and mypy (strict)
+	$(PY) -m ruff check mpsched tests examples docs/_hooks
 	$(PY) -m mypy
 
-check: lint test
+check: lint test  ## lint, then the whole test suite
 
-clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+clean:  ## remove .venv, site/ and the caches
+	rm -rf $(VENV) site build *.egg-info .pytest_cache .mypy_cache .ruff_cache

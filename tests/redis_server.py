@@ -1,7 +1,7 @@
 """A redis-server of a test's own: its own Unix socket (or port) and data directory, so a
 test can kill it, restart it and change its settings. Never the system's Redis.
 
-``make test`` installs redis-server on a machine that lacks it (see the Makefile); a test
+``make tools`` installs redis-server on a machine that lacks it (see the Makefile); a test
 that needs it and finds none fails, saying so.
 """
 
@@ -39,7 +39,7 @@ class RedisServer:
 
     def __init__(self, data_dir: Path, *, tcp: bool = False, **config: str) -> None:
         binary = shutil.which("redis-server")
-        assert binary, "redis-server is not installed: `make test` installs it (apt-get)"
+        assert binary, "redis-server is not installed: `make tools` installs it (apt-get)"
         self.binary = binary
         self.data_dir = data_dir
         data_dir.mkdir(parents=True, exist_ok=True)

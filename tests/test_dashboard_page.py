@@ -35,7 +35,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    assert os.path.exists(CHROMIUM), f"{CHROMIUM} is missing: apt-get install chromium"
+    assert os.path.exists(CHROMIUM), f"{CHROMIUM} is missing: make tools installs it (apt-get)"
     expect.set_options(timeout=WAIT_MS)
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS,
