@@ -32,6 +32,7 @@ def spans(log: Path) -> list[tuple[float, float]]:
     return sorted(tuple(map(float, line.split())) for line in log.read_text().splitlines())  # type: ignore[misc]
 
 
+@pytest.mark.slow  # seconds of waiting: out of make test-fast
 def test_every_runs_ten_times_a_second_without_drift(make_scheduler: MakeScheduler):
     s = make_scheduler(workers=2)
     schedule = s.every(0.1, jobs.stamp, start=0.2, id="tick")

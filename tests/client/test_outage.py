@@ -260,6 +260,7 @@ def test_without_a_store_what_was_outstanding_fails_and_new_submits_work_once_ba
     assert second.submitted == [[fresh.job_id]]  # the failed ones were not sent again
 
 
+@pytest.mark.slow  # seconds of waiting: out of make test-fast
 def test_one_warning_per_outage_however_many_tries_it_takes(
         clients: Callable[..., Client], caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="mpsched.client")

@@ -216,6 +216,7 @@ def test_a_drain_that_fails_keeps_the_subscription_and_the_ends_it_carries(
              "the end published after the failed drain was delivered")
 
 
+@pytest.mark.slow  # seconds of waiting: out of make test-fast
 def test_a_cancel_whose_answer_was_lost_tells_the_jobs_client_once_redis_answers(
         paused: Any) -> None:
     peer = paused.peer

@@ -107,6 +107,7 @@ def test_idle_takers_ask_nothing_and_a_submit_wakes_one_at_once(
     assert sum(t.got is not None for t in takers) == 1
 
 
+@pytest.mark.slow  # seconds of waiting: out of make test-fast
 def test_one_manager_times_the_head_and_a_sooner_head_is_taken_on_time(
         peers: Callable[..., Peer]) -> None:
     first, second = peers("m1"), peers("m2")
@@ -125,6 +126,7 @@ def test_one_manager_times_the_head_and_a_sooner_head_is_taken_on_time(
     assert got["later"] is not None and 2.9 < got["later"] - submitted < 4.0
 
 
+@pytest.mark.slow  # seconds of waiting: out of make test-fast
 def test_a_manager_whose_timers_end_late_times_the_head_on_time(
         peers: Callable[..., Peer]) -> None:
     peer = peers("m1", clock=LateTimerClock(0.01))

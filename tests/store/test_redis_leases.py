@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from redis_queue import new
 
 from mpsched._core.job import JobState
@@ -23,6 +24,7 @@ def claim(store: RedisStore, manager: str, lease: float = SHORT, want: int = 1,
     return store.report(manager, lease, take=Take(want=want, worker=f"{manager}/w1", **kw))
 
 
+@pytest.mark.slow  # seconds of waiting: out of make test-fast
 def test_time_the_server_was_paused_counts_against_no_managers_lease(
         own_redis: Callable[..., Any], open_redis_store: Callable[..., RedisStore]) -> None:
     server = own_redis()

@@ -401,6 +401,7 @@ def test_fast_connection_polls_data_the_tls_layer_holds(
 # ------------------------------------------------------------------ the command line
 
 
+@pytest.mark.slow  # seconds of waiting: out of make test-fast
 def test_serve_submit_and_status_over_tls_from_the_command_line(
         certs: Certs, procs: Any) -> None:
     from served import serve
