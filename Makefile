@@ -58,7 +58,7 @@ test-fast: $(STAMP)  ## the tests not marked slow (under 2 min)
 	$(PY) -m pytest -m "not slow"
 
 docs: $(STAMP)  ## build the documentation site into site/; fails on a broken link or reference
-	$(PY) -m mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
 
 # docs/dashboard.png, the README's picture of the status page: taken by the page's browser
 # test, from a copy of this tree in a temporary directory, so that the tracebacks on it name
