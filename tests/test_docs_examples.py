@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -87,8 +88,8 @@ class Page:
             try:
                 lines.next(READY_TIMEOUT)
             except AssertionError:
-                pytest.fail(f"{where} printed nothing ready within {READY_TIMEOUT} s: "
-                            f"{lines.rest(5)}")
+                pytest.fail(f"{where} printed nothing within {READY_TIMEOUT} s, or ended: "
+                            f"{lines.seen}")
             self.background.append((example, popen, lines))
         elif example.how == How.RUN:
             popen = self._start(self._argv(example, background=False))
@@ -106,7 +107,7 @@ class Page:
                 code = popen.wait(RUN_TIMEOUT)
             except subprocess.TimeoutExpired:
                 pytest.fail(f"{example.page}:{example.line} outlived SIGTERM")
-            assert code == 0, f"{example.page}:{example.line} exited {code}: {lines.rest(5)}"
+            assert code == 0, f"{example.page}:{example.line} exited {code}: {lines.seen}"
         self.background = []
 
     def kill_all(self) -> None:
@@ -132,3 +133,11 @@ def test_the_examples_of_a_page_run_in_order(page: Path, page_runner: Page) -> N
     for example in examples(page):
         page_runner.run(example)
     page_runner.stop_background()
+
+
+def test_the_readmes_links_lead_to_files_that_exist() -> None:
+    text = (ROOT / "README.md").read_text()
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    assert targets, "the README links to no page"
+    missing = [t for t in targets if "://" not in t and not (ROOT / t).exists()]
+    assert missing == []
