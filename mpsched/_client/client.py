@@ -56,7 +56,8 @@ T = TypeVar("T")
 class Client(ClosingClient, Executor):
     """Submits jobs to a running manager and resolves their futures.
 
-    Use :class:`Scheduler`, which also starts the manager and its workers.
+    Use :class:`Scheduler`, which also starts the manager and its workers. The path of one
+    job from :meth:`submit` to its result, step by step: docs/architecture.md.
     """
 
     def __init__(self, service: ServiceProxy, *, submit_timeout: float | None = None,

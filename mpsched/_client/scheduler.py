@@ -50,90 +50,54 @@ class Scheduler(Client):
     """Runs jobs at a scheduled time, in priority order, on a pool of worker processes.
 
     Starts a manager process, which starts ``workers`` worker processes. Use it as a
-    context manager, or call :meth:`shutdown`. An exception that leaves the ``with``
-    block (Ctrl-C above all) cancels the jobs not yet started (with a store, those not
-    yet due stay pending in it) and waits for the running ones, naming them in one
-    warning; a second Ctrl-C kills them and raises SystemExit(130) (KeyboardInterrupt in
-    an interactive session).
-
-    The workers share this process's ``multiprocessing.current_process().authkey``, as
-    ProcessPoolExecutor's do, so jobs may use a ``multiprocessing.Manager``'s proxies.
-
-    Schedules live in the manager: without a store they end when it stops, named in one
-    warning. A script whose work is its schedules ends with :meth:`run_forever`.
+    context manager, or call :meth:`shutdown`. Leaving the ``with`` block on an exception
+    or Ctrl-C cancels the jobs not started and waits for the running ones; a second Ctrl-C
+    kills them. Schedules live in the manager: a script whose work is its schedules ends
+    with :meth:`run_forever`. The user guide (docs/guide/) explains each option at length.
 
     Args:
         workers: number of worker processes; defaults to ``os.cpu_count()``.
         max_workers: the same, under ``ProcessPoolExecutor``'s name; give one of the two.
-        mp_context: how the manager starts the worker processes: "forkserver" or
-            "spawn", or a multiprocessing context with one of these start methods.
-            Default: forkserver where available, else spawn. "fork" is refused: the
-            processes involved run threads. (The manager itself is always a fresh
-            interpreter.) Neither re-runs the program's main module.
+        mp_context: how the manager starts workers: "forkserver" (the default where
+            available) or "spawn", or a multiprocessing context of one of them. Never "fork".
         order: "time" (due time, then priority, then submission) or "priority" (among jobs
-            already due, priority first). With a Redis store, every manager of the store
-            must have the same.
+            already due, priority first). Every manager of a Redis store has the same.
         max_pending: bound on jobs waiting in the heap; ``submit`` then waits for room.
-        max_pending_bytes: bound on the bytes pending jobs' payloads hold (in the manager
-            and in shared memory together; with a Redis store, the payloads stored there
-            by every manager of the store); ``submit`` then waits for room the same way.
-            A job (or ``map`` item) larger than the bound is refused (InvalidJobError).
+        max_pending_bytes: bound on the bytes pending jobs' payloads hold; ``submit`` then
+            waits the same way, and a job larger than the bound is refused.
         submit_timeout: longest ``submit`` waits for room (None: no limit).
         start_timeout: longest the constructor waits for the manager and workers.
         max_tasks_per_worker: a worker leaves after this many jobs and is replaced.
         max_memory_per_worker: a worker whose RSS exceeds this many bytes after a job leaves
             and is replaced. Both are checked between jobs: nothing is lost or run twice.
-        store: a SQLite file that journals every job, so that a Scheduler (or ``serve``)
-            started again on it gets its pending jobs back, and outcomes stay retrievable
-            by id (``job(job_id)``) for ``result_ttl`` seconds; or a Redis URL
-            (``redis://HOST:PORT/DB``, ``rediss://`` for TLS, ``unix:///PATH``, with
-            ``?prefix=NAME``; needs ``mpsched[redis]``), a queue that every Scheduler and
-            ``serve`` on the same URL shares: a job runs on whichever has an idle
-            worker, in (due, priority, seq) order across all of them (or ``order``'s:
-            the store's, the same for all). None: jobs live in the manager's memory only.
-        durability: with a store, "sync" (each acknowledged submit or cancel survives a
-            power cut; starts and ends reach the disk within milliseconds) or "process"
-            (they survive a crash of the manager process, not of the machine).
-        result_ttl: seconds finished jobs are kept, with their outcomes, so their ids can
-            still be looked up (default: one day): in the store, or without one in the
-            manager's memory (at most 100,000 jobs and 64 MiB of outcomes, the oldest
-            dropped first); also how long a cancelled schedule's latest runs stay listable.
+        store: a SQLite file that journals every job, or a Redis URL (``redis://``,
+            ``rediss://``, ``unix://``; needs ``mpsched[redis]``) of a queue that several
+            managers share. None: jobs live in the manager's memory only.
+        durability: with a store, "sync" (acknowledged submits survive a power cut) or
+            "process" (they survive a crash of the manager process, not of the machine).
+        result_ttl: seconds finished jobs are kept with their outcomes (default: one day);
+            also how long a cancelled schedule's latest runs stay listable.
         lease_timeout: with a Redis store, seconds after its last heartbeat that this
-            Scheduler's manager is presumed dead by the others on the store, which then
-            take back the jobs it ran (retried if their retries allow, else failed as
-            WorkerCrashedError). Heartbeats go every third of it.
-        shared_memory: large arguments and results (buffers of 64 KiB or more: bytes,
-            bytearray, memoryview, NumPy arrays) travel through shared memory, written
-            once and never through the manager. Without a store, or with a Redis store
-            (which holds them inline too, for the other managers: the manager reads
-            them once, and its own workers still map them); not with SQLite. Where
-            shared memory is missing or full they travel inline. False: always inline.
-        http: a port (an int, or a str of digits) on 127.0.0.1, or ``"HOST:PORT"`` on
-            another loopback address (port 0: any free one): the manager serves a live
-            status page there, Prometheus metrics at ``/metrics`` and a JSON API
-            (``/api/status``, ``/api/jobs``); ``http_url`` says where. Read-only unless
-            ``http_token_file`` is given. (Another address needs TLS: ``python -m mpsched
-            serve --http``.)
-        http_token_file: a file only this user can read (mode 0600) holding a token that
-            every request must then carry (``Authorization: Bearer TOKEN``; the page:
-            ``http_url + "#token=TOKEN"``); its holders may also cancel pending jobs and
-            pause or resume schedules from the page.
+            manager is presumed dead by its peers, which then take back its jobs.
+        shared_memory: large buffers (64 KiB or more) travel through shared memory where
+            it can carry them (not with SQLite). False: always inline.
+        http: a port on 127.0.0.1, or ``"HOST:PORT"`` on another loopback address (port 0:
+            any free one), where the manager serves its status page, ``/metrics`` and a
+            JSON API; ``http_url`` says where.
+        http_token_file: a file only this user can read holding a token that every request
+            must then carry; its holders may also cancel jobs and pause schedules.
 
     Raises:
-        ConfigError: a bad option (a ValueError), or an ``http`` address that is not a
-            loopback one; a bad store URL; with a Redis store, an ``order`` other than
-            the one its live managers run with (the order is the shared queue's: it may
-            change only while no manager of the store is live).
+        ConfigError: a bad option (a ValueError), a non-loopback ``http`` address, a bad
+            store URL, or an ``order`` other than the live managers' of a Redis store.
         AddressError: ``http`` is neither a port nor ``HOST:PORT``.
         AuthenticationError: ``http_token_file`` is unreadable, empty, or others may read it.
         ExtraMissingError: a Redis URL without mpsched[redis] installed.
-        StoreError: the store cannot be opened (StoreLockedError: another manager has it;
-            a Redis server that does not answer, refuses the password, is older than 6.2
-            or may evict keys), within a few seconds; a URL's password is never shown.
+        StoreError: the store cannot be opened within a few seconds (StoreLockedError:
+            another manager holds it); a URL's password is never shown.
         MpschedError: the manager or its workers did not start.
-        SystemExit: in a child process that multiprocessing started for the program's
-            own Process or pool, while it re-runs the program's unguarded main module;
-            one logged line says what to add.
+        SystemExit: in a child that multiprocessing started for the program's own Process or
+            pool, while it re-runs the unguarded main module; one logged line says what to add.
     """
 
     def __init__(

@@ -63,7 +63,11 @@ THROUGHPUT_WINDOW = 10.0  # seconds over which stats() measures throughput
 
 
 class ManagerService:
-    """The object the manager serves; each public method is one proxied call."""
+    """The object the manager serves; each public method is one proxied call.
+
+    Where it sits on the path of a job, from a client's submit to its result, and the locks
+    of what it holds: docs/architecture.md.
+    """
 
     def __init__(self, queue: JobQueue | SharedQueue, *,
                  heartbeat_timeout: float = HEARTBEAT_TIMEOUT,

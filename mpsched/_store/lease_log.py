@@ -1,62 +1,15 @@
 """The lease log: a lease, a requeue and a finish are journalled by one write each to a file
 beside the store.
 
-A job may be handed out only once its lease is journalled (a job taken before a crash must
-come back as running, never as pending). A commit of SQLite per lease cost ~35 µs of CPU
-even without an fsync, and dispatch did little else; a record here costs ~2 µs
-(``benchmarks/bench_store_steps.py``). So a lease is written to ``PATH-leases`` before the
-job is handed out, while its row in SQLite is updated asynchronously, in the writer's next
-batch. A requeue, the other change that moves a job between pending and running, is logged
-too, so that the log holds every such change in order. So is a finish: a worker's report
-is journalled before its next job is handed out, and a manager killed a moment after a job
-ended does not take it for a job its worker was running (``WorkerCrashedError``, or run
-again if ``retries=`` allow it; its row in SQLite comes ~10 ms later). A finish record
-carries the job's outcome when it is up to ``OUTCOME_IN_LOG`` bytes; a larger one is
-committed to SQLite before the finish returns, and if the manager dies meanwhile the job is
-recovered as ended with its outcome lost (an error that says so, never a rerun).
+A job may be handed out only once its lease is journalled here, in ``PATH-leases``; its row
+in SQLite follows in the writer's next batch. A finish carries the job's outcome when it is
+up to ``OUTCOME_IN_LOG`` bytes; a larger one is committed to SQLite before the finish
+returns. The file is a memory mapping of regions written full of zeros at open; a region is
+written again only once every change logged there is committed to SQLite. With
+``durability="sync"`` it is group-synced (:mod:`mpsched._store.group_sync`). At open, the
+store folds the log into SQLite and empties it.
 
-The file is mapped into memory and a record is copied in: it is in the kernel's page cache
-at once, so it survives a crash of the manager process, and the copy keeps the GIL (a
-pwrite() per record let go of it, and under load each lease then waited to get it back: the
-manager's CPU per job in the durable dispatch benchmark fell by ~15 µs without it).
-
-With ``durability="sync"`` the log is also group-synced (mpsched._store.group_sync): a
-thread of its own fdatasync()s whatever was written since its last one, at most every
-``SYNC_INTERVAL`` (2 ms), and at once after a quiet spell. A record reaches the disk within
-~2 ms, as the SQLite journal's group commit does for submits; a job is not held back for it
-(an fdatasync per lease put a device flush in every worker's cycle, and held dispatch to
-~0.35x of no store). A power cut may thus forget the records of its last ~2 ms: those jobs
-come back as they were before them (pending, their attempt not counted; or running, and
-handled as a crashed worker's).
-
-Each record carries the job's state after the change (:mod:`mpsched._store.lease_records`):
-the last record of a job is its state, unless SQLite has the job finished or cancelled
-(states a job never leaves). At open, before anything else, the store folds the log into
-SQLite that way (``read``, then one commit) and empties it.
-
-The file is made of regions of ``limit`` bytes, two at first, written full of zeros at open:
-no page of the mapping is a hole (a full disk would then kill the process at the copy), and
-an fdatasync() (which on Linux covers what was copied into a shared mapping) flushes data
-only, not a change of the file's size (but when the log grew). Records fill one region from
-its start, then the next; a record never straddles two. A region is written again, from its
-start, only once every change logged there is committed to SQLite, and the oldest first:
-
-- leaving a region asks the log's flusher thread for a flush of the store's writer (the
-  caller of ``append`` queues its SQLite change under this log's lock, right with its
-  record, so a flush that starts later covers it); nobody waits for it;
-- the next region is the oldest one if its flush is done, else a new one at the end of the
-  file (zeros written, then mapped): the log grows while the store lags or cannot commit,
-  and a record that finds no room is refused (StoreFullError).
-
-So an append never waits for the store (it did, for a commit, every ~4,500 leases: a
-device flush with ``sync``), and what is overwritten is always older than every record
-left, and committed.
-
-A record carries the log's epoch (new at every open) and a ticket (one more per record).
-Reading gathers runs of records (:func:`mpsched._store.lease_records.read_run`); the log's
-records are those of the epoch of region 0, each ticket once, in ticket order. What a
-region's new records left behind of its old ones (lower tickets), an earlier manager's
-(another epoch), and whatever a power cut left after the last fdatasync() are never read.
+Why it is built so, and what each choice measured: docs/architecture.md, "The lease log".
 """
 
 from __future__ import annotations
