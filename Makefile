@@ -23,7 +23,7 @@ bench: $(STAMP)  ## side by side with the peers; rewrites benchmarks/README.md
 	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) benchmarks/run.py
 
-bench-guard: $(STAMP)  ## throughput vs ProcessPoolExecutor, lateness vs sched: ~1 min, exits 1 on a miss
+bench-guard: $(STAMP)  ## throughput and 2 ms efficiency vs ProcessPoolExecutor, lateness vs sched: ~1.5 min, exits 1 on a miss
 	$(PY) benchmarks/guard.py
 
 stress: $(STAMP)

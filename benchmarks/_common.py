@@ -66,6 +66,8 @@ class Section:
     targets: list[Target] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     samples: dict[str, list[float]] = field(default_factory=dict)  # e.g. lateness, for a CDF
+    # y values per repeat at each x (as text), per contender: section 11's efficiency chart
+    curves: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     seconds: float = 0.0  # wall time the benchmark took
     load: str = ""  # 1-minute load average before and after (this benchmark included)
 

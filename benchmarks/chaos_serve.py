@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import mpsched
+from benchmarks._common import _git_revision
 from benchmarks.jobs import bracketed
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -329,6 +330,10 @@ def report(found: Findings, jobs: int, idle: int) -> str:
 
 
 def write_readme(text: str) -> None:
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    text = (f"*{stamp}, commit {_git_revision()}, `python -m benchmarks.chaos_serve`; load "
+            f"average at the end {load}.*\n\n{text}")
     page = README.read_text()
     block = f"{BEGIN}\n{text}\n{END}"
     pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.DOTALL)

@@ -1,4 +1,4 @@
-"""The benchmark guard: the README's two headline promises, side by side, in about a minute.
+"""The benchmark guard: the README's headline promises, side by side, in about a minute.
 
     python benchmarks/guard.py [--repeats N] [--jobs N]      (make bench-guard)
 
@@ -11,7 +11,11 @@ Prints one line per figure, each with its target, and exits 1 when a target is m
   seconds, against stdlib ``sched`` in this process, alternating: p99 and p50 (section 2's
   method, smaller), and how many jobs started before their due time by the manager's
   monotonic clock (``stats().queue.started_early``) and by the wall clock (``time.time()`` in
-  the job against ``at``).
+  the job against ``at``);
+- efficiency: 1,000 jobs of 2 ms of pure-Python CPU submitted at once on 2 workers, against
+  ProcessPoolExecutor (fork), alternating: the jobs' own CPU ÷ 2 ÷ wall time (section 11's
+  method, smaller); mpsched's may trail ProcessPoolExecutor's of the same round by at most
+  ``EFFICIENCY_GAP`` (median over rounds; rounds with another tenant busy are run again).
 
 A guard, not a measurement to quote: numbers the READMEs claim come from ``run.py``.
 """
@@ -30,7 +34,7 @@ if str(ROOT) not in sys.path:
 os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in (os.environ.get("PYTHONPATH"), str(ROOT)) if p)
 
-from benchmarks import _common, bench_lateness, bench_throughput  # noqa: E402
+from benchmarks import _common, bench_cpu, bench_lateness, bench_throughput  # noqa: E402
 from benchmarks._common import (  # noqa: E402
     alternate,
     column,
@@ -40,12 +44,18 @@ from benchmarks._common import (  # noqa: E402
     ratios,
     scheduler,
 )
-from benchmarks.jobs import noop, stamp_both  # noqa: E402
+from benchmarks.jobs import calibrate_burn, noop, stamp_both  # noqa: E402
 
 THROUGHPUT_TARGET = 1.5  # x ProcessPoolExecutor
 P99_GAP_TARGET = 0.3  # ms over sched's p99
 P50_GAP_TARGET = 0.3  # ms over sched's p50 (section 2's target)
 LATENESS_PLAN = (250, 2.5, 50)  # jobs, span (s), instants carrying 2 jobs
+EFFICIENCY_BATCH = (1_000, 2.0)  # jobs, ms of CPU each
+# How far mpsched's efficiency may trail ProcessPoolExecutor's in the same round: 751f38f
+# trails it by ~0.052 in quiet rounds, and by ~0.096 with 100 µs more manager CPU per job
+# (benchmarks/README.md, section 11's run notes: "The guard").
+EFFICIENCY_GAP = 0.08
+QUIET_CORES = 0.15  # other processes' CPU above which an efficiency round is run again
 
 
 def throughput(jobs: int, repeats: int) -> bool:
@@ -111,6 +121,46 @@ def lateness(repeats: int) -> bool:
     return ok
 
 
+def efficiency(repeats: int) -> bool:
+    """Rounds of mpsched and ProcessPoolExecutor back to back, order swapped each round.
+
+    A round in which other processes used more than ``QUIET_CORES`` during either run is
+    run again, up to ``3 * repeats`` rounds in all: efficiency is wall time, which another
+    tenant moves by ±0.2 here, several times the margin judged.
+    """
+    jobs, length_ms = EFFICIENCY_BATCH
+    loops = calibrate_burn(length_ms / 1e3)
+    contenders = [("mpsched", lambda: bench_cpu.run_mpsched(jobs, loops)),
+                  ("ProcessPoolExecutor", lambda: bench_cpu.run_process_pool(jobs, loops))]
+    quiet: list[tuple[_common.Result, _common.Result]] = []
+    busy = 0
+    for attempt in range(3 * repeats):
+        if len(quiet) == repeats:
+            break
+        runs = alternate(contenders[::-1] if attempt % 2 else contenders, 1, "guard efficiency")
+        pair = runs["mpsched"][0], runs["ProcessPoolExecutor"][0]
+        if max(run["other_cores"] for run in pair) > QUIET_CORES:
+            busy += 1
+        else:
+            quiet.append(pair)
+    what = f"efficiency, {jobs:,} x {length_ms:g} ms at once"
+    if not quiet:
+        print(f"{what}: not judged, other processes used more than {QUIET_CORES} cores in "
+              f"all {busy} rounds MISSED")
+        return False
+    gap = median([ours["efficiency"] - theirs["efficiency"] for ours, theirs in quiet])
+    met = gap >= -EFFICIENCY_GAP
+    ours = median([p[0]["efficiency"] for p in quiet])
+    theirs = median([p[1]["efficiency"] for p in quiet])
+    cpu = median([p[0]["cpu_us_client"] + p[0]["cpu_us_manager"] for p in quiet])
+    parent = median([p[1]["cpu_us_parent"] for p in quiet])
+    print(f"{what}: mpsched {ours:.3f}, ProcessPoolExecutor {theirs:.3f}, {gap:+.3f} "
+          f"(median of {len(quiet)} quiet of {len(quiet) + busy} rounds; client + manager "
+          f"{cpu:.0f} µs per job, ProcessPoolExecutor's parent {parent:.0f}; target: at most "
+          f"{EFFICIENCY_GAP} below ProcessPoolExecutor's) {'ok' if met else 'MISSED'}")
+    return met
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -123,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     ok = throughput(args.jobs, args.repeats)
     ok &= lateness(args.repeats)
+    ok &= efficiency(args.repeats)
     print(f"bench-guard: {'all targets met' if ok else 'a target was MISSED'} "
           f"({time.perf_counter() - start:.0f} s)")
     return 0 if ok else 1

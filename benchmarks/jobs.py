@@ -40,6 +40,39 @@ def spin(loops: int) -> int:
     return total
 
 
+def burn(loops: int) -> tuple[float, float]:
+    """Section 11's job: ``spin(loops)``; returns its start and the CPU it used itself.
+
+    The start is ``time.time()`` (the wall clock ``at=`` and ``run_date`` are given in);
+    the CPU is this thread's own (``time.thread_time()``, nanosecond resolution) over the
+    ``spin`` alone, so a pool's unpickling, reporting or other threads never count in it.
+    """
+    started = time.time()
+    cpu = time.thread_time()
+    spin(loops)
+    return started, time.thread_time() - cpu
+
+
+def calibrate_burn(seconds: float, trials: int = 5) -> int:
+    """How many ``spin`` loops take ``seconds`` of this thread's CPU.
+
+    Timed on ``time.thread_time()``, not the wall clock: another tenant taking the core
+    during a probe does not shrink the count, as it does ``calibrate_spin``'s. The fastest
+    of ``trials`` runs counts: a busy sibling core or cache only slows a loop down, so a
+    job takes at least ``seconds`` on a quiet core. Refined three times at the size found:
+    a loop costs more once ``i * i`` outgrows one 30-bit digit.
+    """
+    loops = max(1, int(seconds * 1e7))  # ~0.1 µs a loop: a first guess
+    for _ in range(3):
+        fastest = float("inf")
+        for _ in range(trials):
+            start = time.thread_time()
+            spin(loops)
+            fastest = min(fastest, time.thread_time() - start)
+        loops = max(1, round(loops * seconds / max(fastest, 1e-9)))
+    return loops
+
+
 def calibrate_spin(seconds: float, trials: int = 3) -> int:
     """How many ``spin`` loops take ``seconds`` in this process (median of ``trials``)."""
     probe = 200_000

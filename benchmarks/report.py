@@ -11,14 +11,15 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from benchmarks._common import HERE, Metric, Section, Target, summarise
+from benchmarks._common import HERE, Metric, Section, Target, median, summarise
 
 LATEST = HERE / "latest.json"
 README = HERE / "README.md"
 CHART = HERE / "lateness_cdf.png"
+EFFICIENCY_CHART = HERE / "efficiency.png"
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 ORDER = ["throughput", "lateness", "scaling", "idle", "herd", "scale", "durable", "payloads",
-         "recurring", "redis",
+         "recurring", "redis", "cpu",
          "breakdown"]
 
 
@@ -29,6 +30,7 @@ def save(sections: list[Section], run: dict[str, Any]) -> dict[str, Any]:
     for section in sections:
         record = asdict(section)
         record.pop("samples")
+        record.pop("curves")
         record["run"] = run
         latest["sections"][section.key] = record
     latest["last_run"] = run
@@ -83,6 +85,8 @@ def _section(section: dict[str, Any]) -> list[str]:
     lines += [f"\n{note}" for note in section["notes"]]
     if section["key"] == "lateness" and CHART.exists():
         lines += ["", f"![lateness CDF per scheduler]({CHART.name})"]
+    if section["key"] == "cpu" and EFFICIENCY_CHART.exists():
+        lines += ["", f"![efficiency against job length per pool]({EFFICIENCY_CHART.name})"]
     return lines
 
 
@@ -123,4 +127,33 @@ def chart(samples: dict[str, list[float]], title: str) -> None:
     ax.legend(loc="lower right")
     fig.tight_layout()
     fig.savefig(CHART)
+    plt.close(fig)
+
+
+def efficiency_chart(curves: dict[str, dict[str, list[float]]], title: str) -> None:
+    """Efficiency against job length (ms, log scale) per pool: median and min-max bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 5), dpi=100)
+    for name, points in curves.items():
+        xs = sorted(points, key=float)
+        medians = [median(points[x]) for x in xs]
+        low = [m - min(points[x]) for m, x in zip(medians, xs, strict=True)]
+        high = [max(points[x]) - m for m, x in zip(medians, xs, strict=True)]
+        ax.errorbar([float(x) for x in xs], medians, yerr=[low, high], marker="o",
+                    capsize=3, label=name)
+    ax.set_xscale("log")
+    ticks = sorted({float(x) for points in curves.values() for x in points})
+    ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+    ax.set_xlabel("CPU per job (ms, log scale); N x length = the same CPU in every run")
+    ax.set_ylabel("efficiency: jobs' own CPU ÷ 2 cores ÷ wall time")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(EFFICIENCY_CHART)
     plt.close(fig)

@@ -4,8 +4,8 @@
 
 NAME is one of: throughput, lateness, scaling, idle, herd, scale, durable, payloads,
 recurring, breakdown, redis (section 10: needs redis-server and the bench extra's RQ,
-arq and Celery). The full run takes about 28 minutes on 2 cores; ``--quick`` (smaller
-sizes, 2 repeats) about 4.
+arq and Celery), cpu (section 11: CPU-heavy work, ~12 minutes alone). The full run takes
+about 40 minutes on 2 cores; ``--quick`` (smaller sizes, 2 repeats) about 5.
 Progress goes to stderr. Timing claims live here, never in tests.
 """
 
@@ -31,6 +31,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 
 from benchmarks import (  # noqa: E402
     bench_breakdown,
+    bench_cpu,
     bench_durable,
     bench_herd,
     bench_idle,
@@ -62,16 +63,20 @@ class Sizes:
     payloads: float  # share of the issue's job counts per payload case
     recurring: int  # runs of the 10 ms schedule
     redis: tuple[int, tuple[int, float, int]]  # no-op jobs; lateness plan (as lateness)
+    # CPU seconds per efficiency run, trickle (jobs/s, seconds), no-op jobs vs Pool
+    cpu: tuple[float, tuple[int, float], int]
 
 
 FULL = Sizes(repeats=5, throughput_jobs=20_000, lateness=(500, 5.0, 100), scaling=(40, 0.05),
              idle_window=10.0, herd=(32, 2_000, 1.0), scale=(1_000_000, 1_000, 20_000),
              durable=(20_000, 100_000, 3_000, 1_000_000), payloads=1.0,
-             recurring=1_000, redis=(5_000, (500, 5.0, 100)))
+             recurring=1_000, redis=(5_000, (500, 5.0, 100)),
+             cpu=(4.0, (1_000, 20.0), 20_000))
 QUICK = Sizes(repeats=2, throughput_jobs=2_000, lateness=(200, 2.0, 40), scaling=(16, 0.05),
               idle_window=2.0, herd=(32, 500, 0.5), scale=(100_000, 1_000, 2_000),
               durable=(2_000, 10_000, 500, 100_000), payloads=0.2,
-              recurring=200, redis=(1_000, (200, 2.0, 40)))
+              recurring=200, redis=(1_000, (200, 2.0, 40)),
+              cpu=(1.0, (1_000, 3.0), 2_000))
 
 BENCHMARKS: dict[str, Callable[[Sizes, int], Section]] = {
     "throughput": lambda z, r: bench_throughput.bench(z.throughput_jobs, r),
@@ -86,6 +91,7 @@ BENCHMARKS: dict[str, Callable[[Sizes, int], Section]] = {
     "breakdown": lambda z, r: bench_breakdown.bench(r),
     # 3 repeats at most: the peers' redelivery waits, and their workers start slowly
     "redis": lambda z, r: bench_redis.bench(z.redis[0], z.redis[1], min(r, 3)),
+    "cpu": lambda z, r: bench_cpu.bench(*z.cpu, r),
 }
 
 
@@ -116,6 +122,9 @@ def main(argv: list[str] | None = None) -> int:
         sections.append(section)
         if section.samples and not args.no_readme:
             report.chart(section.samples, f"{section.title}; {repeats} repeats pooled")
+        if section.curves and not args.no_readme:
+            report.efficiency_chart(section.curves, f"{section.title.split(':')[0]}: "
+                                    f"efficiency; median and range of {repeats} repeats")
     run = {"command": command, "repeats": repeats,
            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
            "minutes": (time.monotonic() - started) / 60, "machine": machine()}

@@ -42,6 +42,7 @@ from mpsched._errors import ScheduleNotFoundError as ScheduleNotFoundError
 from mpsched._errors import SchedulerShutdownError as SchedulerShutdownError
 from mpsched._errors import StoreError as StoreError
 from mpsched._errors import StoreFullError as StoreFullError
+from mpsched._errors import StoreInDoubtError as StoreInDoubtError
 from mpsched._errors import StoreLockedError as StoreLockedError
 from mpsched._errors import StoreUnavailableError as StoreUnavailableError
 from mpsched._errors import TlsError as TlsError
@@ -97,6 +98,7 @@ __all__ = [
     "Stats",
     "StoreError",
     "StoreFullError",
+    "StoreInDoubtError",
     "StoreLockedError",
     "StoreUnavailableError",
     "TlsError",

@@ -35,6 +35,7 @@ exception a caller would already catch for the same situation::
           ├── StoreLockedError                  another manager holds the store's lock file
           ├── StoreFullError                    the disk or the database is full (SQLITE_FULL)
           └── StoreUnavailableError(ConnectionError)   a Redis store does not answer now
+               └── StoreInDoubtError             ... nor whether it made the change asked
 
 A job's own exception reaches ``Future.exception()`` as itself, with the worker's formatted
 traceback chained as ``__cause__`` (a :class:`RemoteTraceback`).
@@ -438,8 +439,15 @@ class StoreFullError(StoreError):
 
 class StoreUnavailableError(StoreError, ConnectionError):
     """A Redis store did not answer (down, restarting, unreachable, or too slow): the call
-    failed without waiting for it to come back. Whether a change was made is unknown only
-    when ``reason`` says the answer timed out. Managers retry with back-off by themselves."""
+    failed without waiting for it to come back. Nothing was changed, unless the error is a
+    StoreInDoubtError. Managers retry with back-off by themselves."""
 
     def __reduce__(self) -> tuple[type[StoreError], tuple[str, str]]:
         return (type(self), (self.path, self.reason))
+
+
+class StoreInDoubtError(StoreUnavailableError):
+    """A Redis store took a change and gave no answer (it timed out, or the connection
+    was lost on the way back), and did not answer again in time to tell whether it made
+    it: a job submitted may be queued, and may run. Look it up by id (``Client.job``);
+    a job submitted with ``key=`` may be submitted again safely."""

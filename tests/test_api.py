@@ -57,6 +57,7 @@ def test_public_names_are_pinned():
         "Stats",
         "StoreError",
         "StoreFullError",
+        "StoreInDoubtError",
         "StoreLockedError",
         "StoreUnavailableError",
         "TlsError",
@@ -85,6 +86,7 @@ def test_errors_derive_from_the_base_and_the_matching_stdlib_type():
         mpsched.ManagerConnectionLostError: ConnectionError,
         mpsched.ManagerBusyError: mpsched.ManagerUnreachableError,
         mpsched.StoreUnavailableError: ConnectionError,
+        mpsched.StoreInDoubtError: mpsched.StoreUnavailableError,
         mpsched.PayloadTooLargeError: ValueError,
         mpsched.AddressError: ValueError,
         mpsched.ConfigError: ValueError,
@@ -114,6 +116,7 @@ def test_errors_with_facts_survive_pickling():
         mpsched.PayloadTooLargeError(600 * 2**20, 512 * 2**20, "the Redis store"),
         mpsched.StoreUnavailableError("redis://db1:6379/0", "nothing is listening there"),
         mpsched.NothingToRunError(),
+        mpsched.StoreInDoubtError("redis://db1:6379/0", "no answer in time"),
     ]
     for error in errors:
         copy = pickle.loads(pickle.dumps(error))

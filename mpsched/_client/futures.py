@@ -30,6 +30,7 @@ from mpsched._client.job_future import JobFuture, settle_cancelled
 from mpsched._client.link import DISCONNECTED, ManagerLink
 from mpsched._client.outbox import Outbox
 from mpsched._client.results import serve_outcomes
+from mpsched._client.store_failures import StoreFailures
 from mpsched._core.job import JobRequest, Outcome, OutcomeKind, Payload
 from mpsched._errors import (
     ManagerConnectionLostError,
@@ -38,6 +39,7 @@ from mpsched._errors import (
     ResultUnpicklingError,
     SchedulerShutdownError,
     StoreError,
+    StoreUnavailableError,
 )
 from mpsched._payload import frames, shm
 from mpsched._payload.pickling import loads, remote_exception
@@ -88,7 +90,11 @@ class ClientCore:
         self.batch_size = min(MAP_BATCH, max_pending or MAP_BATCH)
         # A bounded queue must report QueueFullError at the call site: send synchronously.
         bounded = max_pending is not None or options.max_pending_bytes is not None
-        self.outbox = None if bounded else Outbox(service, self._unsent, self.release)
+        # One line when the manager's store starts failing this client's batches, and
+        # one when it stops: never a line per batch.
+        self._store_failures = StoreFailures(self.client_id)
+        self.outbox = None if bounded else Outbox(service, self._unsent, self.release,
+                                                  on_sent=self._store_failures.sent)
         self._thread = self._start_result_thread(service)
 
     def _start_result_thread(self, service: ServiceProxy) -> threading.Thread:
@@ -229,7 +235,10 @@ class ClientCore:
                 log.info("a batch of %d job(s) lost its connection on its way; the "
                          "manager is asked about it once it is back", len(requests))
                 return
-        log.error("could not send %d job(s) to the manager: %r", len(requests), error)
+        if isinstance(error, StoreUnavailableError):
+            self._store_failures.failed(len(requests), error)
+        else:
+            log.error("could not send %d job(s) to the manager: %r", len(requests), error)
         stopping = not isinstance(error, DISCONNECTED)  # StoreError is one
         if stopping:
             failure = SchedulerShutdownError(f"the job could not be sent to the manager: "

@@ -30,11 +30,12 @@ class Outbox:
 
     def __init__(self, service: ServiceProxy,
                  on_failure: Callable[[list[JobRequest], BaseException], None],
-                 on_withdrawn: Callable[[list[JobRequest]], None] | None = None) -> None:
+                 on_withdrawn: Callable[[list[JobRequest]], None] | None = None,
+                 on_sent: Callable[[], None] = lambda: None) -> None:
         """``on_failure``: called with a batch that could not be sent and why (a refusal,
         a lost connection);
-        ``on_withdrawn``: with requests taken back before they were sent (both called
-        without the lock).
+        ``on_withdrawn``: with requests taken back before they were sent; ``on_sent``:
+        after each batch the manager took (all called without the lock).
 
         Raises:
             as :meth:`ServiceProxy.open_connection`: the sender's connection is opened here.
@@ -42,6 +43,7 @@ class Outbox:
         self._service = service
         self._on_failure = on_failure
         self._on_withdrawn = on_withdrawn
+        self._on_sent = on_sent
         # Guards _service, _requests, _sending, _busy, _withdrawn, _paused, _closed and
         # _sender_waits. The sender thread waits on _queued for requests (and, paused, for
         # resume()); put() and withdraw() notify it when it waits, close() and resume()
@@ -195,6 +197,8 @@ class Outbox:
                 service.submit(batch, None, withdrawn)
             except BaseException as exc:
                 self._on_failure(batch, exc)
+            else:
+                self._on_sent()
             finally:
                 with self._lock:
                     self._sending = set()

@@ -8,7 +8,6 @@ multiprocessing.
 
 from __future__ import annotations
 
-import itertools
 import math
 import threading
 from collections import deque
@@ -94,7 +93,7 @@ class Leases:
         # GONE_MEMORY seconds, far longer than a take that was already under way can last.
         self._gone: dict[str, float] = {}
         self._by_job: dict[str, _InFlight] = {}  # the same entries, by job id
-        self._ids = itertools.count(1)
+        self._next_id = 1  # the id of the next lease granted (ids only grow)
         self._lateness: deque[float] = deque(maxlen=LATENESS_SAMPLES)
         self._completed = self._failed = self._timed_out = self._crashed = 0
         # Every lateness since the start, in fixed buckets (a Prometheus histogram).
@@ -104,8 +103,9 @@ class Leases:
     def grant_locked(self, job: Job, worker_id: str, now: float) -> Assignment:
         """Put ``job`` (just popped from the heap) in flight with ``worker_id``."""
         job.attempt += 1
-        lease = Lease(lease_id=next(self._ids), job_id=job.job_id, worker_id=worker_id,
+        lease = Lease(lease_id=self._next_id, job_id=job.job_id, worker_id=worker_id,
                       attempt=job.attempt)
+        self._next_id += 1
         deadline = None if job.timeout is None else now + job.timeout
         self._in_flight[lease.lease_id] = self._by_job[job.job_id] = \
             _InFlight(job=job, lease=lease, taken=now, deadline=deadline)
@@ -117,6 +117,10 @@ class Leases:
         store says ran on that worker when the manager before this one died."""
         job.attempt -= 1
         self.grant_locked(job, worker_id, now)
+
+    def next_id_locked(self) -> int:
+        """The id the next lease granted gets: every lease granted so far has a lower one."""
+        return self._next_id
 
     def drop_locked(self, lease_id: int) -> Job | None:
         """End a lease without an outcome (the job goes back to the heap)."""

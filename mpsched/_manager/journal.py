@@ -41,7 +41,7 @@ from mpsched._core.queue import JobQueue
 from mpsched._errors import JobError, JobNotFoundError
 from mpsched._manager.ended import MAX_OUTCOME, Ended, EndedJobs
 from mpsched._manager.shared_queue import SharedQueue
-from mpsched._protocol.records import LeftBehind, ManagerStatus
+from mpsched._protocol.records import LeftBehind, ManagerStatus, WorkerStatus
 from mpsched._store.base import Store
 from mpsched._store.memory import MemoryStore
 
@@ -111,8 +111,9 @@ class BaseJournal(abc.ABC):
         """The largest job pickle the store takes (None: no bound but memory's)."""
         return None
 
-    def managers(self) -> tuple[ManagerStatus, ...]:
-        """Every manager of a shared store, from their heartbeats; () for one's own."""
+    def managers(self, live: tuple[WorkerStatus, ...] = ()) -> tuple[ManagerStatus, ...]:
+        """Every manager of a shared store, from their heartbeats, this one with its
+        workers as they are now (``live``); () for one's own."""
         return ()
 
     def bind(self, deliver: Callable[[str, Outcome, set[str]], None]) -> None:  # noqa: B027

@@ -185,15 +185,30 @@ class Schedules:
                 self._carry_over_locked(old, entry)
             elif (gone := self._gone.pop(spec.schedule_id, self._clock.now())) is not None:
                 entry.recent, entry.outcomes = gone.recent, gone.outcomes  # its runs' list
-            self._journal.store.save_schedule(StoredSchedule(
-                schedule_id=spec.schedule_id, spec=pickle.dumps(plain(spec)),
-                state=pickle.dumps(entry.state())))
+            if not self._record_locked(entry, old):
+                return self._info_locked(self._entries[spec.schedule_id])
             self._entries[spec.schedule_id] = entry
             log.info("schedule %s %s: %s", spec.schedule_id,
                      "replaced" if old else "added", spec.describe())
             self._planner.plan_locked(entry, Trigger.BEGIN)
             self._journal.schedule_changed(spec.schedule_id)
             return self._info_locked(entry)
+
+    def _record_locked(self, entry: ScheduleEntry, old: ScheduleEntry | None) -> bool:
+        """Record a schedule added here; False when another manager of a shared store had
+        added the same one first: this manager then takes that one (its timeline, so that
+        each slot is one run id, whoever plans it)."""
+        spec = entry.spec
+        first = self._journal.store.save_schedule_unless_same(StoredSchedule(
+            schedule_id=spec.schedule_id, spec=pickle.dumps(plain(spec)),
+            state=pickle.dumps(entry.state())), lambda stored: same_spec(stored, spec))
+        if first is None:
+            return True
+        if old is not None:
+            for rid in old.active:
+                self._planner.forget_locked(rid)
+        self._recover_locked(first)
+        return False
 
     def _carry_over_locked(self, old: ScheduleEntry, new: ScheduleEntry) -> None:
         """A replaced schedule keeps its counters and last run; its armed run that has not
@@ -308,3 +323,12 @@ class Schedules:
 
     def _info_locked(self, entry: ScheduleEntry, *, cancelled: bool = False) -> ScheduleInfo:
         return entry.info(self._planner.now(entry), cancelled=cancelled)
+
+
+def same_spec(stored: bytes, spec: ScheduleSpec) -> bool:
+    """Whether a spec as the store keeps it is ``spec``, but for when it was sent."""
+    try:
+        kept = with_options(ScheduleSpec._make(pickle.loads(stored)))
+    except Exception:  # a spec of another version: not this one
+        return False
+    return kept.identity() == spec.identity()

@@ -421,7 +421,9 @@ class ManagerService:
                      workers_missing=self._workers_missing,
                      worker_start_failures=self._worker_start_failures,
                      clients=len(self.mailboxes), store=self.journal.store.location,
-                     store_size=self.journal.store.size(), managers=self.journal.managers())
+                     store_size=self.journal.store.size(),
+                     store_jobs=self.journal.store.kept() if self.journal.shared else None,
+                     managers=self.journal.managers(workers))
 
     @remote
     def drain_workers(self) -> int:

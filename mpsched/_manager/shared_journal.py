@@ -35,6 +35,7 @@ from mpsched._errors import (
     JobNotFoundError,
     PayloadTooLargeError,
     QueueFullError,
+    StoreInDoubtError,
     StoreUnavailableError,
     WorkerCrashedError,
 )
@@ -49,6 +50,9 @@ from mpsched._store.redis.store import RedisStore
 log = logging.getLogger("mpsched.manager")
 
 FULL_RETRY = (0.01, 0.2)  # a submit to a full queue tries again after these (doubling)
+# How long a submit whose answer was lost is sent again, until Redis says whether it took
+# the first (a resent batch is taken once: RedisStore.submit_jobs's ``again``).
+DOUBT_WAIT = 30.0
 
 # How the service hands an outcome to a client and the other clients watching its job.
 Deliver = Callable[[str, Outcome, set[str]], None]
@@ -102,6 +106,8 @@ class SharedJournal(BaseJournal):
                 ``max_pending_bytes`` bytes of their stored payloads, within ``timeout``
                 seconds.
             StoreUnavailableError, StoreError: Redis did not take them; nothing was added.
+            StoreInDoubtError: Redis took the batch and its answer was lost, and it did
+                not answer again within DOUBT_WAIT: the jobs may be queued.
         """
         for request in requests:
             check_request(request)
@@ -122,9 +128,7 @@ class SharedJournal(BaseJournal):
         deadline = None if timeout is None else time.monotonic() + timeout
         pause = FULL_RETRY[0]
         while True:
-            holders, full = self.store.submit_jobs(
-                jobs, self.manager_id, if_absent=run, max_pending=max_pending,
-                max_pending_bytes=max_bytes)
+            holders, full = self._submit_once(jobs, run, max_pending, max_bytes)
             if full is None:
                 break
             left = None if deadline is None else deadline - time.monotonic()
@@ -136,6 +140,37 @@ class SharedJournal(BaseJournal):
             pause = min(pause * 2, FULL_RETRY[1])
         same = all(h == r.job_id for h, r in zip(holders, requests, strict=True))
         return None if same and not run else holders
+
+    def _submit_once(self, jobs: list[NewJob], run: bool, max_pending: int | None,
+                     max_bytes: int | None) -> tuple[list[str], str | None]:
+        """One submit of ``jobs``; one whose answer was lost is sent again (as such) until
+        Redis answers, for DOUBT_WAIT at most: it says whether the first was taken.
+
+        Raises:
+            StoreInDoubtError: Redis did not answer again within DOUBT_WAIT.
+            StoreUnavailableError: it was not sent: nothing was added.
+        """
+        try:
+            return self.store.submit_jobs(jobs, self.manager_id, if_absent=run,
+                                          max_pending=max_pending, max_pending_bytes=max_bytes)
+        except StoreInDoubtError as doubt:
+            error = doubt
+        deadline = time.monotonic() + DOUBT_WAIT
+        pause = FULL_RETRY[1]
+        while time.monotonic() < deadline:
+            time.sleep(min(pause, max(deadline - time.monotonic(), 0.0)))
+            pause = min(pause * 2, 1.0)
+            try:
+                return self.store.submit_jobs(jobs, self.manager_id, if_absent=run,
+                                              max_pending=max_pending,
+                                              max_pending_bytes=max_bytes, again=True)
+            except StoreUnavailableError as exc:
+                if isinstance(exc, StoreInDoubtError):
+                    error = exc
+        ids = ", ".join(job.job_id for job in jobs[:5]) + (", ..." if len(jobs) > 5 else "")
+        raise StoreInDoubtError(self.store.location, f"{error.reason}; the job(s) {ids} may "
+                                f"be queued and may run: look them up by id "
+                                f"(Client.job); with key= a job may be submitted again")
 
     def lease(self, assignment: Assignment) -> bool:
         return True  # the claim recorded it
@@ -163,22 +198,23 @@ class SharedJournal(BaseJournal):
             return [None] * len(ends)
         try:
             results = iter(self.shared_queue.report_ends(sent, worker_id, more))
-        except StoreUnavailableError as exc:
-            log.error("the end of job(s) %s waits for the store (%s); it is sent again when "
-                      "the store is back", ", ".join(f.job_id for f in sent), exc)
+        except StoreUnavailableError:
             with self._lock:
                 self._unsent += sent
+            self.shared_queue.outage.held("end(s) of jobs", len(sent))
             return [None if f is None else self._ended_here(f.job_id) for f in finishes]
         watchers: list[set[str] | None] = []
         for finish in finishes:
             if finish is None:
                 watchers.append(None)
-            elif next(results) == 0:
+            elif (result := next(results)) == 0:
                 log.warning("job %s ended on worker %s, but its lease had run out and "
                             "another manager took the job back: this end is not recorded",
                             finish.job_id, worker_id)
                 watchers.append(None)
             else:
+                if result == 3:
+                    log_revived(finish.job_id)
                 watchers.append(self._ended_here(finish.job_id))
         return watchers
 
@@ -262,22 +298,31 @@ class SharedJournal(BaseJournal):
     def schedule_changed(self, schedule_id: str) -> None:
         self.store.publish_schedule(schedule_id)
 
-    def managers(self) -> tuple[ManagerStatus, ...]:
-        """Every live manager of the store, as its last heartbeat described it."""
+    def managers(self, live: tuple[WorkerStatus, ...] = ()) -> tuple[ManagerStatus, ...]:
+        """Every live manager of the store, as its last heartbeat described it; this one
+        with its workers as they are now (``live``)."""
         found = []
         for record in self.store.managers():
             try:
                 host, pid, address, workers = pickle.loads(record.status)
             except Exception:  # a manager of another version, or one still starting
                 host, pid, address, workers = "?", 0, "", ()
+            mine = record.manager_id == self.manager_id
             found.append(ManagerStatus(
                 manager_id=record.manager_id, host=host, pid=pid, address=address,
                 heartbeat_age=record.seen_ago, lease_timeout=record.lease_timeout,
-                workers=tuple(workers)))
+                workers=live if mine else tuple(workers),
+                workers_age=0.0 if mine else record.seen_ago))
         return tuple(found)
 
     def jobs(self, state: str | None, limit: int | None) -> list[JobRecord]:
         return self.store.jobs(None if state is None else JobState(state), limit)
+
+
+def log_revived(job_id: str) -> None:
+    """Say that a job's end replaced the failure a peer recorded (Reply.finished 3)."""
+    log.warning("job %s ran to its end here while this manager was presumed dead, and a "
+                "peer had failed it: its end replaces that failure", job_id)
 
 
 def encode_status(host: str, pid: int, address: str,

@@ -10,20 +10,24 @@
   dead, sends again the finishes Redis could not take, and drops forgotten jobs from the
   listings.
 
-While Redis does not answer, both retry with back-off (0.1 s doubling to 5 s), and the
-manager logs one WARNING for the outage and one INFO line when Redis is back; jobs that
-run go on running. Neither thread polls: each sleeps on a socket or an event.
+While Redis does not answer, both retry with back-off (0.1 s doubling to 1 s), and the
+manager logs one WARNING for the outage and one when Redis is back, with how long it was
+away; then every taker looks again at once, and the ends held meanwhile are sent. Jobs
+that run go on running. Neither thread polls: each sleeps on a socket or an event.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
+import time
 from collections.abc import Callable
 
+from mpsched._core.job import JobState
 from mpsched._errors import StoreError, StoreUnavailableError
-from mpsched._manager.shared_journal import SharedJournal
+from mpsched._manager.shared_journal import SharedJournal, log_revived
 from mpsched._manager.shared_queue import SharedQueue
 from mpsched._manager.store_outage import StoreOutage
 from mpsched._store.redis.records import StoredEnd
@@ -33,7 +37,7 @@ from mpsched._store.redis.subscription import Subscription
 
 log = logging.getLogger("mpsched.manager")
 
-BACKOFF = (0.1, 5.0)  # seconds between tries while Redis is down, doubling
+BACKOFF = (0.1, 1.0)  # seconds between tries while Redis is down, doubling
 LISTEN = 60.0  # longest the subscriber sleeps on its socket before it looks at its flag
 PRUNE_EVERY = 30  # heartbeats between two prunes of the listing indexes
 REAP_MARGIN = 0.005  # a beat that takes back a dead peer's jobs comes this late after its lease
@@ -68,8 +72,17 @@ class SharedLink:
         # Set by the subscriber once it listens (start() waits for the first time).
         self._listening = threading.Event()
         self._registered = False
+        # Held while the inbox is drained (the subscriber, or the heartbeat thread when
+        # this manager was presumed dead); guards _drained: the ends the last drain
+        # returned and this manager delivered, which the next drain drops. Nobody waits
+        # on it but another drain.
+        self._draining = threading.Lock()
+        self._drained = 0
         self._next_expiry: float | None = None  # written and read by the beating thread
         self._threads: list[threading.Thread] = []
+        queue.fence.on_ask(self._beat_now.set)  # a taker whose leases may have run out
+        outage.on_back(queue.wake_all)
+        outage.on_back(self._beat_now.set)  # send what waited for the store
 
     def start(self) -> None:
         """Register this manager (its first heartbeat), then start listening; returns
@@ -103,7 +116,10 @@ class SharedLink:
         try:
             self._send_unsent()
             if not self._journal.has_unsent() and not self._queue.held():
-                self._store.forget_manager(self._me)
+                back = self._store.forget_manager(self._me)
+                if back:
+                    log.warning("%d job(s) still leased to this manager as it left (claims "
+                                "whose answers were lost) went back to the queue", back)
         except StoreError as exc:
             log.warning("could not leave the job store (%s): peers take back what this "
                         "manager held once its lease runs out", exc)
@@ -117,14 +133,8 @@ class SharedLink:
             try:
                 subscription = self._store.subscribe(list(self._channels))
                 self._listening.set()
-                self._queue.wake()  # what was said while it did not listen
-                self._on_inbox()
                 pause = BACKOFF[0]
-                while not self._stopping.is_set():
-                    message = subscription.message(LISTEN)
-                    if message is not None:
-                        channel, data = message
-                        self._channels.get(channel, self._on_wake)(data)
+                self._serve(subscription)
             except Exception as exc:  # a lost connection, a bug: the thread goes on
                 if self._stopping.is_set():
                     break
@@ -134,6 +144,37 @@ class SharedLink:
             finally:
                 if subscription is not None:
                     subscription.close()
+
+    def _serve(self, subscription: Subscription) -> None:
+        """Hand each message to its handler until the link stops. A handler that fails
+        (its own call to Redis: a connection from before a restart) keeps the
+        subscription, whose messages would be lost with it; a drain that failed is tried
+        again within BACKOFF[1].
+
+        Raises:
+            StoreUnavailableError: the subscription's connection was lost.
+        """
+        self._queue.wake()  # what was said while it did not listen
+        owed = not self._handled(self._on_inbox)
+        inbox = f"{self._store.base}ch:{self._me}"
+        while not self._stopping.is_set():
+            message = subscription.message(BACKOFF[1] if owed else LISTEN)
+            if message is not None:
+                channel, data = message
+                handler = self._channels.get(channel, self._on_wake)
+                if not self._handled(functools.partial(handler, data)) and channel == inbox:
+                    owed = True
+            if owed:
+                owed = not self._handled(self._on_inbox)
+
+    def _handled(self, handle: Callable[[], object]) -> bool:
+        """Run a message's handler; False (said, as any failed call) if Redis failed it."""
+        try:
+            handle()
+        except StoreError as exc:
+            self._store_error(exc)
+            return False
+        return True
 
     def _on_wake(self, data: object = None) -> None:
         self._queue.wake()
@@ -150,11 +191,14 @@ class SharedLink:
             nonce, job_ids = request
             self._queue.give_back_for_cancel(job_ids, nonce)
             return
-        while True:
-            ended = self._store.drain(self._me)
-            if not ended:
-                return
-            self._journal.deliver_ended(ended)
+        with self._draining:
+            while True:
+                ended = self._store.drain(self._me, done=self._drained)
+                self._drained = 0
+                if not ended:
+                    return
+                self._journal.deliver_ended(ended)
+                self._drained = len(ended)  # dropped from the inbox by the next drain
 
     def _on_sched(self, data: object = None) -> None:
         schedule_id = data.decode() if isinstance(data, bytes) else str(data)
@@ -186,22 +230,29 @@ class SharedLink:
 
     def _beat(self) -> None:
         """Renew this manager's leases, show its status, take back dead peers' jobs."""
+        sent, sent_ns = self._queue.clock.now(), time.monotonic_ns()
         beat = self._store.heartbeat(self._me, self._queue.lease_timeout, self._status(),
                                      join=not self._registered)
+        if self._registered and not beat.registered_before:
+            self._queue.fence.taken_back(self._queue.next_lease_id())
+        self._queue.fence.renewed(sent, sent_ns)
         self._outage(None)
         # The next beat comes when the first peer's lease would run out: a dead peer's
         # jobs are taken back then, not up to a third of our own lease later.
         self._next_expiry = beat.next_expiry
         if self._registered and not beat.registered_before:
             log.warning("this manager was presumed dead by its peers (no heartbeat for "
-                        "%g s): the jobs it ran were taken back, and their ends from here "
-                        "are refused", self._queue.lease_timeout)
+                        "%g s): its jobs were taken back; those not started yet are not "
+                        "started here", self._queue.lease_timeout)
             self._queue.wake()
+            self._on_inbox()  # the ends its clients are owed, kept while it was away
         self._registered = True
-        for manager in beat.reaped:
-            log.warning("manager %s stopped renewing its leases for %g s: presumed dead; "
-                        "its jobs were taken back (%d retried, %d failed)", manager,
-                        self._queue.lease_timeout, beat.requeued, len(beat.failed))
+        for taken in beat.taken_back:
+            silent = (f"{taken.lease_timeout:g} s" if taken.lease_timeout >= 0
+                      else "its lease")
+            log.warning("manager %s stopped renewing its leases for %s: presumed dead; "
+                        "its jobs were taken back (%d retried, %d failed)", taken.manager,
+                        silent, taken.requeued, taken.failed)
         mine = []
         for job_id, worker, client, here in beat.failed:
             log.error("job %s: its worker %s went away with its manager; failed "
@@ -214,7 +265,9 @@ class SharedLink:
 
     def _send_unsent(self) -> None:
         """Send again the finishes, and the prefetched jobs given back, that Redis could
-        not take."""
+        not take; undo the claims whose answers were lost (Redis answered a beat since)."""
+        self._queue.settle_doubtful()
+        self._recheck()
         unsent = self._journal.take_unsent()
         unreturned = self._queue.take_unreturned()
         if not unsent and not unreturned:
@@ -227,9 +280,27 @@ class SharedLink:
             self._queue.put_back_unreturned(unreturned)
             raise
         for finish, result in zip(unsent, reply.finished, strict=True):
+            if result == 3:
+                log_revived(finish.job_id)
             if result == 0:
                 log.warning("the end of job %s came too late: its lease had run out and "
                             "a peer took the job back", finish.job_id)
+
+    def _recheck(self) -> None:
+        """Tell this manager's clients the ends of jobs that a call whose answer was lost
+        may have made (a cancel): each is looked up, and watched if it goes on."""
+        job_ids = self._queue.take_recheck()
+        ended = []
+        try:
+            for job_id in job_ids:
+                end = self._store.watch(self._me, job_id)
+                if end is not None and end.state not in (JobState.PENDING, JobState.RUNNING):
+                    ended.append(end)
+        except StoreError:
+            self._queue.recheck(job_ids)
+            raise
+        if ended:
+            self._journal.deliver_ended(ended)
 
     def _store_error(self, exc: BaseException) -> None:
         if isinstance(exc, StoreUnavailableError):

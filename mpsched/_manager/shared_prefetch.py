@@ -36,7 +36,7 @@ from collections.abc import Callable
 from mpsched._core.clock import Clock
 from mpsched._core.job import Assignment, Job, Outcome
 from mpsched._core.prefetch import PREFETCH_HOLD, Claims, Prefetched
-from mpsched._errors import StoreUnavailableError
+from mpsched._errors import StoreInDoubtError, StoreUnavailableError
 from mpsched._manager.shared_queue_base import SharedQueueBase
 from mpsched._manager.store_outage import StoreOutage
 from mpsched._store.redis.records import Claimed, Held, Requeue, Withdrawn
@@ -162,14 +162,13 @@ class SharedPrefetch(SharedQueueBase):
         try:
             reply = self.store.report(self.manager_id, self.lease_timeout,
                                       requeues=requeues, answers=answers)
-        except StoreUnavailableError as exc:
-            log.warning("%d prefetched job(s) could not be given back yet (%s); they are "
-                        "sent again when the store is back", len(requeues), exc)
+        except StoreUnavailableError:
             with self._lock:
                 self._unreturned += requeues
+            self.outage.held("job(s) to put back", len(requeues))
             return
         with self._lock:
-            self._given_back += sum(1 for r in reply.requeued if r in (1, 2))
+            self._given_back += sum(1 for r in reply.requeued if r in (1, 2, 4))
 
     def take_unreturned(self) -> list[Requeue]:
         """The give-backs Redis could not take yet (the caller sends them again)."""
@@ -214,8 +213,12 @@ class SharedPrefetch(SharedQueueBase):
         not started yet (that manager gives them back first, within CANCEL_WAIT); the
         jobs cancelled (their ids and clients) whose end this manager tells."""
         nonce = secrets.token_hex(8)
-        return self._settle(nonce, *self.store.cancel_or_ask(self.manager_id, job_ids,
-                                                             nonce))
+        try:
+            return self._settle(nonce, *self.store.cancel_or_ask(self.manager_id, job_ids,
+                                                                 nonce))
+        except StoreInDoubtError:
+            self.recheck(job_ids)  # cancelled, maybe: its clients are told once it answers
+            raise
 
     def cancel_client_jobs(self, client_id: str, *, not_due_only: bool = False) -> list[Job]:
         """Cancel every pending job of a client, and those of its jobs that any manager

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from mpsched._core.clock import ahead
 from mpsched._core.job import Assignment, Job
 from mpsched._core.leases import LostLease
-from mpsched._errors import SchedulerShutdownError, StoreUnavailableError
+from mpsched._errors import SchedulerShutdownError, StoreInDoubtError, StoreUnavailableError
 from mpsched._manager.shared_prefetch import SharedPrefetch
 from mpsched._manager.shared_queue_base import BACKOFF
 from mpsched._store.redis.records import Claimed, Finish, Reply, Requeue, Take
@@ -75,18 +75,41 @@ class SharedQueue(SharedPrefetch):
         deadline = self._clock.now() + timeout
         with self._lock:
             ready = self._begin_take_locked(worker_id, early, more, prefetchable, deadline)
-        if ready is not None:
+        if ready is not None and self._fenced(worker_id, ready):
             return ready
         while True:
             batch = self._take_once(worker_id, early, deadline)
-            if batch is not None:
+            if batch is not None and (not batch or self._fenced(worker_id, batch)):
                 return batch
+
+    def _fenced(self, worker_id: str, batch: list[Assignment]) -> bool:
+        """Whether ``batch`` may go out: its leases are still this manager's (see
+        mpsched._manager.shared_fence; after a pause, wait for a heartbeat's answer).
+        Else its leases end here and its jobs are given back (refused by Redis if a
+        peer took them back already, put back if not), and False."""
+        if self.fence.wait_valid(batch[0].lease.lease_id, self.lease_timeout):
+            return True
+        back = []
+        with self._lock:
+            self._prefetched.drop_locked(worker_id)
+            for assignment in batch:
+                token = self._tokens.pop(assignment.lease.job_id, None)
+                if self.leases.drop_locked(assignment.lease.lease_id) is not None \
+                        and token is not None:
+                    back.append(Requeue(job_id=assignment.lease.job_id, token=token,
+                                        retry=False))
+        log.warning("%d job(s) claimed before this manager was presumed dead (or while "
+                    "its heartbeats went unanswered) were not handed out", len(batch))
+        self.give_back(back)
+        return False
 
     def _begin_take_locked(self, worker_id: str, early: float, more: int,
                            prefetchable: Callable[[Job], bool] | None,
                            deadline: float) -> list[Assignment] | None:
         """A take begins: the batch claimed for the worker with its last ends, if any
         (None: it must claim)."""
+        if self.fence.stale_below:
+            self._drop_skipped_locked(worker_id)
         self._early[worker_id] = early
         self._more[worker_id] = more
         if prefetchable is not None:
@@ -98,6 +121,15 @@ class SharedQueue(SharedPrefetch):
             return ready  # claimed with its last ends: the table holds its prefetched
         self._prefetched.forget_locked(worker_id)  # its last batch is over
         return None
+
+    def _drop_skipped_locked(self, worker_id: str) -> None:
+        """End the stale leases a worker still holds as it takes again: jobs it did not
+        start, its manager having been presumed dead (the fence refused them; a peer
+        took them back)."""
+        for job, lease in self.leases.jobs_locked():
+            if lease.worker_id == worker_id and self.fence.stale(lease.lease_id):
+                self.leases.drop_locked(lease.lease_id)
+                self._tokens.pop(job.job_id, None)
 
     def _take_once(self, worker_id: str, early: float,
                    deadline: float) -> list[Assignment] | None:
@@ -156,11 +188,14 @@ class SharedQueue(SharedPrefetch):
                others_wait: bool) -> Reply | None:
         """One claim of up to ``want`` jobs (``others_wait``: another taker of ours waits
         for work); None when Redis failed (the taker then backs off)."""
+        claim = self.claim_name()
         try:
             reply = self.store.report(self.manager_id, self.lease_timeout, take=Take(
                 want=want, worker=f"{self.manager_id}/{worker_id}", early=early,
-                lead="wait", waiting=others_wait))
+                lead="wait", waiting=others_wait, claim=claim))
         except StoreUnavailableError as exc:
+            if isinstance(exc, StoreInDoubtError):
+                self.in_doubt(claim)
             self.outage(exc)
             return None
         self.outage(None)
@@ -236,6 +271,16 @@ class SharedQueue(SharedPrefetch):
             if self._waiting:
                 self._available.notify()
 
+    def wake_all(self) -> None:
+        """The store answers again after an outage: every waiting taker looks at once
+        (those backing off included)."""
+        with self._lock:
+            self._gen += 1
+            self._leader = None
+            self._idle_gen = self._follow_until = None
+            self._backoff = BACKOFF[0]
+            self._available.notify_all()
+
     def report_ends(self, finishes: list[Finish], worker_id: str | None,
                     more: int | None = None) -> list[int]:
         """Record jobs' ends under their leases (Finish), and, when their worker's take
@@ -264,9 +309,15 @@ class SharedQueue(SharedPrefetch):
             count = self._batch_size_locked(worker_id) if want and worker_id else 0
             others_wait = self._waiting > 0
         take = None if not want else Take(want=count, worker=f"{self.manager_id}/{worker_id}",
-                                          early=early or 0.0, waiting=others_wait)
-        reply = self.store.report(self.manager_id, self.lease_timeout, finishes=finishes,
-                                  take=take)
+                                          early=early or 0.0, waiting=others_wait,
+                                          claim=self.claim_name())
+        try:
+            reply = self.store.report(self.manager_id, self.lease_timeout,
+                                      finishes=finishes, take=take)
+        except StoreInDoubtError:
+            if take is not None:
+                self.in_doubt(take.claim)
+            raise
         if reply.jobs:
             try:
                 reply = self.with_payloads(reply)
@@ -283,19 +334,22 @@ class SharedQueue(SharedPrefetch):
         return reply.finished
 
     def requeue(self, job: Job, *, retry: bool) -> bool:
-        """Put a job whose lease was lost back in Redis (an attempt if ``retry``); False
-        when Redis refused it (the lease was stale) or could not be reached (then its
-        lease runs out and a peer, or this manager, takes it back)."""
+        """Put a job whose lease was lost back in Redis (an attempt if ``retry``), at once
+        or, when Redis does not answer, once it does (the link sends it again); False
+        when Redis refused it (the lease was stale)."""
         token = self.pop_token(job.job_id)
         if token is None:
             return False
+        back = Requeue(job_id=job.job_id, token=token, retry=retry)
         try:
-            reply = self.store.report(self.manager_id, self.lease_timeout, requeues=[
-                Requeue(job_id=job.job_id, token=token, retry=retry)])
-        except StoreUnavailableError as exc:
-            log.error("job %s could not be put back in the queue (%s); it will be when "
-                      "its lease runs out", job.job_id, exc)
-            return False
+            reply = self.store.report(self.manager_id, self.lease_timeout, requeues=[back])
+        except StoreUnavailableError:
+            with self._lock:
+                self._unreturned.append(back)
+            self.outage.held("job(s) to put back")
+            if not retry:
+                job.attempt -= 1
+            return True
         if not reply.requeued[0]:
             log.warning("job %s was not put back: another manager took it over", job.job_id)
             return False

@@ -9,6 +9,7 @@ is never held across a call to Redis.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from mpsched._core.clock import Clock, SystemClock, Waitable
 from mpsched._core.job import Assignment, Job, Lease, Outcome, Payload, QueueStats
 from mpsched._core.leases import Leases, percentiles
+from mpsched._manager.shared_fence import LeaseFence
 from mpsched._manager.store_outage import StoreOutage
 from mpsched._payload import frames
 from mpsched._store.redis.records import Reply
@@ -23,7 +25,9 @@ from mpsched._store.redis.store import RedisStore
 
 log = logging.getLogger("mpsched.manager")
 
-BACKOFF = (0.1, 5.0)  # a taker's wait after Redis failed, doubling up to the second
+# A taker's wait after Redis failed, doubling up to the second: the link's look at the
+# store (as often) wakes every taker the moment it answers again.
+BACKOFF = (0.1, 1.0)
 
 
 class SharedQueueBase:
@@ -65,6 +69,9 @@ class SharedQueueBase:
         # leads; all by close().
         self._available: Waitable = self._clock.condition(self._lock)
         self.leases = Leases(self._lock, self._clock)
+        # Whether this manager's leases are still its own (a pause past its lease):
+        # nothing claimed is handed out, or started by a local worker, past it.
+        self.fence = LeaseFence(lease_timeout, self._clock.now)
         self._tokens: dict[str, str] = {}  # job id -> its lease's token, in flight here
         # A worker's next job, claimed in the call that recorded its last one's end (one
         # round trip per job instead of two); its next take hands it out.
@@ -79,6 +86,58 @@ class SharedQueueBase:
         self._backoff = BACKOFF[0]
         self._closed = False
         self._withdrawn = self._wakeups = 0
+        self._claims_made = itertools.count(1)  # names each claim of this manager's
+        # Claims that went out and got no answer (Redis may have run them): undone by
+        # the link once Redis answers again (settle_doubtful).
+        self._doubtful: list[str] = []
+        # Jobs a call whose answer was lost may have ended (a cancel): looked up by the
+        # link once Redis answers, and their ends told here.
+        self._recheck: list[str] = []
+        store.on_unavailable = self.outage
+
+    def claim_name(self) -> str:
+        """A name for the next claim (Take.claim), unique in this manager."""
+        return str(next(self._claims_made))
+
+    def in_doubt(self, claim: str) -> None:
+        """A claim went out and its answer never came: Redis may have leased its jobs to
+        this manager without it knowing them."""
+        with self._lock:
+            self._doubtful.append(claim)
+
+    def recheck(self, job_ids: list[str]) -> None:
+        """A call whose answer was lost may have ended these jobs: look them up later."""
+        with self._lock:
+            self._recheck += job_ids
+
+    def take_recheck(self) -> list[str]:
+        with self._lock:
+            job_ids, self._recheck = self._recheck, []
+        return job_ids
+
+    def settle_doubtful(self) -> int:
+        """Undo the claims whose answers never came, now that Redis answered a later call
+        (they have run by now, or never will): their jobs go back to the queue. Returns
+        how many did.
+
+        Raises:
+            StoreUnavailableError: Redis did not answer; they are kept for the next try.
+        """
+        with self._lock:
+            doubtful, self._doubtful = self._doubtful, []
+        if not doubtful:
+            return 0
+        try:
+            back = self.store.unclaim(self.manager_id, doubtful)
+        except BaseException:
+            with self._lock:
+                self._doubtful[:0] = doubtful
+            raise
+        if back:
+            log.warning("%d job(s) claimed for this manager in a call whose answer was "
+                        "lost went back to the queue, never started: %s", len(back),
+                        ", ".join(back))
+        return len(back)
 
     @property
     def clock(self) -> Clock:
@@ -136,6 +195,11 @@ class SharedQueueBase:
 
     def set_on_returned(self, on_returned: Callable[[Job], None] | None) -> None:
         """Jobs go back to Redis by requeue (SharedQueue.requeue), never by revocation."""
+
+    def next_lease_id(self) -> int:
+        """The id of the next lease this manager grants (every earlier one is lower)."""
+        with self._lock:
+            return self.leases.next_id_locked()
 
     def token_of(self, job_id: str) -> str | None:
         """The token of a lease of this manager's on ``job_id`` (kept until its end is

@@ -137,6 +137,9 @@ class ManagerStatus:
     heartbeat_age: float  # seconds since its last heartbeat, on the store's clock
     lease_timeout: float  # silent this long, its peers presume it dead
     workers: tuple[WorkerStatus, ...]
+    # How old what ``workers`` says is: the heartbeat's age, 0.0 for the manager that
+    # answers (its own workers as they are now).
+    workers_age: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -153,7 +156,8 @@ class Stats:
     worker_start_failures: int = 0
     clients: int = 0  # clients with a mailbox (connected, or closing with outcomes left)
     store: str = "memory"  # where jobs are journalled: a path, or "memory" (IN_MEMORY)
-    store_size: int | None = None  # bytes the store takes on disk
+    store_size: int | None = None  # bytes the store takes on disk (Redis: its server uses)
+    store_jobs: int | None = None  # job records the store keeps, where it counts them
     # With a shared store: every manager of it (this one included), from their heartbeats.
     managers: tuple[ManagerStatus, ...] = ()
 

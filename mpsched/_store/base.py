@@ -27,7 +27,7 @@ bytes: a store never unpickles them.
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import NamedTuple
 
@@ -110,6 +110,11 @@ class Store(abc.ABC):
     def size(self) -> int | None:
         """Bytes the store takes (database and journal files), or None if unknown."""
 
+    def kept(self) -> int | None:
+        """How many job records the store keeps (pending, running, ended until
+        result_ttl), where that is cheap to know; None elsewhere."""
+        return None
+
     def commit_latency(self) -> HistogramSnapshot | None:
         """How long each commit took so far (seconds, in fixed buckets); None for a store
         that does not commit (memory) or does not measure it."""
@@ -161,6 +166,19 @@ class Store(abc.ABC):
         Raises:
             StoreError: it could not be written.
         """
+
+    def save_schedule_unless_same(self, schedule: StoredSchedule,
+                                  same: Callable[[bytes], bool]) -> StoredSchedule | None:
+        """Record a schedule, unless the one recorded under its id has a spec ``same``
+        says is this one's: then that one is returned, unchanged (a store that several
+        managers share keeps the first one's timeline). One manager per store: it knows
+        what it recorded, so this records.
+
+        Raises:
+            StoreError: it could not be written.
+        """
+        self.save_schedule(schedule)
+        return None
 
     @abc.abstractmethod
     def update_schedule(self, schedule_id: str, state: bytes) -> None:

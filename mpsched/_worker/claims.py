@@ -8,6 +8,11 @@ In shared memory, created by the manager and mapped by the worker process:
   never revoked) or claimed (a prefetched one). Lease ids grow, so when the worker dies
   every lease of it up to this one had reached it: an attempt, not a job never received.
 - ``revoked_from``: the first lease id of its batch it may no longer start.
+- the fence of a manager on a shared Redis queue (mpsched._manager.shared_fence): until
+  when its leases hold on the monotonic clock (ns), and the lease ids below which they
+  were taken back. The worker starts no job past the first, nor any below the second:
+  it waits for its manager's next heartbeat instead (a manager paused past its lease).
+  Without Redis they never change: every lease holds.
 - the *kept* reports: a worker that goes on with its batch after a job keeps that job's
   report here first (mpsched._worker.reports holds it for a while before sending it).
   Should a later job kill the worker, the manager reads them when it sees the worker exit,
@@ -33,6 +38,7 @@ import logging
 import mmap
 import os
 import pickle
+import time
 from multiprocessing.context import BaseContext
 from typing import Any
 
@@ -45,12 +51,17 @@ log = logging.getLogger("mpsched.worker")
 NEVER = (1 << 63) - 1  # revoked_from when nothing is revoked
 KEPT_BYTES = 1 << 16  # room for kept reports; one that does not fit is sent at once
 REVOKE_TIMEOUT = 0.5  # seconds the manager waits for a worker's slot before it gives up
+FENCE_WAIT = 30.0  # seconds a worker waits for its manager's fence to say yes or no
+FENCE_LOOK = 0.005  # seconds between two looks meanwhile (only while it is in doubt)
 
-# A slot's bytes: three int64 (started, revoked_from, bytes of kept reports), the digest of
-# the job started last, the worker's id (a length, then its bytes), then the kept reports.
-_STARTED_JOB = 24
+# A slot's bytes: five int64 (started, revoked_from, bytes of kept reports, the fence: valid
+# until (ns), stale below), the digest of the job entered last, the worker's id (a length,
+# then its bytes), then the kept reports. The fence is written by the manager only, each
+# value whole.
+_VALUES = 5
+_STARTED_JOB = 8 * _VALUES
 DIGEST_BYTES = 8
-_WORKER_ID = 32
+_WORKER_ID = _STARTED_JOB + DIGEST_BYTES
 MAX_WORKER_ID = 64
 HEAD_BYTES = 128
 SLOT_BYTES = HEAD_BYTES + KEPT_BYTES
@@ -73,7 +84,7 @@ class ClaimSlot:
         self._lock = ctx.Lock()
         self._attach(None if region is not None else ctx.RawArray("B", SLOT_BYTES))
         self._view[:HEAD_BYTES] = bytes(HEAD_BYTES)
-        self._values[1] = NEVER
+        self._values[1] = self._values[3] = NEVER
 
     def __getstate__(self) -> dict[str, Any]:
         # A region is mapped again where the slot is unpickled; an anonymous one travels as
@@ -89,7 +100,7 @@ class ClaimSlot:
     def _attach(self, memory: Any) -> None:
         self._memory = memory if self.region is None else map_region(*self.region)
         self._view = memoryview(self._memory).cast("B")
-        self._values: Any = (ctypes.c_int64 * 3).from_buffer(self._memory)
+        self._values: Any = (ctypes.c_int64 * _VALUES).from_buffer(self._memory)
         self._kept = self._view[HEAD_BYTES:HEAD_BYTES + KEPT_BYTES]
 
     # ------------------------------------------------------------- the worker's side
@@ -109,6 +120,25 @@ class ClaimSlot:
                 return False
             self._values[0] = lease.lease_id
             return True
+
+    def may_start(self, lease_id: int, wait: float = FENCE_WAIT) -> bool:
+        """Whether the worker may start lease ``lease_id`` by its manager's fence: True
+        while the manager's leases hold; False once this one was taken back. In doubt (the
+        manager's last heartbeat is too old: it may be paused), it waits for the next
+        one, ``wait`` seconds at most (then False)."""
+        values = self._values
+        deadline = None
+        while True:
+            if time.monotonic_ns() < values[3]:  # read before stale_below: see fence()
+                return bool(lease_id >= values[4])
+            if lease_id < values[4]:
+                return False
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + wait
+            elif now >= deadline:
+                return False
+            time.sleep(FENCE_LOOK)
 
     def entering(self, job_id: str) -> None:
         """The worker calls the job's callable next (a durable slot says so: read after the
@@ -146,6 +176,12 @@ class ClaimSlot:
     def started(self) -> int:
         """The last lease id the worker received or claimed."""
         return int(self._values[0])
+
+    def fence(self, valid_ns: int, stale_below: int) -> None:
+        """Set the manager's fence (see may_start): stale_below first, so that a worker
+        that reads the new valid_until reads the new stale_below too."""
+        self._values[4] = stale_below
+        self._values[3] = valid_ns
 
     def owner(self) -> str:
         """The worker id the slot was last named for ("": none)."""
@@ -230,9 +266,17 @@ class LocalClaims:
 
     def __init__(self) -> None:
         self._slots: dict[str, ClaimSlot] = {}
+        self._fence = (NEVER, 0)  # the manager's fence (ClaimSlot.fence), for new slots
 
     def add(self, worker_id: str, slot: ClaimSlot) -> None:
+        slot.fence(*self._fence)
         self._slots[worker_id] = slot
+
+    def set_fence(self, valid_ns: int, stale_below: int) -> None:
+        """Move every slot's fence (a manager on a shared Redis queue: its heartbeats)."""
+        self._fence = (valid_ns, stale_below)
+        for slot in list(self._slots.values()):
+            slot.fence(valid_ns, stale_below)
 
     def remove(self, worker_id: str) -> None:
         self._slots.pop(worker_id, None)

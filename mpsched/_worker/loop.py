@@ -179,6 +179,8 @@ class _Batches:
         manager is gone) or RECYCLED (time to leave)."""
         for i, assignment in enumerate(batch):
             lease = assignment.lease
+            if self._slot is not None and not self._slot.may_start(lease.lease_id):
+                break  # its manager's lease was taken back: it and the rest went elsewhere
             if i and not self._claim_or_stop(lease):
                 break  # revoked: it and the rest of the batch went to other workers
             if not i:

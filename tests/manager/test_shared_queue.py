@@ -4,22 +4,21 @@ on a new head, one timed waiter across managers, a clock an hour off, and an out
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
+from shared_peers import Peer, Taker, state
 
 from mpsched._core.clock import SystemClock
-from mpsched._core.job import Assignment, JobRequest, JobState, Outcome
-from mpsched._errors import InvalidJobError, QueueFullError, SchedulerShutdownError
+from mpsched._core.job import JobRequest, JobState, Outcome
+from mpsched._errors import InvalidJobError, QueueFullError
 from mpsched._manager import shared_prefetch
 from mpsched._manager.journal import encode
 from mpsched._manager.shared_journal import SharedJournal
-from mpsched._manager.shared_link import SharedLink
 from mpsched._manager.shared_queue import SharedQueue
 from mpsched._payload import frames
 from mpsched._store.redis.records import NewJob
@@ -58,46 +57,6 @@ class _LateCondition(threading.Condition):
         return super().wait(None if timeout is None else timeout * (1 + self.share))
 
 
-class Peer:
-    """One manager: its store connection, queue, journal and link (started)."""
-
-    def __init__(self, url: str, name: str, *, clock: Any = None, lease: float = 30.0,
-                 claims: Any = None) -> None:
-        self.store = RedisStore(url)
-        self.queue = SharedQueue(self.store, manager_id=name, lease_timeout=lease,
-                                 clock=clock, claims=claims)
-        self.journal = SharedJournal(self.store, self.queue)
-        self.delivered: list[tuple[str, Outcome]] = []
-        self.journal.bind(lambda client, outcome, watchers:
-                          self.delivered.append((client, outcome)))
-        self.link = SharedLink(self.store, self.queue, self.journal,
-                               outage=self.queue.outage, status=lambda: b"")
-        self.queue.on_unregistered(self.link.beat_now)
-        self.link.start()
-
-    def submit(self, job_id: str, delay: float = 0.0, client: str = "c1") -> None:
-        self.store.submit_jobs([NewJob(job_id, client, None, "f", b"payload", 2, delay, None,
-                                       None, 0)], self.queue.manager_id)
-
-    def close(self) -> None:
-        self.queue.close()
-        self.link.stop()
-        self.store.close()
-
-
-@pytest.fixture
-def peers(redis_url: str) -> Iterator[Callable[..., Peer]]:
-    made: list[Peer] = []
-
-    def make(name: str, **options: Any) -> Peer:
-        made.append(Peer(options.pop("url", redis_url), name, **options))
-        return made[-1]
-
-    yield make
-    for peer in made:
-        peer.close()
-
-
 class Slots:
     """Local workers' claim slots, as mpsched._worker.claims keeps them: each worker's
     last started lease; a revocation refuses it everything after."""
@@ -113,28 +72,6 @@ class Slots:
         cut = max(self.started.get(worker_id, 0) + 1, lowest)
         self.revoked.append((worker_id, cut))
         return cut
-
-
-def state(peer: Peer, job_id: str) -> tuple[JobState, int]:
-    record = peer.store.get(job_id)
-    assert record is not None
-    return record.state, record.attempt
-
-
-class Taker(threading.Thread):
-    """A worker's take, in a thread: ``got`` is its assignment (None: none came)."""
-
-    def __init__(self, queue: SharedQueue, worker: str, timeout: float = 10.0) -> None:
-        super().__init__(daemon=True)
-        self.queue, self.worker, self.timeout = queue, worker, timeout
-        self.got: Assignment | None = None
-        self.ended: float | None = None
-        self.start()
-
-    def run(self) -> None:
-        with contextlib.suppress(SchedulerShutdownError):  # the test ended: it was closed
-            self.got = self.queue.take(self.worker, self.timeout)
-        self.ended = time.monotonic()
 
 
 def commands(store: RedisStore) -> int:
@@ -241,7 +178,8 @@ def test_an_outage_is_one_warning_and_the_manager_carries_on(
     assert taker.got is not None and taker.got.lease.job_id == "after"
     warnings = [r for r in caplog.records if "does not answer" in r.message]
     assert len(warnings) == 1
-    assert [r for r in caplog.records if "answers again" in r.message]
+    [back] = [r for r in caplog.records if "answers again after" in r.message]
+    assert back.levelno == logging.WARNING
 
 
 def test_an_end_that_redis_could_not_take_is_sent_again_when_it_is_back(

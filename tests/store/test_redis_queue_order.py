@@ -16,7 +16,7 @@ from redis_queue import HIGH, LEASE, LOW, new, server_now, take
 
 from mpsched._core.job import JobState, Order
 from mpsched._errors import ConfigError
-from mpsched._store.redis.records import Requeue
+from mpsched._store.redis.records import Finish, Requeue
 from mpsched._store.redis.store import RedisStore
 
 
@@ -153,14 +153,19 @@ def test_with_no_manager_live_the_order_changes_and_nothing_is_stranded(
     at = server_now(first) - 1.0
     first.submit_jobs([new("low", level=LOW, at=at - 1), new("high", level=HIGH, at=at),
                        new("med", at=at)], "m1")
-    assert ids(take(first, "m1")) == ["high"]  # low and med now wait among the due jobs
-    first.forget_manager("m1")
+    [high] = take(first, "m1").jobs  # low and med now wait among the due jobs
+    assert high.job_id == "high"
+    first.report("m1", LEASE, finishes=[Finish("high", high.token, JobState.DONE, b"")])
+    first.forget_manager("m1")  # it holds nothing
     second = open_redis_store(order=Order.TIME)
     second.heartbeat("m2", LEASE, b"", join=True)
-    assert ids(take(second, "m2", want=8)) == ["low", "med"]  # back in time order
+    taken = take(second, "m2", want=8).jobs
+    assert [j.job_id for j in taken] == ["low", "med"]  # back in time order
     second.submit_jobs([new("low-2", level=LOW, at=at - 1), new("high-2", level=HIGH, at=at)],
                        "m2")
-    second.forget_manager("m2")
+    second.report("m2", LEASE, finishes=[Finish(j.job_id, j.token, JobState.DONE, b"")
+                                         for j in taken])
+    second.forget_manager("m2")  # it holds nothing
     third = open_redis_store(order=Order.PRIORITY)
     third.heartbeat("m3", LEASE, b"", join=True)
     assert ids(take(third, "m3", want=8)) == ["high-2", "low-2"]

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from mpsched._core.histogram import HistogramSnapshot
 from mpsched._core.recurring import ScheduleInfo
 from mpsched._protocol.records import Stats
+from mpsched._store.redis.url import is_redis_url
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 PRIORITIES = ("HIGH", "MEDIUM", "LOW")
@@ -147,8 +148,15 @@ def _manager(out: _Exposition, metrics: MetricsInput) -> None:
                    [("", metrics.build, 1)])
     if stats.store != "memory" and stats.store_size is not None:
         out.family("mpsched_store_size_bytes", "gauge",
+                   "Bytes the Redis server of the job store uses (INFO used_memory: every "
+                   "key on it, other deployments' too)." if is_redis_url(stats.store) else
                    "Bytes the job store takes (database, journal, lease log).",
                    [("", {}, stats.store_size)])
+    if stats.store_jobs is not None:
+        out.family("mpsched_store_jobs", "gauge",
+                   "Job records the store keeps: pending, running, and ended ones until "
+                   "result_ttl (each ~0.75 KB in Redis, plus its payload or outcome).",
+                   [("", {}, stats.store_jobs)])
     if metrics.commit_latency is not None:
         out.histogram("mpsched_store_commit_seconds",
                       "Seconds each store transaction took to write and commit.",

@@ -69,7 +69,7 @@ class Requeue(NamedTuple):
 
 
 class Take(NamedTuple):
-    """What to claim in a report call: ``count`` due jobs from the head for ``worker``
+    """What to claim in a report call: ``want`` due jobs from the head for ``worker``
     (or the pending jobs ``ids``), those due within ``early`` seconds too; ``lead``:
     "wait" (the caller will wait if it gets nothing: take the lead if it is free), "give"
     (give the lead up) or "" (leave it); ``waiting``: another taker of the caller's waits
@@ -81,12 +81,17 @@ class Take(NamedTuple):
     lead: str = ""
     ids: tuple[str, ...] = ()
     waiting: bool = False
+    # The claim's name (unique per manager), written in each job it leases: a claim
+    # whose answer never came is given back by it (RedisStore.unclaim).
+    claim: str = ""
 
 
 class Reply(NamedTuple):
     """The answer to a report call (see the claim script)."""
 
-    finished: list[int]  # per Finish: 0 stale (refused), 1 recorded, 2 recorded, deliver here
+    # per Finish: 0 stale (refused), 1 recorded, 2 recorded, deliver here, 3 recorded in
+    # place of the failure a peer recorded when it took the job back
+    finished: list[int]
     requeued: list[int]  # per Requeue: 0 stale, 1 back in the queue, 2 and the new head
     jobs: list[Claimed]
     head_in: float | None  # seconds until the head is due (<= 0: due); None: empty queue
@@ -123,11 +128,21 @@ class Held(NamedTuple):
     holder: str
 
 
+class TakenBack(NamedTuple):
+    """The jobs a heartbeat took back from one manager it presumed dead."""
+
+    manager: str
+    lease_timeout: float  # that manager's (seconds; < 0: unknown)
+    requeued: int
+    failed: int
+
+
 class Beat(NamedTuple):
     """What a heartbeat found (see the heartbeat script)."""
 
     registered_before: bool  # False on the first beat, or after being presumed dead
     reaped: list[str]  # managers presumed dead just now
+    taken_back: list[TakenBack]  # what was taken back from each
     failed: list[tuple[str, str, str, bool]]  # (job id, worker, client, deliver here)
     requeued: int
     next_expiry: float | None  # seconds until another manager's lease runs out (None: none)

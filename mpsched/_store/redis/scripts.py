@@ -5,7 +5,9 @@ Each script is ``common.lua`` followed by its own file, called by its SHA (EVALS
 loaded again when the server has forgotten it (a restart). Every thread calls them on a
 connection of its own, straight through redis-py's connection (a command out, a reply in):
 its client's pool, retry and reply-callback layers cost more CPU than the call itself, on
-the path every job takes.
+the path every job takes. Those connections are made from the pool's settings but are
+not the pool's: a pool counts the connections it made and refuses more past its cap,
+and one lost here is never given back to it.
 """
 
 from __future__ import annotations
@@ -28,13 +30,25 @@ from mpsched._store.redis.records import (
     Requeue,
     StoredEnd,
     Take,
+    TakenBack,
     Withdrawn,
 )
 
-NAMES = ("submit", "claim", "cancel", "watch", "drain", "heartbeat", "leave", "jobs", "prune")
+NAMES = ("submit", "claim", "cancel", "watch", "drain", "heartbeat", "leave", "jobs", "prune",
+         "unclaim")
 US = 1_000_000  # microseconds per second
 # The bound a submit found reached (submit.lua's `full`), as QueueFullError names it.
 FULL = {1: "jobs", 2: "payload bytes"}
+
+
+class Unanswered(Exception):
+    """A script went out whole and its answer did not come (a timeout, or the connection
+    lost on the way back): the server may have run it, or may run it yet. ``cause`` is
+    redis-py's error."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 def source(name: str) -> str:
@@ -80,6 +94,7 @@ class Scripts:
         errors = importlib.import_module("redis").exceptions
         self._no_script = errors.NoScriptError
         self._lost = (errors.ConnectionError, errors.TimeoutError, OSError)
+        self._timeout = errors.TimeoutError
         # Each thread's own connection (made on its first call), and all of them, so that
         # close() can end them; the list is guarded by _lock (nobody waits on it).
         self._local = threading.local()
@@ -89,27 +104,53 @@ class Scripts:
     def _connection(self) -> Any:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = self._local.conn = self._pool.make_connection()
+            conn = self._local.conn = self._pool.connection_class(
+                **self._pool.connection_kwargs)
             with self._lock:
                 self._connections.append(conn)
         return conn
 
+    def _lose(self, conn: Any) -> None:
+        """Close a connection that failed; the thread's next call makes another."""
+        conn.disconnect()
+        self._local.conn = None
+        with self._lock:
+            if conn in self._connections:
+                self._connections.remove(conn)
+
     def _call(self, name: str, *args: Any) -> Any:
+        """Run script ``name``; Unanswered when it went out and no answer came (it may
+        have run); redis-py's error when it did not go out (it did not run)."""
         conn = self._connection()
         command = ("EVALSHA", self._shas[name], 1, self._due_key, self._base, *args)
+        sent = False
         try:
             conn.send_command(*command)
+            sent = True
             try:
                 return conn.read_response()
             except self._no_script:  # the server restarted since: load it, call it again
+                sent = False
                 conn.send_command("SCRIPT", "LOAD", self._sources[name])
                 conn.read_response()
                 conn.send_command(*command)
+                sent = True
                 return conn.read_response()
-        except self._lost:  # the next call makes another connection
-            conn.disconnect()
-            self._local.conn = None
+        except self._lost as exc:
+            self._lose(conn)
+            if not isinstance(exc, self._timeout):
+                self.reset()  # the server went away: every other connection is stale
+            if sent:
+                raise Unanswered(exc) from exc
             raise
+
+    def reset(self) -> None:
+        """Close every thread's connection; each thread's next call opens another (a
+        restarted server answers none of the old ones)."""
+        with self._lock:
+            connections = list(self._connections)
+        for conn in connections:
+            conn.disconnect()
 
     def close(self) -> None:
         """Close every thread's connection."""
@@ -119,9 +160,10 @@ class Scripts:
             conn.disconnect()
 
     def submit(self, jobs: Sequence[NewJob], owner: str, *, if_absent: bool,
-               max_pending: int | None,
-               max_pending_bytes: int | None) -> tuple[list[str], str | None]:
-        args: list[Any] = [owner, "1" if if_absent else "0",
+               max_pending: int | None, max_pending_bytes: int | None,
+               again: bool = False) -> tuple[list[str], str | None]:
+        mode = "2" if again else "1" if if_absent else "0"
+        args: list[Any] = [owner, mode,
                            "" if max_pending is None else max_pending,
                            "" if max_pending_bytes is None else max_pending_bytes, len(jobs)]
         for job in jobs:
@@ -147,7 +189,7 @@ class Scripts:
         args += [len(answers), *answers]
         args += [take.want, take.worker, _us(take.early), _us(span) // 1000,
                  _us(grace) // 1000, take.lead, "1" if take.waiting else "0",
-                 len(take.ids), *take.ids, self.order.value]
+                 len(take.ids), *take.ids, take.claim, self.order.value]
         finished, requeued, jobs, head_us, leader, leader_ms, registered = \
             self._call("claim", *args)
         return Reply(
@@ -176,25 +218,32 @@ class Scripts:
         return StoredEnd(job_id=job_id, state=JobState(_text(state)), outcome=outcome,
                      crashed_worker=_opt(crashed), client_id=_text(client), owner="")
 
-    def drain(self, me: str, count: int) -> list[StoredEnd]:
+    def drain(self, me: str, count: int, done: int = 0) -> list[StoredEnd]:
         return [StoredEnd(job_id=_text(i), state=None if not s else JobState(_text(s)),
                       outcome=o, crashed_worker=_opt(x), client_id=_opt(c) or "",
                       owner=_opt(w) or "")
-                for i, s, o, x, c, w in self._call("drain", me, count)]
+                for i, s, o, x, c, w in self._call("drain", me, count, done)]
 
     def heartbeat(self, me: str, lease: float, status: bytes, *, join: bool = False) -> Beat:
-        before, reaped, failed, requeued, next_ms, order = self._call(
+        before, reaped, failed, requeued, next_ms, order, taken = self._call(
             "heartbeat", me, _us(lease) // 1000, self._ttl_ms, self._keep_ms, status,
             self.order.value, "1" if join else "0")
         return Beat(registered_before=bool(before), reaped=[_text(m) for m in reaped],
+                    taken_back=[TakenBack(manager=_text(m), lease_timeout=int(ms) / 1000,
+                                          requeued=int(r), failed=int(f))
+                                for m, ms, r, f in taken],
                     failed=[(_text(i), _text(w), _text(c), bool(m))
                             for i, w, c, m in failed],
                     requeued=int(requeued),
                     next_expiry=None if next_ms < 0 else next_ms / 1000,
                     order=Order(_text(order)))
 
-    def leave(self, me: str) -> None:
-        self._call("leave", me)
+    def leave(self, me: str) -> int:
+        return int(self._call("leave", me, self._ttl_ms, self._keep_ms))
+
+    def unclaim(self, me: str, claims: Sequence[str]) -> list[str]:
+        return [_text(i) for i in self._call("unclaim", me, self._ttl_ms, self._keep_ms,
+                                             *claims)]
 
     def jobs(self, state: JobState | None, limit: int | None) -> list[list[Any]]:
         return list(self._call("jobs", "" if state is None else state.value, limit or 0))

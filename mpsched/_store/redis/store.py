@@ -20,6 +20,8 @@ Keys, all under the deployment's hash tag ``{prefix}`` (one Redis Cluster slot):
     {p}:c:<client>   sorted set: a client's pending jobs by due time (cancel at its exit)
     {p}:managers     sorted set: live managers by the instant their leases run out
     {p}:m:<mgr>      hash: a manager's last heartbeat and status; {p}:l:<mgr> its leases
+    {p}:hb           the instant of the last heartbeat of any manager (a silence of the
+                     server counts against no lease: heartbeat.lua)
     {p}:in:<mgr>     list: ids of ended jobs whose clients it serves, or that they watch
     {p}:w:<id>       set: managers (besides the owner) whose clients watch a job
     {p}:leader       the manager whose taker waits, timed, for the head (SET NX PX)
@@ -42,12 +44,20 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from mpsched._core.job import JobRecord, JobState, Order
-from mpsched._errors import ConfigError, InvalidJobError, StoreError, StoreUnavailableError
+from mpsched._errors import (
+    ConfigError,
+    InvalidJobError,
+    StoreError,
+    StoreInDoubtError,
+    StoreUnavailableError,
+)
 from mpsched._store.base import Store, StoredSchedule, check_options
+from mpsched._store.redis import schedules as stored_schedules
+from mpsched._store.redis import views
 from mpsched._store.redis.records import (
     Beat,
     Finish,
@@ -61,7 +71,7 @@ from mpsched._store.redis.records import (
     Take,
     Withdrawn,
 )
-from mpsched._store.redis.scripts import US, Scripts
+from mpsched._store.redis.scripts import US, Scripts, Unanswered
 from mpsched._store.redis.server import (
     CONNECT_TIMEOUT,
     OPERATION_TIMEOUT,
@@ -86,8 +96,6 @@ LEAD_SPAN = 5.0
 LEAD_GRACE = 0.05
 # A payload must leave room for the rest of the script's arguments in one Redis request.
 PAYLOAD_MARGIN = 64 * 1024
-
-_RECORD_FIELDS = ("c", "k", "n", "pr", "d", "s", "to", "r", "a", "sub", "st", "w", "f", "x")
 
 
 class RedisStore(Store):
@@ -130,22 +138,34 @@ class RedisStore(Store):
         # Guards _closed; nobody waits on it.
         self._lock = threading.Lock()
         self._closed = False
+        # Told of every call that found the server not answering (a manager's outage).
+        self.on_unavailable: Callable[[StoreUnavailableError], None] = lambda exc: None
 
     # ------------------------------------------------------------------ errors
 
     @contextlib.contextmanager
     def errors(self) -> Iterator[None]:
         """Turn what redis-py raises into the store's errors: StoreUnavailableError when
-        the server does not answer, InvalidJobError for a job the store refused, else
+        the server does not answer (StoreInDoubtError when it took a script and gave no
+        answer: it may have run it), InvalidJobError for a job the store refused, else
         StoreError; all naming the URL without its password."""
         if self._closed:
             raise StoreError(self.url.redacted, "the store is closed")
         try:
             yield
+        except Unanswered as exc:
+            doubt = StoreInDoubtError(self.url.redacted, describe(exc.cause))
+            self.on_unavailable(doubt)
+            raise doubt from None
         except (self._redis.ConnectionError, self._redis.TimeoutError, OSError) as exc:
             if isinstance(exc, StoreError):
                 raise
-            raise StoreUnavailableError(self.url.redacted, describe(exc)) from None
+            if not isinstance(exc, self._redis.TimeoutError):
+                # The server went away: its idle pooled connections are stale too.
+                self.client.connection_pool.disconnect(inuse_connections=False)
+            error = StoreUnavailableError(self.url.redacted, describe(exc))
+            self.on_unavailable(error)
+            raise error from None
         except self._redis.ResponseError as exc:
             text = str(exc)
             if "DUPLICATE" in text:
@@ -162,12 +182,14 @@ class RedisStore(Store):
         return self.settings.max_bulk - PAYLOAD_MARGIN
 
     def submit_jobs(self, jobs: Sequence[NewJob], owner: str, *, if_absent: bool = False,
-                    max_pending: int | None = None,
-                    max_pending_bytes: int | None = None) -> tuple[list[str], str | None]:
+                    max_pending: int | None = None, max_pending_bytes: int | None = None,
+                    again: bool = False) -> tuple[list[str], str | None]:
         """Add jobs, all or none, due on the server's clock; ``owner`` is the manager that
         delivers their ends to their clients. The batch is added only if the queue then
         holds at most ``max_pending`` pending jobs and ``max_pending_bytes`` bytes of
-        their stored payloads (None: no bound).
+        their stored payloads (None: no bound). ``again``: the batch was sent before and
+        its answer was lost (StoreInDoubtError): a job whose id is known stands for
+        itself, whatever its state (the first one was taken).
 
         Returns:
             For each job the id of the job that stands for it (its own, or the holder of
@@ -183,7 +205,7 @@ class RedisStore(Store):
         with self.errors():
             return self.scripts.submit(jobs, owner, if_absent=if_absent,
                                        max_pending=max_pending,
-                                       max_pending_bytes=max_pending_bytes)
+                                       max_pending_bytes=max_pending_bytes, again=again)
 
     def report(self, me: str, lease_timeout: float, finishes: Sequence[Finish] = (),
                requeues: Sequence[Requeue] = (), take: Take | None = None,
@@ -253,10 +275,12 @@ class RedisStore(Store):
         with self.errors():
             return self.scripts.watch(me, job_id)
 
-    def drain(self, me: str, count: int = 500) -> list[StoredEnd]:
-        """Take up to ``count`` ended jobs from ``me``'s inbox."""
+    def drain(self, me: str, count: int = 500, done: int = 0) -> list[StoredEnd]:
+        """Up to ``count`` ended jobs from the head of ``me``'s inbox, once the ``done``
+        ones the last call returned are dropped (``me`` delivered them): an answer that
+        was lost is answered again."""
         with self.errors():
-            return self.scripts.drain(me, count)
+            return self.scripts.drain(me, count, done)
 
     @property
     def order(self) -> Order:
@@ -294,50 +318,30 @@ class RedisStore(Store):
             self.scripts.order = beat.order
         return beat
 
-    def forget_manager(self, me: str) -> None:
-        """Forget a manager that stops (it holds no lease any more)."""
+    def forget_manager(self, me: str) -> int:
+        """Forget a manager that stops; a job still leased to it (a claim whose answer
+        it never had) goes back to the queue, its attempt not counted. Returns how many
+        did."""
         with self.errors():
-            self.scripts.leave(me)
+            return self.scripts.leave(me)
+
+    def unclaim(self, me: str, claims: Sequence[str]) -> list[str]:
+        """Undo the claims (by Take.claim) whose answers ``me`` never had: their jobs
+        still leased to it go back to the queue, their attempts not counted. Call it
+        once the server has answered a later call (every such claim has run by then, or
+        never will). Returns the ids put back."""
+        with self.errors():
+            return self.scripts.unclaim(me, claims)
 
     def managers(self) -> list[ManagerRecord]:
         """Every live manager, by id, with its last heartbeat."""
         with self.errors():
-            ids = [m.decode() for m in self.client.zrange(self.base + "managers", 0, -1)]
-            pipe = self.client.pipeline(transaction=False)
-            pipe.time()
-            for manager in ids:
-                pipe.hmget(f"{self.base}m:{manager}", "seen", "lease_ms", "status")
-            (now_s, now_us), *rows = pipe.execute()
-        now = now_s * US + now_us
-        return [ManagerRecord(manager_id=manager, seen_ago=(now - int(seen)) / US,
-                              lease_timeout=int(lease) / 1000, status=status or b"")
-                for manager, (seen, lease, status) in zip(ids, rows, strict=True)
-                if seen is not None]
+            return views.managers(self.client, self.base)
 
     def counts(self) -> QueueCounts:
         """The queue's counters across every manager."""
         with self.errors():
-            pipe = self.client.pipeline(transaction=False)
-            pipe.hgetall(self.base + "stats")
-            pipe.zrange(self.base + "due", 0, 0, withscores=True)
-            pipe.time()
-            pipe.zrange(self.base + "managers", 0, -1)
-            pipe.zrange(self.base + "rdy", 0, 0)
-            stats, top, (now_s, now_us), managers, ready = pipe.execute()
-            pipe = self.client.pipeline(transaction=False)
-            for manager in managers:
-                pipe.scard(f"{self.base}l:{manager.decode()}")
-            running = sum(pipe.execute())
-        number = {k.decode(): int(v) for k, v in stats.items()}
-        first = _ready_due(ready[0]) if ready else top[0][1] if top else None
-        head = None if first is None else first / US - (now_s + now_us / US)
-        return QueueCounts(
-            pending={level: number.get(f"pending:{level}", 0) for level in (1, 2, 3)},
-            pending_bytes=number.get("pending_bytes", 0),
-            running=running, submitted=number.get("submitted", 0),
-            done=number.get("done", 0), failed=number.get("failed", 0),
-            cancelled=number.get("cancelled", 0), retried=number.get("retried", 0),
-            head_in=head)
+            return views.counts(self.client, self.base)
 
     def head(self, n: int) -> list[tuple[JobRecord, float]]:
         """The next ``n`` pending jobs in claim order, each with the seconds until it is
@@ -347,25 +351,7 @@ class RedisStore(Store):
         if n <= 0:
             return []
         with self.errors():
-            pipe = self.client.pipeline(transaction=False)
-            pipe.zrange(self.base + "rdy", 0, n - 1)
-            pipe.zrange(self.base + "due", 0, n - 1)
-            pipe.time()
-            ready, members, (now_s, now_us) = pipe.execute()
-        now = now_s + now_us / US
-        records = [record for record in (self.get(m.decode()[33:]) for m in ready)
-                   if record is not None]
-        later = []
-        for member in members:
-            record = self.get(member.decode()[18:])
-            if record is None:
-                continue
-            if record.due_wall <= now and self.order is Order.PRIORITY:
-                records.append(record)  # due: a claim moves it among the ready ones
-            else:
-                later.append(record)
-        records.sort(key=lambda r: (r.priority, r.due_wall, r.seq))
-        return [(record, record.due_wall - now) for record in (records + later)[:n]]
+            return views.head(self.client, self.base, n, self.order)
 
     def publish_schedule(self, schedule_id: str) -> None:
         """Tell every manager (``{p}:sched``) that a schedule changed in the store."""
@@ -403,6 +389,12 @@ class RedisStore(Store):
         with self.errors():
             return int(self.client.info("memory")["used_memory"])
 
+    def kept(self) -> int | None:
+        """The job records this deployment keeps (one ZCARD: its listing index, which
+        forgets expired ids at the next prune)."""
+        with self.errors():
+            return int(self.client.zcard(self.base + "all"))
+
     def flush(self) -> None:
         """Nothing to wait for: every call is done on the server when it returns."""
         if self._closed:
@@ -410,10 +402,7 @@ class RedisStore(Store):
 
     def get(self, job_id: str) -> JobRecord | None:
         with self.errors():
-            row = self.client.hmget(f"{self.base}j:{job_id}", *_RECORD_FIELDS, "out")
-        if row[10] is None:
-            return None
-        return _record(job_id, row[:-1], row[-1])
+            return views.get(self.client, self.base, job_id)
 
     def payload(self, job_id: str) -> bytes:
         """The payload Redis keeps of job ``job_id`` (b"" for none)."""
@@ -423,7 +412,7 @@ class RedisStore(Store):
     def jobs(self, state: JobState | None = None, limit: int | None = None) -> list[JobRecord]:
         with self.errors():
             rows = self.scripts.jobs(state, limit)
-        return [_record(row[0].decode(), row[1:], None) for row in rows]
+        return [views.record(row[0].decode(), row[1:], None) for row in rows]
 
     def find_key(self, key: str) -> JobRecord | None:
         with self.errors():
@@ -444,36 +433,28 @@ class RedisStore(Store):
 
     def save_schedule(self, schedule: StoredSchedule) -> None:
         with self.errors():
-            pipe = self.client.pipeline(transaction=True)
-            pipe.hset(self.base + "s:spec", schedule.schedule_id, schedule.spec)
-            pipe.hset(self.base + "s:state", schedule.schedule_id, schedule.state)
-            pipe.incr(self.base + "s:seq")
-            order, = pipe.execute()[2:]
-            self.client.zadd(self.base + "s:order", {schedule.schedule_id: order}, nx=True)
+            stored_schedules.save(self.client, self.base, schedule)
+
+    def save_schedule_unless_same(self, schedule: StoredSchedule,
+                                  same: Callable[[bytes], bool]) -> StoredSchedule | None:
+        """Record a schedule, unless one with its id is recorded already whose spec
+        ``same`` says is this one's: then that one, as recorded (its timeline), is
+        returned and nothing is written. One step across managers: of two that add the
+        same schedule at once, one writes and the other gets what it wrote."""
+        with self.errors():
+            return stored_schedules.save_unless_same(self.client, self.base, schedule, same)
 
     def update_schedule(self, schedule_id: str, state: bytes) -> None:
         with self.errors():
-            if self.client.hexists(self.base + "s:spec", schedule_id):
-                self.client.hset(self.base + "s:state", schedule_id, state)
+            stored_schedules.update(self.client, self.base, schedule_id, state)
 
     def delete_schedule(self, schedule_id: str) -> None:
         with self.errors():
-            pipe = self.client.pipeline(transaction=True)
-            for name in ("s:spec", "s:state"):
-                pipe.hdel(self.base + name, schedule_id)
-            pipe.zrem(self.base + "s:order", schedule_id)
-            pipe.execute()
+            stored_schedules.delete(self.client, self.base, schedule_id)
 
     def schedules(self) -> list[StoredSchedule]:
         with self.errors():
-            pipe = self.client.pipeline(transaction=True)
-            pipe.zrange(self.base + "s:order", 0, -1)
-            pipe.hgetall(self.base + "s:spec")
-            pipe.hgetall(self.base + "s:state")
-            order, specs, states = pipe.execute()
-        return [StoredSchedule(schedule_id=sid.decode(), spec=specs[sid],
-                               state=states.get(sid, b""))
-                for sid in order if sid in specs]
+            return stored_schedules.listing(self.client, self.base)
 
     def close(self) -> None:
         with self._lock:
@@ -482,21 +463,3 @@ class RedisStore(Store):
             self._closed = True
         self.scripts.close()
         self.client.close()
-
-
-def _ready_due(member: bytes) -> int:
-    """The due time in µs of a member of ``{p}:rdy`` (its first 16 digits)."""
-    return int(member[:16])
-
-
-def _record(job_id: str, row: Sequence[Any], outcome: bytes | None) -> JobRecord:
-    (client, key, name, level, due, seq, timeout, retries, attempt, submitted, state,
-     worker, finished, crashed) = row
-    return JobRecord(
-        job_id=job_id, client_id=client.decode(), key=None if key is None else key.decode(),
-        name=name.decode(), priority=int(level), due_wall=int(due) / US, seq=int(seq),
-        timeout=float(timeout) if timeout else None, retries=int(retries),
-        attempt=int(attempt), submitted_wall=int(submitted) / US,
-        state=JobState(state.decode()),
-        worker_id=(worker or crashed or b"").decode() or None,
-        finished_wall=None if finished is None else int(finished) / US, outcome=outcome)

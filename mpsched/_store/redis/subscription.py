@@ -3,7 +3,9 @@ subscriber: mpsched._manager.shared_link)."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
@@ -19,10 +21,21 @@ class Subscription:
                  errors: Callable[[], AbstractContextManager[None]]) -> None:
         self._pubsub = pubsub
         self._errors = errors
+        # Messages that came while the subscriptions were being confirmed: a message on
+        # a channel confirmed first may come before the next confirmation. The reading
+        # thread's own (nobody else touches it).
+        self._early: collections.deque[tuple[str, bytes]] = collections.deque()
         with errors():
             pubsub.subscribe(*channels)
-            for _ in channels:  # the server confirms each one
-                pubsub.get_message(timeout=CONNECT_TIMEOUT)
+            confirmed, deadline = 0, time.monotonic() + CONNECT_TIMEOUT
+            while confirmed < len(channels) and time.monotonic() < deadline:
+                message = pubsub.get_message(timeout=deadline - time.monotonic())
+                if message is None:
+                    continue
+                if message["type"] == "subscribe":
+                    confirmed += 1
+                elif message["type"] == "message":
+                    self._early.append((message["channel"].decode(), message["data"]))
 
     def message(self, timeout: float) -> tuple[str, bytes] | None:
         """The next message (its channel and data), waiting up to ``timeout`` seconds on
@@ -31,6 +44,8 @@ class Subscription:
         Raises:
             StoreUnavailableError: the connection was lost.
         """
+        if self._early:
+            return self._early.popleft()
         with self._errors():
             message = self._pubsub.get_message(timeout=timeout)
         if message is None or message["type"] != "message":

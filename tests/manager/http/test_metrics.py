@@ -189,3 +189,11 @@ def test_names_follow_prometheus_conventions() -> None:
         if kind == "histogram":
             assert name.endswith("_seconds"), name
     assert value(parsed(text), "mpsched_start_time_seconds") == 1.7e9
+
+
+def test_a_redis_store_says_what_its_size_covers_and_how_many_jobs_it_keeps() -> None:
+    families = parsed(render(MetricsInput(
+        stats(store="redis://localhost/0", store_size=99, store_jobs=7), lateness(), [],
+        None, 1.7e9)))
+    assert "other deployments" in families["mpsched_store_size_bytes"].documentation
+    assert value(families, "mpsched_store_jobs") == 7

@@ -8,7 +8,10 @@
 --       nf, {id, token, state, outcome} * nf,
 --       nr, {id, token, retry} * nr,
 --       na, {nonce} * na,
---       n, worker, early_us, span_ms, grace_ms, lead, waiting, ni, {id} * ni, order
+--       n, worker, early_us, span_ms, grace_ms, lead, waiting, ni, {id} * ni, claim, order
+--
+-- `claim` names this call (unique per manager): each job it leases keeps it (field cl),
+-- so that a claim whose answer never reached the manager can be undone (unclaim.lua).
 --
 -- With order = 'priority' (the last argument), the jobs due by now are first moved to
 -- `rdy` (promote, in common.lua) and claimed from there by (priority, due, seq); when
@@ -81,6 +84,7 @@ local lead = ARGV[i + 5]
 local waiting = ARGV[i + 6] == '1'
 local ni = tonumber(ARGV[i + 7]); i = i + 8
 local by_priority = ARGV[#ARGV] == 'priority'
+local claim_id = ARGV[#ARGV - 1]
 local IDLE_MS = 60000
 
 local registered = 1
@@ -102,7 +106,7 @@ local leased = {ids = {}, members = {}, clients = {}, levels = {}}
 local function lease(id, f, prefetched, token)
   local attempt = tonumber(f[11]) + 1
   redis.call('HSET', B .. 'j:' .. id, 'st', 'running', 'a', attempt, 't', token,
-             'w', worker, 'm', me, 'pf', prefetched and '1' or '0')
+             'w', worker, 'm', me, 'pf', prefetched and '1' or '0', 'cl', claim_id)
   leased.ids[#leased.ids + 1] = id
   local ofclient = list_in(leased.clients, f[1])
   ofclient[#ofclient + 1] = id

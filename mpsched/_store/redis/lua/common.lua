@@ -144,8 +144,8 @@ end
 -- Tell the managers that deliver a job's end to clients: its owner (the manager its
 -- client submitted through) and those whose clients watch it (`watched`: any do). A
 -- small end goes whole in a message on each one's channel; one that no subscriber took
--- (or a large one) goes by id to its inbox list, with a "1" on its channel when that list
--- was empty. With an `outbox` (see send_outbox), the messages of one call wait there and
+-- (or a large one), or for a manager not live, goes by id to its inbox list, with a "1"
+-- on its channel when that list was empty. With an `outbox` (see send_outbox), the messages of one call wait there and
 -- go as one message per manager at its end. Returns 1 when `me` is one of them (it
 -- delivers the end itself, straight away), and whether another is.
 local function live(m, outbox)
@@ -154,6 +154,17 @@ local function live(m, outbox)
     outbox.live[m] = redis.call('ZSCORE', B .. 'managers', m) ~= false
   end
   return outbox.live[m]
+end
+
+-- A manager that is not live (presumed dead, maybe only paused) finds the end in its
+-- inbox if it comes back, kept as long as an ended job (INBOX_KEEP_MS at least).
+local INBOX_KEEP_MS = 3600000
+local function keep_for_absent(m, id)
+  local inbox = B .. 'in:' .. m
+  if redis.call('RPUSH', inbox, id) == 1 then
+    redis.call('PUBLISH', B .. 'ch:' .. m, '1')
+  end
+  redis.call('PEXPIRE', inbox, INBOX_KEEP_MS)
 end
 
 local function notify(id, owner, me, watched, message, outbox)
@@ -168,7 +179,10 @@ local function notify(id, owner, me, watched, message, outbox)
   for _, m in ipairs(targets) do
     if m == me then
       mine = 1
-    elseif not told[m] and live(m, outbox) then
+    elseif not told[m] and not live(m, outbox) then
+      told[m] = true
+      keep_for_absent(m, id)
+    elseif not told[m] then
       told[m] = true
       if message and outbox then
         local box = outbox.boxes[m]
@@ -245,12 +259,28 @@ end
 
 -- End a running job's lease with an outcome, if `token` is its lease's: 0 when the
 -- lease is stale (the job was taken back and given to another lease), else 1, or 2
--- when the caller (`me`) delivers the end itself. What else changes waits in `outbox`
--- (see send_outbox).
+-- when the caller (`me`) delivers the end itself. An end sent again under the lease that
+-- recorded it (its first answer was lost) is 1 again, and changes nothing. A job a peer
+-- failed as crashed when it took back the jobs of this lease's manager (presumed dead:
+-- field x), and that never ran again, ran to this end after all: the end replaces the
+-- failure, and its owner and watchers are told again (3). What else changes waits in
+-- `outbox` (see send_outbox).
 local function finish(id, token, state, outcome, me, ttl_ms, keep_ms, now, outbox)
   local jk = B .. 'j:' .. id
-  local f = redis.call('HMGET', jk, 't', 'st', 'o', 'k', 'm', 'c', 'wd')
-  if f[1] ~= token or f[2] ~= 'running' then return 0 end
+  local f = redis.call('HMGET', jk, 't', 'st', 'o', 'k', 'm', 'c', 'wd', 'x')
+  if f[1] ~= token then return 0 end
+  local revived = false
+  if f[2] ~= 'running' then
+    if f[2] == 'failed' and f[8] then
+      revived = true
+      redis.call('HDEL', jk, 'x')
+      outbox.states['failed'] = (outbox.states['failed'] or 0) - 1
+    elseif f[2] == 'done' or f[2] == 'failed' then
+      return 1
+    else
+      return 0
+    end
+  end
   redis.call('HSET', jk, 'st', state, 'f', now, 'out', outcome)
   redis.call('HDEL', jk, 'p')
   local leases = list_in(outbox.leases, f[5])
@@ -260,6 +290,7 @@ local function finish(id, token, state, outcome, me, ttl_ms, keep_ms, now, outbo
   if #outcome <= INLINE then message = ended_message(id, state, f[6], nil, outcome) end
   local mine, others = notify(id, f[3], me, f[7], message, outbox)
   retire(id, f[4], ttl_ms, others, keep_ms, now, outbox)
+  if revived then return 3 end
   return 1 + mine
 end
 
@@ -290,13 +321,15 @@ end
 -- due), if `token` is its lease's. `retry` is '1' when this counts as an attempt (its
 -- worker had it), '0' when it never started: then, if a cancel waits for it (it was
 -- prefetched: see cancel.lua), it is cancelled instead. Returns 1 if it went back, 2 if
--- it became the head, 3 if it was cancelled, 0 for a stale lease. The caller writes
--- the payload bytes it put back (write_bytes).
+-- it became the head, 3 if it was cancelled, 4 if it was back already under this token
+-- (sent again: the first answer was lost), 0 for a stale lease. The caller writes the
+-- payload bytes it put back (write_bytes).
 local function requeue(id, token, retry, ttl_ms, keep_ms, now)
   local jk = B .. 'j:' .. id
   local f = redis.call('HMGET', jk, 't', 'st', 'm', 'pr', 's', 'd', 'c', 'a', 'cx', 'o', 'k',
                        'wd')
   if token and f[1] ~= token then return 0 end
+  if f[2] == 'pending' and token then return 4 end  -- put back before: its answer was lost
   if f[2] ~= 'running' then return 0 end
   redis.call('SREM', B .. 'l:' .. f[3], id)
   if retry == '0' and f[9] then

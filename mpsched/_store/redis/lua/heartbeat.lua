@@ -10,8 +10,9 @@
 -- waiting in `rdy` go back to `due` for "time").
 --
 -- ARGV: B, me, lease_ms, ttl_ms, keep_ms, status, order, join
--- Returns {registered_before, reaped, failed, requeued, next_ms, order}: reaped lists the
--- managers presumed dead; failed lists {id, worker, client, mine} of the jobs failed;
+-- Returns {registered_before, reaped, failed, requeued, next_ms, order, taken}: reaped lists
+-- the managers presumed dead, and taken for each {manager, its lease_ms (-1: unknown),
+-- jobs requeued, jobs failed}; failed lists {id, worker, client, mine} of the jobs failed;
 -- next_ms is how long until the lease of the first other manager runs out (-1: none),
 -- when the caller beats again to take its jobs back at once if it is dead; order is the
 -- store's, which the caller's claims must follow.
@@ -51,16 +52,30 @@ if ARGV[8] == '1' and redis.call('HEXISTS', B .. 'stats', 'pending_bytes') == 0 
   end
   redis.call('HSET', B .. 'stats', 'pending_bytes', total)
 end
+-- Time in which no manager beat (the server was down or paused, or every manager was)
+-- is not counted against anyone's lease: whoever beats first after such a silence moves
+-- every lease on by its length, so a store that comes back takes nobody for dead. A
+-- manager that died before the silence is taken back that much later, at most one lease.
+local last = tonumber(redis.call('GET', B .. 'hb'))
+if last and now - last > lease_ms * 500 then
+  local leases = redis.call('ZRANGE', B .. 'managers', 0, -1, 'WITHSCORES')
+  for k = 1, #leases, 2 do
+    redis.call('ZADD', B .. 'managers',
+               string.format('%d', tonumber(leases[k + 1]) + now - last), leases[k])
+  end
+end
+redis.call('SET', B .. 'hb', string.format('%d', now))
 local before = 0
 if redis.call('ZSCORE', B .. 'managers', me) then before = 1 end
 redis.call('ZADD', B .. 'managers', now + lease_ms * 1000, me)
 redis.call('HSET', B .. 'm:' .. me, 'seen', now, 'lease_ms', lease_ms, 'status', ARGV[6])
 
-local reaped, failed, requeued = {}, {}, 0
+local reaped, failed, requeued, taken = {}, {}, 0, {}
 local new_head = false
 for _, dead in ipairs(redis.call('ZRANGEBYSCORE', B .. 'managers', '-inf', now,
                                  'LIMIT', 0, 16)) do
   reaped[#reaped + 1] = dead
+  local counted = {requeued, #failed}
   for _, id in ipairs(redis.call('SMEMBERS', B .. 'l:' .. dead)) do
     local jk = B .. 'j:' .. id
     local f = redis.call('HMGET', jk, 'st', 'm', 'a', 'r', 'w', 'c', 'o', 'k', 'wd')
@@ -79,7 +94,11 @@ for _, dead in ipairs(redis.call('ZRANGEBYSCORE', B .. 'managers', '-inf', now,
       end
     end
   end
-  redis.call('DEL', B .. 'l:' .. dead, B .. 'm:' .. dead, B .. 'in:' .. dead)
+  taken[#taken + 1] = {dead, tonumber(redis.call('HGET', B .. 'm:' .. dead, 'lease_ms')) or -1,
+                       requeued - counted[1], #failed - counted[2]}
+  -- Its inbox stays a while: a manager only paused finds there what it is owed.
+  redis.call('DEL', B .. 'l:' .. dead, B .. 'm:' .. dead)
+  redis.call('PEXPIRE', B .. 'in:' .. dead, INBOX_KEEP_MS)
   redis.call('ZREM', B .. 'managers', dead)
   redis.call('ZREM', B .. 'idle', dead)
   if redis.call('GET', B .. 'leader') == dead then
@@ -98,4 +117,4 @@ for k = 1, #first, 2 do
     break
   end
 end
-return {before, reaped, failed, requeued, next_ms, order}
+return {before, reaped, failed, requeued, next_ms, order, taken}

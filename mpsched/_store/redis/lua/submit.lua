@@ -11,7 +11,9 @@
 -- stands for it (within the batch, the first job with a key). With if_absent = '1', a
 -- job whose id exists already is not added either (a schedule's run armed twice): it
 -- stands for itself while pending or running (and its end is told to `owner` too), and
--- as "" once it has ended; otherwise a known id fails the batch.
+-- as "" once it has ended; otherwise a known id fails the batch. With if_absent = '2'
+-- (the batch is sent again: its first answer was lost), a known id stands for itself
+-- whatever its state: the first one was taken.
 --
 -- The nh jobs numbered k (from 1, in the batch) are held by `owner` too: it keeps their
 -- large buffers in shared memory, so its own claims take them without the payload (the
@@ -21,7 +23,8 @@
 -- when the queue had no room for the batch under max_pending, 2 under max_bytes: nothing
 -- was added.
 local owner = ARGV[2]
-local if_absent = ARGV[3] == '1'
+local if_absent = ARGV[3] ~= '0'
+local again = ARGV[3] == '2'
 local max_pending = tonumber(ARGV[4])
 local max_bytes = tonumber(ARGV[5])
 local n = tonumber(ARGV[6])
@@ -47,7 +50,8 @@ for k = 1, n do
       return redis.error_reply('DUPLICATE job id ' .. id .. ' is already in the store')
     end
     holder = id
-    if known[1] == 'pending' or known[1] == 'running' then
+    if again then  -- it is this batch's own job, taken the first time
+    elseif known[1] == 'pending' or known[1] == 'running' then
       -- armed by another manager too: this one hears of its end as well
       if known[2] ~= owner then
         redis.call('SADD', B .. 'w:' .. id, owner)
