@@ -156,6 +156,10 @@ class FutureTable:
                 future.segment = ""
         return segments
 
+    def __len__(self) -> int:
+        """How many futures are kept (their jobs' outcomes still to come)."""
+        return len(self._futures)  # one read of a dict's size: no lock needed
+
     def futures(self) -> list[JobFuture[Any]]:
         """Every future kept, left in."""
         with self._lock:

@@ -216,6 +216,10 @@ class ClientCore:
     def outstanding(self) -> list[JobFuture[Any]]:
         return self._futures.futures()
 
+    def waiting(self) -> int:
+        """How many outcomes this client still waits for (its unresolved futures)."""
+        return len(self._futures)
+
     def _unsent(self, requests: list[JobRequest], error: BaseException) -> None:
         # A batch the manager refused: its store could not take it (the manager carries
         # on, so does this client: those futures fail with the store's error), or the

@@ -28,6 +28,9 @@ class Collecting(ClientJobs, Protocol):
     def closed(self) -> bool:
         """The client closed its mailbox."""
 
+    def waiting(self) -> int:
+        """How many outcomes the client still waits for."""
+
 
 def serve_outcomes(core: Collecting) -> MpschedError:
     """Resolve outcomes as they come, through outages when this client can reconnect;
@@ -47,7 +50,7 @@ def _collect(core: Collecting) -> str | None:
     service = core.link.service
     try:
         while (outage := core.link.outage) is None:  # another thread's call may lose it
-            outcomes = service.collect(core.client_id, _trim_pool(core.pool))
+            outcomes = service.collect(core.client_id, _trim_pool(core.pool), core.waiting())
             if outcomes is None:
                 return None if core.closed else "the manager stopped"
             for outcome in outcomes:

@@ -112,7 +112,9 @@ class HandOut:
         me = object()
         self._leader = me
         try:
-            self.wait_locked(self._available, min(ahead(head_due - early - now), remaining),
+            # Handed out ``early``, a job is late only past that: one wait, mostly.
+            self.wait_locked(self._available,
+                             min(ahead(head_due - early - now, early), remaining),
                              taker=True)
         finally:
             if self._leader is me:

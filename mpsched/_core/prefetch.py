@@ -42,14 +42,17 @@ from mpsched._core.wall_offset import WallOffset
 
 PREFETCH = 8  # jobs a worker asks for at once, at most (the first and up to 7 prefetched)
 # A worker asks for as many jobs as its last one's run time says fit in this (at most
-# PREFETCH): a job that ran this long or longer gets no company. Past it the round trip is
-# a small part of a job and prefetching buys nothing.
-BATCH_TIME = 0.002
-# A prefetched job whose worker has not started it this long after it was handed out is
-# taken back by the next worker that takes, if it goes before what that worker would get:
-# its own worker is held up (a job ran far longer than the last one), and heap order says
-# it starts next. (An idle worker that finds nothing due takes it back at once.)
-PREFETCH_HOLD = 0.005
+# PREFETCH): a job that ran this long or longer gets no company. Each take costs the
+# manager a wake-up (~50-100 µs of CPU on the cores the jobs need, whatever it carries),
+# so CPU-heavy jobs of a few ms come in batches too; past this, a take is a small part of
+# a job and prefetching buys nothing.
+BATCH_TIME = 0.016
+# A prefetched job whose worker has not started it this long after its batch was handed
+# out (the batch's own length, and some) is taken back by the next worker that takes, if
+# it goes before what that worker would get: its own worker is held up (a job ran far
+# longer than the last one), and heap order says it starts next. (An idle worker that
+# finds nothing due takes it back at once.)
+PREFETCH_HOLD = BATCH_TIME + 0.005
 
 
 class Claims(Protocol):

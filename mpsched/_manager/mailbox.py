@@ -12,10 +12,13 @@ from mpsched._core.job import Outcome
 
 log = logging.getLogger("mpsched.manager")
 
-# A result thread that finds fewer than BATCH outcomes waits up to LINGER for more, so
-# under load one reply carries many outcomes (it only delays results, never job starts).
+# A result thread that finds fewer outcomes than its client still waits for (up to BATCH)
+# waits up to LINGER for more, so that under load one reply carries many outcomes: a
+# reply costs the manager and the client a wake-up and a call each, whatever it carries.
+# A client that waits for nothing more (one job at a time) gets its outcome at once. It
+# only delays results, never job starts.
 BATCH = 64
-LINGER = 0.001
+LINGER = 0.010
 # One collect() reply carries at most this many outcomes and, past the first, this many
 # payload bytes: a reply must never fail to pickle or exhaust memory. The rest waits for
 # the next call, which returns at once.
@@ -28,6 +31,9 @@ class _Mailbox:
     ready: threading.Condition  # over Mailboxes._lock; its client's result thread waits
     outcomes: deque[Outcome] = field(default_factory=deque)
     closed: bool = False
+    # How many outcomes its waiter waits for (the first, or more while it lingers): post()
+    # notifies it when there are that many, not before.
+    wanted: int = 1
 
 
 class Mailboxes:
@@ -55,7 +61,7 @@ class Mailboxes:
             box = self._boxes.get(client_id)
             if box is not None:
                 box.outcomes.append(outcome)
-                if len(box.outcomes) in (1, BATCH):  # the waiter's two conditions
+                if len(box.outcomes) == box.wanted:  # what its waiter waits for
                     box.ready.notify()
                 return
         log.debug("discarded the outcome of job %s: client %s is gone", outcome.job_id,
@@ -63,9 +69,10 @@ class Mailboxes:
         if self._on_discard is not None:
             self._on_discard(outcome)
 
-    def collect(self, client_id: str, timeout: float) -> list[Outcome] | None:
+    def collect(self, client_id: str, timeout: float, waiting: int = 0) -> list[Outcome] | None:
         """The outcomes waiting for ``client_id`` (up to REPLY_OUTCOMES / REPLY_BYTES),
-        after at most ``timeout`` seconds.
+        after at most ``timeout`` seconds; with fewer at hand than ``waiting`` (how many
+        the client still waits for) and BATCH, up to LINGER more for others to come.
 
         Returns None once the mailbox is closed and empty (and forgets it).
         """
@@ -74,8 +81,14 @@ class Mailboxes:
             if box is None:
                 return None
             box.ready.wait_for(lambda: bool(box.outcomes) or box.closed, timeout)
-            if box.outcomes and len(box.outcomes) < BATCH and not box.closed:
-                box.ready.wait_for(lambda: len(box.outcomes) >= BATCH or box.closed, LINGER)
+            enough = min(waiting, BATCH)
+            if box.outcomes and len(box.outcomes) < enough and not box.closed:
+                box.wanted = enough
+                try:
+                    box.ready.wait_for(lambda: len(box.outcomes) >= enough or box.closed,
+                                       LINGER)
+                finally:
+                    box.wanted = 1
             if not box.outcomes:
                 if box.closed:
                     self._boxes.pop(client_id, None)

@@ -361,10 +361,11 @@ class ManagerService:
         return self.journal.jobs(state, limit)
 
     @remote
-    def collect(self, client_id: str, timeout: float) -> list[OutcomeWire] | None:
+    def collect(self, client_id: str, timeout: float,
+                waiting: int = 0) -> list[OutcomeWire] | None:
         self._connections.speaks_for(client_id)
         self.segments.collecting(client_id)
-        outcomes = self.mailboxes.collect(client_id, min(timeout, LONG_POLL))
+        outcomes = self.mailboxes.collect(client_id, min(timeout, LONG_POLL), waiting)
         if outcomes:
             self.segments.handed(client_id, outcomes)
         return None if outcomes is None else [outcome_to_wire(o) for o in outcomes]

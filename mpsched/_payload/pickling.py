@@ -225,27 +225,30 @@ def _wrap(obj: Any, budget: list[int], depth: int, seen: dict[int, _Big]) -> Any
     if depth >= _MAX_DEPTH or kind not in _CONTAINERS:
         return obj
     budget[0] -= len(obj)
-    if budget[0] < 0 or not _may_hold_big(obj.values() if kind is dict else obj):
+    if budget[0] < 0:
         return obj
     if kind is dict:
+        if not any(map(_may_hold_big, obj.values())):
+            return obj
         items = {k: _wrap(v, budget, depth + 1, seen) for k, v in obj.items()}
         changed = any(items[k] is not v for k, v in obj.items())
         return items if changed else obj
-    parts = [_wrap(item, budget, depth + 1, seen) for item in obj]
-    if all(new is old for new, old in zip(parts, obj, strict=True)):
-        return obj
-    return tuple(parts) if kind is tuple else parts
+    for i, item in enumerate(obj):
+        if not _may_hold_big(item):  # most arguments: one look, no call
+            continue
+        new = _wrap(item, budget, depth + 1, seen)
+        if new is not item:  # copy this container, from here on wrapped
+            parts = [*obj[:i], new, *(_wrap(x, budget, depth + 1, seen) for x in obj[i + 1:])]
+            return tuple(parts) if kind is tuple else parts
+    return obj
 
 
-def _may_hold_big(items: Iterable[Any]) -> bool:
-    """Whether one of ``items`` is a large bytes-like object or a non-empty container:
-    the one look most jobs' arguments (numbers, strings, small bytes) need."""
-    for item in items:
-        kind = type(item)
-        if kind is memoryview or (kind in _BYTES and len(item) >= shm.THRESHOLD) \
-                or (kind in _CONTAINERS and item):
-            return True
-    return False
+def _may_hold_big(item: Any) -> bool:
+    """Whether ``item`` is a large bytes-like object or a non-empty container: the one look
+    most jobs' arguments (numbers, strings, small bytes) need."""
+    kind = type(item)
+    return (kind is memoryview or (kind in _BYTES and len(item) >= shm.THRESHOLD)
+            or (kind in _CONTAINERS and bool(item)))
 
 
 def remote_exception(outcome: Outcome) -> BaseException:

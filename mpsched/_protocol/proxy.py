@@ -237,8 +237,10 @@ class ServiceProxy(BaseProxy):
         result: list[str] = self._call("cancel_client", client_id, not_due_only)
         return result
 
-    def collect(self, client_id: str, timeout: float) -> list[Outcome] | None:
-        wire: list[OutcomeWire] | None = self._call("collect", client_id, timeout)
+    def collect(self, client_id: str, timeout: float, waiting: int = 0) -> list[Outcome] | None:
+        """The client's outcomes, after at most ``timeout`` s; ``waiting``: how many it
+        still waits for (see Mailboxes.collect)."""
+        wire: list[OutcomeWire] | None = self._call("collect", client_id, timeout, waiting)
         return None if wire is None else [outcome_from_wire(w) for w in wire]
 
     def stats(self) -> Stats:

@@ -26,8 +26,9 @@ from mpsched._protocol.records import Report
 log = logging.getLogger("mpsched.worker")
 
 # How long a held report may wait for the end of its batch before the reporter sends it:
-# a batch of short jobs (the only ones prefetched) ends well within it.
-REPORT_AFTER = 0.002
+# a batch (at most BATCH_TIME of work: mpsched._core.prefetch) ends within it, its
+# reports riding on its next take, unless a job of it runs far longer than the last.
+REPORT_AFTER = 0.016
 # How long a worker that leaves waits for a send under way (a manager that stopped
 # answering: it leaves anyway; the reports it kept in its slot are read when it exits).
 CLOSE_WAIT = 10.0

@@ -93,7 +93,7 @@ class FakeManager:
         self._check()
         return SimpleNamespace(store="/srv/jobs.db" if self.store else "memory")
 
-    def collect(self, client_id: str, timeout: float) -> list[Outcome] | None:
+    def collect(self, client_id: str, timeout: float, waiting: int = 0) -> list[Outcome] | None:
         with self._lock:
             self._changed.wait_for(lambda: self._outcomes or self._cut or self._closed,
                                    timeout)

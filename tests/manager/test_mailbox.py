@@ -102,3 +102,36 @@ def test_a_dropped_client_keeps_nothing():
     assert len(boxes) == 0
     assert boxes.collect("gone", 0) is None
     assert boxes.wait_collected(0)
+
+
+def collect_in_thread(boxes: Mailboxes, waiting: int) -> tuple[threading.Thread,
+                                                                 list[list[Outcome] | None]]:
+    got: list[list[Outcome] | None] = []
+    taker = threading.Thread(target=lambda: got.append(boxes.collect("c", 30, waiting)))
+    taker.start()
+    return taker, got
+
+
+def test_a_client_that_waits_for_more_gets_its_outcomes_in_one_reply(monkeypatch):
+    # Under load a reply costs the manager and the client a wake-up each: one carries as
+    # many of the outcomes the client waits for as come within LINGER.
+    monkeypatch.setattr("mpsched._manager.mailbox.LINGER", 30.0)
+    boxes = Mailboxes()
+    boxes.open("c")
+    taker, got = collect_in_thread(boxes, waiting=3)
+    for i in range(3):
+        boxes.post("c", outcome(f"j{i}"))
+    taker.join(20)  # well before LINGER: the third outcome ends the wait
+    assert not taker.is_alive() and [o.job_id for o in got[0] or []] == ["j0", "j1", "j2"]
+
+
+def test_a_client_that_waits_for_one_outcome_gets_it_at_once(monkeypatch):
+    # One job at a time (submit, result, submit...): no lingering for outcomes that will
+    # not come.
+    monkeypatch.setattr("mpsched._manager.mailbox.LINGER", 30.0)
+    boxes = Mailboxes()
+    boxes.open("c")
+    taker, got = collect_in_thread(boxes, waiting=1)
+    boxes.post("c", outcome("j"))
+    taker.join(20)
+    assert not taker.is_alive() and [o.job_id for o in got[0] or []] == ["j"]

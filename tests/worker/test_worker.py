@@ -7,6 +7,7 @@ fakes the test fires by hand.
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -247,3 +248,19 @@ def test_a_local_worker_starts_an_at_job_no_sooner_than_its_wall_clock_time(
     serve(service, config(tmp_path), lambda lease_id: None)
     assert started(service) == pytest.approx(100.005)
     assert clock.time() >= 1000.005
+
+
+@pytest.mark.parametrize(("last_ms", "more"), [(0.1, 7), (2.0, 7), (5.0, 2), (10.0, 0),
+                                               (20.0, 0)])
+def test_a_local_worker_asks_for_batches_of_cpu_heavy_jobs_of_a_few_ms(
+        last_ms: float, more: int) -> None:
+    # Each take costs the manager a wake-up on the cores the jobs need: jobs of a few ms
+    # come several at a time, as many as fit in BATCH_TIME (16 ms), up to PREFETCH.
+    from mpsched._worker.claims import ClaimSlot
+    from mpsched._worker.loop import _Batches
+
+    config = WorkerConfig(address="unused", authkey=b"k", worker_id="w1")
+    slot = ClaimSlot(multiprocessing.get_context("spawn"))
+    batches = _Batches(config, slot, service=None, remote=False)  # type: ignore[arg-type]
+    batches._last_run = last_ms / 1000
+    assert batches.more() == more
