@@ -447,7 +447,7 @@ def test_any_end_of_the_result_thread_fails_every_outstanding_future(make_schedu
     s = make_scheduler(workers=1)
     later = s.schedule(jobs.noop, 1, delay=600)
 
-    def broken(client_id, timeout):
+    def broken(client_id, timeout, waiting=0):
         raise RuntimeError("a bug in the result thread")
 
     s._core.service.collect = broken  # the result thread's next call fails

@@ -66,10 +66,15 @@ def test_a_job_a_remote_worker_ran_to_its_end_survives_a_sigkill_of_its_pool(
     try:
         release.touch()
         [slots] = (procs.runtime_dir / "mpsched").glob("pool-*.workers")
-        wait_for(lambda: any(r.outcome.job_id == future.job_id
-                             for left in read_traces(str(slots)).values()
-                             for r in left.ended),
-                 START_TIMEOUT, "the worker kept its report")
+        def kept() -> bool:
+            return any(r.outcome.job_id == future.job_id
+                       for left in read_traces(str(slots)).values() for r in left.ended)
+
+        try:
+            wait_for(kept, START_TIMEOUT, "the worker kept its report")
+        except AssertionError as exc:  # what the slot says, and what the pool said
+            raise AssertionError(f"{exc}; slots: {read_traces(str(slots))}; pool's "
+                                 f"stderr:\n{pool.stderr()}") from None
         kill_group(pool.pid)
         pool.popen.wait()
     finally:
