@@ -27,6 +27,15 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Temporary directories under a short base of their own: tests put Unix sockets in
+    them (multiprocessing's forkserver too, in TMPDIR), whose paths must fit in 108
+    bytes, and pytest's default base is long, longer still per process with -n."""
+    if config.option.basetemp is None and not hasattr(config, "workerinput"):
+        config.option.basetemp = tempfile.mkdtemp(prefix="mpt-")
+        config.add_cleanup(lambda: shutil.rmtree(config.option.basetemp, ignore_errors=True))
+
+
 def stop_hard(scheduler: Scheduler) -> None:
     """Stop a scheduler and its processes whatever state a test left it in: a job a test
     left running is killed with its worker, not waited for (the manager's drain)."""
