@@ -7,7 +7,7 @@ Two levels:
   (``stats().queue.wakeups``), plus the jobs' lateness.
 * JobQueue with 32 taker threads, in this process: the real queue (leader/follower, one
   ``notify()`` per event) against the same queue whose condition turns every ``notify()``
-  into ``notify_all()`` (the seed's signalAll), built through the injectable clock, both
+  into ``notify_all()`` (Java's signalAll), built through the injectable clock, both
   in the same run. Wake-ups per job and CPU per job (``time.process_time``).
 """
 
@@ -40,7 +40,7 @@ TAKE_TIMEOUT = 5.0  # as the manager's long poll: takers rarely time out in the 
 
 
 class _SignalAllCondition:
-    """A condition whose ``notify()`` wakes every waiter, like the seed's signalAll()."""
+    """A condition whose ``notify()`` wakes every waiter, like Java's signalAll()."""
 
     def __init__(self, lock: threading.Lock) -> None:
         self._condition = threading.Condition(lock)

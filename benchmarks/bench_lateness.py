@@ -2,7 +2,7 @@
 
 The plan: ``jobs`` jobs over ``span`` seconds at evenly spaced instants, ``pairs`` of which
 carry two jobs (the issue's "500 jobs over 5 s, 100 instants carrying 2 jobs": 400
-instants 12.5 ms apart, every fourth one a pair). A pair on two workers is the seed post's
+instants 12.5 ms apart, every fourth one a pair). A pair on two workers is the
 signal()-trap case: the second job must start on the other worker, not after the first.
 
 Every job is stamped where it runs (``time.monotonic()`` inside the job, in the worker);

@@ -1,7 +1,7 @@
 """Strict order on one worker: due time first, then priority, then submission order (FIFO).
 
-The seed's closing remark: "to see strict time-then-priority order, drop to a single worker;
-with one consumer, poll() hands jobs out in exact comparator order". This script submits 12
+To see strict time-then-priority order, drop to a single worker: with one consumer, jobs
+are handed out in exact comparator order. This script submits 12
 jobs in a scrambled order, due at three instants (+0.5 s, +0.8 s, +1.1 s) with mixed and
 repeated priorities, to ``Scheduler(workers=1)``. It prints the order they ran in and
 checks it against the order computed here from the ``order="time"`` key:

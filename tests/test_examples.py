@@ -19,8 +19,8 @@ README = EXAMPLES.parent / "README.md"
 RUN_TIMEOUT = 60.0  # each example finishes in about 5 s on 2 cores
 
 CASES = [
-    pytest.param("seed_demo.py", ["wave 3  job", "✓ every wave started on time"],
-                 id="seed_demo"),
+    pytest.param("three_waves.py", ["wave 3  job", "✓ every wave started on time"],
+                 id="three_waves"),
     pytest.param("strict_order.py", ["✓ exactly time → priority → FIFO"], id="strict_order"),
     pytest.param("cpu_speedup.py", ["speed-up:", "✓ every job found 17,984 primes"],
                  id="cpu_speedup"),

@@ -1,7 +1,7 @@
 """The demo of ``python -m mpsched demo``: 4 producer processes, 3 workers, 12 jobs in
 three waves, due 1, 2 and 3 s from the start at HIGH, MEDIUM or LOW priority.
 
-What ``examples/seed_demo.py`` (and ``make demo``) runs; its docstring tells the story.
+What ``examples/three_waves.py`` (and ``make demo``) runs; its docstring tells the story.
 The producers run in spawned processes, so ``produce`` and ``run_job`` live here at module
 level, importable by the producer and worker processes. Output goes to the stream given to
 :func:`run_demo`; the library itself never prints.
@@ -26,7 +26,7 @@ WORKERS = 3
 PRODUCERS = 4
 WAVES = 3  # j = 0, 1, 2, due at +1 s, +2 s, +3 s
 WORK_SECONDS = 0.1  # long enough that the 4th job of a wave must wait for a free worker
-SEED_PRIORITIES = (Priority.HIGH, Priority.MEDIUM, Priority.LOW)  # by producer % 3
+WAVE_PRIORITIES = (Priority.HIGH, Priority.MEDIUM, Priority.LOW)  # by producer % 3
 EARLY_TOLERANCE = 1e-3  # our and the manager's wall-to-monotonic offsets may differ by µs
 
 
@@ -58,7 +58,7 @@ def run_job(job_id: int, priority: str, work_seconds: float) -> JobRun:
 
 def produce(producer: int, address: Any, authkey: bytes, parent: Connection) -> None:
     """A producer process: submit jobs ``producer*10 + j`` into the shared scheduler."""
-    priority = SEED_PRIORITIES[producer % len(SEED_PRIORITIES)]
+    priority = WAVE_PRIORITIES[producer % len(WAVE_PRIORITIES)]
     with connect(address, authkey=authkey) as client:
         parent.send(os.getpid())  # connected: ready for the origin
         origin_epoch: float = parent.recv()

@@ -7,7 +7,8 @@ sleeps until the head job is due (in a few timed waits, each ending a little ear
 mpsched._core.clock.ahead); every other taker waits untimed on the same condition.
 Whoever changes the head (:meth:`HandOut.new_head_locked`), or the leader on its way out,
 wakes exactly one waiter. So a due job is never stranded behind a busy or sleeping taker
-(the seed's ``signal()`` trap), and each event wakes O(1) threads instead of all of them.
+(the trap of a single ``signal()`` for two due jobs), and each event wakes O(1) threads
+instead of all of them.
 A worker that leaves has its prefetched jobs taken back (revoke) or its leases ended and
 its id retired (release_worker, retire_if_leased).
 

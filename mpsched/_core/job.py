@@ -62,7 +62,7 @@ class Priority(enum.Enum):
 class Order(Option):
     """Which key decides among jobs that are already due."""
 
-    TIME = "time"  # due time, then priority, then submission order (the seed's order)
+    TIME = "time"  # due time, then priority, then submission order
     PRIORITY = "priority"  # priority, then due time, then submission order
 
 

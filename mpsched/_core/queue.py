@@ -1,10 +1,11 @@
 """JobQueue: the heap of pending jobs, and the lock and conditions that guard it.
 
-This is the seed design's ``JobScheduler`` grown up. It is pure: no multiprocessing, no
-pickling, and the clock is injected, so ordering, leases and the leader/follower wait are
-tested with threads and a fake clock, without sleeping. The manager process serves one
-instance of it to workers and clients. A job leaves the heap and goes in flight under a
-lease (mpsched._core.leases) in one step, under this queue's lock.
+A heap, one lock and a timed wait, as in Java's ``DelayedWorkQueue``. It is pure: no
+multiprocessing, no pickling, and the clock is injected, so ordering, leases and the
+leader/follower wait are tested with threads and a fake clock, without sleeping. The
+manager process serves one instance of it to workers and clients. A job leaves the heap
+and goes in flight under a lease (mpsched._core.leases) in one step, under this queue's
+lock.
 
 One lock, and parts that share it, each with a responsibility of its own:
 

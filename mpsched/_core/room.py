@@ -1,5 +1,5 @@
 """Room: the bounds on what a queue holds pending (jobs, payload bytes), and the wait of a
-submitter for room under them (the seed's ``notFull`` condition).
+submitter for room under them (a bounded queue's ``notFull`` condition).
 
 No lock of its own: it shares its JobQueue's, and every method but the constructor and
 :meth:`Room.batch_size` is called with that lock held.

@@ -1,4 +1,4 @@
-"""The worker loop (the seed's "Loop 2"): take due jobs, run them, report, repeat.
+"""The worker loop: take due jobs, run them, report, repeat.
 
 A worker runs each job in its own process, outside any manager lock (mpsched._worker.run).
 Its reports ride on its next ``take`` call, so one round trip both completes the jobs it

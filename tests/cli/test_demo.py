@@ -1,4 +1,4 @@
-"""The seed demo as a function: ``run_demo(out)`` prints to ``out`` and returns 0."""
+"""The three-waves demo as a function: ``run_demo(out)`` prints to ``out`` and returns 0."""
 
 from __future__ import annotations
 

@@ -451,7 +451,7 @@ def test_lone_future_job_becomes_due_without_another_signal(
 def test_two_idle_takers_each_get_one_of_two_jobs_due_together(
     harness: Harness, order: Order
 ) -> None:
-    # The seed's signal() trap: one wake-up for two due jobs would leave J2 waiting for
+    # The signal() trap: one wake-up for two due jobs would leave J2 waiting for
     # whoever took J1 to finish it. Neither taker here ever completes its job.
     queue = harness.queue(order=order)
     t0 = harness.clock.now()

@@ -1,8 +1,8 @@
-"""The demo of the design mpsched grew from, on processes: 4 producer processes, 3 workers,
-12 jobs in three waves.
+"""Three waves of jobs at mixed priorities, on processes: 4 producer processes, 3 workers,
+12 jobs.
 
-That design (a Java post with a heap, one lock and a timed wait; "the seed" in the
-project's notes) starts 3 worker threads and 4 producer threads; producer ``p`` submits jobs
+The design mpsched grew from (a heap, one lock and a timed wait, in threads) is
+shown with 3 worker threads and 4 producer threads; producer ``p`` submits jobs
 ``p*10 + j`` (j = 0, 1, 2) due at ``now + (j+1)`` seconds with priority HIGH, MEDIUM, LOW by
 ``p % 3``. Here every one of those actors is a real process:
 
@@ -25,7 +25,7 @@ together, and the LOW job is the one left waiting until a worker finishes its 10
 The demo itself lives in ``mpsched/_cli/demo.py`` (spawned producers import their function
 from there); this script only runs it.
 
-Run it: ``python examples/seed_demo.py``
+Run it: ``python examples/three_waves.py``
 """
 
 from __future__ import annotations
