@@ -125,3 +125,16 @@ def test_a_programs_own_pool_that_re_runs_it_gets_one_line(programs: Programs,
     assert lines and set(lines) == {REIMPORT_HINT}, done.stderr
     assert 'put the top-level code under `if __name__ == "__main__":`' in REIMPORT_HINT
 
+
+
+def test_a_scheduler_starts_under_a_temp_directory_too_deep_for_a_socket(
+        programs: Programs, tmp_path: Path) -> None:
+    # The forkserver's socket goes in a directory of TMPDIR's; under a deep TMPDIR its path
+    # passed the 107 bytes a Unix socket's may have, and the manager could not start.
+    deep = tmp_path / ("d" * 90)
+    deep.mkdir()
+    source, _ = _program(tmp_path, "forkserver")
+    popen = programs.start(str(programs.script(source)), env={"TMPDIR": str(deep)})
+    out, err = popen.communicate(timeout=RUN_TIMEOUT)
+    assert popen.returncode == 0, err
+    assert EXPECTED in out.replace("\r", "").splitlines(), out

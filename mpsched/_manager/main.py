@@ -24,6 +24,7 @@ import os
 import secrets
 import signal
 import sys
+import tempfile
 import threading
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -87,6 +88,7 @@ def run_manager(config: ManagerConfig, control: Connection | None = None,
                         format="%(asctime)s %(name)s[%(process)d] %(levelname)s %(message)s")
     if control is not None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the owner decides when we stop
+    _fit_temp_dir()
     claims = LocalClaims()  # the local workers' claim slots, for prefetched jobs
     try:
         queue, journal, recovered, slots, awaited = _open_queue(config, claims)
@@ -109,6 +111,27 @@ def run_manager(config: ManagerConfig, control: Connection | None = None,
     finally:
         segments.close()
         journal.store.close()
+
+
+# The forkserver listens on a Unix socket in a directory multiprocessing makes in the temp
+# directory: ``pymp-XXXXXXXX/listener-XXXXXXXX``, 34 bytes more, and a socket's path may
+# have 107. Past this length (a deep TMPDIR) the manager could not start its workers.
+MAX_TEMP_DIR = 70
+SHORT_TEMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def _fit_temp_dir() -> None:
+    """Make this process's temp directory one whose sockets' paths fit, if TMPDIR's does
+    not: the first of SHORT_TEMP_DIRS this user may write to (said once at INFO)."""
+    current = tempfile.gettempdir()
+    if len(current) <= MAX_TEMP_DIR:
+        return
+    for candidate in SHORT_TEMP_DIRS:
+        if os.access(candidate, os.W_OK | os.X_OK):
+            log.info("the temp directory %s is too long for the forkserver's socket; using "
+                     "%s", current, candidate)
+            tempfile.tempdir = candidate
+            return
 
 
 def run_owned(control: Connection) -> int:
