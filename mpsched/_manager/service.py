@@ -282,7 +282,8 @@ class ManagerService:
     def payload_options(self) -> PayloadOptions:
         """How clients send payloads: the shared-memory prefix (and its probe) and the
         bound on pending payload bytes."""
-        return self.segments.options(self.queue.max_pending_bytes, self.journal.max_payload)
+        options = self.segments.options(self.queue.max_pending_bytes, self.journal.max_payload)
+        return options._replace(retry=not self.journal.shared)
 
     @remote
     def cancel(self, job_id: str, client_id: str | None = None) -> bool:
@@ -393,7 +394,7 @@ class ManagerService:
     @remote
     def add_schedule(self, spec: tuple[object, ...]) -> ScheduleInfo:
         """Add (or upsert) a recurring schedule; see Schedules.add."""
-        return self.schedules.add(ScheduleSpec._make(spec))
+        return self.schedules.add(ScheduleSpec.of(spec))
 
     @remote
     def list_schedules(self) -> list[ScheduleInfo]:

@@ -31,6 +31,7 @@ from mpsched._core.job import (
 )
 from mpsched._core.room import check_fits
 from mpsched._errors import (
+    InvalidJobError,
     JobError,
     JobNotFoundError,
     PayloadTooLargeError,
@@ -111,6 +112,8 @@ class SharedJournal(BaseJournal):
         """
         for request in requests:
             check_request(request)
+            if request.retry is not None:
+                raise InvalidJobError("retry= is not supported with a Redis store yet")
         requests, held = self._segments.for_store(requests)
         for request in requests:
             if len(request.payload) > self.store.max_payload:

@@ -32,6 +32,7 @@ JobRequestWire = tuple[str, str, Blob, int, "float | None", "float | None", "flo
 AssignmentWire = tuple[int, str, str, int, Blob, "float | None", "float | None", float,
                        "float | None"]
 OutcomeWire = tuple[str, bool, Blob, str, "float | None", str]
+_PLAIN_FIELDS = len(JobRequest._fields) - 1  # a request's fields on the wire, but ``retry``
 ReportWire = tuple[int, OutcomeWire]
 
 
@@ -60,11 +61,14 @@ def _received(record: R) -> R:
 
 
 def request_to_wire(r: JobRequest) -> JobRequestWire:
-    return _flat(r)
+    flat = _flat(r)
+    return flat[:-1] if r.retry is None else flat
 
 
 def request_from_wire(w: JobRequestWire) -> JobRequest:
-    return _received(JobRequest._make(w))
+    # A request without a retry policy crosses without its last field (None): the plain
+    # path pays no byte for retries.
+    return _received(JobRequest._make(w if len(w) > _PLAIN_FIELDS else (*w, None)))
 
 
 def assignment_to_wire(a: Assignment, delay: float,
