@@ -72,3 +72,10 @@ def crash_first(log_path: str) -> str:
     if run == 0:
         os._exit(7)
     raise Flaky(f"run {run + 1}")
+
+
+def slow_fail(log_path: str, seconds: float) -> None:
+    """Log the start, work ``seconds``, then raise ValueError."""
+    run = log_start(log_path)
+    time.sleep(seconds)
+    raise ValueError(f"slow {run + 1}")

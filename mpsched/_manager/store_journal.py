@@ -46,7 +46,7 @@ from mpsched._manager.journal import (
     encode,
     failure,
 )
-from mpsched._manager.retries import final_outcome, note_attempt
+from mpsched._manager.retries import final_outcome, note_attempt, note_crash
 from mpsched._protocol.records import LeftBehind
 from mpsched._store.base import JournalStore, Recovery, StoredJob
 from mpsched._store.lease_records import OUTCOME_IN_LOG
@@ -125,7 +125,11 @@ class Journal(BaseJournal):
                 jobs.append(job)
                 resolved.unstarted += 1
             elif job.attempt <= job.retries:
-                self.store.requeue(job.job_id, job.attempt)
+                if job.retry is None:
+                    self.store.requeue(job.job_id, job.attempt)
+                else:  # its policy's budget counts the crash: noted, with the others
+                    note_crash(job, running.worker_id, None)
+                    self.retried(job, 0.0)
                 jobs.append(job)
                 resolved.retried += 1
             else:
