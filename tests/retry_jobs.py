@@ -18,11 +18,11 @@ class Fatal(Exception):
 
 
 def log_start(log_path: str) -> int:
-    """Append this run's start (monotonic clock, which local workers share); return how
-    many runs the log held before."""
+    """Append this run's start (monotonic clock, which local workers share) and its pid;
+    return how many runs the log held before."""
     fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
-        os.write(fd, f"{time.monotonic()!r}\n".encode())
+        os.write(fd, f"{time.monotonic()!r} {os.getpid()}\n".encode())
     finally:
         os.close(fd)
     return len(starts(log_path)) - 1
@@ -32,8 +32,15 @@ def starts(log_path: str) -> list[float]:
     """The starts a log holds, in order."""
     if not os.path.exists(log_path):
         return []
+    return [started for started, _ in runs(log_path)]
+
+
+def runs(log_path: str) -> list[tuple[float, int]]:
+    """Each run a log holds, in order: its start and the pid of its worker."""
+    if not os.path.exists(log_path):
+        return []
     with open(log_path) as f:
-        return [float(line) for line in f.read().split()]
+        return [(float(start), int(pid)) for start, pid in map(str.split, f)]
 
 
 def always_fail(log_path: str, message: str = "boom") -> None:

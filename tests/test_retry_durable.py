@@ -39,7 +39,7 @@ def test_an_always_failing_job_runs_exactly_its_budget_across_sigkills(
         procs: Processes, tmp_path: Path,
         connect_client: Callable[[Manager], mpsched.Client]) -> None:
     store, log = tmp_path / "jobs.db", str(tmp_path / "starts.log")
-    policy = RetryPolicy(3, backoff=1.5, factor=1.0, jitter=0.0)
+    policy = RetryPolicy(3, backoff=2.0, factor=1.0, jitter=0.0)
     first = serve_store(procs, store)
     client = connect_client(first)
     job_id = client.schedule(retry_jobs.slow_fail, log, 0.5, retry=policy).job_id
@@ -54,8 +54,9 @@ def test_an_always_failing_job_runs_exactly_its_budget_across_sigkills(
 
     second = serve_store(procs, store)
     again = connect_client(second)
-    assert waits_for_retry(again, 1)
-    assert again.job_info(job_id).error == "ValueError: slow 1"
+    info = again.job_info(job_id)  # on a loaded machine the retry may have started
+    assert (info.state, info.attempts) in {("pending", 1), ("running", 2)}
+    assert info.error == "ValueError: slow 1"
     wait_for(lambda: len(retry_jobs.starts(log)) == 2, START_TIMEOUT, "the second attempt")
     kill(second, with_workers=True)  # during the second attempt: its crash counts
 
@@ -65,7 +66,7 @@ def test_an_always_failing_job_runs_exactly_its_budget_across_sigkills(
     assert isinstance(error, ValueError) and str(error) == "slow 4"
     starts = retry_jobs.starts(log)
     assert len(starts) == 4 == policy.max_retries + 1
-    assert starts[1] >= starts[0] + 0.5 + 1.5 - CLOCK_SLACK  # never early, across a restart
+    assert starts[1] >= starts[0] + 0.5 + 2.0 - CLOCK_SLACK  # never early, across a restart
     assert [note.split(": ", 1)[1] for note in error.__notes__] == [
         "ValueError: slow 1", error.__notes__[1].split(": ", 1)[1], "ValueError: slow 3"]
     assert "WorkerCrashedError" in error.__notes__[1]

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from mpsched._core.job import Job, Lease, Outcome, OutcomeKind
 from mpsched._core.leases import LostLease
 from mpsched._core.queue import JobQueue
-from mpsched._core.retrying import error_line, is_retry_kind, retry_delay
+from mpsched._core.retrying import error_line, is_retry_kind, retry_cause, retry_delay
 from mpsched._errors import (
     JobTimeoutError,
     MpschedError,
@@ -126,14 +126,11 @@ class Endings:
                 note_attempt(job, line)
             return delay
 
-        if isinstance(self._queue, SharedQueue):  # no retry policy there: it ends
-            ended = self._queue.complete(lease_id, stats_outcome, worker_id)
-            return ended, None if ended is None else final_outcome(ended, outcome)
         job, delay = self._queue.retry(lease_id, stats_outcome, worker_id, delay_of)
         if job is None:
             return None, None
         if delay is not None:
-            self._journal.retried(job, delay)
+            self._journal.retried(job, delay, retry_cause(outcome.error_kind))
             log.info("job %s: attempt %d on worker %s failed (%s); it runs again in %.3g s",
                      job.job_id, job.attempt, worker_id, line, delay)
             return job, None

@@ -153,9 +153,9 @@ class BaseJournal(abc.ABC):
     def requeued(self, job: Job) -> None:
         """Journal that a job whose lease was lost is pending again."""
 
-    def retried(self, job: Job, delay: float) -> None:
+    def retried(self, job: Job, delay: float, cause: str) -> None:
         """Journal that a job whose attempt failed runs again, due ``delay`` seconds from
-        now (its retry policy, or RetryLater), with its notes."""
+        now, with its notes; ``cause``: "exception" (its retry policy) or "retry_later"."""
         self.requeued(job)
 
     def cancelled(self, jobs: list[Job]) -> dict[str, set[str]]:

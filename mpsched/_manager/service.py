@@ -282,8 +282,7 @@ class ManagerService:
     def payload_options(self) -> PayloadOptions:
         """How clients send payloads: the shared-memory prefix (and its probe) and the
         bound on pending payload bytes."""
-        options = self.segments.options(self.queue.max_pending_bytes, self.journal.max_payload)
-        return options._replace(retry=not self.journal.shared)
+        return self.segments.options(self.queue.max_pending_bytes, self.journal.max_payload)
 
     @remote
     def cancel(self, job_id: str, client_id: str | None = None) -> bool:

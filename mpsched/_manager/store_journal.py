@@ -208,7 +208,7 @@ class Journal(BaseJournal):
         except StoreError as exc:
             log.error("the requeue of job %s was not journalled: %s", job.job_id, exc)
 
-    def retried(self, job: Job, delay: float) -> None:
+    def retried(self, job: Job, delay: float, cause: str = "exception") -> None:
         state = RetryState(job.retry, job.error, job.notes).encode()
         try:
             self.store.retried(job.job_id, job.attempt, self._wall() + delay, state)
