@@ -107,8 +107,7 @@ class Client(ClosingClient, Executor):
         Raises:
             InvalidJobError: both times, a NaN, infinite or overflowing time, an unknown
                 priority, a timeout that is not a positive number, negative retries,
-                ``retry`` with ``retries``, a store that cannot retry (Redis), or ``fn``
-                not callable.
+                ``retry`` with ``retries``, or ``fn`` not callable.
             JobPicklingError: ``fn`` or its arguments cannot be pickled.
             QueueFullError: ``max_pending`` jobs, or ``max_pending_bytes`` bytes of their
                 payloads, were pending for all of ``submit_timeout`` (``unit`` says which).
@@ -141,11 +140,11 @@ class Client(ClosingClient, Executor):
         check_job(level, delay_s, at_s, timeout, retries, key)  # the manager's check, here
         core = self._core
         terms = None
-        if retry is not None:
-            policy = self._retry_policy(retry, retries)
-            terms, retries = policy.terms(), policy.max_retries
-        payload = pickle_job(fn if terms is None else RetryFilter(fn, policy), args, kwargs,
-                             pool=core.pool)
+        if retry is not None:  # the worker gets the policy's filter with the callable
+            policy = coerce_retry(retry, retries)
+            assert policy is not None
+            terms, retries, fn_run = policy.terms(), policy.max_retries, RetryFilter(fn, policy)
+        payload = pickle_job(fn if terms is None else fn_run, args, kwargs, pool=core.pool)
         core.check_payload(payload)
         # Sent at once, a keyed submit learns which job holds its key; the rest go
         # write-behind (the request is built once, whole: a _replace costs ~1-2 us).
@@ -160,15 +159,6 @@ class Client(ClosingClient, Executor):
         elif not outbox.put(request):
             raise core.refuse(future.id_nowait)  # the manager was lost since new_future()
         return future
-
-    def _retry_policy(self, retry: int | RetryPolicy, retries: int) -> RetryPolicy:
-        """The policy ``retry=`` asks for, if this manager's store can keep it."""
-        policy = coerce_retry(retry, retries)
-        assert policy is not None
-        if not self._core.retries_supported:
-            raise InvalidJobError("retry= is not supported with a Redis store yet: use "
-                                  "retries= (worker deaths), or a SQLite store")
-        return policy
 
     def _send_batch(self, jobs: list[JobRequest]) -> list[JobFuture[Any]]:
         """Register a future per job and queue them in one call: all or none (their

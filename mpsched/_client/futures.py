@@ -87,7 +87,6 @@ class ClientCore:
         self._futures = FutureTable(self.link)  # the futures this client waits for
         self.max_pending_bytes = options.max_pending_bytes
         self.max_payload = options.max_payload  # None: the manager sets no bound
-        self.retries_supported = options.retry  # the manager takes retry policies
         self.batch_size = min(MAP_BATCH, max_pending or MAP_BATCH)
         # A bounded queue must report QueueFullError at the call site: send synchronously.
         bounded = max_pending is not None or options.max_pending_bytes is not None

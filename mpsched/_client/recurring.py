@@ -208,9 +208,6 @@ class RecurringClient(ClientBase):
     def _add_schedule(self, spec: ScheduleSpec) -> Schedule:
         if self._core.closed:
             raise SchedulerShutdownError("cannot add schedules after shutdown")
-        if spec.retry is not None and not self._core.retries_supported:
-            raise InvalidJobError("retry= is not supported with a Redis store yet: use "
-                                  "retries= (worker deaths), or a SQLite store")
         info = self._core.link.ask(lambda service: service.add_schedule(spec))
         return Schedule(self._core.link, info, self.job)
 

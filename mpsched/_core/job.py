@@ -387,4 +387,3 @@ class PayloadOptions(NamedTuple):
     probe: bytes  # the content of the segment ``prefix + "probe"``: proves /dev/shm is shared
     max_pending_bytes: int | None  # the bound on pending payload bytes (None: none)
     max_payload: int | None = None  # the largest job pickle the store takes (None: no bound)
-    retry: bool = True  # the manager takes retry policies (its store keeps them)
