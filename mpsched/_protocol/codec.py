@@ -61,13 +61,16 @@ def _received(record: R) -> R:
 
 
 def request_to_wire(r: JobRequest) -> JobRequestWire:
-    flat = _flat(r)
-    return flat[:-1] if r.retry is None else flat
+    if r.retry is not None:
+        return _flat(r)
+    # Without a retry policy, the request crosses without its last field (None): the
+    # plain path pays no byte for retries.
+    if len(r.payload) < BLOB:
+        return r[:-1]
+    return tuple(r._replace(payload=PickleBuffer(r.payload)))[:-1]  # type: ignore
 
 
 def request_from_wire(w: JobRequestWire) -> JobRequest:
-    # A request without a retry policy crosses without its last field (None): the plain
-    # path pays no byte for retries.
     return _received(JobRequest._make(w if len(w) > _PLAIN_FIELDS else (*w, None)))
 
 
