@@ -112,17 +112,22 @@ def test_a_job_waiting_for_its_retry_is_pending_with_its_attempts_and_last_error
     assert future.cancel()
 
 
+@pytest.mark.parametrize("store", [False, True], ids=["memory", "sqlite"])
 def test_a_worker_death_counts_against_the_policy_and_is_retried_at_once(
-        scheduler, tmp_path):
+        make_scheduler, tmp_path, store):
+    scheduler = make_scheduler(workers=2, **({"store": tmp_path / "jobs.db"} if store else {}))
     log = str(tmp_path / "starts")
     policy = RetryPolicy(2, backoff=0.01, jitter=0.0)
-    error = scheduler.schedule(retry_jobs.crash_first, log, retry=policy).exception(timeout=60)
+    future = scheduler.schedule(retry_jobs.crash_first, log, retry=policy)
+    error = future.exception(timeout=60)
     assert isinstance(error, retry_jobs.Flaky) and str(error) == "run 3"
     assert len(retry_jobs.starts(log)) == 3
     assert "WorkerCrashedError" in error.__notes__[0]
     assert "Flaky: run 2" in error.__notes__[1]
     stats = scheduler.stats().queue
     assert (stats.retried, stats.retried_exception) == (1, 1)
+    info = scheduler.job_info(future.job_id)
+    assert info.attempts == 3 and info.error is not None and info.error.endswith("run 3")
 
 
 def test_each_run_of_a_schedule_gets_the_policy(scheduler, tmp_path):

@@ -204,7 +204,11 @@ class Journal(BaseJournal):
 
     def requeued(self, job: Job) -> None:
         try:
-            self.store.requeue(job.job_id, job.attempt)
+            if job.notes is not None:  # a crash its policy counts: its note is kept too
+                state = RetryState(job.retry, job.error, job.notes).encode()
+                self.store.retried(job.job_id, job.attempt, self._wall(), state)
+            else:
+                self.store.requeue(job.job_id, job.attempt)
         except StoreError as exc:
             log.error("the requeue of job %s was not journalled: %s", job.job_id, exc)
 
