@@ -33,6 +33,7 @@ AssignmentWire = tuple[int, str, str, int, Blob, "float | None", "float | None",
                        "float | None"]
 OutcomeWire = tuple[str, bool, Blob, str, "float | None", str]
 _PLAIN_FIELDS = len(JobRequest._fields) - 1  # a request's fields on the wire, but ``retry``
+_NO_RETRY = (None,)  # the ``retry`` of a request sent without it
 ReportWire = tuple[int, OutcomeWire]
 
 
@@ -71,7 +72,7 @@ def request_to_wire(r: JobRequest) -> JobRequestWire:
 
 
 def request_from_wire(w: JobRequestWire) -> JobRequest:
-    return _received(JobRequest._make(w if len(w) > _PLAIN_FIELDS else (*w, None)))
+    return _received(JobRequest._make(w + _NO_RETRY if len(w) == _PLAIN_FIELDS else w))
 
 
 def assignment_to_wire(a: Assignment, delay: float,
