@@ -10,6 +10,8 @@ import pytest
 
 from mpsched import InvalidJobError, RetryLater, RetryPolicy
 from mpsched._core.job import OutcomeKind
+from mpsched._core.options import Catchup, Mode, OnError, Overlap
+from mpsched._core.recurring import ScheduleKind, ScheduleSpec
 from mpsched._core.retrying import (
     RETRY_LATER_BUDGET,
     RetryFilter,
@@ -131,3 +133,11 @@ def test_notes_travel_after_the_traceback_and_become_the_exception_notes():
     assert exc.__notes__ == ["attempt 1 failed: a", "attempt 2: b"]
     assert with_notes("tb", []) == "tb"
     assert error_line("x\n" + "E: " + "y" * 500).endswith("...")
+
+
+def test_a_schedule_spec_stored_before_retries_existed_loads_without_a_policy():
+    spec = ScheduleSpec("s", ScheduleKind.EVERY, 60.0, Mode.RATE, "", "", None, None, 0.0,
+                        Overlap.SKIP, Catchup.LATEST, OnError.CONTINUE, 2, None, 3, "f", b"p",
+                        RetryPolicy(3).terms())
+    assert ScheduleSpec.of(tuple(spec)) == spec
+    assert ScheduleSpec.of(tuple(spec)[:-1]) == spec._replace(retry=None)
