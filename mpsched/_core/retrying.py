@@ -32,6 +32,9 @@ RETRY_LATER_PREFIX = RETRY_LATER + ":"
 # outcome's traceback text: the client turns the lines into the exception's notes.
 NOTES_MARKER = "\n\x00earlier attempts\n"
 MAX_ERROR_LINE = 200  # characters of an error's one line kept for listings
+# The longest back-off or RetryLater delay, in seconds (~31 years): a due time past it
+# would not fit the datetimes that listings show.
+MAX_DELAY = 1e9
 
 
 class RetryTerms(NamedTuple):
@@ -55,8 +58,9 @@ class RetryPolicy:
     against the same ``max_retries`` and is retried at once.
 
     Raises:
-        InvalidJobError: a negative or non-int ``max_retries``; a negative, NaN or infinite
-            ``backoff`` or ``max_backoff``; ``factor`` below 1; ``jitter`` outside [0, 1];
+        InvalidJobError: a negative or non-int ``max_retries``; a ``backoff`` or
+            ``max_backoff`` that is negative, NaN or above 1e9 s; ``factor`` below 1 or
+            not finite; ``jitter`` outside [0, 1];
             ``on`` or ``never`` holding something other than exception types.
     """
 
@@ -75,7 +79,7 @@ class RetryPolicy:
             raise InvalidJobError(
                 f"max_retries must be a non-negative int, not {self.max_retries!r}")
         for name in ("backoff", "max_backoff"):
-            _number(name, getattr(self, name), 0.0)
+            _delay(name, getattr(self, name))
         _number("factor", self.factor, 1.0)
         if _number("jitter", self.jitter, 0.0) > 1.0:
             raise InvalidJobError(f"jitter must be between 0 and 1, not {self.jitter!r}")
@@ -101,6 +105,13 @@ def _number(name: str, value: object, low: float) -> float:
     return number
 
 
+def _delay(name: str, value: object) -> float:
+    seconds = _number(name, value, 0.0)
+    if seconds > MAX_DELAY:
+        raise InvalidJobError(f"{name} must be at most {MAX_DELAY:g} seconds, not {value!r}")
+    return seconds
+
+
 def _exception_types(name: str, value: object) -> tuple[type[BaseException], ...]:
     types = (value,) if isinstance(value, type) else value
     if not isinstance(types, (tuple, list, set, frozenset)) or not all(
@@ -116,12 +127,12 @@ class RetryLater(Exception):
     without a policy. ``reason`` shows where the error would (``JobInfo.error``).
 
     Raises:
-        InvalidJobError: a delay that is not a finite number of seconds >= 0.
+        InvalidJobError: a delay that is not a number of seconds from 0 to 1e9.
     """
 
     def __init__(self, delay: float | timedelta, reason: str | None = None) -> None:
         seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
-        self.delay = _number("delay", seconds, 0.0)
+        self.delay = _delay("delay", seconds)
         self.reason = reason
         super().__init__(self.delay, reason)
 

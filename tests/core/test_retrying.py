@@ -40,7 +40,8 @@ def test_a_policy_is_a_frozen_picklable_value_with_the_documented_defaults():
 @pytest.mark.parametrize("bad", [
     {"max_retries": -1}, {"max_retries": 1.5}, {"max_retries": True},
     {"backoff": -0.1}, {"backoff": math.nan}, {"backoff": math.inf}, {"backoff": "1"},
-    {"max_backoff": -1.0}, {"factor": 0.5}, {"factor": math.nan},
+    {"max_backoff": -1.0}, {"max_backoff": 1e300}, {"backoff": 2e9}, {"factor": 0.5},
+    {"factor": math.nan}, {"factor": math.inf},
     {"jitter": -0.01}, {"jitter": 1.5}, {"jitter": math.nan},
     {"on": (int,)}, {"on": ("ValueError",)}, {"never": ValueError("x")}, {"never": 3},
 ], ids=repr)
@@ -95,7 +96,7 @@ def test_retry_later_pickles_shows_its_reason_and_checks_its_delay():
     assert (exc.delay, exc.reason, str(exc)) == (30.0, "rate limited by the API",
                                                  "rate limited by the API")
     assert str(RetryLater(1.5)) == "retry in 1.5 s"
-    for bad in (-1, math.nan, "soon"):
+    for bad in (-1, math.nan, "soon", 1e300, timedelta(days=100_000)):
         with pytest.raises(InvalidJobError):
             RetryLater(bad)  # type: ignore[arg-type]
 
