@@ -142,3 +142,8 @@ def test_a_schedule_spec_stored_before_retries_existed_loads_without_a_policy():
                         RetryPolicy(3).terms())
     assert ScheduleSpec.of(tuple(spec)) == spec
     assert ScheduleSpec.of(tuple(spec)[:-1]) == spec._replace(retry=None)
+
+
+def test_the_retry_kinds_are_outcome_kinds():
+    assert OutcomeKind.RETRYABLE == "retryable" and OutcomeKind.RETRY_LATER == "retry-later"
+    assert retry_later_kind(RetryLater(1)).startswith(OutcomeKind.RETRY_LATER + ":")
