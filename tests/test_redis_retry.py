@@ -44,7 +44,7 @@ def test_an_always_failing_job_runs_exactly_its_budget_across_two_managers(
     for n in range(1, 5):
         assert starts[n] - starts[n - 1] >= 0.05 * 2 ** (n - 1) * 0.9  # never early
     info = other.job_info(future.job_id)
-    assert (info.state, info.attempts) == ("failed", 5)
+    assert (info.state, info.attempts, info.error) == ("failed", 5, "ValueError: boom 5")
     assert other.stats().queue.retried_exception == 4
 
 

@@ -194,7 +194,9 @@ class SharedJournal(BaseJournal):
             finishes.append(None if token is None else Finish(
                 job_id=job.job_id, token=token,
                 state=JobState.DONE if outcome.ok else JobState.FAILED,
-                outcome=encode(self._stored(outcome))))
+                outcome=encode(self._stored(outcome)),
+                retry=None if job.notes is None or outcome.ok
+                else RetryState(job.retry, job.error, job.notes).encode()))
         sent = [f for f in finishes if f is not None]
         if not sent:
             return [None] * len(ends)

@@ -60,6 +60,7 @@ class Finish(NamedTuple):
     token: str
     state: JobState  # DONE or FAILED; PENDING: a retry
     outcome: bytes  # the manager's encoding; opaque to the store
+    retry: str | None = None  # a failed job's final retry state (its listed error)
 
 
 def retry_end(delay: float, cause: str, retry: str) -> bytes:

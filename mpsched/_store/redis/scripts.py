@@ -187,7 +187,8 @@ class Scripts:
         args: list[Any] = [me, _us(lease) // 1000, self._ttl_ms, self._keep_ms,
                            len(finishes)]
         for f in finishes:
-            args += [f.job_id, f.token, f.state.value, _blob(f.outcome)]
+            state = f.state.value if f.retry is None else f"{f.state.value}\n{f.retry}"
+            args += [f.job_id, f.token, state, _blob(f.outcome)]
         args.append(len(requeues))
         for r in requeues:
             args += [r.job_id, r.token, "1" if r.retry else "0"]

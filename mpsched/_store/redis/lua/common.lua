@@ -291,9 +291,13 @@ end
 -- failed as crashed when it took back the jobs of this lease's manager (presumed dead:
 -- field x), and that never ran again, ran to this end after all: the end replaces the
 -- failure, and its owner and watchers are told again (3). What else changes waits in
--- `outbox` (see send_outbox).
+-- `outbox` (see send_outbox). A state "failed\n<retry state>" is a job with a retry
+-- policy that failed for good: its retry state, with its final error, is kept too.
 local function finish(id, token, state, outcome, me, ttl_ms, keep_ms, now, outbox)
   if state == 'pending' then return retried(id, token, outcome, now) end
+  local retry = nil  -- a job with a retry policy that failed for good: "failed\n<state>"
+  local cut = string.find(state, '\n', 1, true)
+  if cut then state, retry = string.sub(state, 1, cut - 1), string.sub(state, cut + 1) end
   local jk = B .. 'j:' .. id
   local f = redis.call('HMGET', jk, 't', 'st', 'o', 'k', 'm', 'c', 'wd', 'x')
   if f[1] ~= token then return 0 end
@@ -310,6 +314,7 @@ local function finish(id, token, state, outcome, me, ttl_ms, keep_ms, now, outbo
     end
   end
   redis.call('HSET', jk, 'st', state, 'f', now, 'out', outcome)
+  if retry then redis.call('HSET', jk, 'rs', retry) end
   redis.call('HDEL', jk, 'p')
   local leases = list_in(outbox.leases, f[5])
   leases[#leases + 1] = id
