@@ -219,6 +219,11 @@ class QueueStats:
     retried_exception: int = 0  # attempts run again because the job raised (retry policy)
     retried_later: int = 0  # attempts run again because the job raised RetryLater
 
+    @property
+    def retried_all(self) -> int:
+        """Attempts run again, whatever the cause: crash, exception or RetryLater."""
+        return self.retried + self.retried_exception + self.retried_later
+
 
 def due_arguments(delay: float | timedelta | None,
                   at: float | datetime | None) -> tuple[float | None, float | None]:

@@ -74,6 +74,8 @@ def test_submit_retry_runs_the_budget_with_back_off_and_jobs_shows_the_last_erro
     assert 'mpsched_jobs_retried_total{cause="exception"} 2' in metrics
     assert 'mpsched_jobs_retried_total{cause="retry_later"} 1' in metrics
     assert 'mpsched_jobs_retried_total{cause="crash"} 0' in metrics
+    status = procs.run("status", *manager.cli()).stdout
+    assert re.search(r"  retried 3  ", status), status  # 2 after exceptions, 1 asked for
     assert procs.run("cancel", job_id, *manager.cli()).returncode == Exit.OK
 
 

@@ -88,7 +88,7 @@ class Views:
                        "running": q.in_flight, "submitted": q.submitted,
                        "done": q.completed, "failed": q.failed - q.crashed - q.timed_out,
                        "crashed": q.crashed, "timeout": q.timed_out,
-                       "cancelled": q.cancelled, "retried": q.retried,
+                       "cancelled": q.cancelled, "retried": q.retried_all,
                        "next_due_in": q.next_due_in},
             "chart": chart(recent, covered),
             "workers": [dataclasses.asdict(w) for w in stats.workers],
