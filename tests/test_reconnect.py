@@ -28,7 +28,7 @@ from served import START_TIMEOUT, Manager, Processes, serve
 
 import mpsched
 from mpsched import ManagerConnectionLostError
-from mpsched._client.futures import ClientCore
+from mpsched._client.core import ClientCore
 from mpsched._protocol.proxy import ServiceProxy, connect_service
 from mpsched._transport import connect
 from mpsched._transport.connect import client_connection

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
-from mpsched._client.futures import ClientCore
+from mpsched._client.core import ClientCore
 from mpsched._client.job_future import JobFuture
 from mpsched._core.job import JobInfo, JobRecord, JobState, JobStateLike, Priority
 from mpsched._errors import ConfigError, InvalidJobError, JobNotFoundError

@@ -1,6 +1,6 @@
 """The future of one job, and map()'s iterator of results.
 
-A ``JobFuture`` belongs to the client that made it (mpsched._client.futures.ClientCore, seen
+A ``JobFuture`` belongs to the client that made it (mpsched._client.core.ClientCore, seen
 here as a :class:`FutureOwner`): reading its id, or cancelling it, asks that client.
 """
 

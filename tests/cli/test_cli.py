@@ -407,7 +407,7 @@ def test_the_cli_exits_with_version_when_refused(
         capsys: pytest.CaptureFixture[str]) -> None:
     python, cp = describe_versions()
     # an old install
-    for module in ("mpsched._transport.sockets", "mpsched._client.futures", "mpsched._cli.main"):
+    for module in ("mpsched._transport.sockets", "mpsched._client.core", "mpsched._cli.main"):
         monkeypatch.setattr(f"{module}.describe_versions", lambda: ("3.0", cp))
     assert main([*command, *cluster.manager.cli()]) == Exit.VERSION
     err = capsys.readouterr().err
