@@ -165,6 +165,7 @@ def owner_process(fifo):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     proc.wait(10)
+    proc.stdout.close()
 
 
 def test_killing_the_owner_stops_manager_and_workers(owner_process):
