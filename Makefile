@@ -71,7 +71,7 @@ screenshot: $(STAMP)  ## take docs/dashboard.png again (needs make tools once)
 	  $(CURDIR)/$(PY) -m pytest -q -p no:cacheprovider tests/test_dashboard_page.py \
 	  -k follows_a_job; status=$$?; rm -rf $$copy; exit $$status
 
-lint: $(STAMP)  ## ruff and mypy (strict)
+lint: $(STAMP)  ## ruff, and mypy: strict on mpsched/, every function body in tests/ and examples/
 	$(PY) -m ruff check mpsched tests examples docs/_hooks
 	$(PY) -m mypy
 

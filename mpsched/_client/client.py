@@ -2,7 +2,7 @@
 
 ``schedule``/``submit``/``map`` validate and pickle the job here, at the call site, send it
 to the manager and return a :class:`~mpsched._client.job_future.JobFuture`; the client's
-result thread (mpsched._client.futures) collects outcomes and resolves the futures.
+result thread (mpsched._client.core) collects outcomes and resolves the futures.
 
 A Client is built in layers, each a module: its core and lookups by id
 (mpsched._client.base), recurring jobs (mpsched._client.recurring), closing

@@ -39,7 +39,7 @@ from mpsched._core.job import (
 )
 from mpsched._core.queue import JobQueue
 from mpsched._errors import JobError, JobNotFoundError
-from mpsched._manager.ended import MAX_OUTCOME, Ended, EndedJobs
+from mpsched._manager.retained import MAX_OUTCOME, Ended, EndedJobs
 from mpsched._manager.shared_queue import SharedQueue
 from mpsched._protocol.records import LeftBehind, ManagerStatus, WorkerStatus
 from mpsched._store.base import Store
@@ -216,8 +216,8 @@ class NoJournal(BaseJournal):
 
     Lookups and listings see the jobs pending or in flight (the queue's records), and for
     ``result_ttl`` seconds those that ended, with their outcomes, in memory and bounded
-    (mpsched._manager.ended). Keys: a job with a ``key`` holds it while it is pending, running, or
-    kept ended (done or failed; a cancelled one frees it). Schedules are kept in a
+    (mpsched._manager.retained). Keys: a job with a ``key`` holds it while it is pending, running,
+    or kept ended (done or failed; a cancelled one frees it). Schedules are kept in a
     MemoryStore.
     """
 

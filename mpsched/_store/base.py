@@ -29,7 +29,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from mpsched._core.histogram import HistogramSnapshot
 from mpsched._core.job import JobRecord, JobState, Payload
@@ -37,6 +37,7 @@ from mpsched._errors import ConfigError, InvalidJobError
 
 DAY = 86400.0
 IN_MEMORY = "memory"  # the location of the store of a manager without one: its memory
+StoreT = TypeVar("StoreT", bound="Store")  # `with SQLiteStore(...) as store` is a SQLiteStore
 
 
 class StoredJob(NamedTuple):
@@ -200,7 +201,7 @@ class Store(abc.ABC):
         """Write what is queued, then release the store. Idempotent. Later calls raise
         StoreError."""
 
-    def __enter__(self) -> Store:
+    def __enter__(self: StoreT) -> StoreT:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,

@@ -230,7 +230,7 @@ def test_a_second_serve_on_a_store_exits_7_and_the_first_keeps_serving(
     # Another socket: a second serve on the default one would find the first one there.
     second = procs.run("serve", "--address", f"unix:{procs.runtime_dir}/second.sock",
                        "--workers", "0", env={"MPSCHED_STORE": str(store)})
-    assert second.returncode == Exit.STORE == 7, second.stderr
+    assert second.returncode == int(Exit.STORE) == 7, second.stderr
     assert second.stderr.count("\n") == 1, second.stderr
     assert str(store) in second.stderr and f"pid {first.proc.pid}" in second.stderr
     assert set(procs.runtime_dir.rglob("*")) == runtime_files  # it left no socket or key
@@ -397,7 +397,7 @@ def test_jobs_cancel_and_result_round_trip_and_outlive_a_restart(
                           f"the worker's traceback:\nTraceback (most recent call last):\n")
     assert err.endswith("\nValueError: math domain error\n"), err  # kept by the store too
     code, out, err = run("result", later_id, "--json")
-    assert code == Exit.JOB_TIMEOUT == 124
+    assert code == int(Exit.JOB_TIMEOUT) == 124
     assert json.loads(out) == {"job_id": later_id, "state": "pending"}
     assert "no result yet; --wait waits for it" in err
 

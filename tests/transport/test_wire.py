@@ -82,11 +82,11 @@ def test_the_pickle_of_an_out_of_band_message_holds_no_payload(pair, monkeypatch
     pickled: list[int] = []
     real = pickle.loads
 
-    def loads(data: bytes, **kwargs: object) -> object:
+    def loads(data: bytes, **kwargs: Any) -> object:
         pickled.append(len(data))
         return real(data, **kwargs)
 
-    monkeypatch.setattr(_wire.pickle, "loads", loads)
+    monkeypatch.setattr(pickle, "loads", loads)
     in_thread(lambda: sender.send(("x", pickle.PickleBuffer(bytes(4 * BLOB)))))
     assert receiver.recv()[1] == bytes(4 * BLOB)
     assert pickled and pickled[0] < 100
