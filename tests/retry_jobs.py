@@ -86,3 +86,10 @@ def slow_fail(log_path: str, seconds: float) -> None:
     run = log_start(log_path)
     time.sleep(seconds)
     raise ValueError(f"slow {run + 1}")
+
+
+def notes(error: BaseException | None) -> list[str]:
+    """The notes of an exception (``__notes__``: Python 3.11's add_note, or mpsched's)."""
+    found = getattr(error, "__notes__", [])
+    assert isinstance(found, list)
+    return found
