@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).parent.parent / "mpsched"
 # a cycle waiting to happen, so modules of one group never import each other.
 LAYERS: list[tuple[str, list[set[str]]]] = [
     ("_errors", [set()]),  # the whole error tree, one module
-    ("_core", [{"options", "histogram"}, {"job"}, {"clock", "recurring"},
+    ("_core", [{"options", "histogram", "retrying"}, {"job"}, {"clock", "recurring"},
                {"leases", "heap", "planning", "wall_offset"}, {"room", "prefetch"},
                {"hand_out"}, {"intake"}, {"queue"}]),
     ("_store", [{"base", "commit", "pruning", "lease_records", "group_sync", "redis.url",
@@ -35,7 +35,7 @@ LAYERS: list[tuple[str, list[set[str]]]] = [
                  {"loop", "pool_slots"}, {"remote"}, {"pool"}]),
     ("_manager", [{"retained", "mailbox", "worker_table", "launcher", "failures", "http.metrics",
                    "http.history", "http.connections", "wall_clock", "store_outage",
-                   "client_connections", "shared_fence"},
+                   "client_connections", "shared_fence", "retries"},
                   {"shared_queue_base", "http.intake"}, {"shared_prefetch", "http.answering"},
                   {"shared_queue"},
                   {"journal", "schedule_entry"},

@@ -153,6 +153,11 @@ class BaseJournal(abc.ABC):
     def requeued(self, job: Job) -> None:
         """Journal that a job whose lease was lost is pending again."""
 
+    def retried(self, job: Job, delay: float, cause: str) -> None:
+        """Journal that a job whose attempt failed runs again, due ``delay`` seconds from
+        now, with its notes; ``cause``: "exception" (its retry policy) or "retry_later"."""
+        self.requeued(job)
+
     def cancelled(self, jobs: list[Job]) -> dict[str, set[str]]:
         """Journal (durably) jobs taken out of the heap; returns their watchers by job."""
         with self._lock:
@@ -362,7 +367,7 @@ class NoJournal(BaseJournal):
             timeout=job.timeout, retries=job.retries, attempt=job.attempt,
             submitted_wall=job.due + to_wall,  # not kept without a store: its due time
             state=state or (JobState.PENDING if worker_id is None else JobState.RUNNING),
-            worker_id=worker_id, finished_wall=finished_wall, outcome=None)
+            worker_id=worker_id, finished_wall=finished_wall, outcome=None, error=job.error)
 
     def _ended_record(self, ended: Ended) -> JobRecord:
         return self._record(ended.job, ended.worker_id, ended.state, ended.finished_wall)

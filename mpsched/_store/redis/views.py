@@ -8,10 +8,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from mpsched._core.job import JobRecord, JobState, Order
+from mpsched._core.retrying import RetryState
 from mpsched._store.redis.records import ManagerRecord, QueueCounts
 
 US = 1_000_000  # microseconds per second
-RECORD_FIELDS = ("c", "k", "n", "pr", "d", "s", "to", "r", "a", "sub", "st", "w", "f", "x")
+# As jobs.lua's FIELDS; "rs": a job's retry state, for a job with a retry policy.
+RECORD_FIELDS = ("c", "k", "n", "pr", "d", "s", "to", "r", "a", "sub", "st", "w", "f", "x",
+                 "rs")
 
 
 def managers(client: Any, base: str) -> list[ManagerRecord]:
@@ -51,7 +54,8 @@ def counts(client: Any, base: str) -> QueueCounts:
         running=running, submitted=number.get("submitted", 0),
         done=number.get("done", 0), failed=number.get("failed", 0),
         cancelled=number.get("cancelled", 0), retried=number.get("retried", 0),
-        head_in=head_in)
+        head_in=head_in, retried_exception=number.get("retried:exception", 0),
+        retried_later=number.get("retried:retry_later", 0))
 
 
 def head(client: Any, base: str, n: int, order: Order) -> list[tuple[JobRecord, float]]:
@@ -92,7 +96,7 @@ def _ready_due(member: bytes) -> int:
 
 def record(job_id: str, row: Sequence[Any], outcome: bytes | None) -> JobRecord:
     (client, key, name, level, due, seq, timeout, retries, attempt, submitted, state,
-     worker, finished, crashed) = row
+     worker, finished, crashed, retry) = row
     return JobRecord(
         job_id=job_id, client_id=client.decode(), key=None if key is None else key.decode(),
         name=name.decode(), priority=int(level), due_wall=int(due) / US, seq=int(seq),
@@ -100,4 +104,5 @@ def record(job_id: str, row: Sequence[Any], outcome: bytes | None) -> JobRecord:
         attempt=int(attempt), submitted_wall=int(submitted) / US,
         state=JobState(state.decode()),
         worker_id=(worker or crashed or b"").decode() or None,
-        finished_wall=None if finished is None else int(finished) / US, outcome=outcome)
+        finished_wall=None if finished is None else int(finished) / US, outcome=outcome,
+        error=None if retry is None else RetryState.decode(retry.decode()).error)

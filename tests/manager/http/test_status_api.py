@@ -93,7 +93,8 @@ def test_metrics_show_the_state_the_test_set_up(
     finished = {s.labels["outcome"]: s.value for s in found["mpsched_jobs_finished"].samples}
     # cancelled: the run the pause withdrew
     assert finished == {"done": 4, "failed": 1, "cancelled": 1, "crashed": 0, "timeout": 0}
-    assert sample(found, "mpsched_jobs_retried", "mpsched_jobs_retried_total") == 1
+    assert sample(found, "mpsched_jobs_retried", "mpsched_jobs_retried_total",
+                  cause="crash") == 1
     assert sample(found, "mpsched_jobs_running") == 0
     counters = {field: sample(found, f"mpsched_schedule_{field}",
                               f"mpsched_schedule_{field}_total", schedule="tick")
