@@ -50,7 +50,7 @@ def main() -> None:
             print(future.result())
         error = refused.exception()
         print(f"refused: {type(error).__name__}: {error}")
-        for note in error.__notes__:
+        for note in getattr(error, "__notes__", []):
             print(f"  {note}")
         stats = s.stats().queue
     print(f"{time.monotonic() - started:.1f} s; runs again: {stats.retried_exception} after "

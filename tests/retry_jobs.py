@@ -86,3 +86,8 @@ def slow_fail(log_path: str, seconds: float) -> None:
     run = log_start(log_path)
     time.sleep(seconds)
     raise ValueError(f"slow {run + 1}")
+
+
+def notes(error: BaseException | None) -> list[str]:
+    """The notes an exception carries (``__notes__``, which Python 3.10 does not declare)."""
+    return list(getattr(error, "__notes__", []))
