@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 import retry_jobs
 from processes import wait_for
-from retry_jobs import notes
 from served import Manager, serve
 
 from mpsched import RetryLater, RetryPolicy
@@ -39,7 +38,8 @@ def test_an_always_failing_job_runs_exactly_its_budget_across_two_managers(
     future = client.schedule(retry_jobs.always_fail, log, retry=policy)
     error = future.exception(timeout=60)
     assert isinstance(error, ValueError) and str(error) == "boom 5"
-    assert [n.rsplit(": ", 2)[-1] for n in notes(error)] == [f"boom {n}" for n in range(1, 5)]
+    assert ([n.rsplit(": ", 2)[-1] for n in retry_jobs.notes(error)]
+            == [f"boom {n}" for n in range(1, 5)])
     starts = retry_jobs.starts(log)
     assert len(starts) == 5
     for n in range(1, 5):

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import retry_jobs
 from processes import wait_for
-from retry_jobs import notes
 from served import START_TIMEOUT, Manager, Processes, serve
 
 import mpsched
@@ -68,8 +67,8 @@ def test_an_always_failing_job_runs_exactly_its_budget_across_sigkills(
     starts = retry_jobs.starts(log)
     assert len(starts) == 4 == policy.max_retries + 1
     assert starts[1] >= starts[0] + 0.5 + 2.0 - CLOCK_SLACK  # never early, across a restart
-    assert [note.split(": ", 1)[1] for note in notes(error)] == [
-        "ValueError: slow 1", notes(error)[1].split(": ", 1)[1], "ValueError: slow 3"]
-    assert "WorkerCrashedError" in notes(error)[1]
+    assert [note.split(": ", 1)[1] for note in retry_jobs.notes(error)] == [
+        "ValueError: slow 1", retry_jobs.notes(error)[1].split(": ", 1)[1], "ValueError: slow 3"]
+    assert "WorkerCrashedError" in retry_jobs.notes(error)[1]
     info = last.job_info(job_id)
     assert (info.state, info.attempts, info.error) == ("failed", 4, "ValueError: slow 4")
