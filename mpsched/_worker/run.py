@@ -8,7 +8,8 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
@@ -18,6 +19,9 @@ from mpsched._payload import frames, shm
 from mpsched._payload.pickling import dumps_result, loads
 from mpsched._transport.sockets import host_name
 from mpsched._worker.process import WorkerConfig
+
+if TYPE_CHECKING:
+    import asyncio
 
 
 def start_time(assignment: Assignment) -> float:
@@ -65,6 +69,8 @@ def run(assignment: Assignment, start_at: float | None = None,
         entering(job_id)
     try:
         result = fn(*args, **kwargs)
+        if isinstance(result, Awaitable):  # an async def job, or any awaitable it returned
+            result = run_awaitable(result)
     except BaseException as exc:
         return _failure(job_id, exc, _format(exc), started, OutcomeKind.RAISED)
     try:
@@ -75,6 +81,35 @@ def run(assignment: Assignment, start_at: float | None = None,
             f"{exc!r}")
         return _failure(job_id, pickling, _format(exc), started, OutcomeKind.RESULT_PICKLING)
     return Outcome(job_id=job_id, ok=True, payload=payload, traceback="", started=started)
+
+
+# The worker's event loop: made at its first async job, then kept for the process's life,
+# so tasks and connections a job leaves on it are there for the next. Only the worker's
+# main thread runs jobs, so nothing else touches it.
+_loop: asyncio.AbstractEventLoop | None = None
+
+
+def run_awaitable(awaitable: Awaitable[Any]) -> Any:
+    """Run ``awaitable`` to completion on this process's event loop; return its result.
+
+    Raises what it raises. One that ends by a BaseException other than an Exception
+    (SystemExit, KeyboardInterrupt) closes the loop, and the next job gets a new one.
+    """
+    global _loop
+    import asyncio  # here: a worker that never runs an async job never imports it
+
+    if _loop is None or _loop.is_closed():
+        _loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(_loop)
+    loop = _loop
+    try:
+        return loop.run_until_complete(awaitable)
+    except Exception:
+        raise
+    except BaseException:
+        _loop = None
+        loop.close()
+        raise
 
 
 def _unpickling_hint(exc: BaseException) -> str:
