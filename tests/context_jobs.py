@@ -49,3 +49,93 @@ def running_loop() -> bool:
     except RuntimeError:
         return False
     return True
+
+
+def context() -> dict[str, Any]:
+    """What current_job() says inside the job, as plain data."""
+    from mpsched import current_job
+
+    job = current_job()
+    assert job is not None
+    return {"job_id": job.job_id, "attempt": job.attempt, "max_retries": job.max_retries,
+            "due": job.due, "schedule_id": job.schedule_id}
+
+
+def log_context(log_path: str) -> None:
+    """Append this run's job id, attempt and schedule id to a log (a recurring job)."""
+    from mpsched import current_job
+
+    job = current_job()
+    assert job is not None
+    line = f"{job.job_id} {job.attempt} {job.schedule_id} {job.due.timestamp()}\n"
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+def attempt_after_dying_once(marker: str) -> int:
+    """SIGKILL our own worker on the first run; return the attempt of the next."""
+    import signal
+
+    from mpsched import current_job
+
+    if not os.path.exists(marker):
+        with open(marker, "w"):
+            pass
+        os.kill(os.getpid(), signal.SIGKILL)
+    job = current_job()
+    assert job is not None
+    return job.attempt
+
+
+def wait_for_file(path: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.01)
+
+
+def progress_steps(first: str, second: str, timeout: float = 120.0) -> str:
+    """Report 0.25, wait for the file ``first``; report {"step": 2}, wait for ``second``."""
+    from mpsched import current_job
+
+    job = current_job()
+    assert job is not None
+    job.set_progress(0.25)
+    wait_for_file(first, timeout)
+    job.set_progress({"step": 2, "of": 3})
+    wait_for_file(second, timeout)
+    return "done"
+
+
+def progress_then_fail(reported: str) -> None:
+    """Report 0.5, say so in the file ``reported`` once the manager has it... then fail."""
+    from mpsched import current_job
+
+    job = current_job()
+    assert job is not None
+    job.set_progress(0.5)
+    wait_for_file(reported, 120)
+    raise RuntimeError("gave up half way")
+
+
+def bad_progress() -> list[str]:
+    """The error each bad progress value raises in the job."""
+    from mpsched import current_job
+
+    job = current_job()
+    assert job is not None
+    errors = []
+    for value in (float("nan"), 1.5, -0.1, True, "half", [0.5], {"a": object()},
+                  {"text": "x" * 5000}):
+        try:
+            job.set_progress(value)  # type: ignore[arg-type]
+        except ValueError as exc:
+            errors.append(type(exc).__name__)
+        else:
+            errors.append("accepted")
+    job.set_progress(1)
+    job.set_progress({"rows": 10, "of": 20})
+    return errors

@@ -101,21 +101,34 @@ def job_as_dict(job: JobInfo, now: float) -> dict[str, Any]:
     return {"job_id": job.job_id, "name": job.name, "state": job.state,
             "due": job.due.isoformat(), "due_in": job.due.timestamp() - now,
             "priority": job.priority.name.lower(), "attempts": job.attempts,
-            "worker": job.worker, "key": job.key}
+            "worker": job.worker, "key": job.key, "progress": job.progress,
+            "error": job.error}
 
 
 def format_jobs(jobs: list[JobInfo], now: float) -> str:
     """The table ``jobs`` prints: one line per job, due as local time and the wait."""
     if not jobs:
         return "no jobs\n"
-    rows = [("id", "name", "state", "due", "priority", "attempts", "worker")]
+    rows = [("id", "name", "state", "due", "priority", "attempts", "worker", "progress",
+             "error")]
     rows += [(job.job_id, job.name, job.state, format_when(job, now),
-              job.priority.name.lower(), str(job.attempts), job.worker or "-")
+              job.priority.name.lower(), str(job.attempts), job.worker or "-",
+              format_progress(job.progress), job.error or "-")
              for job in jobs]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
              + f"  {row[-1]}" for row in rows]  # the last column unpadded: no trailing blanks
     return "\n".join(lines) + "\n"
+
+
+def format_progress(progress: float | dict[str, Any] | None, width: int = 40) -> str:
+    """``42%`` for a number, the dict as compact JSON (cut to ``width``), ``-`` for none."""
+    if progress is None:
+        return "-"
+    if isinstance(progress, float):
+        return f"{progress:.0%}"
+    text = json.dumps(progress, separators=(",", ":"))
+    return text if len(text) <= width else text[:width - 3] + "..."
 
 
 def format_when(job: JobInfo, now: float) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 from mpsched._client.futures import ClientCore
 from mpsched._client.job_future import JobFuture
 from mpsched._core.job import JobInfo, JobRecord, JobState, JobStateLike, Priority
+from mpsched._core.progress import decode_progress
 from mpsched._errors import ConfigError, InvalidJobError, JobNotFoundError
 from mpsched._protocol.proxy import ServiceProxy
 from mpsched._protocol.records import Stats
@@ -123,4 +124,5 @@ def _job_info(record: JobRecord) -> JobInfo:
     return JobInfo(job_id=record.job_id, name=record.name, state=record.state.value,
                    due=datetime.fromtimestamp(record.due_wall, timezone.utc),
                    priority=Priority(record.priority), attempts=record.attempt,
-                   worker=record.worker_id, key=record.key)
+                   worker=record.worker_id, key=record.key, error=record.error,
+                   progress=decode_progress(record.progress))

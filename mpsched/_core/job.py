@@ -103,6 +103,7 @@ class Job:
     key: str | None = None  # idempotency key (JobRequest.key)
     name: str = ""  # the callable's qualified name, for listings
     at: float | None = None  # wall-clock epoch seconds it was asked for (JobRequest.at)
+    progress: str | None = None  # the latest its worker reported, as JSON text
 
     def time_key(self) -> tuple[float, int, int]:
         """The heap key of ``order="time"``: due, then priority level, then seq."""
@@ -314,7 +315,9 @@ class JobInfo:
 
     ``state`` is "pending", "running", "done", "failed" or "cancelled"; ``due`` is an aware
     datetime in UTC; ``attempts`` counts the runs a worker started; ``worker`` is the one
-    running it (or that ran it last); ``key`` its idempotency key, if it has one.
+    running it (or that ran it last); ``key`` its idempotency key, if it has one;
+    ``error`` a failed job's error in one line; ``progress`` the latest value the job
+    reported with ``current_job().set_progress``.
     """
 
     job_id: str
@@ -325,6 +328,9 @@ class JobInfo:
     attempts: int
     worker: str | None
     key: str | None
+    error: str | None = None  # the last error's one line (None before any)
+    # The latest progress the job reported: a number in [0, 1] or a dict.
+    progress: float | dict | None = None  # type: ignore[type-arg]
 
 
 class JobState(Option):
@@ -364,6 +370,9 @@ class JobRecord(NamedTuple):
     worker_id: str | None  # who runs it, or ran it last
     finished_wall: float | None  # when it was finished or cancelled
     outcome: bytes | None  # the manager's opaque bytes; None while unfinished, in listings
+    progress: str | None = None  # the latest progress the job reported, as JSON text
+    error: str | None = None  # a failed job's error, in one line (in lookups and listings)
+    traceback: str | None = None  # a failed job's traceback (in lookups by id)
 
 
 class PayloadOptions(NamedTuple):

@@ -153,6 +153,12 @@ class BaseJournal(abc.ABC):
     def requeued(self, job: Job) -> None:
         """Journal that a job whose lease was lost is pending again."""
 
+    def progress(self, lease_id: int, job_id: str, progress: str) -> None:
+        """Note the latest progress a job in flight under ``lease_id`` reported (JSON text):
+        on the queue's record of the job, which its listings and its end read."""
+        assert isinstance(self.queue, JobQueue)  # a shared queue's journal has its own
+        self.queue.set_progress(lease_id, job_id, progress)
+
     def cancelled(self, jobs: list[Job]) -> dict[str, set[str]]:
         """Journal (durably) jobs taken out of the heap; returns their watchers by job."""
         with self._lock:
@@ -362,10 +368,14 @@ class NoJournal(BaseJournal):
             timeout=job.timeout, retries=job.retries, attempt=job.attempt,
             submitted_wall=job.due + to_wall,  # not kept without a store: its due time
             state=state or (JobState.PENDING if worker_id is None else JobState.RUNNING),
-            worker_id=worker_id, finished_wall=finished_wall, outcome=None)
+            worker_id=worker_id, finished_wall=finished_wall, outcome=None,
+            progress=job.progress)
 
     def _ended_record(self, ended: Ended) -> JobRecord:
-        return self._record(ended.job, ended.worker_id, ended.state, ended.finished_wall)
+        record = self._record(ended.job, ended.worker_id, ended.state, ended.finished_wall)
+        if ended.state is JobState.FAILED and ended.outcome is not None:
+            return record._replace(outcome=encode(ended.outcome))
+        return record
 
 
 def _not_kept(job_id: str) -> Outcome:

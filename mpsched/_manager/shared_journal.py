@@ -237,6 +237,14 @@ class SharedJournal(BaseJournal):
     def requeued(self, job: Job) -> None:
         pass  # SharedQueue.requeue put it back in Redis
 
+    def progress(self, lease_id: int, job_id: str, progress: str) -> None:
+        """Write a job's latest progress to its hash in Redis (field ``pg``), under its
+        lease's token, where every manager's listing reads it."""
+        token = self.shared_queue.token_of(job_id)
+        if token is not None:
+            self.store.set_progress([(job_id, token, progress)])
+            self.shared_queue.note_progress(lease_id, job_id, progress)
+
     def take_unsent(self) -> list[Finish]:
         """The finishes Redis could not take yet, oldest first (the caller sends them, or
         gives them back with :meth:`put_back_unsent`)."""

@@ -167,6 +167,8 @@ class Journal(BaseJournal):
         state = JobState.DONE if outcome.ok else JobState.FAILED
         kept = encode(outcome) if self.store.keeps_outcomes else None
         try:  # not under _lock: a large outcome waits for its commit here
+            if job.progress is not None:  # only a job that reported progress pays for it
+                self.store.set_progress(job.job_id, job.progress)
             self.store.finish(job.job_id, state, kept, self._wall())
         except StoreError as exc:
             log.error("the outcome of job %s was not journalled: %s", job.job_id, exc)
@@ -210,11 +212,23 @@ class Journal(BaseJournal):
     def get(self, job_id: str, *, fresh: bool = False) -> JobRecord | None:
         if fresh:
             self.store.flush()  # what was journalled so far is readable
-        return self.store.get(job_id)
+        record = self.store.get(job_id)
+        return None if record is None else self._running_progress(record)
 
     def jobs(self, state: str | None, limit: int | None) -> list[JobRecord]:
         self.store.flush()
-        return self.store.jobs(None if state is None else JobState(state), limit)
+        records = self.store.jobs(None if state is None else JobState(state), limit)
+        return [self._running_progress(r) for r in records]
+
+    def _running_progress(self, record: JobRecord) -> JobRecord:
+        """``record`` with the progress of the job if it runs: the queue has it (the store
+        gets it at the job's end)."""
+        if record.state is not JobState.RUNNING:
+            return record
+        found = self.queue.find(record.job_id)
+        if found is None or found[0].progress is None:
+            return record
+        return record._replace(progress=found[0].progress)
 
 
 @dataclass

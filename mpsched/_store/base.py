@@ -145,8 +145,8 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def jobs(self, state: JobState | None = None, limit: int | None = None) -> list[JobRecord]:
         """Jobs in seq order (only those in ``state``, at most ``limit``); outcomes are left
-        out (None) to keep listings light: ``get`` a job for its outcome. Committed state,
-        as ``get``.
+        out (None) to keep listings light, but for failed jobs' (their error is listed):
+        ``get`` a job for its outcome. Committed state, as ``get``.
         """
 
     @abc.abstractmethod
@@ -271,6 +271,15 @@ class JournalStore(Store):
 
         Raises:
             InvalidJobError: ``state`` is not done or failed.
+            StoreError: the store is closed.
+        """
+
+    @abc.abstractmethod
+    def set_progress(self, job_id: str, progress: str) -> None:
+        """Record the latest progress of a job that reported some (JSON text), before its
+        finish. Returns at once; written in order after every earlier call.
+
+        Raises:
             StoreError: the store is closed.
         """
 

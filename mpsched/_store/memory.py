@@ -30,13 +30,15 @@ class _Entry:
     worker_id: str | None = None
     finished_wall: float | None = None
     outcome: bytes | None = None
+    progress: str | None = None
 
     def current(self) -> StoredJob:
         return self.job._replace(attempt=self.attempt)
 
     def record(self, *, with_outcome: bool = True) -> JobRecord:
+        listed = with_outcome or self.state is JobState.FAILED  # its error is listed
         return record_of(self.current(), self.state, self.worker_id, self.finished_wall,
-                            self.outcome if with_outcome else None)
+                         self.outcome if listed else None)._replace(progress=self.progress)
 
 
 class MemoryStore(JournalStore):
@@ -143,6 +145,13 @@ class MemoryStore(JournalStore):
             entry = self._entries.get(job_id)
             if entry is not None:
                 entry.state, entry.worker_id, entry.attempt = JobState.PENDING, None, attempt
+
+    def set_progress(self, job_id: str, progress: str) -> None:
+        with self._lock:
+            self._check_open_locked()
+            entry = self._entries.get(job_id)
+            if entry is not None:
+                entry.progress = progress
 
     def flush(self) -> None:
         with self._lock:

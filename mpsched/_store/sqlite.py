@@ -62,12 +62,14 @@ from mpsched._store.lease_records import LogRecord, ended, leased, requeued, spl
 from mpsched._store.pruning import Pruner
 from mpsched._store.readers import Readers, no_gc
 from mpsched._store.statements import (
+    FAILED_OUTCOME,
     FINISH,
     FINISH_LEASED,
     FOLD,
     FOLD_END,
     LEASE,
     MULTI,
+    PROGRESS,
     PRUNE,
     RECORD,
     REQUEUE,
@@ -279,6 +281,9 @@ class SQLiteStore(JournalStore):
         self._leases.append(requeued(job_id, attempt),
                             lambda: self._queue_requeue(job_id, attempt))
 
+    def set_progress(self, job_id: str, progress: str) -> None:
+        self._writer.post_update(PROGRESS.one, (progress, job_id), job_id)
+
     def _queue_requeue(self, job_id: str, attempt: int) -> None:
         with self._leased_lock:
             self._leased.pop(job_id, None)
@@ -301,7 +306,8 @@ class SQLiteStore(JournalStore):
         where = "" if state is None else "WHERE state = ?"
         params: tuple[object, ...] = () if state is None else (JobState(state).value,)
         with self._readers.connection() as conn:
-            rows = conn.execute(f"SELECT {RECORD} FROM jobs {where} ORDER BY seq LIMIT ?",
+            rows = conn.execute(f"SELECT {RECORD}, {FAILED_OUTCOME} FROM jobs {where} "
+                                "ORDER BY seq LIMIT ?",
                                 (*params, -1 if limit is None else limit)).fetchall()
         return [job_record(row) for row in rows]
 

@@ -17,7 +17,9 @@ from mpsched._store.base import StoredJob
 STORED = ("job_id, client_id, key, name, payload, priority, due_wall, seq, timeout, retries, "
           "attempt, submitted_wall")
 RECORD = ("job_id, client_id, key, name, priority, due_wall, seq, timeout, retries, attempt, "
-          "submitted_wall, state, worker_id, finished_wall")
+          "submitted_wall, state, worker_id, finished_wall, progress")
+# A listing's outcome column: a failed job's only (its error shows in the listing).
+FAILED_OUTCOME = "CASE WHEN state = 'failed' THEN outcome END"
 PRUNE = "DELETE FROM jobs WHERE finished_wall <= ?"
 
 
@@ -55,6 +57,7 @@ FINISH = by_job(state=None, outcome=None, finished_wall=None)
 FINISH_LEASED = by_job(state=None, outcome=None, finished_wall=None, worker_id=None,
                        attempt=None)
 REQUEUE = by_job(state="'pending'", worker_id="NULL", attempt=None)
+PROGRESS = by_job(progress=None)
 # UPDATE ... FROM came with SQLite 3.33; older ones run a batch's rows by executemany().
 MULTI = {s.one: s.many for s in (LEASE, FINISH, FINISH_LEASED, REQUEUE)} \
     if sqlite3.sqlite_version_info >= (3, 33) else {}
@@ -85,6 +88,6 @@ stored_job: Callable[[Sequence[Any]], StoredJob] = functools.partial(tuple.__new
 def job_record(row: Sequence[Any]) -> JobRecord:
     """A row of the RECORD columns (and the outcome, if selected after them)."""
     stored, rest = row[:11], row[11:]
-    state, worker_id, finished_wall, *outcome = rest
+    state, worker_id, finished_wall, progress, *outcome = rest
     return JobRecord._make((*stored, JobState(state), worker_id, finished_wall,
-                            outcome[0] if outcome else None))
+                            outcome[0] if outcome else None, progress, None, None))

@@ -18,6 +18,7 @@ from mpsched._errors import JobError, JobUnpicklingError, ResultPicklingError
 from mpsched._payload import frames, shm
 from mpsched._payload.pickling import dumps_result, loads
 from mpsched._transport.sockets import host_name
+from mpsched._worker import context
 from mpsched._worker.process import WorkerConfig
 
 if TYPE_CHECKING:
@@ -67,12 +68,15 @@ def run(assignment: Assignment, start_at: float | None = None,
         started = _wait_for_wall(assignment.at, started)
     if entering is not None:
         entering(job_id)
+    context.entered(assignment, started)  # what current_job() describes
     try:
         result = fn(*args, **kwargs)
         if isinstance(result, Awaitable):  # an async def job, or any awaitable it returned
             result = run_awaitable(result)
     except BaseException as exc:
+        context.left()
         return _failure(job_id, exc, _format(exc), started, OutcomeKind.RAISED)
+    context.left()
     try:
         payload = dumps_result(result, result_segment)
     except BaseException as exc:

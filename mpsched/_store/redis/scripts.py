@@ -35,7 +35,7 @@ from mpsched._store.redis.records import (
 )
 
 NAMES = ("submit", "claim", "cancel", "watch", "drain", "heartbeat", "leave", "jobs", "prune",
-         "unclaim")
+         "unclaim", "progress")
 US = 1_000_000  # microseconds per second
 # The bound a submit found reached (submit.lua's `full`), as QueueFullError names it.
 FULL = {1: "jobs", 2: "payload bytes"}
@@ -250,6 +250,9 @@ class Scripts:
 
     def prune(self, count: int) -> int:
         return int(self._call("prune", count))
+
+    def progress(self, updates: Sequence[tuple[str, str, str]]) -> int:
+        return int(self._call("progress", *(part for update in updates for part in update)))
 
 
 def _claimed(row: list[Any]) -> Claimed:

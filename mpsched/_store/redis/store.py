@@ -412,7 +412,14 @@ class RedisStore(Store):
     def jobs(self, state: JobState | None = None, limit: int | None = None) -> list[JobRecord]:
         with self.errors():
             rows = self.scripts.jobs(state, limit)
-        return [views.record(row[0].decode(), row[1:], None) for row in rows]
+        return [views.record(row[0].decode(), row[1:-1], row[-1] or None) for row in rows]
+
+    def set_progress(self, updates: Sequence[tuple[str, str, str]]) -> int:
+        """Record the latest progress of running jobs: (job id, its lease's token, JSON
+        text) each; an update of a job that no longer runs under that lease is dropped.
+        Returns how many were recorded."""
+        with self.errors():
+            return self.scripts.progress(updates)
 
     def find_key(self, key: str) -> JobRecord | None:
         with self.errors():
