@@ -139,3 +139,10 @@ def bad_progress() -> list[str]:
     job.set_progress(1)
     job.set_progress({"rows": 10, "of": 20})
     return errors
+
+
+def fail_until(marker: str) -> dict[str, Any]:
+    """Raise until the file ``marker`` exists; then return what current_job() says."""
+    if not os.path.exists(marker):
+        raise ValueError(f"{os.path.basename(marker)} is missing")
+    return context()

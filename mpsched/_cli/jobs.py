@@ -23,6 +23,7 @@ from mpsched._client.client import Client
 from mpsched._client.job_future import JobFuture
 from mpsched._core.job import JobInfo, JobState
 from mpsched._errors import (
+    InvalidJobError,
     JobNotFoundError,
     RemoteTraceback,
     ScheduleNotFoundError,
@@ -211,6 +212,26 @@ def unfinished_state(client: Client, future: JobFuture[Any]) -> JobState | None:
             return state
         concurrent.futures.wait([future], timeout=1.0)
     return None
+
+
+# ------------------------------------------------------------------------------ requeue
+
+
+def run_requeue(args: argparse.Namespace, out: TextIO) -> int:
+    """The ``requeue`` command: 0 when the failed or cancelled job is pending again (its
+    id printed), else 1 and why on stderr."""
+    with connected(args) as client:
+        try:
+            client.requeue(args.job_id)
+        except JobNotFoundError:
+            why = _UNKNOWN
+        except InvalidJobError as exc:
+            why = str(exc).removeprefix(f"job {args.job_id} cannot be requeued: ")
+        else:
+            print(args.job_id, file=out)
+            return Exit.OK
+    print(f"mpsched: job {args.job_id} was not requeued: {why}", file=sys.stderr)
+    return Exit.FAILURE
 
 
 # ------------------------------------------------------------------------------ result

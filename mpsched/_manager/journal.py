@@ -38,10 +38,10 @@ from mpsched._core.job import (
     check_request,
 )
 from mpsched._core.queue import JobQueue
-from mpsched._errors import JobError, JobNotFoundError
+from mpsched._errors import InvalidJobError, JobError, JobNotFoundError
 from mpsched._manager.ended import MAX_OUTCOME, Ended, EndedJobs
 from mpsched._manager.shared_queue import SharedQueue
-from mpsched._protocol.records import LeftBehind, ManagerStatus, WorkerStatus
+from mpsched._protocol.records import LONG_POLL, LeftBehind, ManagerStatus, WorkerStatus
 from mpsched._store.base import Store
 from mpsched._store.memory import MemoryStore
 
@@ -152,6 +152,19 @@ class BaseJournal(abc.ABC):
     @abc.abstractmethod
     def requeued(self, job: Job) -> None:
         """Journal that a job whose lease was lost is pending again."""
+
+    @abc.abstractmethod
+    def requeue_ended(self, client_id: str, job_id: str) -> None:
+        """Put a failed or cancelled job back in the queue by its id, due now, with its
+        record (payload, priority, timeout, retries, key), no attempt made, and
+        ``client_id`` the client its end goes to.
+
+        Raises:
+            JobNotFoundError: the manager knows no such job (never, or forgotten).
+            InvalidJobError: it is pending, running or done; its payload was not kept;
+                its key is held by another job now.
+            QueueFullError, SchedulerShutdownError, StoreError: as :meth:`submit`.
+        """
 
     def progress(self, lease_id: int, job_id: str, progress: str) -> None:
         """Note the latest progress a job in flight under ``lease_id`` reported (JSON text):
@@ -308,6 +321,42 @@ class NoJournal(BaseJournal):
     def requeued(self, job: Job) -> None:
         pass  # nothing is journalled: the job is back in the heap, which is the record
 
+    def requeue_ended(self, client_id: str, job_id: str) -> None:
+        with self._lock:
+            ended = self._ended.get_locked(job_id)
+            if ended is None:
+                found = self.queue.find(job_id)
+                if found is not None:
+                    state = JobState.PENDING if found[1] is None else JobState.RUNNING
+                    raise not_requeueable(job_id, f"it is {state}")
+                raise JobNotFoundError(job_id)
+            if ended.state is JobState.DONE:
+                raise not_requeueable(job_id, "it is done")
+            job = ended.job
+            if not job.payload:
+                raise not_requeueable(job_id, "its arguments were not kept (they went "
+                                              "through shared memory)")
+            self._ended.forget_locked(job_id)
+            if self._keys:
+                self._release_key_locked(job_id)
+        job.progress = None
+        request = JobRequest(job_id, client_id, job.payload, job.priority, 0.0, None,
+                             job.timeout, job.retries, job.key, job.name)
+        try:
+            holders = self.submit([request], LONG_POLL)
+        except BaseException:
+            self._keep_again(ended)
+            raise
+        if holders is not None:
+            self._keep_again(ended)
+            raise not_requeueable(job_id, f"its key is held by job {holders[0]}")
+
+    def _keep_again(self, ended: Ended) -> None:
+        """Keep an ended job whose requeue failed as it was."""
+        with self._lock:
+            self._forgotten_locked(self._ended.add_locked(
+                ended.job, ended.state, ended.worker_id, ended.finished_wall, ended.outcome))
+
     def _release_key_locked(self, job_id: str) -> None:
         key = self._keys.pop(job_id, None)
         if key is not None and self._holders.get(key) == job_id:
@@ -376,6 +425,12 @@ class NoJournal(BaseJournal):
         if ended.state is JobState.FAILED and ended.outcome is not None:
             return record._replace(outcome=encode(ended.outcome))
         return record
+
+
+def not_requeueable(job_id: str, why: str) -> InvalidJobError:
+    """The error of a requeue refused: only a failed or cancelled job can be requeued."""
+    return InvalidJobError(f"job {job_id} cannot be requeued: {why} (only a failed or "
+                           f"cancelled job can be)")
 
 
 def _not_kept(job_id: str) -> Outcome:

@@ -322,6 +322,14 @@ class ManagerService:
         return True
 
     @remote
+    def requeue(self, client_id: str, job_id: str) -> None:
+        """Put a failed or cancelled job back in the queue by id, due now, with its
+        options and no attempt made; its end goes to ``client_id`` (see
+        BaseJournal.requeue_ended, which raises what this raises)."""
+        self.journal.requeue_ended(client_id, job_id)
+        log.info("job %s requeued by client %s", job_id, client_id)
+
+    @remote
     def cancel_many(self, job_ids: list[str]) -> list[str]:
         """Cancel pending jobs of the caller; returns the ids of those that were pending."""
         return self.endings.cancelled(self.queue.cancel_jobs(job_ids))

@@ -39,7 +39,13 @@ from mpsched._errors import (
     StoreUnavailableError,
     WorkerCrashedError,
 )
-from mpsched._manager.journal import BaseJournal, cancelled, decode, encode
+from mpsched._manager.journal import (
+    BaseJournal,
+    cancelled,
+    decode,
+    encode,
+    not_requeueable,
+)
 from mpsched._manager.shared_queue import SharedQueue
 from mpsched._payload import frames, shm
 from mpsched._payload.segments import Segments
@@ -236,6 +242,16 @@ class SharedJournal(BaseJournal):
 
     def requeued(self, job: Job) -> None:
         pass  # SharedQueue.requeue put it back in Redis
+
+    def requeue_ended(self, client_id: str, job_id: str) -> None:
+        """As BaseJournal.requeue_ended, in one script: this manager delivers its end."""
+        done = self.store.requeue_ended(self.manager_id, job_id, client_id)
+        if done == "unknown":
+            raise JobNotFoundError(job_id)
+        if not isinstance(done, int):
+            why = {"no-payload": "its arguments were not kept",
+                   "key": "its key is held by another job"}.get(done, f"it is {done}")
+            raise not_requeueable(job_id, why)
 
     def progress(self, lease_id: int, job_id: str, progress: str) -> None:
         """Write a job's latest progress to its hash in Redis (field ``pg``), under its

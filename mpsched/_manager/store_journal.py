@@ -44,8 +44,9 @@ from mpsched._manager.journal import (
     decode,
     encode,
     failure,
+    not_requeueable,
 )
-from mpsched._protocol.records import LeftBehind
+from mpsched._protocol.records import LONG_POLL, LeftBehind
 from mpsched._store.base import JournalStore, Recovery, StoredJob
 from mpsched._store.lease_records import OUTCOME_IN_LOG
 
@@ -174,6 +175,24 @@ class Journal(BaseJournal):
             log.error("the outcome of job %s was not journalled: %s", job.job_id, exc)
         with self._lock:  # a watcher that registered before the finish was readable
             return self._watchers.pop(job.job_id, set())
+
+    def requeue_ended(self, client_id: str, job_id: str) -> None:
+        self.store.flush()  # its end is readable
+        record = self.store.get(job_id)
+        if record is None:
+            raise JobNotFoundError(job_id)
+        if record.state is not JobState.FAILED and record.state is not JobState.CANCELLED:
+            raise not_requeueable(job_id, f"it is {record.state}")
+        stored = self.store.requeue_ended(job_id, client_id, self._wall())
+        if stored is None:  # requeued (or pruned) meanwhile
+            raise not_requeueable(job_id, "it was requeued or forgotten meanwhile")
+        request = JobRequest(job_id, client_id, stored.payload, stored.priority, 0.0, None,
+                             stored.timeout, stored.retries, stored.key, stored.name)
+        try:
+            self.queue.submit_many([request], LONG_POLL, seqs=[stored.seq], checked=True)
+        except BaseException:
+            self.store.cancel([job_id], self._wall())  # pending in the store, not queued
+            raise
 
     def requeued(self, job: Job) -> None:
         try:

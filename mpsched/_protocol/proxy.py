@@ -212,6 +212,10 @@ class ServiceProxy(BaseProxy):
     def cancel(self, job_id: str, client_id: str | None = None) -> bool:
         return bool(self._call("cancel", job_id, client_id))
 
+    def requeue(self, client_id: str, job_id: str) -> None:
+        """Put a failed or cancelled job back in the queue; its end goes to ``client_id``."""
+        self._call("requeue", client_id, job_id)
+
     def watch(self, client_id: str, job_id: str) -> Outcome | None:
         wire: OutcomeWire | None = self._call("watch", client_id, job_id)
         return None if wire is None else outcome_from_wire(wire)

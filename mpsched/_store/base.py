@@ -284,6 +284,18 @@ class JournalStore(Store):
         """
 
     @abc.abstractmethod
+    def requeue_ended(self, job_id: str, client_id: str, due_wall: float) -> StoredJob | None:
+        """Put a failed or cancelled job back as pending, due at ``due_wall``, with no
+        attempt made, its end forgotten and ``client_id`` its client; its id, seq, payload
+        and options stay. Durable when this returns. Returns the job as it is now, or None
+        when it is not failed or cancelled (or unknown).
+
+        Raises:
+            InvalidJobError: its key is held by another job now.
+            StoreError: it could not be written.
+        """
+
+    @abc.abstractmethod
     def requeue(self, job_id: str, attempt: int) -> None:
         """Put a job back to pending with its attempt count (a retry, or a job its worker
         never received). Returns at once; written in order after every earlier call.

@@ -146,6 +146,23 @@ class MemoryStore(JournalStore):
             if entry is not None:
                 entry.state, entry.worker_id, entry.attempt = JobState.PENDING, None, attempt
 
+    def requeue_ended(self, job_id: str, client_id: str, due_wall: float) -> StoredJob | None:
+        with self._lock:
+            self._check_open_locked()
+            entry = self._entries.get(job_id)
+            if entry is None or entry.state not in (JobState.FAILED, JobState.CANCELLED):
+                return None
+            key = entry.job.key
+            if key is not None and self._keys.get(key, job_id) != job_id:
+                raise InvalidJobError(f"job {job_id} cannot be requeued: its key {key!r} is "
+                                      f"held by job {self._keys[key]}")
+            if key is not None:
+                self._keys[key] = job_id
+            entry.job = entry.job._replace(client_id=client_id, due_wall=due_wall)
+            entry.state, entry.attempt, entry.worker_id = JobState.PENDING, 0, None
+            entry.finished_wall = entry.outcome = entry.progress = None
+            return entry.current()
+
     def set_progress(self, job_id: str, progress: str) -> None:
         with self._lock:
             self._check_open_locked()

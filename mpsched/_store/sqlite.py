@@ -73,6 +73,7 @@ from mpsched._store.statements import (
     PRUNE,
     RECORD,
     REQUEUE,
+    REQUEUE_ENDED,
     ROWS_PER_INSERT,
     STORED,
     insert_rows,
@@ -280,6 +281,25 @@ class SQLiteStore(JournalStore):
     def requeue(self, job_id: str, attempt: int) -> None:
         self._leases.append(requeued(job_id, attempt),
                             lambda: self._queue_requeue(job_id, attempt))
+
+    def requeue_ended(self, job_id: str, client_id: str, due_wall: float) -> StoredJob | None:
+        def requeue(conn: sqlite3.Connection) -> StoredJob | None:
+            try:
+                changed = conn.execute(REQUEUE_ENDED, (client_id, due_wall, job_id)).rowcount
+            except sqlite3.IntegrityError:
+                raise InvalidJobError(f"job {job_id} cannot be requeued: its key is held by "
+                                      f"another job") from None
+            if not changed:
+                return None
+            return stored_job(conn.execute(f"SELECT {STORED} FROM jobs WHERE job_id = ?",
+                                           (job_id,)).fetchone())
+
+        stored: StoredJob | None = self._writer.call(requeue)
+        if stored is not None:
+            # After its end in the lease log, if the log has it: the end no longer holds
+            # (lease_records.split), and a restart finds the job pending.
+            self._leases.append(requeued(job_id, 0), lambda: None)
+        return stored
 
     def set_progress(self, job_id: str, progress: str) -> None:
         self._writer.post_update(PROGRESS.one, (progress, job_id), job_id)

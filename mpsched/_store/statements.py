@@ -72,6 +72,11 @@ def insert_rows(rows: int) -> str:
     return f"INSERT INTO jobs ({STORED}, state) VALUES {', '.join([values] * rows)}"
 
 
+# A failed or cancelled job pending again (Client.requeue): its end forgotten, no attempt.
+REQUEUE_ENDED = ("UPDATE jobs SET state = 'pending', attempt = 0, worker_id = NULL, "
+                 "finished_wall = NULL, outcome = NULL, progress = NULL, client_id = ?, "
+                 "due_wall = ? WHERE job_id = ? AND state IN ('failed', 'cancelled')")
+
 # A job's last record in the lease log is its state unless it is finished or cancelled.
 FOLD = ("UPDATE jobs SET state = ?, worker_id = ?, attempt = ? "
         "WHERE job_id = ? AND state IN ('pending', 'running')")
