@@ -59,7 +59,7 @@ def test_an_async_job_past_its_timeout_is_killed(scheduler: Scheduler, fifo: str
 
 
 @pytest.mark.slow
-def test_a_remote_worker_awaits_async_jobs_and_kills_one_past_its_timeout(
+def test_a_remote_worker_awaits_async_jobs_reports_progress_and_kills_one_past_its_timeout(
         procs: Processes, connect_client: Callable[[Manager], mpsched.Client],
         fifo: str) -> None:
     manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0")
@@ -68,6 +68,14 @@ def test_a_remote_worker_awaits_async_jobs_and_kills_one_past_its_timeout(
     wait_for(lambda: len(pool_workers(manager, pool)) == 1, START_TIMEOUT, "a worker joined")
     client = connect_client(manager)
     assert client.submit(context_jobs.sleep_then, 0.05, 7).result(timeout=30)[0] == 7
+    # Its jobs read their context and report progress as a local worker's do.
+    assert client.submit(context_jobs.context).result(timeout=30)["attempt"] == 1
+    first, second = Path(fifo + ".first"), Path(fifo + ".second")
+    steps = client.submit(context_jobs.progress_steps, str(first), str(second))
+    wait_for(lambda: client.job_info(steps.job_id).progress == 0.25, 30, "its progress")
+    first.touch()
+    second.touch()
+    assert steps.result(timeout=30) == "done"
     slow = client.schedule(context_jobs.announce_then_sleep_async, fifo, 300, timeout=1.0)
     wait_started(fifo)
     assert isinstance(slow.exception(timeout=60), JobTimeoutError)

@@ -91,7 +91,7 @@ class ProgressSender:
 _send: Callable[[list[ProgressUpdate]], None] | None = None
 _budget: Callable[[str], int] | None = None
 _sender: ProgressSender | None = None
-_running: tuple[Assignment, float] | None = None  # the assignment, when it was entered
+_running: tuple[Assignment, float] | None = None  # the assignment, when it was due here
 
 
 def bind(send: Callable[[list[ProgressUpdate]], None] | None,
@@ -117,10 +117,11 @@ def _progress_sender() -> ProgressSender:
     return sender
 
 
-def entered(assignment: Assignment, started: float) -> None:
-    """The worker enters ``assignment``'s job (``started``: its monotonic clock)."""
+def entered(assignment: Assignment, due: float) -> None:
+    """The worker enters ``assignment``'s job, due at ``due`` on this process's monotonic
+    clock (the manager's instant, or the delay from receipt the worker waited)."""
     global _running
-    _running = (assignment, started)
+    _running = (assignment, due)
 
 
 def left() -> None:
@@ -145,11 +146,11 @@ class JobContext:
     """The job that runs in this worker: its id, its attempt, when it was due, its schedule,
     and a way to report its progress (``mpsched.current_job()`` returns it)."""
 
-    __slots__ = ("_assignment", "_max_retries", "_started")
+    __slots__ = ("_assignment", "_due", "_max_retries")
 
-    def __init__(self, assignment: Assignment, started: float) -> None:
+    def __init__(self, assignment: Assignment, due: float) -> None:
         self._assignment = assignment
-        self._started = started
+        self._due = due
         self._max_retries: int | None = None
 
     @property
@@ -176,8 +177,7 @@ class JobContext:
         """When the job was due, an aware datetime in UTC. A schedule's run is due at its
         slot; another job at the time its manager measured, give or take the clocks'
         offset (microseconds for a local worker)."""
-        return datetime.fromtimestamp(due_wall(self._assignment, self._started),
-                                      timezone.utc)
+        return datetime.fromtimestamp(due_wall(self._assignment, self._due), timezone.utc)
 
     @property
     def schedule_id(self) -> str | None:
@@ -204,11 +204,10 @@ class JobContext:
                 f"due={self.due.isoformat()!r}, schedule_id={self.schedule_id!r})")
 
 
-def due_wall(assignment: Assignment, started: float) -> float:
+def due_wall(assignment: Assignment, due: float) -> float:
     """When ``assignment``'s job was due, in epoch seconds: exactly, for a schedule's run
-    (its id names its slot) and a job asked for ``at=``; else through this process's
-    clocks (a local worker gets the manager's monotonic due instant, a remote one the
-    delay from hand-out, which it waited before ``started``)."""
+    (its id names its slot) and a job asked for ``at=``; else ``due`` (this process's
+    monotonic clock) through this process's clocks."""
     if assignment.at is not None:
         return assignment.at
     job_id = assignment.lease.job_id
@@ -218,5 +217,4 @@ def due_wall(assignment: Assignment, started: float) -> float:
             return datetime.fromisoformat(slot.replace("Z", "+00:00")).timestamp()
         except ValueError:
             pass
-    due = started if assignment.due is None else assignment.due
     return time.time() - (time.monotonic() - due)

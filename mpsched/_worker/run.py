@@ -63,15 +63,18 @@ def run(assignment: Assignment, start_at: float | None = None,
             f"job {job_id}: the worker on {host_name()} (pid {os.getpid()}) could not "
             f"unpickle it: {exc!r}{_unpickling_hint(exc)}")
         return _failure(job_id, unpickling, _format(exc), None, OutcomeKind.JOB_UNPICKLING)
-    started = _wait_until(start_time(assignment) if start_at is None else start_at)
+    due = start_time(assignment) if start_at is None else start_at
+    started = _wait_until(due)
     if assignment.at is not None:
         started = _wait_for_wall(assignment.at, started)
     if entering is not None:
         entering(job_id)
-    context.entered(assignment, started)  # what current_job() describes
+    context.entered(assignment, due)  # what current_job() describes
     try:
         result = fn(*args, **kwargs)
-        if isinstance(result, Awaitable):  # an async def job, or any awaitable it returned
+        # An async def job, or any awaitable it returned (the test of Awaitable, without
+        # the cost of an ABC's isinstance on the path of every job)
+        if hasattr(type(result), "__await__"):
             result = run_awaitable(result)
     except BaseException as exc:
         context.left()
