@@ -42,7 +42,7 @@ from mpsched._errors import InvalidJobError, JobError, JobNotFoundError
 from mpsched._manager.ended import MAX_OUTCOME, Ended, EndedJobs
 from mpsched._manager.shared_queue import SharedQueue
 from mpsched._protocol.records import LONG_POLL, LeftBehind, ManagerStatus, WorkerStatus
-from mpsched._store.base import Store
+from mpsched._store.base import Store, StoredJob
 from mpsched._store.memory import MemoryStore
 
 log = logging.getLogger("mpsched.manager")
@@ -339,9 +339,7 @@ class NoJournal(BaseJournal):
             self._ended.forget_locked(job_id)
             if self._keys:
                 self._release_key_locked(job_id)
-        job.progress = None
-        request = JobRequest(job_id, client_id, job.payload, job.priority, 0.0, None,
-                             job.timeout, job.retries, job.key, job.name)
+        request = request_again(job, client_id)
         try:
             holders = self.submit([request], LONG_POLL)
         except BaseException:
@@ -425,6 +423,14 @@ class NoJournal(BaseJournal):
         if ended.state is JobState.FAILED and ended.outcome is not None:
             return record._replace(outcome=encode(ended.outcome))
         return record
+
+
+def request_again(job: Job | StoredJob, client_id: str) -> JobRequest:
+    """The request that puts an ended job back in the queue, due now, for ``client_id``:
+    every field of a JobRequest that the job's record has too, by name, so that an option
+    added to both travels with a requeue unchanged."""
+    fields = {name: getattr(job, name) for name in JobRequest._fields if hasattr(job, name)}
+    return JobRequest(**{**fields, "client_id": client_id, "delay": 0.0, "at": None})
 
 
 def not_requeueable(job_id: str, why: str) -> InvalidJobError:

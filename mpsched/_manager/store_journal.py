@@ -45,6 +45,7 @@ from mpsched._manager.journal import (
     encode,
     failure,
     not_requeueable,
+    request_again,
 )
 from mpsched._protocol.records import LONG_POLL, LeftBehind
 from mpsched._store.base import JournalStore, Recovery, StoredJob
@@ -186,8 +187,7 @@ class Journal(BaseJournal):
         stored = self.store.requeue_ended(job_id, client_id, self._wall())
         if stored is None:  # requeued (or pruned) meanwhile
             raise not_requeueable(job_id, "it was requeued or forgotten meanwhile")
-        request = JobRequest(job_id, client_id, stored.payload, stored.priority, 0.0, None,
-                             stored.timeout, stored.retries, stored.key, stored.name)
+        request = request_again(stored, client_id)
         try:
             self.queue.submit_many([request], LONG_POLL, seqs=[stored.seq], checked=True)
         except BaseException:
