@@ -46,9 +46,9 @@ class ProgressSender:
                  linger: float = PROGRESS_LINGER) -> None:
         self._send = send
         self._linger = linger
-        # Guards _latest, _idle and _thread. The sender thread waits on _changed, untimed
-        # while nothing is to be sent (_idle): put() then notifies it; it lingers (timed,
-        # never notified) after each send, so values set meanwhile are coalesced.
+        # Guards _latest, _idle and _thread. The sender thread waits on _changed, untimed,
+        # while nothing is to be sent (_idle): put() then notifies it. After each send it
+        # sleeps ``linger`` without the lock, so the values set meanwhile are coalesced.
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._latest: dict[int, tuple[str, str]] = {}  # lease id -> (job id, JSON)
