@@ -153,3 +153,16 @@ def test_a_client_of_another_redis_manager_lists_and_requeues_a_failed_job(
     assert other.job_info(job_id).state == "done"
     with pytest.raises(InvalidJobError, match="it is done"):
         other.requeue(job_id)
+
+
+def test_a_job_requeued_through_a_redis_manager_killed_after_runs_on_another(
+        procs: Processes, connect_client: Callable[[Manager], mpsched.Client],
+        redis_url: str) -> None:
+    requeuer = serve_with(procs, redis_url, 0)
+    client = connect_client(requeuer)
+    later = client.schedule(context_jobs.add, 20, 22, delay=3600, retries=1)
+    assert client.cancel(later.job_id)
+    client.requeue(later.job_id)  # pending now, due now: no manager has a worker yet
+    kill(requeuer)
+    runner = serve_with(procs, redis_url, 1)
+    assert connect_client(runner).job(later.job_id).result(timeout=60) == 42
