@@ -372,7 +372,6 @@ class JobRecord(NamedTuple):
     outcome: bytes | None  # the manager's opaque bytes; None while unfinished, in listings
     progress: str | None = None  # the latest progress the job reported, as JSON text
     error: str | None = None  # a failed job's error, in one line (in lookups and listings)
-    traceback: str | None = None  # a failed job's traceback (in lookups by id)
 
 
 class PayloadOptions(NamedTuple):

@@ -65,9 +65,9 @@ def _last_line(traceback: str) -> str:
     return lines[-1].strip() if lines else ""
 
 
-def described(record: JobRecord, *, traceback: bool = False) -> JobRecord:
+def described(record: JobRecord) -> JobRecord:
     """``record`` as a client gets it: without its outcome, and if it failed with its
-    error in one line (and, with ``traceback``, the worker's traceback)."""
+    error in one line."""
     if record.outcome is None:
         return record
     if record.state is not JobState.FAILED:
@@ -76,11 +76,7 @@ def described(record: JobRecord, *, traceback: bool = False) -> JobRecord:
         outcome = Outcome._make(pickle.loads(record.outcome))  # plain data: journal.encode
     except Exception:  # not an outcome this manager wrote: say nothing of it
         return record._replace(outcome=None)
-    text = outcome.traceback
-    if len(text) > MAX_TRACEBACK:
-        text = "...\n" + text[-MAX_TRACEBACK:]
-    return record._replace(outcome=None, error=error_line(outcome),
-                           traceback=text if traceback else None)
+    return record._replace(outcome=None, error=error_line(outcome))
 
 
 # The ends the manager (not the job) decides: their payload is its own error, pickled

@@ -384,7 +384,7 @@ class ManagerService:
         """The record of one job the manager knows (None: it knows no such job), without
         its outcome."""
         record = self.journal.get(job_id, fresh=True)
-        return None if record is None else described(record, traceback=True)
+        return None if record is None else described(record)
 
     @remote
     def jobs(self, state: str | None = None, limit: int | None = None) -> list[JobRecord]:

@@ -127,9 +127,9 @@ class Views:
         if record.outcome is not None:
             outcome = decode(record.outcome)
             shown.update(error=outcome.error_kind or None, traceback=outcome.traceback or None)
-            failed = described(record, traceback=True)
-            if failed.error is not None:
-                shown.update(error=failed.error, traceback=failed.traceback or None)
+            failed = described(record)
+            if failed.error is not None:  # its error in one line, not only its kind
+                shown["error"] = failed.error
         for failure in self._service.failures.latest():
             if failure.job_id == job_id:
                 shown.update(error=failure.error, traceback=failure.traceback or None)
