@@ -103,7 +103,7 @@ def test_the_command_line_lists_failed_jobs_with_their_error_and_requeues_one(
 
     assert main(["jobs", "--state", "failed", *cli]) == Exit.OK
     header, row = capsys.readouterr().out.splitlines()
-    assert header.split()[-2:] == ["progress", "error"]
+    assert header.split()[-3:] == ["progress", "last", "error"]
     assert row.startswith(job_id) and row.endswith(" ValueError: fixed is missing"), row
 
     marker.touch()

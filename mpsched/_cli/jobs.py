@@ -111,7 +111,7 @@ def format_jobs(jobs: list[JobInfo], now: float) -> str:
     if not jobs:
         return "no jobs\n"
     rows = [("id", "name", "state", "due", "priority", "attempts", "worker", "progress",
-             "error")]
+             "last error")]
     rows += [(job.job_id, job.name, job.state, format_when(job, now),
               job.priority.name.lower(), str(job.attempts), job.worker or "-",
               format_progress(job.progress), job.error or "-")

@@ -2,7 +2,7 @@
 
 ``schedule``/``submit``/``map`` validate and pickle the job here, at the call site, send it
 to the manager and return a :class:`~mpsched._client.job_future.JobFuture`; the client's
-result thread (mpsched._client.futures) collects outcomes and resolves the futures.
+result thread (mpsched._client.core) collects outcomes and resolves the futures.
 
 A Client is built in layers, each a module: its core and lookups by id
 (mpsched._client.base), recurring jobs (mpsched._client.recurring), closing
@@ -14,10 +14,10 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from concurrent.futures import Executor
 from datetime import datetime, timedelta
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, overload
 
 from mpsched._client.closing import ClosingClient
 from mpsched._client.job_future import JobFuture, MapResults
@@ -29,6 +29,7 @@ from mpsched._core.job import (
     check_job,
     due_arguments,
 )
+from mpsched._core.retrying import RetryFilter, RetryPolicy, coerce_retry
 from mpsched._errors import (
     InvalidJobError,
     ManagerUnreachableError,
@@ -79,6 +80,7 @@ class Client(ClosingClient, Executor):
         timeout: float | None = None,
         retries: int = 0,
         key: str | None = None,
+        retry: int | RetryPolicy | None = None,
         **kwargs: Any,
     ) -> JobFuture[T]:
         """Run ``fn(*args, **kwargs)`` on a worker at a time, returning its future.
@@ -92,7 +94,10 @@ class Client(ClosingClient, Executor):
                 worker's process tree is killed, the worker replaced, and the future fails
                 with JobTimeoutError.
             retries: how many more times to run the job if its worker dies under it
-                (killed, segfault, ``os._exit``). A job that raises is not retried.
+                (killed, segfault, ``os._exit``). A job that raises is not retried by it.
+            retry: a :class:`RetryPolicy`, or an int n for ``RetryPolicy(n)``: run the job
+                again, with back-off, when it raises what the policy retries; a worker's
+                death counts against the same budget. Not with ``retries``.
             key: an idempotency key. While a job with this key is pending or running (or,
                 with a store, its outcome is retained), this returns that job's future
                 instead of queueing a duplicate, whichever client submitted it.
@@ -101,8 +106,8 @@ class Client(ClosingClient, Executor):
 
         Raises:
             InvalidJobError: both times, a NaN, infinite or overflowing time, an unknown
-                priority, a timeout that is not a positive number, negative retries, or
-                ``fn`` not callable.
+                priority, a timeout that is not a positive number, negative retries,
+                ``retry`` with ``retries``, or ``fn`` not callable.
             JobPicklingError: ``fn`` or its arguments cannot be pickled.
             QueueFullError: ``max_pending`` jobs, or ``max_pending_bytes`` bytes of their
                 payloads, were pending for all of ``submit_timeout`` (``unit`` says which).
@@ -115,9 +120,19 @@ class Client(ClosingClient, Executor):
         (``max_pending``, or a ``key``) whose connection broke during its call may have
         reached the manager (submit a keyed job again: its key finds it).
         """
-        return self._schedule(fn, args, kwargs, delay, at, priority, timeout, retries, key)
+        return self._schedule(fn, args, kwargs, delay, at, priority, timeout, retries, key,
+                              retry)
 
-    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> JobFuture[T]:
+    @overload
+    def submit(self, fn: Callable[P, Coroutine[Any, Any, T]], /, *args: P.args,
+               **kwargs: P.kwargs) -> JobFuture[T]: ...
+
+    @overload
+    def submit(self, fn: Callable[P, T], /, *args: P.args,
+               **kwargs: P.kwargs) -> JobFuture[T]: ...
+
+    def submit(self, fn: Callable[P, Any], /, *args: P.args,
+               **kwargs: P.kwargs) -> JobFuture[Any]:
         """Run ``fn(*args, **kwargs)`` as soon as a worker is free, at MEDIUM priority.
 
         The ``Executor`` method: every keyword goes to ``fn``. Raises as :meth:`schedule`.
@@ -127,12 +142,18 @@ class Client(ClosingClient, Executor):
     def _schedule(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                   delay: float | timedelta | None, at: float | datetime | None,
                   priority: Priority | str, timeout: float | None = None,
-                  retries: int = 0, key: str | None = None) -> JobFuture[Any]:
+                  retries: int = 0, key: str | None = None,
+                  retry: int | RetryPolicy | None = None) -> JobFuture[Any]:
         delay_s, at_s = due_arguments(delay, at)
         level = Priority.coerce(priority).level
         check_job(level, delay_s, at_s, timeout, retries, key)  # the manager's check, here
         core = self._core
-        payload = pickle_job(fn, args, kwargs, pool=core.pool)
+        terms = None
+        if retry is not None:  # the worker gets the policy's filter with the callable
+            policy = coerce_retry(retry, retries)
+            assert policy is not None
+            terms, retries, fn_run = policy.terms(), policy.max_retries, RetryFilter(fn, policy)
+        payload = pickle_job(fn if terms is None else fn_run, args, kwargs, pool=core.pool)
         core.check_payload(payload)
         # Sent at once, a keyed submit learns which job holds its key; the rest go
         # write-behind (the request is built once, whole: a _replace costs ~1-2 us).
@@ -141,7 +162,7 @@ class Client(ClosingClient, Executor):
         request = JobRequest(job_id="" if future is None else future.id_nowait,
                              client_id=core.client_id, payload=payload, priority=level,
                              delay=delay_s, at=at_s, timeout=timeout, retries=retries, key=key,
-                             name=job_name(fn))
+                             name=job_name(fn), retry=terms)
         if outbox is None or future is None:  # (either both are None or neither)
             [future] = self._send_batch([request])
         elif not outbox.put(request):

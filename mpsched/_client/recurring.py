@@ -34,6 +34,7 @@ from mpsched._core.recurring import (
     to_seconds,
     zone,
 )
+from mpsched._core.retrying import RetryFilter, RetryPolicy, coerce_retry
 from mpsched._errors import ExtraMissingError, InvalidJobError, SchedulerShutdownError
 from mpsched._payload.pickling import job_name, pickle_job
 
@@ -57,6 +58,7 @@ class ScheduleRequest(NamedTuple):
     priority: Priority | str = Priority.MEDIUM
     timeout: float | None = None
     retries: int = 0
+    retry: int | RetryPolicy | None = None
 
 
 def build_spec(asked: ScheduleRequest, fn: Callable[..., Any], args: tuple[Any, ...],
@@ -65,6 +67,8 @@ def build_spec(asked: ScheduleRequest, fn: Callable[..., Any], args: tuple[Any, 
     here); raises as ``Client.every``/``Client.cron``."""
     priority = Priority.coerce(asked.priority).level
     check_run(priority, asked.timeout, asked.retries)
+    policy = coerce_retry(asked.retry, asked.retries)
+    retries = asked.retries if policy is None else policy.max_retries
     kind = ScheduleKind.coerce(asked.kind)
     interval = to_seconds(asked.interval, "interval") if kind == ScheduleKind.EVERY else 0.0
     start_delay, start_at = _start(asked.start)
@@ -79,7 +83,9 @@ def build_spec(asked: ScheduleRequest, fn: Callable[..., Any], args: tuple[Any, 
         start_at=start_at, jitter=to_seconds(asked.jitter, "jitter"),
         overlap=Overlap.coerce(asked.overlap), catchup=Catchup.coerce(asked.catchup),
         on_error=OnError.coerce(asked.on_error), priority=priority, timeout=asked.timeout,
-        retries=asked.retries, name=job_name(fn), payload=pickle_job(fn, args, kwargs))
+        retries=retries, name=job_name(fn),
+        payload=pickle_job(fn if policy is None else RetryFilter(fn, policy), args, kwargs),
+        retry=None if policy is None else policy.terms())
     if asked.schedule_id is None:
         spec = spec._replace(schedule_id=default_id(spec))
     try:
@@ -122,7 +128,8 @@ class RecurringClient(ClientBase):
               id: str | None = None, overlap: OverlapLike = "skip", catchup: CatchupLike = "latest",
               jitter: float = 0.0, on_error: OnErrorLike = "continue",
               priority: Priority | str = Priority.MEDIUM, timeout: float | None = None,
-              retries: int = 0, **kwargs: Any) -> Schedule:
+              retries: int = 0, retry: int | RetryPolicy | None = None,
+              **kwargs: Any) -> Schedule:
         """Run ``fn(*args, **kwargs)`` every ``interval`` seconds (or a timedelta).
 
         Args:
@@ -141,7 +148,8 @@ class RecurringClient(ClientBase):
             jitter: each run starts up to this many seconds after its slot, the same
                 offset for a slot whichever manager plans it.
             on_error: "continue" (a failed run does not stop the schedule) or "pause".
-            priority, timeout, retries: as for :meth:`schedule`, for every run.
+            priority, timeout, retries, retry: as for :meth:`schedule`, for every run;
+                each run gets the retry policy and a budget of its own.
 
         Each run is a job with id ``"{id}@{planned UTC time}"``. Returns the
         :class:`Schedule`; it lives in the manager, beyond this client.
@@ -153,14 +161,15 @@ class RecurringClient(ClientBase):
         asked = ScheduleRequest(kind=ScheduleKind.EVERY, interval=interval, mode=mode,
                                 start=start, schedule_id=id, overlap=overlap, catchup=catchup,
                                 jitter=jitter, on_error=on_error, priority=priority,
-                                timeout=timeout, retries=retries)
+                                timeout=timeout, retries=retries, retry=retry)
         return self._add_schedule(build_spec(asked, fn, args, kwargs))
 
     def cron(self, expr: str, fn: Callable[..., Any], /, *args: Any, tz: str | None = None,
              id: str | None = None, overlap: OverlapLike = "skip", catchup: CatchupLike = "latest",
              jitter: float = 0.0, on_error: OnErrorLike = "continue",
              priority: Priority | str = Priority.MEDIUM, timeout: float | None = None,
-             retries: int = 0, **kwargs: Any) -> Schedule:
+             retries: int = 0, retry: int | RetryPolicy | None = None,
+             **kwargs: Any) -> Schedule:
         """Run ``fn(*args, **kwargs)`` at the times of a five-field cron expression,
         evaluated in zone ``tz`` (an IANA name; default: the manager's local zone) with
         Debian cron's DST rules: a daily 02:30 job runs at 03:00 on the spring-forward
@@ -176,7 +185,7 @@ class RecurringClient(ClientBase):
         asked = ScheduleRequest(kind=ScheduleKind.CRON, cron=expr, tz=tz, schedule_id=id,
                                 overlap=overlap, catchup=catchup, jitter=jitter,
                                 on_error=on_error, priority=priority, timeout=timeout,
-                                retries=retries)
+                                retries=retries, retry=retry)
         return self._add_schedule(build_spec(asked, fn, args, kwargs))
 
     def schedules(self) -> list[Schedule]:

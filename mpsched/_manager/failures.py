@@ -15,6 +15,7 @@ from collections import deque
 from typing import NamedTuple
 
 from mpsched._core.job import Job, JobRecord, JobState, Outcome, OutcomeKind
+from mpsched._core.retrying import error_line as traceback_error_line
 
 KEEP = 20  # failures remembered
 MAX_TRACEBACK = 16 * 1024  # characters of a traceback kept: its end, where the error is
@@ -89,9 +90,8 @@ _VERDICTS = {str(k) for k in (OutcomeKind.WORKER_CRASHED, OutcomeKind.JOB_TIMEOU
 def error_line(outcome: Outcome) -> str:
     """A failed job's error in one line: the last line of its worker's traceback, or the
     manager's own error for an end it decided (a lost worker, a timeout)."""
-    line = _last_line(outcome.traceback)
-    if line:
-        return line
+    if outcome.traceback.strip():  # its last line, before the notes of earlier attempts
+        return traceback_error_line(outcome.traceback)
     if str(outcome.error_kind) in _VERDICTS and outcome.payload:
         try:
             error = pickle.loads(outcome.payload)

@@ -170,12 +170,16 @@ class ManagerService:
 
     @remote
     def retry_budget(self, job_id: str) -> int:
-        """How many times a job may run again after its current run fails: the one place
-        that says it to a job (JobContext.max_retries).
+        """How many times a job may run again after its current run fails: its retry
+        policy's ``max_retries``, else its ``retries=``. The one place that says it to a
+        job (JobContext.max_retries).
 
         Raises:
             JobNotFoundError: the manager knows no such job.
         """
+        job = self.queue.leases.job_of(job_id)  # it runs: on this manager's leases
+        if job is not None:
+            return job.retry.max_retries if job.retry is not None else job.retries
         record = self.journal.get(job_id)
         if record is None:
             raise JobNotFoundError(job_id)
@@ -425,7 +429,7 @@ class ManagerService:
     @remote
     def add_schedule(self, spec: tuple[object, ...]) -> ScheduleInfo:
         """Add (or upsert) a recurring schedule; see Schedules.add."""
-        return self.schedules.add(ScheduleSpec._make(spec))
+        return self.schedules.add(ScheduleSpec.of(spec))
 
     @remote
     def list_schedules(self) -> list[ScheduleInfo]:

@@ -27,9 +27,9 @@ bytes: a store never unpickles them.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from mpsched._core.histogram import HistogramSnapshot
 from mpsched._core.job import JobRecord, JobState, Payload
@@ -37,6 +37,7 @@ from mpsched._errors import ConfigError, InvalidJobError
 
 DAY = 86400.0
 IN_MEMORY = "memory"  # the location of the store of a manager without one: its memory
+StoreT = TypeVar("StoreT", bound="Store")  # `with SQLiteStore(...) as store` is a SQLiteStore
 
 
 class StoredJob(NamedTuple):
@@ -87,6 +88,8 @@ class Recovery(NamedTuple):
     pending: list[StoredJob]  # in seq order
     running: list[RunningJob]  # in seq order
     next_seq: int
+    # The retry state (RetryState, encoded) of each of those jobs that has a retry policy.
+    retry: Mapping[str, str] | None = None
 
 
 class StoredSchedule(NamedTuple):
@@ -198,7 +201,7 @@ class Store(abc.ABC):
         """Write what is queued, then release the store. Idempotent. Later calls raise
         StoreError."""
 
-    def __enter__(self) -> Store:
+    def __enter__(self: StoreT) -> StoreT:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -226,8 +229,10 @@ class JournalStore(Store):
         """The pending and running jobs, and the next seq. Call once, before any write."""
 
     @abc.abstractmethod
-    def submit(self, jobs: Sequence[StoredJob]) -> list[str]:
-        """Record new pending jobs, all or none; durable when this returns.
+    def submit(self, jobs: Sequence[StoredJob],
+               retry: Mapping[str, str] | None = None) -> list[str]:
+        """Record new pending jobs, all or none; durable when this returns. ``retry``: the
+        retry state (RetryState, encoded) of each job that has a retry policy, by id.
 
         A job with a ``key`` held by a job that is pending, running, or finished and still
         retained (see ``find_key``) is not recorded: its entry in the result is the holder's
@@ -274,6 +279,20 @@ class JournalStore(Store):
             StoreError: the store is closed.
         """
 
+    def retried(self, job_id: str, attempt: int, due_wall: float, retry: str) -> None:
+        """Put back to pending a job whose attempt failed, due at ``due_wall`` (UTC epoch
+        seconds), with its retry state; durable when this returns. This default keeps
+        the attempt count only.
+
+        Raises:
+            StoreError: the store is closed, or the change could not be written.
+        """
+        self.requeue(job_id, attempt)
+
+    def retry_ended(self, job_id: str, retry: str) -> None:
+        """Record a job's retry state as it ended for good (its final error); returns at
+        once, written after every earlier call. This default keeps nothing."""
+
     @abc.abstractmethod
     def set_progress(self, job_id: str, progress: str) -> None:
         """Record the latest progress of a job that reported some (JSON text), before its
@@ -284,11 +303,14 @@ class JournalStore(Store):
         """
 
     @abc.abstractmethod
-    def requeue_ended(self, job_id: str, client_id: str, due_wall: float) -> StoredJob | None:
+    def requeue_ended(self, job_id: str, client_id: str,
+                      due_wall: float) -> tuple[StoredJob, str | None] | None:
         """Put a failed or cancelled job back as pending, due at ``due_wall``, with no
         attempt made, its end forgotten and ``client_id`` its client; its id, seq, payload
-        and options stay. Durable when this returns. Returns the job as it is now, or None
-        when it is not failed or cancelled (or unknown).
+        and options stay, and its retry policy without its earlier attempts' errors.
+        Durable when this returns. Returns the job as it is now and its retry state
+        (RetryState, encoded; None without a policy), or None when it is not failed or
+        cancelled (or unknown).
 
         Raises:
             InvalidJobError: its key is held by another job now.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from mpsched._core.job import JobRecord, JobState
@@ -86,7 +86,8 @@ class MemoryStore(JournalStore):
                          for e in entries if e.state is JobState.RUNNING],
                 next_seq=max(seqs) + 1 if seqs else 0)
 
-    def submit(self, jobs: Sequence[StoredJob]) -> list[str]:
+    def submit(self, jobs: Sequence[StoredJob],
+               retry: Mapping[str, str] | None = None) -> list[str]:
         with self._lock:
             self._check_open_locked()
             ids = self._resolve_keys_locked(jobs)
@@ -146,7 +147,8 @@ class MemoryStore(JournalStore):
             if entry is not None:
                 entry.state, entry.worker_id, entry.attempt = JobState.PENDING, None, attempt
 
-    def requeue_ended(self, job_id: str, client_id: str, due_wall: float) -> StoredJob | None:
+    def requeue_ended(self, job_id: str, client_id: str,
+                      due_wall: float) -> tuple[StoredJob, str | None] | None:
         with self._lock:
             self._check_open_locked()
             entry = self._entries.get(job_id)
@@ -161,7 +163,7 @@ class MemoryStore(JournalStore):
             entry.job = entry.job._replace(client_id=client_id, due_wall=due_wall)
             entry.state, entry.attempt, entry.worker_id = JobState.PENDING, 0, None
             entry.finished_wall = entry.outcome = entry.progress = None
-            return entry.current()
+            return entry.current(), None
 
     def set_progress(self, job_id: str, progress: str) -> None:
         with self._lock:

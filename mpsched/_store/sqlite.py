@@ -39,7 +39,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from mpsched._core.histogram import HistogramSnapshot
 from mpsched._core.job import JobRecord, JobState
@@ -74,8 +74,11 @@ from mpsched._store.statements import (
     RECORD,
     REQUEUE,
     REQUEUE_ENDED,
+    RETRIED,
+    RETRY_STATE,
     ROWS_PER_INSERT,
     STORED,
+    fresh_retry,
     insert_rows,
     job_record,
     stored_job,
@@ -224,6 +227,9 @@ class SQLiteStore(JournalStore):
                 running = [RunningJob(job=stored_job(stored), worker_id=worker_id)
                            for *stored, worker_id in rows]
                 [last] = conn.execute("SELECT max(seq) FROM jobs").fetchone()
+                retry = dict(conn.execute(
+                    "SELECT job_id, retry FROM jobs WHERE retry IS NOT NULL "
+                    "AND state IN ('pending', 'running')"))
             finally:
                 if conn.in_transaction:
                     conn.execute("COMMIT")
@@ -231,13 +237,15 @@ class SQLiteStore(JournalStore):
         if records:  # leases and requeues SQLite may not have yet
             pending, running = _overlay(records, pending, running)
         return Recovery(pending=pending, running=running,
-                        next_seq=0 if last is None else last + 1)
+                        next_seq=0 if last is None else last + 1, retry=retry or None)
 
-    def submit(self, jobs: Sequence[StoredJob]) -> list[str]:
+    def submit(self, jobs: Sequence[StoredJob],
+               retry: Mapping[str, str] | None = None) -> list[str]:
         jobs = list(jobs)
         if not jobs:
             return []
-        ids: list[str] = self._writer.call(lambda conn: self._insert(conn, jobs), len(jobs))
+        ids: list[str] = self._writer.call(lambda conn: self._insert(conn, jobs, retry),
+                                           len(jobs))
         return ids
 
     def cancel(self, job_ids: Sequence[str], finished_wall: float) -> None:
@@ -282,8 +290,9 @@ class SQLiteStore(JournalStore):
         self._leases.append(requeued(job_id, attempt),
                             lambda: self._queue_requeue(job_id, attempt))
 
-    def requeue_ended(self, job_id: str, client_id: str, due_wall: float) -> StoredJob | None:
-        def requeue(conn: sqlite3.Connection) -> StoredJob | None:
+    def requeue_ended(self, job_id: str, client_id: str,
+                      due_wall: float) -> tuple[StoredJob, str | None] | None:
+        def requeue(conn: sqlite3.Connection) -> tuple[StoredJob, str | None] | None:
             try:
                 changed = conn.execute(REQUEUE_ENDED, (client_id, due_wall, job_id)).rowcount
             except sqlite3.IntegrityError:
@@ -291,15 +300,19 @@ class SQLiteStore(JournalStore):
                                       f"another job") from None
             if not changed:
                 return None
-            return stored_job(conn.execute(f"SELECT {STORED} FROM jobs WHERE job_id = ?",
-                                           (job_id,)).fetchone())
+            *row, retry = conn.execute(f"SELECT {STORED}, retry FROM jobs WHERE job_id = ?",
+                                       (job_id,)).fetchone()
+            fresh = fresh_retry(retry)
+            if fresh != retry:
+                conn.execute(RETRY_STATE, (fresh, job_id))
+            return stored_job(row), fresh
 
-        stored: StoredJob | None = self._writer.call(requeue)
-        if stored is not None:
+        requeued_job: tuple[StoredJob, str | None] | None = self._writer.call(requeue)
+        if requeued_job is not None:
             # After its end in the lease log, if the log has it: the end no longer holds
             # (lease_records.split), and a restart finds the job pending.
             self._leases.append(requeued(job_id, 0), lambda: None)
-        return stored
+        return requeued_job
 
     def set_progress(self, job_id: str, progress: str) -> None:
         self._writer.post_update(PROGRESS.one, (progress, job_id), job_id)
@@ -308,6 +321,19 @@ class SQLiteStore(JournalStore):
         with self._leased_lock:
             self._leased.pop(job_id, None)
             self._writer.post_update(REQUEUE.one, (attempt, job_id), job_id)
+
+    def retried(self, job_id: str, attempt: int, due_wall: float, retry: str) -> None:
+        self._leases.append(requeued(job_id, attempt),
+                            lambda: self._queue_retried(job_id, attempt, due_wall, retry))
+        self._writer.flush()  # the back-off's due time survives a crash from here on
+
+    def _queue_retried(self, job_id: str, attempt: int, due_wall: float, retry: str) -> None:
+        with self._leased_lock:
+            self._leased.pop(job_id, None)
+            self._writer.post_update(RETRIED.one, (attempt, due_wall, retry, job_id), job_id)
+
+    def retry_ended(self, job_id: str, retry: str) -> None:
+        self._writer.post_update(RETRY_STATE, (retry, job_id), job_id)
 
     def flush(self) -> None:
         with self._leased_lock:  # the rows of leases so far, then wait for all of it
@@ -377,7 +403,8 @@ class SQLiteStore(JournalStore):
                                 "ORDER BY rowid").fetchall()
         return [StoredSchedule._make(row) for row in rows]
 
-    def _insert(self, conn: sqlite3.Connection, jobs: list[StoredJob]) -> list[str]:
+    def _insert(self, conn: sqlite3.Connection, jobs: list[StoredJob],
+                retry: Mapping[str, str] | None = None) -> list[str]:
         """In the writer: resolve keys against the store, then insert the new jobs."""
         now = self._clock()
         held: dict[str, str] = {}
@@ -396,6 +423,9 @@ class SQLiteStore(JournalStore):
         except sqlite3.IntegrityError as exc:
             raise InvalidJobError(
                 f"a job id or seq repeats one in the batch or the store ({exc})") from None
+        if retry:  # in the same transaction: a job is never stored without its policy
+            conn.executemany(RETRY_STATE, [(retry[job.job_id], job.job_id) for job in new
+                                           if job.job_id in retry])
         return ids
 
     def _holder(self, conn: sqlite3.Connection, key: str, now: float) -> str | None:

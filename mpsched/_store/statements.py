@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from mpsched._core.job import JobRecord, JobState
+from mpsched._core.retrying import RetryState
 from mpsched._store.base import StoredJob
 
 # The columns of a StoredJob, and of a JobRecord but its outcome (selected after them when
@@ -17,7 +18,7 @@ from mpsched._store.base import StoredJob
 STORED = ("job_id, client_id, key, name, payload, priority, due_wall, seq, timeout, retries, "
           "attempt, submitted_wall")
 RECORD = ("job_id, client_id, key, name, priority, due_wall, seq, timeout, retries, attempt, "
-          "submitted_wall, state, worker_id, finished_wall, progress")
+          "submitted_wall, state, worker_id, finished_wall, retry, progress")
 # A listing's outcome column: a failed job's only (its error shows in the listing).
 FAILED_OUTCOME = "CASE WHEN state = 'failed' THEN outcome END"
 PRUNE = "DELETE FROM jobs WHERE finished_wall <= ?"
@@ -77,6 +78,18 @@ REQUEUE_ENDED = ("UPDATE jobs SET state = 'pending', attempt = 0, worker_id = NU
                  "finished_wall = NULL, outcome = NULL, progress = NULL, client_id = ?, "
                  "due_wall = ? WHERE job_id = ? AND state IN ('failed', 'cancelled')")
 
+def fresh_retry(retry: str | None) -> str | None:
+    """A requeued job's retry state: its policy, without the errors and notes of its
+    earlier attempts (None for a job without a policy)."""
+    if retry is None:
+        return None
+    try:
+        terms = RetryState.decode(retry).terms
+    except ValueError:
+        return None
+    return None if terms is None else RetryState(terms).encode()
+
+
 # A job's last record in the lease log is its state unless it is finished or cancelled.
 FOLD = ("UPDATE jobs SET state = ?, worker_id = ?, attempt = ? "
         "WHERE job_id = ? AND state IN ('pending', 'running')")
@@ -93,6 +106,14 @@ stored_job: Callable[[Sequence[Any]], StoredJob] = functools.partial(tuple.__new
 def job_record(row: Sequence[Any]) -> JobRecord:
     """A row of the RECORD columns (and the outcome, if selected after them)."""
     stored, rest = row[:11], row[11:]
-    state, worker_id, finished_wall, progress, *outcome = rest
+    state, worker_id, finished_wall, retry, progress, *outcome = rest
     return JobRecord._make((*stored, JobState(state), worker_id, finished_wall,
-                            outcome[0] if outcome else None, progress, None))
+                            outcome[0] if outcome else None,
+                            None if retry is None else RetryState.decode(retry).error,
+                            progress))
+
+
+# A job put back to pending after a failed attempt, due again at its back-off.
+RETRIED = by_job(state="'pending'", worker_id="NULL", attempt=None, due_wall=None,
+                 retry=None)
+RETRY_STATE = "UPDATE jobs SET retry = ? WHERE job_id = ?"

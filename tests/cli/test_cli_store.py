@@ -230,7 +230,7 @@ def test_a_second_serve_on_a_store_exits_7_and_the_first_keeps_serving(
     # Another socket: a second serve on the default one would find the first one there.
     second = procs.run("serve", "--address", f"unix:{procs.runtime_dir}/second.sock",
                        "--workers", "0", env={"MPSCHED_STORE": str(store)})
-    assert second.returncode == Exit.STORE == 7, second.stderr
+    assert second.returncode == int(Exit.STORE) == 7, second.stderr
     assert second.stderr.count("\n") == 1, second.stderr
     assert str(store) in second.stderr and f"pid {first.proc.pid}" in second.stderr
     assert set(procs.runtime_dir.rglob("*")) == runtime_files  # it left no socket or key
@@ -372,7 +372,7 @@ def test_jobs_cancel_and_result_round_trip_and_outlive_a_restart(
     assert code == Exit.OK, err
     header, *rows = out.splitlines()
     assert header.split() == ["id", "name", "state", "due", "priority", "attempts", "worker",
-                              "progress", "error"]
+                              "progress", "last", "error"]
     [row] = [r for r in rows if r.startswith(later_id)]
     assert re.search(r" pending +\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d "
                      r"\(in 59 min \d\d s\) +high +0 +- +- +-$", row), row
@@ -403,7 +403,7 @@ def test_jobs_cancel_and_result_round_trip_and_outlive_a_restart(
                           f"the worker's traceback:\nTraceback (most recent call last):\n")
     assert err.endswith("\nValueError: math domain error\n"), err  # kept by the store too
     code, out, err = run("result", later_id, "--json")
-    assert code == Exit.JOB_TIMEOUT == 124
+    assert code == int(Exit.JOB_TIMEOUT) == 124
     assert json.loads(out) == {"job_id": later_id, "state": "pending"}
     assert "no result yet; --wait waits for it" in err
 
@@ -485,7 +485,7 @@ def test_the_jobs_table_shows_due_times_as_local_time_and_a_wait() -> None:
                          info("a-3", "done", -7300, "w1")], now)
     header, first, second, third = table.splitlines()
     assert header.split() == ["id", "name", "state", "due", "priority", "attempts", "worker",
-                              "progress", "error"]
+                              "progress", "last", "error"]
     assert first.split() == ["a-1", "mymod.crunch", "pending",
                              datetime.fromtimestamp(now + 185).astimezone()
                              .isoformat(timespec="seconds"), "(in", "3", "min", "05", "s)",

@@ -40,7 +40,7 @@ def test_a_failed_job_is_pending_again_with_its_options_and_a_new_client(
     store.finish("a", JobState.FAILED, b"outcome", 1010.0)
     assert store.requeue_ended("b", "client-2", 2000.0) is None  # pending: not requeued
     again = store.requeue_ended("a", "client-2", 2000.0)
-    assert again == job("a")._replace(client_id="client-2", due_wall=2000.0)
+    assert again == (job("a")._replace(client_id="client-2", due_wall=2000.0), None)
     store.flush()
     record = store.get("a")
     assert record is not None

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from conftest import TRACEBACK, request, run, submit
 from fakeclock import FakeClock
+from manager.http.conftest import TRACEBACK, request, run, submit
 
 from mpsched._manager.failures import KEEP
 from mpsched._manager.http.server import StatusServer

@@ -1,6 +1,6 @@
 -- Put a failed or cancelled job back in the queue by its id (Client.requeue), due now on
 -- the server's clock, with no attempt made: its id, seq, priority, payload, timeout,
--- retries and key stay, its end and lease are forgotten, and its end will go to
+-- retries, key and retry policy stay, its end and lease are forgotten, and its end will go to
 -- `client`, a client of `me`. The record is kept again for good (its TTL is removed).
 --
 -- ARGV: B, me, id, client
@@ -22,6 +22,17 @@ local now = now_us()
 redis.call('PERSIST', jk)
 redis.call('HDEL', jk, 'f', 'out', 'x', 'w', 'm', 't', 'pf', 'cl', 'cx', 'wd', 'pg', 'sh')
 redis.call('HSET', jk, 'st', 'pending', 'a', 0, 'd', now, 'c', client, 'o', me)
+-- Its retry policy stays, without its earlier attempts' error and notes (field rs, JSON:
+-- mpsched._core.retrying.RetryState); a state without a policy goes.
+local rs = redis.call('HGET', jk, 'rs')
+if rs then
+  local ok, retry = pcall(cjson.decode, rs)
+  if ok and type(retry) == 'table' and type(retry.policy) == 'table' then
+    redis.call('HSET', jk, 'rs', cjson.encode({policy = retry.policy, error = cjson.null}))
+  else
+    redis.call('HDEL', jk, 'rs')
+  end
+end
 redis.call('DEL', B .. 'w:' .. id)
 redis.call('ZREM', B .. 'ended', id)
 redis.call('ZADD', B .. 'all', f[3], id)
