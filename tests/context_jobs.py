@@ -146,3 +146,17 @@ def fail_until(marker: str) -> dict[str, Any]:
     if not os.path.exists(marker):
         raise ValueError(f"{os.path.basename(marker)} is missing")
     return context()
+
+
+def log_context_then_fail(log_path: str) -> None:
+    """Append "attempt max_retries" to a log (one O_APPEND write), then raise."""
+    from mpsched import current_job
+
+    job = current_job()
+    assert job is not None
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, f"{job.attempt} {job.max_retries}\n".encode())
+    finally:
+        os.close(fd)
+    raise ValueError(f"attempt {job.attempt}")

@@ -166,3 +166,24 @@ def test_a_job_requeued_through_a_redis_manager_killed_after_runs_on_another(
     kill(requeuer)
     runner = serve_with(procs, redis_url, 1)
     assert connect_client(runner).job(later.job_id).result(timeout=60) == 42
+
+
+@pytest.mark.parametrize("store", ["none", "sqlite", "redis"])
+def test_a_requeued_job_keeps_its_retry_policy_with_a_fresh_budget(
+        make_scheduler: Callable[..., mpsched.Scheduler], tmp_path: Path, store: str,
+        request: pytest.FixtureRequest) -> None:
+    where = {"none": None, "sqlite": str(tmp_path / "jobs.db")}.get(store)
+    if store == "redis":
+        where = request.getfixturevalue("redis_url")
+    scheduler = make_scheduler(workers=1, store=where)
+    log = tmp_path / "runs.log"
+    policy = mpsched.RetryPolicy(2, backoff=0.01, jitter=0.0)
+    first = scheduler.schedule(context_jobs.log_context_then_fail, str(log), retry=policy)
+    assert str(first.exception(timeout=60)) == "attempt 3"
+    assert scheduler.job_info(first.job_id).error == "ValueError: attempt 3"
+    again = scheduler.requeue(first.job_id)
+    error = again.exception(timeout=60)
+    assert str(error) == "attempt 3"  # its whole budget again
+    assert len(getattr(error, "__notes__", [])) == 2  # this round's earlier attempts only
+    runs = log.read_text().splitlines()
+    assert runs == ["1 2", "2 2", "3 2"] * 2  # attempt, then max_retries: the policy's
