@@ -24,9 +24,11 @@ from mpsched._client.job_future import JobFuture, MapResults
 from mpsched._client.link import DISCONNECTED
 from mpsched._client.outbox import Outbox
 from mpsched._core.job import (
+    DEFAULT_QUEUE,
     JobRequest,
     Priority,
     check_job,
+    check_name,
     due_arguments,
 )
 from mpsched._errors import (
@@ -79,6 +81,8 @@ class Client(ClosingClient, Executor):
         timeout: float | None = None,
         retries: int = 0,
         key: str | None = None,
+        queue: str = DEFAULT_QUEUE,
+        limit: str | None = None,
         **kwargs: Any,
     ) -> JobFuture[T]:
         """Run ``fn(*args, **kwargs)`` on a worker at a time, returning its future.
@@ -96,13 +100,17 @@ class Client(ClosingClient, Executor):
             key: an idempotency key. While a job with this key is pending or running (or,
                 with a store, its outcome is retained), this returns that job's future
                 instead of queueing a duplicate, whichever client submitted it.
+            queue: the queue it waits in: only workers that serve this queue run it
+                (1 to 64 characters of letters, digits and ``_.:-``).
+            limit: a limit the manager declares (``Scheduler(limits=...)``): the job
+                starts only while that limit has room, and waits pending meanwhile.
 
         Without ``delay`` and ``at`` the job is due now.
 
         Raises:
             InvalidJobError: both times, a NaN, infinite or overflowing time, an unknown
-                priority, a timeout that is not a positive number, negative retries, or
-                ``fn`` not callable.
+                priority, a timeout that is not a positive number, negative retries, a
+                bad queue name, a limit the manager does not know, or ``fn`` not callable.
             JobPicklingError: ``fn`` or its arguments cannot be pickled.
             QueueFullError: ``max_pending`` jobs, or ``max_pending_bytes`` bytes of their
                 payloads, were pending for all of ``submit_timeout`` (``unit`` says which).
@@ -115,7 +123,8 @@ class Client(ClosingClient, Executor):
         (``max_pending``, or a ``key``) whose connection broke during its call may have
         reached the manager (submit a keyed job again: its key finds it).
         """
-        return self._schedule(fn, args, kwargs, delay, at, priority, timeout, retries, key)
+        return self._schedule(fn, args, kwargs, delay, at, priority, timeout, retries, key,
+                              queue, limit)
 
     def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> JobFuture[T]:
         """Run ``fn(*args, **kwargs)`` as soon as a worker is free, at MEDIUM priority.
@@ -127,10 +136,15 @@ class Client(ClosingClient, Executor):
     def _schedule(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                   delay: float | timedelta | None, at: float | datetime | None,
                   priority: Priority | str, timeout: float | None = None,
-                  retries: int = 0, key: str | None = None) -> JobFuture[Any]:
+                  retries: int = 0, key: str | None = None, queue: str = DEFAULT_QUEUE,
+                  limit: str | None = None) -> JobFuture[Any]:
         delay_s, at_s = due_arguments(delay, at)
         level = Priority.coerce(priority).level
         check_job(level, delay_s, at_s, timeout, retries, key)  # the manager's check, here
+        if queue != DEFAULT_QUEUE:
+            check_name("queue", queue)
+        if limit is not None:
+            self._check_limit(limit)
         core = self._core
         payload = pickle_job(fn, args, kwargs, pool=core.pool)
         core.check_payload(payload)
@@ -141,7 +155,7 @@ class Client(ClosingClient, Executor):
         request = JobRequest(job_id="" if future is None else future.id_nowait,
                              client_id=core.client_id, payload=payload, priority=level,
                              delay=delay_s, at=at_s, timeout=timeout, retries=retries, key=key,
-                             name=job_name(fn))
+                             name=job_name(fn), queue=queue, limit=limit)
         if outbox is None or future is None:  # (either both are None or neither)
             [future] = self._send_batch([request])
         elif not outbox.put(request):

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 from mpsched._client.base import ClientBase
 from mpsched._client.schedule_handle import Schedule
-from mpsched._core.job import Priority, check_run
+from mpsched._core.job import DEFAULT_QUEUE, Priority, check_name, check_run
 from mpsched._core.options import (
     Catchup,
     CatchupLike,
@@ -57,6 +57,8 @@ class ScheduleRequest(NamedTuple):
     priority: Priority | str = Priority.MEDIUM
     timeout: float | None = None
     retries: int = 0
+    queue: str = DEFAULT_QUEUE
+    limit: str | None = None
 
 
 def build_spec(asked: ScheduleRequest, fn: Callable[..., Any], args: tuple[Any, ...],
@@ -65,6 +67,9 @@ def build_spec(asked: ScheduleRequest, fn: Callable[..., Any], args: tuple[Any, 
     here); raises as ``Client.every``/``Client.cron``."""
     priority = Priority.coerce(asked.priority).level
     check_run(priority, asked.timeout, asked.retries)
+    check_name("queue", asked.queue)
+    if asked.limit is not None:
+        check_name("limit", asked.limit)
     kind = ScheduleKind.coerce(asked.kind)
     interval = to_seconds(asked.interval, "interval") if kind == ScheduleKind.EVERY else 0.0
     start_delay, start_at = _start(asked.start)
@@ -79,7 +84,8 @@ def build_spec(asked: ScheduleRequest, fn: Callable[..., Any], args: tuple[Any, 
         start_at=start_at, jitter=to_seconds(asked.jitter, "jitter"),
         overlap=Overlap.coerce(asked.overlap), catchup=Catchup.coerce(asked.catchup),
         on_error=OnError.coerce(asked.on_error), priority=priority, timeout=asked.timeout,
-        retries=asked.retries, name=job_name(fn), payload=pickle_job(fn, args, kwargs))
+        retries=asked.retries, name=job_name(fn), payload=pickle_job(fn, args, kwargs),
+        queue=asked.queue, limit=asked.limit)
     if asked.schedule_id is None:
         spec = spec._replace(schedule_id=default_id(spec))
     try:
@@ -122,7 +128,8 @@ class RecurringClient(ClientBase):
               id: str | None = None, overlap: OverlapLike = "skip", catchup: CatchupLike = "latest",
               jitter: float = 0.0, on_error: OnErrorLike = "continue",
               priority: Priority | str = Priority.MEDIUM, timeout: float | None = None,
-              retries: int = 0, **kwargs: Any) -> Schedule:
+              retries: int = 0, queue: str = DEFAULT_QUEUE, limit: str | None = None,
+              **kwargs: Any) -> Schedule:
         """Run ``fn(*args, **kwargs)`` every ``interval`` seconds (or a timedelta).
 
         Args:
@@ -141,7 +148,8 @@ class RecurringClient(ClientBase):
             jitter: each run starts up to this many seconds after its slot, the same
                 offset for a slot whichever manager plans it.
             on_error: "continue" (a failed run does not stop the schedule) or "pause".
-            priority, timeout, retries: as for :meth:`schedule`, for every run.
+            priority, timeout, retries, queue, limit: as for :meth:`schedule`, for
+                every run.
 
         Each run is a job with id ``"{id}@{planned UTC time}"``. Returns the
         :class:`Schedule`; it lives in the manager, beyond this client.
@@ -153,14 +161,16 @@ class RecurringClient(ClientBase):
         asked = ScheduleRequest(kind=ScheduleKind.EVERY, interval=interval, mode=mode,
                                 start=start, schedule_id=id, overlap=overlap, catchup=catchup,
                                 jitter=jitter, on_error=on_error, priority=priority,
-                                timeout=timeout, retries=retries)
+                                timeout=timeout, retries=retries, queue=queue, limit=limit)
+        self._check_limit(limit)
         return self._add_schedule(build_spec(asked, fn, args, kwargs))
 
     def cron(self, expr: str, fn: Callable[..., Any], /, *args: Any, tz: str | None = None,
              id: str | None = None, overlap: OverlapLike = "skip", catchup: CatchupLike = "latest",
              jitter: float = 0.0, on_error: OnErrorLike = "continue",
              priority: Priority | str = Priority.MEDIUM, timeout: float | None = None,
-             retries: int = 0, **kwargs: Any) -> Schedule:
+             retries: int = 0, queue: str = DEFAULT_QUEUE, limit: str | None = None,
+             **kwargs: Any) -> Schedule:
         """Run ``fn(*args, **kwargs)`` at the times of a five-field cron expression,
         evaluated in zone ``tz`` (an IANA name; default: the manager's local zone) with
         Debian cron's DST rules: a daily 02:30 job runs at 03:00 on the spring-forward
@@ -176,7 +186,8 @@ class RecurringClient(ClientBase):
         asked = ScheduleRequest(kind=ScheduleKind.CRON, cron=expr, tz=tz, schedule_id=id,
                                 overlap=overlap, catchup=catchup, jitter=jitter,
                                 on_error=on_error, priority=priority, timeout=timeout,
-                                retries=retries)
+                                retries=retries, queue=queue, limit=limit)
+        self._check_limit(limit)
         return self._add_schedule(build_spec(asked, fn, args, kwargs))
 
     def schedules(self) -> list[Schedule]:

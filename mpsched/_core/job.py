@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import math
+import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -19,6 +20,9 @@ from mpsched._core.options import Option
 from mpsched._errors import InvalidJobError
 
 MAX_KEY = 256  # characters in an idempotency key
+DEFAULT_QUEUE = "default"  # the queue of a job that names none
+# A queue's or a limit's name: 1 to 64 of these characters.
+_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 
 # The epoch seconds of 0001-01-01 and 9999-12-31 23:59:59 UTC: due times must fit a datetime.
 MIN_EPOCH = -62135596800.0
@@ -84,6 +88,8 @@ class JobRequest(NamedTuple):
     retries: int = 0  # times it is run again after its worker died under it
     key: str | None = None  # idempotency key: one live job per key
     name: str = ""  # the callable's qualified name, for listings
+    queue: str = DEFAULT_QUEUE  # the queue whose workers may run it
+    limit: str | None = None  # the manager's limit it runs under (None: none)
 
 
 @dataclass(eq=False, slots=True)
@@ -103,6 +109,8 @@ class Job:
     key: str | None = None  # idempotency key (JobRequest.key)
     name: str = ""  # the callable's qualified name, for listings
     at: float | None = None  # wall-clock epoch seconds it was asked for (JobRequest.at)
+    queue: str = DEFAULT_QUEUE  # JobRequest.queue
+    limit: str | None = None  # JobRequest.limit
 
     def time_key(self) -> tuple[float, int, int]:
         """The heap key of ``order="time"``: due, then priority level, then seq."""
@@ -257,6 +265,42 @@ def check_request(request: JobRequest) -> None:
     """
     check_job(request.priority, request.delay, request.at, request.timeout, request.retries,
               request.key)
+    if request.queue != DEFAULT_QUEUE:
+        check_name("queue", request.queue)
+    if request.limit is not None:
+        check_name("limit", request.limit)
+
+
+def check_name(what: str, name: object) -> str:
+    """Return ``name`` if it is a valid queue or limit name: 1 to 64 characters of
+    letters, digits and ``_.:-``.
+
+    Raises:
+        InvalidJobError: anything else; ``what`` ("queue", "limit") says which it names.
+    """
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise InvalidJobError(f"{what} name must be 1 to 64 characters of letters, digits "
+                              f"and _.:-, not {name!r}")
+    return name
+
+
+def check_queues(queues: object) -> tuple[str, ...] | None:
+    """A worker's subscriptions as a tuple of queue names in order (None or empty: every
+    queue). A string is a comma-separated list.
+
+    Raises:
+        InvalidJobError: a name that is not valid (:func:`check_name`), or a repeated one.
+    """
+    if queues is None:
+        return None
+    if isinstance(queues, str):
+        queues = [name.strip() for name in queues.split(",")]
+    if not isinstance(queues, (list, tuple)):
+        raise InvalidJobError(f"queues must be a list of queue names, not {queues!r}")
+    names = tuple(check_name("queue", name) for name in queues)
+    if len(set(names)) != len(names):
+        raise InvalidJobError(f"queues repeats a name: {', '.join(names)}")
+    return names or None
 
 
 def check_job(priority: int, delay: float | None, at: float | None,
@@ -325,6 +369,9 @@ class JobInfo:
     attempts: int
     worker: str | None
     key: str | None
+    queue: str = DEFAULT_QUEUE
+    limit: str | None = None
+    waiting_for: str | None = None
 
 
 class JobState(Option):
@@ -364,6 +411,9 @@ class JobRecord(NamedTuple):
     worker_id: str | None  # who runs it, or ran it last
     finished_wall: float | None  # when it was finished or cancelled
     outcome: bytes | None  # the manager's opaque bytes; None while unfinished, in listings
+    queue: str = DEFAULT_QUEUE
+    limit: str | None = None
+    waiting_for: str | None = None  # JobInfo.waiting_for
 
 
 class PayloadOptions(NamedTuple):

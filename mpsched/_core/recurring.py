@@ -12,10 +12,11 @@ import contextlib
 import math
 import os
 import zoneinfo
+from collections.abc import Iterable
 from datetime import datetime, timedelta, timezone, tzinfo
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from mpsched._core.job import MAX_EPOCH, MIN_EPOCH
+from mpsched._core.job import DEFAULT_QUEUE, MAX_EPOCH, MIN_EPOCH
 from mpsched._core.options import Catchup, Mode, OnError, Option, Overlap
 from mpsched._errors import ExtraMissingError, InvalidJobError
 
@@ -60,6 +61,8 @@ class ScheduleSpec(NamedTuple):
     retries: int
     name: str  # the callable's qualified name, for listings
     payload: bytes  # cloudpickled (fn, args, kwargs), as a job's
+    queue: str = DEFAULT_QUEUE  # the queue of every run
+    limit: str | None = None  # the limit every run runs under
 
     def identity(self) -> ScheduleSpec:
         """The spec without what is relative to the moment it was sent: two adds of one
@@ -71,6 +74,14 @@ class ScheduleSpec(NamedTuple):
         if self.kind == ScheduleKind.EVERY:
             return f"every {self.interval:g}s ({self.mode})"
         return f"cron '{self.cron}' ({self.tz or 'local'})"
+
+
+def spec_from(fields: Iterable[Any]) -> ScheduleSpec:
+    """A spec from its fields as sent or stored; one of an older version lacks the last
+    fields, which take their defaults."""
+    values = tuple(fields)
+    rest = ScheduleSpec._fields[len(values):]
+    return ScheduleSpec._make(values + tuple(ScheduleSpec._field_defaults[f] for f in rest))
 
 
 class ScheduleCounters(NamedTuple):

@@ -64,10 +64,12 @@ class SharedQueue(SharedPrefetch):
         return batch[0] if batch else None
 
     def take_batch(self, worker_id: str, timeout: float, early: float = 0.0, more: int = 0,
-                   prefetchable: Callable[[Job], bool] | None = None) -> list[Assignment]:
+                   prefetchable: Callable[[Job], bool] | None = None,
+                   queues: tuple[str, ...] | None = None) -> list[Assignment]:
         """:meth:`take`, with up to ``more`` due jobs more claimed in the same call for a
         worker this manager started (prefetched: mpsched._manager.shared_prefetch);
-        ``prefetchable`` tells which jobs may be. [] when none came due.
+        ``prefetchable`` tells which jobs may be. [] when none came due. ``queues``: as
+        JobQueue's; a worker's hello was refused for any but the default queue.
 
         Raises:
             SchedulerShutdownError: the queue was closed; the taker should exit.

@@ -15,8 +15,18 @@ import threading
 from collections.abc import Callable
 
 from mpsched._core.clock import Clock, SystemClock, Waitable
-from mpsched._core.job import Assignment, Job, Lease, Outcome, Payload, QueueStats
+from mpsched._core.job import (
+    DEFAULT_QUEUE,
+    Assignment,
+    Job,
+    Lease,
+    Outcome,
+    Payload,
+    QueueStats,
+)
 from mpsched._core.leases import Leases, percentiles
+from mpsched._core.limits import LimitSpec
+from mpsched._errors import ConfigError, InvalidJobError
 from mpsched._manager.shared_fence import LeaseFence
 from mpsched._manager.store_outage import StoreOutage
 from mpsched._payload import frames
@@ -289,6 +299,33 @@ class SharedQueueBase:
 
     def __len__(self) -> int:
         return sum(self.store.counts().pending.values())
+
+    # ------------------------------------------------------------ queues and limits
+
+    def check_route(self, queue: str, limit: str | None) -> None:
+        """Raises InvalidJobError: a Redis store takes jobs of the default queue without
+        a limit only."""
+        if queue != DEFAULT_QUEUE or limit is not None:
+            raise InvalidJobError("named queues and limits are not supported with a Redis "
+                                  "store")
+
+    def check_subscription(self, queues: tuple[str, ...] | None) -> None:
+        """Raises ConfigError for a worker that serves named queues only."""
+        if queues is not None and queues != (DEFAULT_QUEUE,):
+            raise ConfigError("queues", ",".join(queues),
+                              "every queue: a Redis store has only the default one")
+
+    def pending_by_queue(self) -> dict[str, int]:
+        return {DEFAULT_QUEUE: len(self)}
+
+    def waiting_for(self, job_id: str) -> str | None:
+        return None
+
+    def limits(self) -> dict[str, LimitSpec]:
+        return {}
+
+    def set_limit(self, name: str, spec: LimitSpec | None) -> None:
+        raise ConfigError("limit", name, "unset: limits are not supported with a Redis store")
 
     def close(self) -> None:
         """Stop: every waiting or future ``take`` raises SchedulerShutdownError."""

@@ -21,14 +21,13 @@ from __future__ import annotations
 from pickle import PickleBuffer
 from typing import Any, TypeVar
 
-from mpsched._core.job import Assignment, JobRequest, Lease, Outcome, Payload
+from mpsched._core.job import DEFAULT_QUEUE, Assignment, JobRequest, Lease, Outcome, Payload
 from mpsched._protocol.records import Report
 
 BLOB = 1 << 16
 R = TypeVar("R", JobRequest, Outcome)
 Blob = bytes | bytearray | PickleBuffer | memoryview  # a payload in a wire tuple
-JobRequestWire = tuple[str, str, Blob, int, "float | None", "float | None", "float | None",
-                       int, "str | None", str]
+JobRequestWire = tuple[Any, ...]  # JobRequest's fields; queue and limit only when named
 AssignmentWire = tuple[int, str, str, int, Blob, "float | None", "float | None", float,
                        "float | None"]
 OutcomeWire = tuple[str, bool, Blob, str, "float | None", str]
@@ -59,12 +58,18 @@ def _received(record: R) -> R:
     return record._replace(payload=blob_in(record.payload))
 
 
+_PLAIN_ROUTE = (DEFAULT_QUEUE, None)  # a request's queue and limit when it names none
+
+
 def request_to_wire(r: JobRequest) -> JobRequestWire:
-    return _flat(r)
+    """``r`` as sent: without its queue and limit when it names none (not a byte more
+    for a job that uses neither)."""
+    wire = _flat(r)
+    return wire[:-2] if wire[-2:] == _PLAIN_ROUTE else wire
 
 
 def request_from_wire(w: JobRequestWire) -> JobRequest:
-    return _received(JobRequest._make(w))
+    return _received(JobRequest(*w))
 
 
 def assignment_to_wire(a: Assignment, delay: float,

@@ -91,6 +91,7 @@ class WorkerHello(NamedTuple):
     # The manager's token (ManagerService.local_token), known only to workers it started:
     # the proof that this worker shares the manager's monotonic clock.
     local_token: str = ""
+    queues: tuple[str, ...] | None = None  # the queues it serves in order; None: every one
 
 
 class ClientHello(NamedTuple):
@@ -142,6 +143,14 @@ class ManagerStatus:
     workers_age: float = 0.0
 
 
+class QueueStatus(NamedTuple):
+    """One named queue: its pending jobs, and how many workers serve it."""
+
+    name: str
+    pending: int
+    workers: int
+
+
 @dataclass(frozen=True)
 class Stats:
     """A snapshot of the whole scheduler: the queue's counters and the workers."""
@@ -160,6 +169,9 @@ class Stats:
     store_jobs: int | None = None  # job records the store keeps, where it counts them
     # With a shared store: every manager of it (this one included), from their heartbeats.
     managers: tuple[ManagerStatus, ...] = ()
+    # Each queue with pending jobs or a worker serving it by name (this manager's workers).
+    queues: tuple[QueueStatus, ...] = ()
+    limits: tuple[tuple[str, str], ...] = ()  # each limit's name and form ("2,10/s")
 
     @property
     def pending(self) -> dict[str, int]:
@@ -230,6 +242,8 @@ class ManagerConfig:
     # as its own process's and so passes to its workers: a multiprocessing.Manager's
     # proxies, Queues and Events then work in jobs. b"": the manager keeps its own.
     process_authkey: bytes = field(default=b"", repr=False)
+    queues: tuple[str, ...] | None = None  # what the local workers serve; None: every queue
+    limits: tuple[tuple[str, str], ...] = ()  # (name, form) of each declared limit
 
 
 class ManagerReady(NamedTuple):

@@ -48,9 +48,17 @@ def _add_schedules_v2(conn: sqlite3.Connection) -> None:
         schedule_id TEXT PRIMARY KEY, spec BLOB NOT NULL, state BLOB NOT NULL)""")
 
 
+def _add_queues_and_limits(conn: sqlite3.Connection) -> None:
+    # NULL: the default queue, and no limit (old rows read so).
+    conn.execute("ALTER TABLE jobs ADD COLUMN queue TEXT")
+    conn.execute("ALTER TABLE jobs ADD COLUMN limit_name TEXT")
+    conn.execute("CREATE TABLE limits (name TEXT PRIMARY KEY, form TEXT NOT NULL)")
+
+
 # MIGRATIONS[v] takes a store from schema version v to v + 1, inside the opening
 # transaction; version 0 is a new, empty file. Append a step for every schema change.
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_create_v1, _add_schedules_v2]
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_create_v1, _add_schedules_v2,
+                                                          _add_queues_and_limits]
 
 
 def open_checked(path: str) -> int:

@@ -96,7 +96,7 @@ def test_the_head_of_a_large_heap_costs_only_the_jobs_it_lists(
             looked_at.append(1)
             return float(self) < float(other)  # type: ignore[arg-type]
 
-    heap = queue._pending._delayed  # the delayed heap, only to count comparisons
+    heap = queue._pending._single._delayed  # the delayed heap, only to count comparisons
     heap[:] = [(Counting(due), *rest) for due, *rest in heap]
     head = queue.head(20)
     assert [job.due for job in head] == sorted(job.due for job in head)
