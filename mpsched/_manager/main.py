@@ -193,6 +193,8 @@ def _open_queue(config: ManagerConfig, claims: LocalClaims) -> _Opened:
                             max_pending_bytes=config.max_pending_bytes,
                             outage=StoreOutage(store.location), claims=claims)
         queue.fence.on_change(claims.set_fence)  # local workers start nothing past it
+        for name, form in config.limits:  # the store's, for every manager: this one's win
+            queue.set_limit(name, parse_limit(name, form) if form else LimitSpec())
         return _Opened(queue, SharedJournal(store, queue), "", AnonymousSlots())
     local = JobQueue(order=config.order, max_pending=config.max_pending,
                      max_pending_bytes=config.max_pending_bytes, sizer=payload_size,

@@ -137,8 +137,6 @@ class ManagerService:
         """Register a worker; returns the heartbeat timeout its heartbeats must beat."""
         self._check_versions(f"worker {hello.worker_id} on {hello.host}",
                              (hello.python, hello.cloudpickle))
-        if hello.queues is not None and isinstance(self.queue, SharedQueue):
-            self.queue.check_subscription(hello.queues)
         self.workers.join(hello)
         self.wake_supervisor()
         log.info("worker %s joined (pid %d on %s)", hello.worker_id, hello.pid, hello.host)

@@ -16,7 +16,6 @@ from collections.abc import Callable
 
 from mpsched._core.clock import Clock, SystemClock, Waitable
 from mpsched._core.job import (
-    DEFAULT_QUEUE,
     Assignment,
     Job,
     Lease,
@@ -25,8 +24,7 @@ from mpsched._core.job import (
     QueueStats,
 )
 from mpsched._core.leases import Leases, percentiles
-from mpsched._core.limits import LimitSpec
-from mpsched._errors import ConfigError, InvalidJobError
+from mpsched._core.limits import LimitSpec, unknown_limit
 from mpsched._manager.shared_fence import LeaseFence
 from mpsched._manager.store_outage import StoreOutage
 from mpsched._payload import frames
@@ -87,6 +85,13 @@ class SharedQueueBase:
         # round trip per job instead of two); its next take hands it out.
         self._ready: dict[str, list[Assignment]] = {}
         self._early: dict[str, float] = {}  # worker id -> the hand-off window of its takes
+        # worker id -> the queues it serves, in order (): every queue)
+        self._queues: dict[str, tuple[str, ...]] = {}
+        # Takers of this manager serve different queues: each asks Redis for itself
+        # (one's empty claim says nothing of another's queues) and waits timed for the
+        # head of its own; a wake-up wakes them all.
+        self._mixed = False
+        self._known_limits: frozenset[str] = frozenset()  # the store's, as last read
         self._gone: dict[str, float] = {}  # retired workers, as JobQueue's
         self._gen = 0  # wake-ups so far: a claim older than the last one may be stale
         self._leader: object | None = None  # the taker that times the head for us
@@ -303,29 +308,30 @@ class SharedQueueBase:
     # ------------------------------------------------------------ queues and limits
 
     def check_route(self, queue: str, limit: str | None) -> None:
-        """Raises InvalidJobError: a Redis store takes jobs of the default queue without
-        a limit only."""
-        if queue != DEFAULT_QUEUE or limit is not None:
-            raise InvalidJobError("named queues and limits are not supported with a Redis "
-                                  "store")
-
-    def check_subscription(self, queues: tuple[str, ...] | None) -> None:
-        """Raises ConfigError for a worker that serves named queues only."""
-        if queues is not None and queues != (DEFAULT_QUEUE,):
-            raise ConfigError("queues", ",".join(queues),
-                              "every queue: a Redis store has only the default one")
+        """Raises InvalidJobError when ``limit`` is not one the store knows (None
+        passes); every queue name is fine here."""
+        if limit is None or limit in self._known_limits:
+            return
+        self._known_limits = frozenset(self.store.limits())
+        if limit not in self._known_limits:
+            raise unknown_limit(limit, self._known_limits)
 
     def pending_by_queue(self) -> dict[str, int]:
-        return {DEFAULT_QUEUE: len(self)}
+        return self.store.pending_by_queue()
 
     def waiting_for(self, job_id: str) -> str | None:
-        return None
+        limit = self.store.parked_limit(job_id)
+        return None if limit is None else f"limit {limit}"
 
     def limits(self) -> dict[str, LimitSpec]:
-        return {}
+        found = self.store.limits()
+        self._known_limits = frozenset(found)
+        return found
 
     def set_limit(self, name: str, spec: LimitSpec | None) -> None:
-        raise ConfigError("limit", name, "unset: limits are not supported with a Redis store")
+        """Declare, change or (None) forget a limit for every manager of the store."""
+        self.store.set_limit(name, spec)
+        self._known_limits = self._known_limits | {name}
 
     def close(self) -> None:
         """Stop: every waiting or future ``take`` raises SchedulerShutdownError."""

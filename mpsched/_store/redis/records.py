@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from mpsched._core.job import JobState, Order, Payload
+from mpsched._core.job import DEFAULT_QUEUE, JobState, Order, Payload
 
 
 class NewJob(NamedTuple):
@@ -28,6 +28,8 @@ class NewJob(NamedTuple):
     # own claims get no payload from Redis (the claim script) and hand its workers the
     # framed payload that names the segment.
     held: bool = False
+    queue: str = DEFAULT_QUEUE
+    limit: str | None = None
 
 
 class Claimed(NamedTuple):
@@ -84,6 +86,7 @@ class Take(NamedTuple):
     # The claim's name (unique per manager), written in each job it leases: a claim
     # whose answer never came is given back by it (RedisStore.unclaim).
     claim: str = ""
+    queues: tuple[str, ...] = ()  # the worker's queues in strict order; (): every queue
 
 
 class Reply(NamedTuple):

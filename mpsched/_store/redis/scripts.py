@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
-from mpsched._core.job import JobState, Order
+from mpsched._core.job import DEFAULT_QUEUE, JobState, Order
 from mpsched._store.redis.records import (
     Beat,
     Claimed,
@@ -35,7 +35,7 @@ from mpsched._store.redis.records import (
 )
 
 NAMES = ("submit", "claim", "cancel", "watch", "drain", "heartbeat", "leave", "jobs", "prune",
-         "unclaim")
+         "unclaim", "limit")
 US = 1_000_000  # microseconds per second
 # The bound a submit found reached (submit.lua's `full`), as QueueFullError names it.
 FULL = {1: "jobs", 2: "payload bytes"}
@@ -173,6 +173,12 @@ class Scripts:
                      "" if job.timeout is None else repr(float(job.timeout)), job.retries]
         held = [k for k, job in enumerate(jobs, 1) if job.held]
         args += [len(held), *held]
+        routed = [(k, job.queue, job.limit or "") for k, job in enumerate(jobs, 1)
+                  if job.queue != DEFAULT_QUEUE or job.limit is not None]
+        if routed:  # nothing more is sent for jobs of the default queue without a limit
+            args.append(len(routed))
+            for route in routed:
+                args += route
         holders, full = self._call("submit", *args)
         return [_text(h) for h in holders], FULL.get(full)
 
@@ -189,7 +195,8 @@ class Scripts:
         args += [len(answers), *answers]
         args += [take.want, take.worker, _us(take.early), _us(span) // 1000,
                  _us(grace) // 1000, take.lead, "1" if take.waiting else "0",
-                 len(take.ids), *take.ids, take.claim, self.order.value]
+                 len(take.ids), *take.ids, len(take.queues), *take.queues, take.claim,
+                 self.order.value]
         finished, requeued, jobs, head_us, leader, leader_ms, registered = \
             self._call("claim", *args)
         return Reply(
@@ -250,6 +257,9 @@ class Scripts:
 
     def prune(self, count: int) -> int:
         return int(self._call("prune", count))
+
+    def set_limit(self, name: str, bounds: str) -> None:
+        self._call("limit", name, bounds)
 
 
 def _claimed(row: list[Any]) -> Claimed:
