@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -196,3 +197,21 @@ def test_queue_limit_and_limits_survive_a_sigkill_with_sqlite(
     info = again.job_info(held.job_id)
     assert (info.queue, info.limit) == ("reports", "exports")
     assert again.job(held.job_id).result(RESULT)[0] == "r"
+
+
+def test_metrics_and_the_page_show_each_queue_and_its_workers(
+        make_scheduler: Callable[..., Scheduler]) -> None:
+    s = make_scheduler(workers=1, queues=["default"], limits={"exports": 2}, http=0)
+    assert s.http_url is not None
+    waiting = s.schedule(jobs.stamp, queue="reports")
+    assert s.job_info(waiting.job_id).state == "pending"
+    with urllib.request.urlopen(s.http_url + "/metrics", timeout=RESULT) as answer:
+        metrics = answer.read().decode()
+    assert 'mpsched_queue_pending{queue="reports"} 1' in metrics
+    assert 'mpsched_queue_workers{queue="reports"} 0' in metrics
+    assert 'mpsched_queue_workers{queue="default"} 1' in metrics
+    with urllib.request.urlopen(s.http_url + "/api/dashboard", timeout=RESULT) as answer:
+        page = json.loads(answer.read())
+    assert {"name": "reports", "pending": 1, "workers": 0} in page["queues"]
+    assert page["limits"] == [["exports", "2"]]
+    s.cancel(waiting.job_id)

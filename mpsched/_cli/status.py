@@ -4,7 +4,6 @@ or as JSON."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import time
@@ -13,7 +12,7 @@ from typing import TextIO
 from mpsched._cli.connection import manager_of, service_at
 from mpsched._cli.formats import format_due, format_duration, format_size, plural
 from mpsched._cli.managers import format_managers
-from mpsched._protocol.records import Exit, Stats
+from mpsched._protocol.records import Exit, Stats, stats_json
 from mpsched._store.base import IN_MEMORY
 from mpsched._transport.address import format_address
 
@@ -23,10 +22,7 @@ def run_status(args: argparse.Namespace, out: TextIO) -> int:
     address, key = manager_of(args)
     stats = service_at(address, key).stats()
     if args.json:
-        shown = dataclasses.asdict(stats)
-        shown["queues"] = [queue._asdict() for queue in stats.queues]
-        shown["limits"] = dict(stats.limits)
-        json.dump(shown, out, indent=2)
+        json.dump(stats_json(stats), out, indent=2)
         out.write("\n")
     else:
         out.write(format_stats(stats, format_address(address), time.time()))

@@ -9,6 +9,7 @@ ones travel as are in :mod:`mpsched._protocol.codec`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import multiprocessing
 from dataclasses import dataclass, field
@@ -192,6 +193,14 @@ class Stats:
     @property
     def lateness(self) -> dict[str, float]:
         return self.queue.lateness
+
+
+def stats_json(stats: Stats) -> dict[str, Any]:
+    """``stats`` as ``status --json`` prints it (each queue an object, limits by name)."""
+    shown = dataclasses.asdict(stats)
+    shown["queues"] = [queue._asdict() for queue in stats.queues]
+    shown["limits"] = dict(stats.limits)
+    return shown
 
 
 class StartMethod(Option):
