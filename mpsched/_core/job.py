@@ -358,7 +358,9 @@ class JobInfo:
 
     ``state`` is "pending", "running", "done", "failed" or "cancelled"; ``due`` is an aware
     datetime in UTC; ``attempts`` counts the runs a worker started; ``worker`` is the one
-    running it (or that ran it last); ``key`` its idempotency key, if it has one.
+    running it (or that ran it last); ``key`` its idempotency key, if it has one;
+    ``queue`` the queue it waits in; ``limit`` the limit it runs under, if any;
+    ``waiting_for`` what a pending job waits for (``"limit NAME"``), else None.
     """
 
     job_id: str
