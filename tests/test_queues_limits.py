@@ -215,3 +215,16 @@ def test_metrics_and_the_page_show_each_queue_and_its_workers(
     assert {"name": "reports", "pending": 1, "workers": 0} in page["queues"]
     assert page["limits"] == [["exports", "2"]]
     s.cancel(waiting.job_id)
+
+
+def test_a_job_run_again_after_its_worker_died_takes_a_slot_each_time(
+        make_scheduler: Callable[..., Scheduler], tmp_path: Path) -> None:
+    s = make_scheduler(workers=2, limits={"x": 1})
+    log = tmp_path / "x.log"
+    again = s.schedule(jobs.die_once, str(tmp_path / "marker"), retries=1, limit="x")
+    others = [s.schedule(jobs.span, str(log), 0.1, limit="x") for _ in range(4)]
+    assert again.result(RESULT) is not None
+    for f in others:
+        f.result(RESULT)
+    assert s.job_info(again.job_id).attempts == 2
+    assert most_at_once(spans(log)) == 1
