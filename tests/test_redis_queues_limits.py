@@ -77,3 +77,22 @@ def test_queues_route_jobs_across_managers(procs: Any, connect_client: Callable[
     gpu = start_pool(procs, second, "gpu")
     ran_on = waiting.result(RESULT)[1]
     assert ran_on in pool_pids(gpu)
+
+
+def test_fifty_jobs_under_ten_a_second_across_two_managers(
+        procs: Any, connect_client: Callable[..., Any], redis_url: str,
+        tmp_path: Path) -> None:
+    first = start_manager(procs, redis_url, "--limit", "api=10/s")
+    second = start_manager(procs, redis_url)
+    one, two = connect_client(first), connect_client(second)
+    log = tmp_path / "api.log"
+    began = time.monotonic()
+    futures = [(one if n % 2 else two).schedule(jobs.span, str(log), 0.0, limit="api")
+               for n in range(50)]
+    for f in futures:
+        f.result(RESULT)
+    took = time.monotonic() - began
+    starts = sorted(start for start, _ in spans(log))
+    # a worker starts a job a moment after its manager claimed it: a small margin
+    assert max(sum(1 for s in starts if t <= s < t + 0.9) for t in starts) <= 10
+    assert 3.9 < took < 15.0

@@ -175,6 +175,13 @@ class Limits:
         counter.running += 1
         return True
 
+    def hold_locked(self, name: str) -> None:
+        """A job of ``name`` that was running before a restart still runs: it holds a
+        slot, whether or not the limit has room for it now."""
+        counter = self._counters.get(name)
+        if counter is not None:
+            counter.running += 1
+
     def ended_locked(self, name: str) -> None:
         """A job of ``name`` ended (or was taken back): its slot is free."""
         counter = self._counters.get(name)

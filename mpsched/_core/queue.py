@@ -188,6 +188,8 @@ class JobQueue:
         with self._lock:
             now = self._clock.now()
             for job in jobs:
+                if job.limit is not None:
+                    self._admission.limits.hold_locked(job.limit)
                 self.leases.hold_locked(job, worker_id, now)
 
     def return_lease(self, lease_id: int) -> Job | None:

@@ -246,3 +246,16 @@ def test_prefetch_passes_over_a_full_limit_and_stays_in_the_takers_queues(
                        job("g", queue="gpu"), job("d")])
     batch = queue.take_batch("w", FOREVER, more=7, queues=("default",))
     assert [a.lease.job_id for a in batch] == ["a", "c", "d"]
+
+
+def test_a_job_running_before_a_restart_holds_its_slot(harness: Harness) -> None:
+    queue = harness.queue(limits={"x": LimitSpec(concurrency=1)})
+    queue.submit(job("still-running", limit="x"))
+    assert len(queue.take_batch("old", 0)) == 1
+    running = queue.find("still-running")
+    assert running is not None
+    fresh = harness.queue(limits={"x": LimitSpec(concurrency=1)})
+    fresh.hold_in_flight("remote", [running[0]])
+    fresh.submit(job("next", limit="x"))
+    assert take(fresh) is None
+    assert fresh.waiting_for("next") == "limit x"
