@@ -14,8 +14,12 @@ Prints one line per run and the medians.
 from __future__ import annotations
 
 import argparse
+import shutil
+import socket
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import wait as wait_futures
@@ -123,16 +127,47 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _bench_redis(jobs: int, rounds: int) -> None:
-    from benchmarks.redis_peers import RedisServer
+@contextmanager
+def _redis_server() -> Iterator[tuple[str, Any]]:
+    """A redis-server of this benchmark's own on a free loopback port, persistence off."""
+    import redis
 
-    server = RedisServer()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    directory = tempfile.mkdtemp(prefix="mpsched-bench-queues-")
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise SystemExit("--redis needs redis-server")
+    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--dir",
+                             directory, "--save", "", "--appendonly", "no"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    client = redis.Redis(port=port)
     try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise SystemExit("redis-server did not start") from None
+                time.sleep(0.01)
+        yield f"redis://127.0.0.1:{port}/0", client
+    finally:
+        client.close()
+        proc.kill()
+        proc.wait(10)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _bench_redis(jobs: int, rounds: int) -> None:
+    with _redis_server() as (url, client):
         rates: dict[str, list[float]] = {"plain": [], "routed": []}
         for round_ in range(rounds):
             for kind in ("plain", "routed") if round_ % 2 == 0 else ("routed", "plain"):
-                server.client.flushall()
-                rates[kind].append(run_redis(kind, server.url, jobs))
+                client.flushall()
+                rates[kind].append(run_redis(kind, url, jobs))
                 print(f"redis {kind}: {rates[kind][-1]:,.0f} jobs/s", flush=True)
         print(f"no-op jobs/s on Redis, 2 managers x 1 worker, {jobs:,} jobs:")
         _median("plain", rates["plain"])
@@ -140,8 +175,6 @@ def _bench_redis(jobs: int, rounds: int) -> None:
         ratios = [r / p for r, p in zip(rates["routed"], rates["plain"], strict=True)]
         print(f"  routed / plain: median {statistics.median(ratios):.2f} "
               f"(min {min(ratios):.2f}, max {max(ratios):.2f})")
-    finally:
-        server.stop()
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@ MAX_KEY = 256  # characters in an idempotency key
 DEFAULT_QUEUE = "default"  # the queue of a job that names none
 # A queue's or a limit's name: 1 to 64 of these characters.
 _NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+_CHECKED_NAMES: set[str] = set()  # names found valid, so that each is matched once
+_CHECKED_MAX = 4096
 
 # The epoch seconds of 0001-01-01 and 9999-12-31 23:59:59 UTC: due times must fit a datetime.
 MIN_EPOCH = -62135596800.0
@@ -278,9 +280,13 @@ def check_name(what: str, name: object) -> str:
     Raises:
         InvalidJobError: anything else; ``what`` ("queue", "limit") says which it names.
     """
+    if name in _CHECKED_NAMES:
+        return name
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise InvalidJobError(f"{what} name must be 1 to 64 characters of letters, digits "
                               f"and _.:-, not {name!r}")
+    if len(_CHECKED_NAMES) < _CHECKED_MAX:
+        _CHECKED_NAMES.add(name)
     return name
 
 

@@ -47,6 +47,7 @@ from mpsched._core.job import (
     Payload,
     Priority,
     QueueStats,
+    check_name,
 )
 from mpsched._core.leases import Leases, LostLease, percentiles
 from mpsched._core.limits import Limits, LimitSpec
@@ -408,11 +409,14 @@ class JobQueue:
         with self._lock:
             return self._admission.limits.specs()
 
-    def check_route(self, queue: str, limit: str | None) -> None:
-        """Raises InvalidJobError when ``limit`` is not a declared limit (None passes);
-        every queue name is fine here."""
+    def check_routes(self, requests: list[JobRequest]) -> None:
+        """Raises InvalidJobError when a request names a queue or a limit that is not
+        valid, or a limit that is not declared."""
+        for request in requests:
+            check_name("queue", request.queue)
         with self._lock:
-            self._admission.limits.check(limit)
+            for request in requests:
+                self._admission.limits.check(request.limit)
 
     def set_limit(self, name: str, spec: LimitSpec | None) -> None:
         """Declare, change or (None) remove a limit; parked jobs it now admits become

@@ -24,7 +24,6 @@ from mpsched._core.job import (
     Lease,
     PayloadOptions,
     check_name,
-    check_request,
 )
 from mpsched._core.limits import LimitSpec, parse_limit
 from mpsched._core.queue import JobQueue
@@ -275,10 +274,9 @@ class ManagerService:
         """
         bounded = LONG_POLL if timeout is None else min(timeout, LONG_POLL)
         batch = [request_from_wire(r) for r in requests]
-        for request in batch:  # before the store: a refused batch leaves no trace
-            if request.limit is not None or request.queue != DEFAULT_QUEUE:
-                check_request(request)
-                self.queue.check_route(request.queue, request.limit)
+        routed = [r for r in batch if r.limit is not None or r.queue != DEFAULT_QUEUE]
+        if routed:  # before the store: a refused batch leaves no trace
+            self.queue.check_routes(routed)
         self.segments.submitted(batch)  # before a worker can take and end one
         try:
             holders = self.journal.submit(batch, bounded)

@@ -18,10 +18,12 @@ from mpsched._core.clock import Clock, SystemClock, Waitable
 from mpsched._core.job import (
     Assignment,
     Job,
+    JobRequest,
     Lease,
     Outcome,
     Payload,
     QueueStats,
+    check_name,
 )
 from mpsched._core.leases import Leases, percentiles
 from mpsched._core.limits import LimitSpec, unknown_limit
@@ -307,14 +309,17 @@ class SharedQueueBase:
 
     # ------------------------------------------------------------ queues and limits
 
-    def check_route(self, queue: str, limit: str | None) -> None:
-        """Raises InvalidJobError when ``limit`` is not one the store knows (None
-        passes); every queue name is fine here."""
-        if limit is None or limit in self._known_limits:
-            return
-        self._known_limits = frozenset(self.store.limits())
-        if limit not in self._known_limits:
-            raise unknown_limit(limit, self._known_limits)
+    def check_routes(self, requests: list[JobRequest]) -> None:
+        """Raises InvalidJobError when a request names a queue or a limit that is not
+        valid, or a limit the store does not know."""
+        for request in requests:
+            check_name("queue", request.queue)
+            limit = request.limit
+            if limit is None or limit in self._known_limits:
+                continue
+            self._known_limits = frozenset(self.store.limits())
+            if limit not in self._known_limits:
+                raise unknown_limit(limit, self._known_limits)
 
     def pending_by_queue(self) -> dict[str, int]:
         return self.store.pending_by_queue()
