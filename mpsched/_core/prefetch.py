@@ -259,12 +259,17 @@ class Prefetcher:
         batch: list[Assignment] = []
         entries: list[tuple[int, Job]] = []
         while len(batch) < more:
-            job = self._pending.due_head(now, queues)
-            if job is None or job.timeout is not None \
+            only = self._pending.only  # the default queue's heap, while it is the only one
+            heap = only if queues is None else None
+            if heap is None:
+                heap = self._pending.due_heap(now, queues)
+            job = None if heap is None else heap.due_head(now)
+            if heap is None or job is None or job.timeout is not None \
                     or (prefetchable is not None and not prefetchable(job)) \
                     or (job.at is not None and self._wall.early_locked(job, now)):
                 break
-            popped = self._pop_due(now, 0.0, queues)
+            # the heap it came from: with the one default queue, the plain take
+            popped = self._pop_due(now, 0.0, None if only is not None else (job.queue,))
             assert popped is job
             if job.limit is not None and not self._admission.admit_locked(job, now):
                 continue

@@ -49,7 +49,12 @@ class PendingQueues:
         return any(len(heap) for heap in self._all)
 
     def __contains__(self, job_id: str) -> bool:
-        return any(job_id in heap for heap in self._all)
+        if self._single is not None:
+            return job_id in self._single
+        for heap in self._all:
+            if job_id in heap:
+                return True
+        return False
 
     def __iter__(self) -> Iterator[Job]:
         jobs: list[Job] = []
@@ -63,6 +68,12 @@ class PendingQueues:
             if job is not None:
                 return job
         return None
+
+    @property
+    def only(self) -> PendingJobs | None:
+        """The default queue's heap while it is the only one (every call goes straight
+        to it); None once another queue or a limit's parked jobs exist."""
+        return self._single
 
     @property
     def levels(self) -> dict[int, int]:
@@ -114,7 +125,8 @@ class PendingQueues:
         return heap
 
     def push(self, job: Job) -> None:
-        self._queue(job.queue).push(job)
+        heap = self._queues.get(job.queue)
+        (self._queue(job.queue) if heap is None else heap).push(job)
 
     def restore(self, jobs: Iterable[Job]) -> None:
         """Add many jobs at once (recovery): one heapify per queue."""
@@ -187,7 +199,7 @@ class PendingQueues:
             return any(len(heap) for heap in self._queues.values())
         return any(len(heap) for heap in self._served(queues))
 
-    def _pick(self, now: float, early: float, queues: Queues) -> PendingJobs | None:
+    def due_heap(self, now: float, queues: Queues, early: float = 0.0) -> PendingJobs | None:
         """The heap a taker of ``queues`` gets its next job from: the first of its queues
         with a due job, or (every queue) the one whose due job goes first."""
         if queues is not None:
@@ -196,12 +208,16 @@ class PendingQueues:
                 if heap is not None and heap.peek_due(now, early) is not None:
                     return heap
             return None
+        if self._single is not None:
+            return self._single if self._single.peek_due(now, early) is not None else None
+        by_time = self._order is Order.TIME
         best: PendingJobs | None = None
         best_key: tuple[float | int, ...] | None = None
         for heap in self._queues.values():
             job = heap.peek_due(now, early)
             if job is not None:
-                key = heap.key(job)
+                key = (job.due, job.priority, job.seq) if by_time else \
+                    (job.priority, job.due, job.seq)
                 if best_key is None or key < best_key:
                     best, best_key = heap, key
         return best
@@ -210,14 +226,17 @@ class PendingQueues:
         """The next job for a taker of ``queues``, ``early`` seconds ahead, out of its heap."""
         if self._single is not None and queues is None:
             return self._single.pop_due(now, early)
-        heap = self._pick(now, early, queues)
+        if queues is not None and len(queues) == 1:
+            heap = self._queues.get(queues[0])
+        else:
+            heap = self.due_heap(now, queues, early)
         return None if heap is None else heap.pop_due(now, early)
 
     def due_head(self, now: float, queues: Queues = None) -> Job | None:
         """The job :meth:`pop_due` would return now with no ``early``, left in place."""
         if self._single is not None and queues is None:
             return self._single.due_head(now)
-        heap = self._pick(now, 0.0, queues)
+        heap = self.due_heap(now, queues)
         return None if heap is None else heap.due_head(now)
 
     def key(self, job: Job) -> tuple[float | int, ...]:
