@@ -51,10 +51,7 @@ class PendingQueues:
     def __contains__(self, job_id: str) -> bool:
         if self._single is not None:
             return job_id in self._single
-        for heap in self._all:
-            if job_id in heap:
-                return True
-        return False
+        return any(job_id in heap for heap in self._all)
 
     def __iter__(self) -> Iterator[Job]:
         jobs: list[Job] = []
