@@ -129,6 +129,7 @@ local function lease(id, f, prefetched, token)
 end
 
 local jobs = {}
+local parked_here = false  -- a job was parked by this call (a rate window may now open)
 
 -- Claim up to `want` due jobs from the queue of key prefix `qk`, after those in `jobs`
 -- (only the first of all may be due within `early`; the others are prefetched: due now,
@@ -171,7 +172,7 @@ local function claim_from(qk, want)
         local score, m = due[k + 1], due[k]
         if cut == 34 then score, m = f[7], member(f[6], f[8], id) end
         park(f[14], score, m, now)
-        parked = true
+        parked, parked_here = true, true
       else
         members[#members + 1] = due[k]
         token = token + 1
@@ -189,6 +190,9 @@ end
 
 -- The key prefixes of the queues a claim looks at, in the order it looks: the worker's
 -- own list, or (every queue) the one whose head comes first first.
+-- Named queues, or rate windows with parked jobs: none on the plain path, one EXISTS.
+local routed = redis.call('EXISTS', B .. 'queues', B .. 'lim-opens') > 0
+
 local function served()
   if nq > 0 then
     local keys = {}
@@ -197,7 +201,7 @@ local function served()
     end
     return keys
   end
-  if redis.call('SCARD', B .. 'queues') == 0 then return {B} end
+  if not routed or redis.call('SCARD', B .. 'queues') == 0 then return {B} end
   local keys, firsts = all_queues(), {}
   for _, qk in ipairs(keys) do
     local top = head(by_priority, qk)
@@ -208,7 +212,7 @@ local function served()
 end
 
 -- Rate windows that have opened let their parked jobs back in first.
-if n > 0 and redis.call('EXISTS', B .. 'lim-opens') == 1 then
+if n > 0 and routed then
   for _, name in ipairs(redis.call('ZRANGEBYSCORE', B .. 'lim-opens', '-inf', now)) do
     redis.call('ZREM', B .. 'lim-opens', name)
     unpark(name, now)
@@ -260,7 +264,10 @@ for _, qk in ipairs(queues) do
     head_us = tonumber(top[2]) - now
   end
 end
-local opens = redis.call('ZRANGE', B .. 'lim-opens', 0, 0, 'WITHSCORES')
+local opens = {}
+if routed or parked_here then
+  opens = redis.call('ZRANGE', B .. 'lim-opens', 0, 0, 'WITHSCORES')
+end
 if opens[1] and (head_us == -1 or tonumber(opens[2]) - now < head_us) then
   head_us = tonumber(opens[2]) - now
   if head_us < 0 then head_us = 0 end
