@@ -32,8 +32,9 @@ class Admission:
         self._clock = clock
         self._pending = pending
         self._push = push
-        # When the full rate window of each limit with parked jobs opens.
-        self._opens: dict[str, float] = {}
+        # When the full rate window of each limit with parked jobs opens (read by takes:
+        # empty on the plain path, so a take checks it without a call).
+        self.opens: dict[str, float] = {}
 
     def admit_locked(self, job: Job, now: float) -> bool:
         """Take a slot of ``job.limit`` for ``job``, just popped; else park it (False)."""
@@ -56,19 +57,19 @@ class Admission:
     def set_locked(self, name: str, spec: LimitSpec | None) -> None:
         """Change a limit now; parked jobs it now admits go back to their queue."""
         self.limits.set_locked(name, spec)
-        self._opens.pop(name, None)
+        self.opens.pop(name, None)
         if self._pending.parked_count(name):
             self.release_locked(name, self._clock.now())
 
     def next_open_locked(self) -> float | None:
         """The earliest instant a rate window with parked jobs opens (None: none)."""
-        return min(self._opens.values(), default=None) if self._opens else None
+        return min(self.opens.values(), default=None) if self.opens else None
 
     def reopen_locked(self, now: float) -> None:
         """Let back the parked jobs of every rate window that has opened by ``now``."""
-        for name, opens in list(self._opens.items()):
+        for name, opens in list(self.opens.items()):
             if opens <= now:
-                del self._opens[name]
+                del self.opens[name]
                 self.release_locked(name, now)
 
     def release_locked(self, name: str, now: float) -> None:
@@ -82,4 +83,4 @@ class Admission:
     def _note_window_locked(self, name: str, now: float) -> None:
         opens = self.limits.opens_locked(name, now)
         if opens is not None:
-            self._opens[name] = opens
+            self.opens[name] = opens

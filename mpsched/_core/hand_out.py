@@ -105,7 +105,7 @@ class HandOut:
             return None
         now = self._clock.now()
         admission = self._admission
-        if admission.next_open_locked() is not None:
+        if admission.opens:
             admission.reopen_locked(now)
         while True:
             if self._prefetch and self._prefetch.take_back_locked(worker_id, now, queues):
