@@ -65,9 +65,11 @@ def test_gpu_jobs_run_only_on_the_gpu_pool_and_in_strict_order(
     assert not plain_ran & gpu_pids
     gpu.popen.kill()
     both = start_pool(procs, manager, "gpu,default")
-    # a backlog due now on both queues: the gpu,default pool takes gpu first
-    futures = [client.schedule(jobs.stamp, ("default", i), delay=1.0) for i in range(4)]
-    futures += [client.schedule(jobs.stamp, ("gpu", i), delay=1.0, queue="gpu")
+    # due at one instant in both queues, default ones submitted first: the
+    # gpu,default pool takes gpu first all the same
+    at = time.time() + 1.0
+    futures = [client.schedule(jobs.stamp, ("default", i), at=at) for i in range(4)]
+    futures += [client.schedule(jobs.stamp, ("gpu", i), at=at, queue="gpu")
                 for i in range(4)]
     results = [f.result(RESULT) for f in futures]
     both_pids = pool_pids(both)
