@@ -96,3 +96,20 @@ def test_fifty_jobs_under_ten_a_second_across_two_managers(
     # a worker starts a job a moment after its manager claimed it: a small margin
     assert max(sum(1 for s in starts if t <= s < t + 0.9) for t in starts) <= 10
     assert 3.9 < took < 15.0
+
+
+def test_a_limit_set_through_one_manager_holds_on_the_other(
+        procs: Any, connect_client: Callable[..., Any], redis_url: str,
+        tmp_path: Path) -> None:
+    first = start_manager(procs, redis_url, workers=1)
+    second = start_manager(procs, redis_url, workers=1)
+    one, two = connect_client(first), connect_client(second)
+    one.set_limit("x", concurrency=1, rate="100/m")
+    assert two.limits() == {"x": "1,100/m"}
+    log = tmp_path / "x.log"
+    futures = [two.schedule(jobs.span, str(log), 0.2, limit="x") for _ in range(4)]
+    for f in futures:
+        f.result(RESULT)
+    assert most_at_once(spans(log)) == 1
+    one.set_limit("x")  # no bound left: its jobs run as any other
+    assert two.limits() == {"x": ""}
