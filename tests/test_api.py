@@ -47,6 +47,8 @@ def test_public_names_are_pinned():
         "RemoteTraceback",
         "ResultPicklingError",
         "ResultUnpicklingError",
+        "RetryLater",
+        "RetryPolicy",
         "RuntimeDirError",
         "Schedule",
         "ScheduleCounters",

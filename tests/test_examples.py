@@ -29,6 +29,9 @@ CASES = [
                  id="durable_jobs"),
     pytest.param("recurring.py", ["tick@", "0 overlaps", "nightly 02:30 in Berlin:",
                                   "✓ on its slots, no drift, no overlap"], id="recurring"),
+    pytest.param("retries.py", ["page-3: 200 OK after 4 runs", "  attempt 3 failed at",
+                                "✓ every job ran exactly as often as it had to"],
+                 id="retries"),
 ]
 
 

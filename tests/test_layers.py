@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).parent.parent / "mpsched"
 # a cycle waiting to happen, so modules of one group never import each other.
 LAYERS: list[tuple[str, list[set[str]]]] = [
     ("_errors", [set()]),  # the whole error tree, one module
-    ("_core", [{"options", "histogram"}, {"job"}, {"clock", "recurring", "limits"},
+    ("_core", [{"options", "histogram", "retrying"}, {"job"}, {"clock", "recurring", "limits"},
                {"leases", "heap", "planning", "wall_offset"}, {"queues"},
                {"room", "admission"}, {"prefetch"}, {"hand_out"}, {"intake"}, {"queue"}]),
     ("_store", [{"base", "commit", "pruning", "lease_records", "group_sync", "redis.url",
@@ -31,11 +31,11 @@ LAYERS: list[tuple[str, list[set[str]]]] = [
     ("_protocol", [{"records"}, {"codec"}, {"proxy"}]),
     ("_payload", [{"frames", "by_value"}, {"shm"}, {"segment_pool", "segments"},
                   {"pickling"}]),
-    ("_worker", [{"loop_end", "claims", "reports", "process"}, {"run", "slot_file"},
+    ("_worker", [{"stop_reasons", "claims", "reports", "process"}, {"run", "slot_file"},
                  {"loop", "pool_slots"}, {"remote"}, {"pool"}]),
-    ("_manager", [{"ended", "mailbox", "worker_table", "process", "failures", "http.metrics",
+    ("_manager", [{"retained", "mailbox", "worker_table", "launcher", "failures", "http.metrics",
                    "http.history", "http.connections", "wall_clock", "store_outage",
-                   "client_connections", "shared_fence"},
+                   "client_connections", "shared_fence", "retries"},
                   {"shared_queue_base", "http.intake"}, {"shared_prefetch", "http.answering"},
                   {"shared_queue"},
                   {"journal", "schedule_entry"},
@@ -46,7 +46,7 @@ LAYERS: list[tuple[str, list[set[str]]]] = [
     ("_client", [{"job_future", "outbox", "link", "store_failures"},
                  {"outage", "schedule_handle", "future_table"},
                  {"results"},
-                 {"futures"}, {"base"}, {"recurring"}, {"closing"}, {"client", "forever"},
+                 {"core"}, {"base"}, {"recurring"}, {"closing"}, {"client", "forever"},
                  {"scheduler"}]),
     ("_cli", [{"options", "formats", "managers"}, {"parser", "connection"},
               {"demo", "stress", "serve", "jobs", "status", "drain"},

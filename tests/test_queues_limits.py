@@ -14,9 +14,10 @@ from typing import Any
 
 import jobs
 import pytest
+import retry_jobs
 from served import Manager, Processes, serve
 
-from mpsched import Scheduler
+from mpsched import RetryPolicy, Scheduler
 from mpsched._errors import InvalidJobError
 
 RESULT = 60.0  # seconds a test waits for a result, on a loaded 2-core machine
@@ -230,3 +231,22 @@ def test_a_job_run_again_after_its_worker_died_takes_a_slot_each_time(
         f.result(RESULT)
     assert s.job_info(again.job_id).attempts == 2
     assert most_at_once(spans(log)) == 1
+
+
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+def test_each_attempt_of_a_job_retried_on_exception_takes_a_slot(
+        make_scheduler: Callable[..., Scheduler], tmp_path: Path, kind: str,
+        request: pytest.FixtureRequest) -> None:
+    store = request.getfixturevalue("redis_url") if kind == "redis" else None
+    s = make_scheduler(workers=2, limits={"x": 1}, store=store)
+    failing, log = str(tmp_path / "failing.log"), tmp_path / "x.log"
+    retried = s.schedule(retry_jobs.slow_fail, failing, 0.2, limit="x",
+                         retry=RetryPolicy(2, backoff=0.0))
+    others = [s.schedule(jobs.span, str(log), 0.2, limit="x") for _ in range(3)]
+    with pytest.raises(Exception, match="slow"):
+        retried.result(RESULT)
+    for f in others:
+        f.result(RESULT)
+    attempts = [(start, start + 0.2) for start in retry_jobs.starts(failing)]
+    assert len(attempts) == 3
+    assert most_at_once(attempts + spans(log)) == 1

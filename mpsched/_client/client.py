@@ -2,7 +2,7 @@
 
 ``schedule``/``submit``/``map`` validate and pickle the job here, at the call site, send it
 to the manager and return a :class:`~mpsched._client.job_future.JobFuture`; the client's
-result thread (mpsched._client.futures) collects outcomes and resolves the futures.
+result thread (mpsched._client.core) collects outcomes and resolves the futures.
 
 A Client is built in layers, each a module: its core and lookups by id
 (mpsched._client.base), recurring jobs (mpsched._client.recurring), closing
@@ -31,6 +31,7 @@ from mpsched._core.job import (
     check_name,
     due_arguments,
 )
+from mpsched._core.retrying import RetryFilter, RetryPolicy, coerce_retry
 from mpsched._errors import (
     InvalidJobError,
     ManagerUnreachableError,
@@ -81,6 +82,7 @@ class Client(ClosingClient, Executor):
         timeout: float | None = None,
         retries: int = 0,
         key: str | None = None,
+        retry: int | RetryPolicy | None = None,
         queue: str = DEFAULT_QUEUE,
         limit: str | None = None,
         **kwargs: Any,
@@ -96,7 +98,10 @@ class Client(ClosingClient, Executor):
                 worker's process tree is killed, the worker replaced, and the future fails
                 with JobTimeoutError.
             retries: how many more times to run the job if its worker dies under it
-                (killed, segfault, ``os._exit``). A job that raises is not retried.
+                (killed, segfault, ``os._exit``). A job that raises is not retried by it.
+            retry: a :class:`RetryPolicy`, or an int n for ``RetryPolicy(n)``: run the job
+                again, with back-off, when it raises what the policy retries; a worker's
+                death counts against the same budget. Not with ``retries``.
             key: an idempotency key. While a job with this key is pending or running (or,
                 with a store, its outcome is retained), this returns that job's future
                 instead of queueing a duplicate, whichever client submitted it.
@@ -109,8 +114,9 @@ class Client(ClosingClient, Executor):
 
         Raises:
             InvalidJobError: both times, a NaN, infinite or overflowing time, an unknown
-                priority, a timeout that is not a positive number, negative retries, a
-                bad queue name, a limit the manager does not know, or ``fn`` not callable.
+                priority, a timeout that is not a positive number, negative retries,
+                ``retry`` with ``retries``, a bad queue name, a limit the manager does not
+                know, or ``fn`` not callable.
             JobPicklingError: ``fn`` or its arguments cannot be pickled.
             QueueFullError: ``max_pending`` jobs, or ``max_pending_bytes`` bytes of their
                 payloads, were pending for all of ``submit_timeout`` (``unit`` says which).
@@ -124,7 +130,7 @@ class Client(ClosingClient, Executor):
         reached the manager (submit a keyed job again: its key finds it).
         """
         return self._schedule(fn, args, kwargs, delay, at, priority, timeout, retries, key,
-                              queue, limit)
+                              retry=retry, queue=queue, limit=limit)
 
     def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> JobFuture[T]:
         """Run ``fn(*args, **kwargs)`` as soon as a worker is free, at MEDIUM priority.
@@ -136,7 +142,8 @@ class Client(ClosingClient, Executor):
     def _schedule(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                   delay: float | timedelta | None, at: float | datetime | None,
                   priority: Priority | str, timeout: float | None = None,
-                  retries: int = 0, key: str | None = None, queue: str = DEFAULT_QUEUE,
+                  retries: int = 0, key: str | None = None,
+                  retry: int | RetryPolicy | None = None, queue: str = DEFAULT_QUEUE,
                   limit: str | None = None) -> JobFuture[Any]:
         delay_s, at_s = due_arguments(delay, at)
         level = Priority.coerce(priority).level
@@ -146,7 +153,12 @@ class Client(ClosingClient, Executor):
         if limit is not None:
             self._check_limit(limit)
         core = self._core
-        payload = pickle_job(fn, args, kwargs, pool=core.pool)
+        terms = None
+        if retry is not None:  # the worker gets the policy's filter with the callable
+            policy = coerce_retry(retry, retries)
+            assert policy is not None
+            terms, retries, fn_run = policy.terms(), policy.max_retries, RetryFilter(fn, policy)
+        payload = pickle_job(fn if terms is None else fn_run, args, kwargs, pool=core.pool)
         core.check_payload(payload)
         # Sent at once, a keyed submit learns which job holds its key; the rest go
         # write-behind (the request is built once, whole: a _replace costs ~1-2 us).
@@ -155,7 +167,7 @@ class Client(ClosingClient, Executor):
         request = JobRequest(job_id="" if future is None else future.id_nowait,
                              client_id=core.client_id, payload=payload, priority=level,
                              delay=delay_s, at=at_s, timeout=timeout, retries=retries, key=key,
-                             name=job_name(fn), queue=queue, limit=limit)
+                             name=job_name(fn), retry=terms, queue=queue, limit=limit)
         if outbox is None or future is None:  # (either both are None or neither)
             [future] = self._send_batch([request])
         elif not outbox.put(request):

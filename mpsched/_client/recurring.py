@@ -34,6 +34,7 @@ from mpsched._core.recurring import (
     to_seconds,
     zone,
 )
+from mpsched._core.retrying import RetryFilter, RetryPolicy, coerce_retry
 from mpsched._errors import ExtraMissingError, InvalidJobError, SchedulerShutdownError
 from mpsched._payload.pickling import job_name, pickle_job
 
@@ -57,6 +58,7 @@ class ScheduleRequest(NamedTuple):
     priority: Priority | str = Priority.MEDIUM
     timeout: float | None = None
     retries: int = 0
+    retry: int | RetryPolicy | None = None
     queue: str = DEFAULT_QUEUE
     limit: str | None = None
 
@@ -67,6 +69,8 @@ def build_spec(asked: ScheduleRequest, fn: Callable[..., Any], args: tuple[Any, 
     here); raises as ``Client.every``/``Client.cron``."""
     priority = Priority.coerce(asked.priority).level
     check_run(priority, asked.timeout, asked.retries)
+    policy = coerce_retry(asked.retry, asked.retries)
+    retries = asked.retries if policy is None else policy.max_retries
     check_name("queue", asked.queue)
     if asked.limit is not None:
         check_name("limit", asked.limit)
@@ -84,8 +88,10 @@ def build_spec(asked: ScheduleRequest, fn: Callable[..., Any], args: tuple[Any, 
         start_at=start_at, jitter=to_seconds(asked.jitter, "jitter"),
         overlap=Overlap.coerce(asked.overlap), catchup=Catchup.coerce(asked.catchup),
         on_error=OnError.coerce(asked.on_error), priority=priority, timeout=asked.timeout,
-        retries=asked.retries, name=job_name(fn), payload=pickle_job(fn, args, kwargs),
-        queue=asked.queue, limit=asked.limit)
+        retries=retries, name=job_name(fn),
+        payload=pickle_job(fn if policy is None else RetryFilter(fn, policy), args, kwargs),
+        retry=None if policy is None else policy.terms(), queue=asked.queue,
+        limit=asked.limit)
     if asked.schedule_id is None:
         spec = spec._replace(schedule_id=default_id(spec))
     try:
@@ -128,7 +134,8 @@ class RecurringClient(ClientBase):
               id: str | None = None, overlap: OverlapLike = "skip", catchup: CatchupLike = "latest",
               jitter: float = 0.0, on_error: OnErrorLike = "continue",
               priority: Priority | str = Priority.MEDIUM, timeout: float | None = None,
-              retries: int = 0, queue: str = DEFAULT_QUEUE, limit: str | None = None,
+              retries: int = 0, retry: int | RetryPolicy | None = None,
+              queue: str = DEFAULT_QUEUE, limit: str | None = None,
               **kwargs: Any) -> Schedule:
         """Run ``fn(*args, **kwargs)`` every ``interval`` seconds (or a timedelta).
 
@@ -148,8 +155,8 @@ class RecurringClient(ClientBase):
             jitter: each run starts up to this many seconds after its slot, the same
                 offset for a slot whichever manager plans it.
             on_error: "continue" (a failed run does not stop the schedule) or "pause".
-            priority, timeout, retries, queue, limit: as for :meth:`schedule`, for
-                every run.
+            priority, timeout, retries, retry, queue, limit: as for :meth:`schedule`,
+                for every run; each run gets the retry policy and a budget of its own.
 
         Each run is a job with id ``"{id}@{planned UTC time}"``. Returns the
         :class:`Schedule`; it lives in the manager, beyond this client.
@@ -161,7 +168,8 @@ class RecurringClient(ClientBase):
         asked = ScheduleRequest(kind=ScheduleKind.EVERY, interval=interval, mode=mode,
                                 start=start, schedule_id=id, overlap=overlap, catchup=catchup,
                                 jitter=jitter, on_error=on_error, priority=priority,
-                                timeout=timeout, retries=retries, queue=queue, limit=limit)
+                                timeout=timeout, retries=retries, retry=retry, queue=queue,
+                                limit=limit)
         self._check_limit(limit)
         return self._add_schedule(build_spec(asked, fn, args, kwargs))
 
@@ -169,7 +177,8 @@ class RecurringClient(ClientBase):
              id: str | None = None, overlap: OverlapLike = "skip", catchup: CatchupLike = "latest",
              jitter: float = 0.0, on_error: OnErrorLike = "continue",
              priority: Priority | str = Priority.MEDIUM, timeout: float | None = None,
-             retries: int = 0, queue: str = DEFAULT_QUEUE, limit: str | None = None,
+             retries: int = 0, retry: int | RetryPolicy | None = None,
+             queue: str = DEFAULT_QUEUE, limit: str | None = None,
              **kwargs: Any) -> Schedule:
         """Run ``fn(*args, **kwargs)`` at the times of a five-field cron expression,
         evaluated in zone ``tz`` (an IANA name; default: the manager's local zone) with
@@ -186,7 +195,7 @@ class RecurringClient(ClientBase):
         asked = ScheduleRequest(kind=ScheduleKind.CRON, cron=expr, tz=tz, schedule_id=id,
                                 overlap=overlap, catchup=catchup, jitter=jitter,
                                 on_error=on_error, priority=priority, timeout=timeout,
-                                retries=retries, queue=queue, limit=limit)
+                                retries=retries, retry=retry, queue=queue, limit=limit)
         self._check_limit(limit)
         return self._add_schedule(build_spec(asked, fn, args, kwargs))
 

@@ -12,12 +12,12 @@ import contextlib
 import math
 import os
 import zoneinfo
-from collections.abc import Iterable
 from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Any, NamedTuple
 
 from mpsched._core.job import DEFAULT_QUEUE, MAX_EPOCH, MIN_EPOCH
 from mpsched._core.options import Catchup, Mode, OnError, Option, Overlap
+from mpsched._core.retrying import RetryTerms
 from mpsched._errors import ExtraMissingError, InvalidJobError
 
 MAX_ID = 200  # characters in a schedule id
@@ -61,8 +61,16 @@ class ScheduleSpec(NamedTuple):
     retries: int
     name: str  # the callable's qualified name, for listings
     payload: bytes  # cloudpickled (fn, args, kwargs), as a job's
+    retry: RetryTerms | None = None  # every run's retry policy's numbers (JobRequest.retry)
     queue: str = DEFAULT_QUEUE  # the queue of every run
     limit: str | None = None  # the limit every run runs under
+
+    @classmethod
+    def of(cls, fields: tuple[Any, ...]) -> ScheduleSpec:
+        """A spec from its fields as sent or stored; one stored by an older version lacks
+        the last fields, which take their defaults."""
+        rest = cls._fields[len(fields):]
+        return cls._make((*fields, *(cls._field_defaults[name] for name in rest)))
 
     def identity(self) -> ScheduleSpec:
         """The spec without what is relative to the moment it was sent: two adds of one
@@ -74,14 +82,6 @@ class ScheduleSpec(NamedTuple):
         if self.kind == ScheduleKind.EVERY:
             return f"every {self.interval:g}s ({self.mode})"
         return f"cron '{self.cron}' ({self.tz or 'local'})"
-
-
-def spec_from(fields: Iterable[Any]) -> ScheduleSpec:
-    """A spec from its fields as sent or stored; one of an older version lacks the last
-    fields, which take their defaults."""
-    values = tuple(fields)
-    rest = ScheduleSpec._fields[len(values):]
-    return ScheduleSpec._make(values + tuple(ScheduleSpec._field_defaults[f] for f in rest))
 
 
 class ScheduleCounters(NamedTuple):

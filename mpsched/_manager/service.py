@@ -27,7 +27,7 @@ from mpsched._core.job import (
 )
 from mpsched._core.limits import LimitSpec, parse_limit
 from mpsched._core.queue import JobQueue
-from mpsched._core.recurring import ScheduleAction, ScheduleInfo, spec_from
+from mpsched._core.recurring import ScheduleAction, ScheduleInfo, ScheduleSpec
 from mpsched._errors import (
     JobNotFoundError,
     VersionMismatchError,
@@ -428,7 +428,7 @@ class ManagerService:
     @remote
     def add_schedule(self, spec: tuple[object, ...]) -> ScheduleInfo:
         """Add (or upsert) a recurring schedule; see Schedules.add."""
-        return self.schedules.add(spec_from(spec))
+        return self.schedules.add(ScheduleSpec.of(spec))
 
     @remote
     def list_schedules(self) -> list[ScheduleInfo]:

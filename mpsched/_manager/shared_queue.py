@@ -37,6 +37,7 @@ from collections.abc import Callable
 from mpsched._core.clock import ahead
 from mpsched._core.job import Assignment, Job
 from mpsched._core.leases import LostLease
+from mpsched._core.retrying import RetryState
 from mpsched._errors import SchedulerShutdownError, StoreInDoubtError, StoreUnavailableError
 from mpsched._manager.shared_prefetch import SharedPrefetch
 from mpsched._manager.shared_queue_base import BACKOFF
@@ -404,7 +405,10 @@ def _requeues(reply: Reply | None) -> list[Requeue]:
 def _job(claimed: Claimed, now: float) -> Job:
     """The in-flight record of a claimed job, due ``claimed.delay`` from ``now`` on this
     manager's clock (its attempt is counted again when the lease is granted)."""
-    return Job(job_id=claimed.job_id, client_id=claimed.client_id, payload=claimed.payload,
-               priority=claimed.priority, due=now + claimed.delay, seq=claimed.seq,
-               timeout=claimed.timeout, retries=claimed.retries, attempt=claimed.attempt - 1,
-               key=claimed.key, name=claimed.name)
+    job = Job(job_id=claimed.job_id, client_id=claimed.client_id, payload=claimed.payload,
+              priority=claimed.priority, due=now + claimed.delay, seq=claimed.seq,
+              timeout=claimed.timeout, retries=claimed.retries, attempt=claimed.attempt - 1,
+              key=claimed.key, name=claimed.name)
+    if claimed.retry is not None:
+        job.retry, job.error, job.notes = RetryState.decode(claimed.retry)
+    return job

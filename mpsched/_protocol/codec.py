@@ -31,6 +31,10 @@ JobRequestWire = tuple[Any, ...]  # JobRequest's fields; queue and limit only wh
 AssignmentWire = tuple[int, str, str, int, Blob, "float | None", "float | None", float,
                        "float | None"]
 OutcomeWire = tuple[str, bool, Blob, str, "float | None", str]
+# A plain request's fields on the wire: all but ``retry``, ``queue`` and ``limit``, which
+# it sends as _PLAIN_TAIL.
+_PLAIN_FIELDS = len(JobRequest._fields) - 3
+_PLAIN_TAIL = (None, DEFAULT_QUEUE, None)
 ReportWire = tuple[int, OutcomeWire]
 
 
@@ -58,18 +62,18 @@ def _received(record: R) -> R:
     return record._replace(payload=blob_in(record.payload))
 
 
-_PLAIN_ROUTE = (DEFAULT_QUEUE, None)  # a request's queue and limit when it names none
-
-
 def request_to_wire(r: JobRequest) -> JobRequestWire:
-    """``r`` as sent: without its queue and limit when it names none (not a byte more
-    for a job that uses neither)."""
-    wire = _flat(r)
-    return wire[:-2] if wire[-2:] == _PLAIN_ROUTE else wire
+    """``r`` as sent: a request that uses neither retries, nor a named queue, nor a limit
+    crosses without its last three fields (the plain path pays no byte for them)."""
+    if r.retry is None and r.queue == DEFAULT_QUEUE and r.limit is None:
+        if len(r.payload) < BLOB:
+            return r[:-3]
+        return tuple(r._replace(payload=PickleBuffer(r.payload)))[:-3]  # type: ignore
+    return _flat(r)
 
 
 def request_from_wire(w: JobRequestWire) -> JobRequest:
-    return _received(JobRequest(*w))
+    return _received(JobRequest._make(w + _PLAIN_TAIL if len(w) == _PLAIN_FIELDS else w))
 
 
 def assignment_to_wire(a: Assignment, delay: float,

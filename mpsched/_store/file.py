@@ -48,6 +48,12 @@ def _add_schedules_v2(conn: sqlite3.Connection) -> None:
         schedule_id TEXT PRIMARY KEY, spec BLOB NOT NULL, state BLOB NOT NULL)""")
 
 
+def _add_retry_v3(conn: sqlite3.Connection) -> None:
+    # A job with a retry policy: its policy, last error and notes (JSON,
+    # mpsched._core.retrying.RetryState); NULL for every other job.
+    conn.execute("ALTER TABLE jobs ADD COLUMN retry TEXT DEFAULT NULL")
+
+
 def _add_queues_and_limits(conn: sqlite3.Connection) -> None:
     # NULL: the default queue, and no limit (old rows read so).
     conn.execute("ALTER TABLE jobs ADD COLUMN queue TEXT")
@@ -58,7 +64,7 @@ def _add_queues_and_limits(conn: sqlite3.Connection) -> None:
 # MIGRATIONS[v] takes a store from schema version v to v + 1, inside the opening
 # transaction; version 0 is a new, empty file. Append a step for every schema change.
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_create_v1, _add_schedules_v2,
-                                                          _add_queues_and_limits]
+                                                          _add_retry_v3, _add_queues_and_limits]
 
 
 def open_checked(path: str) -> int:

@@ -12,7 +12,7 @@ from redis_queue import LEASE, new, take
 
 from mpsched._core.job import JobState
 from mpsched._core.limits import LimitSpec
-from mpsched._store.redis.records import Finish, Requeue, Take
+from mpsched._store.redis.records import Finish, NewJob, Requeue, Take
 from mpsched._store.redis.store import RedisStore
 
 
@@ -25,7 +25,7 @@ def store(open_redis_store: Callable[..., RedisStore]) -> RedisStore:
 
 
 def routed(job_id: str, queue: str = "default", limit: str | None = None,
-           retries: int = 0) -> object:
+           retries: int = 0) -> NewJob:
     return new(job_id, retries=retries)._replace(queue=queue, limit=limit)
 
 

@@ -173,9 +173,14 @@ class Scripts:
                      "" if job.timeout is None else repr(float(job.timeout)), job.retries]
         held = [k for k, job in enumerate(jobs, 1) if job.held]
         args += [len(held), *held]
+        retry = [(k, job.retry) for k, job in enumerate(jobs, 1) if job.retry is not None]
         routed = [(k, job.queue, job.limit or "") for k, job in enumerate(jobs, 1)
                   if job.queue != DEFAULT_QUEUE or job.limit is not None]
-        if routed:  # nothing more is sent for jobs of the default queue without a limit
+        if retry or routed:  # only then: a plain batch sends nothing for them
+            args.append(len(retry))
+            for k, state in retry:
+                args += [k, state]
+        if routed:
             args.append(len(routed))
             for route in routed:
                 args += route
@@ -188,7 +193,8 @@ class Scripts:
         args: list[Any] = [me, _us(lease) // 1000, self._ttl_ms, self._keep_ms,
                            len(finishes)]
         for f in finishes:
-            args += [f.job_id, f.token, f.state.value, _blob(f.outcome)]
+            state = f.state.value if f.retry is None else f"{f.state.value}\n{f.retry}"
+            args += [f.job_id, f.token, state, _blob(f.outcome)]
         args.append(len(requeues))
         for r in requeues:
             args += [r.job_id, r.token, "1" if r.retry else "0"]
@@ -264,13 +270,14 @@ class Scripts:
 
 def _claimed(row: list[Any]) -> Claimed:
     (job_id, payload, delay_us, timeout, attempt, token, level, seq, client, owner, retries,
-     key, name, due_us, submitted_us) = row
+     key, name, due_us, submitted_us, *retry) = row  # retry: a job with a retry policy
     return Claimed(
         job_id=_text(job_id), payload=payload, delay=int(delay_us) / US,
         timeout=None if not timeout else float(timeout), attempt=int(attempt),
         token=_text(token), priority=int(level), seq=int(seq), client_id=_text(client),
         owner=_text(owner), retries=int(retries), key=_opt(key), name=_text(name),
-        due_wall=int(due_us) / US, submitted_wall=int(submitted_us) / US)
+        due_wall=int(due_us) / US, submitted_wall=int(submitted_us) / US,
+        retry=_text(retry[0]) if retry else None)
 
 
 def parse_ended(message: bytes) -> list[StoredEnd] | None:

@@ -8,11 +8,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from mpsched._core.job import DEFAULT_QUEUE, JobRecord, JobState, Order
+from mpsched._core.retrying import RetryState
 from mpsched._store.redis.records import ManagerRecord, QueueCounts
 
 US = 1_000_000  # microseconds per second
+# As jobs.lua's FIELDS; "rs": a job's retry state, for a job with a retry policy; "q",
+# "lim": its queue and limit, for a job that names one.
 RECORD_FIELDS = ("c", "k", "n", "pr", "d", "s", "to", "r", "a", "sub", "st", "w", "f", "x",
-                 "q", "lim")
+                 "rs", "q", "lim")
 
 
 def managers(client: Any, base: str) -> list[ManagerRecord]:
@@ -52,7 +55,8 @@ def counts(client: Any, base: str) -> QueueCounts:
         running=running, submitted=number.get("submitted", 0),
         done=number.get("done", 0), failed=number.get("failed", 0),
         cancelled=number.get("cancelled", 0), retried=number.get("retried", 0),
-        head_in=head_in)
+        head_in=head_in, retried_exception=number.get("retried:exception", 0),
+        retried_later=number.get("retried:retry_later", 0))
 
 
 def head(client: Any, base: str, n: int, order: Order) -> list[tuple[JobRecord, float]]:
@@ -93,7 +97,7 @@ def _ready_due(member: bytes) -> int:
 
 def record(job_id: str, row: Sequence[Any], outcome: bytes | None) -> JobRecord:
     (client, key, name, level, due, seq, timeout, retries, attempt, submitted, state,
-     worker, finished, crashed, queue, limit) = row
+     worker, finished, crashed, retry, queue, limit) = row
     return JobRecord(
         job_id=job_id, client_id=client.decode(), key=None if key is None else key.decode(),
         name=name.decode(), priority=int(level), due_wall=int(due) / US, seq=int(seq),
@@ -102,5 +106,6 @@ def record(job_id: str, row: Sequence[Any], outcome: bytes | None) -> JobRecord:
         state=JobState(state.decode()),
         worker_id=(worker or crashed or b"").decode() or None,
         finished_wall=None if finished is None else int(finished) / US, outcome=outcome,
+        error=None if retry is None else RetryState.decode(retry.decode()).error,
         queue=DEFAULT_QUEUE if queue is None else queue.decode(),
         limit=None if limit is None else limit.decode())

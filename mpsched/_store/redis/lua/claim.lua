@@ -37,8 +37,9 @@
 -- Returns {finished, requeued, jobs, head_us, leader, leader_ms, registered}:
 --   finished, requeued: per report, finish()'s and requeue()'s result;
 --   jobs: per claimed job {id, payload, delay_us, timeout, attempt, token, level, seq,
---         client, owner, retries, key, name, due_us, submitted_us}; the payload is ''
---         for a job `me` holds in shared memory (its field sh: see submit.lua);
+--         client, owner, retries, key, name, due_us, submitted_us[, retry]}; the payload
+--         is '' for a job `me` holds in shared memory (its field sh: see submit.lua);
+--         retry, a job's retry state (field rs), only for a job with a retry policy;
 --   head_us: microseconds until the head is due (<= 0: due now), -1 for an empty queue;
 --   leader: 1 when `me` is the timed waiter: lead = 'wait' asks for the lead (a taker
 --         of `me` will wait if it claims nothing), 'give' gives it up, '' leaves it;
@@ -105,7 +106,7 @@ end
 
 local function fields(id)
   return redis.call('HMGET', B .. 'j:' .. id, 'c', 'o', 'k', 'n', 'p', 'pr', 'd', 's', 'to',
-                    'r', 'a', 'sub', 'sh', 'lim')
+                    'r', 'a', 'sub', 'sh', 'rs', 'lim')
 end
 
 -- What the leases of one call change besides each job's hash, written once at its end.
@@ -124,8 +125,10 @@ local function lease(id, f, prefetched, token)
   if delay < 0 then delay = 0 end
   local payload = f[5]
   if f[13] == me then payload = '' end  -- its workers map the segment `me` keeps
-  return {id, payload, delay, f[9], attempt, token, f[6], f[8], f[1], f[2], f[10], f[3], f[4],
-          f[7], f[12]}
+  local row = {id, payload, delay, f[9], attempt, token, f[6], f[8], f[1], f[2], f[10], f[3],
+               f[4], f[7], f[12]}
+  if f[14] then row[16] = f[14] end
+  return row
 end
 
 local jobs = {}
@@ -167,11 +170,11 @@ local function claim_from(qk, want)
         stop = true
         break
       end
-      if f[14] and not admit(f[14], id, now) then
+      if f[15] and not admit(f[15], id, now) then
         redis.call('ZREM', set, due[k])
         local score, m = due[k + 1], due[k]
         if cut == 34 then score, m = f[7], member(f[6], f[8], id) end
-        park(f[14], score, m, now)
+        park(f[15], score, m, now)
         parked, parked_here = true, true
       else
         members[#members + 1] = due[k]
