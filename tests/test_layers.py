@@ -18,9 +18,10 @@ PACKAGE = Path(__file__).parent.parent / "mpsched"
 # a cycle waiting to happen, so modules of one group never import each other.
 LAYERS: list[tuple[str, list[set[str]]]] = [
     ("_errors", [set()]),  # the whole error tree, one module
-    ("_core", [{"options", "histogram", "retrying", "progress"}, {"job"}, {"clock", "recurring"},
-               {"leases", "heap", "planning", "wall_offset"}, {"room", "prefetch"},
-               {"hand_out"}, {"intake"}, {"queue"}]),
+    ("_core", [{"options", "histogram", "retrying", "progress"}, {"job"},
+               {"clock", "recurring", "limits"}, {"leases", "heap", "planning", "wall_offset"},
+               {"queues"}, {"room", "admission"}, {"prefetch"}, {"hand_out"}, {"intake"},
+               {"queue"}]),
     ("_store", [{"base", "commit", "pruning", "lease_records", "group_sync", "redis.url",
                  "redis.records"},
                 {"writer", "statements", "readers", "lease_log", "memory", "file",

@@ -24,9 +24,11 @@ from mpsched._client.job_future import JobFuture, MapResults
 from mpsched._client.link import DISCONNECTED
 from mpsched._client.outbox import Outbox
 from mpsched._core.job import (
+    DEFAULT_QUEUE,
     JobRequest,
     Priority,
     check_job,
+    check_name,
     due_arguments,
 )
 from mpsched._core.retrying import RetryFilter, RetryPolicy, coerce_retry
@@ -82,6 +84,8 @@ class Client(ClosingClient, Executor):
         retries: int = 0,
         key: str | None = None,
         retry: int | RetryPolicy | None = None,
+        queue: str = DEFAULT_QUEUE,
+        limit: str | None = None,
         **kwargs: Any,
     ) -> JobFuture[T]: ...
 
@@ -98,6 +102,8 @@ class Client(ClosingClient, Executor):
         retries: int = 0,
         key: str | None = None,
         retry: int | RetryPolicy | None = None,
+        queue: str = DEFAULT_QUEUE,
+        limit: str | None = None,
         **kwargs: Any,
     ) -> JobFuture[T]: ...
 
@@ -113,6 +119,8 @@ class Client(ClosingClient, Executor):
         retries: int = 0,
         key: str | None = None,
         retry: int | RetryPolicy | None = None,
+        queue: str = DEFAULT_QUEUE,
+        limit: str | None = None,
         **kwargs: Any,
     ) -> JobFuture[Any]:
         """Run ``fn(*args, **kwargs)`` on a worker at a time, returning its future.
@@ -133,13 +141,18 @@ class Client(ClosingClient, Executor):
             key: an idempotency key. While a job with this key is pending or running (or,
                 with a store, its outcome is retained), this returns that job's future
                 instead of queueing a duplicate, whichever client submitted it.
+            queue: the queue it waits in: only workers that serve this queue run it
+                (1 to 64 characters of letters, digits and ``_.:-``).
+            limit: a limit the manager declares (``Scheduler(limits=...)``): the job
+                starts only while that limit has room, and waits pending meanwhile.
 
         Without ``delay`` and ``at`` the job is due now.
 
         Raises:
             InvalidJobError: both times, a NaN, infinite or overflowing time, an unknown
                 priority, a timeout that is not a positive number, negative retries,
-                ``retry`` with ``retries``, or ``fn`` not callable.
+                ``retry`` with ``retries``, a bad queue name, a limit the manager does not
+                know, or ``fn`` not callable.
             JobPicklingError: ``fn`` or its arguments cannot be pickled.
             QueueFullError: ``max_pending`` jobs, or ``max_pending_bytes`` bytes of their
                 payloads, were pending for all of ``submit_timeout`` (``unit`` says which).
@@ -153,7 +166,7 @@ class Client(ClosingClient, Executor):
         reached the manager (submit a keyed job again: its key finds it).
         """
         return self._schedule(fn, args, kwargs, delay, at, priority, timeout, retries, key,
-                              retry)
+                              retry=retry, queue=queue, limit=limit)
 
     @overload
     def submit(self, fn: Callable[P, Coroutine[Any, Any, T]], /, *args: P.args,
@@ -175,10 +188,15 @@ class Client(ClosingClient, Executor):
                   delay: float | timedelta | None, at: float | datetime | None,
                   priority: Priority | str, timeout: float | None = None,
                   retries: int = 0, key: str | None = None,
-                  retry: int | RetryPolicy | None = None) -> JobFuture[Any]:
+                  retry: int | RetryPolicy | None = None, queue: str = DEFAULT_QUEUE,
+                  limit: str | None = None) -> JobFuture[Any]:
         delay_s, at_s = due_arguments(delay, at)
         level = Priority.coerce(priority).level
         check_job(level, delay_s, at_s, timeout, retries, key)  # the manager's check, here
+        if queue != DEFAULT_QUEUE:
+            check_name("queue", queue)
+        if limit is not None:
+            self._check_limit(limit)
         core = self._core
         terms = None
         if retry is not None:  # the worker gets the policy's filter with the callable
@@ -194,7 +212,7 @@ class Client(ClosingClient, Executor):
         request = JobRequest(job_id="" if future is None else future.id_nowait,
                              client_id=core.client_id, payload=payload, priority=level,
                              delay=delay_s, at=at_s, timeout=timeout, retries=retries, key=key,
-                             name=job_name(fn), retry=terms)
+                             name=job_name(fn), retry=terms, queue=queue, limit=limit)
         if outbox is None or future is None:  # (either both are None or neither)
             [future] = self._send_batch([request])
         elif not outbox.put(request):

@@ -130,7 +130,8 @@ class SharedJournal(BaseJournal):
         jobs = [NewJob(job_id=r.job_id, client_id=r.client_id, key=r.key, name=r.name,
                        payload=r.payload, priority=r.priority, delay=r.delay, at=r.at,
                        timeout=r.timeout, retries=r.retries, held=r.job_id in held,
-                       retry=None if r.retry is None else RetryState(r.retry).encode())
+                       retry=None if r.retry is None else RetryState(r.retry).encode(),
+                       queue=r.queue, limit=r.limit)
                 for r in requests]
         run = due is not None
         deadline = None if timeout is None else time.monotonic() + timeout

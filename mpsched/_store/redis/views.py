@@ -7,15 +7,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from mpsched._core.job import JobRecord, JobState, Order
+from mpsched._core.job import DEFAULT_QUEUE, JobRecord, JobState, Order
 from mpsched._core.retrying import RetryState
 from mpsched._store.redis.records import ManagerRecord, QueueCounts
 
 US = 1_000_000  # microseconds per second
 # As jobs.lua's FIELDS; "rs": a job's retry state, for a job with a retry policy; "pg": its
-# latest progress.
+# latest progress; "q", "lim": its queue and limit, for a job that names one.
 RECORD_FIELDS = ("c", "k", "n", "pr", "d", "s", "to", "r", "a", "sub", "st", "w", "f", "x",
-                 "rs", "pg")
+                 "rs", "pg", "q", "lim")
 
 
 def managers(client: Any, base: str) -> list[ManagerRecord]:
@@ -97,7 +97,7 @@ def _ready_due(member: bytes) -> int:
 
 def record(job_id: str, row: Sequence[Any], outcome: bytes | None) -> JobRecord:
     (client, key, name, level, due, seq, timeout, retries, attempt, submitted, state,
-     worker, finished, crashed, retry, progress) = row
+     worker, finished, crashed, retry, progress, queue, limit) = row
     return JobRecord(
         job_id=job_id, client_id=client.decode(), key=None if key is None else key.decode(),
         name=name.decode(), priority=int(level), due_wall=int(due) / US, seq=int(seq),
@@ -107,4 +107,6 @@ def record(job_id: str, row: Sequence[Any], outcome: bytes | None) -> JobRecord:
         worker_id=(worker or crashed or b"").decode() or None,
         finished_wall=None if finished is None else int(finished) / US, outcome=outcome,
         error=None if retry is None else RetryState.decode(retry.decode()).error,
-        progress=None if progress is None else progress.decode())
+        progress=None if progress is None else progress.decode(),
+        queue=DEFAULT_QUEUE if queue is None else queue.decode(),
+        limit=None if limit is None else limit.decode())
