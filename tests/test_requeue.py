@@ -187,3 +187,19 @@ def test_a_requeued_job_keeps_its_retry_policy_with_a_fresh_budget(
     assert len(getattr(error, "__notes__", [])) == 2  # this round's earlier attempts only
     runs = log.read_text().splitlines()
     assert runs == ["1 2", "2 2", "3 2"] * 2  # attempt, then max_retries: the policy's
+
+
+@pytest.mark.parametrize("store", ["none", "sqlite", "redis"])
+def test_a_requeued_job_keeps_its_queue(
+        make_scheduler: Callable[..., mpsched.Scheduler], tmp_path: Path, store: str,
+        request: pytest.FixtureRequest) -> None:
+    where = {"none": None, "sqlite": str(tmp_path / "jobs.db")}.get(store)
+    if store == "redis":
+        where = request.getfixturevalue("redis_url")
+    scheduler = make_scheduler(workers=1, store=where, queues=["default"])
+    later = scheduler.schedule(context_jobs.add, 1, 1, delay=3600, queue="reports")
+    assert scheduler.cancel(later.job_id)
+    scheduler.requeue(later.job_id)
+    info = scheduler.job_info(later.job_id)
+    # Due now, but only a worker of "reports" may run it, and none serves it here.
+    assert (info.state, info.queue) == ("pending", "reports")

@@ -71,6 +71,25 @@ class Client(ClosingClient, Executor):
         self._submit_timeout = submit_timeout
         super().__init__(service, reconnect=reconnect, lost_advice=lost_advice)
 
+    @overload
+    def schedule(
+        self,
+        fn: Callable[..., Coroutine[Any, Any, T]],
+        /,
+        *args: Any,
+        delay: float | timedelta | None = None,
+        at: float | datetime | None = None,
+        priority: Priority | str = Priority.MEDIUM,
+        timeout: float | None = None,
+        retries: int = 0,
+        key: str | None = None,
+        retry: int | RetryPolicy | None = None,
+        queue: str = DEFAULT_QUEUE,
+        limit: str | None = None,
+        **kwargs: Any,
+    ) -> JobFuture[T]: ...
+
+    @overload
     def schedule(
         self,
         fn: Callable[..., T],
@@ -86,7 +105,24 @@ class Client(ClosingClient, Executor):
         queue: str = DEFAULT_QUEUE,
         limit: str | None = None,
         **kwargs: Any,
-    ) -> JobFuture[T]:
+    ) -> JobFuture[T]: ...
+
+    def schedule(
+        self,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        delay: float | timedelta | None = None,
+        at: float | datetime | None = None,
+        priority: Priority | str = Priority.MEDIUM,
+        timeout: float | None = None,
+        retries: int = 0,
+        key: str | None = None,
+        retry: int | RetryPolicy | None = None,
+        queue: str = DEFAULT_QUEUE,
+        limit: str | None = None,
+        **kwargs: Any,
+    ) -> JobFuture[Any]:
         """Run ``fn(*args, **kwargs)`` on a worker at a time, returning its future.
 
         Args:
@@ -226,8 +262,16 @@ class Client(ClosingClient, Executor):
                     exc, service, "the job may have reached the manager (and may run) or "
                                   "not; this client reconnects by itself") from exc
 
+    @overload
+    def map(self, fn: Callable[..., Coroutine[Any, Any, T]], *iterables: Iterable[Any],
+            timeout: float | None = None, chunksize: int = 1) -> Iterator[T]: ...
+
+    @overload
     def map(self, fn: Callable[..., T], *iterables: Iterable[Any],
-            timeout: float | None = None, chunksize: int = 1) -> Iterator[T]:
+            timeout: float | None = None, chunksize: int = 1) -> Iterator[T]: ...
+
+    def map(self, fn: Callable[..., Any], *iterables: Iterable[Any],
+            timeout: float | None = None, chunksize: int = 1) -> Iterator[Any]:
         """``Executor.map``: one job per item, due now at MEDIUM, results in input order.
 
         Every item is pickled first (the callable once), then all jobs are queued in call

@@ -24,7 +24,7 @@ import pickle
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from mpsched._core.clock import Clock
 from mpsched._core.job import (
@@ -442,9 +442,13 @@ class NoJournal(BaseJournal):
 def request_again(job: Job | StoredJob, client_id: str) -> JobRequest:
     """The request that puts an ended job back in the queue, due now, for ``client_id``:
     every field of a JobRequest that the job's record has too, by name, so that an option
-    added to both travels with a requeue unchanged."""
-    fields = {name: getattr(job, name) for name in JobRequest._fields if hasattr(job, name)}
-    return JobRequest(**{**fields, "client_id": client_id, "delay": 0.0, "at": None})
+    added to both travels with a requeue unchanged (a record's None where the request
+    has another default, such as a stored job's default queue, takes that default)."""
+    defaults = JobRequest._field_defaults
+    fields: dict[str, Any] = {name: value for name in JobRequest._fields
+              if (value := getattr(job, name, None)) is not None or defaults.get(name) is None}
+    fields.update(client_id=client_id, delay=0.0, at=None)
+    return JobRequest(**fields)
 
 
 def not_requeueable(job_id: str, why: str) -> InvalidJobError:

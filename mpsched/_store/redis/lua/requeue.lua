@@ -1,7 +1,8 @@
 -- Put a failed or cancelled job back in the queue by its id (Client.requeue), due now on
 -- the server's clock, with no attempt made: its id, seq, priority, payload, timeout,
--- retries, key and retry policy stay, its end and lease are forgotten, and its end will go to
--- `client`, a client of `me`. The record is kept again for good (its TTL is removed).
+-- retries, key, queue, limit and retry policy stay, its end and lease are forgotten, and
+-- its end will go to `client`, a client of `me`. The record is kept again for good (its
+-- TTL is removed).
 --
 -- ARGV: B, me, id, client
 -- Returns 1 when it was put back, 2 when it became the head; else why not: its state
@@ -9,7 +10,7 @@
 -- its key now).
 local me, id, client = ARGV[2], ARGV[3], ARGV[4]
 local jk = B .. 'j:' .. id
-local f = redis.call('HMGET', jk, 'st', 'pr', 's', 'k')
+local f = redis.call('HMGET', jk, 'st', 'pr', 's', 'k', 'q')
 if not f[1] then return 'unknown' end
 if f[1] ~= 'failed' and f[1] ~= 'cancelled' then return f[1] end
 if redis.call('HEXISTS', jk, 'p') == 0 then return 'no-payload' end
@@ -37,12 +38,13 @@ redis.call('DEL', B .. 'w:' .. id)
 redis.call('ZREM', B .. 'ended', id)
 redis.call('ZADD', B .. 'all', f[3], id)
 local m = member(f[2], f[3], id)
-redis.call('ZADD', B .. 'due', now, m)
+local qk = qkey(f[5])  -- its queue's (the default one's without field q)
+redis.call('ZADD', qk .. 'due', now, m)
 redis.call('ZADD', B .. 'c:' .. client, now, id)
 redis.call('HINCRBY', B .. 'stats', 'pending:' .. f[2], 1)
 count_bytes(payload_bytes(id))
 write_bytes()
-if head()[1] == m then
+if head(nil, qk)[1] == m then
   wake()
   return 2
 end
