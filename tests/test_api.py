@@ -20,6 +20,7 @@ def test_public_names_are_pinned():
         "Catchup",
         "Client",
         "ConfigError",
+        "DependencyFailedError",
         "Durability",
         "ExtraMissingError",
         "InvalidJobError",
@@ -45,6 +46,7 @@ def test_public_names_are_pinned():
         "QueueFullError",
         "QueueStats",
         "RemoteTraceback",
+        "ResultOf",
         "ResultPicklingError",
         "ResultUnpicklingError",
         "RuntimeDirError",
@@ -92,6 +94,7 @@ def test_errors_derive_from_the_base_and_the_matching_stdlib_type():
         mpsched.ConfigError: ValueError,
         mpsched.TlsError: mpsched.AuthenticationError,
         mpsched.RuntimeDirError: PermissionError,
+        mpsched.DependencyFailedError: mpsched.JobError,
     }
     for error, stdlib in pairs.items():
         assert issubclass(error, mpsched.MpschedError) and issubclass(error, stdlib), error
@@ -117,6 +120,7 @@ def test_errors_with_facts_survive_pickling():
         mpsched.StoreUnavailableError("redis://db1:6379/0", "nothing is listening there"),
         mpsched.NothingToRunError(),
         mpsched.StoreInDoubtError("redis://db1:6379/0", "no answer in time"),
+        mpsched.DependencyFailedError("job-3", "job-2", "ValueError: no"),
     ]
     for error in errors:
         copy = pickle.loads(pickle.dumps(error))
@@ -211,6 +215,8 @@ REACHED_THROUGH = {
     "not_due": "test_interrupt.py::test_with_a_store_ctrl_c_leaves_the_jobs_due_later_in_it",
     "payload_options": "test_payloads.py::test_arguments_and_results_travel_through_shared_"
                        "memory",
+    "submit_after": "test_workflows.py::test_a_chain_of_three_runs_in_order_with_the_results_"
+                    "passed",
     "schedule_preview": "test_schedule.py::test_cron_plans_in_its_zone_and_checks_at_the_"
                         "call_site",
     "watch_many": "test_reconnect.py::test_with_a_store_outstanding_futures_resolve_after_"

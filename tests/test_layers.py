@@ -18,7 +18,8 @@ PACKAGE = Path(__file__).parent.parent / "mpsched"
 # a cycle waiting to happen, so modules of one group never import each other.
 LAYERS: list[tuple[str, list[set[str]]]] = [
     ("_errors", [set()]),  # the whole error tree, one module
-    ("_core", [{"options", "histogram"}, {"job"}, {"clock", "recurring"},
+    ("_core", [{"options", "histogram"}, {"job"}, {"clock", "recurring", "result_of",
+                                                    "dependencies"},
                {"leases", "heap", "planning", "wall_offset"}, {"room", "prefetch"},
                {"hand_out"}, {"intake"}, {"queue"}]),
     ("_store", [{"base", "commit", "pruning", "lease_records", "group_sync", "redis.url",
@@ -39,7 +40,8 @@ LAYERS: list[tuple[str, list[set[str]]]] = [
                   {"shared_queue_base", "http.intake"}, {"shared_prefetch", "http.answering"},
                   {"shared_queue"},
                   {"journal", "schedule_entry"},
-                  {"schedule_runs", "store_journal", "endings"}, {"schedule_events"},
+                  {"schedule_runs", "store_journal", "endings", "workflows"},
+                  {"schedule_events"},
                   {"schedules", "shared_journal"}, {"dispatch"}, {"service", "shared_link"},
                   {"supervisor", "http.views"}, {"http.routes"},
                   {"http.server"}, {"main"}]),

@@ -123,4 +123,6 @@ def _job_info(record: JobRecord) -> JobInfo:
     return JobInfo(job_id=record.job_id, name=record.name, state=record.state.value,
                    due=datetime.fromtimestamp(record.due_wall, timezone.utc),
                    priority=Priority(record.priority), attempts=record.attempt,
-                   worker=record.worker_id, key=record.key)
+                   worker=record.worker_id, key=record.key,
+                   waiting_for=(f"after {record.waiting_for} jobs" if record.waiting_for
+                                else None))

@@ -86,6 +86,15 @@ class JobRequest(NamedTuple):
     name: str = ""  # the callable's qualified name, for listings
 
 
+class After(NamedTuple):
+    """What a job waits for before it becomes due: sent beside its JobRequest, only for a
+    job that has parents."""
+
+    parents: tuple[str, ...]  # ids of the jobs it runs after, each once
+    results: tuple[str, ...]  # of those, the ones whose result its ResultOf arguments take
+    allow_failure: bool = False  # run it even when a parent failed or was cancelled
+
+
 @dataclass(eq=False, slots=True)
 class Job:
     """A job inside the manager. Heap entries hold it; keys never compare it."""
@@ -156,6 +165,7 @@ class OutcomeKind(Option):
 
     RAISED = ""  # the job's own exception (or, with ok, its result)
     CANCELLED = "cancelled"  # cancelled: by another client, through its id, or withdrawn
+    DEPENDENCY_FAILED = "DependencyFailedError"  # a parent failed or was cancelled
     JOB_UNPICKLING = "job-unpickling"  # the worker could not unpickle the job
     RESULT_PICKLING = "result-pickling"  # the worker could not pickle the result
     OUTCOME_LOST = "outcome-lost"  # it ended, but its outcome never reached the store
@@ -325,6 +335,7 @@ class JobInfo:
     attempts: int
     worker: str | None
     key: str | None
+    waiting_for: str | None = None  # "after N jobs": a pending job's parents not yet ended
 
 
 class JobState(Option):
@@ -364,6 +375,7 @@ class JobRecord(NamedTuple):
     worker_id: str | None  # who runs it, or ran it last
     finished_wall: float | None  # when it was finished or cancelled
     outcome: bytes | None  # the manager's opaque bytes; None while unfinished, in listings
+    waiting_for: int = 0  # parents still pending or running, of a pending job with parents
 
 
 class PayloadOptions(NamedTuple):

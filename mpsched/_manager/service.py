@@ -17,10 +17,11 @@ import time
 from collections.abc import Callable
 
 from mpsched._core.clock import Clock, SystemClock
-from mpsched._core.job import JobRecord, Lease, PayloadOptions
+from mpsched._core.job import After, Job, JobRecord, JobState, Lease, PayloadOptions
 from mpsched._core.queue import JobQueue
 from mpsched._core.recurring import ScheduleAction, ScheduleInfo, ScheduleSpec
 from mpsched._errors import (
+    InvalidJobError,
     JobNotFoundError,
     VersionMismatchError,
 )
@@ -32,7 +33,9 @@ from mpsched._manager.journal import BaseJournal, NoJournal
 from mpsched._manager.mailbox import Mailboxes
 from mpsched._manager.schedules import Schedules
 from mpsched._manager.shared_queue import SharedQueue
+from mpsched._manager.store_journal import Journal
 from mpsched._manager.worker_table import WorkerTable
+from mpsched._manager.workflows import Workflows
 from mpsched._payload.segments import Segments
 from mpsched._protocol.codec import (
     AssignmentWire,
@@ -112,6 +115,18 @@ class ManagerService:
         self.schedules = Schedules(self.journal, self._clock, self.endings.cancelled)
         # Ends that another manager of a shared store recorded come in through this.
         self.journal.bind(self.endings.deliver)
+        # Jobs that wait for their parents, out of the heap (mpsched._manager.workflows);
+        # None with a shared store, which refuses them.
+        self.workflows: Workflows | None = None
+        if isinstance(queue, JobQueue):
+            self.workflows = Workflows(queue, self.journal)
+            self.workflows.deliver = self.endings.deliver
+            self.endings.on_ended = self.workflows.ended
+            if isinstance(self.journal, NoJournal):
+                self.journal.waiting_jobs = self.workflows
+            elif isinstance(self.journal, Journal):
+                self.workflows.recover(self.journal.recovered_waiting)
+                self.journal.recovered_waiting = []
         # Due jobs handed to workers (mpsched._manager.dispatch).
         self.dispatch = Dispatch(queue, self.journal, self.schedules.events, self.workers,
                                 self.segments, self._clock, self.wake_supervisor)
@@ -279,6 +294,27 @@ class ManagerService:
         return holders
 
     @remote
+    def submit_after(self, requests: list[JobRequestWire], afters: list[After]) -> None:
+        """Journal and queue jobs that wait for their parents, all or none: each enters
+        the heap once every parent has ended (see Workflows.submit).
+
+        Raises:
+            InvalidJobError: bad parents (Workflows.submit), or a shared store.
+            JobNotFoundError: a parent this manager does not know.
+        """
+        if self.workflows is None:
+            raise InvalidJobError("jobs with parents (after=, ResultOf) are not supported "
+                                  f"with the store {self.journal.store.location} yet")
+        batch = [request_from_wire(r) for r in requests]
+        afters = [After._make(a) for a in afters]
+        self.segments.submitted(batch)
+        try:
+            self.workflows.submit(batch, afters)
+        except BaseException:
+            self.segments.refused(batch)
+            raise
+
+    @remote
     def payload_options(self) -> PayloadOptions:
         """How clients send payloads: the shared-memory prefix (and its probe) and the
         bound on pending payload bytes."""
@@ -290,7 +326,7 @@ class ManagerService:
         asking, when it need not be the job's own (``Client.cancel(job_id)``): the job's
         own client is then told too, so its future ends cancelled."""
         owner = self.journal.owner(job_id) if client_id is not None else None
-        jobs = self.queue.cancel_jobs([job_id])
+        jobs = self.queue.cancel_jobs([job_id]) or self._cancel_waiting([job_id])
         if not jobs:
             return False
         tell_owner = owner is not None and owner != client_id
@@ -300,17 +336,35 @@ class ManagerService:
     @remote
     def cancel_many(self, job_ids: list[str]) -> list[str]:
         """Cancel pending jobs of the caller; returns the ids of those that were pending."""
-        return self.endings.cancelled(self.queue.cancel_jobs(job_ids))
+        jobs = self.queue.cancel_jobs(job_ids)
+        if self.workflows is not None and len(self.workflows) and len(jobs) < len(job_ids):
+            jobs += self._cancel_waiting(job_ids)
+        return self.endings.cancelled(jobs)
+
+    def _cancel_waiting(self, job_ids: list[str]) -> list[Job]:
+        """Take out the jobs among ``job_ids`` that wait for their parents."""
+        if self.workflows is None:
+            return []
+        jobs = self.workflows.cancel(job_ids)
+        if jobs:
+            self.queue.count_withdrawn(len(jobs))
+        return jobs
 
     @remote
     def not_due(self, client_id: str) -> list[str]:
         """The client's pending jobs not yet due (they stay in the store at its exit)."""
-        return self.queue.not_due(client_id)
+        waiting = [] if self.workflows is None or not len(self.workflows) else [
+            job.job_id for job, _n in self.workflows.listing() if job.client_id == client_id]
+        return self.queue.not_due(client_id) + waiting
 
     @remote
     def cancel_client(self, client_id: str, not_due_only: bool = False) -> list[str]:
-        return self.endings.cancelled(self.queue.cancel_client_jobs(
-            client_id, not_due_only=not_due_only))
+        jobs = self.queue.cancel_client_jobs(client_id, not_due_only=not_due_only)
+        if self.workflows is not None and len(self.workflows):
+            waiting = self.workflows.cancel_client(client_id)
+            self.queue.count_withdrawn(len(waiting))
+            jobs += waiting
+        return self.endings.cancelled(jobs)
 
     @remote
     def watch(self, client_id: str, job_id: str) -> OutcomeWire | None:
@@ -352,13 +406,20 @@ class ManagerService:
         """The record of one job the manager knows (None: it knows no such job), without
         its outcome."""
         record = self.journal.get(job_id, fresh=True)
-        return None if record is None else record._replace(outcome=None)
+        if record is None:
+            return None
+        waiting = 0 if self.workflows is None else self.workflows.remaining(job_id)
+        return record._replace(outcome=None, waiting_for=waiting)
 
     @remote
     def jobs(self, state: str | None = None, limit: int | None = None) -> list[JobRecord]:
         """The jobs the store knows, in submission order (pending and running ones only
         without a store), without payloads or outcomes."""
-        return self.journal.jobs(state, limit)
+        records = self.journal.jobs(state, limit)
+        if self.workflows is None or not len(self.workflows):
+            return records
+        return [r._replace(waiting_for=self.workflows.remaining(r.job_id))
+                if r.state is JobState.PENDING else r for r in records]
 
     @remote
     def collect(self, client_id: str, timeout: float,

@@ -48,9 +48,18 @@ def _add_schedules_v2(conn: sqlite3.Connection) -> None:
         schedule_id TEXT PRIMARY KEY, spec BLOB NOT NULL, state BLOB NOT NULL)""")
 
 
+def _add_job_parents_v3(conn: sqlite3.Connection) -> None:
+    # The edges of jobs that wait for others (after=, ResultOf): one row per parent, kept
+    # until the child leaves pending.
+    conn.execute("""CREATE TABLE job_parents (
+        job_id TEXT NOT NULL, parent_id TEXT NOT NULL, takes_result INTEGER NOT NULL,
+        allow_failure INTEGER NOT NULL, PRIMARY KEY (job_id, parent_id))""")
+
+
 # MIGRATIONS[v] takes a store from schema version v to v + 1, inside the opening
 # transaction; version 0 is a new, empty file. Append a step for every schema change.
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_create_v1, _add_schedules_v2]
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_create_v1, _add_schedules_v2,
+                                                          _add_job_parents_v3]
 
 
 def open_checked(path: str) -> int:

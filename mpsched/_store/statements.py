@@ -87,4 +87,4 @@ def job_record(row: Sequence[Any]) -> JobRecord:
     stored, rest = row[:11], row[11:]
     state, worker_id, finished_wall, *outcome = rest
     return JobRecord._make((*stored, JobState(state), worker_id, finished_wall,
-                            outcome[0] if outcome else None))
+                            outcome[0] if outcome else None, 0))

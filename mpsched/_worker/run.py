@@ -9,13 +9,15 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from typing import Any
 
 import cloudpickle
 
 from mpsched._core.job import Assignment, Outcome, OutcomeKind
+from mpsched._core.result_of import INPUTS_MAGIC, detach_inputs, job_payload, substitute
 from mpsched._errors import JobError, JobUnpicklingError, ResultPicklingError
 from mpsched._payload import frames, shm
-from mpsched._payload.pickling import dumps_result, loads
+from mpsched._payload.pickling import dumps_result, loads, remote_exception
 from mpsched._transport.sockets import host_name
 from mpsched._worker.process import WorkerConfig
 
@@ -34,7 +36,7 @@ def start_time(assignment: Assignment) -> float:
 def result_segment(config: WorkerConfig, assignment: Assignment) -> str:
     """Where a large result goes: shared memory when the manager uses it and the job's
     client maps it (its payload is framed); "" for inline."""
-    if config.shm_prefix and assignment.payload[:4] == frames.MAGIC:
+    if config.shm_prefix and job_payload(assignment.payload)[:4] == frames.MAGIC:
         return shm.result_name(config.shm_prefix, assignment.lease.lease_id)
     return ""
 
@@ -50,9 +52,15 @@ def run(assignment: Assignment, start_at: float | None = None,
     """
     job_id = assignment.lease.job_id
     try:
-        fn, args, kwargs = loads(assignment.payload)
+        payload = assignment.payload
+        inputs = None
+        if payload[:4] == INPUTS_MAGIC:  # a job after others, with their outcomes
+            inputs, payload = detach_inputs(payload)
+        fn, args, kwargs = loads(payload)
         if isinstance(fn, bytes):  # map(): the callable was pickled once, separately
             fn = cloudpickle.loads(fn)
+        if inputs:
+            args, kwargs = substitute(args, kwargs, _values(inputs))
     except BaseException as exc:
         unpickling = JobUnpicklingError(
             f"job {job_id}: the worker on {host_name()} (pid {os.getpid()}) could not "
@@ -75,6 +83,12 @@ def run(assignment: Assignment, start_at: float | None = None,
             f"{exc!r}")
         return _failure(job_id, pickling, _format(exc), started, OutcomeKind.RESULT_PICKLING)
     return Outcome(job_id=job_id, ok=True, payload=payload, traceback="", started=started)
+
+
+def _values(inputs: dict[str, Outcome]) -> dict[str, Any]:
+    """Each parent's result, or its exception (a job that allows failure), by job id."""
+    return {job_id: loads(o.payload) if o.ok else remote_exception(o)
+            for job_id, o in inputs.items()}
 
 
 def _unpickling_hint(exc: BaseException) -> str:
