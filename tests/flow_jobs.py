@@ -65,3 +65,11 @@ def starts(log_path: str) -> list[str]:
 def order(log_path: str) -> list[str]:
     with open(log_path) as file:
         return [line.strip() for line in file]
+
+
+def layer(log_path: str, name: str, seconds: float, values: list[int]) -> int:
+    """One job of a layered graph: 1 at the first layer, else the sum of its inputs."""
+    log_line(log_path, f"start {name}")
+    time.sleep(seconds)
+    log_line(log_path, f"end {name}")
+    return sum(values) if values else 1
