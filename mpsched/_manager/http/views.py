@@ -94,6 +94,7 @@ class Views:
             "workers": [dataclasses.asdict(w) for w in stats.workers],
             "workers_missing": stats.workers_missing,
             "pending": [self._pending(job) for job in self._queue.head(PAGE_HEAD)],
+            "waiting": self._waiting(PAGE_HEAD),
             "running": [self._running(r) for r in self._running_jobs()],
             "failures": [failure_json(f) for f in self._service.failures.latest()],
             "schedules": [schedule_json(s) for s in self._service.schedules.listing()],
@@ -108,6 +109,7 @@ class Views:
             listed += [self._running(r) for r in self._running_jobs()[:limit]]
         if state in (None, JobState.PENDING):
             listed += [self._pending(j) for j in self._queue.head(limit - len(listed))]
+            listed += self._waiting(limit - len(listed))
         if state is not None and state.finished:
             listed = [record_json(r) for r in self._service.journal.jobs(state.value, limit)]
         return listed
@@ -139,6 +141,15 @@ class Views:
         return {**_job_fields(job.job_id, job.name, job.priority, time.time() + due_in,
                               job.attempt, job.key),
                 "state": "pending", "due_in": due_in, "worker": None}
+
+    def _waiting(self, limit: int) -> list[JsonDict]:
+        """Up to ``limit`` jobs that wait for their parents, in submission order."""
+        workflows = self._service.workflows
+        if workflows is None or not len(workflows) or limit <= 0:
+            return []
+        waiting = sorted(workflows.listing(), key=lambda entry: entry[0].seq)[:limit]
+        return [{**self._pending(job), "waiting_for": f"after {n} jobs"}
+                for job, n in waiting]
 
     def _running(self, running: Running) -> JsonDict:
         job = running.job
