@@ -73,3 +73,32 @@ def layer(log_path: str, name: str, seconds: float, values: list[int]) -> int:
     time.sleep(seconds)
     log_line(log_path, f"end {name}")
     return sum(values) if values else 1
+
+
+def run_after(log_path: str, key: str, hold: float, *inputs: Any) -> list[str]:
+    """Log this run as ``start key pid`` and its end as ``end key``; return the keys of
+    its inputs (lists of keys), then its own."""
+    log_line(log_path, f"start {key} {os.getpid()}")
+    time.sleep(hold)
+    log_line(log_path, f"end {key}")
+    keys: list[str] = []
+    for value in inputs:
+        keys.extend(value)
+    return [*keys, key]
+
+
+def pids(log_path: str) -> dict[str, list[int]]:
+    """The pids each job started in, by key."""
+    found: dict[str, list[int]] = {}
+    with open(log_path) as file:
+        for line in file:
+            if line.startswith("start "):
+                _, key, pid = line.split()
+                found.setdefault(key, []).append(int(pid))
+    return found
+
+
+def order_keys(log_path: str) -> list[str]:
+    """The log's lines without pids: ``start key`` and ``end key``."""
+    with open(log_path) as file:
+        return [" ".join(line.split()[:2]) for line in file]

@@ -21,7 +21,6 @@ from mpsched._core.job import After, Job, JobRecord, JobState, Lease, PayloadOpt
 from mpsched._core.queue import JobQueue
 from mpsched._core.recurring import ScheduleAction, ScheduleInfo, ScheduleSpec
 from mpsched._errors import (
-    InvalidJobError,
     JobNotFoundError,
     VersionMismatchError,
 )
@@ -32,10 +31,11 @@ from mpsched._manager.failures import RecentFailures
 from mpsched._manager.journal import BaseJournal, NoJournal
 from mpsched._manager.mailbox import Mailboxes
 from mpsched._manager.schedules import Schedules
+from mpsched._manager.shared_journal import SharedJournal
 from mpsched._manager.shared_queue import SharedQueue
 from mpsched._manager.store_journal import Journal
 from mpsched._manager.worker_table import WorkerTable
-from mpsched._manager.workflows import Workflows
+from mpsched._manager.workflows import Workflows, check_after
 from mpsched._payload.segments import Segments
 from mpsched._protocol.codec import (
     AssignmentWire,
@@ -299,17 +299,20 @@ class ManagerService:
         the heap once every parent has ended (see Workflows.submit).
 
         Raises:
-            InvalidJobError: bad parents (Workflows.submit), or a shared store.
-            JobNotFoundError: a parent this manager does not know.
+            InvalidJobError: bad parents (Workflows.submit).
+            JobNotFoundError: a parent this manager (or its shared store) does not know.
         """
-        if self.workflows is None:
-            raise InvalidJobError("jobs with parents (after=, ResultOf) are not supported "
-                                  f"with the store {self.journal.store.location} yet")
         batch = [request_from_wire(r) for r in requests]
         afters = [After._make(a) for a in afters]
+        for request, after in zip(batch, afters, strict=True):
+            check_after(request, after)
         self.segments.submitted(batch)
         try:
-            self.workflows.submit(batch, afters)
+            if self.workflows is not None:
+                self.workflows.submit(batch, afters)
+            else:
+                assert isinstance(self.journal, SharedJournal)
+                self.journal.submit_after(batch, afters)
         except BaseException:
             self.segments.refused(batch)
             raise
@@ -408,8 +411,9 @@ class ManagerService:
         record = self.journal.get(job_id, fresh=True)
         if record is None:
             return None
-        waiting = 0 if self.workflows is None else self.workflows.remaining(job_id)
-        return record._replace(outcome=None, waiting_for=waiting)
+        if self.workflows is None:  # a shared store's record says it
+            return record._replace(outcome=None)
+        return record._replace(outcome=None, waiting_for=self.workflows.remaining(job_id))
 
     @remote
     def jobs(self, state: str | None = None, limit: int | None = None) -> list[JobRecord]:

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
-from mpsched._core.job import JobState, Order
+from mpsched._core.job import After, JobState, Order
 from mpsched._store.redis.records import (
     Beat,
     Claimed,
@@ -35,7 +35,7 @@ from mpsched._store.redis.records import (
 )
 
 NAMES = ("submit", "claim", "cancel", "watch", "drain", "heartbeat", "leave", "jobs", "prune",
-         "unclaim")
+         "unclaim", "after")
 US = 1_000_000  # microseconds per second
 # The bound a submit found reached (submit.lua's `full`), as QueueFullError names it.
 FULL = {1: "jobs", 2: "payload bytes"}
@@ -176,6 +176,18 @@ class Scripts:
         holders, full = self._call("submit", *args)
         return [_text(h) for h in holders], FULL.get(full)
 
+    def submit_after(self, jobs: Sequence[NewJob], afters: Sequence[After],
+                     owner: str) -> None:
+        args: list[Any] = [owner, self._ttl_ms, self._keep_ms, len(jobs)]
+        for job, after in zip(jobs, afters, strict=True):
+            args += [job.job_id, job.client_id, job.name, _blob(job.payload), job.priority,
+                     "" if job.delay is None else _us(job.delay),
+                     "" if job.at is None else _us(job.at),
+                     "" if job.timeout is None else repr(float(job.timeout)), job.retries,
+                     "1" if after.allow_failure else "0", len(after.parents),
+                     *after.parents, len(after.results), *after.results]
+        self._call("after", *args)
+
     def claim(self, me: str, lease: float, finishes: Sequence[Finish],
               requeues: Sequence[Requeue], take: Take, *, span: float,
               grace: float, answers: Sequence[str] = ()) -> Reply:
@@ -254,13 +266,14 @@ class Scripts:
 
 def _claimed(row: list[Any]) -> Claimed:
     (job_id, payload, delay_us, timeout, attempt, token, level, seq, client, owner, retries,
-     key, name, due_us, submitted_us) = row
+     key, name, due_us, submitted_us, *inputs) = row
     return Claimed(
         job_id=_text(job_id), payload=payload, delay=int(delay_us) / US,
         timeout=None if not timeout else float(timeout), attempt=int(attempt),
         token=_text(token), priority=int(level), seq=int(seq), client_id=_text(client),
         owner=_text(owner), retries=int(retries), key=_opt(key), name=_text(name),
-        due_wall=int(due_us) / US, submitted_wall=int(submitted_us) / US)
+        due_wall=int(due_us) / US, submitted_wall=int(submitted_us) / US,
+        inputs=[(_text(i), _text(st), out) for i, st, out in inputs[0]] if inputs else None)
 
 
 def parse_ended(message: bytes) -> list[StoredEnd] | None:

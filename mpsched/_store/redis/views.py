@@ -8,10 +8,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from mpsched._core.job import JobRecord, JobState, Order
-from mpsched._store.redis.records import ManagerRecord, QueueCounts
+from mpsched._store.redis.records import AFTER, ManagerRecord, QueueCounts
 
 US = 1_000_000  # microseconds per second
-RECORD_FIELDS = ("c", "k", "n", "pr", "d", "s", "to", "r", "a", "sub", "st", "w", "f", "x")
+RECORD_FIELDS = ("c", "k", "n", "pr", "d", "s", "to", "r", "a", "sub", "st", "w", "f", "x",
+                 "wn")
 
 
 def managers(client: Any, base: str) -> list[ManagerRecord]:
@@ -92,7 +93,9 @@ def _ready_due(member: bytes) -> int:
 
 def record(job_id: str, row: Sequence[Any], outcome: bytes | None) -> JobRecord:
     (client, key, name, level, due, seq, timeout, retries, attempt, submitted, state,
-     worker, finished, crashed) = row
+     worker, finished, crashed, waiting) = row
+    if crashed is not None and crashed.startswith(AFTER.encode()):
+        crashed = None  # failed after a parent: no worker ran it
     return JobRecord(
         job_id=job_id, client_id=client.decode(), key=None if key is None else key.decode(),
         name=name.decode(), priority=int(level), due_wall=int(due) / US, seq=int(seq),
@@ -100,4 +103,5 @@ def record(job_id: str, row: Sequence[Any], outcome: bytes | None) -> JobRecord:
         attempt=int(attempt), submitted_wall=int(submitted) / US,
         state=JobState(state.decode()),
         worker_id=(worker or crashed or b"").decode() or None,
-        finished_wall=None if finished is None else int(finished) / US, outcome=outcome)
+        finished_wall=None if finished is None else int(finished) / US, outcome=outcome,
+        waiting_for=int(waiting or 0))

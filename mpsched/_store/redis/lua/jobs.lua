@@ -5,7 +5,8 @@
 -- Returns, per job: its fields as in record() below.
 local state = ARGV[2]
 local limit = tonumber(ARGV[3])
-local FIELDS = {'c', 'k', 'n', 'pr', 'd', 's', 'to', 'r', 'a', 'sub', 'st', 'w', 'f', 'x'}
+local FIELDS = {'c', 'k', 'n', 'pr', 'd', 's', 'to', 'r', 'a', 'sub', 'st', 'w', 'f', 'x',
+                'wn'}
 local out, gone = {}, {}
 local start, CHUNK = 0, 500
 while true do
