@@ -29,6 +29,10 @@ CASES = [
                  id="durable_jobs"),
     pytest.param("recurring.py", ["tick@", "0 overlaps", "nightly 02:30 in Berlin:",
                                   "✓ on its slots, no drift, no overlap"], id="recurring"),
+    pytest.param("pipeline.py", ["17,984 primes below 200,000",
+                                 "✓ 8 transforms ran in parallel",
+                                 "✓ nothing was left waiting after the failure"],
+                 id="pipeline"),
 ]
 
 
