@@ -157,9 +157,10 @@ class DependencyFailedError(JobError):
         self.job_id = job_id
         self.parent_id = parent_id
         self.outcome = outcome
-        super().__init__(f"job {job_id} did not run: its parent job {parent_id} "
-                         f"{'was cancelled' if outcome == 'cancelled' else 'failed'}"
-                         f"{'' if outcome == 'cancelled' else f' ({outcome})'}")
+        how = "was cancelled" if outcome == "cancelled" else "failed"
+        if outcome not in ("cancelled", "failed", ""):
+            how += f" ({outcome})"
+        super().__init__(f"job {job_id} did not run: its parent job {parent_id} {how}")
 
     def __reduce__(self) -> tuple[type[DependencyFailedError], tuple[str, str, str]]:
         return (type(self), (self.job_id, self.parent_id, self.outcome))

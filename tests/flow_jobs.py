@@ -102,3 +102,12 @@ def order_keys(log_path: str) -> list[str]:
     """The log's lines without pids: ``start key`` and ``end key``."""
     with open(log_path) as file:
         return [" ".join(line.split()[:2]) for line in file]
+
+
+def big(size: int) -> bytes:
+    """A result large enough to go through shared memory."""
+    return b"x" * size
+
+
+def length(data: bytes, more: list[bytes]) -> tuple[int, int]:
+    return len(data), len(more[0])

@@ -57,7 +57,7 @@ def test_a_fan_out_of_twenty_and_their_fan_in_run_each_once(sched: Scheduler, tm
 def test_a_diamond_runs_each_job_once_after_its_parents(sched: Scheduler, tmp_path: Path):
     log = str(tmp_path / "log")
     a = sched.schedule(flow_jobs.step, log, "a")
-    b = sched.schedule(flow_jobs.slow_step, log, "b", 0.2, ResultOf(a))
+    b = sched.submit(flow_jobs.slow_step, log, "b", 0.2, ResultOf(a))
     c = sched.schedule(flow_jobs.step, log, "c", ResultOf(a))
     d = sched.schedule(flow_jobs.step, log, "d", ResultOf(b), ResultOf(c))
     assert d.result(timeout=30) == ("a", "b", "a", "c", "d")
@@ -181,3 +181,13 @@ def test_another_clients_job_can_be_a_parent(make_scheduler: MakeScheduler):
         assert b.result(timeout=30) == repr("'theirs'")
     finally:
         other.shutdown()
+
+
+def test_a_large_result_reaches_its_child_through_shared_memory_and_is_cleaned_up(
+        make_scheduler: MakeScheduler, prefix: str):
+    s = make_scheduler(workers=2)
+    big = s.submit(flow_jobs.big, 4 << 20)
+    sizes = s.schedule(flow_jobs.length, ResultOf(big), [ResultOf(big)])
+    assert sizes.result(timeout=30) == (4 << 20, 4 << 20)
+    assert len(big.result()) == 4 << 20
+    s.shutdown()

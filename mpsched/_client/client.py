@@ -177,8 +177,13 @@ class Client(ClosingClient, Executor):
     def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> JobFuture[T]:
         """Run ``fn(*args, **kwargs)`` as soon as a worker is free, at MEDIUM priority.
 
-        The ``Executor`` method: every keyword goes to ``fn``. Raises as :meth:`schedule`.
+        The ``Executor`` method: every keyword goes to ``fn``. A ``ResultOf`` among the
+        arguments makes it wait for that job, as with :meth:`schedule`. Raises as
+        :meth:`schedule`.
         """
+        if result_of_made() and result_parents(args, kwargs):
+            return self._schedule_after(fn, args, kwargs, None, None, Priority.MEDIUM, None,
+                                        0, None, None, False)
         return self._schedule(fn, args, kwargs, None, None, Priority.MEDIUM)
 
     def _schedule(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],

@@ -181,7 +181,7 @@ class Workflows:
 
     def cancel(self, job_ids: Iterable[str]) -> list[Job]:
         """Take the waiting jobs among ``job_ids`` out (their parents are left alone)."""
-        if not self._graph and not len(self._graph):
+        if not len(self._graph):
             return []
         with self._lock:
             return [job for job_id in job_ids if (job := self._graph.remove(job_id))]
