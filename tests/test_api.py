@@ -215,8 +215,6 @@ REACHED_THROUGH = {
     "not_due": "test_interrupt.py::test_with_a_store_ctrl_c_leaves_the_jobs_due_later_in_it",
     "payload_options": "test_payloads.py::test_arguments_and_results_travel_through_shared_"
                        "memory",
-    "submit_after": "test_workflows.py::test_a_chain_of_three_runs_in_order_with_the_results_"
-                    "passed",
     "schedule_preview": "test_schedule.py::test_cron_plans_in_its_zone_and_checks_at_the_"
                         "call_site",
     "watch_many": "test_reconnect.py::test_with_a_store_outstanding_futures_resolve_after_"
