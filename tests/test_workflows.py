@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import flow_jobs
+import jobs
 import pytest
 from processes import wait_for
 
@@ -191,3 +192,14 @@ def test_a_large_result_reaches_its_child_through_shared_memory_and_is_cleaned_u
     assert sizes.result(timeout=30) == (4 << 20, 4 << 20)
     assert len(big.result()) == 4 << 20
     s.shutdown()
+
+
+def test_a_retried_parent_counts_as_ended_only_at_its_final_outcome(sched: Scheduler,
+                                                                    tmp_path: Path):
+    parent = sched.schedule(jobs.die_once, str(tmp_path / "died"), retries=1)
+    child = sched.schedule(flow_jobs.describe, ResultOf(parent))
+    assert child.result(timeout=60) == "'survived'"
+    crashed = sched.schedule(jobs.die_once, str(tmp_path / "again"))  # no retry left
+    after_crash = sched.schedule(flow_jobs.describe, 1, after=[crashed])
+    error = after_crash.exception(timeout=60)
+    assert isinstance(error, DependencyFailedError) and "WorkerCrashedError" in str(error)
