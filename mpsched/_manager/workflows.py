@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
+from typing import NamedTuple
 
 from mpsched._core.dependencies import DependencyGraph, Failed, Released
 from mpsched._core.job import After, Job, JobRequest, JobState, Outcome, OutcomeKind
@@ -60,10 +61,11 @@ class Workflows:
         self._journal = journal
         # Guards the graph. Held by a submit of jobs with parents from its look at their
         # parents' states until the jobs are in the graph (and journalled), and by each
-        # end's count-down, so that no parent ends unseen between the two. Nobody waits
-        # on it otherwise. Reentrant: a submit's look at a parent asks the journal, whose
-        # lookups see the waiting jobs through find().
-        self._lock = threading.RLock()
+        # end's count-down until the children it let go are in the heap or journalled
+        # failed, so that no parent ends unseen and a job is always found somewhere.
+        # Taken before the queue's lock and the journal's, never after. Nobody waits on
+        # it otherwise.
+        self._lock = threading.Lock()
         self._graph = DependencyGraph()
         # Submits under way (written under the lock): while one is, every end is looked
         # at, since the graph may be about to hold children of the job that ends.
@@ -84,7 +86,6 @@ class Workflows:
         for request, after in zip(requests, afters, strict=True):
             check_after(request, after)
         seqs = self._queue.reserve_seqs(len(requests))
-        verdicts: list[Released | Failed] = []
         with self._lock:
             self._adding += 1
             try:
@@ -93,13 +94,13 @@ class Workflows:
                 jobs = [self._job(r, seq) for r, seq in zip(requests, seqs, strict=True)]
                 self._journal.waiting(jobs, requests, afters)
                 self._queue.count_submitted(len(jobs))
-                for job, after, (live, ended) in zip(jobs, afters, states, strict=True):
-                    verdict = self._graph.add(job, after, live, ended)
-                    if verdict is not None:
-                        verdicts.append(verdict)
+                verdicts = [verdict for job, after, (live, ended)
+                            in zip(jobs, afters, states, strict=True)
+                            if (verdict := self._graph.add(job, after, live, ended))]
+                failed = self._settle_locked(verdicts)
             finally:
                 self._adding -= 1
-        self._settle(verdicts)
+        self._ended_all(self._deliver(failed))
 
     def _parents_locked(self, after: After,
                         batch: set[str]) -> tuple[list[str], dict[str, Outcome]]:
@@ -150,32 +151,38 @@ class Workflows:
                     if outcome.ok and self._graph.wants_result(job_id):
                         outcome = _inline(outcome)
                     verdicts += self._graph.ended(job_id, outcome)
-            ends = self._settle(verdicts)
+                failed = self._settle_locked(verdicts)
+            ends = self._deliver(failed)
 
-    def _settle(self, verdicts: list[Released | Failed]) -> list[tuple[str, Outcome]]:
-        """Release or fail what the graph decided; returns the failed jobs' ends."""
+    def _settle_locked(self, verdicts: list[Released | Failed]) -> list[_Failure]:
+        """Release what the graph let go, into the heap; journal the failures (so that a
+        job is always found somewhere: waiting, queued or ended). Returns the failures,
+        to deliver once the lock is let go."""
         released = [v.job for v in verdicts if isinstance(v, Released)]
         for verdict in verdicts:
             if isinstance(verdict, Released) and verdict.inputs:
                 verdict.job.payload = attach_inputs(verdict.job.payload, verdict.inputs)
         if released:
             self._queue.release(released)
-        ends: list[tuple[str, Outcome]] = []
+        failures: list[_Failure] = []
         for verdict in verdicts:
             if isinstance(verdict, Failed):
-                ends.append((verdict.job.job_id, self._fail(verdict)))
-        return ends
+                job = verdict.job
+                error = DependencyFailedError(job.job_id, verdict.parent_id,
+                                              verdict.parent_outcome)
+                outcome = failure(job.job_id, error, OutcomeKind.DEPENDENCY_FAILED)
+                self._queue.fail(job, crashed=False)
+                watchers = self._journal.finished(job, outcome)
+                log.info("%s", error)
+                failures.append(_Failure(job, outcome, watchers or set()))
+        return failures
 
-    def _fail(self, verdict: Failed) -> Outcome:
-        job = verdict.job
-        error = DependencyFailedError(job.job_id, verdict.parent_id, verdict.parent_outcome)
-        outcome = failure(job.job_id, error, OutcomeKind.DEPENDENCY_FAILED)
-        self._queue.fail(job, crashed=False)
-        watchers = self._journal.finished(job, outcome)
-        log.info("%s", error)
-        if self.deliver is not None:
-            self.deliver(job.client_id, outcome, watchers or set())
-        return outcome
+    def _deliver(self, failures: list[_Failure]) -> list[tuple[str, Outcome]]:
+        """Tell the failed jobs' clients; returns their ends, to count down in turn."""
+        for failed in failures:
+            if self.deliver is not None:
+                self.deliver(failed.job.client_id, failed.outcome, failed.watchers)
+        return [(failed.job.job_id, failed.outcome) for failed in failures]
 
     # ------------------------------------------------------------------ lookups, cancel
 
@@ -192,23 +199,22 @@ class Workflows:
             mine = [w.job.job_id for w in self._graph if w.job.client_id == client_id]
             return [job for job_id in mine if (job := self._graph.remove(job_id))]
 
+    # find() and listing() take no lock: the journal asks them with its own lock held,
+    # which a submit here takes with this one held. A dict's get and its copy are atomic
+    # under the GIL; a count read meanwhile may be one off, as any listing may be.
+
     def find(self, job_id: str) -> tuple[Job, int] | None:
         """A waiting job and how many parents it waits for; None if it does not wait."""
-        with self._lock:
-            waiting = self._graph.get(job_id)
-            return None if waiting is None else (waiting.job, waiting.remaining)
+        waiting = self._graph.get(job_id)
+        return None if waiting is None else (waiting.job, waiting.remaining)
 
     def listing(self) -> list[tuple[Job, int]]:
         """Every waiting job, with how many parents it waits for."""
-        with self._lock:
-            return [(w.job, w.remaining) for w in self._graph]
+        return [(w.job, w.remaining) for w in self._graph]
 
     def remaining(self, job_id: str) -> int:
         """How many parents a job waits for (0: none, or it does not wait)."""
-        if not len(self._graph):
-            return 0
-        with self._lock:
-            return self._graph.remaining(job_id)
+        return self._graph.remaining(job_id)
 
     def __len__(self) -> int:
         return len(self._graph)
@@ -235,9 +241,17 @@ class Workflows:
                 verdict = self._graph.add(job, after, live, ended)
                 if verdict is not None:
                     verdicts.append(verdict)
-        ends = self._settle(verdicts)
-        self._ended_all(ends)
+            failed = self._settle_locked(verdicts)
+        self._ended_all(self._deliver(failed))
         log.info("recovered %d job(s) waiting for their parents", len(self._graph))
+
+
+class _Failure(NamedTuple):
+    """A waiting job failed because of a parent: journalled, to be delivered."""
+
+    job: Job
+    outcome: Outcome
+    watchers: set[str]
 
 
 def _inline(outcome: Outcome) -> Outcome:
