@@ -54,3 +54,23 @@ def test_a_graph_of_fifty_survives_a_manager_killed_in_its_middle(
         last_start = max(i for i, line in enumerate(lines) if line == f"start {name}")
         assert all(lines.index(f"end {p}") < last_start for p in its_parents), name
     assert s2.jobs(state="pending") == [] and not s2.jobs(state="failed")
+
+
+def test_a_parent_from_before_a_restart_passes_its_result(
+        make_scheduler: Callable[..., Scheduler], tmp_path: Path) -> None:
+    store = tmp_path / "jobs.db"
+    s = make_scheduler(workers=1, store=store)
+    done = s.submit(flow_jobs.describe, "before")
+    assert done.result(timeout=WAIT) == "'before'"
+    later = s.schedule(flow_jobs.describe, "pending", delay=2)
+    s.stats()  # sent
+    pid = s._manager_process.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    s._manager_process.join(WAIT)
+    s2 = make_scheduler(workers=1, store=store)
+    child = s2.schedule(flow_jobs.describe, ResultOf(done.job_id))
+    assert child.result(timeout=WAIT) == repr("'before'")
+    other = s2.schedule(flow_jobs.describe, ResultOf(later.job_id))
+    assert s2.job_info(other.job_id).waiting_for == "after 1 jobs"
+    assert other.result(timeout=WAIT) == repr("'pending'")
