@@ -74,6 +74,8 @@ def test_after_without_a_result_waits_and_keeps_its_own_arguments(sched: Schedul
     a = sched.schedule(flow_jobs.slow_step, log, "a", 0.3)
     b = sched.schedule(flow_jobs.step, log, "b", [1, 2], after=[a.job_id])
     assert b.result(timeout=30) == ("[1, 2]", "b")
+    first = sched.schedule(flow_jobs.step, log, "first", after=[])  # no parent: runs now
+    assert first.result(timeout=30) == ("first",)
     assert flow_jobs.order(log)[:3] == ["start a", "end a", "start b"]
 
 

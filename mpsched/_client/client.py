@@ -147,6 +147,9 @@ class Client(ClosingClient, Executor):
             raise InvalidJobError(f"allow_failure must be a bool, not {allow_failure!r}")
         results = result_parents(args, kwargs)
         parents = dict.fromkeys([*_parent_ids(after), *results])
+        if not parents:  # after=[]: a first job of a loop that builds a graph
+            return self._schedule(fn, args, kwargs, delay, at, priority, timeout, retries,
+                                  key)
         if key is not None:
             raise InvalidJobError("a job with parents (after=, ResultOf) cannot have a key")
         delay_s, at_s = due_arguments(delay, at)
