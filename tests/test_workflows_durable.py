@@ -62,7 +62,7 @@ def test_a_parent_from_before_a_restart_passes_its_result(
     s = make_scheduler(workers=1, store=store)
     done = s.submit(flow_jobs.describe, "before")
     assert done.result(timeout=WAIT) == "'before'"
-    later = s.schedule(flow_jobs.describe, "pending", delay=2)
+    later = s.schedule(flow_jobs.describe, "pending", delay=8)
     s.stats()  # sent
     pid = s._manager_process.pid
     assert pid is not None
