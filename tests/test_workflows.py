@@ -161,6 +161,7 @@ def test_waiting_jobs_are_listed_with_what_they_wait_for(sched: Scheduler):
     c = sched.schedule(flow_jobs.describe, ResultOf(a), ResultOf(b))
     listed = {i.job_id: i for i in sched.jobs(state="pending")}
     assert listed[c.job_id].waiting_for == "after 2 jobs"
+    assert sched.stats().queue.pending["medium"] == 3  # a waiting job is pending too
     assert listed[a.job_id].waiting_for is None
     a.cancel()
     assert isinstance(c.exception(timeout=30), DependencyFailedError)

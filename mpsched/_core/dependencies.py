@@ -65,6 +65,7 @@ class DependencyGraph:
         # parent id -> ids of its children still waiting (a child cancelled or failed
         # through another parent is skipped when this parent ends)
         self._children: dict[str, list[str]] = {}
+        self.levels: dict[int, int] = {1: 0, 2: 0, 3: 0}  # waiting jobs by priority level
 
     def __bool__(self) -> bool:
         """Whether any parent has children waiting."""
@@ -99,6 +100,7 @@ class DependencyGraph:
             return Released(job, inputs)
         self._waiting[job.job_id] = Waiting(job, len(live), after.allow_failure, results,
                                             inputs)
+        self.levels[job.priority] += 1
         for parent_id in live:
             self._children.setdefault(parent_id, []).append(job.job_id)
         return None
@@ -124,6 +126,7 @@ class DependencyGraph:
                 continue
             if not outcome.ok and not waiting.allow_failure:
                 del self._waiting[child_id]
+                self.levels[waiting.job.priority] -= 1
                 verdicts.append(Failed(waiting.job, parent_id, outcome_word(outcome)))
                 continue
             if waiting.results is not None and parent_id in waiting.results:
@@ -132,13 +135,17 @@ class DependencyGraph:
             waiting.remaining -= 1
             if waiting.remaining == 0:
                 del self._waiting[child_id]
+                self.levels[waiting.job.priority] -= 1
                 verdicts.append(Released(waiting.job, waiting.inputs))
         return verdicts
 
     def remove(self, job_id: str) -> Job | None:
         """Take a waiting job out (cancelled); its parents are left as they are."""
         waiting = self._waiting.pop(job_id, None)
-        return None if waiting is None else waiting.job
+        if waiting is None:
+            return None
+        self.levels[waiting.job.priority] -= 1
+        return waiting.job
 
     def remaining(self, job_id: str) -> int:
         """How many parents a job still waits for (0: it does not wait)."""

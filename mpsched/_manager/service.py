@@ -9,6 +9,7 @@ other side).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import secrets
@@ -17,7 +18,15 @@ import time
 from collections.abc import Callable
 
 from mpsched._core.clock import Clock, SystemClock
-from mpsched._core.job import After, Job, JobRecord, JobState, Lease, PayloadOptions
+from mpsched._core.job import (
+    After,
+    Job,
+    JobRecord,
+    JobState,
+    Lease,
+    PayloadOptions,
+    Priority,
+)
 from mpsched._core.queue import JobQueue
 from mpsched._core.recurring import ScheduleAction, ScheduleInfo, ScheduleSpec
 from mpsched._errors import (
@@ -485,7 +494,13 @@ class ManagerService:
         now = time.monotonic()
         workers, recent = self.workers.statuses(since=now - THROUGHPUT_WINDOW)
         window = min(THROUGHPUT_WINDOW, max(now - self._started, 1e-9))
-        return Stats(queue=self.queue.stats(lateness=lateness), workers=workers,
+        queue = self.queue.stats(lateness=lateness)
+        if self.workflows is not None and len(self.workflows):  # waiting: pending too
+            waiting = self.workflows.waiting_levels()
+            queue = dataclasses.replace(queue, pending={
+                p.name.lower(): queue.pending[p.name.lower()] + waiting[p.level]
+                for p in Priority})
+        return Stats(queue=queue, workers=workers,
                      uptime=now - self._started, throughput=recent / window,
                      workers_missing=self._workers_missing,
                      worker_start_failures=self._worker_start_failures,

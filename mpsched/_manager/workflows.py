@@ -219,6 +219,10 @@ class Workflows:
     def __len__(self) -> int:
         return len(self._graph)
 
+    def waiting_levels(self) -> dict[int, int]:
+        """How many jobs wait for their parents, by priority level."""
+        return dict(self._graph.levels)
+
     # ------------------------------------------------------------------ recovery
 
     def recover(self, waiting: list[tuple[Job, After]]) -> None:
