@@ -70,7 +70,6 @@ for _, job in ipairs(jobs) do
   end
   redis.call('HSET', B .. 'j:' .. id, unpack(fields))
   redis.call('ZADD', B .. 'all', seq, id)
-  redis.call('ZADD', B .. 'c:' .. client, due, id)
   redis.call('HINCRBY', B .. 'stats', 'pending:' .. level, 1)
   redis.call('HINCRBY', B .. 'stats', 'submitted', 1)
   count_bytes(#ARGV[a + 3])
@@ -85,12 +84,17 @@ for _, job in ipairs(jobs) do
       failed_by, how = parent, st
     end
   end
+  -- A waiting job is not due yet, whatever its own time, as a client's exit sees it
+  -- (c:<client> scored at WAITING until release_kids scores it with its due time).
+  local WAITING = 9007199254740991
   if failed_by then
     redis.call('HSET', B .. 'j:' .. id, 'wn', 1)  -- waiting, for dep_fail
     dep_fail(id, failed_by, how, ttl_ms, keep_ms, now, outbox)
   elseif live > 0 then
     redis.call('HSET', B .. 'j:' .. id, 'wn', live)
+    redis.call('ZADD', B .. 'c:' .. client, WAITING, id)
   else
+    redis.call('ZADD', B .. 'c:' .. client, due, id)
     local m = member(level, seq, id)
     redis.call('ZADD', B .. 'due', due, m)
     if head()[1] == m then wake() end
