@@ -16,12 +16,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-demo: $(STAMP)  ## three waves of jobs at mixed priorities, strict order on one worker, CPU speed-up, durable and recurring jobs, a pipeline
+demo: $(STAMP)  ## three waves of jobs at mixed priorities, strict order on one worker, CPU speed-up, durable, recurring and retried jobs, a pipeline
 	$(PY) -m mpsched demo
 	$(PY) examples/strict_order.py
 	$(PY) examples/cpu_speedup.py
 	$(PY) examples/durable_jobs.py
 	$(PY) examples/recurring.py
+	$(PY) examples/retries.py
 	$(PY) examples/pipeline.py
 
 bench: $(STAMP)  ## side by side with the peers; rewrites benchmarks/README.md
@@ -71,7 +72,7 @@ screenshot: $(STAMP)  ## take docs/dashboard.png again (needs make tools once)
 	  $(CURDIR)/$(PY) -m pytest -q -p no:cacheprovider tests/test_dashboard_page.py \
 	  -k follows_a_job; status=$$?; rm -rf $$copy; exit $$status
 
-lint: $(STAMP)  ## ruff and mypy (strict)
+lint: $(STAMP)  ## ruff, and mypy: strict on mpsched/, every function body in tests/ and examples/
 	$(PY) -m ruff check mpsched tests examples docs/_hooks
 	$(PY) -m mypy
 

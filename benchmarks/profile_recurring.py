@@ -132,9 +132,9 @@ def worker_with_probes(*args: Any, **kwargs: Any) -> Any:
 def one_round(runs: int, interval: float, probes: str, records: str) -> None:
     from benchmarks._common import scheduler
     from benchmarks.jobs import noop, stamp_run
-    from mpsched._manager import process as _manager_process
+    from mpsched._manager import launcher as _manager_launcher
 
-    _manager_process.ENTRY = ("benchmarks.profile_recurring", "manager_with_probes")
+    _manager_launcher.ENTRY = ("benchmarks.profile_recurring", "manager_with_probes")
     with scheduler(workers=2) as s:
         for f in [s.submit(noop) for _ in range(8)]:
             f.result()

@@ -18,6 +18,8 @@ from mpsched._core.options import Overlap as Overlap
 from mpsched._core.recurring import ScheduleCounters as ScheduleCounters
 from mpsched._core.recurring import ScheduleInfo as ScheduleInfo
 from mpsched._core.result_of import ResultOf as ResultOf
+from mpsched._core.retrying import RetryLater as RetryLater
+from mpsched._core.retrying import RetryPolicy as RetryPolicy
 from mpsched._errors import AddressError as AddressError
 from mpsched._errors import AuthenticationError as AuthenticationError
 from mpsched._errors import ConfigError as ConfigError
@@ -92,6 +94,8 @@ __all__ = [
     "ResultOf",
     "ResultPicklingError",
     "ResultUnpicklingError",
+    "RetryLater",
+    "RetryPolicy",
     "RuntimeDirError",
     "Schedule",
     "ScheduleCounters",

@@ -160,7 +160,7 @@ def own_redis(tmp_path: Path) -> Iterator[Callable[..., Any]]:
 
     started: list[RedisServer] = []
 
-    def start(**config: str) -> RedisServer:
+    def start(**config: Any) -> RedisServer:
         started.append(RedisServer(tmp_path / f"redis{len(started)}", **config))
         return started[-1]
 

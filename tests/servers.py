@@ -11,7 +11,7 @@ from typing import Any
 
 from processes import wait_for
 
-from mpsched._manager.main import ServiceManager
+from mpsched._protocol.proxy import ServiceManager
 from mpsched._transport.sockets import SERIALIZER, HardenedServer
 from mpsched._transport.wire import FastConnection
 
@@ -32,6 +32,7 @@ class RecordingServer(HardenedServer):
 
     nodelay: list[int]
     handlers: list[threading.Thread]
+    stop_event: threading.Event
 
     def _serve_proven(self, conn: FastConnection, peer: Any) -> None:
         # Noted by the thread itself, before it serves anything: noted by the thread that
@@ -58,7 +59,7 @@ class InProcessServer:
         self.server.nodelay = []
         self.server.handlers = []
         self.server.stop_event = threading.Event()  # serve_forever() would make it
-        self.address = self.server.address
+        self.address: Any = self.server.address  # a (host, port) or a unix path
         self.handlers = self.server.handlers
         self._accepter = threading.Thread(target=self.server.accepter, daemon=True)
 

@@ -49,6 +49,8 @@ def test_public_names_are_pinned():
         "ResultOf",
         "ResultPicklingError",
         "ResultUnpicklingError",
+        "RetryLater",
+        "RetryPolicy",
         "RuntimeDirError",
         "Schedule",
         "ScheduleCounters",

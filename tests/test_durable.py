@@ -9,6 +9,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import jobs
 import pytest
@@ -79,6 +80,7 @@ def test_jobs_that_finished_just_before_a_sigkill_stay_finished_with_their_resul
     finished: dict[str, object] = {}
     for round_ in range(3):
         s = make_scheduler(workers=2, store=store)
+        futures: dict[mpsched.JobFuture[Any], str]
         futures = {s.schedule(jobs.record, log, f"r{round_}-{n}", retries=n % 2): f"r{round_}-{n}"
                    for n in range(20)}
         # and outcomes too long for the lease log, which are committed before they are told

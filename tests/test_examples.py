@@ -33,6 +33,9 @@ CASES = [
                                  "✓ 8 transforms ran in parallel",
                                  "✓ nothing was left waiting after the failure"],
                  id="pipeline"),
+    pytest.param("retries.py", ["page-3: 200 OK after 4 runs", "  attempt 3 failed at",
+                                "✓ every job ran exactly as often as it had to"],
+                 id="retries"),
 ]
 
 

@@ -259,7 +259,7 @@ def test_max_workers_is_an_alias_of_workers(make_scheduler):
     with pytest.raises(ConfigError, match=r"^workers must be greater than 0"):
         Scheduler(workers=0)
     with pytest.raises(ConfigError, match=r"^max_workers must be an int"):
-        Scheduler(max_workers=2.5)
+        Scheduler(max_workers=2.5)  # type: ignore[arg-type]
 
 
 # ------------------------------------------ generic parts of test_process_pool.py
@@ -336,7 +336,7 @@ def test_ressources_gced_in_workers_with_a_manager_event(executor):
         assert obj.event.wait(timeout=WAIT)
         # Dropped while the manager still runs, so that our copy's __del__ can reach it.
         gc.collect()
-        obj = None
+        del obj
         gc.collect()
     finally:
         mgr.shutdown()

@@ -157,6 +157,7 @@ def owner_process(fifo):
     """A process holding a Scheduler; yields it with the manager and worker pids."""
     code = OWNER.format(tests=os.path.dirname(__file__), fifo=fifo)
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
     pids = [int(p) for p in proc.stdout.readline().split()]
     wait_started(fifo)
     yield proc, pids
@@ -164,6 +165,7 @@ def owner_process(fifo):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     proc.wait(10)
+    proc.stdout.close()
 
 
 def test_killing_the_owner_stops_manager_and_workers(owner_process):

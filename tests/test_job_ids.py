@@ -46,6 +46,9 @@ def looker(make_scheduler: Callable[..., Scheduler]
     finally:
         proc.kill()
         proc.wait(30)
+        for stream in (proc.stdin, proc.stdout):
+            if stream is not None:
+                stream.close()
 
 
 def test_an_id_read_right_after_schedule_is_found_by_another_process(

@@ -202,7 +202,7 @@ def test_a_late_end_refused_by_redis_leaks_nothing_and_its_retry_runs(
     try:
         os.kill(s._manager_process.pid, signal.SIGSTOP)  # its worker runs on
         try:
-            wait_for(lambda: store.get(job.job_id).state is JobState.PENDING,
+            wait_for(lambda: getattr(store.get(job.job_id), "state", None) is JobState.PENDING,
                      lease + 10, "the peer took the job back")
             release.touch()  # the worker ends it and reports to the stalled manager
         finally:

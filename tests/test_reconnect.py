@@ -28,7 +28,7 @@ from served import START_TIMEOUT, Manager, Processes, serve
 
 import mpsched
 from mpsched import ManagerConnectionLostError
-from mpsched._client.futures import ClientCore
+from mpsched._client.core import ClientCore
 from mpsched._protocol.proxy import ServiceProxy, connect_service
 from mpsched._transport import connect
 from mpsched._transport.connect import client_connection
@@ -269,7 +269,7 @@ def test_a_stray_decref_does_not_take_the_served_service_away(
     # if the object they referred to had the same id there.
     for _ in range(8):
         with client_connection(s.address, s.authkey) as conn:
-            dispatch(conn, None, "decref", (proxy._id,))
+            dispatch(conn, None, "decref", (proxy._id,))  # type: ignore[attr-defined]
     assert proxy.stats().workers
     assert s.submit(pow, 2, 4).result(timeout=WAIT) == 16
 

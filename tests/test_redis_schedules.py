@@ -7,6 +7,7 @@ manager, so the slots that ran are read from the listing and the runs from the l
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import signal
@@ -79,9 +80,13 @@ def test_one_schedule_added_at_once_on_two_managers_runs_each_slot_once(
     schedulers = [make_scheduler(workers=1, store=redis_url) for _ in range(2)]
     ids = [f"tick{n}" for n in range(3)]
     handles: list[Any] = []
+
+    def add(s: Scheduler, schedule_id: str) -> None:
+        handles.append(s.every(INTERVAL, shared_jobs.run, log, schedule_id, id=schedule_id,
+                               start=INTERVAL))
+
     for schedule_id in ids:  # three races: any one with two timelines fails
-        at_once([lambda s=s, i=schedule_id: handles.append(s.every(
-            INTERVAL, shared_jobs.run, log, i, id=i, start=INTERVAL)) for s in schedulers])
+        at_once([functools.partial(add, s, schedule_id) for s in schedulers])
     wait_for(lambda: len(shared_jobs.runs(log)) >= 24, 30, "eight runs of each")
     for handle in handles:
         handle.cancel()
@@ -95,9 +100,11 @@ def test_one_schedule_added_at_once_on_three_managers_runs_each_slot_once(
     log = str(tmp_path / "runs.log")
     schedulers = [make_scheduler(workers=1, store=redis_url) for _ in range(3)]
     handles: list[Any] = []
-    at_once([lambda s=s: handles.append(s.every(INTERVAL, shared_jobs.run, log, "tick",
-                                                id="tick", start=INTERVAL))
-             for s in schedulers])
+
+    def add(s: Scheduler) -> None:
+        handles.append(s.every(INTERVAL, shared_jobs.run, log, "tick", id="tick", start=INTERVAL))
+
+    at_once([functools.partial(add, s) for s in schedulers])
     wait_for(lambda: len(shared_jobs.runs(log)) >= 10, 30, "ten runs")
     handles[0].cancel()
     assert len(assert_each_slot_once(settled(schedulers[2].jobs, "tick"), log,
@@ -115,8 +122,8 @@ def test_each_slot_runs_once_when_a_manager_is_killed_mid_run(
     log = str(tmp_path / "runs.log")
     managers = [start_manager(procs, redis_url) for _ in range(3)]
     clients = [connect_client(m) for m in managers]
-    at_once([lambda c=c: c.every(INTERVAL, shared_jobs.run, log, "tick", INTERVAL / 2,
-                                 id="tick", start=INTERVAL) for c in clients])
+    at_once([functools.partial(c.every, INTERVAL, shared_jobs.run, log, "tick", INTERVAL / 2,
+                               id="tick", start=INTERVAL) for c in clients])
     wait_for(lambda: len(shared_jobs.runs(log)) >= 6, 30, "six runs")
     os.killpg(managers[0].proc.pid, signal.SIGKILL)  # whatever it was running
     ran = len(shared_jobs.runs(log))

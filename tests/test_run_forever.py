@@ -30,6 +30,7 @@ from mpsched import (
     Scheduler,
     SchedulerShutdownError,
 )
+from mpsched._client import forever
 from mpsched._client import scheduler as scheduler_module
 
 pytestmark = pytest.mark.slow
@@ -164,7 +165,7 @@ def background() -> Iterator[Callable[[Callable[[], Any]], Future[Any]]]:
 def waiting(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
     """Set once a run_forever() is in its wait (its checks passed)."""
     entered = threading.Event()  # set by the wrapper below; the test waits on it
-    real = scheduler_module.wait_for_stop
+    real = forever.wait_for_stop
 
     def wait_for_stop(closed: threading.Event) -> bool:
         entered.set()

@@ -329,7 +329,7 @@ def test_a_bound_that_is_not_a_positive_int_is_refused_before_anything_starts(
     from mpsched import Scheduler
 
     with pytest.raises(ConfigError, match=f"^{name} must be a positive int"):
-        Scheduler(workers=1, **{name: value})
+        Scheduler(workers=1, **{name: value})  # type: ignore[arg-type]
 
 
 def test_a_schedulers_status_page_is_loopback_only(tmp_path):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from processes import Programs
 
-from mpsched._manager.process import REIMPORT_HINT
+from mpsched._manager.launcher import REIMPORT_HINT
 
 pytestmark = pytest.mark.slow
 

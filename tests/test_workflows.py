@@ -143,7 +143,7 @@ def test_an_unknown_parent_is_refused_at_the_call_site_leaving_no_trace(sched: S
 def test_bad_parents_and_schedules_with_parents_are_refused(sched: Scheduler):
     a = sched.schedule(flow_jobs.describe, 1, delay=60)
     with pytest.raises(InvalidJobError):
-        sched.schedule(flow_jobs.describe, 1, after=[3])
+        sched.schedule(flow_jobs.describe, 1, after=[3])  # type: ignore[list-item]
     with pytest.raises(InvalidJobError):
         sched.schedule(flow_jobs.describe, 1, after=[a], key="k")
     with pytest.raises(InvalidJobError):

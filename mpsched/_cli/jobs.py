@@ -101,18 +101,20 @@ def job_as_dict(job: JobInfo, now: float) -> dict[str, Any]:
     return {"job_id": job.job_id, "name": job.name, "state": job.state,
             "due": job.due.isoformat(), "due_in": job.due.timestamp() - now,
             "priority": job.priority.name.lower(), "attempts": job.attempts,
-            "worker": job.worker, "key": job.key, "waiting_for": job.waiting_for}
+            "worker": job.worker, "key": job.key, "error": job.error,
+            "waiting_for": job.waiting_for}
 
 
 def format_jobs(jobs: list[JobInfo], now: float) -> str:
     """The table ``jobs`` prints: one line per job, due as local time and the wait."""
     if not jobs:
         return "no jobs\n"
-    rows = [("id", "name", "state", "due", "priority", "attempts", "worker")]
+    rows = [("id", "name", "state", "due", "priority", "attempts", "worker", "last error")]
     rows += [(job.job_id, job.name,
               job.state if job.waiting_for is None else f"{job.state}, {job.waiting_for}",
               format_when(job, now),
-              job.priority.name.lower(), str(job.attempts), job.worker or "-")
+              job.priority.name.lower(), str(job.attempts), job.worker or "-",
+              job.error or "-")
              for job in jobs]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))

@@ -36,6 +36,7 @@ from mpsched._cli.schedules import check_recurring, run_schedules, submit_recurr
 from mpsched._cli.serve import run_serve
 from mpsched._cli.status import run_status
 from mpsched._client.client import Client, connect
+from mpsched._core.retrying import RetryPolicy, coerce_retry
 from mpsched._errors import (
     AddressError,
     AuthenticationError,
@@ -191,6 +192,17 @@ def _by_value(names: list[str]) -> Iterator[None]:
             cloudpickle.unregister_pickle_by_value(module)
 
 
+def retry_policy(args: argparse.Namespace) -> RetryPolicy | None:
+    """The retry policy of ``submit --retry N [--backoff SECONDS]``, or None."""
+    if args.retry is None:
+        if args.backoff is not None:
+            raise UsageError("--backoff needs --retry")
+        return None
+    policy = (RetryPolicy(args.retry) if args.backoff is None
+              else RetryPolicy(args.retry, backoff=args.backoff))
+    return coerce_retry(policy, args.retries)  # not with --retries
+
+
 def _submit_target(args: argparse.Namespace, fn: Callable[..., Any], out: TextIO) -> int:
     call_args = _json_option("--args", args.args)
     call_kwargs = _json_option("--kwargs", args.kwargs)
@@ -206,6 +218,7 @@ def _submit_target(args: argparse.Namespace, fn: Callable[..., Any], out: TextIO
     if args.after and (args.every is not None or args.cron is not None):
         raise UsageError("--after cannot go with --every or --cron: a schedule has no "
                          "parents")
+    args.retry = retry_policy(args)
     if args.every is not None or args.cron is not None:
         return submit_recurring(args, fn, call_args, call_kwargs, at, out)
     address, key = manager_of(args)
@@ -214,7 +227,8 @@ def _submit_target(args: argparse.Namespace, fn: Callable[..., Any], out: TextIO
     try:
         future = client.schedule(fn, *call_args, delay=args.delay, at=at,
                                  priority=args.priority, timeout=args.timeout,
-                                 retries=args.retries, key=args.key, after=args.after,
+                                 retries=args.retries, key=args.key, retry=args.retry,
+                                 after=args.after,
                                  **call_kwargs)
         try:
             print(future.job_id, file=out, flush=True)

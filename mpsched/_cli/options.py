@@ -257,6 +257,12 @@ def _job_options(submit: argparse.ArgumentParser) -> None:
     submit.add_argument("--retries", type=int, default=0, metavar="N",
                         help="times to run the job again if its worker dies under it "
                              "(default: %(default)s)")
+    submit.add_argument("--retry", type=int, metavar="N",
+                        help="a retry policy: run the job again up to N times when it "
+                             "raises or its worker dies, with back-off (not with --retries)")
+    submit.add_argument("--backoff", type=float, metavar="SECONDS",
+                        help="with --retry: seconds before the first retry, doubling for "
+                             "each next one, up to 600 (default: 1)")
     submit.add_argument("--by-value", action="append", default=[], metavar="MODULE",
                         help="send MODULE's code with the job (pickled by value), for a "
                              "module the workers cannot import; importable here, it may be "

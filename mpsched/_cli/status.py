@@ -40,7 +40,7 @@ def format_stats(stats: Stats, where: str, now: float) -> str:
         f"low {q.pending['low']}   in flight {q.in_flight}   "
         f"next job {format_due(q.next_due_in, now)}",
         f"done      completed {q.completed}  failed {q.failed}  cancelled {q.cancelled}  "
-        f"retried {q.retried}  timed out {q.timed_out}   {stats.throughput:.1f} jobs/s",
+        f"retried {q.retried_all}  timed out {q.timed_out}   {stats.throughput:.1f} jobs/s",
         f"lateness  p50 {ms['p50']}  p90 {ms['p90']}  p99 {ms['p99']}  max {ms['max']}  "
         f"({plural(q.lateness_samples, 'job')})",
         f"workers   {len(stats.workers)}",

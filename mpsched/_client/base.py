@@ -12,7 +12,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
-from mpsched._client.futures import ClientCore
+from mpsched._client.core import ClientCore
 from mpsched._client.job_future import JobFuture
 from mpsched._core.job import JobInfo, JobRecord, JobState, JobStateLike, Priority
 from mpsched._errors import ConfigError, InvalidJobError, JobNotFoundError
@@ -96,7 +96,7 @@ class ClientBase:
         """
         if not isinstance(job_id, str) or not job_id:
             raise InvalidJobError(f"a job id is a non-empty string, not {job_id!r}")
-        self._core.sent(job_id)  # a job of this client's own is known there
+        self._core.wait_sent(job_id)  # a job of this client's own is known there
         record = self._core.link.ask(lambda service: service.job(job_id))
         if record is None:
             raise JobNotFoundError(job_id)
@@ -123,6 +123,6 @@ def _job_info(record: JobRecord) -> JobInfo:
     return JobInfo(job_id=record.job_id, name=record.name, state=record.state.value,
                    due=datetime.fromtimestamp(record.due_wall, timezone.utc),
                    priority=Priority(record.priority), attempts=record.attempt,
-                   worker=record.worker_id, key=record.key,
+                   worker=record.worker_id, key=record.key, error=record.error,
                    waiting_for=(f"after {record.waiting_for} jobs" if record.waiting_for
                                 else None))

@@ -2,7 +2,7 @@
 
 ``schedule``/``submit``/``map`` validate and pickle the job here, at the call site, send it
 to the manager and return a :class:`~mpsched._client.job_future.JobFuture`; the client's
-result thread (mpsched._client.futures) collects outcomes and resolves the futures.
+result thread (mpsched._client.core) collects outcomes and resolves the futures.
 
 A Client is built in layers, each a module: its core and lookups by id
 (mpsched._client.base), recurring jobs (mpsched._client.recurring), closing
@@ -32,6 +32,7 @@ from mpsched._core.job import (
 )
 from mpsched._core.result_of import made as result_of_made
 from mpsched._core.result_of import result_parents
+from mpsched._core.retrying import RetryFilter, RetryPolicy, coerce_retry
 from mpsched._errors import (
     InvalidJobError,
     ManagerUnreachableError,
@@ -82,6 +83,7 @@ class Client(ClosingClient, Executor):
         timeout: float | None = None,
         retries: int = 0,
         key: str | None = None,
+        retry: int | RetryPolicy | None = None,
         after: Iterable[JobFuture[Any] | str] | None = None,
         allow_failure: bool = False,
         **kwargs: Any,
@@ -97,7 +99,10 @@ class Client(ClosingClient, Executor):
                 worker's process tree is killed, the worker replaced, and the future fails
                 with JobTimeoutError.
             retries: how many more times to run the job if its worker dies under it
-                (killed, segfault, ``os._exit``). A job that raises is not retried.
+                (killed, segfault, ``os._exit``). A job that raises is not retried by it.
+            retry: a :class:`RetryPolicy`, or an int n for ``RetryPolicy(n)``: run the job
+                again, with back-off, when it raises what the policy retries; a worker's
+                death counts against the same budget. Not with ``retries``.
             key: an idempotency key. While a job with this key is pending or running (or,
                 with a store, its outcome is retained), this returns that job's future
                 instead of queueing a duplicate, whichever client submitted it.
@@ -114,8 +119,8 @@ class Client(ClosingClient, Executor):
 
         Raises:
             InvalidJobError: both times, a NaN, infinite or overflowing time, an unknown
-                priority, a timeout that is not a positive number, negative retries, or
-                ``fn`` not callable.
+                priority, a timeout that is not a positive number, negative retries,
+                ``retry`` with ``retries``, or ``fn`` not callable.
             JobPicklingError: ``fn`` or its arguments cannot be pickled.
             JobNotFoundError: a parent the manager does not know (never, or forgotten).
             QueueFullError: ``max_pending`` jobs, or ``max_pending_bytes`` bytes of their
@@ -132,15 +137,17 @@ class Client(ClosingClient, Executor):
         if after is not None or allow_failure or (result_of_made() and
                                                   result_parents(args, kwargs)):
             return self._schedule_after(fn, args, kwargs, delay, at, priority, timeout,
-                                        retries, key, after, allow_failure)
-        return self._schedule(fn, args, kwargs, delay, at, priority, timeout, retries, key)
+                                        retries, key, after, allow_failure, retry)
+        return self._schedule(fn, args, kwargs, delay, at, priority, timeout, retries, key,
+                              retry)
 
     def _schedule_after(self, fn: Callable[..., Any], args: tuple[Any, ...],
                         kwargs: dict[str, Any], delay: float | timedelta | None,
                         at: float | datetime | None, priority: Priority | str,
                         timeout: float | None, retries: int, key: str | None,
                         after: Iterable[JobFuture[Any] | str] | None,
-                        allow_failure: bool) -> JobFuture[Any]:
+                        allow_failure: bool,
+                        retry: int | RetryPolicy | None = None) -> JobFuture[Any]:
         """:meth:`schedule` of a job with parents: sent at once, so that an unknown
         parent raises here."""
         if not isinstance(allow_failure, bool):
@@ -149,21 +156,27 @@ class Client(ClosingClient, Executor):
         parents = dict.fromkeys([*_parent_ids(after), *results])
         if not parents:  # after=[]: a first job of a loop that builds a graph
             return self._schedule(fn, args, kwargs, delay, at, priority, timeout, retries,
-                                  key)
+                                  key, retry)
         if key is not None:
             raise InvalidJobError("a job with parents (after=, ResultOf) cannot have a key")
         delay_s, at_s = due_arguments(delay, at)
         level = Priority.coerce(priority).level
         check_job(level, delay_s, at_s, timeout, retries)
         core = self._core
-        payload = pickle_job(fn, args, kwargs, pool=core.pool)
+        terms = None
+        if retry is not None:  # the worker gets the policy's filter with the callable
+            policy = coerce_retry(retry, retries)
+            assert policy is not None
+            terms, retries, fn_run = policy.terms(), policy.max_retries, RetryFilter(fn, policy)
+        payload = pickle_job(fn if terms is None else fn_run, args, kwargs, pool=core.pool)
         core.check_payload(payload)
         if core.outbox is not None:
             core.outbox.flush()  # parents this client just submitted are known there
         future = core.new_future(payload)
         request = JobRequest(job_id=future.id_nowait, client_id=core.client_id,
                              payload=payload, priority=level, delay=delay_s, at=at_s,
-                             timeout=timeout, retries=retries, name=job_name(fn))
+                             timeout=timeout, retries=retries, name=job_name(fn),
+                             retry=terms)
         links = After(tuple(parents), tuple(results), allow_failure)
         service = core.service
         try:
@@ -192,12 +205,18 @@ class Client(ClosingClient, Executor):
     def _schedule(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                   delay: float | timedelta | None, at: float | datetime | None,
                   priority: Priority | str, timeout: float | None = None,
-                  retries: int = 0, key: str | None = None) -> JobFuture[Any]:
+                  retries: int = 0, key: str | None = None,
+                  retry: int | RetryPolicy | None = None) -> JobFuture[Any]:
         delay_s, at_s = due_arguments(delay, at)
         level = Priority.coerce(priority).level
         check_job(level, delay_s, at_s, timeout, retries, key)  # the manager's check, here
         core = self._core
-        payload = pickle_job(fn, args, kwargs, pool=core.pool)
+        terms = None
+        if retry is not None:  # the worker gets the policy's filter with the callable
+            policy = coerce_retry(retry, retries)
+            assert policy is not None
+            terms, retries, fn_run = policy.terms(), policy.max_retries, RetryFilter(fn, policy)
+        payload = pickle_job(fn if terms is None else fn_run, args, kwargs, pool=core.pool)
         core.check_payload(payload)
         # Sent at once, a keyed submit learns which job holds its key; the rest go
         # write-behind (the request is built once, whole: a _replace costs ~1-2 us).
@@ -206,7 +225,7 @@ class Client(ClosingClient, Executor):
         request = JobRequest(job_id="" if future is None else future.id_nowait,
                              client_id=core.client_id, payload=payload, priority=level,
                              delay=delay_s, at=at_s, timeout=timeout, retries=retries, key=key,
-                             name=job_name(fn))
+                             name=job_name(fn), retry=terms)
         if outbox is None or future is None:  # (either both are None or neither)
             [future] = self._send_batch([request])
         elif not outbox.put(request):

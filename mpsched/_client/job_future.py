@@ -1,6 +1,6 @@
 """The future of one job, and map()'s iterator of results.
 
-A ``JobFuture`` belongs to the client that made it (mpsched._client.futures.ClientCore, seen
+A ``JobFuture`` belongs to the client that made it (mpsched._client.core.ClientCore, seen
 here as a :class:`FutureOwner`): reading its id, or cancelling it, asks that client.
 """
 
@@ -17,7 +17,7 @@ T = TypeVar("T")
 class FutureOwner(Protocol):
     """What a future asks of the client that made it."""
 
-    def sent(self, job_id: str, timeout: float = ...) -> None:
+    def wait_sent(self, job_id: str, timeout: float = ...) -> None:
         """Return once the job has reached the manager (or failed to)."""
 
     def cancel_job(self, job_id: str) -> bool:
@@ -58,7 +58,7 @@ class JobFuture(Future[T]):
         job cancelled before it was sent, or before its id was read, never reached the
         manager: its id is unknown there.)
         """
-        self._client.sent(self.id_nowait)
+        self._client.wait_sent(self.id_nowait)
         return self.id_nowait
 
     def cancel(self) -> bool:

@@ -29,7 +29,7 @@ log = logging.getLogger("mpsched.client")
 
 
 class ClientJobs(Protocol):
-    """What riding out an outage needs of a client's futures (mpsched._client.futures)."""
+    """What riding out an outage needs of a client's futures (mpsched._client.core)."""
 
     def job_ids(self) -> list[str]:
         """The ids of the jobs the client waits for."""

@@ -35,6 +35,7 @@ from mpsched._core.recurring import (
     zone,
 )
 from mpsched._core.result_of import result_parents
+from mpsched._core.retrying import RetryFilter, RetryPolicy, coerce_retry
 from mpsched._errors import ExtraMissingError, InvalidJobError, SchedulerShutdownError
 from mpsched._payload.pickling import job_name, pickle_job
 
@@ -58,6 +59,7 @@ class ScheduleRequest(NamedTuple):
     priority: Priority | str = Priority.MEDIUM
     timeout: float | None = None
     retries: int = 0
+    retry: int | RetryPolicy | None = None
 
 
 def build_spec(asked: ScheduleRequest, fn: Callable[..., Any], args: tuple[Any, ...],
@@ -69,6 +71,8 @@ def build_spec(asked: ScheduleRequest, fn: Callable[..., Any], args: tuple[Any, 
                               "ResultOf): its runs may be the parents of other jobs")
     priority = Priority.coerce(asked.priority).level
     check_run(priority, asked.timeout, asked.retries)
+    policy = coerce_retry(asked.retry, asked.retries)
+    retries = asked.retries if policy is None else policy.max_retries
     kind = ScheduleKind.coerce(asked.kind)
     interval = to_seconds(asked.interval, "interval") if kind == ScheduleKind.EVERY else 0.0
     start_delay, start_at = _start(asked.start)
@@ -83,7 +87,9 @@ def build_spec(asked: ScheduleRequest, fn: Callable[..., Any], args: tuple[Any, 
         start_at=start_at, jitter=to_seconds(asked.jitter, "jitter"),
         overlap=Overlap.coerce(asked.overlap), catchup=Catchup.coerce(asked.catchup),
         on_error=OnError.coerce(asked.on_error), priority=priority, timeout=asked.timeout,
-        retries=asked.retries, name=job_name(fn), payload=pickle_job(fn, args, kwargs))
+        retries=retries, name=job_name(fn),
+        payload=pickle_job(fn if policy is None else RetryFilter(fn, policy), args, kwargs),
+        retry=None if policy is None else policy.terms())
     if asked.schedule_id is None:
         spec = spec._replace(schedule_id=default_id(spec))
     try:
@@ -126,7 +132,8 @@ class RecurringClient(ClientBase):
               id: str | None = None, overlap: OverlapLike = "skip", catchup: CatchupLike = "latest",
               jitter: float = 0.0, on_error: OnErrorLike = "continue",
               priority: Priority | str = Priority.MEDIUM, timeout: float | None = None,
-              retries: int = 0, **kwargs: Any) -> Schedule:
+              retries: int = 0, retry: int | RetryPolicy | None = None,
+              **kwargs: Any) -> Schedule:
         """Run ``fn(*args, **kwargs)`` every ``interval`` seconds (or a timedelta).
 
         Args:
@@ -145,7 +152,8 @@ class RecurringClient(ClientBase):
             jitter: each run starts up to this many seconds after its slot, the same
                 offset for a slot whichever manager plans it.
             on_error: "continue" (a failed run does not stop the schedule) or "pause".
-            priority, timeout, retries: as for :meth:`schedule`, for every run.
+            priority, timeout, retries, retry: as for :meth:`schedule`, for every run;
+                each run gets the retry policy and a budget of its own.
 
         Each run is a job with id ``"{id}@{planned UTC time}"``. Returns the
         :class:`Schedule`; it lives in the manager, beyond this client.
@@ -157,14 +165,15 @@ class RecurringClient(ClientBase):
         asked = ScheduleRequest(kind=ScheduleKind.EVERY, interval=interval, mode=mode,
                                 start=start, schedule_id=id, overlap=overlap, catchup=catchup,
                                 jitter=jitter, on_error=on_error, priority=priority,
-                                timeout=timeout, retries=retries)
+                                timeout=timeout, retries=retries, retry=retry)
         return self._add_schedule(build_spec(asked, fn, args, kwargs))
 
     def cron(self, expr: str, fn: Callable[..., Any], /, *args: Any, tz: str | None = None,
              id: str | None = None, overlap: OverlapLike = "skip", catchup: CatchupLike = "latest",
              jitter: float = 0.0, on_error: OnErrorLike = "continue",
              priority: Priority | str = Priority.MEDIUM, timeout: float | None = None,
-             retries: int = 0, **kwargs: Any) -> Schedule:
+             retries: int = 0, retry: int | RetryPolicy | None = None,
+             **kwargs: Any) -> Schedule:
         """Run ``fn(*args, **kwargs)`` at the times of a five-field cron expression,
         evaluated in zone ``tz`` (an IANA name; default: the manager's local zone) with
         Debian cron's DST rules: a daily 02:30 job runs at 03:00 on the spring-forward
@@ -180,7 +189,7 @@ class RecurringClient(ClientBase):
         asked = ScheduleRequest(kind=ScheduleKind.CRON, cron=expr, tz=tz, schedule_id=id,
                                 overlap=overlap, catchup=catchup, jitter=jitter,
                                 on_error=on_error, priority=priority, timeout=timeout,
-                                retries=retries)
+                                retries=retries, retry=retry)
         return self._add_schedule(build_spec(asked, fn, args, kwargs))
 
     def schedules(self) -> list[Schedule]:

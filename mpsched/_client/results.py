@@ -1,6 +1,6 @@
 """A client's result thread at work: it collects the client's outcomes from the manager in
 batches and resolves their futures, and when the manager is lost it rides the outage out
-(mpsched._client.outage). The thread is the client core's (mpsched._client.futures), which
+(mpsched._client.outage). The thread is the client core's (mpsched._client.core), which
 closes the client when this returns.
 """
 

@@ -3,7 +3,7 @@
 A Scheduler is a :class:`~mpsched._client.client.Client` that also owns its manager process
 (which owns the worker processes): it starts it, waits until every worker has joined, and
 stops it at shutdown, when dropped, or at interpreter exit. The manager is a fresh
-interpreter that never imports the program's main module (mpsched._manager.process), so
+interpreter that never imports the program's main module (mpsched._manager.launcher), so
 a Scheduler starts the same from a top-level script, ``python -``, ``python -c``, a REPL
 or a notebook.
 """
@@ -27,7 +27,7 @@ from mpsched._errors import (
     NothingToRunError,
     SchedulerShutdownError,
 )
-from mpsched._manager.process import ManagerProcess
+from mpsched._manager.launcher import ManagerProcess
 from mpsched._protocol.proxy import (
     ServiceProxy,
     connect_service,

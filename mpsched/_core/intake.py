@@ -51,6 +51,8 @@ class Intake:
         self._wait_locked = hand_out.wait_locked  # a submitter's wait for room, counted
         self._seq = itertools.count()
         self.submitted = self.cancelled = self.retried = 0
+        # Attempts run again by a retry policy: the job raised, or raised RetryLater.
+        self.retried_exception = self.retried_later = 0
 
     def submit_many(self, requests: list[JobRequest], timeout: float | None,
                     seqs: list[int] | None, due: float | None, checked: bool,
@@ -80,7 +82,7 @@ class Intake:
                         payload=request.payload, priority=request.priority, due=job_due,
                         seq=seq, timeout=request.timeout, retries=request.retries,
                         key=request.key, name=request.name,
-                        at=None if planned else request.at)
+                        at=None if planned else request.at, retry=request.retry)
                     for request, job_due, seq in zip(requests, dues, order, strict=True)]
             for job in jobs:
                 self._pending.push(job)
@@ -152,6 +154,16 @@ class Intake:
             self._push(job)
         self._prefetch.revoke_called_for()
         return True
+
+    def retry_locked(self, job: Job, due: float, *, later: bool) -> None:
+        """A job whose attempt failed back in the heap, due at ``due`` (JobQueue.retry);
+        ``later``: it asked for it, by RetryLater."""
+        job.due, job.at = due, None  # its own time now: the wall clock's is behind it
+        if later:
+            self.retried_later += 1
+        else:
+            self.retried_exception += 1
+        self._push(job)
 
     def cancel_jobs(self, job_ids: list[str]) -> list[Job]:
         """The pending jobs among ``job_ids`` out of the heap (JobQueue.cancel_jobs)."""

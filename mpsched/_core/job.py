@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Literal, NamedTuple
 
 from mpsched._core.options import Option
+from mpsched._core.retrying import RetryTerms
 from mpsched._errors import InvalidJobError
 
 MAX_KEY = 256  # characters in an idempotency key
@@ -84,6 +85,8 @@ class JobRequest(NamedTuple):
     retries: int = 0  # times it is run again after its worker died under it
     key: str | None = None  # idempotency key: one live job per key
     name: str = ""  # the callable's qualified name, for listings
+    # A retry policy's numbers; None (the plain path) is left off the wire (codec).
+    retry: RetryTerms | None = None
 
 
 class After(NamedTuple):
@@ -112,6 +115,9 @@ class Job:
     key: str | None = None  # idempotency key (JobRequest.key)
     name: str = ""  # the callable's qualified name, for listings
     at: float | None = None  # wall-clock epoch seconds it was asked for (JobRequest.at)
+    retry: RetryTerms | None = None  # its retry policy's numbers (JobRequest.retry)
+    error: str | None = None  # the last failed attempt's one line, while it waits to retry
+    notes: list[str] | None = None  # each earlier failed attempt, for the final exception
 
     def time_key(self) -> tuple[float, int, int]:
         """The heap key of ``order="time"``: due, then priority level, then seq."""
@@ -173,6 +179,10 @@ class OutcomeKind(Option):
     WORKER_CRASHED = "WorkerCrashedError"  # its worker died under it
     JOB_TIMEOUT = "JobTimeoutError"  # it ran past its timeout and was killed
     SHUTDOWN = "SchedulerShutdownError"  # the manager stopped before it ran
+    # A failed attempt that may run again; never stored or delivered: the manager decides
+    # and, on a final failure, delivers it as RAISED (mpsched._core.retrying).
+    RETRYABLE = "retryable"  # the job raised what its policy retries
+    RETRY_LATER = "retry-later"  # the job raised RetryLater: "retry-later:<seconds>"
 
 
 class Outcome(NamedTuple):
@@ -216,6 +226,13 @@ class QueueStats:
     crashed: int = 0
     prefetched: int = 0  # jobs handed to a worker along with the one it took
     revoked: int = 0  # of those, taken back before their worker started them
+    retried_exception: int = 0  # attempts run again because the job raised (retry policy)
+    retried_later: int = 0  # attempts run again because the job raised RetryLater
+
+    @property
+    def retried_all(self) -> int:
+        """Attempts run again, whatever the cause: crash, exception or RetryLater."""
+        return self.retried + self.retried_exception + self.retried_later
 
 
 def due_arguments(delay: float | timedelta | None,
@@ -335,6 +352,7 @@ class JobInfo:
     attempts: int
     worker: str | None
     key: str | None
+    error: str | None = None  # the last error's one line (None before any)
     waiting_for: str | None = None  # "after N jobs": a pending job's parents not yet ended
 
 
@@ -375,6 +393,7 @@ class JobRecord(NamedTuple):
     worker_id: str | None  # who runs it, or ran it last
     finished_wall: float | None  # when it was finished or cancelled
     outcome: bytes | None  # the manager's opaque bytes; None while unfinished, in listings
+    error: str | None = None  # the last failed attempt's one line
     waiting_for: int = 0  # parents still pending or running, of a pending job with parents
 
 

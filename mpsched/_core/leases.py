@@ -184,12 +184,16 @@ class Leases:
         with self._lock:
             return self.complete_locked(lease_id, outcome)
 
-    def complete_locked(self, lease_id: int, outcome: Outcome) -> Job | None:
-        """:meth:`complete`, with the lock held."""
+    def complete_locked(self, lease_id: int, outcome: Outcome, *,
+                        final: bool = True) -> Job | None:
+        """:meth:`complete`, with the lock held. Not ``final``: the job runs again (a
+        retry), so it counts neither as completed nor as failed."""
         flight = self._end_locked(lease_id)
         if flight is None:
             return None
-        if outcome.ok:
+        if not final:
+            pass
+        elif outcome.ok:
             self._completed += 1
         else:
             self._failed += 1
@@ -222,6 +226,11 @@ class Leases:
                 finally:
                     self._drain_waiters -= 1
             return True
+
+    def job_locked(self, lease_id: int) -> Job | None:
+        """The job in flight under ``lease_id``, or None for a lease that ended."""
+        flight = self._in_flight.get(lease_id)
+        return None if flight is None else flight.job
 
     def holds_locked(self, lease_id: int) -> bool:
         """True while ``lease_id`` is in flight."""

@@ -44,6 +44,7 @@ from mpsched._core.job import (
     Lease,
     Order,
     Outcome,
+    OutcomeKind,
     Payload,
     Priority,
     QueueStats,
@@ -318,6 +319,25 @@ class JobQueue:
             self._prefetch.started_locked(worker_id, lease_id)
             return self.leases.complete_locked(lease_id, outcome)
 
+    def retry(self, lease_id: int, outcome: Outcome, worker_id: str,
+              delay_of: Callable[[Job], float | None]) -> tuple[Job | None, float | None]:
+        """End a lease whose job failed in a way that may run again, and in the same step
+        put the job back in the heap, due ``delay_of(job)`` seconds from now; when that is
+        None (or the queue is closed), end it as :meth:`complete` does. Returns the job
+        (None for a lease that had ended) and the delay (None: it ended for good)."""
+        with self._lock:
+            self._prefetch.started_locked(worker_id, lease_id)
+            job = self.leases.job_locked(lease_id)
+            delay = None if job is None or self._hand_out.closed else delay_of(job)
+            if delay is None:
+                return self.leases.complete_locked(lease_id, outcome), None
+            self.leases.complete_locked(lease_id, outcome, final=False)
+            assert job is not None
+            self._intake.retry_locked(job, self._clock.now() + delay,
+                                      later=outcome.error_kind != OutcomeKind.RETRYABLE)
+        self._prefetch.revoke_called_for()
+        return job, delay
+
     def fail(self, job: Job, *, timed_out: bool = False, crashed: bool = True) -> None:
         """Count ``job`` (its lease already ended, or it never ran: ``crashed`` False) as
         failed."""
@@ -410,6 +430,8 @@ class JobQueue:
                 failed=done.failed,
                 cancelled=self._intake.cancelled,
                 retried=self._intake.retried,
+                retried_exception=self._intake.retried_exception,
+                retried_later=self._intake.retried_later,
                 timed_out=done.timed_out,
                 started_early=done.started_early,
                 next_due_in=None if head_due is None else head_due - self._clock.now(),

@@ -13,10 +13,11 @@ import math
 import os
 import zoneinfo
 from datetime import datetime, timedelta, timezone, tzinfo
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from mpsched._core.job import MAX_EPOCH, MIN_EPOCH
 from mpsched._core.options import Catchup, Mode, OnError, Option, Overlap
+from mpsched._core.retrying import RetryTerms
 from mpsched._errors import ExtraMissingError, InvalidJobError
 
 MAX_ID = 200  # characters in a schedule id
@@ -60,6 +61,13 @@ class ScheduleSpec(NamedTuple):
     retries: int
     name: str  # the callable's qualified name, for listings
     payload: bytes  # cloudpickled (fn, args, kwargs), as a job's
+    retry: RetryTerms | None = None  # every run's retry policy's numbers (JobRequest.retry)
+
+    @classmethod
+    def of(cls, fields: tuple[Any, ...]) -> ScheduleSpec:
+        """A spec from its fields as sent or stored (one stored before ``retry`` existed
+        has one field less)."""
+        return cls._make(fields if len(fields) == len(cls._fields) else (*fields, None))
 
     def identity(self) -> ScheduleSpec:
         """The spec without what is relative to the moment it was sent: two adds of one

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from mpsched._core.job import Job, Lease, Outcome, OutcomeKind
 from mpsched._core.leases import LostLease
 from mpsched._core.queue import JobQueue
+from mpsched._core.retrying import error_line, is_retry_kind, retry_cause, retry_delay
 from mpsched._errors import (
     JobTimeoutError,
     MpschedError,
@@ -28,6 +29,7 @@ from mpsched._errors import (
 from mpsched._manager.failures import RecentFailures
 from mpsched._manager.journal import BaseJournal, cancelled, failure
 from mpsched._manager.mailbox import Mailboxes
+from mpsched._manager.retries import final_outcome, note_attempt, note_crash
 from mpsched._manager.shared_queue import SharedQueue
 from mpsched._manager.worker_table import WorkerTable
 from mpsched._payload.segments import Segments
@@ -86,15 +88,23 @@ class Endings:
             # jobs stay out of the lateness and started-early counts.
             stats_outcome = (report.outcome if same_clock
                              else report.outcome._replace(started=None))
-            job = self._queue.complete(report.lease_id, stats_outcome, worker_id)
+            outcome: Outcome | None = report.outcome
+            if report.outcome.ok or not is_retry_kind(report.outcome.error_kind):
+                job = self._queue.complete(report.lease_id, stats_outcome, worker_id)
+            else:  # only a job that raised what it may be retried for comes here
+                job, outcome = self._retry(report, stats_outcome, worker_id)
+                if job is not None and outcome is None:
+                    continue  # it runs again
             if job is None:
                 if late:
                     self._segments.discarded(report.outcome)  # a late report: nobody gets it
                 continue
-            if not report.outcome.ok:
-                self._failures.note(job, report.outcome, worker_id)
+            assert outcome is not None
+            if not outcome.ok:
+                job.error = error_line(outcome.traceback)
+                self._failures.note(job, outcome, worker_id)
             self._segments.ended([job.job_id])
-            ended.append((job, report.outcome))
+            ended.append((job, outcome))
         if not ended:
             return 0
         on_ended = self.on_ended
@@ -107,6 +117,30 @@ class Endings:
             else:
                 self._segments.discarded(outcome)  # nobody gets it: its result segment goes
         return len(ended)
+
+    def _retry(self, report: Report, stats_outcome: Outcome,
+               worker_id: str) -> tuple[Job | None, Outcome | None]:
+        """End a lease whose job raised what it may be retried for: back in the heap with
+        its back-off if its budget allows, in the same step. Returns the job (None for a
+        lease that had ended) and its final outcome (None: it runs again)."""
+        lease_id, outcome = report.lease_id, report.outcome
+        line = error_line(outcome.traceback)
+
+        def delay_of(job: Job) -> float | None:  # under the queue's lock, before the push
+            delay = retry_delay(job.job_id, job.attempt, job.retry, outcome.error_kind)
+            if delay is not None:
+                note_attempt(job, line)
+            return delay
+
+        job, delay = self._queue.retry(lease_id, stats_outcome, worker_id, delay_of)
+        if job is None:
+            return None, None
+        if delay is not None:
+            self._journal.retried(job, delay, retry_cause(outcome.error_kind))
+            log.info("job %s: attempt %d on worker %s failed (%s); it runs again in %.3g s",
+                     job.job_id, job.attempt, worker_id, line, delay)
+            return job, None
+        return job, final_outcome(job, outcome)
 
     def recover(self, worker_id: str, kept: list[bytes]) -> int:
         """A local worker exited: complete the jobs whose reports it kept in its claim slot
@@ -170,7 +204,7 @@ class Endings:
             self._journal.requeued(job)
             log.info("job %s never reached worker %s; requeued", job.job_id, lease.worker_id)
             return
-        elif received and job.attempt <= job.retries and self._queue.requeue(job, retry=True):
+        elif received and job.attempt <= job.retries and self._crash_retry(job, lease, exitcode):
             self._journal.requeued(job)
             log.warning("job %s: worker %s died on attempt %d; requeued", job.job_id,
                         lease.worker_id, job.attempt)
@@ -183,13 +217,26 @@ class Endings:
             error = WorkerCrashedError(job.job_id, lease.worker_id, exitcode)
             log.error("%s", error)
         self._segments.ended([job.job_id])
-        outcome = failure(job.job_id, error, KINDS[type(error)])
-        self._failures.note(job, outcome, lease.worker_id, f"{type(error).__name__}: {error}")
+        outcome = final_outcome(job, failure(job.job_id, error, KINDS[type(error)]))
+        job.error = f"{type(error).__name__}: {error}"
+        self._failures.note(job, outcome, lease.worker_id, job.error)
         watchers = self._journal.finished(job, outcome, lease.worker_id)
         if watchers is not None:  # None: a shared store refused it (a stale lease)
             if self.on_ended is not None:
                 self.on_ended(job.job_id, outcome)
             self.deliver(job.client_id, outcome, watchers)
+
+    def _crash_retry(self, job: Job, lease: Lease, exitcode: int | None) -> bool:
+        """Put back a job its worker died under, with a retry left; False when the queue
+        is closed. A job with a retry policy notes the crash as a failed attempt."""
+        noted = job.retry is not None
+        if noted:
+            note_crash(job, lease.worker_id, exitcode)
+        if self._queue.requeue(job, retry=True):
+            return True
+        if noted and job.notes:
+            job.notes.pop()
+        return False
 
     def cancelled(self, jobs: list[Job], told: dict[str, set[str]] | None = None) -> list[str]:
         """Jobs taken out of the heap unrun: journal them and tell their watchers (and, in

@@ -40,7 +40,7 @@ from mpsched._core.job import (
 )
 from mpsched._core.queue import JobQueue
 from mpsched._errors import JobError, JobNotFoundError
-from mpsched._manager.ended import MAX_OUTCOME, Ended, EndedJobs
+from mpsched._manager.retained import MAX_OUTCOME, Ended, EndedJobs
 from mpsched._manager.shared_queue import SharedQueue
 from mpsched._protocol.records import LeftBehind, ManagerStatus, WorkerStatus
 from mpsched._store.base import Store
@@ -181,6 +181,11 @@ class BaseJournal(abc.ABC):
     def requeued(self, job: Job) -> None:
         """Journal that a job whose lease was lost is pending again."""
 
+    def retried(self, job: Job, delay: float, cause: str) -> None:
+        """Journal that a job whose attempt failed runs again, due ``delay`` seconds from
+        now, with its notes; ``cause``: "exception" (its retry policy) or "retry_later"."""
+        self.requeued(job)
+
     def cancelled(self, jobs: list[Job]) -> dict[str, set[str]]:
         """Journal (durably) jobs taken out of the heap; returns their watchers by job."""
         with self._lock:
@@ -239,8 +244,8 @@ class NoJournal(BaseJournal):
 
     Lookups and listings see the jobs pending or in flight (the queue's records), and for
     ``result_ttl`` seconds those that ended, with their outcomes, in memory and bounded
-    (mpsched._manager.ended). Keys: a job with a ``key`` holds it while it is pending, running, or
-    kept ended (done or failed; a cancelled one frees it). Schedules are kept in a
+    (mpsched._manager.retained). Keys: a job with a ``key`` holds it while it is pending, running,
+    or kept ended (done or failed; a cancelled one frees it). Schedules are kept in a
     MemoryStore.
     """
 
@@ -408,7 +413,7 @@ class NoJournal(BaseJournal):
             timeout=job.timeout, retries=job.retries, attempt=job.attempt,
             submitted_wall=job.due + to_wall,  # not kept without a store: its due time
             state=state or (JobState.PENDING if worker_id is None else JobState.RUNNING),
-            worker_id=worker_id, finished_wall=finished_wall, outcome=None)
+            worker_id=worker_id, finished_wall=finished_wall, outcome=None, error=job.error)
 
     def _ended_record(self, ended: Ended) -> JobRecord:
         return self._record(ended.job, ended.worker_id, ended.state, ended.finished_wall)

@@ -135,7 +135,7 @@ def _fit_temp_dir() -> None:
 
 
 def run_owned(control: Connection) -> int:
-    """Entry of a Scheduler's manager process (mpsched._manager.process): read the config
+    """Entry of a Scheduler's manager process (mpsched._manager.launcher): read the config
     its owner sends over ``control``, take the owner's multiprocessing authkey as this
     process's (its workers inherit it), then run as :func:`run_manager`; returns the exit
     code."""

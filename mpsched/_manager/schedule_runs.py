@@ -97,7 +97,8 @@ class RunPlanner:
                              # A shared store's clock decides: due at the slot, in UTC.
                              delay=None if shared else max(0.0, due - self._clock.now()),
                              at=slot if shared else None,
-                             timeout=spec.timeout, retries=spec.retries, name=spec.name)
+                             timeout=spec.timeout, retries=spec.retries, name=spec.name,
+                             retry=spec.retry)
         try:
             # Due at the slot itself: a delay would start from when the queue reads its
             # clock, a little later, and every run would be that much late. A shared

@@ -93,7 +93,7 @@ class Schedules:
         return f"recovered {len(stored)} schedule(s)"
 
     def _recover_locked(self, stored: StoredSchedule) -> None:
-        spec = with_options(ScheduleSpec._make(pickle.loads(stored.spec)))
+        spec = with_options(ScheduleSpec.of(pickle.loads(stored.spec)))
         state = State(*pickle.loads(stored.state))  # fields added since take defaults
         entry = self._entry(spec, state.anchor, state.tz)
         entry.decided, entry.owed_until, entry.paused = \
@@ -124,7 +124,7 @@ class Schedules:
                         self._planner.forget_locked(rid)
                     self._gone.remember(entry, self._clock.now())
                 return
-            spec = with_options(ScheduleSpec._make(pickle.loads(stored.spec)))
+            spec = with_options(ScheduleSpec.of(pickle.loads(stored.spec)))
             if entry is None or entry.spec.identity() != spec.identity():
                 if entry is not None:
                     for rid in entry.active:
@@ -328,7 +328,7 @@ class Schedules:
 def same_spec(stored: bytes, spec: ScheduleSpec) -> bool:
     """Whether a spec as the store keeps it is ``spec``, but for when it was sent."""
     try:
-        kept = with_options(ScheduleSpec._make(pickle.loads(stored)))
+        kept = with_options(ScheduleSpec.of(pickle.loads(stored)))
     except Exception:  # a spec of another version: not this one
         return False
     return kept.identity() == spec.identity()

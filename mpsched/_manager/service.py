@@ -467,7 +467,7 @@ class ManagerService:
     @remote
     def add_schedule(self, spec: tuple[object, ...]) -> ScheduleInfo:
         """Add (or upsert) a recurring schedule; see Schedules.add."""
-        return self.schedules.add(ScheduleSpec._make(spec))
+        return self.schedules.add(ScheduleSpec.of(spec))
 
     @remote
     def list_schedules(self) -> list[ScheduleInfo]:

@@ -31,6 +31,7 @@ from mpsched._core.job import (
     OutcomeKind,
     check_request,
 )
+from mpsched._core.retrying import RetryState
 from mpsched._core.room import check_fits
 from mpsched._errors import (
     DependencyFailedError,
@@ -47,7 +48,7 @@ from mpsched._manager.shared_queue import SharedQueue
 from mpsched._payload import frames, shm
 from mpsched._payload.segments import Segments
 from mpsched._protocol.records import ManagerStatus, WorkerStatus
-from mpsched._store.redis.records import AFTER, Finish, NewJob, StoredEnd
+from mpsched._store.redis.records import AFTER, Finish, NewJob, StoredEnd, retry_end
 from mpsched._store.redis.store import RedisStore
 
 log = logging.getLogger("mpsched.manager")
@@ -115,7 +116,9 @@ class SharedJournal(BaseJournal):
         self.store.submit_after(
             [NewJob(job_id=r.job_id, client_id=r.client_id, key=None, name=r.name,
                     payload=r.payload, priority=r.priority, delay=r.delay, at=r.at,
-                    timeout=r.timeout, retries=r.retries, held=False) for r in requests],
+                    timeout=r.timeout, retries=r.retries, held=False,
+                    retry=None if r.retry is None else RetryState(r.retry).encode())
+             for r in requests],
             afters, self.manager_id)
 
     def submit(self, requests: list[JobRequest], timeout: float | None,
@@ -147,7 +150,8 @@ class SharedJournal(BaseJournal):
                    max_bytes)
         jobs = [NewJob(job_id=r.job_id, client_id=r.client_id, key=r.key, name=r.name,
                        payload=r.payload, priority=r.priority, delay=r.delay, at=r.at,
-                       timeout=r.timeout, retries=r.retries, held=r.job_id in held)
+                       timeout=r.timeout, retries=r.retries, held=r.job_id in held,
+                       retry=None if r.retry is None else RetryState(r.retry).encode())
                 for r in requests]
         run = due is not None
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -217,7 +221,9 @@ class SharedJournal(BaseJournal):
             finishes.append(None if token is None else Finish(
                 job_id=job.job_id, token=token,
                 state=JobState.DONE if outcome.ok else JobState.FAILED,
-                outcome=encode(self._stored(outcome))))
+                outcome=encode(self._stored(outcome)),
+                retry=None if job.notes is None or outcome.ok
+                else RetryState(job.retry, job.error, job.notes).encode()))
         sent = [f for f in finishes if f is not None]
         if not sent:
             return [None] * len(ends)
@@ -261,6 +267,28 @@ class SharedJournal(BaseJournal):
 
     def requeued(self, job: Job) -> None:
         pass  # SharedQueue.requeue put it back in Redis
+
+    def retried(self, job: Job, delay: float, cause: str) -> None:
+        """Put back in Redis a job whose attempt failed, under its lease's token: its
+        lease ends and it is due ``delay`` seconds from now on the server's clock, in one
+        step (finish() in common.lua). A stale lease changes nothing: the job was taken
+        back, and its attempt counted, by another manager."""
+        token = self.shared_queue.pop_token(job.job_id)
+        if token is None:
+            return
+        state = RetryState(job.retry, job.error, job.notes).encode()
+        finish = Finish(job_id=job.job_id, token=token, state=JobState.PENDING,
+                        outcome=retry_end(delay, cause, state))
+        try:
+            [result] = self.shared_queue.report_ends([finish], None, None)
+        except StoreUnavailableError:
+            with self._lock:
+                self._unsent.append(finish)
+            self.shared_queue.outage.held("end(s) of jobs", 1)
+            return
+        if result == 0:
+            log.warning("job %s failed an attempt, but its lease had run out and another "
+                        "manager took the job back: this end is not recorded", job.job_id)
 
     def take_unsent(self) -> list[Finish]:
         """The finishes Redis could not take yet, oldest first (the caller sends them, or

@@ -39,6 +39,7 @@ from mpsched._core.clock import ahead
 from mpsched._core.job import Assignment, Job, JobState, Outcome, OutcomeKind
 from mpsched._core.leases import LostLease
 from mpsched._core.result_of import attach_inputs
+from mpsched._core.retrying import RetryState
 from mpsched._errors import (
     JobError,
     SchedulerShutdownError,
@@ -413,7 +414,10 @@ def _job(claimed: Claimed, now: float) -> Job:
     if claimed.inputs is not None:
         payload = attach_inputs(payload, {i: stored_outcome(i, st, out)
                                           for i, st, out in claimed.inputs})
-    return Job(job_id=claimed.job_id, client_id=claimed.client_id, payload=payload,
-               priority=claimed.priority, due=now + claimed.delay, seq=claimed.seq,
-               timeout=claimed.timeout, retries=claimed.retries, attempt=claimed.attempt - 1,
-               key=claimed.key, name=claimed.name)
+    job = Job(job_id=claimed.job_id, client_id=claimed.client_id, payload=payload,
+              priority=claimed.priority, due=now + claimed.delay, seq=claimed.seq,
+              timeout=claimed.timeout, retries=claimed.retries, attempt=claimed.attempt - 1,
+              key=claimed.key, name=claimed.name)
+    if claimed.retry is not None:
+        job.retry, job.error, job.notes = RetryState.decode(claimed.retry)
+    return job

@@ -215,6 +215,16 @@ class SharedQueueBase:
         """End a lease with its worker's outcome (the journal reports it to Redis)."""
         return self.leases.complete(lease_id, outcome)
 
+    def retry(self, lease_id: int, outcome: Outcome, worker_id: str,
+              delay_of: Callable[[Job], float | None]) -> tuple[Job | None, float | None]:
+        """As JobQueue.retry, for this manager's lease: the job goes back to Redis when the
+        journal records the end of its attempt (SharedJournal.retried), under its lease's
+        token, in one step there."""
+        with self._lock:
+            job = self.leases.job_locked(lease_id)
+            delay = None if job is None or self._closed else delay_of(job)
+            return self.leases.complete_locked(lease_id, outcome, final=delay is None), delay
+
     def fail(self, job: Job, *, timed_out: bool = False) -> None:
         self.leases.fail(job, timed_out=timed_out)
 
@@ -272,7 +282,8 @@ class SharedQueueBase:
             next_due_in=counts.head_in,
             lateness=percentiles(done.recent) if lateness else {},
             lateness_samples=done.lateness_samples, wakeups=wakeups, waiting=waiting,
-            crashed=done.crashed, prefetched=prefetched, revoked=given_back)
+            crashed=done.crashed, prefetched=prefetched, revoked=given_back,
+            retried_exception=counts.retried_exception, retried_later=counts.retried_later)
 
     def _prefetch_counts_locked(self) -> tuple[int, int]:
         """Prefetched jobs handed out so far, and of those given back (none here)."""

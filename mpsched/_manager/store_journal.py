@@ -21,7 +21,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from mpsched._core.clock import Clock
@@ -37,6 +37,7 @@ from mpsched._core.job import (
     check_request,
 )
 from mpsched._core.queue import JobQueue
+from mpsched._core.retrying import RetryState, error_line, is_retry_kind, retry_delay
 from mpsched._errors import JobError, JobNotFoundError, StoreError, WorkerCrashedError
 from mpsched._manager.journal import (
     BaseJournal,
@@ -46,6 +47,7 @@ from mpsched._manager.journal import (
     encode,
     failure,
 )
+from mpsched._manager.retries import final_outcome, note_attempt, note_crash
 from mpsched._protocol.records import LeftBehind
 from mpsched._store.base import JournalStore, Recovery, StoredJob
 from mpsched._store.lease_records import OUTCOME_IN_LOG
@@ -86,7 +88,8 @@ class Journal(BaseJournal):
         gc_was_on = gc.isenabled()
         gc.disable()  # a million small objects: the cyclic collector would only slow it
         try:
-            jobs = [_job(stored, offset) for stored in recovery.pending]
+            retry = recovery.retry or {}
+            jobs = [_job(stored, offset, retry) for stored in recovery.pending]
             resolved = self._resolve_running(recovery, offset, jobs, traces or {})
             parents = self.store.waiting()
             if parents:  # they wait out of the heap: see Workflows.recover
@@ -110,13 +113,17 @@ class Journal(BaseJournal):
                          traces: dict[str, LeftBehind]) -> _Resolved:
         resolved = _Resolved()
         for running in recovery.running:
-            job = _job(running.job, offset)
+            job = _job(running.job, offset, recovery.retry or {})
             trace = traces.get(running.worker_id)
             if trace is None:  # no slot here: its worker may be running it still
                 resolved.awaited.setdefault(running.worker_id, []).append(job)
                 continue
             outcome = trace.outcome(job.job_id)
-            if outcome is not None:  # it ran to its end; the report never reached us
+            if outcome is not None and self._retry_recovered(job, outcome):
+                jobs.append(job)  # it ran and failed; its retry was not journalled
+                resolved.retried += 1
+            elif outcome is not None:  # it ran to its end; the report never reached us
+                outcome = final_outcome(job, outcome)
                 state = JobState.DONE if outcome.ok else JobState.FAILED
                 self.store.finish(job.job_id, state, encode(outcome), self._wall())
                 resolved.ended += 1
@@ -126,7 +133,11 @@ class Journal(BaseJournal):
                 jobs.append(job)
                 resolved.unstarted += 1
             elif job.attempt <= job.retries:
-                self.store.requeue(job.job_id, job.attempt)
+                if job.retry is None:
+                    self.store.requeue(job.job_id, job.attempt)
+                else:  # its policy's budget counts the crash: noted, with the others
+                    note_crash(job, running.worker_id, None)
+                    self.retried(job, 0.0)
                 jobs.append(job)
                 resolved.retried += 1
             else:
@@ -135,6 +146,20 @@ class Journal(BaseJournal):
                     job.job_id, error, OutcomeKind.WORKER_CRASHED)), self._wall())
                 resolved.failed += 1
         return resolved
+
+    def _retry_recovered(self, job: Job, outcome: Outcome) -> bool:
+        """A job whose worker kept its failed attempt's report, which the manager before
+        this one did not journal: back to pending with its back-off if its policy allows;
+        False when it ended."""
+        if outcome.ok or not is_retry_kind(outcome.error_kind):
+            return False
+        delay = retry_delay(job.job_id, job.attempt, job.retry, outcome.error_kind)
+        if delay is None:
+            return False
+        note_attempt(job, error_line(outcome.traceback))
+        job.due = self.queue.clock.now() + delay
+        self.retried(job, delay)
+        return True
 
     # ------------------------------------------------------------------ changes
 
@@ -146,11 +171,12 @@ class Journal(BaseJournal):
             check_request(request)
         seqs = self.queue.reserve_seqs(len(requests))
         now = self._wall()
+        retry = {r.job_id: RetryState(r.retry).encode() for r in requests if r.retry}
         holders = self.store.submit([
             StoredJob(r.job_id, r.client_id, r.key, r.name, r.payload, r.priority,
                       r.at if r.at is not None else now + (r.delay or 0.0), seq, r.timeout,
                       r.retries, 0, now)
-            for r, seq in zip(requests, seqs, strict=True)])
+            for r, seq in zip(requests, seqs, strict=True)], retry or None)
         fresh = [(r, seq) for r, seq, holder in zip(requests, seqs, holders, strict=True)
                  if holder == r.job_id]
         try:
@@ -164,11 +190,12 @@ class Journal(BaseJournal):
     def waiting(self, jobs: list[Job], requests: list[JobRequest],
                 afters: list[After]) -> None:
         now = self._wall()
+        retry = {r.job_id: RetryState(r.retry).encode() for r in requests if r.retry}
         self.store.submit_waiting([
             StoredJob(r.job_id, r.client_id, None, r.name, r.payload, r.priority,
                       r.at if r.at is not None else now + (r.delay or 0.0), job.seq,
                       r.timeout, r.retries, 0, now)
-            for r, job in zip(requests, jobs, strict=True)], afters)
+            for r, job in zip(requests, jobs, strict=True)], afters, retry or None)
 
     def lease(self, assignment: Assignment) -> bool:
         lease = assignment.lease
@@ -185,6 +212,9 @@ class Journal(BaseJournal):
         kept = encode(outcome) if self.store.keeps_outcomes else None
         try:  # not under _lock: a large outcome waits for its commit here
             self.store.finish(job.job_id, state, kept, self._wall())
+            if job.notes is not None and not outcome.ok:  # its final error, for listings
+                self.store.retry_ended(
+                    job.job_id, RetryState(job.retry, job.error, job.notes).encode())
         except StoreError as exc:
             log.error("the outcome of job %s was not journalled: %s", job.job_id, exc)
         with self._lock:  # a watcher that registered before the finish was readable
@@ -192,9 +222,20 @@ class Journal(BaseJournal):
 
     def requeued(self, job: Job) -> None:
         try:
-            self.store.requeue(job.job_id, job.attempt)
+            if job.notes is not None:  # a crash its policy counts: its note is kept too
+                state = RetryState(job.retry, job.error, job.notes).encode()
+                self.store.retried(job.job_id, job.attempt, self._wall(), state)
+            else:
+                self.store.requeue(job.job_id, job.attempt)
         except StoreError as exc:
             log.error("the requeue of job %s was not journalled: %s", job.job_id, exc)
+
+    def retried(self, job: Job, delay: float, cause: str = "exception") -> None:
+        state = RetryState(job.retry, job.error, job.notes).encode()
+        try:
+            self.store.retried(job.job_id, job.attempt, self._wall() + delay, state)
+        except StoreError as exc:
+            log.error("the retry of job %s was not journalled: %s", job.job_id, exc)
 
     def cancelled(self, jobs: list[Job]) -> dict[str, set[str]]:
         if jobs:
@@ -256,8 +297,16 @@ class _Resolved:
         return ", ".join(parts)
 
 
-def _job(stored: StoredJob, offset: float) -> Job:
-    return Job(job_id=stored.job_id, client_id=stored.client_id, payload=stored.payload,
-               priority=stored.priority, due=stored.due_wall + offset, seq=stored.seq,
-               timeout=stored.timeout, retries=stored.retries, attempt=stored.attempt,
-               key=stored.key, name=stored.name)
+def _job(stored: StoredJob, offset: float, retry: Mapping[str, str]) -> Job:
+    job = Job(job_id=stored.job_id, client_id=stored.client_id, payload=stored.payload,
+              priority=stored.priority, due=stored.due_wall + offset, seq=stored.seq,
+              timeout=stored.timeout, retries=stored.retries, attempt=stored.attempt,
+              key=stored.key, name=stored.name)
+    text = retry.get(job.job_id)
+    if text is not None:
+        try:
+            job.retry, job.error, job.notes = RetryState.decode(text)
+        except (ValueError, KeyError, TypeError) as exc:  # its policy is lost, not the job
+            log.error("job %s: its retry state in the store is unreadable (%s): it runs "
+                      "without its retry policy", job.job_id, exc)
+    return job

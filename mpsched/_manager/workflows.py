@@ -133,7 +133,8 @@ class Workflows:
         return Job(job_id=request.job_id, client_id=request.client_id,
                    payload=request.payload, priority=request.priority,
                    due=self._queue.due_of(request), seq=seq, timeout=request.timeout,
-                   retries=request.retries, key=None, name=request.name, at=request.at)
+                   retries=request.retries, key=None, name=request.name, at=request.at,
+                   retry=request.retry)
 
     # ------------------------------------------------------------------ ends
 

@@ -20,6 +20,7 @@ from typing import Any
 import cloudpickle
 
 from mpsched._core.job import Outcome, Payload
+from mpsched._core.retrying import NOTES_MARKER, add_notes
 from mpsched._errors import InvalidJobError, JobError, JobPicklingError, RemoteTraceback
 from mpsched._payload import frames, shm
 from mpsched._payload.by_value import by_value_modules, cloudpickle_dumps, pickled_by_value
@@ -262,6 +263,9 @@ def remote_exception(outcome: Outcome) -> BaseException:
     if not isinstance(exc, BaseException):
         exc = JobError(f"job {outcome.job_id} failed with a non-exception {exc!r}")
     if outcome.traceback:
-        exc.__cause__ = RemoteTraceback(outcome.traceback)
+        text = outcome.traceback
+        if NOTES_MARKER in text:  # a retried job's earlier attempts
+            text = add_notes(exc, text)
+        exc.__cause__ = RemoteTraceback(text)
     error: BaseException = exc
     return error

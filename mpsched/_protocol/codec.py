@@ -32,6 +32,8 @@ JobRequestWire = tuple[str, str, Blob, int, "float | None", "float | None", "flo
 AssignmentWire = tuple[int, str, str, int, Blob, "float | None", "float | None", float,
                        "float | None"]
 OutcomeWire = tuple[str, bool, Blob, str, "float | None", str]
+_PLAIN_FIELDS = len(JobRequest._fields) - 1  # a request's fields on the wire, but ``retry``
+_NO_RETRY = (None,)  # the ``retry`` of a request sent without it
 ReportWire = tuple[int, OutcomeWire]
 
 
@@ -60,11 +62,17 @@ def _received(record: R) -> R:
 
 
 def request_to_wire(r: JobRequest) -> JobRequestWire:
-    return _flat(r)
+    if r.retry is not None:
+        return _flat(r)
+    # Without a retry policy, the request crosses without its last field (None): the
+    # plain path pays no byte for retries.
+    if len(r.payload) < BLOB:
+        return r[:-1]
+    return tuple(r._replace(payload=PickleBuffer(r.payload)))[:-1]  # type: ignore
 
 
 def request_from_wire(w: JobRequestWire) -> JobRequest:
-    return _received(JobRequest._make(w))
+    return _received(JobRequest._make(w + _NO_RETRY if len(w) == _PLAIN_FIELDS else w))
 
 
 def assignment_to_wire(a: Assignment, delay: float,

@@ -27,9 +27,9 @@ bytes: a store never unpickles them.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from mpsched._core.histogram import HistogramSnapshot
 from mpsched._core.job import After, JobRecord, JobState, Payload
@@ -37,6 +37,7 @@ from mpsched._errors import ConfigError, InvalidJobError
 
 DAY = 86400.0
 IN_MEMORY = "memory"  # the location of the store of a manager without one: its memory
+StoreT = TypeVar("StoreT", bound="Store")  # `with SQLiteStore(...) as store` is a SQLiteStore
 
 
 class StoredJob(NamedTuple):
@@ -87,6 +88,8 @@ class Recovery(NamedTuple):
     pending: list[StoredJob]  # in seq order
     running: list[RunningJob]  # in seq order
     next_seq: int
+    # The retry state (RetryState, encoded) of each of those jobs that has a retry policy.
+    retry: Mapping[str, str] | None = None
 
 
 class StoredSchedule(NamedTuple):
@@ -198,7 +201,7 @@ class Store(abc.ABC):
         """Write what is queued, then release the store. Idempotent. Later calls raise
         StoreError."""
 
-    def __enter__(self) -> Store:
+    def __enter__(self: StoreT) -> StoreT:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -225,14 +228,16 @@ class JournalStore(Store):
     def recover(self) -> Recovery:
         """The pending and running jobs, and the next seq. Call once, before any write."""
 
-    def submit_waiting(self, jobs: Sequence[StoredJob], parents: Sequence[After]) -> None:
+    def submit_waiting(self, jobs: Sequence[StoredJob], parents: Sequence[After],
+                       retry: Mapping[str, str] | None = None) -> None:
         """Record new pending jobs that wait for their ``parents`` (one After each), with
-        those edges, all or none; durable when this returns. Their keys are None.
+        those edges, all or none; durable when this returns. Their keys are None;
+        ``retry`` as for :meth:`submit`.
 
         Raises:
             InvalidJobError, StoreError: as :meth:`submit`.
         """
-        self.submit(jobs)
+        self.submit(jobs, retry)
 
     def waiting(self) -> dict[str, After]:
         """The parents of each pending job that was submitted with some (the edges of the
@@ -240,8 +245,10 @@ class JournalStore(Store):
         return {}
 
     @abc.abstractmethod
-    def submit(self, jobs: Sequence[StoredJob]) -> list[str]:
-        """Record new pending jobs, all or none; durable when this returns.
+    def submit(self, jobs: Sequence[StoredJob],
+               retry: Mapping[str, str] | None = None) -> list[str]:
+        """Record new pending jobs, all or none; durable when this returns. ``retry``: the
+        retry state (RetryState, encoded) of each job that has a retry policy, by id.
 
         A job with a ``key`` held by a job that is pending, running, or finished and still
         retained (see ``find_key``) is not recorded: its entry in the result is the holder's
@@ -287,6 +294,20 @@ class JournalStore(Store):
             InvalidJobError: ``state`` is not done or failed.
             StoreError: the store is closed.
         """
+
+    def retried(self, job_id: str, attempt: int, due_wall: float, retry: str) -> None:
+        """Put back to pending a job whose attempt failed, due at ``due_wall`` (UTC epoch
+        seconds), with its retry state; durable when this returns. This default keeps
+        the attempt count only.
+
+        Raises:
+            StoreError: the store is closed, or the change could not be written.
+        """
+        self.requeue(job_id, attempt)
+
+    def retry_ended(self, job_id: str, retry: str) -> None:
+        """Record a job's retry state as it ended for good (its final error); returns at
+        once, written after every earlier call. This default keeps nothing."""
 
     @abc.abstractmethod
     def requeue(self, job_id: str, attempt: int) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from mpsched._core.job import JobRecord, JobState
@@ -84,7 +84,8 @@ class MemoryStore(JournalStore):
                          for e in entries if e.state is JobState.RUNNING],
                 next_seq=max(seqs) + 1 if seqs else 0)
 
-    def submit(self, jobs: Sequence[StoredJob]) -> list[str]:
+    def submit(self, jobs: Sequence[StoredJob],
+               retry: Mapping[str, str] | None = None) -> list[str]:
         with self._lock:
             self._check_open_locked()
             ids = self._resolve_keys_locked(jobs)

@@ -39,7 +39,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from mpsched._core.histogram import HistogramSnapshot
 from mpsched._core.job import After, JobRecord, JobState
@@ -71,6 +71,8 @@ from mpsched._store.statements import (
     PRUNE,
     RECORD,
     REQUEUE,
+    RETRIED,
+    RETRY_STATE,
     ROWS_PER_INSERT,
     STORED,
     insert_rows,
@@ -221,6 +223,9 @@ class SQLiteStore(JournalStore):
                 running = [RunningJob(job=stored_job(stored), worker_id=worker_id)
                            for *stored, worker_id in rows]
                 [last] = conn.execute("SELECT max(seq) FROM jobs").fetchone()
+                retry = dict(conn.execute(
+                    "SELECT job_id, retry FROM jobs WHERE retry IS NOT NULL "
+                    "AND state IN ('pending', 'running')"))
             finally:
                 if conn.in_transaction:
                     conn.execute("COMMIT")
@@ -228,22 +233,25 @@ class SQLiteStore(JournalStore):
         if records:  # leases and requeues SQLite may not have yet
             pending, running = _overlay(records, pending, running)
         return Recovery(pending=pending, running=running,
-                        next_seq=0 if last is None else last + 1)
+                        next_seq=0 if last is None else last + 1, retry=retry or None)
 
-    def submit(self, jobs: Sequence[StoredJob]) -> list[str]:
+    def submit(self, jobs: Sequence[StoredJob],
+               retry: Mapping[str, str] | None = None) -> list[str]:
         jobs = list(jobs)
         if not jobs:
             return []
-        ids: list[str] = self._writer.call(lambda conn: self._insert(conn, jobs), len(jobs))
+        ids: list[str] = self._writer.call(lambda conn: self._insert(conn, jobs, retry),
+                                           len(jobs))
         return ids
 
-    def submit_waiting(self, jobs: Sequence[StoredJob], parents: Sequence[After]) -> None:
+    def submit_waiting(self, jobs: Sequence[StoredJob], parents: Sequence[After],
+                       retry: Mapping[str, str] | None = None) -> None:
         rows = [(job.job_id, parent, parent in after.results, after.allow_failure)
                 for job, after in zip(jobs, parents, strict=True) for parent in after.parents]
         jobs = list(jobs)
 
         def insert(conn: sqlite3.Connection) -> None:
-            self._insert(conn, jobs)
+            self._insert(conn, jobs, retry)
             conn.executemany("INSERT OR REPLACE INTO job_parents VALUES (?, ?, ?, ?)", rows)
 
         self._writer.call(insert, len(jobs) + len(rows))
@@ -313,6 +321,19 @@ class SQLiteStore(JournalStore):
             self._leased.pop(job_id, None)
             self._writer.post_update(REQUEUE.one, (attempt, job_id), job_id)
 
+    def retried(self, job_id: str, attempt: int, due_wall: float, retry: str) -> None:
+        self._leases.append(requeued(job_id, attempt),
+                            lambda: self._queue_retried(job_id, attempt, due_wall, retry))
+        self._writer.flush()  # the back-off's due time survives a crash from here on
+
+    def _queue_retried(self, job_id: str, attempt: int, due_wall: float, retry: str) -> None:
+        with self._leased_lock:
+            self._leased.pop(job_id, None)
+            self._writer.post_update(RETRIED.one, (attempt, due_wall, retry, job_id), job_id)
+
+    def retry_ended(self, job_id: str, retry: str) -> None:
+        self._writer.post_update(RETRY_STATE, (retry, job_id), job_id)
+
     def flush(self) -> None:
         with self._leased_lock:  # the rows of leases so far, then wait for all of it
             leased, self._leased = self._leased, {}
@@ -380,7 +401,8 @@ class SQLiteStore(JournalStore):
                                 "ORDER BY rowid").fetchall()
         return [StoredSchedule._make(row) for row in rows]
 
-    def _insert(self, conn: sqlite3.Connection, jobs: list[StoredJob]) -> list[str]:
+    def _insert(self, conn: sqlite3.Connection, jobs: list[StoredJob],
+                retry: Mapping[str, str] | None = None) -> list[str]:
         """In the writer: resolve keys against the store, then insert the new jobs."""
         now = self._clock()
         held: dict[str, str] = {}
@@ -399,6 +421,9 @@ class SQLiteStore(JournalStore):
         except sqlite3.IntegrityError as exc:
             raise InvalidJobError(
                 f"a job id or seq repeats one in the batch or the store ({exc})") from None
+        if retry:  # in the same transaction: a job is never stored without its policy
+            conn.executemany(RETRY_STATE, [(retry[job.job_id], job.job_id) for job in new
+                                           if job.job_id in retry])
         return ids
 
     def _holder(self, conn: sqlite3.Connection, key: str, now: float) -> str | None:

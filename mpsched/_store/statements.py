@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from mpsched._core.job import JobRecord, JobState
+from mpsched._core.retrying import RetryState
 from mpsched._store.base import StoredJob
 
 # The columns of a StoredJob, and of a JobRecord but its outcome (selected after them when
@@ -17,7 +18,7 @@ from mpsched._store.base import StoredJob
 STORED = ("job_id, client_id, key, name, payload, priority, due_wall, seq, timeout, retries, "
           "attempt, submitted_wall")
 RECORD = ("job_id, client_id, key, name, priority, due_wall, seq, timeout, retries, attempt, "
-          "submitted_wall, state, worker_id, finished_wall")
+          "submitted_wall, state, worker_id, finished_wall, retry")
 PRUNE = "DELETE FROM jobs WHERE finished_wall <= ?"
 
 
@@ -85,6 +86,13 @@ stored_job: Callable[[Sequence[Any]], StoredJob] = functools.partial(tuple.__new
 def job_record(row: Sequence[Any]) -> JobRecord:
     """A row of the RECORD columns (and the outcome, if selected after them)."""
     stored, rest = row[:11], row[11:]
-    state, worker_id, finished_wall, *outcome = rest
+    state, worker_id, finished_wall, retry, *outcome = rest
     return JobRecord._make((*stored, JobState(state), worker_id, finished_wall,
-                            outcome[0] if outcome else None, 0))
+                            outcome[0] if outcome else None,
+                            None if retry is None else RetryState.decode(retry).error, 0))
+
+
+# A job put back to pending after a failed attempt, due again at its back-off.
+RETRIED = by_job(state="'pending'", worker_id="NULL", attempt=None, due_wall=None,
+                 retry=None)
+RETRY_STATE = "UPDATE jobs SET retry = ? WHERE job_id = ?"

@@ -246,6 +246,13 @@ class FastConnection:
     def close(self) -> None:
         self._sock.close()
 
+    def __del__(self) -> None:
+        # As multiprocessing's Connection does: a connection no one closed (a proxy's, of a
+        # thread that ended or of a proxy collected) closes its socket when it is collected.
+        sock = getattr(self, "_sock", None)
+        if sock is not None:
+            sock.close()
+
     def __enter__(self) -> FastConnection:
         return self
 

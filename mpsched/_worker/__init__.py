@@ -1,4 +1,4 @@
-"""The worker process: its take-run-report loop (``loop``, why it ends: ``loop_end``), a
+"""The worker process: its take-run-report loop (``loop``, why it ends: ``stop_reasons``), a
 remote worker process (``remote``) and the pool that keeps them (``pool``, for
 ``python -m mpsched worker``), and process-tree kills.
 

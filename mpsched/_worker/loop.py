@@ -32,7 +32,6 @@ from mpsched._protocol.codec import report_to_wire
 from mpsched._protocol.proxy import ServiceProxy, connect_service
 from mpsched._protocol.records import LONG_POLL, Report
 from mpsched._worker.claims import ClaimSlot
-from mpsched._worker.loop_end import LoopEnd
 from mpsched._worker.process import (
     Draining,
     DrainState,
@@ -43,6 +42,7 @@ from mpsched._worker.process import (
 )
 from mpsched._worker.reports import Reports
 from mpsched._worker.run import result_segment, run, start_time
+from mpsched._worker.stop_reasons import LoopEnd
 
 log = logging.getLogger("mpsched.worker")
 

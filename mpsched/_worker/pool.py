@@ -43,10 +43,10 @@ from mpsched._protocol.records import Exit, LeftBehind
 from mpsched._transport.address import format_address
 from mpsched._transport.sockets import host_name
 from mpsched._worker.claims import ClaimSlot
-from mpsched._worker.loop_end import LoopEnd
 from mpsched._worker.pool_slots import Orphan, PoolSlots, forget
 from mpsched._worker.process import WorkerConfig
 from mpsched._worker.remote import remote_worker_main
+from mpsched._worker.stop_reasons import LoopEnd
 
 log = logging.getLogger("mpsched.remote")
 

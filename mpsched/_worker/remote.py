@@ -46,7 +46,6 @@ from mpsched._transport.address import format_address
 from mpsched._transport.wire import FastConnection
 from mpsched._worker.claims import ClaimSlot
 from mpsched._worker.loop import serve
-from mpsched._worker.loop_end import LoopEnd
 from mpsched._worker.process import (
     Draining,
     DrainState,
@@ -56,6 +55,7 @@ from mpsched._worker.process import (
     make_hello,
     setup_process,
 )
+from mpsched._worker.stop_reasons import LoopEnd
 
 log = logging.getLogger("mpsched.remote")
 

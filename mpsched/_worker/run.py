@@ -15,6 +15,7 @@ import cloudpickle
 
 from mpsched._core.job import Assignment, Outcome, OutcomeKind
 from mpsched._core.result_of import INPUTS_MAGIC, detach_inputs, job_payload, substitute
+from mpsched._core.retrying import RetryFilter, RetryLater, retry_later_kind
 from mpsched._errors import JobError, JobUnpicklingError, ResultPicklingError
 from mpsched._payload import frames, shm
 from mpsched._payload.pickling import dumps_result, loads, remote_exception
@@ -61,6 +62,9 @@ def run(assignment: Assignment, start_at: float | None = None,
             fn = cloudpickle.loads(fn)
         if inputs:
             args, kwargs = substitute(args, kwargs, _values(inputs))
+        retry_filter = None
+        if type(fn) is RetryFilter:  # a job with a retry policy
+            retry_filter, fn = fn, fn.fn
     except BaseException as exc:
         unpickling = JobUnpicklingError(
             f"job {job_id}: the worker on {host_name()} (pid {os.getpid()}) could not "
@@ -74,7 +78,7 @@ def run(assignment: Assignment, start_at: float | None = None,
     try:
         result = fn(*args, **kwargs)
     except BaseException as exc:
-        return _failure(job_id, exc, _format(exc), started, OutcomeKind.RAISED)
+        return _failure(job_id, exc, _format(exc), started, _kind(exc, retry_filter))
     try:
         payload = dumps_result(result, result_segment)
     except BaseException as exc:
@@ -89,6 +93,13 @@ def _values(inputs: dict[str, Outcome]) -> dict[str, Any]:
     """Each parent's result, or its exception (a job that allows failure), by job id."""
     return {job_id: loads(o.payload) if o.ok else remote_exception(o)
             for job_id, o in inputs.items()}
+def _kind(exc: BaseException, retry_filter: RetryFilter | None) -> str:
+    """The outcome kind of a job's own exception: whether the manager may run it again."""
+    if isinstance(exc, RetryLater):
+        return retry_later_kind(exc)
+    if retry_filter is not None:
+        return retry_filter.kind(exc)
+    return OutcomeKind.RAISED
 
 
 def _unpickling_hint(exc: BaseException) -> str:
@@ -126,7 +137,7 @@ def _wait_for_wall(at: float, now: float) -> float:
 
 
 def _failure(job_id: str, exc: BaseException, tb: str, started: float | None,
-             kind: OutcomeKind) -> Outcome:
+             kind: str) -> Outcome:
     if isinstance(exc, SystemExit):
         exc = JobError(f"job {job_id} called sys.exit({exc.code!r})")
     elif not isinstance(exc, Exception):

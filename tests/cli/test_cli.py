@@ -213,8 +213,8 @@ def test_a_result_json_cannot_hold_prints_as_its_repr_and_says_so(
     manager = cluster.manager
     done = procs.run("submit", "builtins:set", "--args", "[[1, 2]]", "--wait", *manager.cli())
     assert done.returncode == Exit.OK, done.stderr
-    job_id, shown = done.stdout.splitlines()
-    assert shown == "{1, 2}"
+    job_id, printed = done.stdout.splitlines()
+    assert printed == "{1, 2}"
     assert done.stderr == (f"mpsched: job {job_id} returned a set, which JSON cannot hold: "
                            f"its repr follows\n")
     as_json = procs.run("submit", "builtins:sorted", "--args", "[[2, 1]]", "--wait",
@@ -407,7 +407,7 @@ def test_the_cli_exits_with_version_when_refused(
         capsys: pytest.CaptureFixture[str]) -> None:
     python, cp = describe_versions()
     # an old install
-    for module in ("mpsched._transport.sockets", "mpsched._client.futures", "mpsched._cli.main"):
+    for module in ("mpsched._transport.sockets", "mpsched._client.core", "mpsched._cli.main"):
         monkeypatch.setattr(f"{module}.describe_versions", lambda: ("3.0", cp))
     assert main([*command, *cluster.manager.cli()]) == Exit.VERSION
     err = capsys.readouterr().err
@@ -665,7 +665,9 @@ def test_serve_removes_a_stale_socket_and_refuses_a_live_one(
 def test_silent_connections_do_not_pin_manager_threads(procs: Processes) -> None:
     manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0")
     process = psutil.Process(manager.proc.pid)
-    host, port = parse_address(manager.address)
+    address = parse_address(manager.address)
+    assert isinstance(address, tuple)  # a TCP one
+    host, port = address
     baseline = process.num_threads()
     silent: list[socket.socket] = []
     try:

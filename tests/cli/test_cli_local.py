@@ -21,9 +21,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+from cli.test_cli_usage import subparsers
 from processes import assert_gone, wait_for
 from served import START_TIMEOUT, Processes, pool_workers, serve
-from test_cli_usage import subparsers
 
 import mpsched
 from mpsched._cli.parser import build_parser
@@ -94,7 +94,7 @@ def test_a_second_local_serve_names_the_running_one_and_exits_8(procs: Processes
     first = serve(procs, "--workers", "0")
     files = {p: p.read_bytes() for p in local_dir(procs).iterdir() if p.is_file()}
     second = procs.run("serve", "--workers", "0", timeout=60)
-    assert second.returncode == Exit.RUNNING == 8, second.stderr
+    assert second.returncode == int(Exit.RUNNING) == 8, second.stderr
     assert second.stderr == (
         f"mpsched: this user's local manager is already running (pid {first.proc.pid}) on "
         f"{first.address}; python -m mpsched status shows it. Stop it first, or serve "

@@ -32,7 +32,7 @@ from mpsched._protocol.records import Exit
 pytestmark = pytest.mark.slow
 
 
-def runner(procs: Processes, manager: Manager):  # type: ignore[no-untyped-def]
+def runner(procs: Processes, manager: Manager):
     def run(*argv: str) -> tuple[int, str, str]:
         done = procs.run(*argv, *manager.cli())
         return done.returncode, done.stdout, done.stderr
@@ -200,7 +200,7 @@ def test_submit_every_takes_mode_and_on_error(procs: Processes) -> None:
 
     def listed() -> dict[str, object]:
         [schedule] = json.loads(run("schedules", "--json")[1])
-        return schedule  # type: ignore[no-any-return]
+        return schedule
     wait_for(lambda: listed()["paused"], what="the schedule to pause after its failed run")
     assert listed()["failed"] == 1 and listed()["spec"] == "every 0.2s (delay)"
 

@@ -230,7 +230,7 @@ def test_a_second_serve_on_a_store_exits_7_and_the_first_keeps_serving(
     # Another socket: a second serve on the default one would find the first one there.
     second = procs.run("serve", "--address", f"unix:{procs.runtime_dir}/second.sock",
                        "--workers", "0", env={"MPSCHED_STORE": str(store)})
-    assert second.returncode == Exit.STORE == 7, second.stderr
+    assert second.returncode == int(Exit.STORE) == 7, second.stderr
     assert second.stderr.count("\n") == 1, second.stderr
     assert str(store) in second.stderr and f"pid {first.proc.pid}" in second.stderr
     assert set(procs.runtime_dir.rglob("*")) == runtime_files  # it left no socket or key
@@ -371,10 +371,11 @@ def test_jobs_cancel_and_result_round_trip_and_outlive_a_restart(
     code, out, err = run("jobs", "--state", "pending")
     assert code == Exit.OK, err
     header, *rows = out.splitlines()
-    assert header.split() == ["id", "name", "state", "due", "priority", "attempts", "worker"]
+    assert header.split() == ["id", "name", "state", "due", "priority", "attempts", "worker",
+                              "last", "error"]
     [row] = [r for r in rows if r.startswith(later_id)]
     assert re.search(r" pending +\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d "
-                     r"\(in 59 min \d\d s\) +high +0 +-$", row), row
+                     r"\(in 59 min \d\d s\) +high +0 +- +-$", row), row
     assert len(rows) == 2 and all(done_id not in r for r in rows)
 
     code, out, err = run("jobs", "--limit", "3", "--json")  # the first three submitted
@@ -396,7 +397,7 @@ def test_jobs_cancel_and_result_round_trip_and_outlive_a_restart(
                           f"the worker's traceback:\nTraceback (most recent call last):\n")
     assert err.endswith("\nValueError: math domain error\n"), err  # kept by the store too
     code, out, err = run("result", later_id, "--json")
-    assert code == Exit.JOB_TIMEOUT == 124
+    assert code == int(Exit.JOB_TIMEOUT) == 124
     assert json.loads(out) == {"job_id": later_id, "state": "pending"}
     assert "no result yet; --wait waits for it" in err
 
@@ -477,13 +478,14 @@ def test_the_jobs_table_shows_due_times_as_local_time_and_a_wait() -> None:
     table = format_jobs([info("a-1", "pending", 185), info("a-2", "pending", -1.25),
                          info("a-3", "done", -7300, "w1")], now)
     header, first, second, third = table.splitlines()
-    assert header.split() == ["id", "name", "state", "due", "priority", "attempts", "worker"]
+    assert header.split() == ["id", "name", "state", "due", "priority", "attempts", "worker",
+                              "last", "error"]
     assert first.split() == ["a-1", "mymod.crunch", "pending",
                              datetime.fromtimestamp(now + 185).astimezone()
                              .isoformat(timespec="seconds"), "(in", "3", "min", "05", "s)",
-                             "low", "0", "-"]
+                             "low", "0", "-", "-"]
     assert "(overdue by 1.2 s)" in second and "(2 h 01 min ago)" in third
-    assert third.split()[-3:] == ["low", "1", "w1"]
+    assert third.split()[-4:] == ["low", "1", "w1", "-"]
     assert header.index("state") == first.index("pending") == second.index("pending")
     assert format_jobs([], now) == "no jobs\n"
 

@@ -92,7 +92,7 @@ def test_top_level_help_lists_every_exit_code_and_the_key_file_format(
 
 
 def test_the_exit_docstring_explains_signal_codes() -> None:
-    assert Exit.INTERRUPTED == 130 and Exit.TERMINATED == 143
+    assert int(Exit.INTERRUPTED) == 130 and int(Exit.TERMINATED) == 143
     assert Exit.__doc__ is not None and "128 +" in Exit.__doc__
 
 

@@ -7,6 +7,7 @@ import multiprocessing
 import re
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
+from typing import Any
 
 import jobs
 import pytest
@@ -43,7 +44,7 @@ def test_many_producers_and_workers_run_every_job_exactly_once_never_early(
     assert stats.queue.started_early == 0
 
 
-STRESS = {"producers": 2, "workers": 2, "jobs": 600, "horizon": 1.0}
+STRESS: dict[str, Any] = {"producers": 2, "workers": 2, "jobs": 600, "horizon": 1.0}
 
 
 def test_run_stress_passes_and_says_ok() -> None:
@@ -84,7 +85,7 @@ def test_run_stress_uses_a_running_manager(make_scheduler) -> None:
     pytest.param({"inject": "reorder"}, id="unknown-inject"),
     pytest.param({"address": "/tmp/mpsched.sock"}, id="address-without-authkey"),
 ])
-def test_run_stress_refuses_bad_arguments(bad: dict[str, object]) -> None:
+def test_run_stress_refuses_bad_arguments(bad: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         run_stress(**{**STRESS, **bad}, out=io.StringIO())
 

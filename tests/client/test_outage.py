@@ -270,9 +270,10 @@ def test_one_warning_per_outage_however_many_tries_it_takes(
     for lost, back in itertools.pairwise(managers):
         tries = comeback.tries
         lost.cut()
-        wait_for(lambda t=tries: comeback.tries >= t + 3, WAIT, "three tries refused")
+        wait_for(lambda: comeback.tries >= tries + 3,  # noqa: B023 (called at once)
+                 WAIT, "three tries refused")
         comeback.manager = back
-        wait_for(lambda b=back: b.opened, WAIT, "the client is back")
+        wait_for(lambda: back.opened, WAIT, "the client is back")  # noqa: B023 (at once)
         wait_for(lambda: client._core.link.outage is None, WAIT, "the outage ended")
         comeback.manager = None
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]

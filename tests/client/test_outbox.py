@@ -45,7 +45,7 @@ def req(job_id: str) -> JobRequest:
 def outbox() -> Iterator[tuple[Outbox, FakeService, list[tuple[list[str], BaseException]]]]:
     service = FakeService()
     failures: list[tuple[list[str], BaseException]] = []
-    box = Outbox(service, lambda batch, exc: failures.append(([r.job_id for r in batch], exc)))
+    box = Outbox(service, lambda batch, exc: failures.append(([r.job_id for r in batch], exc)))  # type: ignore[arg-type]
     yield box, service, failures
     service.release.set()
     box.close()
@@ -149,7 +149,7 @@ class CountHeldService(FakeService):
 
 def test_flush_waits_for_a_count_on_its_way_without_any_request() -> None:
     service = CountHeldService()
-    box = Outbox(service, lambda batch, exc: None)
+    box = Outbox(service, lambda batch, exc: None)  # type: ignore[arg-type]
     try:
         box.put(req("x"))
         assert service.entered.acquire(timeout=WAIT)  # "x" is on its way, held

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pickle
+from typing import Any
 
 import pytest
 
@@ -94,7 +95,7 @@ def test_order_coerce_accepts_members_and_values(value: Order | str, member: Ord
 @pytest.mark.parametrize("value", ["fifo", "", "deadline", None, 1], ids=repr)
 def test_order_coerce_rejects_unknown_orders(value: object) -> None:
     with pytest.raises(ConfigError) as caught:
-        Order.coerce(value)  # type: ignore[arg-type]
+        Order.coerce(value)
     assert isinstance(caught.value, ValueError)
     assert repr(value) in str(caught.value)
 
@@ -175,7 +176,7 @@ def test_records_pickle_with_the_standard_pickler() -> None:
     assert (copy.job_id, copy.payload, copy.time_key()) == ("a", job.payload, job.time_key())
 
 
-def _request(**changes: object) -> JobRequest:
+def _request(**changes: Any) -> JobRequest:
     return JobRequest("j", "c", b"", 2, 0.0, None)._replace(**changes)
 
 
@@ -202,7 +203,7 @@ def test_check_request_accepts_the_last_second_of_9999() -> None:
     pytest.param({"at": 1e300}, id="at"),
     pytest.param({"at": MAX_EPOCH + 1}, id="at-just-past"),
 ])
-def test_the_client_rejects_overflowing_times_at_the_call_site(kwargs: dict[str, float]) -> None:
+def test_the_client_rejects_overflowing_times_at_the_call_site(kwargs: dict[str, Any]) -> None:
     from mpsched._client.client import Client
 
     client = Client.__new__(Client)  # validation happens before any manager call

@@ -145,7 +145,7 @@ class Harness:
 
     clock: FakeClock = field(default_factory=FakeClock)
     queues: list[JobQueue] = field(default_factory=list)
-    threads: list[Taker | Submitter] = field(default_factory=list)
+    threads: list[threading.Thread] = field(default_factory=list)
 
     def queue(self, **options: Any) -> JobQueue:
         options.setdefault("clock", self.clock)
@@ -974,6 +974,7 @@ def test_stats_count_outcomes_and_lateness(harness: Harness) -> None:
     assignments = [queue.take("w1", 0) for _ in range(3)]
     assert all(a is not None for a in assignments)
     late_ok, late_failed, never_started = (a for a in assignments if a is not None)
+    assert late_ok.due is not None and late_failed.due is not None
     queue.leases.complete(late_ok.lease.lease_id, outcome("job-0", started=late_ok.due + 0.25))
     queue.leases.complete(
         late_failed.lease.lease_id, outcome("job-1", ok=False, started=late_failed.due + 2)
@@ -990,7 +991,7 @@ def test_lateness_of_a_job_started_early_counts_as_zero(harness: Harness) -> Non
     queue = harness.queue()
     queue.submit(request("job"))
     assignment = queue.take("w1", 0)
-    assert assignment is not None
+    assert assignment is not None and assignment.due is not None
     queue.leases.complete(assignment.lease.lease_id, outcome("job", started=assignment.due - 1))
     assert queue.stats().lateness["max"] == 0.0
 
@@ -1301,7 +1302,7 @@ def test_stats_count_jobs_started_before_their_due_time(harness: Harness) -> Non
     queue = harness.queue()
     queue.submit(request("job", delay=1.0))
     assignment = queue.take("w", 0, early=2.0)
-    assert assignment is not None
+    assert assignment is not None and assignment.due is not None
     queue.leases.complete(assignment.lease.lease_id, outcome("job", started=assignment.due - 0.5))
     stats = queue.stats()
     assert stats.started_early == 1 and stats.lateness["max"] == 0.0
@@ -1353,7 +1354,7 @@ def test_an_early_taker_still_gets_a_job_due_within_its_head_start(
     assert early is not None and early.lease.job_id == "soon"
 
 
-class _NoWalk(dict):  # type: ignore[type-arg]
+class _NoWalk(dict):
     def values(self) -> Any:
         raise AssertionError("stats() walked the pending jobs")
 

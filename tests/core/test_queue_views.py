@@ -10,6 +10,7 @@ from fakeclock import FakeClock
 
 import mpsched._core.queue as queue_module
 from mpsched._core.job import JobRequest, Order, Outcome, Priority
+from mpsched._core.leases import percentiles
 from mpsched._core.queue import JobQueue
 
 HIGH, MEDIUM, LOW = (p.level for p in (Priority.HIGH, Priority.MEDIUM, Priority.LOW))
@@ -97,7 +98,7 @@ def test_the_head_of_a_large_heap_costs_only_the_jobs_it_lists(
             return float(self) < float(other)  # type: ignore[arg-type]
 
     heap = queue._pending._delayed  # the delayed heap, only to count comparisons
-    heap[:] = [(Counting(due), *rest) for due, *rest in heap]
+    heap[:] = [(Counting(due), level, seq, job) for due, level, seq, job in heap]
     head = queue.head(20)
     assert [job.due for job in head] == sorted(job.due for job in head)
     assert len(looked_at) < 2_000  # O(n log n) for n = 20, not O(100,000)
@@ -155,7 +156,7 @@ def test_lateness_percentiles_are_computed_outside_the_lock_or_not_at_all(
     assert assignment is not None and assignment.due is not None
     queue.complete(assignment.lease.lease_id, Outcome("a", True, b"", "", assignment.due + 0.5))
     sorted_under_lock: list[bool] = []
-    real = queue_module.percentiles
+    real = percentiles
 
     def watched(samples: list[float]) -> dict[str, float]:
         sorted_under_lock.append(queue._lock.locked())

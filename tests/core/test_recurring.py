@@ -6,23 +6,26 @@ from __future__ import annotations
 
 import sys
 from datetime import datetime, timedelta, timezone
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
 from cronsim import CronSim
 
-from mpsched._core.planning import Slots, jitter_offset, plan
-from mpsched._core.recurring import ScheduleSpec, check_spec, run_id, schedule_of
+from mpsched._core.options import Catchup, Mode, OnError, Overlap
+from mpsched._core.planning import Slots, Trigger, jitter_offset, plan
+from mpsched._core.recurring import ScheduleKind, ScheduleSpec, check_spec, run_id, schedule_of
 from mpsched._errors import ConfigError, ExtraMissingError, InvalidJobError
 
 
-def spec(**changes: object) -> ScheduleSpec:
-    base = ScheduleSpec("s", "every", 10.0, "rate", "", "", None, None, 0.0, "skip", "latest",
-                        "continue", 2, None, 0, "m:f", b"payload")
+def spec(**changes: Any) -> ScheduleSpec:
+    base = ScheduleSpec("s", ScheduleKind.EVERY, 10.0, Mode.RATE, "", "", None, None, 0.0,
+                        Overlap.SKIP, Catchup.LATEST, OnError.CONTINUE, 2, None, 0, "m:f",
+                        b"payload")
     return base._replace(**changes)
 
 
-def every(anchor: float = 1000.0, **changes: object) -> Slots:
+def every(anchor: float = 1000.0, **changes: Any) -> Slots:
     return Slots(spec(**changes), anchor, "")
 
 
@@ -57,7 +60,7 @@ def test_delay_slots_follow_the_previous_end():
     slots = every(mode="delay")
     assert slots.after(None) == 1000.0
     assert slots.after(1234.5) == 1244.5
-    decision = plan(slots, 1000.0, None, 1003.0, "ended")
+    decision = plan(slots, 1000.0, None, 1003.0, Trigger.ENDED)
     assert (decision.arm, decision.skipped, decision.missed) == (1013.0, 0, 0)
 
 
@@ -69,33 +72,35 @@ def test_preview_lists_the_next_slots():
 # ------------------------------------------------------------------ plan
 
 def test_a_new_schedule_arms_its_first_slot():
-    decision = plan(every(), None, None, 995.0, "begin")
+    decision = plan(every(), None, None, 995.0, Trigger.BEGIN)
     assert (decision.arm, decision.decided, decision.skipped, decision.missed) == \
         (1000.0, 1000.0, 0, 0)
 
 
 def test_a_run_that_ended_on_time_arms_the_next_slot():
-    decision = plan(every(), 1000.0, None, 1000.5, "ended")
+    decision = plan(every(), 1000.0, None, 1000.5, Trigger.ENDED)
     assert (decision.arm, decision.skipped, decision.missed) == (1010.0, 0, 0)
 
 
 def test_overlap_skip_counts_the_slots_a_long_run_covered():
-    decision = plan(every(), 1000.0, None, 1025.0, "ended")  # ran from 1000 to 1025
+    decision = plan(every(), 1000.0, None, 1025.0, Trigger.ENDED)  # ran from 1000 to 1025
     assert (decision.arm, decision.skipped, decision.missed) == (1030.0, 2, 0)
 
 
 def test_overlap_queue_with_catchup_latest_runs_once_for_the_backlog():
     slots = every(overlap="queue")
-    decision = plan(slots, 1000.0, None, 1035.0, "ended")
+    decision = plan(slots, 1000.0, None, 1035.0, Trigger.ENDED)
     assert (decision.arm, decision.skipped, decision.missed) == (1030.0, 0, 2)
 
 
 def test_overlap_queue_with_catchup_all_runs_each_late_slot_in_turn():
     slots = every(overlap="queue", catchup="all")
     armed = []
-    decided, owed, now = 1000.0, None, 1035.0
+    decided: float | None = 1000.0
+    owed: float | None = None
+    now = 1035.0
     for _ in range(4):
-        decision = plan(slots, decided, owed, now, "ended")
+        decision = plan(slots, decided, owed, now, Trigger.ENDED)
         armed.append(decision.arm)
         assert decision.skipped == decision.missed == 0
         decided, owed = decision.decided, decision.owed_until
@@ -105,23 +110,23 @@ def test_overlap_queue_with_catchup_all_runs_each_late_slot_in_turn():
 
 def test_catchup_skip_runs_none_of_the_late_slots_but_counts_them():
     slots = every(overlap="queue", catchup="skip")
-    decision = plan(slots, 1000.0, None, 1035.0, "ended")
+    decision = plan(slots, 1000.0, None, 1035.0, Trigger.ENDED)
     assert (decision.arm, decision.skipped, decision.missed) == (1040.0, 0, 3)
 
 
 def test_overlap_allow_arms_the_next_slot_when_a_run_starts():
     slots = every(overlap="allow")
-    assert plan(slots, 1000.0, None, 1000.001, "started").arm == 1010.0
-    decision = plan(slots, 1000.0, None, 1021.0, "started")  # it started late: a backlog
+    assert plan(slots, 1000.0, None, 1000.001, Trigger.STARTED).arm == 1010.0
+    decision = plan(slots, 1000.0, None, 1021.0, Trigger.STARTED)  # it started late: a backlog
     assert (decision.arm, decision.missed) == (1020.0, 1)
 
 
 def test_a_start_in_the_past_is_caught_up_as_catchup_says():
-    latest = plan(every(), None, None, 1045.0, "begin")
+    latest = plan(every(), None, None, 1045.0, Trigger.BEGIN)
     assert (latest.arm, latest.missed) == (1040.0, 4)
-    skipped = plan(every(catchup="skip"), None, None, 1045.0, "begin")
+    skipped = plan(every(catchup="skip"), None, None, 1045.0, Trigger.BEGIN)
     assert (skipped.arm, skipped.missed) == (1050.0, 5)
-    everything = plan(every(catchup="all"), None, None, 1045.0, "begin")
+    everything = plan(every(catchup="all"), None, None, 1045.0, Trigger.BEGIN)
     assert (everything.arm, everything.owed_until) == (1000.0, 1040.0)
 
 
@@ -132,13 +137,13 @@ def test_a_start_in_the_past_is_caught_up_as_catchup_says():
 ], ids=["latest", "all", "skip"])
 def test_downtime_with_an_armed_run_recovered(catchup: str, expected: tuple[object, ...]):
     # The run for 1000 was pending when the manager died; it comes back at 1035.
-    decision = plan(every(catchup=catchup), 1000.0, None, 1035.0, "begin", active=True)
+    decision = plan(every(catchup=catchup), 1000.0, None, 1035.0, Trigger.BEGIN, active=True)
     assert (decision.arm, decision.decided, decision.owed_until, decision.missed,
             decision.cancel_armed) == expected
 
 
 def test_the_armed_run_recovered_on_time_changes_nothing():
-    decision = plan(every(), 1010.0, None, 1005.0, "begin", active=True)
+    decision = plan(every(), 1010.0, None, 1005.0, Trigger.BEGIN, active=True)
     assert decision.arm is None and decision.decided == 1010.0
 
 

@@ -12,7 +12,7 @@ from fakeclock import FakeClock
 from mpsched._core.job import JobRecord, JobRequest, JobState, Outcome, OutcomeKind
 from mpsched._core.queue import JobQueue
 from mpsched._errors import InvalidJobError, JobNotFoundError
-from mpsched._manager import ended as _ended
+from mpsched._manager import retained as _retained
 from mpsched._manager.journal import NoJournal
 from mpsched._manager.service import ManagerService
 from mpsched._protocol.codec import (
@@ -166,7 +166,7 @@ def test_the_id_of_a_running_job_is_refused(service: ManagerService) -> None:
 @pytest.fixture
 def keeping(monkeypatch: pytest.MonkeyPatch) -> tuple[ManagerService, FakeClock]:
     """A manager without a store that keeps ended jobs for 60 s (at most 3 of them)."""
-    monkeypatch.setattr(_ended, "MAX_JOBS", 3)
+    monkeypatch.setattr(_retained, "MAX_JOBS", 3)
     clock = FakeClock()
     queue = JobQueue(clock=clock)
     service = ManagerService(queue, clock=clock,
@@ -222,7 +222,7 @@ def test_the_oldest_ended_jobs_go_first_past_the_bound(
 def test_an_outcome_too_large_to_keep_says_so(
         keeping: tuple[ManagerService, FakeClock], monkeypatch: pytest.MonkeyPatch) -> None:
     service, _ = keeping
-    monkeypatch.setattr(_ended, "MAX_OUTCOME", 10)
+    monkeypatch.setattr(_retained, "MAX_OUTCOME", 10)
     run_to_end(service, "big", payload=b"x" * 11)
     record = service.journal.get("big")
     assert record is not None and record.state is JobState.DONE

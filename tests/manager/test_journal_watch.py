@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 from fakeclock import FakeClock
 
-from mpsched._core.job import JobRequest, Outcome
+from mpsched._core.job import Job, JobRequest, Outcome
 from mpsched._core.queue import JobQueue
 from mpsched._manager.store_journal import Journal
 from mpsched._store.memory import MemoryStore
@@ -43,11 +43,13 @@ def journal() -> Iterator[tuple[Journal, HeldFlush, JobQueue]]:
     store.release.set()
 
 
-def _ended(queue: JobQueue, job_id: str) -> tuple[object, Outcome]:
+def _ended(queue: JobQueue, job_id: str) -> tuple[Job, Outcome]:
     assignment = queue.take("w1", 0)
     assert assignment is not None and assignment.lease.job_id == job_id
     outcome = Outcome(job_id, True, b"result", "", None)
-    return queue.complete(assignment.lease.lease_id, outcome), outcome
+    job = queue.complete(assignment.lease.lease_id, outcome)
+    assert job is not None
+    return job, outcome
 
 
 def _watch_in_thread(journal: Journal, job_id: str) -> tuple[threading.Thread, list[object]]:

@@ -17,7 +17,7 @@ def test_collect_returns_everything_posted_in_order():
     boxes.open("c")
     for i in range(3):
         boxes.post("c", outcome(f"j{i}"))
-    assert [o.job_id for o in boxes.collect("c", 0)] == ["j0", "j1", "j2"]
+    assert [o.job_id for o in boxes.collect("c", 0) or []] == ["j0", "j1", "j2"]
     assert boxes.collect("c", 0) == []
 
 
@@ -26,7 +26,7 @@ def test_outcomes_posted_after_a_stop_are_still_collected():
     boxes.open("c")
     boxes.close()  # the manager is stopping
     boxes.post("c", outcome("late"))  # a job that finished while it drained
-    assert [o.job_id for o in boxes.collect("c", 0)] == ["late"]
+    assert [o.job_id for o in boxes.collect("c", 0) or []] == ["late"]
     assert boxes.collect("c", 0) is None  # then the client learns the box is closed
 
 
@@ -58,7 +58,7 @@ def test_a_full_batch_is_returned_without_lingering():
     boxes.open("c")
     for i in range(BATCH):
         boxes.post("c", outcome(f"j{i}"))
-    assert len(boxes.collect("c", 0)) == BATCH
+    assert len(boxes.collect("c", 0) or []) == BATCH
 
 
 def test_a_waiting_collector_wakes_for_the_first_outcome():
@@ -69,7 +69,7 @@ def test_a_waiting_collector_wakes_for_the_first_outcome():
     taker.start()
     boxes.post("c", outcome("j"))
     taker.join(10)
-    assert not taker.is_alive() and [o.job_id for o in got[0]] == ["j"]
+    assert not taker.is_alive() and [o.job_id for o in got[0] or []] == ["j"]
 
 
 def test_one_reply_is_capped_by_count_and_the_rest_follows(monkeypatch):
@@ -79,7 +79,7 @@ def test_one_reply_is_capped_by_count_and_the_rest_follows(monkeypatch):
     for i in range(7):
         boxes.post("c", outcome(f"j{i}"))
     replies = [boxes.collect("c", 0) for _ in range(4)]
-    assert [[o.job_id for o in r] for r in replies] == [
+    assert [[o.job_id for o in r or []] for r in replies] == [
         ["j0", "j1", "j2"], ["j3", "j4", "j5"], ["j6"], []]
 
 
@@ -89,7 +89,7 @@ def test_one_reply_is_capped_by_bytes_but_always_carries_one_outcome(monkeypatch
     boxes.open("c")
     for i, size in enumerate([150, 60, 30, 20]):
         boxes.post("c", Outcome(f"j{i}", True, b"x" * size, "", None))
-    replies = [[o.job_id for o in boxes.collect("c", 0)] for _ in range(3)]
+    replies = [[o.job_id for o in boxes.collect("c", 0) or []] for _ in range(3)]
     assert replies == [["j0"], ["j1", "j2"], ["j3"]]
 
 

@@ -18,9 +18,10 @@ import pytest
 from fakeclock import FakeClock
 
 from mpsched._core.job import Outcome, OutcomeKind
+from mpsched._core.options import Catchup, Mode, OnError, Overlap
 from mpsched._core.planning import jitter_offset
 from mpsched._core.queue import JobQueue
-from mpsched._core.recurring import ScheduleSpec, run_id
+from mpsched._core.recurring import ScheduleKind, ScheduleSpec, run_id
 from mpsched._errors import ExtraMissingError, JobNotFoundError, ScheduleNotFoundError
 from mpsched._manager.schedules import Schedules
 from mpsched._manager.service import ManagerService
@@ -43,9 +44,10 @@ WORKERS = ("w1", "w2", "w3")
 KEPT_CANCELLED = 1000  # cancelled schedules a manager remembers, as the README says
 
 
-def spec(**changes: object) -> ScheduleSpec:
-    base = ScheduleSpec("s", "every", 10.0, "rate", "", "", 5.0, None, 0.0, "skip", "latest",
-                        "continue", 2, None, 0, "m:f", b"payload")
+def spec(**changes: Any) -> ScheduleSpec:
+    base = ScheduleSpec("s", ScheduleKind.EVERY, 10.0, Mode.RATE, "", "", 5.0, None, 0.0,
+                        Overlap.SKIP, Catchup.LATEST, OnError.CONTINUE, 2, None, 0, "m:f",
+                        b"payload")
     return base._replace(**changes)
 
 

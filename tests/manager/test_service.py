@@ -40,6 +40,7 @@ def started_here(service: ManagerService, worker_id: str) -> WorkerHello:
 
 
 def run_one(service: ManagerService, worker_id: str) -> None:
+    assert isinstance(service.queue, JobQueue)
     service.queue.submit(JobRequest(f"job-{worker_id}", "c", b"", 2, 0.0, None))
     [wire] = service.take(worker_id, None, 0)
     assignment = assignment_from_wire(wire)
@@ -66,11 +67,12 @@ def test_only_workers_the_manager_started_count_in_lateness():
 
 
 def test_take_reports_the_last_job_and_keeps_the_worker_bookkeeping():
-    service = ManagerService(JobQueue())
+    queue = JobQueue()
+    service = ManagerService(queue)
     service.mailboxes.open("c")
     service.hello(hello("w", "some-other-host", 4242))
     for n in range(2):
-        service.queue.submit(JobRequest(f"job-{n}", "c", b"", 2, 0.0, None))
+        queue.submit(JobRequest(f"job-{n}", "c", b"", 2, 0.0, None))
     [first_wire] = service.take("w", None, 0)
     first = assignment_from_wire(first_wire)
     [worker] = service.stats().workers
@@ -86,7 +88,8 @@ def test_take_reports_the_last_job_and_keeps_the_worker_bookkeeping():
 
 def test_only_a_worker_the_manager_started_is_handed_jobs_early():
     clock = FakeClock()  # time stands still
-    service = ManagerService(JobQueue(clock=clock), clock=clock)
+    queue = JobQueue(clock=clock)
+    service = ManagerService(queue, clock=clock)
     service.hello(hello("far", "some-other-host", 4242))
     service.hello(hello("same-name", service.host, os.getpid()))
     service.hello(hello("no-token", service.host, os.getpid(), remote=False,
@@ -94,7 +97,7 @@ def test_only_a_worker_the_manager_started_is_handed_jobs_early():
     service.hello(started_here(service, "near"))
     soon = EARLY_HANDOFF / 2  # due within the early hand-off window
     for n in range(2):
-        service.queue.submit(JobRequest(f"job-{n}", "c", b"", 2, soon + 60 * n, None))
+        queue.submit(JobRequest(f"job-{n}", "c", b"", 2, soon + 60 * n, None))
     for worker_id in ("far", "same-name", "no-token"):
         assert service.take(worker_id, None, 0) == []
     [wire] = service.take("near", None, 0)
@@ -106,12 +109,13 @@ def test_only_a_worker_the_manager_started_is_handed_jobs_early():
 
 def test_only_a_worker_on_the_managers_machine_is_told_an_at_jobs_wall_clock_time():
     clock = FakeClock()
-    service = ManagerService(JobQueue(clock=clock), clock=clock)
+    queue = JobQueue(clock=clock)
+    service = ManagerService(queue, clock=clock)
     service.hello(hello("far", "some-other-host", 4242))
     service.hello(started_here(service, "near"))
     at = clock.wall()  # due now, by the wall clock too
     for n in range(2):
-        service.queue.submit(JobRequest(f"job-{n}", "c", b"", 2, None, at))
+        queue.submit(JobRequest(f"job-{n}", "c", b"", 2, None, at))
     [far] = service.take("far", None, 0)
     [near] = service.take("near", None, 0)
     assert assignment_from_wire(far).at is None  # its wall clock is not ours
@@ -120,9 +124,10 @@ def test_only_a_worker_on_the_managers_machine_is_told_an_at_jobs_wall_clock_tim
 
 def test_a_worker_that_does_not_share_the_clock_gets_a_delay_and_no_instant():
     clock = FakeClock()
-    service = ManagerService(JobQueue(clock=clock), clock=clock)
+    queue = JobQueue(clock=clock)
+    service = ManagerService(queue, clock=clock)
     service.hello(hello("same-name", service.host, os.getpid()))
-    service.queue.submit(JobRequest("job", "c", b"", 2, 5.0, None))
+    queue.submit(JobRequest("job", "c", b"", 2, 5.0, None))
     clock.advance(5.0)
     [wire] = service.take("same-name", None, 0)
     assignment = assignment_from_wire(wire)
@@ -131,10 +136,11 @@ def test_a_worker_that_does_not_share_the_clock_gets_a_delay_and_no_instant():
 
 
 def test_a_worker_declared_gone_is_refused_and_its_late_report_changes_nothing():
-    service = ManagerService(JobQueue(), heartbeat_timeout=10)
+    queue = JobQueue()
+    service = ManagerService(queue, heartbeat_timeout=10)
     service.mailboxes.open("c")
     service.hello(hello("w", "some-other-host", 4242))
-    service.queue.submit(JobRequest("job", "c", b"", 2, 0.0, None, retries=1))
+    queue.submit(JobRequest("job", "c", b"", 2, 0.0, None, retries=1))
     [wire] = service.take("w", None, 0)
     assignment = assignment_from_wire(wire)
     service.ack("w", assignment.lease.lease_id)
@@ -274,11 +280,12 @@ def test_a_stopping_manager_dismisses_no_remote_worker_by_default():
 def test_drain_workers_dismisses_the_remote_workers_after_their_reports():
     from mpsched._errors import WorkerDismissedError
 
-    service = ManagerService(JobQueue())
+    queue = JobQueue()
+    service = ManagerService(queue)
     service.mailboxes.open("c")
     service.hello(hello("far", "some-other-host", 4242))
     service.hello(started_here(service, "near"))
-    service.queue.submit(JobRequest("job-0", "c", b"", 2, 0.0, None))
+    queue.submit(JobRequest("job-0", "c", b"", 2, 0.0, None))
     [wire] = service.take("far", None, 0)
     lease = assignment_from_wire(wire).lease
     assert service.drain_workers() == 1  # the remote one only
@@ -294,11 +301,12 @@ def test_drain_workers_dismisses_the_remote_workers_after_their_reports():
 def test_reports_sent_while_a_batch_goes_on_end_their_jobs_and_keep_the_worker_busy():
     # A worker handed several jobs reports the first ones while it runs the rest: they
     # end (and reach their client) at once, and the worker still counts as busy.
-    service = ManagerService(JobQueue(), heartbeat_timeout=10)
+    queue = JobQueue()
+    service = ManagerService(queue, heartbeat_timeout=10)
     service.mailboxes.open("c")
     service.hello(hello("w", "some-other-host", 4242))
     for n in range(2):
-        service.queue.submit(JobRequest(f"job-{n}", "c", b"", 2, 0.0, None))
+        queue.submit(JobRequest(f"job-{n}", "c", b"", 2, 0.0, None))
     [wire] = service.take("w", None, 0)
     first = assignment_from_wire(wire)
     outcome = Outcome("job-0", True, b"result", "", None)
@@ -325,11 +333,12 @@ class OpenClaims:
 
 def test_a_worker_that_leaves_to_be_replaced_gives_back_the_jobs_it_did_not_start():
     claims = OpenClaims()
-    service = ManagerService(JobQueue(claims=claims))
+    queue = JobQueue(claims=claims)
+    service = ManagerService(queue)
     service.hello(started_here(service, "w"))
     service.mailboxes.open("c")
     for n in range(4):
-        service.queue.submit(JobRequest(f"job-{n}", "c", b"", 2, 0.0, None))
+        queue.submit(JobRequest(f"job-{n}", "c", b"", 2, 0.0, None))
     first, *prefetched = [assignment_from_wire(w) for w in service.take("w", None, 0, more=3)]
     assert [a.lease.job_id for a in prefetched] == ["job-1", "job-2", "job-3"]
     outcome = Outcome("job-0", True, b"", "", None)
@@ -346,6 +355,7 @@ def test_a_worker_that_leaves_to_be_replaced_gives_back_the_jobs_it_did_not_star
 
 def take_three(service: ManagerService, worker_id: str) -> list[str]:
     """Three jobs handed to ``worker_id`` one by one (each never reported)."""
+    assert isinstance(service.queue, JobQueue)
     taken = []
     for n in range(3):
         service.queue.submit(JobRequest(f"job-{n}", "c", b"", 2, 0.0, None))
@@ -356,7 +366,8 @@ def take_three(service: ManagerService, worker_id: str) -> list[str]:
 
 def test_what_a_gone_worker_left_ends_its_jobs_by_its_word() -> None:
     # It ran job-0 to its end (its report never arrived), was in job-1, never entered job-2.
-    service = ManagerService(JobQueue())
+    queue = JobQueue()
+    service = ManagerService(queue)
     service.mailboxes.open("c")
     service.hello(hello("r", "another-host", 4242))
     take_three(service, "r")
@@ -366,19 +377,20 @@ def test_what_a_gone_worker_left_ends_its_jobs_by_its_word() -> None:
     assert ended["job-0"].ok and ended["job-0"].payload == b"result"
     assert ended["job-1"].error_kind == "WorkerCrashedError"  # retries=0
     assert set(ended) == {"job-0", "job-1"}
-    [(pending, worker)] = service.queue.jobs()
+    [(pending, worker)] = queue.jobs()
     assert pending.job_id == "job-2" and worker is None and pending.attempt == 0
 
 
 def test_an_awaited_worker_that_never_comes_back_loses_every_job_as_received() -> None:
     # After a restart, a remote worker's jobs wait for it; silent past the heartbeat
     # timeout, each may have reached it: an attempt (never run again without retries).
-    service = ManagerService(JobQueue(), heartbeat_timeout=0.0)
+    queue = JobQueue()
+    service = ManagerService(queue, heartbeat_timeout=0.0)
     service.mailboxes.open("c")
-    service.queue.submit(JobRequest("job-0", "c", b"", 2, 0.0, None))
-    [job] = service.queue.cancel_jobs(["job-0"])
+    queue.submit(JobRequest("job-0", "c", b"", 2, 0.0, None))
+    [job] = queue.cancel_jobs(["job-0"])
     job.attempt = 1
-    service.queue.hold_in_flight("old", [job])
+    queue.hold_in_flight("old", [job])
     service.workers.await_worker("old")
     assert len(service.workers) == 0 and service.stats().workers == ()
     [late], _ = service.expired_remote()

@@ -219,7 +219,12 @@ def test_a_jobs_end_and_its_workers_next_job_travel_in_one_call(
     assert job is not None
     calls: list[object] = []
     real = peer.store.report
-    monkeypatch.setattr(peer.store, "report", lambda *a, **k: calls.append(a) or real(*a, **k))
+
+    def report(*a: Any, **k: Any) -> Any:
+        calls.append(a)
+        return real(*a, **k)
+
+    monkeypatch.setattr(peer.store, "report", report)
     assert peer.journal.finished(job, Outcome("j0", True, b"r", "", None), "w1") == set()
     second = peer.queue.take("w1", 5.0)  # handed out from what the finish's call claimed
     assert second is not None and second.lease.job_id == "j1"
@@ -254,7 +259,12 @@ def no_hold(monkeypatch: pytest.MonkeyPatch) -> None:
 def counted_reports(peer: Peer, monkeypatch: pytest.MonkeyPatch) -> list[object]:
     calls: list[object] = []
     real = peer.store.report
-    monkeypatch.setattr(peer.store, "report", lambda *a, **k: calls.append(a) or real(*a, **k))
+
+    def report(*a: Any, **k: Any) -> Any:
+        calls.append(a)
+        return real(*a, **k)
+
+    monkeypatch.setattr(peer.store, "report", report)
     return calls
 
 

@@ -10,13 +10,15 @@ from collections.abc import Callable
 from shared_peers import Peer
 
 from mpsched._core.clock import SystemClock
-from mpsched._core.recurring import ScheduleSpec
+from mpsched._core.options import Catchup, Mode, OnError, Overlap
+from mpsched._core.recurring import ScheduleKind, ScheduleSpec
 from mpsched._manager.schedules import Schedules
 
 
 def every_ten_seconds() -> ScheduleSpec:
-    return ScheduleSpec("tick", "every", 10.0, "rate", "", "", 5.0, None, 0.0, "skip",
-                        "latest", "continue", 2, None, 0, "m:f", b"payload")
+    return ScheduleSpec("tick", ScheduleKind.EVERY, 10.0, Mode.RATE, "", "", 5.0, None, 0.0,
+                        Overlap.SKIP, Catchup.LATEST, OnError.CONTINUE, 2, None, 0, "m:f",
+                        b"payload")
 
 
 def test_one_schedule_added_on_two_managers_that_heard_nothing_of_each_other_is_one(

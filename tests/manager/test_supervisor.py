@@ -24,6 +24,7 @@ from mpsched._manager.service import ManagerService
 from mpsched._manager.supervisor import Supervisor, _Local
 from mpsched._protocol.records import (
     ManagerConfig,
+    StartMethod,
     WorkerHello,
 )
 from mpsched._transport.sockets import describe_versions
@@ -39,7 +40,7 @@ def supervised() -> Iterator[tuple[Supervisor, JobQueue, FakeClock]]:
     queue = JobQueue(clock=clock)
     service = ManagerService(queue)
     supervisor = Supervisor(service, ManagerConfig(authkey=b"k", workers=0,
-                                                   mp_method="spawn"), address=None)
+                                                   mp_method=StartMethod.SPAWN), address=None)
     python, cp = describe_versions()
     service.hello(WorkerHello("w1", _FakeProc.pid, "host", python, cp))
     supervisor._workers["w1"] = _Local(_FakeProc(), None)  # type: ignore[arg-type]

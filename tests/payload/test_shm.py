@@ -107,7 +107,7 @@ def test_a_full_shared_memory_sends_the_job_inline(prefix, monkeypatch, caplog):
     def full(fd: int, data: object, offset: int) -> int:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(shm.os, "pwrite", full)
+    monkeypatch.setattr(os, "pwrite", full)
     monkeypatch.setattr(shm, "_logged", set())
     with caplog.at_level(logging.INFO, logger="mpsched.shm"):
         first = job_payload(prefix, bytes(BIG))

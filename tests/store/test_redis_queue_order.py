@@ -114,7 +114,8 @@ def test_a_job_among_the_due_ones_is_listed_pending_and_cancels_by_id_or_client(
     pending = [r.job_id for r in m2.jobs(JobState.PENDING)]
     assert pending == ["b", "c", "d", "later"]
     assert [r.job_id for r, _ in m2.head(3)] == ["b", "c", "d"]
-    assert m2.counts().head_in is not None and m2.counts().head_in <= 0
+    head_in = m2.counts().head_in
+    assert head_in is not None and head_in <= 0
     assert [w.job_id for w in m2.cancel_jobs("m2", ["c"])] == ["c"]
     assert [w.job_id for w in m2.cancel_client("m2", "c2")] == ["d", "later"]
     assert m1.get("c").state is JobState.CANCELLED  # type: ignore[union-attr]

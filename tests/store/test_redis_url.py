@@ -74,7 +74,7 @@ def test_without_redis_py_a_redis_url_names_the_extra(
             raise ImportError(f"No module named {name!r}")
         return real(name, *args)
 
-    monkeypatch.setattr(redis_server_module.importlib, "import_module", no_redis)
+    monkeypatch.setattr(importlib, "import_module", no_redis)
     with pytest.raises(ExtraMissingError, match=r"mpsched\[redis\]"):
         RedisStore("redis://127.0.0.1:1")
 

@@ -35,7 +35,7 @@ from mpsched._errors import (
 )
 from mpsched._store import file as _store_file
 from mpsched._store import pruning as _store_pruning
-from mpsched._store.base import DAY, Recovery, Store, StoredSchedule
+from mpsched._store.base import DAY, JournalStore, Recovery, Store, StoredSchedule
 from mpsched._store.memory import MemoryStore
 from mpsched._store.sqlite import SQLiteStore
 
@@ -76,7 +76,7 @@ def open_sqlite(tmp_path: Path, wall: Wall) -> Iterator[Callable[..., SQLiteStor
 
 @pytest.fixture(params=["memory", "sqlite"])
 def store(request: pytest.FixtureRequest, wall: Wall,
-          open_sqlite: Callable[..., SQLiteStore]) -> Iterator[Store]:
+          open_sqlite: Callable[..., SQLiteStore]) -> Iterator[JournalStore]:
     if request.param == "sqlite":
         yield open_sqlite()
         return
@@ -94,19 +94,20 @@ def state_of(store: Store, job_id: str) -> JobState | None:
 # ------------------------------------------------------------------ the contract
 
 
-def test_recovery_returns_pending_jobs_whole_in_seq_order(store: Store) -> None:
+def test_recovery_returns_pending_jobs_whole_in_seq_order(store: JournalStore) -> None:
     jobs = [job(3, priority=1, due=T0 + 50), job(1, retries=2), job(2, priority=3, due=T0 - 5)]
     assert store.submit(jobs[:1]) == ["job-3"]
     assert store.submit(jobs[1:]) == ["job-1", "job-2"]
     assert store.recover() == Recovery(sorted(jobs, key=lambda j: j.seq), [], 4)
 
 
-def test_an_empty_store_recovers_nothing(store: Store) -> None:
+def test_an_empty_store_recovers_nothing(store: JournalStore) -> None:
     assert store.recover() == Recovery([], [], 0)
     assert store.jobs() == []
 
 
-def test_a_leased_job_comes_back_as_running_with_its_worker_and_attempt(store: Store) -> None:
+def test_a_leased_job_comes_back_as_running_with_its_worker_and_attempt(
+        store: JournalStore) -> None:
     store.submit([job(1, retries=1), job(2)])
     store.lease("job-1", "worker-7", 1)
     recovery = store.recover()
@@ -120,7 +121,7 @@ def test_a_leased_job_comes_back_as_running_with_its_worker_and_attempt(store: S
     assert record.worker_id == "worker-7" and record.attempt == 1
 
 
-def test_a_requeued_job_is_pending_again_with_its_attempts(store: Store) -> None:
+def test_a_requeued_job_is_pending_again_with_its_attempts(store: JournalStore) -> None:
     store.submit([job(1, retries=3)])
     store.lease("job-1", "worker-1", 1)
     store.requeue("job-1", 1)
@@ -130,7 +131,7 @@ def test_a_requeued_job_is_pending_again_with_its_attempts(store: Store) -> None
     assert store.recover().pending == [job(1, retries=3)._replace(attempt=2)]
 
 
-def test_a_repeated_job_id_or_seq_fails_its_whole_batch(store: Store) -> None:
+def test_a_repeated_job_id_or_seq_fails_its_whole_batch(store: JournalStore) -> None:
     store.submit([job(1)])
     with pytest.raises(InvalidJobError):
         store.submit([job(2), job(1)._replace(seq=7)])
@@ -142,7 +143,7 @@ def test_a_repeated_job_id_or_seq_fails_its_whole_batch(store: Store) -> None:
     assert store.submit([job(2)]) == ["job-2"]  # the store goes on
 
 
-def test_next_seq_follows_the_highest_seq_kept(store: Store) -> None:
+def test_next_seq_follows_the_highest_seq_kept(store: JournalStore) -> None:
     store.submit([job(5), job(9)])
     store.cancel(["job-5"], T0)
     assert store.recover().next_seq == 10
@@ -383,7 +384,7 @@ def test_store_errors_keep_their_type_and_message_when_pickled() -> None:
 # ------------------------------------------------------- SQLite: group commit
 
 
-def _in_threads(count: int, target: Callable[[int], None]) -> None:
+def _in_threads(count: int, target: Callable[[int], object]) -> None:
     threads = [threading.Thread(target=target, args=(i,)) for i in range(count)]
     for thread in threads:
         thread.start()
@@ -468,10 +469,10 @@ def test_a_full_store_fails_that_batch_only_and_loses_nothing(
     room = threading.Event()
     prune = store._writer._housekeeping
 
-    def housekeeping(conn: sqlite3.Connection) -> None:
+    def housekeeping(conn: sqlite3.Connection) -> bool:
         if room.is_set():
             conn.execute("PRAGMA max_page_count = 1000000")
-        prune(conn)
+        return prune(conn)
 
     store._writer._housekeeping = housekeeping
     big = b"x" * 200_000

@@ -93,6 +93,9 @@ def children() -> Iterator[list[subprocess.Popen[str]]]:
         if child.poll() is None:
             child.kill()
         child.wait(WAIT)
+        for stream in (child.stdin, child.stdout):
+            if stream is not None:
+                stream.close()
 
 
 def spawn(children: list[subprocess.Popen[str]], script: str,

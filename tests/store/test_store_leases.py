@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from fakeclock import FakeClock
-from test_store_writer import Held
+from store.test_store_writer import Held
 
 from mpsched._core.job import JobState
 from mpsched._core.queue import JobQueue
@@ -175,7 +175,7 @@ def test_a_finish_is_durable_before_sqlite_has_it_and_a_lost_outcome_says_so(
         # The end of a job whose outcome is too long for the log, the manager killed
         # before SQLite had it (finish() itself waits for that commit).
         long = b"x" * (lease_records.OUTCOME_IN_LOG + 1)
-        record = lease_records.ended("job-3", "done", T0 + 3, long)
+        record = lease_records.ended("job-3", JobState.DONE, T0 + 3, long)
         assert record.outcome is None
         store._leases.append(record, lambda: None)
         crashed = crash_copy(tmp_path / "jobs.db", tmp_path / "crashed")
@@ -231,7 +231,8 @@ def test_a_closed_store_leaves_no_log_and_a_crashed_one_keeps_it(
     store.lease("job-1", "w1", 1)
     log = tmp_path / "jobs.db-leases"
     assert log.stat().st_size > 0
-    assert store.size() >= log.stat().st_size  # status counts it
+    size = store.size()
+    assert size is not None and size >= log.stat().st_size  # status counts it
     store.close()
     assert not log.exists()
     assert row(tmp_path / "jobs.db", "job-1") == ("running", "w1", 1)
@@ -524,7 +525,12 @@ def test_release_syncs_what_an_interval_held_back(
     monkeypatch.setattr(_group_sync, "SYNC_INTERVAL", 3600.0)
     calls: list[int] = []
     real = os.fdatasync
-    monkeypatch.setattr(os, "fdatasync", lambda fd: (calls.append(fd), real(fd))[1])
+
+    def fdatasync(fd: int) -> None:
+        calls.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
     log = open_log(sync=True)
     assert log.wait_synced(log.append(lease(1), lambda: None), JOIN)
     second = log.append(lease(2), lambda: None)  # the syncer waits out its interval

@@ -6,6 +6,7 @@ test queues the next: everything queued meanwhile is written as one batch, in or
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 import sys
 import threading
@@ -197,7 +198,7 @@ def test_callers_queued_during_a_batch_share_the_next_commit(
     store.submit([job(n) for n in range(1, 9)])
     held = Held(store)
     before = store.commits
-    callers = [Caller(store, lambda n=n: durable_lease(store, f"job-{n}", "w", 1))
+    callers = [Caller(store, functools.partial(durable_lease, store, f"job-{n}", "w", 1))
                for n in range(1, 9)]
     held.release()
     assert [c.join() for c in callers] == [None] * 8

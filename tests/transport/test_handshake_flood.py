@@ -34,7 +34,9 @@ def test_idle_sockets_from_several_hosts_keep_no_client_or_worker_out(
         procs: Processes, connect_client: Callable[..., mpsched.Client],
         tmp_path: Path) -> None:
     manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0")
-    host, port = parse_address(manager.address)
+    address = parse_address(manager.address)
+    assert isinstance(address, tuple)  # a TCP one
+    host, port = address
     status = tmp_path / "flood.json"
     procs.start("-c", "import idle_peers; idle_peers.main()", host, str(port),
                 ",".join(SOURCES), str(PER_SOURCE), str(status))
@@ -100,7 +102,9 @@ def test_idle_sockets_from_the_clients_own_address_keep_nobody_out(
     found = re.search(r"page:\s+(http://127\.0\.0\.1:(\d+)/)", page)
     assert found, page
     url, http_port = found.group(1), int(found.group(2))
-    host, port = parse_address(manager.address)
+    address = parse_address(manager.address)
+    assert isinstance(address, tuple)  # a TCP one
+    host, port = address
     flood, http_flood = tmp_path / "flood.json", tmp_path / "http-flood.json"
     for target, status in ((port, flood), (http_port, http_flood)):
         procs.start("-c", "import idle_peers; idle_peers.main()", host, str(target),

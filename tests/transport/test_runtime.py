@@ -7,11 +7,11 @@ import os
 import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
-import mpsched._transport.runtime as runtime
 from mpsched import AuthenticationError, ManagerUnreachableError
 from mpsched._errors import RuntimeDirError
 from mpsched._transport.authkey import AUTHKEY_ENV
@@ -37,7 +37,7 @@ def no_env_key(monkeypatch: pytest.MonkeyPatch) -> None:
 def tmpdir_only(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """No XDG_RUNTIME_DIR; the temp directory is ``tmp_path``."""
     monkeypatch.delenv("XDG_RUNTIME_DIR")
-    monkeypatch.setattr(runtime.tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     return tmp_path
 
 
@@ -62,9 +62,9 @@ def test_an_unusable_xdg_runtime_dir_falls_back_to_the_temp_dir(
             "a-file": str(tmp_path / "a-file"), "others": str(tmp_path)}[base]
     (tmp_path / "a-file").write_text("")
     if base == "others":  # a directory that belongs to someone else
-        monkeypatch.setattr(runtime.os, "geteuid", lambda: os.stat(tmp_path).st_uid + 1)
+        monkeypatch.setattr(os, "geteuid", lambda: os.stat(tmp_path).st_uid + 1)
     monkeypatch.setenv("XDG_RUNTIME_DIR", path)
-    assert runtime_dir() == tmpdir_only / f"mpsched-{runtime.os.geteuid()}"
+    assert runtime_dir() == tmpdir_only / f"mpsched-{os.geteuid()}"
 
 
 def test_the_directory_is_made_0700_whatever_the_umask(own_runtime_dir: Path) -> None:
@@ -86,9 +86,9 @@ def test_an_unsafe_directory_is_refused_and_nothing_is_written_in_it(
         monkeypatch: pytest.MonkeyPatch) -> None:
     if kind == "another-users":  # made in the temp dir by someone else, before us
         monkeypatch.delenv("XDG_RUNTIME_DIR")
-        monkeypatch.setattr(runtime.tempfile, "tempdir", str(tmp_path))
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
         real = os.geteuid()  # we cannot chown without root: be someone else instead
-        monkeypatch.setattr(runtime.os, "geteuid", lambda: real + 1)
+        monkeypatch.setattr(os, "geteuid", lambda: real + 1)
     path = runtime_dir()
     if kind == "symlink":
         (tmp_path / "elsewhere").mkdir(mode=0o700)
@@ -137,7 +137,7 @@ def test_a_key_written_meanwhile_by_another_serve_wins(
         Path(dst).chmod(0o600)
         real_link(src, dst)
 
-    monkeypatch.setattr(runtime.os, "link", raced)
+    monkeypatch.setattr(os, "link", raced)
     assert ensure_local_authkey() == (b"theirs", runtime_dir() / "authkey")
     assert sorted(p.name for p in runtime_dir().iterdir()) == ["authkey"]
 

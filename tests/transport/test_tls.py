@@ -21,7 +21,7 @@ from servers import KEY, InProcessServer, read_until_closed, trickle
 import mpsched._transport.connect as connect
 import mpsched._transport.sockets as transport
 from mpsched import AuthenticationError, TlsError
-from mpsched._manager.main import ServiceManager
+from mpsched._protocol.proxy import ServiceManager
 from mpsched._transport.connect import client_connection
 from mpsched._transport.sockets import SERIALIZER
 from mpsched._transport.tls import TlsConfig, current_tls, set_tls

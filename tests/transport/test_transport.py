@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import pwd
 import re
 import selectors
 import socket
@@ -32,7 +33,6 @@ from servers import (
 )
 
 import mpsched
-import mpsched._transport.authkey as _authkey
 import mpsched._transport.connect as connect
 import mpsched._transport.sockets as transport
 from mpsched import AddressError, AuthenticationError
@@ -183,7 +183,7 @@ def test_read_authkey_names_an_owner_without_a_user_name(tmp_path: Path,
     def no_such_user(uid: int) -> Any:
         raise KeyError(uid)
 
-    monkeypatch.setattr(_authkey.pwd, "getpwuid", no_such_user)
+    monkeypatch.setattr(pwd, "getpwuid", no_such_user)
     with pytest.raises(AuthenticationError,
                        match=f"belongs to uid {owner}, not to uid {owner + 1} who runs"):
         read_authkey(path)
@@ -644,7 +644,7 @@ def test_accept_out_of_descriptors_backs_off_then_resumes(
     caplog.set_level(logging.WARNING, logger="mpsched.transport")
     running = InProcessServer(("127.0.0.1", 0))
     waits: list[float] = []
-    running.server._sleep = waits.append  # type: ignore[method-assign]
+    monkeypatch.setattr(running.server, "_sleep", waits.append)
     listener = running.server.listener
     script: list[int | None] = [errno.ECONNABORTED, *[errno.EMFILE] * 6, None,
                                 errno.ENFILE, errno.ENFILE, None]

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from mpsched import RetryPolicy
 from mpsched._core.job import JobRequest, Outcome
 from mpsched._protocol.codec import (
     BLOB,
@@ -81,11 +82,11 @@ def test_the_pickle_of_an_out_of_band_message_holds_no_payload(pair, monkeypatch
     pickled: list[int] = []
     real = pickle.loads
 
-    def loads(data: bytes, **kwargs: object) -> object:
+    def loads(data: bytes, **kwargs: Any) -> object:
         pickled.append(len(data))
         return real(data, **kwargs)
 
-    monkeypatch.setattr(_wire.pickle, "loads", loads)
+    monkeypatch.setattr(pickle, "loads", loads)
     in_thread(lambda: sender.send(("x", pickle.PickleBuffer(bytes(4 * BLOB)))))
     assert receiver.recv()[1] == bytes(4 * BLOB)
     assert pickled and pickled[0] < 100
@@ -155,3 +156,15 @@ def test_a_waiting_reader_is_not_woken_when_its_peer_takes_what_it_sent(
         thread.join(30)
     assert switches and switches[0] < 1.5 * rounds, \
         f"{switches[0] / rounds:.2f} sleeps per call: woken for nothing"
+
+
+def test_a_request_without_a_retry_policy_crosses_without_a_field_for_it(pair, in_thread):
+    sender, receiver = pair
+    terms = RetryPolicy(2).terms()
+    big = os.urandom(BLOB)
+    plain, retried = JobRequest("a", "c", b"p", 2, 0.0, None), \
+        JobRequest("b", "c", big, 2, 0.0, None, retries=2, retry=terms)
+    assert len(request_to_wire(plain)) == len(JobRequest._fields) - 1
+    assert pickle.dumps(request_to_wire(plain)) == pickle.dumps(tuple(plain)[:-1])
+    in_thread(lambda: sender.send([request_to_wire(r) for r in (plain, retried)]))
+    assert [request_from_wire(w) for w in receiver.recv()] == [plain, retried]

@@ -135,6 +135,7 @@ def test_a_remote_worker_that_dies_fails_its_job_at_once_naming_the_exit(
                     "--heartbeat-timeout", SILENT_FOR)
     pool = start_pool(procs, manager, 1)
     client = connect_client(manager)
+    doomed: mpsched.JobFuture[object]
     if how == "exit-3":
         doomed = client.submit(jobs.exit_process, 3)
     else:

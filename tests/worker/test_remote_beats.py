@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from mpsched._worker import remote
-from mpsched._worker.loop_end import LoopEnd
 from mpsched._worker.process import DrainState
+from mpsched._worker.stop_reasons import LoopEnd
 
 BEATS_SEEN = 10.0  # seconds for a few beats 10 ms apart, on a loaded machine
 

@@ -13,7 +13,7 @@ import jobs
 import pytest
 from processes import wait_for, wait_started
 from served import START_TIMEOUT, Manager, Processes, serve, start_pool
-from test_remote import free_port, key_file
+from worker.test_remote import free_port, key_file
 
 import mpsched
 from mpsched._worker.slot_file import read_traces

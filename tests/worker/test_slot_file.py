@@ -22,7 +22,6 @@ from mpsched._protocol.codec import report_to_wire
 from mpsched._protocol.records import Report
 from mpsched._store.base import StoredJob
 from mpsched._store.sqlite import SQLiteStore
-from mpsched._worker import slot_file as _slot_file
 from mpsched._worker.claims import ClaimSlot
 from mpsched._worker.slot_file import SlotFile
 
@@ -103,7 +102,7 @@ def test_a_file_that_cannot_grow_gives_anonymous_slots_and_says_so_once(
         raise OSError(errno.ENOSPC, "No space left on device")
 
     slots = SlotFile(f"{store_path}-workers")
-    monkeypatch.setattr(_slot_file.os, "pwrite", full)
+    monkeypatch.setattr(os, "pwrite", full)
     with caplog.at_level(logging.WARNING, logger="mpsched.supervisor"):
         made = [slots.slot(CTX, f"w{n}") for n in range(3)]
     assert [slot.region for slot in made] == [None] * 3

@@ -104,7 +104,7 @@ def test_a_remote_worker_hands_in_a_report_without_waiting_and_knows_if_it_was_a
         tmp_path: Path, caplog: pytest.LogCaptureFixture, vanish_at: int, says: str) -> None:
     service = VanishingService([assignment(1, str, "done")], vanish_at)
     with caplog.at_level(logging.WARNING, logger="mpsched.worker"):
-        ended = serve(service, config(tmp_path), lambda lease_id: None, DrainState(),
+        ended = serve(service, config(tmp_path), lambda lease_id: None, DrainState(),  # type: ignore[arg-type]
                       long_poll=5.0)
     assert ended == "lost"
     # Take the job; hand its report in with a take that returns at once; then wait.
@@ -115,7 +115,7 @@ def test_a_remote_worker_hands_in_a_report_without_waiting_and_knows_if_it_was_a
 
 def test_a_local_worker_hands_in_a_report_with_its_long_poll(tmp_path: Path) -> None:
     service = VanishingService([assignment(1, str, "done")], vanish_at=2)
-    assert serve(service, config(tmp_path), lambda lease_id: None, long_poll=5.0) == "lost"
+    assert serve(service, config(tmp_path), lambda lease_id: None, long_poll=5.0) == "lost"  # type: ignore[arg-type]
     assert service.takes == [(False, 5.0), (True, 5.0), (False, 5.0)]
 
 
@@ -168,7 +168,7 @@ def test_a_late_timer_of_a_finished_job_spares_the_next_job(
         assignment(2, fire_timer, 0, timeout=5.0),  # job 1's late timer goes off in here
         assignment(3, fire_timer, 0),  # no timeout of its own
     ])
-    ended = serve(service, config(tmp_path), lambda lease_id: None, DrainState(),
+    ended = serve(service, config(tmp_path), lambda lease_id: None, DrainState(),  # type: ignore[arg-type]
                   timeouts=timeouts)
     assert ended == "stopped"
     assert outcomes(service) == [("job-1", "quick"), ("job-2", "fired 0"),
@@ -183,7 +183,7 @@ def test_a_job_past_its_timeout_ends_the_worker(
     expired: list[str] = []
     timeouts = JobTimeouts(lambda: expired.append("exit"), timer=FakeTimer)
     service = ScriptedService([assignment(1, fire_timer, 0, timeout=0.5)])
-    serve(service, config(tmp_path), lambda lease_id: None, DrainState(), timeouts=timeouts)
+    serve(service, config(tmp_path), lambda lease_id: None, DrainState(), timeouts=timeouts)  # type: ignore[arg-type]
     assert expired == ["exit"]  # its own timer, while it ran
 
 
@@ -220,7 +220,7 @@ def test_a_remote_worker_waits_the_managers_delay_from_receipt_on_its_own_clock(
     clock = FakeTime(now=-3600.0)  # nowhere near the manager's clock
     monkeypatch.setattr("mpsched._worker.run.time", clock)
     service = ScriptedService([assignment(1, str, "ran")._replace(delay=0.25)])
-    serve(service, config(tmp_path), lambda lease_id: None, DrainState())
+    serve(service, config(tmp_path), lambda lease_id: None, DrainState())  # type: ignore[arg-type]
     assert clock.slept == [0.25]
     assert started(service) == -3600.0 + 0.25
 
@@ -232,7 +232,7 @@ def test_a_local_worker_waits_until_the_due_instant_it_shares_with_the_manager(
     # Handed out early: the manager's clock is ours, the instant is what counts.
     early = assignment(1, str, "ran")._replace(due=100.002, delay=0.0015)
     service = ScriptedService([early])
-    serve(service, config(tmp_path), lambda lease_id: None)
+    serve(service, config(tmp_path), lambda lease_id: None)  # type: ignore[arg-type]
     assert started(service) == pytest.approx(100.002)
     assert sum(clock.slept) == pytest.approx(0.002)
 
@@ -245,7 +245,7 @@ def test_a_local_worker_starts_an_at_job_no_sooner_than_its_wall_clock_time(
     monkeypatch.setattr("mpsched._worker.run.time", clock)
     early = assignment(1, str, "ran")._replace(due=100.002, delay=0.0015, at=1000.005)
     service = ScriptedService([early])
-    serve(service, config(tmp_path), lambda lease_id: None)
+    serve(service, config(tmp_path), lambda lease_id: None)  # type: ignore[arg-type]
     assert started(service) == pytest.approx(100.005)
     assert clock.time() >= 1000.005
 

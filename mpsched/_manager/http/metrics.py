@@ -80,8 +80,12 @@ def _jobs(out: _Exposition, stats: Stats) -> None:
                "Jobs that ended, by outcome: done, failed (the job raised), cancelled, "
                "crashed (lost with its worker, not run again), timeout (killed).",
                [("", {"outcome": o}, ended[o]) for o in OUTCOMES])
+    retried = {"crash": q.retried, "exception": q.retried_exception,
+               "retry_later": q.retried_later}
     out.family("mpsched_jobs_retried_total", "counter",
-               "Jobs run again after their worker died under them.", [("", {}, q.retried)])
+               "Attempts run again, by cause: crash (the worker died under it), exception "
+               "(its retry policy), retry_later (it raised RetryLater).",
+               [("", {"cause": cause}, count) for cause, count in retried.items()])
     if q.next_due_in is not None:
         out.family("mpsched_jobs_next_due_seconds", "gauge",
                    "Seconds until the earliest pending job is due (negative: overdue).",

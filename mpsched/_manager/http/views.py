@@ -88,7 +88,7 @@ class Views:
                        "running": q.in_flight, "submitted": q.submitted,
                        "done": q.completed, "failed": q.failed - q.crashed - q.timed_out,
                        "crashed": q.crashed, "timeout": q.timed_out,
-                       "cancelled": q.cancelled, "retried": q.retried,
+                       "cancelled": q.cancelled, "retried": q.retried_all,
                        "next_due_in": q.next_due_in},
             "chart": chart(recent, covered),
             "workers": [dataclasses.asdict(w) for w in stats.workers],
@@ -139,7 +139,7 @@ class Views:
     def _pending(self, job: Job) -> JsonDict:
         due_in = job.due - self._queue.clock.now()
         return {**_job_fields(job.job_id, job.name, job.priority, time.time() + due_in,
-                              job.attempt, job.key),
+                              job.attempt, job.key, job.error),
                 "state": "pending", "due_in": due_in, "worker": None}
 
     def _waiting(self, limit: int) -> list[JsonDict]:
@@ -155,23 +155,24 @@ class Views:
         job = running.job
         now = self._queue.clock.now()
         return {**_job_fields(job.job_id, job.name, job.priority,
-                              time.time() + job.due - now, job.attempt, job.key),
+                              time.time() + job.due - now, job.attempt, job.key, job.error),
                 "state": "running", "worker": running.lease.worker_id,
                 "running_for": max(0.0, now - max(running.taken, job.due)),
                 "timeout": job.timeout}
 
 
 def _job_fields(job_id: str, name: str, level: int, due_wall: float, attempts: int,
-                key: str | None) -> JsonDict:
-    """The fields every listed job has, named as ``jobs --json`` names them."""
+                key: str | None, error: str | None) -> JsonDict:
+    """The fields every listed job has, named as ``jobs --json`` names them; ``error``:
+    the last error's one line."""
     return {"job_id": job_id, "name": name, "priority": Priority(level).name.lower(),
-            "due": iso(due_wall), "attempts": attempts, "key": key}
+            "due": iso(due_wall), "attempts": attempts, "key": key, "error": error}
 
 
 def record_json(record: JobRecord) -> JsonDict:
     """A job as the journal knows it (ended ones, and lookups by id)."""
     return {**_job_fields(record.job_id, record.name, record.priority, record.due_wall,
-                          record.attempt, record.key),
+                          record.attempt, record.key, record.error),
             "state": record.state.value, "due_in": record.due_wall - time.time(),
             "worker": record.worker_id, "retries": record.retries, "timeout": record.timeout,
             "finished": None if record.finished_wall is None else iso(record.finished_wall)}

@@ -28,6 +28,7 @@ class NewJob(NamedTuple):
     # own claims get no payload from Redis (the claim script) and hand its workers the
     # framed payload that names the segment.
     held: bool = False
+    retry: str | None = None  # its retry state (RetryState, encoded): a job with a policy
 
 
 class Claimed(NamedTuple):
@@ -48,18 +49,28 @@ class Claimed(NamedTuple):
     name: str
     due_wall: float  # UTC epoch seconds, as the server reads it
     submitted_wall: float
+    retry: str | None = None  # its retry state (RetryState, encoded), if it has one
     # A job whose ResultOf take its parents' outcomes: (parent id, its state, the
     # manager's encoding of its outcome, b"" when not kept) each; None for any other.
     inputs: list[tuple[str, str, bytes]] | None = None
 
 
 class Finish(NamedTuple):
-    """A leased job's end, reported under its lease."""
+    """A leased job's end, reported under its lease. State PENDING is a failed attempt
+    that runs again: ``outcome`` is then :func:`retry_end`'s."""
 
     job_id: str
     token: str
-    state: JobState  # DONE or FAILED
+    state: JobState  # DONE or FAILED; PENDING: a retry
     outcome: bytes  # the manager's encoding; opaque to the store
+    retry: str | None = None  # a failed job's final retry state (its listed error)
+
+
+def retry_end(delay: float, cause: str, retry: str) -> bytes:
+    """A retry's Finish outcome: microseconds until it is due on the server's clock, the
+    stats counter it counts in, and the job's retry state, as finish() in common.lua
+    reads them."""
+    return f"{round(delay * 1_000_000)} {cause} {retry}".encode()
 
 
 class Requeue(NamedTuple):
@@ -178,3 +189,5 @@ class QueueCounts(NamedTuple):
     cancelled: int
     retried: int
     head_in: float | None  # seconds until the head is due; None: nothing pending
+    retried_exception: int = 0  # attempts run again by a retry policy
+    retried_later: int = 0  # attempts run again after RetryLater

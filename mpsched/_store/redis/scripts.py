@@ -173,6 +173,11 @@ class Scripts:
                      "" if job.timeout is None else repr(float(job.timeout)), job.retries]
         held = [k for k, job in enumerate(jobs, 1) if job.held]
         args += [len(held), *held]
+        retry = [(k, job.retry) for k, job in enumerate(jobs, 1) if job.retry is not None]
+        if retry:  # only then: a batch without retry policies sends nothing for them
+            args.append(len(retry))
+            for k, state in retry:
+                args += [k, state]
         holders, full = self._call("submit", *args)
         return [_text(h) for h in holders], FULL.get(full)
 
@@ -184,7 +189,7 @@ class Scripts:
                      "" if job.delay is None else _us(job.delay),
                      "" if job.at is None else _us(job.at),
                      "" if job.timeout is None else repr(float(job.timeout)), job.retries,
-                     "1" if after.allow_failure else "0", len(after.parents),
+                     "1" if after.allow_failure else "0", job.retry or "", len(after.parents),
                      *after.parents, len(after.results), *after.results]
         self._call("after", *args)
 
@@ -194,7 +199,8 @@ class Scripts:
         args: list[Any] = [me, _us(lease) // 1000, self._ttl_ms, self._keep_ms,
                            len(finishes)]
         for f in finishes:
-            args += [f.job_id, f.token, f.state.value, _blob(f.outcome)]
+            state = f.state.value if f.retry is None else f"{f.state.value}\n{f.retry}"
+            args += [f.job_id, f.token, state, _blob(f.outcome)]
         args.append(len(requeues))
         for r in requeues:
             args += [r.job_id, r.token, "1" if r.retry else "0"]
@@ -266,14 +272,18 @@ class Scripts:
 
 def _claimed(row: list[Any]) -> Claimed:
     (job_id, payload, delay_us, timeout, attempt, token, level, seq, client, owner, retries,
-     key, name, due_us, submitted_us, *inputs) = row
+     key, name, due_us, submitted_us, *extra) = row  # [retry[, inputs]] (claim.lua)
+    retry = extra[0] if extra else None  # a job with a retry policy
+    inputs = extra[1] if len(extra) > 1 else None  # a job whose ResultOf take results
     return Claimed(
         job_id=_text(job_id), payload=payload, delay=int(delay_us) / US,
         timeout=None if not timeout else float(timeout), attempt=int(attempt),
         token=_text(token), priority=int(level), seq=int(seq), client_id=_text(client),
         owner=_text(owner), retries=int(retries), key=_opt(key), name=_text(name),
         due_wall=int(due_us) / US, submitted_wall=int(submitted_us) / US,
-        inputs=[(_text(i), _text(st), out) for i, st, out in inputs[0]] if inputs else None)
+        retry=_text(retry) if retry else None,
+        inputs=None if inputs is None else [(_text(i), _text(st), out)
+                                            for i, st, out in inputs])
 
 
 def parse_ended(message: bytes) -> list[StoredEnd] | None:

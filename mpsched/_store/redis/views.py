@@ -8,11 +8,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from mpsched._core.job import JobRecord, JobState, Order
+from mpsched._core.retrying import RetryState
 from mpsched._store.redis.records import AFTER, ManagerRecord, QueueCounts
 
 US = 1_000_000  # microseconds per second
+# As jobs.lua's FIELDS; "rs": a job's retry state, for a job with a retry policy; "wn":
+# how many parents a job waiting for them waits for.
 RECORD_FIELDS = ("c", "k", "n", "pr", "d", "s", "to", "r", "a", "sub", "st", "w", "f", "x",
-                 "wn")
+                 "rs", "wn")
 
 
 def managers(client: Any, base: str) -> list[ManagerRecord]:
@@ -52,7 +55,8 @@ def counts(client: Any, base: str) -> QueueCounts:
         running=running, submitted=number.get("submitted", 0),
         done=number.get("done", 0), failed=number.get("failed", 0),
         cancelled=number.get("cancelled", 0), retried=number.get("retried", 0),
-        head_in=head_in)
+        head_in=head_in, retried_exception=number.get("retried:exception", 0),
+        retried_later=number.get("retried:retry_later", 0))
 
 
 def head(client: Any, base: str, n: int, order: Order) -> list[tuple[JobRecord, float]]:
@@ -93,7 +97,7 @@ def _ready_due(member: bytes) -> int:
 
 def record(job_id: str, row: Sequence[Any], outcome: bytes | None) -> JobRecord:
     (client, key, name, level, due, seq, timeout, retries, attempt, submitted, state,
-     worker, finished, crashed, waiting) = row
+     worker, finished, crashed, retry, waiting) = row
     if crashed is not None and crashed.startswith(AFTER.encode()):
         crashed = None  # failed after a parent: no worker ran it
     return JobRecord(
@@ -104,4 +108,5 @@ def record(job_id: str, row: Sequence[Any], outcome: bytes | None) -> JobRecord:
         state=JobState(state.decode()),
         worker_id=(worker or crashed or b"").decode() or None,
         finished_wall=None if finished is None else int(finished) / US, outcome=outcome,
+        error=None if retry is None else RetryState.decode(retry.decode()).error,
         waiting_for=int(waiting or 0))

@@ -117,6 +117,7 @@ def raw_exchange(server: StatusServer, data: bytes) -> bytes:
 
 def submit(service: ManagerService, job_id: str, priority: Priority = Priority.MEDIUM,
            delay: float = 0.0, retries: int = 0) -> None:
+    assert isinstance(service.queue, JobQueue)
     service.queue.submit(JobRequest(job_id, "client", b"payload", priority.level, delay, None,
                                     retries=retries, name=f"jobs:{job_id}"))
 

@@ -81,9 +81,19 @@ def test_job_counts_by_priority_and_outcome() -> None:
     assert finished.type == "counter"
     assert {s.labels["outcome"]: s.value for s in finished.samples} == {
         "done": 20, "failed": 3, "cancelled": 4, "crashed": 1, "timeout": 2}
-    assert value(families, "mpsched_jobs_retried", "mpsched_jobs_retried_total") == 1
+    assert value(families, "mpsched_jobs_retried", "mpsched_jobs_retried_total",
+                 cause="crash") == 1
     assert value(families, "mpsched_jobs_submitted", "mpsched_jobs_submitted_total") == 40
     assert value(families, "mpsched_jobs_next_due_seconds") == -0.5
+
+
+def test_retried_attempts_are_counted_by_cause() -> None:
+    queue = queue_stats(retried=2, retried_exception=5, retried_later=3)
+    families = parsed(render(MetricsInput(stats(queue=queue), lateness(), [], None, 1.7e9)))
+    retried = families["mpsched_jobs_retried"]
+    assert retried.type == "counter"
+    assert {s.labels["cause"]: s.value for s in retried.samples} == {
+        "crash": 2, "exception": 5, "retry_later": 3}
 
 
 def test_lateness_is_a_histogram_in_seconds() -> None:

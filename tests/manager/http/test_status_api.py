@@ -16,14 +16,15 @@ from typing import Any
 
 import psutil
 import pytest
-from conftest import TRACEBACK, WORKERS, request, run, submit
 from fakeclock import FakeClock
+from manager.http.conftest import TRACEBACK, WORKERS, request, run, submit
 from prometheus_client.parser import text_string_to_metric_families
 
 from mpsched._core.heap import PendingJobs
 from mpsched._core.job import JobRequest, Outcome, Priority
+from mpsched._core.options import Catchup, Mode, OnError, Overlap
 from mpsched._core.queue import JobQueue
-from mpsched._core.recurring import ScheduleSpec
+from mpsched._core.recurring import ScheduleKind, ScheduleSpec
 from mpsched._manager.http.server import StatusServer
 from mpsched._manager.service import ManagerService
 from mpsched._manager.store_journal import Journal
@@ -38,8 +39,8 @@ def schedule(service: ManagerService, clock: FakeClock) -> None:
     """Schedule "tick" every 10 s from 5 s on, overlap skip: one run started, then two
     slots skipped while it ran; then paused (its next run leaves the heap)."""
     service.add_schedule(tuple(ScheduleSpec(
-        "tick", "every", 10.0, "rate", "", "", 5.0, None, 0.0, "skip", "latest", "continue",
-        2, None, 0, "jobs:tick", b"payload")))
+        "tick", ScheduleKind.EVERY, 10.0, Mode.RATE, "", "", 5.0, None, 0.0, Overlap.SKIP,
+        Catchup.LATEST, OnError.CONTINUE, 2, None, 0, "jobs:tick", b"payload")))
     clock.advance(5)
     [wire] = service.take("w1", None, 0)
     lease = assignment_from_wire(wire).lease
@@ -93,7 +94,8 @@ def test_metrics_show_the_state_the_test_set_up(
     finished = {s.labels["outcome"]: s.value for s in found["mpsched_jobs_finished"].samples}
     # cancelled: the run the pause withdrew
     assert finished == {"done": 4, "failed": 1, "cancelled": 1, "crashed": 0, "timeout": 0}
-    assert sample(found, "mpsched_jobs_retried", "mpsched_jobs_retried_total") == 1
+    assert sample(found, "mpsched_jobs_retried", "mpsched_jobs_retried_total",
+                  cause="crash") == 1
     assert sample(found, "mpsched_jobs_running") == 0
     counters = {field: sample(found, f"mpsched_schedule_{field}",
                               f"mpsched_schedule_{field}_total", schedule="tick")
@@ -209,6 +211,7 @@ def test_the_page_and_the_listings_never_copy_the_whole_heap(
         service: ManagerService, clock: FakeClock, serve: Callable[..., StatusServer],
         monkeypatch: pytest.MonkeyPatch) -> None:
     set_up(service, clock)
+    assert isinstance(service.queue, JobQueue)
     service.queue.submit_many([JobRequest(f"bulk-{i}", "client", b"", 3, 7200.0, None)
                                for i in range(20_000)])
 

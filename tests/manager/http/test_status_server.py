@@ -12,17 +12,20 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import TOKEN, port_of, raw_exchange, request, submit
 from fakeclock import FakeClock
+from manager.http.conftest import TOKEN, port_of, raw_exchange, request, submit
 from processes import wait_for
 
 import mpsched._manager.http.connections as connections_module
 import mpsched._manager.http.server as server_module
 from mpsched._core.job import Priority
-from mpsched._core.recurring import ScheduleSpec
+from mpsched._core.options import Catchup, Mode, OnError, Overlap
+from mpsched._core.queue import JobQueue
+from mpsched._core.recurring import ScheduleKind, ScheduleSpec
 from mpsched._errors import AddressError, AuthenticationError, ConfigError
 from mpsched._manager.http.connections import MAX_PER_ADDRESS
 from mpsched._manager.http.server import StatusServer
+from mpsched._manager.http.views import Views
 from mpsched._manager.service import ManagerService
 from mpsched._transport.http_access import http_config
 from mpsched._transport.tls import TlsConfig
@@ -116,9 +119,10 @@ def test_a_token_holder_cancels_a_pending_job_and_pauses_and_resumes_a_schedule(
         service: ManagerService, clock: FakeClock,
         serve: Callable[..., StatusServer]) -> None:
     submit(service, "later", Priority.LOW, delay=60)
+    assert isinstance(service.queue, JobQueue)
     service.add_schedule(tuple(ScheduleSpec(
-        "tick", "every", 10.0, "rate", "", "", 5.0, None, 0.0, "skip", "latest", "continue",
-        2, None, 0, "jobs:tick", b"payload")))
+        "tick", ScheduleKind.EVERY, 10.0, Mode.RATE, "", "", 5.0, None, 0.0, Overlap.SKIP,
+        Catchup.LATEST, OnError.CONTINUE, 2, None, 0, "jobs:tick", b"payload")))
     server = serve(token=TOKEN)
     answer = request(server, "/api/jobs/later/cancel", method="POST", token=TOKEN)
     assert answer.status == 200 and answer.json() == {"job_id": "later", "cancelled": True}
@@ -217,7 +221,7 @@ def test_an_error_of_the_server_is_logged_and_answered_500_in_one_line(
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(server_module.Views, "dashboard", broken)
+    monkeypatch.setattr(Views, "dashboard", broken)
     with caplog.at_level(logging.ERROR, logger="mpsched.http"):
         answer = request(server, "/api/dashboard")
     assert answer.status == 500 and "manager's log" in one_line(answer.body)

@@ -2,10 +2,11 @@
 -- last parent has ended (see release_kids in common.lua).
 --
 -- ARGV: B, owner, ttl_ms, keep_ms, n,
---       {id, client, name, payload, level, delay_us, at_us, timeout, retries, allow,
+--       {id, client, name, payload, level, delay_us, at_us, timeout, retries, allow, rs,
 --        np, {parent} * np, nr, {parent} * nr} * n
 -- (delay_us or at_us is "", as in submit.lua; allow = '1': run even after a parent that
--- failed or was cancelled; the nr parents are those whose outcomes its ResultOf take).
+-- failed or was cancelled; rs its retry state, "" for a job without a retry policy; the
+-- nr parents are those whose outcomes its ResultOf take).
 --
 -- A parent pending or running (or a job of this batch before it) is waited for; one
 -- that ended counts as ended; one unknown fails the whole batch: NOTFOUND <id>. A job
@@ -21,10 +22,10 @@ local jobs = {}
 local at = 6
 for k = 1, n do
   local job = {at = at}
-  local np = tonumber(ARGV[at + 10])
+  local np = tonumber(ARGV[at + 11])
   job.parents = {}
-  for p = 1, np do job.parents[p] = ARGV[at + 10 + p] end
-  local nr_at = at + 11 + np
+  for p = 1, np do job.parents[p] = ARGV[at + 11 + p] end
+  local nr_at = at + 12 + np
   local results = {}
   for r = 1, tonumber(ARGV[nr_at]) do results[r] = ARGV[nr_at + r] end
   job.results = table.concat(results, ' ')
@@ -63,6 +64,10 @@ for _, job in ipairs(jobs) do
   if ARGV[a + 9] == '1' then
     fields[#fields + 1] = 'wa'
     fields[#fields + 1] = 1
+  end
+  if ARGV[a + 10] ~= '' then
+    fields[#fields + 1] = 'rs'
+    fields[#fields + 1] = ARGV[a + 10]
   end
   if job.results ~= '' then
     fields[#fields + 1] = 'wr'

@@ -320,6 +320,33 @@ local function release_kids(id, ok, how, ttl_ms, keep_ms, now, outbox)
   end
 end
 
+-- A failed attempt of a running job that runs again (its retry policy, or RetryLater),
+-- if `token` is its lease's: back in the due set `end` microseconds from now on this
+-- server's clock, with its retry state. `end` is "<delay_us> <cause> <retry state>"
+-- (mpsched._store.redis.records.retry_end); the cause names the stats counter. The
+-- attempt was counted by the claim that leased it. Returns 1, or 1 again for an end sent
+-- again under the same lease (its first answer was lost), 0 for a stale lease.
+local function retried(id, token, ending, now)
+  local jk = B .. 'j:' .. id
+  local f = redis.call('HMGET', jk, 't', 'st', 'm', 'pr', 's', 'c')
+  if f[1] ~= token then return 0 end
+  if f[2] == 'pending' then return 1 end
+  if f[2] ~= 'running' then return 0 end
+  local first = string.find(ending, ' ', 1, true)
+  local second = string.find(ending, ' ', first + 1, true)
+  local due = now + tonumber(string.sub(ending, 1, first - 1))
+  redis.call('SREM', B .. 'l:' .. f[3], id)
+  redis.call('HSET', jk, 'st', 'pending', 'd', due, 'rs', string.sub(ending, second + 1))
+  redis.call('HINCRBY', B .. 'stats', 'retried:' .. string.sub(ending, first + 1, second - 1), 1)
+  local m = member(f[4], f[5], id)
+  redis.call('ZADD', B .. 'due', due, m)
+  redis.call('ZADD', B .. 'c:' .. f[6], due, id)
+  redis.call('HINCRBY', B .. 'stats', 'pending:' .. f[4], 1)
+  count_bytes(payload_bytes(id))
+  if head()[1] == m then wake() end
+  return 1
+end
+
 -- End a running job's lease with an outcome, if `token` is its lease's: 0 when the
 -- lease is stale (the job was taken back and given to another lease), else 1, or 2
 -- when the caller (`me`) delivers the end itself. An end sent again under the lease that
@@ -327,8 +354,13 @@ end
 -- failed as crashed when it took back the jobs of this lease's manager (presumed dead:
 -- field x), and that never ran again, ran to this end after all: the end replaces the
 -- failure, and its owner and watchers are told again (3). What else changes waits in
--- `outbox` (see send_outbox).
+-- `outbox` (see send_outbox). A state "failed\n<retry state>" is a job with a retry
+-- policy that failed for good: its retry state, with its final error, is kept too.
 local function finish(id, token, state, outcome, me, ttl_ms, keep_ms, now, outbox)
+  if state == 'pending' then return retried(id, token, outcome, now) end
+  local retry = nil  -- a job with a retry policy that failed for good: "failed\n<state>"
+  local cut = string.find(state, '\n', 1, true)
+  if cut then state, retry = string.sub(state, 1, cut - 1), string.sub(state, cut + 1) end
   local jk = B .. 'j:' .. id
   local f = redis.call('HMGET', jk, 't', 'st', 'o', 'k', 'm', 'c', 'wd', 'x', 'hk')
   if f[1] ~= token then return 0 end
@@ -345,6 +377,7 @@ local function finish(id, token, state, outcome, me, ttl_ms, keep_ms, now, outbo
     end
   end
   redis.call('HSET', jk, 'st', state, 'f', now, 'out', outcome)
+  if retry then redis.call('HSET', jk, 'rs', retry) end
   redis.call('HDEL', jk, 'p')
   local leases = list_in(outbox.leases, f[5])
   leases[#leases + 1] = id

@@ -6,7 +6,7 @@
 local state = ARGV[2]
 local limit = tonumber(ARGV[3])
 local FIELDS = {'c', 'k', 'n', 'pr', 'd', 's', 'to', 'r', 'a', 'sub', 'st', 'w', 'f', 'x',
-                'wn'}
+                'rs', 'wn'}
 local out, gone = {}, {}
 local start, CHUNK = 0, 500
 while true do

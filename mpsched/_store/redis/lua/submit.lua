@@ -2,7 +2,7 @@
 --
 -- ARGV: B, owner, if_absent, max_pending, max_bytes, n,
 --       {id, client, key, name, payload, level, delay_us, at_us, timeout, retries} * n,
---       nh, {k} * nh
+--       nh, {k} * nh [, nr, {k, retry} * nr]
 -- (delay_us or at_us is "": a job is due after a delay from now on this server's clock,
 -- or at a UTC instant; max_pending, a bound on pending jobs, and max_bytes, on the
 -- payload bytes they hold, "" for no bound).
@@ -19,6 +19,10 @@
 -- large buffers in shared memory, so its own claims take them without the payload (the
 -- job's field `sh` names it). Jobs without large buffers pay nothing for this.
 --
+-- The nr jobs numbered k have a retry policy: `retry` is their retry state (JSON, see
+-- mpsched._core.retrying.RetryState), kept in the job's field `rs`. A batch without any
+-- leaves the list out.
+--
 -- Returns {holders, full}: for each job the id of the job that stands for it; full = 1
 -- when the queue had no room for the batch under max_pending, 2 under max_bytes: nothing
 -- was added.
@@ -33,6 +37,13 @@ local held = {}
 local nh_at = 7 + n * FIELDS
 for k = 1, tonumber(ARGV[nh_at]) do
   held[6 + (tonumber(ARGV[nh_at + k]) - 1) * FIELDS] = true  -- by the job's `at`, below
+end
+local retry_of = {}
+local nr_at = nh_at + 1 + tonumber(ARGV[nh_at])
+if ARGV[nr_at] then
+  for k = 1, tonumber(ARGV[nr_at]) do
+    retry_of[6 + (tonumber(ARGV[nr_at + 2 * k - 1]) - 1) * FIELDS] = ARGV[nr_at + 2 * k]
+  end
 end
 
 local holders, fresh, keys, ids = {}, {}, {}, {}
@@ -105,6 +116,10 @@ for _, at in ipairs(fresh) do
   if held[at] then
     fields[#fields + 1] = 'sh'
     fields[#fields + 1] = owner
+  end
+  if retry_of[at] then
+    fields[#fields + 1] = 'rs'
+    fields[#fields + 1] = retry_of[at]
   end
   if key ~= '' then
     fields[#fields + 1] = 'k'

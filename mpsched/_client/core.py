@@ -154,7 +154,7 @@ class ClientCore:
         self._futures.add(future)
         return future
 
-    def sent(self, job_id: str, timeout: float = 30.0) -> None:
+    def wait_sent(self, job_id: str, timeout: float = 30.0) -> None:
         """Return once a job of this client has reached the manager (or failed to)."""
         if self.outbox is not None:
             self.outbox.wait_sent(job_id, timeout)
