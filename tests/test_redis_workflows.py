@@ -13,10 +13,11 @@ from typing import Any
 
 import flow_jobs
 import pytest
+import retry_jobs
 from processes import wait_for
 from served import Manager, serve
 
-from mpsched import DependencyFailedError, JobNotFoundError, ResultOf
+from mpsched import DependencyFailedError, JobNotFoundError, ResultOf, RetryPolicy
 
 pytestmark = pytest.mark.slow
 WAIT = 60.0
@@ -121,3 +122,16 @@ def test_a_manager_sigkilled_in_the_middle_of_a_graph_loses_nothing(
                    if line.startswith("end "))
     assert set(ends) == set(names) and set(ends.values()) == {1}
     assert client.jobs(state="pending") == []
+
+
+def test_a_parent_retried_on_its_exception_releases_its_child_at_its_final_outcome(
+        procs: Any, connect_client: Callable[..., Any], redis_url: str,
+        tmp_path: Path) -> None:
+    first, second = start_manager(procs, redis_url), start_manager(procs, redis_url)
+    one, two = connect_client(first), connect_client(second)
+    log = str(tmp_path / "runs")
+    parent = one.schedule(retry_jobs.fail_times, log, 2, "third time",
+                          retry=RetryPolicy(3, backoff=0.05))
+    child = two.schedule(flow_jobs.describe, ResultOf(parent.job_id))
+    assert child.result(timeout=WAIT) == repr("third time")
+    assert len(retry_jobs.runs(log)) == 3

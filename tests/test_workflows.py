@@ -9,10 +9,18 @@ from pathlib import Path
 import flow_jobs
 import jobs
 import pytest
+import retry_jobs
 from processes import wait_for
 
 import mpsched
-from mpsched import DependencyFailedError, InvalidJobError, JobNotFoundError, ResultOf, Scheduler
+from mpsched import (
+    DependencyFailedError,
+    InvalidJobError,
+    JobNotFoundError,
+    ResultOf,
+    RetryPolicy,
+    Scheduler,
+)
 
 MakeScheduler = Callable[..., Scheduler]
 
@@ -206,3 +214,16 @@ def test_a_retried_parent_counts_as_ended_only_at_its_final_outcome(sched: Sched
     after_crash = sched.schedule(flow_jobs.describe, 1, after=[crashed])
     error = after_crash.exception(timeout=60)
     assert isinstance(error, DependencyFailedError) and "WorkerCrashedError" in str(error)
+
+
+def test_a_parent_retried_on_its_exception_releases_its_child_at_its_final_outcome(
+        sched: Scheduler, tmp_path: Path):
+    log = str(tmp_path / "runs")
+    parent = sched.schedule(retry_jobs.fail_times, log, 2, "third time",
+                            retry=RetryPolicy(3, backoff=0.05))
+    child = sched.schedule(flow_jobs.describe, ResultOf(parent))
+    assert child.result(timeout=60) == repr("third time")
+    assert len(retry_jobs.runs(log)) == 3
+    hopeless = sched.schedule(retry_jobs.always_fail, log, retry=RetryPolicy(1, backoff=0.05))
+    after = sched.schedule(flow_jobs.describe, 1, after=[hopeless], retry=2)
+    assert isinstance(after.exception(timeout=60), DependencyFailedError)
