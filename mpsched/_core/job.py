@@ -341,7 +341,9 @@ class JobInfo:
 
     ``state`` is "pending", "running", "done", "failed" or "cancelled"; ``due`` is an aware
     datetime in UTC; ``attempts`` counts the runs a worker started; ``worker`` is the one
-    running it (or that ran it last); ``key`` its idempotency key, if it has one.
+    running it (or that ran it last); ``key`` its idempotency key, if it has one;
+    ``waiting_for``, for a pending job with parents, how many of them are still pending
+    or running (``"after 2 jobs"``).
     """
 
     job_id: str
