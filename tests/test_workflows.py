@@ -227,3 +227,12 @@ def test_a_parent_retried_on_its_exception_releases_its_child_at_its_final_outco
     hopeless = sched.schedule(retry_jobs.always_fail, log, retry=RetryPolicy(1, backoff=0.05))
     after = sched.schedule(flow_jobs.describe, 1, after=[hopeless], retry=2)
     assert isinstance(after.exception(timeout=60), DependencyFailedError)
+
+
+def test_shutdown_with_cancel_futures_cancels_the_jobs_that_wait(
+        make_scheduler: MakeScheduler):
+    s = make_scheduler(workers=1)
+    parent = s.schedule(flow_jobs.describe, 1, delay=60)
+    child = s.schedule(flow_jobs.describe, ResultOf(parent))
+    s.shutdown(wait=True, cancel_futures=True)
+    assert parent.cancelled() and child.cancelled()
