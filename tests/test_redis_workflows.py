@@ -115,6 +115,7 @@ def test_a_manager_sigkilled_in_the_middle_of_a_graph_loses_nothing(
     last = previous[-1]
     wait_for(lambda: os.path.exists(log) and flow_jobs.order_keys(log).count("end L1.0") == 1,
              WAIT, "the second layer ran")
+    doomed_pids = worker_pids(doomed)
     os.killpg(doomed.proc.pid, signal.SIGKILL)
     result = last.result(timeout=WAIT)
     assert result[-1] == "L4.3" and len(result) == 4 ** 4 + 4 ** 3 + 4 ** 2 + 4 + 1
@@ -122,6 +123,9 @@ def test_a_manager_sigkilled_in_the_middle_of_a_graph_loses_nothing(
                    if line.startswith("end "))
     assert set(ends) == set(names) and set(ends.values()) == {1}
     assert client.jobs(state="pending") == []
+    ran_on_doomed = [key for key, pids in flow_jobs.pids(log).items()
+                     if set(pids) & doomed_pids]
+    assert ran_on_doomed, "the killed manager's worker ran none of the graph"
 
 
 def test_a_parent_retried_on_its_exception_releases_its_child_at_its_final_outcome(
