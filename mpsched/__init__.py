@@ -58,6 +58,8 @@ from mpsched._protocol.records import (
 from mpsched._protocol.records import (
     WorkerStatus as WorkerStatus,
 )
+from mpsched._worker.context import JobContext as JobContext
+from mpsched._worker.context import current_job as current_job
 
 __all__ = [
     "AddressError",
@@ -69,6 +71,7 @@ __all__ = [
     "Durability",
     "ExtraMissingError",
     "InvalidJobError",
+    "JobContext",
     "JobError",
     "JobFuture",
     "JobInfo",
@@ -114,6 +117,7 @@ __all__ = [
     "WorkerCrashedError",
     "WorkerStatus",
     "connect",
+    "current_job",
 ]
 __version__ = "0.1.0"
 

@@ -24,6 +24,7 @@ def test_public_names_are_pinned():
         "Durability",
         "ExtraMissingError",
         "InvalidJobError",
+        "JobContext",
         "JobError",
         "JobFuture",
         "JobInfo",
@@ -69,6 +70,7 @@ def test_public_names_are_pinned():
         "WorkerCrashedError",
         "WorkerStatus",
         "connect",
+        "current_job",
     ]
     assert all(hasattr(mpsched, name) for name in mpsched.__all__)
 
@@ -217,6 +219,8 @@ REACHED_THROUGH = {
     "not_due": "test_interrupt.py::test_with_a_store_ctrl_c_leaves_the_jobs_due_later_in_it",
     "payload_options": "test_payloads.py::test_arguments_and_results_travel_through_shared_"
                        "memory",
+    "retry_budget": "test_job_context.py::test_a_job_reads_its_id_attempt_retry_budget_and_"
+                    "due_time",
     "schedule_preview": "test_schedule.py::test_cron_plans_in_its_zone_and_checks_at_the_"
                         "call_site",
     "watch_many": "test_reconnect.py::test_with_a_store_outstanding_futures_resolve_after_"

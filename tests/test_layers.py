@@ -18,8 +18,8 @@ PACKAGE = Path(__file__).parent.parent / "mpsched"
 # a cycle waiting to happen, so modules of one group never import each other.
 LAYERS: list[tuple[str, list[set[str]]]] = [
     ("_errors", [set()]),  # the whole error tree, one module
-    ("_core", [{"options", "histogram", "retrying"}, {"job"}, {"clock", "recurring",
-                                                                "result_of", "dependencies"},
+    ("_core", [{"options", "histogram", "retrying", "progress"}, {"job"},
+               {"clock", "recurring", "result_of", "dependencies"},
                {"leases", "heap", "planning", "wall_offset"}, {"room", "prefetch"},
                {"hand_out"}, {"intake"}, {"queue"}]),
     ("_store", [{"base", "commit", "pruning", "lease_records", "group_sync", "redis.url",
@@ -32,7 +32,8 @@ LAYERS: list[tuple[str, list[set[str]]]] = [
     ("_protocol", [{"records"}, {"codec"}, {"proxy"}]),
     ("_payload", [{"frames", "by_value"}, {"shm"}, {"segment_pool", "segments"},
                   {"pickling"}]),
-    ("_worker", [{"stop_reasons", "claims", "reports", "process"}, {"run", "slot_file"},
+    ("_worker", [{"stop_reasons", "claims", "reports", "process", "context"},
+                 {"run", "slot_file"},
                  {"loop", "pool_slots"}, {"remote"}, {"pool"}]),
     ("_manager", [{"retained", "mailbox", "worker_table", "launcher", "failures", "http.metrics",
                    "http.history", "http.connections", "wall_clock", "store_outage",

@@ -23,6 +23,7 @@ from mpsched._client.client import Client
 from mpsched._client.job_future import JobFuture
 from mpsched._core.job import JobInfo, JobState
 from mpsched._errors import (
+    InvalidJobError,
     JobNotFoundError,
     RemoteTraceback,
     ScheduleNotFoundError,
@@ -101,25 +102,36 @@ def job_as_dict(job: JobInfo, now: float) -> dict[str, Any]:
     return {"job_id": job.job_id, "name": job.name, "state": job.state,
             "due": job.due.isoformat(), "due_in": job.due.timestamp() - now,
             "priority": job.priority.name.lower(), "attempts": job.attempts,
-            "worker": job.worker, "key": job.key, "error": job.error,
-            "waiting_for": job.waiting_for}
+            "worker": job.worker, "key": job.key, "progress": job.progress,
+            "error": job.error, "waiting_for": job.waiting_for}
 
 
 def format_jobs(jobs: list[JobInfo], now: float) -> str:
     """The table ``jobs`` prints: one line per job, due as local time and the wait."""
     if not jobs:
         return "no jobs\n"
-    rows = [("id", "name", "state", "due", "priority", "attempts", "worker", "last error")]
+    rows = [("id", "name", "state", "due", "priority", "attempts", "worker", "progress",
+             "last error")]
     rows += [(job.job_id, job.name,
               job.state if job.waiting_for is None else f"{job.state}, {job.waiting_for}",
               format_when(job, now),
               job.priority.name.lower(), str(job.attempts), job.worker or "-",
-              job.error or "-")
+              format_progress(job.progress), job.error or "-")
              for job in jobs]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
              + f"  {row[-1]}" for row in rows]  # the last column unpadded: no trailing blanks
     return "\n".join(lines) + "\n"
+
+
+def format_progress(progress: float | dict[str, Any] | None, width: int = 40) -> str:
+    """``42%`` for a number, the dict as compact JSON (cut to ``width``), ``-`` for none."""
+    if progress is None:
+        return "-"
+    if isinstance(progress, float):
+        return f"{progress:.0%}"
+    text = json.dumps(progress, separators=(",", ":"))
+    return text if len(text) <= width else text[:width - 3] + "..."
 
 
 def format_when(job: JobInfo, now: float) -> str:
@@ -202,6 +214,26 @@ def unfinished_state(client: Client, future: JobFuture[Any]) -> JobState | None:
             return state
         concurrent.futures.wait([future], timeout=1.0)
     return None
+
+
+# ------------------------------------------------------------------------------ requeue
+
+
+def run_requeue(args: argparse.Namespace, out: TextIO) -> int:
+    """The ``requeue`` command: 0 when the failed or cancelled job is pending again (its
+    id printed), else 1 and why on stderr."""
+    with connected(args) as client:
+        try:
+            client.requeue(args.job_id)
+        except JobNotFoundError:
+            why = _UNKNOWN
+        except InvalidJobError as exc:
+            why = str(exc).removeprefix(f"job {args.job_id} cannot be requeued: ")
+        else:
+            print(args.job_id, file=out)
+            return Exit.OK
+    print(f"mpsched: job {args.job_id} was not requeued: {why}", file=sys.stderr)
+    return Exit.FAILURE
 
 
 # ------------------------------------------------------------------------------ result

@@ -29,7 +29,7 @@ import cloudpickle
 from mpsched._cli.connection import manager_of, service_at
 from mpsched._cli.drain import run_drain_workers
 from mpsched._cli.formats import plural
-from mpsched._cli.jobs import print_outcome, run_cancel, run_jobs, run_result
+from mpsched._cli.jobs import print_outcome, run_cancel, run_jobs, run_requeue, run_result
 from mpsched._cli.options import tls_from_args
 from mpsched._cli.parser import Command, build_parser, usage_line
 from mpsched._cli.schedules import check_recurring, run_schedules, submit_recurring
@@ -328,8 +328,8 @@ HANDLERS: dict[Command, Handler] = {
     Command.SERVE: run_serve, Command.WORKER: _worker,
     Command.DRAIN_WORKERS: run_drain_workers, Command.SUBMIT: _submit,
     Command.STATUS: run_status, Command.JOBS: run_jobs, Command.SCHEDULES: run_schedules,
-    Command.CANCEL: run_cancel, Command.RESULT: run_result, Command.DEMO: _demo,
-    Command.STRESS: _stress}
+    Command.CANCEL: run_cancel, Command.REQUEUE: run_requeue, Command.RESULT: run_result,
+    Command.DEMO: _demo, Command.STRESS: _stress}
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -43,6 +43,7 @@ class Command(Option):
     JOBS = "jobs"
     SCHEDULES = "schedules"
     CANCEL = "cancel"
+    REQUEUE = "requeue"
     RESULT = "result"
     DEMO = "demo"
     STRESS = "stress"
@@ -232,6 +233,12 @@ def _query_commands(commands: _Commands) -> None:
                         "after it; a running one finishes)",
         "python -m mpsched cancel 3f2a1b4c5d6e-17",
         codes="0 cancelled, 1 not pending (running, finished, or unknown)")))
+    cancel_options(client_options(command(
+        Command.REQUEUE, "run a failed or cancelled job again: pending, due now, under its "
+                         "id, with its options and no attempt made",
+        "python -m mpsched requeue 3f2a1b4c5d6e-17",
+        codes="0 requeued (its id printed), 1 not failed or cancelled (pending, running, "
+              "done, or unknown)")))
     result_options(client_options(command(
         Command.RESULT, "print a job's result (as JSON, or its repr when JSON cannot hold "
                         "it), or why it failed with the worker's traceback",

@@ -15,6 +15,7 @@ from typing import Any
 from mpsched._client.core import ClientCore
 from mpsched._client.job_future import JobFuture
 from mpsched._core.job import JobInfo, JobRecord, JobState, JobStateLike, Priority
+from mpsched._core.progress import decode_progress
 from mpsched._errors import ConfigError, InvalidJobError, JobNotFoundError
 from mpsched._protocol.proxy import ServiceProxy
 from mpsched._protocol.records import Stats
@@ -102,6 +103,26 @@ class ClientBase:
             raise JobNotFoundError(job_id)
         return _job_info(record)
 
+    def requeue(self, job_id: str) -> JobFuture[Any]:
+        """Run a failed or cancelled job again: it is pending again, due now, under the
+        same id, with its priority, timeout, retries and key, and no attempt made.
+
+        Returns a new future for it (its end comes to this client, whichever submitted
+        it). The job's arguments are kept while the job is (``result_ttl``).
+
+        Raises:
+            InvalidJobError: ``job_id`` is not a non-empty string; the job is pending,
+                running or done; its arguments were not kept (they went through shared
+                memory); its key is held by another job now.
+            JobNotFoundError: no such job: unknown, or ended and forgotten.
+            ManagerConnectionLostError: the manager is unreachable.
+        """
+        if not isinstance(job_id, str) or not job_id:
+            raise InvalidJobError(f"a job id is a non-empty string, not {job_id!r}")
+        if self._core.outbox is not None:
+            self._core.outbox.flush()  # a job this client just cancelled is known there
+        return self._core.requeue(job_id)
+
     def cancel(self, job_id: str) -> bool:
         """Cancel a pending job by id, whichever client submitted it; True if it was
         pending and will never run (its future, wherever it is, ends cancelled).
@@ -124,5 +145,6 @@ def _job_info(record: JobRecord) -> JobInfo:
                    due=datetime.fromtimestamp(record.due_wall, timezone.utc),
                    priority=Priority(record.priority), attempts=record.attempt,
                    worker=record.worker_id, key=record.key, error=record.error,
+                   progress=decode_progress(record.progress),
                    waiting_for=(f"after {record.waiting_for} jobs" if record.waiting_for
                                 else None))

@@ -14,10 +14,10 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from concurrent.futures import Executor
 from datetime import datetime, timedelta
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, overload
 
 from mpsched._client.closing import ClosingClient
 from mpsched._client.job_future import JobFuture, MapResults
@@ -190,7 +190,16 @@ class Client(ClosingClient, Executor):
             raise
         return future
 
-    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> JobFuture[T]:
+    @overload
+    def submit(self, fn: Callable[P, Coroutine[Any, Any, T]], /, *args: P.args,
+               **kwargs: P.kwargs) -> JobFuture[T]: ...
+
+    @overload
+    def submit(self, fn: Callable[P, T], /, *args: P.args,
+               **kwargs: P.kwargs) -> JobFuture[T]: ...
+
+    def submit(self, fn: Callable[P, Any], /, *args: P.args,
+               **kwargs: P.kwargs) -> JobFuture[Any]:
         """Run ``fn(*args, **kwargs)`` as soon as a worker is free, at MEDIUM priority.
 
         The ``Executor`` method: every keyword goes to ``fn``. A ``ResultOf`` among the

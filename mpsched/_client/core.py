@@ -33,6 +33,7 @@ from mpsched._client.results import serve_outcomes
 from mpsched._client.store_failures import StoreFailures
 from mpsched._core.job import JobRequest, Outcome, OutcomeKind, Payload
 from mpsched._errors import (
+    InvalidJobError,
     ManagerConnectionLostError,
     MpschedError,
     PayloadTooLargeError,
@@ -186,6 +187,33 @@ class ClientCore:
             raise
         if outcome is not None:  # it has ended: resolved before the caller sees it
             self.resolve(outcome)
+        return future
+
+    def requeue(self, job_id: str) -> JobFuture[Any]:
+        """Put a failed or cancelled job back in the queue by id (Client.requeue); its
+        end comes to this client, to the future returned, registered before the manager
+        is asked so that no end can come first.
+
+        Raises:
+            InvalidJobError: this client waits for the job already (it is pending or
+                running), or the manager refused (see ManagerService.requeue).
+            JobNotFoundError, SchedulerShutdownError, ManagerConnectionLostError.
+        """
+        future: JobFuture[Any] = JobFuture(self, job_id)
+        if self._futures.watch(future) is not future:
+            raise InvalidJobError(f"job {job_id} cannot be requeued: it is pending or "
+                                  f"running (only a failed or cancelled job can be)")
+        service = self.service
+        try:
+            service.requeue(self.client_id, job_id)
+        except DISCONNECTED as exc:
+            self.forget(job_id)
+            if isinstance(exc, StoreError):
+                raise
+            raise self.link.lost(exc, service) from exc
+        except BaseException:
+            self.forget(job_id)
+            raise
         return future
 
     def leave_not_due(self, why: str) -> int:

@@ -118,6 +118,7 @@ class Job:
     retry: RetryTerms | None = None  # its retry policy's numbers (JobRequest.retry)
     error: str | None = None  # the last failed attempt's one line, while it waits to retry
     notes: list[str] | None = None  # each earlier failed attempt, for the final exception
+    progress: str | None = None  # the latest its worker reported, as JSON text
 
     def time_key(self) -> tuple[float, int, int]:
         """The heap key of ``order="time"``: due, then priority level, then seq."""
@@ -342,8 +343,9 @@ class JobInfo:
     ``state`` is "pending", "running", "done", "failed" or "cancelled"; ``due`` is an aware
     datetime in UTC; ``attempts`` counts the runs a worker started; ``worker`` is the one
     running it (or that ran it last); ``key`` its idempotency key, if it has one;
-    ``waiting_for``, for a pending job with parents, how many of them are still pending
-    or running (``"after 2 jobs"``).
+    ``error`` a failed job's error in one line; ``progress`` the latest value the job
+    reported with ``current_job().set_progress``; ``waiting_for``, for a pending job with
+    parents, how many of them are still pending or running (``"after 2 jobs"``).
     """
 
     job_id: str
@@ -355,6 +357,8 @@ class JobInfo:
     worker: str | None
     key: str | None
     error: str | None = None  # the last error's one line (None before any)
+    # The latest progress the job reported: a number in [0, 1] or a dict.
+    progress: float | dict | None = None  # type: ignore[type-arg]
     waiting_for: str | None = None  # "after N jobs": a pending job's parents not yet ended
 
 
@@ -395,7 +399,8 @@ class JobRecord(NamedTuple):
     worker_id: str | None  # who runs it, or ran it last
     finished_wall: float | None  # when it was finished or cancelled
     outcome: bytes | None  # the manager's opaque bytes; None while unfinished, in listings
-    error: str | None = None  # the last failed attempt's one line
+    error: str | None = None  # the last failed attempt's one line; a failed job's error
+    progress: str | None = None  # the latest progress the job reported, as JSON text
     waiting_for: int = 0  # parents still pending or running, of a pending job with parents
 
 

@@ -156,6 +156,13 @@ class Leases:
             flight = self._by_job.get(job_id)
             return None if flight is None else flight.lease
 
+    def job_of(self, job_id: str) -> Job | None:
+        """The job ``job_id`` if it is in flight (the queue's record: read it only); takes
+        the lock."""
+        with self._lock:
+            flight = self._by_job.get(job_id)
+            return None if flight is None else flight.job
+
     def find_locked(self, job_id: str) -> tuple[Job, Lease] | None:
         """The job in flight under ``job_id``, with its lease."""
         flight = self._by_job.get(job_id)

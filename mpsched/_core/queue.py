@@ -376,6 +376,16 @@ class JobQueue:
             found = self.leases.find_locked(job_id)
             return None if found is None else (found[0], found[1].worker_id)
 
+    def set_progress(self, lease_id: int, job_id: str, progress: str) -> bool:
+        """Note the latest progress of a job in flight under ``lease_id`` (JSON text);
+        False, and nothing changes, when that lease has ended."""
+        with self._lock:
+            found = self.leases.find_locked(job_id)
+            if found is None or found[1].lease_id != lease_id:
+                return False
+            found[0].progress = progress
+            return True
+
     def jobs(self, state: JobState | None = None,
              limit: int | None = None) -> list[tuple[Job, str | None]]:
         """The jobs pending (worker None) or in flight (with its worker's id), in

@@ -70,8 +70,9 @@ class RetryPolicy:
     factor: float = 2.0
     max_backoff: float = 600.0
     jitter: float = 0.1
-    on: tuple[type[BaseException], ...] = (Exception,)
-    never: tuple[type[BaseException], ...] = ()
+    # One type or a tuple of them; kept as a tuple.
+    on: type[BaseException] | tuple[type[BaseException], ...] = (Exception,)
+    never: type[BaseException] | tuple[type[BaseException], ...] = ()
 
     def __post_init__(self) -> None:
         if (isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int)

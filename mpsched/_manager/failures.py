@@ -8,12 +8,14 @@ succeeds costs nothing), and the HTTP status server reads the latest.
 
 from __future__ import annotations
 
+import pickle
 import threading
 import time
 from collections import deque
 from typing import NamedTuple
 
-from mpsched._core.job import Job, Outcome
+from mpsched._core.job import Job, JobRecord, JobState, Outcome, OutcomeKind
+from mpsched._core.retrying import error_line as traceback_error_line
 
 KEEP = 20  # failures remembered
 MAX_TRACEBACK = 16 * 1024  # characters of a traceback kept: its end, where the error is
@@ -62,3 +64,38 @@ def _last_line(traceback: str) -> str:
     """The line of a formatted traceback that names the error (``ValueError: boom``)."""
     lines = [line for line in traceback.strip().splitlines() if line.strip()]
     return lines[-1].strip() if lines else ""
+
+
+def described(record: JobRecord) -> JobRecord:
+    """``record`` as a client gets it: without its outcome, and if it failed with its
+    error in one line."""
+    if record.outcome is None:
+        return record
+    if record.state is not JobState.FAILED:
+        return record._replace(outcome=None)
+    try:
+        outcome = Outcome._make(pickle.loads(record.outcome))  # plain data: journal.encode
+    except Exception:  # not an outcome this manager wrote: say nothing of it
+        return record._replace(outcome=None)
+    return record._replace(outcome=None, error=error_line(outcome))
+
+
+# The ends the manager (not the job) decides: their payload is its own error, pickled
+# without user code, which it may read back.
+_VERDICTS = {str(k) for k in (OutcomeKind.WORKER_CRASHED, OutcomeKind.JOB_TIMEOUT,
+                               OutcomeKind.SHUTDOWN, OutcomeKind.OUTCOME_LOST,
+                               OutcomeKind.OUTCOME_NOT_KEPT)}
+
+
+def error_line(outcome: Outcome) -> str:
+    """A failed job's error in one line: the last line of its worker's traceback, or the
+    manager's own error for an end it decided (a lost worker, a timeout)."""
+    if outcome.traceback.strip():  # its last line, before the notes of earlier attempts
+        return traceback_error_line(outcome.traceback)
+    if str(outcome.error_kind) in _VERDICTS and outcome.payload:
+        try:
+            error = pickle.loads(outcome.payload)
+        except Exception:
+            return str(outcome.error_kind)
+        return f"{type(error).__name__}: {error}"
+    return str(outcome.error_kind) or "failed"

@@ -39,11 +39,11 @@ from mpsched._core.job import (
     check_request,
 )
 from mpsched._core.queue import JobQueue
-from mpsched._errors import JobError, JobNotFoundError
+from mpsched._errors import InvalidJobError, JobError, JobNotFoundError
 from mpsched._manager.retained import MAX_OUTCOME, Ended, EndedJobs
 from mpsched._manager.shared_queue import SharedQueue
-from mpsched._protocol.records import LeftBehind, ManagerStatus, WorkerStatus
-from mpsched._store.base import Store
+from mpsched._protocol.records import LONG_POLL, LeftBehind, ManagerStatus, WorkerStatus
+from mpsched._store.base import Store, StoredJob
 from mpsched._store.memory import MemoryStore
 
 log = logging.getLogger("mpsched.manager")
@@ -185,6 +185,25 @@ class BaseJournal(abc.ABC):
         """Journal that a job whose attempt failed runs again, due ``delay`` seconds from
         now, with its notes; ``cause``: "exception" (its retry policy) or "retry_later"."""
         self.requeued(job)
+
+    @abc.abstractmethod
+    def requeue_ended(self, client_id: str, job_id: str) -> None:
+        """Put a failed or cancelled job back in the queue by its id, due now, with its
+        record (payload, priority, timeout, retries, key), no attempt made, and
+        ``client_id`` the client its end goes to.
+
+        Raises:
+            JobNotFoundError: the manager knows no such job (never, or forgotten).
+            InvalidJobError: it is pending, running or done; its payload was not kept;
+                its key is held by another job now.
+            QueueFullError, SchedulerShutdownError, StoreError: as :meth:`submit`.
+        """
+
+    def progress(self, lease_id: int, job_id: str, progress: str) -> None:
+        """Note the latest progress a job in flight under ``lease_id`` reported (JSON text):
+        on the queue's record of the job, which its listings and its end read."""
+        assert isinstance(self.queue, JobQueue)  # a shared queue's journal has its own
+        self.queue.set_progress(lease_id, job_id, progress)
 
     def cancelled(self, jobs: list[Job]) -> dict[str, set[str]]:
         """Journal (durably) jobs taken out of the heap; returns their watchers by job."""
@@ -351,6 +370,40 @@ class NoJournal(BaseJournal):
     def requeued(self, job: Job) -> None:
         pass  # nothing is journalled: the job is back in the heap, which is the record
 
+    def requeue_ended(self, client_id: str, job_id: str) -> None:
+        with self._lock:
+            ended = self._ended.get_locked(job_id)
+            if ended is None:
+                found = self.queue.find(job_id)
+                if found is not None:
+                    state = JobState.PENDING if found[1] is None else JobState.RUNNING
+                    raise not_requeueable(job_id, f"it is {state}")
+                raise JobNotFoundError(job_id)
+            if ended.state is JobState.DONE:
+                raise not_requeueable(job_id, "it is done")
+            job = ended.job
+            if not job.payload:
+                raise not_requeueable(job_id, "its arguments were not kept (they went "
+                                              "through shared memory)")
+            self._ended.forget_locked(job_id)
+            if self._keys:
+                self._release_key_locked(job_id)
+        request = request_again(job, client_id)
+        try:
+            holders = self.submit([request], LONG_POLL)
+        except BaseException:
+            self._keep_again(ended)
+            raise
+        if holders is not None:
+            self._keep_again(ended)
+            raise not_requeueable(job_id, f"its key is held by job {holders[0]}")
+
+    def _keep_again(self, ended: Ended) -> None:
+        """Keep an ended job whose requeue failed as it was."""
+        with self._lock:
+            self._forgotten_locked(self._ended.add_locked(
+                ended.job, ended.state, ended.worker_id, ended.finished_wall, ended.outcome))
+
     def _release_key_locked(self, job_id: str) -> None:
         key = self._keys.pop(job_id, None)
         if key is not None and self._holders.get(key) == job_id:
@@ -413,10 +466,28 @@ class NoJournal(BaseJournal):
             timeout=job.timeout, retries=job.retries, attempt=job.attempt,
             submitted_wall=job.due + to_wall,  # not kept without a store: its due time
             state=state or (JobState.PENDING if worker_id is None else JobState.RUNNING),
-            worker_id=worker_id, finished_wall=finished_wall, outcome=None, error=job.error)
+            worker_id=worker_id, finished_wall=finished_wall, outcome=None, error=job.error,
+            progress=job.progress)
 
     def _ended_record(self, ended: Ended) -> JobRecord:
-        return self._record(ended.job, ended.worker_id, ended.state, ended.finished_wall)
+        record = self._record(ended.job, ended.worker_id, ended.state, ended.finished_wall)
+        if ended.state is JobState.FAILED and ended.outcome is not None:
+            return record._replace(outcome=encode(ended.outcome))
+        return record
+
+
+def request_again(job: Job | StoredJob, client_id: str) -> JobRequest:
+    """The request that puts an ended job back in the queue, due now, for ``client_id``:
+    every field of a JobRequest that the job's record has too, by name, so that an option
+    added to both travels with a requeue unchanged."""
+    fields = {name: getattr(job, name) for name in JobRequest._fields if hasattr(job, name)}
+    return JobRequest(**{**fields, "client_id": client_id, "delay": 0.0, "at": None})
+
+
+def not_requeueable(job_id: str, why: str) -> InvalidJobError:
+    """The error of a requeue refused: only a failed or cancelled job can be requeued."""
+    return InvalidJobError(f"job {job_id} cannot be requeued: {why} (only a failed or "
+                           f"cancelled job can be)")
 
 
 def _not_kept(job_id: str) -> Outcome:

@@ -5,7 +5,9 @@ looked up (``client.job``, ``result``, ``jobs``) after it ended. Without a store
 keeps them in memory for ``result_ttl`` too, within bounds, so that ids mean the same with
 and without one: at most ``MAX_JOBS`` ended jobs and ``MAX_BYTES`` of their outcomes, the
 oldest dropped first; an outcome larger than ``MAX_OUTCOME``, or whose result went through
-shared memory (gone once its client took it), is not kept, only that the job ended.
+shared memory (gone once its client took it), is not kept, only that the job ended. A
+failed or cancelled job keeps its arguments (its payload, counted in ``MAX_BYTES``) so it
+can be requeued by id; a done job's are dropped at once.
 
 No lock of its own: NoJournal (mpsched._manager.journal) calls every method with its lock held.
 """
@@ -61,7 +63,10 @@ class EndedJobs:
         size = 0 if outcome is None else len(outcome.payload) + len(outcome.traceback)
         if outcome is not None and (size > MAX_OUTCOME or frames.segment_of(outcome.payload)):
             outcome, size = None, 0
-        job.payload = b""  # it will not run again: the arguments are not needed
+        if state is JobState.DONE or frames.segment_of(job.payload):
+            job.payload = b""  # it will not run again: the arguments are not needed
+        else:  # failed or cancelled: it may be requeued (Client.requeue), with them
+            size += len(job.payload)
         ended = self._ended
         old = ended.pop(job.job_id, None)
         if old is not None:
@@ -90,6 +95,10 @@ class EndedJobs:
         """Every ended job still kept, oldest first."""
         now = self._clock()
         return [e for e in self._ended.values() if e.kept_until > now]
+
+    def forget_locked(self, job_id: str) -> Ended | None:
+        """Forget the ended job ``job_id`` now (it is requeued); returns it if it was kept."""
+        return self._forget_locked(job_id)
 
     def _forget_locked(self, job_id: str) -> Ended | None:
         old = self._ended.pop(job_id, None)

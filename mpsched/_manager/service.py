@@ -31,12 +31,13 @@ from mpsched._core.queue import JobQueue
 from mpsched._core.recurring import ScheduleAction, ScheduleInfo, ScheduleSpec
 from mpsched._errors import (
     JobNotFoundError,
+    StoreError,
     VersionMismatchError,
 )
 from mpsched._manager.client_connections import ClientConnections
 from mpsched._manager.dispatch import Dispatch
 from mpsched._manager.endings import Endings
-from mpsched._manager.failures import RecentFailures
+from mpsched._manager.failures import RecentFailures, described
 from mpsched._manager.journal import BaseJournal, NoJournal
 from mpsched._manager.mailbox import Mailboxes
 from mpsched._manager.schedules import Schedules
@@ -180,6 +181,33 @@ class ManagerService:
     def ack(self, worker_id: str, lease_id: int) -> None:
         """A remote worker received a lease: from now on losing it counts as an attempt."""
         self.workers.update(worker_id, acked=lease_id)
+
+    @remote
+    def progress(self, worker_id: str, updates: list[tuple[int, str, str]]) -> None:
+        """The latest progress of jobs a worker runs, (lease id, job id, JSON text) each,
+        coalesced by the worker; an update of a job that has ended is dropped."""
+        for lease_id, job_id, progress in updates:
+            try:
+                self.journal.progress(lease_id, job_id, progress)
+            except StoreError as exc:  # progress is news, not state: the job goes on
+                log.warning("the progress of job %s was not recorded: %s", job_id, exc)
+
+    @remote
+    def retry_budget(self, job_id: str) -> int:
+        """How many times a job may run again after its current run fails: its retry
+        policy's ``max_retries``, else its ``retries=``. The one place that says it to a
+        job (JobContext.max_retries).
+
+        Raises:
+            JobNotFoundError: the manager knows no such job.
+        """
+        job = self.queue.leases.job_of(job_id)  # it runs: on this manager's leases
+        if job is not None:
+            return job.retry.max_retries if job.retry is not None else job.retries
+        record = self.journal.get(job_id)
+        if record is None:
+            raise JobNotFoundError(job_id)
+        return record.retries
 
     @remote
     def heartbeat(self, worker_id: str, load: WorkerLoad) -> None:
@@ -346,6 +374,14 @@ class ManagerService:
         return True
 
     @remote
+    def requeue(self, client_id: str, job_id: str) -> None:
+        """Put a failed or cancelled job back in the queue by id, due now, with its
+        options and no attempt made; its end goes to ``client_id`` (see
+        BaseJournal.requeue_ended, which raises what this raises)."""
+        self.journal.requeue_ended(client_id, job_id)
+        log.info("job %s requeued by client %s", job_id, client_id)
+
+    @remote
     def cancel_many(self, job_ids: list[str]) -> list[str]:
         """Cancel pending jobs of the caller; returns the ids of those that were pending."""
         jobs = self.queue.cancel_jobs(job_ids)
@@ -420,15 +456,16 @@ class ManagerService:
         record = self.journal.get(job_id, fresh=True)
         if record is None:
             return None
-        if self.workflows is None:  # a shared store's record says it
-            return record._replace(outcome=None)
-        return record._replace(outcome=None, waiting_for=self.workflows.remaining(job_id))
+        if self.workflows is None:  # a shared store's record says what it waits for
+            return described(record)
+        return described(record)._replace(waiting_for=self.workflows.remaining(job_id))
 
     @remote
     def jobs(self, state: str | None = None, limit: int | None = None) -> list[JobRecord]:
         """The jobs the store knows, in submission order (pending and running ones only
-        without a store), without payloads or outcomes."""
-        records = self.journal.jobs(state, limit)
+        without a store), without payloads or outcomes; a failed job with its error, a
+        job waiting for its parents with how many."""
+        records = [described(r) for r in self.journal.jobs(state, limit)]
         if self.workflows is None or not len(self.workflows):
             return records
         return [r._replace(waiting_for=self.workflows.remaining(r.job_id))

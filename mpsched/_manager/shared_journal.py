@@ -43,7 +43,13 @@ from mpsched._errors import (
     StoreUnavailableError,
     WorkerCrashedError,
 )
-from mpsched._manager.journal import BaseJournal, cancelled, decode, encode
+from mpsched._manager.journal import (
+    BaseJournal,
+    cancelled,
+    decode,
+    encode,
+    not_requeueable,
+)
 from mpsched._manager.shared_queue import SharedQueue
 from mpsched._payload import frames, shm
 from mpsched._payload.segments import Segments
@@ -289,6 +295,24 @@ class SharedJournal(BaseJournal):
         if result == 0:
             log.warning("job %s failed an attempt, but its lease had run out and another "
                         "manager took the job back: this end is not recorded", job.job_id)
+
+    def requeue_ended(self, client_id: str, job_id: str) -> None:
+        """As BaseJournal.requeue_ended, in one script: this manager delivers its end."""
+        done = self.store.requeue_ended(self.manager_id, job_id, client_id)
+        if done == "unknown":
+            raise JobNotFoundError(job_id)
+        if not isinstance(done, int):
+            why = {"no-payload": "its arguments were not kept",
+                   "key": "its key is held by another job"}.get(done, f"it is {done}")
+            raise not_requeueable(job_id, why)
+
+    def progress(self, lease_id: int, job_id: str, progress: str) -> None:
+        """Write a job's latest progress to its hash in Redis (field ``pg``), under its
+        lease's token, where every manager's listing reads it."""
+        token = self.shared_queue.token_of(job_id)
+        if token is not None:
+            self.store.set_progress([(job_id, token, progress)])
+            self.shared_queue.note_progress(lease_id, job_id, progress)
 
     def take_unsent(self) -> list[Finish]:
         """The finishes Redis could not take yet, oldest first (the caller sends them, or

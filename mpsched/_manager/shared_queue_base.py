@@ -201,6 +201,13 @@ class SharedQueueBase:
         with self._lock:
             return self.leases.next_id_locked()
 
+    def note_progress(self, lease_id: int, job_id: str, progress: str) -> None:
+        """Note a job's latest progress on its lease here (this manager's page reads it)."""
+        with self._lock:
+            found = self.leases.find_locked(job_id)
+            if found is not None and found[1].lease_id == lease_id:
+                found[0].progress = progress
+
     def token_of(self, job_id: str) -> str | None:
         """The token of a lease of this manager's on ``job_id`` (kept until its end is
         reported to Redis: pop_token)."""

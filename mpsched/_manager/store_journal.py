@@ -46,9 +46,11 @@ from mpsched._manager.journal import (
     decode,
     encode,
     failure,
+    not_requeueable,
+    request_again,
 )
 from mpsched._manager.retries import final_outcome, note_attempt, note_crash
-from mpsched._protocol.records import LeftBehind
+from mpsched._protocol.records import LONG_POLL, LeftBehind
 from mpsched._store.base import JournalStore, Recovery, StoredJob
 from mpsched._store.lease_records import OUTCOME_IN_LOG
 
@@ -211,6 +213,8 @@ class Journal(BaseJournal):
         state = JobState.DONE if outcome.ok else JobState.FAILED
         kept = encode(outcome) if self.store.keeps_outcomes else None
         try:  # not under _lock: a large outcome waits for its commit here
+            if job.progress is not None:  # only a job that reported progress pays for it
+                self.store.set_progress(job.job_id, job.progress)
             self.store.finish(job.job_id, state, kept, self._wall())
             if job.notes is not None and not outcome.ok:  # its final error, for listings
                 self.store.retry_ended(
@@ -219,6 +223,26 @@ class Journal(BaseJournal):
             log.error("the outcome of job %s was not journalled: %s", job.job_id, exc)
         with self._lock:  # a watcher that registered before the finish was readable
             return self._watchers.pop(job.job_id, set())
+
+    def requeue_ended(self, client_id: str, job_id: str) -> None:
+        self.store.flush()  # its end is readable
+        record = self.store.get(job_id)
+        if record is None:
+            raise JobNotFoundError(job_id)
+        if record.state is not JobState.FAILED and record.state is not JobState.CANCELLED:
+            raise not_requeueable(job_id, f"it is {record.state}")
+        requeued = self.store.requeue_ended(job_id, client_id, self._wall())
+        if requeued is None:  # requeued (or pruned) meanwhile
+            raise not_requeueable(job_id, "it was requeued or forgotten meanwhile")
+        stored, retry = requeued
+        request = request_again(stored, client_id)
+        if retry is not None:  # its policy goes back with it, with a fresh budget
+            request = request._replace(retry=RetryState.decode(retry).terms)
+        try:
+            self.queue.submit_many([request], LONG_POLL, seqs=[stored.seq], checked=True)
+        except BaseException:
+            self.store.cancel([job_id], self._wall())  # pending in the store, not queued
+            raise
 
     def requeued(self, job: Job) -> None:
         try:
@@ -268,11 +292,23 @@ class Journal(BaseJournal):
     def get(self, job_id: str, *, fresh: bool = False) -> JobRecord | None:
         if fresh:
             self.store.flush()  # what was journalled so far is readable
-        return self.store.get(job_id)
+        record = self.store.get(job_id)
+        return None if record is None else self._running_progress(record)
 
     def jobs(self, state: str | None, limit: int | None) -> list[JobRecord]:
         self.store.flush()
-        return self.store.jobs(None if state is None else JobState(state), limit)
+        records = self.store.jobs(None if state is None else JobState(state), limit)
+        return [self._running_progress(r) for r in records]
+
+    def _running_progress(self, record: JobRecord) -> JobRecord:
+        """``record`` with the progress of the job if it runs: the queue has it (the store
+        gets it at the job's end)."""
+        if record.state is not JobState.RUNNING:
+            return record
+        found = self.queue.find(record.job_id)
+        if found is None or found[0].progress is None:
+            return record
+        return record._replace(progress=found[0].progress)
 
 
 @dataclass

@@ -176,6 +176,14 @@ class ServiceProxy(BaseProxy):
     def ack(self, worker_id: str, lease_id: int) -> None:
         self._call("ack", worker_id, lease_id)
 
+    def progress(self, worker_id: str, updates: list[tuple[int, str, str]]) -> None:
+        """The latest progress of jobs the worker runs: (lease id, job id, JSON text)."""
+        self._call("progress", worker_id, updates)
+
+    def retry_budget(self, job_id: str) -> int:
+        """How many times a job may run again after its current run fails."""
+        return int(self._call("retry_budget", job_id))
+
     def heartbeat(self, worker_id: str, load: WorkerLoad) -> None:
         self._call("heartbeat", worker_id, load)
 
@@ -208,6 +216,10 @@ class ServiceProxy(BaseProxy):
 
     def cancel(self, job_id: str, client_id: str | None = None) -> bool:
         return bool(self._call("cancel", job_id, client_id))
+
+    def requeue(self, client_id: str, job_id: str) -> None:
+        """Put a failed or cancelled job back in the queue; its end goes to ``client_id``."""
+        self._call("requeue", client_id, job_id)
 
     def watch(self, client_id: str, job_id: str) -> Outcome | None:
         wire: OutcomeWire | None = self._call("watch", client_id, job_id)

@@ -148,8 +148,8 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def jobs(self, state: JobState | None = None, limit: int | None = None) -> list[JobRecord]:
         """Jobs in seq order (only those in ``state``, at most ``limit``); outcomes are left
-        out (None) to keep listings light: ``get`` a job for its outcome. Committed state,
-        as ``get``.
+        out (None) to keep listings light, but for failed jobs' (their error is listed):
+        ``get`` a job for its outcome. Committed state, as ``get``.
         """
 
     @abc.abstractmethod
@@ -308,6 +308,30 @@ class JournalStore(Store):
     def retry_ended(self, job_id: str, retry: str) -> None:
         """Record a job's retry state as it ended for good (its final error); returns at
         once, written after every earlier call. This default keeps nothing."""
+
+    @abc.abstractmethod
+    def set_progress(self, job_id: str, progress: str) -> None:
+        """Record the latest progress of a job that reported some (JSON text), before its
+        finish. Returns at once; written in order after every earlier call.
+
+        Raises:
+            StoreError: the store is closed.
+        """
+
+    @abc.abstractmethod
+    def requeue_ended(self, job_id: str, client_id: str,
+                      due_wall: float) -> tuple[StoredJob, str | None] | None:
+        """Put a failed or cancelled job back as pending, due at ``due_wall``, with no
+        attempt made, its end forgotten and ``client_id`` its client; its id, seq, payload
+        and options stay, and its retry policy without its earlier attempts' errors.
+        Durable when this returns. Returns the job as it is now and its retry state
+        (RetryState, encoded; None without a policy), or None when it is not failed or
+        cancelled (or unknown).
+
+        Raises:
+            InvalidJobError: its key is held by another job now.
+            StoreError: it could not be written.
+        """
 
     @abc.abstractmethod
     def requeue(self, job_id: str, attempt: int) -> None:

@@ -48,7 +48,7 @@ def _add_schedules_v2(conn: sqlite3.Connection) -> None:
         schedule_id TEXT PRIMARY KEY, spec BLOB NOT NULL, state BLOB NOT NULL)""")
 
 
-def _add_job_parents_v4(conn: sqlite3.Connection) -> None:
+def _add_job_parents(conn: sqlite3.Connection) -> None:
     # The edges of jobs that wait for others (after=, ResultOf): one row per parent, kept
     # until the child leaves pending.
     conn.execute("""CREATE TABLE job_parents (
@@ -62,11 +62,17 @@ def _add_retry_v3(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE jobs ADD COLUMN retry TEXT DEFAULT NULL")
 
 
+def _add_progress(conn: sqlite3.Connection) -> None:
+    """The latest progress a job reported (JSON text), written when a job that reported
+    some ends: NULL for every other job."""
+    conn.execute("ALTER TABLE jobs ADD COLUMN progress TEXT DEFAULT NULL")
+
+
 # MIGRATIONS[v] takes a store from schema version v to v + 1, inside the opening
 # transaction; version 0 is a new, empty file. Append a step for every schema change.
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_create_v1, _add_schedules_v2,
-                                                          _add_retry_v3,
-                                                          _add_job_parents_v4]
+                                                          _add_retry_v3, _add_progress,
+                                                          _add_job_parents]
 
 
 def open_checked(path: str) -> int:

@@ -105,9 +105,15 @@ def latest(records: list[LogRecord]) -> dict[str, LogRecord]:
 
 
 def split(records: list[LogRecord]) -> tuple[dict[str, LogRecord], dict[str, LogRecord]]:
-    """The last lease or requeue of each job, and the end of each job that has one."""
+    """The last lease or requeue of each job, and the end of each job that has one. A
+    move after a job's end (a failed or cancelled job requeued by id) undoes that end."""
     moves = latest([record for record in records if record.ended is None])
-    ends = {record.job_id: record for record in records if record.ended is not None}
+    ends: dict[str, LogRecord] = {}
+    for record in records:
+        if record.ended is not None:
+            ends[record.job_id] = record
+        elif ends and record.job_id in ends:
+            del ends[record.job_id]
     return moves, ends
 
 

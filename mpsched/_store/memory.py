@@ -30,13 +30,15 @@ class _Entry:
     worker_id: str | None = None
     finished_wall: float | None = None
     outcome: bytes | None = None
+    progress: str | None = None
 
     def current(self) -> StoredJob:
         return self.job._replace(attempt=self.attempt)
 
     def record(self, *, with_outcome: bool = True) -> JobRecord:
+        listed = with_outcome or self.state is JobState.FAILED  # its error is listed
         return record_of(self.current(), self.state, self.worker_id, self.finished_wall,
-                            self.outcome if with_outcome else None)
+                         self.outcome if listed else None)._replace(progress=self.progress)
 
 
 class MemoryStore(JournalStore):
@@ -144,6 +146,31 @@ class MemoryStore(JournalStore):
             entry = self._entries.get(job_id)
             if entry is not None:
                 entry.state, entry.worker_id, entry.attempt = JobState.PENDING, None, attempt
+
+    def requeue_ended(self, job_id: str, client_id: str,
+                      due_wall: float) -> tuple[StoredJob, str | None] | None:
+        with self._lock:
+            self._check_open_locked()
+            entry = self._entries.get(job_id)
+            if entry is None or entry.state not in (JobState.FAILED, JobState.CANCELLED):
+                return None
+            key = entry.job.key
+            if key is not None and self._keys.get(key, job_id) != job_id:
+                raise InvalidJobError(f"job {job_id} cannot be requeued: its key {key!r} is "
+                                      f"held by job {self._keys[key]}")
+            if key is not None:
+                self._keys[key] = job_id
+            entry.job = entry.job._replace(client_id=client_id, due_wall=due_wall)
+            entry.state, entry.attempt, entry.worker_id = JobState.PENDING, 0, None
+            entry.finished_wall = entry.outcome = entry.progress = None
+            return entry.current(), None
+
+    def set_progress(self, job_id: str, progress: str) -> None:
+        with self._lock:
+            self._check_open_locked()
+            entry = self._entries.get(job_id)
+            if entry is not None:
+                entry.progress = progress
 
     def flush(self) -> None:
         with self._lock:

@@ -62,19 +62,23 @@ from mpsched._store.lease_records import LogRecord, ended, leased, requeued, spl
 from mpsched._store.pruning import Pruner
 from mpsched._store.readers import Readers, no_gc
 from mpsched._store.statements import (
+    FAILED_OUTCOME,
     FINISH,
     FINISH_LEASED,
     FOLD,
     FOLD_END,
     LEASE,
     MULTI,
+    PROGRESS,
     PRUNE,
     RECORD,
     REQUEUE,
+    REQUEUE_ENDED,
     RETRIED,
     RETRY_STATE,
     ROWS_PER_INSERT,
     STORED,
+    fresh_retry,
     insert_rows,
     job_record,
     stored_job,
@@ -316,6 +320,33 @@ class SQLiteStore(JournalStore):
         self._leases.append(requeued(job_id, attempt),
                             lambda: self._queue_requeue(job_id, attempt))
 
+    def requeue_ended(self, job_id: str, client_id: str,
+                      due_wall: float) -> tuple[StoredJob, str | None] | None:
+        def requeue(conn: sqlite3.Connection) -> tuple[StoredJob, str | None] | None:
+            try:
+                changed = conn.execute(REQUEUE_ENDED, (client_id, due_wall, job_id)).rowcount
+            except sqlite3.IntegrityError:
+                raise InvalidJobError(f"job {job_id} cannot be requeued: its key is held by "
+                                      f"another job") from None
+            if not changed:
+                return None
+            *row, retry = conn.execute(f"SELECT {STORED}, retry FROM jobs WHERE job_id = ?",
+                                       (job_id,)).fetchone()
+            fresh = fresh_retry(retry)
+            if fresh != retry:
+                conn.execute(RETRY_STATE, (fresh, job_id))
+            return stored_job(row), fresh
+
+        requeued_job: tuple[StoredJob, str | None] | None = self._writer.call(requeue)
+        if requeued_job is not None:
+            # After its end in the lease log, if the log has it: the end no longer holds
+            # (lease_records.split), and a restart finds the job pending.
+            self._leases.append(requeued(job_id, 0), lambda: None)
+        return requeued_job
+
+    def set_progress(self, job_id: str, progress: str) -> None:
+        self._writer.post_update(PROGRESS.one, (progress, job_id), job_id)
+
     def _queue_requeue(self, job_id: str, attempt: int) -> None:
         with self._leased_lock:
             self._leased.pop(job_id, None)
@@ -351,7 +382,8 @@ class SQLiteStore(JournalStore):
         where = "" if state is None else "WHERE state = ?"
         params: tuple[object, ...] = () if state is None else (JobState(state).value,)
         with self._readers.connection() as conn:
-            rows = conn.execute(f"SELECT {RECORD} FROM jobs {where} ORDER BY seq LIMIT ?",
+            rows = conn.execute(f"SELECT {RECORD}, {FAILED_OUTCOME} FROM jobs {where} "
+                                "ORDER BY seq LIMIT ?",
                                 (*params, -1 if limit is None else limit)).fetchall()
         return [job_record(row) for row in rows]
 

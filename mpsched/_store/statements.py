@@ -18,7 +18,9 @@ from mpsched._store.base import StoredJob
 STORED = ("job_id, client_id, key, name, payload, priority, due_wall, seq, timeout, retries, "
           "attempt, submitted_wall")
 RECORD = ("job_id, client_id, key, name, priority, due_wall, seq, timeout, retries, attempt, "
-          "submitted_wall, state, worker_id, finished_wall, retry")
+          "submitted_wall, state, worker_id, finished_wall, retry, progress")
+# A listing's outcome column: a failed job's only (its error shows in the listing).
+FAILED_OUTCOME = "CASE WHEN state = 'failed' THEN outcome END"
 PRUNE = "DELETE FROM jobs WHERE finished_wall <= ?"
 
 
@@ -56,6 +58,7 @@ FINISH = by_job(state=None, outcome=None, finished_wall=None)
 FINISH_LEASED = by_job(state=None, outcome=None, finished_wall=None, worker_id=None,
                        attempt=None)
 REQUEUE = by_job(state="'pending'", worker_id="NULL", attempt=None)
+PROGRESS = by_job(progress=None)
 # UPDATE ... FROM came with SQLite 3.33; older ones run a batch's rows by executemany().
 MULTI = {s.one: s.many for s in (LEASE, FINISH, FINISH_LEASED, REQUEUE)} \
     if sqlite3.sqlite_version_info >= (3, 33) else {}
@@ -68,6 +71,23 @@ ROWS_PER_INSERT = 512 if sqlite3.sqlite_version_info >= (3, 32) else 64
 def insert_rows(rows: int) -> str:
     values = f"({', '.join('?' * 12)}, 'pending')"
     return f"INSERT INTO jobs ({STORED}, state) VALUES {', '.join([values] * rows)}"
+
+
+# A failed or cancelled job pending again (Client.requeue): its end forgotten, no attempt.
+REQUEUE_ENDED = ("UPDATE jobs SET state = 'pending', attempt = 0, worker_id = NULL, "
+                 "finished_wall = NULL, outcome = NULL, progress = NULL, client_id = ?, "
+                 "due_wall = ? WHERE job_id = ? AND state IN ('failed', 'cancelled')")
+
+def fresh_retry(retry: str | None) -> str | None:
+    """A requeued job's retry state: its policy, without the errors and notes of its
+    earlier attempts (None for a job without a policy)."""
+    if retry is None:
+        return None
+    try:
+        terms = RetryState.decode(retry).terms
+    except ValueError:
+        return None
+    return None if terms is None else RetryState(terms).encode()
 
 
 # A job's last record in the lease log is its state unless it is finished or cancelled.
@@ -86,10 +106,11 @@ stored_job: Callable[[Sequence[Any]], StoredJob] = functools.partial(tuple.__new
 def job_record(row: Sequence[Any]) -> JobRecord:
     """A row of the RECORD columns (and the outcome, if selected after them)."""
     stored, rest = row[:11], row[11:]
-    state, worker_id, finished_wall, retry, *outcome = rest
+    state, worker_id, finished_wall, retry, progress, *outcome = rest
     return JobRecord._make((*stored, JobState(state), worker_id, finished_wall,
                             outcome[0] if outcome else None,
-                            None if retry is None else RetryState.decode(retry).error, 0))
+                            None if retry is None else RetryState.decode(retry).error,
+                            progress, 0))
 
 
 # A job put back to pending after a failed attempt, due again at its back-off.

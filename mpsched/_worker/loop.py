@@ -31,6 +31,7 @@ from mpsched._errors import SchedulerShutdownError, WorkerDismissedError
 from mpsched._protocol.codec import report_to_wire
 from mpsched._protocol.proxy import ServiceProxy, connect_service
 from mpsched._protocol.records import LONG_POLL, Report
+from mpsched._worker import context
 from mpsched._worker.claims import ClaimSlot
 from mpsched._worker.process import (
     Draining,
@@ -92,6 +93,9 @@ def serve(service: ServiceProxy, config: WorkerConfig, received: Callable[[Lease
     """
     worker_id = config.worker_id
     reports = Reports(partial(service.report, worker_id))
+    # Its jobs' progress and their questions to the manager go through this join's proxy.
+    context.bind(lambda updates: service.progress(worker_id, updates),
+                 lambda job_id: service.retry_budget(job_id))
     state = _Batches(config, slot, service, remote=drain is not None)
     unsent: list[Report] = []
     try:

@@ -8,8 +8,8 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
@@ -20,7 +20,11 @@ from mpsched._errors import JobError, JobUnpicklingError, ResultPicklingError
 from mpsched._payload import frames, shm
 from mpsched._payload.pickling import dumps_result, loads, remote_exception
 from mpsched._transport.sockets import host_name
+from mpsched._worker import context
 from mpsched._worker.process import WorkerConfig
+
+if TYPE_CHECKING:
+    import asyncio
 
 
 def start_time(assignment: Assignment) -> float:
@@ -70,15 +74,23 @@ def run(assignment: Assignment, start_at: float | None = None,
             f"job {job_id}: the worker on {host_name()} (pid {os.getpid()}) could not "
             f"unpickle it: {exc!r}{_unpickling_hint(exc)}")
         return _failure(job_id, unpickling, _format(exc), None, OutcomeKind.JOB_UNPICKLING)
-    started = _wait_until(start_time(assignment) if start_at is None else start_at)
+    due = start_time(assignment) if start_at is None else start_at
+    started = _wait_until(due)
     if assignment.at is not None:
         started = _wait_for_wall(assignment.at, started)
     if entering is not None:
         entering(job_id)
+    context.entered(assignment, due)  # what current_job() describes
     try:
         result = fn(*args, **kwargs)
+        # An async def job, or any awaitable it returned (the test of Awaitable, without
+        # the cost of an ABC's isinstance on the path of every job)
+        if hasattr(type(result), "__await__"):
+            result = run_awaitable(result)
     except BaseException as exc:
+        context.left()
         return _failure(job_id, exc, _format(exc), started, _kind(exc, retry_filter))
+    context.left()
     try:
         payload = dumps_result(result, result_segment)
     except BaseException as exc:
@@ -100,6 +112,35 @@ def _kind(exc: BaseException, retry_filter: RetryFilter | None) -> str:
     if retry_filter is not None:
         return retry_filter.kind(exc)
     return OutcomeKind.RAISED
+
+
+# The worker's event loop: made at its first async job, then kept for the process's life,
+# so tasks and connections a job leaves on it are there for the next. Only the worker's
+# main thread runs jobs, so nothing else touches it.
+_loop: asyncio.AbstractEventLoop | None = None
+
+
+def run_awaitable(awaitable: Awaitable[Any]) -> Any:
+    """Run ``awaitable`` to completion on this process's event loop; return its result.
+
+    Raises what it raises. One that ends by a BaseException other than an Exception
+    (SystemExit, KeyboardInterrupt) closes the loop, and the next job gets a new one.
+    """
+    global _loop
+    import asyncio  # here: a worker that never runs an async job never imports it
+
+    if _loop is None or _loop.is_closed():
+        _loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(_loop)
+    loop = _loop
+    try:
+        return loop.run_until_complete(awaitable)
+    except Exception:
+        raise
+    except BaseException:
+        _loop = None
+        loop.close()
+        raise
 
 
 def _unpickling_hint(exc: BaseException) -> str:

@@ -61,7 +61,7 @@ def test_submit_retry_runs_the_budget_with_back_off_and_jobs_shows_the_last_erro
     assert listed()["error"] == "mpsched.RetryLater: rate limited by the API"
     table = procs.run("jobs", "--state", "pending", *manager.cli()).stdout
     [row] = [line for line in table.splitlines() if line.startswith(job_id)]
-    assert re.search(r" 1 +- +mpsched\.RetryLater: rate limited by the API$", row), row
+    assert re.search(r" 1 +- +- +mpsched\.RetryLater: rate limited by the API$", row), row
 
     reason = "mpsched.RetryLater: rate limited by the API"
     [api] = [j for j in json.loads(get(page.group(1) + "api/jobs?state=pending"))

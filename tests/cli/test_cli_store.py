@@ -372,11 +372,17 @@ def test_jobs_cancel_and_result_round_trip_and_outlive_a_restart(
     assert code == Exit.OK, err
     header, *rows = out.splitlines()
     assert header.split() == ["id", "name", "state", "due", "priority", "attempts", "worker",
-                              "last", "error"]
+                              "progress", "last", "error"]
     [row] = [r for r in rows if r.startswith(later_id)]
     assert re.search(r" pending +\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d "
-                     r"\(in 59 min \d\d s\) +high +0 +- +-$", row), row
+                     r"\(in 59 min \d\d s\) +high +0 +- +- +-$", row), row
     assert len(rows) == 2 and all(done_id not in r for r in rows)
+    assert listed[failed_id]["error"] == "ValueError: math domain error"
+    assert listed[done_id]["error"] is None and listed[done_id]["progress"] is None
+    code, out, err = run("jobs", "--state", "failed")  # the failed list, with each error
+    assert code == Exit.OK, err
+    header, row = out.splitlines()
+    assert row.startswith(failed_id) and row.endswith(" ValueError: math domain error"), row
 
     code, out, err = run("jobs", "--limit", "3", "--json")  # the first three submitted
     assert code == Exit.OK, err
@@ -479,13 +485,13 @@ def test_the_jobs_table_shows_due_times_as_local_time_and_a_wait() -> None:
                          info("a-3", "done", -7300, "w1")], now)
     header, first, second, third = table.splitlines()
     assert header.split() == ["id", "name", "state", "due", "priority", "attempts", "worker",
-                              "last", "error"]
+                              "progress", "last", "error"]
     assert first.split() == ["a-1", "mymod.crunch", "pending",
                              datetime.fromtimestamp(now + 185).astimezone()
                              .isoformat(timespec="seconds"), "(in", "3", "min", "05", "s)",
-                             "low", "0", "-", "-"]
+                             "low", "0", "-", "-", "-"]
     assert "(overdue by 1.2 s)" in second and "(2 h 01 min ago)" in third
-    assert third.split()[-4:] == ["low", "1", "w1", "-"]
+    assert third.split()[-5:] == ["low", "1", "w1", "-", "-"]
     assert header.index("state") == first.index("pending") == second.index("pending")
     assert format_jobs([], now) == "no jobs\n"
 

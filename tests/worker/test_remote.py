@@ -14,6 +14,7 @@ import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import jobs
 import psutil
@@ -110,7 +111,7 @@ def test_a_job_that_ends_its_worker_process_is_replaced_whatever_the_exit_code(
     pool = start_pool(procs, manager, 2)
     before = {w.pid for w in pool_workers(manager, pool)}
     client = connect_client(manager)
-    doomed = client.submit(os._exit, code)
+    doomed: mpsched.JobFuture[Any] = client.submit(os._exit, code)  # NoReturn
     assert isinstance(doomed.exception(timeout=30), mpsched.WorkerCrashedError)
     wait_for(lambda: len(pool_workers(manager, pool)) == 2, START_TIMEOUT,
              "the pool is back to 2 workers")

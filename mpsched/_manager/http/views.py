@@ -22,8 +22,9 @@ import psutil
 from mpsched._core.histogram import HistogramSnapshot
 from mpsched._core.job import Job, JobRecord, JobState, Priority
 from mpsched._core.leases import Running
+from mpsched._core.progress import decode_progress
 from mpsched._core.recurring import ScheduleInfo
-from mpsched._manager.failures import Failure
+from mpsched._manager.failures import Failure, described
 from mpsched._manager.http.history import LatenessHistory
 from mpsched._manager.http.metrics import MetricsInput, ProcessFigures, render
 from mpsched._manager.journal import decode
@@ -111,7 +112,8 @@ class Views:
             listed += [self._pending(j) for j in self._queue.head(limit - len(listed))]
             listed += self._waiting(limit - len(listed))
         if state is not None and state.finished:
-            listed = [record_json(r) for r in self._service.journal.jobs(state.value, limit)]
+            listed = [record_json(described(r))
+                      for r in self._service.journal.jobs(state.value, limit)]
         return listed
 
     def job(self, job_id: str) -> JsonDict | None:
@@ -127,6 +129,9 @@ class Views:
         if record.outcome is not None:
             outcome = decode(record.outcome)
             shown.update(error=outcome.error_kind or None, traceback=outcome.traceback or None)
+            failed = described(record)
+            if failed.error is not None:  # its error in one line, not only its kind
+                shown["error"] = failed.error
         for failure in self._service.failures.latest():
             if failure.job_id == job_id:
                 shown.update(error=failure.error, traceback=failure.traceback or None)
@@ -139,7 +144,7 @@ class Views:
     def _pending(self, job: Job) -> JsonDict:
         due_in = job.due - self._queue.clock.now()
         return {**_job_fields(job.job_id, job.name, job.priority, time.time() + due_in,
-                              job.attempt, job.key, job.error),
+                              job.attempt, job.key, job.error, job.progress),
                 "state": "pending", "due_in": due_in, "worker": None}
 
     def _waiting(self, limit: int) -> list[JsonDict]:
@@ -155,24 +160,26 @@ class Views:
         job = running.job
         now = self._queue.clock.now()
         return {**_job_fields(job.job_id, job.name, job.priority,
-                              time.time() + job.due - now, job.attempt, job.key, job.error),
+                              time.time() + job.due - now, job.attempt, job.key, job.error,
+                              job.progress),
                 "state": "running", "worker": running.lease.worker_id,
                 "running_for": max(0.0, now - max(running.taken, job.due)),
                 "timeout": job.timeout}
 
 
 def _job_fields(job_id: str, name: str, level: int, due_wall: float, attempts: int,
-                key: str | None, error: str | None) -> JsonDict:
+                key: str | None, error: str | None, progress: str | None) -> JsonDict:
     """The fields every listed job has, named as ``jobs --json`` names them; ``error``:
-    the last error's one line."""
+    the last error's one line; ``progress``: the latest the job reported."""
     return {"job_id": job_id, "name": name, "priority": Priority(level).name.lower(),
-            "due": iso(due_wall), "attempts": attempts, "key": key, "error": error}
+            "due": iso(due_wall), "attempts": attempts, "key": key, "error": error,
+            "progress": decode_progress(progress)}
 
 
 def record_json(record: JobRecord) -> JsonDict:
     """A job as the journal knows it (ended ones, and lookups by id)."""
     return {**_job_fields(record.job_id, record.name, record.priority, record.due_wall,
-                          record.attempt, record.key, record.error),
+                          record.attempt, record.key, record.error, record.progress),
             "state": record.state.value, "due_in": record.due_wall - time.time(),
             "worker": record.worker_id, "retries": record.retries, "timeout": record.timeout,
             "finished": None if record.finished_wall is None else iso(record.finished_wall)}

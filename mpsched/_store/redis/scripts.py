@@ -35,7 +35,7 @@ from mpsched._store.redis.records import (
 )
 
 NAMES = ("submit", "claim", "cancel", "watch", "drain", "heartbeat", "leave", "jobs", "prune",
-         "unclaim", "after")
+         "unclaim", "progress", "requeue", "after")
 US = 1_000_000  # microseconds per second
 # The bound a submit found reached (submit.lua's `full`), as QueueFullError names it.
 FULL = {1: "jobs", 2: "payload bytes"}
@@ -268,6 +268,14 @@ class Scripts:
 
     def prune(self, count: int) -> int:
         return int(self._call("prune", count))
+
+    def requeue(self, me: str, job_id: str, client_id: str) -> int | str:
+        """1 or 2 (it became the head) when the job was put back, else why not (requeue.lua)."""
+        reply = self._call("requeue", me, job_id, client_id)
+        return reply if isinstance(reply, int) else _text(reply)
+
+    def progress(self, updates: Sequence[tuple[str, str, str]]) -> int:
+        return int(self._call("progress", *(part for update in updates for part in update)))
 
 
 def _claimed(row: list[Any]) -> Claimed:

@@ -432,7 +432,20 @@ class RedisStore(Store):
     def jobs(self, state: JobState | None = None, limit: int | None = None) -> list[JobRecord]:
         with self.errors():
             rows = self.scripts.jobs(state, limit)
-        return [views.record(row[0].decode(), row[1:], None) for row in rows]
+        return [views.record(row[0].decode(), row[1:-1], row[-1] or None) for row in rows]
+
+    def requeue_ended(self, me: str, job_id: str, client_id: str) -> int | str:
+        """Put a failed or cancelled job back in the queue, due now (requeue.lua): 1, or 2
+        when it became the head; else the word that says why not."""
+        with self.errors():
+            return self.scripts.requeue(me, job_id, client_id)
+
+    def set_progress(self, updates: Sequence[tuple[str, str, str]]) -> int:
+        """Record the latest progress of running jobs: (job id, its lease's token, JSON
+        text) each; an update of a job that no longer runs under that lease is dropped.
+        Returns how many were recorded."""
+        with self.errors():
+            return self.scripts.progress(updates)
 
     def find_key(self, key: str) -> JobRecord | None:
         with self.errors():

@@ -12,10 +12,10 @@ from mpsched._core.retrying import RetryState
 from mpsched._store.redis.records import AFTER, ManagerRecord, QueueCounts
 
 US = 1_000_000  # microseconds per second
-# As jobs.lua's FIELDS; "rs": a job's retry state, for a job with a retry policy; "wn":
-# how many parents a job waiting for them waits for.
+# As jobs.lua's FIELDS; "rs": a job's retry state, for a job with a retry policy; "pg": its
+# latest progress; "wn": how many parents a job waiting for them waits for.
 RECORD_FIELDS = ("c", "k", "n", "pr", "d", "s", "to", "r", "a", "sub", "st", "w", "f", "x",
-                 "rs", "wn")
+                 "rs", "pg", "wn")
 
 
 def managers(client: Any, base: str) -> list[ManagerRecord]:
@@ -97,7 +97,7 @@ def _ready_due(member: bytes) -> int:
 
 def record(job_id: str, row: Sequence[Any], outcome: bytes | None) -> JobRecord:
     (client, key, name, level, due, seq, timeout, retries, attempt, submitted, state,
-     worker, finished, crashed, retry, waiting) = row
+     worker, finished, crashed, retry, progress, waiting) = row
     if crashed is not None and crashed.startswith(AFTER.encode()):
         crashed = None  # failed after a parent: no worker ran it
     return JobRecord(
@@ -109,4 +109,5 @@ def record(job_id: str, row: Sequence[Any], outcome: bytes | None) -> JobRecord:
         worker_id=(worker or crashed or b"").decode() or None,
         finished_wall=None if finished is None else int(finished) / US, outcome=outcome,
         error=None if retry is None else RetryState.decode(retry.decode()).error,
+        progress=None if progress is None else progress.decode(),
         waiting_for=int(waiting or 0))

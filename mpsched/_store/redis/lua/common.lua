@@ -378,7 +378,8 @@ local function finish(id, token, state, outcome, me, ttl_ms, keep_ms, now, outbo
   end
   redis.call('HSET', jk, 'st', state, 'f', now, 'out', outcome)
   if retry then redis.call('HSET', jk, 'rs', retry) end
-  redis.call('HDEL', jk, 'p')
+  -- A failed job keeps its payload while it is kept: it may be requeued by id.
+  if state ~= 'failed' then redis.call('HDEL', jk, 'p') end
   local leases = list_in(outbox.leases, f[5])
   leases[#leases + 1] = id
   outbox.states[state] = (outbox.states[state] or 0) + 1
@@ -397,8 +398,7 @@ end
 -- the caller's.
 local function cancelled_end(id, client, owner, key, watched, me, ttl_ms, keep_ms, now)
   local jk = B .. 'j:' .. id
-  redis.call('HSET', jk, 'st', 'cancelled', 'f', now)
-  redis.call('HDEL', jk, 'p')
+  redis.call('HSET', jk, 'st', 'cancelled', 'f', now)  -- its payload stays: see finish()
   redis.call('HINCRBY', B .. 'stats', 'cancelled', 1)
   if key and redis.call('GET', B .. 'k:' .. key) == id then
     redis.call('DEL', B .. 'k:' .. key)

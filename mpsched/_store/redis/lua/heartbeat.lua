@@ -85,7 +85,7 @@ for _, dead in ipairs(redis.call('ZRANGEBYSCORE', B .. 'managers', '-inf', now,
         requeued = requeued + 1
       else
         redis.call('HSET', jk, 'st', 'failed', 'f', now, 'x', f[5])
-        redis.call('HDEL', jk, 'p', 'out')
+        redis.call('HDEL', jk, 'out')  -- its payload stays: it may be requeued by id
         redis.call('HINCRBY', B .. 'stats', 'failed', 1)
         local mine, others = notify(id, f[7], me, f[9],
                                     ended_message(id, 'failed', f[6], f[5], nil))
