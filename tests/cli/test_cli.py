@@ -822,7 +822,7 @@ def test_submit_after_runs_a_job_once_its_parent_ended_and_jobs_shows_the_wait(
     manager = cluster.manager
     log = tmp_path / "ran.log"
     parent = procs.run("submit", "jobs:record", "--args", json.dumps([str(log), "p"]),
-                       "--delay", "3", *manager.cli())
+                       "--delay", "10", *manager.cli())
     assert parent.returncode == Exit.OK, parent.stderr
     parent_id = parent.stdout.strip()
     child = procs.run("submit", "jobs:record", "--args", json.dumps([str(log), "c"]),
