@@ -19,9 +19,10 @@ PACKAGE = Path(__file__).parent.parent / "mpsched"
 LAYERS: list[tuple[str, list[set[str]]]] = [
     ("_errors", [set()]),  # the whole error tree, one module
     ("_core", [{"options", "histogram", "retrying", "progress"}, {"job"},
-               {"clock", "recurring", "result_of", "dependencies"},
-               {"leases", "heap", "planning", "wall_offset"}, {"room", "prefetch"},
-               {"hand_out"}, {"intake"}, {"queue"}]),
+               {"clock", "recurring", "limits", "result_of", "dependencies"},
+               {"leases", "heap", "planning", "wall_offset"},
+               {"queues"}, {"room", "admission"}, {"prefetch"}, {"hand_out"}, {"intake"},
+               {"queue"}]),
     ("_store", [{"base", "commit", "pruning", "lease_records", "group_sync", "redis.url",
                  "redis.records"},
                 {"writer", "statements", "readers", "lease_log", "memory", "file",

@@ -130,7 +130,7 @@ def _worker(args: argparse.Namespace, out: TextIO) -> int:
     config = WorkerConfig(address=address, authkey=key, worker_id="",
                           log_level=logging.getLogger().getEffectiveLevel(),
                           heartbeat_interval=args.heartbeat_interval,
-                          tls=tls_from_args(args))
+                          tls=tls_from_args(args), queues=args.queues)
     pool = WorkerPool(config, args.processes, StartMethod.default())
     print(f"mpsched worker: {plural(args.processes, 'process')} joined "
           f"{format_address(address)}", file=out, flush=True)
@@ -228,7 +228,7 @@ def _submit_target(args: argparse.Namespace, fn: Callable[..., Any], out: TextIO
         future = client.schedule(fn, *call_args, delay=args.delay, at=at,
                                  priority=args.priority, timeout=args.timeout,
                                  retries=args.retries, key=args.key, retry=args.retry,
-                                 after=args.after,
+                                 queue=args.queue, limit=args.limit, after=args.after,
                                  **call_kwargs)
         try:
             print(future.job_id, file=out, flush=True)

@@ -10,7 +10,8 @@ import os
 import textwrap
 from pathlib import Path
 
-from mpsched._core.job import JobState, Order, Priority
+from mpsched._core.job import JobState, Order, Priority, check_name, check_queues
+from mpsched._core.limits import parse_limit
 from mpsched._core.options import Catchup, Durability, Mode, OnError, Option, Overlap
 from mpsched._core.recurring import MIN_INTERVAL, interval_problem
 from mpsched._protocol.records import HEARTBEAT_TIMEOUT, LEASE_TIMEOUT
@@ -135,6 +136,14 @@ def serve_options(serve: argparse.ArgumentParser) -> None:
                        help="time: earliest due first, then priority; priority: among "
                             "jobs already due, highest priority first (default: "
                             "%(default)s)")
+    serve.add_argument("--queues", type=_queues, metavar="NAMES",
+                       help="the queues the local workers serve, in strict order, comma "
+                            "separated: gpu,default (default: every queue)")
+    serve.add_argument("--limit", type=_limit, action="append", default=[],
+                       metavar="NAME=FORM",
+                       help="declare a limit jobs may name: exports=2 (at most 2 running "
+                            "at once), api=10/s (at most 10 starts a second; also /m, /h), "
+                            "both=2,10/s; repeatable")
     serve.add_argument("--max-pending", type=_count, metavar="JOBS",
                        help="most jobs waiting in the queue; a submit waits for room "
                             "(default: no limit)")
@@ -212,6 +221,9 @@ def worker_options(worker: argparse.ArgumentParser) -> None:
                         help="worker processes to start (default: %(default)s, the number "
                              "of cores)")
     worker.add_argument("--authkey-file", type=Path, metavar="FILE", help=KEY_HELP)
+    worker.add_argument("--queues", type=_queues, metavar="NAMES",
+                        help="the queues these workers serve, in strict order, comma "
+                             "separated: gpu,default (default: every queue)")
     worker.add_argument("--heartbeat-interval", type=_seconds, default=2.0,
                         metavar="SECONDS",
                         help="seconds between a worker's heartbeats to the manager; at most "
@@ -263,6 +275,12 @@ def _job_options(submit: argparse.ArgumentParser) -> None:
     submit.add_argument("--backoff", type=float, metavar="SECONDS",
                         help="with --retry: seconds before the first retry, doubling for "
                              "each next one, up to 600 (default: 1)")
+    submit.add_argument("--queue", type=_queue_name, default="default", metavar="NAME",
+                        help="the queue it waits in: only workers serving it run it "
+                             "(default: %(default)s)")
+    submit.add_argument("--limit", type=_limit_name, metavar="NAME",
+                        help="a limit the manager declares (serve --limit): the job starts "
+                             "only while that limit has room")
     submit.add_argument("--by-value", action="append", default=[], metavar="MODULE",
                         help="send MODULE's code with the job (pickled by value), for a "
                              "module the workers cannot import; importable here, it may be "
@@ -350,6 +368,37 @@ def stress_options(stress: argparse.ArgumentParser) -> None:
                              "killed one ran (default: %(default)s)")
     stress.add_argument("--inject", choices=_words(Injection),
                         help=argparse.SUPPRESS)  # proves the verifier catches faults
+
+
+def _queues(text: str) -> tuple[str, ...] | None:
+    try:
+        return check_queues(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _queue_name(text: str) -> str:
+    try:
+        return check_name("queue", text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _limit_name(text: str) -> str:
+    try:
+        return check_name("limit", text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _limit(text: str) -> tuple[str, str]:
+    name, sep, form = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"a limit is NAME=FORM (exports=2), not {text!r}")
+    try:
+        return name, str(parse_limit(name.strip(), form.strip()))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _count(text: str) -> int:

@@ -53,7 +53,7 @@ def submit_recurring(args: argparse.Namespace, fn: Callable[..., Any], call_args
     options: dict[str, Any] = dict(
         id=args.schedule_id, overlap=args.overlap, catchup=args.catchup, jitter=args.jitter,
         on_error=args.on_error, priority=args.priority, timeout=args.timeout,
-        retries=args.retries, retry=args.retry)
+        retries=args.retries, retry=args.retry, queue=args.queue, limit=args.limit)
     with connected(args) as client:
         if args.every is not None:
             start = at if at is not None else args.delay

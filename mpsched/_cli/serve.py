@@ -226,7 +226,8 @@ def _run_served(args: argparse.Namespace, out: TextIO, key: ServeKey, address: A
         tls=tls_from_args(args), store=store_path(args.store),
         durability=Durability.coerce(args.durability), result_ttl=args.result_ttl,
         http=http, lease_timeout=args.lease_timeout,
-        drain_workers_on_stop=args.drain_workers_on_stop)
+        drain_workers_on_stop=args.drain_workers_on_stop, queues=args.queues,
+        limits=tuple(args.limit))
 
     listening = False
 

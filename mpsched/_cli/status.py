@@ -4,15 +4,15 @@ or as JSON."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
+import sys
 import time
 from typing import TextIO
 
 from mpsched._cli.connection import manager_of, service_at
 from mpsched._cli.formats import format_due, format_duration, format_size, plural
 from mpsched._cli.managers import format_managers
-from mpsched._protocol.records import Exit, Stats
+from mpsched._protocol.records import Exit, Stats, stats_json
 from mpsched._store.base import IN_MEMORY
 from mpsched._transport.address import format_address
 
@@ -22,11 +22,20 @@ def run_status(args: argparse.Namespace, out: TextIO) -> int:
     address, key = manager_of(args)
     stats = service_at(address, key).stats()
     if args.json:
-        json.dump(dataclasses.asdict(stats), out, indent=2)
+        json.dump(stats_json(stats), out, indent=2)
         out.write("\n")
     else:
         out.write(format_stats(stats, format_address(address), time.time()))
+    for warning in unserved_queues(stats):
+        print(f"mpsched: warning: {warning}", file=sys.stderr)
     return Exit.OK
+
+
+def unserved_queues(stats: Stats) -> list[str]:
+    """A line for each queue with pending jobs that no worker serves."""
+    return [f"queue {q.name} has {plural(q.pending, 'pending job')} and no worker serves "
+            f"it (worker --queues {q.name})" for q in stats.queues
+            if q.pending and not q.workers]
 
 
 def format_stats(stats: Stats, where: str, now: float) -> str:
@@ -43,6 +52,7 @@ def format_stats(stats: Stats, where: str, now: float) -> str:
         f"retried {q.retried_all}  timed out {q.timed_out}   {stats.throughput:.1f} jobs/s",
         f"lateness  p50 {ms['p50']}  p90 {ms['p90']}  p99 {ms['p99']}  max {ms['max']}  "
         f"({plural(q.lateness_samples, 'job')})",
+        *format_queues(stats),
         f"workers   {len(stats.workers)}",
         f"  {'id':<14} {'host':<16} {'pid':>7} {'cpu%':>6} {'rss MB':>7} {'done':>6}  current",
     ]
@@ -51,6 +61,19 @@ def format_stats(stats: Stats, where: str, now: float) -> str:
                      f"{w.rss / 2**20:>7.1f} {w.jobs_done:>6}  {w.current_job or '-'}")
     lines += format_managers(stats.managers)
     return "\n".join(lines) + "\n"
+
+
+def format_queues(stats: Stats) -> list[str]:
+    """The queues line (each queue's pending jobs and workers) and the limits line, when
+    there is more than the default queue or any limit."""
+    lines = []
+    if [q.name for q in stats.queues] not in ([], ["default"]):
+        lines.append("queues    " + "  ".join(
+            f"{q.name} {q.pending} ({plural(q.workers, 'worker')})" for q in stats.queues))
+    if stats.limits:
+        lines.append("limits    " + "  ".join(f"{name} {form or 'no bound'}"
+                                              for name, form in stats.limits))
+    return lines
 
 
 def format_store(location: str, size: int | None) -> str:

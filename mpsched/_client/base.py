@@ -14,7 +14,15 @@ from typing import Any
 
 from mpsched._client.core import ClientCore
 from mpsched._client.job_future import JobFuture
-from mpsched._core.job import JobInfo, JobRecord, JobState, JobStateLike, Priority
+from mpsched._core.job import (
+    JobInfo,
+    JobRecord,
+    JobState,
+    JobStateLike,
+    Priority,
+    check_name,
+)
+from mpsched._core.limits import LimitSpec, parse_limit, parse_rate, unknown_limit
 from mpsched._core.progress import decode_progress
 from mpsched._errors import ConfigError, InvalidJobError, JobNotFoundError
 from mpsched._protocol.proxy import ServiceProxy
@@ -31,6 +39,43 @@ class ClientBase:
         lost (None: the client closes instead, its futures failed with
         ManagerConnectionLostError, whose message ends with ``lost_advice``)."""
         self._core = ClientCore(service, reconnect=reconnect, lost_advice=lost_advice)
+        # The limits the manager was last heard to know: a job naming one of them is
+        # sent write-behind; any other name is checked with the manager first.
+        self._known_limits: frozenset[str] = frozenset()
+
+    def limits(self) -> dict[str, str]:
+        """The manager's limits by name, each in its form (``"2"``, ``"10/s"``,
+        ``"2,10/s"``; ``""`` for one without a bound)."""
+        known = self._core.link.ask(lambda service: service.limits())
+        self._known_limits = frozenset(known)
+        return known
+
+    def set_limit(self, name: str, *, concurrency: int | None = None,
+                  rate: str | None = None) -> None:
+        """Declare or change the limit ``name`` on the manager, at once and for every
+        client; kept in the store when there is one.
+
+        Args:
+            concurrency: at most this many of its jobs run at once (None: no bound).
+            rate: at most N starts in any second, minute or hour: ``"10/s"``, ``"N/m"``,
+                ``"N/h"`` (None: no bound).
+
+        Raises:
+            InvalidJobError: a bad name, a bound below 1, or a rate in another form.
+        """
+        form = str(LimitSpec(concurrency=_concurrency(concurrency), rate=parse_rate(rate)))
+        parse_limit(name, form or LimitSpec())
+        self._core.link.ask(lambda service: service.set_limit(name, form))
+        self._known_limits = self._known_limits | {name}
+
+    def _check_limit(self, limit: str | None) -> None:
+        """Raises InvalidJobError unless the manager knows ``limit`` (None passes)."""
+        if limit is None or limit in self._known_limits:
+            return
+        check_name("limit", limit)
+        known = self.limits()
+        if limit not in known:
+            raise unknown_limit(limit, known)
 
     def stats(self) -> Stats:
         """Pending jobs per priority, in flight, completed, failed, workers and lateness.
@@ -140,11 +185,18 @@ class ClientBase:
         return self._core.link.ask(lambda service: service.cancel(job_id, self._core.client_id))
 
 
+def _concurrency(concurrency: object) -> int | None:
+    if concurrency is None:
+        return None
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise InvalidJobError(f"concurrency must be an int >= 1 or None, not {concurrency!r}")
+    return concurrency
+
+
 def _job_info(record: JobRecord) -> JobInfo:
     return JobInfo(job_id=record.job_id, name=record.name, state=record.state.value,
                    due=datetime.fromtimestamp(record.due_wall, timezone.utc),
                    priority=Priority(record.priority), attempts=record.attempt,
                    worker=record.worker_id, key=record.key, error=record.error,
-                   progress=decode_progress(record.progress),
-                   waiting_for=(f"after {record.waiting_for} jobs" if record.waiting_for
-                                else None))
+                   progress=decode_progress(record.progress), queue=record.queue,
+                   limit=record.limit, waiting_for=record.waiting_for)

@@ -24,10 +24,12 @@ from mpsched._client.job_future import JobFuture, MapResults
 from mpsched._client.link import DISCONNECTED
 from mpsched._client.outbox import Outbox
 from mpsched._core.job import (
+    DEFAULT_QUEUE,
     After,
     JobRequest,
     Priority,
     check_job,
+    check_name,
     due_arguments,
 )
 from mpsched._core.result_of import made as result_of_made
@@ -84,6 +86,8 @@ class Client(ClosingClient, Executor):
         retries: int = 0,
         key: str | None = None,
         retry: int | RetryPolicy | None = None,
+        queue: str = DEFAULT_QUEUE,
+        limit: str | None = None,
         after: Iterable[JobFuture[Any] | str] | None = None,
         allow_failure: bool = False,
         **kwargs: Any,
@@ -106,6 +110,10 @@ class Client(ClosingClient, Executor):
             key: an idempotency key. While a job with this key is pending or running (or,
                 with a store, its outcome is retained), this returns that job's future
                 instead of queueing a duplicate, whichever client submitted it.
+            queue: the queue it waits in: only workers that serve this queue run it
+                (1 to 64 characters of letters, digits and ``_.:-``).
+            limit: a limit the manager declares (``Scheduler(limits=...)``): the job
+                starts only while that limit has room, and waits pending meanwhile.
             after: jobs this one runs after: their futures (of any client) or job ids.
                 It waits until each has ended, then becomes due at its own time (``delay``
                 and ``at`` count from this call; a time past means at once). A
@@ -120,7 +128,8 @@ class Client(ClosingClient, Executor):
         Raises:
             InvalidJobError: both times, a NaN, infinite or overflowing time, an unknown
                 priority, a timeout that is not a positive number, negative retries,
-                ``retry`` with ``retries``, or ``fn`` not callable.
+                ``retry`` with ``retries``, a bad queue name, a limit the manager does not
+                know, or ``fn`` not callable.
             JobPicklingError: ``fn`` or its arguments cannot be pickled.
             JobNotFoundError: a parent the manager does not know (never, or forgotten).
             QueueFullError: ``max_pending`` jobs, or ``max_pending_bytes`` bytes of their
@@ -137,9 +146,10 @@ class Client(ClosingClient, Executor):
         if after is not None or allow_failure or (result_of_made() and
                                                   result_parents(args, kwargs)):
             return self._schedule_after(fn, args, kwargs, delay, at, priority, timeout,
-                                        retries, key, after, allow_failure, retry)
+                                        retries, key, after, allow_failure, retry, queue,
+                                        limit)
         return self._schedule(fn, args, kwargs, delay, at, priority, timeout, retries, key,
-                              retry)
+                              retry=retry, queue=queue, limit=limit)
 
     def _schedule_after(self, fn: Callable[..., Any], args: tuple[Any, ...],
                         kwargs: dict[str, Any], delay: float | timedelta | None,
@@ -147,7 +157,8 @@ class Client(ClosingClient, Executor):
                         timeout: float | None, retries: int, key: str | None,
                         after: Iterable[JobFuture[Any] | str] | None,
                         allow_failure: bool,
-                        retry: int | RetryPolicy | None = None) -> JobFuture[Any]:
+                        retry: int | RetryPolicy | None = None, queue: str = DEFAULT_QUEUE,
+                        limit: str | None = None) -> JobFuture[Any]:
         """:meth:`schedule` of a job with parents: sent at once, so that an unknown
         parent raises here."""
         if not isinstance(allow_failure, bool):
@@ -156,12 +167,16 @@ class Client(ClosingClient, Executor):
         parents = dict.fromkeys([*_parent_ids(after), *results])
         if not parents:  # after=[]: a first job of a loop that builds a graph
             return self._schedule(fn, args, kwargs, delay, at, priority, timeout, retries,
-                                  key, retry)
+                                  key, retry=retry, queue=queue, limit=limit)
         if key is not None:
             raise InvalidJobError("a job with parents (after=, ResultOf) cannot have a key")
         delay_s, at_s = due_arguments(delay, at)
         level = Priority.coerce(priority).level
         check_job(level, delay_s, at_s, timeout, retries)
+        if queue != DEFAULT_QUEUE:
+            check_name("queue", queue)
+        if limit is not None:
+            self._check_limit(limit)
         core = self._core
         terms = None
         if retry is not None:  # the worker gets the policy's filter with the callable
@@ -176,7 +191,7 @@ class Client(ClosingClient, Executor):
         request = JobRequest(job_id=future.id_nowait, client_id=core.client_id,
                              payload=payload, priority=level, delay=delay_s, at=at_s,
                              timeout=timeout, retries=retries, name=job_name(fn),
-                             retry=terms)
+                             retry=terms, queue=queue, limit=limit)
         links = After(tuple(parents), tuple(results), allow_failure)
         service = core.service
         try:
@@ -215,10 +230,15 @@ class Client(ClosingClient, Executor):
                   delay: float | timedelta | None, at: float | datetime | None,
                   priority: Priority | str, timeout: float | None = None,
                   retries: int = 0, key: str | None = None,
-                  retry: int | RetryPolicy | None = None) -> JobFuture[Any]:
+                  retry: int | RetryPolicy | None = None, queue: str = DEFAULT_QUEUE,
+                  limit: str | None = None) -> JobFuture[Any]:
         delay_s, at_s = due_arguments(delay, at)
         level = Priority.coerce(priority).level
         check_job(level, delay_s, at_s, timeout, retries, key)  # the manager's check, here
+        if queue != DEFAULT_QUEUE:
+            check_name("queue", queue)
+        if limit is not None:
+            self._check_limit(limit)
         core = self._core
         terms = None
         if retry is not None:  # the worker gets the policy's filter with the callable
@@ -234,7 +254,7 @@ class Client(ClosingClient, Executor):
         request = JobRequest(job_id="" if future is None else future.id_nowait,
                              client_id=core.client_id, payload=payload, priority=level,
                              delay=delay_s, at=at_s, timeout=timeout, retries=retries, key=key,
-                             name=job_name(fn), retry=terms)
+                             name=job_name(fn), retry=terms, queue=queue, limit=limit)
         if outbox is None or future is None:  # (either both are None or neither)
             [future] = self._send_batch([request])
         elif not outbox.put(request):

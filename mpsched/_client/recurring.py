@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 from mpsched._client.base import ClientBase
 from mpsched._client.schedule_handle import Schedule
-from mpsched._core.job import Priority, check_run
+from mpsched._core.job import DEFAULT_QUEUE, Priority, check_name, check_run
 from mpsched._core.options import (
     Catchup,
     CatchupLike,
@@ -60,6 +60,8 @@ class ScheduleRequest(NamedTuple):
     timeout: float | None = None
     retries: int = 0
     retry: int | RetryPolicy | None = None
+    queue: str = DEFAULT_QUEUE
+    limit: str | None = None
 
 
 def build_spec(asked: ScheduleRequest, fn: Callable[..., Any], args: tuple[Any, ...],
@@ -73,6 +75,9 @@ def build_spec(asked: ScheduleRequest, fn: Callable[..., Any], args: tuple[Any, 
     check_run(priority, asked.timeout, asked.retries)
     policy = coerce_retry(asked.retry, asked.retries)
     retries = asked.retries if policy is None else policy.max_retries
+    check_name("queue", asked.queue)
+    if asked.limit is not None:
+        check_name("limit", asked.limit)
     kind = ScheduleKind.coerce(asked.kind)
     interval = to_seconds(asked.interval, "interval") if kind == ScheduleKind.EVERY else 0.0
     start_delay, start_at = _start(asked.start)
@@ -89,7 +94,8 @@ def build_spec(asked: ScheduleRequest, fn: Callable[..., Any], args: tuple[Any, 
         on_error=OnError.coerce(asked.on_error), priority=priority, timeout=asked.timeout,
         retries=retries, name=job_name(fn),
         payload=pickle_job(fn if policy is None else RetryFilter(fn, policy), args, kwargs),
-        retry=None if policy is None else policy.terms())
+        retry=None if policy is None else policy.terms(), queue=asked.queue,
+        limit=asked.limit)
     if asked.schedule_id is None:
         spec = spec._replace(schedule_id=default_id(spec))
     try:
@@ -133,6 +139,7 @@ class RecurringClient(ClientBase):
               jitter: float = 0.0, on_error: OnErrorLike = "continue",
               priority: Priority | str = Priority.MEDIUM, timeout: float | None = None,
               retries: int = 0, retry: int | RetryPolicy | None = None,
+              queue: str = DEFAULT_QUEUE, limit: str | None = None,
               **kwargs: Any) -> Schedule:
         """Run ``fn(*args, **kwargs)`` every ``interval`` seconds (or a timedelta).
 
@@ -152,8 +159,8 @@ class RecurringClient(ClientBase):
             jitter: each run starts up to this many seconds after its slot, the same
                 offset for a slot whichever manager plans it.
             on_error: "continue" (a failed run does not stop the schedule) or "pause".
-            priority, timeout, retries, retry: as for :meth:`schedule`, for every run;
-                each run gets the retry policy and a budget of its own.
+            priority, timeout, retries, retry, queue, limit: as for :meth:`schedule`,
+                for every run; each run gets the retry policy and a budget of its own.
 
         Each run is a job with id ``"{id}@{planned UTC time}"``. Returns the
         :class:`Schedule`; it lives in the manager, beyond this client.
@@ -165,7 +172,9 @@ class RecurringClient(ClientBase):
         asked = ScheduleRequest(kind=ScheduleKind.EVERY, interval=interval, mode=mode,
                                 start=start, schedule_id=id, overlap=overlap, catchup=catchup,
                                 jitter=jitter, on_error=on_error, priority=priority,
-                                timeout=timeout, retries=retries, retry=retry)
+                                timeout=timeout, retries=retries, retry=retry, queue=queue,
+                                limit=limit)
+        self._check_limit(limit)
         return self._add_schedule(build_spec(asked, fn, args, kwargs))
 
     def cron(self, expr: str, fn: Callable[..., Any], /, *args: Any, tz: str | None = None,
@@ -173,6 +182,7 @@ class RecurringClient(ClientBase):
              jitter: float = 0.0, on_error: OnErrorLike = "continue",
              priority: Priority | str = Priority.MEDIUM, timeout: float | None = None,
              retries: int = 0, retry: int | RetryPolicy | None = None,
+             queue: str = DEFAULT_QUEUE, limit: str | None = None,
              **kwargs: Any) -> Schedule:
         """Run ``fn(*args, **kwargs)`` at the times of a five-field cron expression,
         evaluated in zone ``tz`` (an IANA name; default: the manager's local zone) with
@@ -189,7 +199,8 @@ class RecurringClient(ClientBase):
         asked = ScheduleRequest(kind=ScheduleKind.CRON, cron=expr, tz=tz, schedule_id=id,
                                 overlap=overlap, catchup=catchup, jitter=jitter,
                                 on_error=on_error, priority=priority, timeout=timeout,
-                                retries=retries, retry=retry)
+                                retries=retries, retry=retry, queue=queue, limit=limit)
+        self._check_limit(limit)
         return self._add_schedule(build_spec(asked, fn, args, kwargs))
 
     def schedules(self) -> list[Schedule]:

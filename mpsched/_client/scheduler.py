@@ -15,12 +15,14 @@ import multiprocessing
 import multiprocessing.util
 import os
 import secrets
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mpsched._client.client import Client
 from mpsched._client.closing import count
 from mpsched._client.forever import DroppedSchedules, wait_for_stop
-from mpsched._core.job import Order
+from mpsched._core.job import Order, check_queues
+from mpsched._core.limits import parse_limits
 from mpsched._core.options import Durability, DurabilityLike
 from mpsched._errors import (
     ConfigError,
@@ -86,6 +88,11 @@ class Scheduler(Client):
             JSON API; ``http_url`` says where.
         http_token_file: a file only this user can read holding a token that every request
             must then carry; its holders may also cancel jobs and pause schedules.
+        queues: the queues this Scheduler's workers serve, in strict order (None: every
+            queue). A job waits in the queue it names (``schedule(..., queue=)``).
+        limits: limits jobs may name (``schedule(..., limit=)``), by name: ``2`` (at most
+            2 running at once), ``"10/s"`` (at most 10 starts in any second; also ``/m``,
+            ``/h``), ``"2,10/s"`` (both). Kept in the store; changed by :meth:`set_limit`.
 
     Raises:
         ConfigError: a bad option (a ValueError), a non-loopback ``http`` address, a bad
@@ -120,6 +127,8 @@ class Scheduler(Client):
         shared_memory: bool = True,
         http: str | int | None = None,
         http_token_file: str | os.PathLike[str] | None = None,
+        queues: Sequence[str] | str | None = None,
+        limits: Mapping[str, int | str] | None = None,
     ) -> None:
         workers = _worker_count(workers, max_workers)
         _check_bounds(max_tasks_per_worker, max_memory_per_worker, max_pending,
@@ -128,6 +137,8 @@ class Scheduler(Client):
         check_options(result_ttl)
         order = Order.coerce(order)
         store = _store(store, lease_timeout)
+        subscribed = check_queues(queues)
+        declared = tuple((name, str(spec)) for name, spec in parse_limits(limits).items())
         config = ManagerConfig(
             authkey=secrets.token_hex(32).encode(), workers=workers,
             mp_method=_start_method(mp_context),
@@ -142,6 +153,7 @@ class Scheduler(Client):
             # Over the control socket only: the workers share this process's key, so
             # that a multiprocessing.Manager's proxies travel in jobs.
             process_authkey=bytes(multiprocessing.current_process().authkey),
+            queues=subscribed, limits=declared,
         )
         service, pid = self._start_manager(config, start_timeout)
         self.workers = workers

@@ -21,13 +21,29 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+from mpsched._core.admission import Admission
 from mpsched._core.clock import Clock, Waitable, ahead
-from mpsched._core.heap import PendingJobs
 from mpsched._core.job import Assignment, Job
 from mpsched._core.leases import Leases, LostLease
 from mpsched._core.prefetch import Prefetcher
+from mpsched._core.queues import PendingQueues, Queues
 from mpsched._core.wall_offset import WallOffset
 from mpsched._errors import SchedulerShutdownError
+
+
+class _Takers:
+    """The takers that serve one list of queues: they wait leader/follower among
+    themselves, on their own condition, for the heads of their queues."""
+
+    __slots__ = ("available", "leader")
+
+    def __init__(self, available: Waitable) -> None:
+        # Takers of these queues wait here: untimed when none of their queues has a job
+        # or another of them leads, timed (the head's delay) when leading. Notified (one
+        # waiter) by a new head in any queue or a limit's slot that frees, and by a taker
+        # of theirs that leaves while work remains and no one leads; all by close_locked().
+        self.available = available
+        self.leader: object | None = None  # the taker sleeping until the head is due
 
 
 class HandOut:
@@ -38,38 +54,44 @@ class HandOut:
     submitters of room).
     """
 
-    def __init__(self, lock: threading.Lock, clock: Clock, pending: PendingJobs,
-                 wall: WallOffset, leases: Leases, prefetch: Prefetcher, *,
-                 push: Callable[[Job], None],
-                 pop_due: Callable[[float, float], Job | None]) -> None:
+    def __init__(self, lock: threading.Lock, clock: Clock, pending: PendingQueues,
+                 wall: WallOffset, leases: Leases, prefetch: Prefetcher,
+                 admission: Admission, *, push: Callable[[Job], None],
+                 pop_due: Callable[[float, float, Queues], Job | None]) -> None:
         self._lock = lock  # the queue's: guards every field below
         self._clock = clock
         self._pending = pending
         self._wall = wall
         self._leases = leases
         self._prefetch = prefetch
+        self._admission = admission
         self._push = push
         self._pop_due = pop_due
-        # Takers wait here: untimed when the heap is empty or another taker leads, timed
-        # (head's delay) when leading. Notified (one waiter) by a submit that makes a new
-        # head, a cancel that removes the head, and a leaving taker when work remains and
-        # no leader does; notified all by close_locked().
-        self._available = clock.condition(lock)
-        self._leader: object | None = None  # the taker sleeping until the head is due
+        # The takers of each list of queues (None: every queue); the plain path has one.
+        self._groups: dict[Queues, _Takers] = {None: _Takers(clock.condition(lock))}
         self.waiting = 0  # takers and submitters inside a wait
         self._takers_waiting = 0  # takers inside a wait: while one does, none prefetches
         self.wakeups = 0  # waits that ended
         self.closed = False  # by close_locked(): takes raise, requeues are refused
 
-    def pass_lead_locked(self) -> None:
+    def _group_locked(self, queues: Queues) -> _Takers:
+        group = self._groups.get(queues)
+        if group is None:
+            group = self._groups[queues] = _Takers(self._clock.condition(self._lock))
+        return group
+
+    def pass_lead_locked(self, queues: Queues = None) -> None:
         """A taker leaves: if takers wait, work remains and no one leads, wake one, so
         that a follower never sleeps untimed past the head's due time while no one else
         is watching the clock."""
-        if self.waiting and self._leader is None and self._pending and not self.closed:
-            self._available.notify()
+        group = self._groups.get(queues)
+        if group is not None and self.waiting and group.leader is None and self._pending \
+                and not self.closed:
+            group.available.notify()
 
     def try_take_locked(self, worker_id: str, early: float, more: int,
-                        prefetchable: Callable[[Job], bool] | None) -> list[Assignment] | None:
+                        prefetchable: Callable[[Job], bool] | None,
+                        queues: Queues = None) -> list[Assignment] | None:
         """One look at the heap for JobQueue.take_batch: the batch to hand out ([] for a retired
         worker), or None when the taker must wait."""
         if self.closed:
@@ -82,20 +104,27 @@ class HandOut:
         if self._prefetch.revoking_locked(worker_id):
             return None
         now = self._clock.now()
+        admission = self._admission
+        if admission.opens:
+            admission.reopen_locked(now)
         while True:
-            if self._prefetch and self._prefetch.take_back_locked(worker_id, now):
+            if self._prefetch and self._prefetch.take_back_locked(worker_id, now, queues):
                 continue  # what went back to the heap goes first: pop it
-            job = self._pop_due(now, early)
+            job = self._pop_due(now, early, queues)
             if job is None:
                 return None
             if job.at is not None and self._held_locked(job, now):
                 continue  # back in the heap until the wall clock reaches its time
+            if job.limit is not None and not admission.admit_locked(job, now):
+                continue  # parked until its limit has a slot: the next due job
             first = self._leases.grant_locked(job, worker_id, now)
             if more and not self._takers_waiting:
-                return [first, *self._prefetch.hand_locked(worker_id, now, more, prefetchable)]
+                return [first, *self._prefetch.hand_locked(worker_id, now, more,
+                                                            prefetchable, queues)]
             return [first]
 
-    def wait_for_work_locked(self, worker_id: str, deadline: float, early: float) -> bool:
+    def wait_for_work_locked(self, worker_id: str, deadline: float, early: float,
+                             queues: Queues = None) -> bool:
         """Wait for something to take: as the leader (until the head is due, ``early``
         seconds ahead) or a follower (untimed), or, while the taker's own prefetched jobs
         are being revoked, for that to end; False once ``deadline`` has passed."""
@@ -106,20 +135,24 @@ class HandOut:
         if self._prefetch.revoking_locked(worker_id):
             self.wait_locked(self._prefetch.revoke_done, remaining)
             return True
-        head_due = self._pending.head_due()
-        if head_due is None or self._leader is not None:
-            self.wait_locked(self._available, remaining, taker=True)
+        head_due = self._pending.head_due(queues)
+        opens = self._admission.next_open_locked()
+        if opens is not None:  # a rate window with parked jobs opens then: a due time too
+            head_due = opens if head_due is None else min(head_due, opens)
+        group = self._group_locked(queues)
+        if head_due is None or group.leader is not None:
+            self.wait_locked(group.available, remaining, taker=True)
             return True
         me = object()
-        self._leader = me
+        group.leader = me
         try:
             # Handed out ``early``, a job is late only past that: one wait, mostly.
-            self.wait_locked(self._available,
+            self.wait_locked(group.available,
                              min(ahead(head_due - early - now, early), remaining),
                              taker=True)
         finally:
-            if self._leader is me:
-                self._leader = None
+            if group.leader is me:
+                group.leader = None
         return True
 
     def _held_locked(self, job: Job, now: float) -> bool:
@@ -160,13 +193,15 @@ class HandOut:
     def close_locked(self) -> None:
         """Every waiting and future take raises SchedulerShutdownError."""
         self.closed = True
-        self._available.notify_all()
+        for group in self._groups.values():
+            group.available.notify_all()
 
     def new_head_locked(self) -> None:
-        """The heap has a new head, which may be due sooner than what the leader sleeps
-        for: hand the lead to one waiter, which re-reads the head."""
-        self._leader = None
-        self._available.notify()
+        """A heap has a new head, which may be due sooner than what a leader sleeps
+        for: hand each group's lead to one of its waiters, which re-reads the heads."""
+        for group in self._groups.values():
+            group.leader = None
+            group.available.notify()
 
     def wait_locked(self, condition: Waitable, timeout: float | None, *,
                     taker: bool = False) -> None:

@@ -91,6 +91,29 @@ class PendingJobs:
             return self._taken(heapq.heappop(self._delayed)[3])
         return None
 
+    def peek_due(self, now: float, early: float = 0.0) -> Job | None:
+        """The job :meth:`pop_due` would return, left in place."""
+        self._drop_stale_heads()
+        if self._order is Order.TIME:
+            if self._delayed and self._delayed[0][0] <= now + early:
+                return self._delayed[0][3]
+            return None
+        self._promote(now)
+        if self._ready:
+            return self._ready[0][3]
+        if early and self._delayed and self._delayed[0][0] <= now + early:
+            return self._delayed[0][3]
+        return None
+
+    def pop_first(self) -> Job | None:
+        """The first live job in this heap's order, due or not, out of it."""
+        self._drop_stale_heads()
+        if self._ready:
+            return self._taken(heapq.heappop(self._ready)[3])
+        if self._delayed:
+            return self._taken(heapq.heappop(self._delayed)[3])
+        return None
+
     def due_head(self, now: float) -> Job | None:
         """The job :meth:`pop_due` would return now with no ``early``, left in place."""
         self._drop_stale_heads()

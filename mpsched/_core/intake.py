@@ -20,10 +20,11 @@ from collections.abc import Callable
 
 from mpsched._core.clock import Clock
 from mpsched._core.hand_out import HandOut
-from mpsched._core.heap import PendingJobs
 from mpsched._core.job import Job, JobRequest, check_request
 from mpsched._core.leases import Leases
+from mpsched._core.limits import Limits
 from mpsched._core.prefetch import Prefetcher
+from mpsched._core.queues import PendingQueues
 from mpsched._core.room import Room
 from mpsched._core.wall_offset import WallOffset
 from mpsched._errors import InvalidJobError
@@ -36,9 +37,9 @@ class Intake:
     prefetched jobs of one that goes before them).
     """
 
-    def __init__(self, lock: threading.Lock, clock: Clock, pending: PendingJobs, room: Room,
+    def __init__(self, lock: threading.Lock, clock: Clock, pending: PendingQueues, room: Room,
                  wall: WallOffset, leases: Leases, prefetch: Prefetcher,
-                 hand_out: HandOut, *, push: Callable[[Job], None]) -> None:
+                 hand_out: HandOut, limits: Limits, *, push: Callable[[Job], None]) -> None:
         self._lock = lock  # the queue's: guards every field below
         self._clock = clock
         self._pending = pending
@@ -47,6 +48,7 @@ class Intake:
         self._leases = leases
         self._prefetch = prefetch
         self._hand_out = hand_out
+        self._limits = limits
         self._push = push
         self._wait_locked = hand_out.wait_locked  # a submitter's wait for room, counted
         self._seq = itertools.count()
@@ -71,23 +73,26 @@ class Intake:
             self._room.wait_locked(now, timeout, len(requests), size, self._wait_locked)
             # Checked after the wait: another submitter may have queued an id meanwhile.
             for request in requests:
+                if request.limit is not None:
+                    self._limits.check(request.limit)
                 if request.job_id in self._pending:
                     raise InvalidJobError(f"job id {request.job_id!r} is already pending")
                 if refuse_running and self._leases.find_locked(request.job_id):
                     raise InvalidJobError(f"job id {request.job_id!r} is already running")
-            old_head = self._pending.head()
+            old_head = self._pending.heads()
             order = seqs if seqs is not None else [next(self._seq) for _ in requests]
             planned = due is not None  # on this clock: the requests' own times are not used
             jobs = [Job(job_id=request.job_id, client_id=request.client_id,
                         payload=request.payload, priority=request.priority, due=job_due,
                         seq=seq, timeout=request.timeout, retries=request.retries,
                         key=request.key, name=request.name,
-                        at=None if planned else request.at, retry=request.retry)
+                        at=None if planned else request.at, retry=request.retry,
+                        queue=request.queue, limit=request.limit)
                     for request, job_due, seq in zip(requests, dues, order, strict=True)]
             for job in jobs:
                 self._pending.push(job)
             self.submitted += len(requests)
-            if self._pending.head() is not old_head:
+            if self._pending.heads() != old_head:
                 self._hand_out.new_head_locked()
             due_now = [job for job in jobs if job.due <= now] if self._prefetch else []
             if due_now:  # of those due, only the first in heap order can go before one
@@ -169,7 +174,7 @@ class Intake:
         """The pending jobs among ``job_ids`` out of the heap (JobQueue.cancel_jobs)."""
         with self._lock:
             self._prefetch.cancel_locked(job_ids)
-            old_head = self._pending.head()
+            old_head = self._pending.heads()
             jobs = [job for job_id in job_ids if (job := self._pending.remove(job_id))]
             if jobs:
                 self._removed_locked(len(jobs), old_head)
@@ -182,7 +187,7 @@ class Intake:
             now = self._clock.now()
             jobs = [j for j in self._pending
                     if j.client_id == client_id and not (not_due_only and j.due <= now)]
-            old_head = self._pending.head()
+            old_head = self._pending.heads()
             for job in jobs:
                 self._pending.remove(job.job_id)
             if jobs:
@@ -199,7 +204,7 @@ class Intake:
     def reschedule(self, job_id: str, due: float) -> bool:
         """A pending job moved to another due time (JobQueue.reschedule)."""
         with self._lock:
-            old_head = self._pending.head()
+            old_head = self._pending.heads()
             job = self._pending.remove(job_id)
             if job is None:
                 return False
@@ -208,11 +213,11 @@ class Intake:
         self._prefetch.revoke_called_for()
         return True
 
-    def _removed_locked(self, cancelled: int, old_head: Job | None) -> None:
+    def _removed_locked(self, cancelled: int, old_head: tuple[Job | None, ...]) -> None:
         """After jobs left the heap unrun: count them, wake submitters waiting for room,
         and hand the lead on if the head changed (``old_head``: the top before)."""
         self.cancelled += cancelled
         self._room.left_locked()
-        if self._pending.head() is not old_head:
+        if self._pending.heads() != old_head:
             self._hand_out.new_head_locked()
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import math
+import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -20,6 +21,11 @@ from mpsched._core.retrying import RetryTerms
 from mpsched._errors import InvalidJobError
 
 MAX_KEY = 256  # characters in an idempotency key
+DEFAULT_QUEUE = "default"  # the queue of a job that names none
+# A queue's or a limit's name: 1 to 64 of these characters.
+_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+_CHECKED_NAMES: set[str] = set()  # names found valid, so that each is matched once
+_CHECKED_MAX = 4096
 
 # The epoch seconds of 0001-01-01 and 9999-12-31 23:59:59 UTC: due times must fit a datetime.
 MIN_EPOCH = -62135596800.0
@@ -87,6 +93,8 @@ class JobRequest(NamedTuple):
     name: str = ""  # the callable's qualified name, for listings
     # A retry policy's numbers; None (the plain path) is left off the wire (codec).
     retry: RetryTerms | None = None
+    queue: str = DEFAULT_QUEUE  # the queue whose workers may run it
+    limit: str | None = None  # the manager's limit it runs under (None: none)
 
 
 class After(NamedTuple):
@@ -119,6 +127,8 @@ class Job:
     error: str | None = None  # the last failed attempt's one line, while it waits to retry
     notes: list[str] | None = None  # each earlier failed attempt, for the final exception
     progress: str | None = None  # the latest its worker reported, as JSON text
+    queue: str = DEFAULT_QUEUE  # JobRequest.queue
+    limit: str | None = None  # JobRequest.limit
 
     def time_key(self) -> tuple[float, int, int]:
         """The heap key of ``order="time"``: due, then priority level, then seq."""
@@ -285,6 +295,46 @@ def check_request(request: JobRequest) -> None:
     """
     check_job(request.priority, request.delay, request.at, request.timeout, request.retries,
               request.key)
+    if request.queue != DEFAULT_QUEUE:
+        check_name("queue", request.queue)
+    if request.limit is not None:
+        check_name("limit", request.limit)
+
+
+def check_name(what: str, name: object) -> str:
+    """Return ``name`` if it is a valid queue or limit name: 1 to 64 characters of
+    letters, digits and ``_.:-``.
+
+    Raises:
+        InvalidJobError: anything else; ``what`` ("queue", "limit") says which it names.
+    """
+    if name in _CHECKED_NAMES:
+        return name
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise InvalidJobError(f"{what} name must be 1 to 64 characters of letters, digits "
+                              f"and _.:-, not {name!r}")
+    if len(_CHECKED_NAMES) < _CHECKED_MAX:
+        _CHECKED_NAMES.add(name)
+    return name
+
+
+def check_queues(queues: object) -> tuple[str, ...] | None:
+    """A worker's subscriptions as a tuple of queue names in order (None or empty: every
+    queue). A string is a comma-separated list.
+
+    Raises:
+        InvalidJobError: a name that is not valid (:func:`check_name`), or a repeated one.
+    """
+    if queues is None:
+        return None
+    if isinstance(queues, str):
+        queues = [name.strip() for name in queues.split(",")]
+    if not isinstance(queues, (list, tuple)):
+        raise InvalidJobError(f"queues must be a list of queue names, not {queues!r}")
+    names = tuple(check_name("queue", name) for name in queues)
+    if len(set(names)) != len(names):
+        raise InvalidJobError(f"queues repeats a name: {', '.join(names)}")
+    return names or None
 
 
 def check_job(priority: int, delay: float | None, at: float | None,
@@ -344,8 +394,10 @@ class JobInfo:
     datetime in UTC; ``attempts`` counts the runs a worker started; ``worker`` is the one
     running it (or that ran it last); ``key`` its idempotency key, if it has one;
     ``error`` a failed job's error in one line; ``progress`` the latest value the job
-    reported with ``current_job().set_progress``; ``waiting_for``, for a pending job with
-    parents, how many of them are still pending or running (``"after 2 jobs"``).
+    reported with ``current_job().set_progress``; ``queue`` the queue it waits in;
+    ``limit`` the limit it runs under, if any; ``waiting_for`` what a pending job waits for
+    (``"limit NAME"``, or ``"after 2 jobs"``: its parents still pending or running), else
+    None.
     """
 
     job_id: str
@@ -359,7 +411,9 @@ class JobInfo:
     error: str | None = None  # the last error's one line (None before any)
     # The latest progress the job reported: a number in [0, 1] or a dict.
     progress: float | dict | None = None  # type: ignore[type-arg]
-    waiting_for: str | None = None  # "after N jobs": a pending job's parents not yet ended
+    queue: str = DEFAULT_QUEUE
+    limit: str | None = None
+    waiting_for: str | None = None
 
 
 class JobState(Option):
@@ -401,7 +455,9 @@ class JobRecord(NamedTuple):
     outcome: bytes | None  # the manager's opaque bytes; None while unfinished, in listings
     error: str | None = None  # the last failed attempt's one line; a failed job's error
     progress: str | None = None  # the latest progress the job reported, as JSON text
-    waiting_for: int = 0  # parents still pending or running, of a pending job with parents
+    queue: str = DEFAULT_QUEUE
+    limit: str | None = None
+    waiting_for: str | None = None  # JobInfo.waiting_for
 
 
 class PayloadOptions(NamedTuple):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -99,6 +100,8 @@ class Leases:
         # Every lateness since the start, in fixed buckets (a Prometheus histogram).
         self._lateness_buckets = Histogram(LATENESS_BOUNDS)
         self._early = 0  # jobs that started before their due time: a bug if ever non-zero
+        # Told (lock held) of each ended lease of a job under a limit: its slot frees.
+        self.on_limited_end: Callable[[Job], None] | None = None
 
     def grant_locked(self, job: Job, worker_id: str, now: float) -> Assignment:
         """Put ``job`` (just popped from the heap) in flight with ``worker_id``."""
@@ -178,6 +181,8 @@ class Leases:
             return None
         if self._by_job.get(flight.job.job_id) is flight:  # its id may be in flight twice
             del self._by_job[flight.job.job_id]
+        if flight.job.limit is not None and self.on_limited_end is not None:
+            self.on_limited_end(flight.job)
         if self._drain_waiters and not self._in_flight:
             self._drained.notify_all()
         return flight

@@ -34,10 +34,11 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
+from mpsched._core.admission import Admission
 from mpsched._core.clock import Clock
-from mpsched._core.heap import PendingJobs
 from mpsched._core.job import Assignment, Job
 from mpsched._core.leases import Leases
+from mpsched._core.queues import PendingQueues, Queues
 from mpsched._core.wall_offset import WallOffset
 
 PREFETCH = 8  # jobs a worker asks for at once, at most (the first and up to 7 prefetched)
@@ -142,7 +143,7 @@ class Prefetched:
                 if when <= cutoff and worker_id not in self._revoking]
 
     def victim_locked(self, taker: str, head: Job | None, held_since: float,
-                      before: Callable[[Job, Job], bool]) -> str | None:
+                      before: Callable[[Job, Job], bool], queues: Queues = None) -> str | None:
         """A worker other than ``taker`` whose prefetched jobs ``taker`` takes back before
         it takes ``head`` (the due job it would get; None: nothing is due): with nothing
         due, any; else one whose batch was handed out by ``held_since`` and whose first job
@@ -151,6 +152,8 @@ class Prefetched:
         for worker_id, entries in self._batches.items():
             if worker_id == taker or worker_id in self._revoking:
                 continue
+            if queues is not None and entries[0][1].queue not in queues:
+                continue  # the taker may not run it: taking it back would help nobody
             if head is not None and (self._handed[worker_id] > held_since
                                      or not before(entries[0][1], head)):
                 continue
@@ -197,11 +200,13 @@ class Prefetcher:
     (see JobQueue).
     """
 
-    def __init__(self, lock: threading.Lock, clock: Clock, pending: PendingJobs,
-                 leases: Leases, wall: WallOffset, claims: Claims | None, *,
-                 push: Callable[[Job], None], pop_due: Callable[[float], Job | None]) -> None:
+    def __init__(self, lock: threading.Lock, clock: Clock, pending: PendingQueues,
+                 leases: Leases, wall: WallOffset, claims: Claims | None,
+                 admission: Admission, *, push: Callable[[Job], None],
+                 pop_due: Callable[[float, float, Queues], Job | None]) -> None:
         self._lock = lock  # the queue's: guards every field below
         self._pending = pending
+        self._admission = admission
         self._leases = leases
         self._wall = wall
         self._claims = claims
@@ -243,22 +248,31 @@ class Prefetcher:
     # ------------------------------------------------------------- handing out
 
     def hand_locked(self, worker_id: str, now: float, more: int,
-                    prefetchable: Callable[[Job], bool] | None) -> list[Assignment]:
-        """Hand ``worker_id`` up to ``more`` due jobs beyond the one it took, in heap
-        order, stopping at the first that may not be prefetched."""
+                    prefetchable: Callable[[Job], bool] | None,
+                    queues: Queues = None) -> list[Assignment]:
+        """Hand ``worker_id`` up to ``more`` due jobs of its ``queues`` beyond the one it
+        took, in heap order, stopping at the first that may not be prefetched (a job of a
+        full limit is parked and passed over, as by a take)."""
         if self._claims is None or not self._table.may_hand_locked(worker_id) \
                 or not self._claims.reopen(worker_id):
             return []
         batch: list[Assignment] = []
         entries: list[tuple[int, Job]] = []
         while len(batch) < more:
-            job = self._pending.due_head(now)
-            if job is None or job.timeout is not None \
+            only = self._pending.only  # the default queue's heap, while it is the only one
+            heap = only if queues is None else None
+            if heap is None:
+                heap = self._pending.due_heap(now, queues)
+            job = None if heap is None else heap.due_head(now)
+            if heap is None or job is None or job.timeout is not None \
                     or (prefetchable is not None and not prefetchable(job)) \
                     or (job.at is not None and self._wall.early_locked(job, now)):
                 break
-            popped = self._pop_due(now)
+            # the heap it came from: with the one default queue, the plain take
+            popped = self._pop_due(now, 0.0, None if only is not None else (job.queue,))
             assert popped is job
+            if job.limit is not None and not self._admission.admit_locked(job, now):
+                continue
             assignment = self._leases.grant_locked(job, worker_id, now)
             batch.append(assignment)
             entries.append((assignment.lease.lease_id, job))
@@ -269,11 +283,13 @@ class Prefetcher:
 
     # ------------------------------------------------------------- taking back
 
-    def take_back_locked(self, taker: str, now: float) -> bool:
-        """Revoke another worker's prefetched jobs that ``taker`` should start before what
-        the heap would give it (PREFETCH_HOLD, or nothing due); True if any went back."""
+    def take_back_locked(self, taker: str, now: float, queues: Queues = None) -> bool:
+        """Revoke another worker's prefetched jobs that ``taker`` (of ``queues``) should
+        start before what the heap would give it (PREFETCH_HOLD, or nothing due); True if
+        any went back."""
         victim = self._table.victim_locked(
-            taker, self._pending.due_head(now), now - PREFETCH_HOLD, self._pending.sorts_before)
+            taker, self._pending.due_head(now, queues), now - PREFETCH_HOLD,
+            self._pending.sorts_before, queues)
         return victim is not None and self.revoke_locked(victim) > 0
 
     def cancel_locked(self, job_ids: list[str]) -> None:

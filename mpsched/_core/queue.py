@@ -13,7 +13,9 @@ One lock, and parts that share it, each with a responsibility of its own:
  JobQueue  (the lock; lookups, reports, stats)
    Intake       submits, requeues, cancels: into the heap, and out unrun (intake.py)
    HandOut      takes (the leader/follower wait), workers that leave     (hand_out.py)
+   PendingQueues  a heap per named queue, and jobs parked behind a limit  (queues.py)
    PendingJobs  the heaps, their order and lazy deletion                 (heap.py)
+   Admission    limits: a slot per job in flight, starts per window      (admission.py)
    Room         the bounds, and submitters waiting for room              (room.py)
    WallOffset   due times of ``at=`` jobs                                (wall_offset.py)
    Prefetcher   jobs handed out ahead, and taking them back              (prefetch.py)
@@ -32,9 +34,9 @@ import operator
 import threading
 from collections.abc import Callable, Iterable
 
+from mpsched._core.admission import Admission
 from mpsched._core.clock import Clock, SystemClock
 from mpsched._core.hand_out import HandOut
-from mpsched._core.heap import PendingJobs
 from mpsched._core.intake import Intake
 from mpsched._core.job import (
     Assignment,
@@ -48,9 +50,12 @@ from mpsched._core.job import (
     Payload,
     Priority,
     QueueStats,
+    check_name,
 )
 from mpsched._core.leases import Leases, LostLease, percentiles
+from mpsched._core.limits import Limits, LimitSpec
 from mpsched._core.prefetch import Claims, Prefetcher
+from mpsched._core.queues import PendingQueues, Queues
 from mpsched._core.room import Room
 from mpsched._core.wall_offset import WallOffset
 
@@ -72,6 +77,7 @@ class JobQueue:
         on_returned: told of each job a revocation put back in the heap, before any taker
             can get it again (the journal records it pending); called with this queue's
             lock held, so it must not block.
+        limits: the limits jobs may name, by name (mpsched._core.limits).
     """
 
     def __init__(
@@ -84,6 +90,7 @@ class JobQueue:
         sizer: Callable[[Payload], int] = len,
         claims: Claims | None = None,
         on_returned: Callable[[Job], None] | None = None,
+        limits: dict[str, LimitSpec] | None = None,
     ) -> None:
         self._clock = clock if clock is not None else SystemClock()
         # Guards the heap and every part below (each shares it; their conditions say who
@@ -95,21 +102,24 @@ class JobQueue:
         # of a requeue record).
         self._lock = threading.Lock()
         self.leases = Leases(self._lock, self._clock)
-        self._pending = PendingJobs(Order.coerce(order),
-                                    None if max_pending_bytes is None else sizer)
+        self._pending = PendingQueues(Order.coerce(order),
+                                      None if max_pending_bytes is None else sizer)
         self._room = Room(self._lock, self._clock, self._pending, max_pending,
                           max_pending_bytes, sizer)
         self._wall = WallOffset(self._clock)
+        self._admission = Admission(Limits(limits), self._clock, self._pending,
+                                    push=self._push_locked)
+        self.leases.on_limited_end = self._admission.ended_locked
         self._prefetch = Prefetcher(self._lock, self._clock, self._pending, self.leases,
-                                    self._wall, claims, push=self._push_locked,
-                                    pop_due=self._pop_due_locked)
+                                    self._wall, claims, self._admission,
+                                    push=self._push_locked, pop_due=self._pop_due_locked)
         self._prefetch.on_returned = on_returned
         self._hand_out = HandOut(self._lock, self._clock, self._pending, self._wall,
-                                 self.leases, self._prefetch, push=self._push_locked,
-                                 pop_due=self._pop_due_locked)
+                                 self.leases, self._prefetch, self._admission,
+                                 push=self._push_locked, pop_due=self._pop_due_locked)
         self._intake = Intake(self._lock, self._clock, self._pending, self._room, self._wall,
                               self.leases, self._prefetch, self._hand_out,
-                              push=self._push_locked)
+                              self._admission.limits, push=self._push_locked)
 
     def set_on_returned(self, on_returned: Callable[[Job], None] | None) -> None:
         """Set the constructor's ``on_returned`` (its journal is made after the queue)."""
@@ -182,6 +192,8 @@ class JobQueue:
         with self._lock:
             now = self._clock.now()
             for job in jobs:
+                if job.limit is not None:
+                    self._admission.limits.hold_locked(job.limit)
                 self.leases.hold_locked(job, worker_id, now)
 
     def return_lease(self, lease_id: int) -> Job | None:
@@ -255,9 +267,13 @@ class JobQueue:
         return batch[0] if batch else None
 
     def take_batch(self, worker_id: str, timeout: float, early: float = 0.0, more: int = 0,
-                   prefetchable: Callable[[Job], bool] | None = None) -> list[Assignment]:
+                   prefetchable: Callable[[Job], bool] | None = None,
+                   queues: Queues = None) -> list[Assignment]:
         """:meth:`take`, then up to ``more`` jobs more that are due already: prefetched,
         each revocable until ``worker_id`` claims it (mpsched._core.prefetch).
+
+        ``queues``: the queues the taker serves, in order (None: every queue). It gets
+        the due jobs of the first of them that has one.
 
         Only jobs with no timeout that ``prefetchable`` accepts are prefetched, only with
         Claims, and only while no other taker waits. A take ends the taker's previous
@@ -275,14 +291,16 @@ class JobQueue:
             deadline = self._clock.now() + timeout
             try:
                 while True:
-                    batch = hand_out.try_take_locked(worker_id, early, more, prefetchable)
+                    batch = hand_out.try_take_locked(worker_id, early, more, prefetchable,
+                                                     queues)
                     if batch is not None:
                         return batch
-                    if not hand_out.wait_for_work_locked(worker_id, deadline, early):
+                    if not hand_out.wait_for_work_locked(worker_id, deadline, early,
+                                                         queues):
                         return []
             finally:  # pass the lead on (nobody waiting: skip the call, it is per job)
                 if hand_out.waiting:
-                    hand_out.pass_lead_locked()
+                    hand_out.pass_lead_locked(queues)
 
     def revoke(self, worker_id: str) -> int:
         """Take back the prefetched jobs ``worker_id`` has not started (it leaves); they go
@@ -422,6 +440,40 @@ class JobQueue:
         with self._lock:
             return len(self._pending)
 
+    # ------------------------------------------------------------ queues and limits
+
+    def pending_by_queue(self) -> dict[str, int]:
+        """Pending jobs per queue (those waiting for a limit included)."""
+        with self._lock:
+            return self._pending.by_queue()
+
+    def waiting_for(self, job_id: str) -> str | None:
+        """``"limit NAME"`` for a pending job parked behind its full limit; else None."""
+        with self._lock:
+            limit = self._pending.parked_limit(job_id)
+        return None if limit is None else f"limit {limit}"
+
+    def limits(self) -> dict[str, LimitSpec]:
+        """The limits jobs may name, by name."""
+        with self._lock:
+            return self._admission.limits.specs()
+
+    def check_routes(self, requests: list[JobRequest]) -> None:
+        """Raises InvalidJobError when a request names a queue or a limit that is not
+        valid, or a limit that is not declared."""
+        for request in requests:
+            check_name("queue", request.queue)
+        with self._lock:
+            for request in requests:
+                self._admission.limits.check(request.limit)
+
+    def set_limit(self, name: str, spec: LimitSpec | None) -> None:
+        """Declare, change or (None) remove a limit; parked jobs it now admits become
+        takeable at once."""
+        with self._lock:
+            self._admission.set_locked(name, spec)
+        self._prefetch.revoke_called_for()
+
     def stats(self, *, lateness: bool = True) -> QueueStats:
         """Counters, pending jobs per priority and recent lateness percentiles (with
         ``lateness`` False, none: ``QueueStats.lateness`` is empty, and no sample is
@@ -464,14 +516,16 @@ class JobQueue:
         """Put ``job`` in the heap: a taker is told of a new head, and a prefetched job it
         goes before is to be revoked (``Prefetcher.revoke_called_for``, after the lock)."""
         self._pending.push(job)
-        if self._pending.head() is job:
+        if self._pending.is_head(job):
             self._hand_out.new_head_locked()
         if self._prefetch:
             self._prefetch.overtaken_locked(job, self._clock.now())
 
-    def _pop_due_locked(self, now: float, early: float = 0.0) -> Job | None:
-        """The next job due (``early`` seconds ahead) out of the heap; room is made."""
-        job = self._pending.pop_due(now, early)
+    def _pop_due_locked(self, now: float, early: float = 0.0,
+                        queues: Queues = None) -> Job | None:
+        """The next job due (``early`` seconds ahead) of ``queues`` out of its heap; room
+        is made."""
+        job = self._pending.pop_due(now, early, queues)
         if job is not None:
             self._room.left_locked()
         return job

@@ -15,7 +15,7 @@ import zoneinfo
 from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Any, NamedTuple
 
-from mpsched._core.job import MAX_EPOCH, MIN_EPOCH
+from mpsched._core.job import DEFAULT_QUEUE, MAX_EPOCH, MIN_EPOCH
 from mpsched._core.options import Catchup, Mode, OnError, Option, Overlap
 from mpsched._core.retrying import RetryTerms
 from mpsched._errors import ExtraMissingError, InvalidJobError
@@ -62,12 +62,15 @@ class ScheduleSpec(NamedTuple):
     name: str  # the callable's qualified name, for listings
     payload: bytes  # cloudpickled (fn, args, kwargs), as a job's
     retry: RetryTerms | None = None  # every run's retry policy's numbers (JobRequest.retry)
+    queue: str = DEFAULT_QUEUE  # the queue of every run
+    limit: str | None = None  # the limit every run runs under
 
     @classmethod
     def of(cls, fields: tuple[Any, ...]) -> ScheduleSpec:
-        """A spec from its fields as sent or stored (one stored before ``retry`` existed
-        has one field less)."""
-        return cls._make(fields if len(fields) == len(cls._fields) else (*fields, None))
+        """A spec from its fields as sent or stored; one stored by an older version lacks
+        the last fields, which take their defaults."""
+        rest = cls._fields[len(fields):]
+        return cls._make((*fields, *(cls._field_defaults[name] for name in rest)))
 
     def identity(self) -> ScheduleSpec:
         """The spec without what is relative to the moment it was sent: two adds of one

@@ -11,8 +11,8 @@ import threading
 from collections.abc import Callable
 
 from mpsched._core.clock import Clock, Waitable
-from mpsched._core.heap import PendingJobs
 from mpsched._core.job import JobRequest, Payload
+from mpsched._core.queues import PendingQueues
 from mpsched._errors import ConfigError, InvalidJobError, QueueFullError, SchedulerShutdownError
 
 
@@ -36,7 +36,7 @@ class Room:
     """``max_pending`` jobs and ``max_bytes`` payload bytes (as ``sizer`` counts them) at
     most in ``pending``; None: no bound."""
 
-    def __init__(self, lock: threading.Lock, clock: Clock, pending: PendingJobs,
+    def __init__(self, lock: threading.Lock, clock: Clock, pending: PendingQueues,
                  max_pending: int | None, max_bytes: int | None,
                  sizer: Callable[[Payload], int]) -> None:
         if max_pending is not None and max_pending < 1:

@@ -95,7 +95,8 @@ class Dispatch:
         if self._workers.dismissal(worker_id):
             raise WorkerDismissedError(f"worker {worker_id} was dismissed: its pool leaves")
         try:
-            return self._queue.take_batch(worker_id, timeout, early, more, self._prefetchable)
+            return self._queue.take_batch(worker_id, timeout, early, more, self._prefetchable,
+                                          self._workers.queues_of(worker_id))
         except SchedulerShutdownError:
             if self._workers.dismissal(worker_id):
                 raise WorkerDismissedError(f"the manager stops and dismissed worker "

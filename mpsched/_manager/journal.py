@@ -120,6 +120,15 @@ class BaseJournal(abc.ABC):
         """The largest job pickle the store takes (None: no bound but memory's)."""
         return None
 
+    def save_limit(self, name: str, form: str | None) -> None:
+        """Keep a limit's form in the store (None: forget it); a store that keeps
+        nothing across restarts ignores it."""
+        self.store.save_limit(name, form)
+
+    def saved_limits(self) -> dict[str, str]:
+        """The limits the store kept, by name, in their forms."""
+        return self.store.saved_limits()
+
     def managers(self, live: tuple[WorkerStatus, ...] = ()) -> tuple[ManagerStatus, ...]:
         """Every manager of a shared store, from their heartbeats, this one with its
         workers as they are now (``live``); () for one's own."""
@@ -467,7 +476,7 @@ class NoJournal(BaseJournal):
             submitted_wall=job.due + to_wall,  # not kept without a store: its due time
             state=state or (JobState.PENDING if worker_id is None else JobState.RUNNING),
             worker_id=worker_id, finished_wall=finished_wall, outcome=None, error=job.error,
-            progress=job.progress)
+            progress=job.progress, queue=job.queue, limit=job.limit)
 
     def _ended_record(self, ended: Ended) -> JobRecord:
         record = self._record(ended.job, ended.worker_id, ended.state, ended.finished_wall)

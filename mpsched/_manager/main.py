@@ -30,6 +30,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from mpsched._core.limits import LimitSpec, parse_limit
 from mpsched._core.queue import JobQueue
 from mpsched._errors import ConfigError, MpschedError, StoreError
 from mpsched._manager.journal import BaseJournal, NoJournal
@@ -192,11 +193,26 @@ def _open_queue(config: ManagerConfig, claims: LocalClaims) -> _Opened:
                             max_pending_bytes=config.max_pending_bytes,
                             outage=StoreOutage(store.location), claims=claims)
         queue.fence.on_change(claims.set_fence)  # local workers start nothing past it
+        for name, form in config.limits:  # the store's, for every manager: this one's win
+            queue.set_limit(name, parse_limit(name, form) if form else LimitSpec())
         return _Opened(queue, SharedJournal(store, queue), "", AnonymousSlots())
     local = JobQueue(order=config.order, max_pending=config.max_pending,
                      max_pending_bytes=config.max_pending_bytes, sizer=payload_size,
                      claims=claims)
-    return _open_journal(config, local)
+    opened = _open_journal(config, local)
+    _declare_limits(config, opened)
+    return opened
+
+
+def _declare_limits(config: ManagerConfig, opened: _Opened) -> None:
+    """The limits the store kept, then those of the config (kept in turn): a limit given
+    at start wins over one set at run time before the restart."""
+    for name, form in opened.journal.saved_limits().items():
+        opened.queue.set_limit(name, parse_limit(name, form) if form else LimitSpec())
+    for name, form in config.limits:
+        spec = parse_limit(name, form) if form else LimitSpec()
+        opened.journal.save_limit(name, str(spec))
+        opened.queue.set_limit(name, spec)
 
 
 def _open_journal(config: ManagerConfig, queue: JobQueue) -> _Opened:

@@ -98,7 +98,7 @@ class RunPlanner:
                              delay=None if shared else max(0.0, due - self._clock.now()),
                              at=slot if shared else None,
                              timeout=spec.timeout, retries=spec.retries, name=spec.name,
-                             retry=spec.retry)
+                             retry=spec.retry, queue=spec.queue, limit=spec.limit)
         try:
             # Due at the slot itself: a delay would start from when the queue reads its
             # clock, a little later, and every run would be that much late. A shared

@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from mpsched._core.clock import Clock, SystemClock
 from mpsched._core.job import (
+    DEFAULT_QUEUE,
     After,
     Job,
     JobRecord,
@@ -26,7 +27,9 @@ from mpsched._core.job import (
     Lease,
     PayloadOptions,
     Priority,
+    check_name,
 )
+from mpsched._core.limits import LimitSpec, parse_limit
 from mpsched._core.queue import JobQueue
 from mpsched._core.recurring import ScheduleAction, ScheduleInfo, ScheduleSpec
 from mpsched._errors import (
@@ -64,6 +67,7 @@ from mpsched._protocol.records import (
     LONG_POLL,
     ClientHello,
     LeftBehind,
+    QueueStatus,
     Stats,
     WorkerHello,
     WorkerLoad,
@@ -317,6 +321,9 @@ class ManagerService:
         """
         bounded = LONG_POLL if timeout is None else min(timeout, LONG_POLL)
         batch = [request_from_wire(r) for r in requests]
+        routed = [r for r in batch if r.limit is not None or r.queue != DEFAULT_QUEUE]
+        if routed:  # before the store: a refused batch leaves no trace
+            self.queue.check_routes(routed)
         self.segments.submitted(batch)  # before a worker can take and end one
         try:
             holders = self.journal.submit(batch, bounded)
@@ -454,22 +461,42 @@ class ManagerService:
         """The record of one job the manager knows (None: it knows no such job), without
         its outcome."""
         record = self.journal.get(job_id, fresh=True)
-        if record is None:
-            return None
-        if self.workflows is None:  # a shared store's record says what it waits for
-            return described(record)
-        return described(record)._replace(waiting_for=self.workflows.remaining(job_id))
+        return None if record is None else described(self._waiting(record))
 
     @remote
     def jobs(self, state: str | None = None, limit: int | None = None) -> list[JobRecord]:
         """The jobs the store knows, in submission order (pending and running ones only
         without a store), without payloads or outcomes; a failed job with its error, a
-        job waiting for its parents with how many."""
-        records = [described(r) for r in self.journal.jobs(state, limit)]
-        if self.workflows is None or not len(self.workflows):
-            return records
-        return [r._replace(waiting_for=self.workflows.remaining(r.job_id))
-                if r.state is JobState.PENDING else r for r in records]
+        pending one with what it waits for."""
+        return [described(self._waiting(r)) for r in self.journal.jobs(state, limit)]
+
+    def _waiting(self, record: JobRecord) -> JobRecord:
+        """``record`` with what it waits for, if it is a pending job of a limit or one
+        waiting for its parents."""
+        if record.state is not JobState.PENDING:
+            return record
+        if self.workflows is not None and len(self.workflows):
+            parents = self.workflows.remaining(record.job_id)
+            if parents:
+                return record._replace(waiting_for=f"after {parents} jobs")
+        if record.limit is None:
+            return record
+        return record._replace(waiting_for=self.queue.waiting_for(record.job_id))
+
+    @remote
+    def limits(self) -> dict[str, str]:
+        """The declared limits by name, in their forms ("2", "10/s", "2,10/s")."""
+        return {name: str(spec) for name, spec in self.queue.limits().items()}
+
+    @remote
+    def set_limit(self, name: str, form: str) -> None:
+        """Declare or change a limit (``form`` "" for one without bounds), kept in the
+        store; parked jobs it now admits are takeable at once."""
+        check_name("limit", name)
+        spec = parse_limit(name, form) if form else LimitSpec()
+        self.journal.save_limit(name, str(spec))
+        self.queue.set_limit(name, spec)
+        log.info("limit %s set to %s", name, spec or "no bound")
 
     @remote
     def collect(self, client_id: str, timeout: float,
@@ -544,7 +571,21 @@ class ManagerService:
                      clients=len(self.mailboxes), store=self.journal.store.location,
                      store_size=self.journal.store.size(),
                      store_jobs=self.journal.store.kept() if self.journal.shared else None,
-                     managers=self.journal.managers(workers))
+                     managers=self.journal.managers(workers),
+                     queues=self._queue_statuses(),
+                     limits=tuple(sorted(self.limits().items())))
+
+    def _queue_statuses(self) -> tuple[QueueStatus, ...]:
+        """Each queue with pending jobs or a worker naming it: its pending count and how
+        many of this manager's workers serve it."""
+        pending = self.queue.pending_by_queue()
+        served = self.workers.subscriptions()
+        names = {name for name, count in pending.items() if count}
+        names.update(name for queues in served if queues for name in queues)
+        names.add(DEFAULT_QUEUE)
+        return tuple(QueueStatus(name=name, pending=pending.get(name, 0),
+                                 workers=sum(1 for q in served if q is None or name in q))
+                     for name in sorted(names))
 
     @remote
     def drain_workers(self) -> int:

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 
 from mpsched._core.job import (
+    DEFAULT_QUEUE,
     After,
     Assignment,
     Job,
@@ -35,6 +36,7 @@ from mpsched._core.retrying import RetryState
 from mpsched._core.room import check_fits
 from mpsched._errors import (
     DependencyFailedError,
+    InvalidJobError,
     JobError,
     JobNotFoundError,
     PayloadTooLargeError,
@@ -114,6 +116,10 @@ class SharedJournal(BaseJournal):
         """
         for request in requests:
             check_request(request)
+            if request.queue != DEFAULT_QUEUE or request.limit is not None:
+                raise InvalidJobError(
+                    "a job with parents (after=, ResultOf) takes no queue= or limit= with "
+                    "a Redis store yet: it runs in the default queue, without a limit")
         requests, _held = self._segments.for_store(requests)
         for request in requests:
             if len(request.payload) > self.store.max_payload:
@@ -157,7 +163,8 @@ class SharedJournal(BaseJournal):
         jobs = [NewJob(job_id=r.job_id, client_id=r.client_id, key=r.key, name=r.name,
                        payload=r.payload, priority=r.priority, delay=r.delay, at=r.at,
                        timeout=r.timeout, retries=r.retries, held=r.job_id in held,
-                       retry=None if r.retry is None else RetryState(r.retry).encode())
+                       retry=None if r.retry is None else RetryState(r.retry).encode(),
+                       queue=r.queue, limit=r.limit)
                 for r in requests]
         run = due is not None
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -72,16 +72,21 @@ class SharedQueue(SharedPrefetch):
         return batch[0] if batch else None
 
     def take_batch(self, worker_id: str, timeout: float, early: float = 0.0, more: int = 0,
-                   prefetchable: Callable[[Job], bool] | None = None) -> list[Assignment]:
+                   prefetchable: Callable[[Job], bool] | None = None,
+                   queues: tuple[str, ...] | None = None) -> list[Assignment]:
         """:meth:`take`, with up to ``more`` due jobs more claimed in the same call for a
         worker this manager started (prefetched: mpsched._manager.shared_prefetch);
-        ``prefetchable`` tells which jobs may be. [] when none came due.
+        ``prefetchable`` tells which jobs may be. [] when none came due. ``queues``: as
+        JobQueue's.
 
         Raises:
             SchedulerShutdownError: the queue was closed; the taker should exit.
         """
         deadline = self._clock.now() + timeout
         with self._lock:
+            if self._queues.get(worker_id) != (queues or ()):
+                self._queues[worker_id] = queues or ()
+                self._mixed = len(set(self._queues.values())) > 1
             ready = self._begin_take_locked(worker_id, early, more, prefetchable, deadline)
         if ready is not None and self._fenced(worker_id, ready):
             return ready
@@ -184,6 +189,8 @@ class SharedQueue(SharedPrefetch):
     def _known_wait_locked(self) -> float | None:
         """How long a new taker may wait without asking Redis, nothing having changed
         since it was last asked (None: until woken); ASK when it must ask."""
+        if self._mixed:
+            return ASK  # what another taker saw says nothing of this one's queues
         if self._leader is not None:
             return None  # follow our own leader, untimed
         if self._idle_gen == self._gen:
@@ -200,7 +207,8 @@ class SharedQueue(SharedPrefetch):
         try:
             reply = self.store.report(self.manager_id, self.lease_timeout, take=Take(
                 want=want, worker=f"{self.manager_id}/{worker_id}", early=early,
-                lead="wait", waiting=others_wait, claim=claim))
+                lead="wait", waiting=others_wait, claim=claim,
+                queues=self._queues.get(worker_id, ())))
         except StoreUnavailableError as exc:
             if isinstance(exc, StoreInDoubtError):
                 self.in_doubt(claim)
@@ -245,6 +253,8 @@ class SharedQueue(SharedPrefetch):
             return None, None
         if reply.leader:
             self._follow_until = None
+            if self._mixed:  # each times the head of its own queues
+                return max(ahead(reply.head_in - early), 1e-6), None
             if self._leader is not None:
                 return None, None  # another taker of ours times it already
             self._leader = lead = object()
@@ -276,7 +286,9 @@ class SharedQueue(SharedPrefetch):
             self._gen += 1
             self._leader = None
             self._idle_gen = self._follow_until = None
-            if self._waiting:
+            if self._waiting and self._mixed:
+                self._available.notify_all()  # each looks at its own queues
+            elif self._waiting:
                 self._available.notify()
 
     def wake_all(self) -> None:
@@ -318,7 +330,8 @@ class SharedQueue(SharedPrefetch):
             others_wait = self._waiting > 0
         take = None if not want else Take(want=count, worker=f"{self.manager_id}/{worker_id}",
                                           early=early or 0.0, waiting=others_wait,
-                                          claim=self.claim_name())
+                                          claim=self.claim_name(),
+                                          queues=self._queues.get(worker_id or "", ()))
         try:
             reply = self.store.report(self.manager_id, self.lease_timeout,
                                       finishes=finishes, take=take)
@@ -382,6 +395,7 @@ class SharedQueue(SharedPrefetch):
             self._prefetched.drop_locked(worker_id)
             self._early.pop(worker_id, None)
             self._more.pop(worker_id, None)
+            self._queues.pop(worker_id, None)
             for old, when in list(self._gone.items()):
                 if when >= now - GONE_MEMORY:
                     break

@@ -15,8 +15,18 @@ import threading
 from collections.abc import Callable
 
 from mpsched._core.clock import Clock, SystemClock, Waitable
-from mpsched._core.job import Assignment, Job, Lease, Outcome, Payload, QueueStats
+from mpsched._core.job import (
+    Assignment,
+    Job,
+    JobRequest,
+    Lease,
+    Outcome,
+    Payload,
+    QueueStats,
+    check_name,
+)
 from mpsched._core.leases import Leases, percentiles
+from mpsched._core.limits import LimitSpec, unknown_limit
 from mpsched._manager.shared_fence import LeaseFence
 from mpsched._manager.store_outage import StoreOutage
 from mpsched._payload import frames
@@ -77,6 +87,13 @@ class SharedQueueBase:
         # round trip per job instead of two); its next take hands it out.
         self._ready: dict[str, list[Assignment]] = {}
         self._early: dict[str, float] = {}  # worker id -> the hand-off window of its takes
+        # worker id -> the queues it serves, in order (): every queue)
+        self._queues: dict[str, tuple[str, ...]] = {}
+        # Takers of this manager serve different queues: each asks Redis for itself
+        # (one's empty claim says nothing of another's queues) and waits timed for the
+        # head of its own; a wake-up wakes them all.
+        self._mixed = False
+        self._known_limits: frozenset[str] = frozenset()  # the store's, as last read
         self._gone: dict[str, float] = {}  # retired workers, as JobQueue's
         self._gen = 0  # wake-ups so far: a claim older than the last one may be stale
         self._leader: object | None = None  # the taker that times the head for us
@@ -307,6 +324,37 @@ class SharedQueueBase:
 
     def __len__(self) -> int:
         return sum(self.store.counts().pending.values())
+
+    # ------------------------------------------------------------ queues and limits
+
+    def check_routes(self, requests: list[JobRequest]) -> None:
+        """Raises InvalidJobError when a request names a queue or a limit that is not
+        valid, or a limit the store does not know."""
+        for request in requests:
+            check_name("queue", request.queue)
+            limit = request.limit
+            if limit is None or limit in self._known_limits:
+                continue
+            self._known_limits = frozenset(self.store.limits())
+            if limit not in self._known_limits:
+                raise unknown_limit(limit, self._known_limits)
+
+    def pending_by_queue(self) -> dict[str, int]:
+        return self.store.pending_by_queue()
+
+    def waiting_for(self, job_id: str) -> str | None:
+        limit = self.store.parked_limit(job_id)
+        return None if limit is None else f"limit {limit}"
+
+    def limits(self) -> dict[str, LimitSpec]:
+        found = self.store.limits()
+        self._known_limits = frozenset(found)
+        return found
+
+    def set_limit(self, name: str, spec: LimitSpec | None) -> None:
+        """Declare, change or (None) forget a limit for every manager of the store."""
+        self.store.set_limit(name, spec)
+        self._known_limits = self._known_limits | {name}
 
     def close(self) -> None:
         """Stop: every waiting or future ``take`` raises SchedulerShutdownError."""

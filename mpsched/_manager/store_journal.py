@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from mpsched._core.clock import Clock
 from mpsched._core.job import (
+    DEFAULT_QUEUE,
     After,
     Assignment,
     Job,
@@ -177,7 +178,8 @@ class Journal(BaseJournal):
         holders = self.store.submit([
             StoredJob(r.job_id, r.client_id, r.key, r.name, r.payload, r.priority,
                       r.at if r.at is not None else now + (r.delay or 0.0), seq, r.timeout,
-                      r.retries, 0, now)
+                      r.retries, 0, now, None if r.queue == DEFAULT_QUEUE else r.queue,
+                      r.limit)
             for r, seq in zip(requests, seqs, strict=True)], retry or None)
         fresh = [(r, seq) for r, seq, holder in zip(requests, seqs, holders, strict=True)
                  if holder == r.job_id]
@@ -337,7 +339,8 @@ def _job(stored: StoredJob, offset: float, retry: Mapping[str, str]) -> Job:
     job = Job(job_id=stored.job_id, client_id=stored.client_id, payload=stored.payload,
               priority=stored.priority, due=stored.due_wall + offset, seq=stored.seq,
               timeout=stored.timeout, retries=stored.retries, attempt=stored.attempt,
-              key=stored.key, name=stored.name)
+              key=stored.key, name=stored.name, queue=stored.queue or DEFAULT_QUEUE,
+              limit=stored.limit)
     text = retry.get(job.job_id)
     if text is not None:
         try:

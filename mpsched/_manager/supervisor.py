@@ -100,7 +100,7 @@ class Supervisor:
             log_level=self._config.log_level, max_tasks=self._config.max_tasks_per_worker,
             max_memory=self._config.max_memory_per_worker,
             local_token=self._service.workers.local_token,
-            shm_prefix=self._service.segments.prefix,
+            shm_prefix=self._service.segments.prefix, queues=self._config.queues,
             tls=None if self._config.tls is None else self._config.tls.for_local_workers())
         proc = self._ctx.Process(target=worker_main, args=(config, slot, self._lifeline_r),
                                  name=f"mpsched-worker-{worker_id}")

@@ -129,6 +129,16 @@ class WorkerTable:
             self._workers.setdefault(worker_id, _Registered(
                 hello, time.monotonic(), slot=slot, awaited=True))
 
+    def queues_of(self, worker_id: str) -> tuple[str, ...] | None:
+        """The queues ``worker_id`` serves, in order (None: every queue, or unknown)."""
+        worker = self._workers.get(worker_id)  # one dict read: atomic, no lock needed
+        return None if worker is None else worker.hello.queues
+
+    def subscriptions(self) -> list[tuple[str, ...] | None]:
+        """What each worker listed serves (None: every queue)."""
+        with self._lock:
+            return [w.hello.queues for w in self._workers.values() if not w.awaited]
+
     def _started_here(self, hello: WorkerHello) -> bool:
         # A host name proves nothing about clocks: two containers or VMs may share one.
         return not hello.remote and hmac.compare_digest(hello.local_token.encode(),

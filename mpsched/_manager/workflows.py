@@ -134,7 +134,7 @@ class Workflows:
                    payload=request.payload, priority=request.priority,
                    due=self._queue.due_of(request), seq=seq, timeout=request.timeout,
                    retries=request.retries, key=None, name=request.name, at=request.at,
-                   retry=request.retry)
+                   retry=request.retry, queue=request.queue, limit=request.limit)
 
     # ------------------------------------------------------------------ ends
 

@@ -21,19 +21,20 @@ from __future__ import annotations
 from pickle import PickleBuffer
 from typing import Any, TypeVar
 
-from mpsched._core.job import Assignment, JobRequest, Lease, Outcome, Payload
+from mpsched._core.job import DEFAULT_QUEUE, Assignment, JobRequest, Lease, Outcome, Payload
 from mpsched._protocol.records import Report
 
 BLOB = 1 << 16
 R = TypeVar("R", JobRequest, Outcome)
 Blob = bytes | bytearray | PickleBuffer | memoryview  # a payload in a wire tuple
-JobRequestWire = tuple[str, str, Blob, int, "float | None", "float | None", "float | None",
-                       int, "str | None", str]
+JobRequestWire = tuple[Any, ...]  # JobRequest's fields; queue and limit only when named
 AssignmentWire = tuple[int, str, str, int, Blob, "float | None", "float | None", float,
                        "float | None"]
 OutcomeWire = tuple[str, bool, Blob, str, "float | None", str]
-_PLAIN_FIELDS = len(JobRequest._fields) - 1  # a request's fields on the wire, but ``retry``
-_NO_RETRY = (None,)  # the ``retry`` of a request sent without it
+# A plain request's fields on the wire: all but ``retry``, ``queue`` and ``limit``, which
+# it sends as _PLAIN_TAIL.
+_PLAIN_FIELDS = len(JobRequest._fields) - 3
+_PLAIN_TAIL = (None, DEFAULT_QUEUE, None)
 ReportWire = tuple[int, OutcomeWire]
 
 
@@ -62,17 +63,17 @@ def _received(record: R) -> R:
 
 
 def request_to_wire(r: JobRequest) -> JobRequestWire:
-    if r.retry is not None:
-        return _flat(r)
-    # Without a retry policy, the request crosses without its last field (None): the
-    # plain path pays no byte for retries.
-    if len(r.payload) < BLOB:
-        return r[:-1]
-    return tuple(r._replace(payload=PickleBuffer(r.payload)))[:-1]  # type: ignore
+    """``r`` as sent: a request that uses neither retries, nor a named queue, nor a limit
+    crosses without its last three fields (the plain path pays no byte for them)."""
+    if r.retry is None and r.queue == DEFAULT_QUEUE and r.limit is None:
+        if len(r.payload) < BLOB:
+            return r[:-3]
+        return tuple(r._replace(payload=PickleBuffer(r.payload)))[:-3]  # type: ignore
+    return _flat(r)
 
 
 def request_from_wire(w: JobRequestWire) -> JobRequest:
-    return _received(JobRequest._make(w + _NO_RETRY if len(w) == _PLAIN_FIELDS else w))
+    return _received(JobRequest._make(w + _PLAIN_TAIL if len(w) == _PLAIN_FIELDS else w))
 
 
 def assignment_to_wire(a: Assignment, delay: float,

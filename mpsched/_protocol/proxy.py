@@ -264,6 +264,13 @@ class ServiceProxy(BaseProxy):
         result: Stats = self._call("stats")
         return result
 
+    def limits(self) -> dict[str, str]:
+        result: dict[str, str] = self._call("limits")
+        return result
+
+    def set_limit(self, name: str, form: str) -> None:
+        self._call("set_limit", name, form)
+
     def stop(self) -> None:
         self._call("stop")
 

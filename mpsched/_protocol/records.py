@@ -9,6 +9,7 @@ ones travel as are in :mod:`mpsched._protocol.codec`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import multiprocessing
 from dataclasses import dataclass, field
@@ -91,6 +92,7 @@ class WorkerHello(NamedTuple):
     # The manager's token (ManagerService.local_token), known only to workers it started:
     # the proof that this worker shares the manager's monotonic clock.
     local_token: str = ""
+    queues: tuple[str, ...] | None = None  # the queues it serves in order; None: every one
 
 
 class ClientHello(NamedTuple):
@@ -142,6 +144,14 @@ class ManagerStatus:
     workers_age: float = 0.0
 
 
+class QueueStatus(NamedTuple):
+    """One named queue: its pending jobs, and how many workers serve it."""
+
+    name: str
+    pending: int
+    workers: int
+
+
 @dataclass(frozen=True)
 class Stats:
     """A snapshot of the whole scheduler: the queue's counters and the workers."""
@@ -160,6 +170,9 @@ class Stats:
     store_jobs: int | None = None  # job records the store keeps, where it counts them
     # With a shared store: every manager of it (this one included), from their heartbeats.
     managers: tuple[ManagerStatus, ...] = ()
+    # Each queue with pending jobs or a worker serving it by name (this manager's workers).
+    queues: tuple[QueueStatus, ...] = ()
+    limits: tuple[tuple[str, str], ...] = ()  # each limit's name and form ("2,10/s")
 
     @property
     def pending(self) -> dict[str, int]:
@@ -180,6 +193,14 @@ class Stats:
     @property
     def lateness(self) -> dict[str, float]:
         return self.queue.lateness
+
+
+def stats_json(stats: Stats) -> dict[str, Any]:
+    """``stats`` as ``status --json`` prints it (each queue an object, limits by name)."""
+    shown = dataclasses.asdict(stats)
+    shown["queues"] = [queue._asdict() for queue in stats.queues]
+    shown["limits"] = dict(stats.limits)
+    return shown
 
 
 class StartMethod(Option):
@@ -230,6 +251,8 @@ class ManagerConfig:
     # as its own process's and so passes to its workers: a multiprocessing.Manager's
     # proxies, Queues and Events then work in jobs. b"": the manager keeps its own.
     process_authkey: bytes = field(default=b"", repr=False)
+    queues: tuple[str, ...] | None = None  # what the local workers serve; None: every queue
+    limits: tuple[tuple[str, str], ...] = ()  # (name, form) of each declared limit
 
 
 class ManagerReady(NamedTuple):

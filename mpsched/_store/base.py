@@ -32,7 +32,7 @@ from types import TracebackType
 from typing import NamedTuple, TypeVar
 
 from mpsched._core.histogram import HistogramSnapshot
-from mpsched._core.job import After, JobRecord, JobState, Payload
+from mpsched._core.job import DEFAULT_QUEUE, After, JobRecord, JobState, Payload
 from mpsched._errors import ConfigError, InvalidJobError
 
 DAY = 86400.0
@@ -58,6 +58,8 @@ class StoredJob(NamedTuple):
     retries: int
     attempt: int  # times handed to a worker that received it
     submitted_wall: float
+    queue: str | None = None  # None: the default queue (nothing stored for it)
+    limit: str | None = None
 
 
 def record_of(job: StoredJob, state: JobState, worker_id: str | None = None,
@@ -67,7 +69,8 @@ def record_of(job: StoredJob, state: JobState, worker_id: str | None = None,
                      priority=job.priority, due_wall=job.due_wall, seq=job.seq,
                      timeout=job.timeout, retries=job.retries, attempt=job.attempt,
                      submitted_wall=job.submitted_wall, state=state, worker_id=worker_id,
-                     finished_wall=finished_wall, outcome=outcome)
+                     finished_wall=finished_wall, outcome=outcome,
+                     queue=job.queue or DEFAULT_QUEUE, limit=job.limit)
 
 
 class RunningJob(NamedTuple):
@@ -195,6 +198,14 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def schedules(self) -> list[StoredSchedule]:
         """Every schedule, in the order they were first saved."""
+
+    def save_limit(self, name: str, form: str | None) -> None:  # noqa: B027
+        """Record a limit in its form (``"2,10/s"``), or forget it (None); durable when
+        this returns. A store that keeps nothing across restarts ignores it."""
+
+    def saved_limits(self) -> dict[str, str]:
+        """The limits recorded, by name, in their forms."""
+        return {}
 
     @abc.abstractmethod
     def close(self) -> None:

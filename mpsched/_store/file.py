@@ -68,10 +68,18 @@ def _add_progress(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE jobs ADD COLUMN progress TEXT DEFAULT NULL")
 
 
+def _add_queues_and_limits(conn: sqlite3.Connection) -> None:
+    # NULL: the default queue, and no limit (old rows read so).
+    conn.execute("ALTER TABLE jobs ADD COLUMN queue TEXT")
+    conn.execute("ALTER TABLE jobs ADD COLUMN limit_name TEXT")
+    conn.execute("CREATE TABLE limits (name TEXT PRIMARY KEY, form TEXT NOT NULL)")
+
+
 # MIGRATIONS[v] takes a store from schema version v to v + 1, inside the opening
 # transaction; version 0 is a new, empty file. Append a step for every schema change.
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_create_v1, _add_schedules_v2,
                                                           _add_retry_v3, _add_progress,
+                                                          _add_queues_and_limits,
                                                           _add_job_parents]
 
 

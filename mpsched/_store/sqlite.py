@@ -426,6 +426,20 @@ class SQLiteStore(JournalStore):
         self._writer.call(lambda conn: conn.execute(
             "DELETE FROM schedules WHERE schedule_id = ?", (schedule_id,)))
 
+    def save_limit(self, name: str, form: str | None) -> None:
+        if form is None:
+            self._writer.call(lambda conn: conn.execute(
+                "DELETE FROM limits WHERE name = ?", (name,)))
+        else:
+            self._writer.call(lambda conn: conn.execute(
+                "INSERT INTO limits (name, form) VALUES (?, ?) "
+                "ON CONFLICT (name) DO UPDATE SET form = excluded.form", (name, form)))
+
+    def saved_limits(self) -> dict[str, str]:
+        with self._readers.connection() as conn:
+            rows = conn.execute("SELECT name, form FROM limits ORDER BY name").fetchall()
+        return dict(rows)
+
     def schedules(self) -> list[StoredSchedule]:
         self.flush()  # states posted so far are readable
         with self._readers.connection() as conn:

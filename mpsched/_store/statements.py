@@ -9,16 +9,17 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from mpsched._core.job import JobRecord, JobState
+from mpsched._core.job import DEFAULT_QUEUE, JobRecord, JobState
 from mpsched._core.retrying import RetryState
 from mpsched._store.base import StoredJob
 
 # The columns of a StoredJob, and of a JobRecord but its outcome (selected after them when
 # it is wanted).
 STORED = ("job_id, client_id, key, name, payload, priority, due_wall, seq, timeout, retries, "
-          "attempt, submitted_wall")
+          "attempt, submitted_wall, queue, limit_name")
 RECORD = ("job_id, client_id, key, name, priority, due_wall, seq, timeout, retries, attempt, "
-          "submitted_wall, state, worker_id, finished_wall, retry, progress")
+          "submitted_wall, state, worker_id, finished_wall, retry, progress, queue, "
+          "limit_name")
 # A listing's outcome column: a failed job's only (its error shows in the listing).
 FAILED_OUTCOME = "CASE WHEN state = 'failed' THEN outcome END"
 PRUNE = "DELETE FROM jobs WHERE finished_wall <= ?"
@@ -62,14 +63,14 @@ PROGRESS = by_job(progress=None)
 # UPDATE ... FROM came with SQLite 3.33; older ones run a batch's rows by executemany().
 MULTI = {s.one: s.many for s in (LEASE, FINISH, FINISH_LEASED, REQUEUE)} \
     if sqlite3.sqlite_version_info >= (3, 33) else {}
-# Rows of one INSERT, 12 parameters each: under SQLite's default limit of parameters per
+# Rows of one INSERT, 14 parameters each: under SQLite's default limit of parameters per
 # statement, 32766 since SQLite 3.32 and 999 before.
 ROWS_PER_INSERT = 512 if sqlite3.sqlite_version_info >= (3, 32) else 64
 
 
 @functools.lru_cache(maxsize=64)
 def insert_rows(rows: int) -> str:
-    values = f"({', '.join('?' * 12)}, 'pending')"
+    values = f"({', '.join('?' * 14)}, 'pending')"
     return f"INSERT INTO jobs ({STORED}, state) VALUES {', '.join([values] * rows)}"
 
 
@@ -106,11 +107,11 @@ stored_job: Callable[[Sequence[Any]], StoredJob] = functools.partial(tuple.__new
 def job_record(row: Sequence[Any]) -> JobRecord:
     """A row of the RECORD columns (and the outcome, if selected after them)."""
     stored, rest = row[:11], row[11:]
-    state, worker_id, finished_wall, retry, progress, *outcome = rest
+    state, worker_id, finished_wall, retry, progress, queue, limit, *outcome = rest
     return JobRecord._make((*stored, JobState(state), worker_id, finished_wall,
                             outcome[0] if outcome else None,
                             None if retry is None else RetryState.decode(retry).error,
-                            progress, 0))
+                            progress, queue or DEFAULT_QUEUE, limit, None))
 
 
 # A job put back to pending after a failed attempt, due again at its back-off.

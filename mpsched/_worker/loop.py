@@ -60,7 +60,8 @@ def worker_main(config: WorkerConfig, slot: ClaimSlot | None = None,
     """
     setup_process(config, lifeline)
     service = connect_service(config.address, config.authkey)
-    service.hello(make_hello(config.worker_id, remote=False, local_token=config.local_token))
+    service.hello(make_hello(config.worker_id, remote=False, local_token=config.local_token,
+                             queues=config.queues))
     if slot is None:
         serve(service, config, lambda lease: None)
     else:

@@ -53,6 +53,7 @@ class WorkerConfig:
     # Local workers of a manager using shared memory: its segment prefix. A large result
     # of a job whose client maps shared memory goes there (mpsched._payload.segments).
     shm_prefix: str = ""
+    queues: tuple[str, ...] | None = None  # the queues it serves in order; None: every one
 
 
 class Draining(Exception):
@@ -117,11 +118,12 @@ def _tighten_timer_slack() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0)
 
 
-def make_hello(worker_id: str, *, remote: bool, local_token: str = "") -> WorkerHello:
-    """This process's hello under ``worker_id``."""
+def make_hello(worker_id: str, *, remote: bool, local_token: str = "",
+               queues: tuple[str, ...] | None = None) -> WorkerHello:
+    """This process's hello under ``worker_id``, serving ``queues`` (None: every one)."""
     python, cp = describe_versions()
     return WorkerHello(worker_id=worker_id, pid=os.getpid(), host=host_name(), python=python,
-                       cloudpickle=cp, remote=remote, local_token=local_token)
+                       cloudpickle=cp, remote=remote, local_token=local_token, queues=queues)
 
 
 class JobTimeouts:

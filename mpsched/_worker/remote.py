@@ -146,7 +146,8 @@ def _join(config: WorkerConfig, worker_id: str, drain: DrainState, *, patient: b
         try:
             with drain.interruptible():
                 service = connect_service(config.address, config.authkey)
-                heartbeat_timeout = service.hello(make_hello(worker_id, remote=True))
+                heartbeat_timeout = service.hello(make_hello(worker_id, remote=True,
+                                                             queues=config.queues))
         except (EOFError, OSError) as exc:
             if service is not None:
                 service.discard()  # it went away after we connected

@@ -79,8 +79,10 @@ class Taker(threading.Thread):
         limit: int | None,
         timeout: float,
         early: float = 0.0,
+        queues: tuple[str, ...] | None = None,
     ) -> None:
         super().__init__(name=f"taker-{worker_id}", daemon=True)
+        self.queues = queues
         self.queue = queue
         self.now = now
         self.worker_id = worker_id
@@ -96,8 +98,9 @@ class Taker(threading.Thread):
     def run(self) -> None:
         try:
             while self.limit is None or len(self.answers) < self.limit:
-                assignment = self.queue.take(self.worker_id, self.timeout, self.early)
-                self.answers.append((assignment, self.now()))
+                batch = self.queue.take_batch(self.worker_id, self.timeout, self.early,
+                                              queues=self.queues)
+                self.answers.append((batch[0] if batch else None, self.now()))
         except SchedulerShutdownError:
             self.shut_down = True
         except BaseException as exc:
@@ -165,6 +168,15 @@ class Harness:
     ) -> Taker:
         taker = Taker(queue, now or self.clock.now, worker_id, limit=limit, timeout=timeout,
                       early=early)
+        self.threads.append(taker)
+        taker.start()
+        return taker
+
+    def taker_of(self, queue: JobQueue, worker_id: str, queues: tuple[str, ...], *,
+                 limit: int | None = None) -> Taker:
+        """A taker that serves ``queues`` only, in that order."""
+        taker = Taker(queue, self.clock.now, worker_id, limit=limit, timeout=FOREVER,
+                      queues=queues)
         self.threads.append(taker)
         taker.start()
         return taker
@@ -1365,7 +1377,9 @@ def test_stats_counts_pending_per_priority_without_walking_the_heap(harness: Har
                        request("l", LOW, delay=9)])
     assert queue.cancel("m2")
     assert take_now(queue) == "h"
-    queue._pending._live = _NoWalk(queue._pending._live)  # the live jobs of the heap
+    heap = queue._pending.only  # the one queue's heap, and its live jobs
+    assert heap is not None
+    heap._live = _NoWalk(heap._live)
     assert queue.stats().pending == {"high": 0, "medium": 1, "low": 1}
     assert queue.cancel("m1") and queue.cancel("l")
     assert queue.stats().pending == {"high": 0, "medium": 0, "low": 0}

@@ -97,7 +97,9 @@ def test_the_head_of_a_large_heap_costs_only_the_jobs_it_lists(
             looked_at.append(1)
             return float(self) < float(other)  # type: ignore[arg-type]
 
-    heap = queue._pending._delayed  # the delayed heap, only to count comparisons
+    only = queue._pending.only
+    assert only is not None
+    heap = only._delayed  # the delayed heap, only to count comparisons
     heap[:] = [(Counting(due), level, seq, job) for due, level, seq, job in heap]
     head = queue.head(20)
     assert [job.due for job in head] == sorted(job.due for job in head)

@@ -35,7 +35,7 @@ from mpsched._errors import (
 )
 from mpsched._store import file as _store_file
 from mpsched._store import pruning as _store_pruning
-from mpsched._store.base import DAY, JournalStore, Recovery, Store, StoredSchedule
+from mpsched._store.base import DAY, JournalStore, Recovery, Store, StoredJob, StoredSchedule
 from mpsched._store.memory import MemoryStore
 from mpsched._store.sqlite import SQLiteStore
 
@@ -615,14 +615,25 @@ def test_a_version_1_store_gains_the_schedules_table_and_keeps_its_jobs(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_store_file, "MIGRATIONS", _store_file.MIGRATIONS[:1])
     old = open_sqlite()
-    old.submit([job(1)])
     old.close()
+    _insert_v1_row(tmp_path / "jobs.db", job(1))
     monkeypatch.undo()
     store = open_sqlite()
-    assert [j.job_id for j in store.recover().pending] == ["job-1"]
+    [recovered] = store.recover().pending
+    assert (recovered.job_id, recovered.queue, recovered.limit) == ("job-1", None, None)
     store.save_schedule(StoredSchedule("nightly", b"spec", b"state"))
     store.update_schedule("nightly", b"state 2")
     store.update_schedule("unknown", b"ignored")
     assert store.schedules() == [StoredSchedule("nightly", b"spec", b"state 2")]
     store.delete_schedule("nightly")
     assert store.schedules() == []
+
+
+def _insert_v1_row(path: Path, stored: StoredJob) -> None:
+    """A row as a version 1 store wrote it: without the columns added since."""
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("INSERT INTO jobs (job_id, client_id, key, name, payload, priority, "
+                     "due_wall, seq, timeout, retries, attempt, submitted_wall, state) "
+                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending')", stored[:12])
+    conn.close()

@@ -164,7 +164,9 @@ def test_a_request_without_a_retry_policy_crosses_without_a_field_for_it(pair, i
     big = os.urandom(BLOB)
     plain, retried = JobRequest("a", "c", b"p", 2, 0.0, None), \
         JobRequest("b", "c", big, 2, 0.0, None, retries=2, retry=terms)
-    assert len(request_to_wire(plain)) == len(JobRequest._fields) - 1
-    assert pickle.dumps(request_to_wire(plain)) == pickle.dumps(tuple(plain)[:-1])
-    in_thread(lambda: sender.send([request_to_wire(r) for r in (plain, retried)]))
-    assert [request_from_wire(w) for w in receiver.recv()] == [plain, retried]
+    routed = JobRequest("c", "c", b"p", 2, 0.0, None, queue="gpu", limit="exports")
+    # without retry, queue and limit: the plain path pays no byte for any of them
+    assert len(request_to_wire(plain)) == len(JobRequest._fields) - 3
+    assert pickle.dumps(request_to_wire(plain)) == pickle.dumps(tuple(plain)[:-3])
+    in_thread(lambda: sender.send([request_to_wire(r) for r in (plain, retried, routed)]))
+    assert [request_from_wire(w) for w in receiver.recv()] == [plain, retried, routed]

@@ -70,6 +70,10 @@ def _jobs(out: _Exposition, stats: Stats) -> None:
     q = stats.queue
     out.family("mpsched_jobs_pending", "gauge", "Jobs waiting in the heap, by priority.",
                [("", {"priority": p}, q.pending.get(p.lower(), 0)) for p in PRIORITIES])
+    out.family("mpsched_queue_pending", "gauge", "Jobs pending in each named queue.",
+               [("", {"queue": s.name}, s.pending) for s in stats.queues])
+    out.family("mpsched_queue_workers", "gauge", "Workers that serve each named queue.",
+               [("", {"queue": s.name}, s.workers) for s in stats.queues])
     out.family("mpsched_jobs_running", "gauge", "Jobs handed to a worker and not yet ended.",
                [("", {}, q.in_flight)])
     out.family("mpsched_jobs_submitted_total", "counter", "Jobs submitted.",

@@ -29,6 +29,7 @@ from mpsched._manager.http.history import LatenessHistory
 from mpsched._manager.http.metrics import MetricsInput, ProcessFigures, render
 from mpsched._manager.journal import decode
 from mpsched._manager.service import ManagerService
+from mpsched._protocol.records import stats_json
 
 PAGE_HEAD = 20  # pending jobs the page lists: the next ones due, never the whole heap
 DEFAULT_LIMIT = 100  # jobs /api/jobs lists without limit=
@@ -50,7 +51,7 @@ class Views:
 
     def status(self) -> JsonDict:
         """What ``status --json`` prints."""
-        return dataclasses.asdict(self._service.stats())
+        return stats_json(self._service.stats())
 
     def metrics(self) -> str:
         store = self._service.journal.store
@@ -94,6 +95,8 @@ class Views:
             "chart": chart(recent, covered),
             "workers": [dataclasses.asdict(w) for w in stats.workers],
             "workers_missing": stats.workers_missing,
+            "queues": [q._asdict() for q in stats.queues],
+            "limits": [list(limit) for limit in stats.limits],
             "pending": [self._pending(job) for job in self._queue.head(PAGE_HEAD)],
             "waiting": self._waiting(PAGE_HEAD),
             "running": [self._running(r) for r in self._running_jobs()],

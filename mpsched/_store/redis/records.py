@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from mpsched._core.job import JobState, Order, Payload
+from mpsched._core.job import DEFAULT_QUEUE, JobState, Order, Payload
 
 
 class NewJob(NamedTuple):
@@ -29,6 +29,8 @@ class NewJob(NamedTuple):
     # framed payload that names the segment.
     held: bool = False
     retry: str | None = None  # its retry state (RetryState, encoded): a job with a policy
+    queue: str = DEFAULT_QUEUE
+    limit: str | None = None
 
 
 class Claimed(NamedTuple):
@@ -98,6 +100,7 @@ class Take(NamedTuple):
     # The claim's name (unique per manager), written in each job it leases: a claim
     # whose answer never came is given back by it (RedisStore.unclaim).
     claim: str = ""
+    queues: tuple[str, ...] = ()  # the worker's queues in strict order; (): every queue
 
 
 class Reply(NamedTuple):

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
-from mpsched._core.job import After, JobState, Order
+from mpsched._core.job import DEFAULT_QUEUE, After, JobState, Order
 from mpsched._store.redis.records import (
     Beat,
     Claimed,
@@ -35,7 +35,7 @@ from mpsched._store.redis.records import (
 )
 
 NAMES = ("submit", "claim", "cancel", "watch", "drain", "heartbeat", "leave", "jobs", "prune",
-         "unclaim", "progress", "requeue", "after")
+         "unclaim", "progress", "requeue", "limit", "after")
 US = 1_000_000  # microseconds per second
 # The bound a submit found reached (submit.lua's `full`), as QueueFullError names it.
 FULL = {1: "jobs", 2: "payload bytes"}
@@ -174,10 +174,16 @@ class Scripts:
         held = [k for k, job in enumerate(jobs, 1) if job.held]
         args += [len(held), *held]
         retry = [(k, job.retry) for k, job in enumerate(jobs, 1) if job.retry is not None]
-        if retry:  # only then: a batch without retry policies sends nothing for them
+        routed = [(k, job.queue, job.limit or "") for k, job in enumerate(jobs, 1)
+                  if job.queue != DEFAULT_QUEUE or job.limit is not None]
+        if retry or routed:  # only then: a plain batch sends nothing for them
             args.append(len(retry))
             for k, state in retry:
                 args += [k, state]
+        if routed:
+            args.append(len(routed))
+            for route in routed:
+                args += route
         holders, full = self._call("submit", *args)
         return [_text(h) for h in holders], FULL.get(full)
 
@@ -207,7 +213,8 @@ class Scripts:
         args += [len(answers), *answers]
         args += [take.want, take.worker, _us(take.early), _us(span) // 1000,
                  _us(grace) // 1000, take.lead, "1" if take.waiting else "0",
-                 len(take.ids), *take.ids, take.claim, self.order.value]
+                 len(take.ids), *take.ids, len(take.queues), *take.queues, take.claim,
+                 self.order.value]
         finished, requeued, jobs, head_us, leader, leader_ms, registered = \
             self._call("claim", *args)
         return Reply(
@@ -276,6 +283,8 @@ class Scripts:
 
     def progress(self, updates: Sequence[tuple[str, str, str]]) -> int:
         return int(self._call("progress", *(part for update in updates for part in update)))
+    def set_limit(self, name: str, bounds: str) -> None:
+        self._call("limit", name, bounds)
 
 
 def _claimed(row: list[Any]) -> Claimed:

@@ -31,6 +31,13 @@ Keys, all under the deployment's hash tag ``{prefix}`` (one Redis Cluster slot):
     {p}:stats        hash: counters across managers (among them pending jobs by level,
                      and pending_bytes: the bytes of their stored payloads)
     {p}:s:spec {p}:s:state {p}:s:order   schedules
+    {p}:q:<queue>:due, :rdy   a named queue's pending jobs, as due and rdy; {p}:queues
+                     the set of named queues (a job's hash names its queue, field q,
+                     and its limit, field lim, only when it has one)
+    {p}:limits       hash: each limit's bounds, "concurrency,count,window_us"
+    {p}:lim:<name>:run, :starts, :park   a limit's jobs holding a slot (field ls), its
+                     recent starts, its due jobs parked while it is full; {p}:lim-opens
+                     when each full rate window with parked jobs opens
     channels {p}:wake (the head changed, or the lead is free) and {p}:ch:<mgr> (inbox)
 
 Every change is one Lua script (lua/), atomic, reading the server's ``TIME``: no client's
@@ -47,7 +54,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from mpsched._core.job import After, JobRecord, JobState, Order
+from mpsched._core.job import DEFAULT_QUEUE, After, JobRecord, JobState, Order
+from mpsched._core.limits import WINDOWS, LimitSpec
 from mpsched._errors import (
     ConfigError,
     InvalidJobError,
@@ -373,6 +381,42 @@ class RedisStore(Store):
         with self.errors():
             return views.head(self.client, self.base, n, self.order)
 
+    # ------------------------------------------------------------ queues and limits
+
+    def set_limit(self, name: str, spec: LimitSpec | None) -> None:
+        """Declare, change or (None) forget a limit for every manager of the store."""
+        with self.errors():
+            self.scripts.set_limit(name, "" if spec is None else _bounds(spec))
+
+    def limits(self) -> dict[str, LimitSpec]:
+        """The store's limits by name."""
+        with self.errors():
+            found = self.client.hgetall(self.base + "limits")
+        return {name.decode(): _spec(bounds.decode()) for name, bounds in found.items()}
+
+    def parked_limit(self, job_id: str) -> str | None:
+        """The limit a pending job waits for, if it is parked behind it."""
+        with self.errors():
+            level, seq, limit = self.client.hmget(f"{self.base}j:{job_id}", "pr", "s", "lim")
+            if limit is None or level is None:
+                return None
+            member = f"{int(level)}{int(seq):016d}:{job_id}"
+            parked = self.client.zscore(f"{self.base}lim:{limit.decode()}:park", member)
+        return None if parked is None else limit.decode()
+
+    def pending_by_queue(self) -> dict[str, int]:
+        """Pending jobs per queue (not those parked behind a limit)."""
+        with self.errors():
+            names = sorted(n.decode() for n in self.client.smembers(self.base + "queues"))
+            pipe = self.client.pipeline(transaction=False)
+            for name in [DEFAULT_QUEUE, *names]:
+                prefix = self.base if name == DEFAULT_QUEUE else f"{self.base}q:{name}:"
+                pipe.zcard(prefix + "due")
+                pipe.zcard(prefix + "rdy")
+            counts = pipe.execute()
+        return {name: counts[2 * k] + counts[2 * k + 1]
+                for k, name in enumerate([DEFAULT_QUEUE, *names])}
+
     def publish_schedule(self, schedule_id: str) -> None:
         """Tell every manager (``{p}:sched``) that a schedule changed in the store."""
         with self.errors():
@@ -496,3 +540,18 @@ class RedisStore(Store):
             self._closed = True
         self.scripts.close()
         self.client.close()
+
+
+def _bounds(spec: LimitSpec) -> str:
+    """A limit's bounds as the scripts read them: "concurrency,count,window_us"."""
+    count, window = spec.rate if spec.rate is not None else ("", None)
+    return (f"{'' if spec.concurrency is None else spec.concurrency},{count},"
+            f"{'' if window is None else round(window * US)}")
+
+
+def _spec(bounds: str) -> LimitSpec:
+    concurrency, count, window = bounds.split(",")
+    rate = None if not count else (int(count), int(window) / US)
+    if rate is not None and rate[1] not in WINDOWS.values():
+        rate = None
+    return LimitSpec(concurrency=int(concurrency) if concurrency else None, rate=rate)

@@ -4,7 +4,6 @@ its workers: /metrics read by prometheus_client's parser, /api/status, /api/jobs
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import pickle
@@ -29,7 +28,7 @@ from mpsched._manager.http.server import StatusServer
 from mpsched._manager.service import ManagerService
 from mpsched._manager.store_journal import Journal
 from mpsched._protocol.codec import assignment_from_wire, report_to_wire
-from mpsched._protocol.records import Report, WorkerHello
+from mpsched._protocol.records import Report, WorkerHello, stats_json
 from mpsched._store.sqlite import SQLiteStore
 from mpsched._transport.http_access import HttpConfig
 from mpsched._transport.sockets import describe_versions
@@ -123,10 +122,11 @@ def test_api_status_is_what_status_json_prints(
         serve: Callable[..., StatusServer]) -> None:
     set_up(service, clock)
     shown = request(serve(), "/api/status").json()
-    expected = dataclasses.asdict(service.stats())
+    expected = stats_json(service.stats())
     for changing in ("uptime", "throughput"):
         shown.pop(changing), expected.pop(changing)
     # What status --json prints: json.dump of the same record (tuples become lists).
+    assert {"name": "default", "pending": 6, "workers": 1} in shown["queues"]
     expected = json.loads(json.dumps(expected))
     assert shown == expected
 
@@ -272,7 +272,7 @@ def test_jobs_waiting_for_parents_are_listed_with_what_they_wait_for_and_release
         [("child", "after 1 jobs")]
     pending = request(server, "/api/jobs?state=pending").json()
     assert [j["job_id"] for j in pending] == ["parent", "child"]
-    assert service.job("child").waiting_for == 1  # type: ignore[union-attr]
+    assert service.job("child").waiting_for == "after 1 jobs"  # type: ignore[union-attr]
     clock.advance(5)
     assert run(service, "w1") == "parent"  # its end releases the child at once: no poll
     [wire] = service.take("w1", None, 0)

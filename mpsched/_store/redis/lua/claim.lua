@@ -8,7 +8,12 @@
 --       nf, {id, token, state, outcome} * nf,
 --       nr, {id, token, retry} * nr,
 --       na, {nonce} * na,
---       n, worker, early_us, span_ms, grace_ms, lead, waiting, ni, {id} * ni, claim, order
+--       n, worker, early_us, span_ms, grace_ms, lead, waiting, ni, {id} * ni,
+--       nq, {queue} * nq, claim, order
+--
+-- `queues`: the worker's queues in strict order (nq = 0: every queue; the one whose
+-- head comes first first). A due job of a full limit is parked (park, in common.lua),
+-- and the claim goes on to the next: it takes no lease, no attempt, no slot.
 --
 -- `claim` names this call (unique per manager): each job it leases keeps it (field cl),
 -- so that a claim whose answer never reached the manager can be undone (unclaim.lua).
@@ -86,6 +91,9 @@ local grace_ms = tonumber(ARGV[i + 4])
 local lead = ARGV[i + 5]
 local waiting = ARGV[i + 6] == '1'
 local ni = tonumber(ARGV[i + 7]); i = i + 8
+local asked_queues = {}
+local nq = tonumber(ARGV[i + ni])
+for k = 1, nq do asked_queues[k] = ARGV[i + ni + k] end
 local by_priority = ARGV[#ARGV] == 'priority'
 local claim_id = ARGV[#ARGV - 1]
 local IDLE_MS = 60000
@@ -100,7 +108,7 @@ end
 
 local function fields(id)
   return redis.call('HMGET', B .. 'j:' .. id, 'c', 'o', 'k', 'n', 'p', 'pr', 'd', 's', 'to',
-                    'r', 'a', 'sub', 'sh', 'rs', 'wr')
+                    'r', 'a', 'sub', 'sh', 'rs', 'lim', 'wr')
 end
 
 -- What the leases of one call change besides each job's hash, written once at its end.
@@ -122,9 +130,9 @@ local function lease(id, f, prefetched, token)
   local row = {id, payload, delay, f[9], attempt, token, f[6], f[8], f[1], f[2], f[10], f[3],
                f[4], f[7], f[12]}
   if f[14] then row[16] = f[14] end
-  if f[15] then  -- a job after others: the outcomes its ResultOf take, {id, state, out}
+  if f[16] then  -- a job after others: the outcomes its ResultOf take, {id, state, out}
     local inputs = {}
-    for parent in string.gmatch(f[15], '%S+') do
+    for parent in string.gmatch(f[16], '%S+') do
       local o = redis.call('HMGET', B .. 'j:' .. parent, 'st', 'out')
       inputs[#inputs + 1] = {parent, o[1] or '', o[2] or ''}
     end
@@ -135,7 +143,97 @@ local function lease(id, f, prefetched, token)
 end
 
 local jobs = {}
-local queue, cut = B .. 'due', 19  -- where the jobs claimed from the head wait
+local parked_here = false  -- a job was parked by this call (a rate window may now open)
+
+-- Claim up to `want` due jobs from the queue of key prefix `qk`, after those in `jobs`
+-- (only the first of all may be due within `early`; the others are prefetched: due now,
+-- no timeout, not a schedule's run). A job of a full limit is parked, and the next one
+-- looked at. Returns true when it stopped at a job that may not be prefetched.
+local function claim_from(qk, want)
+  local got, more = 0, 0  -- more: past jobs of full limits, look at this many more at once
+  while got < want do
+    local due, set, cut = {}, qk .. 'due', 19
+    if by_priority then
+      promote(now, qk)
+      for k, m in ipairs(redis.call('ZRANGE', qk .. 'rdy', 0, want - got + more - 1)) do
+        due[2 * k - 1], due[2 * k] = ready_entry(m)
+      end
+      if #due > 0 then set, cut = qk .. 'rdy', 34 end
+    end
+    if #due == 0 then
+      local until_ = now
+      if #jobs == 0 then until_ = now + early end
+      due = redis.call('ZRANGEBYSCORE', set, '-inf', until_, 'WITHSCORES', 'LIMIT', 0,
+                       want - got + more)
+    end
+    if #due == 0 then return false end
+    -- Tokens for every job it may claim at once (one it does not claim leaves a gap: a
+    -- token need only be new).
+    local token = redis.call('INCRBY', B .. 'token', #due / 2) - #due / 2
+    local members, parked = {}, false
+    local stop = false
+    for k = 1, #due, 2 do
+      if got >= want then break end
+      local id = string.sub(due[k], cut)
+      local f = fields(id)
+      if #jobs > 0 and (tonumber(due[k + 1]) > now or (f[9] and f[9] ~= '')
+                        or string.find(id, '@', 1, true)) then
+        stop = true
+        break
+      end
+      if f[15] and not admit(f[15], id, now) then
+        redis.call('ZREM', set, due[k])
+        local score, m = due[k + 1], due[k]
+        if cut == 34 then score, m = f[7], member(f[6], f[8], id) end
+        park(f[15], score, m, now)
+        parked, parked_here = true, true
+      else
+        members[#members + 1] = due[k]
+        token = token + 1
+        jobs[#jobs + 1] = lease(id, f, #jobs > 0, token)
+        got = got + 1
+      end
+    end
+    if #members > 0 then redis.call('ZREM', set, unpack(members)) end
+    if stop then return true end
+    if not parked then return false end
+    more = 256
+  end
+  return false
+end
+
+-- The key prefixes of the queues a claim looks at, in the order it looks: the worker's
+-- own list, or (every queue) the one whose head comes first first.
+-- Named queues, or rate windows with parked jobs: none on the plain path, one EXISTS.
+local routed = redis.call('EXISTS', B .. 'queues', B .. 'lim-opens') > 0
+
+local function served()
+  if nq > 0 then
+    local keys = {}
+    for k, q in ipairs(asked_queues) do
+      if q == 'default' then keys[k] = B else keys[k] = qkey(q) end
+    end
+    return keys
+  end
+  if not routed or redis.call('SCARD', B .. 'queues') == 0 then return {B} end
+  local keys, firsts = all_queues(), {}
+  for _, qk in ipairs(keys) do
+    local top = head(by_priority, qk)
+    firsts[qk] = top[1] and tonumber(top[2]) or math.huge
+  end
+  table.sort(keys, function(a, b) return firsts[a] < firsts[b] end)
+  return keys
+end
+
+-- Rate windows that have opened let their parked jobs back in first.
+if n > 0 and routed then
+  for _, name in ipairs(redis.call('ZRANGEBYSCORE', B .. 'lim-opens', '-inf', now)) do
+    redis.call('ZREM', B .. 'lim-opens', name)
+    unpark(name, now)
+  end
+end
+
+local queues = served()
 if ni > 0 then
   for k = 1, ni do
     local id = ARGV[i + k - 1]
@@ -151,34 +249,10 @@ elseif n > 0 then
       if m ~= me then n = 1 end
     end
   end
-  local due = {}
-  if by_priority then
-    promote(now)
-    for k, m in ipairs(redis.call('ZRANGE', B .. 'rdy', 0, n - 1)) do
-      due[2 * k - 1], due[2 * k] = ready_entry(m)
-    end
-    if #due > 0 then queue, cut = B .. 'rdy', 34 end
-  end
-  if #due == 0 then
-    due = redis.call('ZRANGEBYSCORE', B .. 'due', '-inf', now + early, 'WITHSCORES',
-                     'LIMIT', 0, n)
-  end
-  -- Tokens for every job it may claim at once (one it does not claim leaves a gap: a
-  -- token need only be new).
-  local token = #due > 0 and redis.call('INCRBY', B .. 'token', #due / 2) - #due / 2
-  for k = 1, #due, 2 do
-    local id = string.sub(due[k], cut)
-    local f = fields(id)
-    if k > 1 and (tonumber(due[k + 1]) > now or (f[9] and f[9] ~= '')
-                  or string.find(id, '@', 1, true)) then
-      break
-    end
-    leased.members[#leased.members + 1] = due[k]
-    token = token + 1
-    jobs[#jobs + 1] = lease(id, f, k > 1, token)
+  for _, qk in ipairs(queues) do
+    if #jobs >= n or claim_from(qk, n - #jobs) then break end
   end
 end
-if #leased.members > 0 then redis.call('ZREM', queue, unpack(leased.members)) end
 if #jobs > 0 then
   redis.call('SADD', B .. 'l:' .. me, unpack(leased.ids))
   for client, ids in pairs(leased.clients) do
@@ -197,9 +271,22 @@ if n > 0 or ni > 0 then
   end
 end
 
-local top = head(by_priority)
 local head_us = -1
-if top[1] then head_us = tonumber(top[2]) - now end
+for _, qk in ipairs(queues) do
+  local top = head(by_priority, qk)
+  if top[1] and (head_us == -1 or tonumber(top[2]) - now < head_us) then
+    head_us = tonumber(top[2]) - now
+  end
+end
+local opens = {}
+if routed or parked_here then
+  opens = redis.call('ZRANGE', B .. 'lim-opens', 0, 0, 'WITHSCORES')
+end
+if opens[1] and (head_us == -1 or tonumber(opens[2]) - now < head_us) then
+  head_us = tonumber(opens[2]) - now
+  if head_us < 0 then head_us = 0 end
+end
+local top = {head_us ~= -1}
 
 -- Leadership: the one manager whose taker waits, timed, for the head to come due. A
 -- manager that claimed what it waited for gives the lead up, and wakes another waiter

@@ -29,6 +29,21 @@ local function wake()
   redis.call('PUBLISH', B .. 'wake', '1')
 end
 
+-- Named queues: the default queue's jobs wait in `due` (and `rdy`), those of queue Q in
+-- `q:Q:due` (and `q:Q:rdy`); `queues` is the set of the named queues ever used. A job's
+-- hash names its queue (field q) and its limit (field lim) only when it has one.
+local function qkey(q)
+  if not q or q == '' then return B end
+  return B .. 'q:' .. q .. ':'
+end
+
+-- The key prefix of every queue: the default one's first.
+local function all_queues()
+  local keys = {B}
+  for _, q in ipairs(redis.call('SMEMBERS', B .. 'queues')) do keys[#keys + 1] = qkey(q) end
+  return keys
+end
+
 -- order="priority": the jobs already due wait in `rdy` instead, scored by priority level,
 -- member = due time in µs (16 digits; one before 1970 as 0) .. seq (16 digits) .. ":" ..
 -- id, so that they sort by (level, due, seq). A claim moves them there from `due` as
@@ -45,12 +60,14 @@ local function ready_entry(m)
   return m, tonumber(string.sub(m, 1, 16))
 end
 
--- Move every job due by `now` from `due` to `rdy` (each once: it leaves `due`).
+-- Move every job due by `now` from `due` to `rdy` (each once: it leaves `due`), in the
+-- queue of key prefix `qk` (default: the default queue).
 local CHUNK = 1000
-local function promote(now)
+local function promote(now, qk)
+  qk = qk or B
   local moved
   repeat
-    local due = redis.call('ZRANGEBYSCORE', B .. 'due', '-inf', now, 'WITHSCORES',
+    local due = redis.call('ZRANGEBYSCORE', qk .. 'due', '-inf', now, 'WITHSCORES',
                            'LIMIT', 0, CHUNK)
     moved = #due / 2
     if moved == 0 then return end
@@ -60,16 +77,17 @@ local function promote(now)
       ready[k] = string.sub(m, 1, 1)
       ready[k + 1] = ready_member(due[k + 1], string.sub(m, 2, 17), string.sub(m, 19))
     end
-    redis.call('ZADD', B .. 'rdy', unpack(ready))
-    redis.call('ZREMRANGEBYRANK', B .. 'due', 0, moved - 1)
+    redis.call('ZADD', qk .. 'rdy', unpack(ready))
+    redis.call('ZREMRANGEBYRANK', qk .. 'due', 0, moved - 1)
   until moved < CHUNK
 end
 
--- Move every job of `rdy` back to `due` (the store's order becomes "time").
-local function demote_all()
+-- Move every job of `rdy` back to `due` (the store's order becomes "time"), in the
+-- queue of key prefix `qk`.
+local function demote_queue(qk)
   local moved
   repeat
-    local ready = redis.call('ZRANGE', B .. 'rdy', 0, CHUNK - 1, 'WITHSCORES')
+    local ready = redis.call('ZRANGE', qk .. 'rdy', 0, CHUNK - 1, 'WITHSCORES')
     moved = #ready / 2
     if moved == 0 then return end
     local due = {}
@@ -80,32 +98,148 @@ local function demote_all()
                or tonumber(string.sub(ready[k], 1, 16))
       due[k + 1] = member(ready[k + 1], string.sub(ready[k], 17, 32), id)
     end
-    redis.call('ZADD', B .. 'due', unpack(due))
-    redis.call('ZREMRANGEBYRANK', B .. 'rdy', 0, moved - 1)
+    redis.call('ZADD', qk .. 'due', unpack(due))
+    redis.call('ZREMRANGEBYRANK', qk .. 'rdy', 0, moved - 1)
   until moved < CHUNK
 end
 
--- Take a pending job out of the queue, wherever it waits; 1 if it was there.
+local function demote_all()
+  for _, qk in ipairs(all_queues()) do demote_queue(qk) end
+end
+
+-- Take a pending job out of the queue, wherever it waits (its queue, or parked behind
+-- its limit); 1 if it was there.
 local function unqueue(id, level, seq)
-  if redis.call('ZREM', B .. 'due', member(level, seq, id)) == 1 then return 1 end
-  local due = redis.call('HGET', B .. 'j:' .. id, 'd')
-  if not due then return 0 end
-  return redis.call('ZREM', B .. 'rdy', ready_member(due, seq, id))
+  local m = member(level, seq, id)
+  if redis.call('ZREM', B .. 'due', m) == 1 then return 1 end
+  local f = redis.call('HMGET', B .. 'j:' .. id, 'd', 'q', 'lim')
+  if not f[1] then return 0 end
+  local qk = qkey(f[2])
+  if f[2] and redis.call('ZREM', qk .. 'due', m) == 1 then return 1 end
+  if redis.call('ZREM', qk .. 'rdy', ready_member(f[1], seq, id)) == 1 then return 1 end
+  if f[3] then return redis.call('ZREM', B .. 'lim:' .. f[3] .. ':park', m) end
+  return 0
 end
 
--- How many jobs are pending (max_pending counts them all).
+-- Limits: the hash `limits` holds each one's bounds as "concurrency,count,window_us" (an
+-- empty part: no such bound); `lim:N:run` counts the jobs of limit N that hold a slot
+-- (their field ls), `lim:N:starts` its recent starts (score: µs), `lim:N:park` its jobs
+-- parked while it is full (members and scores as in a due set), and `lim-opens` when
+-- each full rate window with parked jobs opens (score: µs; member: the limit's name).
+local function limit_bounds(name)
+  local form = redis.call('HGET', B .. 'limits', name)
+  if not form then return nil, nil, nil end
+  local c, n, w = string.match(form, '^(%d*),(%d*),(%d*)$')
+  return tonumber(c), tonumber(n), tonumber(w)
+end
+
+-- How many more jobs of limit `name` may start now (a large number: no bound).
+local function limit_room(name, now)
+  local c, n, w = limit_bounds(name)
+  local room = 1000000000
+  if c then room = c - tonumber(redis.call('GET', B .. 'lim:' .. name .. ':run') or 0) end
+  if n then
+    local sk = B .. 'lim:' .. name .. ':starts'
+    redis.call('ZREMRANGEBYSCORE', sk, '-inf', now - w)
+    local left = n - redis.call('ZCARD', sk)
+    if left < room then room = left end
+  end
+  return room
+end
+
+-- When the full rate window of limit `name` opens (nil: it has room, or no rate).
+local function window_opens(name, now)
+  local _, n, w = limit_bounds(name)
+  if not n then return nil end
+  local sk = B .. 'lim:' .. name .. ':starts'
+  redis.call('ZREMRANGEBYSCORE', sk, '-inf', now - w)
+  if redis.call('ZCARD', sk) < n then return nil end
+  local nth = redis.call('ZRANGE', sk, -n, -n, 'WITHSCORES')
+  return tonumber(nth[2]) + w
+end
+
+local function note_window(name, now)
+  local opens = window_opens(name, now)
+  if opens and redis.call('ZCARD', B .. 'lim:' .. name .. ':park') > 0 then
+    redis.call('ZADD', B .. 'lim-opens', opens, name)
+  end
+end
+
+-- Take a slot of limit `name` for job `id`, which starts now; false when it is full.
+local function admit(name, id, now)
+  if limit_room(name, now) <= 0 then return false end
+  local c, n = limit_bounds(name)
+  if c then
+    redis.call('INCR', B .. 'lim:' .. name .. ':run')
+    redis.call('HSET', B .. 'j:' .. id, 'ls', '1')
+  end
+  if n then
+    redis.call('ZADD', B .. 'lim:' .. name .. ':starts', now, id .. '@' .. now)
+    note_window(name, now)
+  end
+  return true
+end
+
+-- A due job of a full limit waits parked (`score` and `m`: its place in a due set).
+local function park(name, score, m, now)
+  redis.call('ZADD', B .. 'lim:' .. name .. ':park', score, m)
+  note_window(name, now)
+end
+
+-- As many parked jobs of limit `name` as it has room for back in their queues (due as
+-- they were: first among what is due); true if any went.
+local function unpark(name, now)
+  local pk = B .. 'lim:' .. name .. ':park'
+  local room = limit_room(name, now)
+  if room <= 0 then
+    note_window(name, now)
+    return false
+  end
+  if room > 1000 then room = 1000 end
+  local parked = redis.call('ZRANGE', pk, 0, room - 1, 'WITHSCORES')
+  if #parked == 0 then return false end
+  for k = 1, #parked, 2 do
+    local q = redis.call('HGET', B .. 'j:' .. string.sub(parked[k], 19), 'q')
+    redis.call('ZADD', qkey(q) .. 'due', parked[k + 1], parked[k])
+  end
+  redis.call('ZREMRANGEBYRANK', pk, 0, #parked / 2 - 1)
+  return true
+end
+
+-- A job of limit `lim` ended or went back: its slot frees (if it held one: `ls`), and the
+-- next parked jobs of that limit go back to their queues, the takers woken.
+local function free_slot(jk, lim, ls, now)
+  if ls then
+    redis.call('HDEL', jk, 'ls')
+    local rk = B .. 'lim:' .. lim .. ':run'
+    if redis.call('DECR', rk) < 0 then redis.call('SET', rk, 0) end
+  end
+  if unpark(lim, now) then wake() end
+end
+
+-- How many jobs are pending (max_pending counts them all: parked ones too).
 local function pending_count()
-  return redis.call('ZCARD', B .. 'due') + redis.call('ZCARD', B .. 'rdy')
+  local count = redis.call('ZCARD', B .. 'due') + redis.call('ZCARD', B .. 'rdy')
+  if redis.call('EXISTS', B .. 'queues', B .. 'limits') == 0 then return count end
+  for _, q in ipairs(redis.call('SMEMBERS', B .. 'queues')) do
+    count = count + redis.call('ZCARD', qkey(q) .. 'due') + redis.call('ZCARD', qkey(q) .. 'rdy')
+  end
+  for _, name in ipairs(redis.call('HKEYS', B .. 'limits')) do
+    count = count + redis.call('ZCARD', B .. 'lim:' .. name .. ':park')
+  end
+  return count
 end
 
--- The head of the due set, as {member, score}, or an empty table; with `ready`
--- (order="priority"), the first job of `rdy` if any, as {member, its due time}.
-local function head(ready)
+-- The head of a queue's due set (`qk`: its key prefix; default: the default queue's),
+-- as {member, score}, or an empty table; with `ready` (order="priority"), the first job
+-- of its `rdy` if any, as {member, its due time}.
+local function head(ready, qk)
+  qk = qk or B
   if ready then
-    local top = redis.call('ZRANGE', B .. 'rdy', 0, 0)
+    local top = redis.call('ZRANGE', qk .. 'rdy', 0, 0)
     if top[1] then return {ready_entry(top[1])} end
   end
-  return redis.call('ZRANGE', B .. 'due', 0, 0, 'WITHSCORES')
+  return redis.call('ZRANGE', qk .. 'due', 0, 0, 'WITHSCORES')
 end
 
 -- The payload bytes of pending jobs, across managers: the field 'pending_bytes' of
@@ -328,10 +462,11 @@ end
 -- again under the same lease (its first answer was lost), 0 for a stale lease.
 local function retried(id, token, ending, now)
   local jk = B .. 'j:' .. id
-  local f = redis.call('HMGET', jk, 't', 'st', 'm', 'pr', 's', 'c')
+  local f = redis.call('HMGET', jk, 't', 'st', 'm', 'pr', 's', 'c', 'q', 'lim', 'ls')
   if f[1] ~= token then return 0 end
   if f[2] == 'pending' then return 1 end
   if f[2] ~= 'running' then return 0 end
+  if f[8] then free_slot(jk, f[8], f[9], now) end  -- its next attempt takes a slot again
   local first = string.find(ending, ' ', 1, true)
   local second = string.find(ending, ' ', first + 1, true)
   local due = now + tonumber(string.sub(ending, 1, first - 1))
@@ -339,11 +474,12 @@ local function retried(id, token, ending, now)
   redis.call('HSET', jk, 'st', 'pending', 'd', due, 'rs', string.sub(ending, second + 1))
   redis.call('HINCRBY', B .. 'stats', 'retried:' .. string.sub(ending, first + 1, second - 1), 1)
   local m = member(f[4], f[5], id)
-  redis.call('ZADD', B .. 'due', due, m)
+  local qk = qkey(f[7])
+  redis.call('ZADD', qk .. 'due', due, m)
   redis.call('ZADD', B .. 'c:' .. f[6], due, id)
   redis.call('HINCRBY', B .. 'stats', 'pending:' .. f[4], 1)
   count_bytes(payload_bytes(id))
-  if head()[1] == m then wake() end
+  if head(nil, qk)[1] == m then wake() end
   return 1
 end
 
@@ -362,7 +498,8 @@ local function finish(id, token, state, outcome, me, ttl_ms, keep_ms, now, outbo
   local cut = string.find(state, '\n', 1, true)
   if cut then state, retry = string.sub(state, 1, cut - 1), string.sub(state, cut + 1) end
   local jk = B .. 'j:' .. id
-  local f = redis.call('HMGET', jk, 't', 'st', 'o', 'k', 'm', 'c', 'wd', 'x', 'hk')
+  local f = redis.call('HMGET', jk, 't', 'st', 'o', 'k', 'm', 'c', 'wd', 'x', 'lim', 'ls',
+                       'hk')
   if f[1] ~= token then return 0 end
   local revived = false
   if f[2] ~= 'running' then
@@ -380,6 +517,7 @@ local function finish(id, token, state, outcome, me, ttl_ms, keep_ms, now, outbo
   if retry then redis.call('HSET', jk, 'rs', retry) end
   -- A failed job keeps its payload while it is kept: it may be requeued by id.
   if state ~= 'failed' then redis.call('HDEL', jk, 'p') end
+  if f[9] and not revived then free_slot(jk, f[9], f[10], now) end
   local leases = list_in(outbox.leases, f[5])
   leases[#leases + 1] = id
   outbox.states[state] = (outbox.states[state] or 0) + 1
@@ -387,7 +525,7 @@ local function finish(id, token, state, outcome, me, ttl_ms, keep_ms, now, outbo
   if #outcome <= INLINE then message = ended_message(id, state, f[6], nil, outcome) end
   local mine, others = notify(id, f[3], me, f[7], message, outbox)
   retire(id, f[4], ttl_ms, others, keep_ms, now, outbox)
-  if f[9] then release_kids(id, state == 'done', state, ttl_ms, keep_ms, now, outbox) end
+  if f[11] then release_kids(id, state == 'done', state, ttl_ms, keep_ms, now, outbox) end
   if revived then return 3 end
   return 1 + mine
 end
@@ -427,11 +565,12 @@ end
 local function requeue(id, token, retry, ttl_ms, keep_ms, now)
   local jk = B .. 'j:' .. id
   local f = redis.call('HMGET', jk, 't', 'st', 'm', 'pr', 's', 'd', 'c', 'a', 'cx', 'o', 'k',
-                       'wd')
+                       'wd', 'q', 'lim', 'ls')
   if token and f[1] ~= token then return 0 end
   if f[2] == 'pending' and token then return 4 end  -- put back before: its answer was lost
   if f[2] ~= 'running' then return 0 end
   redis.call('SREM', B .. 'l:' .. f[3], id)
+  if f[14] then free_slot(jk, f[14], f[15], now) end  -- a retry takes a slot again
   if retry == '0' and f[9] then
     cancelled_end(id, f[7], f[10], f[11], f[12], canceller(f[9]), ttl_ms, keep_ms, now)
     return 3
@@ -444,10 +583,11 @@ local function requeue(id, token, retry, ttl_ms, keep_ms, now)
   end
   redis.call('HSET', jk, unpack(fields))
   local m = member(f[4], f[5], id)
-  redis.call('ZADD', B .. 'due', f[6], m)
+  local qk = qkey(f[13])
+  redis.call('ZADD', qk .. 'due', f[6], m)
   redis.call('ZADD', B .. 'c:' .. f[7], f[6], id)
   redis.call('HINCRBY', B .. 'stats', 'pending:' .. f[4], 1)
   count_bytes(payload_bytes(id))
-  if head()[1] == m then return 2 end
+  if head(nil, qk)[1] == m then return 2 end
   return 1
 end

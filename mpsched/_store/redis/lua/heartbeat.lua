@@ -78,7 +78,8 @@ for _, dead in ipairs(redis.call('ZRANGEBYSCORE', B .. 'managers', '-inf', now,
   local counted = {requeued, #failed}
   for _, id in ipairs(redis.call('SMEMBERS', B .. 'l:' .. dead)) do
     local jk = B .. 'j:' .. id
-    local f = redis.call('HMGET', jk, 'st', 'm', 'a', 'r', 'w', 'c', 'o', 'k', 'wd')
+    local f = redis.call('HMGET', jk, 'st', 'm', 'a', 'r', 'w', 'c', 'o', 'k', 'wd', 'lim',
+                         'ls')
     if f[1] == 'running' and f[2] == dead then
       if tonumber(f[3]) <= tonumber(f[4]) then
         if requeue(id, nil, '1', ttl_ms, keep_ms, now) == 2 then new_head = true end
@@ -86,6 +87,7 @@ for _, dead in ipairs(redis.call('ZRANGEBYSCORE', B .. 'managers', '-inf', now,
       else
         redis.call('HSET', jk, 'st', 'failed', 'f', now, 'x', f[5])
         redis.call('HDEL', jk, 'out')  -- its payload stays: it may be requeued by id
+        if f[10] then free_slot(jk, f[10], f[11], now) end
         redis.call('HINCRBY', B .. 'stats', 'failed', 1)
         local mine, others = notify(id, f[7], me, f[9],
                                     ended_message(id, 'failed', f[6], f[5], nil))

@@ -2,7 +2,7 @@
 --
 -- ARGV: B, owner, if_absent, max_pending, max_bytes, n,
 --       {id, client, key, name, payload, level, delay_us, at_us, timeout, retries} * n,
---       nh, {k} * nh [, nr, {k, retry} * nr]
+--       nh, {k} * nh [, nr, {k, retry} * nr [, nq, {k, queue, limit} * nq]]
 -- (delay_us or at_us is "": a job is due after a delay from now on this server's clock,
 -- or at a UTC instant; max_pending, a bound on pending jobs, and max_bytes, on the
 -- payload bytes they hold, "" for no bound).
@@ -23,6 +23,10 @@
 -- mpsched._core.retrying.RetryState), kept in the job's field `rs`. A batch without any
 -- leaves the list out.
 --
+-- The nq jobs numbered k go to a named queue ('' or 'default': the default one) and run
+-- under a limit ('': none); every other job waits in the default queue, without one. A
+-- batch with any sends the retry list too, empty or not.
+--
 -- Returns {holders, full}: for each job the id of the job that stands for it; full = 1
 -- when the queue had no room for the batch under max_pending, 2 under max_bytes: nothing
 -- was added.
@@ -40,9 +44,20 @@ for k = 1, tonumber(ARGV[nh_at]) do
 end
 local retry_of = {}
 local nr_at = nh_at + 1 + tonumber(ARGV[nh_at])
+local nq_at = nil
 if ARGV[nr_at] then
   for k = 1, tonumber(ARGV[nr_at]) do
     retry_of[6 + (tonumber(ARGV[nr_at + 2 * k - 1]) - 1) * FIELDS] = ARGV[nr_at + 2 * k]
+  end
+  nq_at = nr_at + 1 + 2 * tonumber(ARGV[nr_at])
+end
+local routes = {}  -- by the job's `at`: {queue, limit}
+if nq_at and ARGV[nq_at] then
+  for k = 1, tonumber(ARGV[nq_at]) do
+    local r = nq_at + (k - 1) * 3
+    local q = ARGV[r + 2]
+    if q == 'default' then q = '' end
+    routes[6 + (tonumber(ARGV[r + 1]) - 1) * FIELDS] = {q, ARGV[r + 3]}
   end
 end
 
@@ -103,6 +118,7 @@ local old = head()[1]
 local seq = redis.call('INCRBY', B .. 'seq', #fresh) - #fresh
 -- The index entries of every job, written once each at the end.
 local due_set, all_set, by_client, levels = {}, {}, {}, {}
+local named = {}  -- the due entries of named queues, by key prefix
 for _, at in ipairs(fresh) do
   seq = seq + 1
   local id, client, key = ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
@@ -126,9 +142,23 @@ for _, at in ipairs(fresh) do
     fields[#fields + 1] = key
     redis.call('SET', B .. 'k:' .. key, id)
   end
+  local route = routes[at]
+  local entries = due_set
+  if route then
+    if route[1] ~= '' then
+      fields[#fields + 1] = 'q'
+      fields[#fields + 1] = route[1]
+      redis.call('SADD', B .. 'queues', route[1])
+      entries = list_in(named, qkey(route[1]))
+    end
+    if route[2] ~= '' then
+      fields[#fields + 1] = 'lim'
+      fields[#fields + 1] = route[2]
+    end
+  end
   redis.call('HSET', B .. 'j:' .. id, unpack(fields))
-  due_set[#due_set + 1] = due
-  due_set[#due_set + 1] = member(level, seq, id)
+  entries[#entries + 1] = due
+  entries[#entries + 1] = member(level, seq, id)
   all_set[#all_set + 1] = seq
   all_set[#all_set + 1] = id
   local mine = list_in(by_client, client)
@@ -143,7 +173,8 @@ local function zadd(key, pairs_)
   end
 end
 if #fresh > 0 then
-  zadd(B .. 'due', due_set)
+  if #due_set > 0 then zadd(B .. 'due', due_set) end
+  for qk, entries in pairs(named) do zadd(qk .. 'due', entries) end
   zadd(B .. 'all', all_set)
   for client, entries in pairs(by_client) do zadd(B .. 'c:' .. client, entries) end
   for level, count in pairs(levels) do
@@ -152,5 +183,5 @@ if #fresh > 0 then
 end
 redis.call('HINCRBY', B .. 'stats', 'submitted', #fresh)
 write_bytes()
-if #fresh > 0 and head()[1] ~= old then wake() end
+if #fresh > 0 and (head()[1] ~= old or next(routes) ~= nil) then wake() end
 return {holders, 0}
