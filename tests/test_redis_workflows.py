@@ -17,7 +17,13 @@ import retry_jobs
 from processes import wait_for
 from served import Manager, serve
 
-from mpsched import DependencyFailedError, JobNotFoundError, ResultOf, RetryPolicy
+from mpsched import (
+    DependencyFailedError,
+    InvalidJobError,
+    JobNotFoundError,
+    ResultOf,
+    RetryPolicy,
+)
 
 pytestmark = pytest.mark.slow
 WAIT = 60.0
@@ -139,3 +145,12 @@ def test_a_parent_retried_on_its_exception_releases_its_child_at_its_final_outco
     child = two.schedule(flow_jobs.describe, ResultOf(parent.job_id))
     assert child.result(timeout=WAIT) == repr("third time")
     assert len(retry_jobs.runs(log)) == 3
+
+
+def test_a_redis_store_refuses_a_queue_or_limit_for_a_job_with_parents(
+        procs: Any, connect_client: Callable[..., Any], redis_url: str) -> None:
+    client = connect_client(start_manager(procs, redis_url))
+    parent = client.schedule(flow_jobs.describe, 1, delay=60)
+    with pytest.raises(InvalidJobError, match="queue= or limit="):
+        client.schedule(flow_jobs.describe, 2, after=[parent], queue="reports")
+    assert [j.job_id for j in client.jobs()] == [parent.job_id]

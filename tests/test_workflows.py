@@ -236,3 +236,13 @@ def test_shutdown_with_cancel_futures_cancels_the_jobs_that_wait(
     child = s.schedule(flow_jobs.describe, ResultOf(parent))
     s.shutdown(wait=True, cancel_futures=True)
     assert parent.cancelled() and child.cancelled()
+
+
+def test_a_job_with_parents_keeps_its_queue_and_limit(make_scheduler: MakeScheduler):
+    s = make_scheduler(workers=2, queues=["default", "reports"], limits={"exports": 1})
+    parent = s.submit(flow_jobs.describe, "data")
+    child = s.schedule(flow_jobs.describe, ResultOf(parent), queue="reports",
+                       limit="exports")
+    assert child.result(timeout=30) == repr("'data'")
+    info = s.job_info(child.job_id)
+    assert (info.queue, info.limit) == ("reports", "exports")
