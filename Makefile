@@ -16,13 +16,14 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-demo: $(STAMP)  ## three waves of jobs at mixed priorities, strict order on one worker, CPU speed-up, durable, recurring and retried jobs
+demo: $(STAMP)  ## three waves of jobs at mixed priorities, strict order on one worker, CPU speed-up, durable, recurring and retried jobs, a pipeline
 	$(PY) -m mpsched demo
 	$(PY) examples/strict_order.py
 	$(PY) examples/cpu_speedup.py
 	$(PY) examples/durable_jobs.py
 	$(PY) examples/recurring.py
 	$(PY) examples/retries.py
+	$(PY) examples/pipeline.py
 
 bench: $(STAMP)  ## side by side with the peers; rewrites benchmarks/README.md
 	$(PY) -m pip install --quiet -e '.[bench]'

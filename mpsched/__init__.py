@@ -17,11 +17,13 @@ from mpsched._core.options import OnError as OnError
 from mpsched._core.options import Overlap as Overlap
 from mpsched._core.recurring import ScheduleCounters as ScheduleCounters
 from mpsched._core.recurring import ScheduleInfo as ScheduleInfo
+from mpsched._core.result_of import ResultOf as ResultOf
 from mpsched._core.retrying import RetryLater as RetryLater
 from mpsched._core.retrying import RetryPolicy as RetryPolicy
 from mpsched._errors import AddressError as AddressError
 from mpsched._errors import AuthenticationError as AuthenticationError
 from mpsched._errors import ConfigError as ConfigError
+from mpsched._errors import DependencyFailedError as DependencyFailedError
 from mpsched._errors import ExtraMissingError as ExtraMissingError
 from mpsched._errors import InvalidJobError as InvalidJobError
 from mpsched._errors import JobError as JobError
@@ -65,6 +67,7 @@ __all__ = [
     "Catchup",
     "Client",
     "ConfigError",
+    "DependencyFailedError",
     "Durability",
     "ExtraMissingError",
     "InvalidJobError",
@@ -91,6 +94,7 @@ __all__ = [
     "QueueFullError",
     "QueueStats",
     "RemoteTraceback",
+    "ResultOf",
     "ResultPicklingError",
     "ResultUnpicklingError",
     "RetryLater",

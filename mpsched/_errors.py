@@ -18,6 +18,7 @@ exception a caller would already catch for the same situation::
      ├── ResultPicklingError(pickle.PicklingError)    the result did not pickle in the worker
      ├── ResultUnpicklingError(pickle.UnpicklingError) ... or did not unpickle in the client
      ├── JobError                               a job raised an exception that cannot travel
+     │    └── DependencyFailedError             a job's parent failed or was cancelled
      ├── WorkerCrashedError(ChildProcessError)  the worker running a job died
      ├── JobTimeoutError(TimeoutError)          the job ran past its timeout and was killed
      ├── AuthenticationError(multiprocessing.AuthenticationError)   wrong or unsafe authkey
@@ -145,6 +146,24 @@ class JobError(MpschedError):
 
     The message names the original type and text; the remote traceback is the ``__cause__``.
     """
+
+
+class DependencyFailedError(JobError):
+    """A job ran after others (``after=``, ``ResultOf``), and one of them failed or was
+    cancelled: the job never ran. ``parent_id`` names that parent, ``outcome`` how it
+    ended (the name of its error, or "cancelled")."""
+
+    def __init__(self, job_id: str, parent_id: str, outcome: str) -> None:
+        self.job_id = job_id
+        self.parent_id = parent_id
+        self.outcome = outcome
+        how = "was cancelled" if outcome == "cancelled" else "failed"
+        if outcome not in ("cancelled", "failed", ""):
+            how += f" ({outcome})"
+        super().__init__(f"job {job_id} did not run: its parent job {parent_id} {how}")
+
+    def __reduce__(self) -> tuple[type[DependencyFailedError], tuple[str, str, str]]:
+        return (type(self), (self.job_id, self.parent_id, self.outcome))
 
 
 class RemoteTraceback(Exception):

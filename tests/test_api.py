@@ -20,6 +20,7 @@ def test_public_names_are_pinned():
         "Catchup",
         "Client",
         "ConfigError",
+        "DependencyFailedError",
         "Durability",
         "ExtraMissingError",
         "InvalidJobError",
@@ -46,6 +47,7 @@ def test_public_names_are_pinned():
         "QueueFullError",
         "QueueStats",
         "RemoteTraceback",
+        "ResultOf",
         "ResultPicklingError",
         "ResultUnpicklingError",
         "RetryLater",
@@ -96,6 +98,7 @@ def test_errors_derive_from_the_base_and_the_matching_stdlib_type():
         mpsched.ConfigError: ValueError,
         mpsched.TlsError: mpsched.AuthenticationError,
         mpsched.RuntimeDirError: PermissionError,
+        mpsched.DependencyFailedError: mpsched.JobError,
     }
     for error, stdlib in pairs.items():
         assert issubclass(error, mpsched.MpschedError) and issubclass(error, stdlib), error
@@ -121,6 +124,7 @@ def test_errors_with_facts_survive_pickling():
         mpsched.StoreUnavailableError("redis://db1:6379/0", "nothing is listening there"),
         mpsched.NothingToRunError(),
         mpsched.StoreInDoubtError("redis://db1:6379/0", "no answer in time"),
+        mpsched.DependencyFailedError("job-3", "job-2", "ValueError: no"),
     ]
     for error in errors:
         copy = pickle.loads(pickle.dumps(error))

@@ -19,7 +19,8 @@ PACKAGE = Path(__file__).parent.parent / "mpsched"
 LAYERS: list[tuple[str, list[set[str]]]] = [
     ("_errors", [set()]),  # the whole error tree, one module
     ("_core", [{"options", "histogram", "retrying", "progress"}, {"job"},
-               {"clock", "recurring", "limits"}, {"leases", "heap", "planning", "wall_offset"},
+               {"clock", "recurring", "limits", "result_of", "dependencies"},
+               {"leases", "heap", "planning", "wall_offset"},
                {"queues"}, {"room", "admission"}, {"prefetch"}, {"hand_out"}, {"intake"},
                {"queue"}]),
     ("_store", [{"base", "commit", "pruning", "lease_records", "group_sync", "redis.url",
@@ -41,7 +42,8 @@ LAYERS: list[tuple[str, list[set[str]]]] = [
                   {"shared_queue_base", "http.intake"}, {"shared_prefetch", "http.answering"},
                   {"shared_queue"},
                   {"journal", "schedule_entry"},
-                  {"schedule_runs", "store_journal", "endings"}, {"schedule_events"},
+                  {"schedule_runs", "store_journal", "endings", "workflows"},
+                  {"schedule_events"},
                   {"schedules", "shared_journal"}, {"dispatch"}, {"service", "shared_link"},
                   {"supervisor", "http.views"}, {"http.routes"},
                   {"http.server"}, {"main"}]),

@@ -103,7 +103,7 @@ def job_as_dict(job: JobInfo, now: float) -> dict[str, Any]:
             "due": job.due.isoformat(), "due_in": job.due.timestamp() - now,
             "priority": job.priority.name.lower(), "attempts": job.attempts,
             "worker": job.worker, "key": job.key, "progress": job.progress,
-            "error": job.error}
+            "error": job.error, "waiting_for": job.waiting_for}
 
 
 def format_jobs(jobs: list[JobInfo], now: float) -> str:
@@ -112,7 +112,9 @@ def format_jobs(jobs: list[JobInfo], now: float) -> str:
         return "no jobs\n"
     rows = [("id", "name", "state", "due", "priority", "attempts", "worker", "progress",
              "last error")]
-    rows += [(job.job_id, job.name, job.state, format_when(job, now),
+    rows += [(job.job_id, job.name,
+              job.state if job.waiting_for is None else f"{job.state}, {job.waiting_for}",
+              format_when(job, now),
               job.priority.name.lower(), str(job.attempts), job.worker or "-",
               format_progress(job.progress), job.error or "-")
              for job in jobs]

@@ -215,6 +215,9 @@ def _submit_target(args: argparse.Namespace, fn: Callable[..., Any], out: TextIO
     problem = check_recurring(args)
     if problem:
         raise UsageError(problem)
+    if args.after and (args.every is not None or args.cron is not None):
+        raise UsageError("--after cannot go with --every or --cron: a schedule has no "
+                         "parents")
     args.retry = retry_policy(args)
     if args.every is not None or args.cron is not None:
         return submit_recurring(args, fn, call_args, call_kwargs, at, out)
@@ -225,7 +228,8 @@ def _submit_target(args: argparse.Namespace, fn: Callable[..., Any], out: TextIO
         future = client.schedule(fn, *call_args, delay=args.delay, at=at,
                                  priority=args.priority, timeout=args.timeout,
                                  retries=args.retries, key=args.key, retry=args.retry,
-                                 queue=args.queue, limit=args.limit, **call_kwargs)
+                                 queue=args.queue, limit=args.limit, after=args.after,
+                                 **call_kwargs)
         try:
             print(future.job_id, file=out, flush=True)
             return print_outcome(future, out) if args.wait else Exit.OK

@@ -285,6 +285,9 @@ def _job_options(submit: argparse.ArgumentParser) -> None:
                         help="send MODULE's code with the job (pickled by value), for a "
                              "module the workers cannot import; importable here, it may be "
                              "a package (its submodules go too); repeatable")
+    submit.add_argument("--after", action="append", metavar="JOB_ID",
+                        help="run the job once the job JOB_ID has ended (it fails if that "
+                             "one fails or is cancelled); repeatable")
     submit.add_argument("--key", metavar="KEY",
                         help="an idempotency key: while a job with this key is pending or "
                              "running (or its outcome kept by a store), submit prints that "

@@ -25,12 +25,15 @@ from mpsched._client.link import DISCONNECTED
 from mpsched._client.outbox import Outbox
 from mpsched._core.job import (
     DEFAULT_QUEUE,
+    After,
     JobRequest,
     Priority,
     check_job,
     check_name,
     due_arguments,
 )
+from mpsched._core.result_of import made as result_of_made
+from mpsched._core.result_of import result_parents
 from mpsched._core.retrying import RetryFilter, RetryPolicy, coerce_retry
 from mpsched._errors import (
     InvalidJobError,
@@ -86,6 +89,8 @@ class Client(ClosingClient, Executor):
         retry: int | RetryPolicy | None = None,
         queue: str = DEFAULT_QUEUE,
         limit: str | None = None,
+        after: Iterable[JobFuture[Any] | str] | None = None,
+        allow_failure: bool = False,
         **kwargs: Any,
     ) -> JobFuture[T]: ...
 
@@ -104,6 +109,8 @@ class Client(ClosingClient, Executor):
         retry: int | RetryPolicy | None = None,
         queue: str = DEFAULT_QUEUE,
         limit: str | None = None,
+        after: Iterable[JobFuture[Any] | str] | None = None,
+        allow_failure: bool = False,
         **kwargs: Any,
     ) -> JobFuture[T]: ...
 
@@ -121,6 +128,8 @@ class Client(ClosingClient, Executor):
         retry: int | RetryPolicy | None = None,
         queue: str = DEFAULT_QUEUE,
         limit: str | None = None,
+        after: Iterable[JobFuture[Any] | str] | None = None,
+        allow_failure: bool = False,
         **kwargs: Any,
     ) -> JobFuture[Any]:
         """Run ``fn(*args, **kwargs)`` on a worker at a time, returning its future.
@@ -145,6 +154,14 @@ class Client(ClosingClient, Executor):
                 (1 to 64 characters of letters, digits and ``_.:-``).
             limit: a limit the manager declares (``Scheduler(limits=...)``): the job
                 starts only while that limit has room, and waits pending meanwhile.
+            after: jobs this one runs after: their futures (of any client) or job ids.
+                It waits until each has ended, then becomes due at its own time (``delay``
+                and ``at`` count from this call; a time past means at once). A
+                ``ResultOf(f)`` among the arguments adds ``f`` to them, and stands for its
+                result when the job starts.
+            allow_failure: run the job even when a parent failed or was cancelled (its
+                ``ResultOf`` is then the parent's exception). Without it the job fails at
+                once with DependencyFailedError, and so do the jobs after it.
 
         Without ``delay`` and ``at`` the job is due now.
 
@@ -154,6 +171,7 @@ class Client(ClosingClient, Executor):
                 ``retry`` with ``retries``, a bad queue name, a limit the manager does not
                 know, or ``fn`` not callable.
             JobPicklingError: ``fn`` or its arguments cannot be pickled.
+            JobNotFoundError: a parent the manager does not know (never, or forgotten).
             QueueFullError: ``max_pending`` jobs, or ``max_pending_bytes`` bytes of their
                 payloads, were pending for all of ``submit_timeout`` (``unit`` says which).
             SchedulerShutdownError: after ``shutdown()``.
@@ -165,8 +183,67 @@ class Client(ClosingClient, Executor):
         (``max_pending``, or a ``key``) whose connection broke during its call may have
         reached the manager (submit a keyed job again: its key finds it).
         """
+        if after is not None or allow_failure or (result_of_made() and
+                                                  result_parents(args, kwargs)):
+            return self._schedule_after(fn, args, kwargs, delay, at, priority, timeout,
+                                        retries, key, after, allow_failure, retry, queue,
+                                        limit)
         return self._schedule(fn, args, kwargs, delay, at, priority, timeout, retries, key,
                               retry=retry, queue=queue, limit=limit)
+
+    def _schedule_after(self, fn: Callable[..., Any], args: tuple[Any, ...],
+                        kwargs: dict[str, Any], delay: float | timedelta | None,
+                        at: float | datetime | None, priority: Priority | str,
+                        timeout: float | None, retries: int, key: str | None,
+                        after: Iterable[JobFuture[Any] | str] | None,
+                        allow_failure: bool,
+                        retry: int | RetryPolicy | None = None, queue: str = DEFAULT_QUEUE,
+                        limit: str | None = None) -> JobFuture[Any]:
+        """:meth:`schedule` of a job with parents: sent at once, so that an unknown
+        parent raises here."""
+        if not isinstance(allow_failure, bool):
+            raise InvalidJobError(f"allow_failure must be a bool, not {allow_failure!r}")
+        results = result_parents(args, kwargs)
+        parents = dict.fromkeys([*_parent_ids(after), *results])
+        if not parents:  # after=[]: a first job of a loop that builds a graph
+            return self._schedule(fn, args, kwargs, delay, at, priority, timeout, retries,
+                                  key, retry=retry, queue=queue, limit=limit)
+        if key is not None:
+            raise InvalidJobError("a job with parents (after=, ResultOf) cannot have a key")
+        delay_s, at_s = due_arguments(delay, at)
+        level = Priority.coerce(priority).level
+        check_job(level, delay_s, at_s, timeout, retries)
+        if queue != DEFAULT_QUEUE:
+            check_name("queue", queue)
+        if limit is not None:
+            self._check_limit(limit)
+        core = self._core
+        terms = None
+        if retry is not None:  # the worker gets the policy's filter with the callable
+            policy = coerce_retry(retry, retries)
+            assert policy is not None
+            terms, retries, fn_run = policy.terms(), policy.max_retries, RetryFilter(fn, policy)
+        payload = pickle_job(fn if terms is None else fn_run, args, kwargs, pool=core.pool)
+        core.check_payload(payload)
+        if core.outbox is not None:
+            core.outbox.flush()  # parents this client just submitted are known there
+        future = core.new_future(payload)
+        request = JobRequest(job_id=future.id_nowait, client_id=core.client_id,
+                             payload=payload, priority=level, delay=delay_s, at=at_s,
+                             timeout=timeout, retries=retries, name=job_name(fn),
+                             retry=terms, queue=queue, limit=limit)
+        links = After(tuple(parents), tuple(results), allow_failure)
+        service = core.service
+        try:
+            service.submit_after([request], [links])
+        except BaseException as exc:
+            core.forget(future.id_nowait)
+            core.release([request])
+            if isinstance(exc, DISCONNECTED):
+                raise core.link.lost(exc, service, "the job may have reached the manager "
+                                     "(and may run) or not") from exc
+            raise
+        return future
 
     @overload
     def submit(self, fn: Callable[P, Coroutine[Any, Any, T]], /, *args: P.args,
@@ -180,8 +257,13 @@ class Client(ClosingClient, Executor):
                **kwargs: P.kwargs) -> JobFuture[Any]:
         """Run ``fn(*args, **kwargs)`` as soon as a worker is free, at MEDIUM priority.
 
-        The ``Executor`` method: every keyword goes to ``fn``. Raises as :meth:`schedule`.
+        The ``Executor`` method: every keyword goes to ``fn``. A ``ResultOf`` among the
+        arguments makes it wait for that job, as with :meth:`schedule`. Raises as
+        :meth:`schedule`.
         """
+        if result_of_made() and result_parents(args, kwargs):
+            return self._schedule_after(fn, args, kwargs, None, None, Priority.MEDIUM, None,
+                                        0, None, None, False)
         return self._schedule(fn, args, kwargs, None, None, Priority.MEDIUM)
 
     def _schedule(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -345,6 +427,28 @@ class Client(ClosingClient, Executor):
             self._core.release([r for batch in batches for r in batch])  # never sent
             raise
         return futures
+
+
+def _parent_ids(after: Iterable[JobFuture[Any] | str] | JobFuture[Any] | str | None
+                ) -> list[str]:
+    """The job ids ``after=`` names: futures or ids, or one of them alone."""
+    if after is None:
+        return []
+    if isinstance(after, (str, JobFuture)):
+        after = [after]
+    try:
+        items = list(after)
+    except TypeError:
+        raise InvalidJobError(f"after= takes JobFutures or job ids, not {after!r}") from None
+    ids: list[str] = []
+    for item in items:
+        if isinstance(item, JobFuture):
+            ids.append(item.id_nowait)
+        elif isinstance(item, str) and item:
+            ids.append(item)
+        else:
+            raise InvalidJobError(f"after= takes JobFutures or job ids, not {item!r}")
+    return ids
 
 
 def _batches(jobs: list[JobRequest], count: int,

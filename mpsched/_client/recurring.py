@@ -34,6 +34,7 @@ from mpsched._core.recurring import (
     to_seconds,
     zone,
 )
+from mpsched._core.result_of import result_parents
 from mpsched._core.retrying import RetryFilter, RetryPolicy, coerce_retry
 from mpsched._errors import ExtraMissingError, InvalidJobError, SchedulerShutdownError
 from mpsched._payload.pickling import job_name, pickle_job
@@ -67,6 +68,9 @@ def build_spec(asked: ScheduleRequest, fn: Callable[..., Any], args: tuple[Any, 
                kwargs: dict[str, Any]) -> ScheduleSpec:
     """The checked spec of ``asked``, its runs calling ``fn(*args, **kwargs)`` (pickled
     here); raises as ``Client.every``/``Client.cron``."""
+    if "after" in kwargs or "allow_failure" in kwargs or result_parents(args, kwargs):
+        raise InvalidJobError("a schedule cannot have parents (after=, allow_failure=, "
+                              "ResultOf): its runs may be the parents of other jobs")
     priority = Priority.coerce(asked.priority).level
     check_run(priority, asked.timeout, asked.retries)
     policy = coerce_retry(asked.retry, asked.retries)

@@ -125,6 +125,22 @@ class Intake:
         self._prefetch.revoke_called_for()
         return job
 
+    def release(self, jobs: list[Job]) -> None:
+        """Jobs whose parents ended into the heap (JobQueue.release)."""
+        with self._lock:
+            if self._hand_out.closed:
+                return
+            now = self._clock.now()
+            for job in jobs:
+                job.due = max(job.due, now)
+                self._push(job)
+        self._prefetch.revoke_called_for()
+
+    def count_submitted(self, count: int) -> None:
+        """Jobs that wait for parents out of the heap (JobQueue.count_submitted)."""
+        with self._lock:
+            self.submitted += count
+
     def count_withdrawn(self, count: int) -> None:
         """Jobs a client took back before sending them (JobQueue.count_withdrawn)."""
         with self._lock:

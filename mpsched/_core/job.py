@@ -97,6 +97,15 @@ class JobRequest(NamedTuple):
     limit: str | None = None  # the manager's limit it runs under (None: none)
 
 
+class After(NamedTuple):
+    """What a job waits for before it becomes due: sent beside its JobRequest, only for a
+    job that has parents."""
+
+    parents: tuple[str, ...]  # ids of the jobs it runs after, each once
+    results: tuple[str, ...]  # of those, the ones whose result its ResultOf arguments take
+    allow_failure: bool = False  # run it even when a parent failed or was cancelled
+
+
 @dataclass(eq=False, slots=True)
 class Job:
     """A job inside the manager. Heap entries hold it; keys never compare it."""
@@ -173,6 +182,7 @@ class OutcomeKind(Option):
 
     RAISED = ""  # the job's own exception (or, with ok, its result)
     CANCELLED = "cancelled"  # cancelled: by another client, through its id, or withdrawn
+    DEPENDENCY_FAILED = "DependencyFailedError"  # a parent failed or was cancelled
     JOB_UNPICKLING = "job-unpickling"  # the worker could not unpickle the job
     RESULT_PICKLING = "result-pickling"  # the worker could not pickle the result
     OUTCOME_LOST = "outcome-lost"  # it ended, but its outcome never reached the store
@@ -386,7 +396,8 @@ class JobInfo:
     ``error`` a failed job's error in one line; ``progress`` the latest value the job
     reported with ``current_job().set_progress``; ``queue`` the queue it waits in;
     ``limit`` the limit it runs under, if any; ``waiting_for`` what a pending job waits for
-    (``"limit NAME"``), else None.
+    (``"limit NAME"``, or ``"after 2 jobs"``: its parents still pending or running), else
+    None.
     """
 
     job_id: str

@@ -216,12 +216,13 @@ class Leases:
             self._early += lateness < 0
         return flight.job
 
-    def fail(self, job: Job, *, timed_out: bool = False) -> None:
-        """Count as failed a job whose lease was lost and that will not run again."""
+    def fail(self, job: Job, *, timed_out: bool = False, crashed: bool = True) -> None:
+        """Count as failed a job whose lease was lost and that will not run again
+        (``crashed`` False: one that never ran, its parent failed)."""
         with self._lock:
             self._failed += 1
             self._timed_out += timed_out
-            self._crashed += not timed_out
+            self._crashed += crashed and not timed_out
 
     def wait_drained(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds until no job is in flight; True if none is."""

@@ -202,8 +202,13 @@ class JobQueue:
         return self._intake.return_lease(lease_id)
 
     def count_withdrawn(self, count: int) -> None:
-        """Count jobs a client cancelled before sending them: submitted, then cancelled."""
+        """Count jobs a client cancelled before sending them: submitted, then cancelled
+        (and jobs cancelled while they waited for their parents)."""
         self._intake.count_withdrawn(count)
+
+    def count_submitted(self, count: int) -> None:
+        """Count jobs submitted that wait for their parents, out of the heap."""
+        self._intake.count_submitted(count)
 
     def requeue(self, job: Job, *, retry: bool) -> bool:
         """Put back a job whose lease was lost, keeping its due time and seq (so it goes
@@ -351,9 +356,21 @@ class JobQueue:
         self._prefetch.revoke_called_for()
         return job, delay
 
-    def fail(self, job: Job, *, timed_out: bool = False) -> None:
-        """Count ``job`` (its lease already ended) as failed."""
-        self.leases.fail(job, timed_out=timed_out)
+    def fail(self, job: Job, *, timed_out: bool = False, crashed: bool = True) -> None:
+        """Count ``job`` (its lease already ended, or it never ran: ``crashed`` False) as
+        failed."""
+        self.leases.fail(job, timed_out=timed_out, crashed=crashed)
+
+    def due_of(self, request: JobRequest) -> float:
+        """The instant on this queue's clock a request's ``delay`` or ``at`` gives now."""
+        with self._lock:
+            return self._wall.due_locked(request, self._clock.now())
+
+    def release(self, jobs: list[Job]) -> None:
+        """Put in the heap jobs that waited for their parents (submitted, seqs taken,
+        each ``due`` its own time), at once: no bound makes them wait. A time already
+        past means due now. Nothing happens once the queue is closed."""
+        self._intake.release(jobs)
 
     def wait_drained(self, timeout: float) -> bool:
         """Wait until no job is in flight; False if some still are after ``timeout``."""

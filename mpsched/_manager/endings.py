@@ -64,6 +64,9 @@ class Endings:
         self._workers = workers
         self._stopping = stopping
         self._run_ended = run_ended
+        # Told of every end after it is journalled: it releases or fails the jobs waiting
+        # for it (mpsched._manager.workflows); None for a shared store's queue.
+        self.on_ended: Callable[[str, Outcome], None] | None = None
 
     def complete(self, report: Report, worker_id: str, *, same_clock: bool,
                  late: bool = True) -> bool:
@@ -104,9 +107,12 @@ class Endings:
             ended.append((job, outcome))
         if not ended:
             return 0
+        on_ended = self.on_ended
         for (job, outcome), watchers in zip(
                 ended, self._journal.finished_all(ended, worker_id, more), strict=True):
             if watchers is not None:  # None: a shared store refused it (a stale lease)
+                if on_ended is not None:  # before the result's segment is handed on
+                    on_ended(job.job_id, outcome)
                 self.deliver(job.client_id, outcome, watchers)
             else:
                 self._segments.discarded(outcome)  # nobody gets it: its result segment goes
@@ -216,6 +222,8 @@ class Endings:
         self._failures.note(job, outcome, lease.worker_id, job.error)
         watchers = self._journal.finished(job, outcome, lease.worker_id)
         if watchers is not None:  # None: a shared store refused it (a stale lease)
+            if self.on_ended is not None:
+                self.on_ended(job.job_id, outcome)
             self.deliver(job.client_id, outcome, watchers)
 
     def _crash_retry(self, job: Job, lease: Lease, exitcode: int | None) -> bool:
@@ -243,6 +251,9 @@ class Endings:
                 self._mailboxes.post(client, cancelled(job_id))
         for job_id in job_ids:
             self._run_ended(job_id, cancelled(job_id))
+        if self.on_ended is not None:
+            for job_id in job_ids:
+                self.on_ended(job_id, cancelled(job_id))
         return job_ids
 
     def deliver(self, client_id: str, outcome: Outcome, watchers: set[str]) -> None:

@@ -24,10 +24,11 @@ import pickle
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from mpsched._core.clock import Clock
 from mpsched._core.job import (
+    After,
     Assignment,
     Job,
     JobRecord,
@@ -68,6 +69,14 @@ def failure(job_id: str, error: BaseException, kind: OutcomeKind) -> Outcome:
 def cancelled(job_id: str) -> Outcome:
     return Outcome(job_id=job_id, ok=False, payload=b"", traceback="", started=None,
                    error_kind=OutcomeKind.CANCELLED)
+
+
+class WaitingJobs(Protocol):
+    """The jobs waiting for their parents, out of the heap (mpsched._manager.workflows)."""
+
+    def find(self, job_id: str) -> tuple[Job, int] | None: ...
+
+    def listing(self) -> list[tuple[Job, int]]: ...
 
 
 class Recovered(NamedTuple):
@@ -144,6 +153,25 @@ class BaseJournal(abc.ABC):
     def lease(self, assignment: Assignment) -> bool:
         """Journal a job handed out; False (the job is back in the heap) if that failed."""
         return True
+
+    def waiting(self, jobs: list[Job], requests: list[JobRequest],  # noqa: B027
+                afters: list[After]) -> None:
+        """Journal (durably) jobs that wait for their parents, with their edges; nothing
+        without a store.
+
+        Raises:
+            InvalidJobError: a job id the store holds already.
+            StoreError: the store could not take them.
+        """
+
+    def outcome_of(self, job_id: str) -> Outcome:
+        """The outcome of a job that ended; a failure saying so when it was not kept."""
+        record = self.get(job_id, fresh=True)
+        if record is not None and record.state is JobState.CANCELLED:
+            return cancelled(job_id)
+        if record is not None and record.outcome is not None:
+            return decode(record.outcome)
+        return _not_kept(job_id)
 
     @abc.abstractmethod
     def finished(self, job: Job, outcome: Outcome,
@@ -260,6 +288,22 @@ class NoJournal(BaseJournal):
         self._keys: dict[str, str] = {}
         self._ended = EndedJobs(result_ttl, queue.clock.now)
         self._keeps = result_ttl > 0  # ended jobs are kept at all
+        self.waiting_jobs: WaitingJobs | None = None  # set by the service
+
+    def _find(self, job_id: str) -> tuple[Job, str | None] | None:
+        """A job pending, waiting for its parents (worker None) or running."""
+        found = self.queue.find(job_id)
+        if found is None and self.waiting_jobs is not None:
+            waiting = self.waiting_jobs.find(job_id)
+            return None if waiting is None else (waiting[0], None)
+        return found
+
+    def outcome_of(self, job_id: str) -> Outcome:
+        with self._lock:
+            ended = self._ended.get_locked(job_id)
+        if ended is not None and ended.outcome is not None:
+            return ended.outcome
+        return _not_kept(job_id)
 
     def submit(self, requests: list[JobRequest], timeout: float | None,
                due: float | None = None) -> list[str] | None:
@@ -379,13 +423,13 @@ class NoJournal(BaseJournal):
             ended = self._ended.get_locked(job_id)
             if ended is not None:
                 return ended.outcome if ended.outcome is not None else _not_kept(job_id)
-            if self.queue.find(job_id) is None:
+            if self._find(job_id) is None:
                 raise JobNotFoundError(job_id)
             self._watch_locked(client_id, job_id)
             return None
 
     def get(self, job_id: str, *, fresh: bool = False) -> JobRecord | None:
-        found = self.queue.find(job_id)
+        found = self._find(job_id)
         if found is not None:
             job, worker_id = found
             return self._record(job, worker_id)
@@ -394,7 +438,7 @@ class NoJournal(BaseJournal):
         return None if ended is None else self._ended_record(ended)
 
     def owner(self, job_id: str) -> str | None:
-        found = self.queue.find(job_id)
+        found = self._find(job_id)
         if found is not None:
             job, _worker = found
             return job.client_id
@@ -416,6 +460,8 @@ class NoJournal(BaseJournal):
         live = (self.queue.jobs(wanted, limit) if wanted is None or not wanted.finished
                 else [])
         records = [self._record(job, worker) for job, worker in live]
+        if self.waiting_jobs is not None and wanted in (None, JobState.PENDING):
+            records += [self._record(job, None) for job, _n in self.waiting_jobs.listing()]
         records += [self._ended_record(e) for e in ended]
         records.sort(key=lambda record: record.seq)
         return records[:limit]

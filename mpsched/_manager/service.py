@@ -9,6 +9,7 @@ other side).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import secrets
@@ -19,10 +20,13 @@ from collections.abc import Callable
 from mpsched._core.clock import Clock, SystemClock
 from mpsched._core.job import (
     DEFAULT_QUEUE,
+    After,
+    Job,
     JobRecord,
     JobState,
     Lease,
     PayloadOptions,
+    Priority,
     check_name,
 )
 from mpsched._core.limits import LimitSpec, parse_limit
@@ -40,8 +44,11 @@ from mpsched._manager.failures import RecentFailures, described
 from mpsched._manager.journal import BaseJournal, NoJournal
 from mpsched._manager.mailbox import Mailboxes
 from mpsched._manager.schedules import Schedules
+from mpsched._manager.shared_journal import SharedJournal
 from mpsched._manager.shared_queue import SharedQueue
+from mpsched._manager.store_journal import Journal
 from mpsched._manager.worker_table import WorkerTable
+from mpsched._manager.workflows import Workflows, check_after
 from mpsched._payload.segments import Segments
 from mpsched._protocol.codec import (
     AssignmentWire,
@@ -122,6 +129,18 @@ class ManagerService:
         self.schedules = Schedules(self.journal, self._clock, self.endings.cancelled)
         # Ends that another manager of a shared store recorded come in through this.
         self.journal.bind(self.endings.deliver)
+        # Jobs that wait for their parents, out of the heap (mpsched._manager.workflows);
+        # None with a shared store, which refuses them.
+        self.workflows: Workflows | None = None
+        if isinstance(queue, JobQueue):
+            self.workflows = Workflows(queue, self.journal)
+            self.workflows.deliver = self.endings.deliver
+            self.endings.on_ended = self.workflows.ended
+            if isinstance(self.journal, NoJournal):
+                self.journal.waiting_jobs = self.workflows
+            elif isinstance(self.journal, Journal):
+                self.workflows.recover(self.journal.recovered_waiting)
+                self.journal.recovered_waiting = []
         # Due jobs handed to workers (mpsched._manager.dispatch).
         self.dispatch = Dispatch(queue, self.journal, self.schedules.events, self.workers,
                                 self.segments, self._clock, self.wake_supervisor)
@@ -319,6 +338,30 @@ class ManagerService:
         return holders
 
     @remote
+    def submit_after(self, requests: list[JobRequestWire], afters: list[After]) -> None:
+        """Journal and queue jobs that wait for their parents, all or none: each enters
+        the heap once every parent has ended (see Workflows.submit).
+
+        Raises:
+            InvalidJobError: bad parents (Workflows.submit).
+            JobNotFoundError: a parent this manager (or its shared store) does not know.
+        """
+        batch = [request_from_wire(r) for r in requests]
+        afters = [After._make(a) for a in afters]
+        for request, after in zip(batch, afters, strict=True):
+            check_after(request, after)
+        self.segments.submitted(batch)
+        try:
+            if self.workflows is not None:
+                self.workflows.submit(batch, afters)
+            else:
+                assert isinstance(self.journal, SharedJournal)
+                self.journal.submit_after(batch, afters)
+        except BaseException:
+            self.segments.refused(batch)
+            raise
+
+    @remote
     def payload_options(self) -> PayloadOptions:
         """How clients send payloads: the shared-memory prefix (and its probe) and the
         bound on pending payload bytes."""
@@ -330,7 +373,7 @@ class ManagerService:
         asking, when it need not be the job's own (``Client.cancel(job_id)``): the job's
         own client is then told too, so its future ends cancelled."""
         owner = self.journal.owner(job_id) if client_id is not None else None
-        jobs = self.queue.cancel_jobs([job_id])
+        jobs = self.queue.cancel_jobs([job_id]) or self._cancel_waiting([job_id])
         if not jobs:
             return False
         tell_owner = owner is not None and owner != client_id
@@ -348,17 +391,35 @@ class ManagerService:
     @remote
     def cancel_many(self, job_ids: list[str]) -> list[str]:
         """Cancel pending jobs of the caller; returns the ids of those that were pending."""
-        return self.endings.cancelled(self.queue.cancel_jobs(job_ids))
+        jobs = self.queue.cancel_jobs(job_ids)
+        if self.workflows is not None and len(self.workflows) and len(jobs) < len(job_ids):
+            jobs += self._cancel_waiting(job_ids)
+        return self.endings.cancelled(jobs)
+
+    def _cancel_waiting(self, job_ids: list[str]) -> list[Job]:
+        """Take out the jobs among ``job_ids`` that wait for their parents."""
+        if self.workflows is None:
+            return []
+        jobs = self.workflows.cancel(job_ids)
+        if jobs:
+            self.queue.count_withdrawn(len(jobs))
+        return jobs
 
     @remote
     def not_due(self, client_id: str) -> list[str]:
         """The client's pending jobs not yet due (they stay in the store at its exit)."""
-        return self.queue.not_due(client_id)
+        waiting = [] if self.workflows is None or not len(self.workflows) else [
+            job.job_id for job, _n in self.workflows.listing() if job.client_id == client_id]
+        return self.queue.not_due(client_id) + waiting
 
     @remote
     def cancel_client(self, client_id: str, not_due_only: bool = False) -> list[str]:
-        return self.endings.cancelled(self.queue.cancel_client_jobs(
-            client_id, not_due_only=not_due_only))
+        jobs = self.queue.cancel_client_jobs(client_id, not_due_only=not_due_only)
+        if self.workflows is not None and len(self.workflows):
+            waiting = self.workflows.cancel_client(client_id)
+            self.queue.count_withdrawn(len(waiting))
+            jobs += waiting
+        return self.endings.cancelled(jobs)
 
     @remote
     def watch(self, client_id: str, job_id: str) -> OutcomeWire | None:
@@ -405,12 +466,20 @@ class ManagerService:
     @remote
     def jobs(self, state: str | None = None, limit: int | None = None) -> list[JobRecord]:
         """The jobs the store knows, in submission order (pending and running ones only
-        without a store), without payloads or outcomes; a failed job with its error."""
+        without a store), without payloads or outcomes; a failed job with its error, a
+        pending one with what it waits for."""
         return [described(self._waiting(r)) for r in self.journal.jobs(state, limit)]
 
     def _waiting(self, record: JobRecord) -> JobRecord:
-        """``record`` with what it waits for, if it is a pending job of a limit."""
-        if record.limit is None or record.state is not JobState.PENDING:
+        """``record`` with what it waits for, if it is a pending job of a limit or one
+        waiting for its parents."""
+        if record.state is not JobState.PENDING:
+            return record
+        if self.workflows is not None and len(self.workflows):
+            parents = self.workflows.remaining(record.job_id)
+            if parents:
+                return record._replace(waiting_for=f"after {parents} jobs")
+        if record.limit is None:
             return record
         return record._replace(waiting_for=self.queue.waiting_for(record.job_id))
 
@@ -489,7 +558,13 @@ class ManagerService:
         now = time.monotonic()
         workers, recent = self.workers.statuses(since=now - THROUGHPUT_WINDOW)
         window = min(THROUGHPUT_WINDOW, max(now - self._started, 1e-9))
-        return Stats(queue=self.queue.stats(lateness=lateness), workers=workers,
+        queue = self.queue.stats(lateness=lateness)
+        if self.workflows is not None and len(self.workflows):  # waiting: pending too
+            waiting = self.workflows.waiting_levels()
+            queue = dataclasses.replace(queue, pending={
+                p.name.lower(): queue.pending[p.name.lower()] + waiting[p.level]
+                for p in Priority})
+        return Stats(queue=queue, workers=workers,
                      uptime=now - self._started, throughput=recent / window,
                      workers_missing=self._workers_missing,
                      worker_start_failures=self._worker_start_failures,

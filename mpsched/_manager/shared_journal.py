@@ -21,17 +21,22 @@ import time
 from collections.abc import Callable
 
 from mpsched._core.job import (
+    DEFAULT_QUEUE,
+    After,
     Assignment,
     Job,
     JobRecord,
     JobRequest,
     JobState,
     Outcome,
+    OutcomeKind,
     check_request,
 )
 from mpsched._core.retrying import RetryState
 from mpsched._core.room import check_fits
 from mpsched._errors import (
+    DependencyFailedError,
+    InvalidJobError,
     JobError,
     JobNotFoundError,
     PayloadTooLargeError,
@@ -51,7 +56,7 @@ from mpsched._manager.shared_queue import SharedQueue
 from mpsched._payload import frames, shm
 from mpsched._payload.segments import Segments
 from mpsched._protocol.records import ManagerStatus, WorkerStatus
-from mpsched._store.redis.records import Finish, NewJob, StoredEnd, retry_end
+from mpsched._store.redis.records import AFTER, Finish, NewJob, StoredEnd, retry_end
 from mpsched._store.redis.store import RedisStore
 
 log = logging.getLogger("mpsched.manager")
@@ -99,6 +104,34 @@ class SharedJournal(BaseJournal):
         self._deliver = deliver
 
     # ------------------------------------------------------------------ changes
+
+    def submit_after(self, requests: list[JobRequest], afters: list[After]) -> None:
+        """Submit jobs that wait for their parents to Redis, all or none: each becomes
+        due once its last parent ended, whichever manager ends it (after.lua).
+
+        Raises:
+            InvalidJobError: as check_request; PayloadTooLargeError; an id in the store.
+            JobNotFoundError: a parent the store does not know.
+            StoreUnavailableError, StoreError: Redis did not take them.
+        """
+        for request in requests:
+            check_request(request)
+            if request.queue != DEFAULT_QUEUE or request.limit is not None:
+                raise InvalidJobError(
+                    "a job with parents (after=, ResultOf) takes no queue= or limit= with "
+                    "a Redis store yet: it runs in the default queue, without a limit")
+        requests, _held = self._segments.for_store(requests)
+        for request in requests:
+            if len(request.payload) > self.store.max_payload:
+                raise PayloadTooLargeError(len(request.payload), self.store.max_payload,
+                                           f"the Redis store {self.store.location}")
+        self.store.submit_after(
+            [NewJob(job_id=r.job_id, client_id=r.client_id, key=None, name=r.name,
+                    payload=r.payload, priority=r.priority, delay=r.delay, at=r.at,
+                    timeout=r.timeout, retries=r.retries, held=False,
+                    retry=None if r.retry is None else RetryState(r.retry).encode())
+             for r in requests],
+            afters, self.manager_id)
 
     def submit(self, requests: list[JobRequest], timeout: float | None,
                due: float | None = None) -> list[str] | None:
@@ -388,6 +421,11 @@ def outcome_of(end: StoredEnd) -> Outcome:
         return cancelled(end.job_id)
     if end.outcome:
         return decode(end.outcome)
+    if end.crashed_worker is not None and end.crashed_worker.startswith(AFTER):
+        parent, _, how = end.crashed_worker[len(AFTER):].rpartition("|")
+        failed = DependencyFailedError(end.job_id, parent, how)
+        return Outcome(end.job_id, False, pickle.dumps(failed), "", None,
+                       OutcomeKind.DEPENDENCY_FAILED.value)
     if end.crashed_worker is not None:
         error = WorkerCrashedError(end.job_id, end.crashed_worker, None)
         return Outcome(end.job_id, False, pickle.dumps(error), "", None,

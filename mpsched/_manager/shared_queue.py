@@ -32,13 +32,20 @@ look every LEAD_SPAN seconds while a job waits in the future).
 from __future__ import annotations
 
 import logging
+import pickle
 from collections.abc import Callable
 
 from mpsched._core.clock import ahead
-from mpsched._core.job import Assignment, Job
+from mpsched._core.job import Assignment, Job, JobState, Outcome, OutcomeKind
 from mpsched._core.leases import LostLease
+from mpsched._core.result_of import attach_inputs
 from mpsched._core.retrying import RetryState
-from mpsched._errors import SchedulerShutdownError, StoreInDoubtError, StoreUnavailableError
+from mpsched._errors import (
+    JobError,
+    SchedulerShutdownError,
+    StoreInDoubtError,
+    StoreUnavailableError,
+)
 from mpsched._manager.shared_prefetch import SharedPrefetch
 from mpsched._manager.shared_queue_base import BACKOFF
 from mpsched._store.redis.records import Claimed, Finish, Reply, Requeue, Take
@@ -402,10 +409,26 @@ def _requeues(reply: Reply | None) -> list[Requeue]:
                                      for c in reply.jobs]
 
 
+def stored_outcome(job_id: str, state: str, outcome: bytes) -> Outcome:
+    """A parent's outcome as Redis keeps it (the manager's own encoding, plain data):
+    cancelled, kept, or a failure saying it is no longer kept."""
+    if state == JobState.CANCELLED.value:
+        return Outcome(job_id, False, b"", "", None, OutcomeKind.CANCELLED.value)
+    if outcome:
+        return Outcome._make(pickle.loads(outcome))
+    error = JobError(f"job {job_id} ended, but its outcome is no longer kept (result_ttl)")
+    return Outcome(job_id, False, pickle.dumps(error), "", None,
+                   OutcomeKind.OUTCOME_NOT_KEPT.value)
+
+
 def _job(claimed: Claimed, now: float) -> Job:
     """The in-flight record of a claimed job, due ``claimed.delay`` from ``now`` on this
     manager's clock (its attempt is counted again when the lease is granted)."""
-    job = Job(job_id=claimed.job_id, client_id=claimed.client_id, payload=claimed.payload,
+    payload = claimed.payload
+    if claimed.inputs is not None:
+        payload = attach_inputs(payload, {i: stored_outcome(i, st, out)
+                                          for i, st, out in claimed.inputs})
+    job = Job(job_id=claimed.job_id, client_id=claimed.client_id, payload=payload,
               priority=claimed.priority, due=now + claimed.delay, seq=claimed.seq,
               timeout=claimed.timeout, retries=claimed.retries, attempt=claimed.attempt - 1,
               key=claimed.key, name=claimed.name)

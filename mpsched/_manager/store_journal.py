@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from mpsched._core.clock import Clock
 from mpsched._core.job import (
     DEFAULT_QUEUE,
+    After,
     Assignment,
     Job,
     JobRecord,
@@ -75,6 +76,8 @@ class Journal(BaseJournal):
         self.store: JournalStore = store
         self.queue: JobQueue = queue
         self._wall = wall
+        # Jobs recovered that wait for their parents, with them: for Workflows.recover.
+        self.recovered_waiting: list[tuple[Job, After]] = []
 
     # ------------------------------------------------------------------ recovery
 
@@ -91,6 +94,11 @@ class Journal(BaseJournal):
             retry = recovery.retry or {}
             jobs = [_job(stored, offset, retry) for stored in recovery.pending]
             resolved = self._resolve_running(recovery, offset, jobs, traces or {})
+            parents = self.store.waiting()
+            if parents:  # they wait out of the heap: see Workflows.recover
+                self.recovered_waiting = [(job, parents[job.job_id]) for job in jobs
+                                          if job.job_id in parents]
+                jobs = [job for job in jobs if job.job_id not in parents]
             self.queue.restore(jobs, recovery.next_seq)
             for worker_id, held in resolved.awaited.items():
                 self.queue.hold_in_flight(worker_id, held)
@@ -182,6 +190,16 @@ class Journal(BaseJournal):
             self.store.cancel([r.job_id for r, _ in fresh], self._wall())
             raise
         return None if len(fresh) == len(requests) else holders
+
+    def waiting(self, jobs: list[Job], requests: list[JobRequest],
+                afters: list[After]) -> None:
+        now = self._wall()
+        retry = {r.job_id: RetryState(r.retry).encode() for r in requests if r.retry}
+        self.store.submit_waiting([
+            StoredJob(r.job_id, r.client_id, None, r.name, r.payload, r.priority,
+                      r.at if r.at is not None else now + (r.delay or 0.0), job.seq,
+                      r.timeout, r.retries, 0, now)
+            for r, job in zip(requests, jobs, strict=True)], afters, retry or None)
 
     def lease(self, assignment: Assignment) -> bool:
         lease = assignment.lease

@@ -36,6 +36,7 @@ import threading
 from collections.abc import Iterable
 
 from mpsched._core.job import JobRequest, Outcome, Payload, PayloadOptions
+from mpsched._core.result_of import job_payload
 from mpsched._payload import frames, shm
 
 log = logging.getLogger("mpsched.manager")
@@ -160,7 +161,10 @@ class Segments:
         a local worker)."""
         if not self.prefix:
             return payload
+        inner = job_payload(payload)  # a job after others: its parents' outcomes first
         try:
+            if inner is not payload:
+                return payload[:len(payload) - len(inner)] + shm.inline(inner)
             return shm.inline(payload)
         except OSError as exc:  # gone: the worker will fail the job with the same error
             log.warning("cannot read the arguments of a job in %s: %s",

@@ -18,6 +18,7 @@ from multiprocessing.util import ForkAwareLocal
 from typing import Any, TypeVar
 
 from mpsched._core.job import (
+    After,
     Assignment,
     JobRecord,
     JobRequest,
@@ -208,6 +209,10 @@ class ServiceProxy(BaseProxy):
         result: list[str] | None = self._call("submit", [request_to_wire(r) for r in requests],
                                               timeout, withdrawn)
         return result
+
+    def submit_after(self, requests: list[JobRequest], afters: list[After]) -> None:
+        self._call("submit_after", [request_to_wire(r) for r in requests],
+                   [tuple(a) for a in afters])
 
     def cancel(self, job_id: str, client_id: str | None = None) -> bool:
         return bool(self._call("cancel", job_id, client_id))

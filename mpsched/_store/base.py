@@ -32,7 +32,7 @@ from types import TracebackType
 from typing import NamedTuple, TypeVar
 
 from mpsched._core.histogram import HistogramSnapshot
-from mpsched._core.job import DEFAULT_QUEUE, JobRecord, JobState, Payload
+from mpsched._core.job import DEFAULT_QUEUE, After, JobRecord, JobState, Payload
 from mpsched._errors import ConfigError, InvalidJobError
 
 DAY = 86400.0
@@ -238,6 +238,22 @@ class JournalStore(Store):
     @abc.abstractmethod
     def recover(self) -> Recovery:
         """The pending and running jobs, and the next seq. Call once, before any write."""
+
+    def submit_waiting(self, jobs: Sequence[StoredJob], parents: Sequence[After],
+                       retry: Mapping[str, str] | None = None) -> None:
+        """Record new pending jobs that wait for their ``parents`` (one After each), with
+        those edges, all or none; durable when this returns. Their keys are None;
+        ``retry`` as for :meth:`submit`.
+
+        Raises:
+            InvalidJobError, StoreError: as :meth:`submit`.
+        """
+        self.submit(jobs, retry)
+
+    def waiting(self) -> dict[str, After]:
+        """The parents of each pending job that was submitted with some (the edges of the
+        jobs no longer pending are dropped here). Call once, after :meth:`recover`."""
+        return {}
 
     @abc.abstractmethod
     def submit(self, jobs: Sequence[StoredJob],

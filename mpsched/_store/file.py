@@ -48,6 +48,14 @@ def _add_schedules_v2(conn: sqlite3.Connection) -> None:
         schedule_id TEXT PRIMARY KEY, spec BLOB NOT NULL, state BLOB NOT NULL)""")
 
 
+def _add_job_parents(conn: sqlite3.Connection) -> None:
+    # The edges of jobs that wait for others (after=, ResultOf): one row per parent, kept
+    # until the child leaves pending.
+    conn.execute("""CREATE TABLE job_parents (
+        job_id TEXT NOT NULL, parent_id TEXT NOT NULL, takes_result INTEGER NOT NULL,
+        allow_failure INTEGER NOT NULL, PRIMARY KEY (job_id, parent_id))""")
+
+
 def _add_retry_v3(conn: sqlite3.Connection) -> None:
     # A job with a retry policy: its policy, last error and notes (JSON,
     # mpsched._core.retrying.RetryState); NULL for every other job.
@@ -71,7 +79,8 @@ def _add_queues_and_limits(conn: sqlite3.Connection) -> None:
 # transaction; version 0 is a new, empty file. Append a step for every schema change.
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_create_v1, _add_schedules_v2,
                                                           _add_retry_v3, _add_progress,
-                                                          _add_queues_and_limits]
+                                                          _add_queues_and_limits,
+                                                          _add_job_parents]
 
 
 def open_checked(path: str) -> int:

@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from mpsched._core.histogram import HistogramSnapshot
-from mpsched._core.job import JobRecord, JobState
+from mpsched._core.job import After, JobRecord, JobState
 from mpsched._core.options import Durability, DurabilityLike
 from mpsched._errors import ConfigError, InvalidJobError, StoreError
 from mpsched._store.base import (
@@ -247,6 +247,36 @@ class SQLiteStore(JournalStore):
         ids: list[str] = self._writer.call(lambda conn: self._insert(conn, jobs, retry),
                                            len(jobs))
         return ids
+
+    def submit_waiting(self, jobs: Sequence[StoredJob], parents: Sequence[After],
+                       retry: Mapping[str, str] | None = None) -> None:
+        rows = [(job.job_id, parent, parent in after.results, after.allow_failure)
+                for job, after in zip(jobs, parents, strict=True) for parent in after.parents]
+        jobs = list(jobs)
+
+        def insert(conn: sqlite3.Connection) -> None:
+            self._insert(conn, jobs, retry)
+            conn.executemany("INSERT OR REPLACE INTO job_parents VALUES (?, ?, ?, ?)", rows)
+
+        self._writer.call(insert, len(jobs) + len(rows))
+
+    def waiting(self) -> dict[str, After]:
+        self._writer.call(lambda conn: conn.execute(
+            "DELETE FROM job_parents WHERE job_id NOT IN "
+            "(SELECT job_id FROM jobs WHERE state = 'pending')"))
+        parents: dict[str, list[str]] = {}
+        results: dict[str, list[str]] = {}
+        allow: dict[str, bool] = {}
+        with self._readers.connection() as conn:
+            for job_id, parent, takes, allow_failure in conn.execute(
+                    "SELECT job_id, parent_id, takes_result, allow_failure FROM job_parents "
+                    "ORDER BY rowid"):
+                parents.setdefault(job_id, []).append(parent)
+                if takes:
+                    results.setdefault(job_id, []).append(parent)
+                allow[job_id] = bool(allow_failure)
+        return {job_id: After(tuple(ids), tuple(results.get(job_id, ())), allow[job_id])
+                for job_id, ids in parents.items()}
 
     def cancel(self, job_ids: Sequence[str], finished_wall: float) -> None:
         rows = [(finished_wall, job_id) for job_id in job_ids]

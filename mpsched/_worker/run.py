@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING, Any
 import cloudpickle
 
 from mpsched._core.job import Assignment, Outcome, OutcomeKind
+from mpsched._core.result_of import INPUTS_MAGIC, detach_inputs, job_payload, substitute
 from mpsched._core.retrying import RetryFilter, RetryLater, retry_later_kind
 from mpsched._errors import JobError, JobUnpicklingError, ResultPicklingError
 from mpsched._payload import frames, shm
-from mpsched._payload.pickling import dumps_result, loads
+from mpsched._payload.pickling import dumps_result, loads, remote_exception
 from mpsched._transport.sockets import host_name
 from mpsched._worker import context
 from mpsched._worker.process import WorkerConfig
@@ -40,7 +41,7 @@ def start_time(assignment: Assignment) -> float:
 def result_segment(config: WorkerConfig, assignment: Assignment) -> str:
     """Where a large result goes: shared memory when the manager uses it and the job's
     client maps it (its payload is framed); "" for inline."""
-    if config.shm_prefix and assignment.payload[:4] == frames.MAGIC:
+    if config.shm_prefix and job_payload(assignment.payload)[:4] == frames.MAGIC:
         return shm.result_name(config.shm_prefix, assignment.lease.lease_id)
     return ""
 
@@ -56,9 +57,15 @@ def run(assignment: Assignment, start_at: float | None = None,
     """
     job_id = assignment.lease.job_id
     try:
-        fn, args, kwargs = loads(assignment.payload)
+        payload = assignment.payload
+        inputs = None
+        if payload[:4] == INPUTS_MAGIC:  # a job after others, with their outcomes
+            inputs, payload = detach_inputs(payload)
+        fn, args, kwargs = loads(payload)
         if isinstance(fn, bytes):  # map(): the callable was pickled once, separately
             fn = cloudpickle.loads(fn)
+        if inputs:
+            args, kwargs = substitute(args, kwargs, _values(inputs))
         retry_filter = None
         if type(fn) is RetryFilter:  # a job with a retry policy
             retry_filter, fn = fn, fn.fn
@@ -94,6 +101,10 @@ def run(assignment: Assignment, start_at: float | None = None,
     return Outcome(job_id=job_id, ok=True, payload=payload, traceback="", started=started)
 
 
+def _values(inputs: dict[str, Outcome]) -> dict[str, Any]:
+    """Each parent's result, or its exception (a job that allows failure), by job id."""
+    return {job_id: loads(o.payload) if o.ok else remote_exception(o)
+            for job_id, o in inputs.items()}
 def _kind(exc: BaseException, retry_filter: RetryFilter | None) -> str:
     """The outcome kind of a job's own exception: whether the manager may run it again."""
     if isinstance(exc, RetryLater):

@@ -815,3 +815,28 @@ def test_no_subcommand_prints_usage(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     for command in ("serve", "worker", "submit", "status", "demo", "stress"):
         assert command in out
+
+
+def test_submit_after_runs_a_job_once_its_parent_ended_and_jobs_shows_the_wait(
+        cluster: Cluster, procs: Processes, tmp_path: Path) -> None:
+    manager = cluster.manager
+    log = tmp_path / "ran.log"
+    parent = procs.run("submit", "jobs:record", "--args", json.dumps([str(log), "p"]),
+                       "--delay", "10", *manager.cli())
+    assert parent.returncode == Exit.OK, parent.stderr
+    parent_id = parent.stdout.strip()
+    child = procs.run("submit", "jobs:record", "--args", json.dumps([str(log), "c"]),
+                      "--after", parent_id, *manager.cli())
+    assert child.returncode == Exit.OK, child.stderr
+    child_id = child.stdout.strip()
+    listed = procs.run("jobs", "--json", *manager.cli())
+    assert listed.returncode == Exit.OK, listed.stderr
+    waits = {job["job_id"]: job["waiting_for"] for job in json.loads(listed.stdout)}
+    assert waits[child_id] == "after 1 jobs" and waits[parent_id] is None
+    table = procs.run("jobs", *manager.cli())
+    assert "pending, after 1 jobs" in table.stdout
+    done = procs.run("result", child_id, "--wait", *manager.cli())
+    assert done.returncode == Exit.OK, done.stderr
+    assert log.read_text() == "p\nc\n"
+    unknown = procs.run("submit", "jobs:noop", "--after", "no-such-job", *manager.cli())
+    assert unknown.returncode != Exit.OK and "no-such-job" in unknown.stderr

@@ -98,6 +98,7 @@ class Views:
             "queues": [q._asdict() for q in stats.queues],
             "limits": [list(limit) for limit in stats.limits],
             "pending": [self._pending(job) for job in self._queue.head(PAGE_HEAD)],
+            "waiting": self._waiting(PAGE_HEAD),
             "running": [self._running(r) for r in self._running_jobs()],
             "failures": [failure_json(f) for f in self._service.failures.latest()],
             "schedules": [schedule_json(s) for s in self._service.schedules.listing()],
@@ -112,6 +113,7 @@ class Views:
             listed += [self._running(r) for r in self._running_jobs()[:limit]]
         if state in (None, JobState.PENDING):
             listed += [self._pending(j) for j in self._queue.head(limit - len(listed))]
+            listed += self._waiting(limit - len(listed))
         if state is not None and state.finished:
             listed = [record_json(described(r))
                       for r in self._service.journal.jobs(state.value, limit)]
@@ -147,6 +149,15 @@ class Views:
         return {**_job_fields(job.job_id, job.name, job.priority, time.time() + due_in,
                               job.attempt, job.key, job.error, job.progress),
                 "state": "pending", "due_in": due_in, "worker": None}
+
+    def _waiting(self, limit: int) -> list[JsonDict]:
+        """Up to ``limit`` jobs that wait for their parents, in submission order."""
+        workflows = self._service.workflows
+        if workflows is None or not len(workflows) or limit <= 0:
+            return []
+        waiting = sorted(workflows.listing(), key=lambda entry: entry[0].seq)[:limit]
+        return [{**self._pending(job), "waiting_for": f"after {n} jobs"}
+                for job, n in waiting]
 
     def _running(self, running: Running) -> JsonDict:
         job = running.job

@@ -52,6 +52,9 @@ class Claimed(NamedTuple):
     due_wall: float  # UTC epoch seconds, as the server reads it
     submitted_wall: float
     retry: str | None = None  # its retry state (RetryState, encoded), if it has one
+    # A job whose ResultOf take its parents' outcomes: (parent id, its state, the
+    # manager's encoding of its outcome, b"" when not kept) each; None for any other.
+    inputs: list[tuple[str, str, bytes]] | None = None
 
 
 class Finish(NamedTuple):
@@ -112,6 +115,11 @@ class Reply(NamedTuple):
     leader: bool  # the caller is the timed waiter
     leader_left: float | None  # seconds the current leader's lead lasts; None: no leader
     registered: bool  # False: the caller was presumed dead; nothing was claimed
+
+
+# How a job failed because of a parent shows in its ``crashed_worker`` (its field x):
+# this, the parent's id, "|" and how that one ended (see release_kids in common.lua).
+AFTER = "after:"
 
 
 class StoredEnd(NamedTuple):

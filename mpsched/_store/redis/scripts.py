@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
-from mpsched._core.job import DEFAULT_QUEUE, JobState, Order
+from mpsched._core.job import DEFAULT_QUEUE, After, JobState, Order
 from mpsched._store.redis.records import (
     Beat,
     Claimed,
@@ -35,7 +35,7 @@ from mpsched._store.redis.records import (
 )
 
 NAMES = ("submit", "claim", "cancel", "watch", "drain", "heartbeat", "leave", "jobs", "prune",
-         "unclaim", "progress", "requeue", "limit")
+         "unclaim", "progress", "requeue", "limit", "after")
 US = 1_000_000  # microseconds per second
 # The bound a submit found reached (submit.lua's `full`), as QueueFullError names it.
 FULL = {1: "jobs", 2: "payload bytes"}
@@ -187,6 +187,18 @@ class Scripts:
         holders, full = self._call("submit", *args)
         return [_text(h) for h in holders], FULL.get(full)
 
+    def submit_after(self, jobs: Sequence[NewJob], afters: Sequence[After],
+                     owner: str) -> None:
+        args: list[Any] = [owner, self._ttl_ms, self._keep_ms, len(jobs)]
+        for job, after in zip(jobs, afters, strict=True):
+            args += [job.job_id, job.client_id, job.name, _blob(job.payload), job.priority,
+                     "" if job.delay is None else _us(job.delay),
+                     "" if job.at is None else _us(job.at),
+                     "" if job.timeout is None else repr(float(job.timeout)), job.retries,
+                     "1" if after.allow_failure else "0", job.retry or "", len(after.parents),
+                     *after.parents, len(after.results), *after.results]
+        self._call("after", *args)
+
     def claim(self, me: str, lease: float, finishes: Sequence[Finish],
               requeues: Sequence[Requeue], take: Take, *, span: float,
               grace: float, answers: Sequence[str] = ()) -> Reply:
@@ -277,14 +289,18 @@ class Scripts:
 
 def _claimed(row: list[Any]) -> Claimed:
     (job_id, payload, delay_us, timeout, attempt, token, level, seq, client, owner, retries,
-     key, name, due_us, submitted_us, *retry) = row  # retry: a job with a retry policy
+     key, name, due_us, submitted_us, *extra) = row  # [retry[, inputs]] (claim.lua)
+    retry = extra[0] if extra else None  # a job with a retry policy
+    inputs = extra[1] if len(extra) > 1 else None  # a job whose ResultOf take results
     return Claimed(
         job_id=_text(job_id), payload=payload, delay=int(delay_us) / US,
         timeout=None if not timeout else float(timeout), attempt=int(attempt),
         token=_text(token), priority=int(level), seq=int(seq), client_id=_text(client),
         owner=_text(owner), retries=int(retries), key=_opt(key), name=_text(name),
         due_wall=int(due_us) / US, submitted_wall=int(submitted_us) / US,
-        retry=_text(retry[0]) if retry else None)
+        retry=_text(retry) if retry else None,
+        inputs=None if inputs is None else [(_text(i), _text(st), out)
+                                            for i, st, out in inputs])
 
 
 def parse_ended(message: bytes) -> list[StoredEnd] | None:

@@ -54,11 +54,12 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from mpsched._core.job import DEFAULT_QUEUE, JobRecord, JobState, Order
+from mpsched._core.job import DEFAULT_QUEUE, After, JobRecord, JobState, Order
 from mpsched._core.limits import WINDOWS, LimitSpec
 from mpsched._errors import (
     ConfigError,
     InvalidJobError,
+    JobNotFoundError,
     StoreError,
     StoreInDoubtError,
     StoreUnavailableError,
@@ -188,6 +189,25 @@ class RedisStore(Store):
     def max_payload(self) -> int:
         """The largest job or result payload this server takes, in bytes."""
         return self.settings.max_bulk - PAYLOAD_MARGIN
+
+    def submit_after(self, jobs: Sequence[NewJob], afters: Sequence[After],
+                     owner: str) -> None:
+        """Add jobs that wait for their parents (``afters``, one each), all or none: each
+        becomes due once its last parent ended (see after.lua).
+
+        Raises:
+            JobNotFoundError: a parent the store does not know; nothing was added.
+            InvalidJobError: a job id the store holds already.
+            StoreUnavailableError, StoreError: as :meth:`submit_jobs`.
+        """
+        try:
+            with self.errors():
+                self.scripts.submit_after(jobs, afters, owner)
+        except StoreError as exc:
+            if "NOTFOUND " in str(exc):
+                parent = str(exc).split("NOTFOUND ", 1)[1].split()[0].rstrip(")'\"")
+                raise JobNotFoundError(parent) from None
+            raise
 
     def submit_jobs(self, jobs: Sequence[NewJob], owner: str, *, if_absent: bool = False,
                     max_pending: int | None = None, max_pending_bytes: int | None = None,

@@ -9,13 +9,14 @@ from typing import Any
 
 from mpsched._core.job import DEFAULT_QUEUE, JobRecord, JobState, Order
 from mpsched._core.retrying import RetryState
-from mpsched._store.redis.records import ManagerRecord, QueueCounts
+from mpsched._store.redis.records import AFTER, ManagerRecord, QueueCounts
 
 US = 1_000_000  # microseconds per second
 # As jobs.lua's FIELDS; "rs": a job's retry state, for a job with a retry policy; "pg": its
-# latest progress; "q", "lim": its queue and limit, for a job that names one.
+# latest progress; "q", "lim": its queue and limit, for a job that names one; "wn": how
+# many parents a job waiting for them waits for.
 RECORD_FIELDS = ("c", "k", "n", "pr", "d", "s", "to", "r", "a", "sub", "st", "w", "f", "x",
-                 "rs", "pg", "q", "lim")
+                 "rs", "pg", "q", "lim", "wn")
 
 
 def managers(client: Any, base: str) -> list[ManagerRecord]:
@@ -97,7 +98,9 @@ def _ready_due(member: bytes) -> int:
 
 def record(job_id: str, row: Sequence[Any], outcome: bytes | None) -> JobRecord:
     (client, key, name, level, due, seq, timeout, retries, attempt, submitted, state,
-     worker, finished, crashed, retry, progress, queue, limit) = row
+     worker, finished, crashed, retry, progress, queue, limit, waiting) = row
+    if crashed is not None and crashed.startswith(AFTER.encode()):
+        crashed = None  # failed after a parent: no worker ran it
     return JobRecord(
         job_id=job_id, client_id=client.decode(), key=None if key is None else key.decode(),
         name=name.decode(), priority=int(level), due_wall=int(due) / US, seq=int(seq),
@@ -109,4 +112,5 @@ def record(job_id: str, row: Sequence[Any], outcome: bytes | None) -> JobRecord:
         error=None if retry is None else RetryState.decode(retry.decode()).error,
         progress=None if progress is None else progress.decode(),
         queue=DEFAULT_QUEUE if queue is None else queue.decode(),
-        limit=None if limit is None else limit.decode())
+        limit=None if limit is None else limit.decode(),
+        waiting_for=f"after {int(waiting)} jobs" if waiting else None)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import platform
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -253,3 +254,30 @@ def test_with_a_store_its_size_and_commit_times_are_metrics(
     assert sample(found, "mpsched_store_size_bytes") > 0
     commits = sample(found, "mpsched_store_commit_seconds", "mpsched_store_commit_seconds_count")
     assert commits >= 1 and commits == store.commits
+
+
+def test_jobs_waiting_for_parents_are_listed_with_what_they_wait_for_and_released_by_its_end(
+        service: ManagerService, clock: FakeClock,
+        serve: Callable[..., StatusServer]) -> None:
+    from mpsched._core.job import After
+    from mpsched._core.result_of import detach_inputs
+    from mpsched._protocol.codec import request_to_wire
+
+    submit(service, "parent", delay=5)
+    child = JobRequest("child", "client", b"child payload", 2, 0.0, None, name="jobs:child")
+    service.submit_after([request_to_wire(child)], [After(("parent",), ("parent",))])
+    server = serve()
+    shown = request(server, "/api/dashboard").json()
+    assert [(j["job_id"], j["waiting_for"]) for j in shown["waiting"]] == \
+        [("child", "after 1 jobs")]
+    pending = request(server, "/api/jobs?state=pending").json()
+    assert [j["job_id"] for j in pending] == ["parent", "child"]
+    assert service.job("child").waiting_for == "after 1 jobs"  # type: ignore[union-attr]
+    clock.advance(5)
+    assert run(service, "w1") == "parent"  # its end releases the child at once: no poll
+    [wire] = service.take("w1", None, 0)
+    assignment = assignment_from_wire(wire)
+    inputs, payload = detach_inputs(assignment.payload)
+    assert assignment.lease.job_id == "child" and payload == b"child payload"
+    assert inputs["parent"].ok and inputs["parent"].payload == pickle.dumps(7)
+    assert request(server, "/api/dashboard").json()["waiting"] == []

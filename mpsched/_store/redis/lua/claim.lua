@@ -37,9 +37,11 @@
 -- Returns {finished, requeued, jobs, head_us, leader, leader_ms, registered}:
 --   finished, requeued: per report, finish()'s and requeue()'s result;
 --   jobs: per claimed job {id, payload, delay_us, timeout, attempt, token, level, seq,
---         client, owner, retries, key, name, due_us, submitted_us[, retry]}; the payload
---         is '' for a job `me` holds in shared memory (its field sh: see submit.lua);
---         retry, a job's retry state (field rs), only for a job with a retry policy;
+--         client, owner, retries, key, name, due_us, submitted_us[, retry[, inputs]]};
+--         the payload is '' for a job `me` holds in shared memory (its field sh: see
+--         submit.lua); retry, a job's retry state (field rs), only for a job with a
+--         retry policy (false for a job with inputs and none); inputs, only for a job
+--         whose ResultOf take its parents' outcomes: {parent id, state, outcome} each;
 --   head_us: microseconds until the head is due (<= 0: due now), -1 for an empty queue;
 --   leader: 1 when `me` is the timed waiter: lead = 'wait' asks for the lead (a taker
 --         of `me` will wait if it claims nothing), 'give' gives it up, '' leaves it;
@@ -106,7 +108,7 @@ end
 
 local function fields(id)
   return redis.call('HMGET', B .. 'j:' .. id, 'c', 'o', 'k', 'n', 'p', 'pr', 'd', 's', 'to',
-                    'r', 'a', 'sub', 'sh', 'rs', 'lim')
+                    'r', 'a', 'sub', 'sh', 'rs', 'lim', 'wr')
 end
 
 -- What the leases of one call change besides each job's hash, written once at its end.
@@ -128,6 +130,15 @@ local function lease(id, f, prefetched, token)
   local row = {id, payload, delay, f[9], attempt, token, f[6], f[8], f[1], f[2], f[10], f[3],
                f[4], f[7], f[12]}
   if f[14] then row[16] = f[14] end
+  if f[16] then  -- a job after others: the outcomes its ResultOf take, {id, state, out}
+    local inputs = {}
+    for parent in string.gmatch(f[16], '%S+') do
+      local o = redis.call('HMGET', B .. 'j:' .. parent, 'st', 'out')
+      inputs[#inputs + 1] = {parent, o[1] or '', o[2] or ''}
+    end
+    row[16] = f[14] or false
+    row[17] = inputs
+  end
   return row
 end
 

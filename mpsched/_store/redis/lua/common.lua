@@ -391,6 +391,69 @@ local function retire(id, key, ttl_ms, others, keep_ms, now, outbox)
   end
 end
 
+-- Jobs that wait for others (after=, ResultOf). A child's hash holds `wn`, how many of
+-- its parents have not ended, and it stays out of `due` meanwhile; `wa` = 1 when it runs
+-- even after a failed parent; `wr` the parents whose outcomes its arguments take. A
+-- parent's hash holds `hk` = 1 once it has children, which `kids:<parent>` lists. A
+-- parent's end counts each child down, in the script that ends it: at zero the child
+-- enters `due` at its own due time, or now. A parent that failed or was cancelled fails
+-- its children (those without `wa`) at once, their `x` field saying why (AFTER, the
+-- parent's id, "|", how it ended), and their ends count their own children down in turn.
+local AFTER = 'after:'
+
+-- Fail a waiting child whose parent ended badly; told to every manager that delivers
+-- it, the caller's too (by its channel). False when it was no longer waiting.
+local function dep_fail(id, parent, how, ttl_ms, keep_ms, now, outbox)
+  local jk = B .. 'j:' .. id
+  local f = redis.call('HMGET', jk, 'st', 'pr', 'c', 'o', 'wd', 'wn')
+  if f[1] ~= 'pending' or not f[6] then return false end
+  local mark = AFTER .. parent .. '|' .. how
+  count_bytes(-payload_bytes(id))
+  redis.call('HSET', jk, 'st', 'failed', 'f', now, 'x', mark)
+  redis.call('HDEL', jk, 'p', 'wn')
+  redis.call('ZREM', B .. 'c:' .. f[3], id)
+  redis.call('HINCRBY', B .. 'stats', 'pending:' .. f[2], -1)
+  redis.call('HINCRBY', B .. 'stats', 'failed', 1)
+  local _, others = notify(id, f[4], '', f[5], ended_message(id, 'failed', f[3], mark, nil),
+                           outbox)
+  retire(id, false, ttl_ms, others, keep_ms, now, outbox)
+  return true
+end
+
+-- A parent ended (ok, or how it failed): count its children down, release those whose
+-- last parent it was, fail those that do not allow its failure, and so on down.
+local function release_kids(id, ok, how, ttl_ms, keep_ms, now, outbox)
+  local work = {{id, ok, how}}
+  local k = 1
+  while k <= #work do
+    local parent, parent_ok, parent_how = work[k][1], work[k][2], work[k][3]
+    k = k + 1
+    local kk = B .. 'kids:' .. parent
+    local kids = redis.call('SMEMBERS', kk)
+    redis.call('DEL', kk)
+    for _, kid in ipairs(kids) do
+      local jk = B .. 'j:' .. kid
+      local f = redis.call('HMGET', jk, 'st', 'wn', 'wa', 'pr', 's', 'd', 'c')
+      if f[1] == 'pending' and f[2] then
+        if not parent_ok and f[3] ~= '1' then
+          if dep_fail(kid, parent, parent_how, ttl_ms, keep_ms, now, outbox) then
+            work[#work + 1] = {kid, false, 'DependencyFailedError'}
+          end
+        elseif redis.call('HINCRBY', jk, 'wn', -1) <= 0 then
+          redis.call('HDEL', jk, 'wn')
+          local due = tonumber(f[6])
+          if due < now then due = now end
+          redis.call('HSET', jk, 'd', due)
+          local m = member(f[4], f[5], kid)
+          redis.call('ZADD', B .. 'due', due, m)
+          redis.call('ZADD', B .. 'c:' .. f[7], due, kid)
+          if head()[1] == m then wake() end
+        end
+      end
+    end
+  end
+end
+
 -- A failed attempt of a running job that runs again (its retry policy, or RetryLater),
 -- if `token` is its lease's: back in the due set `end` microseconds from now on this
 -- server's clock, with its retry state. `end` is "<delay_us> <cause> <retry state>"
@@ -435,7 +498,8 @@ local function finish(id, token, state, outcome, me, ttl_ms, keep_ms, now, outbo
   local cut = string.find(state, '\n', 1, true)
   if cut then state, retry = string.sub(state, 1, cut - 1), string.sub(state, cut + 1) end
   local jk = B .. 'j:' .. id
-  local f = redis.call('HMGET', jk, 't', 'st', 'o', 'k', 'm', 'c', 'wd', 'x', 'lim', 'ls')
+  local f = redis.call('HMGET', jk, 't', 'st', 'o', 'k', 'm', 'c', 'wd', 'x', 'lim', 'ls',
+                       'hk')
   if f[1] ~= token then return 0 end
   local revived = false
   if f[2] ~= 'running' then
@@ -461,6 +525,7 @@ local function finish(id, token, state, outcome, me, ttl_ms, keep_ms, now, outbo
   if #outcome <= INLINE then message = ended_message(id, state, f[6], nil, outcome) end
   local mine, others = notify(id, f[3], me, f[7], message, outbox)
   retire(id, f[4], ttl_ms, others, keep_ms, now, outbox)
+  if f[11] then release_kids(id, state == 'done', state, ttl_ms, keep_ms, now, outbox) end
   if revived then return 3 end
   return 1 + mine
 end
@@ -479,6 +544,9 @@ local function cancelled_end(id, client, owner, key, watched, me, ttl_ms, keep_m
   local mine, others = notify(id, owner, me, watched,
                               ended_message(id, 'cancelled', client, nil, nil))
   retire(id, false, ttl_ms, others, keep_ms, now)
+  if redis.call('HGET', jk, 'hk') then
+    release_kids(id, false, 'cancelled', ttl_ms, keep_ms, now, nil)
+  end
   return mine
 end
 

@@ -92,6 +92,9 @@ for _, dead in ipairs(redis.call('ZRANGEBYSCORE', B .. 'managers', '-inf', now,
         local mine, others = notify(id, f[7], me, f[9],
                                     ended_message(id, 'failed', f[6], f[5], nil))
         retire(id, f[8], ttl_ms, others, keep_ms, now)
+        if redis.call('HGET', jk, 'hk') then
+          release_kids(id, false, 'WorkerCrashedError', ttl_ms, keep_ms, now, nil)
+        end
         failed[#failed + 1] = {id, f[5], f[6], mine}
       end
     end

@@ -7,7 +7,7 @@
 local state = ARGV[2]
 local limit = tonumber(ARGV[3])
 local FIELDS = {'c', 'k', 'n', 'pr', 'd', 's', 'to', 'r', 'a', 'sub', 'st', 'w', 'f', 'x',
-                'rs', 'pg', 'q', 'lim'}
+                'rs', 'pg', 'q', 'lim', 'wn'}
 local out, gone = {}, {}
 local start, CHUNK = 0, 500
 while true do
