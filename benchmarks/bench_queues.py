@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  routed / plain: median {statistics.median(ratios):.2f} "
           f"(min {min(ratios):.2f}, max {max(ratios):.2f})")
     if args.redis:
-        _bench_redis(args.jobs // 4, args.rounds)
+        _bench_redis(args.jobs // 4, args.rounds, args.backlog)
     result = run_backlog(args.backlog)
     print(f"backlog of {args.backlog:,} due jobs behind a limit of 1 (submitted in "
           f"{result['backlog_submit_s']:.1f} s), then 1,000 unlimited due jobs: the last "
@@ -161,7 +161,39 @@ def _redis_server() -> Iterator[tuple[str, Any]]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def _bench_redis(jobs: int, rounds: int) -> None:
+def run_redis_backlog(url: str, backlog: int) -> dict[str, float]:
+    """A store's claims alone: ``backlog`` due jobs of a limit of 1 (submitted while it
+    had room), then 10 due jobs without one; how many claims, how long, and the longest
+    one, until the first of the 10 is claimed."""
+    from mpsched._core.limits import LimitSpec
+    from mpsched._store.redis.records import NewJob, Take
+    from mpsched._store.redis.store import RedisStore
+
+    store = RedisStore(url)
+    try:
+        store.heartbeat("m1", 30.0, b"")
+        store.set_limit("one", LimitSpec(concurrency=1))
+        for k in range(0, backlog, 2000):
+            store.submit_jobs([NewJob(f"j{i}", "c", None, "f", b"p", 2, 0.0, None, None, 0,
+                                      limit="one") for i in range(k, min(k + 2000, backlog))],
+                              "m1")
+        store.submit_jobs([NewJob(f"free{i}", "c", None, "f", b"p", 2, 0.0, None, None, 0)
+                           for i in range(10)], "m1")
+        take = Take(want=1, worker="m1/w", lead="wait")
+        store.report("m1", 30.0, take=take)  # the limit's one slot
+        start, calls, longest = time.perf_counter(), 0, 0.0
+        while True:
+            began = time.perf_counter()
+            reply = store.report("m1", 30.0, take=take)
+            longest, calls = max(longest, time.perf_counter() - began), calls + 1
+            if reply.jobs:
+                break
+        return {"seconds": time.perf_counter() - start, "claims": calls, "longest": longest}
+    finally:
+        store.close()
+
+
+def _bench_redis(jobs: int, rounds: int, backlog: int) -> None:
     with _redis_server() as (url, client):
         rates: dict[str, list[float]] = {"plain": [], "routed": []}
         for round_ in range(rounds):
@@ -175,6 +207,11 @@ def _bench_redis(jobs: int, rounds: int) -> None:
         ratios = [r / p for r, p in zip(rates["routed"], rates["plain"], strict=True)]
         print(f"  routed / plain: median {statistics.median(ratios):.2f} "
               f"(min {min(ratios):.2f}, max {max(ratios):.2f})")
+        client.flushall()
+        found = run_redis_backlog(url, backlog)
+        print(f"redis: {backlog:,} due jobs behind a limit of 1, then 10 unlimited: the "
+              f"first of those claimed after {found['claims']:.0f} claims in "
+              f"{found['seconds']:.2f} s, the longest claim {found['longest'] * 1000:.0f} ms")
 
 
 if __name__ == "__main__":

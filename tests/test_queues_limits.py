@@ -250,3 +250,16 @@ def test_each_attempt_of_a_job_retried_on_exception_takes_a_slot(
     attempts = [(start, start + 0.2) for start in retry_jobs.starts(failing)]
     assert len(attempts) == 3
     assert most_at_once(attempts + spans(log)) == 1
+
+
+def test_a_requeued_job_keeps_its_queue_and_limit(make_scheduler: Callable[..., Scheduler],
+                                                  tmp_path: Path) -> None:
+    s = make_scheduler(workers=1, queues=["reports"], limits={"x": 1})
+    failed = s.schedule(jobs.fail, "once", queue="reports", limit="x")
+    with pytest.raises(ValueError):
+        failed.result(RESULT)
+    again = s.requeue(failed.job_id)
+    with pytest.raises(ValueError):
+        again.result(RESULT)
+    info = s.job_info(failed.job_id)
+    assert (info.queue, info.limit) == ("reports", "x")

@@ -130,3 +130,14 @@ def test_cancel_finds_a_parked_job(store: RedisStore) -> None:
     assert store.parked_limit("b") == "x"
     assert [w.job_id for w in store.cancel_jobs("m1", ["b"])] == ["b"]
     assert store.parked_limit("b") is None
+
+
+def test_a_due_job_of_a_full_limit_is_parked_as_it_is_submitted(store: RedisStore) -> None:
+    store.set_limit("x", LimitSpec(concurrency=1))
+    store.submit_jobs([routed("a", limit="x")], "m1")
+    first = take(store)
+    store.submit_jobs([routed("b", limit="x"), routed("c", limit="x"), routed("p")], "m1")
+    assert store.parked_limit("b") == "x" and store.parked_limit("c") == "x"
+    assert ids(take(store)) == ["p"]
+    done(store, "m1", first.jobs[0])
+    assert ids(take(store)) == ["b"]

@@ -133,6 +133,11 @@ end
 
 local jobs = {}
 local parked_here = false  -- a job was parked by this call (a rate window may now open)
+-- Jobs one call parks at most: a backlog behind a full limit is parked over several
+-- claims (each answers that the head is due, so its taker claims again at once) rather
+-- than in one script that would hold Redis for every manager meanwhile.
+local PARK_MAX = 5000
+local parked_count = 0
 
 -- Claim up to `want` due jobs from the queue of key prefix `qk`, after those in `jobs`
 -- (only the first of all may be due within `early`; the others are prefetched: due now,
@@ -176,6 +181,7 @@ local function claim_from(qk, want)
         if cut == 34 then score, m = f[7], member(f[6], f[8], id) end
         park(f[15], score, m, now)
         parked, parked_here = true, true
+        parked_count = parked_count + 1
       else
         members[#members + 1] = due[k]
         token = token + 1
@@ -184,7 +190,7 @@ local function claim_from(qk, want)
       end
     end
     if #members > 0 then redis.call('ZREM', set, unpack(members)) end
-    if stop then return true end
+    if stop or parked_count >= PARK_MAX then return true end
     if not parked then return false end
     more = 256
   end

@@ -119,6 +119,7 @@ local seq = redis.call('INCRBY', B .. 'seq', #fresh) - #fresh
 -- The index entries of every job, written once each at the end.
 local due_set, all_set, by_client, levels = {}, {}, {}, {}
 local named = {}  -- the due entries of named queues, by key prefix
+local parked_at_once, room_of = {}, {}  -- by limit: entries parked; its room now
 for _, at in ipairs(fresh) do
   seq = seq + 1
   local id, client, key = ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
@@ -154,6 +155,12 @@ for _, at in ipairs(fresh) do
     if route[2] ~= '' then
       fields[#fields + 1] = 'lim'
       fields[#fields + 1] = route[2]
+      -- Due now while its limit is full: parked at once, so that no claim looks at it
+      -- before a slot frees (a backlog behind a limit costs its claims nothing).
+      if room_of[route[2]] == nil then room_of[route[2]] = limit_room(route[2], now) end
+      if due <= now and room_of[route[2]] <= 0 then
+        entries = list_in(parked_at_once, route[2])
+      end
     end
   end
   redis.call('HSET', B .. 'j:' .. id, unpack(fields))
@@ -175,6 +182,10 @@ end
 if #fresh > 0 then
   if #due_set > 0 then zadd(B .. 'due', due_set) end
   for qk, entries in pairs(named) do zadd(qk .. 'due', entries) end
+  for name, entries in pairs(parked_at_once) do
+    zadd(B .. 'lim:' .. name .. ':park', entries)
+    note_window(name, now)
+  end
   zadd(B .. 'all', all_set)
   for client, entries in pairs(by_client) do zadd(B .. 'c:' .. client, entries) end
   for level, count in pairs(levels) do
