@@ -76,3 +76,20 @@ def test_a_parent_from_before_a_restart_passes_its_result(
     other = s2.schedule(flow_jobs.describe, ResultOf(later.job_id))
     assert s2.job_info(other.job_id).waiting_for == "after 1 jobs"
     assert other.result(timeout=WAIT) == repr("'pending'")
+
+
+def test_a_waiting_job_keeps_its_queue_and_limit_across_a_restart(
+        make_scheduler: Callable[..., Scheduler], tmp_path: Path) -> None:
+    store = tmp_path / "jobs.db"
+    s = make_scheduler(workers=1, store=store, queues=["q1"], limits={"api": 1})
+    parent = s.schedule(flow_jobs.describe, "parent", delay=3600)
+    child = s.schedule(flow_jobs.describe, ResultOf(parent), queue="q1", limit="api")
+    info = s.job_info(child.job_id)
+    assert (info.queue, info.limit, info.waiting_for) == ("q1", "api", "after 1 jobs")
+    pid = s._manager_process.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    s._manager_process.join(WAIT)
+    s2 = make_scheduler(workers=1, store=store, queues=["q1"], limits={"api": 1})
+    info = s2.job_info(child.job_id)
+    assert (info.queue, info.limit, info.waiting_for) == ("q1", "api", "after 1 jobs")

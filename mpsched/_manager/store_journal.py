@@ -198,7 +198,8 @@ class Journal(BaseJournal):
         self.store.submit_waiting([
             StoredJob(r.job_id, r.client_id, None, r.name, r.payload, r.priority,
                       r.at if r.at is not None else now + (r.delay or 0.0), job.seq,
-                      r.timeout, r.retries, 0, now)
+                      r.timeout, r.retries, 0, now,
+                      None if r.queue == DEFAULT_QUEUE else r.queue, r.limit)
             for r, job in zip(requests, jobs, strict=True)], afters, retry or None)
 
     def lease(self, assignment: Assignment) -> bool:
