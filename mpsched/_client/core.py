@@ -174,17 +174,7 @@ class ClientCore:
         kept = self._futures.watch(future)
         if kept is not future:
             return kept
-        service = self.service
-        try:
-            outcome = service.watch(self.client_id, job_id)
-        except DISCONNECTED as exc:
-            self.forget(job_id)
-            if isinstance(exc, StoreError):
-                raise
-            raise self.link.lost(exc, service) from exc
-        except BaseException:
-            self.forget(job_id)
-            raise
+        outcome = self._ask_for(job_id, lambda service: service.watch(self.client_id, job_id))
         if outcome is not None:  # it has ended: resolved before the caller sees it
             self.resolve(outcome)
         return future
@@ -203,9 +193,15 @@ class ClientCore:
         if self._futures.watch(future) is not future:
             raise InvalidJobError(f"job {job_id} cannot be requeued: it is pending or "
                                   f"running (only a failed or cancelled job can be)")
+        self._ask_for(job_id, lambda service: service.requeue(self.client_id, job_id))
+        return future
+
+    def _ask_for(self, job_id: str, call: Callable[[ServiceProxy], T]) -> T:
+        """``call`` the manager for a future of ``job_id`` just registered; on any error
+        the future is forgotten, and a lost connection raised as the link says."""
         service = self.service
         try:
-            service.requeue(self.client_id, job_id)
+            return call(service)
         except DISCONNECTED as exc:
             self.forget(job_id)
             if isinstance(exc, StoreError):
@@ -214,7 +210,6 @@ class ClientCore:
         except BaseException:
             self.forget(job_id)
             raise
-        return future
 
     def leave_not_due(self, why: str) -> int:
         """Stop waiting for this client's jobs not yet due (a store keeps them for the next
