@@ -56,8 +56,10 @@ def test_retry_later_waits_pending_with_its_reason_seen_from_another_manager(
     client, other = connect_client(first), connect_client(second)
     log = str(tmp_path / "starts.log")
     future = client.schedule(retry_jobs.later, log, 600, "rate limited by the API")
-    wait_for(lambda: other.job_info(future.job_id).state == "pending"
-             and other.job_info(future.job_id).attempts == 1, 30, "the retry's wait")
+    def waiting_after_its_attempt() -> bool:
+        info = other.job_info(future.job_id)  # one read: state and attempts of one moment
+        return info.state == "pending" and info.attempts == 1
+    wait_for(waiting_after_its_attempt, 30, "the retry's wait")
     assert other.job_info(future.job_id).error == "mpsched.RetryLater: rate limited by the API"
     assert other.stats().queue.retried_later == 1
     assert future.cancel()
