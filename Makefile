@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-dev
 
-.PHONY: help demo test test-fast docs check lint bench bench-guard stress clean tools screenshot
+.PHONY: help demo test test-fast docs check lint format bench bench-guard stress clean tools screenshot
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## /\1\t/' | \
@@ -72,8 +72,13 @@ screenshot: $(STAMP)  ## take docs/dashboard.png again (needs make tools once)
 	  $(CURDIR)/$(PY) -m pytest -q -p no:cacheprovider tests/test_dashboard_page.py \
 	  -k follows_a_job; status=$$?; rm -rf $$copy; exit $$status
 
+format: $(STAMP)  ## ruff format and ruff's import order on every Python file (the rules pyproject.toml sets)
+	$(PY) -m ruff format .
+	$(PY) -m ruff check --select I --fix --quiet .
+
 lint: $(STAMP)  ## ruff, and mypy: strict on mpsched/, every function body in tests/ and examples/
 	$(PY) -m ruff check mpsched tests examples docs/_hooks
+	$(PY) -m ruff format --check --quiet .
 	$(PY) -m mypy
 
 check: lint test  ## lint, then the whole test suite

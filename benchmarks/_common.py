@@ -71,8 +71,9 @@ class Section:
     seconds: float = 0.0  # wall time the benchmark took
     load: str = ""  # 1-minute load average before and after (this benchmark included)
 
-    def add(self, contender: str, name: str, unit: str, values: Sequence[float],
-            digits: int = 3) -> Metric:
+    def add(
+        self, contender: str, name: str, unit: str, values: Sequence[float], digits: int = 3
+    ) -> Metric:
         metric = Metric(contender, name, unit, [float(v) for v in values], digits)
         self.metrics.append(metric)
         return metric
@@ -83,8 +84,9 @@ def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def alternate(contenders: Sequence[Contender], repeats: int,
-              label: str = "") -> dict[str, list[Result]]:
+def alternate(
+    contenders: Sequence[Contender], repeats: int, label: str = ""
+) -> dict[str, list[Result]]:
     """Run every contender once per repeat, rotating the order by one each repeat."""
     results: dict[str, list[Result]] = {name: [] for name, _ in contenders}
     for r in range(repeats):
@@ -93,8 +95,10 @@ def alternate(contenders: Sequence[Contender], repeats: int,
             start = time.perf_counter()
             result = run()
             results[name].append(result)
-            log(f"{label} repeat {r + 1}/{repeats} {name}: {_brief(result)} "
-                f"({time.perf_counter() - start:.1f} s)")
+            log(
+                f"{label} repeat {r + 1}/{repeats} {name}: {_brief(result)} "
+                f"({time.perf_counter() - start:.1f} s)"
+            )
     return results
 
 
@@ -313,8 +317,9 @@ def machine() -> dict[str, str]:
         "os": platform.platform(),
         "mpsched": _git_revision(),
         "niceness": str(os.nice(0)),
-        "packages": ", ".join(f"{name} {_version(name)}" for name in
-                              ("cloudpickle", "loky", "apscheduler", "psutil")),
+        "packages": ", ".join(
+            f"{name} {_version(name)}" for name in ("cloudpickle", "loky", "apscheduler", "psutil")
+        ),
     }
 
 
@@ -345,10 +350,20 @@ def _git_revision() -> str:
         tag = revision.read_text().strip() if revision.exists() else "?"
         return f"snapshot of {tag} at {package.parent}"
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                              capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "mpsched"], cwd=ROOT,
-                               capture_output=True, text=True, check=True).stdout.strip()
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "mpsched"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return f"{head} + uncommitted changes in mpsched/" if dirty else head

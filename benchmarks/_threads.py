@@ -49,18 +49,24 @@ def _read(pid: int, tid: int) -> ThreadCounts:
         key, _, value = line.partition(":")
         if key in switches:
             switches[key] = int(value)
-    return ThreadCounts(cpu_ns, switches["voluntary_ctxt_switches"],
-                        switches["nonvoluntary_ctxt_switches"])
+    return ThreadCounts(
+        cpu_ns, switches["voluntary_ctxt_switches"], switches["nonvoluntary_ctxt_switches"]
+    )
 
 
-def difference(before: dict[int, ThreadCounts],
-               after: dict[int, ThreadCounts]) -> dict[int, ThreadCounts]:
+def difference(
+    before: dict[int, ThreadCounts], after: dict[int, ThreadCounts]
+) -> dict[int, ThreadCounts]:
     """What each thread alive at ``after`` did since ``before`` (new threads from zero)."""
     zero = ThreadCounts(0, 0, 0)
-    return {tid: ThreadCounts(now.cpu_ns - before.get(tid, zero).cpu_ns,
-                              now.voluntary - before.get(tid, zero).voluntary,
-                              now.involuntary - before.get(tid, zero).involuntary)
-            for tid, now in after.items()}
+    return {
+        tid: ThreadCounts(
+            now.cpu_ns - before.get(tid, zero).cpu_ns,
+            now.voluntary - before.get(tid, zero).voluntary,
+            now.involuntary - before.get(tid, zero).involuntary,
+        )
+        for tid, now in after.items()
+    }
 
 
 def process_cpu_seconds(pid: int) -> float | None:

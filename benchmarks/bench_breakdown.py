@@ -41,15 +41,17 @@ def _per_op_us(step: Callable[[int], object], ops: int = OPS) -> float:
 
 
 def _request(i: int, payload: bytes) -> JobRequest:
-    return JobRequest(job_id=f"c-{i}", client_id="c", payload=payload, priority=2,
-                      delay=0.0, at=None)
+    return JobRequest(
+        job_id=f"c-{i}", client_id="c", payload=payload, priority=2, delay=0.0, at=None
+    )
 
 
 def in_process_steps() -> Result:
     """Steps that need no other process."""
     payload = cloudpickle.dumps((noop, (), {}))
-    outcome = Outcome(job_id="c-1", ok=True, payload=cloudpickle.dumps(None), traceback="",
-                      started=0.0)
+    outcome = Outcome(
+        job_id="c-1", ok=True, payload=cloudpickle.dumps(None), traceback="", started=0.0
+    )
     queue = JobQueue()
     submit_us = _per_op_us(lambda i: queue.submit(_request(i, payload)))
 
@@ -61,8 +63,13 @@ def in_process_steps() -> Result:
     def worker_run(i: int) -> None:
         fn, args, kwargs = cloudpickle.loads(payload)
         result = fn(*args, **kwargs)
-        Outcome(job_id="c-1", ok=True, payload=cloudpickle.dumps(result), traceback="",
-                started=time.monotonic())
+        Outcome(
+            job_id="c-1",
+            ok=True,
+            payload=cloudpickle.dumps(result),
+            traceback="",
+            started=time.monotonic(),
+        )
 
     def resolve(i: int) -> None:
         Future().set_result(cloudpickle.loads(outcome.payload))
@@ -72,11 +79,12 @@ def in_process_steps() -> Result:
     return {
         "client: cloudpickle the job": _per_op_us(lambda i: cloudpickle.dumps((noop, (), {}))),
         "client: pickle the submit message, ForkingPickler (multiprocessing's)": _per_op_us(
-            lambda i: ForkingPickler.dumps(message)),
+            lambda i: ForkingPickler.dumps(message)
+        ),
         "client: pickle the submit message, C pickler (mpsched since ea1e8f2)": _per_op_us(
-            lambda i: pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)),
-        "manager: unpickle the submit message": _per_op_us(
-            lambda i: pickle.loads(wire)),
+            lambda i: pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        ),
+        "manager: unpickle the submit message": _per_op_us(lambda i: pickle.loads(wire)),
         "manager: JobQueue.submit": submit_us,
         "manager: JobQueue.take + complete": _per_op_us(take_complete),
         "worker: unpickle, run, pickle result": _per_op_us(worker_run),
@@ -102,22 +110,27 @@ def proxy_steps() -> Result:
         submit = (time.perf_counter() - start) / OPS * 1e6
         s.shutdown(wait=True, cancel_futures=True)
         del futures
-    return {"proxy round trip, trivial call (idle), wall": rtt,
-            "… its CPU in the client": client_cpu,
-            "… its CPU in the manager": manager_cpu,
-            "Scheduler.schedule end to end (idle manager), wall": submit}
+    return {
+        "proxy round trip, trivial call (idle), wall": rtt,
+        "… its CPU in the client": client_cpu,
+        "… its CPU in the manager": manager_cpu,
+        "Scheduler.schedule end to end (idle manager), wall": submit,
+    }
 
 
 def bench(repeats: int) -> Section:
     section = Section(
         key="breakdown",
         title="Budget of one job, step by step (isolated, idle machine)",
-        setup=(f"Each step timed alone over {OPS:,} operations; in-process steps use "
-               "mpsched's own functions (JobQueue, cloudpickle, the proxy's pickler), the "
-               "round trips go to an idle manager."),
+        setup=(
+            f"Each step timed alone over {OPS:,} operations; in-process steps use "
+            "mpsched's own functions (JobQueue, cloudpickle, the proxy's pickler), the "
+            "round trips go to an idle manager."
+        ),
     )
-    results = alternate([("in-process", in_process_steps), ("round trips", proxy_steps)],
-                        repeats, "breakdown")
+    results = alternate(
+        [("in-process", in_process_steps), ("round trips", proxy_steps)], repeats, "breakdown"
+    )
     for name, runs in results.items():
         for step in runs[0]:
             section.add(name, step, "µs", column(runs, step))

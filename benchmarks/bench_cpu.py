@@ -59,8 +59,12 @@ def batch_size(cpu_seconds: float, length_ms: float) -> int:
     return max(WORKERS, round(cpu_seconds / (length_ms / 1e3)))
 
 
-def _measure(roles: Roles, submit_all: Callable[[], Any],
-             wait_all: Callable[[Any], Sequence[Outcome]], jobs: int) -> Result:
+def _measure(
+    roles: Roles,
+    submit_all: Callable[[], Any],
+    wait_all: Callable[[Any], Sequence[Outcome]],
+    jobs: int,
+) -> Result:
     """Submit every job, wait for every result; the clock runs from first submit to last."""
     meters = {role: ProcessMeter(procs) for role, procs in roles.items()}
     with OtherLoad() as other:
@@ -69,8 +73,12 @@ def _measure(roles: Roles, submit_all: Callable[[], Any],
         wall = time.perf_counter() - start
     used = {role: meter.read() for role, meter in meters.items()}
     job_cpu = sum(cpu for _, cpu in outcomes)
-    result = {"efficiency": job_cpu / WORKERS / wall, "wall_s": wall,
-              "job_cpu_ms": job_cpu / jobs * 1e3, "other_cores": other.cores}
+    result = {
+        "efficiency": job_cpu / WORKERS / wall,
+        "wall_s": wall,
+        "job_cpu_ms": job_cpu / jobs * 1e3,
+        "other_cores": other.cores,
+    }
     for role, seconds in used.items():
         if role == "workers":
             result["cpu_us_workers_beyond_jobs"] = (seconds - job_cpu) / jobs * 1e6
@@ -99,8 +107,7 @@ def run_mpsched(jobs: int, loops: int) -> Result:
     with scheduler(workers=WORKERS) as s:
         _warm(s.submit, wait_futures, loops)
         roles = mpsched_processes(s)
-        return _measure(roles, lambda: [s.submit(burn, loops) for _ in range(jobs)],
-                        _futures, jobs)
+        return _measure(roles, lambda: [s.submit(burn, loops) for _ in range(jobs)], _futures, jobs)
 
 
 def _peer_roles() -> Roles:
@@ -110,16 +117,20 @@ def _peer_roles() -> Roles:
 def run_process_pool(jobs: int, loops: int) -> Result:
     with ProcessPoolExecutor(max_workers=WORKERS, mp_context=get_context("fork")) as pool:
         _warm(pool.submit, wait_futures, loops)
-        return _measure(_peer_roles(), lambda: [pool.submit(burn, loops) for _ in range(jobs)],
-                        _futures, jobs)
+        return _measure(
+            _peer_roles(), lambda: [pool.submit(burn, loops) for _ in range(jobs)], _futures, jobs
+        )
 
 
 def run_mp_pool(jobs: int, loops: int) -> Result:
     with get_context("fork").Pool(WORKERS) as pool:
         _warm(lambda fn, *args: pool.apply_async(fn, args), _async_results, loops)
-        return _measure(_peer_roles(),
-                        lambda: [pool.apply_async(burn, (loops,)) for _ in range(jobs)],
-                        _async_results, jobs)
+        return _measure(
+            _peer_roles(),
+            lambda: [pool.apply_async(burn, (loops,)) for _ in range(jobs)],
+            _async_results,
+            jobs,
+        )
 
 
 def run_loky(jobs: int, loops: int) -> Result:
@@ -128,8 +139,9 @@ def run_loky(jobs: int, loops: int) -> Result:
     pool = get_reusable_executor(max_workers=WORKERS)
     try:
         _warm(pool.submit, wait_futures, loops)
-        return _measure(_peer_roles(), lambda: [pool.submit(burn, loops) for _ in range(jobs)],
-                        _futures, jobs)
+        return _measure(
+            _peer_roles(), lambda: [pool.submit(burn, loops) for _ in range(jobs)], _futures, jobs
+        )
     finally:
         pool.shutdown(wait=True)
 
@@ -142,17 +154,19 @@ CONTENDERS: dict[str, Callable[[int, int], Result]] = {
     "loky (reusable executor)": run_loky,
 }
 PEERS = [name for name in CONTENDERS if name != MPSCHED]
-ROLE_ROWS = (("cpu_us_client", "client"), ("cpu_us_manager", "manager"),
-             ("cpu_us_parent", "parent process"),
-             ("cpu_us_workers_beyond_jobs", "workers, beyond the jobs' own"))
+ROLE_ROWS = (
+    ("cpu_us_client", "client"),
+    ("cpu_us_manager", "manager"),
+    ("cpu_us_parent", "parent process"),
+    ("cpu_us_workers_beyond_jobs", "workers, beyond the jobs' own"),
+)
 
 
 def label(jobs: int, length_ms: float) -> str:
     return f"{jobs:,} x {length_ms:g} ms"
 
 
-def bench(cpu_seconds: float, trickle: tuple[int, float], noop_jobs: int,
-          repeats: int) -> Section:
+def bench(cpu_seconds: float, trickle: tuple[int, float], noop_jobs: int, repeats: int) -> Section:
     """Efficiency per job length, the trickle, and no-op dispatch against Pool.apply_async.
 
     ``cpu_seconds``: CPU each efficiency run carries (N = cpu_seconds / L); ``trickle``:
@@ -165,9 +179,11 @@ def bench(cpu_seconds: float, trickle: tuple[int, float], noop_jobs: int,
         jobs = batch_size(cpu_seconds, length_ms)
         loops = calibrate_burn(length_ms / 1e3)
         sizes.append(f"`spin({loops:,})` for {length_ms:g} ms")
-        results = alternate([(name, partial(fn, jobs, loops))
-                             for name, fn in CONTENDERS.items()],
-                            repeats, f"cpu {label(jobs, length_ms)}")
+        results = alternate(
+            [(name, partial(fn, jobs, loops)) for name, fn in CONTENDERS.items()],
+            repeats,
+            f"cpu {label(jobs, length_ms)}",
+        )
         _efficiency_rows(section, results, jobs, length_ms)
         for name, runs in results.items():
             curves[name][f"{length_ms:g}"] = column(runs, "efficiency")
@@ -175,15 +191,18 @@ def bench(cpu_seconds: float, trickle: tuple[int, float], noop_jobs: int,
     rate, span = trickle
     trickle_jobs = bench_cpu_trickle.add_rows(section, rate, span, repeats)
     _noop_rows(section, noop_jobs, repeats)
-    section.title = (f"11. CPU-heavy work: efficiency of jobs of 0.5 to 50 ms on {WORKERS} "
-                     f"workers, a trickle of {trickle_jobs:,} jobs of 1 ms over {span:g} s, "
-                     "no-op dispatch")
+    section.title = (
+        f"11. CPU-heavy work: efficiency of jobs of 0.5 to 50 ms on {WORKERS} "
+        f"workers, a trickle of {trickle_jobs:,} jobs of 1 ms over {span:g} s, "
+        "no-op dispatch"
+    )
     section.setup = _setup(cpu_seconds, sizes, rate, span, noop_jobs)
     return section
 
 
-def _efficiency_rows(section: Section, results: dict[str, list[Result]], jobs: int,
-                     length_ms: float) -> None:
+def _efficiency_rows(
+    section: Section, results: dict[str, list[Result]], jobs: int, length_ms: float
+) -> None:
     size = label(jobs, length_ms)
     for name, runs in results.items():
         section.add(name, f"{size}: efficiency", "", column(runs, "efficiency"))
@@ -191,14 +210,19 @@ def _efficiency_rows(section: Section, results: dict[str, list[Result]], jobs: i
         for key, role in ROLE_ROWS:
             if key in runs[0]:
                 section.add(name, f"{size}: CPU per job, {role}", "µs", column(runs, key))
-        section.add(name, f"{size}: other processes' CPU during the run", "cores",
-                    column(runs, "other_cores"))
+        section.add(
+            name,
+            f"{size}: other processes' CPU during the run",
+            "cores",
+            column(runs, "other_cores"),
+        )
     mine = column(results[MPSCHED], "efficiency")
-    best_peer = [max(values) for values in
-                 zip(*(column(results[p], "efficiency") for p in PEERS), strict=True)]
+    best_peer = [
+        max(values)
+        for values in zip(*(column(results[p], "efficiency") for p in PEERS), strict=True)
+    ]
     lead = [a - b for a, b in zip(mine, best_peer, strict=True)]
-    section.add(MPSCHED, f"{size}: efficiency minus the best peer's of the same repeat", "",
-                lead)
+    section.add(MPSCHED, f"{size}: efficiency minus the best peer's of the same repeat", "", lead)
     goal = EFFICIENCY_GOALS.get(length_ms)
     if goal is None:
         return
@@ -214,23 +238,35 @@ def _efficiency_rows(section: Section, results: dict[str, list[Result]], jobs: i
 
 def _noop_rows(section: Section, jobs: int, repeats: int) -> None:
     """Section 1's mpsched and Pool.apply_async runs, alternating, and their ratio."""
-    results = alternate([(MPSCHED, partial(bench_throughput.run_mpsched, jobs, WORKERS)),
-                         ("Pool.apply_async", partial(bench_throughput.run_mp_pool, jobs,
-                                                      WORKERS))],
-                        repeats, "cpu no-op")
+    results = alternate(
+        [
+            (MPSCHED, partial(bench_throughput.run_mpsched, jobs, WORKERS)),
+            ("Pool.apply_async", partial(bench_throughput.run_mp_pool, jobs, WORKERS)),
+        ],
+        repeats,
+        "cpu no-op",
+    )
     for name, runs in results.items():
-        section.add(name, f"no-op {jobs:,}: jobs/s (submit → last result)", "jobs/s",
-                    column(runs, "jobs_per_s"))
-    rel = ratios(column(results[MPSCHED], "jobs_per_s"),
-                 column(results["Pool.apply_async"], "jobs_per_s"))
+        section.add(
+            name,
+            f"no-op {jobs:,}: jobs/s (submit → last result)",
+            "jobs/s",
+            column(runs, "jobs_per_s"),
+        )
+    rel = ratios(
+        column(results[MPSCHED], "jobs_per_s"), column(results["Pool.apply_async"], "jobs_per_s")
+    )
     section.add(MPSCHED, f"no-op {jobs:,}: throughput ÷ Pool.apply_async", "x", rel)
-    section.targets.append(Target(
-        f"CPU-heavy section: no-op dispatch ({jobs:,} jobs) ≥ {NOOP_GOAL}x Pool.apply_async",
-        f"{summarise(rel)}x", median(rel) >= NOOP_GOAL))
+    section.targets.append(
+        Target(
+            f"CPU-heavy section: no-op dispatch ({jobs:,} jobs) ≥ {NOOP_GOAL}x Pool.apply_async",
+            f"{summarise(rel)}x",
+            median(rel) >= NOOP_GOAL,
+        )
+    )
 
 
-def _setup(cpu_seconds: float, sizes: list[str], rate: int, span: float,
-           noop_jobs: int) -> str:
+def _setup(cpu_seconds: float, sizes: list[str], rate: int, span: float, noop_jobs: int) -> str:
     return (
         "Processes, 2 workers, a fresh pool per contender and run, warmed with "
         f"{WARM} no-op jobs. **Efficiency**: N jobs of L ms of pure-Python CPU "
@@ -252,4 +288,5 @@ def _setup(cpu_seconds: float, sizes: list[str], rate: int, span: float,
         "over the whole run (first submit to last result), the submit phase (until the "
         "last submit is acknowledged: `stats()` flushes mpsched's write-behind outbox) "
         "and the due phase (from there to the last result). **No-op dispatch**: section "
-        f"1's mpsched and Pool.apply_async runs ({noop_jobs:,} no-op jobs), alternating.")
+        f"1's mpsched and Pool.apply_async runs ({noop_jobs:,} no-op jobs), alternating."
+    )

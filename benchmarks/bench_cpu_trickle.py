@@ -60,30 +60,42 @@ def lead(jobs: int) -> float:
     return 1.0 + jobs * 100e-6
 
 
-def _result(ats: list[float], outcomes: list[Outcome | None], phases: Phases,
-            late_submit: bool, other: float) -> Result:
+def _result(
+    ats: list[float],
+    outcomes: list[Outcome | None],
+    phases: Phases,
+    late_submit: bool,
+    other: float,
+) -> Result:
     """Lateness percentiles (ms) and CPU per job (µs) by phase and role."""
     jobs = len(ats)
-    late = [float("inf") if o is None else o[0] - at
-            for o, at in zip(outcomes, ats, strict=True)]
+    late = [float("inf") if o is None else o[0] - at for o, at in zip(outcomes, ats, strict=True)]
     job_cpu = sum(o[1] for o in outcomes if o is not None)
     result = {f"late_{k}": v * 1e3 for k, v in percentiles(late).items()}
-    result.update(job_cpu_ms=job_cpu / jobs * 1e3, late_submit=float(late_submit),
-                  missed=float(sum(1 for o in outcomes if o is None)), other_cores=other)
+    result.update(
+        job_cpu_ms=job_cpu / jobs * 1e3,
+        late_submit=float(late_submit),
+        missed=float(sum(1 for o in outcomes if o is None)),
+        other_cores=other,
+    )
     for phase, used in phases.items():
         for role, seconds in used.items():
             if role == "workers":
                 seconds -= job_cpu if phase != "submit" else 0.0
             result[f"{phase}_us_{role}"] = seconds / jobs * 1e6
     for phase in ("all", "due"):
-        result[f"{phase}_us_together"] = sum(result.get(f"{phase}_us_{r}", 0.0) for r in
-                                             ("client", "manager", "scheduler"))
+        result[f"{phase}_us_together"] = sum(
+            result.get(f"{phase}_us_{r}", 0.0) for r in ("client", "manager", "scheduler")
+        )
     return result
 
 
 def _phases(submit: dict[str, float], due: dict[str, float]) -> Phases:
-    return {"submit": submit, "due": due,
-            "all": {role: submit[role] + due[role] for role in submit}}
+    return {
+        "submit": submit,
+        "due": due,
+        "all": {role: submit[role] + due[role] for role in submit},
+    }
 
 
 def run_mpsched(jobs: int, rate: int, loops: int) -> Result:
@@ -123,7 +135,8 @@ def run_apscheduler(jobs: int, rate: int, loops: int) -> Result:
 
     aps = BackgroundScheduler(
         executors={"default": ApsProcessPool(WORKERS)},
-        job_defaults={"misfire_grace_time": None, "coalesce": False, "max_instances": 100})
+        job_defaults={"misfire_grace_time": None, "coalesce": False, "max_instances": 100},
+    )
     aps.add_listener(on_event, EVENT_JOB_EXECUTED | EVENT_JOB_ERROR | EVENT_JOB_MISSED)
     aps.start()
     try:
@@ -141,45 +154,72 @@ def run_apscheduler(jobs: int, rate: int, loops: int) -> Result:
             first = time.time() + lead(jobs)
             ats = [first + i / rate for i in range(jobs)]
             for i, at in enumerate(ats):
-                aps.add_job(burn, "date", args=(loops,), id=f"j{i}",
-                            run_date=datetime.fromtimestamp(at, tz=timezone.utc))
+                aps.add_job(
+                    burn,
+                    "date",
+                    args=(loops,),
+                    id=f"j{i}",
+                    run_date=datetime.fromtimestamp(at, tz=timezone.utc),
+                )
             late_submit = time.time() > first
             submit = {role: meter.read() for role, meter in meters.items()}
             every.wait(jobs / rate + 120)
             due = {role: meter.read() for role, meter in meters.items()}
     finally:
         aps.shutdown(wait=True)
-    return _result(ats, [outcomes.get(f"j{i}") for i in range(jobs)], _phases(submit, due),
-                   late_submit, other.cores)
+    return _result(
+        ats,
+        [outcomes.get(f"j{i}") for i in range(jobs)],
+        _phases(submit, due),
+        late_submit,
+        other.cores,
+    )
 
 
 CONTENDERS = {MPSCHED: run_mpsched, APSCHEDULER: run_apscheduler}
-ROLES = (("client", "client"), ("manager", "manager"), ("scheduler", "scheduler process"),
-         ("together", "client + manager"), ("workers", "workers, beyond the jobs' own"))
+ROLES = (
+    ("client", "client"),
+    ("manager", "manager"),
+    ("scheduler", "scheduler process"),
+    ("together", "client + manager"),
+    ("workers", "workers, beyond the jobs' own"),
+)
 
 
 def add_rows(section: Section, rate: int, span: float, repeats: int) -> int:
     """Run the trickle for every contender and add its rows and targets; returns N."""
     jobs = round(rate * span)
     loops = calibrate_burn(JOB_SECONDS)
-    results = alternate([(name, partial(fn, jobs, rate, loops))
-                         for name, fn in CONTENDERS.items()], repeats, "cpu trickle")
+    results = alternate(
+        [(name, partial(fn, jobs, rate, loops)) for name, fn in CONTENDERS.items()],
+        repeats,
+        "cpu trickle",
+    )
     for name, runs in results.items():
         for q in ("p50", "p99", "max"):
             section.add(name, f"trickle: lateness {q}", "ms", column(runs, f"late_{q}"))
         section.add(name, "trickle: jobs' own CPU per job", "ms", column(runs, "job_cpu_ms"))
-        for phase, when in (("all", "whole run"), ("due", "due phase"),
-                            ("submit", "submit phase")):
+        for phase, when in (("all", "whole run"), ("due", "due phase"), ("submit", "submit phase")):
             for key, role in ROLES:
                 if key == "together" and name != MPSCHED:
                     continue
                 if f"{phase}_us_{key}" in runs[0]:
-                    section.add(name, f"trickle: CPU per job, {role} ({when})", "µs",
-                                column(runs, f"{phase}_us_{key}"))
-        section.add(name, "trickle: other processes' CPU during the run", "cores",
-                    column(runs, "other_cores"))
-        for key, what in (("missed", "jobs that never ran"),
-                          ("late_submit", "runs still submitting at the first due instant")):
+                    section.add(
+                        name,
+                        f"trickle: CPU per job, {role} ({when})",
+                        "µs",
+                        column(runs, f"{phase}_us_{key}"),
+                    )
+        section.add(
+            name,
+            "trickle: other processes' CPU during the run",
+            "cores",
+            column(runs, "other_cores"),
+        )
+        for key, what in (
+            ("missed", "jobs that never ran"),
+            ("late_submit", "runs still submitting at the first due instant"),
+        ):
             if any(column(runs, key)):
                 section.add(name, f"trickle: {what}", "", column(runs, key))
                 log(f"warning: trickle, {name}: {what} in some repeats")
@@ -190,11 +230,14 @@ def add_rows(section: Section, rate: int, span: float, repeats: int) -> int:
 def _targets(section: Section, runs: list[Result], jobs: int, span: float) -> None:
     cpu = column(runs, "due_us_together")
     whole = column(runs, "all_us_together")
-    section.targets.append(Target(
-        f"trickle ({jobs:,} jobs of 1 ms over {span:g} s): client + manager CPU ≤ "
-        f"{CPU_GOAL_US:g} µs per job while they fall due",
-        f"{summarise(cpu)} µs (whole run, submits included: {summarise(whole)} µs)",
-        median(cpu) <= CPU_GOAL_US))
+    section.targets.append(
+        Target(
+            f"trickle ({jobs:,} jobs of 1 ms over {span:g} s): client + manager CPU ≤ "
+            f"{CPU_GOAL_US:g} µs per job while they fall due",
+            f"{summarise(cpu)} µs (whole run, submits included: {summarise(whole)} µs)",
+            median(cpu) <= CPU_GOAL_US,
+        )
+    )
     p99, other = column(runs, "late_p99"), median(column(runs, "other_cores"))
     measured = f"{summarise(p99)} ms; other processes' CPU {other:.2f} cores (median)"
     if P99_BASE_MS is None:

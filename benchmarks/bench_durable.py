@@ -91,8 +91,9 @@ def _remove_store(path: str) -> None:
 
 def _files_bytes(path: str) -> int:
     """Bytes of the database and its WAL (what a store takes on disk right now)."""
-    return sum(os.path.getsize(path + suffix) for suffix in ("", "-wal")
-               if os.path.exists(path + suffix))
+    return sum(
+        os.path.getsize(path + suffix) for suffix in ("", "-wal") if os.path.exists(path + suffix)
+    )
 
 
 def _options(directory: str, durability: str | None, what: str) -> dict[str, Any]:
@@ -138,9 +139,13 @@ def run_dispatch(directory: str, durability: str | None, jobs: int, workers: int
             _remove_store(options["store"])
     if failed:
         raise RuntimeError(f"{failed:,} of {jobs:,} no-op jobs failed")
-    return {"jobs_per_s": jobs / (end - start), "submit_per_s": jobs / (submitted - start),
-            "cpu_us_manager": used["manager"] / jobs * 1e6,
-            "cpu_us_per_job": sum(used.values()) / jobs * 1e6, "other_cores": other.cores}
+    return {
+        "jobs_per_s": jobs / (end - start),
+        "submit_per_s": jobs / (submitted - start),
+        "cpu_us_manager": used["manager"] / jobs * 1e6,
+        "cpu_us_per_job": sum(used.values()) / jobs * 1e6,
+        "other_cores": other.cores,
+    }
 
 
 # ----------------------------------------------------------------- submit into a store
@@ -163,8 +168,12 @@ def run_submit(directory: str, durability: str, jobs: int, workers: int) -> Resu
             del futures
     finally:
         _remove_store(path)
-    return {"jobs_per_s": jobs / (end - start), "calls_per_s": jobs / (called - start),
-            "disk_per_job": size / jobs, "other_cores": other.cores}
+    return {
+        "jobs_per_s": jobs / (end - start),
+        "calls_per_s": jobs / (called - start),
+        "disk_per_job": size / jobs,
+        "other_cores": other.cores,
+    }
 
 
 def apscheduler_submit(path: str, jobs: int) -> Result:
@@ -188,8 +197,12 @@ def apscheduler_submit(path: str, jobs: int) -> Result:
             end = time.perf_counter()
     finally:
         aps.shutdown(wait=False)
-    return {"jobs_per_s": jobs / (end - start), "calls_per_s": jobs / (end - start),
-            "disk_per_job": _files_bytes(path) / jobs, "other_cores": other.cores}
+    return {
+        "jobs_per_s": jobs / (end - start),
+        "calls_per_s": jobs / (end - start),
+        "disk_per_job": _files_bytes(path) / jobs,
+        "other_cores": other.cores,
+    }
 
 
 def run_apscheduler(directory: str, jobs: int) -> Result:
@@ -221,10 +234,25 @@ def write_template(path: str, jobs: int) -> float:
     start = time.perf_counter()
     with SQLiteStore(path, durability="process") as store:
         for first in range(0, jobs, PREFILL_BATCH):
-            store.submit([
-                StoredJob(f"{client}-{i + 1}", client, None, name, payload, 2,
-                          now + 86400.0 + i * 1e-3, i, None, 0, 0, now)
-                for i in range(first, min(jobs, first + PREFILL_BATCH))])
+            store.submit(
+                [
+                    StoredJob(
+                        f"{client}-{i + 1}",
+                        client,
+                        None,
+                        name,
+                        payload,
+                        2,
+                        now + 86400.0 + i * 1e-3,
+                        i,
+                        None,
+                        0,
+                        0,
+                        now,
+                    )
+                    for i in range(first, min(jobs, first + PREFILL_BATCH))
+                ]
+            )
     with contextlib.suppress(FileNotFoundError):
         os.remove(path + ".lock")  # left by a closed store; a copy must not carry it
     return time.perf_counter() - start
@@ -250,8 +278,12 @@ def run_recover(directory: str, template: str | None, jobs: int, workers: int) -
         _remove_store(path)
     if seen != jobs:
         raise RuntimeError(f"{seen:,} jobs pending, {jobs:,} expected")
-    return {"returned_s": returned - start, "ready_s": ready - start, "rss": float(rss),
-            "other_cores": other.cores}
+    return {
+        "returned_s": returned - start,
+        "ready_s": ready - start,
+        "rss": float(rss),
+        "other_cores": other.cores,
+    }
 
 
 class OtherLoadWithNewProcesses:
@@ -265,8 +297,9 @@ class OtherLoadWithNewProcesses:
 
     def __enter__(self) -> OtherLoadWithNewProcesses:
         self.cores = math.nan
-        self._before = {proc.pid: cpu_seconds([proc])
-                        for proc in [psutil.Process(), *pool_processes()]}
+        self._before = {
+            proc.pid: cpu_seconds([proc]) for proc in [psutil.Process(), *pool_processes()]
+        }
         self._start = (time.perf_counter(), _busy_seconds())
         return self
 
@@ -286,16 +319,25 @@ class OtherLoadWithNewProcesses:
 # ---------------------------------------------------------------------------- bench
 
 
-def bench(dispatch_jobs: int, submit_jobs: int, apscheduler_jobs: int, recover_jobs: int,
-          repeats: int, workers: int = 2) -> Section:
+def bench(
+    dispatch_jobs: int,
+    submit_jobs: int,
+    apscheduler_jobs: int,
+    recover_jobs: int,
+    repeats: int,
+    workers: int = 2,
+) -> Section:
     """Run the three parts and summarise them in one section."""
     with tempfile.TemporaryDirectory(prefix="mpsched-durable-") as directory:
         section = Section(
             key="durable",
-            title=(f"7. Durable store: dispatch, submit into a store, recovery of "
-                   f"{recover_jobs:,} jobs"),
-            setup=_setup(directory, dispatch_jobs, submit_jobs, apscheduler_jobs,
-                         recover_jobs, workers),
+            title=(
+                f"7. Durable store: dispatch, submit into a store, recovery of "
+                f"{recover_jobs:,} jobs"
+            ),
+            setup=_setup(
+                directory, dispatch_jobs, submit_jobs, apscheduler_jobs, recover_jobs, workers
+            ),
         )
         _dispatch(section, directory, dispatch_jobs, repeats, workers)
         _submit(section, directory, submit_jobs, apscheduler_jobs, repeats, workers)
@@ -304,33 +346,53 @@ def bench(dispatch_jobs: int, submit_jobs: int, apscheduler_jobs: int, recover_j
 
 
 def _dispatch(section: Section, directory: str, jobs: int, repeats: int, workers: int) -> None:
-    contenders = [(name, partial(run_dispatch, directory, durability, jobs, workers))
-                  for name, durability in ((NO_STORE, None), (SYNC, "sync"),
-                                           (PROCESS, "process"))]
+    contenders = [
+        (name, partial(run_dispatch, directory, durability, jobs, workers))
+        for name, durability in ((NO_STORE, None), (SYNC, "sync"), (PROCESS, "process"))
+    ]
     results = alternate(contenders, repeats, "durable dispatch")
     memory = column(results[NO_STORE], "jobs_per_s")
     for name, runs in results.items():
-        section.add(name, f"dispatch {jobs:,}: jobs/s (submit → last result)", "jobs/s",
-                    column(runs, "jobs_per_s"))
-        section.add(name, f"dispatch {jobs:,}: submit calls/s", "calls/s",
-                    column(runs, "submit_per_s"))
-        section.add(name, f"dispatch {jobs:,}: CPU per job, manager", "µs",
-                    column(runs, "cpu_us_manager"))
-        section.add(name, f"dispatch {jobs:,}: CPU per job, all processes", "µs",
-                    column(runs, "cpu_us_per_job"))
-        section.add(name, f"dispatch {jobs:,}: other processes' CPU during the run", "cores",
-                    column(runs, "other_cores"))
+        section.add(
+            name,
+            f"dispatch {jobs:,}: jobs/s (submit → last result)",
+            "jobs/s",
+            column(runs, "jobs_per_s"),
+        )
+        section.add(
+            name, f"dispatch {jobs:,}: submit calls/s", "calls/s", column(runs, "submit_per_s")
+        )
+        section.add(
+            name, f"dispatch {jobs:,}: CPU per job, manager", "µs", column(runs, "cpu_us_manager")
+        )
+        section.add(
+            name,
+            f"dispatch {jobs:,}: CPU per job, all processes",
+            "µs",
+            column(runs, "cpu_us_per_job"),
+        )
+        section.add(
+            name,
+            f"dispatch {jobs:,}: other processes' CPU during the run",
+            "cores",
+            column(runs, "other_cores"),
+        )
     for name, goal in ((SYNC, 0.7), (PROCESS, 0.85)):
         rel = ratios(column(results[name], "jobs_per_s"), memory)
         section.add(name, "dispatch: throughput ÷ no store", "x", rel)
         durability = name.rsplit("=", 1)[1]
-        section.targets.append(Target(
-            f"durable dispatch, durability={durability}, ≥ {goal}x no store",
-            f"{summarise(rel)}x", median(rel) >= goal))
+        section.targets.append(
+            Target(
+                f"durable dispatch, durability={durability}, ≥ {goal}x no store",
+                f"{summarise(rel)}x",
+                median(rel) >= goal,
+            )
+        )
 
 
-def _submit(section: Section, directory: str, jobs: int, apscheduler_jobs: int,
-            repeats: int, workers: int) -> None:
+def _submit(
+    section: Section, directory: str, jobs: int, apscheduler_jobs: int, repeats: int, workers: int
+) -> None:
     contenders: list[tuple[str, Callable[[], Result]]] = [
         (SYNC, partial(run_submit, directory, "sync", jobs, workers)),
         (PROCESS, partial(run_submit, directory, "process", jobs, workers)),
@@ -339,23 +401,40 @@ def _submit(section: Section, directory: str, jobs: int, apscheduler_jobs: int,
     results = alternate(contenders, repeats, "durable submit")
     for name, runs in results.items():
         n = apscheduler_jobs if name == APSCHEDULER else jobs
-        section.add(name, f"submit {n:,} due in 1 h: jobs/s until all acknowledged", "jobs/s",
-                    column(runs, "jobs_per_s"))
+        section.add(
+            name,
+            f"submit {n:,} due in 1 h: jobs/s until all acknowledged",
+            "jobs/s",
+            column(runs, "jobs_per_s"),
+        )
         if name != APSCHEDULER:
-            section.add(name, f"submit {n:,}: schedule() calls/s", "calls/s",
-                        column(runs, "calls_per_s"))
-        section.add(name, f"submit {n:,}: database + WAL on disk per job", "bytes",
-                    column(runs, "disk_per_job"))
-        section.add(name, f"submit {n:,}: other processes' CPU during the run", "cores",
-                    column(runs, "other_cores"))
+            section.add(
+                name, f"submit {n:,}: schedule() calls/s", "calls/s", column(runs, "calls_per_s")
+            )
+        section.add(
+            name,
+            f"submit {n:,}: database + WAL on disk per job",
+            "bytes",
+            column(runs, "disk_per_job"),
+        )
+        section.add(
+            name,
+            f"submit {n:,}: other processes' CPU during the run",
+            "cores",
+            column(runs, "other_cores"),
+        )
     aps = column(results[APSCHEDULER], "jobs_per_s")
     for name in (SYNC, PROCESS):
         rates = column(results[name], "jobs_per_s")
         section.add(name, "submit: jobs/s ÷ APScheduler's", "x", ratios(rates, aps))
         durability = name.rsplit("=", 1)[1]
-        section.targets.append(Target(
-            f"submit into a SQLite store, durability={durability}, ≥ 20,000 jobs/s",
-            f"{summarise(rates)} jobs/s", median(rates) >= 20_000))
+        section.targets.append(
+            Target(
+                f"submit into a SQLite store, durability={durability}, ≥ 20,000 jobs/s",
+                f"{summarise(rates)} jobs/s",
+                median(rates) >= 20_000,
+            )
+        )
 
 
 def _recovery(section: Section, directory: str, jobs: int, repeats: int, workers: int) -> None:
@@ -372,34 +451,57 @@ def _recovery(section: Section, directory: str, jobs: int, repeats: int, workers
     results = alternate(contenders, repeats, "durable recovery")
     for name, runs in results.items():
         section.add(name, "start: Scheduler() returns", "s", column(runs, "returned_s"))
-        section.add(name, "start: until stats() shows every job pending", "s",
-                    column(runs, "ready_s"))
-        section.add(name, "manager RSS after start", "MiB",
-                    [v / 2**20 for v in column(runs, "rss")])
-        section.add(name, "start: other processes' CPU meanwhile", "cores",
-                    column(runs, "other_cores"))
+        section.add(
+            name, "start: until stats() shows every job pending", "s", column(runs, "ready_s")
+        )
+        section.add(
+            name, "manager RSS after start", "MiB", [v / 2**20 for v in column(runs, "rss")]
+        )
+        section.add(
+            name, "start: other processes' CPU meanwhile", "cores", column(runs, "other_cores")
+        )
     ready = column(results[full], "ready_s")
-    grown = [a - b for a, b in zip(column(results[full], "rss"),
-                                   column(results[EMPTY], "rss"), strict=True)]
-    section.add(full, "manager memory per pending job (RSS minus the empty store's)", "bytes",
-                [g / jobs for g in grown])
-    section.targets.append(Target(
-        f"recover {jobs:,} pending jobs ≤ 10 s (Scheduler() until stats() shows them)",
-        f"{summarise(ready)} s", median(ready) <= 10.0))
+    grown = [
+        a - b
+        for a, b in zip(column(results[full], "rss"), column(results[EMPTY], "rss"), strict=True)
+    ]
+    section.add(
+        full,
+        "manager memory per pending job (RSS minus the empty store's)",
+        "bytes",
+        [g / jobs for g in grown],
+    )
+    section.targets.append(
+        Target(
+            f"recover {jobs:,} pending jobs ≤ 10 s (Scheduler() until stats() shows them)",
+            f"{summarise(ready)} s",
+            median(ready) <= 10.0,
+        )
+    )
     section.notes.append(
         f"The recovered store: {jobs:,} pending no-op jobs ({size / jobs:.0f} bytes each on "
         f"disk, {size / 2**20:.0f} MiB), written once with `SQLiteStore.submit` in "
         f"{PREFILL_BATCH:,}-job calls ({jobs / seconds:,.0f} jobs/s, durability=process) "
-        "and copied before each run.")
+        "and copied before each run."
+    )
 
 
-def _setup(directory: str, dispatch_jobs: int, submit_jobs: int, apscheduler_jobs: int,
-           recover_jobs: int, workers: int) -> str:
+def _setup(
+    directory: str,
+    dispatch_jobs: int,
+    submit_jobs: int,
+    apscheduler_jobs: int,
+    recover_jobs: int,
+    workers: int,
+) -> str:
     import sqlite3
 
-    aps_count = ("the same count" if apscheduler_jobs == submit_jobs else
-                 f"{apscheduler_jobs:,} jobs (it adds a few hundred a second: the Method "
-                 f"section above has one run of 100,000)")
+    aps_count = (
+        "the same count"
+        if apscheduler_jobs == submit_jobs
+        else f"{apscheduler_jobs:,} jobs (it adds a few hundred a second: the Method "
+        f"section above has one run of 100,000)"
+    )
     return (
         f"Processes, {workers} workers, store files in a temporary directory on "
         f"{_filesystem(directory)}; SQLite {sqlite3.sqlite_version} in WAL mode, "
@@ -418,14 +520,18 @@ def _setup(directory: str, dispatch_jobs: int, submit_jobs: int, apscheduler_job
         "pending no-op jobs, timed from the call; the empty-store row is the same start "
         "with nothing to recover, in the same repeat. Memory per job: the manager's RSS "
         f"{SETTLE} s after every job showed as pending, minus the empty-store manager's, "
-        f"÷ {recover_jobs:,}.")
+        f"÷ {recover_jobs:,}."
+    )
 
 
 def _filesystem(path: str) -> str:
     """The type and device of the file system holding ``path``."""
     real = os.path.realpath(path)
-    mounts = [p for p in psutil.disk_partitions(all=True)
-              if os.path.commonpath([real, p.mountpoint]) == p.mountpoint]
+    mounts = [
+        p
+        for p in psutil.disk_partitions(all=True)
+        if os.path.commonpath([real, p.mountpoint]) == p.mountpoint
+    ]
     if not mounts:
         return "an unknown file system"
     mount = max(mounts, key=lambda p: len(p.mountpoint))
@@ -444,17 +550,20 @@ def _version(name: str) -> str:
 def main(argv: list[str] | None = None) -> None:
     """APScheduler's part alone, at any size: its rate over 100,000 jobs takes minutes."""
     parser = argparse.ArgumentParser(
-        description="APScheduler 3 adding date-trigger jobs to a SQLAlchemyJobStore on SQLite")
+        description="APScheduler 3 adding date-trigger jobs to a SQLAlchemyJobStore on SQLite"
+    )
     parser.add_argument("--apscheduler", type=int, default=100_000, metavar="JOBS")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="mpsched-durable-") as directory:
         start = time.perf_counter()
         result = run_apscheduler(directory, args.apscheduler)
         elapsed = time.perf_counter() - start
-    print(f"APScheduler 3 add_job, {args.apscheduler:,} date-trigger jobs into "
-          f"SQLAlchemyJobStore (SQLite): {result['jobs_per_s']:,.0f} jobs/s, "
-          f"{result['disk_per_job']:.0f} bytes on disk per job, other processes' CPU "
-          f"{result['other_cores']:.2f} cores ({elapsed:.0f} s)")
+    print(
+        f"APScheduler 3 add_job, {args.apscheduler:,} date-trigger jobs into "
+        f"SQLAlchemyJobStore (SQLite): {result['jobs_per_s']:,.0f} jobs/s, "
+        f"{result['disk_per_job']:.0f} bytes on disk per job, other processes' CPU "
+        f"{result['other_cores']:.2f} cores ({elapsed:.0f} s)"
+    )
 
 
 if __name__ == "__main__":

@@ -63,8 +63,9 @@ def run_process_pool(window: float) -> Result:
         helpers, me = pool_processes(), [psutil.Process()]
         before, client0 = precise_cpu_seconds(helpers), precise_cpu_seconds(me)
         time.sleep(window)
-        return _per_10s(precise_cpu_seconds(helpers) - before,
-                        precise_cpu_seconds(me) - client0, window)
+        return _per_10s(
+            precise_cpu_seconds(helpers) - before, precise_cpu_seconds(me) - client0, window
+        )
 
 
 def run_apscheduler(window: float) -> Result:
@@ -72,13 +73,13 @@ def run_apscheduler(window: float) -> Result:
     from apscheduler.executors.pool import ProcessPoolExecutor as ApsProcessPool
     from apscheduler.schedulers.background import BackgroundScheduler
 
-    aps = BackgroundScheduler(executors={"default": ApsProcessPool(WORKERS)},
-                              job_defaults={"misfire_grace_time": None})
+    aps = BackgroundScheduler(
+        executors={"default": ApsProcessPool(WORKERS)}, job_defaults={"misfire_grace_time": None}
+    )
     aps.start()
     try:
         done = threading.Semaphore(0)
-        aps.add_listener(lambda _event: done.release(),
-                         EVENT_JOB_EXECUTED | EVENT_JOB_ERROR)
+        aps.add_listener(lambda _event: done.release(), EVENT_JOB_EXECUTED | EVENT_JOB_ERROR)
         for i in range(4 * WORKERS):
             aps.add_job(noop, id=f"warm{i}")
         for _ in range(4 * WORKERS):
@@ -120,21 +121,29 @@ def bench(window: float, repeats: int) -> Section:
     section = Section(
         key="idle",
         title=f"4. Idle cost: {WORKERS} workers, one job due in 1 h",
-        setup=(f"Processes. A {window:g} s window after {SETTLE} s of settling; CPU seconds "
-               "scaled to 10 s. mpsched: manager + worker pids; ProcessPoolExecutor: its "
-               "processes; APScheduler: its scheduler thread + its executor's processes. "
-               "Client: the submitting process (mpsched's result thread long-polls every "
-               "5 s), reported apart."),
+        setup=(
+            f"Processes. A {window:g} s window after {SETTLE} s of settling; CPU seconds "
+            "scaled to 10 s. mpsched: manager + worker pids; ProcessPoolExecutor: its "
+            "processes; APScheduler: its scheduler thread + its executor's processes. "
+            "Client: the submitting process (mpsched's result thread long-polls every "
+            "5 s), reported apart."
+        ),
     )
-    results = alternate([(n, partial(fn, window)) for n, fn in CONTENDERS.items()],
-                        repeats, "idle")
+    results = alternate([(n, partial(fn, window)) for n, fn in CONTENDERS.items()], repeats, "idle")
     for name, runs in results.items():
-        section.add(name, "CPU per 10 s idle (manager + workers / pool)", "s",
-                    column(runs, "cpu_s_per_10s"))
+        section.add(
+            name, "CPU per 10 s idle (manager + workers / pool)", "s", column(runs, "cpu_s_per_10s")
+        )
         if name != "APScheduler 3 (process pool)":
-            section.add(name, "CPU per 10 s idle, client process", "s",
-                        column(runs, "client_cpu_s_per_10s"))
+            section.add(
+                name, "CPU per 10 s idle, client process", "s", column(runs, "client_cpu_s_per_10s")
+            )
     cost = column(results["mpsched"], "cpu_s_per_10s")
-    section.targets.append(Target("idle: manager + 8 workers < 0.05 s CPU per 10 s",
-                                  f"{summarise(cost)} s", median(cost) < 0.05))
+    section.targets.append(
+        Target(
+            "idle: manager + 8 workers < 0.05 s CPU per 10 s",
+            f"{summarise(cost)} s",
+            median(cost) < 0.05,
+        )
+    )
     return section

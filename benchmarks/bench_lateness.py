@@ -70,8 +70,7 @@ def run_mpsched(offsets: list[float], watched: bool = False) -> Run:
     with scheduler(workers=WORKERS, http="127.0.0.1:0" if watched else None) as s:
         for f in [s.submit(noop) for _ in range(4 * WORKERS)]:
             f.result()
-        with watching(s.http_url) if watched else contextlib.nullcontext(), \
-                OtherLoad() as other:
+        with watching(s.http_url) if watched else contextlib.nullcontext(), OtherLoad() as other:
             wall = time.time() - time.monotonic()
             first = time.monotonic() + _lead(len(offsets))
             dues = [first + o for o in offsets]
@@ -100,7 +99,8 @@ def run_apscheduler(offsets: list[float]) -> Run:
 
     aps = BackgroundScheduler(
         executors={"default": ApsProcessPool(WORKERS)},
-        job_defaults={"misfire_grace_time": None, "coalesce": False, "max_instances": 100})
+        job_defaults={"misfire_grace_time": None, "coalesce": False, "max_instances": 100},
+    )
     aps.add_listener(on_event, EVENT_JOB_EXECUTED | EVENT_JOB_ERROR | EVENT_JOB_MISSED)
     aps.start()
     try:
@@ -117,8 +117,12 @@ def run_apscheduler(offsets: list[float]) -> Run:
             first = time.monotonic() + _lead(len(offsets))
             dues = [first + o for o in offsets]
             for i, due in enumerate(dues):
-                aps.add_job(stamp, "date", id=f"j{i}",
-                            run_date=datetime.fromtimestamp(due + wall, tz=timezone.utc))
+                aps.add_job(
+                    stamp,
+                    "date",
+                    id=f"j{i}",
+                    run_date=datetime.fromtimestamp(due + wall, tz=timezone.utc),
+                )
             _check_lead("APScheduler", first)
             every.wait(offsets[-1] + 60)
     finally:
@@ -165,8 +169,16 @@ def run_queue_threads(offsets: list[float]) -> Run:
         first = time.monotonic() + _lead(len(offsets))
         for i, offset in enumerate(offsets):
             dues[f"j{i}"] = first + offset
-            queue.submit(JobRequest(job_id=f"j{i}", client_id="bench", payload=b"",
-                                    priority=2, delay=None, at=first + offset + wall))
+            queue.submit(
+                JobRequest(
+                    job_id=f"j{i}",
+                    client_id="bench",
+                    payload=b"",
+                    priority=2,
+                    delay=None,
+                    at=first + offset + wall,
+                )
+            )
         for _ in offsets:
             done.acquire(timeout=60)
     queue.close()
@@ -207,15 +219,19 @@ def bench(jobs: int, span: float, pairs: int, repeats: int) -> Section:
     offsets = plan(jobs, span, pairs)
     section = Section(
         key="lateness",
-        title=(f"2. Lateness: {jobs} jobs over {span:g} s, {jobs - pairs} instants "
-               f"({pairs} carrying 2 jobs), {WORKERS} workers"),
-        setup=("Processes (sched: in-process). Lateness = the job's own `time.monotonic()` "
-               "at its start minus its intended due instant on the same clock. "
-               "APScheduler 3: BackgroundScheduler, MemoryJobStore, its ProcessPoolExecutor "
-               f"({WORKERS} workers), misfire grace off. All jobs are submitted before the "
-               f"first falls due. `{WATCHED}`: the same as `mpsched`, while another "
-               "process asks its manager for `/api/dashboard` (what an open status page "
-               "polls) and `/metrics` once a second each."),
+        title=(
+            f"2. Lateness: {jobs} jobs over {span:g} s, {jobs - pairs} instants "
+            f"({pairs} carrying 2 jobs), {WORKERS} workers"
+        ),
+        setup=(
+            "Processes (sched: in-process). Lateness = the job's own `time.monotonic()` "
+            "at its start minus its intended due instant on the same clock. "
+            "APScheduler 3: BackgroundScheduler, MemoryJobStore, its ProcessPoolExecutor "
+            f"({WORKERS} workers), misfire grace off. All jobs are submitted before the "
+            f"first falls due. `{WATCHED}`: the same as `mpsched`, while another "
+            "process asks its manager for `/api/dashboard` (what an open status page "
+            "polls) and `/metrics` once a second each."
+        ),
     )
     samples: dict[str, list[float]] = {name: [] for name in CONTENDERS}
 
@@ -228,13 +244,15 @@ def bench(jobs: int, span: float, pairs: int, repeats: int) -> Section:
         result["other_cores"] = other
         return result
 
-    results = alternate([(name, partial(contender, name)) for name in CONTENDERS],
-                        repeats, "lateness")
+    results = alternate(
+        [(name, partial(contender, name)) for name in CONTENDERS], repeats, "lateness"
+    )
     for name, runs in results.items():
         for q in ("min", "p50", "p90", "p99", "max"):
             section.add(name, f"lateness {q}", "ms", column(runs, q))
-        section.add(name, "other processes' CPU during the run", "cores",
-                    column(runs, "other_cores"))
+        section.add(
+            name, "other processes' CPU during the run", "cores", column(runs, "other_cores")
+        )
         if any(column(runs, "missed")):
             section.add(name, "jobs that never ran", "jobs", column(runs, "missed"))
     section.samples = samples
@@ -248,13 +266,19 @@ def _targets(section: Section, results: dict[str, list[Result]]) -> None:
     floor = results["stdlib sched (in-process)"]
     watched = results[WATCHED]
     for q in ("p50", "p99"):
-        section.add(WATCHED, f"{q} minus mpsched unwatched {q}", "ms",
-                    [a - b for a, b in zip(column(watched, q), column(mine, q), strict=True)])
+        section.add(
+            WATCHED,
+            f"{q} minus mpsched unwatched {q}",
+            "ms",
+            [a - b for a, b in zip(column(watched, q), column(mine, q), strict=True)],
+        )
     p99 = ratios(column(mine, "p99"), column(aps, "p99"))
     section.add("mpsched", "p99 ÷ APScheduler p99", "x", p99)
-    section.targets.append(Target("lateness p99 ≤ 0.5x APScheduler's", f"{summarise(p99)}x",
-                                  median(p99) <= 0.5))
+    section.targets.append(
+        Target("lateness p99 ≤ 0.5x APScheduler's", f"{summarise(p99)}x", median(p99) <= 0.5)
+    )
     gap = [a - b for a, b in zip(column(mine, "p50"), column(floor, "p50"), strict=True)]
     section.add("mpsched", "p50 minus sched p50", "ms", gap)
-    section.targets.append(Target("lateness p50 within 0.3 ms of sched's",
-                                  f"{summarise(gap)} ms", median(gap) <= 0.3))
+    section.targets.append(
+        Target("lateness p50 within 0.3 ms of sched's", f"{summarise(gap)} ms", median(gap) <= 0.3)
+    )

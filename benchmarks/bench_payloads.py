@@ -63,12 +63,17 @@ class Case:
 
 def cases(scale: float) -> list[Case]:
     """The issue's sizes; ``scale`` shrinks the job counts (``--quick``)."""
-    made = [Case("1 MiB bytes", MIB, 400, "bytes"), Case("10 MiB bytes", 10 * MIB, 80, "bytes"),
-            Case("100 MiB bytes", 100 * MIB, 12, "bytes"),
-            Case("10 MiB results", 10 * MIB, 80, "result")]
+    made = [
+        Case("1 MiB bytes", MIB, 400, "bytes"),
+        Case("10 MiB bytes", 10 * MIB, 80, "bytes"),
+        Case("100 MiB bytes", 100 * MIB, 12, "bytes"),
+        Case("10 MiB results", 10 * MIB, 80, "result"),
+    ]
     if _numpy():
-        made[3:3] = [Case("10 MiB arrays", 10 * MIB, 80, "array"),
-                     Case("100 MiB arrays", 100 * MIB, 12, "array")]
+        made[3:3] = [
+            Case("10 MiB arrays", 10 * MIB, 80, "array"),
+            Case("100 MiB arrays", 100 * MIB, 12, "array"),
+        ]
     return [Case(c.name, c.size, max(4, int(c.jobs * scale)), c.kind) for c in made]
 
 
@@ -111,8 +116,12 @@ class Peaks:
         self._thread.join()
 
 
-def _timed(case: Case, submit: Callable[..., Any], wait_all: Callable[[list[Any]], Any],
-           manager_pid: int | None = None) -> Result:
+def _timed(
+    case: Case,
+    submit: Callable[..., Any],
+    wait_all: Callable[[list[Any]], Any],
+    manager_pid: int | None = None,
+) -> Result:
     data = None if case.kind == "result" else case.argument()
     with OtherLoad() as other, Peaks(manager_pid) as peaks:
         start = time.perf_counter()
@@ -147,8 +156,9 @@ def run_mp_pool(case: Case, workers: int) -> Result:
     with get_context("fork").Pool(workers) as pool:
         for r in [pool.apply_async(noop) for _ in range(4 * workers)]:
             r.wait()
-        return _timed(case, lambda fn, *a: pool.apply_async(fn, a),
-                      lambda pending: [r.get() for r in pending])
+        return _timed(
+            case, lambda fn, *a: pool.apply_async(fn, a), lambda pending: [r.get() for r in pending]
+        )
 
 
 CONTENDERS: dict[str, Callable[..., Result]] = {
@@ -165,19 +175,23 @@ def bench(scale: float, repeats: int, workers: int = 2) -> Section:
     section = Section(
         key="payloads",
         title=f"8. Jobs that carry data: large arguments and results, {workers} workers",
-        setup=("Processes. Per case, each repeat starts a fresh pool per contender, runs "
-               "warm-up no-ops, then times N jobs `nbytes(data)` (or `make_bytes(size)` for "
-               "results) from the first submit to the last result. MiB/s counts the "
-               "payload bytes carried. `mpsched` uses shared memory for buffers of 64 KiB or "
-               "more (its default), `mpsched inline` is `shared_memory=False`. Peaks are "
-               "above the run's starting level, sampled every 5 ms: client RSS (this "
-               "process), manager RSS (mpsched), /dev/shm use (machine-wide). "
-               "ProcessPoolExecutor and Pool use fork, loky its own spawn."),
+        setup=(
+            "Processes. Per case, each repeat starts a fresh pool per contender, runs "
+            "warm-up no-ops, then times N jobs `nbytes(data)` (or `make_bytes(size)` for "
+            "results) from the first submit to the last result. MiB/s counts the "
+            "payload bytes carried. `mpsched` uses shared memory for buffers of 64 KiB or "
+            "more (its default), `mpsched inline` is `shared_memory=False`. Peaks are "
+            "above the run's starting level, sampled every 5 ms: client RSS (this "
+            "process), manager RSS (mpsched), /dev/shm use (machine-wide). "
+            "ProcessPoolExecutor and Pool use fork, loky its own spawn."
+        ),
     )
     for case in cases(scale):
         results = alternate(
             [(name, partial(fn, case, workers)) for name, fn in CONTENDERS.items()],
-            repeats, f"payloads {case.name} x{case.jobs}")
+            repeats,
+            f"payloads {case.name} x{case.jobs}",
+        )
         _summarise(section, case, results)
     return section
 
@@ -188,11 +202,15 @@ def _summarise(section: Section, case: Case, results: dict[str, list[Result]]) -
         section.add(name, f"{label}: MiB/s", "MiB/s", column(runs, "mib_per_s"))
         for key in ("client", "manager", "shm"):
             if f"peak_{key}_mib" in runs[0] and (key != "manager" or name.startswith("mps")):
-                section.add(name, f"{label}: peak {key}", "MiB",
-                            column(runs, f"peak_{key}_mib"))
+                section.add(name, f"{label}: peak {key}", "MiB", column(runs, f"peak_{key}_mib"))
     mine = column(results["mpsched"], "mib_per_s")
     rel = ratios(mine, column(results["ProcessPoolExecutor"], "mib_per_s"))
     section.add("mpsched", f"{label}: MiB/s ÷ ProcessPoolExecutor", "x", rel)
     goal = 1.5 if case.name == "100 MiB arrays" else 1.0
-    section.targets.append(Target(f"{case.name}: ≥ {goal}x ProcessPoolExecutor's MiB/s",
-                                  f"{summarise(rel)}x", median(rel) >= goal))
+    section.targets.append(
+        Target(
+            f"{case.name}: ≥ {goal}x ProcessPoolExecutor's MiB/s",
+            f"{summarise(rel)}x",
+            median(rel) >= goal,
+        )
+    )

@@ -116,14 +116,18 @@ def main(argv: list[str] | None = None) -> int:
     ratios = [r / p for r, p in zip(rates["routed"], rates["plain"], strict=True)]
     _median("plain", rates["plain"])
     _median("4 queues, each job under a limit of 1,000", rates["routed"])
-    print(f"  routed / plain: median {statistics.median(ratios):.2f} "
-          f"(min {min(ratios):.2f}, max {max(ratios):.2f})")
+    print(
+        f"  routed / plain: median {statistics.median(ratios):.2f} "
+        f"(min {min(ratios):.2f}, max {max(ratios):.2f})"
+    )
     if args.redis:
         _bench_redis(args.jobs // 4, args.rounds, args.backlog)
     result = run_backlog(args.backlog)
-    print(f"backlog of {args.backlog:,} due jobs behind a limit of 1 (submitted in "
-          f"{result['backlog_submit_s']:.1f} s), then 1,000 unlimited due jobs: the last "
-          f"started {result['all_started_s']:.2f} s after their submit began")
+    print(
+        f"backlog of {args.backlog:,} due jobs behind a limit of 1 (submitted in "
+        f"{result['backlog_submit_s']:.1f} s), then 1,000 unlimited due jobs: the last "
+        f"started {result['all_started_s']:.2f} s after their submit began"
+    )
     return 0
 
 
@@ -139,9 +143,23 @@ def _redis_server() -> Iterator[tuple[str, Any]]:
     binary = shutil.which("redis-server")
     if binary is None:
         raise SystemExit("--redis needs redis-server")
-    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--dir",
-                             directory, "--save", "", "--appendonly", "no"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            directory,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     client = redis.Redis(port=port)
     try:
         deadline = time.monotonic() + 10
@@ -174,11 +192,17 @@ def run_redis_backlog(url: str, backlog: int) -> dict[str, float]:
         store.heartbeat("m1", 30.0, b"")
         store.set_limit("one", LimitSpec(concurrency=1))
         for k in range(0, backlog, 2000):
-            store.submit_jobs([NewJob(f"j{i}", "c", None, "f", b"p", 2, 0.0, None, None, 0,
-                                      limit="one") for i in range(k, min(k + 2000, backlog))],
-                              "m1")
-        store.submit_jobs([NewJob(f"free{i}", "c", None, "f", b"p", 2, 0.0, None, None, 0)
-                           for i in range(10)], "m1")
+            store.submit_jobs(
+                [
+                    NewJob(f"j{i}", "c", None, "f", b"p", 2, 0.0, None, None, 0, limit="one")
+                    for i in range(k, min(k + 2000, backlog))
+                ],
+                "m1",
+            )
+        store.submit_jobs(
+            [NewJob(f"free{i}", "c", None, "f", b"p", 2, 0.0, None, None, 0) for i in range(10)],
+            "m1",
+        )
         take = Take(want=1, worker="m1/w", lead="wait")
         store.report("m1", 30.0, take=take)  # the limit's one slot
         start, calls, longest = time.perf_counter(), 0, 0.0
@@ -205,13 +229,17 @@ def _bench_redis(jobs: int, rounds: int, backlog: int) -> None:
         _median("plain", rates["plain"])
         _median("4 queues, each job under a limit of 1,000", rates["routed"])
         ratios = [r / p for r, p in zip(rates["routed"], rates["plain"], strict=True)]
-        print(f"  routed / plain: median {statistics.median(ratios):.2f} "
-              f"(min {min(ratios):.2f}, max {max(ratios):.2f})")
+        print(
+            f"  routed / plain: median {statistics.median(ratios):.2f} "
+            f"(min {min(ratios):.2f}, max {max(ratios):.2f})"
+        )
         client.flushall()
         found = run_redis_backlog(url, backlog)
-        print(f"redis: {backlog:,} due jobs behind a limit of 1, then 10 unlimited: the "
-              f"first of those claimed after {found['claims']:.0f} claims in "
-              f"{found['seconds']:.2f} s, the longest claim {found['longest'] * 1000:.0f} ms")
+        print(
+            f"redis: {backlog:,} due jobs behind a limit of 1, then 10 unlimited: the "
+            f"first of those claimed after {found['claims']:.0f} claims in "
+            f"{found['seconds']:.2f} s, the longest claim {found['longest'] * 1000:.0f} ms"
+        )
 
 
 if __name__ == "__main__":

@@ -129,30 +129,39 @@ def _warm(s: Any) -> None:
 
 
 def run_mpsched(runs: int, repeat: int, **options: str) -> Run:
-    with tempfile.TemporaryDirectory(prefix="mpsched-drift-") as tmp, \
-            scheduler(workers=WORKERS) as s:
+    with (
+        tempfile.TemporaryDirectory(prefix="mpsched-drift-") as tmp,
+        scheduler(workers=WORKERS) as s,
+    ):
         path = os.path.join(tmp, "runs")
         _warm(s)
         with OtherLoad() as other:
             offset = wall_offset()
             start = _start_epoch()
             first = start - offset
-            schedule = s.every(INTERVAL, stamp_run, path, start=start, id=f"drift{repeat}",
-                               **options)
+            schedule = s.every(
+                INTERVAL, stamp_run, path, start=start, id=f"drift{repeat}", **options
+            )
             last = start + (runs - 1) * INTERVAL
             time.sleep(max(0.0, first + runs * INTERVAL - time.monotonic()))
             _wait_for_file(path, last, time.monotonic() + 2.0)
             counters = schedule.counters
             schedule.cancel()
         offsets = _read_runs(path, start, first, runs)
-    return offsets, {"other_cores": other.cores, "skipped": counters.skipped,
-                     "missed": counters.missed, "failed": counters.failed}
+    return offsets, {
+        "other_cores": other.cores,
+        "skipped": counters.skipped,
+        "missed": counters.missed,
+        "failed": counters.failed,
+    }
 
 
 def run_mpsched_oneoff(runs: int, repeat: int) -> Run:
     """The control: the same instants as one-off jobs, all queued before the first."""
-    with tempfile.TemporaryDirectory(prefix="mpsched-drift-") as tmp, \
-            scheduler(workers=WORKERS) as s:
+    with (
+        tempfile.TemporaryDirectory(prefix="mpsched-drift-") as tmp,
+        scheduler(workers=WORKERS) as s,
+    ):
         path = os.path.join(tmp, "runs")
         _warm(s)
         with OtherLoad() as other:
@@ -203,9 +212,11 @@ def run_apscheduler(executor: str, runs: int, repeat: int) -> Run:
     pool = ApsProcessPool(WORKERS) if executor == "process" else ApsThreadPool(WORKERS)
     aps = BackgroundScheduler(
         executors={"default": pool},
-        job_defaults={"misfire_grace_time": None, "coalesce": False, "max_instances": runs})
-    aps.add_listener(on_event, EVENT_JOB_EXECUTED | EVENT_JOB_ERROR | EVENT_JOB_MISSED
-                     | EVENT_JOB_MAX_INSTANCES)
+        job_defaults={"misfire_grace_time": None, "coalesce": False, "max_instances": runs},
+    )
+    aps.add_listener(
+        on_event, EVENT_JOB_EXECUTED | EVENT_JOB_ERROR | EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES
+    )
     aps.start()
     try:
         for i in range(wanted[0]):  # warm-up: start the pool's processes or threads
@@ -221,8 +232,11 @@ def run_apscheduler(executor: str, runs: int, repeat: int) -> Run:
             first = start - offset
             begin = datetime.fromtimestamp(start, timezone.utc)
             trigger = IntervalTrigger(
-                seconds=INTERVAL, start_date=begin,
-                end_date=begin + timedelta(seconds=(runs - 0.5) * INTERVAL), timezone="UTC")
+                seconds=INTERVAL,
+                start_date=begin,
+                end_date=begin + timedelta(seconds=(runs - 0.5) * INTERVAL),
+                timezone="UTC",
+            )
             aps.add_job(stamp, trigger, id="drift")
             enough.wait(LEAD + runs * INTERVAL + 30)
     finally:
@@ -259,8 +273,9 @@ def run_sched(runs: int, repeat: int) -> Run:
 MPSCHED = "mpsched every()"
 CONTENDERS: dict[str, Callable[[int, int], Run]] = {
     MPSCHED: run_mpsched,
-    'mpsched every(overlap="allow", catchup="all")':
-        partial(run_mpsched, overlap="allow", catchup="all"),
+    'mpsched every(overlap="allow", catchup="all")': partial(
+        run_mpsched, overlap="allow", catchup="all"
+    ),
     "mpsched, the same instants as one-off jobs (control)": run_mpsched_oneoff,
     "APScheduler 3, thread pool": partial(run_apscheduler, "thread"),
     "APScheduler 3, process pool": partial(run_apscheduler, "process"),
@@ -272,8 +287,12 @@ def summarise_run(offsets: list[float | None]) -> Result:
     """p50/p99/max/last offset (ms), the trend, and how many slots ran."""
     ran = [x for x in offsets if x is not None]
     q = percentiles(ran)
-    result = {"p50": q["p50"] * 1e3, "p99": q["p99"] * 1e3, "max": q["max"] * 1e3,
-              "min": min(ran, default=math.nan) * 1e3}
+    result = {
+        "p50": q["p50"] * 1e3,
+        "p99": q["p99"] * 1e3,
+        "max": q["max"] * 1e3,
+        "min": min(ran, default=math.nan) * 1e3,
+    }
     last = next((x for x in reversed(offsets) if x is not None), math.nan)
     result["last"] = last * 1e3
     result["trend"] = float(last * 1e3 > result["p99"])  # 1: the last run later than p99
@@ -297,16 +316,20 @@ def bench(runs: int, repeats: int) -> Section:
     """Run the drift comparison: ``runs`` slots 10 ms apart per contender and repeat."""
     section = Section(
         key="recurring",
-        title=(f"9. Recurring: drift of a fixed-rate schedule, {runs:,} runs every "
-               f"{INTERVAL * 1e3:g} ms, {WORKERS} workers"),
-        setup=("Processes (APScheduler's thread pool and sched: in-process). Offset of run "
-               "k = the job's own `time.monotonic()` at its start minus start + k x "
-               "interval on the same clock; the start is a fixed epoch ~0.5 s ahead. "
-               "Trend: the last run's offset above that run's p99 (a count of repeats), "
-               "and the least-squares slope of offset against k. APScheduler 3: "
-               "BackgroundScheduler, IntervalTrigger, misfire grace off, coalesce off, "
-               f"max_instances {runs:,}. \"Slots run\" counts distinct slots < {runs:,} "
-               "with a run."),
+        title=(
+            f"9. Recurring: drift of a fixed-rate schedule, {runs:,} runs every "
+            f"{INTERVAL * 1e3:g} ms, {WORKERS} workers"
+        ),
+        setup=(
+            "Processes (APScheduler's thread pool and sched: in-process). Offset of run "
+            "k = the job's own `time.monotonic()` at its start minus start + k x "
+            "interval on the same clock; the start is a fixed epoch ~0.5 s ahead. "
+            "Trend: the last run's offset above that run's p99 (a count of repeats), "
+            "and the least-squares slope of offset against k. APScheduler 3: "
+            "BackgroundScheduler, IntervalTrigger, misfire grace off, coalesce off, "
+            f'max_instances {runs:,}. "Slots run" counts distinct slots < {runs:,} '
+            "with a run."
+        ),
     )
     counter = iter(range(10**6))
 
@@ -314,37 +337,53 @@ def bench(runs: int, repeats: int) -> Section:
         offsets, facts = CONTENDERS[name](runs, next(counter))
         return {**summarise_run(offsets), **facts}
 
-    results = alternate([(name, partial(contender, name)) for name in CONTENDERS],
-                        repeats, "recurring")
+    results = alternate(
+        [(name, partial(contender, name)) for name in CONTENDERS], repeats, "recurring"
+    )
     for name, rows in results.items():
         for q in ("p50", "p99", "max"):
             section.add(name, f"offset {q}", "ms", column(rows, q))
         section.add(name, "offset of the last run", "ms", column(rows, "last"))
-        section.add(name, "slope of offset against k", "ms per 1,000 runs",
-                    column(rows, "slope"))
-        section.add(name, "repeats whose last run is later than its p99", "of "
-                    f"{len(rows)}", [sum(column(rows, "trend"))], digits=1)
+        section.add(name, "slope of offset against k", "ms per 1,000 runs", column(rows, "slope"))
+        section.add(
+            name,
+            "repeats whose last run is later than its p99",
+            f"of {len(rows)}",
+            [sum(column(rows, "trend"))],
+            digits=1,
+        )
         section.add(name, f"slots run, of {runs:,}", "", column(rows, "ran"))
-        for key, what in (("skipped", "slots skipped (counters.skipped)"),
-                          ("missed", "slots missed (counters.missed)"),
-                          ("dropped", "runs dropped (misfire, max instances, error)")):
+        for key, what in (
+            ("skipped", "slots skipped (counters.skipped)"),
+            ("missed", "slots missed (counters.missed)"),
+            ("dropped", "runs dropped (misfire, max instances, error)"),
+        ):
             if key in rows[0]:
                 section.add(name, what, "", column(rows, key), digits=1)
-        section.add(name, "other processes' CPU during the run", "cores",
-                    column(rows, "other_cores"))
+        section.add(
+            name, "other processes' CPU during the run", "cores", column(rows, "other_cores")
+        )
     mine = results[MPSCHED]
     p99 = column(mine, "p99")
     floor = column(results["stdlib sched, fixed rate (in-process)"], "p99")
-    section.targets.append(Target(
-        f"recurring: every(10 ms) offset p99 ≤ {P99_TARGET_MS} ms",
-        f"{summarise(p99)} ms over the runs that happened (slots skipped: "
-        f"{summarise(column(mine, 'skipped'))}); in-process sched, same repeats: "
-        f"{summarise(floor)} ms", median(p99) <= P99_TARGET_MS))
+    section.targets.append(
+        Target(
+            f"recurring: every(10 ms) offset p99 ≤ {P99_TARGET_MS} ms",
+            f"{summarise(p99)} ms over the runs that happened (slots skipped: "
+            f"{summarise(column(mine, 'skipped'))}); in-process sched, same repeats: "
+            f"{summarise(floor)} ms",
+            median(p99) <= P99_TARGET_MS,
+        )
+    )
     trend = sum(column(mine, "trend"))
     slots = column(mine, "ran")
-    section.targets.append(Target(
-        "recurring: no trend (last run no later than p99, every repeat)",
-        f"last run later than p99 in {trend:g} of {len(mine)} repeats; slope "
-        f"{summarise(column(mine, 'slope'))} ms per 1,000 runs; slots run "
-        f"{summarise(slots)}", trend == 0))
+    section.targets.append(
+        Target(
+            "recurring: no trend (last run no later than p99, every repeat)",
+            f"last run later than p99 in {trend:g} of {len(mine)} repeats; slope "
+            f"{summarise(column(mine, 'slope'))} ms per 1,000 runs; slots run "
+            f"{summarise(slots)}",
+            trend == 0,
+        )
+    )
     return section

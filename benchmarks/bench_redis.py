@@ -97,8 +97,9 @@ class Mpsched(Contender):
     def start(self) -> None:
         from mpsched import Scheduler
 
-        self.schedulers = [Scheduler(workers=1, store=self.url, lease_timeout=self.lease)
-                           for _ in range(2)]
+        self.schedulers = [
+            Scheduler(workers=1, store=self.url, lease_timeout=self.lease) for _ in range(2)
+        ]
 
     def stop(self) -> None:
         for s in self.schedulers:  # their managers leave the store before it stops
@@ -154,8 +155,14 @@ class Rq(Peer):
 
         queue = self._queue()
         for n, due in enumerate(dues):
-            queue.enqueue_at(datetime.fromtimestamp(due, timezone.utc), stamp_line, path,
-                             f"j{n}", hold, retry=Retry(max=1))
+            queue.enqueue_at(
+                datetime.fromtimestamp(due, timezone.utc),
+                stamp_line,
+                path,
+                f"j{n}",
+                hold,
+                retry=Retry(max=1),
+            )
 
 
 class Arq(Peer):
@@ -171,9 +178,12 @@ class Arq(Peer):
             pool = await create_pool(arq_redis(self.url))
             try:
                 for i in range(0, len(calls), 500):
-                    await asyncio.gather(*(pool.enqueue_job(*call, _queue_name="bench",
-                                                            **opts)
-                                           for call, opts in calls[i:i + 500]))
+                    await asyncio.gather(
+                        *(
+                            pool.enqueue_job(*call, _queue_name="bench", **opts)
+                            for call, opts in calls[i : i + 500]
+                        )
+                    )
             finally:
                 await pool.aclose()
 
@@ -183,9 +193,15 @@ class Arq(Peer):
         self._enqueue([(("arq_mark", path), {}) for _ in range(count)])
 
     def submit_stamps(self, path: str, dues: list[float], hold: float = 0.0) -> None:
-        self._enqueue([(("arq_stamp", path, f"j{n}", hold),
-                        {"_defer_until": datetime.fromtimestamp(due, timezone.utc)})
-                       for n, due in enumerate(dues)])
+        self._enqueue(
+            [
+                (
+                    ("arq_stamp", path, f"j{n}", hold),
+                    {"_defer_until": datetime.fromtimestamp(due, timezone.utc)},
+                )
+                for n, due in enumerate(dues)
+            ]
+        )
 
 
 class Celery(Peer):
@@ -204,8 +220,9 @@ class Celery(Peer):
 
     def submit_stamps(self, path: str, dues: list[float], hold: float = 0.0) -> None:
         for n, due in enumerate(dues):
-            celery_stamp.apply_async((path, f"j{n}", hold), queue="bench",
-                                     eta=datetime.fromtimestamp(due, timezone.utc))
+            celery_stamp.apply_async(
+                (path, f"j{n}", hold), queue="bench", eta=datetime.fromtimestamp(due, timezone.utc)
+            )
 
 
 CONTENDERS: list[type[Contender]] = [Mpsched, Rq, Arq, Celery]
@@ -226,9 +243,10 @@ def _wait_size(path: str, size: int, timeout: float) -> tuple[float, int]:
 @contextlib.contextmanager
 def _contender(kind: type[Contender], server: RedisServer) -> Iterator[Contender]:
     server.client.flushall()
-    with tempfile.TemporaryDirectory(prefix="mpsched-bench-") as tmp, \
-            kind(server.url + "?prefix=bench" if kind is Mpsched else server.url,
-                 tmp) as running:
+    with (
+        tempfile.TemporaryDirectory(prefix="mpsched-bench-") as tmp,
+        kind(server.url + "?prefix=bench" if kind is Mpsched else server.url, tmp) as running,
+    ):
         yield running
 
 
@@ -239,9 +257,11 @@ def run_throughput(kind: type[Contender], server: RedisServer, jobs: int) -> Res
         started = time.perf_counter()
         running.submit_marks(path, jobs)
         ended, ran = _wait_size(path, jobs, THROUGHPUT_CAP - (time.perf_counter() - started))
-        return {"jobs_per_s": ran / (ended - started),
-                "redis_cpu_us": (server.cpu_seconds() - cpu) / jobs * 1e6,
-                "commands": (server.commands() - commands) / jobs}
+        return {
+            "jobs_per_s": ran / (ended - started),
+            "redis_cpu_us": (server.cpu_seconds() - cpu) / jobs * 1e6,
+            "commands": (server.commands() - commands) / jobs,
+        }
 
 
 def run_lateness(kind: type[Contender], server: RedisServer, offsets: list[float]) -> Result:
@@ -287,27 +307,33 @@ def bench(jobs: int, lateness: tuple[int, float, int], repeats: int) -> Section:
     section = Section(
         key="redis",
         title=f"10. Several managers on one Redis: {jobs:,} no-op jobs, lateness, "
-              f"redelivery after a SIGKILL; mpsched vs RQ, arq, Celery, 2 workers each",
-        setup=__doc__.split("\n\n", 1)[1].split("\n\n- ")[0].replace("\n", " ") if __doc__
-        else "")
+        f"redelivery after a SIGKILL; mpsched vs RQ, arq, Celery, 2 workers each",
+        setup=__doc__.split("\n\n", 1)[1].split("\n\n- ")[0].replace("\n", " ") if __doc__ else "",
+    )
     server = RedisServer()
     os.environ[URL_ENV] = server.url  # the peers' workers, and this process's clients
     try:
         offsets = plan(*lateness)
         for label, runner in (
-                ("throughput", lambda k: run_throughput(k, server, jobs)),
-                ("lateness", lambda k: run_lateness(k, server, offsets)),
+            ("throughput", lambda k: run_throughput(k, server, jobs)),
+            ("lateness", lambda k: run_lateness(k, server, offsets)),
         ):
-            results = alternate([(k.name, partial(runner, k)) for k in CONTENDERS], repeats,
-                                label)
+            results = alternate([(k.name, partial(runner, k)) for k in CONTENDERS], repeats, label)
             _add(section, label, results)
-        kills = alternate([(k.name, partial(run_redelivery, k, server)) for k in CONTENDERS],
-                          1, "redelivery")
+        kills = alternate(
+            [(k.name, partial(run_redelivery, k, server)) for k in CONTENDERS], 1, "redelivery"
+        )
         for name, runs in kills.items():
-            section.add(name, f"SIGKILL to redelivery (cap {REDELIVERY_CAP:g} s)", "s",
-                        column(runs, "redelivery_s"))
-        section.notes.append(f"Redelivery \"inf\": the killed worker's job had not run "
-                             f"again {REDELIVERY_CAP:g} s after the SIGKILL.")
+            section.add(
+                name,
+                f"SIGKILL to redelivery (cap {REDELIVERY_CAP:g} s)",
+                "s",
+                column(runs, "redelivery_s"),
+            )
+        section.notes.append(
+            f'Redelivery "inf": the killed worker\'s job had not run '
+            f"again {REDELIVERY_CAP:g} s after the SIGKILL."
+        )
     finally:
         server.stop()
     _targets(section)
@@ -325,25 +351,31 @@ def _add(section: Section, label: str, results: dict[str, list[Result]]) -> None
                 section.add(name, f"lateness {q}", "ms", column(runs, q))
     if label == "throughput":
         mine = column(results[Mpsched.name], "jobs_per_s")
-        best = [max(values) for values in zip(*(column(results[k.name], "jobs_per_s")
-                                                for k in CONTENDERS if k is not Mpsched),
-                                              strict=True)]
+        best = [
+            max(values)
+            for values in zip(
+                *(column(results[k.name], "jobs_per_s") for k in CONTENDERS if k is not Mpsched),
+                strict=True,
+            )
+        ]
         section.add(Mpsched.name, "throughput ÷ best peer", "x", ratios(mine, best))
 
 
 def _targets(section: Section) -> None:
     def values(name: str, metric: str) -> list[float]:
-        return next(m.values for m in section.metrics
-                    if m.contender == name and m.name == metric)
+        return next(m.values for m in section.metrics if m.contender == name and m.name == metric)
 
     tput = values(Mpsched.name, "throughput")
-    section.targets.append(Target("2 managers x 1 worker: >= 5,000 jobs/s",
-                                  f"{summarise(tput)} jobs/s", median(tput) >= 5000))
+    section.targets.append(
+        Target(
+            "2 managers x 1 worker: >= 5,000 jobs/s",
+            f"{summarise(tput)} jobs/s",
+            median(tput) >= 5000,
+        )
+    )
     ratio = values(Mpsched.name, "throughput ÷ best peer")
-    section.targets.append(Target(">= 3x the best peer's throughput", f"{summarise(ratio)}x",
-                                  median(ratio) >= 3))
+    section.targets.append(
+        Target(">= 3x the best peer's throughput", f"{summarise(ratio)}x", median(ratio) >= 3)
+    )
     p99 = values(Mpsched.name, "lateness p99")
-    section.targets.append(Target("lateness p99 <= 5 ms", f"{summarise(p99)} ms",
-                                  median(p99) <= 5))
-
-
+    section.targets.append(Target("lateness p99 <= 5 ms", f"{summarise(p99)} ms", median(p99) <= 5))

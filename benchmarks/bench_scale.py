@@ -61,8 +61,11 @@ def queue_fill_and_take(pending: int) -> Result:
     rss0 = rss_bytes(os.getpid())
     start = time.perf_counter()
     for i, payload in enumerate(_payloads(pending)):
-        queue.submit(JobRequest(job_id=f"c0-{i}", client_id="c0", payload=payload,
-                                priority=2, delay=0.0, at=None))
+        queue.submit(
+            JobRequest(
+                job_id=f"c0-{i}", client_id="c0", payload=payload, priority=2, delay=0.0, at=None
+            )
+        )
     fill = time.perf_counter() - start
     gc.collect()
     rss1 = rss_bytes(os.getpid())
@@ -73,15 +76,25 @@ def queue_fill_and_take(pending: int) -> Result:
         assignment = queue.take("w1", 1.0)
         t1 = time.perf_counter_ns()
         assert assignment is not None
-        queue.leases.complete(assignment.lease.lease_id, Outcome(
-            job_id=assignment.lease.job_id, ok=True, payload=b"", traceback="", started=None))
-        queue.submit(JobRequest(job_id=f"r-{i}", client_id="c0", payload=payload,
-                                priority=2, delay=0.0, at=None))
+        queue.leases.complete(
+            assignment.lease.lease_id,
+            Outcome(
+                job_id=assignment.lease.job_id, ok=True, payload=b"", traceback="", started=None
+            ),
+        )
+        queue.submit(
+            JobRequest(
+                job_id=f"r-{i}", client_id="c0", payload=payload, priority=2, delay=0.0, at=None
+            )
+        )
         latencies.append((t1 - t0) / 1e3)
     latencies.sort()
-    return {"submit_per_s": pending / fill, "bytes_per_job": (rss1 - rss0) / pending,
-            "take_p50_us": statistics.median(latencies),
-            "take_p99_us": latencies[int(0.99 * (len(latencies) - 1))]}
+    return {
+        "submit_per_s": pending / fill,
+        "bytes_per_job": (rss1 - rss0) / pending,
+        "take_p50_us": statistics.median(latencies),
+        "take_p99_us": latencies[int(0.99 * (len(latencies) - 1))],
+    }
 
 
 def sched_fill(pending: int) -> Result:
@@ -95,8 +108,10 @@ def sched_fill(pending: int) -> Result:
         runner.enterabs(now + 3600, 2, noop, (payload,))
     fill = time.perf_counter() - start
     gc.collect()
-    return {"submit_per_s": pending / fill,
-            "bytes_per_job": (rss_bytes(os.getpid()) - rss0) / pending}
+    return {
+        "submit_per_s": pending / fill,
+        "bytes_per_job": (rss_bytes(os.getpid()) - rss0) / pending,
+    }
 
 
 # ----------------------------------------------------------------- processes
@@ -141,10 +156,12 @@ def bench(big: int, small: int, process_jobs: int, repeats: int) -> Section:
     section = Section(
         key="scale",
         title=f"6. Scale: {big:,} pending jobs",
-        setup=(f"JobQueue rows: in-process, one fresh spawned interpreter per measurement, "
-               f"{TAKES:,} timed `take()` calls at constant depth. mpsched/APScheduler rows: "
-               f"{process_jobs:,} jobs due in 1 h, submitted through the manager (mpsched) "
-               "or added in-process (APScheduler). Memory = RSS growth ÷ jobs."),
+        setup=(
+            f"JobQueue rows: in-process, one fresh spawned interpreter per measurement, "
+            f"{TAKES:,} timed `take()` calls at constant depth. mpsched/APScheduler rows: "
+            f"{process_jobs:,} jobs due in 1 h, submitted through the manager (mpsched) "
+            "or added in-process (APScheduler). Memory = RSS growth ÷ jobs."
+        ),
     )
     contenders: list[tuple[str, Any]] = [
         (f"JobQueue, {big:,} pending", lambda: in_fresh_process(queue_fill_and_take, big)),
@@ -160,10 +177,16 @@ def bench(big: int, small: int, process_jobs: int, repeats: int) -> Section:
         if "take_p50_us" in runs[0]:
             section.add(name, "take() p50", "µs", column(runs, "take_p50_us"))
             section.add(name, "take() p99", "µs", column(runs, "take_p99_us"))
-    growth = ratios(column(results[contenders[0][0]], "take_p50_us"),
-                    column(results[contenders[1][0]], "take_p50_us"))
+    growth = ratios(
+        column(results[contenders[0][0]], "take_p50_us"),
+        column(results[contenders[1][0]], "take_p50_us"),
+    )
     section.add(contenders[0][0], f"take() p50 ÷ at {small:,}", "x", growth)
-    section.targets.append(Target(
-        f"take() flat from {small:,} to {big:,} pending (O(log n); this harness: ≤ 2x)",
-        f"{summarise(growth)}x", median(growth) <= 2.0))
+    section.targets.append(
+        Target(
+            f"take() flat from {small:,} to {big:,} pending (O(log n); this harness: ≤ 2x)",
+            f"{summarise(growth)}x",
+            median(growth) <= 2.0,
+        )
+    )
     return section

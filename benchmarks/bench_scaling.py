@@ -53,10 +53,12 @@ def bench(jobs: int, job_seconds: float, repeats: int) -> Section:
     section = Section(
         key="scaling",
         title=f"3. CPU-bound scaling: {jobs} pure-Python jobs of ~{job_seconds * 1e3:.0f} ms",
-        setup=(f"Processes. `spin({loops:,})` was calibrated to ~{job_seconds * 1e3:.0f} ms in "
-               "the benchmark process. Wall time from the first submit to the last result; "
-               f"ideal: {jobs * job_seconds:.2f} s on 1 worker, "
-               f"{jobs * job_seconds / 2:.2f} s on 2."),
+        setup=(
+            f"Processes. `spin({loops:,})` was calibrated to ~{job_seconds * 1e3:.0f} ms in "
+            "the benchmark process. Wall time from the first submit to the last result; "
+            f"ideal: {jobs * job_seconds:.2f} s on 1 worker, "
+            f"{jobs * job_seconds / 2:.2f} s on 2."
+        ),
     )
     contenders = [
         (f"{name} {w}w", lambda fn=fn, w=w: fn(w, jobs, loops))
@@ -69,18 +71,27 @@ def bench(jobs: int, job_seconds: float, repeats: int) -> Section:
         one, two = column(ones, "seconds"), column(twos, "seconds")
         section.add(name, "wall time, 1 worker", "s", one)
         section.add(name, "wall time, 2 workers", "s", two)
-        section.add(name, "other processes' CPU during the 2-worker runs", "cores",
-                    column(twos, "other_cores"))
+        section.add(
+            name,
+            "other processes' CPU during the 2-worker runs",
+            "cores",
+            column(twos, "other_cores"),
+        )
         speedup = ratios(one, two)
         section.add(name, "speed-up 2 vs 1 worker, per repeat", "x", speedup)
         best = min(one) / min(two)
         section.add(name, "speed-up of the fastest runs (min ÷ min)", "x", [best])
         if name == "mpsched":
-            section.targets.append(Target(
-                "CPU-bound speed-up on 2 workers ≥ 1.9x (per repeat; fastest runs)",
-                f"{summarise(speedup)}x; {best:.2f}x", median(speedup) >= 1.9))
+            section.targets.append(
+                Target(
+                    "CPU-bound speed-up on 2 workers ≥ 1.9x (per repeat; fastest runs)",
+                    f"{summarise(speedup)}x; {best:.2f}x",
+                    median(speedup) >= 1.9,
+                )
+            )
     section.notes.append(
         "CPU-bound runs only get slower from noise, so the fastest runs estimate the "
         "uncontended speed-up; the per-repeat figures show how often another tenant of "
-        "this 2-core machine took a core (see the other-processes row).")
+        "this 2-core machine took a core (see the other-processes row)."
+    )
     return section

@@ -30,16 +30,34 @@ BATCH = 512
 
 def jobs(start: int, count: int) -> list[StoredJob]:
     now = time.time()
-    return [StoredJob(f"job-{i:08d}-5f0e3b1a", "client-1", None, "bench:noop", b"p" * 32,
-                      2, now + i % 1000, i, None, 0, 0, now) for i in range(start, start + count)]
+    return [
+        StoredJob(
+            f"job-{i:08d}-5f0e3b1a",
+            "client-1",
+            None,
+            "bench:noop",
+            b"p" * 32,
+            2,
+            now + i % 1000,
+            i,
+            None,
+            0,
+            0,
+            now,
+        )
+        for i in range(start, start + count)
+    ]
 
 
 def submit_rate(directory: str, durability: str, total: int, threads: int) -> tuple[float, int]:
     path = os.path.join(directory, f"submit-{durability}-{threads}.db")
     share = total // threads
-    batches = [[jobs(t * share + b, min(BATCH, share - b)) for b in range(0, share, BATCH)]
-               for t in range(threads)]
+    batches = [
+        [jobs(t * share + b, min(BATCH, share - b)) for b in range(0, share, BATCH)]
+        for t in range(threads)
+    ]
     with SQLiteStore(path, durability=durability) as store:
+
         def run(mine: list[list[StoredJob]]) -> None:
             for batch in mine:
                 store.submit(batch)
@@ -99,13 +117,17 @@ def main() -> None:
         for durability in ("sync", "process"):
             for threads in (1, 4):
                 rate, commits = submit_rate(directory, durability, args.submit, threads)
-                print(f"submit {args.submit} jobs, {durability:7}, {threads} thread(s): "
-                      f"{rate:9,.0f} jobs/s, {commits} commits")
+                print(
+                    f"submit {args.submit} jobs, {durability:7}, {threads} thread(s): "
+                    f"{rate:9,.0f} jobs/s, {commits} commits"
+                )
         for durability in ("sync", "process"):
             for threads in (1, 4):
                 rate, commits = lease_rate(directory, durability, args.lease, threads)
-                print(f"lease+finish {args.lease} jobs, {durability:7}, {threads} thread(s): "
-                      f"{rate:9,.0f} jobs/s, {commits} commits")
+                print(
+                    f"lease+finish {args.lease} jobs, {durability:7}, {threads} thread(s): "
+                    f"{rate:9,.0f} jobs/s, {commits} commits"
+                )
         elapsed, count = recovery_time(directory, args.recover)
         print(f"recover {count:,} pending jobs: {elapsed:.2f} s")
 

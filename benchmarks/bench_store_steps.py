@@ -52,20 +52,34 @@ _runs = itertools.count()  # one new file per measurement
 def _jobs(count: int) -> list[StoredJob]:
     now = time.time()
     payload = pickle.dumps(("benchmarks.jobs", "noop", (), {}))
-    return [StoredJob(f"client-{n}", "client", None, "benchmarks.jobs:noop", payload, 2, now,
-                      n, None, 0, 0, now) for n in range(count)]
+    return [
+        StoredJob(
+            f"client-{n}",
+            "client",
+            None,
+            "benchmarks.jobs:noop",
+            payload,
+            2,
+            now,
+            n,
+            None,
+            0,
+            0,
+            now,
+        )
+        for n in range(count)
+    ]
 
 
 def store_alone(directory: str, durability: str) -> tuple[float, float]:
     """CPU µs per job: submitting, then leasing and finishing."""
-    store = SQLiteStore(os.path.join(directory, f"alone-{next(_runs)}.db"),
-                        durability=durability)
+    store = SQLiteStore(os.path.join(directory, f"alone-{next(_runs)}.db"), durability=durability)
     try:
         jobs = _jobs(JOBS)
         outcome = pickle.dumps(("client-0", True, b"\x80\x05N.", "", 0.0, None))
         start = time.process_time()
         for at in range(0, JOBS, 100):
-            store.submit(jobs[at:at + 100])
+            store.submit(jobs[at : at + 100])
         submitted = time.process_time()
         for job in jobs:
             store.lease(job.job_id, "worker-1", 1)
@@ -81,12 +95,11 @@ def lease_waits(directory: str, durability: str) -> tuple[float, float]:
     """Wall-clock ms of the longest lease and the 99.9th percentile, over JOBS leases (each
     job finished after it): what a take may wait for in the store, region changes of the
     lease log included."""
-    store = SQLiteStore(os.path.join(directory, f"waits-{next(_runs)}.db"),
-                        durability=durability)
+    store = SQLiteStore(os.path.join(directory, f"waits-{next(_runs)}.db"), durability=durability)
     try:
         jobs = _jobs(JOBS)
         for at in range(0, JOBS, 100):
-            store.submit(jobs[at:at + 100])
+            store.submit(jobs[at : at + 100])
         outcome = pickle.dumps(("client-0", True, b"\x80\x05N.", "", 0.0, None))
         waits: list[float] = []
         for job in jobs:
@@ -110,9 +123,12 @@ def _connection(path: str, jobs: int = JOBS) -> sqlite3.Connection:
     conn.execute("COMMIT")
     rows = [job[:12] for job in _jobs(jobs)]
     conn.execute("BEGIN")
-    conn.executemany("INSERT INTO jobs (job_id, client_id, key, name, payload, priority, "
-                     "due_wall, seq, timeout, retries, attempt, submitted_wall, state) "
-                     f"VALUES ({', '.join('?' * 12)}, 'pending')", rows)
+    conn.executemany(
+        "INSERT INTO jobs (job_id, client_id, key, name, payload, priority, "
+        "due_wall, seq, timeout, retries, attempt, submitted_wall, state) "
+        f"VALUES ({', '.join('?' * 12)}, 'pending')",
+        rows,
+    )
     conn.execute("COMMIT")
     return conn
 
@@ -123,8 +139,10 @@ def lease_costs(directory: str) -> tuple[float, float]:
     start = time.process_time()
     for n in range(JOBS):
         conn.execute("BEGIN IMMEDIATE")
-        conn.execute("UPDATE jobs SET state = 'running', worker_id = ?, attempt = ? "
-                     "WHERE job_id = ?", ("worker-1", 1, f"client-{n}"))
+        conn.execute(
+            "UPDATE jobs SET state = 'running', worker_id = ?, attempt = ? WHERE job_id = ?",
+            ("worker-1", 1, f"client-{n}"),
+        )
         conn.execute("COMMIT")
     commit = (time.process_time() - start) / JOBS * 1e6
     conn.close()
@@ -163,15 +181,18 @@ def update_costs(directory: str, busy: bool, batch: int = 50) -> dict[str, float
     ways: dict[str, Callable[[sqlite3.Connection, Sequence[Sequence[object]]], object]] = {
         "executemany": lambda conn, rows: conn.executemany(_FINISH_LEASED.one, rows),
         "one statement": lambda conn, rows: conn.execute(
-            _FINISH_LEASED.many(len(rows)), [v for row in rows for v in row]),
+            _FINISH_LEASED.many(len(rows)), [v for row in rows for v in row]
+        ),
     }
     for name, run in ways.items():
         conn = _connection(os.path.join(directory, f"update-{next(_runs)}.db"))
         with _busy_thread(busy):
             start = time.thread_time()
             for at in range(0, JOBS, batch):
-                rows = [("done", b"y" * 60, 1.0, "worker-1", 1, f"client-{n}")
-                        for n in range(at, min(JOBS, at + batch))]
+                rows = [
+                    ("done", b"y" * 60, 1.0, "worker-1", 1, f"client-{n}")
+                    for n in range(at, min(JOBS, at + batch))
+                ]
                 conn.execute("BEGIN IMMEDIATE")
                 run(conn, rows)
                 conn.execute("COMMIT")
@@ -188,8 +209,10 @@ _ENDS = """CREATE TABLE ends (seq INTEGER PRIMARY KEY, state TEXT NOT NULL, outc
 def _into_ends(rows: int) -> str:
     """A finish as a row of a table of ends (the job's row found by its id), n at once."""
     values = ", ".join(["(?, ?, ?, ?, ?, ?)"] * rows)
-    return ("INSERT INTO ends SELECT j.seq, v.column1, v.column2, v.column3, v.column4, "
-            f"v.column5 FROM (VALUES {values}) AS v JOIN jobs AS j ON j.job_id = v.column6")
+    return (
+        "INSERT INTO ends SELECT j.seq, v.column1, v.column2, v.column3, v.column4, "
+        f"v.column5 FROM (VALUES {values}) AS v JOIN jobs AS j ON j.job_id = v.column6"
+    )
 
 
 def finish_variants(directory: str, batch: int = 50) -> dict[str, float]:
@@ -212,8 +235,10 @@ def finish_variants(directory: str, batch: int = 50) -> dict[str, float]:
             conn.executescript(prepare)
         start = time.thread_time()
         for at in range(0, JOBS, batch):
-            rows = [("done", b"y" * 60, 1.0, "worker-1", 1, n if seq else f"client-{n}")
-                    for n in range(at, min(JOBS, at + batch))]
+            rows = [
+                ("done", b"y" * 60, 1.0, "worker-1", 1, n if seq else f"client-{n}")
+                for n in range(at, min(JOBS, at + batch))
+            ]
             conn.execute("BEGIN IMMEDIATE")
             conn.execute(sql(len(rows)), [v for row in rows for v in row])
             conn.execute("COMMIT")
@@ -230,9 +255,11 @@ def size_costs(directory: str) -> dict[str, float]:
     sizes = range(10, 151)
     ways: dict[str, Callable[[sqlite3.Connection, Sequence[Sequence[object]]], object]] = {
         "a statement per size": lambda conn, rows: conn.execute(
-            _FINISH_LEASED.many(len(rows)), [v for row in rows for v in row]),
+            _FINISH_LEASED.many(len(rows)), [v for row in rows for v in row]
+        ),
         "powers of two": lambda conn, rows: execute_rows(
-            conn, _FINISH_LEASED.many, rows, ROWS_PER_STATEMENT),
+            conn, _FINISH_LEASED.many, rows, ROWS_PER_STATEMENT
+        ),
     }
     results: dict[str, float] = {}
     for name, run in ways.items():
@@ -240,8 +267,9 @@ def size_costs(directory: str) -> dict[str, float]:
         at = 0
         start = time.thread_time()
         for size in sizes:
-            rows = [("done", b"y" * 60, 1.0, "worker-1", 1, f"client-{n}")
-                    for n in range(at, at + size)]
+            rows = [
+                ("done", b"y" * 60, 1.0, "worker-1", 1, f"client-{n}") for n in range(at, at + size)
+            ]
             conn.execute("BEGIN IMMEDIATE")
             run(conn, rows)
             conn.execute("COMMIT")
@@ -260,8 +288,9 @@ def prune_costs(directory: str, rows: int = 60_000) -> tuple[float, float, float
     for stepwise in (False, True):
         conn = _connection(os.path.join(directory, f"prune-{next(_runs)}.db"), 2 * rows)
         conn.execute("BEGIN")
-        conn.execute("UPDATE jobs SET state = 'done', outcome = ?, finished_wall = seq",
-                     (b"y" * 60,))
+        conn.execute(
+            "UPDATE jobs SET state = 'done', outcome = ?, finished_wall = seq", (b"y" * 60,)
+        )
         conn.execute("COMMIT")
         while True:
             start = time.perf_counter()
@@ -289,36 +318,49 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir="/var/tmp") as directory:
         for durability in ("process", "sync"):
             runs = [store_alone(directory, durability) for _ in range(args.repeats)]
-            print(f"store alone, {durability}: submit "
-                  f"{statistics.median(r[0] for r in runs):.1f} µs, lease + finish "
-                  f"{statistics.median(r[1] for r in runs):.1f} µs of CPU per job")
+            print(
+                f"store alone, {durability}: submit "
+                f"{statistics.median(r[0] for r in runs):.1f} µs, lease + finish "
+                f"{statistics.median(r[1] for r in runs):.1f} µs of CPU per job"
+            )
         for durability in ("process", "sync"):
             waits = [lease_waits(directory, durability) for _ in range(args.repeats)]
-            print(f"a lease's wait, {durability}: longest "
-                  f"{statistics.median(w[0] for w in waits):.2f} ms, 99.9th percentile "
-                  f"{statistics.median(w[1] for w in waits):.3f} ms of {JOBS:,}")
+            print(
+                f"a lease's wait, {durability}: longest "
+                f"{statistics.median(w[0] for w in waits):.2f} ms, 99.9th percentile "
+                f"{statistics.median(w[1] for w in waits):.3f} ms of {JOBS:,}"
+            )
         leases = [lease_costs(directory) for _ in range(args.repeats)]
-        print(f"a lease: SQLite commit (NORMAL) {statistics.median(r[0] for r in leases):.1f}"
-              f" µs, lease log write {statistics.median(r[1] for r in leases):.1f} µs of CPU")
+        print(
+            f"a lease: SQLite commit (NORMAL) {statistics.median(r[0] for r in leases):.1f}"
+            f" µs, lease log write {statistics.median(r[1] for r in leases):.1f} µs of CPU"
+        )
         for busy in (False, True):
             runs_ = [update_costs(directory, busy) for _ in range(args.repeats)]
-            cells = ", ".join(f"{name} {statistics.median(r[name] for r in runs_):.1f} µs"
-                              for name in runs_[0])
-            print(f"row updates, batches of 50, {'one busy thread' if busy else 'alone'}: "
-                  f"{cells} of CPU per row")
+            cells = ", ".join(
+                f"{name} {statistics.median(r[name] for r in runs_):.1f} µs" for name in runs_[0]
+            )
+            print(
+                f"row updates, batches of 50, {'one busy thread' if busy else 'alone'}: "
+                f"{cells} of CPU per row"
+            )
         finishes = [finish_variants(directory) for _ in range(args.repeats)]
-        cells = ", ".join(f"{name} {statistics.median(r[name] for r in finishes):.1f} µs"
-                          for name in finishes[0])
+        cells = ", ".join(
+            f"{name} {statistics.median(r[name] for r in finishes):.1f} µs" for name in finishes[0]
+        )
         print(f"a finish's row update, batches of 50, alone: {cells} of CPU per row")
         by_size = [size_costs(directory) for _ in range(args.repeats)]
-        cells = ", ".join(f"{name} {statistics.median(r[name] for r in by_size):.1f} µs"
-                          for name in by_size[0])
+        cells = ", ".join(
+            f"{name} {statistics.median(r[name] for r in by_size):.1f} µs" for name in by_size[0]
+        )
         print(f"row updates, batches of 10 to 150 rows, alone: {cells} of CPU per row")
         prunes = [prune_costs(directory) for _ in range(args.repeats)]
-        print(f"a prune of 60,000 finished jobs: {statistics.median(p[0] for p in prunes):.3f}"
-              f" s as one DELETE; in steps of {PRUNE_STEP} rows, "
-              f"{statistics.median(p[1] for p in prunes) * 1e3:.1f} ms a step, the longest "
-              f"{statistics.median(p[2] for p in prunes) * 1e3:.1f} ms")
+        print(
+            f"a prune of 60,000 finished jobs: {statistics.median(p[0] for p in prunes):.3f}"
+            f" s as one DELETE; in steps of {PRUNE_STEP} rows, "
+            f"{statistics.median(p[1] for p in prunes) * 1e3:.1f} ms a step, the longest "
+            f"{statistics.median(p[2] for p in prunes) * 1e3:.1f} ms"
+        )
 
 
 if __name__ == "__main__":

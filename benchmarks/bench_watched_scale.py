@@ -34,8 +34,7 @@ def measure(pending: int) -> dict[str, tuple[float, float]]:
     queue = JobQueue()
     batch: list[JobRequest] = []
     for i, payload in enumerate(_payloads(pending)):
-        batch.append(JobRequest(f"job-{i}", "bench", payload, 1 + i % 3, 3600.0 + i % 997,
-                                None))
+        batch.append(JobRequest(f"job-{i}", "bench", payload, 1 + i % 3, 3600.0 + i % 997, None))
         if len(batch) == 10_000:
             queue.submit_many(batch)
             batch = []

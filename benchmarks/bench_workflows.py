@@ -52,12 +52,13 @@ def latency(parents: Scheduler, children: Scheduler, pairs: int) -> dict[str, fl
     gaps = []
     for _ in range(pairs):
         parent = parents.submit(ended_at)
-        gaps.append(children.schedule(started_after, ResultOf(parent.job_id))
-                    .result(timeout=30))
+        gaps.append(children.schedule(started_after, ResultOf(parent.job_id)).result(timeout=30))
     gaps.sort()
-    return {"p50_ms": 1000 * statistics.median(gaps),
-            "p99_ms": 1000 * gaps[min(len(gaps) - 1, int(len(gaps) * 0.99))],
-            "max_ms": 1000 * gaps[-1]}
+    return {
+        "p50_ms": 1000 * statistics.median(gaps),
+        "p99_ms": 1000 * gaps[min(len(gaps) - 1, int(len(gaps) * 0.99))],
+        "max_ms": 1000 * gaps[-1],
+    }
 
 
 def manager_rss(s: Scheduler) -> int:
@@ -85,9 +86,15 @@ def memory(parents: int, children: int) -> dict[str, float]:
         graph = manager_rss(s) - before
         assert s.job_info(kept[-1].job_id).waiting_for == "after 1 jobs"
         s.shutdown(wait=False, cancel_futures=True)
-    return {"jobs": total, "plain_mib": plain / 2**20, "graph_mib": graph / 2**20,
-            "ratio": graph / plain, "plain_bytes_per_job": plain / total,
-            "graph_bytes_per_job": graph / total, "graph_submit_s": submit_s}
+    return {
+        "jobs": total,
+        "plain_mib": plain / 2**20,
+        "graph_mib": graph / 2**20,
+        "ratio": graph / plain,
+        "plain_bytes_per_job": plain / total,
+        "graph_bytes_per_job": graph / total,
+        "graph_submit_s": submit_s,
+    }
 
 
 def redis_server() -> tuple[subprocess.Popen[bytes], str]:
@@ -98,9 +105,22 @@ def redis_server() -> tuple[subprocess.Popen[bytes], str]:
     binary = shutil.which("redis-server")
     if binary is None:
         raise SystemExit("this benchmark needs redis-server (or --skip-redis)")
-    server = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save",
-                               "", "--appendonly", "no", "--dir", tempfile.gettempdir()],
-                              stdout=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            tempfile.gettempdir(),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         with socket.socket() as conn:
@@ -126,8 +146,11 @@ def main(argv: list[str] | None = None) -> int:
             one = Scheduler(workers=1, store=url)
             two = Scheduler(workers=1, store=url)
             try:
-                print("parent end -> child start, Redis, 2 managers:",
-                      latency(one, two, args.pairs), flush=True)
+                print(
+                    "parent end -> child start, Redis, 2 managers:",
+                    latency(one, two, args.pairs),
+                    flush=True,
+                )
             finally:
                 one.shutdown(cancel_futures=True)
                 two.shutdown(cancel_futures=True)

@@ -84,10 +84,27 @@ class Redis:
     def start(self) -> float:
         """Start it and wait until it answers; returns when it first did (time.time())."""
         self.proc = subprocess.Popen(
-            [shutil.which("redis-server") or "redis-server", "--port", str(self.port),
-             "--bind", "127.0.0.1", "--dir", str(self.dir), "--appendonly", "yes",
-             "--appendfsync", "always", "--save", "", "--logfile", str(self.dir / "log")],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            [
+                shutil.which("redis-server") or "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(self.dir),
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--save",
+                "",
+                "--logfile",
+                str(self.dir / "log"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         return self.wait_answers()
 
     def wait_answers(self) -> float:
@@ -136,11 +153,28 @@ class Managers:
         env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
         with open(self.tmp / f"m{n}.log", "ab") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "mpsched", "serve", "--address", self.addresses[n],
-                 "--authkey-file", str(self.key_file), "--workers", "2", "--store",
-                 self.url, "--lease-timeout", str(LEASE)],
-                stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
-                start_new_session=True, env=env)
+                [
+                    sys.executable,
+                    "-m",
+                    "mpsched",
+                    "serve",
+                    "--address",
+                    self.addresses[n],
+                    "--authkey-file",
+                    str(self.key_file),
+                    "--workers",
+                    "2",
+                    "--store",
+                    self.url,
+                    "--lease-timeout",
+                    str(LEASE),
+                ],
+                stdout=subprocess.PIPE,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env=env,
+            )
         assert proc.stdout is not None
         if b"listening" not in proc.stdout.readline():
             raise SystemExit(f"manager {n} did not start: see {self.tmp}/m{n}.log")
@@ -192,20 +226,37 @@ class Run:
 # ------------------------------------------------------------------------------ the run
 
 
-def submit_all(client: Any, name: str, count: int, span: float, t0: float, log: str,
-               rng: random.Random, out: list[Submitted]) -> None:
+def submit_all(
+    client: Any,
+    name: str,
+    count: int,
+    span: float,
+    t0: float,
+    log: str,
+    rng: random.Random,
+    out: list[Submitted],
+) -> None:
     """Submit ``count`` jobs through ``client``, one every ``span / count`` seconds."""
     from mpsched import MpschedError
 
     for n in range(count):
         time.sleep(max(0.0, t0 + n * span / count - time.time()))
         kind = rng.random()
-        job = Submitted(key=f"{name}-{n}", began=time.time(),
-                        delay=rng.uniform(0.5, 5.0) if 0.6 <= kind < 0.9 else 0.0,
-                        retries=1 if kind >= 0.9 else 0)
+        job = Submitted(
+            key=f"{name}-{n}",
+            began=time.time(),
+            delay=rng.uniform(0.5, 5.0) if 0.6 <= kind < 0.9 else 0.0,
+            retries=1 if kind >= 0.9 else 0,
+        )
         try:
-            job.future = client.schedule(chaos_job, log, job.key, rng.uniform(0.0, 0.02),
-                                         delay=job.delay, retries=job.retries)
+            job.future = client.schedule(
+                chaos_job,
+                log,
+                job.key,
+                rng.uniform(0.0, 0.02),
+                delay=job.delay,
+                retries=job.retries,
+            )
         except MpschedError as exc:
             job.refused = type(exc).__name__
         out.append(job)
@@ -213,6 +264,7 @@ def submit_all(client: Any, name: str, count: int, span: float, t0: float, log: 
 
 def faults(redis: Redis, managers: Managers, t0: float, run: Run) -> None:
     """The faults, at their times after ``t0`` (see the module docstring)."""
+
     def at(offset: float, name: str) -> None:
         time.sleep(max(0.0, t0 + offset - time.time()))
         run.faults[name] = time.time()
@@ -244,24 +296,41 @@ def chaos(jobs: int, seed: int, tmp: Path) -> tuple[Run, dict[str, list[Any]], s
     redis = Redis(tmp)
     managers = Managers(redis.url, 3, tmp)
     run = Run()
-    clients = [connect(address, authkey=managers.key_file.read_bytes().strip())
-               for address in managers.addresses]
+    clients = [
+        connect(address, authkey=managers.key_file.read_bytes().strip())
+        for address in managers.addresses
+    ]
     try:
         t0 = time.time() + 1.0
-        threads = [threading.Thread(target=submit_all, args=(
-            client, f"c{n}", jobs // 3 + (n < jobs % 3), 40.0, t0, log,
-            random.Random(seed + n), run.jobs)) for n, client in enumerate(clients)]
+        threads = [
+            threading.Thread(
+                target=submit_all,
+                args=(
+                    client,
+                    f"c{n}",
+                    jobs // 3 + (n < jobs % 3),
+                    40.0,
+                    t0,
+                    log,
+                    random.Random(seed + n),
+                    run.jobs,
+                ),
+            )
+            for n, client in enumerate(clients)
+        ]
         threads.append(threading.Thread(target=faults, args=(redis, managers, t0, run)))
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
         time.sleep(max(0.0, run.faults["Redis SIGCONT"] + SETTLE - time.time()))
-        run.unresolved_at_settle = [j.key for j in run.jobs
-                                    if j.future is not None and not j.future.done()]
+        run.unresolved_at_settle = [
+            j.key for j in run.jobs if j.future is not None and not j.future.done()
+        ]
         deadline = time.time() + 120
         while time.time() < deadline and not all(
-                j.future is None or j.future.done() for j in run.jobs):
+            j.future is None or j.future.done() for j in run.jobs
+        ):
             time.sleep(0.2)
         listing = clients[0].jobs()
     finally:
@@ -303,45 +372,64 @@ def outcome_of(job: Submitted) -> str:
 def report(run: Run, listing: dict[str, list[Any]], log: str) -> dict[str, Any]:
     """The figures of the module docstring, from what the run saw."""
     starts, ends = read_log(log)
-    stored = [(job, listing[job.future.job_id][0]) for job in run.jobs
-              if job.future is not None and job.future.job_id in listing]
-    lost = [job.key for job, rec in stored
-            if rec.state not in ("done", "failed") or (rec.state == "done"
-                                                     and job.key not in starts)]
-    lost += [job.key for job in run.jobs if outcome_of(job) == "ok"
-             and job.future.job_id not in listing]
+    stored = [
+        (job, listing[job.future.job_id][0])
+        for job in run.jobs
+        if job.future is not None and job.future.job_id in listing
+    ]
+    lost = [
+        job.key
+        for job, rec in stored
+        if rec.state not in ("done", "failed") or (rec.state == "done" and job.key not in starts)
+    ]
+    lost += [
+        job.key for job in run.jobs if outcome_of(job) == "ok" and job.future.job_id not in listing
+    ]
     false = [job.key for job, rec in stored if job.key in ends and rec.state == "failed"]
-    told_crashed = [job.key for job, _ in stored if job.key in ends
-                    and outcome_of(job) == "WorkerCrashedError"]
-    first = {name: min((t for times in starts.values() for t in times if t >= at),
-                       default=float("inf")) - at for name, at in run.answered.items()}
+    told_crashed = [
+        job.key for job, _ in stored if job.key in ends and outcome_of(job) == "WorkerCrashedError"
+    ]
+    first = {
+        name: min((t for times in starts.values() for t in times if t >= at), default=float("inf"))
+        - at
+        for name, at in run.answered.items()
+    }
     return {
         "jobs": len(run.jobs),
         "refused at the call site": dict(Counter(j.refused for j in run.jobs if j.refused)),
-        "futures": dict(Counter(outcome_of(j) or "unresolved" for j in run.jobs
-                                if j.future is not None)),
+        "futures": dict(
+            Counter(outcome_of(j) or "unresolved" for j in run.jobs if j.future is not None)
+        ),
         "taken by the store": len(stored),
         "listed": dict(Counter(rec.state for _, rec in stored)),
         "lost": lost,
-        "run twice with retries=0": [j.key for j in run.jobs if j.retries == 0
-                                     and len(starts.get(j.key, [])) > 1],
+        "run twice with retries=0": [
+            j.key for j in run.jobs if j.retries == 0 and len(starts.get(j.key, [])) > 1
+        ],
         "runs of retries=1 jobs that ran twice": sum(
-            1 for j in run.jobs if j.retries == 1 and len(starts.get(j.key, [])) > 1),
-        "started early": [j.key for j in run.jobs
-                          if starts.get(j.key) and min(starts[j.key]) < j.began + j.delay],
+            1 for j in run.jobs if j.retries == 1 and len(starts.get(j.key, [])) > 1
+        ),
+        "started early": [
+            j.key for j in run.jobs if starts.get(j.key) and min(starts[j.key]) < j.began + j.delay
+        ],
         "false outcomes": false,
         "futures failed as crashed though the job ran to its end": told_crashed,
         f"futures unresolved {SETTLE:g} s after the last fault": len(run.unresolved_at_settle),
-        "unresolved by client": dict(Counter(k.partition("-")[0]
-                                             for k in run.unresolved_at_settle)),
-        "unresolved (a few ids)": [j.future.job_id for j in run.jobs
-                                   if j.key in run.unresolved_at_settle][:8],
+        "unresolved by client": dict(
+            Counter(k.partition("-")[0] for k in run.unresolved_at_settle)
+        ),
+        "unresolved (a few ids)": [
+            j.future.job_id for j in run.jobs if j.key in run.unresolved_at_settle
+        ][:8],
         "unresolved: their last end (s after the first fault)": sorted(
             round(max(ends[k]) - min(run.faults.values()), 1)
-            for k in run.unresolved_at_settle if k in ends)[::25],
+            for k in run.unresolved_at_settle
+            if k in ends
+        )[::25],
         "first start after Redis answers (s)": {k: round(v, 3) for k, v in first.items()},
-        "faults (s after the first)": {k: round(v - min(run.faults.values()), 2)
-                                       for k, v in run.faults.items()},
+        "faults (s after the first)": {
+            k: round(v - min(run.faults.values()), 2) for k, v in run.faults.items()
+        },
     }
 
 
@@ -361,12 +449,15 @@ def main(argv: list[str] | None = None) -> int:
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
     figures["wall (s)"] = round(time.monotonic() - started, 1)
-    figures["1-min load average before, after"] = [round(load, 2),
-                                                   round(os.getloadavg()[0], 2)]
+    figures["1-min load average before, after"] = [round(load, 2), round(os.getloadavg()[0], 2)]
     print(json.dumps(figures, indent=1, default=str))
-    bad = (figures["lost"] or figures["run twice with retries=0"]
-           or figures["started early"] or figures["false outcomes"]
-           or figures[f"futures unresolved {SETTLE:g} s after the last fault"])
+    bad = (
+        figures["lost"]
+        or figures["run twice with retries=0"]
+        or figures["started early"]
+        or figures["false outcomes"]
+        or figures[f"futures unresolved {SETTLE:g} s after the last fault"]
+    )
     return 1 if bad else 0
 
 

@@ -85,22 +85,42 @@ class Run:
 
     def start_manager(self) -> None:
         self.manager = self._start(
-            "serve", "--store", str(self.workdir / "jobs.db"), "--workers", "2",
-            "--address", self.address, "--authkey-file", str(self.key_file))
+            "serve",
+            "--store",
+            str(self.workdir / "jobs.db"),
+            "--workers",
+            "2",
+            "--address",
+            self.address,
+            "--authkey-file",
+            str(self.key_file),
+        )
         assert self.manager.stdout is not None
         line = self.manager.stdout.readline().decode()  # its banner: it listens
         assert "listening on" in line, line
         self.restarts.append(time.time())
 
     def start_pool(self) -> None:
-        self.pool = self._start("worker", "--connect", self.address, "--authkey-file",
-                                str(self.key_file), "--processes", "2")
+        self.pool = self._start(
+            "worker",
+            "--connect",
+            self.address,
+            "--authkey-file",
+            str(self.key_file),
+            "--processes",
+            "2",
+        )
 
     def _start(self, *args: str) -> subprocess.Popen[bytes]:
         err = open(self.workdir / f"{args[0]}.err", "ab")  # noqa: SIM115 (the child's)
-        return subprocess.Popen([sys.executable, "-m", "mpsched", *args], cwd=ROOT,
-                                stdout=subprocess.PIPE, stderr=err, env=self.env,
-                                start_new_session=True)
+        return subprocess.Popen(
+            [sys.executable, "-m", "mpsched", *args],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            env=self.env,
+            start_new_session=True,
+        )
 
     def kill(self, proc: subprocess.Popen[bytes] | None) -> None:
         """SIGKILL ``proc`` with its whole process group, at once."""
@@ -152,8 +172,10 @@ def submit_jobs(run: Run, client_no: int, count: int, seed: int) -> None:
     start = time.monotonic()
     try:
         for b in range(batches):
-            batch = [Job(f"c{client_no}-{len(jobs) + i}", 0.0)
-                     for i in range(min(per_batch, count - len(jobs)))]
+            batch = [
+                Job(f"c{client_no}-{len(jobs) + i}", 0.0)
+                for i in range(min(per_batch, count - len(jobs)))
+            ]
             if not batch:
                 break
             _submit_batch(client, run, batch, rng)
@@ -166,24 +188,25 @@ def submit_jobs(run: Run, client_no: int, count: int, seed: int) -> None:
         client.detach()
 
 
-def _submit_batch(client: mpsched.Client, run: Run, batch: list[Job],
-                  rng: random.Random) -> None:
+def _submit_batch(client: mpsched.Client, run: Run, batch: list[Job], rng: random.Random) -> None:
     for job in batch:
         job.due = time.time() + (0.0 if rng.random() < 0.7 else rng.uniform(0.5, 5.0))
     todo = batch
     while todo:
         try:
             for job in todo:
-                job.future = client.schedule(bracketed, str(run.log), job.key, 0.002,
-                                             at=job.due)
+                job.future = client.schedule(bracketed, str(run.log), job.key, 0.002, at=job.due)
             client.stats()  # every job above is acknowledged
             return
         except mpsched.ManagerConnectionLostError:
             # The call that raised sent nothing; what went before it stays in the outbox
             # or the store, and resolves once the manager is back, unless it says it was
             # never sent.
-            todo = [job for job in batch if job.future is None
-                    or (job.future.done() and _lost_unsent(job.future))]
+            todo = [
+                job
+                for job in batch
+                if job.future is None or (job.future.done() and _lost_unsent(job.future))
+            ]
             for job in todo:
                 job.future = None
             time.sleep(0.1)
@@ -240,8 +263,7 @@ def judge(run: Run) -> Findings:
     return found
 
 
-def _judge_job(job: Job, starts: dict[str, list[float]], ends: set[str],
-               found: Findings) -> bool:
+def _judge_job(job: Job, starts: dict[str, list[float]], ends: set[str], found: Findings) -> bool:
     runs = starts.get(job.key, [])
     if len(runs) > 1:
         found.twice.append(job.key)
@@ -280,14 +302,16 @@ def chaos(jobs: int, idle: int, seed: int) -> Findings:
     run.start_pool()
     threads = [threading.Thread(target=hold_idle_sockets, args=(run, idle), daemon=True)]
     shares = [jobs // CLIENTS + (n < jobs % CLIENTS) for n in range(CLIENTS)]
-    threads += [threading.Thread(target=submit_jobs, args=(run, n, shares[n], seed))
-                for n in range(CLIENTS)]
+    threads += [
+        threading.Thread(target=submit_jobs, args=(run, n, shares[n], seed)) for n in range(CLIENTS)
+    ]
     for thread in threads:
         thread.start()
     t0 = time.monotonic()
     try:
-        events = sorted([(at, "manager") for at in MANAGER_KILLS]
-                        + [(at, "pool") for at in POOL_KILLS])
+        events = sorted(
+            [(at, "manager") for at in MANAGER_KILLS] + [(at, "pool") for at in POOL_KILLS]
+        )
         for at, what in events:
             time.sleep(max(0.0, t0 + at - time.monotonic()))
             print(f"  {time.monotonic() - t0:5.1f} s: SIGKILL of the {what}", flush=True)
@@ -311,34 +335,41 @@ def report(found: Findings, jobs: int, idle: int) -> str:
         return str(len(items)) + (f" ({', '.join(items[:5])})" if items else "")
 
     back = ", ".join(f"{1000 * s:.0f}" for s in found.back) or "-"
-    return "\n".join([
-        f"{jobs:,} jobs ({CLIENTS} clients), {len(MANAGER_KILLS)} manager SIGKILLs, "
-        f"{len(POOL_KILLS)} pool SIGKILLs, {idle} idle sockets held throughout",
-        "",
-        "| what | count |",
-        "|---|---:|",
-        f"| jobs acknowledged | {found.jobs:,} |",
-        f"| done | {found.done:,} |",
-        f"| failed as crashed (started, never ended) | {found.crashed} |",
-        f"| lost | {listed(found.lost)} |",
-        f"| run twice (`retries=0`) | {listed(found.twice)} |",
-        f"| false outcomes | {listed(found.false)} |",
-        f"| started early | {listed(found.early)} |",
-        f"| clients not served | {len(found.unserved)} of {CLIENTS} |",
-        f"| restart to first job started, ms | {back} |",
-    ])
+    return "\n".join(
+        [
+            f"{jobs:,} jobs ({CLIENTS} clients), {len(MANAGER_KILLS)} manager SIGKILLs, "
+            f"{len(POOL_KILLS)} pool SIGKILLs, {idle} idle sockets held throughout",
+            "",
+            "| what | count |",
+            "|---|---:|",
+            f"| jobs acknowledged | {found.jobs:,} |",
+            f"| done | {found.done:,} |",
+            f"| failed as crashed (started, never ended) | {found.crashed} |",
+            f"| lost | {listed(found.lost)} |",
+            f"| run twice (`retries=0`) | {listed(found.twice)} |",
+            f"| false outcomes | {listed(found.false)} |",
+            f"| started early | {listed(found.early)} |",
+            f"| clients not served | {len(found.unserved)} of {CLIENTS} |",
+            f"| restart to first job started, ms | {back} |",
+        ]
+    )
 
 
 def write_readme(text: str) -> None:
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    text = (f"*{stamp}, commit {_git_revision()}, `python -m benchmarks.chaos_serve`; load "
-            f"average at the end {load}.*\n\n{text}")
+    text = (
+        f"*{stamp}, commit {_git_revision()}, `python -m benchmarks.chaos_serve`; load "
+        f"average at the end {load}.*\n\n{text}"
+    )
     page = README.read_text()
     block = f"{BEGIN}\n{text}\n{END}"
     pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.DOTALL)
-    README.write_text(pattern.sub(lambda _: block, page) if pattern.search(page)
-                      else page.rstrip("\n") + "\n\n" + block + "\n")
+    README.write_text(
+        pattern.sub(lambda _: block, page)
+        if pattern.search(page)
+        else page.rstrip("\n") + "\n\n" + block + "\n"
+    )
 
 
 def main() -> int:
@@ -346,8 +377,9 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=5000)
     parser.add_argument("--idle", type=int, default=500, help="idle sockets held")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--readme", action="store_true",
-                        help="write the result into benchmarks/README.md")
+    parser.add_argument(
+        "--readme", action="store_true", help="write the result into benchmarks/README.md"
+    )
     args = parser.parse_args()
     found = chaos(args.jobs, args.idle, args.seed)
     text = report(found, args.jobs, args.idle)

@@ -40,7 +40,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.append(str(ROOT))
 os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in (os.environ.get("PYTHONPATH"), str(ROOT)) if p)
+    p for p in (os.environ.get("PYTHONPATH"), str(ROOT)) if p
+)
 
 from benchmarks._common import measured_package_root, percentiles, scheduler  # noqa: E402
 from benchmarks._threads import (  # noqa: E402
@@ -72,15 +73,19 @@ class Probe:
         self._last = self._read()
 
     def _read(self) -> tuple[dict[int, dict[int, ThreadCounts]], dict[int, float]]:
-        return ({pid: thread_counts(pid) for pid in self._pids},
-                {pid: process_cpu_seconds(pid) or 0.0 for pid in self._pids})
+        return (
+            {pid: thread_counts(pid) for pid in self._pids},
+            {pid: process_cpu_seconds(pid) or 0.0 for pid in self._pids},
+        )
 
     def mark(self) -> Window:
         """What happened since the previous mark (or since the probe was made)."""
         threads0, totals0 = self._last
         threads1, totals1 = self._last = self._read()
-        return Window({pid: difference(threads0[pid], threads1[pid]) for pid in self._pids},
-                      {pid: totals1[pid] - totals0[pid] for pid in self._pids})
+        return Window(
+            {pid: difference(threads0[pid], threads1[pid]) for pid in self._pids},
+            {pid: totals1[pid] - totals0[pid] for pid in self._pids},
+        )
 
 
 def thread_names(pid: int) -> dict[int, str]:
@@ -94,13 +99,21 @@ def thread_names(pid: int) -> dict[int, str]:
         return {t.native_id: t.name for t in threading.enumerate() if t.native_id}
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     try:
-        done = subprocess.run([spy, "dump", "--json", "--pid", str(pid)], capture_output=True,
-                              text=True, timeout=30, check=True)
+        done = subprocess.run(
+            [spy, "dump", "--json", "--pid", str(pid)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
         dumped: list[dict[str, Any]] = json.loads(done.stdout)
     except (OSError, subprocess.SubprocessError, ValueError):
         return {}
-    return {t["os_thread_id"]: t["thread_name"] + _started_on(t["frames"])
-            for t in dumped if t.get("os_thread_id")}
+    return {
+        t["os_thread_id"]: t["thread_name"] + _started_on(t["frames"])
+        for t in dumped
+        if t.get("os_thread_id")
+    }
 
 
 def _started_on(frames: list[dict[str, Any]]) -> str:
@@ -136,9 +149,13 @@ def run_trickle(s: Any, probe: Probe, jobs: int, rate: int, loops: int) -> Measu
     window = probe.mark()
     outcomes = [f.result(timeout=0) for f in futures]
     late = percentiles([start - at for (start, _), at in zip(outcomes, ats, strict=True)])
-    return Measured(window, sum(cpu for _, cpu in outcomes),
-                    f"lateness p50 {late['p50'] * 1e3:.3f} ms, p99 {late['p99'] * 1e3:.3f} ms, "
-                    f"max {late['max'] * 1e3:.3f} ms", submit)
+    return Measured(
+        window,
+        sum(cpu for _, cpu in outcomes),
+        f"lateness p50 {late['p50'] * 1e3:.3f} ms, p99 {late['p99'] * 1e3:.3f} ms, "
+        f"max {late['max'] * 1e3:.3f} ms",
+        submit,
+    )
 
 
 def run_batch(s: Any, probe: Probe, jobs: int, loops: int) -> Measured:
@@ -165,26 +182,37 @@ def measure(title: str, jobs: int, run: Callable[[Any, Probe], Measured]) -> Non
         names = {pid: thread_names(pid) for pid in roles}  # after: threads made in the run
     window = measured.window
     workers = sum(cpu for pid, cpu in window.totals.items() if roles[pid].startswith("worker"))
-    print(f"\n== {title}\n{measured.summary}; jobs' own CPU {measured.own_cpu / jobs * 1e6:.1f}"
-          f" µs per job, workers' beyond it {(workers - measured.own_cpu) / jobs * 1e6:.1f}")
+    print(
+        f"\n== {title}\n{measured.summary}; jobs' own CPU {measured.own_cpu / jobs * 1e6:.1f}"
+        f" µs per job, workers' beyond it {(workers - measured.own_cpu) / jobs * 1e6:.1f}"
+    )
     if measured.submit is not None:
-        print("submit phase, CPU µs per job: " + ", ".join(
-            f"{role} {measured.submit.totals[pid] / jobs * 1e6:.1f}"
-            for pid, role in roles.items()))
+        print(
+            "submit phase, CPU µs per job: "
+            + ", ".join(
+                f"{role} {measured.submit.totals[pid] / jobs * 1e6:.1f}"
+                for pid, role in roles.items()
+            )
+        )
     print()
-    print(f"{'process':<12} {'pid':>7} {'tid':>7}  {'thread':<62} "
-          f"{'CPU µs/job':>10} {'vol cs/job':>10} {'invol/job':>9}")
+    print(
+        f"{'process':<12} {'pid':>7} {'tid':>7}  {'thread':<62} "
+        f"{'CPU µs/job':>10} {'vol cs/job':>10} {'invol/job':>9}"
+    )
     for pid, role in roles.items():
         rows = sorted(window.threads[pid].items(), key=lambda item: -item[1].cpu_ns)
         for tid, counts in rows:
             name = names[pid].get(tid, "(no name: exited, or py-spy missing)")
-            print(f"{role:<12} {pid:>7} {tid:>7}  {name[:62]:<62} "
-                  f"{counts.cpu_ns / 1e3 / jobs:>10.2f} {counts.voluntary / jobs:>10.3f} "
-                  f"{counts.involuntary / jobs:>9.3f}")
+            print(
+                f"{role:<12} {pid:>7} {tid:>7}  {name[:62]:<62} "
+                f"{counts.cpu_ns / 1e3 / jobs:>10.2f} {counts.voluntary / jobs:>10.3f} "
+                f"{counts.involuntary / jobs:>9.3f}"
+            )
         threads_us = sum(c.cpu_ns for c in window.threads[pid].values()) / 1e3 / jobs
         total = f"all threads, by the process CPU clock (live ones: {threads_us:.2f})"
-        print(f"{role:<12} {pid:>7} {'':>7}  {total:<62} "
-              f"{window.totals[pid] / jobs * 1e6:>10.2f}\n")
+        print(
+            f"{role:<12} {pid:>7} {'':>7}  {total:<62} {window.totals[pid] / jobs * 1e6:>10.2f}\n"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -197,12 +225,18 @@ def main(argv: list[str] | None = None) -> int:
     os.chdir(measured_package_root())  # see benchmarks/README.md: the forkserver's path
     trickle_jobs = round(args.rate * args.seconds)
     one_ms, batch_loops = calibrate_burn(0.001), calibrate_burn(args.job_ms / 1e3)
-    measure(f"trickle: {trickle_jobs:,} jobs of 1 ms, {args.rate:,} a second over "
-            f"{args.seconds:g} s, {WORKERS} workers; window: the due phase", trickle_jobs,
-            lambda s, probe: run_trickle(s, probe, trickle_jobs, args.rate, one_ms))
-    measure(f"batch: {args.jobs:,} jobs of {args.job_ms:g} ms at once, {WORKERS} workers; "
-            "window: first submit to last result", args.jobs,
-            lambda s, probe: run_batch(s, probe, args.jobs, batch_loops))
+    measure(
+        f"trickle: {trickle_jobs:,} jobs of 1 ms, {args.rate:,} a second over "
+        f"{args.seconds:g} s, {WORKERS} workers; window: the due phase",
+        trickle_jobs,
+        lambda s, probe: run_trickle(s, probe, trickle_jobs, args.rate, one_ms),
+    )
+    measure(
+        f"batch: {args.jobs:,} jobs of {args.job_ms:g} ms at once, {WORKERS} workers; "
+        "window: first submit to last result",
+        args.jobs,
+        lambda s, probe: run_batch(s, probe, args.jobs, batch_loops),
+    )
     return 0
 
 

@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.append(str(ROOT))
 os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in (os.environ.get("PYTHONPATH"), str(ROOT)) if p)
+    p for p in (os.environ.get("PYTHONPATH"), str(ROOT)) if p
+)
 
 from benchmarks import _common, bench_cpu, bench_lateness, bench_throughput  # noqa: E402
 from benchmarks._common import (  # noqa: E402
@@ -59,17 +60,25 @@ QUIET_CORES = 0.15  # other processes' CPU above which an efficiency round is ru
 
 
 def throughput(jobs: int, repeats: int) -> bool:
-    results = alternate([
-        ("mpsched", lambda: bench_throughput.run_mpsched(jobs, 2)),
-        ("ProcessPoolExecutor", lambda: bench_throughput.run_process_pool(jobs, 2)),
-    ], repeats, "guard throughput")
-    ours, theirs = column(results["mpsched"], "jobs_per_s"), \
-        column(results["ProcessPoolExecutor"], "jobs_per_s")
+    results = alternate(
+        [
+            ("mpsched", lambda: bench_throughput.run_mpsched(jobs, 2)),
+            ("ProcessPoolExecutor", lambda: bench_throughput.run_process_pool(jobs, 2)),
+        ],
+        repeats,
+        "guard throughput",
+    )
+    ours, theirs = (
+        column(results["mpsched"], "jobs_per_s"),
+        column(results["ProcessPoolExecutor"], "jobs_per_s"),
+    )
     ratio = median(ratios(ours, theirs))
     met = ratio >= THROUGHPUT_TARGET
-    print(f"throughput: mpsched {ratio:.2f}x ProcessPoolExecutor ({median(ours):,.0f} vs "
-          f"{median(theirs):,.0f} jobs/s; {jobs:,} no-op submits, 2 workers, median of "
-          f"{repeats}; target >= {THROUGHPUT_TARGET}x) {'ok' if met else 'MISSED'}")
+    print(
+        f"throughput: mpsched {ratio:.2f}x ProcessPoolExecutor ({median(ours):,.0f} vs "
+        f"{median(theirs):,.0f} jobs/s; {jobs:,} no-op submits, 2 workers, median of "
+        f"{repeats}; target >= {THROUGHPUT_TARGET}x) {'ok' if met else 'MISSED'}"
+    )
     return met
 
 
@@ -88,8 +97,7 @@ def _mpsched_lateness(offsets: list[float]) -> dict[str, float]:
     late = [mono - due for (mono, _), due in zip(stamps, dues, strict=True)]
     result = {f"{k}": v * 1e3 for k, v in percentiles(late).items()}
     result["early_monotonic"] = float(early)
-    result["early_wall"] = float(sum(1 for (_, w), at in zip(stamps, ats, strict=True)
-                                     if w < at))
+    result["early_wall"] = float(sum(1 for (_, w), at in zip(stamps, ats, strict=True) if w < at))
     return result
 
 
@@ -100,24 +108,33 @@ def _sched_lateness(offsets: list[float]) -> dict[str, float]:
 
 def lateness(repeats: int) -> bool:
     offsets = bench_lateness.plan(*LATENESS_PLAN)
-    results = alternate([("mpsched", lambda: _mpsched_lateness(offsets)),
-                         ("sched", lambda: _sched_lateness(offsets))], repeats,
-                        "guard lateness")
+    results = alternate(
+        [
+            ("mpsched", lambda: _mpsched_lateness(offsets)),
+            ("sched", lambda: _sched_lateness(offsets)),
+        ],
+        repeats,
+        "guard lateness",
+    )
     mine, floor = results["mpsched"], results["sched"]
     ok = True
     for q, target in (("p99", P99_GAP_TARGET), ("p50", P50_GAP_TARGET)):
         gap = median([a - b for a, b in zip(column(mine, q), column(floor, q), strict=True)])
         met = gap <= target
         ok &= met
-        print(f"lateness {q}: mpsched {median(column(mine, q)):.3f} ms, sched (in-process) "
-              f"{median(column(floor, q)):.3f} ms, {gap:+.3f} ms ({LATENESS_PLAN[0]} jobs, "
-              f"median of {repeats}; target: within {target} ms of sched's) "
-              f"{'ok' if met else 'MISSED'}")
+        print(
+            f"lateness {q}: mpsched {median(column(mine, q)):.3f} ms, sched (in-process) "
+            f"{median(column(floor, q)):.3f} ms, {gap:+.3f} ms ({LATENESS_PLAN[0]} jobs, "
+            f"median of {repeats}; target: within {target} ms of sched's) "
+            f"{'ok' if met else 'MISSED'}"
+        )
     for clock in ("monotonic", "wall"):
         early = int(sum(column(mine, f"early_{clock}")))
         ok &= early == 0
-        print(f"early starts by the {clock} clock: {early} of "
-              f"{LATENESS_PLAN[0] * repeats} jobs (target 0) {'ok' if not early else 'MISSED'}")
+        print(
+            f"early starts by the {clock} clock: {early} of "
+            f"{LATENESS_PLAN[0] * repeats} jobs (target 0) {'ok' if not early else 'MISSED'}"
+        )
     return ok
 
 
@@ -130,8 +147,10 @@ def efficiency(repeats: int) -> bool:
     """
     jobs, length_ms = EFFICIENCY_BATCH
     loops = calibrate_burn(length_ms / 1e3)
-    contenders = [("mpsched", lambda: bench_cpu.run_mpsched(jobs, loops)),
-                  ("ProcessPoolExecutor", lambda: bench_cpu.run_process_pool(jobs, loops))]
+    contenders = [
+        ("mpsched", lambda: bench_cpu.run_mpsched(jobs, loops)),
+        ("ProcessPoolExecutor", lambda: bench_cpu.run_process_pool(jobs, loops)),
+    ]
     quiet: list[tuple[_common.Result, _common.Result]] = []
     busy = 0
     for attempt in range(3 * repeats):
@@ -145,8 +164,10 @@ def efficiency(repeats: int) -> bool:
             quiet.append(pair)
     what = f"efficiency, {jobs:,} x {length_ms:g} ms at once"
     if not quiet:
-        print(f"{what}: not judged, other processes used more than {QUIET_CORES} cores in "
-              f"all {busy} rounds MISSED")
+        print(
+            f"{what}: not judged, other processes used more than {QUIET_CORES} cores in "
+            f"all {busy} rounds MISSED"
+        )
         return False
     gap = median([ours["efficiency"] - theirs["efficiency"] for ours, theirs in quiet])
     met = gap >= -EFFICIENCY_GAP
@@ -154,10 +175,12 @@ def efficiency(repeats: int) -> bool:
     theirs = median([p[1]["efficiency"] for p in quiet])
     cpu = median([p[0]["cpu_us_client"] + p[0]["cpu_us_manager"] for p in quiet])
     parent = median([p[1]["cpu_us_parent"] for p in quiet])
-    print(f"{what}: mpsched {ours:.3f}, ProcessPoolExecutor {theirs:.3f}, {gap:+.3f} "
-          f"(median of {len(quiet)} quiet of {len(quiet) + busy} rounds; client + manager "
-          f"{cpu:.0f} µs per job, ProcessPoolExecutor's parent {parent:.0f}; target: at most "
-          f"{EFFICIENCY_GAP} below ProcessPoolExecutor's) {'ok' if met else 'MISSED'}")
+    print(
+        f"{what}: mpsched {ours:.3f}, ProcessPoolExecutor {theirs:.3f}, {gap:+.3f} "
+        f"(median of {len(quiet)} quiet of {len(quiet) + busy} rounds; client + manager "
+        f"{cpu:.0f} µs per job, ProcessPoolExecutor's parent {parent:.0f}; target: at most "
+        f"{EFFICIENCY_GAP} below ProcessPoolExecutor's) {'ok' if met else 'MISSED'}"
+    )
     return met
 
 
@@ -174,8 +197,10 @@ def main(argv: list[str] | None = None) -> int:
     ok = throughput(args.jobs, args.repeats)
     ok &= lateness(args.repeats)
     ok &= efficiency(args.repeats)
-    print(f"bench-guard: {'all targets met' if ok else 'a target was MISSED'} "
-          f"({time.perf_counter() - start:.0f} s)")
+    print(
+        f"bench-guard: {'all targets met' if ok else 'a target was MISSED'} "
+        f"({time.perf_counter() - start:.0f} s)"
+    )
     return 0 if ok else 1
 
 

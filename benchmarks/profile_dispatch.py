@@ -40,19 +40,25 @@ STEPS: dict[str, list[tuple[str, str]]] = {
     "client": [
         ("result thread: collect + resolve futures", r"_collect_loop|_resolve"),
         ("submit: cloudpickle the job", r"pickle_job|cloudpickle.*dumps"),
-        ("submit: sender thread, proxy call (pickle, send, wait for reply)",
-         r"_send \(mpsched|_send_batch|_callmethod|Outbox\._run"),
+        (
+            "submit: sender thread, proxy call (pickle, send, wait for reply)",
+            r"_send \(mpsched|_send_batch|_callmethod|Outbox\._run",
+        ),
         ("submit: Future/bookkeeping", r"_schedule \(mpsched|new_future|JobFuture|map \(mpsched"),
         ("waiting for futures / results", r"wait \(concurrent|_MapResults|__next__"),
     ],
     "manager": [
         ("submit: JobQueue.submit (heap push, lock)", r"JobQueue\.submit|JobQueue\._push"),
         ("take: JobQueue.take (heap pop, lease, prefetch, condition)", r"JobQueue\.take"),
-        ("take: hand-out records (leases to wire, check-in)",
-         r"Dispatch\.take|WorkerTable\.check_in"),
-        ("complete: report, JobQueue.complete, ended-job record, mailbox post",
-         r"JobQueue\.complete|Mailboxes\.post|Endings\.|NoJournal\.finished"
-         r"|ManagerService\._complete|report_from_wire"),
+        (
+            "take: hand-out records (leases to wire, check-in)",
+            r"Dispatch\.take|WorkerTable\.check_in",
+        ),
+        (
+            "complete: report, JobQueue.complete, ended-job record, mailbox post",
+            r"JobQueue\.complete|Mailboxes\.post|Endings\.|NoJournal\.finished"
+            r"|ManagerService\._complete|report_from_wire",
+        ),
         ("result: mailbox collect", r"Mailboxes\.collect|collect \(mpsched"),
         ("other service methods", r"ManagerService\."),
         ("server thread: receive + unpickle request", r"recv|_loads|loads"),
@@ -64,8 +70,10 @@ STEPS: dict[str, list[tuple[str, str]]] = {
         ("hold a report (and wake the idle reporter thread)", r"Reports\.hold|_Batches\._hold"),
         ("claim a prefetched job (shared-memory slot)", r"_claim_or_stop|ClaimSlot"),
         ("run the job (unpickle, call, pickle result)", r"run \(mpsched/_worker|_run_one"),
-        ("take: proxy call (pickle report, send, wait)",
-         r"take \(mpsched|_callmethod|Reports\.take_all|delivered"),
+        (
+            "take: proxy call (pickle report, send, wait)",
+            r"take \(mpsched|_callmethod|Reports\.take_all|delivered",
+        ),
         ("lifeline / other threads", r"_exit_with_manager|lifeline"),
     ],
 }
@@ -91,9 +99,26 @@ def workload(jobs: int, api: str) -> None:
 
 def record(jobs: int, api: str, rate: int, out: Path, extra: list[str]) -> None:
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    cmd = [py_spy, "record", "--subprocesses", *extra, "--format", "raw", "--rate", str(rate),
-           "--output", str(out), "--", sys.executable, __file__, "--workload",
-           "--jobs", str(jobs), "--api", api]
+    cmd = [
+        py_spy,
+        "record",
+        "--subprocesses",
+        *extra,
+        "--format",
+        "raw",
+        "--rate",
+        str(rate),
+        "--output",
+        str(out),
+        "--",
+        sys.executable,
+        __file__,
+        "--workload",
+        "--jobs",
+        str(jobs),
+        "--api",
+        api,
+    ]
     subprocess.run(cmd, check=True, cwd=measured_package_root())
 
 
@@ -139,19 +164,25 @@ def _step(role: str, stack: str) -> str:
 def summary(folded: dict[str, Counter[str]], rate: int, jobs: int, label: str) -> str:
     """A markdown table: samples per role and step, as µs per job."""
     total = sum(sum(c.values()) for c in folded.values())
-    lines = [f"{label}: py-spy at {rate} Hz, {jobs:,} no-op jobs on 2 workers, {total:,} "
-             "samples. µs per job = samples ÷ rate ÷ jobs.", "",
-             "| process | step | share of samples | ≈ µs per job |",
-             "|---|---|---:|---:|"]
+    lines = [
+        f"{label}: py-spy at {rate} Hz, {jobs:,} no-op jobs on 2 workers, {total:,} "
+        "samples. µs per job = samples ÷ rate ÷ jobs.",
+        "",
+        "| process | step | share of samples | ≈ µs per job |",
+        "|---|---|---:|---:|",
+    ]
     for role in ("client", "manager", "worker"):
         counter = folded.get(role, Counter())
         role_total = sum(counter.values())
-        lines.append(f"| **{role}** | *all* | **{role_total / total:.0%}** | "
-                     f"**{role_total / rate / jobs * 1e6:.0f}** |")
+        lines.append(
+            f"| **{role}** | *all* | **{role_total / total:.0%}** | "
+            f"**{role_total / rate / jobs * 1e6:.0f}** |"
+        )
         for step, n in counter.most_common():
             lines.append(f"| | {step} | {n / total:.1%} | {n / rate / jobs * 1e6:.0f} |")
-    other = sum(sum(c.values()) for r, c in folded.items()
-                if r not in ("client", "manager", "worker"))
+    other = sum(
+        sum(c.values()) for r, c in folded.items() if r not in ("client", "manager", "worker")
+    )
     lines.append(f"| other processes | | {other / total:.1%} | |")
     return "\n".join(lines)
 
@@ -184,13 +215,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--rate", type=int, default=250, help="samples per second")
-    parser.add_argument("--api", choices=("submit", "map"), default="submit",
-                        help="how the jobs are queued: one submit() each, or one map()")
+    parser.add_argument(
+        "--api",
+        choices=("submit", "map"),
+        default="submit",
+        help="how the jobs are queued: one submit() each, or one map()",
+    )
     parser.add_argument("--workload", action="store_true", help="run the workload only")
     parser.add_argument("--raw", type=Path, help="analyse this raw file instead of recording")
     parser.add_argument("--readme", action="store_true", help="write into README.md")
-    parser.add_argument("--py-spy-option", action="append", default=[], dest="extra",
-                        help="passed to py-spy record (e.g. --nonblocking, --gil)")
+    parser.add_argument(
+        "--py-spy-option",
+        action="append",
+        default=[],
+        dest="extra",
+        help="passed to py-spy record (e.g. --nonblocking, --gil)",
+    )
     args = parser.parse_args(argv)
     if args.workload:
         workload(args.jobs, args.api)

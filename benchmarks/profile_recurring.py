@@ -33,7 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.append(str(ROOT))
 os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in (os.environ.get("PYTHONPATH"), str(ROOT)) if p)
+    p for p in (os.environ.get("PYTHONPATH"), str(ROOT)) if p
+)
 
 PROBES = "MPSCHED_DRIFT_PROBES"  # the file every probe appends to (inherited environment)
 
@@ -162,25 +163,31 @@ def analyse(probes: str, records: str) -> None:
         if not {"arm", "heap", "arrived", "stamp"} <= e.keys():
             continue
         due = e["arm"][1]
-        rows.append({
-            "offset": e["stamp"][0] - due,
-            "armed_ahead": due - e["arm"][0],
-            "heap_vs_handoff": e["heap"][0] - (due - 0.002),
-            "heap_to_reply": e["reply"][0] - e["heap"][0] if "reply" in e else float("nan"),
-            "reply_to_arrived": e["arrived"][0] - e["reply"][0] if "reply" in e
-            else float("nan"),
-            "arrived_vs_due": e["arrived"][0] - due,
-            "entered_vs_due": (e["report"][1] - due) if "report" in e else float("nan"),
-            "report_to_rearmed": (e["rearmed"][0] - e["report"][0]) if "rearmed" in e
-            else float("nan"),
-        })
+        rows.append(
+            {
+                "offset": e["stamp"][0] - due,
+                "armed_ahead": due - e["arm"][0],
+                "heap_vs_handoff": e["heap"][0] - (due - 0.002),
+                "heap_to_reply": e["reply"][0] - e["heap"][0] if "reply" in e else float("nan"),
+                "reply_to_arrived": e["arrived"][0] - e["reply"][0]
+                if "reply" in e
+                else float("nan"),
+                "arrived_vs_due": e["arrived"][0] - due,
+                "entered_vs_due": (e["report"][1] - due) if "report" in e else float("nan"),
+                "report_to_rearmed": (e["rearmed"][0] - e["report"][0])
+                if "rearmed" in e
+                else float("nan"),
+            }
+        )
     print(f"{len(rows)} runs matched")
     late = [r for r in rows if r["offset"] > 0.5e-3]
     for name in rows[0]:
         ms = sorted(r[name] * 1e3 for r in rows)
         n = len(ms)
-        print(f"  {name:18s} p50 {ms[n // 2]:8.3f}  p90 {ms[int(n * .9)]:8.3f}  "
-              f"p99 {ms[int(n * .99)]:8.3f}  max {ms[-1]:8.3f} ms")
+        print(
+            f"  {name:18s} p50 {ms[n // 2]:8.3f}  p90 {ms[int(n * 0.9)]:8.3f}  "
+            f"p99 {ms[int(n * 0.99)]:8.3f}  max {ms[-1]:8.3f} ms"
+        )
     print(f"{len(late)} runs later than 0.5 ms:")
     causes: collections.Counter[str] = collections.Counter()
     for r in late:
@@ -195,8 +202,10 @@ def analyse(probes: str, records: str) -> None:
     for r in sorted(late, key=lambda r: -r["offset"])[:10]:
         print("   " + "  ".join(f"{k}={v * 1e3:.3f}" for k, v in r.items()))
     if late:
-        print("  late runs, medians: " + ", ".join(
-            f"{k} {statistics.median(r[k] for r in late) * 1e3:.3f}" for k in late[0]))
+        print(
+            "  late runs, medians: "
+            + ", ".join(f"{k} {statistics.median(r[k] for r in late) * 1e3:.3f}" for k in late[0])
+        )
 
 
 def main() -> int:

@@ -108,12 +108,17 @@ def _celery() -> Any:
 
     app = Celery("benchmarks.redis_peers", broker=bench_url(), backend=None)
     app.conf.update(
-        task_default_queue=QUEUE, task_ignore_result=True, worker_hijack_root_logger=False,
+        task_default_queue=QUEUE,
+        task_ignore_result=True,
+        worker_hijack_root_logger=False,
         # Redelivery of a job whose worker died: acked late, back after the visibility
         # timeout (default 1 h; 5 s here, as arq's job timeout).
-        task_acks_late=True, task_reject_on_worker_lost=True,
-        broker_transport_options={"visibility_timeout": 5}, broker_connection_retry=True,
-        broker_connection_retry_on_startup=True)
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        broker_transport_options={"visibility_timeout": 5},
+        broker_connection_retry=True,
+        broker_connection_retry_on_startup=True,
+    )
     return app
 
 
@@ -150,9 +155,24 @@ class RedisServer:
         if binary is None:
             raise SystemExit("section 10 needs redis-server (apt-get install redis-server)")
         self.proc = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
-             "--save", "", "--appendonly", "no", "--logfile", f"{self.dir}/redis.log"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                self.dir,
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--logfile",
+                f"{self.dir}/redis.log",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         self.url = f"redis://127.0.0.1:{self.port}/0"
         import redis
 
@@ -186,25 +206,56 @@ def worker_env(url: str) -> dict[str, str]:
     return {**os.environ, URL_ENV: url}
 
 
-def start_workers(kind: str, url: str, count: int, *, scheduler: bool = False,
-                  log_dir: str) -> list[subprocess.Popen[bytes]]:
+def start_workers(
+    kind: str, url: str, count: int, *, scheduler: bool = False, log_dir: str
+) -> list[subprocess.Popen[bytes]]:
     """``count`` worker processes of a peer, each in a session of its own."""
     procs = []
     for n in range(count):
         if kind == "rq":
-            command = ["rq", "worker", "--url", url, "-w", "rq.worker.SimpleWorker",
-                       *(["--with-scheduler"] if scheduler and n == 0 else []), QUEUE]
+            command = [
+                "rq",
+                "worker",
+                "--url",
+                url,
+                "-w",
+                "rq.worker.SimpleWorker",
+                *(["--with-scheduler"] if scheduler and n == 0 else []),
+                QUEUE,
+            ]
         elif kind == "arq":
             command = ["arq", "benchmarks.redis_peers.ArqSettings"]
         else:
-            command = ["celery", "-A", "benchmarks.redis_peers:celery_app", "worker",
-                       "-P", "solo", "-c", "1", "-Q", QUEUE, "--without-gossip",
-                       "--without-mingle", "--without-heartbeat", "-l", "WARNING",
-                       "-n", f"w{n}@%h"]
+            command = [
+                "celery",
+                "-A",
+                "benchmarks.redis_peers:celery_app",
+                "worker",
+                "-P",
+                "solo",
+                "-c",
+                "1",
+                "-Q",
+                QUEUE,
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+                "-l",
+                "WARNING",
+                "-n",
+                f"w{n}@%h",
+            ]
         binary = Path(os.path.dirname(os.path.abspath(sys.executable))) / command[0]
         with open(Path(log_dir) / f"{kind}-{n}.log", "ab") as log:
-            procs.append(subprocess.Popen([str(binary), *command[1:]], env=worker_env(url),
-                                          stdout=log, stderr=log, start_new_session=True))
+            procs.append(
+                subprocess.Popen(
+                    [str(binary), *command[1:]],
+                    env=worker_env(url),
+                    stdout=log,
+                    stderr=log,
+                    start_new_session=True,
+                )
+            )
     return procs
 
 

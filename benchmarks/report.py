@@ -18,9 +18,20 @@ README = HERE / "README.md"
 CHART = HERE / "lateness_cdf.png"
 EFFICIENCY_CHART = HERE / "efficiency.png"
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
-ORDER = ["throughput", "lateness", "scaling", "idle", "herd", "scale", "durable", "payloads",
-         "recurring", "redis", "cpu",
-         "breakdown"]
+ORDER = [
+    "throughput",
+    "lateness",
+    "scaling",
+    "idle",
+    "herd",
+    "scale",
+    "durable",
+    "payloads",
+    "recurring",
+    "redis",
+    "cpu",
+    "breakdown",
+]
 
 
 def save(sections: list[Section], run: dict[str, Any]) -> dict[str, Any]:
@@ -72,16 +83,25 @@ def _target_row(target: Target) -> str:
 
 def _section(section: dict[str, Any]) -> list[str]:
     run = section["run"]
-    lines = [f"### {section['title']}", "", section["setup"], "",
-             f"*{run['repeats']} repeats, {run['date']}, `{run['command']}`, "
-             f"{section['seconds']:.0f} s; 1-min load average (this run included) "
-             f"{section['load']}.*", "",
-             "| contender | metric | median (min\u2013max) |", "|---|---|---:|"]
+    lines = [
+        f"### {section['title']}",
+        "",
+        section["setup"],
+        "",
+        f"*{run['repeats']} repeats, {run['date']}, `{run['command']}`, "
+        f"{section['seconds']:.0f} s; 1-min load average (this run included) "
+        f"{section['load']}.*",
+        "",
+        "| contender | metric | median (min\u2013max) |",
+        "|---|---|---:|",
+    ]
     for raw in section["metrics"]:
         metric = Metric(**raw)
         unit = f" {metric.unit}" if metric.unit else ""
-        lines.append(f"| {metric.contender} | {metric.name} | "
-                     f"{summarise(metric.values, metric.digits)}{unit} |")
+        lines.append(
+            f"| {metric.contender} | {metric.name} | "
+            f"{summarise(metric.values, metric.digits)}{unit} |"
+        )
     lines += [f"\n{note}" for note in section["notes"]]
     if section["key"] == "lateness" and CHART.exists():
         lines += ["", f"![lateness CDF per scheduler]({CHART.name})"]
@@ -100,8 +120,10 @@ def write_readme(latest: dict[str, Any]) -> None:
 
 
 def _skeleton() -> str:
-    return ("# Benchmarks\n\n`python benchmarks/run.py` (or `make bench`) writes the "
-            f"results below.\n\n## Results\n\n{BEGIN}\n{END}\n")
+    return (
+        "# Benchmarks\n\n`python benchmarks/run.py` (or `make bench`) writes the "
+        f"results below.\n\n## Results\n\n{BEGIN}\n{END}\n"
+    )
 
 
 def chart(samples: dict[str, list[float]], title: str) -> None:
@@ -143,8 +165,9 @@ def efficiency_chart(curves: dict[str, dict[str, list[float]]], title: str) -> N
         medians = [median(points[x]) for x in xs]
         low = [m - min(points[x]) for m, x in zip(medians, xs, strict=True)]
         high = [max(points[x]) - m for m, x in zip(medians, xs, strict=True)]
-        ax.errorbar([float(x) for x in xs], medians, yerr=[low, high], marker="o",
-                    capsize=3, label=name)
+        ax.errorbar(
+            [float(x) for x in xs], medians, yerr=[low, high], marker="o", capsize=3, label=name
+        )
     ax.set_xscale("log")
     ticks = sorted({float(x) for points in curves.values() for x in points})
     ax.set_xticks(ticks, [f"{t:g}" for t in ticks])

@@ -27,7 +27,8 @@ if str(ROOT) not in sys.path:
     sys.path.append(str(ROOT))
 # Pool workers of every peer import benchmarks.jobs; children inherit this.
 os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in (os.environ.get("PYTHONPATH"), str(ROOT)) if p)
+    p for p in (os.environ.get("PYTHONPATH"), str(ROOT)) if p
+)
 
 from benchmarks import (  # noqa: E402
     bench_breakdown,
@@ -67,16 +68,34 @@ class Sizes:
     cpu: tuple[float, tuple[int, float], int]
 
 
-FULL = Sizes(repeats=5, throughput_jobs=20_000, lateness=(500, 5.0, 100), scaling=(40, 0.05),
-             idle_window=10.0, herd=(32, 2_000, 1.0), scale=(1_000_000, 1_000, 20_000),
-             durable=(20_000, 100_000, 3_000, 1_000_000), payloads=1.0,
-             recurring=1_000, redis=(5_000, (500, 5.0, 100)),
-             cpu=(4.0, (1_000, 20.0), 20_000))
-QUICK = Sizes(repeats=2, throughput_jobs=2_000, lateness=(200, 2.0, 40), scaling=(16, 0.05),
-              idle_window=2.0, herd=(32, 500, 0.5), scale=(100_000, 1_000, 2_000),
-              durable=(2_000, 10_000, 500, 100_000), payloads=0.2,
-              recurring=200, redis=(1_000, (200, 2.0, 40)),
-              cpu=(1.0, (1_000, 3.0), 2_000))
+FULL = Sizes(
+    repeats=5,
+    throughput_jobs=20_000,
+    lateness=(500, 5.0, 100),
+    scaling=(40, 0.05),
+    idle_window=10.0,
+    herd=(32, 2_000, 1.0),
+    scale=(1_000_000, 1_000, 20_000),
+    durable=(20_000, 100_000, 3_000, 1_000_000),
+    payloads=1.0,
+    recurring=1_000,
+    redis=(5_000, (500, 5.0, 100)),
+    cpu=(4.0, (1_000, 20.0), 20_000),
+)
+QUICK = Sizes(
+    repeats=2,
+    throughput_jobs=2_000,
+    lateness=(200, 2.0, 40),
+    scaling=(16, 0.05),
+    idle_window=2.0,
+    herd=(32, 500, 0.5),
+    scale=(100_000, 1_000, 2_000),
+    durable=(2_000, 10_000, 500, 100_000),
+    payloads=0.2,
+    recurring=200,
+    redis=(1_000, (200, 2.0, 40)),
+    cpu=(1.0, (1_000, 3.0), 2_000),
+)
 
 BENCHMARKS: dict[str, Callable[[Sizes, int], Section]] = {
     "throughput": lambda z, r: bench_throughput.bench(z.throughput_jobs, r),
@@ -97,20 +116,30 @@ BENCHMARKS: dict[str, Callable[[Sizes, int], Section]] = {
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        description="Benchmark mpsched against its peers, side by side.")
+        description="Benchmark mpsched against its peers, side by side."
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes, 2 repeats")
-    parser.add_argument("--only", nargs="+", choices=list(BENCHMARKS), metavar="NAME",
-                        help=f"run only these: {', '.join(BENCHMARKS)}")
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=list(BENCHMARKS),
+        metavar="NAME",
+        help=f"run only these: {', '.join(BENCHMARKS)}",
+    )
     parser.add_argument("--repeats", type=int, help="repeats per comparison (default 5)")
-    parser.add_argument("--no-readme", action="store_true",
-                        help="print the results; leave README.md and latest.json alone")
+    parser.add_argument(
+        "--no-readme",
+        action="store_true",
+        help="print the results; leave README.md and latest.json alone",
+    )
     args = parser.parse_args(argv)
     os.chdir(measured_package_root())  # see its docstring: the forkserver imports from cwd
     _check_workers_import_the_same_mpsched()
     sizes = QUICK if args.quick else FULL
     repeats = args.repeats or sizes.repeats
     command = "python benchmarks/run.py" + "".join(
-        f" {shlex.quote(a)}" for a in (sys.argv[1:] if argv is None else argv))
+        f" {shlex.quote(a)}" for a in (sys.argv[1:] if argv is None else argv)
+    )
     started = time.monotonic()
     sections = []
     for name in args.only or list(BENCHMARKS):
@@ -123,14 +152,23 @@ def main(argv: list[str] | None = None) -> int:
         if section.samples and not args.no_readme:
             report.chart(section.samples, f"{section.title}; {repeats} repeats pooled")
         if section.curves and not args.no_readme:
-            report.efficiency_chart(section.curves, f"{section.title.split(':')[0]}: "
-                                    f"efficiency; median and range of {repeats} repeats")
-    run = {"command": command, "repeats": repeats,
-           "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-           "minutes": (time.monotonic() - started) / 60, "machine": machine()}
+            report.efficiency_chart(
+                section.curves,
+                f"{section.title.split(':')[0]}: efficiency; median and range of {repeats} repeats",
+            )
+    run = {
+        "command": command,
+        "repeats": repeats,
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "minutes": (time.monotonic() - started) / 60,
+        "machine": machine(),
+    }
     if args.no_readme:
-        print(report.render({"sections": {s.key: _as_record(s, run) for s in sections},
-                             "last_run": run}))
+        print(
+            report.render(
+                {"sections": {s.key: _as_record(s, run) for s in sections}, "last_run": run}
+            )
+        )
         return 0
     report.write_readme(report.save(sections, run))
     log(f"wrote {report.README} and {report.LATEST} in {run['minutes']:.1f} min")
@@ -145,8 +183,10 @@ def _check_workers_import_the_same_mpsched() -> None:
     with scheduler(workers=1) as s:
         there = s.submit(mpsched_location).result()
     if Path(there).resolve() != Path(mpsched.__file__).resolve():
-        raise SystemExit(f"workers import mpsched from {there}, this process from "
-                         f"{mpsched.__file__}: run from the measured package's directory")
+        raise SystemExit(
+            f"workers import mpsched from {there}, this process from "
+            f"{mpsched.__file__}: run from the measured package's directory"
+        )
     log(f"measuring mpsched from {Path(there).parent}")
 
 

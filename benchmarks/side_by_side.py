@@ -31,8 +31,9 @@ with tempfile.TemporaryDirectory() as d:
 
 def _run(directory: str, argv: list[str]) -> str:
     env = {**os.environ, "PYTHONPATH": directory}
-    done = subprocess.run([sys.executable, *argv], cwd=directory, env=env, text=True,
-                          capture_output=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, *argv], cwd=directory, env=env, text=True, capture_output=True, timeout=600
+    )
     return done.stdout + done.stderr
 
 
@@ -48,9 +49,11 @@ def main(argv: list[str] | None = None) -> int:
         for label in ("before", "after") if round_ % 2 == 0 else ("after", "before"):
             directory = getattr(args, label)
             out = _run(directory, ["benchmarks/guard.py", "--repeats", "1"])
-            found = {"throughput x PPE": r"throughput: mpsched ([\d.]+)x",
-                     "lateness p99 ms": r"lateness p99: mpsched ([\d.]+) ms",
-                     "sched p99 ms": r"sched \(in-process\) ([\d.]+) ms"}
+            found = {
+                "throughput x PPE": r"throughput: mpsched ([\d.]+)x",
+                "lateness p99 ms": r"lateness p99: mpsched ([\d.]+) ms",
+                "sched p99 ms": r"sched \(in-process\) ([\d.]+) ms",
+            }
             for name, pattern in found.items():
                 match = re.search(pattern, out)
                 if match:

@@ -47,8 +47,12 @@ def watching(url: str) -> Iterator[dict[str, float]]:
     """While in the block, the page's poll and a scrape hit ``url`` once a second each
     (their first round comes before the block, and is not counted); after it, the dict
     holds how many requests were made in the block and how long they took."""
-    poller = subprocess.Popen([sys.executable, "-c", POLLER, url], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
+    poller = subprocess.Popen(
+        [sys.executable, "-c", POLLER, url],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert poller.stdout is not None and poller.stdin is not None
     found: dict[str, float] = {}
     try:

@@ -68,9 +68,11 @@ def run_all(workers: int) -> Run:
 def describe(run: Run) -> str:
     pids = sorted({c.worker_pid for c in run.counts})
     label = f"{run.workers} worker" + ("s" if run.workers > 1 else "")
-    return (f"{label:>10}: {run.wall:5.2f} s wall for {len(run.counts)} jobs on "
-            f"{len(pids)} pid{'s' if len(pids) > 1 else ''} {pids}  "
-            f"(start-up {run.startup:.2f} s, not counted)")
+    return (
+        f"{label:>10}: {run.wall:5.2f} s wall for {len(run.counts)} jobs on "
+        f"{len(pids)} pid{'s' if len(pids) > 1 else ''} {pids}  "
+        f"(start-up {run.startup:.2f} s, not counted)"
+    )
 
 
 def main() -> int:
@@ -78,17 +80,25 @@ def main() -> int:
     parallel = min(max(2, cores), JOBS)
     serial_run = run_all(1)
     job_seconds = sum(c.seconds for c in serial_run.counts) / JOBS
-    print(f"{JOBS} jobs, each counting the primes below {LIMIT:,} in pure Python "
-          f"({job_seconds:.2f} s each on one core); os.cpu_count() = {cores}\n")
+    print(
+        f"{JOBS} jobs, each counting the primes below {LIMIT:,} in pure Python "
+        f"({job_seconds:.2f} s each on one core); os.cpu_count() = {cores}\n"
+    )
     print(describe(serial_run))
     parallel_run = run_all(parallel)
     print(describe(parallel_run))
     speedup = serial_run.wall / parallel_run.wall
     ideal = min(parallel, cores)
-    print(f"\nspeed-up: {speedup:.2f}x with {parallel} workers (ideal about {ideal:.2f}x "
-          f"on {cores} core{'s' if cores > 1 else ''})")
-    wrong = [c.primes for r in (serial_run, parallel_run) for c in r.counts
-             if c.primes != PRIMES_BELOW_LIMIT]
+    print(
+        f"\nspeed-up: {speedup:.2f}x with {parallel} workers (ideal about {ideal:.2f}x "
+        f"on {cores} core{'s' if cores > 1 else ''})"
+    )
+    wrong = [
+        c.primes
+        for r in (serial_run, parallel_run)
+        for c in r.counts
+        if c.primes != PRIMES_BELOW_LIMIT
+    ]
     if wrong:
         print(f"✗ wrong prime counts {wrong}, expected {PRIMES_BELOW_LIMIT}")
         return 1

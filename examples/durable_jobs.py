@@ -63,8 +63,12 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         store, log = str(Path(tmp) / "jobs.db"), str(Path(tmp) / "reports.log")
         # Its manager logs that its owner is gone, as it should: not shown here.
-        first = subprocess.Popen([sys.executable, __file__, "--first", store, log],
-                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        first = subprocess.Popen(
+            [sys.executable, __file__, "--first", store, log],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         assert first.stdout is not None
         job_ids = [line.strip() for line in iter(first.stdout.readline, "ready\n")]
         os.kill(first.pid, signal.SIGKILL)
@@ -77,16 +81,19 @@ def main() -> int:
             # running again by now, so count the first program's jobs in any state.
             recovered = [j for j in s.jobs() if j.job_id in job_ids]
             print(f"new program:   {len(recovered)} jobs recovered from the store")
-            again = [s.schedule(write_report, log, name, key=f"report-{name}")
-                     for name in REPORTS]
+            again = [s.schedule(write_report, log, name, key=f"report-{name}") for name in REPORTS]
             same = [f.job_id for f in again] == job_ids
             print(f"               scheduling them again by key gives the same jobs: {same}")
             results = [s.job(job_id).result(timeout=30) for job_id in job_ids]
             for job_id, result in zip(job_ids, results, strict=True):
                 print(f"  {job_id}  {result}")
         runs = Path(log).read_text().split()
-        ok = same and not ran_before and len(recovered) == len(REPORTS) \
+        ok = (
+            same
+            and not ran_before
+            and len(recovered) == len(REPORTS)
             and sorted(runs) == sorted(REPORTS)
+        )
         print(("✓" if ok else "✗") + " every report ran exactly once, after the restart")
         return 0 if ok else 1
 

@@ -58,8 +58,7 @@ def main() -> None:
         print(f"submitted {2 + CHUNKS + 1} jobs; the manager runs them in order")
         print(done.result(timeout=60))
         assert total.result() == 17_984  # the primes below 200,000
-        print(f"✓ {CHUNKS} transforms ran in parallel, each once, between extract and "
-              "combine")
+        print(f"✓ {CHUNKS} transforms ran in parallel, each once, between extract and combine")
 
         bad = s.submit(broken_extract)
         after = [s.schedule(transform, ResultOf(bad), i) for i in range(CHUNKS)]

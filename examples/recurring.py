@@ -61,8 +61,10 @@ def main() -> None:
             print(f"{future.job_id:36} {late * 1000:6.2f} ms")
         spans = sorted(f.result() for f in steps if not f.cancelled())
         overlaps = sum(b[0] < a[1] for a, b in itertools.pairwise(spans))
-        print(f"slow schedule: {len(spans)} runs of 0.25 s every 0.1 s, {overlaps} overlaps, "
-              f"{skipped} slots skipped")
+        print(
+            f"slow schedule: {len(spans)} runs of 0.25 s every 0.1 s, {overlaps} overlaps, "
+            f"{skipped} slots skipped"
+        )
         preview = [t.strftime("%a %d %b %H:%M %Z") for t in nightly.preview(3)]
         print("nightly 02:30 in Berlin:", ", ".join(preview))
         ok = all(-0.003 < late < 0.1 for late in lateness) and overlaps == 0 and skipped > 0

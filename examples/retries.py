@@ -53,8 +53,10 @@ def main() -> None:
         for note in getattr(error, "__notes__", []):
             print(f"  {note}")
         stats = s.stats().queue
-    print(f"{time.monotonic() - started:.1f} s; runs again: {stats.retried_exception} after "
-          f"an exception, {stats.retried_later} asked for (RetryLater)")
+    print(
+        f"{time.monotonic() - started:.1f} s; runs again: {stats.retried_exception} after "
+        f"an exception, {stats.retried_later} asked for (RetryLater)"
+    )
     with open(log) as f:
         runs = Counter(f.read().split())
     expected = {f"page-{n}": 4 if n == 3 else 3 for n in range(8)} | {"refused": 4}

@@ -43,9 +43,18 @@ class Start(NamedTuple):
 
 # (due offset, priority) of each job; shuffled below so the submission order is scrambled.
 PLAN = [
-    (0.5, HIGH), (0.5, HIGH), (0.5, MEDIUM), (0.5, LOW), (0.5, LOW),
-    (0.8, LOW), (0.8, HIGH), (0.8, MEDIUM), (0.8, MEDIUM),
-    (1.1, MEDIUM), (1.1, HIGH), (1.1, LOW),
+    (0.5, HIGH),
+    (0.5, HIGH),
+    (0.5, MEDIUM),
+    (0.5, LOW),
+    (0.5, LOW),
+    (0.8, LOW),
+    (0.8, HIGH),
+    (0.8, MEDIUM),
+    (0.8, MEDIUM),
+    (1.1, MEDIUM),
+    (1.1, HIGH),
+    (1.1, LOW),
 ]
 SHUFFLE_SEED = 7  # any seed scrambles; a fixed one makes the output repeatable
 
@@ -72,23 +81,28 @@ def print_runs(starts: list[Start], plan: list[Planned], origin: float) -> None:
     print(" ran  job  due      priority  started")
     for position, start in enumerate(starts, 1):
         job = by_number[start.number]
-        print(f"{position:4d}  #{job.number:<3d} +{job.offset:.1f} s   {job.priority.name:<8}"
-              f"  +{start.started - origin:.3f} s")
+        print(
+            f"{position:4d}  #{job.number:<3d} +{job.offset:.1f} s   {job.priority.name:<8}"
+            f"  +{start.started - origin:.3f} s"
+        )
 
 
 def main() -> int:
     plan = scrambled_plan()
     with Scheduler(workers=1) as s:
         origin, origin_epoch = time.monotonic(), time.time()
-        futures = [s.schedule(record_start, p.number, at=origin_epoch + p.offset,
-                              priority=p.priority) for p in plan]
+        futures = [
+            s.schedule(record_start, p.number, at=origin_epoch + p.offset, priority=p.priority)
+            for p in plan
+        ]
         submit_ms = (time.monotonic() - origin) * 1000
         starts = sorted((f.result(timeout=30) for f in futures), key=lambda r: r.started)
     print(f"submitted {len(plan)} jobs in {submit_ms:.0f} ms, in this order:")
     print("  " + "  ".join(f"#{p.number} {p.priority.name} +{p.offset:.1f}s" for p in plan[:6]))
     print("  " + "  ".join(f"#{p.number} {p.priority.name} +{p.offset:.1f}s" for p in plan[6:]))
-    print(f"one worker (pid {', '.join(str(p) for p in {r.worker_pid for r in starts})}) "
-          "ran them:\n")
+    print(
+        f"one worker (pid {', '.join(str(p) for p in {r.worker_pid for r in starts})}) ran them:\n"
+    )
     print_runs(starts, plan, origin)
     expected = expected_order(plan)
     actual = [r.number for r in starts]

@@ -67,8 +67,9 @@ class PayloadTooLargeError(InvalidJobError):
         self.size = size
         self.limit = limit
         self.where = where
-        super().__init__(f"the job's pickle is {size} bytes, more than {where} takes "
-                         f"({limit} bytes)")
+        super().__init__(
+            f"the job's pickle is {size} bytes, more than {where} takes ({limit} bytes)"
+        )
 
     def __reduce__(self) -> tuple[type[PayloadTooLargeError], tuple[int, int, str]]:
         return (type(self), (self.size, self.limit, self.where))
@@ -106,7 +107,8 @@ class NothingToRunError(MpschedError, RuntimeError):
         super().__init__(
             "run_forever() has nothing to run: the manager holds no schedule and no job "
             "pending or running. Add a schedule first (every() or cron()); to wait only for "
-            "jobs, leave the with block or call shutdown(wait=True)")
+            "jobs, leave the with block or call shutdown(wait=True)"
+        )
 
     def __reduce__(self) -> tuple[type[NothingToRunError], tuple[()]]:
         return (type(self), ())
@@ -325,11 +327,18 @@ class ManagerConnectionLostError(ManagerUnreachableError, SchedulerShutdownError
         self.address = address
         self.reason = reason
         self.advice = advice
-        ConnectionError.__init__(self, f"lost the connection to the manager at {address} "
-                                       f"({reason})" + (f"; {advice}" if advice else ""))
+        ConnectionError.__init__(
+            self,
+            f"lost the connection to the manager at {address} "
+            f"({reason})" + (f"; {advice}" if advice else ""),
+        )
 
-    def __reduce__(self) -> tuple[type[ManagerConnectionLostError],  # type: ignore[override]
-                                  tuple[str, str, str]]:
+    def __reduce__(  # type: ignore[override]
+        self,
+    ) -> tuple[
+        type[ManagerConnectionLostError],
+        tuple[str, str, str],
+    ]:
         return (type(self), (self.address, self.reason, self.advice))
 
 
@@ -349,10 +358,12 @@ class VersionMismatchError(MpschedError):
         self.theirs = theirs
         super().__init__(
             f"{peer} runs Python {theirs[0]} with cloudpickle {theirs[1]}, but the manager "
-            f"runs Python {mine[0]} with cloudpickle {mine[1]}: use the same versions")
+            f"runs Python {mine[0]} with cloudpickle {mine[1]}: use the same versions"
+        )
 
-    def __reduce__(self) -> tuple[type[VersionMismatchError], tuple[str, tuple[str, str],
-                                                                    tuple[str, str]]]:
+    def __reduce__(
+        self,
+    ) -> tuple[type[VersionMismatchError], tuple[str, tuple[str, str], tuple[str, str]]]:
         return (type(self), (self.peer, self.mine, self.theirs))
 
 
@@ -370,8 +381,10 @@ class JobNotFoundError(MpschedError, KeyError):
         super().__init__(job_id)
 
     def __str__(self) -> str:
-        return (f"no job {self.job_id}: unknown, or ended and forgotten (ended jobs are "
-                f"kept for result_ttl; without a store, at most the 100,000 latest)")
+        return (
+            f"no job {self.job_id}: unknown, or ended and forgotten (ended jobs are "
+            f"kept for result_ttl; without a store, at most the 100,000 latest)"
+        )
 
     def __reduce__(self) -> tuple[type[JobNotFoundError], tuple[str]]:
         return (type(self), (self.job_id,))
@@ -402,8 +415,11 @@ class ExtraMissingError(MpschedError, ImportError):
         """``where``: the process that lacks it, as "the manager (pid 42 on db1)"."""
         self.feature, self.extra, self.module, self.where = feature, extra, module, where
         missing, there = (f", missing in {where}", " there") if where else ("", "")
-        super().__init__(f"{feature} need the optional dependency {module}{missing}: "
-                         f"pip install 'mpsched[{extra}]'{there}", name=module)
+        super().__init__(
+            f"{feature} need the optional dependency {module}{missing}: "
+            f"pip install 'mpsched[{extra}]'{there}",
+            name=module,
+        )
 
     def missing_in(self, where: str) -> ExtraMissingError:
         """The same error, saying which process lacks the dependency."""
@@ -435,8 +451,9 @@ class StoreLockedError(StoreError):
     def __init__(self, path: str, pid: int | None) -> None:
         self.pid = pid
         holder = "another manager" if pid is None else f"another manager (pid {pid})"
-        super().__init__(path, f"in use by {holder}, which holds {path}.lock; stop it or "
-                               "use another store")
+        super().__init__(
+            path, f"in use by {holder}, which holds {path}.lock; stop it or use another store"
+        )
 
     def __reduce__(self) -> tuple[type[StoreError], tuple[str, int | None]]:  # type: ignore[override]
         return (type(self), (self.path, self.pid))
@@ -449,8 +466,9 @@ class StoreFullError(StoreError):
     """
 
     def __init__(self, path: str) -> None:
-        super().__init__(path, "the disk or the database is full (SQLITE_FULL): "
-                               "this change was not written")
+        super().__init__(
+            path, "the disk or the database is full (SQLITE_FULL): this change was not written"
+        )
 
     def __reduce__(self) -> tuple[type[StoreError], tuple[str]]:  # type: ignore[override]
         return (type(self), (self.path,))

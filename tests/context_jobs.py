@@ -57,8 +57,13 @@ def context() -> dict[str, Any]:
 
     job = current_job()
     assert job is not None
-    return {"job_id": job.job_id, "attempt": job.attempt, "max_retries": job.max_retries,
-            "due": job.due, "schedule_id": job.schedule_id}
+    return {
+        "job_id": job.job_id,
+        "attempt": job.attempt,
+        "max_retries": job.max_retries,
+        "due": job.due,
+        "schedule_id": job.schedule_id,
+    }
 
 
 def log_context(log_path: str) -> None:
@@ -128,8 +133,16 @@ def bad_progress() -> list[str]:
     job = current_job()
     assert job is not None
     errors = []
-    for value in (float("nan"), 1.5, -0.1, True, "half", [0.5], {"a": object()},
-                  {"text": "x" * 5000}):
+    for value in (
+        float("nan"),
+        1.5,
+        -0.1,
+        True,
+        "half",
+        [0.5],
+        {"a": object()},
+        {"text": "x" * 5000},
+    ):
         try:
             job.set_progress(value)  # type: ignore[arg-type]
         except ValueError as exc:

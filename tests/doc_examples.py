@@ -61,13 +61,19 @@ def examples(page: Path) -> list[Example]:
         language = LANGUAGES.get(match.group(1))
         if language is None:
             continue
-        before = text[:match.start()].rstrip("\n").rsplit("\n", 1)[-1]
+        before = text[: match.start()].rstrip("\n").rsplit("\n", 1)[-1]
         marker = MARKER.match(before.strip())
         how, argument = (How(marker.group(1)), marker.group(2)) if marker else (How.RUN, "")
-        found.append(Example(page=str(page.relative_to(ROOT)),
-                             line=text.count("\n", 0, match.start()) + 1,
-                             language=language, source=match.group(2), how=how,
-                             argument=argument))
+        found.append(
+            Example(
+                page=str(page.relative_to(ROOT)),
+                line=text.count("\n", 0, match.start()) + 1,
+                language=language,
+                source=match.group(2),
+                how=how,
+                argument=argument,
+            )
+        )
     return found
 
 
@@ -80,8 +86,9 @@ def problems(example: Example) -> list[str]:
         return [f"{where}: file needs a NAME.py"]
     if example.how == How.BACKGROUND and example.language == "sh" and len(commands(example)) != 1:
         return [f"{where}: a background shell example is one command"]
-    if example.how == How.TESTED_BY and not re.fullmatch(r"tests/[\w/]+\.py::\w+",
-                                                         example.argument):
+    if example.how == How.TESTED_BY and not re.fullmatch(
+        r"tests/[\w/]+\.py::\w+", example.argument
+    ):
         return [f"{where}: tested-by needs tests/FILE.py::NAME"]
     return []
 
@@ -89,6 +96,8 @@ def problems(example: Example) -> list[str]:
 def commands(example: Example) -> list[str]:
     """A shell block's command lines, comments and continuations joined."""
     joined = re.sub(r"\\\n\s*", " ", example.source)
-    return [line for line in (re.sub(r"\s+#.*$", "", raw).strip()
-                              for raw in joined.splitlines())
-            if line and not line.startswith("#")]
+    return [
+        line
+        for line in (re.sub(r"\s+#.*$", "", raw).strip() for raw in joined.splitlines())
+        if line and not line.startswith("#")
+    ]

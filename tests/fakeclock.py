@@ -77,8 +77,9 @@ class FakeClock:
     whose timers run late (0.003: a 2 s wait ends 6 ms late).
     """
 
-    def __init__(self, start: float = 1000.0, wall_offset: float = 1.7e9,
-                 oversleep: float = 0.0) -> None:
+    def __init__(
+        self, start: float = 1000.0, wall_offset: float = 1.7e9, oversleep: float = 0.0
+    ) -> None:
         self._now = start
         self.oversleep = oversleep
         self.wall_offset = wall_offset

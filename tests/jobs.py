@@ -44,8 +44,9 @@ def append_line(log_path: str, line: str) -> None:
         os.close(fd)
 
 
-def produce(address: Any, authkey: bytes, producer: int, count: int, log_path: str,
-            horizon: float) -> dict[str, Any]:
+def produce(
+    address: Any, authkey: bytes, producer: int, count: int, log_path: str, horizon: float
+) -> dict[str, Any]:
     """A producer process: submit ``count`` jobs with random due times and priorities.
 
     Returns how many ran, how many started before their due time, and which keys.
@@ -61,8 +62,9 @@ def produce(address: Any, authkey: bytes, producer: int, count: int, log_path: s
             priority = rng.choice(list(Priority))
             earliest = time.monotonic() + delay
             key = f"p{producer}-{i}"
-            futures.append((earliest, client.schedule(record, log_path, key, delay=delay,
-                                                      priority=priority)))
+            futures.append(
+                (earliest, client.schedule(record, log_path, key, delay=delay, priority=priority))
+            )
         keys, early = [], 0
         for earliest, future in futures:
             key, started = future.result(timeout=120)

@@ -63,20 +63,31 @@ class Programs:
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
-        pythonpath = os.pathsep.join(filter(None, [str(TESTS_DIR),
-                                                   os.environ.get("PYTHONPATH")]))
+        pythonpath = os.pathsep.join(filter(None, [str(TESTS_DIR), os.environ.get("PYTHONPATH")]))
         self.env = {**os.environ, "PYTHONPATH": pythonpath}
         self._popens: list[subprocess.Popen[str]] = []
         self._terminals: list[Terminal] = []
         self._descendants: list[psutil.Process] = []
 
-    def start(self, *args: str, stdin: Any = subprocess.DEVNULL, stdout: Any = subprocess.PIPE,
-              stderr: Any = subprocess.PIPE,
-              env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    def start(
+        self,
+        *args: str,
+        stdin: Any = subprocess.DEVNULL,
+        stdout: Any = subprocess.PIPE,
+        stderr: Any = subprocess.PIPE,
+        env: dict[str, str] | None = None,
+    ) -> subprocess.Popen[str]:
         """``python ARGS`` in the work directory (``env``: variables to add or change)."""
-        popen = subprocess.Popen([sys.executable, *args], stdin=stdin, stdout=stdout,
-                                 stderr=stderr, text=True, cwd=self.workdir,
-                                 env={**self.env, **(env or {})}, start_new_session=True)
+        popen = subprocess.Popen(
+            [sys.executable, *args],
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            text=True,
+            cwd=self.workdir,
+            env={**self.env, **(env or {})},
+            start_new_session=True,
+        )
         self._popens.append(popen)
         return popen
 
@@ -86,19 +97,25 @@ class Programs:
         indent this typing twice), without colours."""
         master, slave = pty.openpty()
         try:
-            popen = subprocess.Popen([sys.executable, "-q"], stdin=slave, stdout=slave,
-                                     stderr=slave, text=True, cwd=self.workdir,
-                                     env={**self.env, "PYTHON_BASIC_REPL": "1",
-                                          "PYTHON_COLORS": "0"},
-                                     start_new_session=True)
+            popen = subprocess.Popen(
+                [sys.executable, "-q"],
+                stdin=slave,
+                stdout=slave,
+                stderr=slave,
+                text=True,
+                cwd=self.workdir,
+                env={**self.env, "PYTHON_BASIC_REPL": "1", "PYTHON_COLORS": "0"},
+                start_new_session=True,
+            )
         finally:
             os.close(slave)
         self._popens.append(popen)
         self._terminals.append(terminal := Terminal(master))
         return popen, terminal
 
-    def run(self, *args: str, source: str | None = None,
-            timeout: float = 90.0) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, *args: str, source: str | None = None, timeout: float = 90.0
+    ) -> subprocess.CompletedProcess[str]:
         """Run ``python ARGS`` to its end, with ``source`` on its stdin."""
         popen = self.start(*args, stdin=subprocess.DEVNULL if source is None else subprocess.PIPE)
         out, err = popen.communicate(source, timeout=timeout)
@@ -178,8 +195,9 @@ class Lines:
             try:
                 line = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
-                raise AssertionError(f"the stream did not end in {timeout} s: {self.seen}"
-                                     ) from None
+                raise AssertionError(
+                    f"the stream did not end in {timeout} s: {self.seen}"
+                ) from None
             if line is None:
                 self._queue.put(None)
                 return self.seen[start:]
@@ -201,8 +219,9 @@ class Terminal:
         """Read until ``text`` was printed after what the last call found."""
         deadline = time.monotonic() + timeout
         while (found := self.output.find(text, self._searched)) < 0:
-            assert self._read(deadline), f"not printed in {timeout} s: {text!r}; " \
-                                         f"output: {self.output!r}"
+            assert self._read(deadline), (
+                f"not printed in {timeout} s: {text!r}; output: {self.output!r}"
+            )
         self._searched = found + len(text)
 
     def read_to_end(self, timeout: float = 60.0) -> str:

@@ -52,10 +52,23 @@ class RedisServer:
         self.start()
 
     def command(self) -> list[str]:
-        args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
-                "--unixsocket", self.socket, "--unixsocketperm", "700",
-                "--dir", str(self.data_dir), "--logfile", str(self.data_dir / "redis.log"),
-                "--daemonize", "no"]
+        args = [
+            self.binary,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--unixsocket",
+            self.socket,
+            "--unixsocketperm",
+            "700",
+            "--dir",
+            str(self.data_dir),
+            "--logfile",
+            str(self.data_dir / "redis.log"),
+            "--daemonize",
+            "no",
+        ]
         for name, value in self.config.items():
             args += [f"--{name.replace('_', '-')}", value]
         return args
@@ -65,8 +78,12 @@ class RedisServer:
         assert self.proc is None or self.proc.poll() is not None
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.socket)
-        self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            self.command(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + START_TIMEOUT
         while True:
             try:
@@ -77,15 +94,13 @@ class RedisServer:
                         return
             except (redis.ConnectionError, redis.BusyLoadingError, OSError):
                 pass
-            assert self.proc.poll() is None, (
-                f"redis-server exited at start: {self.log_tail()}")
+            assert self.proc.poll() is None, f"redis-server exited at start: {self.log_tail()}"
             assert time.monotonic() < deadline, "redis-server did not answer in time"
             time.sleep(0.01)
 
     def client(self) -> redis.Redis:
         """A plain redis-py client of this server (for a test to look or set things)."""
-        return redis.Redis(unix_socket_path=self.socket,
-                           password=self.config.get("requirepass"))
+        return redis.Redis(unix_socket_path=self.socket, password=self.config.get("requirepass"))
 
     def url(self, prefix: str = "mpsched", *, db: int = 0) -> str:
         """A store URL on this server's Unix socket."""

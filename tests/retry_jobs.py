@@ -60,8 +60,12 @@ def raise_named(log_path: str, name: str) -> None:
     """Raise the exception ``name``: Flaky, Fatal, KeyError, KeyboardInterrupt, SystemExit."""
     log_start(log_path)
     errors: dict[str, BaseException] = {
-        "Flaky": Flaky("flaky"), "Fatal": Fatal("fatal"), "KeyError": KeyError("k"),
-        "KeyboardInterrupt": KeyboardInterrupt(), "SystemExit": SystemExit(3)}
+        "Flaky": Flaky("flaky"),
+        "Fatal": Fatal("fatal"),
+        "KeyError": KeyError("k"),
+        "KeyboardInterrupt": KeyboardInterrupt(),
+        "SystemExit": SystemExit(3),
+    }
     raise errors[name]
 
 

@@ -65,20 +65,24 @@ class Proc:
         try:
             line = self._lines.get(timeout=timeout)
         except queue.Empty:
-            raise AssertionError(f"pid {self.pid} printed nothing in {timeout} s; stderr:\n"
-                                 f"{self.stderr()}") from None
+            raise AssertionError(
+                f"pid {self.pid} printed nothing in {timeout} s; stderr:\n{self.stderr()}"
+            ) from None
         if line is None:
             self._lines.put(None)
-            raise AssertionError(f"pid {self.pid} exited ({self.popen.poll()}) before printing; "
-                                 f"stderr:\n{self.stderr()}")
+            raise AssertionError(
+                f"pid {self.pid} exited ({self.popen.poll()}) before printing; "
+                f"stderr:\n{self.stderr()}"
+            )
         return line
 
     def wait(self, timeout: float = EXIT_TIMEOUT) -> int:
         try:
             return self.popen.wait(timeout)
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"pid {self.pid} still running after {timeout} s; stderr:\n"
-                                 f"{self.stderr()}") from None
+            raise AssertionError(
+                f"pid {self.pid} still running after {timeout} s; stderr:\n{self.stderr()}"
+            ) from None
 
     def stderr(self) -> str:
         return self._stderr_path.read_text(errors="replace")
@@ -97,22 +101,32 @@ class Processes:
         self.workdir = workdir
         # Short: a Unix socket path must fit in 108 bytes.
         self.runtime_dir = Path(tempfile.mkdtemp(prefix="mps-"))
-        pythonpath = os.pathsep.join(filter(None, [str(TESTS_DIR),
-                                                   os.environ.get("PYTHONPATH")]))
-        self.env = {**os.environ, "PYTHONPATH": pythonpath,
-                    "XDG_RUNTIME_DIR": str(self.runtime_dir)}
+        pythonpath = os.pathsep.join(filter(None, [str(TESTS_DIR), os.environ.get("PYTHONPATH")]))
+        self.env = {
+            **os.environ,
+            "PYTHONPATH": pythonpath,
+            "XDG_RUNTIME_DIR": str(self.runtime_dir),
+        }
         self.env.pop(AUTHKEY_ENV, None)
         self._popens: list[subprocess.Popen[str]] = []
         self._descendants: list[psutil.Process] = []  # noted while running, for orphans
         self._count = 0
 
-    def _popen(self, args: tuple[str, ...], env: dict[str, str] | None,
-               stdout: Any, stderr: Any) -> subprocess.Popen[str]:
-        argv = [sys.executable, *args] if args[0] == "-c" else [
-            sys.executable, "-m", "mpsched", *args]
-        popen = subprocess.Popen(argv, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL,
-                                 text=True, env={**self.env, **(env or {})},
-                                 start_new_session=True)
+    def _popen(
+        self, args: tuple[str, ...], env: dict[str, str] | None, stdout: Any, stderr: Any
+    ) -> subprocess.Popen[str]:
+        argv = (
+            [sys.executable, *args] if args[0] == "-c" else [sys.executable, "-m", "mpsched", *args]
+        )
+        popen = subprocess.Popen(
+            argv,
+            stdout=stdout,
+            stderr=stderr,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env={**self.env, **(env or {})},
+            start_new_session=True,
+        )
         self._popens.append(popen)
         return popen
 
@@ -124,8 +138,9 @@ class Processes:
             popen = self._popen(args, env, subprocess.PIPE, stderr)
         return Proc(popen, stderr_path)
 
-    def run(self, *args: str, env: dict[str, str] | None = None,
-            timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, *args: str, env: dict[str, str] | None = None, timeout: float = 60.0
+    ) -> subprocess.CompletedProcess[str]:
         """Run a short command (submit, status) to completion."""
         popen = self._popen(args, env, subprocess.PIPE, subprocess.PIPE)
         out, err = popen.communicate(timeout=timeout)
@@ -182,12 +197,12 @@ class Manager:
         return [w for w in self.stats().workers if w.remote]
 
 
-def serve(procs: Processes, *args: str, env: dict[str, str] | None = None,
-          code: str | None = None) -> Manager:
+def serve(
+    procs: Processes, *args: str, env: dict[str, str] | None = None, code: str | None = None
+) -> Manager:
     """Start ``serve`` with ``args``; with ``code``, as ``python -c code`` instead of
     ``python -m mpsched serve``, the code running serve with ``sys.argv[1:]``."""
-    proc = procs.start("-c", code, *args, env=env) if code else procs.start("serve", *args,
-                                                                           env=env)
+    proc = procs.start("-c", code, *args, env=env) if code else procs.start("serve", *args, env=env)
     first = proc.line()
     listening = LISTENING.search(first)
     assert listening, first
@@ -198,8 +213,9 @@ def serve(procs: Processes, *args: str, env: dict[str, str] | None = None,
 
 
 def start_pool(procs: Processes, manager: Manager, processes: int = 1) -> Proc:
-    pool = procs.start("worker", *manager.cli(), "--processes", str(processes),
-                       "--heartbeat-interval", "0.5")
+    pool = procs.start(
+        "worker", *manager.cli(), "--processes", str(processes), "--heartbeat-interval", "0.5"
+    )
     assert f"{processes} process{'es' if processes > 1 else ''} joined" in pool.line()
     return pool
 

@@ -54,8 +54,12 @@ class InProcessServer:
     """
 
     def __init__(self, address: Any, key: bytes = KEY) -> None:
-        self.server = RecordingServer(ServiceManager._registry,  # type: ignore[attr-defined]
-                                      address, key, SERIALIZER)
+        self.server = RecordingServer(
+            ServiceManager._registry,  # type: ignore[attr-defined]
+            address,
+            key,
+            SERIALIZER,
+        )
         self.server.nodelay = []
         self.server.handlers = []
         self.server.stop_event = threading.Event()  # serve_forever() would make it

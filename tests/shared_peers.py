@@ -22,23 +22,36 @@ from mpsched._store.redis.store import RedisStore
 class Peer:
     """One manager: its store connection, queue, journal and link (started)."""
 
-    def __init__(self, url: str, name: str, *, clock: Any = None, lease: float = 30.0,
-                 claims: Any = None, operation_timeout: float = OPERATION_TIMEOUT) -> None:
+    def __init__(
+        self,
+        url: str,
+        name: str,
+        *,
+        clock: Any = None,
+        lease: float = 30.0,
+        claims: Any = None,
+        operation_timeout: float = OPERATION_TIMEOUT,
+    ) -> None:
         self.store = RedisStore(url, operation_timeout=operation_timeout)
-        self.queue = SharedQueue(self.store, manager_id=name, lease_timeout=lease,
-                                 clock=clock, claims=claims)
+        self.queue = SharedQueue(
+            self.store, manager_id=name, lease_timeout=lease, clock=clock, claims=claims
+        )
         self.journal = SharedJournal(self.store, self.queue)
         self.delivered: list[tuple[str, Outcome]] = []
-        self.journal.bind(lambda client, outcome, watchers:
-                          self.delivered.append((client, outcome)))
-        self.link = SharedLink(self.store, self.queue, self.journal,
-                               outage=self.queue.outage, status=lambda: b"")
+        self.journal.bind(
+            lambda client, outcome, watchers: self.delivered.append((client, outcome))
+        )
+        self.link = SharedLink(
+            self.store, self.queue, self.journal, outage=self.queue.outage, status=lambda: b""
+        )
         self.queue.on_unregistered(self.link.beat_now)
         self.link.start()
 
     def submit(self, job_id: str, delay: float = 0.0, client: str = "c1") -> None:
-        self.store.submit_jobs([NewJob(job_id, client, None, "f", b"payload", 2, delay, None,
-                                       None, 0)], self.queue.manager_id)
+        self.store.submit_jobs(
+            [NewJob(job_id, client, None, "f", b"payload", 2, delay, None, None, 0)],
+            self.queue.manager_id,
+        )
 
     def close(self) -> None:
         self.queue.close()

@@ -26,13 +26,30 @@ T0 = 1.8e9  # the fake wall clock's start, UTC epoch seconds
 TTL = 3600.0  # the stores' result_ttl
 
 
-def job(n: int, *, key: str | None = None, priority: int = 2, due: float | None = None,
-        retries: int = 0, payload: bytes | None = None) -> StoredJob:
+def job(
+    n: int,
+    *,
+    key: str | None = None,
+    priority: int = 2,
+    due: float | None = None,
+    retries: int = 0,
+    payload: bytes | None = None,
+) -> StoredJob:
     """Job ``n`` of a test: due at T0 + n, seq n, a timeout when n is odd."""
-    return StoredJob(f"job-{n}", "client-1", key, "tests.jobs:work",
-                     payload if payload is not None else f"payload {n}".encode(), priority,
-                     T0 + n if due is None else due, n, 30.0 if n % 2 else None, retries, 0,
-                     T0)
+    return StoredJob(
+        f"job-{n}",
+        "client-1",
+        key,
+        "tests.jobs:work",
+        payload if payload is not None else f"payload {n}".encode(),
+        priority,
+        T0 + n if due is None else due,
+        n,
+        30.0 if n % 2 else None,
+        retries,
+        0,
+        T0,
+    )
 
 
 class Wall:
@@ -111,8 +128,23 @@ class RedisDriver:
 
     def submit(self, jobs: Sequence[StoredJob]) -> list[str]:
         holders, full = self._redis.submit_jobs(
-            [NewJob(j.job_id, j.client_id, j.key, j.name, j.payload, j.priority, None,
-                    j.due_wall + self._offset, j.timeout, j.retries) for j in jobs], MANAGER)
+            [
+                NewJob(
+                    j.job_id,
+                    j.client_id,
+                    j.key,
+                    j.name,
+                    j.payload,
+                    j.priority,
+                    None,
+                    j.due_wall + self._offset,
+                    j.timeout,
+                    j.retries,
+                )
+                for j in jobs
+            ],
+            MANAGER,
+        )
         assert not full
         return holders
 
@@ -123,8 +155,11 @@ class RedisDriver:
 
     def finish(self, job_id: str, state: JobState, outcome: bytes | None, at: float) -> None:
         check_finish_state(state)
-        self._redis.report(MANAGER, 3600.0, finishes=[
-            Finish(job_id, self._tokens.get(job_id, "none"), state, outcome or b"")])
+        self._redis.report(
+            MANAGER,
+            3600.0,
+            finishes=[Finish(job_id, self._tokens.get(job_id, "none"), state, outcome or b"")],
+        )
         self._ended_at(job_id, at)
 
     def cancel(self, job_ids: Sequence[str], at: float) -> None:
@@ -160,8 +195,9 @@ class RedisDriver:
     def age(self, seconds: float) -> None:
         """The fake clock moved ``seconds``: every expiry under the prefix comes closer."""
         client = self._redis.client
-        for name in client.scan_iter(match=self._redis.base.replace("{", "\\{")
-                                     .replace("}", "\\}") + "*", count=1000):
+        for name in client.scan_iter(
+            match=self._redis.base.replace("{", "\\{").replace("}", "\\}") + "*", count=1000
+        ):
             ttl = client.pttl(name)
             if ttl > 0:
                 left = ttl - round(seconds * 1000)

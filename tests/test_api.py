@@ -135,8 +135,11 @@ def test_errors_with_facts_survive_pickling():
 def test_every_error_is_exported_and_drawn_in_the_tree():
     from mpsched import _errors
 
-    errors = {name for name, value in vars(_errors).items()
-              if isinstance(value, type) and issubclass(value, mpsched.MpschedError)}
+    errors = {
+        name
+        for name, value in vars(_errors).items()
+        if isinstance(value, type) and issubclass(value, mpsched.MpschedError)
+    }
     # A remote worker's own (it joins again; its pool leaves): no user sees them.
     internal = {"WorkerRetiredError", "WorkerDismissedError"}
     assert errors - internal <= set(mpsched.__all__), errors - internal - set(mpsched.__all__)
@@ -144,11 +147,18 @@ def test_every_error_is_exported_and_drawn_in_the_tree():
     assert errors == drawn, errors ^ drawn
 
 
-@pytest.mark.parametrize(("option", "word"), [
-    (mpsched.Durability, "process"), (mpsched.Mode, "delay"), (mpsched.Overlap, "queue"),
-    (mpsched.Catchup, "all"), (mpsched.OnError, "pause"), (mpsched.Order, "priority"),
-    (mpsched.JobState, "done"),
-])
+@pytest.mark.parametrize(
+    ("option", "word"),
+    [
+        (mpsched.Durability, "process"),
+        (mpsched.Mode, "delay"),
+        (mpsched.Overlap, "queue"),
+        (mpsched.Catchup, "all"),
+        (mpsched.OnError, "pause"),
+        (mpsched.Order, "priority"),
+        (mpsched.JobState, "done"),
+    ],
+)
 def test_an_option_is_its_word_and_a_typo_is_a_config_error(option, word):
     member = option.coerce(word)
     assert member == word and str(member) == word and f"{member}" == word
@@ -158,8 +168,11 @@ def test_an_option_is_its_word_and_a_typo_is_a_config_error(option, word):
     assert isinstance(caught.value, ValueError)
     assert repr(word + "x") in str(caught.value) and repr(word) in str(caught.value)
     again = pickle.loads(pickle.dumps(caught.value))
-    assert (again.option, again.value, str(again)) == (caught.value.option, word + "x",
-                                                      str(caught.value))
+    assert (again.option, again.value, str(again)) == (
+        caught.value.option,
+        word + "x",
+        str(caught.value),
+    )
 
 
 def test_a_config_typo_is_refused_at_the_call_site_before_anything_starts(tmp_path):
@@ -177,7 +190,7 @@ def _proxied() -> set[str]:
     """The service methods ServiceProxy calls (``self._call("name", ...)``)."""
     from mpsched._protocol import proxy
 
-    return set(re.findall(r'_call\("(\w+)"', Path(proxy.__file__).read_text()))
+    return set(re.findall(r'_call\(\s*"(\w+)"', Path(proxy.__file__).read_text()))
 
 
 def test_what_a_peer_may_call_is_declared_on_the_service_and_matches_the_proxy():
@@ -213,18 +226,16 @@ def test_a_served_service_exposes_exactly_its_remote_methods():
 # the public API (the call is made in a client or worker process).
 REACHED_THROUGH = {
     "cancel_many": "test_interrupt.py::test_ctrl_c_in_a_with_block_cancels_what_has_not_"
-                   "started_and_waits_for_what_runs",
+    "started_and_waits_for_what_runs",
     "close_client": "test_scheduler.py::test_shutdown_cancel_futures_cancels_pending_and_"
-                    "returns_promptly",
+    "returns_promptly",
     "not_due": "test_interrupt.py::test_with_a_store_ctrl_c_leaves_the_jobs_due_later_in_it",
-    "payload_options": "test_payloads.py::test_arguments_and_results_travel_through_shared_"
-                       "memory",
+    "payload_options": "test_payloads.py::test_arguments_and_results_travel_through_shared_memory",
     "retry_budget": "test_job_context.py::test_a_job_reads_its_id_attempt_retry_budget_and_"
-                    "due_time",
-    "schedule_preview": "test_schedule.py::test_cron_plans_in_its_zone_and_checks_at_the_"
-                        "call_site",
+    "due_time",
+    "schedule_preview": "test_schedule.py::test_cron_plans_in_its_zone_and_checks_at_the_call_site",
     "watch_many": "test_reconnect.py::test_with_a_store_outstanding_futures_resolve_after_"
-                  "the_restart",
+    "the_restart",
 }
 
 
@@ -235,8 +246,9 @@ def test_every_remote_method_is_called_by_a_test():
     tests = Path(__file__).parent
     here = Path(__file__).resolve()
     sources = "\n".join(p.read_text() for p in tests.rglob("*.py") if p.resolve() != here)
-    uncalled = {name for name in remote_methods(ManagerService)
-                if not re.search(rf"\.{name}\(", sources)}
+    uncalled = {
+        name for name in remote_methods(ManagerService) if not re.search(rf"\.{name}\(", sources)
+    }
     assert uncalled == set(REACHED_THROUGH)
     for test in REACHED_THROUGH.values():
         path, _, name = test.partition("::")

@@ -23,8 +23,11 @@ def scheduler(make_scheduler: Callable[..., Scheduler]) -> Scheduler:
 
 @pytest.mark.parametrize("store", ["none", "sqlite", "redis"])
 def test_an_async_job_returns_what_its_coroutine_returns(
-        make_scheduler: Callable[..., Scheduler], store: str, tmp_path: Path,
-        request: pytest.FixtureRequest) -> None:
+    make_scheduler: Callable[..., Scheduler],
+    store: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
     where = {"none": None, "sqlite": str(tmp_path / "jobs.db")}.get(store)
     if store == "redis":
         where = request.getfixturevalue("redis_url")
@@ -34,7 +37,8 @@ def test_an_async_job_returns_what_its_coroutine_returns(
 
 
 def test_an_async_job_awaits_asyncio_sleep_on_the_loop_its_worker_keeps(
-        scheduler: Scheduler) -> None:
+    scheduler: Scheduler,
+) -> None:
     value, took = scheduler.submit(context_jobs.sleep_then, 0.2, "slept").result(timeout=30)
     assert value == "slept" and took >= 0.2
     first = scheduler.submit(context_jobs.loop_identity).result(timeout=30)
@@ -42,8 +46,7 @@ def test_an_async_job_awaits_asyncio_sleep_on_the_loop_its_worker_keeps(
     assert scheduler.submit(context_jobs.loop_identity).result(timeout=30) == first
 
 
-def test_an_async_job_that_raises_fails_its_future_with_its_exception(
-        scheduler: Scheduler) -> None:
+def test_an_async_job_that_raises_fails_its_future_with_its_exception(scheduler: Scheduler) -> None:
     error = scheduler.submit(context_jobs.fail_async, "no such key").exception(timeout=30)
     assert isinstance(error, KeyError) and error.args == ("no such key",)
     assert "fail_async" in str(error.__cause__)  # the worker's traceback
@@ -60,8 +63,8 @@ def test_an_async_job_past_its_timeout_is_killed(scheduler: Scheduler, fifo: str
 
 @pytest.mark.slow
 def test_a_remote_worker_awaits_async_jobs_reports_progress_and_kills_one_past_its_timeout(
-        procs: Processes, connect_client: Callable[[Manager], mpsched.Client],
-        fifo: str) -> None:
+    procs: Processes, connect_client: Callable[[Manager], mpsched.Client], fifo: str
+) -> None:
     manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0")
     pool = procs.start("worker", *manager.cli(), "--processes", "1")
     assert "1 process joined" in pool.line()

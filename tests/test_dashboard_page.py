@@ -22,8 +22,15 @@ import mpsched._manager.http
 from mpsched import Priority, Scheduler
 
 CHROMIUM = "/usr/bin/chromium"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 WAIT_MS = 30_000  # for the page to show a change, on a loaded 2-core machine
 TOKEN = "page-token-for-tests"
 SCREENSHOT_ENV = "MPSCHED_SCREENSHOT"  # where to copy the screenshot (make screenshot)
@@ -38,8 +45,7 @@ def browser() -> Iterator[Browser]:
     assert os.path.exists(CHROMIUM), f"{CHROMIUM} is missing: make tools installs it (apt-get)"
     expect.set_options(timeout=WAIT_MS)
     with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS,
-                                              headless=True)
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
         try:
             yield launched
         finally:
@@ -76,8 +82,8 @@ def number(page: Page, selector: str) -> int:
 
 
 def test_the_page_shows_workers_and_jobs_and_follows_a_job_to_its_end(
-        make_scheduler: Callable[..., Scheduler], open_page: Any, fifo: str,
-        tmp_path: Path) -> None:
+    make_scheduler: Callable[..., Scheduler], open_page: Any, fifo: str, tmp_path: Path
+) -> None:
     s = make_scheduler(workers=2, http="127.0.0.1:0")
     assert s.http_url is not None and s.http_url.startswith("http://127.0.0.1:")
     for f in [s.submit(jobs.noop, i) for i in range(40)]:
@@ -88,28 +94,32 @@ def test_the_page_shows_workers_and_jobs_and_follows_a_job_to_its_end(
     release = tmp_path / "release"
     running = s.submit(jobs.announce_then_wait, fifo, str(release), 60.0)
     wait_started(fifo)
-    later = [s.schedule(jobs.noop, delay=3600 + i, priority=p)
-             for i, p in enumerate((Priority.HIGH, Priority.MEDIUM, Priority.LOW) * 3)]
+    later = [
+        s.schedule(jobs.noop, delay=3600 + i, priority=p)
+        for i, p in enumerate((Priority.HIGH, Priority.MEDIUM, Priority.LOW) * 3)
+    ]
     tick = s.every(3600, jobs.noop, id="hourly-refresh")
     pids = {w.pid for w in s.stats().workers}
 
     page, errors = open_page(s.http_url)
     workers = page.locator("#workers tbody tr[data-pid]")
     expect(workers).to_have_count(2)
-    assert {int(pid) for pid in workers.evaluate_all("rows => rows.map(r => r.dataset.pid)")} \
-        == pids
+    assert {
+        int(pid) for pid in workers.evaluate_all("rows => rows.map(r => r.dataset.pid)")
+    } == pids
     for pid in pids:
         expect(page.locator("#workers")).to_contain_text(str(pid))
     expect(page.locator(f'#pending tr[data-job-id="{later[0].job_id}"]')).to_be_visible()
     expect(page.locator(f'#running tr[data-job-id="{running.job_id}"]')).to_be_visible()
     expect(page.locator(f'#failures details[data-job-id="{failed.job_id}"]')).to_contain_text(
-        "ValueError: the page shows this")
+        "ValueError: the page shows this"
+    )
     expect(page.locator('#schedules tr[data-schedule-id="hourly-refresh"]')).to_be_visible()
     expect(page.locator("#count-high")).to_have_text("3")
     done = number(page, "#count-done")
     failure = page.locator(f'#failures details[data-job-id="{failed.job_id}"]')
     failure.locator("summary").click()
-    expect(failure.locator("pre")).to_contain_text('in fail\n    raise ValueError(message)')
+    expect(failure.locator("pre")).to_contain_text("in fail\n    raise ValueError(message)")
     updated = page.locator("#live").inner_text()
     expect(page.locator("#live")).not_to_have_text(updated)  # the page polled again...
     expect(failure).to_have_attribute("open", "")  # ... and the traceback stays open
@@ -119,7 +129,8 @@ def test_the_page_shows_workers_and_jobs_and_follows_a_job_to_its_end(
     assert shot.stat().st_size > 10_000
     if os.environ.get(SCREENSHOT_ENV):
         Path(os.environ[SCREENSHOT_ENV]).write_bytes(
-            with_text(shot.read_bytes(), PAGE_KEY, page_digest()))
+            with_text(shot.read_bytes(), PAGE_KEY, page_digest())
+        )
 
     release.touch()
     assert running.result(timeout=30) == "woke"
@@ -144,7 +155,8 @@ def with_token(make_scheduler: Callable[..., Scheduler], tmp_path: Path) -> Sche
 
 
 def test_with_the_token_in_its_address_the_page_cancels_jobs_and_pauses_schedules(
-        with_token: Scheduler, open_page: Any) -> None:
+    with_token: Scheduler, open_page: Any
+) -> None:
     s = with_token
     later = s.schedule(jobs.noop, delay=3600)
     tick = s.every(3600, jobs.noop, id="tick")
@@ -183,8 +195,12 @@ def page_digest() -> bytes:
 def with_text(png: bytes, key: bytes, value: bytes) -> bytes:
     """``png`` with a tEXt chunk ``key``: ``value`` before its end (IEND, 12 bytes)."""
     data = key + b"\0" + value
-    chunk = struct.pack(">I", len(data)) + b"tEXt" + data + struct.pack(
-        ">I", zlib.crc32(b"tEXt" + data))
+    chunk = (
+        struct.pack(">I", len(data))
+        + b"tEXt"
+        + data
+        + struct.pack(">I", zlib.crc32(b"tEXt" + data))
+    )
     return png[:-12] + chunk + png[-12:]
 
 
@@ -192,8 +208,8 @@ def text_of(png: bytes, key: bytes) -> bytes | None:
     """The value of the tEXt chunk ``key`` of ``png``; None without one."""
     at = 8  # past the signature
     while at < len(png):
-        (length,), kind = struct.unpack(">I", png[at:at + 4]), png[at + 4:at + 8]
-        data = png[at + 8:at + 8 + length]
+        (length,), kind = struct.unpack(">I", png[at : at + 4]), png[at + 4 : at + 8]
+        data = png[at + 8 : at + 8 + length]
         if kind == b"tEXt" and data.partition(b"\0")[0] == key:
             return data.partition(b"\0")[2]
         at += 12 + length
@@ -206,4 +222,5 @@ def test_the_readme_screenshot_shows_this_page() -> None:
     shown = text_of(README_SCREENSHOT.read_bytes(), PAGE_KEY)
     assert shown == page_digest(), (
         f"{README_SCREENSHOT} shows another page.html than this one ({shown!r}): run make "
-        f"screenshot and commit it")
+        f"screenshot and commit it"
+    )

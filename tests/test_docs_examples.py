@@ -24,8 +24,11 @@ from processes import Lines
 
 RUN_TIMEOUT = 60.0  # seconds for one block; each takes a few on 2 busy cores
 READY_TIMEOUT = 60.0  # for a background block's first line
-PAGES = [pytest.param(page, id=str(page.relative_to(ROOT))) for page in pages()
-         if any(e.how in (How.RUN, How.BACKGROUND) for e in examples(page))]
+PAGES = [
+    pytest.param(page, id=str(page.relative_to(ROOT)))
+    for page in pages()
+    if any(e.how in (How.RUN, How.BACKGROUND) for e in examples(page))
+]
 
 
 def test_every_example_is_run_or_says_why_not() -> None:
@@ -41,8 +44,7 @@ def test_each_example_tested_elsewhere_names_a_test_that_exists() -> None:
                 continue
             path, name = example.argument.split("::")
             tree = ast.parse((ROOT / path).read_text())
-            defined = {node.name for node in ast.walk(tree)
-                       if isinstance(node, ast.FunctionDef)}
+            defined = {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
             assert name in defined, f"{example.page}:{example.line}: {example.argument}"
 
 
@@ -55,9 +57,13 @@ class Page:
         runtime.mkdir(mode=0o700)
         env = {k: v for k, v in os.environ.items() if not k.startswith("MPSCHED_")}
         bin_dir = str(Path(sys.executable).parent)
-        self.env = {**env, "XDG_RUNTIME_DIR": str(runtime), "PYTHONPATH": str(workdir),
-                    "PATH": os.pathsep.join([bin_dir, env.get("PATH", "")]),
-                    "PYTHONIOENCODING": "utf-8"}
+        self.env = {
+            **env,
+            "XDG_RUNTIME_DIR": str(runtime),
+            "PYTHONPATH": str(workdir),
+            "PATH": os.pathsep.join([bin_dir, env.get("PATH", "")]),
+            "PYTHONIOENCODING": "utf-8",
+        }
         self.popens: list[subprocess.Popen[str]] = []
         self.background: list[tuple[Example, subprocess.Popen[str], Lines]] = []
 
@@ -71,9 +77,16 @@ class Page:
         return ["bash", "-e", "-o", "pipefail", "-c", example.source]
 
     def _start(self, argv: list[str]) -> subprocess.Popen[str]:
-        popen = subprocess.Popen(argv, cwd=self.workdir, env=self.env, text=True,
-                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, start_new_session=True)
+        popen = subprocess.Popen(
+            argv,
+            cwd=self.workdir,
+            env=self.env,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self.popens.append(popen)
         return popen
 
@@ -88,8 +101,9 @@ class Page:
             try:
                 lines.next(READY_TIMEOUT)
             except AssertionError:
-                pytest.fail(f"{where} printed nothing within {READY_TIMEOUT} s, or ended: "
-                            f"{lines.seen}")
+                pytest.fail(
+                    f"{where} printed nothing within {READY_TIMEOUT} s, or ended: {lines.seen}"
+                )
             self.background.append((example, popen, lines))
         elif example.how == How.RUN:
             popen = self._start(self._argv(example, background=False))

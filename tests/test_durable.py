@@ -38,7 +38,8 @@ def kill_manager(s: Scheduler) -> None:
 
 
 def test_pending_and_running_jobs_survive_a_manager_killed_with_sigkill(
-        make_scheduler: Callable[..., Scheduler], tmp_path: Path, fifo: str) -> None:
+    make_scheduler: Callable[..., Scheduler], tmp_path: Path, fifo: str
+) -> None:
     store, log = tmp_path / "jobs.db", str(tmp_path / "ran.log")
     s = make_scheduler(workers=1, store=store)
     due = time.time() + 4
@@ -58,7 +59,8 @@ def test_pending_and_running_jobs_survive_a_manager_killed_with_sigkill(
 
 
 def test_a_running_job_without_retries_fails_as_crashed_after_a_restart(
-        make_scheduler: Callable[..., Scheduler], tmp_path: Path, fifo: str) -> None:
+    make_scheduler: Callable[..., Scheduler], tmp_path: Path, fifo: str
+) -> None:
     store, log = tmp_path / "jobs.db", str(tmp_path / "ran.log")
     s = make_scheduler(workers=1, store=store)
     once = s.schedule(jobs.record_then_sleep, log, "once", fifo, 60)
@@ -71,7 +73,8 @@ def test_a_running_job_without_retries_fails_as_crashed_after_a_restart(
 
 
 def test_jobs_that_finished_just_before_a_sigkill_stay_finished_with_their_results(
-        make_scheduler: Callable[..., Scheduler], tmp_path: Path) -> None:
+    make_scheduler: Callable[..., Scheduler], tmp_path: Path
+) -> None:
     # A finish is journalled before the worker's next job is handed out (the lease log): a
     # manager killed a moment after a job ended must not list it as crashed (retries=0) or
     # run it again (retries=1). Killed just after each round's last result came back, while
@@ -81,8 +84,10 @@ def test_jobs_that_finished_just_before_a_sigkill_stay_finished_with_their_resul
     for round_ in range(3):
         s = make_scheduler(workers=2, store=store)
         futures: dict[mpsched.JobFuture[Any], str]
-        futures = {s.schedule(jobs.record, log, f"r{round_}-{n}", retries=n % 2): f"r{round_}-{n}"
-                   for n in range(20)}
+        futures = {
+            s.schedule(jobs.record, log, f"r{round_}-{n}", retries=n % 2): f"r{round_}-{n}"
+            for n in range(20)
+        }
         # and outcomes too long for the lease log, which are committed before they are told
         futures[s.submit(jobs.big_result, 40_000, round_)] = "big"
         for future, key in futures.items():
@@ -98,7 +103,8 @@ def test_jobs_that_finished_just_before_a_sigkill_stay_finished_with_their_resul
 
 
 def test_recovered_jobs_keep_their_due_time_and_never_start_early(
-        make_scheduler: Callable[..., Scheduler], tmp_path: Path) -> None:
+    make_scheduler: Callable[..., Scheduler], tmp_path: Path
+) -> None:
     store = tmp_path / "jobs.db"
     s = make_scheduler(workers=1, store=store)
     due = time.time() + 3
@@ -114,7 +120,8 @@ def test_recovered_jobs_keep_their_due_time_and_never_start_early(
 
 
 def test_a_second_manager_on_one_store_is_refused(
-        make_scheduler: Callable[..., Scheduler], tmp_path: Path) -> None:
+    make_scheduler: Callable[..., Scheduler], tmp_path: Path
+) -> None:
     store = tmp_path / "jobs.db"
     make_scheduler(workers=1, store=store)
     with pytest.raises(StoreLockedError, match=r"jobs\.db"):
@@ -140,7 +147,8 @@ def test_bad_store_options_fail_at_the_call_site(tmp_path: Path) -> None:
 
 
 def test_a_job_id_reaches_its_outcome_from_another_client_and_after_a_restart(
-        make_scheduler: Callable[..., Scheduler], tmp_path: Path) -> None:
+    make_scheduler: Callable[..., Scheduler], tmp_path: Path
+) -> None:
     store = tmp_path / "jobs.db"
     s = make_scheduler(workers=1, store=store)
     done = s.submit(jobs.noop, "first")
@@ -161,21 +169,25 @@ def test_a_job_id_reaches_its_outcome_from_another_client_and_after_a_restart(
 
 
 def test_without_a_store_a_finished_job_is_kept_in_memory_for_result_ttl(
-        make_scheduler: Callable[..., Scheduler]) -> None:
+    make_scheduler: Callable[..., Scheduler],
+) -> None:
     s = make_scheduler(workers=1)
     done = s.submit(jobs.noop, 1)
     assert done.result(timeout=WAIT) == 1
     with pytest.raises(JobNotFoundError):
         s.job(done.job_id + "x")
     pending = s.schedule(jobs.noop, 2, delay=60)
-    assert [(j.job_id, j.state) for j in s.jobs()] == [(done.job_id, "done"),
-                                                        (pending.job_id, "pending")]
+    assert [(j.job_id, j.state) for j in s.jobs()] == [
+        (done.job_id, "done"),
+        (pending.job_id, "pending"),
+    ]
     assert s.job(done.job_id).result(timeout=WAIT) == 1
     assert s.stats().store == "memory"
 
 
 def test_without_a_store_and_no_result_ttl_a_finished_job_is_forgotten(
-        make_scheduler: Callable[..., Scheduler]) -> None:
+    make_scheduler: Callable[..., Scheduler],
+) -> None:
     s = make_scheduler(workers=1, result_ttl=0)
     done = s.submit(jobs.noop, 1)
     assert done.result(timeout=WAIT) == 1
@@ -187,7 +199,8 @@ def test_without_a_store_and_no_result_ttl_a_finished_job_is_forgotten(
 
 @pytest.mark.parametrize("with_store", [False, True], ids=["memory", "sqlite"])
 def test_a_key_queues_one_job_across_clients(
-        make_scheduler: Callable[..., Scheduler], tmp_path: Path, with_store: bool) -> None:
+    make_scheduler: Callable[..., Scheduler], tmp_path: Path, with_store: bool
+) -> None:
     s = make_scheduler(workers=1, store=tmp_path / "jobs.db" if with_store else None)
     first = s.schedule(jobs.noop, "first", key="nightly-2026-12-03", delay=1.0)
     other = mpsched.connect(s.address, authkey=s.authkey)
@@ -200,12 +213,15 @@ def test_a_key_queues_one_job_across_clients(
         other.detach()
     assert s.stats().queue.submitted == 1
     if with_store:  # retained: the key still stands for the finished job
-        assert s.schedule(jobs.noop, "fourth", key="nightly-2026-12-03").result(
-            timeout=WAIT) == "first"
+        assert (
+            s.schedule(jobs.noop, "fourth", key="nightly-2026-12-03").result(timeout=WAIT)
+            == "first"
+        )
 
 
 def test_cancel_by_job_id_from_another_client_cancels_the_owners_future(
-        make_scheduler: Callable[..., Scheduler], tmp_path: Path) -> None:
+    make_scheduler: Callable[..., Scheduler], tmp_path: Path
+) -> None:
     s = make_scheduler(workers=1, store=tmp_path / "jobs.db")
     mine = s.schedule(jobs.noop, 1, delay=60)
     s.stats()  # it has reached the manager (submits are sent write-behind)
@@ -220,7 +236,8 @@ def test_cancel_by_job_id_from_another_client_cancels_the_owners_future(
 
 
 def test_a_full_disk_fails_only_the_submit_that_hit_it(
-        make_scheduler: Callable[..., Scheduler], tmp_path: Path) -> None:
+    make_scheduler: Callable[..., Scheduler], tmp_path: Path
+) -> None:
     import psutil
 
     store = tmp_path / "jobs.db"

@@ -19,23 +19,41 @@ README = EXAMPLES.parent / "README.md"
 RUN_TIMEOUT = 60.0  # each example finishes in about 5 s on 2 cores
 
 CASES = [
-    pytest.param("three_waves.py", ["wave 3  job", "✓ every wave started on time"],
-                 id="three_waves"),
+    pytest.param(
+        "three_waves.py", ["wave 3  job", "✓ every wave started on time"], id="three_waves"
+    ),
     pytest.param("strict_order.py", ["✓ exactly time → priority → FIFO"], id="strict_order"),
-    pytest.param("cpu_speedup.py", ["speed-up:", "✓ every job found 17,984 primes"],
-                 id="cpu_speedup"),
-    pytest.param("durable_jobs.py", ["6 jobs recovered from the store",
-                                     "✓ every report ran exactly once, after the restart"],
-                 id="durable_jobs"),
-    pytest.param("recurring.py", ["tick@", "0 overlaps", "nightly 02:30 in Berlin:",
-                                  "✓ on its slots, no drift, no overlap"], id="recurring"),
-    pytest.param("pipeline.py", ["17,984 primes below 200,000",
-                                 "✓ 8 transforms ran in parallel",
-                                 "✓ nothing was left waiting after the failure"],
-                 id="pipeline"),
-    pytest.param("retries.py", ["page-3: 200 OK after 4 runs", "  attempt 3 failed at",
-                                "✓ every job ran exactly as often as it had to"],
-                 id="retries"),
+    pytest.param(
+        "cpu_speedup.py", ["speed-up:", "✓ every job found 17,984 primes"], id="cpu_speedup"
+    ),
+    pytest.param(
+        "durable_jobs.py",
+        ["6 jobs recovered from the store", "✓ every report ran exactly once, after the restart"],
+        id="durable_jobs",
+    ),
+    pytest.param(
+        "recurring.py",
+        ["tick@", "0 overlaps", "nightly 02:30 in Berlin:", "✓ on its slots, no drift, no overlap"],
+        id="recurring",
+    ),
+    pytest.param(
+        "pipeline.py",
+        [
+            "17,984 primes below 200,000",
+            "✓ 8 transforms ran in parallel",
+            "✓ nothing was left waiting after the failure",
+        ],
+        id="pipeline",
+    ),
+    pytest.param(
+        "retries.py",
+        [
+            "page-3: 200 OK after 4 runs",
+            "  attempt 3 failed at",
+            "✓ every job ran exactly as often as it had to",
+        ],
+        id="retries",
+    ),
 ]
 
 
@@ -44,7 +62,11 @@ def test_example_runs_and_checks_out(script: str, phrases: list[str]) -> None:
     env = {**os.environ, "PYTHONIOENCODING": "utf-8"}  # the examples print ✓ and →
     completed = subprocess.run(
         [sys.executable, str(EXAMPLES / script)],
-        capture_output=True, encoding="utf-8", env=env, timeout=RUN_TIMEOUT, check=False,
+        capture_output=True,
+        encoding="utf-8",
+        env=env,
+        timeout=RUN_TIMEOUT,
+        check=False,
     )
     output = f"--- stdout\n{completed.stdout}--- stderr\n{completed.stderr}"
     assert completed.returncode == 0, output
@@ -56,7 +78,7 @@ def test_example_runs_and_checks_out(script: str, phrases: list[str]) -> None:
 def test_the_readme_first_example_runs_as_a_script_as_pasted(programs: Programs) -> None:
     text = README.read_text()
     start = text.index("```python\n") + len("```python\n")
-    block = text[start:text.index("```", start)]
+    block = text[start : text.index("```", start)]
     # The block says what its first print prints, in a comment.
     promised = re.search(r"^\s*print\(f\.result\(\).*#\s*(.+)$", block, re.MULTILINE)
     assert promised, block
@@ -77,15 +99,18 @@ def _catches_sigterm(pid: int) -> bool:
 def test_the_readme_recurring_example_keeps_running_until_sigterm(programs: Programs) -> None:
     text = README.read_text()
     start = text.index("```python\n", text.index("### Recurring jobs")) + len("```python\n")
-    block = text[start:text.index("```", start)]
+    block = text[start : text.index("```", start)]
     popen = programs.start(str(programs.script(block, "recurring_readme.py")))
     assert popen.stdout is not None and popen.stderr is not None
     out, err = Lines(popen.stdout), Lines(popen.stderr)
     printed = out.next(RUN_TIMEOUT)  # next_run, preview(3) and counters
     assert "Europe/Berlin" in printed, printed
     # run_forever() waits with its SIGTERM handler set: the script keeps running.
-    wait_for(lambda: popen.poll() is not None or _catches_sigterm(popen.pid),
-             RUN_TIMEOUT, "run_forever() waiting")
+    wait_for(
+        lambda: popen.poll() is not None or _catches_sigterm(popen.pid),
+        RUN_TIMEOUT,
+        "run_forever() waiting",
+    )
     assert popen.poll() is None, err.rest()
     os.kill(popen.pid, signal.SIGTERM)
     assert popen.wait(RUN_TIMEOUT) == 0, err.rest()

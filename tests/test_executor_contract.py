@@ -83,6 +83,7 @@ TESTS = Path(__file__).parent
 
 # ----------------------------------------------------------------------------- helpers
 
+
 def _future(state: str) -> Future[Any]:
     """A bare Future in ``state``, built through the public API only."""
     future: Future[Any] = Future()
@@ -173,11 +174,18 @@ def process_ids(scheduler: Scheduler) -> list[int]:
 
 def run_script(script: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(TESTS)}
-    return subprocess.run([sys.executable, "-c", script, *args], capture_output=True,
-                          text=True, timeout=WAIT, env=env, cwd=str(TESTS))
+    return subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+        env=env,
+        cwd=str(TESTS),
+    )
 
 
 # ------------------------------------------------------------------- executor.py
+
 
 def test_submit(executor):
     assert executor.submit(pow, 2, 8).result(WAIT) == 256
@@ -251,6 +259,7 @@ def test_free_reference(executor):
 
 # ----------------------------------------- max_workers, as ProcessPoolExecutor names it
 
+
 def test_max_workers_is_an_alias_of_workers(make_scheduler):
     s = make_scheduler(max_workers=2)
     assert s.workers == 2 and len(s.stats().workers) == 2
@@ -263,6 +272,7 @@ def test_max_workers_is_an_alias_of_workers(make_scheduler):
 
 
 # ------------------------------------------ generic parts of test_process_pool.py
+
 
 def test_map_chunksize(executor):
     expected = list(map(pow, range(40), range(40)))
@@ -356,8 +366,7 @@ def test_max_tasks_per_worker(make_scheduler):
 
 
 @pytest.mark.parametrize(("workers", "max_tasks", "count"), [(1, 2, 6), (2, 2, 8)])
-def test_max_tasks_per_worker_with_a_backlog_gh115634(make_scheduler, workers, max_tasks,
-                                                     count):
+def test_max_tasks_per_worker_with_a_backlog_gh115634(make_scheduler, workers, max_tasks, count):
     s = make_scheduler(workers=workers, max_tasks_per_worker=max_tasks)
     submitted = [s.submit(cj.mul, i, 2) for i in range(count)]
     assert [f.result(WAIT) for f in submitted] == [i * 2 for i in range(count)]
@@ -384,11 +393,11 @@ def test_max_tasks_early_shutdown(make_scheduler):
 
 # ---------------------------------------------------------- test_as_completed.py
 
+
 def test_as_completed_no_timeout(executor):
     future1 = executor.submit(cj.mul, 2, 21)
     future2 = executor.submit(cj.mul, 7, 6)
-    given = {CANCELLED_AND_NOTIFIED_FUTURE, EXCEPTION_FUTURE, SUCCESSFUL_FUTURE,
-             future1, future2}
+    given = {CANCELLED_AND_NOTIFIED_FUTURE, EXCEPTION_FUTURE, SUCCESSFUL_FUTURE, future1, future2}
     assert set(futures.as_completed(given, timeout=WAIT)) == given
 
 
@@ -419,8 +428,7 @@ def test_as_completed_timeout_message_counts_our_cancelled_futures(executor):
     finished.result(WAIT)
     try:
         with pytest.raises(futures.TimeoutError) as caught:
-            list(futures.as_completed([cancelled, pending, RUNNING_FUTURE, finished],
-                                      timeout=0))
+            list(futures.as_completed([cancelled, pending, RUNNING_FUTURE, finished], timeout=0))
         assert str(caught.value) == "2 (of 4) futures unfinished"
     finally:
         pending.cancel()
@@ -428,10 +436,10 @@ def test_as_completed_timeout_message_counts_our_cancelled_futures(executor):
 
 # -------------------------------------------------------------------- test_wait.py
 
+
 def test_wait_20369(executor):
     future = executor.submit(cj.mul, 1, 2)
-    done, not_done = futures.wait([future, future], timeout=WAIT,
-                                  return_when=futures.ALL_COMPLETED)
+    done, not_done = futures.wait([future, future], timeout=WAIT, return_when=futures.ALL_COMPLETED)
     assert done == {future} and not_done == set()
 
 
@@ -439,8 +447,9 @@ def test_wait_first_completed(executor, gate):
     future1 = executor.submit(cj.mul, 21, 2)
     future2 = executor.submit(cj.wait_gate, gate)
     try:
-        done, not_done = futures.wait([CANCELLED_FUTURE, future1, future2], timeout=WAIT,
-                                      return_when=futures.FIRST_COMPLETED)
+        done, not_done = futures.wait(
+            [CANCELLED_FUTURE, future1, future2], timeout=WAIT, return_when=futures.FIRST_COMPLETED
+        )
         assert done == {future1}
         assert not_done == {CANCELLED_FUTURE, future2}
     finally:
@@ -452,8 +461,10 @@ def test_wait_first_completed_some_already_completed(executor, gate):
     future1 = executor.submit(cj.wait_gate, gate)
     try:
         finished, pending = futures.wait(
-            [CANCELLED_AND_NOTIFIED_FUTURE, SUCCESSFUL_FUTURE, future1], timeout=WAIT,
-            return_when=futures.FIRST_COMPLETED)
+            [CANCELLED_AND_NOTIFIED_FUTURE, SUCCESSFUL_FUTURE, future1],
+            timeout=WAIT,
+            return_when=futures.FIRST_COMPLETED,
+        )
         assert finished == {CANCELLED_AND_NOTIFIED_FUTURE, SUCCESSFUL_FUTURE}
         assert pending == {future1}
     finally:
@@ -476,8 +487,9 @@ def test_wait_first_exception(executor, tmp_path):
 
         opener = threading.Thread(target=open_after_future1)
         opener.start()
-        finished, pending = futures.wait([future1, future2, future3], timeout=WAIT,
-                                         return_when=futures.FIRST_EXCEPTION)
+        finished, pending = futures.wait(
+            [future1, future2, future3], timeout=WAIT, return_when=futures.FIRST_EXCEPTION
+        )
         assert finished == {future1, future2}
         assert pending == {future3}
         opener.join(WAIT)
@@ -492,8 +504,10 @@ def test_wait_first_exception_some_already_complete(executor, gate):
     future2 = executor.submit(cj.wait_gate, gate)
     try:
         finished, pending = futures.wait(
-            [SUCCESSFUL_FUTURE, CANCELLED_FUTURE, CANCELLED_AND_NOTIFIED_FUTURE, future1,
-             future2], timeout=WAIT, return_when=futures.FIRST_EXCEPTION)
+            [SUCCESSFUL_FUTURE, CANCELLED_FUTURE, CANCELLED_AND_NOTIFIED_FUTURE, future1, future2],
+            timeout=WAIT,
+            return_when=futures.FIRST_EXCEPTION,
+        )
         assert finished == {SUCCESSFUL_FUTURE, CANCELLED_AND_NOTIFIED_FUTURE, future1}
         assert pending == {CANCELLED_FUTURE, future2}
     finally:
@@ -504,8 +518,9 @@ def test_wait_first_exception_some_already_complete(executor, gate):
 def test_wait_first_exception_one_already_failed(executor, gate):
     future1 = executor.submit(cj.wait_gate, gate)
     try:
-        finished, pending = futures.wait([EXCEPTION_FUTURE, future1], timeout=WAIT,
-                                         return_when=futures.FIRST_EXCEPTION)
+        finished, pending = futures.wait(
+            [EXCEPTION_FUTURE, future1], timeout=WAIT, return_when=futures.FIRST_EXCEPTION
+        )
         assert finished == {EXCEPTION_FUTURE}
         assert pending == {future1}
     finally:
@@ -516,8 +531,7 @@ def test_wait_first_exception_one_already_failed(executor, gate):
 def test_wait_all_completed(executor):
     future1 = executor.submit(divmod, 2, 0)
     future2 = executor.submit(cj.mul, 2, 21)
-    given = {SUCCESSFUL_FUTURE, CANCELLED_AND_NOTIFIED_FUTURE, EXCEPTION_FUTURE, future1,
-             future2}
+    given = {SUCCESSFUL_FUTURE, CANCELLED_AND_NOTIFIED_FUTURE, EXCEPTION_FUTURE, future1, future2}
     finished, pending = futures.wait(given, timeout=WAIT, return_when=futures.ALL_COMPLETED)
     assert finished == given and pending == set()
 
@@ -527,9 +541,10 @@ def test_wait_timeout(executor, gate):
     try:
         finished, pending = futures.wait(
             [CANCELLED_AND_NOTIFIED_FUTURE, EXCEPTION_FUTURE, SUCCESSFUL_FUTURE, future],
-            timeout=0.05, return_when=futures.ALL_COMPLETED)
-        assert finished == {CANCELLED_AND_NOTIFIED_FUTURE, EXCEPTION_FUTURE,
-                            SUCCESSFUL_FUTURE}
+            timeout=0.05,
+            return_when=futures.ALL_COMPLETED,
+        )
+        assert finished == {CANCELLED_AND_NOTIFIED_FUTURE, EXCEPTION_FUTURE, SUCCESSFUL_FUTURE}
         assert pending == {future}
     finally:
         cj.open_gate(gate)
@@ -537,6 +552,7 @@ def test_wait_timeout(executor, gate):
 
 
 # ---------------------------------------------------------------- test_shutdown.py
+
 
 def test_run_after_shutdown(make_scheduler):
     s = make_scheduler(workers=1)
@@ -589,8 +605,10 @@ def test_submit_after_interpreter_shutdown():
     done = run_script(SUBMIT_AT_EXIT)
     # Our RuntimeError is a SchedulerShutdownError, with the stdlib's words.
     # The words the stdlib uses for a shut-down executor (our client is closed at exit).
-    assert ("SchedulerShutdownError: cannot schedule new futures after shutdown (the "
-            "interpreter is exiting)") in done.stderr
+    assert (
+        "SchedulerShutdownError: cannot schedule new futures after shutdown (the "
+        "interpreter is exiting)"
+    ) in done.stderr
     assert done.stdout.strip() == "runtime-error"
 
 

@@ -20,15 +20,23 @@ SCRIPT_TIMEOUT = 90.0  # a whole interpreter start, manager, workers and exit, 2
 
 def run_script(tmp_path: Path, body: str) -> subprocess.CompletedProcess[str]:
     script = tmp_path / "program.py"
-    script.write_text(f"import sys\nsys.path.insert(0, {str(TESTS_DIR)!r})\n"
-                      + textwrap.dedent(body))
-    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=SCRIPT_TIMEOUT, cwd=tmp_path)
+    script.write_text(
+        f"import sys\nsys.path.insert(0, {str(TESTS_DIR)!r})\n" + textwrap.dedent(body)
+    )
+    return subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=SCRIPT_TIMEOUT,
+        cwd=tmp_path,
+    )
 
 
 def test_due_jobs_run_to_completion_when_the_program_just_ends(tmp_path: Path) -> None:
     log = tmp_path / "ran.log"
-    done = run_script(tmp_path, f"""
+    done = run_script(
+        tmp_path,
+        f"""
         import jobs
         from mpsched import Scheduler
 
@@ -36,7 +44,8 @@ def test_due_jobs_run_to_completion_when_the_program_just_ends(tmp_path: Path) -
         for key in ("a", "b", "c"):
             s.submit(jobs.record, {str(log)!r}, key)
         s.schedule(jobs.record, {str(log)!r}, "later", delay=600)
-    """)
+    """,
+    )
     assert done.returncode == 0, done.stderr
     assert log.read_text().split() == ["a", "b", "c"]
     warnings = [line for line in done.stderr.splitlines() if "dropped" in line]
@@ -47,7 +56,9 @@ def test_due_jobs_run_to_completion_when_the_program_just_ends(tmp_path: Path) -
 
 
 def test_a_submit_after_exit_began_is_refused_with_the_stdlib_words(tmp_path: Path) -> None:
-    done = run_script(tmp_path, """
+    done = run_script(
+        tmp_path,
+        """
         import atexit
         import jobs
         from mpsched import Scheduler, SchedulerShutdownError
@@ -63,7 +74,8 @@ def test_a_submit_after_exit_began_is_refused_with_the_stdlib_words(tmp_path: Pa
         s = Scheduler(workers=1)
         atexit.register(late_submit)
         print("result:", s.submit(jobs.noop, 5).result(timeout=60), flush=True)
-    """)
+    """,
+    )
     assert done.returncode == 0, done.stderr
     result, refused = done.stdout.splitlines()
     assert result == "result: 5"
@@ -72,7 +84,9 @@ def test_a_submit_after_exit_began_is_refused_with_the_stdlib_words(tmp_path: Pa
 
 def test_a_connected_client_sends_what_it_submitted_before_exit(tmp_path: Path) -> None:
     log = tmp_path / "ran.log"
-    done = run_script(tmp_path, f"""
+    done = run_script(
+        tmp_path,
+        f"""
         import subprocess, sys, jobs
         from mpsched import Scheduler
 
@@ -85,7 +99,8 @@ def test_a_connected_client_sends_what_it_submitted_before_exit(tmp_path: Path) 
                 "for n in range(2000)]")
             subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
             s.submit(jobs.record, {str(log)!r}, "last").result(timeout=60)
-    """)
+    """,
+    )
     assert done.returncode == 0, done.stderr
     lines = log.read_text().split()
     assert sorted(lines[:-1], key=int) == [str(n) for n in range(2000)]
@@ -93,7 +108,9 @@ def test_a_connected_client_sends_what_it_submitted_before_exit(tmp_path: Path) 
 
 
 def test_a_job_watched_by_id_does_not_hold_the_exit(tmp_path: Path) -> None:
-    done = run_script(tmp_path, """
+    done = run_script(
+        tmp_path,
+        """
         import jobs, mpsched
         from mpsched import Scheduler
 
@@ -103,14 +120,17 @@ def test_a_job_watched_by_id_does_not_hold_the_exit(tmp_path: Path) -> None:
         other.stats()
         watched = s.job(theirs.job_id)
         print("watching", flush=True)
-    """)
+    """,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["watching"]
 
 
 def test_with_a_store_jobs_due_later_stay_for_the_next_scheduler(tmp_path: Path) -> None:
     log, store = tmp_path / "ran.log", tmp_path / "jobs.db"
-    first = run_script(tmp_path, f"""
+    first = run_script(
+        tmp_path,
+        f"""
         import jobs
         from mpsched import Scheduler
 
@@ -118,17 +138,21 @@ def test_with_a_store_jobs_due_later_stay_for_the_next_scheduler(tmp_path: Path)
         s.submit(jobs.record, {str(log)!r}, "now")
         later = s.schedule(jobs.record, {str(log)!r}, "later", delay=600)
         print(later.job_id, flush=True)
-    """)
+    """,
+    )
     assert first.returncode == 0, first.stderr
     assert "1 job(s) not yet due stay pending in the store" in first.stderr
     assert log.read_text().split() == ["now"]
     [later_id] = first.stdout.split()
-    second = run_script(tmp_path, f"""
+    second = run_script(
+        tmp_path,
+        f"""
         from mpsched import Scheduler
 
         with Scheduler(workers=1, store={str(store)!r}) as s:
             print(*[j.job_id for j in s.jobs(state="pending")], flush=True)
             s.shutdown(cancel_futures=True)
-    """)
+    """,
+    )
     assert second.returncode == 0, second.stderr
     assert second.stdout.split() == [later_id]

@@ -85,12 +85,24 @@ def test_sys_exit_in_a_job_is_an_error_and_the_worker_survives(make_scheduler):
 @pytest.mark.parametrize(
     ("call", "error", "text"),
     [
-        pytest.param(lambda s: s.submit(jobs.noop, jobs.LoadsBadly()), JobUnpicklingError,
-                     "could not unpickle", id="job-unpickling"),
-        pytest.param(lambda s: s.submit(jobs.unpicklable_result), ResultPicklingError,
-                     "could not be pickled", id="result-pickling"),
-        pytest.param(lambda s: s.submit(jobs.return_loads_badly), ResultUnpicklingError,
-                     "could not be unpickled", id="result-unpickling"),
+        pytest.param(
+            lambda s: s.submit(jobs.noop, jobs.LoadsBadly()),
+            JobUnpicklingError,
+            "could not unpickle",
+            id="job-unpickling",
+        ),
+        pytest.param(
+            lambda s: s.submit(jobs.unpicklable_result),
+            ResultPicklingError,
+            "could not be pickled",
+            id="result-pickling",
+        ),
+        pytest.param(
+            lambda s: s.submit(jobs.return_loads_badly),
+            ResultUnpicklingError,
+            "could not be unpickled",
+            id="result-unpickling",
+        ),
     ],
 )
 def test_pickling_failures_resolve_only_their_future(make_scheduler, call, error, text):
@@ -197,8 +209,7 @@ def test_a_scheduler_whose_manager_died_says_so_to_its_futures_and_submits(make_
     os.kill(pid, signal.SIGKILL)
     error = future.exception(timeout=30)
     assert isinstance(error, ManagerConnectionLostError)  # not "after shutdown"
-    assert f"this Scheduler's manager (pid {pid}) is gone, and nothing restarts it" in str(
-        error)
+    assert f"this Scheduler's manager (pid {pid}) is gone, and nothing restarts it" in str(error)
     with pytest.raises(ManagerConnectionLostError, match="start a new one"):
         s.submit(jobs.noop)
     with pytest.raises(ManagerConnectionLostError, match="start a new one"):
@@ -209,8 +220,12 @@ def test_a_lost_call_of_a_client_that_does_not_reconnect_refuses_the_next_ones_a
     # An outbox send that loses its connection fails its futures before the result thread
     # has seen the loss: a submit in between must be refused, not queued for a dead manager.
     service = types.SimpleNamespace(manager_address=("127.0.0.1", 1))
-    link = ManagerLink(service, ClientHello("c1", "3.11", "3.0"), None,  # type: ignore[arg-type]
-                       "start a new one")
+    link = ManagerLink(
+        service,  # type: ignore[arg-type]
+        ClientHello("c1", "3.11", "3.0"),
+        None,
+        "start a new one",
+    )
     assert link.refusal() is None
     error = link.lost(BrokenPipeError(), service)  # type: ignore[arg-type]
     assert "start a new one" in str(error)
@@ -223,8 +238,9 @@ def test_chaos_random_worker_kills_lose_nothing(make_scheduler, tmp_path):
     s = make_scheduler(workers=4)
     log_path = str(tmp_path / "runs.log")
     keys = [f"k{i}" for i in range(3000)]
-    futures = [s.schedule(jobs.record, log_path, k, delay=i / 1000, retries=20)
-               for i, k in enumerate(keys)]
+    futures = [
+        s.schedule(jobs.record, log_path, k, delay=i / 1000, retries=20) for i, k in enumerate(keys)
+    ]
     rng = random.Random(7)
     killed = 0
     while not all(f.done() for f in futures) and killed < 25:

@@ -39,8 +39,10 @@ import jobs, mpsched
 from mpsched import Scheduler
 """
 
-WAITING = re.compile(r"waiting for 1 running job: jobs:announce_then_(wait|sleep) \(\w+-\d+\); "
-                     r"press Ctrl-C again to stop it now$")
+WAITING = re.compile(
+    r"waiting for 1 running job: jobs:announce_then_(wait|sleep) \(\w+-\d+\); "
+    r"press Ctrl-C again to stop it now$"
+)
 
 
 class Program:
@@ -71,8 +73,9 @@ class Program:
         try:
             return self.popen.wait(EXIT_TIMEOUT)
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"still running after {EXIT_TIMEOUT} s; stderr: "
-                                 f"{self.err.seen}") from None
+            raise AssertionError(
+                f"still running after {EXIT_TIMEOUT} s; stderr: {self.err.seen}"
+            ) from None
 
     def assert_nothing_left(self) -> None:
         assert_gone([*self.family, *self.job_pids])
@@ -89,18 +92,24 @@ def _mpsched_lines(lines: list[str]) -> list[str]:
 
 
 def test_ctrl_c_in_a_with_block_cancels_what_has_not_started_and_waits_for_what_runs(
-        programs: Programs, fifo: str, tmp_path: Path, release: Callable[[], None]) -> None:
-    program = Program(programs, f"""
+    programs: Programs, fifo: str, tmp_path: Path, release: Callable[[], None]
+) -> None:
+    program = Program(
+        programs,
+        f"""
         with Scheduler(workers=1) as s:
             f = s.submit(jobs.announce_then_wait, {fifo!r}, {str(tmp_path / "release")!r}, 120)
             s.schedule(jobs.noop, 1, delay=600)
             print("submitted", flush=True)
             f.result()
-    """, fifo)
+    """,
+        fifo,
+    )
     program.interrupt()
     line = program.err.next()
-    assert line.startswith("mpsched: KeyboardInterrupt left the with block: "
-                           "cancelled 1 job not started; "), line
+    assert line.startswith(
+        "mpsched: KeyboardInterrupt left the with block: cancelled 1 job not started; "
+    ), line
     assert WAITING.search(line), line
     assert program.popen.poll() is None  # it waits for the running job...
     release()
@@ -111,15 +120,20 @@ def test_ctrl_c_in_a_with_block_cancels_what_has_not_started_and_waits_for_what_
     program.assert_nothing_left()
 
 
-def test_a_second_ctrl_c_stops_the_running_jobs_and_exits_130(programs: Programs,
-                                                             fifo: str) -> None:
-    program = Program(programs, f"""
+def test_a_second_ctrl_c_stops_the_running_jobs_and_exits_130(
+    programs: Programs, fifo: str
+) -> None:
+    program = Program(
+        programs,
+        f"""
         with Scheduler(workers=2) as s:
             f = s.submit(jobs.announce_then_sleep, {fifo!r}, 300, child=True)
             s.schedule(jobs.noop, 1, delay=600)
             print("submitted", flush=True)
             f.result()
-    """, fifo)
+    """,
+        fifo,
+    )
     assert len(program.job_pids) == 2  # the worker and the job's own child
     program.interrupt()
     assert WAITING.search(program.err.next())
@@ -128,29 +142,41 @@ def test_a_second_ctrl_c_stops_the_running_jobs_and_exits_130(programs: Programs
     rest = program.err.rest()
     assert len(rest) == 1, rest
     [line] = rest
-    assert re.fullmatch(r"mpsched: Ctrl-C again: stopped the manager and its workers, "
-                        r"killing 1 running job: jobs:announce_then_sleep \(\w+-\d+\)", line)
+    assert re.fullmatch(
+        r"mpsched: Ctrl-C again: stopped the manager and its workers, "
+        r"killing 1 running job: jobs:announce_then_sleep \(\w+-\d+\)",
+        line,
+    )
     program.assert_nothing_left()
 
 
 def test_with_a_store_ctrl_c_leaves_the_jobs_due_later_in_it(
-        programs: Programs, fifo: str, tmp_path: Path, release: Callable[[], None],
-        make_scheduler: Callable[..., Scheduler]) -> None:
+    programs: Programs,
+    fifo: str,
+    tmp_path: Path,
+    release: Callable[[], None],
+    make_scheduler: Callable[..., Scheduler],
+) -> None:
     store = tmp_path / "jobs.db"
-    program = Program(programs, f"""
+    program = Program(
+        programs,
+        f"""
         with Scheduler(workers=1, store={str(store)!r}) as s:
             f = s.submit(jobs.announce_then_wait, {fifo!r}, {str(tmp_path / "release")!r}, 120)
             due = s.submit(jobs.noop, 1)  # due, but the one worker is busy
             later = s.schedule(jobs.noop, 2, delay=600)
             print("submitted", due.job_id, later.job_id, flush=True)
             f.result()
-    """, fifo)
+    """,
+        fifo,
+    )
     _, due_id, later_id = program.out.seen[-1].split()
     program.interrupt()
     line = program.err.next()
-    assert line.startswith(f"mpsched: KeyboardInterrupt left the with block: cancelled 1 job "
-                           f"not started; 1 job due later stays pending in the store {store}; "
-                           ), line
+    assert line.startswith(
+        f"mpsched: KeyboardInterrupt left the with block: cancelled 1 job "
+        f"not started; 1 job due later stays pending in the store {store}; "
+    ), line
     assert WAITING.search(line), line
     release()
     assert program.wait() == -signal.SIGINT
@@ -161,76 +187,99 @@ def test_with_a_store_ctrl_c_leaves_the_jobs_due_later_in_it(
 
 
 def test_ctrl_c_while_the_with_block_waits_for_a_job_due_later_ends_it(
-        programs: Programs, fifo: str) -> None:
+    programs: Programs, fifo: str
+) -> None:
     # Leaving the block waits for every job, one due in 10 minutes included.
-    program = Program(programs, f"""
+    program = Program(
+        programs,
+        f"""
         with Scheduler(workers=1) as s:
             s.submit(jobs.announce, {fifo!r}).result()
             s.schedule(jobs.noop, 1, delay=600)
             print("submitted", flush=True)
-    """, fifo)
+    """,
+        fifo,
+    )
     program.interrupt()
     assert program.wait() == -signal.SIGINT
     lines = program.err.rest()
     assert _mpsched_lines(lines) == [
-        "mpsched: KeyboardInterrupt left the with block: cancelled 1 job not started"], lines
+        "mpsched: KeyboardInterrupt left the with block: cancelled 1 job not started"
+    ], lines
     program.assert_nothing_left()
 
 
 def test_a_program_that_ends_on_ctrl_c_without_with_says_what_it_waits_for(
-        programs: Programs, fifo: str, tmp_path: Path) -> None:
-    program = Program(programs, f"""
+    programs: Programs, fifo: str, tmp_path: Path
+) -> None:
+    program = Program(
+        programs,
+        f"""
         s = Scheduler(workers=1)
         f = s.submit(jobs.announce_then_wait, {fifo!r}, {str(tmp_path / "release")!r}, 120)
         s.schedule(jobs.noop, 1, delay=600)
         print("submitted", flush=True)
         f.result()
-    """, fifo)
+    """,
+        fifo,
+    )
     program.interrupt()
     line = program.err.until(lambda line: line.startswith("mpsched:"))
     assert program.err.seen[-2] == "KeyboardInterrupt", program.err.seen  # its traceback
-    assert line.startswith("mpsched: KeyboardInterrupt ended the program: cancelled 1 job not "
-                           "started; "), line
+    assert line.startswith(
+        "mpsched: KeyboardInterrupt ended the program: cancelled 1 job not started; "
+    ), line
     assert WAITING.search(line), line
     program.interrupt()
     assert program.wait() == -signal.SIGINT  # the status of the KeyboardInterrupt it ended on
     rest = program.err.rest()
     assert len(rest) == 1, rest
     [stopped] = rest
-    assert stopped.startswith("mpsched: Ctrl-C again: stopped the manager and its workers, "
-                              "killing 1 running job: jobs:announce_then_wait"), stopped
+    assert stopped.startswith(
+        "mpsched: Ctrl-C again: stopped the manager and its workers, "
+        "killing 1 running job: jobs:announce_then_wait"
+    ), stopped
     program.assert_nothing_left()
 
 
 def test_a_connected_client_stops_waiting_and_its_jobs_run_on(
-        programs: Programs, fifo: str, tmp_path: Path) -> None:
+    programs: Programs, fifo: str, tmp_path: Path
+) -> None:
     done = tmp_path / "done.log"
-    program = Program(programs, f"""
+    program = Program(
+        programs,
+        f"""
         s = Scheduler(workers=1)
         with mpsched.connect(s.address, authkey=s.authkey) as c:
             f = c.submit(jobs.record_then_sleep, {str(done)!r}, "ran", {fifo!r}, 3)
             print("submitted", flush=True)
             f.result()
-    """, fifo)
+    """,
+        fifo,
+    )
     program.interrupt()
     line = program.err.next()
-    assert line.startswith("mpsched: KeyboardInterrupt left the with block: waiting for 1 "
-                           "running job: jobs:record_then_sleep"), line
+    assert line.startswith(
+        "mpsched: KeyboardInterrupt left the with block: waiting for 1 "
+        "running job: jobs:record_then_sleep"
+    ), line
     program.interrupt()
     # The client stops waiting; the Scheduler's exit lets the job end (it is not its own).
     assert program.wait() == 130
     rest = program.err.rest()
     assert len(rest) == 1, rest
     [line] = rest
-    assert line.startswith("mpsched: Ctrl-C again: stopped waiting; 1 running job runs on in "
-                           "the manager: jobs:record_then_sleep"), line
+    assert line.startswith(
+        "mpsched: Ctrl-C again: stopped waiting; 1 running job runs on in "
+        "the manager: jobs:record_then_sleep"
+    ), line
     assert done.read_text().split() == ["ran"]
     program.assert_nothing_left()
 
 
 def test_an_exception_that_leaves_the_with_block_cancels_jobs_not_started(
-        make_scheduler: Callable[..., Scheduler], fifo: str,
-        caplog: pytest.LogCaptureFixture) -> None:
+    make_scheduler: Callable[..., Scheduler], fifo: str, caplog: pytest.LogCaptureFixture
+) -> None:
     s = make_scheduler(workers=1)
     with pytest.raises(ValueError, match="boom"), s:
         running = s.submit(jobs.announce_then_sleep, fifo, 0.5)
@@ -240,14 +289,16 @@ def test_an_exception_that_leaves_the_with_block_cancels_jobs_not_started(
     assert running.result(timeout=0) == "woke"  # waited for
     assert later.cancelled()
     [message] = [r.getMessage() for r in caplog.records if r.name == "mpsched.client"]
-    assert message.startswith("mpsched: ValueError left the with block: cancelled 1 job not "
-                              "started; waiting for 1 running job: jobs:announce_then_sleep"), \
-        message
+    assert message.startswith(
+        "mpsched: ValueError left the with block: cancelled 1 job not "
+        "started; waiting for 1 running job: jobs:announce_then_sleep"
+    ), message
     assert message.endswith("; press Ctrl-C to stop it now"), message
 
 
 def test_an_exception_that_leaves_a_clients_with_block_cancels_its_jobs(
-        make_scheduler: Callable[..., Scheduler], caplog: pytest.LogCaptureFixture) -> None:
+    make_scheduler: Callable[..., Scheduler], caplog: pytest.LogCaptureFixture
+) -> None:
     s = make_scheduler(workers=1)
     client = mpsched.connect(s.address, authkey=s.authkey)
     pending: list[Any] = []
@@ -257,12 +308,16 @@ def test_an_exception_that_leaves_a_clients_with_block_cancels_its_jobs(
     assert pending[0].cancelled()
     assert s.jobs(state="pending") == []
     assert [r.getMessage() for r in caplog.records if r.name == "mpsched.client"] == [
-        "mpsched: KeyError left the with block: cancelled 1 job not started"]
+        "mpsched: KeyError left the with block: cancelled 1 job not started"
+    ]
 
 
 def test_a_ctrl_c_while_the_exit_waits_for_running_jobs_says_what_it_waits_for(
-        make_scheduler: Callable[..., Scheduler], fifo: str, caplog: pytest.LogCaptureFixture,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    make_scheduler: Callable[..., Scheduler],
+    fifo: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # The program ended normally; the interpreter's exit waits for what is due, and the
     # Ctrl-C comes then (a real one could also land before the exit hooks run).
     s = make_scheduler(workers=1)
@@ -276,13 +331,16 @@ def test_a_ctrl_c_while_the_exit_waits_for_running_jobs_says_what_it_waits_for(
     s._at_exit()
     assert running.result(timeout=0) == "woke"
     [message] = [r.getMessage() for r in caplog.records if r.name == "mpsched.client"]
-    assert message.startswith("mpsched: KeyboardInterrupt while the program exits: waiting "
-                              "for 1 running job: jobs:announce_then_sleep"), message
+    assert message.startswith(
+        "mpsched: KeyboardInterrupt while the program exits: waiting "
+        "for 1 running job: jobs:announce_then_sleep"
+    ), message
     assert WAITING.search(message), message
 
 
 def test_a_call_that_ctrl_c_cut_short_leaves_no_reply_for_the_next_one(
-        make_scheduler: Callable[..., Scheduler]) -> None:
+    make_scheduler: Callable[..., Scheduler],
+) -> None:
     s = make_scheduler(workers=1)
     later = s.schedule(jobs.noop, 1, delay=600)
     s.stats()  # this thread's connection exists
@@ -296,23 +354,29 @@ def test_a_call_that_ctrl_c_cut_short_leaves_no_reply_for_the_next_one(
 
 
 def test_in_an_interactive_session_a_second_ctrl_c_goes_back_to_the_prompt(
-        programs: Programs, fifo: str) -> None:
+    programs: Programs, fifo: str
+) -> None:
     popen, terminal = programs.interactive()
-    terminal.type(PREAMBLE + textwrap.dedent(f"""\
+    terminal.type(
+        PREAMBLE
+        + textwrap.dedent(f"""\
         with Scheduler(workers=1) as s:
             f = s.submit(jobs.announce_then_sleep, {fifo!r}, 300)
             print("submit" + "ted", flush=True)
             f.result()
 
-    """))
+    """)
+    )
     job_pids = wait_started(fifo)
     terminal.read_until("\nsubmitted\n")
     family = programs.note_descendants(popen)
     os.killpg(popen.pid, signal.SIGINT)
     terminal.read_until("press Ctrl-C again to stop it now")
     os.killpg(popen.pid, signal.SIGINT)
-    terminal.read_until("mpsched: Ctrl-C again: stopped the manager and its workers, "
-                        "killing 1 running job: jobs:announce_then_sleep")
+    terminal.read_until(
+        "mpsched: Ctrl-C again: stopped the manager and its workers, "
+        "killing 1 running job: jobs:announce_then_sleep"
+    )
     terminal.read_until("KeyboardInterrupt\n>>> ")
     assert_gone([*family, *job_pids])
     terminal.type('print("still" + " here")\n')

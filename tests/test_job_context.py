@@ -23,7 +23,8 @@ def test_current_job_is_none_outside_a_job() -> None:
 
 
 def test_a_job_reads_its_id_attempt_retry_budget_and_due_time(
-        make_scheduler: Callable[..., Scheduler]) -> None:
+    make_scheduler: Callable[..., Scheduler],
+) -> None:
     scheduler = make_scheduler(workers=1)
     due = time.time() + 0.3
     future = scheduler.schedule(context_jobs.context, at=due, retries=2)
@@ -39,7 +40,8 @@ def test_a_job_reads_its_id_attempt_retry_budget_and_due_time(
 
 
 def test_the_attempt_counts_the_runs_of_a_job_run_again(
-        make_scheduler: Callable[..., Scheduler], tmp_path: Path) -> None:
+    make_scheduler: Callable[..., Scheduler], tmp_path: Path
+) -> None:
     scheduler = make_scheduler(workers=1)
     marker = str(tmp_path / "died")
     future = scheduler.schedule(context_jobs.attempt_after_dying_once, marker, retries=1)
@@ -47,12 +49,12 @@ def test_the_attempt_counts_the_runs_of_a_job_run_again(
 
 
 def test_a_recurring_run_knows_its_schedule_and_its_slot(
-        make_scheduler: Callable[..., Scheduler], tmp_path: Path) -> None:
+    make_scheduler: Callable[..., Scheduler], tmp_path: Path
+) -> None:
     scheduler = make_scheduler(workers=1)
     log = tmp_path / "runs.log"
     schedule = scheduler.every(0.2, context_jobs.log_context, str(log), id="ticks")
-    wait_for(lambda: log.exists() and len(log.read_text().splitlines()) >= 2, 30,
-             "two runs")
+    wait_for(lambda: log.exists() and len(log.read_text().splitlines()) >= 2, 30, "two runs")
     schedule.cancel()
     for line in log.read_text().splitlines()[:2]:
         job_id, attempt, schedule_id, due = line.split()
@@ -62,21 +64,22 @@ def test_a_recurring_run_knows_its_schedule_and_its_slot(
 
 
 def test_bad_progress_raises_value_error_in_the_job(
-        make_scheduler: Callable[..., Scheduler]) -> None:
+    make_scheduler: Callable[..., Scheduler],
+) -> None:
     scheduler = make_scheduler(workers=1)
     errors = scheduler.submit(context_jobs.bad_progress).result(timeout=30)
     assert errors == ["ConfigError"] * 8
 
 
-def _start(procs: Processes, store: str, tmp_path: Path,
-           request: pytest.FixtureRequest) -> tuple[Manager, Manager]:
+def _start(
+    procs: Processes, store: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> tuple[Manager, Manager]:
     """The manager whose worker runs the job, and the one a watching client asks (the
     same one but with Redis, where it is another manager of the store)."""
     if store == "redis":
         url = request.getfixturevalue("redis_url")
         runner = serve(procs, "--address", "127.0.0.1:0", "--workers", "2", "--store", url)
-        return runner, serve(procs, "--address", "127.0.0.1:0", "--workers", "0",
-                             "--store", url)
+        return runner, serve(procs, "--address", "127.0.0.1:0", "--workers", "0", "--store", url)
     extra = ["--store", str(tmp_path / "jobs.db")] if store == "sqlite" else []
     runner = serve(procs, "--address", "127.0.0.1:0", "--workers", "2", *extra)
     return runner, runner
@@ -85,8 +88,12 @@ def _start(procs: Processes, store: str, tmp_path: Path,
 @pytest.mark.slow
 @pytest.mark.parametrize("store", ["none", "sqlite", "redis"])
 def test_progress_is_seen_by_another_client_while_the_job_runs(
-        procs: Processes, connect_client: Callable[[Manager], mpsched.Client],
-        tmp_path: Path, store: str, request: pytest.FixtureRequest) -> None:
+    procs: Processes,
+    connect_client: Callable[[Manager], mpsched.Client],
+    tmp_path: Path,
+    store: str,
+    request: pytest.FixtureRequest,
+) -> None:
     runner, watched = _start(procs, store, tmp_path, request)
     submitter, watcher = connect_client(runner), connect_client(watched)
     first, second = tmp_path / "first", tmp_path / "second"

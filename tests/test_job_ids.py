@@ -35,11 +35,16 @@ client.detach()
 
 
 @pytest.fixture
-def looker(make_scheduler: Callable[..., Scheduler]
-           ) -> Iterator[tuple[Scheduler, subprocess.Popen[str]]]:
+def looker(
+    make_scheduler: Callable[..., Scheduler],
+) -> Iterator[tuple[Scheduler, subprocess.Popen[str]]]:
     s = make_scheduler(workers=1)
-    proc = subprocess.Popen([sys.executable, "-c", LOOKER, s.address, s.authkey.hex()],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", LOOKER, s.address, s.authkey.hex()],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
         yield s, proc
@@ -52,7 +57,8 @@ def looker(make_scheduler: Callable[..., Scheduler]
 
 
 def test_an_id_read_right_after_schedule_is_found_by_another_process(
-        looker: tuple[Scheduler, subprocess.Popen[str]]) -> None:
+    looker: tuple[Scheduler, subprocess.Popen[str]],
+) -> None:
     s, proc = looker
     assert proc.stdin is not None and proc.stdout is not None
     # A backlog of write-behind submits ahead of it: its submit has not left this process
@@ -70,7 +76,11 @@ def test_job_info_looks_one_job_up_by_id(make_scheduler: Callable[..., Scheduler
     later = s.schedule(jobs.noop, delay=3600, key="k")
     info = s.job_info(later.job_id)
     assert (info.job_id, info.state, info.name, info.key) == (
-        later.job_id, "pending", "jobs:noop", "k")
+        later.job_id,
+        "pending",
+        "jobs:noop",
+        "k",
+    )
     with pytest.raises(JobNotFoundError):
         s.job_info("no-such-job")
     with pytest.raises(InvalidJobError):
@@ -90,8 +100,11 @@ def _no_listing(*args: object) -> None:
 
 
 def test_result_and_cancel_look_an_id_up_without_listing(
-        make_scheduler: Callable[..., Scheduler], tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    make_scheduler: Callable[..., Scheduler],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     s = make_scheduler(workers=1)
     later = s.schedule(jobs.noop, delay=3600)
     s.every(3600, jobs.noop, id="hourly")
@@ -110,8 +123,8 @@ def test_result_and_cancel_look_an_id_up_without_listing(
 
 
 def test_without_a_store_ended_jobs_keep_their_ids(
-        make_scheduler: Callable[..., Scheduler], tmp_path: Path,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    make_scheduler: Callable[..., Scheduler], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     s = make_scheduler(workers=1)  # no store
     done = s.submit(jobs.noop, "it ran")
     assert done.result(30) == "it ran"

@@ -18,43 +18,127 @@ PACKAGE = Path(__file__).parent.parent / "mpsched"
 # a cycle waiting to happen, so modules of one group never import each other.
 LAYERS: list[tuple[str, list[set[str]]]] = [
     ("_errors", [set()]),  # the whole error tree, one module
-    ("_core", [{"options", "histogram", "retrying", "progress"}, {"job"},
-               {"clock", "recurring", "limits", "result_of", "dependencies"},
-               {"leases", "heap", "planning", "wall_offset"},
-               {"queues"}, {"room", "admission"}, {"prefetch"}, {"hand_out"}, {"intake"},
-               {"queue"}]),
-    ("_store", [{"base", "commit", "pruning", "lease_records", "group_sync", "redis.url",
-                 "redis.records"},
-                {"writer", "statements", "readers", "lease_log", "memory", "file",
-                 "redis.server", "redis.scripts", "redis.views"},
-                {"redis.subscription", "redis.schedules"}, {"sqlite", "redis.store"}]),
-    ("_transport", [{"address", "authkey", "wire", "handshake"}, {"tls", "handshake_loop"},
-                    {"connect", "http_access"}, {"sockets"}, {"runtime"}]),
+    (
+        "_core",
+        [
+            {"options", "histogram", "retrying", "progress"},
+            {"job"},
+            {"clock", "recurring", "limits", "result_of", "dependencies"},
+            {"leases", "heap", "planning", "wall_offset"},
+            {"queues"},
+            {"room", "admission"},
+            {"prefetch"},
+            {"hand_out"},
+            {"intake"},
+            {"queue"},
+        ],
+    ),
+    (
+        "_store",
+        [
+            {
+                "base",
+                "commit",
+                "pruning",
+                "lease_records",
+                "group_sync",
+                "redis.url",
+                "redis.records",
+            },
+            {
+                "writer",
+                "statements",
+                "readers",
+                "lease_log",
+                "memory",
+                "file",
+                "redis.server",
+                "redis.scripts",
+                "redis.views",
+            },
+            {"redis.subscription", "redis.schedules"},
+            {"sqlite", "redis.store"},
+        ],
+    ),
+    (
+        "_transport",
+        [
+            {"address", "authkey", "wire", "handshake"},
+            {"tls", "handshake_loop"},
+            {"connect", "http_access"},
+            {"sockets"},
+            {"runtime"},
+        ],
+    ),
     ("_protocol", [{"records"}, {"codec"}, {"proxy"}]),
-    ("_payload", [{"frames", "by_value"}, {"shm"}, {"segment_pool", "segments"},
-                  {"pickling"}]),
-    ("_worker", [{"stop_reasons", "claims", "reports", "process", "context"},
-                 {"run", "slot_file"},
-                 {"loop", "pool_slots"}, {"remote"}, {"pool"}]),
-    ("_manager", [{"retained", "mailbox", "worker_table", "launcher", "failures", "http.metrics",
-                   "http.history", "http.connections", "wall_clock", "store_outage",
-                   "client_connections", "shared_fence", "retries"},
-                  {"shared_queue_base", "http.intake"}, {"shared_prefetch", "http.answering"},
-                  {"shared_queue"},
-                  {"journal", "schedule_entry"},
-                  {"schedule_runs", "store_journal", "endings", "workflows"},
-                  {"schedule_events"},
-                  {"schedules", "shared_journal"}, {"dispatch"}, {"service", "shared_link"},
-                  {"supervisor", "http.views"}, {"http.routes"},
-                  {"http.server"}, {"main"}]),
-    ("_client", [{"job_future", "outbox", "link", "store_failures"},
-                 {"outage", "schedule_handle", "future_table"},
-                 {"results"},
-                 {"core"}, {"base"}, {"recurring"}, {"closing"}, {"client", "forever"},
-                 {"scheduler"}]),
-    ("_cli", [{"options", "formats", "managers"}, {"parser", "connection"},
-              {"demo", "stress", "serve", "jobs", "status", "drain"},
-              {"schedules", "stress_shared"}, {"main"}]),
+    ("_payload", [{"frames", "by_value"}, {"shm"}, {"segment_pool", "segments"}, {"pickling"}]),
+    (
+        "_worker",
+        [
+            {"stop_reasons", "claims", "reports", "process", "context"},
+            {"run", "slot_file"},
+            {"loop", "pool_slots"},
+            {"remote"},
+            {"pool"},
+        ],
+    ),
+    (
+        "_manager",
+        [
+            {
+                "retained",
+                "mailbox",
+                "worker_table",
+                "launcher",
+                "failures",
+                "http.metrics",
+                "http.history",
+                "http.connections",
+                "wall_clock",
+                "store_outage",
+                "client_connections",
+                "shared_fence",
+                "retries",
+            },
+            {"shared_queue_base", "http.intake"},
+            {"shared_prefetch", "http.answering"},
+            {"shared_queue"},
+            {"journal", "schedule_entry"},
+            {"schedule_runs", "store_journal", "endings", "workflows"},
+            {"schedule_events"},
+            {"schedules", "shared_journal"},
+            {"dispatch"},
+            {"service", "shared_link"},
+            {"supervisor", "http.views"},
+            {"http.routes"},
+            {"http.server"},
+            {"main"},
+        ],
+    ),
+    (
+        "_client",
+        [
+            {"job_future", "outbox", "link", "store_failures"},
+            {"outage", "schedule_handle", "future_table"},
+            {"results"},
+            {"core"},
+            {"base"},
+            {"recurring"},
+            {"closing"},
+            {"client", "forever"},
+            {"scheduler"},
+        ],
+    ),
+    (
+        "_cli",
+        [
+            {"options", "formats", "managers"},
+            {"parser", "connection"},
+            {"demo", "stress", "serve", "jobs", "status", "drain"},
+            {"schedules", "stress_shared"},
+            {"main"},
+        ],
+    ),
     ("", [{"__init__", "__main__"}]),  # the public API and ``python -m mpsched``
 ]
 
@@ -81,8 +165,9 @@ def _rank() -> dict[str, tuple[int, int]]:
 
 
 def _modules() -> dict[str, Path]:
-    return {_name(p): p for p in PACKAGE.rglob("*.py") if p.name != "__init__.py"
-            or p.parent == PACKAGE}
+    return {
+        _name(p): p for p in PACKAGE.rglob("*.py") if p.name != "__init__.py" or p.parent == PACKAGE
+    }
 
 
 def _imports(module: Path, known: set[str]) -> set[str]:
@@ -90,8 +175,11 @@ def _imports(module: Path, known: set[str]) -> set[str]:
     mpsched._payload.shm; importing a subpackage itself counts as its lowest module)."""
     names: set[str] = set()
     for node in ast.walk(ast.parse(module.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and (
-                node.module == "mpsched" or node.module.startswith("mpsched.")):
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and (node.module == "mpsched" or node.module.startswith("mpsched."))
+        ):
             for alias in node.names:
                 sub = f"{node.module}.{alias.name}"
                 names.add(sub if sub in known else node.module)
@@ -101,7 +189,7 @@ def _imports(module: Path, known: set[str]) -> set[str]:
 
 
 def test_every_module_has_a_layer() -> None:
-    assert set(_modules()) == set(_rank()), (set(_modules()) ^ set(_rank()))
+    assert set(_modules()) == set(_rank()), set(_modules()) ^ set(_rank())
 
 
 def test_every_subpackage_says_what_it_is_for_and_may_import() -> None:
@@ -113,10 +201,19 @@ def test_every_subpackage_says_what_it_is_for_and_may_import() -> None:
 def test_imports_only_go_down() -> None:
     rank = _rank()
     # a subpackage itself (its __init__ holds only a docstring) ranks below its modules
-    rank.update({f"mpsched.{package}": (i, -1) for i, (package, _) in enumerate(LAYERS)
-                 if package and f"mpsched.{package}" not in rank})
-    upward = [f"{name} imports {imported}" for name, path in _modules().items()
-              for imported in _imports(path, set(rank)) if rank[imported] >= rank[name]]
+    rank.update(
+        {
+            f"mpsched.{package}": (i, -1)
+            for i, (package, _) in enumerate(LAYERS)
+            if package and f"mpsched.{package}" not in rank
+        }
+    )
+    upward = [
+        f"{name} imports {imported}"
+        for name, path in _modules().items()
+        for imported in _imports(path, set(rank))
+        if rank[imported] >= rank[name]
+    ]
     assert not upward
 
 
@@ -124,8 +221,17 @@ def test_the_pure_core_never_imports_multiprocessing() -> None:
     for path in (PACKAGE / "_core").glob("*.py"):
         tree = ast.parse(path.read_text())
         modules = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-        modules |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import)
-                    for a in n.names}
-        outside = {m for m in modules if m and (m.startswith("multiprocessing") or (
-            m.startswith("mpsched") and not m.startswith(("mpsched._core", "mpsched._errors"))))}
+        modules |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        outside = {
+            m
+            for m in modules
+            if m
+            and (
+                m.startswith("multiprocessing")
+                or (
+                    m.startswith("mpsched")
+                    and not m.startswith(("mpsched._core", "mpsched._errors"))
+                )
+            )
+        }
         assert not outside, (path.name, outside)

@@ -72,15 +72,24 @@ def _localised(argv: list[str], tmp_path: Path) -> tuple[list[str], int]:
     return swapped, port
 
 
-def _serve_answers_and_drains(programs: Programs, argv: list[str], port: int,
-                              tmp_path: Path) -> None:
-    popen = programs.start(*argv, env={"XDG_RUNTIME_DIR": str(tmp_path)},
-                           stderr=subprocess.STDOUT)
+def _serve_answers_and_drains(
+    programs: Programs, argv: list[str], port: int, tmp_path: Path
+) -> None:
+    popen = programs.start(*argv, env={"XDG_RUNTIME_DIR": str(tmp_path)}, stderr=subprocess.STDOUT)
     assert popen.stdout is not None
     out = Lines(popen.stdout)
     out.until(lambda line: "listening on" in line, TIMEOUT)
-    status = programs.run("-m", "mpsched", "status", "--connect", f"127.0.0.1:{port}",
-                          "--authkey-file", str(tmp_path / "key"), "--json", timeout=TIMEOUT)
+    status = programs.run(
+        "-m",
+        "mpsched",
+        "status",
+        "--connect",
+        f"127.0.0.1:{port}",
+        "--authkey-file",
+        str(tmp_path / "key"),
+        "--json",
+        timeout=TIMEOUT,
+    )
     assert status.returncode == 0, status.stderr
     assert "queue" in json.loads(status.stdout)
     popen.send_signal(signal.SIGTERM)  # what systemd and docker stop send
@@ -88,7 +97,8 @@ def _serve_answers_and_drains(programs: Programs, argv: list[str], port: int,
 
 
 def test_the_systemd_units_command_serves_and_drains_on_sigterm(
-        programs: Programs, tmp_path: Path) -> None:
+    programs: Programs, tmp_path: Path
+) -> None:
     argv, port = _localised(_unit_command(tmp_path), tmp_path)
     _serve_answers_and_drains(programs, argv, port, tmp_path)
 
@@ -100,12 +110,18 @@ def test_the_systemd_unit_verifies(tmp_path: Path) -> None:
     unit = re.sub(r"^(User|Group)=.*$", r"\1=root", unit, flags=re.M)
     path = tmp_path / "mpsched.service"
     path.write_text(unit)
-    checked = subprocess.run(["systemd-analyze", "verify", str(path)], capture_output=True,
-                             text=True, timeout=TIMEOUT, check=False)
+    checked = subprocess.run(
+        ["systemd-analyze", "verify", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
     assert checked.returncode == 0, checked.stderr
 
 
 def test_the_dockerfiles_command_serves_and_drains_on_sigterm(
-        programs: Programs, tmp_path: Path) -> None:
+    programs: Programs, tmp_path: Path
+) -> None:
     argv, port = _localised(_docker_command(), tmp_path)
     _serve_answers_and_drains(programs, argv, port, tmp_path)

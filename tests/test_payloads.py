@@ -58,8 +58,7 @@ def store_options(request):
     return {"store": request.getfixturevalue("redis_url")}
 
 
-def test_arguments_and_results_travel_through_shared_memory(make_scheduler, fifo,
-                                                            store_options):
+def test_arguments_and_results_travel_through_shared_memory(make_scheduler, fifo, store_options):
     s = make_scheduler(workers=1, **store_options)
     assert s._core.shm_prefix  # a Scheduler's client shares its manager's /dev/shm
     data = os.urandom(BIG)
@@ -121,7 +120,8 @@ def test_a_dead_client_s_jobs_and_results_leak_nothing(make_scheduler, tmp_path)
 
 
 def test_a_job_held_by_one_manager_runs_on_another_with_its_payload_inline(
-        make_scheduler, redis_url, fifo, tmp_path):
+    make_scheduler, redis_url, fifo, tmp_path
+):
     # Submitted through a manager whose one worker is busy, which keeps the segments;
     # the other manager claims the jobs with their payloads from Redis (copies, not
     # mappings), and their results reach the owner's client through Redis.
@@ -153,8 +153,7 @@ def test_a_job_held_by_one_manager_runs_on_another_with_its_payload_inline(
     assert runner.job(own.job_id).result(timeout=30) == bytes([3]) * BIG
 
 
-def test_prefetched_and_cancelled_jobs_on_a_redis_store_leak_nothing(make_scheduler,
-                                                                     redis_url):
+def test_prefetched_and_cancelled_jobs_on_a_redis_store_leak_nothing(make_scheduler, redis_url):
     # Short jobs go to each worker in batches (prefetched); cancels just ahead of the runs
     # find them pending, prefetched (given back, then cancelled) or started: each ends
     # once, rightly, and every segment is unlinked when its job ends.
@@ -183,7 +182,8 @@ def test_prefetched_and_cancelled_jobs_on_a_redis_store_leak_nothing(make_schedu
 
 
 def test_a_late_end_refused_by_redis_leaks_nothing_and_its_retry_runs(
-        make_scheduler, redis_url, procs, fifo, tmp_path):
+    make_scheduler, redis_url, procs, fifo, tmp_path
+):
     # The manager stalls past its lease while its worker runs a job held in shared
     # memory: a peer takes the job back (a retry). The stalled manager's late end, with
     # a large result in a segment, is refused: the result's segment is unlinked. Its
@@ -191,19 +191,30 @@ def test_a_late_end_refused_by_redis_leaks_nothing_and_its_retry_runs(
     # it from Redis.
     lease = 1.5
     s = make_scheduler(workers=1, store=redis_url, lease_timeout=lease)
-    serve(procs, "--address", "127.0.0.1:0", "--workers", "0", "--store", redis_url,
-          "--lease-timeout", str(lease))  # takes back the stalled manager's job
+    serve(
+        procs,
+        "--address",
+        "127.0.0.1:0",
+        "--workers",
+        "0",
+        "--store",
+        redis_url,
+        "--lease-timeout",
+        str(lease),
+    )  # takes back the stalled manager's job
     release = tmp_path / "release"
     data = os.urandom(BIG)
-    job = s.schedule(jobs.announce_wait_then_big_result, fifo, str(release), data,
-                     retries=1)
+    job = s.schedule(jobs.announce_wait_then_big_result, fifo, str(release), data, retries=1)
     wait_started(fifo)
     store = RedisStore(redis_url)
     try:
         os.kill(s._manager_process.pid, signal.SIGSTOP)  # its worker runs on
         try:
-            wait_for(lambda: getattr(store.get(job.job_id), "state", None) is JobState.PENDING,
-                     lease + 10, "the peer took the job back")
+            wait_for(
+                lambda: getattr(store.get(job.job_id), "state", None) is JobState.PENDING,
+                lease + 10,
+                "the peer took the job back",
+            )
             release.touch()  # the worker ends it and reports to the stalled manager
         finally:
             os.kill(s._manager_process.pid, signal.SIGCONT)
@@ -288,8 +299,16 @@ def test_a_remote_worker_gets_the_arguments_inline(make_scheduler, procs, tmp_pa
     s.submit(jobs.announce_then_sleep, fifo, 600)  # keeps the local worker busy
     wait_started(fifo)
     pythonpath = os.pathsep.join([str(site), procs.env["PYTHONPATH"]])
-    pool = procs.start("worker", "--connect", format_address(s.address), "--authkey-file",
-                       str(key), "--processes", "1", env={"PYTHONPATH": pythonpath})
+    pool = procs.start(
+        "worker",
+        "--connect",
+        format_address(s.address),
+        "--authkey-file",
+        str(key),
+        "--processes",
+        "1",
+        env={"PYTHONPATH": pythonpath},
+    )
     assert "1 process joined" in pool.line()
     data = os.urandom(BIG)
     assert s.submit(jobs.digest, data).result(timeout=30) == hashlib.sha256(data).hexdigest()
@@ -324,8 +343,9 @@ def test_a_new_manager_removes_what_a_killed_one_left(make_scheduler):
         shm.sweep(prefix)
 
 
-@pytest.mark.parametrize("options", [{"shared_memory": False}, {"store": "jobs.db"}],
-                         ids=["off", "store"])
+@pytest.mark.parametrize(
+    "options", [{"shared_memory": False}, {"store": "jobs.db"}], ids=["off", "store"]
+)
 def test_without_shared_memory_payloads_travel_inline(make_scheduler, tmp_path, options):
     if "store" in options:
         options = {"store": tmp_path / options["store"]}

@@ -42,7 +42,8 @@ def lines(path: Path) -> int:
 
 @pytest.mark.parametrize("scheduler", [1], indirect=True, ids=["1-worker"])
 def test_a_result_does_not_wait_for_the_long_job_after_it(
-        scheduler: Scheduler, tmp_path: Path) -> None:
+    scheduler: Scheduler, tmp_path: Path
+) -> None:
     release = tmp_path / "release"
     before = scheduler.stats().queue.prefetched
     results = scheduler.map(by_kind, ["short", "wait"], ["", str(release)], timeout=WAIT)
@@ -56,7 +57,8 @@ def test_a_result_does_not_wait_for_the_long_job_after_it(
 
 @pytest.mark.parametrize("scheduler", [2], indirect=True, ids=["2-workers"])
 def test_jobs_prefetched_behind_a_long_job_run_on_the_other_worker(
-        scheduler: Scheduler, tmp_path: Path) -> None:
+    scheduler: Scheduler, tmp_path: Path
+) -> None:
     first, second, log = tmp_path / "first", tmp_path / "second", tmp_path / "log"
     blocker = scheduler.submit(by_kind, "wait", str(first))  # one worker waits for "first"
     eventually(lambda: scheduler.stats().queue.in_flight == 1, "the blocker started")
@@ -77,7 +79,8 @@ def test_jobs_prefetched_behind_a_long_job_run_on_the_other_worker(
 
 @pytest.mark.parametrize("scheduler", [1], indirect=True, ids=["1-worker"])
 def test_jobs_that_ran_before_their_worker_died_keep_their_results(
-        scheduler: Scheduler, tmp_path: Path) -> None:
+    scheduler: Scheduler, tmp_path: Path
+) -> None:
     log = tmp_path / "log"
     before = scheduler.stats().queue
     results = scheduler.map(by_kind, ["a", "b", "die"], [str(log)] * 3)

@@ -24,8 +24,16 @@ RESULT = 60.0  # seconds a test waits for a result, on a loaded 2-core machine
 
 
 def start_pool(procs: Processes, manager: Manager, queues: str, processes: int = 1) -> Any:
-    pool = procs.start("worker", *manager.cli(), "--processes", str(processes),
-                       "--heartbeat-interval", "0.5", "--queues", queues)
+    pool = procs.start(
+        "worker",
+        *manager.cli(),
+        "--processes",
+        str(processes),
+        "--heartbeat-interval",
+        "0.5",
+        "--queues",
+        queues,
+    )
     assert "joined" in pool.line()
     return pool
 
@@ -35,8 +43,9 @@ def pool_pids(pool: Any) -> set[int]:
 
 
 def spans(log: Path) -> list[tuple[float, float]]:
-    return [(float(a), float(b)) for a, b in
-            (line.split() for line in log.read_text().splitlines())]
+    return [
+        (float(a), float(b)) for a, b in (line.split() for line in log.read_text().splitlines())
+    ]
 
 
 def most_at_once(intervals: list[tuple[float, float]]) -> int:
@@ -52,9 +61,9 @@ def most_at_once(intervals: list[tuple[float, float]]) -> int:
 
 
 def test_gpu_jobs_run_only_on_the_gpu_pool_and_in_strict_order(
-        procs: Processes, connect_client: Callable[..., Any]) -> None:
-    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "1",
-                    "--queues", "default")
+    procs: Processes, connect_client: Callable[..., Any]
+) -> None:
+    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "1", "--queues", "default")
     gpu = start_pool(procs, manager, "gpu")
     client = connect_client(manager)
     on_gpu = [client.schedule(jobs.stamp, i, queue="gpu") for i in range(6)]
@@ -70,8 +79,7 @@ def test_gpu_jobs_run_only_on_the_gpu_pool_and_in_strict_order(
     # gpu,default pool takes gpu first all the same
     at = time.time() + 1.0
     futures = [client.schedule(jobs.stamp, ("default", i), at=at) for i in range(4)]
-    futures += [client.schedule(jobs.stamp, ("gpu", i), at=at, queue="gpu")
-                for i in range(4)]
+    futures += [client.schedule(jobs.stamp, ("gpu", i), at=at, queue="gpu") for i in range(4)]
     results = [f.result(RESULT) for f in futures]
     both_pids = pool_pids(both)
     on_both = sorted((start, tag[0]) for tag, pid, start in results if pid in both_pids)
@@ -79,9 +87,9 @@ def test_gpu_jobs_run_only_on_the_gpu_pool_and_in_strict_order(
 
 
 def test_a_queue_nobody_serves_stays_pending_until_a_pool_joins(
-        procs: Processes, connect_client: Callable[..., Any]) -> None:
-    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "1",
-                    "--queues", "default")
+    procs: Processes, connect_client: Callable[..., Any]
+) -> None:
+    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "1", "--queues", "default")
     client = connect_client(manager)
     waiting = client.schedule(jobs.stamp, "r", queue="reports")
     assert client.submit(jobs.stamp, "d").result(RESULT)[0] == "d"  # not blocked
@@ -97,10 +105,19 @@ def test_a_queue_nobody_serves_stays_pending_until_a_pool_joins(
 
 
 def test_submit_on_the_command_line_names_a_queue_and_a_limit(procs: Processes) -> None:
-    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "1",
-                    "--limit", "exports=1")
-    done = procs.run("submit", "jobs:stamp", "--args", '["x"]', "--queue", "q1",
-                     "--limit", "exports", "--wait", *manager.cli())
+    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "1", "--limit", "exports=1")
+    done = procs.run(
+        "submit",
+        "jobs:stamp",
+        "--args",
+        '["x"]',
+        "--queue",
+        "q1",
+        "--limit",
+        "exports",
+        "--wait",
+        *manager.cli(),
+    )
     assert done.returncode == 0 and '"x"' in done.stdout, done
     refused = procs.run("submit", "jobs:stamp", "--limit", "nope", *manager.cli())
     assert refused.returncode != 0 and "unknown limit 'nope'" in refused.stderr
@@ -114,7 +131,8 @@ def test_submit_on_the_command_line_names_a_queue_and_a_limit(procs: Processes) 
 
 @pytest.mark.parametrize("with_store", [False, True], ids=["memory", "sqlite"])
 def test_at_most_two_exports_run_at_once_while_other_jobs_flow(
-        make_scheduler: Callable[..., Scheduler], tmp_path: Path, with_store: bool) -> None:
+    make_scheduler: Callable[..., Scheduler], tmp_path: Path, with_store: bool
+) -> None:
     store = str(tmp_path / "jobs.db") if with_store else None
     s = make_scheduler(workers=4, limits={"exports": 2}, store=store)
     log = tmp_path / "exports.log"
@@ -131,8 +149,9 @@ def test_at_most_two_exports_run_at_once_while_other_jobs_flow(
     assert max(e for _, e in other_spans) < max(e for _, e in spans(log))
 
 
-def test_a_waiting_job_says_what_it_waits_for(make_scheduler: Callable[..., Scheduler],
-                                              tmp_path: Path, fifo: str) -> None:
+def test_a_waiting_job_says_what_it_waits_for(
+    make_scheduler: Callable[..., Scheduler], tmp_path: Path, fifo: str
+) -> None:
     s = make_scheduler(workers=2, limits={"exports": 1})
     running = s.schedule(jobs.announce_then_sleep, fifo, 1.0, limit="exports")
     with open(fifo) as announced:
@@ -143,7 +162,11 @@ def test_a_waiting_job_says_what_it_waits_for(make_scheduler: Callable[..., Sche
         time.sleep(0.02)
     info = s.job_info(held.job_id)
     assert (info.state, info.limit, info.waiting_for, info.attempts) == (
-        "pending", "exports", "limit exports", 0)
+        "pending",
+        "exports",
+        "limit exports",
+        0,
+    )
     running.result(RESULT)
     held.result(RESULT)
 
@@ -156,8 +179,9 @@ def test_an_unknown_limit_fails_at_the_call_site(make_scheduler: Callable[..., S
         s.schedule(jobs.stamp, queue="no spaces")
 
 
-def test_set_limit_at_run_time_is_kept_in_the_store(make_scheduler: Callable[..., Scheduler],
-                                                    tmp_path: Path) -> None:
+def test_set_limit_at_run_time_is_kept_in_the_store(
+    make_scheduler: Callable[..., Scheduler], tmp_path: Path
+) -> None:
     store = str(tmp_path / "jobs.db")
     s = make_scheduler(workers=1, store=store)
     s.set_limit("exports", concurrency=2, rate="5/m")
@@ -170,8 +194,9 @@ def test_set_limit_at_run_time_is_kept_in_the_store(make_scheduler: Callable[...
     assert again.limits() == {"exports": ""}
 
 
-def test_fifty_jobs_under_ten_a_second(make_scheduler: Callable[..., Scheduler],
-                                       tmp_path: Path) -> None:
+def test_fifty_jobs_under_ten_a_second(
+    make_scheduler: Callable[..., Scheduler], tmp_path: Path
+) -> None:
     s = make_scheduler(workers=4, limits={"api": "10/s"})
     log = tmp_path / "api.log"
     began = time.monotonic()
@@ -186,7 +211,8 @@ def test_fifty_jobs_under_ten_a_second(make_scheduler: Callable[..., Scheduler],
 
 
 def test_queue_limit_and_limits_survive_a_sigkill_with_sqlite(
-        make_scheduler: Callable[..., Scheduler], tmp_path: Path) -> None:
+    make_scheduler: Callable[..., Scheduler], tmp_path: Path
+) -> None:
     store = tmp_path / "jobs.db"
     s = make_scheduler(workers=1, store=store, queues=["default"], limits={"exports": 1})
     held = s.schedule(jobs.stamp, "r", queue="reports", limit="exports")
@@ -203,7 +229,8 @@ def test_queue_limit_and_limits_survive_a_sigkill_with_sqlite(
 
 
 def test_metrics_and_the_page_show_each_queue_and_its_workers(
-        make_scheduler: Callable[..., Scheduler]) -> None:
+    make_scheduler: Callable[..., Scheduler],
+) -> None:
     s = make_scheduler(workers=1, queues=["default"], limits={"exports": 2}, http=0)
     assert s.http_url is not None
     waiting = s.schedule(jobs.stamp, queue="reports")
@@ -221,7 +248,8 @@ def test_metrics_and_the_page_show_each_queue_and_its_workers(
 
 
 def test_a_job_run_again_after_its_worker_died_takes_a_slot_each_time(
-        make_scheduler: Callable[..., Scheduler], tmp_path: Path) -> None:
+    make_scheduler: Callable[..., Scheduler], tmp_path: Path
+) -> None:
     s = make_scheduler(workers=2, limits={"x": 1})
     log = tmp_path / "x.log"
     again = s.schedule(jobs.die_once, str(tmp_path / "marker"), retries=1, limit="x")
@@ -235,13 +263,17 @@ def test_a_job_run_again_after_its_worker_died_takes_a_slot_each_time(
 
 @pytest.mark.parametrize("kind", ["memory", "redis"])
 def test_each_attempt_of_a_job_retried_on_exception_takes_a_slot(
-        make_scheduler: Callable[..., Scheduler], tmp_path: Path, kind: str,
-        request: pytest.FixtureRequest) -> None:
+    make_scheduler: Callable[..., Scheduler],
+    tmp_path: Path,
+    kind: str,
+    request: pytest.FixtureRequest,
+) -> None:
     store = request.getfixturevalue("redis_url") if kind == "redis" else None
     s = make_scheduler(workers=2, limits={"x": 1}, store=store)
     failing, log = str(tmp_path / "failing.log"), tmp_path / "x.log"
-    retried = s.schedule(retry_jobs.slow_fail, failing, 0.2, limit="x",
-                         retry=RetryPolicy(2, backoff=0.0))
+    retried = s.schedule(
+        retry_jobs.slow_fail, failing, 0.2, limit="x", retry=RetryPolicy(2, backoff=0.0)
+    )
     others = [s.schedule(jobs.span, str(log), 0.2, limit="x") for _ in range(3)]
     with pytest.raises(Exception, match="slow"):
         retried.result(RESULT)
@@ -252,8 +284,9 @@ def test_each_attempt_of_a_job_retried_on_exception_takes_a_slot(
     assert most_at_once(attempts + spans(log)) == 1
 
 
-def test_a_requeued_job_keeps_its_queue_and_limit(make_scheduler: Callable[..., Scheduler],
-                                                  tmp_path: Path) -> None:
+def test_a_requeued_job_keeps_its_queue_and_limit(
+    make_scheduler: Callable[..., Scheduler], tmp_path: Path
+) -> None:
     s = make_scheduler(workers=1, queues=["reports"], limits={"x": 1})
     failed = s.schedule(jobs.fail, "once", queue="reports", limit="x")
     with pytest.raises(ValueError):

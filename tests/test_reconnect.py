@@ -54,8 +54,16 @@ class Site:
     key_file: Path
 
     def start(self, *options: str) -> Manager:
-        manager = serve(self.procs, "--address", self.address, "--authkey-file",
-                        str(self.key_file), "--workers", "1", *options)
+        manager = serve(
+            self.procs,
+            "--address",
+            self.address,
+            "--authkey-file",
+            str(self.key_file),
+            "--workers",
+            "1",
+            *options,
+        )
         assert manager.address == self.address
         return manager
 
@@ -65,8 +73,9 @@ def site(request: pytest.FixtureRequest, procs: Processes, tmp_path: Path) -> Si
     key_file = tmp_path / "authkey"
     key_file.write_bytes(os.urandom(16).hex().encode())
     key_file.chmod(0o600)
-    address = (f"127.0.0.1:{free_port()}" if request.param == "tcp"
-               else f"unix:{procs.runtime_dir}/m.sock")
+    address = (
+        f"127.0.0.1:{free_port()}" if request.param == "tcp" else f"unix:{procs.runtime_dir}/m.sock"
+    )
     return Site(procs, address, key_file)
 
 
@@ -92,7 +101,8 @@ BACK = "reconnected to the manager at"
 
 
 def test_connect_again_in_the_same_thread_reaches_the_restarted_manager(
-        site: Site, connect_client: Callable[[Manager], mpsched.Client]) -> None:
+    site: Site, connect_client: Callable[[Manager], mpsched.Client]
+) -> None:
     first = site.start()
     before = connect_client(first)
     assert before.submit(pow, 2, 5).result(timeout=WAIT) == 32
@@ -103,8 +113,11 @@ def test_connect_again_in_the_same_thread_reaches_the_restarted_manager(
 
 
 def test_with_a_store_outstanding_futures_resolve_after_the_restart(
-        site: Site, connect_client: Callable[[Manager], mpsched.Client], tmp_path: Path,
-        client_log: pytest.LogCaptureFixture) -> None:
+    site: Site,
+    connect_client: Callable[[Manager], mpsched.Client],
+    tmp_path: Path,
+    client_log: pytest.LogCaptureFixture,
+) -> None:
     store, log = str(tmp_path / "jobs.db"), str(tmp_path / "runs.log")
     first = site.start("--store", store)
     client = connect_client(first)
@@ -129,8 +142,11 @@ def test_with_a_store_outstanding_futures_resolve_after_the_restart(
 
 @pytest.mark.parametrize("site", ["unix"], indirect=True)  # the same on either transport
 def test_after_a_reconnect_the_sender_s_connection_is_opened_by_the_reconnect(
-        site: Site, connect_client: Callable[[Manager], mpsched.Client],
-        client_log: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    site: Site,
+    connect_client: Callable[[Manager], mpsched.Client],
+    client_log: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     first = site.start()
     client = connect_client(first)
     assert client.submit(pow, 2, 5).result(timeout=WAIT) == 32
@@ -154,8 +170,10 @@ def test_after_a_reconnect_the_sender_s_connection_is_opened_by_the_reconnect(
 
 
 def test_without_a_store_outstanding_futures_fail_and_new_submits_work_once_back(
-        site: Site, connect_client: Callable[[Manager], mpsched.Client],
-        client_log: pytest.LogCaptureFixture) -> None:
+    site: Site,
+    connect_client: Callable[[Manager], mpsched.Client],
+    client_log: pytest.LogCaptureFixture,
+) -> None:
     first = site.start()
     client = connect_client(first)
     pending = client.schedule(jobs.noop, 1, delay=600)
@@ -183,8 +201,11 @@ STALL = 2 * SHORT_HANDSHAKE
 
 
 def test_a_manager_that_stalls_just_after_connect_costs_the_client_nothing(
-        procs: Processes, connect_client: Callable[[Manager], mpsched.Client],
-        client_log: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    procs: Processes,
+    connect_client: Callable[[Manager], mpsched.Client],
+    client_log: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "1")
     monkeypatch.setattr(connect, "HANDSHAKE_TIMEOUT", SHORT_HANDSHAKE)
     client = connect_client(manager)
@@ -202,8 +223,8 @@ def test_a_manager_that_stalls_just_after_connect_costs_the_client_nothing(
 
 
 def test_a_manager_that_stalls_while_a_client_opens_its_connections_is_unreachable(
-        make_scheduler: Callable[..., mpsched.Scheduler],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    make_scheduler: Callable[..., mpsched.Scheduler], monkeypatch: pytest.MonkeyPatch
+) -> None:
     s = make_scheduler(workers=1)
 
     def stalled(proxy: ServiceProxy, thread_name: str) -> FastConnection:
@@ -232,8 +253,8 @@ def test_a_manager_that_stalls_while_a_client_opens_its_connections_is_unreachab
 
 
 def test_dropping_another_proxy_leaves_a_new_client_s_opening_connection_alone(
-        make_scheduler: Callable[..., mpsched.Scheduler],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    make_scheduler: Callable[..., mpsched.Scheduler], monkeypatch: pytest.MonkeyPatch
+) -> None:
     s = make_scheduler(workers=1)
     other = connect_service(s.address, s.authkey)
     other.stats()  # a connection of this thread to that manager
@@ -261,7 +282,8 @@ def test_dropping_another_proxy_leaves_a_new_client_s_opening_connection_alone(
 
 
 def test_a_stray_decref_does_not_take_the_served_service_away(
-        make_scheduler: Callable[..., mpsched.Scheduler]) -> None:
+    make_scheduler: Callable[..., mpsched.Scheduler],
+) -> None:
     s = make_scheduler(workers=1)
     proxy = connect_service(s.address, s.authkey)
     # More than there are proxies of it (the Scheduler's, this one, its worker's), as
@@ -275,7 +297,8 @@ def test_a_stray_decref_does_not_take_the_served_service_away(
 
 
 def test_a_discarded_proxy_closes_its_connections_of_every_thread_and_calls_no_more(
-        make_scheduler: Callable[..., mpsched.Scheduler]) -> None:
+    make_scheduler: Callable[..., mpsched.Scheduler],
+) -> None:
     s = make_scheduler(workers=1)
     proxy = connect_service(s.address, s.authkey)
     proxy.stats()

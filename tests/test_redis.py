@@ -39,8 +39,9 @@ SECRET = "n0t-this-one"
 
 
 def start_manager(procs: Any, url: str, *args: str, workers: int = 1) -> Manager:
-    return serve(procs, "--address", "127.0.0.1:0", "--workers", str(workers),
-                 "--store", url, *args)
+    return serve(
+        procs, "--address", "127.0.0.1:0", "--workers", str(workers), "--store", url, *args
+    )
 
 
 def worker_pids(manager: Manager) -> set[int]:
@@ -48,14 +49,19 @@ def worker_pids(manager: Manager) -> set[int]:
 
 
 def test_two_managers_share_a_thousand_jobs_each_run_once_and_never_early(
-        procs: Any, connect_client: Callable[..., Any], shared_redis: Any,
-        redis_url: str, tmp_path: Path) -> None:
+    procs: Any,
+    connect_client: Callable[..., Any],
+    shared_redis: Any,
+    redis_url: str,
+    tmp_path: Path,
+) -> None:
     first, second = start_manager(procs, redis_url), start_manager(procs, redis_url)
     client = connect_client(first)  # this process: a client of neither's host process
     log = str(tmp_path / "runs.log")
     submitted = time.time()
-    futures = [client.schedule(shared_jobs.run, log, f"j{n}", delay=(n % 50) / 100)
-               for n in range(1000)]
+    futures = [
+        client.schedule(shared_jobs.run, log, f"j{n}", delay=(n % 50) / 100) for n in range(1000)
+    ]
     assert [f.result(timeout=60) for f in futures] == [f"j{n}" for n in range(1000)]
     runs = shared_jobs.runs(log)
     assert sorted(r.key for r in runs) == sorted(f"j{n}" for n in range(1000))  # once each
@@ -66,8 +72,8 @@ def test_two_managers_share_a_thousand_jobs_each_run_once_and_never_early(
 
 
 def test_cancels_through_another_manager_while_jobs_run_in_batches_never_run_one_twice(
-        procs: Any, connect_client: Callable[..., Any], redis_url: str,
-        tmp_path: Path) -> None:
+    procs: Any, connect_client: Callable[..., Any], redis_url: str, tmp_path: Path
+) -> None:
     # Short jobs go to each worker in batches; a cancel through the other manager finds
     # each job pending, prefetched (its holder gives it back unless it started) or
     # running: whichever, a job cancelled never runs, and every other one runs once.
@@ -76,8 +82,7 @@ def test_cancels_through_another_manager_while_jobs_run_in_batches_never_run_one
     log = str(tmp_path / "runs.log")
     # All due at one instant, so that both workers take batches (none waits for work).
     at = time.time() + 1.0
-    futures = [owner.schedule(shared_jobs.run, log, f"j{n}", 0.0003, at=at)
-               for n in range(1000)]
+    futures = [owner.schedule(shared_jobs.run, log, f"j{n}", 0.0003, at=at) for n in range(1000)]
     tried: set[int] = set()
     cancelled: set[str] = set()
     wait_for(lambda: shared_jobs.runs(log), 30, "the first run")
@@ -101,7 +106,8 @@ def test_cancels_through_another_manager_while_jobs_run_in_batches_never_run_one
 
 
 def test_large_arguments_and_results_of_a_remote_client_go_through_redis(
-        procs: Any, connect_client: Callable[..., Any], redis_url: str) -> None:
+    procs: Any, connect_client: Callable[..., Any], redis_url: str
+) -> None:
     # Over a connection, a payload of 64 KiB or more arrives as a bytearray.
     manager = start_manager(procs, redis_url, workers=1)
     client = connect_client(manager)
@@ -111,11 +117,11 @@ def test_large_arguments_and_results_of_a_remote_client_go_through_redis(
 
 
 def test_max_pending_bytes_bounds_what_every_managers_pending_jobs_hold(
-        procs: Any, connect_client: Callable[..., Any], redis_url: str) -> None:
+    procs: Any, connect_client: Callable[..., Any], redis_url: str
+) -> None:
     # Submits go through a manager without workers; claims on another one make room.
     size, bound = 100_000, 250_000  # two jobs' payloads fit (a little over their data)
-    submitter = start_manager(procs, redis_url, "--max-pending-bytes", str(bound),
-                              workers=0)
+    submitter = start_manager(procs, redis_url, "--max-pending-bytes", str(bound), workers=0)
     hasty = connect_client(submitter, submit_timeout=0.5)
     patient = connect_client(submitter, submit_timeout=30)
     data = os.urandom(size)
@@ -139,7 +145,8 @@ def test_max_pending_bytes_bounds_what_every_managers_pending_jobs_hold(
 
 
 def test_a_scheduler_on_redis_maps_in_batches_that_fit_max_pending_bytes(
-        make_scheduler: Callable[..., Scheduler], redis_url: str) -> None:
+    make_scheduler: Callable[..., Scheduler], redis_url: str
+) -> None:
     size = 100_000
     scheduler = make_scheduler(workers=1, store=redis_url, max_pending_bytes=2 * size + 1000)
     data = os.urandom(size)
@@ -150,30 +157,36 @@ def test_a_scheduler_on_redis_maps_in_batches_that_fit_max_pending_bytes(
 
 
 def test_jobs_run_in_exact_order_across_managers(
-        procs: Any, connect_client: Callable[..., Any], redis_url: str,
-        tmp_path: Path) -> None:
+    procs: Any, connect_client: Callable[..., Any], redis_url: str, tmp_path: Path
+) -> None:
     idle = start_manager(procs, redis_url, workers=0)  # submits only
     client = connect_client(idle)
     log = str(tmp_path / "runs.log")
     at = time.time() + 1.5
     levels = [Priority.LOW, Priority.MEDIUM, Priority.HIGH]
-    futures = [client.schedule(shared_jobs.run, log, f"{levels[n % 3].name}-{n}", at=at,
-                               priority=levels[n % 3]) for n in range(30)]
-    futures.append(client.schedule(shared_jobs.run, log, "first", at=at - 0.5,
-                                   priority=Priority.LOW))
+    futures = [
+        client.schedule(
+            shared_jobs.run, log, f"{levels[n % 3].name}-{n}", at=at, priority=levels[n % 3]
+        )
+        for n in range(30)
+    ]
+    futures.append(
+        client.schedule(shared_jobs.run, log, "first", at=at - 0.5, priority=Priority.LOW)
+    )
     start_manager(procs, redis_url, workers=1)  # the one worker of the store
     for future in futures:
         future.result(timeout=60)
     order = [r.key for r in shared_jobs.runs(log)]
-    expected = ["first"] + [f"{levels[n % 3].name}-{n}" for level in (2, 1, 0)
-                            for n in range(30) if n % 3 == level]
+    expected = ["first"] + [
+        f"{levels[n % 3].name}-{n}" for level in (2, 1, 0) for n in range(30) if n % 3 == level
+    ]
     assert order == expected
 
 
 @pytest.mark.parametrize("retries", [0, 1])
 def test_a_killed_managers_job_is_taken_back_by_a_peer_in_time(
-        procs: Any, connect_client: Callable[..., Any], redis_url: str, tmp_path: Path,
-        retries: int) -> None:
+    procs: Any, connect_client: Callable[..., Any], redis_url: str, tmp_path: Path, retries: int
+) -> None:
     lease = 2.0
     doomed = start_manager(procs, redis_url, "--lease-timeout", str(lease))
     client = connect_client(doomed)
@@ -198,8 +211,8 @@ def test_a_killed_managers_job_is_taken_back_by_a_peer_in_time(
 
 
 def test_a_manager_stopped_past_its_lease_loses_its_job_and_its_late_end_replaces_that(
-        procs: Any, connect_client: Callable[..., Any], redis_url: str,
-        tmp_path: Path) -> None:
+    procs: Any, connect_client: Callable[..., Any], redis_url: str, tmp_path: Path
+) -> None:
     lease = 1.5
     # The peer has no worker: it only takes back the job of the stalled manager.
     peer = start_manager(procs, redis_url, "--lease-timeout", str(lease), workers=0)
@@ -217,10 +230,16 @@ def test_a_manager_stopped_past_its_lease_loses_its_job_and_its_late_end_replace
         os.kill(stalled.proc.pid, signal.SIGCONT)
     # The job ran to its end on the stalled manager's worker: that end is recorded in
     # place of the failure the peer recorded, and said.
-    wait_for(lambda: "its end replaces that failure" in stalled.proc.stderr(), 30,
-             "the late end was recorded and logged")
-    wait_for(lambda: "presumed dead" in stalled.proc.stderr(), 30,
-             "the manager learnt that its peers presumed it dead")
+    wait_for(
+        lambda: "its end replaces that failure" in stalled.proc.stderr(),
+        30,
+        "the late end was recorded and logged",
+    )
+    wait_for(
+        lambda: "presumed dead" in stalled.proc.stderr(),
+        30,
+        "the manager learnt that its peers presumed it dead",
+    )
     again = client.schedule(shared_jobs.run, log, "after", 0.0)
     assert again.result(timeout=30) == "after"  # it carries on
     [info] = [i for i in connect_client(peer).jobs() if i.job_id == job.job_id]
@@ -229,8 +248,8 @@ def test_a_manager_stopped_past_its_lease_loses_its_job_and_its_late_end_replace
 
 
 def test_one_key_submitted_at_once_through_two_managers_runs_once(
-        procs: Any, connect_client: Callable[..., Any], redis_url: str,
-        tmp_path: Path) -> None:
+    procs: Any, connect_client: Callable[..., Any], redis_url: str, tmp_path: Path
+) -> None:
     managers = [start_manager(procs, redis_url), start_manager(procs, redis_url)]
     clients = [connect_client(m) for m in managers]
     log = str(tmp_path / "runs.log")
@@ -252,14 +271,13 @@ def test_one_key_submitted_at_once_through_two_managers_runs_once(
 
 
 def test_acknowledged_jobs_survive_a_sigkill_of_redis_under_appendfsync_always(
-        own_redis: Callable[..., Any], make_scheduler: Callable[..., Scheduler],
-        tmp_path: Path) -> None:
+    own_redis: Callable[..., Any], make_scheduler: Callable[..., Scheduler], tmp_path: Path
+) -> None:
     server = own_redis(appendonly="yes", appendfsync="always")
     scheduler = make_scheduler(workers=1, store=server.url(), max_pending=1000)
     log = str(tmp_path / "runs.log")
     # max_pending: each submit returns once Redis acknowledged it
-    futures = [scheduler.schedule(shared_jobs.run, log, f"j{n}", delay=2.0)
-               for n in range(50)]
+    futures = [scheduler.schedule(shared_jobs.run, log, f"j{n}", delay=2.0) for n in range(50)]
     server.kill()
     server.start()
     assert sorted(f.result(timeout=60) for f in futures) == sorted(f"j{n}" for n in range(50))
@@ -267,7 +285,8 @@ def test_acknowledged_jobs_survive_a_sigkill_of_redis_under_appendfsync_always(
 
 
 def test_a_scheduler_on_a_redis_that_may_evict_fails_at_once_without_the_password(
-        own_redis: Callable[..., Any]) -> None:
+    own_redis: Callable[..., Any],
+) -> None:
     server = own_redis(maxmemory_policy="allkeys-lru", requirepass=SECRET)
     started = time.monotonic()
     with pytest.raises(StoreError, match="maxmemory-policy") as caught:
@@ -277,17 +296,17 @@ def test_a_scheduler_on_a_redis_that_may_evict_fails_at_once_without_the_passwor
 
 
 def test_serve_with_a_bad_store_url_says_so_in_one_line(procs: Any) -> None:
-    done = procs.run("serve", "--address", "127.0.0.1:0", "--store",
-                     f"redis://:{SECRET}@127.0.0.1:1/0")
+    done = procs.run(
+        "serve", "--address", "127.0.0.1:0", "--store", f"redis://:{SECRET}@127.0.0.1:1/0"
+    )
     assert done.returncode == 7, done.stderr
     assert "nothing is listening" in done.stderr and SECRET not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
-
-
 def test_one_schedule_added_on_two_managers_runs_each_slot_once(
-        make_scheduler: Callable[..., Scheduler], redis_url: str, tmp_path: Path) -> None:
+    make_scheduler: Callable[..., Scheduler], redis_url: str, tmp_path: Path
+) -> None:
     log = str(tmp_path / "runs.log")
     first = make_scheduler(workers=1, store=redis_url)
     second = make_scheduler(workers=1, store=redis_url)
@@ -300,15 +319,14 @@ def test_one_schedule_added_on_two_managers_runs_each_slot_once(
     done = [j for j in first.jobs() if j.job_id.startswith("tick@") and j.state == "done"]
     assert len(done) == len(runs), "a slot ran twice"  # one run id per slot, each once
     assert all(j.attempts == 1 for j in done)
-    assert {r.pid for r in runs} <= {w.pid for s in (first, second)
-                                     for w in s.stats().workers}
+    assert {r.pid for r in runs} <= {w.pid for s in (first, second) for w in s.stats().workers}
     time.sleep(0.6)
     assert len(shared_jobs.runs(log)) == len(runs)  # cancelled on both
 
 
 def test_the_cli_works_against_any_manager_and_status_shows_them_all(
-        procs: Any, connect_client: Callable[..., Any], redis_url: str,
-        tmp_path: Path) -> None:
+    procs: Any, connect_client: Callable[..., Any], redis_url: str, tmp_path: Path
+) -> None:
     first, second = start_manager(procs, redis_url), start_manager(procs, redis_url, workers=2)
     client = connect_client(first)
     log = str(tmp_path / "runs.log")
@@ -330,12 +348,16 @@ def test_the_cli_works_against_any_manager_and_status_shows_them_all(
     assert cancelled.returncode == 0, cancelled.stderr
     wait_for(later.cancelled, 10, "the future of its owner's client ended cancelled")
     client.every(3600, shared_jobs.run, log, "hourly", id="hourly")
-    wait_for(lambda: "hourly" in procs.run("schedules", *second.cli()).stdout, 10,
-             "the other manager lists the schedule added through the first")
+    wait_for(
+        lambda: "hourly" in procs.run("schedules", *second.cli()).stdout,
+        10,
+        "the other manager lists the schedule added through the first",
+    )
 
 
 def test_a_payload_larger_than_redis_takes_fails_at_the_call_site(
-        own_redis: Callable[..., Any], make_scheduler: Callable[..., Scheduler]) -> None:
+    own_redis: Callable[..., Any], make_scheduler: Callable[..., Scheduler]
+) -> None:
     server = own_redis(proto_max_bulk_len="1mb")
     scheduler = make_scheduler(workers=1, store=server.url())
     with pytest.raises(PayloadTooLargeError, match="more than the job store takes"):
@@ -346,7 +368,8 @@ def test_a_payload_larger_than_redis_takes_fails_at_the_call_site(
 
 
 def test_while_redis_is_down_calls_fail_with_a_typed_error_and_work_again_after(
-        own_redis: Callable[..., Any], make_scheduler: Callable[..., Scheduler]) -> None:
+    own_redis: Callable[..., Any], make_scheduler: Callable[..., Scheduler]
+) -> None:
     server = own_redis(appendonly="yes", appendfsync="always")
     scheduler = make_scheduler(workers=1, store=server.url())
     assert scheduler.submit(len, "ab").result(timeout=30) == 2
@@ -369,8 +392,8 @@ def test_while_redis_is_down_calls_fail_with_a_typed_error_and_work_again_after(
 
 
 def test_status_shows_the_workers_of_each_manager_with_how_old_that_news_is(
-        procs: Any, connect_client: Callable[..., Any], redis_url: str,
-        tmp_path: Path) -> None:
+    procs: Any, connect_client: Callable[..., Any], redis_url: str, tmp_path: Path
+) -> None:
     busy = start_manager(procs, redis_url, "--lease-timeout", "30")  # beats every 10 s
     other = start_manager(procs, redis_url, workers=0)
     log = str(tmp_path / "runs.log")

@@ -44,8 +44,18 @@ MORE = 3  # jobs of the client left pending behind the batch
 def start_manager(procs: Any, url: str, *, workers: int, holding: bool = False) -> Manager:
     # max_pending: a map() goes to the manager in one call, so its jobs are pending
     # together and the idle worker claims them as one batch.
-    return serve(procs, "--address", "127.0.0.1:0", "--workers", str(workers),
-                 "--store", url, "--max-pending", "10000", code=HOLDING if holding else None)
+    return serve(
+        procs,
+        "--address",
+        "127.0.0.1:0",
+        "--workers",
+        str(workers),
+        "--store",
+        url,
+        "--max-pending",
+        "10000",
+        code=HOLDING if holding else None,
+    )
 
 
 class HeldBatch:
@@ -58,12 +68,15 @@ class HeldBatch:
         self.log = str(tmp_path / "runs.log")
         self.gate = tmp_path / "gate"
         for n in range(3):  # its worker's last job was short: it asks for company
-            assert client.submit(shared_jobs.gated, self.log, f"warm{n}").result(30) \
-                == f"warm{n}"
+            assert client.submit(shared_jobs.gated, self.log, f"warm{n}").result(30) == f"warm{n}"
         before = holder.stats().queue.prefetched
         self.keys = ["first"] + [f"p{n}" for n in range(1, BATCH + MORE)]
-        self.results = client.map(shared_jobs.gated, [self.log] * len(self.keys), self.keys,
-                                  [str(self.gate)] + [""] * (len(self.keys) - 1))
+        self.results = client.map(
+            shared_jobs.gated,
+            [self.log] * len(self.keys),
+            self.keys,
+            [str(self.gate)] + [""] * (len(self.keys) - 1),
+        )
         wait_for(lambda: "first" in self.ran(), 30, "the first job started")
         self.count = holder.stats().queue.prefetched - before
         assert 1 <= self.count <= BATCH - 1
@@ -90,8 +103,8 @@ def stopped(procs: Any) -> Iterator[Callable[[Manager], None]]:
 
 @pytest.mark.parametrize("through", ["another-manager", "the-holder"])
 def test_shutdown_cancel_futures_cancels_the_jobs_a_worker_holds_prefetched_not_started(
-        procs: Any, connect_client: Callable[..., Any], redis_url: str, tmp_path: Path,
-        through: str) -> None:
+    procs: Any, connect_client: Callable[..., Any], redis_url: str, tmp_path: Path, through: str
+) -> None:
     holder = start_manager(procs, redis_url, workers=1, holding=True)
     front = holder if through == "the-holder" else start_manager(procs, redis_url, workers=0)
     held = HeldBatch(connect_client(front), holder, tmp_path)
@@ -107,8 +120,12 @@ def test_shutdown_cancel_futures_cancels_the_jobs_a_worker_holds_prefetched_not_
 
 
 def test_a_holder_that_does_not_answer_holds_the_cancel_up_no_longer_than_its_bound(
-        procs: Any, connect_client: Callable[..., Any], redis_url: str, tmp_path: Path,
-        stopped: Callable[[Manager], None]) -> None:
+    procs: Any,
+    connect_client: Callable[..., Any],
+    redis_url: str,
+    tmp_path: Path,
+    stopped: Callable[[Manager], None],
+) -> None:
     holder = start_manager(procs, redis_url, workers=1, holding=True)
     front = start_manager(procs, redis_url, workers=0)
     held = HeldBatch(connect_client(front), holder, tmp_path)
@@ -119,7 +136,7 @@ def test_a_holder_that_does_not_answer_holds_the_cancel_up_no_longer_than_its_bo
     os.kill(holder.proc.pid, signal.SIGCONT)
     held.gate.touch()
     # Its prefetched jobs were not cancelled: they run, each once; the pending ones did not.
-    ran = held.keys[:1 + held.count]
+    ran = held.keys[: 1 + held.count]
     assert [next(held.results) for _ in ran] == ran
     with pytest.raises(concurrent.futures.CancelledError):
         next(held.results)

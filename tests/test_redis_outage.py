@@ -22,8 +22,8 @@ pytestmark = pytest.mark.slow
 
 
 def test_a_restarted_redis_is_served_again_within_seconds_however_many_calls_failed(
-        own_redis: Callable[..., Any], make_scheduler: Callable[..., Scheduler],
-        tmp_path: Path) -> None:
+    own_redis: Callable[..., Any], make_scheduler: Callable[..., Scheduler], tmp_path: Path
+) -> None:
     server = own_redis(appendonly="yes", appendfsync="always")
     # max_pending: each submit returns once Redis acknowledged it, or fails at once.
     scheduler = make_scheduler(workers=1, store=server.url(), max_pending=10_000)
@@ -46,8 +46,10 @@ def test_a_restarted_redis_is_served_again_within_seconds_however_many_calls_fai
 
 
 def test_a_client_says_a_store_outage_once_and_its_end_with_counts(
-        own_redis: Callable[..., Any], make_scheduler: Callable[..., Scheduler],
-        caplog: pytest.LogCaptureFixture) -> None:
+    own_redis: Callable[..., Any],
+    make_scheduler: Callable[..., Scheduler],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     server = own_redis(appendonly="yes", appendfsync="always")
     scheduler = make_scheduler(workers=1, store=server.url())  # submits go by its outbox
     assert scheduler.submit(len, "ab").result(timeout=30) == 2

@@ -26,8 +26,17 @@ LEASE = 1.5
 
 
 def start_manager(procs: Any, url: str, *, workers: int = 1) -> Manager:
-    return serve(procs, "--address", "127.0.0.1:0", "--workers", str(workers), "--store",
-                 url, "--lease-timeout", str(LEASE))
+    return serve(
+        procs,
+        "--address",
+        "127.0.0.1:0",
+        "--workers",
+        str(workers),
+        "--store",
+        url,
+        "--lease-timeout",
+        str(LEASE),
+    )
 
 
 @pytest.fixture
@@ -46,13 +55,16 @@ def stopped() -> Iterator[Callable[[Manager], None]]:
 
 
 def presumed_dead(peer: Manager, manager: Manager) -> bool:
-    return f":{manager.proc.pid}:" in peer.proc.stderr() and "presumed dead" in \
-        peer.proc.stderr()
+    return f":{manager.proc.pid}:" in peer.proc.stderr() and "presumed dead" in peer.proc.stderr()
 
 
 def test_a_future_whose_job_ended_while_its_manager_was_presumed_dead_resolves(
-        procs: Any, connect_client: Callable[..., Any], redis_url: str, tmp_path: Path,
-        stopped: Callable[[Manager], None]) -> None:
+    procs: Any,
+    connect_client: Callable[..., Any],
+    redis_url: str,
+    tmp_path: Path,
+    stopped: Callable[[Manager], None],
+) -> None:
     owner = start_manager(procs, redis_url, workers=0)  # its client's jobs run elsewhere
     peer = start_manager(procs, redis_url)
     client, watcher = connect_client(owner), connect_client(peer)
@@ -70,8 +82,12 @@ def test_a_future_whose_job_ended_while_its_manager_was_presumed_dead_resolves(
 
 
 def test_a_job_that_ran_to_its_end_under_a_paused_manager_is_listed_with_its_end(
-        procs: Any, connect_client: Callable[..., Any], redis_url: str, tmp_path: Path,
-        stopped: Callable[[Manager], None]) -> None:
+    procs: Any,
+    connect_client: Callable[..., Any],
+    redis_url: str,
+    tmp_path: Path,
+    stopped: Callable[[Manager], None],
+) -> None:
     paused = start_manager(procs, redis_url)  # its worker runs the job
     peer = start_manager(procs, redis_url, workers=0)
     client = connect_client(peer)

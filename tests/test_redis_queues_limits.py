@@ -21,19 +21,22 @@ RESULT = 60.0
 
 
 def start_manager(procs: Any, url: str, *args: str, workers: int = 2) -> Manager:
-    return serve(procs, "--address", "127.0.0.1:0", "--workers", str(workers),
-                 "--store", url, *args)
+    return serve(
+        procs, "--address", "127.0.0.1:0", "--workers", str(workers), "--store", url, *args
+    )
 
 
 def test_two_exports_at_most_across_two_managers_while_other_jobs_flow(
-        procs: Any, connect_client: Callable[..., Any], redis_url: str,
-        tmp_path: Path) -> None:
+    procs: Any, connect_client: Callable[..., Any], redis_url: str, tmp_path: Path
+) -> None:
     first = start_manager(procs, redis_url, "--limit", "exports=2")
     second = start_manager(procs, redis_url, "--limit", "exports=2")
     one, two = connect_client(first), connect_client(second)
     log, others_log = tmp_path / "exports.log", tmp_path / "others.log"
-    exports = [(one if n % 2 else two).schedule(jobs.span, str(log), 0.3, limit="exports")
-               for n in range(20)]
+    exports = [
+        (one if n % 2 else two).schedule(jobs.span, str(log), 0.3, limit="exports")
+        for n in range(20)
+    ]
     others = [one.submit(jobs.span, str(others_log), 0.05) for _ in range(20)]
     for f in others:
         f.result(RESULT)
@@ -46,11 +49,12 @@ def test_two_exports_at_most_across_two_managers_while_other_jobs_flow(
 
 
 def test_a_killed_managers_slot_comes_back_after_its_lease(
-        procs: Any, connect_client: Callable[..., Any], redis_url: str,
-        tmp_path: Path, fifo: str) -> None:
+    procs: Any, connect_client: Callable[..., Any], redis_url: str, tmp_path: Path, fifo: str
+) -> None:
     lease = 2.0
-    doomed = start_manager(procs, redis_url, "--limit", "x=1", "--lease-timeout",
-                           str(lease), workers=1)
+    doomed = start_manager(
+        procs, redis_url, "--limit", "x=1", "--lease-timeout", str(lease), workers=1
+    )
     client = connect_client(doomed)
     client.schedule(jobs.announce_then_sleep, fifo, 60.0, limit="x")
     with open(fifo) as announced:
@@ -66,8 +70,9 @@ def test_a_killed_managers_slot_comes_back_after_its_lease(
     assert time.monotonic() - killed < lease + 5.0
 
 
-def test_queues_route_jobs_across_managers(procs: Any, connect_client: Callable[..., Any],
-                                           redis_url: str) -> None:
+def test_queues_route_jobs_across_managers(
+    procs: Any, connect_client: Callable[..., Any], redis_url: str
+) -> None:
     first = start_manager(procs, redis_url, "--queues", "default", workers=1)
     second = start_manager(procs, redis_url, "--queues", "default", workers=1)
     client = connect_client(first)
@@ -80,15 +85,16 @@ def test_queues_route_jobs_across_managers(procs: Any, connect_client: Callable[
 
 
 def test_fifty_jobs_under_ten_a_second_across_two_managers(
-        procs: Any, connect_client: Callable[..., Any], redis_url: str,
-        tmp_path: Path) -> None:
+    procs: Any, connect_client: Callable[..., Any], redis_url: str, tmp_path: Path
+) -> None:
     first = start_manager(procs, redis_url, "--limit", "api=10/s")
     second = start_manager(procs, redis_url)
     one, two = connect_client(first), connect_client(second)
     log = tmp_path / "api.log"
     began = time.monotonic()
-    futures = [(one if n % 2 else two).schedule(jobs.span, str(log), 0.0, limit="api")
-               for n in range(50)]
+    futures = [
+        (one if n % 2 else two).schedule(jobs.span, str(log), 0.0, limit="api") for n in range(50)
+    ]
     for f in futures:
         f.result(RESULT)
     took = time.monotonic() - began
@@ -99,8 +105,8 @@ def test_fifty_jobs_under_ten_a_second_across_two_managers(
 
 
 def test_a_limit_set_through_one_manager_holds_on_the_other(
-        procs: Any, connect_client: Callable[..., Any], redis_url: str,
-        tmp_path: Path) -> None:
+    procs: Any, connect_client: Callable[..., Any], redis_url: str, tmp_path: Path
+) -> None:
     first = start_manager(procs, redis_url, workers=1)
     second = start_manager(procs, redis_url, workers=1)
     one, two = connect_client(first), connect_client(second)

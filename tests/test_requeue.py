@@ -35,16 +35,20 @@ def kill(manager: Manager) -> None:
 
 def failed_for_good(client: mpsched.Client, marker: Path) -> str:
     """Submit a job that fails (until ``marker`` exists); returns its id once it failed."""
-    future = client.schedule(context_jobs.fail_until, str(marker), priority=Priority.HIGH,
-                             retries=2)
+    future = client.schedule(
+        context_jobs.fail_until, str(marker), priority=Priority.HIGH, retries=2
+    )
     assert isinstance(future.exception(timeout=60), ValueError)
     return future.job_id
 
 
 @pytest.mark.parametrize("store", ["none", "sqlite"])
 def test_another_client_lists_a_failed_job_and_requeues_it_with_its_options(
-        procs: Processes, connect_client: Callable[[Manager], mpsched.Client],
-        tmp_path: Path, store: str) -> None:
+    procs: Processes,
+    connect_client: Callable[[Manager], mpsched.Client],
+    tmp_path: Path,
+    store: str,
+) -> None:
     manager = serve_with(procs, tmp_path / "jobs.db" if store == "sqlite" else None, 1)
     submitter, other = connect_client(manager), connect_client(manager)
     marker = tmp_path / "fixed"
@@ -66,7 +70,11 @@ def test_another_client_lists_a_failed_job_and_requeues_it_with_its_options(
     assert (seen["job_id"], seen["attempt"], seen["max_retries"]) == (job_id, 1, 2)
     info = other.job_info(job_id)
     assert (info.state, info.attempts, info.priority, info.error) == (
-        "done", 1, Priority.HIGH, None)
+        "done",
+        1,
+        Priority.HIGH,
+        None,
+    )
     assert other.jobs(state="failed") == []
     with pytest.raises(InvalidJobError, match="it is done"):
         other.requeue(job_id)
@@ -74,8 +82,11 @@ def test_another_client_lists_a_failed_job_and_requeues_it_with_its_options(
 
 @pytest.mark.parametrize("store", ["none", "sqlite"])
 def test_a_cancelled_job_is_requeued_due_now_and_live_or_unknown_ones_are_refused(
-        procs: Processes, connect_client: Callable[[Manager], mpsched.Client],
-        tmp_path: Path, store: str) -> None:
+    procs: Processes,
+    connect_client: Callable[[Manager], mpsched.Client],
+    tmp_path: Path,
+    store: str,
+) -> None:
     manager = serve_with(procs, tmp_path / "jobs.db" if store == "sqlite" else None, 1)
     client, other = connect_client(manager), connect_client(manager)
     later = client.schedule(context_jobs.add, 2, 2, delay=3600)
@@ -92,8 +103,11 @@ def test_a_cancelled_job_is_requeued_due_now_and_live_or_unknown_ones_are_refuse
 
 
 def test_the_command_line_lists_failed_jobs_with_their_error_and_requeues_one(
-        procs: Processes, connect_client: Callable[[Manager], mpsched.Client],
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    procs: Processes,
+    connect_client: Callable[[Manager], mpsched.Client],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     manager = serve_with(procs, None, 1)
     client = connect_client(manager)
     marker = tmp_path / "fixed"
@@ -117,8 +131,8 @@ def test_the_command_line_lists_failed_jobs_with_their_error_and_requeues_one(
 
 
 def test_a_failed_job_is_listed_and_requeued_across_restarts_of_a_sqlite_store(
-        procs: Processes, connect_client: Callable[[Manager], mpsched.Client],
-        tmp_path: Path) -> None:
+    procs: Processes, connect_client: Callable[[Manager], mpsched.Client], tmp_path: Path
+) -> None:
     store, marker = tmp_path / "jobs.db", tmp_path / "fixed"
     first = serve_with(procs, store, 1)
     job_id = failed_for_good(connect_client(first), marker)
@@ -139,8 +153,11 @@ def test_a_failed_job_is_listed_and_requeued_across_restarts_of_a_sqlite_store(
 
 
 def test_a_client_of_another_redis_manager_lists_and_requeues_a_failed_job(
-        procs: Processes, connect_client: Callable[[Manager], mpsched.Client],
-        tmp_path: Path, redis_url: str) -> None:
+    procs: Processes,
+    connect_client: Callable[[Manager], mpsched.Client],
+    tmp_path: Path,
+    redis_url: str,
+) -> None:
     runner, idle = serve_with(procs, redis_url, 1), serve_with(procs, redis_url, 0)
     marker = tmp_path / "fixed"
     job_id = failed_for_good(connect_client(runner), marker)
@@ -156,8 +173,8 @@ def test_a_client_of_another_redis_manager_lists_and_requeues_a_failed_job(
 
 
 def test_a_job_requeued_through_a_redis_manager_killed_after_runs_on_another(
-        procs: Processes, connect_client: Callable[[Manager], mpsched.Client],
-        redis_url: str) -> None:
+    procs: Processes, connect_client: Callable[[Manager], mpsched.Client], redis_url: str
+) -> None:
     requeuer = serve_with(procs, redis_url, 0)
     client = connect_client(requeuer)
     later = client.schedule(context_jobs.add, 20, 22, delay=3600, retries=1)
@@ -170,8 +187,11 @@ def test_a_job_requeued_through_a_redis_manager_killed_after_runs_on_another(
 
 @pytest.mark.parametrize("store", ["none", "sqlite", "redis"])
 def test_a_requeued_job_keeps_its_retry_policy_with_a_fresh_budget(
-        make_scheduler: Callable[..., mpsched.Scheduler], tmp_path: Path, store: str,
-        request: pytest.FixtureRequest) -> None:
+    make_scheduler: Callable[..., mpsched.Scheduler],
+    tmp_path: Path,
+    store: str,
+    request: pytest.FixtureRequest,
+) -> None:
     where = {"none": None, "sqlite": str(tmp_path / "jobs.db")}.get(store)
     if store == "redis":
         where = request.getfixturevalue("redis_url")
@@ -191,8 +211,11 @@ def test_a_requeued_job_keeps_its_retry_policy_with_a_fresh_budget(
 
 @pytest.mark.parametrize("store", ["none", "sqlite", "redis"])
 def test_a_requeued_job_keeps_its_queue(
-        make_scheduler: Callable[..., mpsched.Scheduler], tmp_path: Path, store: str,
-        request: pytest.FixtureRequest) -> None:
+    make_scheduler: Callable[..., mpsched.Scheduler],
+    tmp_path: Path,
+    store: str,
+    request: pytest.FixtureRequest,
+) -> None:
     where = {"none": None, "sqlite": str(tmp_path / "jobs.db")}.get(store)
     if store == "redis":
         where = request.getfixturevalue("redis_url")

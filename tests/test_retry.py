@@ -56,21 +56,34 @@ def test_no_retry_starts_before_its_back_off(scheduler, tmp_path):
         assert starts[n] - starts[n - 1] >= due
 
 
-@pytest.mark.parametrize(("policy", "raised", "runs"), [
-    (RetryPolicy(2, backoff=0.01, never=(retry_jobs.Fatal,)), "Fatal", 1),
-    (RetryPolicy(2, backoff=0.01, never=(retry_jobs.Fatal,)), "Flaky", 3),
-    (RetryPolicy(2, backoff=0.01, on=(retry_jobs.Flaky,)), "KeyError", 1),
-    (RetryPolicy(2, backoff=0.01, on=(retry_jobs.Flaky,)), "Flaky", 3),
-    (RetryPolicy(2, backoff=0.01), "KeyboardInterrupt", 1),
-    (RetryPolicy(2, backoff=0.01), "SystemExit", 1),
-    (RetryPolicy(2, backoff=0.01, on=(Exception, KeyboardInterrupt)), "KeyboardInterrupt", 3),
-    (RetryPolicy(2, backoff=0.01, on=(SystemExit,)), "SystemExit", 3),
-], ids=["never-listed", "never-other", "on-other", "on-listed", "interrupt", "exit",
-        "interrupt-listed", "exit-listed"])
+@pytest.mark.parametrize(
+    ("policy", "raised", "runs"),
+    [
+        (RetryPolicy(2, backoff=0.01, never=(retry_jobs.Fatal,)), "Fatal", 1),
+        (RetryPolicy(2, backoff=0.01, never=(retry_jobs.Fatal,)), "Flaky", 3),
+        (RetryPolicy(2, backoff=0.01, on=(retry_jobs.Flaky,)), "KeyError", 1),
+        (RetryPolicy(2, backoff=0.01, on=(retry_jobs.Flaky,)), "Flaky", 3),
+        (RetryPolicy(2, backoff=0.01), "KeyboardInterrupt", 1),
+        (RetryPolicy(2, backoff=0.01), "SystemExit", 1),
+        (RetryPolicy(2, backoff=0.01, on=(Exception, KeyboardInterrupt)), "KeyboardInterrupt", 3),
+        (RetryPolicy(2, backoff=0.01, on=(SystemExit,)), "SystemExit", 3),
+    ],
+    ids=[
+        "never-listed",
+        "never-other",
+        "on-other",
+        "on-listed",
+        "interrupt",
+        "exit",
+        "interrupt-listed",
+        "exit-listed",
+    ],
+)
 def test_on_and_never_decide_what_is_retried(scheduler, tmp_path, policy, raised, runs):
     log = str(tmp_path / "starts")
-    error = scheduler.schedule(retry_jobs.raise_named, log, raised,
-                               retry=policy).exception(timeout=60)
+    error = scheduler.schedule(retry_jobs.raise_named, log, raised, retry=policy).exception(
+        timeout=60
+    )
     assert error is not None
     if raised in ("KeyboardInterrupt", "SystemExit"):
         assert isinstance(error, JobError)  # never escapes into the client as itself
@@ -90,8 +103,9 @@ def test_retry_later_without_a_policy_runs_three_more_times(scheduler, tmp_path)
 
 def test_retry_later_keeps_its_delay_and_counts_against_a_policy(scheduler, tmp_path):
     log = str(tmp_path / "starts")
-    future = scheduler.schedule(retry_jobs.later, log, 0.3, times=1,
-                                retry=RetryPolicy(1, backoff=100.0))
+    future = scheduler.schedule(
+        retry_jobs.later, log, 0.3, times=1, retry=RetryPolicy(1, backoff=100.0)
+    )
     assert future.result(timeout=60) == 2
     starts = retry_jobs.starts(log)
     assert starts[1] - starts[0] >= 0.3
@@ -101,7 +115,8 @@ def test_retry_later_keeps_its_delay_and_counts_against_a_policy(scheduler, tmp_
 
 
 def test_a_job_waiting_for_its_retry_is_pending_with_its_attempts_and_last_error(
-        scheduler, tmp_path):
+    scheduler, tmp_path
+):
     log = str(tmp_path / "starts")
     future = scheduler.schedule(retry_jobs.later, log, 600, "rate limited by the API")
     wait_for(lambda: scheduler.job_info(future.job_id).attempts == 1, what="the first run")
@@ -115,7 +130,8 @@ def test_a_job_waiting_for_its_retry_is_pending_with_its_attempts_and_last_error
 
 @pytest.mark.parametrize("store", [False, True], ids=["memory", "sqlite"])
 def test_a_worker_death_counts_against_the_policy_and_is_retried_at_once(
-        make_scheduler, tmp_path, store):
+    make_scheduler, tmp_path, store
+):
     scheduler = make_scheduler(workers=2, **({"store": tmp_path / "jobs.db"} if store else {}))
     log = str(tmp_path / "starts")
     policy = RetryPolicy(2, backoff=0.01, jitter=0.0)
@@ -133,8 +149,9 @@ def test_a_worker_death_counts_against_the_policy_and_is_retried_at_once(
 
 def test_each_run_of_a_schedule_gets_the_policy(scheduler, tmp_path):
     log = str(tmp_path / "starts")
-    schedule = scheduler.every(3600, retry_jobs.always_fail, log, start=0,
-                               retry=RetryPolicy(2, backoff=0.01))
+    schedule = scheduler.every(
+        3600, retry_jobs.always_fail, log, start=0, retry=RetryPolicy(2, backoff=0.01)
+    )
     wait_for(lambda: schedule.info().counters.failed == 1, what="the first run's end")
     assert len(retry_jobs.starts(log)) == 3
     schedule.cancel()

@@ -36,8 +36,8 @@ def kill(manager: Manager, *, with_workers: bool = False) -> None:
 
 
 def test_an_always_failing_job_runs_exactly_its_budget_across_sigkills(
-        procs: Processes, tmp_path: Path,
-        connect_client: Callable[[Manager], mpsched.Client]) -> None:
+    procs: Processes, tmp_path: Path, connect_client: Callable[[Manager], mpsched.Client]
+) -> None:
     store, log = tmp_path / "jobs.db", str(tmp_path / "starts.log")
     policy = RetryPolicy(3, backoff=2.0, factor=1.0, jitter=0.0)
     first = serve_store(procs, store)
@@ -68,7 +68,10 @@ def test_an_always_failing_job_runs_exactly_its_budget_across_sigkills(
     assert len(starts) == 4 == policy.max_retries + 1
     assert starts[1] >= starts[0] + 0.5 + 2.0 - CLOCK_SLACK  # never early, across a restart
     assert [note.split(": ", 1)[1] for note in retry_jobs.notes(error)] == [
-        "ValueError: slow 1", retry_jobs.notes(error)[1].split(": ", 1)[1], "ValueError: slow 3"]
+        "ValueError: slow 1",
+        retry_jobs.notes(error)[1].split(": ", 1)[1],
+        "ValueError: slow 3",
+    ]
     assert "WorkerCrashedError" in retry_jobs.notes(error)[1]
     info = last.job_info(job_id)
     assert (info.state, info.attempts, info.error) == ("failed", 4, "ValueError: slow 4")

@@ -79,15 +79,16 @@ class Script:
         try:
             return self.popen.wait(WAIT)
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"still running after {WAIT} s; stderr: "
-                                 f"{self.err.seen}") from None
+            raise AssertionError(f"still running after {WAIT} s; stderr: {self.err.seen}") from None
 
 
 # ------------------------------------------------------------------------ run_forever()
 
 
 def test_sigterm_ends_run_forever_which_shuts_down_and_returns(programs: Programs) -> None:
-    script = Script(programs, """
+    script = Script(
+        programs,
+        """
         def mine(signum, frame):
             print("the program's own handler", flush=True)
 
@@ -99,7 +100,8 @@ def test_sigterm_ends_run_forever_which_shuts_down_and_returns(programs: Program
             print("returned; its handler back:", signal.getsignal(signal.SIGTERM) is mine,
                   flush=True)
         print("left the block", flush=True)
-    """)
+    """,
+    )
     script.ran_twice()
     family = script.family()
     script.send(signal.SIGTERM)
@@ -111,7 +113,9 @@ def test_sigterm_ends_run_forever_which_shuts_down_and_returns(programs: Program
 
 
 def test_ctrl_c_ends_run_forever_as_it_ends_a_with_block(programs: Programs) -> None:
-    script = Script(programs, """
+    script = Script(
+        programs,
+        """
         with Scheduler(workers=1) as s:
             print("running", flush=True)  # before the first run can print
             s.every(0.2, jobs.say, "tick", id="tick", start=0)
@@ -121,15 +125,17 @@ def test_ctrl_c_ends_run_forever_as_it_ends_a_with_block(programs: Programs) -> 
             except KeyboardInterrupt:
                 print("interrupted", flush=True)
                 raise
-    """)
+    """,
+    )
     script.ran_twice()
     family = script.family()
     script.send(signal.SIGINT)
     assert script.wait() == -signal.SIGINT  # the KeyboardInterrupt went on, to the end
     assert [line for line in script.out.rest() if line != "tick"] == ["interrupted"]
     errors = script.err.rest()
-    assert errors[0] == ("mpsched: KeyboardInterrupt stopped run_forever(): cancelled 1 job "
-                         "not started"), errors
+    assert errors[0] == (
+        "mpsched: KeyboardInterrupt stopped run_forever(): cancelled 1 job not started"
+    ), errors
     assert errors[-1] == "KeyboardInterrupt", errors
     assert [line for line in errors if line.startswith("mpsched:")] == errors[:1], errors
     assert_gone(family)
@@ -176,24 +182,28 @@ def waiting(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
 
 
 def test_run_forever_with_nothing_to_run_raises_at_once(
-        background: Callable[[Callable[[], Any]], Future[Any]],
-        make_scheduler: Callable[..., Scheduler]) -> None:
+    background: Callable[[Callable[[], Any]], Future[Any]], make_scheduler: Callable[..., Scheduler]
+) -> None:
     s = make_scheduler(workers=1)
     s.every(600, jobs.noop, id="hourly").cancel()  # cancelled: nothing
     s.submit(jobs.noop).result(timeout=WAIT)  # ended: nothing
     error = background(s.run_forever).exception(timeout=WAIT)
     assert isinstance(error, NothingToRunError) and isinstance(error, RuntimeError), error
-    assert str(error).startswith("run_forever() has nothing to run: the manager holds no "
-                                 "schedule and no job pending or running. Add a schedule"), error
+    assert str(error).startswith(
+        "run_forever() has nothing to run: the manager holds no "
+        "schedule and no job pending or running. Add a schedule"
+    ), error
     s.shutdown()
     error = background(s.run_forever).exception(timeout=WAIT)
     assert isinstance(error, SchedulerShutdownError), error
 
 
 def test_from_another_thread_run_forever_sets_no_handler_and_returns_at_shutdown(
-        background: Callable[[Callable[[], Any]], Future[Any]],
-        make_scheduler: Callable[..., Scheduler], waiting: threading.Event,
-        caplog: pytest.LogCaptureFixture) -> None:
+    background: Callable[[Callable[[], Any]], Future[Any]],
+    make_scheduler: Callable[..., Scheduler],
+    waiting: threading.Event,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     s = make_scheduler(workers=1)
     s.schedule(jobs.noop, 1, delay=0.5)  # a pending job is something to run
     handler = signal.getsignal(signal.SIGTERM)
@@ -206,8 +216,10 @@ def test_from_another_thread_run_forever_sets_no_handler_and_returns_at_shutdown
 
 
 def test_run_forever_raises_when_the_manager_is_lost(
-        background: Callable[[Callable[[], Any]], Future[Any]],
-        make_scheduler: Callable[..., Scheduler], waiting: threading.Event) -> None:
+    background: Callable[[Callable[[], Any]], Future[Any]],
+    make_scheduler: Callable[..., Scheduler],
+    waiting: threading.Event,
+) -> None:
     s = make_scheduler(workers=1)
     s.every(600, jobs.noop, id="hourly")
     returned = background(s.run_forever)
@@ -221,8 +233,11 @@ def test_run_forever_raises_when_the_manager_is_lost(
 
 
 def _dropped(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records
-            if r.name == "mpsched.scheduler" and r.levelno == logging.WARNING]
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "mpsched.scheduler" and r.levelno == logging.WARNING
+    ]
 
 
 def _named(message: str) -> list[str]:
@@ -231,7 +246,8 @@ def _named(message: str) -> list[str]:
 
 
 def test_a_block_that_ends_without_a_store_names_the_schedules_it_drops_once(
-        make_scheduler: Callable[..., Scheduler], caplog: pytest.LogCaptureFixture) -> None:
+    make_scheduler: Callable[..., Scheduler], caplog: pytest.LogCaptureFixture
+) -> None:
     with make_scheduler(workers=1) as s:
         s.every(60, jobs.noop, id="hourly")
         s.every(60, jobs.noop, 2, id="also")
@@ -245,7 +261,8 @@ def test_a_block_that_ends_without_a_store_names_the_schedules_it_drops_once(
 
 
 def test_an_exception_that_leaves_the_block_names_them_too(
-        make_scheduler: Callable[..., Scheduler], caplog: pytest.LogCaptureFixture) -> None:
+    make_scheduler: Callable[..., Scheduler], caplog: pytest.LogCaptureFixture
+) -> None:
     with pytest.raises(ValueError, match="boom"), make_scheduler(workers=1) as s:
         s.every(60, jobs.noop, id="hourly")
         raise ValueError("boom")
@@ -254,22 +271,24 @@ def test_an_exception_that_leaves_the_block_names_them_too(
 
 
 def test_with_a_store_the_schedules_stay_and_nothing_is_said(
-        make_scheduler: Callable[..., Scheduler], caplog: pytest.LogCaptureFixture,
-        tmp_path: Path) -> None:
+    make_scheduler: Callable[..., Scheduler], caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
     with make_scheduler(workers=1, store=tmp_path / "jobs.db") as s:
         s.every(60, jobs.noop, id="hourly")
     assert not _dropped(caplog)
 
 
 def test_a_schedule_cancelled_before_the_end_is_not_said(
-        make_scheduler: Callable[..., Scheduler], caplog: pytest.LogCaptureFixture) -> None:
+    make_scheduler: Callable[..., Scheduler], caplog: pytest.LogCaptureFixture
+) -> None:
     with make_scheduler(workers=1) as s:
         s.every(60, jobs.noop, id="hourly").cancel()
     assert not _dropped(caplog)
 
 
 def test_a_connect_client_that_ends_says_nothing_its_schedules_live_on(
-        make_scheduler: Callable[..., Scheduler], caplog: pytest.LogCaptureFixture) -> None:
+    make_scheduler: Callable[..., Scheduler], caplog: pytest.LogCaptureFixture
+) -> None:
     s = make_scheduler(workers=1)
     with mpsched.connect(s.address, authkey=s.authkey) as client:
         client.every(60, jobs.noop, id="theirs")
@@ -281,10 +300,19 @@ def test_a_connect_client_that_ends_says_nothing_its_schedules_live_on(
 
 
 def test_a_program_that_ends_without_shutdown_names_them_at_exit(programs: Programs) -> None:
-    done = programs.run(str(programs.script(PREAMBLE + textwrap.dedent("""
+    done = programs.run(
+        str(
+            programs.script(
+                PREAMBLE
+                + textwrap.dedent("""
         s = Scheduler(workers=1)
         s.every(60, jobs.noop, id="hourly")
-    """), "ends.py")), timeout=WAIT)
+    """),
+                "ends.py",
+            )
+        ),
+        timeout=WAIT,
+    )
     assert done.returncode == 0, done.stderr
     [line] = done.stderr.splitlines()
     assert line.startswith(DROPPED + "1 schedule ends with it: hourly. "), done.stderr

@@ -55,7 +55,8 @@ def test_every_runs_ten_times_a_second_without_drift(make_scheduler: MakeSchedul
 
 
 def test_a_slow_job_never_overlaps_itself_with_overlap_skip(
-        make_scheduler: MakeScheduler, tmp_path: Path):
+    make_scheduler: MakeScheduler, tmp_path: Path
+):
     log = tmp_path / "spans.log"
     s = make_scheduler(workers=2)
     schedule = s.every(0.1, jobs.span, str(log), 0.25, start=0.0)
@@ -100,8 +101,7 @@ def test_on_error_pause_stops_after_the_first_failure(make_scheduler: MakeSchedu
     assert schedule.next_run is not None
 
 
-def test_two_clients_adding_one_schedule_get_one_schedule(
-        make_scheduler: MakeScheduler):
+def test_two_clients_adding_one_schedule_get_one_schedule(make_scheduler: MakeScheduler):
     s = make_scheduler(workers=2)
     other = mpsched.connect(s.address, authkey=s.authkey)
     try:
@@ -147,18 +147,24 @@ def test_info_and_the_handle_give_the_same_aware_next_run(make_scheduler: MakeSc
 
 
 def test_cron_without_cronsim_in_the_client_says_so(
-        make_scheduler: MakeScheduler, monkeypatch: pytest.MonkeyPatch):
+    make_scheduler: MakeScheduler, monkeypatch: pytest.MonkeyPatch
+):
     s = make_scheduler(workers=1)  # its manager imports cronsim: it is installed
     monkeypatch.setitem(sys.modules, "cronsim", None)  # but this process cannot import it
-    with pytest.raises(mpsched.ExtraMissingError, match=re.escape(
+    with pytest.raises(
+        mpsched.ExtraMissingError,
+        match=re.escape(
             "cron schedules need the optional dependency cronsim, missing in this process "
-            "(the client): pip install 'mpsched[cron]' there")):
+            "(the client): pip install 'mpsched[cron]' there"
+        ),
+    ):
         s.cron("* * * * *", jobs.noop)
     assert s.schedules() == []
 
 
 def test_a_schedule_and_its_next_run_survive_a_restart_with_a_store(
-        make_scheduler: MakeScheduler, tmp_path: Path):
+    make_scheduler: MakeScheduler, tmp_path: Path
+):
     store = str(tmp_path / "jobs.db")
     start = datetime.now(timezone.utc) + timedelta(hours=1)
     with make_scheduler(workers=1, store=store) as s:
@@ -177,7 +183,8 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Path | None:
 
 
 def test_an_ended_runs_future_is_done_when_runs_returns_it(
-        make_scheduler: MakeScheduler, store: Path | None):
+    make_scheduler: MakeScheduler, store: Path | None
+):
     s = make_scheduler(workers=1, store=store)
     schedule = s.every(3600, jobs.stamp, "first", start=0.0, id="hourly")
     # Once the first run has ended, the next one (an hour away) is armed.
@@ -189,7 +196,8 @@ def test_an_ended_runs_future_is_done_when_runs_returns_it(
 
 
 def test_a_cancelled_schedules_latest_runs_stay_listable_and_done(
-        make_scheduler: MakeScheduler, store: Path | None):
+    make_scheduler: MakeScheduler, store: Path | None
+):
     s = make_scheduler(workers=2, store=store)
     schedule = s.every(0.05, jobs.stamp, start=0.0, id="tick")
     wait_for(lambda: schedule.counters.runs >= 3, what="3 runs")
@@ -201,15 +209,16 @@ def test_a_cancelled_schedules_latest_runs_stay_listable_and_done(
     assert [f.job_id for f in again] == [f.job_id for f in first]
     assert all(f.done() for f in again)
     assert [f.cancelled() for f in again] == [f.cancelled() for f in first]
-    assert [f.result() for f in again if not f.cancelled()] == \
-        [f.result() for f in first if not f.cancelled()]
+    assert [f.result() for f in again if not f.cancelled()] == [
+        f.result() for f in first if not f.cancelled()
+    ]
     by_id = s.job(first[0].job_id)
     assert by_id.done() and by_id.result() == first[0].result()
 
 
-
 def test_cancel_is_idempotent_across_handles_of_one_id(
-        make_scheduler: MakeScheduler, store: Path | None):
+    make_scheduler: MakeScheduler, store: Path | None
+):
     s = make_scheduler(workers=1, store=store)
     a = s.every(3600, jobs.noop, id="x")
     b = s.every(3600, jobs.noop, id="x")  # the same spec: an upsert, one schedule
@@ -221,7 +230,8 @@ def test_cancel_is_idempotent_across_handles_of_one_id(
 
 
 def test_a_cancelled_schedule_is_forgotten_after_result_ttl_and_cancel_still_holds(
-        make_scheduler: MakeScheduler, store: Path | None):
+    make_scheduler: MakeScheduler, store: Path | None
+):
     s = make_scheduler(workers=1, store=store, result_ttl=0)
     schedule = s.every(3600, jobs.noop, id="x")
     assert schedule.cancel() is True
@@ -230,8 +240,7 @@ def test_a_cancelled_schedule_is_forgotten_after_result_ttl_and_cancel_still_hol
     assert schedule.cancel() is False  # the manager has forgotten it: still not an error
 
 
-def test_handles_to_one_schedule_id_are_equal(make_scheduler: MakeScheduler,
-                                              store: Path | None):
+def test_handles_to_one_schedule_id_are_equal(make_scheduler: MakeScheduler, store: Path | None):
     s = make_scheduler(workers=1, store=store)
     other = mpsched.connect(s.address, authkey=s.authkey)
     try:

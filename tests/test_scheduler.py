@@ -70,15 +70,27 @@ def test_one_worker_runs_jobs_in_exact_heap_order(make_scheduler):
     at1 = time.time() + 1.0
     at2 = at1 + 0.2
     plan = [  # (tag, at, priority) in scrambled submission order
-        ("b-low-1", at2, Priority.LOW), ("a-med-1", at1, Priority.MEDIUM),
-        ("b-high-1", at2, Priority.HIGH), ("a-low-1", at1, Priority.LOW),
-        ("a-high-1", at1, Priority.HIGH), ("a-med-2", at1, Priority.MEDIUM),
-        ("b-low-2", at2, Priority.LOW), ("a-high-2", at1, Priority.HIGH),
+        ("b-low-1", at2, Priority.LOW),
+        ("a-med-1", at1, Priority.MEDIUM),
+        ("b-high-1", at2, Priority.HIGH),
+        ("a-low-1", at1, Priority.LOW),
+        ("a-high-1", at1, Priority.HIGH),
+        ("a-med-2", at1, Priority.MEDIUM),
+        ("b-low-2", at2, Priority.LOW),
+        ("a-high-2", at1, Priority.HIGH),
     ]
     futures = [s.schedule(jobs.stamp, tag, at=at, priority=p) for tag, at, p in plan]
     ran = sorted((f.result(timeout=30) for f in futures), key=lambda r: r[2])
-    expected = ["a-high-1", "a-high-2", "a-med-1", "a-med-2", "a-low-1",
-                "b-high-1", "b-low-1", "b-low-2"]
+    expected = [
+        "a-high-1",
+        "a-high-2",
+        "a-med-1",
+        "a-med-2",
+        "a-low-1",
+        "b-high-1",
+        "b-low-1",
+        "b-low-2",
+    ]
     assert [tag for tag, _, _ in ran] == expected
 
 
@@ -153,11 +165,13 @@ if __name__ == "__main__":
 def test_the_traceback_of_a_function_of_the_main_script_names_the_script(procs, tmp_path):
     script = tmp_path / "failing_script.py"
     script.write_text(FAILING_MAIN_SCRIPT)
-    ran = procs.run("-c", "import runpy, sys; runpy.run_path(sys.argv[1], run_name='__main__')",
-                    str(script))
+    ran = procs.run(
+        "-c", "import runpy, sys; runpy.run_path(sys.argv[1], run_name='__main__')", str(script)
+    )
     assert ran.returncode == 0, ran.stderr
-    assert f'File "{script}", line 5, in boom\n    raise ValueError("boom")' in ran.stdout, \
+    assert f'File "{script}", line 5, in boom\n    raise ValueError("boom")' in ran.stdout, (
         ran.stdout
+    )
     assert "<dynamic-code>" not in ran.stdout
 
 
@@ -236,8 +250,9 @@ def test_idle_workers_and_manager_use_almost_no_cpu(make_scheduler):
         pytest.param({"priority": 1}, "unknown priority", id="int-priority"),
     ],
 )
-def test_bad_schedule_arguments_raise_at_call_site_and_queue_nothing(make_scheduler, options,
-                                                                    message):
+def test_bad_schedule_arguments_raise_at_call_site_and_queue_nothing(
+    make_scheduler, options, message
+):
     s = make_scheduler(workers=1)
     with pytest.raises(InvalidJobError, match=message):
         s.schedule(jobs.stamp, **options)
@@ -259,8 +274,9 @@ def test_times_as_datetime_timedelta_epoch_and_past(make_scheduler):
     now = time.time()
     t0 = time.monotonic()
     futures = {
-        "aware": s.schedule(jobs.stamp, delay=None,
-                            at=datetime.fromtimestamp(now + 0.4, tz=timezone.utc)),
+        "aware": s.schedule(
+            jobs.stamp, delay=None, at=datetime.fromtimestamp(now + 0.4, tz=timezone.utc)
+        ),
         "naive": s.schedule(jobs.stamp, at=datetime.fromtimestamp(now + 0.4)),
         "epoch": s.schedule(jobs.stamp, at=now + 0.4),
         "timedelta": s.schedule(jobs.stamp, delay=timedelta(milliseconds=400)),
@@ -321,11 +337,13 @@ def test_bad_scheduler_options_raise():
         Scheduler(workers=1, order="random")
 
 
-@pytest.mark.parametrize("name", ["max_tasks_per_worker", "max_memory_per_worker",
-                                  "max_pending", "max_pending_bytes"])
+@pytest.mark.parametrize(
+    "name", ["max_tasks_per_worker", "max_memory_per_worker", "max_pending", "max_pending_bytes"]
+)
 @pytest.mark.parametrize("value", [0, -1, 2.5, "10", True])
 def test_a_bound_that_is_not_a_positive_int_is_refused_before_anything_starts(
-        name: str, value: object) -> None:
+    name: str, value: object
+) -> None:
     from mpsched import Scheduler
 
     with pytest.raises(ConfigError, match=f"^{name} must be a positive int"):
@@ -425,8 +443,9 @@ def test_functions_and_classes_from_the_main_script_run_in_workers(tmp_path):
 
     script = tmp_path / "main_script.py"
     script.write_text(MAIN_SCRIPT)
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=60, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "3 [1, 2]"
 
@@ -479,8 +498,9 @@ def test_a_client_that_dies_leaves_nothing_in_the_manager(make_scheduler, tmp_pa
 
     s = make_scheduler(workers=1)
     assert s.stats().clients == 1
-    script = DYING_CLIENT.format(tests=str(Path(__file__).parent), address=s.address,
-                                 key=s.authkey.hex())
+    script = DYING_CLIENT.format(
+        tests=str(Path(__file__).parent), address=s.address, key=s.authkey.hex()
+    )
     done = subprocess.run([sys.executable, "-c", script], timeout=60)
     assert done.returncode == -9
     # Its jobs still run; their outcomes have nobody to go to and are not kept.
@@ -506,12 +526,14 @@ def test_dropping_a_map_iterator_cancels_its_jobs_in_one_call(make_scheduler, fi
     s.stats()  # they have all reached the manager
     calls = []
     service = s._core.service
+
     def counting(name):
         real = getattr(service, name)
 
         def counted(*args):
             calls.append(name)
             return real(*args)
+
         return counted
 
     for name in ("cancel", "cancel_many"):
@@ -552,8 +574,7 @@ def test_a_job_sets_an_event_of_a_multiprocessing_manager(make_scheduler, mp_man
 
 
 @pytest.mark.parametrize("method", ANY_START_METHOD)
-def test_a_job_puts_into_a_queue_of_a_multiprocessing_manager(make_scheduler, mp_manager,
-                                                              method):
+def test_a_job_puts_into_a_queue_of_a_multiprocessing_manager(make_scheduler, mp_manager, method):
     box = mp_manager.Queue()
     s = make_scheduler(workers=2, mp_context=method)
     pids = [s.submit(jobs.put_in, box, n).result(timeout=60) for n in range(4)]

@@ -59,8 +59,9 @@ def _check(out: str, marker: Path, pid: int) -> None:
 
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("how", ["script", "stdin", "-c", "notebook"])
-def test_an_unguarded_program_starts_a_scheduler(programs: Programs, tmp_path: Path,
-                                                 method: str, how: str) -> None:
+def test_an_unguarded_program_starts_a_scheduler(
+    programs: Programs, tmp_path: Path, method: str, how: str
+) -> None:
     source, marker = _program(tmp_path, method)
     if how == "script":
         args: tuple[str, ...] = (str(programs.script(source)),)
@@ -75,8 +76,9 @@ def test_an_unguarded_program_starts_a_scheduler(programs: Programs, tmp_path: P
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_a_scheduler_starts_from_the_interactive_interpreter(programs: Programs,
-                                                             tmp_path: Path, method: str) -> None:
+def test_a_scheduler_starts_from_the_interactive_interpreter(
+    programs: Programs, tmp_path: Path, method: str
+) -> None:
     source, marker = _program(tmp_path, method)
     popen, terminal = programs.interactive()
     terminal.type(source + "\nexit()\n")
@@ -87,8 +89,9 @@ def test_a_scheduler_starts_from_the_interactive_interpreter(programs: Programs,
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_the_manager_leaves_no_temporary_files(programs: Programs, tmp_path: Path,
-                                               method: str) -> None:
+def test_the_manager_leaves_no_temporary_files(
+    programs: Programs, tmp_path: Path, method: str
+) -> None:
     # Its multiprocessing directory (the forkserver's socket) goes when it exits.
     tmp = tmp_path / "tmp"
     tmp.mkdir()
@@ -100,8 +103,7 @@ def test_the_manager_leaves_no_temporary_files(programs: Programs, tmp_path: Pat
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_a_programs_own_pool_that_re_runs_it_gets_one_line(programs: Programs,
-                                                           method: str) -> None:
+def test_a_programs_own_pool_that_re_runs_it_gets_one_line(programs: Programs, method: str) -> None:
     # The program's own ProcessPoolExecutor re-runs the unguarded main module in its
     # child: that re-import is the program's choice, and only it can prevent it.
     script = programs.script(f"""
@@ -126,9 +128,9 @@ def test_a_programs_own_pool_that_re_runs_it_gets_one_line(programs: Programs,
     assert 'put the top-level code under `if __name__ == "__main__":`' in REIMPORT_HINT
 
 
-
 def test_a_scheduler_starts_under_a_temp_directory_too_deep_for_a_socket(
-        programs: Programs, tmp_path: Path) -> None:
+    programs: Programs, tmp_path: Path
+) -> None:
     # The forkserver's socket goes in a directory of TMPDIR's; under a deep TMPDIR its path
     # passed the 107 bytes a Unix socket's may have, and the manager could not start.
     deep = tmp_path / ("d" * 90)

@@ -19,8 +19,8 @@ MODULE = "only_in_the_client"
 
 
 def test_a_job_from_a_module_only_the_client_has_fails_saying_what_to_do(
-        make_scheduler: Callable[..., Scheduler], tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    make_scheduler: Callable[..., Scheduler], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     s = make_scheduler(workers=1)  # its processes started before tmp_path joins sys.path
     (tmp_path / f"{MODULE}.py").write_text("def triple(x):\n    return 3 * x\n")
     monkeypatch.syspath_prepend(str(tmp_path))

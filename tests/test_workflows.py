@@ -27,8 +27,9 @@ MakeScheduler = Callable[..., Scheduler]
 
 
 @pytest.fixture(params=["none", "sqlite"])
-def sched(request: pytest.FixtureRequest, make_scheduler: MakeScheduler,
-          tmp_path: Path) -> Scheduler:
+def sched(
+    request: pytest.FixtureRequest, make_scheduler: MakeScheduler, tmp_path: Path
+) -> Scheduler:
     if request.param == "sqlite":
         return make_scheduler(workers=2, store=str(tmp_path / "jobs.db"))
     return make_scheduler(workers=2)
@@ -38,8 +39,7 @@ def before(lines: list[str], first: str, then: str) -> bool:
     return lines.index(first) < lines.index(then)
 
 
-def test_a_chain_of_three_runs_in_order_with_the_results_passed(sched: Scheduler,
-                                                                 tmp_path: Path):
+def test_a_chain_of_three_runs_in_order_with_the_results_passed(sched: Scheduler, tmp_path: Path):
     log = str(tmp_path / "log")
     a = sched.schedule(flow_jobs.slow_step, log, "a", 0.3)
     b = sched.schedule(flow_jobs.step, log, "b", ResultOf(a))
@@ -53,8 +53,7 @@ def test_a_chain_of_three_runs_in_order_with_the_results_passed(sched: Scheduler
 def test_a_fan_out_of_twenty_and_their_fan_in_run_each_once(sched: Scheduler, tmp_path: Path):
     log = str(tmp_path / "log")
     root = sched.schedule(flow_jobs.square, log, "root", 100, 0, delay=0.2)
-    parts = [sched.schedule(flow_jobs.square, log, f"p{i}", ResultOf(root), i)
-             for i in range(20)]
+    parts = [sched.schedule(flow_jobs.square, log, f"p{i}", ResultOf(root), i) for i in range(20)]
     combined = sched.schedule(flow_jobs.total, log, "sum", [ResultOf(p) for p in parts])
     assert combined.result(timeout=60) == sum(100 + i * i for i in range(20))
     lines = flow_jobs.order(log)
@@ -77,8 +76,7 @@ def test_a_diamond_runs_each_job_once_after_its_parents(sched: Scheduler, tmp_pa
     assert before(lines, "end b", "start d") and before(lines, "end c", "start d")
 
 
-def test_after_without_a_result_waits_and_keeps_its_own_arguments(sched: Scheduler,
-                                                                   tmp_path: Path):
+def test_after_without_a_result_waits_and_keeps_its_own_arguments(sched: Scheduler, tmp_path: Path):
     log = str(tmp_path / "log")
     a = sched.schedule(flow_jobs.slow_step, log, "a", 0.3)
     b = sched.schedule(flow_jobs.step, log, "b", [1, 2], after=[a.job_id])
@@ -88,8 +86,7 @@ def test_after_without_a_result_waits_and_keeps_its_own_arguments(sched: Schedul
     assert flow_jobs.order(log)[:3] == ["start a", "end a", "start b"]
 
 
-def test_a_failed_parent_fails_its_whole_downstream_at_once(sched: Scheduler,
-                                                            tmp_path: Path):
+def test_a_failed_parent_fails_its_whole_downstream_at_once(sched: Scheduler, tmp_path: Path):
     log = str(tmp_path / "log")
     gate = sched.schedule(flow_jobs.slow_step, log, "gate", 0.5)
     a = sched.schedule(flow_jobs.fail, "broken", after=[gate])
@@ -126,7 +123,8 @@ def test_a_parent_that_ended_already_counts_as_ended(sched: Scheduler):
 
 
 def test_cancelling_a_dependent_leaves_its_parent_and_cancelling_a_parent_fails_them(
-        sched: Scheduler):
+    sched: Scheduler,
+):
     parent = sched.schedule(flow_jobs.describe, 1, delay=60)
     child = sched.schedule(flow_jobs.describe, 2, after=[parent])
     other = sched.schedule(flow_jobs.describe, ResultOf(parent))
@@ -197,7 +195,8 @@ def test_another_clients_job_can_be_a_parent(make_scheduler: MakeScheduler):
 
 
 def test_a_large_result_reaches_its_child_through_shared_memory_and_is_cleaned_up(
-        make_scheduler: MakeScheduler, prefix: str):
+    make_scheduler: MakeScheduler, prefix: str
+):
     s = make_scheduler(workers=2)
     big = s.submit(flow_jobs.big, 4 << 20)
     sizes = s.schedule(flow_jobs.length, ResultOf(big), [ResultOf(big)])
@@ -206,8 +205,9 @@ def test_a_large_result_reaches_its_child_through_shared_memory_and_is_cleaned_u
     s.shutdown()
 
 
-def test_a_retried_parent_counts_as_ended_only_at_its_final_outcome(sched: Scheduler,
-                                                                    tmp_path: Path):
+def test_a_retried_parent_counts_as_ended_only_at_its_final_outcome(
+    sched: Scheduler, tmp_path: Path
+):
     parent = sched.schedule(jobs.die_once, str(tmp_path / "died"), retries=1)
     child = sched.schedule(flow_jobs.describe, ResultOf(parent))
     assert child.result(timeout=60) == "'survived'"
@@ -218,10 +218,12 @@ def test_a_retried_parent_counts_as_ended_only_at_its_final_outcome(sched: Sched
 
 
 def test_a_parent_retried_on_its_exception_releases_its_child_at_its_final_outcome(
-        sched: Scheduler, tmp_path: Path):
+    sched: Scheduler, tmp_path: Path
+):
     log = str(tmp_path / "runs")
-    parent = sched.schedule(retry_jobs.fail_times, log, 2, "third time",
-                            retry=RetryPolicy(3, backoff=0.05))
+    parent = sched.schedule(
+        retry_jobs.fail_times, log, 2, "third time", retry=RetryPolicy(3, backoff=0.05)
+    )
     child = sched.schedule(flow_jobs.describe, ResultOf(parent))
     assert child.result(timeout=60) == repr("third time")
     assert len(retry_jobs.runs(log)) == 3
@@ -230,8 +232,7 @@ def test_a_parent_retried_on_its_exception_releases_its_child_at_its_final_outco
     assert isinstance(after.exception(timeout=60), DependencyFailedError)
 
 
-def test_shutdown_with_cancel_futures_cancels_the_jobs_that_wait(
-        make_scheduler: MakeScheduler):
+def test_shutdown_with_cancel_futures_cancels_the_jobs_that_wait(make_scheduler: MakeScheduler):
     s = make_scheduler(workers=1)
     parent = s.schedule(flow_jobs.describe, 1, delay=60)
     child = s.schedule(flow_jobs.describe, ResultOf(parent))
@@ -242,8 +243,7 @@ def test_shutdown_with_cancel_futures_cancels_the_jobs_that_wait(
 def test_a_job_with_parents_keeps_its_queue_and_limit(make_scheduler: MakeScheduler):
     s = make_scheduler(workers=2, queues=["default", "reports"], limits={"exports": 1})
     parent = s.submit(flow_jobs.describe, "data")
-    child = s.schedule(flow_jobs.describe, ResultOf(parent), queue="reports",
-                       limit="exports")
+    child = s.schedule(flow_jobs.describe, ResultOf(parent), queue="reports", limit="exports")
     assert child.result(timeout=30) == repr("'data'")
     info = s.job_info(child.job_id)
     assert (info.queue, info.limit) == ("reports", "exports")

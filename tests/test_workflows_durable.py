@@ -22,7 +22,8 @@ LAYERS, WIDTH = 7, 7  # and one job after the last layer: 50 jobs
 
 
 def test_a_graph_of_fifty_survives_a_manager_killed_in_its_middle(
-        make_scheduler: Callable[..., Scheduler], tmp_path: Path) -> None:
+    make_scheduler: Callable[..., Scheduler], tmp_path: Path
+) -> None:
     store, log = tmp_path / "jobs.db", str(tmp_path / "ran.log")
     s = make_scheduler(workers=2, store=store)
     parents: dict[str, list[str]] = {}
@@ -30,15 +31,16 @@ def test_a_graph_of_fifty_survives_a_manager_killed_in_its_middle(
     previous: list[JobFuture[Any]] = []
     for k in range(LAYERS):
         layer: list[JobFuture[Any]] = [
-            s.schedule(flow_jobs.layer, log, f"L{k}.{i}", 0.1, [ResultOf(p) for p in previous],
-                       retries=2)
-            for i in range(WIDTH)]
+            s.schedule(
+                flow_jobs.layer, log, f"L{k}.{i}", 0.1, [ResultOf(p) for p in previous], retries=2
+            )
+            for i in range(WIDTH)
+        ]
         for i, future in enumerate(layer):
             names[future.job_id] = f"L{k}.{i}"
             parents[f"L{k}.{i}"] = [names[p.job_id] for p in previous]
         previous = layer
-    last = s.schedule(flow_jobs.total, log, "last", [ResultOf(p) for p in previous],
-                      retries=2)
+    last = s.schedule(flow_jobs.total, log, "last", [ResultOf(p) for p in previous], retries=2)
     parents["last"] = [names[p.job_id] for p in previous]
     ended = lambda: Path(log).read_text().count("end ") if Path(log).exists() else 0  # noqa: E731
     wait_for(lambda: ended() >= 15, WAIT, "15 jobs ended")
@@ -48,7 +50,7 @@ def test_a_graph_of_fifty_survives_a_manager_killed_in_its_middle(
     s._manager_process.join(WAIT)
     assert ended() < 50
     s2 = make_scheduler(workers=2, store=store)
-    assert s2.job(last.job_id).result(timeout=WAIT) == WIDTH ** LAYERS
+    assert s2.job(last.job_id).result(timeout=WAIT) == WIDTH**LAYERS
     lines = flow_jobs.order(log)
     ends = Counter(line.split()[1] for line in lines if line.startswith("end "))
     assert set(ends) == set(parents) and set(ends.values()) == {1}, "ran twice, or not at all"
@@ -59,7 +61,8 @@ def test_a_graph_of_fifty_survives_a_manager_killed_in_its_middle(
 
 
 def test_a_parent_from_before_a_restart_passes_its_result(
-        make_scheduler: Callable[..., Scheduler], tmp_path: Path) -> None:
+    make_scheduler: Callable[..., Scheduler], tmp_path: Path
+) -> None:
     store = tmp_path / "jobs.db"
     s = make_scheduler(workers=1, store=store)
     done = s.submit(flow_jobs.describe, "before")
@@ -79,7 +82,8 @@ def test_a_parent_from_before_a_restart_passes_its_result(
 
 
 def test_a_waiting_job_keeps_its_queue_and_limit_across_a_restart(
-        make_scheduler: Callable[..., Scheduler], tmp_path: Path) -> None:
+    make_scheduler: Callable[..., Scheduler], tmp_path: Path
+) -> None:
     store = tmp_path / "jobs.db"
     s = make_scheduler(workers=1, store=store, queues=["q1"], limits={"api": 1})
     parent = s.schedule(flow_jobs.describe, "parent", delay=3600)

@@ -62,11 +62,15 @@ def _test_names(path: str) -> frozenset[str] | None:
     if not file.is_file():
         return None
     tree = ast.parse(file.read_text(), str(file))
-    return frozenset(node.name for node in ast.walk(tree)
-                     if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef))
+    return frozenset(
+        node.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+    )
 
 
 # --- the command line ------------------------------------------------------------------
+
 
 def cli_reference() -> str:
     """Every command of the parser: usage, options, example and exit codes."""
@@ -77,9 +81,18 @@ def cli_reference() -> str:
     lines += [f"| {int(code)} | {_cell(meaning)} |" for code, meaning in EXIT_MEANINGS.items()]
     lines += ["", "## Options of every command", "", *_options(parser, "python -m mpsched")]
     for name, command in parser.commands.items():
-        lines += ["", f"## {name}", "", _cell(command.description or ""), "",
-                  "```text", command.format_usage().strip(), "```", "",
-                  *_options(command, f"python -m mpsched {name}")]
+        lines += [
+            "",
+            f"## {name}",
+            "",
+            _cell(command.description or ""),
+            "",
+            "```text",
+            command.format_usage().strip(),
+            "```",
+            "",
+            *_options(command, f"python -m mpsched {name}"),
+        ]
         if command.epilog:
             lines += ["", "```text", command.epilog.strip(), "```"]
     return "\n".join(lines)
@@ -102,8 +115,10 @@ def _invocation(action: argparse.Action) -> str:
     value = ""
     if action.nargs != 0:
         metavar = action.metavar or (
-            "{" + ",".join(map(str, action.choices)) + "}" if action.choices
-            else action.dest.upper())
+            "{" + ",".join(map(str, action.choices)) + "}"
+            if action.choices
+            else action.dest.upper()
+        )
         value = f" {metavar}" if action.nargs in (None, 1) else f" {metavar} ..."
     return ", ".join(f"`{flag}{value}`" for flag in action.option_strings)
 
@@ -114,10 +129,11 @@ def _cell(text: str) -> str:
 
 # --- the benchmarks ----------------------------------------------------------------------
 
+
 def _benchmark_section(start: str, end: str) -> str:
     text = BENCHMARKS.read_text()
     begin = text.index(start)
-    return text[begin:text.index(end, begin + len(start))].strip()
+    return text[begin : text.index(end, begin + len(start))].strip()
 
 
 def benchmark_method() -> str:
@@ -129,9 +145,9 @@ def benchmark_method() -> str:
 def benchmark_targets() -> str:
     """The targets table of the latest run, with the run's date and machine."""
     results = _benchmark_section("<!-- results:begin -->", "<!-- results:end -->")
-    head = results[len("<!-- results:begin -->"):results.index("### Targets")].strip()
-    targets = results[results.index("### Targets"):]
-    targets = targets[:targets.index("\n### ", len("### Targets"))]
+    head = results[len("<!-- results:begin -->") : results.index("### Targets")].strip()
+    targets = results[results.index("### Targets") :]
+    targets = targets[: targets.index("\n### ", len("### Targets"))]
     return f"{head}\n\n{targets.replace('### Targets', '## Targets', 1).strip()}"
 
 

@@ -25,8 +25,9 @@ def manager_of(args: argparse.Namespace) -> tuple[Address, bytes]:
         ManagerUnreachableError: no address given, and no local manager has ever run.
     """
     address = parse_address(args.connect) if args.connect else default_address()
-    return address, require_authkey(address, args.authkey_file,
-                                    give="give --authkey-file (mode 0600)")
+    return address, require_authkey(
+        address, args.authkey_file, give="give --authkey-file (mode 0600)"
+    )
 
 
 def service_at(address: Address, key: bytes) -> ServiceProxy:

@@ -7,7 +7,6 @@ level, importable by the producer and worker processes. Output goes to the strea
 :func:`run_demo`; the library itself never prints.
 """
 
-
 from __future__ import annotations
 
 import multiprocessing
@@ -63,14 +62,21 @@ def produce(producer: int, address: Any, authkey: bytes, parent: Connection) -> 
         parent.send(os.getpid())  # connected: ready for the origin
         origin_epoch: float = parent.recv()
         futures = [
-            client.schedule(run_job, producer * 10 + j, priority.name, WORK_SECONDS,
-                            at=origin_epoch + (j + 1), priority=priority)
+            client.schedule(
+                run_job,
+                producer * 10 + j,
+                priority.name,
+                WORK_SECONDS,
+                at=origin_epoch + (j + 1),
+                priority=priority,
+            )
             for j in range(WAVES)
         ]
         submitted_by = time.monotonic()
         runs = tuple(f.result(timeout=30) for f in futures)
-    parent.send(WaveReport(producer=producer, pid=os.getpid(), submitted_by=submitted_by,
-                               runs=runs))
+    parent.send(
+        WaveReport(producer=producer, pid=os.getpid(), submitted_by=submitted_by, runs=runs)
+    )
 
 
 def run_producers(s: Scheduler) -> tuple[float, list[WaveReport]]:
@@ -84,8 +90,9 @@ def run_producers(s: Scheduler) -> tuple[float, list[WaveReport]]:
     links = [ctx.Pipe() for _ in range(PRODUCERS)]
     producers = [
         # daemon: should this process fail, its producers must not keep it from exiting
-        ctx.Process(target=produce, args=(p, s.address, s.authkey, child),
-                    name=f"producer-{p}", daemon=True)
+        ctx.Process(
+            target=produce, args=(p, s.address, s.authkey, child), name=f"producer-{p}", daemon=True
+        )
         for p, (_, child) in enumerate(links)
     ]
     for process, (_, child) in zip(producers, links, strict=True):
@@ -139,8 +146,7 @@ def wave_of(run: JobRun) -> int:
 def print_runs(runs: list[JobRun], origin: float, out: TextIO) -> list[list[JobRun]]:
     """Print every job in hand-out order with its start; return the waves in that order."""
     waves: list[list[JobRun]] = [[] for _ in range(WAVES)]
-    print("jobs in the order the manager handed them out (due time, then priority):",
-          file=out)
+    print("jobs in the order the manager handed them out (due time, then priority):", file=out)
     for run in sorted(runs, key=handout_key):
         wave = wave_of(run)
         late_ms = (run.started - (origin + wave)) * 1000
@@ -148,8 +154,11 @@ def print_runs(runs: list[JobRun], origin: float, out: TextIO) -> list[list[JobR
         if waves[wave - 1] == [] and wave > 1:
             print(file=out)
         waves[wave - 1].append(run)
-        print(f"wave {wave}  job {run.job_id:2d}  {run.priority:<6}  worker {run.worker_pid}"
-              f"  started {late_ms:+7.1f} ms after due{note}", file=out)
+        print(
+            f"wave {wave}  job {run.job_id:2d}  {run.priority:<6}  worker {run.worker_pid}"
+            f"  started {late_ms:+7.1f} ms after due{note}",
+            file=out,
+        )
     return waves
 
 
@@ -167,11 +176,12 @@ def check(waves: list[list[JobRun]], origin: float) -> tuple[list[str], list[str
         if early or stray:
             late.append(f"wave {number}: early {early}, more than 0.5 s late {stray}")
         first, rest = wave[:WORKERS], wave[WORKERS:]
-        if len(wave) != PRODUCERS or max(r.started for r in first) >= min(
-                r.started for r in rest):
+        if len(wave) != PRODUCERS or max(r.started for r in first) >= min(r.started for r in rest):
             by_start = sorted(wave, key=lambda r: r.started)
-            disorder.append(f"wave {number}: started {[r.priority for r in by_start]}, "
-                            f"handed out {[r.priority for r in wave]}")
+            disorder.append(
+                f"wave {number}: started {[r.priority for r in by_start]}, "
+                f"handed out {[r.priority for r in wave]}"
+            )
     return disorder, late
 
 
@@ -182,44 +192,69 @@ def run_demo(out: TextIO) -> int:
         0 when every wave was handed out in heap order and started on time, else 1 (the
         ✗ lines say why).
     """
-    print(f"demo: one manager with {WORKERS} worker processes; {PRODUCERS} producer "
-          f"processes each submit {WAVES} jobs, due 1, 2 and 3 s from now, at HIGH, MEDIUM "
-          f"or LOW priority (by producer): {PRODUCERS * WAVES} jobs in {WAVES} waves. Each "
-          f"wave should start by priority, on time.", file=out)
+    print(
+        f"demo: one manager with {WORKERS} worker processes; {PRODUCERS} producer "
+        f"processes each submit {WAVES} jobs, due 1, 2 and 3 s from now, at HIGH, MEDIUM "
+        f"or LOW priority (by producer): {PRODUCERS * WAVES} jobs in {WAVES} waves. Each "
+        f"wave should start by priority, on time.",
+        file=out,
+    )
     begun = time.monotonic()
     with Scheduler(workers=WORKERS) as s:
         worker_pids = sorted(w.pid for w in s.stats().workers)
         ready = time.monotonic() - begun
         warm = warm_up(s)
-        print(f"scheduler: {WORKERS} worker processes {worker_pids}, ready in {ready:.2f} s; "
-              f"warmed up with a job each in {warm:.2f} s", file=out)
+        print(
+            f"scheduler: {WORKERS} worker processes {worker_pids}, ready in {ready:.2f} s; "
+            f"warmed up with a job each in {warm:.2f} s",
+            file=out,
+        )
         origin, reports = run_producers(s)  # wave j+1 is due at origin + j + 1 s
         lateness = s.stats().lateness
     pids = [r.pid for r in reports]
     last_submit = max(r.submitted_by for r in reports) - origin
-    print(f"{PRODUCERS} producer processes {pids} submitted {len(pids) * WAVES} jobs "
-          f"by {last_submit * 1000:+.0f} ms; waves due at +1 s, +2 s, +3 s\n", file=out)
+    print(
+        f"{PRODUCERS} producer processes {pids} submitted {len(pids) * WAVES} jobs "
+        f"by {last_submit * 1000:+.0f} ms; waves due at +1 s, +2 s, +3 s\n",
+        file=out,
+    )
     waves = print_runs([run for r in reports for run in r.runs], origin, out)
     print_summary(waves, origin, lateness, out)
     disorder, late = check(waves, origin)
     for problem in disorder + late:
         print(f"✗ {problem}", file=out)
     if not disorder:
-        print("✓ every wave was handed out in heap order: HIGH, HIGH, MEDIUM at once, LOW "
-              "once a worker was free", file=out)
+        print(
+            "✓ every wave was handed out in heap order: HIGH, HIGH, MEDIUM at once, LOW "
+            "once a worker was free",
+            file=out,
+        )
     if not late:
         print("✓ every wave started on time: none early, none more than 0.5 s late", file=out)
     return 1 if disorder or late else 0
 
 
-def print_summary(waves: list[list[JobRun]], origin: float, lateness: dict[str, float],
-                  out: TextIO) -> None:
+def print_summary(
+    waves: list[list[JobRun]], origin: float, lateness: dict[str, float], out: TextIO
+) -> None:
     """Jobs, workers used, the lateness of jobs that found a free worker, the manager's."""
-    on_time = [(r.started - origin - n) * 1000
-               for n, wave in enumerate(waves, start=1) for r in wave[:WORKERS]]
-    print(f"\nsummary: {sum(map(len, waves))} jobs in {WAVES} waves on "
-          f"{len({r.worker_pid for w in waves for r in w})} workers", file=out)
-    print(f"  jobs that found a free worker started {statistics.median(on_time):.1f} ms "
-          f"(median), {max(on_time):.1f} ms (max) after due", file=out)
-    print(f"  the manager's lateness over all jobs: p50 {lateness['p50'] * 1000:.1f} ms, "
-          f"max {lateness['max'] * 1000:.1f} ms", file=out)
+    on_time = [
+        (r.started - origin - n) * 1000
+        for n, wave in enumerate(waves, start=1)
+        for r in wave[:WORKERS]
+    ]
+    print(
+        f"\nsummary: {sum(map(len, waves))} jobs in {WAVES} waves on "
+        f"{len({r.worker_pid for w in waves for r in w})} workers",
+        file=out,
+    )
+    print(
+        f"  jobs that found a free worker started {statistics.median(on_time):.1f} ms "
+        f"(median), {max(on_time):.1f} ms (max) after due",
+        file=out,
+    )
+    print(
+        f"  the manager's lateness over all jobs: p50 {lateness['p50'] * 1000:.1f} ms, "
+        f"max {lateness['max'] * 1000:.1f} ms",
+        file=out,
+    )

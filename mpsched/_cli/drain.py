@@ -21,7 +21,10 @@ def run_drain_workers(args: argparse.Namespace, out: TextIO) -> int:
     if not dismissed:
         print(f"no remote worker is connected to the manager at {where}", file=out)
     else:
-        print(f"told {plural(dismissed, 'remote worker')} of the manager at {where} to "
-              f"leave: each finishes its running job and exits (an idle one within "
-              f"{LONG_POLL:g} s), and so do their pools", file=out)
+        print(
+            f"told {plural(dismissed, 'remote worker')} of the manager at {where} to "
+            f"leave: each finishes its running job and exits (an idle one within "
+            f"{LONG_POLL:g} s), and so do their pools",
+            file=out,
+        )
     return Exit.OK

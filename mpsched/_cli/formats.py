@@ -29,8 +29,11 @@ def format_due(due_in: float | None, now: float) -> str:
     the wait, then the local wall-clock time; "-" for no job."""
     if due_in is None:
         return "-"
-    wait = f"due in {format_duration(due_in)}" if due_in >= 0 else \
-        f"overdue by {format_duration(-due_in)}"
+    wait = (
+        f"due in {format_duration(due_in)}"
+        if due_in >= 0
+        else f"overdue by {format_duration(-due_in)}"
+    )
     when = local_time(now + due_in)
     return wait if when is None else f"{wait} ({when})"
 

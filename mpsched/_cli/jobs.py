@@ -50,8 +50,11 @@ def print_result(job_id: str, result: Any, out: TextIO) -> None:
     shown = as_json(result)
     if shown is None:
         shown = repr(result)
-        print(f"mpsched: job {job_id} returned a {type(result).__qualname__}, which JSON "
-              f"cannot hold: its repr follows", file=sys.stderr)
+        print(
+            f"mpsched: job {job_id} returned a {type(result).__qualname__}, which JSON "
+            f"cannot hold: its repr follows",
+            file=sys.stderr,
+        )
     print(shown, file=out)
 
 
@@ -99,28 +102,49 @@ def run_jobs(args: argparse.Namespace, out: TextIO) -> int:
 
 def job_as_dict(job: JobInfo, now: float) -> dict[str, Any]:
     """What ``jobs --json`` prints of one job: due in UTC ISO 8601, due_in in seconds."""
-    return {"job_id": job.job_id, "name": job.name, "state": job.state,
-            "due": job.due.isoformat(), "due_in": job.due.timestamp() - now,
-            "priority": job.priority.name.lower(), "attempts": job.attempts,
-            "worker": job.worker, "key": job.key, "progress": job.progress,
-            "error": job.error, "waiting_for": job.waiting_for}
+    return {
+        "job_id": job.job_id,
+        "name": job.name,
+        "state": job.state,
+        "due": job.due.isoformat(),
+        "due_in": job.due.timestamp() - now,
+        "priority": job.priority.name.lower(),
+        "attempts": job.attempts,
+        "worker": job.worker,
+        "key": job.key,
+        "progress": job.progress,
+        "error": job.error,
+        "waiting_for": job.waiting_for,
+    }
 
 
 def format_jobs(jobs: list[JobInfo], now: float) -> str:
     """The table ``jobs`` prints: one line per job, due as local time and the wait."""
     if not jobs:
         return "no jobs\n"
-    rows = [("id", "name", "state", "due", "priority", "attempts", "worker", "progress",
-             "last error")]
-    rows += [(job.job_id, job.name,
-              job.state if job.waiting_for is None else f"{job.state}, {job.waiting_for}",
-              format_when(job, now),
-              job.priority.name.lower(), str(job.attempts), job.worker or "-",
-              format_progress(job.progress), job.error or "-")
-             for job in jobs]
+    rows = [
+        ("id", "name", "state", "due", "priority", "attempts", "worker", "progress", "last error")
+    ]
+    rows += [
+        (
+            job.job_id,
+            job.name,
+            job.state if job.waiting_for is None else f"{job.state}, {job.waiting_for}",
+            format_when(job, now),
+            job.priority.name.lower(),
+            str(job.attempts),
+            job.worker or "-",
+            format_progress(job.progress),
+            job.error or "-",
+        )
+        for job in jobs
+    ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
-             + f"  {row[-1]}" for row in rows]  # the last column unpadded: no trailing blanks
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
+        + f"  {row[-1]}"
+        for row in rows
+    ]  # the last column unpadded: no trailing blanks
     return "\n".join(lines) + "\n"
 
 
@@ -131,7 +155,7 @@ def format_progress(progress: float | dict[str, Any] | None, width: int = 40) ->
     if isinstance(progress, float):
         return f"{progress:.0%}"
     text = json.dumps(progress, separators=(",", ":"))
-    return text if len(text) <= width else text[:width - 3] + "..."
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def format_when(job: JobInfo, now: float) -> str:
@@ -163,8 +187,10 @@ def run_cancel(args: argparse.Namespace, out: TextIO) -> int:
             print(f"cancelled schedule {args.job_id}; a run under way finishes", file=out)
             return Exit.OK
         if schedule is not None:  # another client cancelled it meanwhile
-            print(f"mpsched: schedule {args.job_id} was not cancelled: it was cancelled "
-                  f"already", file=sys.stderr)
+            print(
+                f"mpsched: schedule {args.job_id} was not cancelled: it was cancelled already",
+                file=sys.stderr,
+            )
             return Exit.FAILURE
         if client.cancel(args.job_id):
             print(f"cancelled job {args.job_id}", file=out)
@@ -193,8 +219,10 @@ def _not_pending(client: Client, job_id: str) -> str:
     return "it has finished: it is done"
 
 
-_UNKNOWN = ("no such job: unknown, or finished and forgotten (serve keeps outcomes for "
-            "--result-ttl seconds; without --store, in memory, at most 100,000 jobs)")
+_UNKNOWN = (
+    "no such job: unknown, or finished and forgotten (serve keeps outcomes for "
+    "--result-ttl seconds; without --store, in memory, at most 100,000 jobs)"
+)
 
 
 def unfinished_state(client: Client, future: JobFuture[Any]) -> JobState | None:
@@ -251,33 +279,51 @@ def run_result(args: argparse.Namespace, out: TextIO) -> int:
         state = unfinished_state(client, future)
         if state is not None:
             hint = "" if args.wait else "; --wait waits for it"
-            return _say_result(args, out, state, NOT_FINISHED,
-                               message=f"it is {state}: no result yet{hint}")
+            return _say_result(
+                args, out, state, NOT_FINISHED, message=f"it is {state}: no result yet{hint}"
+            )
     if future.cancelled():
-        return _say_result(args, out, JobState.CANCELLED, Exit.FAILURE,
-                           message="it was cancelled: it has no result")
+        return _say_result(
+            args,
+            out,
+            JobState.CANCELLED,
+            Exit.FAILURE,
+            message="it was cancelled: it has no result",
+        )
     error = future.exception()
     if error is not None:
         return _say_result(args, out, JobState.FAILED, Exit.FAILURE, error=error)
     return _say_result(args, out, JobState.DONE, Exit.OK, result=future.result())
 
 
-def _say_result(args: argparse.Namespace, out: TextIO, state: JobState | None, code: int, *,
-                message: str = "", error: BaseException | None = None,
-                result: Any = None) -> int:
+def _say_result(
+    args: argparse.Namespace,
+    out: TextIO,
+    state: JobState | None,
+    code: int,
+    *,
+    message: str = "",
+    error: BaseException | None = None,
+    result: Any = None,
+) -> int:
     """Print what ``result`` found of a job (its state; None: the job is unknown), as a
     JSON object with --json; return ``code``."""
     if args.json:
-        shown: dict[str, Any] = {"job_id": args.job_id,
-                                 "state": "unknown" if state is None else str(state)}
+        shown: dict[str, Any] = {
+            "job_id": args.job_id,
+            "state": "unknown" if state is None else str(state),
+        }
         if state is JobState.DONE:
             if as_json(result) is None:
                 shown["result_repr"] = repr(result)
             else:
                 shown["result"] = result
         elif error is not None:
-            shown["error"] = {"type": type(error).__name__, "message": str(error),
-                              "traceback": worker_traceback(error)}
+            shown["error"] = {
+                "type": type(error).__name__,
+                "message": str(error),
+                "traceback": worker_traceback(error),
+            }
         print(json.dumps(shown), file=out)
     elif state is JobState.DONE:
         print_result(args.job_id, result, out)

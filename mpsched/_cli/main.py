@@ -81,8 +81,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return Exit.USAGE
-    logging.basicConfig(level=getattr(logging, args.log_level.upper()), stream=sys.stderr,
-                        format="%(asctime)s %(name)s[%(process)d] %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        stream=sys.stderr,
+        format="%(asctime)s %(name)s[%(process)d] %(levelname)s %(message)s",
+    )
     handler = HANDLERS[args.command]
     try:
         tls = tls_from_args(args)
@@ -127,13 +130,21 @@ def _worker(args: argparse.Namespace, out: TextIO) -> int:
     from mpsched._worker.pool import WorkerPool
 
     scrub_authkey_env()  # read: the workers and their jobs must not inherit it
-    config = WorkerConfig(address=address, authkey=key, worker_id="",
-                          log_level=logging.getLogger().getEffectiveLevel(),
-                          heartbeat_interval=args.heartbeat_interval,
-                          tls=tls_from_args(args), queues=args.queues)
+    config = WorkerConfig(
+        address=address,
+        authkey=key,
+        worker_id="",
+        log_level=logging.getLogger().getEffectiveLevel(),
+        heartbeat_interval=args.heartbeat_interval,
+        tls=tls_from_args(args),
+        queues=args.queues,
+    )
     pool = WorkerPool(config, args.processes, StartMethod.default())
-    print(f"mpsched worker: {plural(args.processes, 'process')} joined "
-          f"{format_address(address)}", file=out, flush=True)
+    print(
+        f"mpsched worker: {plural(args.processes, 'process')} joined {format_address(address)}",
+        file=out,
+        flush=True,
+    )
     return pool.run()
 
 
@@ -146,8 +157,13 @@ def _probe_until_answered(address: Address, key: bytes) -> None:
             _probe(address, key)
         except ManagerBusyError as exc:
             if not warned:
-                log.warning("the manager at %s is busy: %s; the pool tries again every %g s "
-                            "until it answers", exc.address, exc.reason, BUSY_PAUSE)
+                log.warning(
+                    "the manager at %s is busy: %s; the pool tries again every %g s "
+                    "until it answers",
+                    exc.address,
+                    exc.reason,
+                    BUSY_PAUSE,
+                )
                 warned = True
             time.sleep(BUSY_PAUSE)
         else:
@@ -160,8 +176,9 @@ def _probe(address: Address, key: bytes) -> None:
     """Connect and say hello as a client: raises what a worker or producer would meet."""
     service = service_at(address, key)
     python, cp = describe_versions()
-    service.open_client(ClientHello(client_id=f"probe-{os.getpid()}", python=python,
-                                    cloudpickle=cp))
+    service.open_client(
+        ClientHello(client_id=f"probe-{os.getpid()}", python=python, cloudpickle=cp)
+    )
     service.close_client(f"probe-{os.getpid()}")
 
 
@@ -198,8 +215,11 @@ def retry_policy(args: argparse.Namespace) -> RetryPolicy | None:
         if args.backoff is not None:
             raise UsageError("--backoff needs --retry")
         return None
-    policy = (RetryPolicy(args.retry) if args.backoff is None
-              else RetryPolicy(args.retry, backoff=args.backoff))
+    policy = (
+        RetryPolicy(args.retry)
+        if args.backoff is None
+        else RetryPolicy(args.retry, backoff=args.backoff)
+    )
     return coerce_retry(policy, args.retries)  # not with --retries
 
 
@@ -216,8 +236,7 @@ def _submit_target(args: argparse.Namespace, fn: Callable[..., Any], out: TextIO
     if problem:
         raise UsageError(problem)
     if args.after and (args.every is not None or args.cron is not None):
-        raise UsageError("--after cannot go with --every or --cron: a schedule has no "
-                         "parents")
+        raise UsageError("--after cannot go with --every or --cron: a schedule has no parents")
     args.retry = retry_policy(args)
     if args.every is not None or args.cron is not None:
         return submit_recurring(args, fn, call_args, call_kwargs, at, out)
@@ -225,20 +244,32 @@ def _submit_target(args: argparse.Namespace, fn: Callable[..., Any], out: TextIO
     client = connect(address, authkey=key)
     interrupted = False
     try:
-        future = client.schedule(fn, *call_args, delay=args.delay, at=at,
-                                 priority=args.priority, timeout=args.timeout,
-                                 retries=args.retries, key=args.key, retry=args.retry,
-                                 queue=args.queue, limit=args.limit, after=args.after,
-                                 **call_kwargs)
+        future = client.schedule(
+            fn,
+            *call_args,
+            delay=args.delay,
+            at=at,
+            priority=args.priority,
+            timeout=args.timeout,
+            retries=args.retries,
+            key=args.key,
+            retry=args.retry,
+            queue=args.queue,
+            limit=args.limit,
+            after=args.after,
+            **call_kwargs,
+        )
         try:
             print(future.job_id, file=out, flush=True)
             return print_outcome(future, out) if args.wait else Exit.OK
         except KeyboardInterrupt:
             interrupted = True
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # no traceback while we detach
-            print(f"mpsched: interrupted; job {future.job_id} "
-                  f"{_left_as(client, future.job_id)} (with the same --connect)",
-                  file=sys.stderr)
+            print(
+                f"mpsched: interrupted; job {future.job_id} "
+                f"{_left_as(client, future.job_id)} (with the same --connect)",
+                file=sys.stderr,
+            )
             return Exit.INTERRUPTED
     except KeyboardInterrupt:
         interrupted = True
@@ -302,13 +333,21 @@ def _stress(args: argparse.Namespace, out: TextIO) -> int:
             raise UsageError("--store starts managers of its own: no --connect with it")
         check_store(args.store, lease_timeout=args.lease_timeout)
         if not is_redis_url(args.store):
-            raise UsageError("--store takes a Redis URL (redis://, rediss://, unix://): "
-                             "only such a store is shared by several managers")
-        return run_shared_stress(store=args.store, managers=args.managers,
-                                 producers=args.producers, workers=args.workers,
-                                 jobs=args.jobs, horizon=args.horizon,
-                                 kill_every=args.kill_every, lease_timeout=args.lease_timeout,
-                                 out=out)
+            raise UsageError(
+                "--store takes a Redis URL (redis://, rediss://, unix://): "
+                "only such a store is shared by several managers"
+            )
+        return run_shared_stress(
+            store=args.store,
+            managers=args.managers,
+            producers=args.producers,
+            workers=args.workers,
+            jobs=args.jobs,
+            horizon=args.horizon,
+            kill_every=args.kill_every,
+            lease_timeout=args.lease_timeout,
+            out=out,
+        )
     address: Address | None = None
     key: bytes | None = None
     tls = tls_from_args(args)
@@ -316,22 +355,39 @@ def _stress(args: argparse.Namespace, out: TextIO) -> int:
         address, key = manager_of(args)
         _probe(address, key)  # before any producer starts: a wrong address fails once
     elif tls is not None:
-        raise UsageError("--tls-ca, --tls-cert and --tls-key need --connect: the manager "
-                         "stress starts itself listens on a Unix socket, without TLS")
-    return run_stress(producers=args.producers, workers=args.workers, jobs=args.jobs,
-                      horizon=args.horizon, address=address, authkey=key, tls=tls,
-                      inject=args.inject, out=out)
+        raise UsageError(
+            "--tls-ca, --tls-cert and --tls-key need --connect: the manager "
+            "stress starts itself listens on a Unix socket, without TLS"
+        )
+    return run_stress(
+        producers=args.producers,
+        workers=args.workers,
+        jobs=args.jobs,
+        horizon=args.horizon,
+        address=address,
+        authkey=key,
+        tls=tls,
+        inject=args.inject,
+        out=out,
+    )
 
 
 Handler = Callable[[argparse.Namespace, TextIO], int]
 HANDLERS: dict[Command, Handler] = {
-    Command.SERVE: run_serve, Command.WORKER: _worker,
-    Command.DRAIN_WORKERS: run_drain_workers, Command.SUBMIT: _submit,
-    Command.STATUS: run_status, Command.JOBS: run_jobs, Command.SCHEDULES: run_schedules,
-    Command.CANCEL: run_cancel, Command.REQUEUE: run_requeue, Command.RESULT: run_result,
-    Command.DEMO: _demo, Command.STRESS: _stress}
+    Command.SERVE: run_serve,
+    Command.WORKER: _worker,
+    Command.DRAIN_WORKERS: run_drain_workers,
+    Command.SUBMIT: _submit,
+    Command.STATUS: run_status,
+    Command.JOBS: run_jobs,
+    Command.SCHEDULES: run_schedules,
+    Command.CANCEL: run_cancel,
+    Command.REQUEUE: run_requeue,
+    Command.RESULT: run_result,
+    Command.DEMO: _demo,
+    Command.STRESS: _stress,
+}
 
 
 if __name__ == "__main__":  # pragma: no cover
     raise SystemExit(main())
-

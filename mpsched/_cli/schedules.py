@@ -19,17 +19,22 @@ from mpsched._protocol.records import (
 
 # The options of recurring jobs, with their defaults: given without --every or --cron,
 # they are a usage error.
-RECURRING_ONLY = {"tz": None, "schedule_id": None, "jitter": 0.0, "mode": Mode.RATE,
-                  "overlap": Overlap.SKIP, "catchup": Catchup.LATEST,
-                  "on_error": OnError.CONTINUE}
+RECURRING_ONLY = {
+    "tz": None,
+    "schedule_id": None,
+    "jitter": 0.0,
+    "mode": Mode.RATE,
+    "overlap": Overlap.SKIP,
+    "catchup": Catchup.LATEST,
+    "on_error": OnError.CONTINUE,
+}
 
 
 def check_recurring(args: argparse.Namespace) -> str | None:
     """What is wrong with the recurring options of ``submit``, or None."""
     recurring = args.every is not None or args.cron is not None
     if not recurring:
-        given = [name for name, default in RECURRING_ONLY.items()
-                 if getattr(args, name) != default]
+        given = [name for name, default in RECURRING_ONLY.items() if getattr(args, name) != default]
         if given:
             option = given[0].replace("schedule_id", "id").replace("_", "-")
             return f"--{option} needs --every" + ("" if option == "mode" else " or --cron")
@@ -47,21 +52,36 @@ def check_recurring(args: argparse.Namespace) -> str | None:
     return None
 
 
-def submit_recurring(args: argparse.Namespace, fn: Callable[..., Any], call_args: list[Any],
-                     call_kwargs: dict[str, Any], at: datetime | None, out: TextIO) -> int:
+def submit_recurring(
+    args: argparse.Namespace,
+    fn: Callable[..., Any],
+    call_args: list[Any],
+    call_kwargs: dict[str, Any],
+    at: datetime | None,
+    out: TextIO,
+) -> int:
     """Add the schedule ``submit --every/--cron`` describes; print its id and next run."""
     options: dict[str, Any] = dict(
-        id=args.schedule_id, overlap=args.overlap, catchup=args.catchup, jitter=args.jitter,
-        on_error=args.on_error, priority=args.priority, timeout=args.timeout,
-        retries=args.retries, retry=args.retry, queue=args.queue, limit=args.limit)
+        id=args.schedule_id,
+        overlap=args.overlap,
+        catchup=args.catchup,
+        jitter=args.jitter,
+        on_error=args.on_error,
+        priority=args.priority,
+        timeout=args.timeout,
+        retries=args.retries,
+        retry=args.retry,
+        queue=args.queue,
+        limit=args.limit,
+    )
     with connected(args) as client:
         if args.every is not None:
             start = at if at is not None else args.delay
-            schedule = client.every(args.every, fn, *call_args, mode=args.mode, start=start,
-                                    **options, **call_kwargs)
+            schedule = client.every(
+                args.every, fn, *call_args, mode=args.mode, start=start, **options, **call_kwargs
+            )
         else:
-            schedule = client.cron(args.cron, fn, *call_args, tz=args.tz, **options,
-                                   **call_kwargs)
+            schedule = client.cron(args.cron, fn, *call_args, tz=args.tz, **options, **call_kwargs)
         info = schedule.info()
     print(info.schedule_id, file=out)
     print(f"{info.spec}, next run {_when(info, time.time())}", file=out)
@@ -80,23 +100,33 @@ def run_schedules(args: argparse.Namespace, out: TextIO) -> int:
         out.write("no schedules\n")
     else:
         rows: list[tuple[str, ...]] = [
-            ("id", "spec", "next run", "runs", "skipped", "missed", "failed")]
-        rows += [(i.schedule_id, i.spec, _when(i, now), *map(str, i.counters))
-                 for i in infos]
+            ("id", "spec", "next run", "runs", "skipped", "missed", "failed")
+        ]
+        rows += [(i.schedule_id, i.spec, _when(i, now), *map(str, i.counters)) for i in infos]
         widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]) - 1)]
-        out.writelines("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False))
-                       + f"  {row[-1]}\n" for row in rows)
+        out.writelines(
+            "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False))
+            + f"  {row[-1]}\n"
+            for row in rows
+        )
     return Exit.OK
 
 
 def schedule_as_dict(info: ScheduleInfo) -> dict[str, Any]:
     """What ``schedules --json`` prints of one schedule: times in UTC ISO 8601, the job
     id of the run armed for ``next_run`` (if one is) and of the latest run that started."""
-    return {"id": info.schedule_id, "spec": info.spec, "name": info.name,
-            "next_run": None if info.next_run is None
-            else info.next_run.astimezone(timezone.utc).isoformat(),
-            "next_run_id": info.next_run_id, "paused": info.paused,
-            "last_run": info.last_run, **info.counters._asdict()}
+    return {
+        "id": info.schedule_id,
+        "spec": info.spec,
+        "name": info.name,
+        "next_run": None
+        if info.next_run is None
+        else info.next_run.astimezone(timezone.utc).isoformat(),
+        "next_run_id": info.next_run_id,
+        "paused": info.paused,
+        "last_run": info.last_run,
+        **info.counters._asdict(),
+    }
 
 
 def _when(info: ScheduleInfo, now: float) -> str:

@@ -123,15 +123,21 @@ def run_serve(args: argparse.Namespace, out: TextIO) -> int:
     except ConfigError:
         tls = tls_from_args(args)
         lacking = missing(token=args.http_token_file, tls=tls and tls.cert)
-        print(f"mpsched: refusing to serve the status page on {args.http} without "
-              f"{lacking}: anyone who can connect to it could read the scheduler's jobs. "
-              f"Give {'both' if ' and ' in lacking else 'it'}, or a loopback address "
-              f"(--http PORT serves {LOOPBACK}:PORT).", file=sys.stderr)
+        print(
+            f"mpsched: refusing to serve the status page on {args.http} without "
+            f"{lacking}: anyone who can connect to it could read the scheduler's jobs. "
+            f"Give {'both' if ' and ' in lacking else 'it'}, or a loopback address "
+            f"(--http PORT serves {LOOPBACK}:PORT).",
+            file=sys.stderr,
+        )
         return Exit.UNSAFE
     if explicit is None and address is not None and not is_loopback(address):
-        print(f"mpsched: refusing to serve on {format_address(address)} without an authkey: "
-              f"anyone who can connect could run code here. Give --authkey-file (mode 0600) "
-              f"or set {AUTHKEY_ENV}.", file=sys.stderr)
+        print(
+            f"mpsched: refusing to serve on {format_address(address)} without an authkey: "
+            f"anyone who can connect could run code here. Give --authkey-file (mode 0600) "
+            f"or set {AUTHKEY_ENV}.",
+            file=sys.stderr,
+        )
         return Exit.UNSAFE
     if explicit is None:
         local_key, local_file = ensure_local_authkey()
@@ -146,8 +152,9 @@ def run_serve(args: argparse.Namespace, out: TextIO) -> int:
     if isinstance(address, str):
         problem = claim_socket_path(address)
         if problem:
-            print(f"mpsched: cannot listen on {format_address(address)}: {problem}",
-                  file=sys.stderr)
+            print(
+                f"mpsched: cannot listen on {format_address(address)}: {problem}", file=sys.stderr
+            )
             return Exit.USAGE
         files.socket_path = address
     # Until the manager is up there is nothing to drain: SIGTERM unwinds like Ctrl-C,
@@ -176,10 +183,13 @@ def _take_local_socket(files: ServeFiles) -> str | None:
     files.lock_fd = take_manager_lock(directory)
     if files.lock_fd is None:
         holder = lock_holder(directory)
-        print(f"mpsched: this user's local manager is already running "
-              f"({f'pid {holder}' if holder else 'its pid is not written yet'}) on "
-              f"{format_address(default_address())}; python -m mpsched status shows it. "
-              f"Stop it first, or serve another with --address.", file=sys.stderr)
+        print(
+            f"mpsched: this user's local manager is already running "
+            f"({f'pid {holder}' if holder else 'its pid is not written yet'}) on "
+            f"{format_address(default_address())}; python -m mpsched status shows it. "
+            f"Stop it first, or serve another with --address.",
+            file=sys.stderr,
+        )
         return None
     return str(directory / SOCKET_NAME)
 
@@ -215,19 +225,35 @@ def _exit_before_ready(signum: int, frame: Any) -> None:
     raise SystemExit(128 + signum)
 
 
-def _run_served(args: argparse.Namespace, out: TextIO, key: ServeKey, address: Address,
-                files: ServeFiles, http: HttpConfig | None) -> int:
+def _run_served(
+    args: argparse.Namespace,
+    out: TextIO,
+    key: ServeKey,
+    address: Address,
+    files: ServeFiles,
+    http: HttpConfig | None,
+) -> int:
     config = ManagerConfig(
-        authkey=key.key, workers=args.workers, mp_method=StartMethod.default(), address=address,
-        order=Order(args.order), max_pending=args.max_pending,
+        authkey=key.key,
+        workers=args.workers,
+        mp_method=StartMethod.default(),
+        address=address,
+        order=Order(args.order),
+        max_pending=args.max_pending,
         max_pending_bytes=args.max_pending_bytes,
         log_level=logging.getLogger().getEffectiveLevel(),
-        heartbeat_timeout=args.heartbeat_timeout, drain_timeout=args.drain_timeout,
-        tls=tls_from_args(args), store=store_path(args.store),
-        durability=Durability.coerce(args.durability), result_ttl=args.result_ttl,
-        http=http, lease_timeout=args.lease_timeout,
-        drain_workers_on_stop=args.drain_workers_on_stop, queues=args.queues,
-        limits=tuple(args.limit))
+        heartbeat_timeout=args.heartbeat_timeout,
+        drain_timeout=args.drain_timeout,
+        tls=tls_from_args(args),
+        store=store_path(args.store),
+        durability=Durability.coerce(args.durability),
+        result_ttl=args.result_ttl,
+        http=http,
+        lease_timeout=args.lease_timeout,
+        drain_workers_on_stop=args.drain_workers_on_stop,
+        queues=args.queues,
+        limits=tuple(args.limit),
+    )
 
     listening = False
 
@@ -237,13 +263,18 @@ def _run_served(args: argparse.Namespace, out: TextIO, key: ServeKey, address: A
         _install_stop_handlers(service, files)
         where = format_address(message.address)
         flags = client_flags(where, key, default=args.address is None)
-        print(f"mpsched manager listening on {where} (pid {message.pid}, "
-              f"{plural(args.workers, 'local worker')}, key {key.file or '$' + AUTHKEY_ENV})\n"
-              f"  join:   python -m mpsched worker{flags}\n"
-              f"  status: python -m mpsched status{flags}\n"
-              f"  store:  {describe_store(config)}",
-              *([f"  page:   {describe_page(message.http_url, http)}"] if http else []),
-              *(f"  {line}" for line in message.recovered), sep="\n", file=out, flush=True)
+        print(
+            f"mpsched manager listening on {where} (pid {message.pid}, "
+            f"{plural(args.workers, 'local worker')}, key {key.file or '$' + AUTHKEY_ENV})\n"
+            f"  join:   python -m mpsched worker{flags}\n"
+            f"  status: python -m mpsched status{flags}\n"
+            f"  store:  {describe_store(config)}",
+            *([f"  page:   {describe_page(message.http_url, http)}"] if http else []),
+            *(f"  {line}" for line in message.recovered),
+            sep="\n",
+            file=out,
+            flush=True,
+        )
 
     try:
         return run_manager(config, on_ready=ready)
@@ -273,8 +304,10 @@ def describe_page(url: str, http: HttpConfig) -> str:
     """The ``page:`` line of serve's banner: where, and what a visitor may do."""
     if http.token is None:
         return f"{url} (metrics at {url}metrics; read-only: --http-token-file allows actions)"
-    return (f"{url}#token=TOKEN (metrics at {url}metrics; every request needs the token in "
-            f"--http-token-file)")
+    return (
+        f"{url}#token=TOKEN (metrics at {url}metrics; every request needs the token in "
+        f"--http-token-file)"
+    )
 
 
 def store_path(option: str | None) -> str | None:
@@ -288,14 +321,17 @@ def store_path(option: str | None) -> str | None:
 def describe_store(config: ManagerConfig) -> str:
     """The ``store:`` line of serve's banner."""
     if config.store is None:
-        return (f"memory: jobs end with this manager (--store FILE keeps them); outcomes "
-                f"kept {config.result_ttl:g} s, at most 100,000")
+        return (
+            f"memory: jobs end with this manager (--store FILE keeps them); outcomes "
+            f"kept {config.result_ttl:g} s, at most 100,000"
+        )
     if is_redis_url(config.store):
-        return (f"{shown_store(config.store)} (shared by every manager on it; presumed "
-                f"dead after {config.lease_timeout:g} s without a heartbeat; outcomes kept "
-                f"{config.result_ttl:g} s)")
-    return (f"{config.store} (durability {config.durability}, outcomes kept "
-            f"{config.result_ttl:g} s)")
+        return (
+            f"{shown_store(config.store)} (shared by every manager on it; presumed "
+            f"dead after {config.lease_timeout:g} s without a heartbeat; outcomes kept "
+            f"{config.result_ttl:g} s)"
+        )
+    return f"{config.store} (durability {config.durability}, outcomes kept {config.result_ttl:g} s)"
 
 
 def _install_stop_handlers(service: ManagerService, files: ServeFiles) -> None:
@@ -313,4 +349,3 @@ def _install_stop_handlers(service: ManagerService, files: ServeFiles) -> None:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-

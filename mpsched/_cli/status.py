@@ -33,9 +33,12 @@ def run_status(args: argparse.Namespace, out: TextIO) -> int:
 
 def unserved_queues(stats: Stats) -> list[str]:
     """A line for each queue with pending jobs that no worker serves."""
-    return [f"queue {q.name} has {plural(q.pending, 'pending job')} and no worker serves "
-            f"it (worker --queues {q.name})" for q in stats.queues
-            if q.pending and not q.workers]
+    return [
+        f"queue {q.name} has {plural(q.pending, 'pending job')} and no worker serves "
+        f"it (worker --queues {q.name})"
+        for q in stats.queues
+        if q.pending and not q.workers
+    ]
 
 
 def format_stats(stats: Stats, where: str, now: float) -> str:
@@ -57,8 +60,10 @@ def format_stats(stats: Stats, where: str, now: float) -> str:
         f"  {'id':<14} {'host':<16} {'pid':>7} {'cpu%':>6} {'rss MB':>7} {'done':>6}  current",
     ]
     for w in stats.workers:
-        lines.append(f"  {w.worker_id:<14} {w.host:<16} {w.pid:>7} {w.cpu_percent:>6.1f} "
-                     f"{w.rss / 2**20:>7.1f} {w.jobs_done:>6}  {w.current_job or '-'}")
+        lines.append(
+            f"  {w.worker_id:<14} {w.host:<16} {w.pid:>7} {w.cpu_percent:>6.1f} "
+            f"{w.rss / 2**20:>7.1f} {w.jobs_done:>6}  {w.current_job or '-'}"
+        )
     lines += format_managers(stats.managers)
     return "\n".join(lines) + "\n"
 
@@ -68,11 +73,16 @@ def format_queues(stats: Stats) -> list[str]:
     there is more than the default queue or any limit."""
     lines = []
     if [q.name for q in stats.queues] not in ([], ["default"]):
-        lines.append("queues    " + "  ".join(
-            f"{q.name} {q.pending} ({plural(q.workers, 'worker')})" for q in stats.queues))
+        lines.append(
+            "queues    "
+            + "  ".join(
+                f"{q.name} {q.pending} ({plural(q.workers, 'worker')})" for q in stats.queues
+            )
+        )
     if stats.limits:
-        lines.append("limits    " + "  ".join(f"{name} {form or 'no bound'}"
-                                              for name, form in stats.limits))
+        lines.append(
+            "limits    " + "  ".join(f"{name} {form or 'no bound'}" for name, form in stats.limits)
+        )
     return lines
 
 

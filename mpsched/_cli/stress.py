@@ -107,13 +107,17 @@ class StressReport:
 
     def problems(self) -> list[str]:
         """Each failed check as a phrase; empty when the run passed."""
-        found = [f"{n} {what}" for n, what in (
-            (self.lost, "lost (never ran)"),
-            (self.duplicated, "duplicated (ran more than once)"),
-            (self.unknown, "unknown (ran but never submitted)"),
-            (self.early, "early (started before due)"),
-            (self.unresolved, "unresolved (future without a result)"),
-        ) if n]
+        found = [
+            f"{n} {what}"
+            for n, what in (
+                (self.lost, "lost (never ran)"),
+                (self.duplicated, "duplicated (ran more than once)"),
+                (self.unknown, "unknown (ran but never submitted)"),
+                (self.early, "early (started before due)"),
+                (self.unresolved, "unresolved (future without a result)"),
+            )
+            if n
+        ]
         return found + self.errors
 
     @property
@@ -163,18 +167,19 @@ def _produce(spec: ProducerSpec, link: Connection) -> ProducerReport:
         for key in job_keys(spec.producer, spec.count):
             delay = rng.uniform(0.0, spec.horizon)
             earliest = time.monotonic() + delay  # the manager's due time can only be later
-            future = client.schedule(record, spec.log_path, key, delay=delay,
-                                     priority=rng.choice(priorities))
+            future = client.schedule(
+                record, spec.log_path, key, delay=delay, priority=rng.choice(priorities)
+            )
             submitted.append((key, earliest, future))
-        concurrent.futures.wait([f for _, _, f in submitted],
-                                timeout=spec.horizon + RESULT_MARGIN)
+        concurrent.futures.wait([f for _, _, f in submitted], timeout=spec.horizon + RESULT_MARGIN)
         return report_of(spec.producer, submitted, first_submit)
     finally:
         client.shutdown(wait=False, cancel_futures=True)
 
 
-def report_of(producer: int, submitted: list[tuple[str, float, Any]],
-            first_submit: float) -> ProducerReport:
+def report_of(
+    producer: int, submitted: list[tuple[str, float, Any]], first_submit: float
+) -> ProducerReport:
     """What came back; a future not done, cancelled or failed leaves its key out."""
     returned, lateness = [], []
     early = 0
@@ -184,14 +189,28 @@ def report_of(producer: int, submitted: list[tuple[str, float, Any]],
             returned.append(key)
             lateness.append(started - earliest)
             early += started < earliest
-    return ProducerReport(producer=producer, returned=tuple(returned), early=early,
-                          lateness=tuple(lateness), first_submit=first_submit,
-                          last_done=time.monotonic())
+    return ProducerReport(
+        producer=producer,
+        returned=tuple(returned),
+        early=early,
+        lateness=tuple(lateness),
+        first_submit=first_submit,
+        last_done=time.monotonic(),
+    )
 
 
-def run_stress(*, producers: int, workers: int, jobs: int, horizon: float = 2.0,
-               address: Any = None, authkey: bytes | None = None,
-               tls: TlsConfig | None = None, inject: str | None = None, out: TextIO) -> int:
+def run_stress(
+    *,
+    producers: int,
+    workers: int,
+    jobs: int,
+    horizon: float = 2.0,
+    address: Any = None,
+    authkey: bytes | None = None,
+    tls: TlsConfig | None = None,
+    inject: str | None = None,
+    out: TextIO,
+) -> int:
     """Flood a manager from ``producers`` processes; check every job ran once, none early.
 
     Args:
@@ -213,16 +232,16 @@ def run_stress(*, producers: int, workers: int, jobs: int, horizon: float = 2.0,
     """
     _validate(producers, workers, jobs, horizon, address, authkey, inject)
     begun = time.monotonic()
-    report = StressReport(jobs=jobs, producers=producers,
-                          workers=None if address is not None else workers)
+    report = StressReport(
+        jobs=jobs, producers=producers, workers=None if address is not None else workers
+    )
     with tempfile.TemporaryDirectory(prefix="mpsched-stress-") as tmp:
         log_path = os.path.join(tmp, "stress.log")
         if address is None:
             _run_own(report, horizon, log_path)
         else:
             assert authkey is not None
-            collect(report, run_producers(report, address, authkey, log_path, horizon,
-                                            tls))
+            collect(report, run_producers(report, address, authkey, log_path, horizon, tls))
         if inject is not None:
             _inject(log_path, Injection.coerce(inject, "inject"))
         verify(report, log_path)
@@ -231,8 +250,15 @@ def run_stress(*, producers: int, workers: int, jobs: int, horizon: float = 2.0,
     return 0 if report.ok else 1
 
 
-def _validate(producers: int, workers: int, jobs: int, horizon: float, address: Any,
-              authkey: bytes | None, inject: str | None) -> None:
+def _validate(
+    producers: int,
+    workers: int,
+    jobs: int,
+    horizon: float,
+    address: Any,
+    authkey: bytes | None,
+    inject: str | None,
+) -> None:
     for name, value in (("producers", producers), ("workers", workers), ("jobs", jobs)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive int, not {value!r}")
@@ -255,18 +281,32 @@ def _run_own(report: StressReport, horizon: float, log_path: str) -> None:
     collect(report, reports)
 
 
-def run_producers(report: StressReport, address: Any, authkey: bytes, log_path: str,
-                   horizon: float, tls: TlsConfig | None = None,
-                   target: Callable[[ProducerSpec, Connection], None] | None = None
-                   ) -> list[ProducerReport | ProducerFailed]:
+def run_producers(
+    report: StressReport,
+    address: Any,
+    authkey: bytes,
+    log_path: str,
+    horizon: float,
+    tls: TlsConfig | None = None,
+    target: Callable[[ProducerSpec, Connection], None] | None = None,
+) -> list[ProducerReport | ProducerFailed]:
     """Start the producers, release them together, and gather what each sends back.
     ``address``: one manager's, or a list (producer p uses the p-th, in turn);
     ``target``: what each producer process runs (default: ``produce``)."""
     counts = _split(report.jobs, report.producers)
     where = address if isinstance(address, list) else [address]
-    specs = [ProducerSpec(producer=p, count=n, address=where[p % len(where)], authkey=authkey,
-                          log_path=log_path, horizon=horizon, tls=tls)
-             for p, n in enumerate(counts)]
+    specs = [
+        ProducerSpec(
+            producer=p,
+            count=n,
+            address=where[p % len(where)],
+            authkey=authkey,
+            log_path=log_path,
+            horizon=horizon,
+            tls=tls,
+        )
+        for p, n in enumerate(counts)
+    ]
     with _producer_processes(specs, target or produce) as links:
         replies = [_receive(p, link, START_TIMEOUT) for p, link in enumerate(links)]
         for link, reply in zip(links, replies, strict=True):
@@ -274,13 +314,16 @@ def run_producers(report: StressReport, address: Any, authkey: bytes, log_path: 
                 with contextlib.suppress(OSError):
                     link.send(GO)
         wait = horizon + RESULT_MARGIN + START_TIMEOUT
-        return [_receive(p, link, wait) if reply == READY else reply
-                for p, (link, reply) in enumerate(zip(links, replies, strict=True))]
+        return [
+            _receive(p, link, wait) if reply == READY else reply
+            for p, (link, reply) in enumerate(zip(links, replies, strict=True))
+        ]
 
 
 @contextlib.contextmanager
-def _producer_processes(specs: list[ProducerSpec], target: Callable[[ProducerSpec, Connection],
-                        None]) -> Iterator[list[Connection]]:
+def _producer_processes(
+    specs: list[ProducerSpec], target: Callable[[ProducerSpec, Connection], None]
+) -> Iterator[list[Connection]]:
     """Spawned producer processes and our ends of their pipes; all gone on exit."""
     ctx = multiprocessing.get_context("spawn")
     processes: list[BaseProcess] = []
@@ -289,8 +332,12 @@ def _producer_processes(specs: list[ProducerSpec], target: Callable[[ProducerSpe
         for spec in specs:
             ours, theirs = ctx.Pipe()
             # daemon: should this process fail, its producers must not keep it alive
-            process = ctx.Process(target=target, args=(spec, theirs), daemon=True,
-                                  name=f"mpsched-stress-producer-{spec.producer}")
+            process = ctx.Process(
+                target=target,
+                args=(spec, theirs),
+                daemon=True,
+                name=f"mpsched-stress-producer-{spec.producer}",
+            )
             process.start()
             theirs.close()  # so a producer that dies shows here as EOFError, not a hang
             processes.append(process)
@@ -334,13 +381,15 @@ def _expected_keys(report: StressReport) -> set[str]:
 def collect(report: StressReport, replies: list[ProducerReport | ProducerFailed]) -> None:
     """Fold the producers' replies into ``report``: early starts, lateness, throughput."""
     reports = [r for r in replies if isinstance(r, ProducerReport)]
-    report.errors += [f"producer {r.producer} failed: {r.reason}"
-                      for r in replies if isinstance(r, ProducerFailed)]
+    report.errors += [
+        f"producer {r.producer} failed: {r.reason}"
+        for r in replies
+        if isinstance(r, ProducerFailed)
+    ]
     report.early = sum(r.early for r in reports)
     report.producer_lateness = percentiles([x for r in reports for x in r.lateness])
     if reports:
-        report.busy = (max(r.last_done for r in reports)
-                       - min(r.first_submit for r in reports))
+        report.busy = max(r.last_done for r in reports) - min(r.first_submit for r in reports)
     returned = {k for r in reports for k in r.returned}
     report.crashed = len({k for r in reports for k in r.crashed})
     report.unresolved = len(_expected_keys(report) - returned) - report.crashed
@@ -380,22 +429,34 @@ def print_report(report: StressReport, out: TextIO) -> None:
     print(f"producers:   {plural(report.producers, 'process')}", file=out)
     print(f"workers:     {workers}", file=out)
     print(f"elapsed:     {report.elapsed:.2f} s", file=out)
-    print(f"throughput:  {throughput:.0f} jobs/s (first submit to last result, "
-          f"{report.busy:.2f} s)", file=out)
+    print(
+        f"throughput:  {throughput:.0f} jobs/s (first submit to last result, {report.busy:.2f} s)",
+        file=out,
+    )
     if report.crashed:
-        print(f"crashed:     {report.crashed} (their manager was killed as they ran: "
-              f"WorkerCrashedError, run at most once)", file=out)
+        print(
+            f"crashed:     {report.crashed} (their manager was killed as they ran: "
+            f"WorkerCrashedError, run at most once)",
+            file=out,
+        )
     if report.manager_lateness is not None:
         samples = plural(report.manager_samples, "job")
-        print(f"lateness, manager (due -> start, last {samples}): "
-              f"{_ms(report.manager_lateness)}", file=out)
-    print(f"lateness, producers (submit call + delay -> start): "
-          f"{_ms(report.producer_lateness)}", file=out)
+        print(
+            f"lateness, manager (due -> start, last {samples}): {_ms(report.manager_lateness)}",
+            file=out,
+        )
+    print(
+        f"lateness, producers (submit call + delay -> start): {_ms(report.producer_lateness)}",
+        file=out,
+    )
     # The manager computes a job's due time when the job arrives; a producer, before its
     # submit call. Between the two the job waits in the producer's write-behind outbox.
-    print("  producers count from their submit call, so their figure adds each job's trip "
-          "to the manager\n  (batched behind the one in flight while they flood it); the "
-          "manager counts from its arrival", file=out)
+    print(
+        "  producers count from their submit call, so their figure adds each job's trip "
+        "to the manager\n  (batched behind the one in flight while they flood it); the "
+        "manager counts from its arrival",
+        file=out,
+    )
     problems = report.problems()
     if problems:
         print(f"FAIL: {'; '.join(problems)}", file=out)
@@ -404,5 +465,6 @@ def print_report(report: StressReport, out: TextIO) -> None:
 
 
 def _ms(lateness: dict[str, float]) -> str:
-    return "  ".join(f"{name} {lateness.get(name, 0.0) * 1000:.1f} ms"
-                     for name in ("p50", "p90", "p99", "max"))
+    return "  ".join(
+        f"{name} {lateness.get(name, 0.0) * 1000:.1f} ms" for name in ("p50", "p90", "p99", "max")
+    )

@@ -67,8 +67,9 @@ class Managers:
     """``serve`` processes on one store, each at a fixed Unix socket, in sessions of their
     own (a SIGKILL of the group takes its workers too)."""
 
-    def __init__(self, store: str, count: int, workers: int, lease_timeout: float,
-                 tmp: str) -> None:
+    def __init__(
+        self, store: str, count: int, workers: int, lease_timeout: float, tmp: str
+    ) -> None:
         self._store = store
         self._workers = workers
         self._lease = lease_timeout
@@ -83,18 +84,35 @@ class Managers:
 
     def start(self, n: int) -> None:
         """Start manager ``n`` and wait until it listens."""
-        command = [sys.executable, "-m", "mpsched", "serve", "--address", self.addresses[n],
-                   "--authkey-file", str(self.key_file), "--workers", str(self._workers),
-                   "--store", self._store, "--lease-timeout", str(self._lease)]
+        command = [
+            sys.executable,
+            "-m",
+            "mpsched",
+            "serve",
+            "--address",
+            self.addresses[n],
+            "--authkey-file",
+            str(self.key_file),
+            "--workers",
+            str(self._workers),
+            "--store",
+            self._store,
+            "--lease-timeout",
+            str(self._lease),
+        ]
         with open(self._logs[n], "ab") as log:
-            proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            proc = subprocess.Popen(
+                command,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         self._procs[n] = proc
         assert proc.stdout is not None
         line = proc.stdout.readline()  # "mpsched manager listening on ..."
         if b"listening" not in line:
-            raise RuntimeError(f"manager {n} did not start: "
-                               f"{self._logs[n].read_text()[-2000:]}")
+            raise RuntimeError(f"manager {n} did not start: {self._logs[n].read_text()[-2000:]}")
         threading.Thread(target=proc.stdout.read, daemon=True).start()  # drain the rest
 
     def kill(self, n: int) -> None:
@@ -119,9 +137,18 @@ class Managers:
                 self.kill(n)
 
 
-def run_shared_stress(*, store: str, managers: int, producers: int, workers: int,
-                      jobs: int, horizon: float, kill_every: float | None,
-                      lease_timeout: float = 2.0, out: TextIO) -> int:
+def run_shared_stress(
+    *,
+    store: str,
+    managers: int,
+    producers: int,
+    workers: int,
+    jobs: int,
+    horizon: float,
+    kill_every: float | None,
+    lease_timeout: float = 2.0,
+    out: TextIO,
+) -> int:
     """Flood ``managers`` managers of one Redis store, killing one now and then; check
     that every job ran once (see the module docstring). Returns 0 when every check
     passed, 1 otherwise."""
@@ -146,8 +173,14 @@ def run_shared_stress(*, store: str, managers: int, producers: int, workers: int
         try:
             thread.start()
             addresses = [parse_address(a) for a in running.addresses]
-            replies = run_producers(report, addresses, running.key_file.read_bytes().strip(),
-                                     log_path, horizon, target=produce_shared)
+            replies = run_producers(
+                report,
+                addresses,
+                running.key_file.read_bytes().strip(),
+                log_path,
+                horizon,
+                target=produce_shared,
+            )
             stop.set()
             thread.join(START_TIMEOUT)
         finally:
@@ -157,8 +190,11 @@ def run_shared_stress(*, store: str, managers: int, producers: int, workers: int
         crashed = {k for r in replies if isinstance(r, ProducerReport) for k in r.crashed}
         verify(report, log_path, crashed)
     report.elapsed = time.monotonic() - begun
-    print(f"managers:    {managers} on {shown_store(store)}, {plural(killed, 'kill')} "
-          f"(each restarted at once)", file=out)
+    print(
+        f"managers:    {managers} on {shown_store(store)}, {plural(killed, 'kill')} "
+        f"(each restarted at once)",
+        file=out,
+    )
     print_report(report, out)
     return 0 if report.ok else 1
 
@@ -200,17 +236,21 @@ def _produce_shared(spec: ProducerSpec, link: Connection) -> ProducerReport:
             while True:
                 earliest = time.monotonic() + delay
                 try:
-                    future = client.schedule(record, spec.log_path, key, delay=delay,
-                                             priority=rng.choice(list(Priority)))
+                    future = client.schedule(
+                        record, spec.log_path, key, delay=delay, priority=rng.choice(list(Priority))
+                    )
                     break
                 except ManagerConnectionLostError:  # nothing was sent: again once it is back
                     time.sleep(0.05)
             submitted.append((key, earliest, future))
-        concurrent.futures.wait([f for _, _, f in submitted],
-                                timeout=spec.horizon + RESULT_MARGIN)
-        crashed = tuple(key for key, _, f in submitted if f.done() and not f.cancelled()
-                        and isinstance(f.exception(), WorkerCrashedError))
-        return dataclasses.replace(report_of(spec.producer, submitted, first_submit),
-                                   crashed=crashed)
+        concurrent.futures.wait([f for _, _, f in submitted], timeout=spec.horizon + RESULT_MARGIN)
+        crashed = tuple(
+            key
+            for key, _, f in submitted
+            if f.done() and not f.cancelled() and isinstance(f.exception(), WorkerCrashedError)
+        )
+        return dataclasses.replace(
+            report_of(spec.producer, submitted, first_submit), crashed=crashed
+        )
     finally:
         client.shutdown(wait=False, cancel_futures=True)

@@ -32,9 +32,13 @@ from mpsched._protocol.records import Stats
 class ClientBase:
     """A client's core (its futures, outbox and link to the manager) and its lookups."""
 
-    def __init__(self, service: ServiceProxy, *,
-                 reconnect: Callable[[], ServiceProxy] | None = None,
-                 lost_advice: str = "") -> None:
+    def __init__(
+        self,
+        service: ServiceProxy,
+        *,
+        reconnect: Callable[[], ServiceProxy] | None = None,
+        lost_advice: str = "",
+    ) -> None:
         """``reconnect`` connects to the manager's address again, after the connection was
         lost (None: the client closes instead, its futures failed with
         ManagerConnectionLostError, whose message ends with ``lost_advice``)."""
@@ -50,8 +54,9 @@ class ClientBase:
         self._known_limits = frozenset(known)
         return known
 
-    def set_limit(self, name: str, *, concurrency: int | None = None,
-                  rate: str | None = None) -> None:
+    def set_limit(
+        self, name: str, *, concurrency: int | None = None, rate: str | None = None
+    ) -> None:
         """Declare or change the limit ``name`` on the manager, at once and for every
         client; kept in the store when there is one.
 
@@ -109,8 +114,7 @@ class ClientBase:
             self._core.outbox.flush()  # a job this client just submitted is known there
         return self._core.watch(job_id)
 
-    def jobs(self, state: JobStateLike | None = None,
-             limit: int | None = None) -> list[JobInfo]:
+    def jobs(self, state: JobStateLike | None = None, limit: int | None = None) -> list[JobInfo]:
         """The jobs the manager knows, in submission order: every client's, pending and
         running ones, and with a store the finished ones it retains.
 
@@ -124,8 +128,9 @@ class ClientBase:
             ManagerConnectionLostError: the manager is unreachable.
         """
         word = None if state is None else str(JobState.coerce(state, "state"))
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
-                                  or limit < 1):
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
+        ):
             raise ConfigError("limit", limit, "a positive int")
         if self._core.outbox is not None:
             self._core.outbox.flush()
@@ -194,9 +199,18 @@ def _concurrency(concurrency: object) -> int | None:
 
 
 def _job_info(record: JobRecord) -> JobInfo:
-    return JobInfo(job_id=record.job_id, name=record.name, state=record.state.value,
-                   due=datetime.fromtimestamp(record.due_wall, timezone.utc),
-                   priority=Priority(record.priority), attempts=record.attempt,
-                   worker=record.worker_id, key=record.key, error=record.error,
-                   progress=decode_progress(record.progress), queue=record.queue,
-                   limit=record.limit, waiting_for=record.waiting_for)
+    return JobInfo(
+        job_id=record.job_id,
+        name=record.name,
+        state=record.state.value,
+        due=datetime.fromtimestamp(record.due_wall, timezone.utc),
+        priority=Priority(record.priority),
+        attempts=record.attempt,
+        worker=record.worker_id,
+        key=record.key,
+        error=record.error,
+        progress=decode_progress(record.progress),
+        queue=record.queue,
+        limit=record.limit,
+        waiting_for=record.waiting_for,
+    )

@@ -58,7 +58,6 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
-
 class Client(ClosingClient, Executor):
     """Submits jobs to a running manager and resolves their futures.
 
@@ -66,9 +65,14 @@ class Client(ClosingClient, Executor):
     job from :meth:`submit` to its result, step by step: docs/architecture.md.
     """
 
-    def __init__(self, service: ServiceProxy, *, submit_timeout: float | None = None,
-                 reconnect: Callable[[], ServiceProxy] | None = None,
-                 lost_advice: str = "") -> None:
+    def __init__(
+        self,
+        service: ServiceProxy,
+        *,
+        submit_timeout: float | None = None,
+        reconnect: Callable[[], ServiceProxy] | None = None,
+        lost_advice: str = "",
+    ) -> None:
         """``submit_timeout``: as for :class:`Scheduler`; ``reconnect``, ``lost_advice``:
         see :class:`~mpsched._client.base.ClientBase`."""
         self._submit_timeout = submit_timeout
@@ -183,22 +187,59 @@ class Client(ClosingClient, Executor):
         (``max_pending``, or a ``key``) whose connection broke during its call may have
         reached the manager (submit a keyed job again: its key finds it).
         """
-        if after is not None or allow_failure or (result_of_made() and
-                                                  result_parents(args, kwargs)):
-            return self._schedule_after(fn, args, kwargs, delay, at, priority, timeout,
-                                        retries, key, after, allow_failure, retry, queue,
-                                        limit)
-        return self._schedule(fn, args, kwargs, delay, at, priority, timeout, retries, key,
-                              retry=retry, queue=queue, limit=limit)
+        if (
+            after is not None
+            or allow_failure
+            or (result_of_made() and result_parents(args, kwargs))
+        ):
+            return self._schedule_after(
+                fn,
+                args,
+                kwargs,
+                delay,
+                at,
+                priority,
+                timeout,
+                retries,
+                key,
+                after,
+                allow_failure,
+                retry,
+                queue,
+                limit,
+            )
+        return self._schedule(
+            fn,
+            args,
+            kwargs,
+            delay,
+            at,
+            priority,
+            timeout,
+            retries,
+            key,
+            retry=retry,
+            queue=queue,
+            limit=limit,
+        )
 
-    def _schedule_after(self, fn: Callable[..., Any], args: tuple[Any, ...],
-                        kwargs: dict[str, Any], delay: float | timedelta | None,
-                        at: float | datetime | None, priority: Priority | str,
-                        timeout: float | None, retries: int, key: str | None,
-                        after: Iterable[JobFuture[Any] | str] | None,
-                        allow_failure: bool,
-                        retry: int | RetryPolicy | None = None, queue: str = DEFAULT_QUEUE,
-                        limit: str | None = None) -> JobFuture[Any]:
+    def _schedule_after(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        delay: float | timedelta | None,
+        at: float | datetime | None,
+        priority: Priority | str,
+        timeout: float | None,
+        retries: int,
+        key: str | None,
+        after: Iterable[JobFuture[Any] | str] | None,
+        allow_failure: bool,
+        retry: int | RetryPolicy | None = None,
+        queue: str = DEFAULT_QUEUE,
+        limit: str | None = None,
+    ) -> JobFuture[Any]:
         """:meth:`schedule` of a job with parents: sent at once, so that an unknown
         parent raises here."""
         if not isinstance(allow_failure, bool):
@@ -206,8 +247,20 @@ class Client(ClosingClient, Executor):
         results = result_parents(args, kwargs)
         parents = dict.fromkeys([*_parent_ids(after), *results])
         if not parents:  # after=[]: a first job of a loop that builds a graph
-            return self._schedule(fn, args, kwargs, delay, at, priority, timeout, retries,
-                                  key, retry=retry, queue=queue, limit=limit)
+            return self._schedule(
+                fn,
+                args,
+                kwargs,
+                delay,
+                at,
+                priority,
+                timeout,
+                retries,
+                key,
+                retry=retry,
+                queue=queue,
+                limit=limit,
+            )
         if key is not None:
             raise InvalidJobError("a job with parents (after=, ResultOf) cannot have a key")
         delay_s, at_s = due_arguments(delay, at)
@@ -228,10 +281,20 @@ class Client(ClosingClient, Executor):
         if core.outbox is not None:
             core.outbox.flush()  # parents this client just submitted are known there
         future = core.new_future(payload)
-        request = JobRequest(job_id=future.id_nowait, client_id=core.client_id,
-                             payload=payload, priority=level, delay=delay_s, at=at_s,
-                             timeout=timeout, retries=retries, name=job_name(fn),
-                             retry=terms, queue=queue, limit=limit)
+        request = JobRequest(
+            job_id=future.id_nowait,
+            client_id=core.client_id,
+            payload=payload,
+            priority=level,
+            delay=delay_s,
+            at=at_s,
+            timeout=timeout,
+            retries=retries,
+            name=job_name(fn),
+            retry=terms,
+            queue=queue,
+            limit=limit,
+        )
         links = After(tuple(parents), tuple(results), allow_failure)
         service = core.service
         try:
@@ -240,21 +303,21 @@ class Client(ClosingClient, Executor):
             core.forget(future.id_nowait)
             core.release([request])
             if isinstance(exc, DISCONNECTED):
-                raise core.link.lost(exc, service, "the job may have reached the manager "
-                                     "(and may run) or not") from exc
+                raise core.link.lost(
+                    exc, service, "the job may have reached the manager (and may run) or not"
+                ) from exc
             raise
         return future
 
     @overload
-    def submit(self, fn: Callable[P, Coroutine[Any, Any, T]], /, *args: P.args,
-               **kwargs: P.kwargs) -> JobFuture[T]: ...
+    def submit(
+        self, fn: Callable[P, Coroutine[Any, Any, T]], /, *args: P.args, **kwargs: P.kwargs
+    ) -> JobFuture[T]: ...
 
     @overload
-    def submit(self, fn: Callable[P, T], /, *args: P.args,
-               **kwargs: P.kwargs) -> JobFuture[T]: ...
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> JobFuture[T]: ...
 
-    def submit(self, fn: Callable[P, Any], /, *args: P.args,
-               **kwargs: P.kwargs) -> JobFuture[Any]:
+    def submit(self, fn: Callable[P, Any], /, *args: P.args, **kwargs: P.kwargs) -> JobFuture[Any]:
         """Run ``fn(*args, **kwargs)`` as soon as a worker is free, at MEDIUM priority.
 
         The ``Executor`` method: every keyword goes to ``fn``. A ``ResultOf`` among the
@@ -262,16 +325,26 @@ class Client(ClosingClient, Executor):
         :meth:`schedule`.
         """
         if result_of_made() and result_parents(args, kwargs):
-            return self._schedule_after(fn, args, kwargs, None, None, Priority.MEDIUM, None,
-                                        0, None, None, False)
+            return self._schedule_after(
+                fn, args, kwargs, None, None, Priority.MEDIUM, None, 0, None, None, False
+            )
         return self._schedule(fn, args, kwargs, None, None, Priority.MEDIUM)
 
-    def _schedule(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-                  delay: float | timedelta | None, at: float | datetime | None,
-                  priority: Priority | str, timeout: float | None = None,
-                  retries: int = 0, key: str | None = None,
-                  retry: int | RetryPolicy | None = None, queue: str = DEFAULT_QUEUE,
-                  limit: str | None = None) -> JobFuture[Any]:
+    def _schedule(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        delay: float | timedelta | None,
+        at: float | datetime | None,
+        priority: Priority | str,
+        timeout: float | None = None,
+        retries: int = 0,
+        key: str | None = None,
+        retry: int | RetryPolicy | None = None,
+        queue: str = DEFAULT_QUEUE,
+        limit: str | None = None,
+    ) -> JobFuture[Any]:
         delay_s, at_s = due_arguments(delay, at)
         level = Priority.coerce(priority).level
         check_job(level, delay_s, at_s, timeout, retries, key)  # the manager's check, here
@@ -291,10 +364,21 @@ class Client(ClosingClient, Executor):
         # write-behind (the request is built once, whole: a _replace costs ~1-2 us).
         outbox = None if key is not None else core.outbox
         future = None if outbox is None else core.new_future(payload)
-        request = JobRequest(job_id="" if future is None else future.id_nowait,
-                             client_id=core.client_id, payload=payload, priority=level,
-                             delay=delay_s, at=at_s, timeout=timeout, retries=retries, key=key,
-                             name=job_name(fn), retry=terms, queue=queue, limit=limit)
+        request = JobRequest(
+            job_id="" if future is None else future.id_nowait,
+            client_id=core.client_id,
+            payload=payload,
+            priority=level,
+            delay=delay_s,
+            at=at_s,
+            timeout=timeout,
+            retries=retries,
+            key=key,
+            name=job_name(fn),
+            retry=terms,
+            queue=queue,
+            limit=limit,
+        )
         if outbox is None or future is None:  # (either both are None or neither)
             [future] = self._send_batch([request])
         elif not outbox.put(request):
@@ -307,8 +391,10 @@ class Client(ClosingClient, Executor):
         if self._core.outbox is not None:
             self._core.outbox.flush()  # earlier submits first: the seq order is call order
         futures = [self._core.new_future(request.payload) for request in jobs]
-        requests = [request._replace(job_id=future.id_nowait)
-                    for future, request in zip(futures, jobs, strict=True)]
+        requests = [
+            request._replace(job_id=future.id_nowait)
+            for future, request in zip(futures, jobs, strict=True)
+        ]
         try:
             holders = self._send(requests)
         except BaseException:
@@ -341,19 +427,37 @@ class Client(ClosingClient, Executor):
                 raise
             except DISCONNECTED as exc:
                 raise self._core.link.lost(
-                    exc, service, "the job may have reached the manager (and may run) or "
-                                  "not; this client reconnects by itself") from exc
+                    exc,
+                    service,
+                    "the job may have reached the manager (and may run) or "
+                    "not; this client reconnects by itself",
+                ) from exc
 
     @overload
-    def map(self, fn: Callable[..., Coroutine[Any, Any, T]], *iterables: Iterable[Any],
-            timeout: float | None = None, chunksize: int = 1) -> Iterator[T]: ...
+    def map(
+        self,
+        fn: Callable[..., Coroutine[Any, Any, T]],
+        *iterables: Iterable[Any],
+        timeout: float | None = None,
+        chunksize: int = 1,
+    ) -> Iterator[T]: ...
 
     @overload
-    def map(self, fn: Callable[..., T], *iterables: Iterable[Any],
-            timeout: float | None = None, chunksize: int = 1) -> Iterator[T]: ...
+    def map(
+        self,
+        fn: Callable[..., T],
+        *iterables: Iterable[Any],
+        timeout: float | None = None,
+        chunksize: int = 1,
+    ) -> Iterator[T]: ...
 
-    def map(self, fn: Callable[..., Any], *iterables: Iterable[Any],
-            timeout: float | None = None, chunksize: int = 1) -> Iterator[Any]:
+    def map(
+        self,
+        fn: Callable[..., Any],
+        *iterables: Iterable[Any],
+        timeout: float | None = None,
+        chunksize: int = 1,
+    ) -> Iterator[Any]:
         """``Executor.map``: one job per item, due now at MEDIUM, results in input order.
 
         Every item is pickled first (the callable once), then all jobs are queued in call
@@ -378,8 +482,9 @@ class Client(ClosingClient, Executor):
         futures = self._send_all(jobs) if outbox is None else self._put_all(jobs, outbox)
         return MapResults(self._core, futures, deadline)
 
-    def _map_jobs(self, fn: Callable[..., Any],
-                  iterables: tuple[Iterable[Any], ...]) -> list[JobRequest]:
+    def _map_jobs(
+        self, fn: Callable[..., Any], iterables: tuple[Iterable[Any], ...]
+    ) -> list[JobRequest]:
         """map()'s jobs, one per item, each pickled (the callable once for all); on an
         error, the segments of those pickled already are released."""
         pickle_job(fn, (), {})  # a clear JobPicklingError if the callable cannot pickle
@@ -390,9 +495,17 @@ class Client(ClosingClient, Executor):
             for args in zip(*iterables):  # noqa: B905 - stop at the shortest
                 payload = pickle_job(fn, args, {}, fn_bytes, self._core.pool)
                 self._core.check_payload(payload)
-                jobs.append(JobRequest(job_id="", client_id=self._core.client_id,
-                                       payload=payload, priority=Priority.MEDIUM.level,
-                                       delay=0.0, at=None, name=name))
+                jobs.append(
+                    JobRequest(
+                        job_id="",
+                        client_id=self._core.client_id,
+                        payload=payload,
+                        priority=Priority.MEDIUM.level,
+                        delay=0.0,
+                        at=None,
+                        name=name,
+                    )
+                )
         except BaseException:
             self._core.release(jobs)
             raise
@@ -410,7 +523,7 @@ class Client(ClosingClient, Executor):
                         future.cancel()
                     raise error
         except BaseException:
-            self._core.release(jobs[len(futures):])
+            self._core.release(jobs[len(futures) :])
             raise
         return futures
 
@@ -429,8 +542,7 @@ class Client(ClosingClient, Executor):
         return futures
 
 
-def _parent_ids(after: Iterable[JobFuture[Any] | str] | JobFuture[Any] | str | None
-                ) -> list[str]:
+def _parent_ids(after: Iterable[JobFuture[Any] | str] | JobFuture[Any] | str | None) -> list[str]:
     """The job ids ``after=`` names: futures or ids, or one of them alone."""
     if after is None:
         return []
@@ -451,16 +563,18 @@ def _parent_ids(after: Iterable[JobFuture[Any] | str] | JobFuture[Any] | str | N
     return ids
 
 
-def _batches(jobs: list[JobRequest], count: int,
-             max_bytes: int | None) -> list[list[JobRequest]]:
+def _batches(jobs: list[JobRequest], count: int, max_bytes: int | None) -> list[list[JobRequest]]:
     """``jobs`` in consecutive batches of at most ``count`` jobs and (when bounded) at most
     ``max_bytes`` payload bytes, so that each batch can fit a bounded queue."""
     batches: list[list[JobRequest]] = []
     size = 0
     for job in jobs:
         weight = payload_size(job.payload) if max_bytes is not None else 0
-        if not batches or len(batches[-1]) >= count or (
-                max_bytes is not None and size + weight > max_bytes):
+        if (
+            not batches
+            or len(batches[-1]) >= count
+            or (max_bytes is not None and size + weight > max_bytes)
+        ):
             batches.append([])
             size = 0
         batches[-1].append(job)
@@ -468,9 +582,12 @@ def _batches(jobs: list[JobRequest], count: int,
     return batches
 
 
-def connect(address: str | tuple[str, int] | None = None, *,
-            authkey: bytes | str | None = None,
-            submit_timeout: float | None = None) -> Client:
+def connect(
+    address: str | tuple[str, int] | None = None,
+    *,
+    authkey: bytes | str | None = None,
+    submit_timeout: float | None = None,
+) -> Client:
     """A client of a running manager: the Scheduler API without local workers.
 
     Every connection the client needs is open when this returns (its result and sender
@@ -525,16 +642,18 @@ def connect(address: str | tuple[str, int] | None = None, *,
     if isinstance(authkey, str):  # the text of a key file: its bytes are UTF-8
         authkey = authkey.encode()
     # Surrounding whitespace is stripped, as from a key file (its trailing newline).
-    key = (authkey.strip() if authkey is not None
-           else require_authkey(address, give="pass authkey="))
+    key = authkey.strip() if authkey is not None else require_authkey(address, give="pass authkey=")
     try:
         service = connect_service(address, key)
     # AssertionError: Python < 3.12's handshake asserts that the peer sent a challenge.
     except (*DISCONNECTED, AssertionError) as exc:
         raise ManagerUnreachableError.from_error(format_address(address), exc) from exc
     try:
-        return Client(service, submit_timeout=submit_timeout,
-                      reconnect=functools.partial(connect_service, address, key))
+        return Client(
+            service,
+            submit_timeout=submit_timeout,
+            reconnect=functools.partial(connect_service, address, key),
+        )
     except ManagerUnreachableError:  # dropped a thread's connection: it said why
         service.discard()
         raise
@@ -543,5 +662,7 @@ def connect(address: str | tuple[str, int] | None = None, *,
         # longer than a handshake may take, or it went away).
         service.discard()
         raise ManagerUnreachableError(
-            format_address(address), "it answered, then stopped answering while the client "
-            f"opened its connections ({type(exc).__name__}: {exc})") from exc
+            format_address(address),
+            "it answered, then stopped answering while the client "
+            f"opened its connections ({type(exc).__name__}: {exc})",
+        ) from exc

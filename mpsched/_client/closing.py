@@ -34,9 +34,13 @@ log = logging.getLogger("mpsched.client")
 class ClosingClient(RecurringClient):
     """The ways a client closes, and what each does with the jobs it has not seen end."""
 
-    def __init__(self, service: ServiceProxy, *,
-                 reconnect: Callable[[], ServiceProxy] | None = None,
-                 lost_advice: str = "") -> None:
+    def __init__(
+        self,
+        service: ServiceProxy,
+        *,
+        reconnect: Callable[[], ServiceProxy] | None = None,
+        lost_advice: str = "",
+    ) -> None:
         super().__init__(service, reconnect=reconnect, lost_advice=lost_advice)
         # Guards _closer: shutdown() may be called from several threads.
         self._shutdown_lock = threading.Lock()
@@ -59,8 +63,9 @@ class ClosingClient(RecurringClient):
             if first:
                 if cancel_futures:
                     self._core.cancel_pending()
-                self._closer = threading.Thread(target=self._drain_and_stop,
-                                                name="mpsched-shutdown")
+                self._closer = threading.Thread(
+                    target=self._drain_and_stop, name="mpsched-shutdown"
+                )
                 self._closer.start()
             elif cancel_futures:
                 self._core.cancel_pending()
@@ -68,8 +73,12 @@ class ClosingClient(RecurringClient):
         if wait and closer is not None:
             _join(closer)
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> Literal[False]:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> Literal[False]:
         """Leaving the ``with`` block: ``shutdown(wait=True)``, unless an exception leaves
         it (or a Ctrl-C comes while it waits): then the jobs not yet started are cancelled
         (as with ``cancel_futures=True``), one line on stderr (a logging warning) names the
@@ -104,13 +113,18 @@ class ClosingClient(RecurringClient):
         try:
             self._set_connection_aside()  # ``exc`` may have cut a call short
             notes = self._drop_not_started()
-            self._core.fail_watched(SchedulerShutdownError(
-                f"this client stopped waiting for the job: {type(exc).__name__} {how}"))
+            self._core.fail_watched(
+                SchedulerShutdownError(
+                    f"this client stopped waiting for the job: {type(exc).__name__} {how}"
+                )
+            )
             running = self._core.outstanding()
             if running:
-                notes.append(f"waiting for {count(len(running), 'running job')}: "
-                             f"{self._describe(running)}; press Ctrl-C {again}to stop "
-                             f"{'it' if len(running) == 1 else 'them'} now")
+                notes.append(
+                    f"waiting for {count(len(running), 'running job')}: "
+                    f"{self._describe(running)}; press Ctrl-C {again}to stop "
+                    f"{'it' if len(running) == 1 else 'them'} now"
+                )
             if notes:
                 log.warning("mpsched: %s %s: %s", type(exc).__name__, how, "; ".join(notes))
             closer = self._closer
@@ -120,8 +134,9 @@ class ClosingClient(RecurringClient):
                 self._drain_and_stop()
         except KeyboardInterrupt:
             self._set_connection_aside()
-            log.warning("mpsched: Ctrl-C %s: %s", again.strip() or "while waiting",
-                        self._stop_now())
+            log.warning(
+                "mpsched: Ctrl-C %s: %s", again.strip() or "while waiting", self._stop_now()
+            )
             if at_exit:
                 return
             if hasattr(sys, "ps1"):  # an interactive session: back to its prompt
@@ -148,16 +163,20 @@ class ClosingClient(RecurringClient):
         if not running:
             return "stopped waiting"
         runs = "runs" if len(running) == 1 else "run"
-        return (f"stopped waiting; {count(len(running), 'running job')} {runs} on in the "
-                f"manager: {described}")
+        return (
+            f"stopped waiting; {count(len(running), 'running job')} {runs} on in the "
+            f"manager: {described}"
+        )
 
     def _describe(self, futures: list[JobFuture[Any]], most: int = 3) -> str:
         """The jobs of ``futures`` as a line names them: callable and id, a few at most."""
         names: dict[str, str] = {}
         with contextlib.suppress(*DISCONNECTED):
             names = {r.job_id: r.name for r in self._core.service.jobs("running", None)}
-        shown = [f"{names[f.job_id]} ({f.job_id})" if f.job_id in names else f.job_id
-                 for f in futures[:most]]
+        shown = [
+            f"{names[f.job_id]} ({f.job_id})" if f.job_id in names else f.job_id
+            for f in futures[:most]
+        ]
         more = f" and {len(futures) - most} more" if len(futures) > most else ""
         return ", ".join(shown) + more
 

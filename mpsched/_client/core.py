@@ -66,9 +66,13 @@ class ClientCore:
     alive: dropping the last reference to a Scheduler lets its finalizer stop the manager.
     """
 
-    def __init__(self, service: ServiceProxy, *,
-                 reconnect: Callable[[], ServiceProxy] | None = None,
-                 lost_advice: str = "") -> None:
+    def __init__(
+        self,
+        service: ServiceProxy,
+        *,
+        reconnect: Callable[[], ServiceProxy] | None = None,
+        lost_advice: str = "",
+    ) -> None:
         """``reconnect``: connects to the manager's address again (None: this client closes
         when it loses its manager); ``lost_advice``: what the error of a client that
         cannot reconnect tells its caller to do."""
@@ -83,8 +87,13 @@ class ClientCore:
         # Where this client's jobs put their large buffers (None: inline).
         self.pool = SegmentPool(self.shm_prefix, self.client_id) if self.shm_prefix else None
         # Segment names are that manager's alone: such a client cannot move to another.
-        self.link = ManagerLink(service, hello, reconnect if self.pool is None else None,
-                                lost_advice, on_outage=self._pause_outbox)
+        self.link = ManagerLink(
+            service,
+            hello,
+            reconnect if self.pool is None else None,
+            lost_advice,
+            on_outage=self._pause_outbox,
+        )
         self._futures = FutureTable(self.link)  # the futures this client waits for
         self.max_pending_bytes = options.max_pending_bytes
         self.max_payload = options.max_payload  # None: the manager sets no bound
@@ -94,8 +103,11 @@ class ClientCore:
         # One line when the manager's store starts failing this client's batches, and
         # one when it stops: never a line per batch.
         self._store_failures = StoreFailures(self.client_id)
-        self.outbox = None if bounded else Outbox(service, self._unsent, self.release,
-                                                  on_sent=self._store_failures.sent)
+        self.outbox = (
+            None
+            if bounded
+            else Outbox(service, self._unsent, self.release, on_sent=self._store_failures.sent)
+        )
         self._thread = self._start_result_thread(service)
 
     def _start_result_thread(self, service: ServiceProxy) -> threading.Thread:
@@ -111,8 +123,9 @@ class ClientCore:
             if self.outbox is not None:
                 self.outbox.close()  # its sender thread ends
             raise
-        thread = threading.Thread(target=self._collect_loop, args=(connection,), daemon=True,
-                                  name=name)
+        thread = threading.Thread(
+            target=self._collect_loop, args=(connection,), daemon=True, name=name
+        )
         thread.start()
         return thread
 
@@ -191,8 +204,10 @@ class ClientCore:
         """
         future: JobFuture[Any] = JobFuture(self, job_id)
         if self._futures.watch(future) is not future:
-            raise InvalidJobError(f"job {job_id} cannot be requeued: it is pending or "
-                                  f"running (only a failed or cancelled job can be)")
+            raise InvalidJobError(
+                f"job {job_id} cannot be requeued: it is pending or "
+                f"running (only a failed or cancelled job can be)"
+            )
         self._ask_for(job_id, lambda service: service.requeue(self.client_id, job_id))
         return future
 
@@ -251,12 +266,19 @@ class ClientCore:
         # outage (until then the futures wait); else they fail.
         failure: BaseException = error
         if isinstance(error, DISCONNECTED) and not isinstance(error, StoreError):
-            failure = self.link.lost(error, self.service, "the job may have reached the "
-                                     "manager (and may run) or not: without a store nothing "
-                                     "tells which")
+            failure = self.link.lost(
+                error,
+                self.service,
+                "the job may have reached the "
+                "manager (and may run) or not: without a store nothing "
+                "tells which",
+            )
             if self._futures.hold_in_doubt(requests):
-                log.info("a batch of %d job(s) lost its connection on its way; the "
-                         "manager is asked about it once it is back", len(requests))
+                log.info(
+                    "a batch of %d job(s) lost its connection on its way; the "
+                    "manager is asked about it once it is back",
+                    len(requests),
+                )
                 return
         if isinstance(error, StoreUnavailableError):
             self._store_failures.failed(len(requests), error)
@@ -264,8 +286,7 @@ class ClientCore:
             log.error("could not send %d job(s) to the manager: %r", len(requests), error)
         stopping = not isinstance(error, DISCONNECTED)  # StoreError is one
         if stopping:
-            failure = SchedulerShutdownError(f"the job could not be sent to the manager: "
-                                             f"{error!r}")
+            failure = SchedulerShutdownError(f"the job could not be sent to the manager: {error!r}")
         futures = self._futures.pop_many([r.job_id for r in requests], close=stopping)
         self.release(requests)
         for future in futures:
@@ -401,8 +422,11 @@ class ClientCore:
             try:
                 future.set_result(loads(outcome.payload))
             except BaseException as exc:
-                future.set_exception(ResultUnpicklingError(
-                    f"job {outcome.job_id}: the result could not be unpickled here: {exc!r}"))
+                future.set_exception(
+                    ResultUnpicklingError(
+                        f"job {outcome.job_id}: the result could not be unpickled here: {exc!r}"
+                    )
+                )
             return
         future.set_exception(remote_exception(outcome))
 

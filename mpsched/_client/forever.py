@@ -92,9 +92,11 @@ def _warning(schedule_ids: list[str]) -> str:
     shown = ", ".join(schedule_ids[:SHOWN_IDS])
     if len(schedule_ids) > SHOWN_IDS:
         shown += f" and {len(schedule_ids) - SHOWN_IDS} more"
-    return (f"mpsched: this Scheduler stops its manager, which has no store, so "
-            f"{count(len(schedule_ids), 'schedule')} "
-            f"{'ends' if len(schedule_ids) == 1 else 'end'} with it: {shown}. To keep a program's "
-            f"schedules running, end its with block with run_forever() (until Ctrl-C or "
-            f"SIGTERM); to keep them for the next Scheduler, give it a store "
-            f"(store=\"jobs.db\")")
+    return (
+        f"mpsched: this Scheduler stops its manager, which has no store, so "
+        f"{count(len(schedule_ids), 'schedule')} "
+        f"{'ends' if len(schedule_ids) == 1 else 'end'} with it: {shown}. To keep a program's "
+        f"schedules running, end its with block with run_forever() (until Ctrl-C or "
+        f"SIGTERM); to keep them for the next Scheduler, give it a store "
+        f'(store="jobs.db")'
+    )

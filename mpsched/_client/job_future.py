@@ -87,8 +87,9 @@ def settle_cancelled(future: Future[Any]) -> bool:
 class MapResults(Iterator[T]):
     """map()'s results in input order; closing it early cancels the jobs not yet started."""
 
-    def __init__(self, client: FutureOwner, futures: list[JobFuture[T]],
-                 deadline: float | None) -> None:
+    def __init__(
+        self, client: FutureOwner, futures: list[JobFuture[T]], deadline: float | None
+    ) -> None:
         """``client``: the one that made ``futures``."""
         self._client = client
         self._futures = futures[::-1]  # pop() from the end gives input order

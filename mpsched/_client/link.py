@@ -82,9 +82,15 @@ class ManagerLink:
     (:meth:`restored`).
     """
 
-    def __init__(self, service: ServiceProxy, hello: ClientHello,
-                 connect: Callable[[], ServiceProxy] | None, lost_advice: str, *,
-                 on_outage: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        service: ServiceProxy,
+        hello: ClientHello,
+        connect: Callable[[], ServiceProxy] | None,
+        lost_advice: str,
+        *,
+        on_outage: Callable[[], None] | None = None,
+    ) -> None:
         """``connect``: connects to the same address again (None: this client does not
         reconnect; its errors end with ``lost_advice``); ``on_outage``: called when
         :meth:`lost` starts an outage."""
@@ -132,13 +138,16 @@ class ManagerLink:
             return None
         if not self.reconnects:
             return outage.error(self.advice())
-        return outage.error(f"this client reconnects by itself (unreachable for "
-                            f"{time.monotonic() - outage.since:.1f} s so far, tried every "
-                            f"{RECONNECT_MAX:g} s at most); nothing was sent: try again "
-                            f"once it has")
+        return outage.error(
+            f"this client reconnects by itself (unreachable for "
+            f"{time.monotonic() - outage.since:.1f} s so far, tried every "
+            f"{RECONNECT_MAX:g} s at most); nothing was sent: try again "
+            f"once it has"
+        )
 
-    def lost(self, exc: BaseException, service: ServiceProxy,
-             advice: str = "") -> ManagerConnectionLostError:
+    def lost(
+        self, exc: BaseException, service: ServiceProxy, advice: str = ""
+    ) -> ManagerConnectionLostError:
         """A call through ``service`` lost its connection: if that is the current proxy
         and the client is open, an outage starts (one that never ends for a client that
         does not reconnect: its calls are refused from now on, as its result thread
@@ -146,14 +155,17 @@ class ManagerLink:
         reconnects."""
         outage = Outage(address=self.address, reason=describe(exc), since=time.monotonic())
         with self._lock:
-            started = (self.outage is None and service is self.service
-                       and not self.closed.is_set())
+            started = self.outage is None and service is self.service and not self.closed.is_set()
             if started:
                 self.outage = outage
         if started and self._on_outage is not None:
             self._on_outage()
-        return outage.error(self.advice(advice or "nothing more is known of what the call "
-                                                  "did; this client reconnects by itself"))
+        return outage.error(
+            self.advice(
+                advice
+                or "nothing more is known of what the call did; this client reconnects by itself"
+            )
+        )
 
     def close(self) -> None:
         """The client closed: it reconnects no more."""
@@ -175,8 +187,7 @@ class ManagerLink:
         """The outage the result thread rides out (the one under way, or a new one)."""
         with self._lock:
             if self.outage is None:
-                self.outage = Outage(address=self.address, reason=reason,
-                                     since=time.monotonic())
+                self.outage = Outage(address=self.address, reason=reason, since=time.monotonic())
             return self.outage
 
     def reconnect(self, watch: list[str], *, sender: str | None = None) -> Rejoin | None:
@@ -197,11 +208,17 @@ class ManagerLink:
                 service = self._connect()
                 service.open_client(self.hello)
                 durable = has_store(service)
-                outcomes, unknown = (service.watch_many(self.hello.client_id, watch)
-                                     if watch else ([], []))
+                outcomes, unknown = (
+                    service.watch_many(self.hello.client_id, watch) if watch else ([], [])
+                )
                 connection = None if sender is None else service.open_connection(sender)
-                return Rejoin(service=service, durable=durable, outcomes=outcomes,
-                              unknown=unknown, sender=connection)
+                return Rejoin(
+                    service=service,
+                    durable=durable,
+                    outcomes=outcomes,
+                    unknown=unknown,
+                    sender=connection,
+                )
             # Not there yet, or gone again. AssertionError: Python < 3.12's handshake
             # asserts that the peer sent a challenge.
             except (*DISCONNECTED, AssertionError):
@@ -227,21 +244,35 @@ class ManagerLink:
         if not outstanding:
             jobs = "no job was outstanding"
         elif self.durable:
-            jobs = (f"its {outstanding} outstanding job(s) stay in the manager's store and "
-                    f"resolve once it is back")
+            jobs = (
+                f"its {outstanding} outstanding job(s) stay in the manager's store and "
+                f"resolve once it is back"
+            )
         else:
             jobs = f"without a store, its {outstanding} outstanding job(s) failed"
-        log.warning("mpsched client %s: lost the connection to the manager at %s (%s); "
-                    "reconnecting (tried again after %g s, then twice as long each time, up "
-                    "to %g s); until then its calls raise ManagerConnectionLostError; %s",
-                    self.hello.client_id, self.address, outage.reason, RECONNECT_FIRST,
-                    RECONNECT_MAX, jobs)
+        log.warning(
+            "mpsched client %s: lost the connection to the manager at %s (%s); "
+            "reconnecting (tried again after %g s, then twice as long each time, up "
+            "to %g s); until then its calls raise ManagerConnectionLostError; %s",
+            self.hello.client_id,
+            self.address,
+            outage.reason,
+            RECONNECT_FIRST,
+            RECONNECT_MAX,
+            jobs,
+        )
 
     def restored(self, outage: Outage, reattached: int, resent: int, unknown: int) -> None:
         """The outage is over: calls go through again; say so, and what came back."""
         with self._lock:
             self.outage = None
-        log.info("mpsched client %s: reconnected to the manager at %s after %.1f s: %d "
-                 "outstanding job(s) re-attached, %d sent again, %d unknown there (failed)",
-                 self.hello.client_id, self.address, time.monotonic() - outage.since,
-                 reattached, resent, unknown)
+        log.info(
+            "mpsched client %s: reconnected to the manager at %s after %.1f s: %d "
+            "outstanding job(s) re-attached, %d sent again, %d unknown there (failed)",
+            self.hello.client_id,
+            self.address,
+            time.monotonic() - outage.since,
+            reattached,
+            resent,
+            unknown,
+        )

@@ -47,8 +47,9 @@ class ClientJobs(Protocol):
         """Fail every future it has."""
 
 
-def ride_out(link: ManagerLink, outage: Outage, jobs: ClientJobs,
-             outbox: Outbox | None) -> MpschedError | None:
+def ride_out(
+    link: ManagerLink, outage: Outage, jobs: ClientJobs, outbox: Outbox | None
+) -> MpschedError | None:
     """Reconnect, if the client can, and carry its jobs over; returns None once it has,
     else the error its futures fail with."""
     if not link.reconnects:
@@ -57,19 +58,28 @@ def ride_out(link: ManagerLink, outage: Outage, jobs: ClientJobs,
     try:
         rejoin = link.reconnect(watch, sender=None if outbox is None else SENDER_THREAD)
     except (AuthenticationError, VersionMismatchError) as exc:
-        log.error("mpsched client %s: the manager at %s refused it: %s; it stops "
-                  "reconnecting", link.hello.client_id, link.address, exc)
+        log.error(
+            "mpsched client %s: the manager at %s refused it: %s; it stops reconnecting",
+            link.hello.client_id,
+            link.address,
+            exc,
+        )
         return outage.error(f"the manager now there refused this client: {exc}")
     if rejoin is None:
-        kept = ("; the manager's store keeps its jobs: look them up by id (Client.job) from "
-                "another client") if link.durable else ""
+        kept = (
+            (
+                "; the manager's store keeps its jobs: look them up by id (Client.job) from "
+                "another client"
+            )
+            if link.durable
+            else ""
+        )
         return outage.error(link.advice() + kept)
     _carry_over(link, outage, jobs, outbox, rejoin, len(watch))
     return None
 
 
-def _hold(link: ManagerLink, outage: Outage, jobs: ClientJobs,
-          outbox: Outbox | None) -> list[str]:
+def _hold(link: ManagerLink, outage: Outage, jobs: ClientJobs, outbox: Outbox | None) -> list[str]:
     """Stop sending, say so, and fail what no manager will tell of; returns the ids of the
     jobs to ask the manager about once it is back (none without a store)."""
     if outbox is not None:
@@ -81,16 +91,31 @@ def _hold(link: ManagerLink, outage: Outage, jobs: ClientJobs,
     if link.durable:
         return watch
     never_sent = [] if outbox is None else outbox.withdraw_all(counted=False)
-    jobs.fail(never_sent, outage.error("the job was never sent, and did not run: submit "
-                                       "it again once this client has reconnected"))
-    jobs.fail_all(outage.error("without a store the manager keeps no outcome for a "
-                               "client that lost its connection: the job may have run, "
-                               "or may still run"))
+    jobs.fail(
+        never_sent,
+        outage.error(
+            "the job was never sent, and did not run: submit "
+            "it again once this client has reconnected"
+        ),
+    )
+    jobs.fail_all(
+        outage.error(
+            "without a store the manager keeps no outcome for a "
+            "client that lost its connection: the job may have run, "
+            "or may still run"
+        )
+    )
     return []
 
 
-def _carry_over(link: ManagerLink, outage: Outage, jobs: ClientJobs, outbox: Outbox | None,
-                rejoin: Rejoin, watched: int) -> None:
+def _carry_over(
+    link: ManagerLink,
+    outage: Outage,
+    jobs: ClientJobs,
+    outbox: Outbox | None,
+    rejoin: Rejoin,
+    watched: int,
+) -> None:
     """The manager is back (``rejoin``): resolve what ended, send again the batches in
     doubt it never got, fail the other jobs it does not know, and let the outbox go on."""
     for outcome in rejoin.outcomes:
@@ -98,9 +123,14 @@ def _carry_over(link: ManagerLink, outage: Outage, jobs: ClientJobs, outbox: Out
     in_doubt = {request.job_id: request for request in jobs.take_in_doubt()}
     resend = [in_doubt[job_id] for job_id in rejoin.unknown if job_id in in_doubt]
     unknown = [job_id for job_id in rejoin.unknown if job_id not in in_doubt]
-    jobs.fail(unknown, outage.error("the manager that answers there now does not know the "
-                                    "job (started without the store, or the job was "
-                                    "forgotten)"))
+    jobs.fail(
+        unknown,
+        outage.error(
+            "the manager that answers there now does not know the "
+            "job (started without the store, or the job was "
+            "forgotten)"
+        ),
+    )
     link.rejoined(rejoin)
     if outbox is not None:
         outbox.resume(rejoin.service, resend, rejoin.sender)  # before submits are taken

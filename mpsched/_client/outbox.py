@@ -28,10 +28,13 @@ SENDER_THREAD = "mpsched-sender"  # the sender thread's name, and its connection
 class Outbox:
     """Requests not yet sent, in submission order, and the thread that sends them."""
 
-    def __init__(self, service: ServiceProxy,
-                 on_failure: Callable[[list[JobRequest], BaseException], None],
-                 on_withdrawn: Callable[[list[JobRequest]], None] | None = None,
-                 on_sent: Callable[[], None] = lambda: None) -> None:
+    def __init__(
+        self,
+        service: ServiceProxy,
+        on_failure: Callable[[list[JobRequest], BaseException], None],
+        on_withdrawn: Callable[[list[JobRequest]], None] | None = None,
+        on_sent: Callable[[], None] = lambda: None,
+    ) -> None:
         """``on_failure``: called with a batch that could not be sent and why (a refusal,
         a lost connection);
         ``on_withdrawn``: with requests taken back before they were sent; ``on_sent``:
@@ -66,8 +69,9 @@ class Outbox:
         # Open before the first submit, so that no submit's handshake can be caught in a
         # stall of the manager (see ServiceProxy.open_connection).
         connection = service.open_connection(SENDER_THREAD)
-        self._thread = threading.Thread(target=self._run, args=(service, connection),
-                                        daemon=True, name=SENDER_THREAD)
+        self._thread = threading.Thread(
+            target=self._run, args=(service, connection), daemon=True, name=SENDER_THREAD
+        )
         self._thread.start()
 
     def put(self, request: JobRequest) -> bool:
@@ -118,18 +122,31 @@ class Outbox:
         failed; at once when it has (or was never put here). Paused: at once, True only
         if it is no longer here."""
         with self._lock:
-            return self._idle.wait_for(
-                lambda: (job_id not in self._requests and job_id not in self._sending)
-                or self._paused, timeout) and job_id not in self._requests
+            return (
+                self._idle.wait_for(
+                    lambda: (
+                        (job_id not in self._requests and job_id not in self._sending)
+                        or self._paused
+                    ),
+                    timeout,
+                )
+                and job_id not in self._requests
+            )
 
     def flush(self, timeout: float = 30.0) -> bool:
         """Wait until every request put so far has reached the manager (or failed).
         Paused: at once, True only if nothing is left to send."""
         with self._lock:
-            return self._idle.wait_for(
-                lambda: self._paused or (not self._requests and not self._busy
-                                         and not self._withdrawn),
-                timeout) and not self._requests
+            return (
+                self._idle.wait_for(
+                    lambda: (
+                        self._paused
+                        or (not self._requests and not self._busy and not self._withdrawn)
+                    ),
+                    timeout,
+                )
+                and not self._requests
+            )
 
     def pause(self) -> None:
         """The manager is unreachable: refuse put() from now on, and send nothing after
@@ -149,8 +166,12 @@ class Outbox:
         with self._lock:
             return set(self._requests)
 
-    def resume(self, service: ServiceProxy, resend: list[JobRequest],
-               connection: FastConnection | None = None) -> None:
+    def resume(
+        self,
+        service: ServiceProxy,
+        resend: list[JobRequest],
+        connection: FastConnection | None = None,
+    ) -> None:
         """Send to ``service`` from now on, on ``connection`` (opened for the sender by
         the reconnect; None: its first send opens one), ``resend`` first (requests sent
         before whose manager never got them), then what was left unsent; take requests
@@ -175,8 +196,9 @@ class Outbox:
         service.use_connection(connection)
         while True:
             with self._lock:
-                while (self._paused or (not self._requests and not self._withdrawn)) \
-                        and not self._closed:
+                while (
+                    self._paused or (not self._requests and not self._withdrawn)
+                ) and not self._closed:
                     self._sender_waits = True
                     try:
                         self._queued.wait()
@@ -184,8 +206,7 @@ class Outbox:
                         self._sender_waits = False
                 if self._paused or (not self._requests and not self._withdrawn):
                     return  # closed: what is left unsent, the client fails
-                batch = [self._requests.pop(job_id)
-                         for job_id in list(self._requests)[:BATCH]]
+                batch = [self._requests.pop(job_id) for job_id in list(self._requests)[:BATCH]]
                 self._sending = {request.job_id for request in batch}
                 self._busy = True
                 withdrawn, self._withdrawn = self._withdrawn, 0

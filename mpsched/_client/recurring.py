@@ -64,13 +64,16 @@ class ScheduleRequest(NamedTuple):
     limit: str | None = None
 
 
-def build_spec(asked: ScheduleRequest, fn: Callable[..., Any], args: tuple[Any, ...],
-               kwargs: dict[str, Any]) -> ScheduleSpec:
+def build_spec(
+    asked: ScheduleRequest, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> ScheduleSpec:
     """The checked spec of ``asked``, its runs calling ``fn(*args, **kwargs)`` (pickled
     here); raises as ``Client.every``/``Client.cron``."""
     if "after" in kwargs or "allow_failure" in kwargs or result_parents(args, kwargs):
-        raise InvalidJobError("a schedule cannot have parents (after=, allow_failure=, "
-                              "ResultOf): its runs may be the parents of other jobs")
+        raise InvalidJobError(
+            "a schedule cannot have parents (after=, allow_failure=, "
+            "ResultOf): its runs may be the parents of other jobs"
+        )
     priority = Priority.coerce(asked.priority).level
     check_run(priority, asked.timeout, asked.retries)
     policy = coerce_retry(asked.retry, asked.retries)
@@ -87,15 +90,27 @@ def build_spec(asked: ScheduleRequest, fn: Callable[..., Any], args: tuple[Any, 
     if tz:
         zone(tz)
     spec = ScheduleSpec(
-        schedule_id=asked.schedule_id or "", kind=kind, interval=interval,
-        mode=Mode.coerce(asked.mode), cron=asked.cron, tz=tz or "", start_delay=start_delay,
-        start_at=start_at, jitter=to_seconds(asked.jitter, "jitter"),
-        overlap=Overlap.coerce(asked.overlap), catchup=Catchup.coerce(asked.catchup),
-        on_error=OnError.coerce(asked.on_error), priority=priority, timeout=asked.timeout,
-        retries=retries, name=job_name(fn),
+        schedule_id=asked.schedule_id or "",
+        kind=kind,
+        interval=interval,
+        mode=Mode.coerce(asked.mode),
+        cron=asked.cron,
+        tz=tz or "",
+        start_delay=start_delay,
+        start_at=start_at,
+        jitter=to_seconds(asked.jitter, "jitter"),
+        overlap=Overlap.coerce(asked.overlap),
+        catchup=Catchup.coerce(asked.catchup),
+        on_error=OnError.coerce(asked.on_error),
+        priority=priority,
+        timeout=asked.timeout,
+        retries=retries,
+        name=job_name(fn),
         payload=pickle_job(fn if policy is None else RetryFilter(fn, policy), args, kwargs),
-        retry=None if policy is None else policy.terms(), queue=asked.queue,
-        limit=asked.limit)
+        retry=None if policy is None else policy.terms(),
+        queue=asked.queue,
+        limit=asked.limit,
+    )
     if asked.schedule_id is None:
         spec = spec._replace(schedule_id=default_id(spec))
     try:
@@ -123,8 +138,7 @@ def _start(start: float | timedelta | datetime | None) -> tuple[float | None, fl
 def default_id(spec: ScheduleSpec) -> str:
     """An id for a schedule added without one: the callable's name and a digest of what
     it runs and when, so that a program adding it at every start upserts, not stacks."""
-    what = repr((str(spec.kind), spec.interval, str(spec.mode), spec.cron, spec.tz,
-                 spec.start_at))
+    what = repr((str(spec.kind), spec.interval, str(spec.mode), spec.cron, spec.tz, spec.start_at))
     digest = hashlib.blake2b(what.encode() + spec.payload, digest_size=4).hexdigest()
     short = spec.name.rpartition(":")[2].replace("@", "_")[:80] or "schedule"
     return f"{short}~{digest}"
@@ -133,14 +147,27 @@ def default_id(spec: ScheduleSpec) -> str:
 class RecurringClient(ClientBase):
     """The recurring-job methods of :class:`~mpsched.Client`."""
 
-    def every(self, interval: float | timedelta, fn: Callable[..., Any], /, *args: Any,
-              mode: ModeLike = "rate", start: float | timedelta | datetime | None = None,
-              id: str | None = None, overlap: OverlapLike = "skip", catchup: CatchupLike = "latest",
-              jitter: float = 0.0, on_error: OnErrorLike = "continue",
-              priority: Priority | str = Priority.MEDIUM, timeout: float | None = None,
-              retries: int = 0, retry: int | RetryPolicy | None = None,
-              queue: str = DEFAULT_QUEUE, limit: str | None = None,
-              **kwargs: Any) -> Schedule:
+    def every(
+        self,
+        interval: float | timedelta,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        mode: ModeLike = "rate",
+        start: float | timedelta | datetime | None = None,
+        id: str | None = None,
+        overlap: OverlapLike = "skip",
+        catchup: CatchupLike = "latest",
+        jitter: float = 0.0,
+        on_error: OnErrorLike = "continue",
+        priority: Priority | str = Priority.MEDIUM,
+        timeout: float | None = None,
+        retries: int = 0,
+        retry: int | RetryPolicy | None = None,
+        queue: str = DEFAULT_QUEUE,
+        limit: str | None = None,
+        **kwargs: Any,
+    ) -> Schedule:
         """Run ``fn(*args, **kwargs)`` every ``interval`` seconds (or a timedelta).
 
         Args:
@@ -169,21 +196,46 @@ class RecurringClient(ClientBase):
             InvalidJobError: a bad interval, start, option or id. JobPicklingError: ``fn``
             or its arguments cannot be pickled. StoreError: it could not be recorded.
         """
-        asked = ScheduleRequest(kind=ScheduleKind.EVERY, interval=interval, mode=mode,
-                                start=start, schedule_id=id, overlap=overlap, catchup=catchup,
-                                jitter=jitter, on_error=on_error, priority=priority,
-                                timeout=timeout, retries=retries, retry=retry, queue=queue,
-                                limit=limit)
+        asked = ScheduleRequest(
+            kind=ScheduleKind.EVERY,
+            interval=interval,
+            mode=mode,
+            start=start,
+            schedule_id=id,
+            overlap=overlap,
+            catchup=catchup,
+            jitter=jitter,
+            on_error=on_error,
+            priority=priority,
+            timeout=timeout,
+            retries=retries,
+            retry=retry,
+            queue=queue,
+            limit=limit,
+        )
         self._check_limit(limit)
         return self._add_schedule(build_spec(asked, fn, args, kwargs))
 
-    def cron(self, expr: str, fn: Callable[..., Any], /, *args: Any, tz: str | None = None,
-             id: str | None = None, overlap: OverlapLike = "skip", catchup: CatchupLike = "latest",
-             jitter: float = 0.0, on_error: OnErrorLike = "continue",
-             priority: Priority | str = Priority.MEDIUM, timeout: float | None = None,
-             retries: int = 0, retry: int | RetryPolicy | None = None,
-             queue: str = DEFAULT_QUEUE, limit: str | None = None,
-             **kwargs: Any) -> Schedule:
+    def cron(
+        self,
+        expr: str,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        tz: str | None = None,
+        id: str | None = None,
+        overlap: OverlapLike = "skip",
+        catchup: CatchupLike = "latest",
+        jitter: float = 0.0,
+        on_error: OnErrorLike = "continue",
+        priority: Priority | str = Priority.MEDIUM,
+        timeout: float | None = None,
+        retries: int = 0,
+        retry: int | RetryPolicy | None = None,
+        queue: str = DEFAULT_QUEUE,
+        limit: str | None = None,
+        **kwargs: Any,
+    ) -> Schedule:
         """Run ``fn(*args, **kwargs)`` at the times of a five-field cron expression,
         evaluated in zone ``tz`` (an IANA name; default: the manager's local zone) with
         Debian cron's DST rules: a daily 02:30 job runs at 03:00 on the spring-forward
@@ -196,10 +248,22 @@ class RecurringClient(ClientBase):
                 ImportError); its message says which process lacks it.
             InvalidJobError: an invalid expression or an unknown zone; as :meth:`every`.
         """
-        asked = ScheduleRequest(kind=ScheduleKind.CRON, cron=expr, tz=tz, schedule_id=id,
-                                overlap=overlap, catchup=catchup, jitter=jitter,
-                                on_error=on_error, priority=priority, timeout=timeout,
-                                retries=retries, retry=retry, queue=queue, limit=limit)
+        asked = ScheduleRequest(
+            kind=ScheduleKind.CRON,
+            cron=expr,
+            tz=tz,
+            schedule_id=id,
+            overlap=overlap,
+            catchup=catchup,
+            jitter=jitter,
+            on_error=on_error,
+            priority=priority,
+            timeout=timeout,
+            retries=retries,
+            retry=retry,
+            queue=queue,
+            limit=limit,
+        )
         self._check_limit(limit)
         return self._add_schedule(build_spec(asked, fn, args, kwargs))
 
@@ -217,7 +281,8 @@ class RecurringClient(ClientBase):
             ManagerConnectionLostError: the manager is unreachable.
         """
         info = self._core.link.ask(
-            lambda service: service.schedule_control(schedule_id, ScheduleAction.INFO))
+            lambda service: service.schedule_control(schedule_id, ScheduleAction.INFO)
+        )
         return Schedule(self._core.link, info, self.job)
 
     def _add_schedule(self, spec: ScheduleSpec) -> Schedule:
@@ -225,5 +290,3 @@ class RecurringClient(ClientBase):
             raise SchedulerShutdownError("cannot add schedules after shutdown")
         info = self._core.link.ask(lambda service: service.add_schedule(spec))
         return Schedule(self._core.link, info, self.job)
-
-

@@ -29,8 +29,9 @@ class Schedule:
     crashed after their retries).
     """
 
-    def __init__(self, link: ManagerLink, info: ScheduleInfo,
-                 watch: Callable[[str], JobFuture[Any]]) -> None:
+    def __init__(
+        self, link: ManagerLink, info: ScheduleInfo, watch: Callable[[str], JobFuture[Any]]
+    ) -> None:
         self._link = link  # its client's: the manager's proxy, another after a reconnect
         self._info = info
         self._watch = watch
@@ -83,8 +84,10 @@ class Schedule:
         """The next ``n`` planned run times (aware datetimes), without running anything."""
         if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= 10_000:
             raise InvalidJobError(f"n must be an int in [0, 10000], not {n!r}")
-        return [self._datetime(t) for t in self._link.ask(
-            lambda service: service.schedule_preview(self.id, n))]
+        return [
+            self._datetime(t)
+            for t in self._link.ask(lambda service: service.schedule_preview(self.id, n))
+        ]
 
     def pause(self) -> None:
         """Stop planning runs; an armed run that has not started is withdrawn."""

@@ -131,8 +131,7 @@ class Scheduler(Client):
         limits: Mapping[str, int | str] | None = None,
     ) -> None:
         workers = _worker_count(workers, max_workers)
-        _check_bounds(max_tasks_per_worker, max_memory_per_worker, max_pending,
-                      max_pending_bytes)
+        _check_bounds(max_tasks_per_worker, max_memory_per_worker, max_pending, max_pending_bytes)
         durability = Durability.coerce(durability)
         check_options(result_ttl)
         order = Order.coerce(order)
@@ -140,20 +139,27 @@ class Scheduler(Client):
         subscribed = check_queues(queues)
         declared = tuple((name, str(spec)) for name, spec in parse_limits(limits).items())
         config = ManagerConfig(
-            authkey=secrets.token_hex(32).encode(), workers=workers,
+            authkey=secrets.token_hex(32).encode(),
+            workers=workers,
             mp_method=_start_method(mp_context),
-            order=order, max_pending=max_pending, start_timeout=start_timeout,
+            order=order,
+            max_pending=max_pending,
+            start_timeout=start_timeout,
             log_level=logging.getLogger("mpsched").getEffectiveLevel(),
             max_tasks_per_worker=max_tasks_per_worker,
             max_memory_per_worker=max_memory_per_worker,
-            store=store, durability=durability,
-            result_ttl=float(result_ttl), max_pending_bytes=max_pending_bytes,
-            shared_memory=bool(shared_memory), lease_timeout=float(lease_timeout),
+            store=store,
+            durability=durability,
+            result_ttl=float(result_ttl),
+            max_pending_bytes=max_pending_bytes,
+            shared_memory=bool(shared_memory),
+            lease_timeout=float(lease_timeout),
             http=_status_page(http, http_token_file),
             # Over the control socket only: the workers share this process's key, so
             # that a multiprocessing.Manager's proxies travel in jobs.
             process_authkey=bytes(multiprocessing.current_process().authkey),
-            queues=subscribed, limits=declared,
+            queues=subscribed,
+            limits=declared,
         )
         service, pid = self._start_manager(config, start_timeout)
         self.workers = workers
@@ -161,13 +167,15 @@ class Scheduler(Client):
         self._dropped = DroppedSchedules()
         if self._store is not None:
             self._dropped.hush()
-        super().__init__(service, submit_timeout=submit_timeout,
-                         lost_advice=_lost_advice(pid, self._store))
+        super().__init__(
+            service, submit_timeout=submit_timeout, lost_advice=_lost_advice(pid, self._store)
+        )
         # A manager that dies without removing its segments leaves them to whoever stops it.
         self._manager_process.sweep_on_stop(self._core.shm_prefix)
 
-    def _start_manager(self, config: ManagerConfig,
-                       start_timeout: float) -> tuple[ServiceProxy, int]:
+    def _start_manager(
+        self, config: ManagerConfig, start_timeout: float
+    ) -> tuple[ServiceProxy, int]:
         """Start the manager of ``config`` and connect to it; returns its proxy and pid.
         The manager is stopped if this fails, or once this Scheduler is dropped."""
         process = ManagerProcess(config)
@@ -231,7 +239,8 @@ class Scheduler(Client):
         """Raise as :meth:`run_forever` does at once (see there)."""
         if self._core.closed:
             raise self._core.link.refusal() or SchedulerShutdownError(
-                "run_forever() after shutdown: this Scheduler runs nothing more")
+                "run_forever() after shutdown: this Scheduler runs nothing more"
+            )
         if self.schedules():
             return
         queue = self.stats().queue
@@ -253,20 +262,26 @@ class Scheduler(Client):
         if self._store is not None:
             kept = self._core.leave_not_due(f"stays pending in the store {self._store}")
             if kept:
-                log.warning("interpreter exit: %d job(s) not yet due stay pending in the store "
-                            "%s; a Scheduler or serve started on it runs them", kept,
-                            self._store)
+                log.warning(
+                    "interpreter exit: %d job(s) not yet due stay pending in the store "
+                    "%s; a Scheduler or serve started on it runs them",
+                    kept,
+                    self._store,
+                )
         elif dropped := self._core.cancel_pending(not_due_only=True):
             log.warning(
                 "interpreter exit: dropped %d job(s) not yet due. To run them, call "
                 "shutdown(wait=True) before the program ends, give the Scheduler a store "
                 "(store=...) to keep them for the next one, or submit them to a "
                 "long-running manager (python -m mpsched serve) with mpsched.connect()",
-                dropped)
+                dropped,
+            )
         # Jobs of other clients watched by id die with this manager: no waiting for them.
-        self._core.fail_watched(SchedulerShutdownError(
-            "the interpreter exited, and this Scheduler's manager with it, before the job "
-            "ended"))
+        self._core.fail_watched(
+            SchedulerShutdownError(
+                "the interpreter exited, and this Scheduler's manager with it, before the job ended"
+            )
+        )
         self._drain_and_stop()
 
     def _drop_not_started(self) -> list[str]:
@@ -275,11 +290,14 @@ class Scheduler(Client):
             return super()._drop_not_started()
         kept = self._core.leave_not_due(f"stays pending in the store {self._store}")
         cancelled = self._core.cancel_jobs(
-            [f.job_id for f in self._core.outstanding() if not f.watched])
+            [f.job_id for f in self._core.outstanding() if not f.watched]
+        )
         notes = [f"cancelled {count(cancelled, 'job')} not started"] if cancelled else []
         if kept:
-            notes.append(f"{count(kept, 'job')} due later {'stays' if kept == 1 else 'stay'} "
-                         f"pending in the store {self._store}")
+            notes.append(
+                f"{count(kept, 'job')} due later {'stays' if kept == 1 else 'stay'} "
+                f"pending in the store {self._store}"
+            )
         return notes
 
     def _stop_now(self) -> str:
@@ -298,8 +316,9 @@ class Scheduler(Client):
         return f"<Scheduler workers={self.workers} address={self.address!r}>"
 
 
-def _status_page(http: str | int | None,
-                 token_file: str | os.PathLike[str] | None) -> HttpConfig | None:
+def _status_page(
+    http: str | int | None, token_file: str | os.PathLike[str] | None
+) -> HttpConfig | None:
     """The status server ``http`` and ``http_token_file`` ask for; None: none.
 
     Raises:
@@ -312,9 +331,13 @@ def _status_page(http: str | int | None,
             raise ConfigError("http_token_file", token_file, "left out without http")
         return None
     if not is_loopback(parse_http_address(http)):
-        raise ConfigError("http", http, "a port (on 127.0.0.1) or a loopback 'HOST:PORT': a "
-                                        "Scheduler has no TLS to serve another address with "
-                                        "(python -m mpsched serve --http has)")
+        raise ConfigError(
+            "http",
+            http,
+            "a port (on 127.0.0.1) or a loopback 'HOST:PORT': a "
+            "Scheduler has no TLS to serve another address with "
+            "(python -m mpsched serve --http has)",
+        )
     return http_config(http, token_file)
 
 
@@ -331,23 +354,35 @@ def _store(store: str | os.PathLike[str] | None, lease_timeout: float) -> str | 
 
 def _lost_advice(pid: int, store: str | None) -> str:
     """What a Scheduler's error says to do once its manager (``pid``) is gone."""
-    kept = ("" if store is None else
-            f"; its jobs not finished stay in the store {store} for the next Scheduler or "
-            f"serve on it")
-    return (f"this Scheduler's manager (pid {pid}) is gone, and nothing restarts it: the "
-            f"Scheduler takes no more jobs; start a new one{kept}")
+    kept = (
+        ""
+        if store is None
+        else f"; its jobs not finished stay in the store {store} for the next Scheduler or "
+        f"serve on it"
+    )
+    return (
+        f"this Scheduler's manager (pid {pid}) is gone, and nothing restarts it: the "
+        f"Scheduler takes no more jobs; start a new one{kept}"
+    )
 
 
-def _check_bounds(max_tasks_per_worker: int | None, max_memory_per_worker: int | None,
-                  max_pending: int | None, max_pending_bytes: int | None) -> None:
+def _check_bounds(
+    max_tasks_per_worker: int | None,
+    max_memory_per_worker: int | None,
+    max_pending: int | None,
+    max_pending_bytes: int | None,
+) -> None:
     """Raise ConfigError for a bound that is not a positive int (None: no bound; a bool
     is not a count, though Python calls it an int)."""
-    for name, limit in (("max_tasks_per_worker", max_tasks_per_worker),
-                        ("max_memory_per_worker", max_memory_per_worker),
-                        ("max_pending", max_pending),
-                        ("max_pending_bytes", max_pending_bytes)):
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
-                                  or limit < 1):
+    for name, limit in (
+        ("max_tasks_per_worker", max_tasks_per_worker),
+        ("max_memory_per_worker", max_memory_per_worker),
+        ("max_pending", max_pending),
+        ("max_pending_bytes", max_pending_bytes),
+    ):
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
+        ):
             raise ConfigError(name, limit, "a positive int")
 
 
@@ -356,8 +391,9 @@ def _worker_count(workers: int | None, max_workers: int | None) -> int:
     name, count = "workers", workers
     if max_workers is not None:
         if workers is not None:
-            raise ConfigError("max_workers", max_workers,
-                              "left out when workers is given (its alias): not both")
+            raise ConfigError(
+                "max_workers", max_workers, "left out when workers is given (its alias): not both"
+            )
         name, count = "max_workers", max_workers
     if count is None:
         return os.cpu_count() or 1
@@ -375,5 +411,4 @@ def _start_method(mp_context: str | Any) -> StartMethod:
     try:
         return StartMethod(method)
     except ValueError:
-        raise ConfigError("mp_context", method,
-                          "a 'spawn' or 'forkserver' start method") from None
+        raise ConfigError("mp_context", method, "a 'spawn' or 'forkserver' start method") from None

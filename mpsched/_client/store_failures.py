@@ -32,9 +32,13 @@ class StoreFailures:
                 self._since, self._failed = time.monotonic(), 0
             self._failed += count
         if first:
-            log.error("mpsched client %s: the manager's job store does not answer (%s); "
-                      "jobs sent meanwhile fail with StoreUnavailableError (said once; "
-                      "counted when it answers again)", self._client_id, error)
+            log.error(
+                "mpsched client %s: the manager's job store does not answer (%s); "
+                "jobs sent meanwhile fail with StoreUnavailableError (said once; "
+                "counted when it answers again)",
+                self._client_id,
+                error,
+            )
 
     def sent(self) -> None:
         """A batch went through."""
@@ -43,6 +47,10 @@ class StoreFailures:
         with self._lock:
             since, failed, self._since = self._since, self._failed, None
         if since is not None:
-            log.warning("mpsched client %s: the manager's job store answers again after "
-                        "%.1f s; %d job(s) failed meanwhile", self._client_id,
-                        time.monotonic() - since, failed)
+            log.warning(
+                "mpsched client %s: the manager's job store answers again after "
+                "%.1f s; %d job(s) failed meanwhile",
+                self._client_id,
+                time.monotonic() - since,
+                failed,
+            )

@@ -26,8 +26,9 @@ class Admission:
     ``push`` is the queue's move of a job into its heap (it tells takers of a new head).
     """
 
-    def __init__(self, limits: Limits, clock: Clock, pending: PendingQueues, *,
-                 push: Callable[[Job], None]) -> None:
+    def __init__(
+        self, limits: Limits, clock: Clock, pending: PendingQueues, *, push: Callable[[Job], None]
+    ) -> None:
         self.limits = limits
         self._clock = clock
         self._pending = pending

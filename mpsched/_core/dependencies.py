@@ -83,8 +83,9 @@ class DependencyGraph:
     def __iter__(self) -> Iterator[Waiting]:
         return iter(list(self._waiting.values()))
 
-    def add(self, job: Job, after: After, live: list[str],
-            ended: dict[str, Outcome]) -> Released | Failed | None:
+    def add(
+        self, job: Job, after: After, live: list[str], ended: dict[str, Outcome]
+    ) -> Released | Failed | None:
         """Add a job whose parents ``live`` have not ended and ``ended`` have (with their
         outcomes). Returns what to do with it now: release it (no live parent), fail it
         (an ended parent failed, and it does not allow that), or None: it waits."""
@@ -98,8 +99,7 @@ class DependencyGraph:
                 inputs[parent_id] = outcome
         if not live:
             return Released(job, inputs)
-        self._waiting[job.job_id] = Waiting(job, len(live), after.allow_failure, results,
-                                            inputs)
+        self._waiting[job.job_id] = Waiting(job, len(live), after.allow_failure, results, inputs)
         self.levels[job.priority] += 1
         for parent_id in live:
             self._children.setdefault(parent_id, []).append(job.job_id)

@@ -54,10 +54,19 @@ class HandOut:
     submitters of room).
     """
 
-    def __init__(self, lock: threading.Lock, clock: Clock, pending: PendingQueues,
-                 wall: WallOffset, leases: Leases, prefetch: Prefetcher,
-                 admission: Admission, *, push: Callable[[Job], None],
-                 pop_due: Callable[[float, float, Queues], Job | None]) -> None:
+    def __init__(
+        self,
+        lock: threading.Lock,
+        clock: Clock,
+        pending: PendingQueues,
+        wall: WallOffset,
+        leases: Leases,
+        prefetch: Prefetcher,
+        admission: Admission,
+        *,
+        push: Callable[[Job], None],
+        pop_due: Callable[[float, float, Queues], Job | None],
+    ) -> None:
         self._lock = lock  # the queue's: guards every field below
         self._clock = clock
         self._pending = pending
@@ -85,13 +94,23 @@ class HandOut:
         that a follower never sleeps untimed past the head's due time while no one else
         is watching the clock."""
         group = self._groups.get(queues)
-        if group is not None and self.waiting and group.leader is None and self._pending \
-                and not self.closed:
+        if (
+            group is not None
+            and self.waiting
+            and group.leader is None
+            and self._pending
+            and not self.closed
+        ):
             group.available.notify()
 
-    def try_take_locked(self, worker_id: str, early: float, more: int,
-                        prefetchable: Callable[[Job], bool] | None,
-                        queues: Queues = None) -> list[Assignment] | None:
+    def try_take_locked(
+        self,
+        worker_id: str,
+        early: float,
+        more: int,
+        prefetchable: Callable[[Job], bool] | None,
+        queues: Queues = None,
+    ) -> list[Assignment] | None:
         """One look at the heap for JobQueue.take_batch: the batch to hand out ([] for a retired
         worker), or None when the taker must wait."""
         if self.closed:
@@ -119,12 +138,15 @@ class HandOut:
                 continue  # parked until its limit has a slot: the next due job
             first = self._leases.grant_locked(job, worker_id, now)
             if more and not self._takers_waiting:
-                return [first, *self._prefetch.hand_locked(worker_id, now, more,
-                                                            prefetchable, queues)]
+                return [
+                    first,
+                    *self._prefetch.hand_locked(worker_id, now, more, prefetchable, queues),
+                ]
             return [first]
 
-    def wait_for_work_locked(self, worker_id: str, deadline: float, early: float,
-                             queues: Queues = None) -> bool:
+    def wait_for_work_locked(
+        self, worker_id: str, deadline: float, early: float, queues: Queues = None
+    ) -> bool:
         """Wait for something to take: as the leader (until the head is due, ``early``
         seconds ahead) or a follower (untimed), or, while the taker's own prefetched jobs
         are being revoked, for that to end; False once ``deadline`` has passed."""
@@ -147,9 +169,9 @@ class HandOut:
         group.leader = me
         try:
             # Handed out ``early``, a job is late only past that: one wait, mostly.
-            self.wait_locked(group.available,
-                             min(ahead(head_due - early - now, early), remaining),
-                             taker=True)
+            self.wait_locked(
+                group.available, min(ahead(head_due - early - now, early), remaining), taker=True
+            )
         finally:
             if group.leader is me:
                 group.leader = None
@@ -203,8 +225,9 @@ class HandOut:
             group.leader = None
             group.available.notify()
 
-    def wait_locked(self, condition: Waitable, timeout: float | None, *,
-                    taker: bool = False) -> None:
+    def wait_locked(
+        self, condition: Waitable, timeout: float | None, *, taker: bool = False
+    ) -> None:
         """Wait on ``condition`` (a taker's, or a submitter's for room), counted."""
         if timeout is not None:
             timeout = min(timeout, threading.TIMEOUT_MAX)

@@ -14,8 +14,26 @@ from bisect import bisect_left
 from typing import NamedTuple
 
 # Seconds from a job's due time to its start: from the timer's floor (~0.1 ms) to a minute.
-LATENESS_BOUNDS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-                   0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+LATENESS_BOUNDS = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+)
 # Seconds one store commit takes, its fsync included.
 COMMIT_BOUNDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
@@ -48,10 +66,10 @@ class HistogramSnapshot(NamedTuple):
         """What was observed after ``earlier`` (a snapshot of the same histogram)."""
         if earlier.bounds != self.bounds:
             raise ValueError("snapshots of histograms with different bounds")
-        counts = tuple(now - then
-                       for now, then in zip(self.counts, earlier.counts, strict=True))
-        return HistogramSnapshot(bounds=self.bounds, counts=counts,
-                                 total=self.total - earlier.total)
+        counts = tuple(now - then for now, then in zip(self.counts, earlier.counts, strict=True))
+        return HistogramSnapshot(
+            bounds=self.bounds, counts=counts, total=self.total - earlier.total
+        )
 
     def quantile(self, q: float) -> float | None:
         """The upper bound of the bucket holding the ``q`` quantile (0 < q <= 1); None with
@@ -82,8 +100,11 @@ class Histogram:
         Raises:
             ValueError: bounds that are not so.
         """
-        if not bounds or any(not math.isfinite(b) for b in bounds) or any(
-                a >= b for a, b in itertools.pairwise(bounds)):
+        if (
+            not bounds
+            or any(not math.isfinite(b) for b in bounds)
+            or any(a >= b for a, b in itertools.pairwise(bounds))
+        ):
             raise ValueError(f"histogram bounds must be finite and increasing: {bounds}")
         self.bounds = bounds
         self._counts = [0] * (len(bounds) + 1)
@@ -95,5 +116,4 @@ class Histogram:
         self._total += value
 
     def snapshot(self) -> HistogramSnapshot:
-        return HistogramSnapshot(bounds=self.bounds, counts=tuple(self._counts),
-                                 total=self._total)
+        return HistogramSnapshot(bounds=self.bounds, counts=tuple(self._counts), total=self._total)

@@ -37,9 +37,20 @@ class Intake:
     prefetched jobs of one that goes before them).
     """
 
-    def __init__(self, lock: threading.Lock, clock: Clock, pending: PendingQueues, room: Room,
-                 wall: WallOffset, leases: Leases, prefetch: Prefetcher,
-                 hand_out: HandOut, limits: Limits, *, push: Callable[[Job], None]) -> None:
+    def __init__(
+        self,
+        lock: threading.Lock,
+        clock: Clock,
+        pending: PendingQueues,
+        room: Room,
+        wall: WallOffset,
+        leases: Leases,
+        prefetch: Prefetcher,
+        hand_out: HandOut,
+        limits: Limits,
+        *,
+        push: Callable[[Job], None],
+    ) -> None:
         self._lock = lock  # the queue's: guards every field below
         self._clock = clock
         self._pending = pending
@@ -56,9 +67,15 @@ class Intake:
         # Attempts run again by a retry policy: the job raised, or raised RetryLater.
         self.retried_exception = self.retried_later = 0
 
-    def submit_many(self, requests: list[JobRequest], timeout: float | None,
-                    seqs: list[int] | None, due: float | None, checked: bool,
-                    refuse_running: bool) -> None:
+    def submit_many(
+        self,
+        requests: list[JobRequest],
+        timeout: float | None,
+        seqs: list[int] | None,
+        due: float | None,
+        checked: bool,
+        refuse_running: bool,
+    ) -> None:
         """Add jobs all at once, or none of them (JobQueue.submit_many)."""
         if not checked:
             for request in requests:
@@ -68,8 +85,10 @@ class Intake:
         size = self._room.batch_size(requests)
         with self._lock:
             now = self._clock.now()
-            dues = [self._wall.due_locked(request, now) if due is None else max(due, now)
-                    for request in requests]
+            dues = [
+                self._wall.due_locked(request, now) if due is None else max(due, now)
+                for request in requests
+            ]
             self._room.wait_locked(now, timeout, len(requests), size, self._wait_locked)
             # Checked after the wait: another submitter may have queued an id meanwhile.
             for request in requests:
@@ -82,13 +101,25 @@ class Intake:
             old_head = self._pending.heads()
             order = seqs if seqs is not None else [next(self._seq) for _ in requests]
             planned = due is not None  # on this clock: the requests' own times are not used
-            jobs = [Job(job_id=request.job_id, client_id=request.client_id,
-                        payload=request.payload, priority=request.priority, due=job_due,
-                        seq=seq, timeout=request.timeout, retries=request.retries,
-                        key=request.key, name=request.name,
-                        at=None if planned else request.at, retry=request.retry,
-                        queue=request.queue, limit=request.limit)
-                    for request, job_due, seq in zip(requests, dues, order, strict=True)]
+            jobs = [
+                Job(
+                    job_id=request.job_id,
+                    client_id=request.client_id,
+                    payload=request.payload,
+                    priority=request.priority,
+                    due=job_due,
+                    seq=seq,
+                    timeout=request.timeout,
+                    retries=request.retries,
+                    key=request.key,
+                    name=request.name,
+                    at=None if planned else request.at,
+                    retry=request.retry,
+                    queue=request.queue,
+                    limit=request.limit,
+                )
+                for request, job_due, seq in zip(requests, dues, order, strict=True)
+            ]
             for job in jobs:
                 self._pending.push(job)
             self.submitted += len(requests)
@@ -185,8 +216,11 @@ class Intake:
         """One client's pending jobs out of the heap (JobQueue.cancel_client_jobs)."""
         with self._lock:
             now = self._clock.now()
-            jobs = [j for j in self._pending
-                    if j.client_id == client_id and not (not_due_only and j.due <= now)]
+            jobs = [
+                j
+                for j in self._pending
+                if j.client_id == client_id and not (not_due_only and j.due <= now)
+            ]
             old_head = self._pending.heads()
             for job in jobs:
                 self._pending.remove(job.job_id)
@@ -198,8 +232,7 @@ class Intake:
         """The ids of one client's pending jobs not due yet (JobQueue.not_due)."""
         with self._lock:
             now = self._clock.now()
-            return [j.job_id for j in self._pending
-                    if j.client_id == client_id and j.due > now]
+            return [j.job_id for j in self._pending if j.client_id == client_id and j.due > now]
 
     def reschedule(self, job_id: str, due: float) -> bool:
         """A pending job moved to another due time (JobQueue.reschedule)."""
@@ -220,4 +253,3 @@ class Intake:
         self._room.left_locked()
         if self._pending.heads() != old_head:
             self._hand_out.new_head_locked()
-

@@ -246,8 +246,9 @@ class QueueStats:
         return self.retried + self.retried_exception + self.retried_later
 
 
-def due_arguments(delay: float | timedelta | None,
-                  at: float | datetime | None) -> tuple[float | None, float | None]:
+def due_arguments(
+    delay: float | timedelta | None, at: float | datetime | None
+) -> tuple[float | None, float | None]:
     """Validate ``delay``/``at`` and return ``(delay_seconds, at_epoch)`` for a JobRequest.
 
     Negative delays become 0 (due now). Naive datetimes mean local time.
@@ -293,8 +294,9 @@ def check_request(request: JobRequest) -> None:
     Raises:
         InvalidJobError: as :func:`check_job`.
     """
-    check_job(request.priority, request.delay, request.at, request.timeout, request.retries,
-              request.key)
+    check_job(
+        request.priority, request.delay, request.at, request.timeout, request.retries, request.key
+    )
     if request.queue != DEFAULT_QUEUE:
         check_name("queue", request.queue)
     if request.limit is not None:
@@ -311,8 +313,9 @@ def check_name(what: str, name: object) -> str:
     if name in _CHECKED_NAMES:
         return name
     if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise InvalidJobError(f"{what} name must be 1 to 64 characters of letters, digits "
-                              f"and _.:-, not {name!r}")
+        raise InvalidJobError(
+            f"{what} name must be 1 to 64 characters of letters, digits and _.:-, not {name!r}"
+        )
     if len(_CHECKED_NAMES) < _CHECKED_MAX:
         _CHECKED_NAMES.add(name)
     return name
@@ -337,8 +340,14 @@ def check_queues(queues: object) -> tuple[str, ...] | None:
     return names or None
 
 
-def check_job(priority: int, delay: float | None, at: float | None,
-              timeout: float | None = None, retries: int = 0, key: str | None = None) -> None:
+def check_job(
+    priority: int,
+    delay: float | None,
+    at: float | None,
+    timeout: float | None = None,
+    retries: int = 0,
+    key: str | None = None,
+) -> None:
     """Check what a client may get wrong in a job: the client runs it at the call site, the
     queue runs it again (:func:`check_request`).
 
@@ -365,8 +374,9 @@ def check_job(priority: int, delay: float | None, at: float | None,
     if delay is not None and delay > MAX_EPOCH - time.time():
         raise InvalidJobError(f"delay={delay!r} s ends after the year 9999")
     if key is not None and (not isinstance(key, str) or not key or len(key) > MAX_KEY):
-        raise InvalidJobError(f"key must be a non-empty string of at most {MAX_KEY} "
-                              f"characters, not {key!r}")
+        raise InvalidJobError(
+            f"key must be a non-empty string of at most {MAX_KEY} characters, not {key!r}"
+        )
 
 
 def check_run(priority: int, timeout: float | None, retries: int) -> None:
@@ -379,8 +389,10 @@ def check_run(priority: int, timeout: float | None, retries: int) -> None:
     if priority not in (1, 2, 3):
         raise InvalidJobError(f"unknown priority level {priority!r}")
     if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-            or not 0 < timeout < math.inf):
+        isinstance(timeout, bool)
+        or not isinstance(timeout, (int, float))
+        or not 0 < timeout < math.inf
+    ):
         raise InvalidJobError(f"timeout must be a positive number, not {timeout!r}")
     if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
         raise InvalidJobError(f"retries must be a non-negative int, not {retries!r}")

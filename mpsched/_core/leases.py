@@ -106,14 +106,17 @@ class Leases:
     def grant_locked(self, job: Job, worker_id: str, now: float) -> Assignment:
         """Put ``job`` (just popped from the heap) in flight with ``worker_id``."""
         job.attempt += 1
-        lease = Lease(lease_id=self._next_id, job_id=job.job_id, worker_id=worker_id,
-                      attempt=job.attempt)
+        lease = Lease(
+            lease_id=self._next_id, job_id=job.job_id, worker_id=worker_id, attempt=job.attempt
+        )
         self._next_id += 1
         deadline = None if job.timeout is None else now + job.timeout
-        self._in_flight[lease.lease_id] = self._by_job[job.job_id] = \
-            _InFlight(job=job, lease=lease, taken=now, deadline=deadline)
-        return Assignment(lease=lease, payload=job.payload, due=job.due, timeout=job.timeout,
-                          at=job.at)
+        self._in_flight[lease.lease_id] = self._by_job[job.job_id] = _InFlight(
+            job=job, lease=lease, taken=now, deadline=deadline
+        )
+        return Assignment(
+            lease=lease, payload=job.payload, due=job.due, timeout=job.timeout, at=job.at
+        )
 
     def hold_locked(self, job: Job, worker_id: str, now: float) -> None:
         """Put ``job`` in flight with ``worker_id`` as the attempt it already is: a job a
@@ -146,9 +149,13 @@ class Leases:
     def release_worker_locked(self, worker_id: str, now: float) -> list[LostLease]:
         """Retire ``worker_id`` and end every lease it holds; returns them."""
         self.retire_locked(worker_id, now)
-        lost = [LostLease(job=f.job, lease=f.lease,
-                          past_deadline=f.deadline is not None and f.deadline <= now)
-                for f in self._in_flight.values() if f.lease.worker_id == worker_id]
+        lost = [
+            LostLease(
+                job=f.job, lease=f.lease, past_deadline=f.deadline is not None and f.deadline <= now
+            )
+            for f in self._in_flight.values()
+            if f.lease.worker_id == worker_id
+        ]
         for entry in lost:
             self._end_locked(entry.lease.lease_id)
         return lost
@@ -196,8 +203,7 @@ class Leases:
         with self._lock:
             return self.complete_locked(lease_id, outcome)
 
-    def complete_locked(self, lease_id: int, outcome: Outcome, *,
-                        final: bool = True) -> Job | None:
+    def complete_locked(self, lease_id: int, outcome: Outcome, *, final: bool = True) -> Job | None:
         """:meth:`complete`, with the lock held. Not ``final``: the job runs again (a
         retry), so it counts neither as completed nor as failed."""
         flight = self._end_locked(lease_id)
@@ -252,10 +258,16 @@ class Leases:
         """Leases past their job's timeout, and the earliest deadline still ahead."""
         with self._lock:
             now = self._clock.now() if now is None else now
-            late = [f.lease for f in self._in_flight.values()
-                    if f.deadline is not None and f.deadline <= now]
-            ahead = [f.deadline for f in self._in_flight.values()
-                     if f.deadline is not None and f.deadline > now]
+            late = [
+                f.lease
+                for f in self._in_flight.values()
+                if f.deadline is not None and f.deadline <= now
+            ]
+            ahead = [
+                f.deadline
+                for f in self._in_flight.values()
+                if f.deadline is not None and f.deadline > now
+            ]
             return late, min(ahead, default=None)
 
     def held(self) -> list[Lease]:
@@ -266,8 +278,9 @@ class Leases:
     def running(self) -> list[Running]:
         """Every job in flight, with its lease and when it was handed out."""
         with self._lock:
-            return [Running(job=f.job, lease=f.lease, taken=f.taken)
-                    for f in self._in_flight.values()]
+            return [
+                Running(job=f.job, lease=f.lease, taken=f.taken) for f in self._in_flight.values()
+            ]
 
     def lateness_histogram(self) -> HistogramSnapshot:
         """The lateness (due to start, seconds) of every job reported on this queue's clock
@@ -278,7 +291,13 @@ class Leases:
     def outcomes_locked(self, *, samples: bool = True) -> Outcomes:
         """The counts, and (``samples``) a copy of the recent lateness samples: the caller
         summarises them after releasing the lock (sorting 10,000 takes milliseconds)."""
-        return Outcomes(in_flight=len(self._in_flight), completed=self._completed,
-                        failed=self._failed, timed_out=self._timed_out, started_early=self._early,
-                        recent=list(self._lateness) if samples else [],
-                        lateness_samples=len(self._lateness), crashed=self._crashed)
+        return Outcomes(
+            in_flight=len(self._in_flight),
+            completed=self._completed,
+            failed=self._failed,
+            timed_out=self._timed_out,
+            started_early=self._early,
+            recent=list(self._lateness) if samples else [],
+            lateness_samples=len(self._lateness),
+            crashed=self._crashed,
+        )

@@ -48,8 +48,12 @@ def parse_rate(rate: object) -> tuple[int, float] | None:
     if rate is None:
         return None
     match = _FORM.fullmatch(rate) if isinstance(rate, str) else None
-    if match is None or match.group(1) is not None or match.group(3) is None \
-            or int(match.group(2)) < 1:
+    if (
+        match is None
+        or match.group(1) is not None
+        or match.group(3) is None
+        or int(match.group(2)) < 1
+    ):
         raise InvalidJobError(f"a rate is N/s, N/m or N/h with N >= 1, not {rate!r}")
     return int(match.group(2)), WINDOWS[match.group(3)]
 
@@ -68,17 +72,20 @@ def parse_limit(name: str, form: object) -> LimitSpec:
     else:
         match = _FORM.fullmatch(form) if isinstance(form, str) else None
         if match is None or (match.group(1) is not None and match.group(3) is None):
-            raise InvalidJobError(f"limit {name}: the forms are N, N/s, N/m, N/h and N,M/s, "
-                                  f"not {form!r}")
+            raise InvalidJobError(
+                f"limit {name}: the forms are N, N/s, N/m, N/h and N,M/s, not {form!r}"
+            )
         count = int(match.group(2))
         if match.group(3) is None:
             spec = LimitSpec(concurrency=count)
         else:
-            spec = LimitSpec(concurrency=None if match.group(1) is None
-                             else int(match.group(1)),
-                             rate=(count, WINDOWS[match.group(3)]))
-    if (spec.concurrency is not None and spec.concurrency < 1) or \
-            (spec.rate is not None and spec.rate[0] < 1):
+            spec = LimitSpec(
+                concurrency=None if match.group(1) is None else int(match.group(1)),
+                rate=(count, WINDOWS[match.group(3)]),
+            )
+    if (spec.concurrency is not None and spec.concurrency < 1) or (
+        spec.rate is not None and spec.rate[0] < 1
+    ):
         raise InvalidJobError(f"limit {name}: bounds must be at least 1, not {form!r}")
     return spec
 

@@ -123,8 +123,15 @@ class Plan(NamedTuple):
     cancel_armed: bool = False  # catchup="skip" at recovery: the late armed run is dropped
 
 
-def plan(slots: Slots, decided: float | None, owed_until: float | None, now: float,
-         trigger: Trigger, *, active: bool = False) -> Plan:
+def plan(
+    slots: Slots,
+    decided: float | None,
+    owed_until: float | None,
+    now: float,
+    trigger: Trigger,
+    *,
+    active: bool = False,
+) -> Plan:
     """Decide the next run of a schedule at ``now`` (a label on its own timeline).
 
     ``active``: at BEGIN, a run of it is still pending or running (recovered from the
@@ -136,8 +143,9 @@ def plan(slots: Slots, decided: float | None, owed_until: float | None, now: flo
     if owed_until is not None and trigger != Trigger.BEGIN:
         owed = slots.after(decided)
         if owed <= owed_until:
-            return Plan(arm=owed, decided=owed,
-                        owed_until=owed_until if owed < owed_until else None)
+            return Plan(
+                arm=owed, decided=owed, owed_until=owed_until if owed < owed_until else None
+            )
     count, first, last = slots.late(decided, now)
     if count == 0 or first is None or last is None:
         if trigger == Trigger.BEGIN and active:
@@ -157,8 +165,9 @@ def plan(slots: Slots, decided: float | None, owed_until: float | None, now: flo
     return Plan(arm=nxt, decided=nxt, missed=count)
 
 
-def _delay_plan(slots: Slots, decided: float | None, now: float, trigger: Trigger, *,
-                active: bool) -> Plan:
+def _delay_plan(
+    slots: Slots, decided: float | None, now: float, trigger: Trigger, *, active: bool
+) -> Plan:
     """:func:`plan` for ``mode="delay"``: the next run an interval after ``now``."""
     if trigger == Trigger.BEGIN and decided is None:
         start = slots.after(None)
@@ -169,8 +178,9 @@ def _delay_plan(slots: Slots, decided: float | None, now: float, trigger: Trigge
     return Plan(arm=nxt, decided=nxt)
 
 
-def _recovered_plan(slots: Slots, decided: float | None, now: float, count: int,
-                    last: float) -> Plan:
+def _recovered_plan(
+    slots: Slots, decided: float | None, now: float, count: int, last: float
+) -> Plan:
     """:func:`plan` at BEGIN for a schedule whose run is still pending or running, with
     ``count`` slots missed up to ``last``: the run armed before the downtime is late itself
     and stands for them."""

@@ -97,8 +97,7 @@ class Prefetched:
         """Whether a batch with prefetched jobs may be handed to ``worker_id`` now."""
         return worker_id not in self._revoking
 
-    def handed_locked(self, worker_id: str, entries: list[tuple[int, Job]],
-                      now: float) -> None:
+    def handed_locked(self, worker_id: str, entries: list[tuple[int, Job]], now: float) -> None:
         """``entries`` (lease id, job) were prefetched for ``worker_id`` at ``now``."""
         self._batches[worker_id] = entries
         self._handed[worker_id] = now
@@ -139,11 +138,20 @@ class Prefetched:
 
     def held_since_locked(self, cutoff: float) -> list[str]:
         """The workers whose batch was handed out by ``cutoff`` and is still held."""
-        return [worker_id for worker_id, when in self._handed.items()
-                if when <= cutoff and worker_id not in self._revoking]
+        return [
+            worker_id
+            for worker_id, when in self._handed.items()
+            if when <= cutoff and worker_id not in self._revoking
+        ]
 
-    def victim_locked(self, taker: str, head: Job | None, held_since: float,
-                      before: Callable[[Job, Job], bool], queues: Queues = None) -> str | None:
+    def victim_locked(
+        self,
+        taker: str,
+        head: Job | None,
+        held_since: float,
+        before: Callable[[Job, Job], bool],
+        queues: Queues = None,
+    ) -> str | None:
         """A worker other than ``taker`` whose prefetched jobs ``taker`` takes back before
         it takes ``head`` (the due job it would get; None: nothing is due): with nothing
         due, any; else one whose batch was handed out by ``held_since`` and whose first job
@@ -154,8 +162,9 @@ class Prefetched:
                 continue
             if queues is not None and entries[0][1].queue not in queues:
                 continue  # the taker may not run it: taking it back would help nobody
-            if head is not None and (self._handed[worker_id] > held_since
-                                     or not before(entries[0][1], head)):
+            if head is not None and (
+                self._handed[worker_id] > held_since or not before(entries[0][1], head)
+            ):
                 continue
             candidate = (entries[0][0], worker_id)
             best = candidate if best is None or candidate < best else best
@@ -164,8 +173,11 @@ class Prefetched:
     def overtaken_locked(self, job: Job, before: Callable[[Job, Job], bool]) -> list[str]:
         """The workers holding a prefetched job that ``job`` goes before; ``before(a, b)``
         tells whether due job ``a`` goes before due job ``b``."""
-        return [worker_id for worker_id, entries in self._batches.items()
-                if worker_id not in self._revoking and before(job, entries[-1][1])]
+        return [
+            worker_id
+            for worker_id, entries in self._batches.items()
+            if worker_id not in self._revoking and before(job, entries[-1][1])
+        ]
 
     def begin_revoke_locked(self, worker_id: str) -> int | None:
         """Mark ``worker_id`` as being revoked; returns the lowest lease id to revoke from,
@@ -200,10 +212,19 @@ class Prefetcher:
     (see JobQueue).
     """
 
-    def __init__(self, lock: threading.Lock, clock: Clock, pending: PendingQueues,
-                 leases: Leases, wall: WallOffset, claims: Claims | None,
-                 admission: Admission, *, push: Callable[[Job], None],
-                 pop_due: Callable[[float, float, Queues], Job | None]) -> None:
+    def __init__(
+        self,
+        lock: threading.Lock,
+        clock: Clock,
+        pending: PendingQueues,
+        leases: Leases,
+        wall: WallOffset,
+        claims: Claims | None,
+        admission: Admission,
+        *,
+        push: Callable[[Job], None],
+        pop_due: Callable[[float, float, Queues], Job | None],
+    ) -> None:
         self._lock = lock  # the queue's: guards every field below
         self._pending = pending
         self._admission = admission
@@ -247,14 +268,22 @@ class Prefetcher:
 
     # ------------------------------------------------------------- handing out
 
-    def hand_locked(self, worker_id: str, now: float, more: int,
-                    prefetchable: Callable[[Job], bool] | None,
-                    queues: Queues = None) -> list[Assignment]:
+    def hand_locked(
+        self,
+        worker_id: str,
+        now: float,
+        more: int,
+        prefetchable: Callable[[Job], bool] | None,
+        queues: Queues = None,
+    ) -> list[Assignment]:
         """Hand ``worker_id`` up to ``more`` due jobs of its ``queues`` beyond the one it
         took, in heap order, stopping at the first that may not be prefetched (a job of a
         full limit is parked and passed over, as by a take)."""
-        if self._claims is None or not self._table.may_hand_locked(worker_id) \
-                or not self._claims.reopen(worker_id):
+        if (
+            self._claims is None
+            or not self._table.may_hand_locked(worker_id)
+            or not self._claims.reopen(worker_id)
+        ):
             return []
         batch: list[Assignment] = []
         entries: list[tuple[int, Job]] = []
@@ -264,9 +293,13 @@ class Prefetcher:
             if heap is None:
                 heap = self._pending.due_heap(now, queues)
             job = None if heap is None else heap.due_head(now)
-            if heap is None or job is None or job.timeout is not None \
-                    or (prefetchable is not None and not prefetchable(job)) \
-                    or (job.at is not None and self._wall.early_locked(job, now)):
+            if (
+                heap is None
+                or job is None
+                or job.timeout is not None
+                or (prefetchable is not None and not prefetchable(job))
+                or (job.at is not None and self._wall.early_locked(job, now))
+            ):
                 break
             # the heap it came from: with the one default queue, the plain take
             popped = self._pop_due(now, 0.0, None if only is not None else (job.queue,))
@@ -288,8 +321,12 @@ class Prefetcher:
         start before what the heap would give it (PREFETCH_HOLD, or nothing due); True if
         any went back."""
         victim = self._table.victim_locked(
-            taker, self._pending.due_head(now, queues), now - PREFETCH_HOLD,
-            self._pending.sorts_before, queues)
+            taker,
+            self._pending.due_head(now, queues),
+            now - PREFETCH_HOLD,
+            self._pending.sorts_before,
+            queues,
+        )
         return victim is not None and self.revoke_locked(victim) > 0
 
     def cancel_locked(self, job_ids: list[str]) -> None:
@@ -305,8 +342,7 @@ class Prefetcher:
         """``job`` entered the heap: if it is due and goes before a prefetched job, that
         job's worker is to be revoked (by :meth:`revoke_called_for`, after the lock)."""
         if self._table and job.due <= now:
-            self._to_revoke.update(self._table.overtaken_locked(
-                job, self._pending.sorts_before))
+            self._to_revoke.update(self._table.overtaken_locked(job, self._pending.sorts_before))
 
     def revoke_called_for_locked(self) -> None:
         """Run the revocations that jobs entering the heap called for."""

@@ -24,11 +24,17 @@ def encode_progress(value: object) -> str:
         except (TypeError, ValueError) as exc:
             raise ConfigError("progress", value, f"a dict JSON can encode ({exc})") from None
         if len(text.encode()) > MAX_PROGRESS:
-            raise ConfigError("progress", f"<{len(text.encode())} bytes of JSON>",
-                              f"at most {MAX_PROGRESS} bytes of JSON")
+            raise ConfigError(
+                "progress",
+                f"<{len(text.encode())} bytes of JSON>",
+                f"at most {MAX_PROGRESS} bytes of JSON",
+            )
         return text
-    if isinstance(value, bool) or not isinstance(value, (int, float)) \
-            or not (math.isfinite(value) and 0 <= value <= 1):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not (math.isfinite(value) and 0 <= value <= 1)
+    ):
         raise ConfigError("progress", value, "a number in [0, 1] or a dict")
     return repr(float(value))
 

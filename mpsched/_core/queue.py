@@ -102,24 +102,52 @@ class JobQueue:
         # of a requeue record).
         self._lock = threading.Lock()
         self.leases = Leases(self._lock, self._clock)
-        self._pending = PendingQueues(Order.coerce(order),
-                                      None if max_pending_bytes is None else sizer)
-        self._room = Room(self._lock, self._clock, self._pending, max_pending,
-                          max_pending_bytes, sizer)
+        self._pending = PendingQueues(
+            Order.coerce(order), None if max_pending_bytes is None else sizer
+        )
+        self._room = Room(
+            self._lock, self._clock, self._pending, max_pending, max_pending_bytes, sizer
+        )
         self._wall = WallOffset(self._clock)
-        self._admission = Admission(Limits(limits), self._clock, self._pending,
-                                    push=self._push_locked)
+        self._admission = Admission(
+            Limits(limits), self._clock, self._pending, push=self._push_locked
+        )
         self.leases.on_limited_end = self._admission.ended_locked
-        self._prefetch = Prefetcher(self._lock, self._clock, self._pending, self.leases,
-                                    self._wall, claims, self._admission,
-                                    push=self._push_locked, pop_due=self._pop_due_locked)
+        self._prefetch = Prefetcher(
+            self._lock,
+            self._clock,
+            self._pending,
+            self.leases,
+            self._wall,
+            claims,
+            self._admission,
+            push=self._push_locked,
+            pop_due=self._pop_due_locked,
+        )
         self._prefetch.on_returned = on_returned
-        self._hand_out = HandOut(self._lock, self._clock, self._pending, self._wall,
-                                 self.leases, self._prefetch, self._admission,
-                                 push=self._push_locked, pop_due=self._pop_due_locked)
-        self._intake = Intake(self._lock, self._clock, self._pending, self._room, self._wall,
-                              self.leases, self._prefetch, self._hand_out,
-                              self._admission.limits, push=self._push_locked)
+        self._hand_out = HandOut(
+            self._lock,
+            self._clock,
+            self._pending,
+            self._wall,
+            self.leases,
+            self._prefetch,
+            self._admission,
+            push=self._push_locked,
+            pop_due=self._pop_due_locked,
+        )
+        self._intake = Intake(
+            self._lock,
+            self._clock,
+            self._pending,
+            self._room,
+            self._wall,
+            self.leases,
+            self._prefetch,
+            self._hand_out,
+            self._admission.limits,
+            push=self._push_locked,
+        )
 
     def set_on_returned(self, on_returned: Callable[[Job], None] | None) -> None:
         """Set the constructor's ``on_returned`` (its journal is made after the queue)."""
@@ -155,9 +183,16 @@ class JobQueue:
         """
         self.submit_many([request], timeout)
 
-    def submit_many(self, requests: list[JobRequest], timeout: float | None = None,
-                    seqs: list[int] | None = None, due: float | None = None, *,
-                    checked: bool = False, refuse_running: bool = False) -> None:
+    def submit_many(
+        self,
+        requests: list[JobRequest],
+        timeout: float | None = None,
+        seqs: list[int] | None = None,
+        due: float | None = None,
+        *,
+        checked: bool = False,
+        refuse_running: bool = False,
+    ) -> None:
         """Add jobs all at once, in order (consecutive seqs), or none of them.
 
         ``due``: an instant on this queue's clock that every job of the batch is due at,
@@ -240,8 +275,7 @@ class JobQueue:
     def cancel_client(self, client_id: str, *, not_due_only: bool = False) -> list[str]:
         """Remove every pending job of one client (with ``not_due_only``, only those whose
         due time is still ahead); returns their ids."""
-        return [job.job_id for job in self.cancel_client_jobs(client_id,
-                                                              not_due_only=not_due_only)]
+        return [job.job_id for job in self.cancel_client_jobs(client_id, not_due_only=not_due_only)]
 
     def cancel_client_jobs(self, client_id: str, *, not_due_only: bool = False) -> list[Job]:
         """As :meth:`cancel_client`; returns the jobs removed."""
@@ -266,9 +300,15 @@ class JobQueue:
         batch = self.take_batch(worker_id, timeout, early)
         return batch[0] if batch else None
 
-    def take_batch(self, worker_id: str, timeout: float, early: float = 0.0, more: int = 0,
-                   prefetchable: Callable[[Job], bool] | None = None,
-                   queues: Queues = None) -> list[Assignment]:
+    def take_batch(
+        self,
+        worker_id: str,
+        timeout: float,
+        early: float = 0.0,
+        more: int = 0,
+        prefetchable: Callable[[Job], bool] | None = None,
+        queues: Queues = None,
+    ) -> list[Assignment]:
         """:meth:`take`, then up to ``more`` jobs more that are due already: prefetched,
         each revocable until ``worker_id`` claims it (mpsched._core.prefetch).
 
@@ -291,12 +331,10 @@ class JobQueue:
             deadline = self._clock.now() + timeout
             try:
                 while True:
-                    batch = hand_out.try_take_locked(worker_id, early, more, prefetchable,
-                                                     queues)
+                    batch = hand_out.try_take_locked(worker_id, early, more, prefetchable, queues)
                     if batch is not None:
                         return batch
-                    if not hand_out.wait_for_work_locked(worker_id, deadline, early,
-                                                         queues):
+                    if not hand_out.wait_for_work_locked(worker_id, deadline, early, queues):
                         return []
             finally:  # pass the lead on (nobody waiting: skip the call, it is per job)
                 if hand_out.waiting:
@@ -337,8 +375,13 @@ class JobQueue:
             self._prefetch.started_locked(worker_id, lease_id)
             return self.leases.complete_locked(lease_id, outcome)
 
-    def retry(self, lease_id: int, outcome: Outcome, worker_id: str,
-              delay_of: Callable[[Job], float | None]) -> tuple[Job | None, float | None]:
+    def retry(
+        self,
+        lease_id: int,
+        outcome: Outcome,
+        worker_id: str,
+        delay_of: Callable[[Job], float | None],
+    ) -> tuple[Job | None, float | None]:
         """End a lease whose job failed in a way that may run again, and in the same step
         put the job back in the heap, due ``delay_of(job)`` seconds from now; when that is
         None (or the queue is closed), end it as :meth:`complete` does. Returns the job
@@ -351,8 +394,9 @@ class JobQueue:
                 return self.leases.complete_locked(lease_id, outcome), None
             self.leases.complete_locked(lease_id, outcome, final=False)
             assert job is not None
-            self._intake.retry_locked(job, self._clock.now() + delay,
-                                      later=outcome.error_kind != OutcomeKind.RETRYABLE)
+            self._intake.retry_locked(
+                job, self._clock.now() + delay, later=outcome.error_kind != OutcomeKind.RETRYABLE
+            )
         self._prefetch.revoke_called_for()
         return job, delay
 
@@ -404,8 +448,9 @@ class JobQueue:
             found[0].progress = progress
             return True
 
-    def jobs(self, state: JobState | None = None,
-             limit: int | None = None) -> list[tuple[Job, str | None]]:
+    def jobs(
+        self, state: JobState | None = None, limit: int | None = None
+    ) -> list[tuple[Job, str | None]]:
         """The jobs pending (worker None) or in flight (with its worker's id), in
         submission order: those in ``state`` (PENDING or RUNNING; None: both), the first
         ``limit`` of them (None: all). The lock is held for a copy of the heap's list;
@@ -413,11 +458,14 @@ class JobQueue:
         queue's own records: read them only."""
         with self._lock:
             # A snapshot: iterating PendingJobs copies its jobs when the iterator is made.
-            pending: Iterable[Job] = iter(self._pending) if state in (
-                None, JobState.PENDING) else ()
+            pending: Iterable[Job] = (
+                iter(self._pending) if state in (None, JobState.PENDING) else ()
+            )
             running: list[tuple[Job, str | None]] = (
                 [(job, lease.worker_id) for job, lease in self.leases.jobs_locked()]
-                if state in (None, JobState.RUNNING) else [])
+                if state in (None, JobState.RUNNING)
+                else []
+            )
         if limit is not None:
             pending = heapq.nsmallest(limit, pending, key=_by_seq)
         jobs: list[tuple[Job, str | None]] = [(job, None) for job in pending]
@@ -507,8 +555,7 @@ class JobQueue:
             )
         # Sorted here, outside the lock: 10,000 samples take milliseconds, which every
         # take would otherwise wait out.
-        return dataclasses.replace(stats, lateness=percentiles(done.recent)) if lateness \
-            else stats
+        return dataclasses.replace(stats, lateness=percentiles(done.recent)) if lateness else stats
 
     # ------------------------------------------------ the heap's two moves, lock held
 
@@ -521,8 +568,7 @@ class JobQueue:
         if self._prefetch:
             self._prefetch.overtaken_locked(job, self._clock.now())
 
-    def _pop_due_locked(self, now: float, early: float = 0.0,
-                        queues: Queues = None) -> Job | None:
+    def _pop_due_locked(self, now: float, early: float = 0.0, queues: Queues = None) -> Job | None:
         """The next job due (``early`` seconds ahead) of ``queues`` out of its heap; room
         is made."""
         job = self._pending.pop_due(now, early, queues)

@@ -213,8 +213,11 @@ class PendingQueues:
         for heap in self._queues.values():
             job = heap.peek_due(now, early)
             if job is not None:
-                key = (job.due, job.priority, job.seq) if by_time else \
-                    (job.priority, job.due, job.seq)
+                key = (
+                    (job.due, job.priority, job.seq)
+                    if by_time
+                    else (job.priority, job.due, job.seq)
+                )
                 if best_key is None or key < best_key:
                     best, best_key = heap, key
         return best

@@ -69,7 +69,7 @@ class ScheduleSpec(NamedTuple):
     def of(cls, fields: tuple[Any, ...]) -> ScheduleSpec:
         """A spec from its fields as sent or stored; one stored by an older version lacks
         the last fields, which take their defaults."""
-        rest = cls._fields[len(fields):]
+        rest = cls._fields[len(fields) :]
         return cls._make((*fields, *(cls._field_defaults[name] for name in rest)))
 
     def identity(self) -> ScheduleSpec:
@@ -118,10 +118,13 @@ def with_options(spec: ScheduleSpec) -> ScheduleSpec:
     Raises:
         ConfigError: a word that option does not take.
     """
-    return spec._replace(kind=ScheduleKind.coerce(spec.kind), mode=Mode.coerce(spec.mode),
-                         overlap=Overlap.coerce(spec.overlap),
-                         catchup=Catchup.coerce(spec.catchup),
-                         on_error=OnError.coerce(spec.on_error))
+    return spec._replace(
+        kind=ScheduleKind.coerce(spec.kind),
+        mode=Mode.coerce(spec.mode),
+        overlap=Overlap.coerce(spec.overlap),
+        catchup=Catchup.coerce(spec.catchup),
+        on_error=OnError.coerce(spec.on_error),
+    )
 
 
 def plain(spec: ScheduleSpec) -> tuple[object, ...]:
@@ -133,10 +136,17 @@ def check_spec(spec: ScheduleSpec) -> None:
     """Raise InvalidJobError, ConfigError (an option's word) or ExtraMissingError unless
     ``spec`` can be planned."""
     sid = spec.schedule_id
-    if not isinstance(sid, str) or not sid or len(sid) > MAX_ID or RUN_SEPARATOR in sid \
-            or not sid.isprintable():
-        raise InvalidJobError(f"schedule id must be 1 to {MAX_ID} printable characters "
-                              f"without {RUN_SEPARATOR!r}, not {sid!r}")
+    if (
+        not isinstance(sid, str)
+        or not sid
+        or len(sid) > MAX_ID
+        or RUN_SEPARATOR in sid
+        or not sid.isprintable()
+    ):
+        raise InvalidJobError(
+            f"schedule id must be 1 to {MAX_ID} printable characters "
+            f"without {RUN_SEPARATOR!r}, not {sid!r}"
+        )
     if spec.kind not in (ScheduleKind.EVERY, ScheduleKind.CRON):
         raise InvalidJobError(f"unknown schedule kind {spec.kind!r}")
     with_options(spec)  # ConfigError for a word no option takes
@@ -175,8 +185,9 @@ def zone(name: str) -> tzinfo:
     try:
         return zoneinfo.ZoneInfo(name)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError, TypeError) as exc:
-        raise InvalidJobError(f"unknown time zone {name!r}: use an IANA name such as "
-                              "'Europe/Berlin' or 'UTC'") from exc
+        raise InvalidJobError(
+            f"unknown time zone {name!r}: use an IANA name such as 'Europe/Berlin' or 'UTC'"
+        ) from exc
 
 
 def local_zone_name() -> str:
@@ -205,8 +216,10 @@ def cron_slots(expr: str, tz: tzinfo, after: float) -> float:
     except ImportError:
         raise ExtraMissingError("cron schedules", "cron", "cronsim") from None
     if not isinstance(expr, str) or len(expr.split()) != 5:
-        raise InvalidJobError(f"cron expression must have five fields (minute hour "
-                              f"day-of-month month day-of-week), not {expr!r}")
+        raise InvalidJobError(
+            f"cron expression must have five fields (minute hour "
+            f"day-of-month month day-of-week), not {expr!r}"
+        )
     try:
         return next(CronSim(expr, datetime.fromtimestamp(after, tz))).timestamp()
     except (CronSimError, ValueError, KeyError) as exc:

@@ -97,11 +97,14 @@ def _visit(value: Any, seen: Callable[[ResultOf], object]) -> None:
                 seen(item)
 
 
-def substitute(args: tuple[Any, ...], kwargs: dict[str, Any],
-               values: Mapping[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+def substitute(
+    args: tuple[Any, ...], kwargs: dict[str, Any], values: Mapping[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """``args`` and ``kwargs`` with each ``ResultOf`` replaced by its job's value."""
-    return (tuple(_replaced(a, values) for a in args),
-            {k: _replaced(v, values) for k, v in kwargs.items()})
+    return (
+        tuple(_replaced(a, values) for a in args),
+        {k: _replaced(v, values) for k, v in kwargs.items()},
+    )
 
 
 def _replaced(value: Any, values: Mapping[str, Any]) -> Any:
@@ -123,8 +126,7 @@ def _replaced(value: Any, values: Mapping[str, Any]) -> Any:
 def attach_inputs(payload: Payload, outcomes: Mapping[str, Outcome]) -> bytes:
     """``payload`` with the parents' ``outcomes`` in front of it (plain data: the outcomes'
     bytes are not unpickled)."""
-    header = pickle.dumps([tuple(o) for o in outcomes.values()],
-                          protocol=pickle.HIGHEST_PROTOCOL)
+    header = pickle.dumps([tuple(o) for o in outcomes.values()], protocol=pickle.HIGHEST_PROTOCOL)
     return b"".join((INPUTS_MAGIC, len(header).to_bytes(_LENGTH, "big"), header, payload))
 
 
@@ -144,4 +146,4 @@ def job_payload(payload: Payload) -> Payload:
     if payload[:4] != INPUTS_MAGIC:
         return payload
     start = 4 + _LENGTH
-    return payload[start + int.from_bytes(payload[4:start], "big"):]
+    return payload[start + int.from_bytes(payload[4:start], "big") :]

@@ -75,10 +75,14 @@ class RetryPolicy:
     never: type[BaseException] | tuple[type[BaseException], ...] = ()
 
     def __post_init__(self) -> None:
-        if (isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int)
-                or self.max_retries < 0):
+        if (
+            isinstance(self.max_retries, bool)
+            or not isinstance(self.max_retries, int)
+            or self.max_retries < 0
+        ):
             raise InvalidJobError(
-                f"max_retries must be a non-negative int, not {self.max_retries!r}")
+                f"max_retries must be a non-negative int, not {self.max_retries!r}"
+            )
         for name in ("backoff", "max_backoff"):
             _delay(name, getattr(self, name))
         _number("factor", self.factor, 1.0)
@@ -89,8 +93,13 @@ class RetryPolicy:
 
     def terms(self) -> RetryTerms:
         """The numbers of this policy, as the manager keeps them."""
-        return RetryTerms(self.max_retries, float(self.backoff), float(self.factor),
-                          float(self.max_backoff), float(self.jitter))
+        return RetryTerms(
+            self.max_retries,
+            float(self.backoff),
+            float(self.factor),
+            float(self.max_backoff),
+            float(self.jitter),
+        )
 
     def retries(self, exc: BaseException) -> bool:
         """Whether ``exc`` is of a kind this policy retries."""
@@ -116,7 +125,8 @@ def _delay(name: str, value: object) -> float:
 def _exception_types(name: str, value: object) -> tuple[type[BaseException], ...]:
     types = (value,) if isinstance(value, type) else value
     if not isinstance(types, (tuple, list, set, frozenset)) or not all(
-            isinstance(t, type) and issubclass(t, BaseException) for t in types):
+        isinstance(t, type) and issubclass(t, BaseException) for t in types
+    ):
         raise InvalidJobError(f"{name} must be exception types, not {value!r}")
     return tuple(types)
 
@@ -156,8 +166,10 @@ def coerce_retry(retry: int | RetryPolicy | None, retries: int) -> RetryPolicy |
     if isinstance(retry, bool) or not isinstance(retry, (int, RetryPolicy)):
         raise InvalidJobError(f"retry must be None, an int or a RetryPolicy, not {retry!r}")
     if retries:
-        raise InvalidJobError("give retry= or retries=, not both: a policy's max_retries "
-                              "also counts the worker deaths that retries= counts")
+        raise InvalidJobError(
+            "give retry= or retries=, not both: a policy's max_retries "
+            "also counts the worker deaths that retries= counts"
+        )
     return RetryPolicy(retry) if isinstance(retry, int) else retry
 
 
@@ -197,8 +209,9 @@ def backoff(terms: RetryTerms, job_id: str, retry: int) -> float:
     return base * (1.0 + terms.jitter * (2.0 * uniform - 1.0))
 
 
-def retry_delay(job_id: str, attempt: int, terms: RetryTerms | None,
-                error_kind: str) -> float | None:
+def retry_delay(
+    job_id: str, attempt: int, terms: RetryTerms | None, error_kind: str
+) -> float | None:
     """Seconds until a job runs again after its ``attempt``-th run failed with an outcome
     of ``error_kind``; None when it does not run again (not retryable, or budget spent)."""
     if error_kind == RETRYABLE:
@@ -209,7 +222,7 @@ def retry_delay(job_id: str, attempt: int, terms: RetryTerms | None,
         budget = RETRY_LATER_BUDGET if terms is None else terms.max_retries
         if attempt > budget:
             return None
-        return float(error_kind[len(RETRY_LATER_PREFIX):])
+        return float(error_kind[len(RETRY_LATER_PREFIX) :])
     return None
 
 
@@ -227,7 +240,7 @@ def error_line(traceback_text: str) -> str:
     """An error's one line: the last line of its formatted traceback, shortened."""
     lines = traceback_text.split(NOTES_MARKER, 1)[0].strip().splitlines()
     line = lines[-1].strip() if lines else "?"
-    return line if len(line) <= MAX_ERROR_LINE else line[:MAX_ERROR_LINE - 3] + "..."
+    return line if len(line) <= MAX_ERROR_LINE else line[: MAX_ERROR_LINE - 3] + "..."
 
 
 def attempt_note(attempt: int, line: str, wall: float | None = None) -> str:
@@ -267,8 +280,10 @@ class RetryState(NamedTuple):
     def encode(self) -> str:
         """As a store keeps it: JSON."""
         policy = None if self.terms is None else list(self.terms)
-        return json.dumps({"policy": policy, "error": self.error, "notes": self.notes or []},
-                          separators=(",", ":"))
+        return json.dumps(
+            {"policy": policy, "error": self.error, "notes": self.notes or []},
+            separators=(",", ":"),
+        )
 
     @classmethod
     def decode(cls, text: str) -> RetryState:

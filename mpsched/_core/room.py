@@ -16,8 +16,7 @@ from mpsched._core.queues import PendingQueues
 from mpsched._errors import ConfigError, InvalidJobError, QueueFullError, SchedulerShutdownError
 
 
-def check_fits(count: int, size: int, max_pending: int | None,
-               max_bytes: int | None) -> None:
+def check_fits(count: int, size: int, max_pending: int | None, max_bytes: int | None) -> None:
     """Refuse a batch of ``count`` jobs of ``size`` payload bytes that could never fit
     the bounds, however many jobs leave the queue (None: no bound).
 
@@ -25,20 +24,26 @@ def check_fits(count: int, size: int, max_pending: int | None,
         InvalidJobError: the batch is larger than either bound.
     """
     if max_pending is not None and count > max_pending:
-        raise InvalidJobError(
-            f"a batch of {count} jobs can never fit max_pending={max_pending}")
+        raise InvalidJobError(f"a batch of {count} jobs can never fit max_pending={max_pending}")
     if max_bytes is not None and size > max_bytes:
-        raise InvalidJobError(f"a batch of {size} payload bytes can never fit "
-                              f"max_pending_bytes={max_bytes}")
+        raise InvalidJobError(
+            f"a batch of {size} payload bytes can never fit max_pending_bytes={max_bytes}"
+        )
 
 
 class Room:
     """``max_pending`` jobs and ``max_bytes`` payload bytes (as ``sizer`` counts them) at
     most in ``pending``; None: no bound."""
 
-    def __init__(self, lock: threading.Lock, clock: Clock, pending: PendingQueues,
-                 max_pending: int | None, max_bytes: int | None,
-                 sizer: Callable[[Payload], int]) -> None:
+    def __init__(
+        self,
+        lock: threading.Lock,
+        clock: Clock,
+        pending: PendingQueues,
+        max_pending: int | None,
+        max_bytes: int | None,
+        sizer: Callable[[Payload], int],
+    ) -> None:
         if max_pending is not None and max_pending < 1:
             raise ConfigError("max_pending", max_pending, "at least 1")
         if max_bytes is not None and max_bytes < 1:
@@ -65,8 +70,14 @@ class Room:
         check_fits(len(requests), size, self.max_pending, self.max_bytes)
         return size
 
-    def wait_locked(self, now: float, timeout: float | None, count: int, size: int,
-                    wait: Callable[[Waitable, float | None], None]) -> None:
+    def wait_locked(
+        self,
+        now: float,
+        timeout: float | None,
+        count: int,
+        size: int,
+        wait: Callable[[Waitable, float | None], None],
+    ) -> None:
         """Wait until ``count`` jobs of ``size`` payload bytes fit, up to ``timeout``
         seconds; ``wait`` is the queue's condition wait (it counts waits).
 

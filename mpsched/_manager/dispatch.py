@@ -37,9 +37,16 @@ class Dispatch:
     is called when a job with a timeout goes out (the supervisor sleeps until the earliest
     job deadline)."""
 
-    def __init__(self, queue: JobQueue | SharedQueue, journal: BaseJournal,
-                 schedules: ScheduleEvents, workers: WorkerTable, segments: Segments,
-                 clock: Clock, wake_supervisor: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        queue: JobQueue | SharedQueue,
+        journal: BaseJournal,
+        schedules: ScheduleEvents,
+        workers: WorkerTable,
+        segments: Segments,
+        clock: Clock,
+        wake_supervisor: Callable[[], None],
+    ) -> None:
         self._queue = queue
         self._journal = journal
         self._schedules = schedules
@@ -48,8 +55,7 @@ class Dispatch:
         self._clock = clock
         self._wake_supervisor = wake_supervisor
 
-    def take(self, worker_id: str, local: bool, timeout: float,
-             more: int) -> list[AssignmentWire]:
+    def take(self, worker_id: str, local: bool, timeout: float, more: int) -> list[AssignmentWire]:
         """Wait up to ``timeout`` (at most LONG_POLL) for the next due job for
         ``worker_id``, with up to ``more`` prefetched if ``local`` (a worker this manager
         started); the assignments as they go out ([] for none).
@@ -63,8 +69,7 @@ class Dispatch:
         # and sleep until its due time itself. Any other gets it when due, and a delay
         # (measured here, so ~0) rather than an instant it would misread on its own clock.
         early = EARLY_HANDOFF if local else 0.0
-        batch = self._take_batch(worker_id, min(timeout, LONG_POLL), early,
-                                 more if local else 0)
+        batch = self._take_batch(worker_id, min(timeout, LONG_POLL), early, more if local else 0)
         if not batch:
             return []
         first = batch[0]
@@ -88,19 +93,27 @@ class Dispatch:
         # Any other worker may run on another host: it cannot map our shared memory.
         return [assignment_to_wire(first, delay, self._segments.for_remote(first.payload))]
 
-    def _take_batch(self, worker_id: str, timeout: float, early: float,
-                    more: int) -> list[Assignment]:
+    def _take_batch(
+        self, worker_id: str, timeout: float, early: float, more: int
+    ) -> list[Assignment]:
         """The queue's take, unless the worker was dismissed (before or as the queue
         closed): then WorkerDismissedError."""
         if self._workers.dismissal(worker_id):
             raise WorkerDismissedError(f"worker {worker_id} was dismissed: its pool leaves")
         try:
-            return self._queue.take_batch(worker_id, timeout, early, more, self._prefetchable,
-                                          self._workers.queues_of(worker_id))
+            return self._queue.take_batch(
+                worker_id,
+                timeout,
+                early,
+                more,
+                self._prefetchable,
+                self._workers.queues_of(worker_id),
+            )
         except SchedulerShutdownError:
             if self._workers.dismissal(worker_id):
-                raise WorkerDismissedError(f"the manager stops and dismissed worker "
-                                           f"{worker_id}: its pool leaves") from None
+                raise WorkerDismissedError(
+                    f"the manager stops and dismissed worker {worker_id}: its pool leaves"
+                ) from None
             raise
 
     def _prefetchable(self, job: Job) -> bool:
@@ -113,7 +126,7 @@ class Dispatch:
         journal) and those after it go back to the heap. Returns those handed out."""
         for i, assignment in enumerate(batch):
             if not self._journal.lease(assignment):
-                for rest in batch[i + 1:]:
+                for rest in batch[i + 1 :]:
                     self._queue.return_lease(rest.lease.lease_id)
                 return batch[:i]
         return batch

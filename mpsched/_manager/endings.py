@@ -52,10 +52,17 @@ class Endings:
     through :meth:`cancelled`); ``stopping`` is set once the manager stops.
     """
 
-    def __init__(self, queue: JobQueue | SharedQueue, journal: BaseJournal,
-                 segments: Segments, mailboxes: Mailboxes, failures: RecentFailures,
-                 workers: WorkerTable, stopping: threading.Event,
-                 run_ended: Callable[[str, Outcome], None]) -> None:
+    def __init__(
+        self,
+        queue: JobQueue | SharedQueue,
+        journal: BaseJournal,
+        segments: Segments,
+        mailboxes: Mailboxes,
+        failures: RecentFailures,
+        workers: WorkerTable,
+        stopping: threading.Event,
+        run_ended: Callable[[str, Outcome], None],
+    ) -> None:
         self._queue = queue
         self._journal = journal
         self._segments = segments
@@ -68,15 +75,23 @@ class Endings:
         # for it (mpsched._manager.workflows); None for a shared store's queue.
         self.on_ended: Callable[[str, Outcome], None] | None = None
 
-    def complete(self, report: Report, worker_id: str, *, same_clock: bool,
-                 late: bool = True) -> bool:
+    def complete(
+        self, report: Report, worker_id: str, *, same_clock: bool, late: bool = True
+    ) -> bool:
         """End a lease with its worker's report; False for a lease that had ended.
         ``late``: such a report's outcome reaches nobody (its result segment is
         unlinked)."""
         return self.complete_all([report], worker_id, same_clock=same_clock, late=late) == 1
 
-    def complete_all(self, reports: list[Report], worker_id: str, *, same_clock: bool,
-                     late: bool = True, more: int | None = None) -> int:
+    def complete_all(
+        self,
+        reports: list[Report],
+        worker_id: str,
+        *,
+        same_clock: bool,
+        late: bool = True,
+        more: int | None = None,
+    ) -> int:
         """:meth:`complete` each of one worker's reports, journalled together (a shared
         store records them in one call, and claims the worker's next jobs in it: ``more``
         beyond the first, None for as many as its last take asked); returns how many
@@ -86,8 +101,7 @@ class Endings:
             # A start stamp from another monotonic clock than ours says nothing about
             # lateness here: only workers we started report on our clock; other workers'
             # jobs stay out of the lateness and started-early counts.
-            stats_outcome = (report.outcome if same_clock
-                             else report.outcome._replace(started=None))
+            stats_outcome = report.outcome if same_clock else report.outcome._replace(started=None)
             outcome: Outcome | None = report.outcome
             if report.outcome.ok or not is_retry_kind(report.outcome.error_kind):
                 job = self._queue.complete(report.lease_id, stats_outcome, worker_id)
@@ -109,7 +123,8 @@ class Endings:
             return 0
         on_ended = self.on_ended
         for (job, outcome), watchers in zip(
-                ended, self._journal.finished_all(ended, worker_id, more), strict=True):
+            ended, self._journal.finished_all(ended, worker_id, more), strict=True
+        ):
             if watchers is not None:  # None: a shared store refused it (a stale lease)
                 if on_ended is not None:  # before the result's segment is handed on
                     on_ended(job.job_id, outcome)
@@ -118,8 +133,9 @@ class Endings:
                 self._segments.discarded(outcome)  # nobody gets it: its result segment goes
         return len(ended)
 
-    def _retry(self, report: Report, stats_outcome: Outcome,
-               worker_id: str) -> tuple[Job | None, Outcome | None]:
+    def _retry(
+        self, report: Report, stats_outcome: Outcome, worker_id: str
+    ) -> tuple[Job | None, Outcome | None]:
         """End a lease whose job raised what it may be retried for: back in the heap with
         its back-off if its budget allows, in the same step. Returns the job (None for a
         lease that had ended) and its final outcome (None: it runs again)."""
@@ -137,8 +153,14 @@ class Endings:
             return None, None
         if delay is not None:
             self._journal.retried(job, delay, retry_cause(outcome.error_kind))
-            log.info("job %s: attempt %d on worker %s failed (%s); it runs again in %.3g s",
-                     job.job_id, job.attempt, worker_id, line, delay)
+            log.info(
+                "job %s: attempt %d on worker %s failed (%s); it runs again in %.3g s",
+                job.job_id,
+                job.attempt,
+                worker_id,
+                line,
+                delay,
+            )
             return job, None
         return job, final_outcome(job, outcome)
 
@@ -153,12 +175,16 @@ class Endings:
             # outcome was posted; its result segment is its recipients' now).
             completed += self.complete(report, worker_id, same_clock=True, late=False)
         if completed:
-            log.info("worker %s exited; %d job(s) it had run were reported from its slot",
-                     worker_id, completed)
+            log.info(
+                "worker %s exited; %d job(s) it had run were reported from its slot",
+                worker_id,
+                completed,
+            )
         return completed
 
-    def lose_worker(self, worker_id: str, exitcode: int | None,
-                    received: Callable[[Lease], bool] | None = None) -> int:
+    def lose_worker(
+        self, worker_id: str, exitcode: int | None, received: Callable[[Lease], bool] | None = None
+    ) -> int:
         """Forget a worker and resolve each job it held; returns how many it held.
 
         ``received`` tells whether the worker got a lease (local workers: their claim
@@ -168,13 +194,15 @@ class Endings:
         lost = self._queue.release_worker(worker_id)
         acked = self._workers.remove(worker_id)
         for item in lost:
-            got = (received(item.lease) if received else
-                   acked is None or item.lease.lease_id == acked)
+            got = (
+                received(item.lease) if received else acked is None or item.lease.lease_id == acked
+            )
             self._resolve_lost(item, got, exitcode)
         return len(lost)
 
-    def resolve_left(self, worker_id: str, exitcode: int | None, left: LeftBehind, *,
-                     same_clock: bool) -> int:
+    def resolve_left(
+        self, worker_id: str, exitcode: int | None, left: LeftBehind, *, same_clock: bool
+    ) -> int:
         """A worker is gone, or joined again under a new id, and ``left`` says what it left
         (its claim slot): end the jobs it ran to their end with their outcomes, then
         resolve its other leases, the job it entered as one it died under and the rest as
@@ -184,13 +212,21 @@ class Endings:
             lease = self._queue.leases.lease_of(report.outcome.job_id)
             if lease is not None and lease.worker_id == worker_id:
                 # Its own lease id: one of a manager before a restart names no lease here.
-                completed += self.complete(report._replace(lease_id=lease.lease_id),
-                                           worker_id, same_clock=same_clock, late=False)
+                completed += self.complete(
+                    report._replace(lease_id=lease.lease_id),
+                    worker_id,
+                    same_clock=same_clock,
+                    late=False,
+                )
         if completed:
-            log.info("worker %s is gone; %d job(s) it had run were reported from its slot",
-                     worker_id, completed)
-        return self.lose_worker(worker_id, exitcode,
-                                received=lambda lease: left.entered_job(lease.job_id))
+            log.info(
+                "worker %s is gone; %d job(s) it had run were reported from its slot",
+                worker_id,
+                completed,
+            )
+        return self.lose_worker(
+            worker_id, exitcode, received=lambda lease: left.entered_job(lease.job_id)
+        )
 
     def _resolve_lost(self, item: LostLease, received: bool, exitcode: int | None) -> None:
         job, lease = item.job, item.lease
@@ -206,8 +242,12 @@ class Endings:
             return
         elif received and job.attempt <= job.retries and self._crash_retry(job, lease, exitcode):
             self._journal.requeued(job)
-            log.warning("job %s: worker %s died on attempt %d; requeued", job.job_id,
-                        lease.worker_id, job.attempt)
+            log.warning(
+                "job %s: worker %s died on attempt %d; requeued",
+                job.job_id,
+                lease.worker_id,
+                job.attempt,
+            )
             return
         elif self._stopping.is_set():
             self._queue.fail(job)

@@ -41,16 +41,16 @@ class RecentFailures:
         self._lock = threading.Lock()
         self._failures: deque[Failure] = deque(maxlen=keep)
 
-    def note(self, job: Job, outcome: Outcome, worker_id: str | None,
-             message: str = "") -> None:
+    def note(self, job: Job, outcome: Outcome, worker_id: str | None, message: str = "") -> None:
         """Remember that ``job`` failed with ``outcome``; ``message``: the manager's own
         words for an error it made itself (a lost worker, a timeout)."""
         traceback = outcome.traceback
         if len(traceback) > MAX_TRACEBACK:
             traceback = "...\n" + traceback[-MAX_TRACEBACK:]
         error = message or _last_line(traceback) or outcome.error_kind or "failed"
-        failure = Failure(job.job_id, job.name, worker_id, job.attempt, time.time(), error,
-                          traceback)
+        failure = Failure(
+            job.job_id, job.name, worker_id, job.attempt, time.time(), error, traceback
+        )
         with self._lock:
             self._failures.append(failure)
 
@@ -82,9 +82,16 @@ def described(record: JobRecord) -> JobRecord:
 
 # The ends the manager (not the job) decides: their payload is its own error, pickled
 # without user code, which it may read back.
-_VERDICTS = {str(k) for k in (OutcomeKind.WORKER_CRASHED, OutcomeKind.JOB_TIMEOUT,
-                               OutcomeKind.SHUTDOWN, OutcomeKind.OUTCOME_LOST,
-                               OutcomeKind.OUTCOME_NOT_KEPT)}
+_VERDICTS = {
+    str(k)
+    for k in (
+        OutcomeKind.WORKER_CRASHED,
+        OutcomeKind.JOB_TIMEOUT,
+        OutcomeKind.SHUTDOWN,
+        OutcomeKind.OUTCOME_LOST,
+        OutcomeKind.OUTCOME_NOT_KEPT,
+    )
+}
 
 
 def error_line(outcome: Outcome) -> str:

@@ -48,6 +48,7 @@ from mpsched._store.memory import MemoryStore
 
 log = logging.getLogger("mpsched.manager")
 
+
 def encode(outcome: Outcome) -> bytes:
     """An outcome as the store keeps it (plain data, its kind a word: the manager may
     unpickle it)."""
@@ -62,13 +63,25 @@ def decode(data: bytes) -> Outcome:
 
 def failure(job_id: str, error: BaseException, kind: OutcomeKind) -> Outcome:
     """The outcome of a job that the manager, not the job, ended with ``error``."""
-    return Outcome(job_id=job_id, ok=False, payload=pickle.dumps(error), traceback="",
-                   started=None, error_kind=kind)
+    return Outcome(
+        job_id=job_id,
+        ok=False,
+        payload=pickle.dumps(error),
+        traceback="",
+        started=None,
+        error_kind=kind,
+    )
 
 
 def cancelled(job_id: str) -> Outcome:
-    return Outcome(job_id=job_id, ok=False, payload=b"", traceback="", started=None,
-                   error_kind=OutcomeKind.CANCELLED)
+    return Outcome(
+        job_id=job_id,
+        ok=False,
+        payload=b"",
+        traceback="",
+        started=None,
+        error_kind=OutcomeKind.CANCELLED,
+    )
 
 
 class WaitingJobs(Protocol):
@@ -139,8 +152,9 @@ class BaseJournal(abc.ABC):
         them) reach its clients; a journal of this manager's own queue sees them all."""
 
     @abc.abstractmethod
-    def submit(self, requests: list[JobRequest], timeout: float | None,
-               due: float | None = None) -> list[str] | None:
+    def submit(
+        self, requests: list[JobRequest], timeout: float | None, due: float | None = None
+    ) -> list[str] | None:
         """Journal then queue a batch, all or none. Returns None when every job was queued
         as itself, else for each job the id of the job that stands for it (a keyed job
         whose key was held). ``due``: as JobQueue.submit_many (the queue's clock).
@@ -154,8 +168,12 @@ class BaseJournal(abc.ABC):
         """Journal a job handed out; False (the job is back in the heap) if that failed."""
         return True
 
-    def waiting(self, jobs: list[Job], requests: list[JobRequest],  # noqa: B027
-                afters: list[After]) -> None:
+    def waiting(  # noqa: B027
+        self,
+        jobs: list[Job],
+        requests: list[JobRequest],
+        afters: list[After],
+    ) -> None:
         """Journal (durably) jobs that wait for their parents, with their edges; nothing
         without a store.
 
@@ -174,14 +192,14 @@ class BaseJournal(abc.ABC):
         return _not_kept(job_id)
 
     @abc.abstractmethod
-    def finished(self, job: Job, outcome: Outcome,
-                 worker_id: str | None = None) -> set[str] | None:
+    def finished(self, job: Job, outcome: Outcome, worker_id: str | None = None) -> set[str] | None:
         """Journal how a job ended (``worker_id``: who ran it); returns the clients
         (besides its own) watching it, or None when the store refused the end (a shared
         store, whose lease had gone stale: nobody is told)."""
 
-    def finished_all(self, ends: list[tuple[Job, Outcome]], worker_id: str | None = None,
-                     more: int | None = None) -> list[set[str] | None]:
+    def finished_all(
+        self, ends: list[tuple[Job, Outcome]], worker_id: str | None = None, more: int | None = None
+    ) -> list[set[str] | None]:
         """:meth:`finished` for each of the jobs one worker ran (a shared store records
         them in one call, with the worker's next jobs: ``more`` beyond the first)."""
         return [self.finished(job, outcome, worker_id) for job, outcome in ends]
@@ -217,8 +235,7 @@ class BaseJournal(abc.ABC):
     def cancelled(self, jobs: list[Job]) -> dict[str, set[str]]:
         """Journal (durably) jobs taken out of the heap; returns their watchers by job."""
         with self._lock:
-            return {job.job_id: w for job in jobs
-                    if (w := self._watchers.pop(job.job_id, None))}
+            return {job.job_id: w for job in jobs if (w := self._watchers.pop(job.job_id, None))}
 
     @abc.abstractmethod
     def watch(self, client_id: str, job_id: str) -> Outcome | None:
@@ -277,8 +294,9 @@ class NoJournal(BaseJournal):
     MemoryStore.
     """
 
-    def __init__(self, queue: JobQueue, wall: Callable[[], float] = time.time,
-                 result_ttl: float = 0.0) -> None:
+    def __init__(
+        self, queue: JobQueue, wall: Callable[[], float] = time.time, result_ttl: float = 0.0
+    ) -> None:
         super().__init__(MemoryStore(), queue)
         self.queue: JobQueue = queue
         self._wall = wall
@@ -305,8 +323,9 @@ class NoJournal(BaseJournal):
             return ended.outcome
         return _not_kept(job_id)
 
-    def submit(self, requests: list[JobRequest], timeout: float | None,
-               due: float | None = None) -> list[str] | None:
+    def submit(
+        self, requests: list[JobRequest], timeout: float | None, due: float | None = None
+    ) -> list[str] | None:
         if all(r.key is None for r in requests):
             self.queue.submit_many(requests, timeout, due=due, refuse_running=True)
             return None
@@ -314,8 +333,7 @@ class NoJournal(BaseJournal):
             check_request(request)  # before any key is taken
         holders, fresh = self._take_keys(requests)
         try:
-            self.queue.submit_many(fresh, timeout, due=due, checked=True,
-                                   refuse_running=True)
+            self.queue.submit_many(fresh, timeout, due=due, checked=True, refuse_running=True)
         except BaseException:
             with self._lock:
                 for request in fresh:
@@ -355,17 +373,25 @@ class NoJournal(BaseJournal):
                 if self._keys:
                     self._release_key_locked(job.job_id)
                 if self._keeps:
-                    self._forgotten_locked(self._ended.add_locked(
-                        job, JobState.CANCELLED, None, self._wall(), cancelled(job.job_id)))
-            return {job.job_id: w for job in jobs
-                    if (w := self._watchers.pop(job.job_id, None))}
+                    self._forgotten_locked(
+                        self._ended.add_locked(
+                            job, JobState.CANCELLED, None, self._wall(), cancelled(job.job_id)
+                        )
+                    )
+            return {job.job_id: w for job in jobs if (w := self._watchers.pop(job.job_id, None))}
 
     def finished(self, job: Job, outcome: Outcome, worker_id: str | None = None) -> set[str]:
         with self._lock:
             if self._keeps:
-                self._forgotten_locked(self._ended.add_locked(
-                    job, JobState.DONE if outcome.ok else JobState.FAILED, worker_id,
-                    self._wall(), outcome))
+                self._forgotten_locked(
+                    self._ended.add_locked(
+                        job,
+                        JobState.DONE if outcome.ok else JobState.FAILED,
+                        worker_id,
+                        self._wall(),
+                        outcome,
+                    )
+                )
             elif job.key is not None:
                 self._release_key_locked(job.job_id)
             return self._watchers.pop(job.job_id, set()) if self._watchers else set()
@@ -392,8 +418,9 @@ class NoJournal(BaseJournal):
                 raise not_requeueable(job_id, "it is done")
             job = ended.job
             if not job.payload:
-                raise not_requeueable(job_id, "its arguments were not kept (they went "
-                                              "through shared memory)")
+                raise not_requeueable(
+                    job_id, "its arguments were not kept (they went through shared memory)"
+                )
             self._ended.forget_locked(job_id)
             if self._keys:
                 self._release_key_locked(job_id)
@@ -410,8 +437,11 @@ class NoJournal(BaseJournal):
     def _keep_again(self, ended: Ended) -> None:
         """Keep an ended job whose requeue failed as it was."""
         with self._lock:
-            self._forgotten_locked(self._ended.add_locked(
-                ended.job, ended.state, ended.worker_id, ended.finished_wall, ended.outcome))
+            self._forgotten_locked(
+                self._ended.add_locked(
+                    ended.job, ended.state, ended.worker_id, ended.finished_wall, ended.outcome
+                )
+            )
 
     def _release_key_locked(self, job_id: str) -> None:
         key = self._keys.pop(job_id, None)
@@ -451,14 +481,12 @@ class NoJournal(BaseJournal):
         ended: list[Ended] = []
         if wanted is None or wanted.finished:
             with self._lock:
-                ended = [e for e in self._ended.all_locked()
-                         if wanted is None or e.state is wanted]
+                ended = [e for e in self._ended.all_locked() if wanted is None or e.state is wanted]
             if limit is not None:
                 ended = heapq.nsmallest(limit, ended, key=lambda e: e.job.seq)
         # Ended jobs alone: no copy of every pending one (a million of them, maybe); and
         # records only for the jobs listed, the first ``limit`` chosen before.
-        live = (self.queue.jobs(wanted, limit) if wanted is None or not wanted.finished
-                else [])
+        live = self.queue.jobs(wanted, limit) if wanted is None or not wanted.finished else []
         records = [self._record(job, worker) for job, worker in live]
         if self.waiting_jobs is not None and wanted in (None, JobState.PENDING):
             records += [self._record(job, None) for job, _n in self.waiting_jobs.listing()]
@@ -466,17 +494,35 @@ class NoJournal(BaseJournal):
         records.sort(key=lambda record: record.seq)
         return records[:limit]
 
-    def _record(self, job: Job, worker_id: str | None, state: JobState | None = None,
-                finished_wall: float | None = None) -> JobRecord:
+    def _record(
+        self,
+        job: Job,
+        worker_id: str | None,
+        state: JobState | None = None,
+        finished_wall: float | None = None,
+    ) -> JobRecord:
         to_wall = self._wall() - self.queue.clock.now()
         return JobRecord(
-            job_id=job.job_id, client_id=job.client_id, key=job.key, name=job.name,
-            priority=job.priority, due_wall=job.due + to_wall, seq=job.seq,
-            timeout=job.timeout, retries=job.retries, attempt=job.attempt,
+            job_id=job.job_id,
+            client_id=job.client_id,
+            key=job.key,
+            name=job.name,
+            priority=job.priority,
+            due_wall=job.due + to_wall,
+            seq=job.seq,
+            timeout=job.timeout,
+            retries=job.retries,
+            attempt=job.attempt,
             submitted_wall=job.due + to_wall,  # not kept without a store: its due time
             state=state or (JobState.PENDING if worker_id is None else JobState.RUNNING),
-            worker_id=worker_id, finished_wall=finished_wall, outcome=None, error=job.error,
-            progress=job.progress, queue=job.queue, limit=job.limit)
+            worker_id=worker_id,
+            finished_wall=finished_wall,
+            outcome=None,
+            error=job.error,
+            progress=job.progress,
+            queue=job.queue,
+            limit=job.limit,
+        )
 
     def _ended_record(self, ended: Ended) -> JobRecord:
         record = self._record(ended.job, ended.worker_id, ended.state, ended.finished_wall)
@@ -491,21 +537,27 @@ def request_again(job: Job | StoredJob, client_id: str) -> JobRequest:
     added to both travels with a requeue unchanged (a record's None where the request
     has another default, such as a stored job's default queue, takes that default)."""
     defaults = JobRequest._field_defaults
-    fields: dict[str, Any] = {name: value for name in JobRequest._fields
-              if (value := getattr(job, name, None)) is not None or defaults.get(name) is None}
+    fields: dict[str, Any] = {
+        name: value
+        for name in JobRequest._fields
+        if (value := getattr(job, name, None)) is not None or defaults.get(name) is None
+    }
     fields.update(client_id=client_id, delay=0.0, at=None)
     return JobRequest(**fields)
 
 
 def not_requeueable(job_id: str, why: str) -> InvalidJobError:
     """The error of a requeue refused: only a failed or cancelled job can be requeued."""
-    return InvalidJobError(f"job {job_id} cannot be requeued: {why} (only a failed or "
-                           f"cancelled job can be)")
+    return InvalidJobError(
+        f"job {job_id} cannot be requeued: {why} (only a failed or cancelled job can be)"
+    )
 
 
 def _not_kept(job_id: str) -> Outcome:
     """The outcome a watcher of an ended job gets when its outcome was not kept."""
-    error = JobError(f"job {job_id} ended, but its outcome was not kept (without a store "
-                     f"the manager keeps outcomes of up to {MAX_OUTCOME // 2**20} MiB, and "
-                     f"none that went through shared memory)")
+    error = JobError(
+        f"job {job_id} ended, but its outcome was not kept (without a store "
+        f"the manager keeps outcomes of up to {MAX_OUTCOME // 2**20} MiB, and "
+        f"none that went through shared memory)"
+    )
     return failure(job_id, error, OutcomeKind.OUTCOME_NOT_KEPT)

@@ -70,7 +70,8 @@ REIMPORT_HINT = (
     "Scheduler() not started: multiprocessing re-runs the main module in this child "
     "process, which the program started with spawn or forkserver (a Process, Pool or "
     "ProcessPoolExecutor of its own); put the top-level code under "
-    "`if __name__ == \"__main__\":` so that its children do not each start a Scheduler")
+    '`if __name__ == "__main__":` so that its children do not each start a Scheduler'
+)
 
 
 class ManagerProcess:
@@ -96,8 +97,12 @@ class ManagerProcess:
             fd = theirs.fileno()
             # The owner's interpreter and flags (-X, -W, -O ...), as multiprocessing's own.
             flags = multiprocessing.util._args_from_interpreter_flags()  # type: ignore[attr-defined]
-            command = [multiprocessing.spawn.get_executable(), *flags, "-c",
-                       BOOT.format(fd=fd, module=ENTRY[0], name=ENTRY[1])]
+            command = [
+                multiprocessing.spawn.get_executable(),
+                *flags,
+                "-c",
+                BOOT.format(fd=fd, module=ENTRY[0], name=ENTRY[1]),
+            ]
             # Not a multiprocessing child: stdin is never the manager's (with ``python -``
             # it is the program's source), as multiprocessing closes it in its children.
             self._popen = subprocess.Popen(command, pass_fds=(fd,), stdin=subprocess.DEVNULL)
@@ -131,8 +136,9 @@ class ManagerProcess:
             message = self.control.recv()
         except EOFError:
             self.join(5.0)
-            raise MpschedError(f"the mpsched manager exited during start-up "
-                               f"(exit code {self.exitcode})") from None
+            raise MpschedError(
+                f"the mpsched manager exited during start-up (exit code {self.exitcode})"
+            ) from None
         if isinstance(message, ManagerFailed):
             if message.error is not None:
                 raise message.error
@@ -152,8 +158,11 @@ class ManagerProcess:
             self.control.send(STOP)
         self.join(timeout)
         if self.is_alive():
-            log.warning("the mpsched manager (pid %s) did not stop in %.0f s; terminating",
-                        self.pid, timeout)
+            log.warning(
+                "the mpsched manager (pid %s) did not stop in %.0f s; terminating",
+                self.pid,
+                timeout,
+            )
             self.terminate()
             self.join(2.0)
         if self.is_alive():

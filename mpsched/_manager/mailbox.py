@@ -64,8 +64,7 @@ class Mailboxes:
                 if len(box.outcomes) == box.wanted:  # what its waiter waits for
                     box.ready.notify()
                 return
-        log.debug("discarded the outcome of job %s: client %s is gone", outcome.job_id,
-                  client_id)
+        log.debug("discarded the outcome of job %s: client %s is gone", outcome.job_id, client_id)
         if self._on_discard is not None:
             self._on_discard(outcome)
 
@@ -85,8 +84,7 @@ class Mailboxes:
             if box.outcomes and len(box.outcomes) < enough and not box.closed:
                 box.wanted = enough
                 try:
-                    box.ready.wait_for(lambda: len(box.outcomes) >= enough or box.closed,
-                                       LINGER)
+                    box.ready.wait_for(lambda: len(box.outcomes) >= enough or box.closed, LINGER)
                 finally:
                     box.wanted = 1
             if not box.outcomes:
@@ -142,4 +140,5 @@ class Mailboxes:
         what was left); True if they all are."""
         with self._lock:
             return self._emptied.wait_for(
-                lambda: not any(box.outcomes for box in self._boxes.values()), timeout)
+                lambda: not any(box.outcomes for box in self._boxes.values()), timeout
+            )

@@ -70,8 +70,11 @@ from mpsched._worker.slot_file import AnonymousSlots, SlotFile, SlotSource
 log = logging.getLogger("mpsched.manager")
 
 
-def run_manager(config: ManagerConfig, control: Connection | None = None,
-                on_ready: Callable[[ManagerReady, ManagerService], None] | None = None) -> int:
+def run_manager(
+    config: ManagerConfig,
+    control: Connection | None = None,
+    on_ready: Callable[[ManagerReady, ManagerService], None] | None = None,
+) -> int:
     """Run a manager in this process until it is told to stop; returns an exit code.
 
     Args:
@@ -85,8 +88,11 @@ def run_manager(config: ManagerConfig, control: Connection | None = None,
         ConfigError: (without ``control``; else sent as StoreError is) a live manager
             of the shared store runs with another ``order``.
     """
-    logging.basicConfig(level=config.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(name)s[%(process)d] %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=config.log_level,
+        stream=sys.stderr,
+        format="%(asctime)s %(name)s[%(process)d] %(levelname)s %(message)s",
+    )
     if control is not None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the owner decides when we stop
     _fit_temp_dir()
@@ -104,8 +110,12 @@ def run_manager(config: ManagerConfig, control: Connection | None = None,
         journal.hold_segments(segments)
     try:
         service = ManagerService(
-            queue, heartbeat_timeout=config.heartbeat_timeout, journal=journal,
-            segments=segments, drain_workers_on_stop=config.drain_workers_on_stop)
+            queue,
+            heartbeat_timeout=config.heartbeat_timeout,
+            journal=journal,
+            segments=segments,
+            drain_workers_on_stop=config.drain_workers_on_stop,
+        )
         for worker_id in awaited:  # their jobs are in flight: see Journal.recover
             service.workers.await_worker(worker_id)
         return _serve(config, control, on_ready, service, recovered, _Workers(claims, slots))
@@ -129,8 +139,11 @@ def _fit_temp_dir() -> None:
         return
     for candidate in SHORT_TEMP_DIRS:
         if os.access(candidate, os.W_OK | os.X_OK):
-            log.info("the temp directory %s is too long for the forkserver's socket; using "
-                     "%s", current, candidate)
+            log.info(
+                "the temp directory %s is too long for the forkserver's socket; using %s",
+                current,
+                candidate,
+            )
             tempfile.tempdir = candidate
             return
 
@@ -186,19 +199,26 @@ def _open_queue(config: ManagerConfig, claims: LocalClaims) -> _Opened:
     the other managers of that store."""
     if config.store is not None and is_redis_url(config.store):
         store = RedisStore(config.store, result_ttl=config.result_ttl, order=config.order)
-        queue = SharedQueue(store, manager_id=f"{host_name()}:{os.getpid()}:"
-                                              f"{secrets.token_hex(3)}",
-                            lease_timeout=config.lease_timeout,
-                            max_pending=config.max_pending,
-                            max_pending_bytes=config.max_pending_bytes,
-                            outage=StoreOutage(store.location), claims=claims)
+        queue = SharedQueue(
+            store,
+            manager_id=f"{host_name()}:{os.getpid()}:{secrets.token_hex(3)}",
+            lease_timeout=config.lease_timeout,
+            max_pending=config.max_pending,
+            max_pending_bytes=config.max_pending_bytes,
+            outage=StoreOutage(store.location),
+            claims=claims,
+        )
         queue.fence.on_change(claims.set_fence)  # local workers start nothing past it
         for name, form in config.limits:  # the store's, for every manager: this one's win
             queue.set_limit(name, parse_limit(name, form) if form else LimitSpec())
         return _Opened(queue, SharedJournal(store, queue), "", AnonymousSlots())
-    local = JobQueue(order=config.order, max_pending=config.max_pending,
-                     max_pending_bytes=config.max_pending_bytes, sizer=payload_size,
-                     claims=claims)
+    local = JobQueue(
+        order=config.order,
+        max_pending=config.max_pending,
+        max_pending_bytes=config.max_pending_bytes,
+        sizer=payload_size,
+        claims=claims,
+    )
     opened = _open_journal(config, local)
     _declare_limits(config, opened)
     return opened
@@ -219,10 +239,8 @@ def _open_journal(config: ManagerConfig, queue: JobQueue) -> _Opened:
     """The journal of the store the config names (none without one), its jobs back in
     ``queue``, what was recovered, and the slot file beside it."""
     if config.store is None:
-        return _Opened(queue, NoJournal(queue, result_ttl=config.result_ttl), "",
-                       AnonymousSlots())
-    store = SQLiteStore(config.store, durability=config.durability,
-                        result_ttl=config.result_ttl)
+        return _Opened(queue, NoJournal(queue, result_ttl=config.result_ttl), "", AnonymousSlots())
+    store = SQLiteStore(config.store, durability=config.durability, result_ttl=config.result_ttl)
     journal = Journal(store, queue)
     try:
         slots = SlotFile(f"{config.store}-workers")  # under the store's lock: ours alone
@@ -236,9 +254,14 @@ def _open_journal(config: ManagerConfig, queue: JobQueue) -> _Opened:
     return _Opened(queue, journal, summary, slots, tuple(awaited))
 
 
-def _serve(config: ManagerConfig, control: Connection | None,
-           on_ready: Callable[[ManagerReady, ManagerService], None] | None,
-           service: ManagerService, recovered: str, workers: _Workers) -> int:
+def _serve(
+    config: ManagerConfig,
+    control: Connection | None,
+    on_ready: Callable[[ManagerReady, ManagerService], None] | None,
+    service: ManagerService,
+    recovered: str,
+    workers: _Workers,
+) -> int:
     service.schedules.keep_cancelled_for(config.result_ttl)
     summary = service.schedules.recover()
     if summary:
@@ -249,8 +272,12 @@ def _serve(config: ManagerConfig, control: Connection | None,
     scrub_authkey_env()
     set_tls(config.tls)  # the listener below, and this process's own connections
     # Not BaseManager.get_server(): it builds a plain Server and ignores _Server.
-    server = HardenedServer(ServiceManager._registry, config.address,  # type: ignore[attr-defined]
-                            config.authkey, SERIALIZER)
+    server = HardenedServer(
+        ServiceManager._registry,  # type: ignore[attr-defined]
+        config.address,
+        config.authkey,
+        SERIALIZER,
+    )
     server.on_disconnect = service.connection_closed
     # serve_client reads stop_event, which only serve_forever would create; we run the
     # accepter ourselves so that this thread can supervise.
@@ -275,8 +302,12 @@ def _serve(config: ManagerConfig, control: Connection | None,
             return 1
         if link is not None:
             link.beat_now()  # its status, with the workers that joined
-        ready = ManagerReady(address=server.address, pid=os.getpid(), recovered=recovered_lines,
-                             http_url="" if status is None else status.url)
+        ready = ManagerReady(
+            address=server.address,
+            pid=os.getpid(),
+            recovered=recovered_lines,
+            http_url="" if status is None else status.url,
+        )
         if control is not None:
             control.send(ready)
         if on_ready is not None:
@@ -308,8 +339,9 @@ def _serve(config: ManagerConfig, control: Connection | None,
         service.mailboxes.wait_collected(0.0 if grace == 0 else 5.0)
 
 
-def _start_status(config: ManagerConfig, service: ManagerService,
-                  foreground: bool) -> tuple[StatusServer | None, str]:
+def _start_status(
+    config: ManagerConfig, service: ManagerService, foreground: bool
+) -> tuple[StatusServer | None, str]:
     """The status server the config asks for, serving; or why it could not start.
 
     Raises:
@@ -333,8 +365,9 @@ def _start_status(config: ManagerConfig, service: ManagerService,
     return status, ""
 
 
-def _link(service: ManagerService,
-          address: Any) -> tuple[SharedLink | None, StoreError | ConfigError | None]:
+def _link(
+    service: ManagerService, address: Any
+) -> tuple[SharedLink | None, StoreError | ConfigError | None]:
     """With a shared store: this manager registered in it, listening to it, renewing its
     leases (mpsched._manager.shared_link); and why not (None when it is): the store
     failed, or it runs in another order (ConfigError)."""
@@ -347,8 +380,14 @@ def _link(service: ManagerService,
     def status() -> bytes:
         return encode_status(service.host, pid, where, service.workers.statuses(since=0.0)[0])
 
-    link = SharedLink(journal.store, queue, journal, outage=queue.outage, status=status,
-                      on_schedule=service.schedules.sync)
+    link = SharedLink(
+        journal.store,
+        queue,
+        journal,
+        outage=queue.outage,
+        status=status,
+        on_schedule=service.schedules.sync,
+    )
     queue.on_unregistered(link.beat_now)
     try:
         link.start()

@@ -51,15 +51,25 @@ class EndedJobs:
     def __len__(self) -> int:
         return len(self._ended)
 
-    def add_locked(self, job: Job, state: JobState, worker_id: str | None, wall: float,
-                   outcome: Outcome | None) -> Sequence[Ended]:
+    def add_locked(
+        self, job: Job, state: JobState, worker_id: str | None, wall: float, outcome: Outcome | None
+    ) -> Sequence[Ended]:
         """Remember ``job``, ended in ``state`` (its outcome, if any, kept when it may be);
         returns the jobs forgotten to make room, or because their time was up. With a
         ``ttl`` of 0 nothing is remembered: ``job`` comes back at once."""
         now = self._clock()
         if self._ttl <= 0:
-            return [Ended(job=job, state=state, worker_id=worker_id, finished_wall=wall,
-                          outcome=None, kept_until=now, size=0)]
+            return [
+                Ended(
+                    job=job,
+                    state=state,
+                    worker_id=worker_id,
+                    finished_wall=wall,
+                    outcome=None,
+                    kept_until=now,
+                    size=0,
+                )
+            ]
         size = 0 if outcome is None else len(outcome.payload) + len(outcome.traceback)
         if outcome is not None and (size > MAX_OUTCOME or frames.segment_of(outcome.payload)):
             outcome, size = None, 0
@@ -71,8 +81,15 @@ class EndedJobs:
         old = ended.pop(job.job_id, None)
         if old is not None:
             self._bytes -= old.size
-        ended[job.job_id] = Ended(job=job, state=state, worker_id=worker_id, finished_wall=wall,
-                                  outcome=outcome, kept_until=now + self._ttl, size=size)
+        ended[job.job_id] = Ended(
+            job=job,
+            state=state,
+            worker_id=worker_id,
+            finished_wall=wall,
+            outcome=outcome,
+            kept_until=now + self._ttl,
+            size=size,
+        )
         self._bytes += size
         if now < self._oldest_until and len(ended) <= MAX_JOBS and self._bytes <= MAX_BYTES:
             return ()  # nothing to forget: the usual case, without looking at the oldest
@@ -110,12 +127,13 @@ class EndedJobs:
         dropped: list[Ended] = []
         while self._ended:
             oldest = next(iter(self._ended.values()))
-            if len(self._ended) <= MAX_JOBS and self._bytes <= MAX_BYTES \
-                    and oldest.kept_until > now:
+            if (
+                len(self._ended) <= MAX_JOBS
+                and self._bytes <= MAX_BYTES
+                and oldest.kept_until > now
+            ):
                 self._oldest_until = oldest.kept_until
                 break
             self._forget_locked(oldest.job.job_id)
             dropped.append(oldest)
         return dropped
-
-

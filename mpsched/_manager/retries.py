@@ -36,5 +36,6 @@ def final_outcome(job: Job, outcome: Outcome) -> Outcome:
         kind = OutcomeKind.RAISED
     if not job.notes and kind == outcome.error_kind:
         return outcome
-    return outcome._replace(error_kind=kind,
-                            traceback=with_notes(outcome.traceback, job.notes or []))
+    return outcome._replace(
+        error_kind=kind, traceback=with_notes(outcome.traceback, job.notes or [])
+    )

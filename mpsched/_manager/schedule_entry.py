@@ -66,14 +66,22 @@ class ScheduleEntry:
     warned: tuple[float, int, int] | None = None
 
     def state(self) -> State:
-        return State(anchor=self.slots.anchor, tz=self.tz, decided=self.decided,
-                     owed_until=self.owed_until, paused=self.paused, counters=self.counters(),
-                     active=tuple(self.active.items()), recent=tuple(self.recent),
-                     last_started=self.last_started)
+        return State(
+            anchor=self.slots.anchor,
+            tz=self.tz,
+            decided=self.decided,
+            owed_until=self.owed_until,
+            paused=self.paused,
+            counters=self.counters(),
+            active=tuple(self.active.items()),
+            recent=tuple(self.recent),
+            last_started=self.last_started,
+        )
 
     def counters(self) -> ScheduleCounters:
-        return ScheduleCounters(runs=self.runs, skipped=self.skipped, missed=self.missed,
-                                failed=self.failed)
+        return ScheduleCounters(
+            runs=self.runs, skipped=self.skipped, missed=self.missed, failed=self.failed
+        )
 
     def restore(self, counters: ScheduleCounters) -> None:
         """Go on from the counters a store kept for this schedule (a manager restarted on
@@ -88,8 +96,7 @@ class ScheduleEntry:
         next_run: datetime | None = None
         next_run_id: str | None = None
         if not (self.paused or cancelled):
-            armed = {rid: label for rid, label in self.active.items()
-                     if rid not in self.started}
+            armed = {rid: label for rid, label in self.active.items() if rid not in self.started}
             if armed:
                 next_run_id = min(armed, key=armed.__getitem__)
                 label = armed[next_run_id]
@@ -98,10 +105,18 @@ class ScheduleEntry:
             label += jitter_offset(spec.schedule_id, label, spec.jitter)
             with contextlib.suppress(OverflowError, OSError, ValueError):  # past 9999: None
                 next_run = datetime.fromtimestamp(label, zone(self.tz))
-        return ScheduleInfo(schedule_id=spec.schedule_id, spec=spec.describe(), name=spec.name,
-                            next_run=next_run, paused=self.paused, cancelled=cancelled,
-                            counters=self.counters(), last_run=self.last_started, tz=self.tz,
-                            next_run_id=next_run_id)
+        return ScheduleInfo(
+            schedule_id=spec.schedule_id,
+            spec=spec.describe(),
+            name=spec.name,
+            next_run=next_run,
+            paused=self.paused,
+            cancelled=cancelled,
+            counters=self.counters(),
+            last_run=self.last_started,
+            tz=self.tz,
+            next_run_id=next_run_id,
+        )
 
     def keep(self, outcome: Outcome) -> None:
         """Keep a run's outcome, the KEPT_OUTCOMES latest only."""
@@ -113,17 +128,28 @@ class ScheduleEntry:
         monotonic clock."""
         if self.warned is not None and now - self.warned[0] < WARN_EVERY:
             return
-        skipped, missed = (self.skipped, self.missed) if self.warned is None else (
-            self.skipped - self.warned[1], self.missed - self.warned[2])
+        skipped, missed = (
+            (self.skipped, self.missed)
+            if self.warned is None
+            else (self.skipped - self.warned[1], self.missed - self.warned[2])
+        )
         self.warned = (now, self.skipped, self.missed)
         if skipped:
-            log.warning("schedule %s: %d slot(s) skipped: the previous run was still pending "
-                        "or running (overlap=%r)", self.spec.schedule_id, skipped,
-                        str(self.spec.overlap))
+            log.warning(
+                "schedule %s: %d slot(s) skipped: the previous run was still pending "
+                "or running (overlap=%r)",
+                self.spec.schedule_id,
+                skipped,
+                str(self.spec.overlap),
+            )
         if missed:
-            log.warning("schedule %s: %d slot(s) missed (the manager was down or busy) and "
-                        "not run (catchup=%r)", self.spec.schedule_id, missed,
-                        str(self.spec.catchup))
+            log.warning(
+                "schedule %s: %d slot(s) missed (the manager was down or busy) and "
+                "not run (catchup=%r)",
+                self.spec.schedule_id,
+                missed,
+                str(self.spec.catchup),
+            )
 
 
 @dataclass(eq=False)
@@ -156,7 +182,8 @@ class Cancelled:
 
     def remember(self, entry: ScheduleEntry, now: float) -> None:
         self._by_id[entry.spec.schedule_id] = CancelledSchedule(
-            entry.recent, entry.outcomes, now + self.result_ttl)
+            entry.recent, entry.outcomes, now + self.result_ttl
+        )
         self._forget(now)
 
     def get(self, schedule_id: str, now: float) -> CancelledSchedule | None:

@@ -77,8 +77,11 @@ class ScheduleEvents:
             entry.runs += 1
             entry.started.add(job_id)
             entry.last_started = job_id
-            if entry.spec.overlap == Overlap.ALLOW and entry.spec.mode == Mode.RATE \
-                    and not entry.paused:
+            if (
+                entry.spec.overlap == Overlap.ALLOW
+                and entry.spec.mode == Mode.RATE
+                and not entry.paused
+            ):
                 self._planner.plan_locked(entry, Trigger.STARTED)
             else:
                 self._planner.save_state_locked(entry)
@@ -105,12 +108,19 @@ class ScheduleEvents:
                 if entry.spec.on_error == OnError.PAUSE:
                     entry.paused = True
                     self._planner.withdraw_locked(entry)
-                    log.warning("schedule %s paused: run %s failed (%s)", sid, job_id,
-                                outcome.error_kind or "its own exception")
+                    log.warning(
+                        "schedule %s paused: run %s failed (%s)",
+                        sid,
+                        job_id,
+                        outcome.error_kind or "its own exception",
+                    )
             if entry.paused:
                 self._planner.save_state_locked(entry)
-            elif entry.spec.overlap != Overlap.ALLOW or entry.spec.mode == Mode.DELAY \
-                    or not entry.active:
+            elif (
+                entry.spec.overlap != Overlap.ALLOW
+                or entry.spec.mode == Mode.DELAY
+                or not entry.active
+            ):
                 self._planner.plan_locked(entry, Trigger.ENDED)
             else:
                 self._planner.save_state_locked(entry)

@@ -35,8 +35,9 @@ class RunPlanner:
     look at the run index (a dict), for the service's calls on every job.
     """
 
-    def __init__(self, journal: BaseJournal, clock: Clock,
-                 cancelled: Callable[[list[Job]], object]) -> None:
+    def __init__(
+        self, journal: BaseJournal, clock: Clock, cancelled: Callable[[list[Job]], object]
+    ) -> None:
         """``cancelled``: journals withdrawn runs and tells whoever watches them."""
         self._journal = journal
         self._queue = journal.queue
@@ -63,8 +64,14 @@ class RunPlanner:
         return self._clock.now() - entry.offset
 
     def plan_locked(self, entry: ScheduleEntry, trigger: Trigger) -> None:
-        decision = plan(entry.slots, entry.decided, entry.owed_until, self.now(entry),
-                        trigger, active=bool(entry.active))
+        decision = plan(
+            entry.slots,
+            entry.decided,
+            entry.owed_until,
+            self.now(entry),
+            trigger,
+            active=bool(entry.active),
+        )
         before = entry.decided, entry.owed_until
         entry.decided, entry.owed_until = decision.decided, decision.owed_until
         if decision.cancel_armed:
@@ -92,13 +99,21 @@ class RunPlanner:
             return True
         due = self.due(entry, label)
         slot = label + jitter_offset(spec.schedule_id, label, spec.jitter)
-        request = JobRequest(job_id=rid, client_id=CLIENT_PREFIX + spec.schedule_id,
-                             payload=spec.payload, priority=spec.priority,
-                             # A shared store's clock decides: due at the slot, in UTC.
-                             delay=None if shared else max(0.0, due - self._clock.now()),
-                             at=slot if shared else None,
-                             timeout=spec.timeout, retries=spec.retries, name=spec.name,
-                             retry=spec.retry, queue=spec.queue, limit=spec.limit)
+        request = JobRequest(
+            job_id=rid,
+            client_id=CLIENT_PREFIX + spec.schedule_id,
+            payload=spec.payload,
+            priority=spec.priority,
+            # A shared store's clock decides: due at the slot, in UTC.
+            delay=None if shared else max(0.0, due - self._clock.now()),
+            at=slot if shared else None,
+            timeout=spec.timeout,
+            retries=spec.retries,
+            name=spec.name,
+            retry=spec.retry,
+            queue=spec.queue,
+            limit=spec.limit,
+        )
         try:
             # Due at the slot itself: a delay would start from when the queue reads its
             # clock, a little later, and every run would be that much late. A shared
@@ -106,8 +121,13 @@ class RunPlanner:
             holders = self._journal.submit([request], timeout=0, due=due)
         except (MpschedError, StoreError) as exc:
             if not entry.stalled:
-                log.warning("schedule %s: run %s could not be queued (%s); trying again "
-                            "every %g s", spec.schedule_id, rid, exc, WALL_CHECK)
+                log.warning(
+                    "schedule %s: run %s could not be queued (%s); trying again every %g s",
+                    spec.schedule_id,
+                    rid,
+                    exc,
+                    WALL_CHECK,
+                )
             entry.stalled = True  # the watcher plans it again
             return False
         if holders != [""]:
@@ -142,5 +162,4 @@ class RunPlanner:
 
     def save_state_locked(self, entry: ScheduleEntry) -> None:
         """Write where the schedule stands to the store (without waiting for it)."""
-        self._journal.store.update_schedule(entry.spec.schedule_id,
-                                            pickle.dumps(entry.state()))
+        self._journal.store.update_schedule(entry.spec.schedule_id, pickle.dumps(entry.state()))

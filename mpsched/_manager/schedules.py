@@ -64,8 +64,9 @@ log = logging.getLogger("mpsched.schedules")
 class Schedules:
     """The recurring schedules of one manager; every public method is thread-safe."""
 
-    def __init__(self, journal: BaseJournal, clock: Clock,
-                 cancelled: Callable[[list[Job]], object]) -> None:
+    def __init__(
+        self, journal: BaseJournal, clock: Clock, cancelled: Callable[[list[Job]], object]
+    ) -> None:
         """``cancelled``: journals withdrawn runs and tells whoever watches them."""
         self._book = book = ScheduleBook(journal, clock, RunPlanner(journal, clock, cancelled))
         self._journal = journal
@@ -76,8 +77,7 @@ class Schedules:
         self._planner = book.planner
         # What runs starting and ending do (the queue's side of the schedules).
         self.events = ScheduleEvents(book)
-        self._watcher = WallClockWatcher(clock, self.events.replan_stalled,
-                                         self.events.remap_cron)
+        self._watcher = WallClockWatcher(clock, self.events.replan_stalled, self.events.remap_cron)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -96,8 +96,11 @@ class Schedules:
         spec = with_options(ScheduleSpec.of(pickle.loads(stored.spec)))
         state = State(*pickle.loads(stored.state))  # fields added since take defaults
         entry = self._entry(spec, state.anchor, state.tz)
-        entry.decided, entry.owed_until, entry.paused = \
-            state.decided, state.owed_until, state.paused
+        entry.decided, entry.owed_until, entry.paused = (
+            state.decided,
+            state.owed_until,
+            state.paused,
+        )
         entry.restore(state.counters)
         entry.recent.extend(state.recent)
         entry.last_started = state.last_started
@@ -113,8 +116,9 @@ class Schedules:
         schedule (this one too: then nothing changes): take it as the store has it now.
         Every manager plans every schedule of the store; a slot's run is created once
         (its id), and each manager that armed it hears of its end."""
-        stored = next((s for s in self._journal.store.schedules()
-                       if s.schedule_id == schedule_id), None)
+        stored = next(
+            (s for s in self._journal.store.schedules() if s.schedule_id == schedule_id), None
+        )
         with self._lock:
             entry = self._entries.get(schedule_id)
             if stored is None:
@@ -148,8 +152,10 @@ class Schedules:
     def close(self) -> None:
         """Stop planning: runs that end from now on leave the store as it is."""
         if self._entries and self._journal.store.location == IN_MEMORY:
-            log.info("%d schedule(s) end with this manager: without a store nothing keeps "
-                     "them", len(self._entries))
+            log.info(
+                "%d schedule(s) end with this manager: without a store nothing keeps them",
+                len(self._entries),
+            )
         self._book.closed = True
         self._watcher.stop()
 
@@ -168,8 +174,9 @@ class Schedules:
         try:
             check_spec(spec)
         except ExtraMissingError as exc:
-            raise exc.missing_in(f"the manager (pid {os.getpid()} on "
-                                 f"{socket.gethostname()})") from None
+            raise exc.missing_in(
+                f"the manager (pid {os.getpid()} on {socket.gethostname()})"
+            ) from None
         spec = with_options(spec)
         tz = spec.tz or (local_zone_name() if spec.kind == ScheduleKind.CRON else "")
         with self._lock:
@@ -177,8 +184,11 @@ class Schedules:
             if old is not None and old.spec.identity() == spec.identity():
                 return self._info_locked(old)
             anchor = resolve_anchor(spec, self._clock.wall())
-            if old is not None and old.spec.kind == spec.kind == ScheduleKind.EVERY \
-                    and spec.start_at is None:
+            if (
+                old is not None
+                and old.spec.kind == spec.kind == ScheduleKind.EVERY
+                and spec.start_at is None
+            ):
                 anchor = old.slots.anchor if old.spec.interval == spec.interval else anchor
             entry = self._entry(spec, anchor, tz)
             if old is not None:
@@ -188,8 +198,12 @@ class Schedules:
             if not self._record_locked(entry, old):
                 return self._info_locked(self._entries[spec.schedule_id])
             self._entries[spec.schedule_id] = entry
-            log.info("schedule %s %s: %s", spec.schedule_id,
-                     "replaced" if old else "added", spec.describe())
+            log.info(
+                "schedule %s %s: %s",
+                spec.schedule_id,
+                "replaced" if old else "added",
+                spec.describe(),
+            )
             self._planner.plan_locked(entry, Trigger.BEGIN)
             self._journal.schedule_changed(spec.schedule_id)
             return self._info_locked(entry)
@@ -199,9 +213,14 @@ class Schedules:
         added the same one first: this manager then takes that one (its timeline, so that
         each slot is one run id, whoever plans it)."""
         spec = entry.spec
-        first = self._journal.store.save_schedule_unless_same(StoredSchedule(
-            schedule_id=spec.schedule_id, spec=pickle.dumps(plain(spec)),
-            state=pickle.dumps(entry.state())), lambda stored: same_spec(stored, spec))
+        first = self._journal.store.save_schedule_unless_same(
+            StoredSchedule(
+                schedule_id=spec.schedule_id,
+                spec=pickle.dumps(plain(spec)),
+                state=pickle.dumps(entry.state()),
+            ),
+            lambda stored: same_spec(stored, spec),
+        )
         if first is None:
             return True
         if old is not None:
@@ -246,8 +265,11 @@ class Schedules:
             elif action == ScheduleAction.RESUME:
                 if entry.paused:
                     entry.paused = False
-                    entry.decided = None if entry.decided is None else max(
-                        entry.decided, self._planner.now(entry))
+                    entry.decided = (
+                        None
+                        if entry.decided is None
+                        else max(entry.decided, self._planner.now(entry))
+                    )
                     self._planner.plan_locked(entry, Trigger.BEGIN)
                     self._journal.schedule_changed(schedule_id)
             elif action == ScheduleAction.CANCEL:
@@ -275,8 +297,9 @@ class Schedules:
         """The next ``n`` slots (UTC epoch seconds, jitter included) without running any."""
         with self._lock:
             entry = self._get_locked(schedule_id)
-            after = max(entry.decided, self._planner.now(entry)) if entry.decided is not None \
-                else None
+            after = (
+                max(entry.decided, self._planner.now(entry)) if entry.decided is not None else None
+            )
             armed = sorted(entry.active.values())
             labels = [a for a in armed if a > self._planner.now(entry)][:n]
             labels += entry.slots.preview(after if not labels else labels[-1], n - len(labels))
@@ -291,8 +314,9 @@ class Schedules:
             ScheduleNotFoundError: no such schedule (never added, or forgotten).
         """
         with self._lock:
-            listed = self._entries.get(schedule_id) or self._gone.get(schedule_id,
-                                                                     self._clock.now())
+            listed = self._entries.get(schedule_id) or self._gone.get(
+                schedule_id, self._clock.now()
+            )
             if listed is None:
                 raise ScheduleNotFoundError(schedule_id)
             recent = list(listed.recent)
@@ -311,8 +335,9 @@ class Schedules:
     # ------------------------------------------------------------------ planning
 
     def _entry(self, spec: ScheduleSpec, anchor: float, tz: str) -> ScheduleEntry:
-        return ScheduleEntry(spec, Slots(spec, anchor, tz), tz,
-                      offset=self._clock.now() - self._clock.wall())
+        return ScheduleEntry(
+            spec, Slots(spec, anchor, tz), tz, offset=self._clock.now() - self._clock.wall()
+        )
 
     def _get_locked(self, schedule_id: str) -> ScheduleEntry:
         entry = self._entries.get(schedule_id)

@@ -86,11 +86,16 @@ class ManagerService:
     of what it holds: docs/architecture.md.
     """
 
-    def __init__(self, queue: JobQueue | SharedQueue, *,
-                 heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
-                 clock: Clock | None = None, journal: BaseJournal | None = None,
-                 segments: Segments | None = None,
-                 drain_workers_on_stop: bool = False) -> None:
+    def __init__(
+        self,
+        queue: JobQueue | SharedQueue,
+        *,
+        heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
+        clock: Clock | None = None,
+        journal: BaseJournal | None = None,
+        segments: Segments | None = None,
+        drain_workers_on_stop: bool = False,
+    ) -> None:
         """``clock`` must be the queue's clock: it measures the delay a worker is sent.
         ``segments``: the shared-memory segments of payloads (none by default).
         ``drain_workers_on_stop``: :meth:`stop` dismisses the remote workers too."""
@@ -121,10 +126,16 @@ class ManagerService:
         self.drain_workers_on_stop = drain_workers_on_stop
         self.wake_reader, self._wake_writer = os.pipe()
         # How jobs end and their outcomes reach clients (mpsched._manager.endings).
-        self.endings = Endings(queue, self.journal, self.segments, self.mailboxes,
-                               self.failures, self.workers, self.stopping,
-                               run_ended=lambda job_id, outcome:
-                               self.schedules.events.ended(job_id, outcome))
+        self.endings = Endings(
+            queue,
+            self.journal,
+            self.segments,
+            self.mailboxes,
+            self.failures,
+            self.workers,
+            self.stopping,
+            run_ended=lambda job_id, outcome: self.schedules.events.ended(job_id, outcome),
+        )
         # Recurring schedules; their runs are jobs of this queue (mpsched._manager.schedules).
         self.schedules = Schedules(self.journal, self._clock, self.endings.cancelled)
         # Ends that another manager of a shared store recorded come in through this.
@@ -142,8 +153,15 @@ class ManagerService:
                 self.workflows.recover(self.journal.recovered_waiting)
                 self.journal.recovered_waiting = []
         # Due jobs handed to workers (mpsched._manager.dispatch).
-        self.dispatch = Dispatch(queue, self.journal, self.schedules.events, self.workers,
-                                self.segments, self._clock, self.wake_supervisor)
+        self.dispatch = Dispatch(
+            queue,
+            self.journal,
+            self.schedules.events,
+            self.workers,
+            self.segments,
+            self._clock,
+            self.wake_supervisor,
+        )
 
     def wake_supervisor(self) -> None:
         """Wake the supervisor loop (it waits on ``wake_reader`` with the worker sentinels)."""
@@ -154,23 +172,29 @@ class ManagerService:
     @remote
     def hello(self, hello: WorkerHello) -> float:
         """Register a worker; returns the heartbeat timeout its heartbeats must beat."""
-        self._check_versions(f"worker {hello.worker_id} on {hello.host}",
-                             (hello.python, hello.cloudpickle))
+        self._check_versions(
+            f"worker {hello.worker_id} on {hello.host}", (hello.python, hello.cloudpickle)
+        )
         self.workers.join(hello)
         self.wake_supervisor()
         log.info("worker %s joined (pid %d on %s)", hello.worker_id, hello.pid, hello.host)
         return self.heartbeat_timeout
 
     @remote
-    def take(self, worker_id: str, reports: list[ReportWire] | None, timeout: float,
-             more: int = 0) -> list[AssignmentWire]:
+    def take(
+        self, worker_id: str, reports: list[ReportWire] | None, timeout: float, more: int = 0
+    ) -> list[AssignmentWire]:
         """Report the jobs of the worker's last batch (if any), then wait for the next due
         job: returns it, with up to ``more`` due jobs prefetched for a worker this manager
         started (mpsched._core.prefetch); [] when none became due within ``timeout``."""
         local = self.workers.check_in(worker_id, reported=len(reports or ()))
         if reports:  # a shared store claims its next jobs with these ends: as many
-            self.endings.complete_all([report_from_wire(r) for r in reports], worker_id,
-                                      same_clock=local, more=more if local else 0)
+            self.endings.complete_all(
+                [report_from_wire(r) for r in reports],
+                worker_id,
+                same_clock=local,
+                more=more if local else 0,
+            )
         return self.dispatch.take(worker_id, local, timeout, more)
 
     @remote
@@ -178,8 +202,9 @@ class ManagerService:
         """Report jobs a worker ran while it holds more of its batch: sent as they end
         (by its reporter thread) rather than with its next take."""
         local = self.workers.check_in(worker_id, reported=len(reports), busy=True)
-        self.endings.complete_all([report_from_wire(r) for r in reports], worker_id,
-                                  same_clock=local)
+        self.endings.complete_all(
+            [report_from_wire(r) for r in reports], worker_id, same_clock=local
+        )
 
     @remote
     def ack(self, worker_id: str, lease_id: int) -> None:
@@ -224,8 +249,9 @@ class ManagerService:
         prefetched jobs it did not start go back to the heap."""
         if reports:
             local = self.workers.check_in(worker_id, reported=len(reports))
-            self.endings.complete_all([report_from_wire(r) for r in reports], worker_id,
-                                      same_clock=local)
+            self.endings.complete_all(
+                [report_from_wire(r) for r in reports], worker_id, same_clock=local
+            )
         self.queue.revoke(worker_id)
 
     @remote
@@ -235,8 +261,9 @@ class ManagerService:
         self.lose_worker(worker_id, exitcode=0)
 
     @remote
-    def worker_exited(self, worker_id: str, exitcode: int | None,
-                      left: LeftBehind | None = None) -> None:
+    def worker_exited(
+        self, worker_id: str, exitcode: int | None, left: LeftBehind | None = None
+    ) -> None:
         """A remote worker is gone: its pool saw its process exit (a negative code: killed
         by that signal; None: its pool died, and the next one found its slot), or it joined
         again under a new id (None). Resolve the jobs it held now, not at its heartbeat
@@ -246,11 +273,15 @@ class ManagerService:
         else:
             held = self.endings.resolve_left(worker_id, exitcode, left, same_clock=False)
         if held and exitcode is not None:
-            log.error("remote worker %s exited with code %s holding %d job(s)", worker_id,
-                      exitcode, held)
+            log.error(
+                "remote worker %s exited with code %s holding %d job(s)", worker_id, exitcode, held
+            )
         elif held:
-            log.warning("remote worker %s is gone (its pool, or it, said so) holding %d "
-                        "job(s)", worker_id, held)
+            log.warning(
+                "remote worker %s is gone (its pool, or it, said so) holding %d job(s)",
+                worker_id,
+                held,
+            )
 
     def resolve_left(self, worker_id: str, exitcode: int | None, left: LeftBehind) -> int:
         """A local worker exited, and its durable claim slot says what it left: see
@@ -262,8 +293,9 @@ class ManagerService:
         slot (see Endings.recover); returns how many were still in flight."""
         return self.endings.recover(worker_id, kept)
 
-    def lose_worker(self, worker_id: str, exitcode: int | None,
-                    received: Callable[[Lease], bool] | None = None) -> int:
+    def lose_worker(
+        self, worker_id: str, exitcode: int | None, received: Callable[[Lease], bool] | None = None
+    ) -> int:
         """Forget a worker and resolve each job it held; returns how many it held (see
         Endings.lose_worker)."""
         return self.endings.lose_worker(worker_id, exitcode, received)
@@ -310,8 +342,9 @@ class ManagerService:
         self.mailboxes.close(client_id)
 
     @remote
-    def submit(self, requests: list[JobRequestWire], timeout: float | None,
-               withdrawn: int = 0) -> list[str] | None:
+    def submit(
+        self, requests: list[JobRequestWire], timeout: float | None, withdrawn: int = 0
+    ) -> list[str] | None:
         """Journal and queue a batch of jobs, all or none (one job is a batch of one).
 
         Returns None when each job was queued as itself; else, for each, the id of the job
@@ -331,8 +364,9 @@ class ManagerService:
             self.segments.refused(batch)
             raise
         if holders is not None:  # jobs not queued: another job holds their key
-            self.segments.ended(r.job_id for r, h in zip(batch, holders, strict=True)
-                                if h != r.job_id)
+            self.segments.ended(
+                r.job_id for r, h in zip(batch, holders, strict=True) if h != r.job_id
+            )
         if withdrawn:
             self.queue.count_withdrawn(withdrawn)
         return holders
@@ -408,8 +442,11 @@ class ManagerService:
     @remote
     def not_due(self, client_id: str) -> list[str]:
         """The client's pending jobs not yet due (they stay in the store at its exit)."""
-        waiting = [] if self.workflows is None or not len(self.workflows) else [
-            job.job_id for job, _n in self.workflows.listing() if job.client_id == client_id]
+        waiting = (
+            []
+            if self.workflows is None or not len(self.workflows)
+            else [job.job_id for job, _n in self.workflows.listing() if job.client_id == client_id]
+        )
         return self.queue.not_due(client_id) + waiting
 
     @remote
@@ -439,8 +476,7 @@ class ManagerService:
         return None if outcome is None else outcome_to_wire(outcome)
 
     @remote
-    def watch_many(self, client_id: str,
-                   job_ids: list[str]) -> tuple[list[OutcomeWire], list[str]]:
+    def watch_many(self, client_id: str, job_ids: list[str]) -> tuple[list[OutcomeWire], list[str]]:
         """:meth:`watch` each job (a client that reconnected re-attaches its futures):
         the outcomes of those that have ended, and the ids of those this manager does not
         know. A client may watch its own jobs: that adds no second delivery."""
@@ -499,8 +535,7 @@ class ManagerService:
         log.info("limit %s set to %s", name, spec or "no bound")
 
     @remote
-    def collect(self, client_id: str, timeout: float,
-                waiting: int = 0) -> list[OutcomeWire] | None:
+    def collect(self, client_id: str, timeout: float, waiting: int = 0) -> list[OutcomeWire] | None:
         self._connections.speaks_for(client_id)
         self.segments.collecting(client_id)
         outcomes = self.mailboxes.collect(client_id, min(timeout, LONG_POLL), waiting)
@@ -523,8 +558,7 @@ class ManagerService:
         dropped = self.mailboxes.drop(client_id)
         self.segments.client_gone(client_id)
         if dropped is not None:
-            log.info("client %s went away; %d uncollected outcome(s) discarded", client_id,
-                     dropped)
+            log.info("client %s went away; %d uncollected outcome(s) discarded", client_id, dropped)
 
     # ------------------------------------------------------------------ schedules
 
@@ -561,19 +595,28 @@ class ManagerService:
         queue = self.queue.stats(lateness=lateness)
         if self.workflows is not None and len(self.workflows):  # waiting: pending too
             waiting = self.workflows.waiting_levels()
-            queue = dataclasses.replace(queue, pending={
-                p.name.lower(): queue.pending[p.name.lower()] + waiting[p.level]
-                for p in Priority})
-        return Stats(queue=queue, workers=workers,
-                     uptime=now - self._started, throughput=recent / window,
-                     workers_missing=self._workers_missing,
-                     worker_start_failures=self._worker_start_failures,
-                     clients=len(self.mailboxes), store=self.journal.store.location,
-                     store_size=self.journal.store.size(),
-                     store_jobs=self.journal.store.kept() if self.journal.shared else None,
-                     managers=self.journal.managers(workers),
-                     queues=self._queue_statuses(),
-                     limits=tuple(sorted(self.limits().items())))
+            queue = dataclasses.replace(
+                queue,
+                pending={
+                    p.name.lower(): queue.pending[p.name.lower()] + waiting[p.level]
+                    for p in Priority
+                },
+            )
+        return Stats(
+            queue=queue,
+            workers=workers,
+            uptime=now - self._started,
+            throughput=recent / window,
+            workers_missing=self._workers_missing,
+            worker_start_failures=self._worker_start_failures,
+            clients=len(self.mailboxes),
+            store=self.journal.store.location,
+            store_size=self.journal.store.size(),
+            store_jobs=self.journal.store.kept() if self.journal.shared else None,
+            managers=self.journal.managers(workers),
+            queues=self._queue_statuses(),
+            limits=tuple(sorted(self.limits().items())),
+        )
 
     def _queue_statuses(self) -> tuple[QueueStatus, ...]:
         """Each queue with pending jobs or a worker naming it: its pending count and how
@@ -583,9 +626,14 @@ class ManagerService:
         names = {name for name, count in pending.items() if count}
         names.update(name for queues in served if queues for name in queues)
         names.add(DEFAULT_QUEUE)
-        return tuple(QueueStatus(name=name, pending=pending.get(name, 0),
-                                 workers=sum(1 for q in served if q is None or name in q))
-                     for name in sorted(names))
+        return tuple(
+            QueueStatus(
+                name=name,
+                pending=pending.get(name, 0),
+                workers=sum(1 for q in served if q is None or name in q),
+            )
+            for name in sorted(names)
+        )
 
     @remote
     def drain_workers(self) -> int:
@@ -607,8 +655,10 @@ class ManagerService:
         Remote workers wait for a manager to come back at the address, unless
         ``drain_workers_on_stop``: then they are dismissed first (their pools exit)."""
         if self.drain_workers_on_stop and not self.stopping.is_set():
-            log.info("stopping: dismissed %d remote worker(s); their pools drain and exit",
-                     self.workers.dismiss_remote())
+            log.info(
+                "stopping: dismissed %d remote worker(s); their pools drain and exit",
+                self.workers.dismiss_remote(),
+            )
         self.stopping.set()
         self.schedules.close()
         self.queue.close()
@@ -619,4 +669,3 @@ class ManagerService:
             error = VersionMismatchError(peer, self.versions, theirs)
             log.warning("refused %s", error)
             raise error
-

@@ -75,8 +75,9 @@ class SharedJournal(BaseJournal):
 
     shared = True
 
-    def __init__(self, store: RedisStore, queue: SharedQueue,
-                 wall: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, store: RedisStore, queue: SharedQueue, wall: Callable[[], float] = time.time
+    ) -> None:
         super().__init__(store, queue)
         self.store: RedisStore = store
         self.shared_queue = queue
@@ -119,22 +120,41 @@ class SharedJournal(BaseJournal):
             if request.queue != DEFAULT_QUEUE or request.limit is not None:
                 raise InvalidJobError(
                     "a job with parents (after=, ResultOf) takes no queue= or limit= with "
-                    "a Redis store yet: it runs in the default queue, without a limit")
+                    "a Redis store yet: it runs in the default queue, without a limit"
+                )
         requests, _held = self._segments.for_store(requests)
         for request in requests:
             if len(request.payload) > self.store.max_payload:
-                raise PayloadTooLargeError(len(request.payload), self.store.max_payload,
-                                           f"the Redis store {self.store.location}")
+                raise PayloadTooLargeError(
+                    len(request.payload),
+                    self.store.max_payload,
+                    f"the Redis store {self.store.location}",
+                )
         self.store.submit_after(
-            [NewJob(job_id=r.job_id, client_id=r.client_id, key=None, name=r.name,
-                    payload=r.payload, priority=r.priority, delay=r.delay, at=r.at,
-                    timeout=r.timeout, retries=r.retries, held=False,
-                    retry=None if r.retry is None else RetryState(r.retry).encode())
-             for r in requests],
-            afters, self.manager_id)
+            [
+                NewJob(
+                    job_id=r.job_id,
+                    client_id=r.client_id,
+                    key=None,
+                    name=r.name,
+                    payload=r.payload,
+                    priority=r.priority,
+                    delay=r.delay,
+                    at=r.at,
+                    timeout=r.timeout,
+                    retries=r.retries,
+                    held=False,
+                    retry=None if r.retry is None else RetryState(r.retry).encode(),
+                )
+                for r in requests
+            ],
+            afters,
+            self.manager_id,
+        )
 
-    def submit(self, requests: list[JobRequest], timeout: float | None,
-               due: float | None = None) -> list[str] | None:
+    def submit(
+        self, requests: list[JobRequest], timeout: float | None, due: float | None = None
+    ) -> list[str] | None:
         """Submit to Redis, due on its clock. ``due`` set: a schedule's run (its ``at``
         is its slot), created once however many managers arm it.
 
@@ -154,18 +174,33 @@ class SharedJournal(BaseJournal):
         requests, held = self._segments.for_store(requests)
         for request in requests:
             if len(request.payload) > self.store.max_payload:
-                raise PayloadTooLargeError(len(request.payload), self.store.max_payload,
-                                           f"the Redis store {self.store.location}")
+                raise PayloadTooLargeError(
+                    len(request.payload),
+                    self.store.max_payload,
+                    f"the Redis store {self.store.location}",
+                )
         max_pending = self.shared_queue.max_pending
         max_bytes = self.shared_queue.max_pending_bytes
-        check_fits(len(requests), sum(len(r.payload) for r in requests), max_pending,
-                   max_bytes)
-        jobs = [NewJob(job_id=r.job_id, client_id=r.client_id, key=r.key, name=r.name,
-                       payload=r.payload, priority=r.priority, delay=r.delay, at=r.at,
-                       timeout=r.timeout, retries=r.retries, held=r.job_id in held,
-                       retry=None if r.retry is None else RetryState(r.retry).encode(),
-                       queue=r.queue, limit=r.limit)
-                for r in requests]
+        check_fits(len(requests), sum(len(r.payload) for r in requests), max_pending, max_bytes)
+        jobs = [
+            NewJob(
+                job_id=r.job_id,
+                client_id=r.client_id,
+                key=r.key,
+                name=r.name,
+                payload=r.payload,
+                priority=r.priority,
+                delay=r.delay,
+                at=r.at,
+                timeout=r.timeout,
+                retries=r.retries,
+                held=r.job_id in held,
+                retry=None if r.retry is None else RetryState(r.retry).encode(),
+                queue=r.queue,
+                limit=r.limit,
+            )
+            for r in requests
+        ]
         run = due is not None
         deadline = None if timeout is None else time.monotonic() + timeout
         pause = FULL_RETRY[0]
@@ -183,8 +218,9 @@ class SharedJournal(BaseJournal):
         same = all(h == r.job_id for h, r in zip(holders, requests, strict=True))
         return None if same and not run else holders
 
-    def _submit_once(self, jobs: list[NewJob], run: bool, max_pending: int | None,
-                     max_bytes: int | None) -> tuple[list[str], str | None]:
+    def _submit_once(
+        self, jobs: list[NewJob], run: bool, max_pending: int | None, max_bytes: int | None
+    ) -> tuple[list[str], str | None]:
         """One submit of ``jobs``; one whose answer was lost is sent again (as such) until
         Redis answers, for DOUBT_WAIT at most: it says whether the first was taken.
 
@@ -193,8 +229,13 @@ class SharedJournal(BaseJournal):
             StoreUnavailableError: it was not sent: nothing was added.
         """
         try:
-            return self.store.submit_jobs(jobs, self.manager_id, if_absent=run,
-                                          max_pending=max_pending, max_pending_bytes=max_bytes)
+            return self.store.submit_jobs(
+                jobs,
+                self.manager_id,
+                if_absent=run,
+                max_pending=max_pending,
+                max_pending_bytes=max_bytes,
+            )
         except StoreInDoubtError as doubt:
             error = doubt
         deadline = time.monotonic() + DOUBT_WAIT
@@ -203,40 +244,55 @@ class SharedJournal(BaseJournal):
             time.sleep(min(pause, max(deadline - time.monotonic(), 0.0)))
             pause = min(pause * 2, 1.0)
             try:
-                return self.store.submit_jobs(jobs, self.manager_id, if_absent=run,
-                                              max_pending=max_pending,
-                                              max_pending_bytes=max_bytes, again=True)
+                return self.store.submit_jobs(
+                    jobs,
+                    self.manager_id,
+                    if_absent=run,
+                    max_pending=max_pending,
+                    max_pending_bytes=max_bytes,
+                    again=True,
+                )
             except StoreUnavailableError as exc:
                 if isinstance(exc, StoreInDoubtError):
                     error = exc
         ids = ", ".join(job.job_id for job in jobs[:5]) + (", ..." if len(jobs) > 5 else "")
-        raise StoreInDoubtError(self.store.location, f"{error.reason}; the job(s) {ids} may "
-                                f"be queued and may run: look them up by id "
-                                f"(Client.job); with key= a job may be submitted again")
+        raise StoreInDoubtError(
+            self.store.location,
+            f"{error.reason}; the job(s) {ids} may "
+            f"be queued and may run: look them up by id "
+            f"(Client.job); with key= a job may be submitted again",
+        )
 
     def lease(self, assignment: Assignment) -> bool:
         return True  # the claim recorded it
 
-    def finished(self, job: Job, outcome: Outcome,
-                 worker_id: str | None = None) -> set[str] | None:
+    def finished(self, job: Job, outcome: Outcome, worker_id: str | None = None) -> set[str] | None:
         """Record a job's end under its lease, as a take of one that hands it in (the
         worker's next job is claimed in the same call, unless it left); the local clients
         to tell, or None when Redis refused it (a stale lease: never delivered)."""
         return self.finished_all([(job, outcome)], worker_id, more=0)[0]
 
-    def finished_all(self, ends: list[tuple[Job, Outcome]], worker_id: str | None = None,
-                     more: int | None = None) -> list[set[str] | None]:
+    def finished_all(
+        self, ends: list[tuple[Job, Outcome]], worker_id: str | None = None, more: int | None = None
+    ) -> list[set[str] | None]:
         """Record the ends of jobs one worker ran, in one call to Redis (which claims that
         worker's next jobs too: SharedQueue.report_ends); for each, as :meth:`finished`."""
         finishes: list[Finish | None] = []
         for job, outcome in ends:
             token = self.shared_queue.pop_token(job.job_id)
-            finishes.append(None if token is None else Finish(
-                job_id=job.job_id, token=token,
-                state=JobState.DONE if outcome.ok else JobState.FAILED,
-                outcome=encode(self._stored(outcome)),
-                retry=None if job.notes is None or outcome.ok
-                else RetryState(job.retry, job.error, job.notes).encode()))
+            finishes.append(
+                None
+                if token is None
+                else Finish(
+                    job_id=job.job_id,
+                    token=token,
+                    state=JobState.DONE if outcome.ok else JobState.FAILED,
+                    outcome=encode(self._stored(outcome)),
+                    retry=None
+                    if job.notes is None or outcome.ok
+                    else RetryState(job.retry, job.error, job.notes).encode(),
+                )
+            )
         sent = [f for f in finishes if f is not None]
         if not sent:
             return [None] * len(ends)
@@ -252,9 +308,12 @@ class SharedJournal(BaseJournal):
             if finish is None:
                 watchers.append(None)
             elif (result := next(results)) == 0:
-                log.warning("job %s ended on worker %s, but its lease had run out and "
-                            "another manager took the job back: this end is not recorded",
-                            finish.job_id, worker_id)
+                log.warning(
+                    "job %s ended on worker %s, but its lease had run out and "
+                    "another manager took the job back: this end is not recorded",
+                    finish.job_id,
+                    worker_id,
+                )
                 watchers.append(None)
             else:
                 if result == 3:
@@ -270,8 +329,12 @@ class SharedJournal(BaseJournal):
         try:
             return outcome._replace(payload=shm.inline(outcome.payload))
         except OSError as exc:
-            log.error("the result of job %s cannot be read from shared memory (%s); the "
-                      "store keeps a result other managers cannot read", outcome.job_id, exc)
+            log.error(
+                "the result of job %s cannot be read from shared memory (%s); the "
+                "store keeps a result other managers cannot read",
+                outcome.job_id,
+                exc,
+            )
             return outcome
 
     def _ended_here(self, job_id: str) -> set[str]:
@@ -290,8 +353,12 @@ class SharedJournal(BaseJournal):
         if token is None:
             return
         state = RetryState(job.retry, job.error, job.notes).encode()
-        finish = Finish(job_id=job.job_id, token=token, state=JobState.PENDING,
-                        outcome=retry_end(delay, cause, state))
+        finish = Finish(
+            job_id=job.job_id,
+            token=token,
+            state=JobState.PENDING,
+            outcome=retry_end(delay, cause, state),
+        )
         try:
             [result] = self.shared_queue.report_ends([finish], None, None)
         except StoreUnavailableError:
@@ -300,8 +367,11 @@ class SharedJournal(BaseJournal):
             self.shared_queue.outage.held("end(s) of jobs", 1)
             return
         if result == 0:
-            log.warning("job %s failed an attempt, but its lease had run out and another "
-                        "manager took the job back: this end is not recorded", job.job_id)
+            log.warning(
+                "job %s failed an attempt, but its lease had run out and another "
+                "manager took the job back: this end is not recorded",
+                job.job_id,
+            )
 
     def requeue_ended(self, client_id: str, job_id: str) -> None:
         """As BaseJournal.requeue_ended, in one script: this manager delivers its end."""
@@ -309,8 +379,10 @@ class SharedJournal(BaseJournal):
         if done == "unknown":
             raise JobNotFoundError(job_id)
         if not isinstance(done, int):
-            why = {"no-payload": "its arguments were not kept",
-                   "key": "its key is held by another job"}.get(done, f"it is {done}")
+            why = {
+                "no-payload": "its arguments were not kept",
+                "key": "its key is held by another job",
+            }.get(done, f"it is {done}")
             raise not_requeueable(job_id, why)
 
     def progress(self, lease_id: int, job_id: str, progress: str) -> None:
@@ -392,11 +464,18 @@ class SharedJournal(BaseJournal):
             except Exception:  # a manager of another version, or one still starting
                 host, pid, address, workers = "?", 0, "", ()
             mine = record.manager_id == self.manager_id
-            found.append(ManagerStatus(
-                manager_id=record.manager_id, host=host, pid=pid, address=address,
-                heartbeat_age=record.seen_ago, lease_timeout=record.lease_timeout,
-                workers=live if mine else tuple(workers),
-                workers_age=0.0 if mine else record.seen_ago))
+            found.append(
+                ManagerStatus(
+                    manager_id=record.manager_id,
+                    host=host,
+                    pid=pid,
+                    address=address,
+                    heartbeat_age=record.seen_ago,
+                    lease_timeout=record.lease_timeout,
+                    workers=live if mine else tuple(workers),
+                    workers_age=0.0 if mine else record.seen_ago,
+                )
+            )
         return tuple(found)
 
     def jobs(self, state: str | None, limit: int | None) -> list[JobRecord]:
@@ -405,12 +484,14 @@ class SharedJournal(BaseJournal):
 
 def log_revived(job_id: str) -> None:
     """Say that a job's end replaced the failure a peer recorded (Reply.finished 3)."""
-    log.warning("job %s ran to its end here while this manager was presumed dead, and a "
-                "peer had failed it: its end replaces that failure", job_id)
+    log.warning(
+        "job %s ran to its end here while this manager was presumed dead, and a "
+        "peer had failed it: its end replaces that failure",
+        job_id,
+    )
 
 
-def encode_status(host: str, pid: int, address: str,
-                  workers: tuple[WorkerStatus, ...]) -> bytes:
+def encode_status(host: str, pid: int, address: str, workers: tuple[WorkerStatus, ...]) -> bytes:
     """A manager's status as its heartbeats publish it (``managers`` reads it back)."""
     return pickle.dumps((host, pid, address, workers), protocol=pickle.HIGHEST_PROTOCOL)
 
@@ -422,14 +503,13 @@ def outcome_of(end: StoredEnd) -> Outcome:
     if end.outcome:
         return decode(end.outcome)
     if end.crashed_worker is not None and end.crashed_worker.startswith(AFTER):
-        parent, _, how = end.crashed_worker[len(AFTER):].rpartition("|")
+        parent, _, how = end.crashed_worker[len(AFTER) :].rpartition("|")
         failed = DependencyFailedError(end.job_id, parent, how)
-        return Outcome(end.job_id, False, pickle.dumps(failed), "", None,
-                       OutcomeKind.DEPENDENCY_FAILED.value)
+        return Outcome(
+            end.job_id, False, pickle.dumps(failed), "", None, OutcomeKind.DEPENDENCY_FAILED.value
+        )
     if end.crashed_worker is not None:
         error = WorkerCrashedError(end.job_id, end.crashed_worker, None)
-        return Outcome(end.job_id, False, pickle.dumps(error), "", None,
-                       type(error).__name__)
-    error_ = JobError(f"job {end.job_id} ended, but its outcome is no longer kept "
-                      f"(result_ttl)")
+        return Outcome(end.job_id, False, pickle.dumps(error), "", None, type(error).__name__)
+    error_ = JobError(f"job {end.job_id} ended, but its outcome is no longer kept (result_ttl)")
     return Outcome(end.job_id, False, pickle.dumps(error_), "", None, "outcome-not-kept")

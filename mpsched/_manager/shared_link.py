@@ -51,9 +51,16 @@ class SharedLink:
         on_schedule: called with a schedule id when some manager changed it.
     """
 
-    def __init__(self, store: RedisStore, queue: SharedQueue, journal: SharedJournal, *,
-                 outage: StoreOutage, status: Callable[[], bytes],
-                 on_schedule: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        store: RedisStore,
+        queue: SharedQueue,
+        journal: SharedJournal,
+        *,
+        outage: StoreOutage,
+        status: Callable[[], bytes],
+        on_schedule: Callable[[str], None] | None = None,
+    ) -> None:
         self._store = store
         self._queue = queue
         self._journal = journal
@@ -61,9 +68,11 @@ class SharedLink:
         self._status = status
         self._on_schedule = on_schedule or (lambda schedule_id: None)
         self._me = queue.manager_id
-        self._channels = {store.base + "wake": self._on_wake,
-                          f"{store.base}ch:{self._me}": self._on_inbox,
-                          store.base + "sched": self._on_sched}
+        self._channels = {
+            store.base + "wake": self._on_wake,
+            f"{store.base}ch:{self._me}": self._on_inbox,
+            store.base + "sched": self._on_sched,
+        }
         # Set when the link stops; both threads wait on it between tries.
         self._stopping = threading.Event()
         # Set to ask for a heartbeat now (a claim found this manager presumed dead);
@@ -94,8 +103,7 @@ class SharedLink:
         """
         self._beat()
         for name, target in (("subscriber", self._listen), ("heartbeat", self._beats)):
-            thread = threading.Thread(target=target, name=f"mpsched-redis-{name}",
-                                      daemon=True)
+            thread = threading.Thread(target=target, name=f"mpsched-redis-{name}", daemon=True)
             thread.start()
             self._threads.append(thread)
         self._listening.wait(10.0)
@@ -118,11 +126,17 @@ class SharedLink:
             if not self._journal.has_unsent() and not self._queue.held():
                 back = self._store.forget_manager(self._me)
                 if back:
-                    log.warning("%d job(s) still leased to this manager as it left (claims "
-                                "whose answers were lost) went back to the queue", back)
+                    log.warning(
+                        "%d job(s) still leased to this manager as it left (claims "
+                        "whose answers were lost) went back to the queue",
+                        back,
+                    )
         except StoreError as exc:
-            log.warning("could not leave the job store (%s): peers take back what this "
-                        "manager held once its lease runs out", exc)
+            log.warning(
+                "could not leave the job store (%s): peers take back what this "
+                "manager held once its lease runs out",
+                exc,
+            )
 
     # ------------------------------------------------------------------ subscriber
 
@@ -231,8 +245,9 @@ class SharedLink:
     def _beat(self) -> None:
         """Renew this manager's leases, show its status, take back dead peers' jobs."""
         sent, sent_ns = self._queue.clock.now(), time.monotonic_ns()
-        beat = self._store.heartbeat(self._me, self._queue.lease_timeout, self._status(),
-                                     join=not self._registered)
+        beat = self._store.heartbeat(
+            self._me, self._queue.lease_timeout, self._status(), join=not self._registered
+        )
         if self._registered and not beat.registered_before:
             self._queue.fence.taken_back(self._queue.next_lease_id())
         self._queue.fence.renewed(sent, sent_ns)
@@ -241,25 +256,43 @@ class SharedLink:
         # jobs are taken back then, not up to a third of our own lease later.
         self._next_expiry = beat.next_expiry
         if self._registered and not beat.registered_before:
-            log.warning("this manager was presumed dead by its peers (no heartbeat for "
-                        "%g s): its jobs were taken back; those not started yet are not "
-                        "started here", self._queue.lease_timeout)
+            log.warning(
+                "this manager was presumed dead by its peers (no heartbeat for "
+                "%g s): its jobs were taken back; those not started yet are not "
+                "started here",
+                self._queue.lease_timeout,
+            )
             self._queue.wake()
             self._on_inbox()  # the ends its clients are owed, kept while it was away
         self._registered = True
         for taken in beat.taken_back:
-            silent = (f"{taken.lease_timeout:g} s" if taken.lease_timeout >= 0
-                      else "its lease")
-            log.warning("manager %s stopped renewing its leases for %s: presumed dead; "
-                        "its jobs were taken back (%d retried, %d failed)", taken.manager,
-                        silent, taken.requeued, taken.failed)
+            silent = f"{taken.lease_timeout:g} s" if taken.lease_timeout >= 0 else "its lease"
+            log.warning(
+                "manager %s stopped renewing its leases for %s: presumed dead; "
+                "its jobs were taken back (%d retried, %d failed)",
+                taken.manager,
+                silent,
+                taken.requeued,
+                taken.failed,
+            )
         mine = []
         for job_id, worker, client, here in beat.failed:
-            log.error("job %s: its worker %s went away with its manager; failed "
-                      "(WorkerCrashedError)", job_id, worker)
+            log.error(
+                "job %s: its worker %s went away with its manager; failed (WorkerCrashedError)",
+                job_id,
+                worker,
+            )
             if here:
-                mine.append(StoredEnd(job_id=job_id, state=None, outcome=None,
-                                  crashed_worker=worker, client_id=client, owner=self._me))
+                mine.append(
+                    StoredEnd(
+                        job_id=job_id,
+                        state=None,
+                        outcome=None,
+                        crashed_worker=worker,
+                        client_id=client,
+                        owner=self._me,
+                    )
+                )
         if mine:
             self._journal.deliver_ended(mine)
 
@@ -273,8 +306,9 @@ class SharedLink:
         if not unsent and not unreturned:
             return
         try:
-            reply = self._store.report(self._me, self._queue.lease_timeout, finishes=unsent,
-                                       requeues=unreturned)
+            reply = self._store.report(
+                self._me, self._queue.lease_timeout, finishes=unsent, requeues=unreturned
+            )
         except StoreError:
             self._journal.put_back_unsent(unsent)
             self._queue.put_back_unreturned(unreturned)
@@ -283,8 +317,11 @@ class SharedLink:
             if result == 3:
                 log_revived(finish.job_id)
             if result == 0:
-                log.warning("the end of job %s came too late: its lease had run out and "
-                            "a peer took the job back", finish.job_id)
+                log.warning(
+                    "the end of job %s came too late: its lease had run out and "
+                    "a peer took the job back",
+                    finish.job_id,
+                )
 
     def _recheck(self) -> None:
         """Tell this manager's clients the ends of jobs that a call whose answer was lost

@@ -51,13 +51,27 @@ class SharedPrefetch(SharedQueueBase):
     """Prefetched jobs on a shared queue (arguments: as SharedQueueBase's, and ``claims``:
     the local workers' claim slots; None: nothing is ever prefetched)."""
 
-    def __init__(self, store: RedisStore, *, manager_id: str, lease_timeout: float,
-                 clock: Clock | None = None, max_pending: int | None = None,
-                 max_pending_bytes: int | None = None, outage: StoreOutage | None = None,
-                 claims: Claims | None = None) -> None:
-        super().__init__(store, manager_id=manager_id, lease_timeout=lease_timeout,
-                         clock=clock, max_pending=max_pending,
-                         max_pending_bytes=max_pending_bytes, outage=outage)
+    def __init__(
+        self,
+        store: RedisStore,
+        *,
+        manager_id: str,
+        lease_timeout: float,
+        clock: Clock | None = None,
+        max_pending: int | None = None,
+        max_pending_bytes: int | None = None,
+        outage: StoreOutage | None = None,
+        claims: Claims | None = None,
+    ) -> None:
+        super().__init__(
+            store,
+            manager_id=manager_id,
+            lease_timeout=lease_timeout,
+            clock=clock,
+            max_pending=max_pending,
+            max_pending_bytes=max_pending_bytes,
+            outage=outage,
+        )
         self._claims = claims
         self._prefetched = Prefetched()  # under self._lock, as every field below
         self._prefetchable: Callable[[Job], bool] | None = None  # Dispatch's predicate
@@ -83,39 +97,49 @@ class SharedPrefetch(SharedQueueBase):
         when its worker asks for them, no other taker of ours waits for work, and no
         revocation of it is under way."""
         more = self._more.get(worker_id, 0)
-        if (more <= 0 or self._claims is None or self._waiting
-                or not self._prefetched.may_hand_locked(worker_id)):
+        if (
+            more <= 0
+            or self._claims is None
+            or self._waiting
+            or not self._prefetched.may_hand_locked(worker_id)
+        ):
             return 1
         return 1 + more
 
-    def _grant_locked(self, worker_id: str, jobs: list[Claimed],
-                      grant: Callable[[Claimed], Assignment]) -> tuple[list[Assignment],
-                                                                       list[Requeue]]:
+    def _grant_locked(
+        self, worker_id: str, jobs: list[Claimed], grant: Callable[[Claimed], Assignment]
+    ) -> tuple[list[Assignment], list[Requeue]]:
         """Lease ``jobs`` to ``worker_id`` (``grant`` leases one); returns the batch, and
         the jobs to give back: those after the first that may not be prefetched (a
         schedule's run), or all but the first for a worker that cannot claim them."""
         first, *rest = jobs
         keep = 0
-        if rest and self._claims is not None and self._prefetched.may_hand_locked(worker_id) \
-                and self._claims.reopen(worker_id):
-            while keep < len(rest) and (self._prefetchable is None
-                                        or self._prefetchable(_stub(rest[keep]))):
+        if (
+            rest
+            and self._claims is not None
+            and self._prefetched.may_hand_locked(worker_id)
+            and self._claims.reopen(worker_id)
+        ):
+            while keep < len(rest) and (
+                self._prefetchable is None or self._prefetchable(_stub(rest[keep]))
+            ):
                 keep += 1
         batch = [grant(claimed) for claimed in (first, *rest[:keep])]
         if len(batch) > 1:
             now = self._clock.now()
             self._prefetched.handed_locked(
-                worker_id, [(a.lease.lease_id, _job_of(a)) for a in batch[1:]], now)
+                worker_id, [(a.lease.lease_id, _job_of(a)) for a in batch[1:]], now
+            )
             self._batches += 1
             self._handed += len(batch) - 1
             self._start_watching_locked()
-        return batch, [Requeue(job_id=c.job_id, token=c.token, retry=False)
-                       for c in rest[keep:]]
+        return batch, [Requeue(job_id=c.job_id, token=c.token, retry=False) for c in rest[keep:]]
 
     def _start_watching_locked(self) -> None:
         if self._hold_thread is None:
-            self._hold_thread = threading.Thread(target=self._watch_holds, daemon=True,
-                                                 name="mpsched-prefetch-hold")
+            self._hold_thread = threading.Thread(
+                target=self._watch_holds, daemon=True, name="mpsched-prefetch-hold"
+            )
             self._hold_thread.start()
         elif self._hold_idle:
             self._holds.notify()
@@ -160,8 +184,9 @@ class SharedPrefetch(SharedQueueBase):
         if not requeues and not answers:
             return
         try:
-            reply = self.store.report(self.manager_id, self.lease_timeout,
-                                      requeues=requeues, answers=answers)
+            reply = self.store.report(
+                self.manager_id, self.lease_timeout, requeues=requeues, answers=answers
+            )
         except StoreUnavailableError:
             with self._lock:
                 self._unreturned += requeues
@@ -188,10 +213,11 @@ class SharedPrefetch(SharedQueueBase):
             back = []
             for assignment in ready:
                 token = self._tokens.pop(assignment.lease.job_id, None)
-                if self.leases.drop_locked(assignment.lease.lease_id) is not None \
-                        and token is not None:
-                    back.append(Requeue(job_id=assignment.lease.job_id, token=token,
-                                        retry=False))
+                if (
+                    self.leases.drop_locked(assignment.lease.lease_id) is not None
+                    and token is not None
+                ):
+                    back.append(Requeue(job_id=assignment.lease.job_id, token=token, retry=False))
         back += self._revoke(worker_id)
         self.give_back(back)
         return len(back)
@@ -201,8 +227,9 @@ class SharedPrefetch(SharedQueueBase):
         the workers that hold any (the cancel script cancels those it marked), then
         answer it (``nonce``: another manager's cancel waits for the answer)."""
         with self._lock:
-            holders = {w for job_id in job_ids
-                       if (w := self._prefetched.holder_locked(job_id)) is not None}
+            holders = {
+                w for job_id in job_ids if (w := self._prefetched.holder_locked(job_id)) is not None
+            }
         back: list[Requeue] = []
         for worker_id in sorted(holders):
             back += self._revoke(worker_id)
@@ -214,8 +241,7 @@ class SharedPrefetch(SharedQueueBase):
         jobs cancelled (their ids and clients) whose end this manager tells."""
         nonce = secrets.token_hex(8)
         try:
-            return self._settle(nonce, *self.store.cancel_or_ask(self.manager_id, job_ids,
-                                                                 nonce))
+            return self._settle(nonce, *self.store.cancel_or_ask(self.manager_id, job_ids, nonce))
         except StoreInDoubtError:
             self.recheck(job_ids)  # cancelled, maybe: its clients are told once it answers
             raise
@@ -228,8 +254,9 @@ class SharedPrefetch(SharedQueueBase):
         if not_due_only:
             return super().cancel_client_jobs(client_id, not_due_only=True)
         nonce = secrets.token_hex(8)
-        return self._settle(nonce, *self.store.cancel_client_or_ask(self.manager_id,
-                                                                    client_id, nonce))
+        return self._settle(
+            nonce, *self.store.cancel_client_or_ask(self.manager_id, client_id, nonce)
+        )
 
     def _settle(self, nonce: str, withdrawn: list[Withdrawn], asked: list[Held]) -> list[Job]:
         """Finish a cancel under ``nonce``: give back this manager's own prefetched jobs
@@ -241,10 +268,16 @@ class SharedPrefetch(SharedQueueBase):
                 self.give_back_for_cancel(mine, None)
             others = {w.holder for w in asked if w.holder != self.manager_id}
             withdrawn += self.store.settle_cancel(
-                self.manager_id, nonce, [w.job_id for w in asked], asked=len(others),
-                wait=CANCEL_WAIT)
-        return [Job(job_id=w.job_id, client_id=w.client_id, payload=b"", priority=0, due=0.0,
-                    seq=0) for w in withdrawn]
+                self.manager_id,
+                nonce,
+                [w.job_id for w in asked],
+                asked=len(others),
+                wait=CANCEL_WAIT,
+            )
+        return [
+            Job(job_id=w.job_id, client_id=w.client_id, payload=b"", priority=0, due=0.0, seq=0)
+            for w in withdrawn
+        ]
 
     def _prefetch_counts_locked(self) -> tuple[int, int]:
         return self._handed, self._given_back
@@ -292,12 +325,19 @@ class SharedPrefetch(SharedQueueBase):
 
 def _stub(claimed: Claimed) -> Job:
     """Enough of a claimed job for Dispatch's prefetchable predicate (it reads the id)."""
-    return Job(job_id=claimed.job_id, client_id=claimed.client_id, payload=b"",
-               priority=claimed.priority, due=0.0, seq=claimed.seq)
+    return Job(
+        job_id=claimed.job_id,
+        client_id=claimed.client_id,
+        payload=b"",
+        priority=claimed.priority,
+        due=0.0,
+        seq=claimed.seq,
+    )
 
 
 def _job_of(assignment: Assignment) -> Job:
     """The in-flight job of an assignment, as the prefetch table records it (the table
     names jobs by id)."""
-    return Job(job_id=assignment.lease.job_id, client_id="", payload=b"", priority=0,
-               due=0.0, seq=0)
+    return Job(
+        job_id=assignment.lease.job_id, client_id="", payload=b"", priority=0, due=0.0, seq=0
+    )

@@ -71,9 +71,15 @@ class SharedQueue(SharedPrefetch):
         batch = self.take_batch(worker_id, timeout, early)
         return batch[0] if batch else None
 
-    def take_batch(self, worker_id: str, timeout: float, early: float = 0.0, more: int = 0,
-                   prefetchable: Callable[[Job], bool] | None = None,
-                   queues: tuple[str, ...] | None = None) -> list[Assignment]:
+    def take_batch(
+        self,
+        worker_id: str,
+        timeout: float,
+        early: float = 0.0,
+        more: int = 0,
+        prefetchable: Callable[[Job], bool] | None = None,
+        queues: tuple[str, ...] | None = None,
+    ) -> list[Assignment]:
         """:meth:`take`, with up to ``more`` due jobs more claimed in the same call for a
         worker this manager started (prefetched: mpsched._manager.shared_prefetch);
         ``prefetchable`` tells which jobs may be. [] when none came due. ``queues``: as
@@ -107,18 +113,27 @@ class SharedQueue(SharedPrefetch):
             self._prefetched.drop_locked(worker_id)
             for assignment in batch:
                 token = self._tokens.pop(assignment.lease.job_id, None)
-                if self.leases.drop_locked(assignment.lease.lease_id) is not None \
-                        and token is not None:
-                    back.append(Requeue(job_id=assignment.lease.job_id, token=token,
-                                        retry=False))
-        log.warning("%d job(s) claimed before this manager was presumed dead (or while "
-                    "its heartbeats went unanswered) were not handed out", len(batch))
+                if (
+                    self.leases.drop_locked(assignment.lease.lease_id) is not None
+                    and token is not None
+                ):
+                    back.append(Requeue(job_id=assignment.lease.job_id, token=token, retry=False))
+        log.warning(
+            "%d job(s) claimed before this manager was presumed dead (or while "
+            "its heartbeats went unanswered) were not handed out",
+            len(batch),
+        )
         self.give_back(back)
         return False
 
-    def _begin_take_locked(self, worker_id: str, early: float, more: int,
-                           prefetchable: Callable[[Job], bool] | None,
-                           deadline: float) -> list[Assignment] | None:
+    def _begin_take_locked(
+        self,
+        worker_id: str,
+        early: float,
+        more: int,
+        prefetchable: Callable[[Job], bool] | None,
+        deadline: float,
+    ) -> list[Assignment] | None:
         """A take begins: the batch claimed for the worker with its last ends, if any
         (None: it must claim)."""
         if self.fence.stale_below:
@@ -144,8 +159,7 @@ class SharedQueue(SharedPrefetch):
                 self.leases.drop_locked(lease.lease_id)
                 self._tokens.pop(job.job_id, None)
 
-    def _take_once(self, worker_id: str, early: float,
-                   deadline: float) -> list[Assignment] | None:
+    def _take_once(self, worker_id: str, early: float, deadline: float) -> list[Assignment] | None:
         """One claim (or none, when nothing changed since the last) and the wait after
         it: the batch, [] past the deadline, or None to look again."""
         with self._lock:
@@ -180,8 +194,7 @@ class SharedQueue(SharedPrefetch):
                     self._leave_locked()
                     return []
                 if wait is None or wait > 0:
-                    self._wait_locked(remaining if wait is None else min(wait, remaining),
-                                      lead)
+                    self._wait_locked(remaining if wait is None else min(wait, remaining), lead)
                 return None
         finally:
             self.give_back(back)  # claimed, but not to be handed out (without the lock)
@@ -199,16 +212,24 @@ class SharedQueue(SharedPrefetch):
             return self._follow_until - self._clock.now()
         return ASK
 
-    def _claim(self, worker_id: str, early: float, want: int,
-               others_wait: bool) -> Reply | None:
+    def _claim(self, worker_id: str, early: float, want: int, others_wait: bool) -> Reply | None:
         """One claim of up to ``want`` jobs (``others_wait``: another taker of ours waits
         for work); None when Redis failed (the taker then backs off)."""
         claim = self.claim_name()
         try:
-            reply = self.store.report(self.manager_id, self.lease_timeout, take=Take(
-                want=want, worker=f"{self.manager_id}/{worker_id}", early=early,
-                lead="wait", waiting=others_wait, claim=claim,
-                queues=self._queues.get(worker_id, ())))
+            reply = self.store.report(
+                self.manager_id,
+                self.lease_timeout,
+                take=Take(
+                    want=want,
+                    worker=f"{self.manager_id}/{worker_id}",
+                    early=early,
+                    lead="wait",
+                    waiting=others_wait,
+                    claim=claim,
+                    queues=self._queues.get(worker_id, ()),
+                ),
+            )
         except StoreUnavailableError as exc:
             if isinstance(exc, StoreInDoubtError):
                 self.in_doubt(claim)
@@ -224,14 +245,16 @@ class SharedQueue(SharedPrefetch):
             self.outage(exc)
             return None
 
-    def _hand_out_locked(self, worker_id: str, reply: Reply,
-                         early: float) -> tuple[list[Assignment], list[Requeue]]:
+    def _hand_out_locked(
+        self, worker_id: str, reply: Reply, early: float
+    ) -> tuple[list[Assignment], list[Requeue]]:
         """The batch claimed for ``worker_id``, leased here; and the claimed jobs to give
         back (see SharedPrefetch._grant_locked)."""
         now = self._clock.now()
         self._backoff = BACKOFF[0]
-        if self._waiting and (self._leader is None or (
-                reply.head_in is not None and reply.head_in <= early)):
+        if self._waiting and (
+            self._leader is None or (reply.head_in is not None and reply.head_in <= early)
+        ):
             self._available.notify()  # more is due, or nobody times the head: pass it on
 
         def grant(claimed: Claimed) -> Assignment:
@@ -240,8 +263,9 @@ class SharedQueue(SharedPrefetch):
 
         return self._grant_locked(worker_id, reply.jobs, grant)
 
-    def _wait_after_locked(self, reply: Reply | None,
-                           early: float) -> tuple[float | None, object | None]:
+    def _wait_after_locked(
+        self, reply: Reply | None, early: float
+    ) -> tuple[float | None, object | None]:
         """How long a taker that claimed nothing waits (None: until woken; 0.0: it
         claims again at once), and its lead token when it times the head for us."""
         if reply is None:
@@ -301,8 +325,9 @@ class SharedQueue(SharedPrefetch):
             self._backoff = BACKOFF[0]
             self._available.notify_all()
 
-    def report_ends(self, finishes: list[Finish], worker_id: str | None,
-                    more: int | None = None) -> list[int]:
+    def report_ends(
+        self, finishes: list[Finish], worker_id: str | None, more: int | None = None
+    ) -> list[int]:
         """Record jobs' ends under their leases (Finish), and, when their worker's take
         hands them in (``more`` set: it waits for its next jobs) and it holds no other
         job, claim that worker's next due job, with ``more`` jobs beyond it, in the same
@@ -320,21 +345,34 @@ class SharedQueue(SharedPrefetch):
             if worker_id is not None and more is not None:
                 self._more[worker_id] = more
             early = self._early.get(worker_id or "")
-            want = (worker_id is not None and more is not None and early is not None
-                    and not self._closed
-                    and worker_id not in self._gone and worker_id not in self._ready
-                    and self._prefetched.may_hand_locked(worker_id)
-                    and not any(lease.worker_id == worker_id
-                                for _, lease in self.leases.jobs_locked()))
+            want = (
+                worker_id is not None
+                and more is not None
+                and early is not None
+                and not self._closed
+                and worker_id not in self._gone
+                and worker_id not in self._ready
+                and self._prefetched.may_hand_locked(worker_id)
+                and not any(lease.worker_id == worker_id for _, lease in self.leases.jobs_locked())
+            )
             count = self._batch_size_locked(worker_id) if want and worker_id else 0
             others_wait = self._waiting > 0
-        take = None if not want else Take(want=count, worker=f"{self.manager_id}/{worker_id}",
-                                          early=early or 0.0, waiting=others_wait,
-                                          claim=self.claim_name(),
-                                          queues=self._queues.get(worker_id or "", ()))
+        take = (
+            None
+            if not want
+            else Take(
+                want=count,
+                worker=f"{self.manager_id}/{worker_id}",
+                early=early or 0.0,
+                waiting=others_wait,
+                claim=self.claim_name(),
+                queues=self._queues.get(worker_id or "", ()),
+            )
+        )
         try:
-            reply = self.store.report(self.manager_id, self.lease_timeout,
-                                      finishes=finishes, take=take)
+            reply = self.store.report(
+                self.manager_id, self.lease_timeout, finishes=finishes, take=take
+            )
         except StoreInDoubtError:
             if take is not None:
                 self.in_doubt(take.claim)
@@ -349,8 +387,9 @@ class SharedQueue(SharedPrefetch):
             back = _requeues(reply)
             with self._lock:
                 if not self._closed and worker_id not in self._gone:
-                    self._ready[worker_id], back = self._hand_out_locked(worker_id, reply,
-                                                                         early or 0.0)
+                    self._ready[worker_id], back = self._hand_out_locked(
+                        worker_id, reply, early or 0.0
+                    )
             self.give_back(back)
         return reply.finished
 
@@ -405,8 +444,11 @@ class SharedQueue(SharedPrefetch):
 
 def _requeues(reply: Reply | None) -> list[Requeue]:
     """Give-backs of every job a reply claimed (none was handed out)."""
-    return [] if reply is None else [Requeue(job_id=c.job_id, token=c.token, retry=False)
-                                     for c in reply.jobs]
+    return (
+        []
+        if reply is None
+        else [Requeue(job_id=c.job_id, token=c.token, retry=False) for c in reply.jobs]
+    )
 
 
 def stored_outcome(job_id: str, state: str, outcome: bytes) -> Outcome:
@@ -417,8 +459,7 @@ def stored_outcome(job_id: str, state: str, outcome: bytes) -> Outcome:
     if outcome:
         return Outcome._make(pickle.loads(outcome))
     error = JobError(f"job {job_id} ended, but its outcome is no longer kept (result_ttl)")
-    return Outcome(job_id, False, pickle.dumps(error), "", None,
-                   OutcomeKind.OUTCOME_NOT_KEPT.value)
+    return Outcome(job_id, False, pickle.dumps(error), "", None, OutcomeKind.OUTCOME_NOT_KEPT.value)
 
 
 def _job(claimed: Claimed, now: float) -> Job:
@@ -426,12 +467,22 @@ def _job(claimed: Claimed, now: float) -> Job:
     manager's clock (its attempt is counted again when the lease is granted)."""
     payload = claimed.payload
     if claimed.inputs is not None:
-        payload = attach_inputs(payload, {i: stored_outcome(i, st, out)
-                                          for i, st, out in claimed.inputs})
-    job = Job(job_id=claimed.job_id, client_id=claimed.client_id, payload=payload,
-              priority=claimed.priority, due=now + claimed.delay, seq=claimed.seq,
-              timeout=claimed.timeout, retries=claimed.retries, attempt=claimed.attempt - 1,
-              key=claimed.key, name=claimed.name)
+        payload = attach_inputs(
+            payload, {i: stored_outcome(i, st, out) for i, st, out in claimed.inputs}
+        )
+    job = Job(
+        job_id=claimed.job_id,
+        client_id=claimed.client_id,
+        payload=payload,
+        priority=claimed.priority,
+        due=now + claimed.delay,
+        seq=claimed.seq,
+        timeout=claimed.timeout,
+        retries=claimed.retries,
+        attempt=claimed.attempt - 1,
+        key=claimed.key,
+        name=claimed.name,
+    )
     if claimed.retry is not None:
         job.retry, job.error, job.notes = RetryState.decode(claimed.retry)
     return job

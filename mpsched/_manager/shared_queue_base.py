@@ -55,10 +55,17 @@ class SharedQueueBase:
             per outage).
     """
 
-    def __init__(self, store: RedisStore, *, manager_id: str, lease_timeout: float,
-                 clock: Clock | None = None, max_pending: int | None = None,
-                 max_pending_bytes: int | None = None,
-                 outage: StoreOutage | None = None) -> None:
+    def __init__(
+        self,
+        store: RedisStore,
+        *,
+        manager_id: str,
+        lease_timeout: float,
+        clock: Clock | None = None,
+        max_pending: int | None = None,
+        max_pending_bytes: int | None = None,
+        outage: StoreOutage | None = None,
+    ) -> None:
         self.store = store
         self.manager_id = manager_id
         self.lease_timeout = lease_timeout
@@ -151,9 +158,12 @@ class SharedQueueBase:
                 self._doubtful[:0] = doubtful
             raise
         if back:
-            log.warning("%d job(s) claimed for this manager in a call whose answer was "
-                        "lost went back to the queue, never started: %s", len(back),
-                        ", ".join(back))
+            log.warning(
+                "%d job(s) claimed for this manager in a call whose answer was "
+                "lost went back to the queue, never started: %s",
+                len(back),
+                ", ".join(back),
+            )
         return len(back)
 
     @property
@@ -187,15 +197,17 @@ class SharedQueueBase:
             StoreUnavailableError, StoreError: a payload could not be read from Redis.
         """
         me = self.manager_id
-        if all(c.payload and (c.owner == me or c.payload[:4] != frames.MAGIC)
-               for c in reply.jobs):
+        if all(c.payload and (c.owner == me or c.payload[:4] != frames.MAGIC) for c in reply.jobs):
             return reply
         jobs = []
         for claimed in reply.jobs:
             payload = claimed.payload or self._held_payload(claimed.job_id)
             if payload is None:
-                log.info("job %s was claimed without its payload, which this manager "
-                         "no longer holds; it is read from the store", claimed.job_id)
+                log.info(
+                    "job %s was claimed without its payload, which this manager "
+                    "no longer holds; it is read from the store",
+                    claimed.job_id,
+                )
                 payload = self.store.payload(claimed.job_id)
             elif claimed.owner != me:
                 payload = frames.unframed(payload)
@@ -239,8 +251,13 @@ class SharedQueueBase:
         """End a lease with its worker's outcome (the journal reports it to Redis)."""
         return self.leases.complete(lease_id, outcome)
 
-    def retry(self, lease_id: int, outcome: Outcome, worker_id: str,
-              delay_of: Callable[[Job], float | None]) -> tuple[Job | None, float | None]:
+    def retry(
+        self,
+        lease_id: int,
+        outcome: Outcome,
+        worker_id: str,
+        delay_of: Callable[[Job], float | None],
+    ) -> tuple[Job | None, float | None]:
         """As JobQueue.retry, for this manager's lease: the job goes back to Redis when the
         journal records the end of its attempt (SharedJournal.retried), under its lease's
         token, in one step there."""
@@ -271,10 +288,11 @@ class SharedQueueBase:
         return len(self.leases.held())
 
     def cancel_client_jobs(self, client_id: str, *, not_due_only: bool = False) -> list[Job]:
-        withdrawn = self.store.cancel_client(self.manager_id, client_id,
-                                             not_due_only=not_due_only)
-        return [Job(job_id=w.job_id, client_id=w.client_id, payload=b"", priority=0, due=0.0,
-                    seq=0) for w in withdrawn]
+        withdrawn = self.store.cancel_client(self.manager_id, client_id, not_due_only=not_due_only)
+        return [
+            Job(job_id=w.job_id, client_id=w.client_id, payload=b"", priority=0, due=0.0, seq=0)
+            for w in withdrawn
+        ]
 
     def not_due(self, client_id: str) -> list[str]:
         return self.store.not_yet_due(client_id)
@@ -297,17 +315,30 @@ class SharedQueueBase:
             waiting, wakeups = self._waiting, self._wakeups
             prefetched, given_back = self._prefetch_counts_locked()
         return QueueStats(
-            pending={"high": counts.pending[1], "medium": counts.pending[2],
-                     "low": counts.pending[3]},
-            in_flight=counts.running, submitted=counts.submitted + self._withdrawn,
-            completed=counts.done, failed=counts.failed,
-            cancelled=counts.cancelled + self._withdrawn, retried=counts.retried,
-            timed_out=done.timed_out, started_early=done.started_early,
+            pending={
+                "high": counts.pending[1],
+                "medium": counts.pending[2],
+                "low": counts.pending[3],
+            },
+            in_flight=counts.running,
+            submitted=counts.submitted + self._withdrawn,
+            completed=counts.done,
+            failed=counts.failed,
+            cancelled=counts.cancelled + self._withdrawn,
+            retried=counts.retried,
+            timed_out=done.timed_out,
+            started_early=done.started_early,
             next_due_in=counts.head_in,
             lateness=percentiles(done.recent) if lateness else {},
-            lateness_samples=done.lateness_samples, wakeups=wakeups, waiting=waiting,
-            crashed=done.crashed, prefetched=prefetched, revoked=given_back,
-            retried_exception=counts.retried_exception, retried_later=counts.retried_later)
+            lateness_samples=done.lateness_samples,
+            wakeups=wakeups,
+            waiting=waiting,
+            crashed=done.crashed,
+            prefetched=prefetched,
+            revoked=given_back,
+            retried_exception=counts.retried_exception,
+            retried_later=counts.retried_later,
+        )
 
     def _prefetch_counts_locked(self) -> tuple[int, int]:
         """Prefetched jobs handed out so far, and of those given back (none here)."""
@@ -317,10 +348,22 @@ class SharedQueueBase:
         """The next ``n`` pending jobs in the order claims would take them (a listing),
         due on this manager's clock."""
         now = self._clock.now()
-        return [Job(job_id=r.job_id, client_id=r.client_id, payload=b"", priority=r.priority,
-                    due=now + due_in, seq=r.seq, timeout=r.timeout, retries=r.retries,
-                    attempt=r.attempt, key=r.key, name=r.name)
-                for r, due_in in self.store.head(n)]
+        return [
+            Job(
+                job_id=r.job_id,
+                client_id=r.client_id,
+                payload=b"",
+                priority=r.priority,
+                due=now + due_in,
+                seq=r.seq,
+                timeout=r.timeout,
+                retries=r.retries,
+                attempt=r.attempt,
+                key=r.key,
+                name=r.name,
+            )
+            for r, due_in in self.store.head(n)
+        ]
 
     def __len__(self) -> int:
         return sum(self.store.counts().pending.values())

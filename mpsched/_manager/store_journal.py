@@ -61,17 +61,20 @@ log = logging.getLogger("mpsched.manager")
 def _lost(job_id: str) -> Outcome:
     """The outcome a watcher gets of a job that ended without its outcome in the store (a
     large one, not yet committed when the manager died)."""
-    error = JobError(f"job {job_id} ran to its end, but its outcome was lost: the manager "
-                     f"stopped before it reached the store (only outcomes of up to "
-                     f"{OUTCOME_IN_LOG // 1024} KiB are journalled with the job's end)")
+    error = JobError(
+        f"job {job_id} ran to its end, but its outcome was lost: the manager "
+        f"stopped before it reached the store (only outcomes of up to "
+        f"{OUTCOME_IN_LOG // 1024} KiB are journalled with the job's end)"
+    )
     return failure(job_id, error, OutcomeKind.OUTCOME_LOST)
 
 
 class Journal(BaseJournal):
     """Journals one queue's job changes to ``store`` and keeps the watchers of each job."""
 
-    def __init__(self, store: JournalStore, queue: JobQueue,
-                 wall: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, store: JournalStore, queue: JobQueue, wall: Callable[[], float] = time.time
+    ) -> None:
         super().__init__(store, queue)
         self.store: JournalStore = store
         self.queue: JobQueue = queue
@@ -96,8 +99,9 @@ class Journal(BaseJournal):
             resolved = self._resolve_running(recovery, offset, jobs, traces or {})
             parents = self.store.waiting()
             if parents:  # they wait out of the heap: see Workflows.recover
-                self.recovered_waiting = [(job, parents[job.job_id]) for job in jobs
-                                          if job.job_id in parents]
+                self.recovered_waiting = [
+                    (job, parents[job.job_id]) for job in jobs if job.job_id in parents
+                ]
                 jobs = [job for job in jobs if job.job_id not in parents]
             self.queue.restore(jobs, recovery.next_seq)
             for worker_id, held in resolved.awaited.items():
@@ -110,10 +114,13 @@ class Journal(BaseJournal):
         return Recovered(
             f"recovered {len(recovery.pending)} pending job(s) from {self.store.location}; "
             f"of {len(recovery.running)} running when the manager stopped, "
-            f"{resolved.summary()}", resolved.awaited)
+            f"{resolved.summary()}",
+            resolved.awaited,
+        )
 
-    def _resolve_running(self, recovery: Recovery, offset: float, jobs: list[Job],
-                         traces: dict[str, LeftBehind]) -> _Resolved:
+    def _resolve_running(
+        self, recovery: Recovery, offset: float, jobs: list[Job], traces: dict[str, LeftBehind]
+    ) -> _Resolved:
         resolved = _Resolved()
         for running in recovery.running:
             job = _job(running.job, offset, recovery.retry or {})
@@ -145,8 +152,12 @@ class Journal(BaseJournal):
                 resolved.retried += 1
             else:
                 error = WorkerCrashedError(job.job_id, running.worker_id, None)
-                self.store.finish(job.job_id, JobState.FAILED, encode(failure(
-                    job.job_id, error, OutcomeKind.WORKER_CRASHED)), self._wall())
+                self.store.finish(
+                    job.job_id,
+                    JobState.FAILED,
+                    encode(failure(job.job_id, error, OutcomeKind.WORKER_CRASHED)),
+                    self._wall(),
+                )
                 resolved.failed += 1
         return resolved
 
@@ -166,8 +177,9 @@ class Journal(BaseJournal):
 
     # ------------------------------------------------------------------ changes
 
-    def submit(self, requests: list[JobRequest], timeout: float | None,
-               due: float | None = None) -> list[str] | None:
+    def submit(
+        self, requests: list[JobRequest], timeout: float | None, due: float | None = None
+    ) -> list[str] | None:
         """As BaseJournal.submit; the store keeps the wall-clock time the requests'
         ``delay`` gives."""
         for request in requests:
@@ -175,32 +187,68 @@ class Journal(BaseJournal):
         seqs = self.queue.reserve_seqs(len(requests))
         now = self._wall()
         retry = {r.job_id: RetryState(r.retry).encode() for r in requests if r.retry}
-        holders = self.store.submit([
-            StoredJob(r.job_id, r.client_id, r.key, r.name, r.payload, r.priority,
-                      r.at if r.at is not None else now + (r.delay or 0.0), seq, r.timeout,
-                      r.retries, 0, now, None if r.queue == DEFAULT_QUEUE else r.queue,
-                      r.limit)
-            for r, seq in zip(requests, seqs, strict=True)], retry or None)
-        fresh = [(r, seq) for r, seq, holder in zip(requests, seqs, holders, strict=True)
-                 if holder == r.job_id]
+        holders = self.store.submit(
+            [
+                StoredJob(
+                    r.job_id,
+                    r.client_id,
+                    r.key,
+                    r.name,
+                    r.payload,
+                    r.priority,
+                    r.at if r.at is not None else now + (r.delay or 0.0),
+                    seq,
+                    r.timeout,
+                    r.retries,
+                    0,
+                    now,
+                    None if r.queue == DEFAULT_QUEUE else r.queue,
+                    r.limit,
+                )
+                for r, seq in zip(requests, seqs, strict=True)
+            ],
+            retry or None,
+        )
+        fresh = [
+            (r, seq)
+            for r, seq, holder in zip(requests, seqs, holders, strict=True)
+            if holder == r.job_id
+        ]
         try:
-            self.queue.submit_many([r for r, _ in fresh], timeout, seqs=[s for _, s in fresh],
-                                   due=due, checked=True)
+            self.queue.submit_many(
+                [r for r, _ in fresh], timeout, seqs=[s for _, s in fresh], due=due, checked=True
+            )
         except BaseException:
             self.store.cancel([r.job_id for r, _ in fresh], self._wall())
             raise
         return None if len(fresh) == len(requests) else holders
 
-    def waiting(self, jobs: list[Job], requests: list[JobRequest],
-                afters: list[After]) -> None:
+    def waiting(self, jobs: list[Job], requests: list[JobRequest], afters: list[After]) -> None:
         now = self._wall()
         retry = {r.job_id: RetryState(r.retry).encode() for r in requests if r.retry}
-        self.store.submit_waiting([
-            StoredJob(r.job_id, r.client_id, None, r.name, r.payload, r.priority,
-                      r.at if r.at is not None else now + (r.delay or 0.0), job.seq,
-                      r.timeout, r.retries, 0, now,
-                      None if r.queue == DEFAULT_QUEUE else r.queue, r.limit)
-            for r, job in zip(requests, jobs, strict=True)], afters, retry or None)
+        self.store.submit_waiting(
+            [
+                StoredJob(
+                    r.job_id,
+                    r.client_id,
+                    None,
+                    r.name,
+                    r.payload,
+                    r.priority,
+                    r.at if r.at is not None else now + (r.delay or 0.0),
+                    job.seq,
+                    r.timeout,
+                    r.retries,
+                    0,
+                    now,
+                    None if r.queue == DEFAULT_QUEUE else r.queue,
+                    r.limit,
+                )
+                for r, job in zip(requests, jobs, strict=True)
+            ],
+            afters,
+            retry or None,
+        )
 
     def lease(self, assignment: Assignment) -> bool:
         lease = assignment.lease
@@ -221,7 +269,8 @@ class Journal(BaseJournal):
             self.store.finish(job.job_id, state, kept, self._wall())
             if job.notes is not None and not outcome.ok:  # its final error, for listings
                 self.store.retry_ended(
-                    job.job_id, RetryState(job.retry, job.error, job.notes).encode())
+                    job.job_id, RetryState(job.retry, job.error, job.notes).encode()
+                )
         except StoreError as exc:
             log.error("the outcome of job %s was not journalled: %s", job.job_id, exc)
         with self._lock:  # a watcher that registered before the finish was readable
@@ -279,8 +328,11 @@ class Journal(BaseJournal):
             self._watch_locked(client_id, job_id)
         self.store.flush()  # outcomes journalled so far are readable
         record = self.store.get(job_id)
-        if record is not None and not record.state.finished \
-                and record.state is not JobState.CANCELLED:
+        if (
+            record is not None
+            and not record.state.finished
+            and record.state is not JobState.CANCELLED
+        ):
             return None  # its end will be handed over
         with self._lock:
             handed = not self._unwatch_locked(client_id, job_id)
@@ -331,22 +383,35 @@ class _Resolved:
         if self.awaited:
             held = sum(map(len, self.awaited.values()))
             parts.append(f"{held} wait for their remote worker to say how they ended")
-        parts.append(f"{self.retried} will run again and {self.failed} failed "
-                     f"(WorkerCrashedError)")
+        parts.append(f"{self.retried} will run again and {self.failed} failed (WorkerCrashedError)")
         return ", ".join(parts)
 
 
 def _job(stored: StoredJob, offset: float, retry: Mapping[str, str]) -> Job:
-    job = Job(job_id=stored.job_id, client_id=stored.client_id, payload=stored.payload,
-              priority=stored.priority, due=stored.due_wall + offset, seq=stored.seq,
-              timeout=stored.timeout, retries=stored.retries, attempt=stored.attempt,
-              key=stored.key, name=stored.name, queue=stored.queue or DEFAULT_QUEUE,
-              limit=stored.limit)
+    job = Job(
+        job_id=stored.job_id,
+        client_id=stored.client_id,
+        payload=stored.payload,
+        priority=stored.priority,
+        due=stored.due_wall + offset,
+        seq=stored.seq,
+        timeout=stored.timeout,
+        retries=stored.retries,
+        attempt=stored.attempt,
+        key=stored.key,
+        name=stored.name,
+        queue=stored.queue or DEFAULT_QUEUE,
+        limit=stored.limit,
+    )
     text = retry.get(job.job_id)
     if text is not None:
         try:
             job.retry, job.error, job.notes = RetryState.decode(text)
         except (ValueError, KeyError, TypeError) as exc:  # its policy is lost, not the job
-            log.error("job %s: its retry state in the store is unreadable (%s): it runs "
-                      "without its retry policy", job.job_id, exc)
+            log.error(
+                "job %s: its retry state in the store is unreadable (%s): it runs "
+                "without its retry policy",
+                job.job_id,
+                exc,
+            )
     return job

@@ -39,16 +39,23 @@ class StoreOutage:
             if was is None and error is not None:
                 self._started = time.monotonic()
                 self._held = {}
-                log.warning("the job store does not answer (%s); retrying with back-off, "
-                            "jobs that run go on", error)
+                log.warning(
+                    "the job store does not answer (%s); retrying with back-off, "
+                    "jobs that run go on",
+                    error,
+                )
                 return
             if was is None or error is not None:
                 return
             lasted = time.monotonic() - self._started
             held = ", ".join(f"{count} {kind}" for kind, count in self._held.items())
             callbacks = list(self._on_back)
-        log.warning("the job store %s answers again after %.1f s%s", self._location, lasted,
-                    f" ({held} waited for it and are sent now)" if held else "")
+        log.warning(
+            "the job store %s answers again after %.1f s%s",
+            self._location,
+            lasted,
+            f" ({held} waited for it and are sent now)" if held else "",
+        )
         for callback in callbacks:
             callback()
 

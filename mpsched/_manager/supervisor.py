@@ -47,10 +47,10 @@ class WatchEnd(Option):
     STOP_NOW = STOP_NOW  # stop, killing the workers with their jobs (a second Ctrl-C)
     OWNER_GONE = "owner-gone"  # the process that started this manager died
 
+
 # A worker that fails to start is tried again after this many seconds, doubling each time
 # up to the second value; a success resets it.
 RESTART_BACKOFF = (0.1, 10.0)
-
 
 
 @dataclass(eq=False)
@@ -64,8 +64,14 @@ class _Local:
 class Supervisor:
     """Keeps ``config.workers`` local worker processes alive until stopped."""
 
-    def __init__(self, service: ManagerService, config: ManagerConfig, address: Any,
-                 claims: LocalClaims | None = None, slots: SlotSource | None = None) -> None:
+    def __init__(
+        self,
+        service: ManagerService,
+        config: ManagerConfig,
+        address: Any,
+        claims: LocalClaims | None = None,
+        slots: SlotSource | None = None,
+    ) -> None:
         """``claims``: the queue's; each local worker's slot is added while it lives.
         ``slots``: where the slots are made (a SQLite store's slot file; by default
         anonymous shared memory)."""
@@ -96,14 +102,22 @@ class Supervisor:
         worker_id = f"w{next(self._ids)}"
         slot = self._slots.slot(self._ctx, worker_id)
         config = WorkerConfig(
-            address=self._address, authkey=self._config.authkey, worker_id=worker_id,
-            log_level=self._config.log_level, max_tasks=self._config.max_tasks_per_worker,
+            address=self._address,
+            authkey=self._config.authkey,
+            worker_id=worker_id,
+            log_level=self._config.log_level,
+            max_tasks=self._config.max_tasks_per_worker,
             max_memory=self._config.max_memory_per_worker,
             local_token=self._service.workers.local_token,
-            shm_prefix=self._service.segments.prefix, queues=self._config.queues,
-            tls=None if self._config.tls is None else self._config.tls.for_local_workers())
-        proc = self._ctx.Process(target=worker_main, args=(config, slot, self._lifeline_r),
-                                 name=f"mpsched-worker-{worker_id}")
+            shm_prefix=self._service.segments.prefix,
+            queues=self._config.queues,
+            tls=None if self._config.tls is None else self._config.tls.for_local_workers(),
+        )
+        proc = self._ctx.Process(
+            target=worker_main,
+            args=(config, slot, self._lifeline_r),
+            name=f"mpsched-worker-{worker_id}",
+        )
         try:
             proc.start()
         except BaseException:
@@ -120,7 +134,8 @@ class Supervisor:
             if remaining <= 0:
                 return f"workers did not start within {timeout} s"
             sentinels: dict[Any, BaseProcess] = {
-                w.proc.sentinel: w.proc for w in self._workers.values()}
+                w.proc.sentinel: w.proc for w in self._workers.values()
+            }
             ready = wait([self._service.wake_reader, *sentinels], remaining)
             self._drain_wake()
             for sentinel in ready:
@@ -144,8 +159,13 @@ class Supervisor:
             except Exception as exc:
                 self._service.note_workers(self._missing, start_failed=True)
                 self._next_start = time.monotonic() + self._backoff
-                log.error("could not start a worker (%s: %s); %d missing, retrying in %.1f s",
-                          type(exc).__name__, exc, self._missing, self._backoff)
+                log.error(
+                    "could not start a worker (%s: %s); %d missing, retrying in %.1f s",
+                    type(exc).__name__,
+                    exc,
+                    self._missing,
+                    self._backoff,
+                )
                 self._backoff = min(self._backoff * 2, RESTART_BACKOFF[1])
                 break
             self._missing -= 1
@@ -214,15 +234,22 @@ class Supervisor:
             if self._service.retire_for_kill(lease.worker_id, lease.lease_id):
                 kill_tree(pid)
                 self._killed[lease.worker_id] = lease.lease_id
-                log.warning("job %s ran past its timeout; killed worker %s (pid %s)",
-                            lease.job_id, lease.worker_id, pid)
+                log.warning(
+                    "job %s ran past its timeout; killed worker %s (pid %s)",
+                    lease.job_id,
+                    lease.worker_id,
+                    pid,
+                )
 
     def _expire_remote(self) -> None:
         late, _ = self._service.expired_remote()
         for worker_id in late:
             held = self._service.lose_worker(worker_id, exitcode=None)
-            log.error("remote worker %s missed its heartbeats; declared gone with %d job(s)",
-                      worker_id, held)
+            log.error(
+                "remote worker %s missed its heartbeats; declared gone with %d job(s)",
+                worker_id,
+                held,
+            )
 
     def _on_exit(self, worker_id: str) -> None:
         local = self._workers.pop(worker_id)
@@ -241,11 +268,17 @@ class Supervisor:
             # started).
             started = local.slot.started()
             held = self._service.lose_worker(
-                worker_id, exitcode, received=lambda lease: lease.lease_id <= started)
+                worker_id, exitcode, received=lambda lease: lease.lease_id <= started
+            )
         self._slots.release(local.slot)  # what it held is resolved: the slot may go again
         if held or exitcode != 0:
-            log.error("worker %s (pid %s) exited with code %s holding %d job(s)",
-                      worker_id, local.proc.pid, exitcode, held)
+            log.error(
+                "worker %s (pid %s) exited with code %s holding %d job(s)",
+                worker_id,
+                local.proc.pid,
+                exitcode,
+                held,
+            )
         if not self._service.stopping.is_set():
             self._missing += 1  # replaced by _restart_missing(), with backoff on failure
 
@@ -265,10 +298,10 @@ class Supervisor:
             local.proc.join(max(0.0, deadline - time.monotonic()))
         for local in self._workers.values():
             if local.proc.is_alive():
-                log.warning("worker pid %s did not stop in %.1f s; killing it",
-                            local.proc.pid, grace)
+                log.warning(
+                    "worker pid %s did not stop in %.1f s; killing it", local.proc.pid, grace
+                )
                 kill_tree(local.proc.pid)
                 local.proc.join(2.0)
         self._workers.clear()
         self._lifeline_w.close()
-

@@ -25,15 +25,15 @@ class WallClockWatcher:
     """Calls ``every_check`` every WALL_CHECK seconds, and ``on_jump`` when the wall clock
     moved more than WALL_JUMP against the monotonic one since the last check."""
 
-    def __init__(self, clock: Clock, every_check: Callable[[], object],
-                 on_jump: Callable[[], object]) -> None:
+    def __init__(
+        self, clock: Clock, every_check: Callable[[], object], on_jump: Callable[[], object]
+    ) -> None:
         self._clock = clock
         self._every_check = every_check
         self._on_jump = on_jump
         # Set by stop(); the watcher thread waits on it between checks.
         self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="mpsched-wall-clock",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, name="mpsched-wall-clock", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
@@ -50,7 +50,8 @@ class WallClockWatcher:
             now_offset = self._clock.now() - self._clock.wall()
             self._every_check()
             if abs(now_offset - offset) > WALL_JUMP:
-                log.warning("the wall clock jumped by %+.3f s; cron runs re-planned",
-                            offset - now_offset)
+                log.warning(
+                    "the wall clock jumped by %+.3f s; cron runs re-planned", offset - now_offset
+                )
                 self._on_jump()
             offset = now_offset

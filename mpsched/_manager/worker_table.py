@@ -84,8 +84,7 @@ class _Registered:
 class WorkerTable:
     """The registered workers, by id. Thread-safe."""
 
-    def __init__(self, local_token: str,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, local_token: str, clock: Callable[[], float] = time.monotonic) -> None:
         # What the workers this manager starts say in their hello (WorkerConfig.local_token):
         # the proof that they share this process's monotonic clock.
         self.local_token = local_token
@@ -107,27 +106,37 @@ class WorkerTable:
                 proc = psutil.Process(hello.pid)
                 cpu = CpuMeter(since=self._clock(), base=_cpu_seconds(proc))
         elif not hello.remote:
-            log.warning("worker %s (pid %d on %s) did not come from this manager; its clock "
-                        "is treated as another machine's", hello.worker_id, hello.pid,
-                        hello.host)
+            log.warning(
+                "worker %s (pid %d on %s) did not come from this manager; its clock "
+                "is treated as another machine's",
+                hello.worker_id,
+                hello.pid,
+                hello.host,
+            )
         with self._lock:
-            taken = {w.slot for wid, w in self._workers.items()
-                     if w.hello.host == hello.host and wid != hello.worker_id}
+            taken = {
+                w.slot
+                for wid, w in self._workers.items()
+                if w.hello.host == hello.host and wid != hello.worker_id
+            }
             slot = next(n for n in itertools.count() if n not in taken)
-            self._workers[hello.worker_id] = _Registered(hello, time.monotonic(), slot=slot,
-                                                     local=local, proc=proc, cpu=cpu)
+            self._workers[hello.worker_id] = _Registered(
+                hello, time.monotonic(), slot=slot, local=local, proc=proc, cpu=cpu
+            )
 
     def await_worker(self, worker_id: str) -> None:
         """Register ``worker_id`` as awaited (see _Registered.awaited): it counts as a
         remote worker last heard of now, but is not listed, counted or dismissed."""
         host = worker_id.rsplit(":", 1)[0] if ":" in worker_id else ""
-        hello = WorkerHello(worker_id=worker_id, pid=0, host=host, python="",
-                            cloudpickle="", remote=True)
+        hello = WorkerHello(
+            worker_id=worker_id, pid=0, host=host, python="", cloudpickle="", remote=True
+        )
         with self._lock:
             taken = {w.slot for w in self._workers.values() if w.hello.host == host}
             slot = next(n for n in itertools.count() if n not in taken)
-            self._workers.setdefault(worker_id, _Registered(
-                hello, time.monotonic(), slot=slot, awaited=True))
+            self._workers.setdefault(
+                worker_id, _Registered(hello, time.monotonic(), slot=slot, awaited=True)
+            )
 
     def queues_of(self, worker_id: str) -> tuple[str, ...] | None:
         """The queues ``worker_id`` serves, in order (None: every queue, or unknown)."""
@@ -141,8 +150,9 @@ class WorkerTable:
 
     def _started_here(self, hello: WorkerHello) -> bool:
         # A host name proves nothing about clocks: two containers or VMs may share one.
-        return not hello.remote and hmac.compare_digest(hello.local_token.encode(),
-                                                        self.local_token.encode())
+        return not hello.remote and hmac.compare_digest(
+            hello.local_token.encode(), self.local_token.encode()
+        )
 
     def check_in(self, worker_id: str, *, reported: int, busy: bool = False) -> bool:
         """Note a sign of life (and ``reported`` finished jobs); True for a worker this
@@ -157,7 +167,8 @@ class WorkerTable:
             worker = self._workers.get(worker_id)
             if worker is None:
                 raise WorkerRetiredError(
-                    f"worker {worker_id} was declared gone (or never joined); join again")
+                    f"worker {worker_id} was declared gone (or never joined); join again"
+                )
             now = time.monotonic()
             worker.last_seen = now
             if reported:
@@ -167,8 +178,14 @@ class WorkerTable:
                     worker.current = None
             return worker.local
 
-    def update(self, worker_id: str, *, current: str | None = None, acked: int | None = None,
-               load: WorkerLoad | None = None) -> None:
+    def update(
+        self,
+        worker_id: str,
+        *,
+        current: str | None = None,
+        acked: int | None = None,
+        load: WorkerLoad | None = None,
+    ) -> None:
         """Record what a worker now runs, the last lease it acknowledged, or its load."""
         with self._lock:
             worker = self._workers.get(worker_id)
@@ -205,7 +222,8 @@ class WorkerTable:
         been told (so its pool leaves instead of waiting for the manager to come back)."""
         with self._lock:
             return self._told.wait_for(
-                lambda: all(w.told for w in self._workers.values() if w.dismissed), timeout)
+                lambda: all(w.told for w in self._workers.values() if w.dismissed), timeout
+            )
 
     def busy(self) -> set[str]:
         """The ids of the workers that run a job."""
@@ -225,8 +243,11 @@ class WorkerTable:
         """Remote workers silent past the heartbeat timeout, and the next such deadline."""
         now = time.monotonic()
         with self._lock:
-            deadlines = {wid: w.last_seen + heartbeat_timeout
-                         for wid, w in self._workers.items() if w.hello.remote}
+            deadlines = {
+                wid: w.last_seen + heartbeat_timeout
+                for wid, w in self._workers.items()
+                if w.hello.remote
+            }
         late = [wid for wid, deadline in deadlines.items() if deadline <= now]
         ahead = [deadline for deadline in deadlines.values() if deadline > now]
         return late, min(ahead, default=None)
@@ -248,8 +269,9 @@ class WorkerTable:
         usage = [self._usage(w) for w in workers]
         with self._lock:
             percents = [_percent_locked(w, u) for w, u in zip(workers, usage, strict=True)]
-        return tuple(_status(w, u, p) for w, u, p in zip(workers, usage, percents,
-                                                         strict=True)), recent
+        return tuple(
+            _status(w, u, p) for w, u, p in zip(workers, usage, percents, strict=True)
+        ), recent
 
     def _usage(self, worker: _Registered) -> _Usage | None:
         """A local worker's RSS and CPU seconds, read from its process now; None for a
@@ -259,8 +281,11 @@ class WorkerTable:
         with contextlib.suppress(psutil.Error, OSError):  # e.g. no fd left to read /proc
             proc = worker.proc
             with proc.oneshot():
-                return _Usage(rss=proc.memory_info().rss, cpu_seconds=_cpu_seconds(proc),
-                              read_at=self._clock())
+                return _Usage(
+                    rss=proc.memory_info().rss,
+                    cpu_seconds=_cpu_seconds(proc),
+                    read_at=self._clock(),
+                )
         return None
 
 
@@ -291,7 +316,15 @@ def _status(worker: _Registered, usage: _Usage | None, percent: float) -> Worker
     else:
         rss, seconds = (load.rss, load.cpu_seconds) if load is not None else (0, 0.0)
     hello = worker.hello
-    return WorkerStatus(worker_id=hello.worker_id, pid=hello.pid, host=hello.host,
-                        remote=hello.remote, jobs_done=worker.jobs_done,
-                        current_job=worker.current, cpu_percent=percent, rss=rss,
-                        cpu_seconds=seconds, slot=worker.slot)
+    return WorkerStatus(
+        worker_id=hello.worker_id,
+        pid=hello.pid,
+        host=hello.host,
+        remote=hello.remote,
+        jobs_done=worker.jobs_done,
+        current_job=worker.current,
+        cpu_percent=percent,
+        rss=rss,
+        cpu_seconds=seconds,
+        slot=worker.slot,
+    )

@@ -94,16 +94,19 @@ class Workflows:
                 jobs = [self._job(r, seq) for r, seq in zip(requests, seqs, strict=True)]
                 self._journal.waiting(jobs, requests, afters)
                 self._queue.count_submitted(len(jobs))
-                verdicts = [verdict for job, after, (live, ended)
-                            in zip(jobs, afters, states, strict=True)
-                            if (verdict := self._graph.add(job, after, live, ended))]
+                verdicts = [
+                    verdict
+                    for job, after, (live, ended) in zip(jobs, afters, states, strict=True)
+                    if (verdict := self._graph.add(job, after, live, ended))
+                ]
                 failed = self._settle_locked(verdicts)
             finally:
                 self._adding -= 1
         self._ended_all(self._deliver(failed))
 
-    def _parents_locked(self, after: After,
-                        batch: set[str]) -> tuple[list[str], dict[str, Outcome]]:
+    def _parents_locked(
+        self, after: After, batch: set[str]
+    ) -> tuple[list[str], dict[str, Outcome]]:
         """A job's parents not ended (waiting, pending, running, or in ``batch``), and
         those ended, with their outcomes.
 
@@ -130,11 +133,22 @@ class Workflows:
         return live, ended
 
     def _job(self, request: JobRequest, seq: int) -> Job:
-        return Job(job_id=request.job_id, client_id=request.client_id,
-                   payload=request.payload, priority=request.priority,
-                   due=self._queue.due_of(request), seq=seq, timeout=request.timeout,
-                   retries=request.retries, key=None, name=request.name, at=request.at,
-                   retry=request.retry, queue=request.queue, limit=request.limit)
+        return Job(
+            job_id=request.job_id,
+            client_id=request.client_id,
+            payload=request.payload,
+            priority=request.priority,
+            due=self._queue.due_of(request),
+            seq=seq,
+            timeout=request.timeout,
+            retries=request.retries,
+            key=None,
+            name=request.name,
+            at=request.at,
+            retry=request.retry,
+            queue=request.queue,
+            limit=request.limit,
+        )
 
     # ------------------------------------------------------------------ ends
 
@@ -169,8 +183,7 @@ class Workflows:
         for verdict in verdicts:
             if isinstance(verdict, Failed):
                 job = verdict.job
-                error = DependencyFailedError(job.job_id, verdict.parent_id,
-                                              verdict.parent_outcome)
+                error = DependencyFailedError(job.job_id, verdict.parent_id, verdict.parent_outcome)
                 outcome = failure(job.job_id, error, OutcomeKind.DEPENDENCY_FAILED)
                 self._queue.fail(job, crashed=False)
                 watchers = self._journal.finished(job, outcome)
@@ -268,6 +281,7 @@ def _inline(outcome: Outcome) -> Outcome:
     try:
         return outcome._replace(payload=shm.inline(outcome.payload))
     except OSError as exc:
-        error = DependencyFailedError(outcome.job_id, outcome.job_id,
-                                      f"its result could not be read: {exc}")
+        error = DependencyFailedError(
+            outcome.job_id, outcome.job_id, f"its result could not be read: {exc}"
+        )
         return failure(outcome.job_id, error, OutcomeKind.OUTCOME_LOST)

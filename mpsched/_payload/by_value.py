@@ -38,15 +38,14 @@ def by_value_modules() -> Any:
     return cloudpickle.list_registry_pickle_by_value() if modules is None else modules
 
 
-def cloudpickle_dumps(obj: Any,
-                      buffer_callback: Callable[[pickle.PickleBuffer], bool] | None = None
-                      ) -> bytes:
+def cloudpickle_dumps(
+    obj: Any, buffer_callback: Callable[[pickle.PickleBuffer], bool] | None = None
+) -> bytes:
     """``cloudpickle.dumps`` (highest protocol), keeping the file name of the code it
     pickles by value: a worker's traceback through a function of the main script then
     names the script and its line, not ``<dynamic-code>``."""
     with io.BytesIO() as file:
-        _Pickler(file, protocol=pickle.HIGHEST_PROTOCOL,
-                 buffer_callback=buffer_callback).dump(obj)
+        _Pickler(file, protocol=pickle.HIGHEST_PROTOCOL, buffer_callback=buffer_callback).dump(obj)
         return file.getvalue()
 
 
@@ -69,7 +68,8 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle has no
     """cloudpickle's pickler with code objects that keep their file name."""
 
     dispatch_table: ClassVar[ChainMap[Any, Any]] = ChainMap(
-        {types.CodeType: _code_reduce}, cloudpickle.Pickler.dispatch_table)
+        {types.CodeType: _code_reduce}, cloudpickle.Pickler.dispatch_table
+    )
 
 
 # ---------------------------------------------------------------------- the cache
@@ -114,13 +114,24 @@ def pickled_by_value(fn: Any) -> bytes | None:
 
 
 def _attributes(fn: types.FunctionType) -> tuple[Any, ...]:
-    return (fn.__code__, fn.__defaults__, fn.__kwdefaults__, fn.__name__, fn.__qualname__,
-            fn.__doc__, fn.__module__)
+    return (
+        fn.__code__,
+        fn.__defaults__,
+        fn.__kwdefaults__,
+        fn.__name__,
+        fn.__qualname__,
+        fn.__doc__,
+        fn.__module__,
+    )
 
 
 def _unchanged(fn: types.FunctionType, made: _Made) -> bool:
-    if fn.__dict__ or fn.__annotations__ or len(sys.modules) != made.modules \
-            or len(by_value_modules()) != made.by_value:
+    if (
+        fn.__dict__
+        or fn.__annotations__
+        or len(sys.modules) != made.modules
+        or len(by_value_modules()) != made.by_value
+    ):
         return False
     if any(now is not then for now, then in zip(_attributes(fn), made.attributes, strict=True)):
         return False
@@ -128,8 +139,7 @@ def _unchanged(fn: types.FunctionType, made: _Made) -> bool:
     if any(namespace.get(name, _MISSING) is not value for name, value in made.reads):
         return False
     cells = fn.__closure__ or ()
-    return all(cell.cell_contents is value for cell, value in zip(cells, made.closure,
-                                                                   strict=True))
+    return all(cell.cell_contents is value for cell, value in zip(cells, made.closure, strict=True))
 
 
 def _make(fn: types.FunctionType) -> _Made | None:
@@ -139,14 +149,19 @@ def _make(fn: types.FunctionType) -> _Made | None:
         return None
     # Names it reads that are not there yet count too: defined later, they would be in
     # its pickle.
-    reads = tuple((name, fn.__globals__.get(name, _MISSING))
-                  for name in dict.fromkeys(_global_names(fn.__code__)))
+    reads = tuple(
+        (name, fn.__globals__.get(name, _MISSING))
+        for name in dict.fromkeys(_global_names(fn.__code__))
+    )
     try:
         closure = tuple(cell.cell_contents for cell in fn.__closure__ or ())
     except ValueError:  # a cell not filled yet
         return None
-    values = [*(value for _, value in reads if value is not _MISSING), *closure,
-              *(fn.__defaults__ or ())]
+    values = [
+        *(value for _, value in reads if value is not _MISSING),
+        *closure,
+        *(fn.__defaults__ or ()),
+    ]
     if not all(_fixed(value, depth=3) for value in values):
         return None
     modules, by_value = len(sys.modules), len(by_value_modules())
@@ -172,8 +187,11 @@ def _fixed(value: Any, depth: int) -> bool:
         return depth > 0 and all(_fixed(item, depth - 1) for item in value)
     if kind is types.ModuleType:
         name = value.__name__
-        return sys.modules.get(name) is value and name not in ("__main__", "__mp_main__") \
+        return (
+            sys.modules.get(name) is value
+            and name not in ("__main__", "__mp_main__")
             and name not in by_value_modules()
+        )
     if kind in (types.FunctionType, types.BuiltinFunctionType, type):
         return _by_reference(value)
     return False
@@ -182,8 +200,7 @@ def _fixed(value: Any, depth: int) -> bool:
 def _by_reference(obj: Any) -> bool:
     """Whether the C pickler pickles ``obj`` (a function or class) by reference to an
     importable module, as cloudpickle then does."""
-    if getattr(obj, "__module__", None) in ("__main__", "__mp_main__", None) \
-            or by_value_modules():
+    if getattr(obj, "__module__", None) in ("__main__", "__mp_main__", None) or by_value_modules():
         return False
     try:
         data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)

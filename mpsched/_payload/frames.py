@@ -92,20 +92,28 @@ def parse(payload: Payload | memoryview) -> Frame | None:
     magic = payload[:4]
     if magic != MAGIC and magic != CARRIED:
         return None
-    if payload[:_HEAD.size] == _EMPTY_HEAD:
+    if payload[: _HEAD.size] == _EMPTY_HEAD:
         return _EMPTY_FRAME
     _, length, size, count = _HEAD.unpack_from(payload)
     start = _HEAD.size + length
-    segment = bytes(payload[_HEAD.size:start]).decode()
-    entries = tuple(BufferEntry._make(_ENTRY.unpack_from(payload, start + i * _ENTRY.size))
-                    for i in range(count))
+    segment = bytes(payload[_HEAD.size : start]).decode()
+    entries = tuple(
+        BufferEntry._make(_ENTRY.unpack_from(payload, start + i * _ENTRY.size))
+        for i in range(count)
+    )
     data = start + count * _ENTRY.size
-    return Frame(segment=segment, size=size, entries=entries, data=data,
-                 body=data + (size if magic == CARRIED else 0))
+    return Frame(
+        segment=segment,
+        size=size,
+        entries=entries,
+        data=data,
+        body=data + (size if magic == CARRIED else 0),
+    )
 
 
-def carried(size: int, entries: Sequence[BufferEntry], data: bytes | bytearray,
-            body: bytes | memoryview) -> bytes:
+def carried(
+    size: int, entries: Sequence[BufferEntry], data: bytes | bytearray, body: bytes | memoryview
+) -> bytes:
     """A payload that carries ``data`` (``size`` bytes, its buffers where ``entries`` say)
     after its frame, then the pickle ``body``."""
     return b"".join([_head(CARRIED, "", size, entries), data, body])
@@ -118,7 +126,7 @@ def inline_buffers(payload: Payload, parsed: Frame) -> list[bytearray | memoryvi
     view = memoryview(payload)
     buffers: list[bytearray | memoryview] = []
     for entry in parsed.entries:
-        part = view[parsed.data + entry.offset:parsed.data + entry.offset + entry.length]
+        part = view[parsed.data + entry.offset : parsed.data + entry.offset + entry.length]
         buffers.append(part if entry.readonly else bytearray(part))
     return buffers
 
@@ -126,8 +134,8 @@ def inline_buffers(payload: Payload, parsed: Frame) -> list[bytearray | memoryvi
 def unframed(payload: Payload) -> Payload:
     """A payload framed with no segment and no buffers (:func:`frame`), as the plain
     pickle it frames; any other payload as it is."""
-    if payload[:_HEAD.size] == _EMPTY_HEAD:
-        return payload[_HEAD.size:]
+    if payload[: _HEAD.size] == _EMPTY_HEAD:
+        return payload[_HEAD.size :]
     return payload
 
 
@@ -136,7 +144,7 @@ def segment_of(payload: Payload) -> str:
     if payload[:4] != MAGIC:
         return ""
     _, length, _, _ = _HEAD.unpack_from(payload)
-    return payload[_HEAD.size:_HEAD.size + length].decode() if length else ""
+    return payload[_HEAD.size : _HEAD.size + length].decode() if length else ""
 
 
 def segment_size(payload: Payload) -> int:

@@ -31,16 +31,16 @@ from mpsched._payload.segment_pool import SegmentPool, Stored, write_as
 _MAIN, _MP_MAIN = b"__main__", b"__mp_main__"
 
 
-def fast_dumps(obj: Any, buffer_callback: Callable[[pickle.PickleBuffer], bool] | None = None
-               ) -> bytes | None:
+def fast_dumps(
+    obj: Any, buffer_callback: Callable[[pickle.PickleBuffer], bool] | None = None
+) -> bytes | None:
     """Pickle ``obj`` with the C pickler when that gives what cloudpickle would: only
     importable things by reference. None when cloudpickle is needed (lambdas, closures,
     anything from ``__main__``, modules registered for pickling by value)."""
     if by_value_modules():
         return None
     try:
-        data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL,
-                            buffer_callback=buffer_callback)
+        data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL, buffer_callback=buffer_callback)
     except Exception:
         return None
     if _MAIN in data or _MP_MAIN in data:
@@ -55,8 +55,13 @@ def job_name(fn: Callable[..., Any]) -> str:
     return f"{module}:{qualname}" if module else str(qualname)
 
 
-def pickle_job(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-               fn_bytes: bytes | None = None, pool: SegmentPool | None = None) -> bytes:
+def pickle_job(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    fn_bytes: bytes | None = None,
+    pool: SegmentPool | None = None,
+) -> bytes:
     """The job's payload: cloudpickled ``(fn, args, kwargs)``; with ``fn_bytes`` (the
     callable cloudpickled once for many jobs, as map() does) ``(fn_bytes, args, kwargs)``.
 
@@ -128,8 +133,9 @@ def dumps_result(result: Any, segment: str = "") -> bytes:
     return dumps_carried(result)
 
 
-def dumps_framed(obj: Any, store: Callable[[list[memoryview]], Stored | None], *, job: bool,
-                 fast: bool = True) -> bytes | None:
+def dumps_framed(
+    obj: Any, store: Callable[[list[memoryview]], Stored | None], *, job: bool, fast: bool = True
+) -> bytes | None:
     """Pickle ``obj`` with its large buffers out of band, in the segment ``store`` writes
     them to. Returns the framed payload; a frame without a segment when there were no
     large buffers (only for a ``job``: a result is then plain); None when shared memory
@@ -176,7 +182,7 @@ def loads(payload: Payload) -> Any:
         buffers: Iterable[Any] = shm.read(parsed.segment, parsed.entries)
     else:
         buffers = frames.inline_buffers(payload, parsed) if parsed.entries else ()
-    return pickle.loads(memoryview(payload)[parsed.body:], buffers=buffers)
+    return pickle.loads(memoryview(payload)[parsed.body :], buffers=buffers)
 
 
 # How many items of nested tuples, lists and dicts _wrap looks at, and how deep: it finds
@@ -220,8 +226,11 @@ def _wrap(obj: Any, budget: list[int], depth: int, seen: dict[int, _Big]) -> Any
     inside them was swapped."""
     kind = type(obj)
     if kind is bytes or kind is bytearray or kind is memoryview:
-        big = (obj.nbytes >= shm.THRESHOLD and obj.c_contiguous if kind is memoryview
-               else len(obj) >= shm.THRESHOLD)
+        big = (
+            obj.nbytes >= shm.THRESHOLD and obj.c_contiguous
+            if kind is memoryview
+            else len(obj) >= shm.THRESHOLD
+        )
         return seen.setdefault(id(obj), _Big(obj)) if big else obj
     if depth >= _MAX_DEPTH or kind not in _CONTAINERS:
         return obj
@@ -239,7 +248,7 @@ def _wrap(obj: Any, budget: list[int], depth: int, seen: dict[int, _Big]) -> Any
             continue
         new = _wrap(item, budget, depth + 1, seen)
         if new is not item:  # copy this container, from here on wrapped
-            parts = [*obj[:i], new, *(_wrap(x, budget, depth + 1, seen) for x in obj[i + 1:])]
+            parts = [*obj[:i], new, *(_wrap(x, budget, depth + 1, seen) for x in obj[i + 1 :])]
             return tuple(parts) if kind is tuple else parts
     return obj
 
@@ -248,8 +257,11 @@ def _may_hold_big(item: Any) -> bool:
     """Whether ``item`` is a large bytes-like object or a non-empty container: the one look
     most jobs' arguments (numbers, strings, small bytes) need."""
     kind = type(item)
-    return (kind is memoryview or (kind in _BYTES and len(item) >= shm.THRESHOLD)
-            or (kind in _CONTAINERS and bool(item)))
+    return (
+        kind is memoryview
+        or (kind in _BYTES and len(item) >= shm.THRESHOLD)
+        or (kind in _CONTAINERS and bool(item))
+    )
 
 
 def remote_exception(outcome: Outcome) -> BaseException:
@@ -258,8 +270,10 @@ def remote_exception(outcome: Outcome) -> BaseException:
         exc = cloudpickle.loads(outcome.payload)
     except BaseException as load_error:
         last = outcome.traceback.strip().splitlines()[-1:] or ["?"]
-        exc = JobError(f"job {outcome.job_id} raised {last[0]} "
-                       f"(its exception could not be unpickled here: {load_error!r})")
+        exc = JobError(
+            f"job {outcome.job_id} raised {last[0]} "
+            f"(its exception could not be unpickled here: {load_error!r})"
+        )
     if not isinstance(exc, BaseException):
         exc = JobError(f"job {outcome.job_id} failed with a non-exception {exc!r}")
     if outcome.traceback:

@@ -47,8 +47,14 @@ Stored = tuple[str, int, tuple[frames.BufferEntry, ...]]  # segment name, size, 
 class SegmentPool:
     """The reusable segments of one client of the manager whose prefix is ``prefix``."""
 
-    def __init__(self, prefix: str, client_id: str, *, max_size: int = MAX_SIZE,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        prefix: str,
+        client_id: str,
+        *,
+        max_size: int = MAX_SIZE,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         """``max_size``: the largest arguments (in bytes) written to a reusable segment
         (0: none, every job gets a segment of its own); ``clock`` measures ``IDLE``."""
         self.prefix = prefix

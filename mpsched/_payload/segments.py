@@ -78,10 +78,15 @@ class Segments:
             return cls()
         return cls(prefix, probe)
 
-    def options(self, max_pending_bytes: int | None,
-                max_payload: int | None = None) -> PayloadOptions:
-        return PayloadOptions(prefix=self.prefix, probe=self.probe,
-                              max_pending_bytes=max_pending_bytes, max_payload=max_payload)
+    def options(
+        self, max_pending_bytes: int | None, max_payload: int | None = None
+    ) -> PayloadOptions:
+        return PayloadOptions(
+            prefix=self.prefix,
+            probe=self.probe,
+            max_pending_bytes=max_pending_bytes,
+            max_payload=max_payload,
+        )
 
     def close(self) -> None:
         """The manager stops: unlink every segment of its prefix."""
@@ -117,8 +122,9 @@ class Segments:
         held = {r.job_id: r.payload for r in requests if frames.segment_of(r.payload)}
         if not held:
             return requests, set()
-        stored = [r._replace(payload=shm.inline(r.payload)) if r.job_id in held else r
-                  for r in requests]
+        stored = [
+            r._replace(payload=shm.inline(r.payload)) if r.job_id in held else r for r in requests
+        ]
         with self._lock:
             self._framed.update(held)
         return stored, set(held)
@@ -149,8 +155,7 @@ class Segments:
                     found.append(segment)
                     self._framed.pop(job_id, None)
             # A reusable segment of a connected client is that client's again.
-            done = [s for s in found
-                    if shm.pool_owner(self.prefix, s) not in self._pool_clients]
+            done = [s for s in found if shm.pool_owner(self.prefix, s) not in self._pool_clients]
         for segment in done:
             shm.unlink(segment)
 
@@ -164,11 +169,12 @@ class Segments:
         inner = job_payload(payload)  # a job after others: its parents' outcomes first
         try:
             if inner is not payload:
-                return payload[:len(payload) - len(inner)] + shm.inline(inner)
+                return payload[: len(payload) - len(inner)] + shm.inline(inner)
             return shm.inline(payload)
         except OSError as exc:  # gone: the worker will fail the job with the same error
-            log.warning("cannot read the arguments of a job in %s: %s",
-                        frames.segment_of(payload), exc)
+            log.warning(
+                "cannot read the arguments of a job in %s: %s", frames.segment_of(payload), exc
+            )
             return payload
 
     # ----------------------------------------------------------------------- results

@@ -97,8 +97,9 @@ def result_name(prefix: str, lease_id: int) -> str:
     return f"{prefix}r{lease_id}"
 
 
-def write(name: str, buffers: Sequence[memoryview], *, reuse: bool = False
-          ) -> tuple[int, tuple[frames.BufferEntry, ...]] | None:
+def write(
+    name: str, buffers: Sequence[memoryview], *, reuse: bool = False
+) -> tuple[int, tuple[frames.BufferEntry, ...]] | None:
     """Create segment ``name`` holding ``buffers`` (laid out by :func:`layout`); with
     ``reuse``, overwrite the existing segment ``name`` instead.
 
@@ -159,7 +160,7 @@ def read(name: str, entries: Sequence[frames.BufferEntry]) -> list[bytes | memor
             if mapped is None:
                 size = os.fstat(fd).st_size
                 mapped = memoryview(mmap.mmap(fd, size, access=mmap.ACCESS_COPY))
-            buffers.append(mapped[entry.offset:entry.offset + entry.length])
+            buffers.append(mapped[entry.offset : entry.offset + entry.length])
         return buffers
     finally:
         os.close(fd)
@@ -267,13 +268,12 @@ def inline(payload: Payload) -> Payload:
     fd = _posixshmem.shm_open("/" + parsed.segment, os.O_RDONLY, mode=0o600)
     try:
         for entry in parsed.entries:
-            part = view[entry.offset:entry.offset + entry.length]
+            part = view[entry.offset : entry.offset + entry.length]
             if os.preadv(fd, [part], entry.offset) != entry.length:
                 raise OSError(f"shared-memory segment {parsed.segment} is short")
     finally:
         os.close(fd)
-    return frames.carried(parsed.size, parsed.entries, data,
-                          memoryview(payload)[parsed.body:])
+    return frames.carried(parsed.size, parsed.entries, data, memoryview(payload)[parsed.body :])
 
 
 def payload_size(payload: Payload) -> int:

@@ -28,8 +28,9 @@ BLOB = 1 << 16
 R = TypeVar("R", JobRequest, Outcome)
 Blob = bytes | bytearray | PickleBuffer | memoryview  # a payload in a wire tuple
 JobRequestWire = tuple[Any, ...]  # JobRequest's fields; queue and limit only when named
-AssignmentWire = tuple[int, str, str, int, Blob, "float | None", "float | None", float,
-                       "float | None"]
+AssignmentWire = tuple[
+    int, str, str, int, Blob, "float | None", "float | None", float, "float | None"
+]
 OutcomeWire = tuple[str, bool, Blob, str, "float | None", str]
 # A plain request's fields on the wire: all but ``retry``, ``queue`` and ``limit``, which
 # it sends as _PLAIN_TAIL.
@@ -76,24 +77,38 @@ def request_from_wire(w: JobRequestWire) -> JobRequest:
     return _received(JobRequest._make(w + _PLAIN_TAIL if len(w) == _PLAIN_FIELDS else w))
 
 
-def assignment_to_wire(a: Assignment, delay: float,
-                       remote_payload: Payload | None = None) -> AssignmentWire:
+def assignment_to_wire(
+    a: Assignment, delay: float, remote_payload: Payload | None = None
+) -> AssignmentWire:
     """``a`` as sent, ``delay`` seconds before it is due; with ``remote_payload``, as sent
     to a worker on another clock: that payload instead, and neither its due instant nor
     its wall-clock time."""
     payload = a.payload if remote_payload is None else remote_payload
     lease_id, job_id, worker_id, attempt = a.lease
     local = remote_payload is None
-    return (lease_id, job_id, worker_id, attempt,
-            payload if len(payload) < BLOB else PickleBuffer(payload),
-            a.due if local else None, a.timeout, delay, a.at if local else None)
+    return (
+        lease_id,
+        job_id,
+        worker_id,
+        attempt,
+        payload if len(payload) < BLOB else PickleBuffer(payload),
+        a.due if local else None,
+        a.timeout,
+        delay,
+        a.at if local else None,
+    )
 
 
 def assignment_from_wire(w: AssignmentWire) -> Assignment:
     lease_id, job_id, worker_id, attempt, payload, due, timeout, delay, at = w
-    return Assignment(Lease(lease_id, job_id, worker_id, attempt),
-                      payload if type(payload) is bytes else blob_in(payload), due, timeout,
-                      delay, at)
+    return Assignment(
+        Lease(lease_id, job_id, worker_id, attempt),
+        payload if type(payload) is bytes else blob_in(payload),
+        due,
+        timeout,
+        delay,
+        at,
+    )
 
 
 def outcome_to_wire(o: Outcome) -> OutcomeWire:

@@ -48,6 +48,7 @@ from mpsched._transport.wire import FastConnection
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+
 class ServiceProxy(BaseProxy):
     """Typed client side of the manager's ManagerService (mpsched._manager.service).
 
@@ -62,11 +63,19 @@ class ServiceProxy(BaseProxy):
     before its result thread has called, for the client going away).
     """
 
-    def __init__(self, token: Any, serializer: str, manager: Any = None,
-                 authkey: bytes | None = None, exposed: Any = None, incref: bool = True,
-                 manager_owned: bool = False) -> None:
-        super().__init__(token, serializer, manager, authkey, exposed, incref=False,
-                         manager_owned=manager_owned)
+    def __init__(
+        self,
+        token: Any,
+        serializer: str,
+        manager: Any = None,
+        authkey: bytes | None = None,
+        exposed: Any = None,
+        incref: bool = True,
+        manager_owned: bool = False,
+    ) -> None:
+        super().__init__(
+            token, serializer, manager, authkey, exposed, incref=False, manager_owned=manager_owned
+        )
         # This proxy's own connection in each thread, and the ids BaseProxy._decref looks
         # at before it closes one: this proxy's alone.
         self._tls = ForkAwareLocal()
@@ -101,8 +110,8 @@ class ServiceProxy(BaseProxy):
         """
         with self._connections_lock:
             self._refuse_if_discarded_locked()
-        conn: FastConnection = self._Client(  # type: ignore[attr-defined]
-            self._token.address, authkey=self._authkey)  # type: ignore[attr-defined]
+        address, authkey = self._token.address, self._authkey  # type: ignore[attr-defined]
+        conn: FastConnection = self._Client(address, authkey=authkey)  # type: ignore[attr-defined]
         try:
             name = multiprocessing.current_process().name
             dispatch(conn, None, "accept_connection", (f"{name}|{thread_name}",))
@@ -163,8 +172,9 @@ class ServiceProxy(BaseProxy):
     def hello(self, hello: WorkerHello) -> float:
         return float(self._call("hello", hello))
 
-    def take(self, worker_id: str, reports: list[Report], timeout: float,
-             more: int = 0) -> list[Assignment]:
+    def take(
+        self, worker_id: str, reports: list[Report], timeout: float, more: int = 0
+    ) -> list[Assignment]:
         """Report ``reports``, then the next due job with up to ``more`` prefetched (see
         ManagerService.take); [] when none became due within ``timeout``."""
         wires = self._call("take", worker_id, _reports(reports), timeout, more)
@@ -193,8 +203,9 @@ class ServiceProxy(BaseProxy):
     def leave(self, worker_id: str, reports: list[Report]) -> None:
         self._call("leave", worker_id, _reports(reports))
 
-    def worker_exited(self, worker_id: str, exitcode: int | None,
-                      left: LeftBehind | None = None) -> None:
+    def worker_exited(
+        self, worker_id: str, exitcode: int | None, left: LeftBehind | None = None
+    ) -> None:
         self._call("worker_exited", worker_id, exitcode, left)
 
     def open_client(self, hello: ClientHello) -> int | None:
@@ -204,15 +215,18 @@ class ServiceProxy(BaseProxy):
     def close_client(self, client_id: str) -> None:
         self._call("close_client", client_id)
 
-    def submit(self, requests: list[JobRequest], timeout: float | None,
-               withdrawn: int = 0) -> list[str] | None:
-        result: list[str] | None = self._call("submit", [request_to_wire(r) for r in requests],
-                                              timeout, withdrawn)
+    def submit(
+        self, requests: list[JobRequest], timeout: float | None, withdrawn: int = 0
+    ) -> list[str] | None:
+        result: list[str] | None = self._call(
+            "submit", [request_to_wire(r) for r in requests], timeout, withdrawn
+        )
         return result
 
     def submit_after(self, requests: list[JobRequest], afters: list[After]) -> None:
-        self._call("submit_after", [request_to_wire(r) for r in requests],
-                   [tuple(a) for a in afters])
+        self._call(
+            "submit_after", [request_to_wire(r) for r in requests], [tuple(a) for a in afters]
+        )
 
     def cancel(self, job_id: str, client_id: str | None = None) -> bool:
         return bool(self._call("cancel", job_id, client_id))
@@ -225,8 +239,7 @@ class ServiceProxy(BaseProxy):
         wire: OutcomeWire | None = self._call("watch", client_id, job_id)
         return None if wire is None else outcome_from_wire(wire)
 
-    def watch_many(self, client_id: str,
-                   job_ids: list[str]) -> tuple[list[Outcome], list[str]]:
+    def watch_many(self, client_id: str, job_ids: list[str]) -> tuple[list[Outcome], list[str]]:
         """:meth:`watch` for each of ``job_ids``, in one call: the outcomes of those that
         have ended, and the ids of those the manager does not know."""
         wire: list[OutcomeWire]
@@ -326,8 +339,13 @@ def remote(method: F) -> F:
 
 def remote_methods(service: type) -> tuple[str, ...]:
     """The names of ``service``'s methods marked :func:`remote`, sorted."""
-    return tuple(sorted(name for name in dir(service)
-                        if getattr(getattr(service, name), "__mpsched_remote__", False)))
+    return tuple(
+        sorted(
+            name
+            for name in dir(service)
+            if getattr(getattr(service, name), "__mpsched_remote__", False)
+        )
+    )
 
 
 def serve_object(service: object) -> None:
@@ -335,8 +353,12 @@ def serve_object(service: object) -> None:
     its :func:`remote` methods all that a connection may call."""
     global _SERVED
     _SERVED = service
-    ServiceManager.register("service", callable=_get_service, proxytype=ServiceProxy,
-                            exposed=remote_methods(type(service)))
+    ServiceManager.register(
+        "service",
+        callable=_get_service,
+        proxytype=ServiceProxy,
+        exposed=remote_methods(type(service)),
+    )
 
 
 def _get_service() -> object:
@@ -356,8 +378,9 @@ def serve_nothing() -> None:
     the one name exposed is no method's."""
     global _SERVED
     _SERVED = None
-    ServiceManager.register("service", callable=_get_service, proxytype=ServiceProxy,
-                            exposed=("(no service served)",))
+    ServiceManager.register(
+        "service", callable=_get_service, proxytype=ServiceProxy, exposed=("(no service served)",)
+    )
 
 
 serve_nothing()
@@ -373,5 +396,3 @@ def connect_service(address: Any, authkey: bytes) -> ServiceProxy:
     manager.connect()
     proxy: ServiceProxy = manager.service()  # type: ignore[attr-defined]
     return proxy
-
-

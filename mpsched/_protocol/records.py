@@ -269,4 +269,3 @@ class ManagerFailed(NamedTuple):
 
     reason: str
     error: MpschedError | None = None  # raised as itself by the owner (a StoreError, say)
-

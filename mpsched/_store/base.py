@@ -62,15 +62,33 @@ class StoredJob(NamedTuple):
     limit: str | None = None
 
 
-def record_of(job: StoredJob, state: JobState, worker_id: str | None = None,
-              finished_wall: float | None = None, outcome: bytes | None = None) -> JobRecord:
+def record_of(
+    job: StoredJob,
+    state: JobState,
+    worker_id: str | None = None,
+    finished_wall: float | None = None,
+    outcome: bytes | None = None,
+) -> JobRecord:
     """The record of ``job`` in ``state``."""
-    return JobRecord(job_id=job.job_id, client_id=job.client_id, key=job.key, name=job.name,
-                     priority=job.priority, due_wall=job.due_wall, seq=job.seq,
-                     timeout=job.timeout, retries=job.retries, attempt=job.attempt,
-                     submitted_wall=job.submitted_wall, state=state, worker_id=worker_id,
-                     finished_wall=finished_wall, outcome=outcome,
-                     queue=job.queue or DEFAULT_QUEUE, limit=job.limit)
+    return JobRecord(
+        job_id=job.job_id,
+        client_id=job.client_id,
+        key=job.key,
+        name=job.name,
+        priority=job.priority,
+        due_wall=job.due_wall,
+        seq=job.seq,
+        timeout=job.timeout,
+        retries=job.retries,
+        attempt=job.attempt,
+        submitted_wall=job.submitted_wall,
+        state=state,
+        worker_id=worker_id,
+        finished_wall=finished_wall,
+        outcome=outcome,
+        queue=job.queue or DEFAULT_QUEUE,
+        limit=job.limit,
+    )
 
 
 class RunningJob(NamedTuple):
@@ -173,8 +191,9 @@ class Store(abc.ABC):
             StoreError: it could not be written.
         """
 
-    def save_schedule_unless_same(self, schedule: StoredSchedule,
-                                  same: Callable[[bytes], bool]) -> StoredSchedule | None:
+    def save_schedule_unless_same(
+        self, schedule: StoredSchedule, same: Callable[[bytes], bool]
+    ) -> StoredSchedule | None:
         """Record a schedule, unless the one recorded under its id has a spec ``same``
         says is this one's: then that one is returned, unchanged (a store that several
         managers share keeps the first one's timeline). One manager per store: it knows
@@ -215,8 +234,12 @@ class Store(abc.ABC):
     def __enter__(self: StoreT) -> StoreT:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.close()
 
 
@@ -239,8 +262,12 @@ class JournalStore(Store):
     def recover(self) -> Recovery:
         """The pending and running jobs, and the next seq. Call once, before any write."""
 
-    def submit_waiting(self, jobs: Sequence[StoredJob], parents: Sequence[After],
-                       retry: Mapping[str, str] | None = None) -> None:
+    def submit_waiting(
+        self,
+        jobs: Sequence[StoredJob],
+        parents: Sequence[After],
+        retry: Mapping[str, str] | None = None,
+    ) -> None:
         """Record new pending jobs that wait for their ``parents`` (one After each), with
         those edges, all or none; durable when this returns. Their keys are None;
         ``retry`` as for :meth:`submit`.
@@ -256,8 +283,9 @@ class JournalStore(Store):
         return {}
 
     @abc.abstractmethod
-    def submit(self, jobs: Sequence[StoredJob],
-               retry: Mapping[str, str] | None = None) -> list[str]:
+    def submit(
+        self, jobs: Sequence[StoredJob], retry: Mapping[str, str] | None = None
+    ) -> list[str]:
         """Record new pending jobs, all or none; durable when this returns. ``retry``: the
         retry state (RetryState, encoded) of each job that has a retry policy, by id.
 
@@ -293,8 +321,9 @@ class JournalStore(Store):
         """
 
     @abc.abstractmethod
-    def finish(self, job_id: str, state: JobState, outcome: bytes | None,
-               finished_wall: float) -> None:
+    def finish(
+        self, job_id: str, state: JobState, outcome: bytes | None, finished_wall: float
+    ) -> None:
         """Record how a job ended (``state`` done or failed); when this returns it survives
         a crash of the manager, as a lease does (SQLiteStore: in its lease log, with the
         outcome if it is up to OUTCOME_IN_LOG bytes, else committed first when it can be),
@@ -330,8 +359,9 @@ class JournalStore(Store):
         """
 
     @abc.abstractmethod
-    def requeue_ended(self, job_id: str, client_id: str,
-                      due_wall: float) -> tuple[StoredJob, str | None] | None:
+    def requeue_ended(
+        self, job_id: str, client_id: str, due_wall: float
+    ) -> tuple[StoredJob, str | None] | None:
         """Put a failed or cancelled job back as pending, due at ``due_wall``, with no
         attempt made, its end forgotten and ``client_id`` its client; its id, seq, payload
         and options stay, and its retry policy without its earlier attempts' errors.
@@ -356,8 +386,11 @@ class JournalStore(Store):
 
 def check_options(result_ttl: float) -> None:
     """Raise ConfigError for a ``result_ttl`` that is not a number of seconds >= 0."""
-    if isinstance(result_ttl, bool) or not isinstance(result_ttl, (int, float)) \
-            or not 0 <= result_ttl < float("inf"):
+    if (
+        isinstance(result_ttl, bool)
+        or not isinstance(result_ttl, (int, float))
+        or not 0 <= result_ttl < float("inf")
+    ):
         raise ConfigError("result_ttl", result_ttl, "a number of seconds >= 0")
 
 

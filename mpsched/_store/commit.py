@@ -25,14 +25,19 @@ ROWS_PER_STATEMENT = 256  # most rows of one multi-row statement (a few paramete
 
 def translate(exc: BaseException, path: str) -> StoreError:
     """The typed error, naming ``path``, for an sqlite3 error."""
-    if getattr(exc, "sqlite_errorname", "") == "SQLITE_FULL" \
-            or "database or disk is full" in str(exc):
+    if getattr(exc, "sqlite_errorname", "") == "SQLITE_FULL" or "database or disk is full" in str(
+        exc
+    ):
         return StoreFullError(path)
     return StoreError(path, str(exc))
 
 
-def execute_rows(conn: sqlite3.Connection, sql_for: Callable[[int], str],
-                 rows: Sequence[Sequence[object]], per_statement: int) -> None:
+def execute_rows(
+    conn: sqlite3.Connection,
+    sql_for: Callable[[int], str],
+    rows: Sequence[Sequence[object]],
+    per_statement: int,
+) -> None:
     """Run ``rows``, in order, as multi-row statements: ``sql_for(n)`` is the statement for
     n rows, their parameters one after another.
 
@@ -44,26 +49,45 @@ def execute_rows(conn: sqlite3.Connection, sql_for: Callable[[int], str],
     at, end = 0, len(rows)
     while at < end:
         size = min(per_statement, 1 << ((end - at).bit_length() - 1))
-        chunk = rows[at:at + size]
+        chunk = rows[at : at + size]
         conn.execute(sql_for(size), [value for row in chunk for value in row])
         at += size
 
 
 def fails_batch(exc: BaseException, conn: sqlite3.Connection) -> bool:
     """True for errors of the store rather than of one op: full, I/O, busy, corrupt."""
-    return not conn.in_transaction or isinstance(exc, sqlite3.OperationalError) \
+    return (
+        not conn.in_transaction
+        or isinstance(exc, sqlite3.OperationalError)
         or type(exc) is sqlite3.DatabaseError
+    )
 
 
 class Op:
     """One queued change: a function of the connection, or a statement on one job."""
 
-    __slots__ = ("apply", "error", "job_id", "lead", "params", "result", "rows", "settled",
-                 "sql", "waiter")
+    __slots__ = (
+        "apply",
+        "error",
+        "job_id",
+        "lead",
+        "params",
+        "result",
+        "rows",
+        "settled",
+        "sql",
+        "waiter",
+    )
 
-    def __init__(self, apply: Callable[[sqlite3.Connection], Any] | None, sql: str,
-                 params: Sequence[object], job_id: str | None, rows: int,
-                 durable: bool) -> None:
+    def __init__(
+        self,
+        apply: Callable[[sqlite3.Connection], Any] | None,
+        sql: str,
+        params: Sequence[object],
+        job_id: str | None,
+        rows: int,
+        durable: bool,
+    ) -> None:
         self.apply = apply
         self.sql = sql  # with job_id: run as conn.execute(sql, params)
         self.params = params
@@ -89,8 +113,9 @@ class Committer:
     """Writes batches of ops to one connection, a transaction each; used by one thread at a
     time (the holder of the writer's lead), so it needs no lock."""
 
-    def __init__(self, conn: sqlite3.Connection, path: str,
-                 multi: Mapping[str, Callable[[int], str]]) -> None:
+    def __init__(
+        self, conn: sqlite3.Connection, path: str, multi: Mapping[str, Callable[[int], str]]
+    ) -> None:
         self.conn = conn
         self._path = path
         # A statement on one job -> the same for n jobs in one statement (see _apply_run).

@@ -37,10 +37,12 @@ def _create_v1(conn: sqlite3.Connection) -> None:
         attempt INTEGER NOT NULL, submitted_wall REAL NOT NULL, state TEXT NOT NULL,
         worker_id TEXT, finished_wall REAL, outcome BLOB)""")
     conn.execute("CREATE INDEX jobs_state ON jobs (state)")  # (state, seq): recovery, listings
-    conn.execute("CREATE UNIQUE INDEX jobs_key ON jobs (key) "
-                 "WHERE key IS NOT NULL AND state <> 'cancelled'")
-    conn.execute("CREATE INDEX jobs_finished ON jobs (finished_wall) "
-                 "WHERE finished_wall IS NOT NULL")
+    conn.execute(
+        "CREATE UNIQUE INDEX jobs_key ON jobs (key) WHERE key IS NOT NULL AND state <> 'cancelled'"
+    )
+    conn.execute(
+        "CREATE INDEX jobs_finished ON jobs (finished_wall) WHERE finished_wall IS NOT NULL"
+    )
 
 
 def _add_schedules_v2(conn: sqlite3.Connection) -> None:
@@ -77,10 +79,14 @@ def _add_queues_and_limits(conn: sqlite3.Connection) -> None:
 
 # MIGRATIONS[v] takes a store from schema version v to v + 1, inside the opening
 # transaction; version 0 is a new, empty file. Append a step for every schema change.
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_create_v1, _add_schedules_v2,
-                                                          _add_retry_v3, _add_progress,
-                                                          _add_queues_and_limits,
-                                                          _add_job_parents]
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
+    _create_v1,
+    _add_schedules_v2,
+    _add_retry_v3,
+    _add_progress,
+    _add_queues_and_limits,
+    _add_job_parents,
+]
 
 
 def open_checked(path: str) -> int:
@@ -92,8 +98,11 @@ def open_checked(path: str) -> int:
     if not os.path.isdir(directory):
         raise StoreError(path, f"its directory {directory} does not exist")
     if not os.access(directory, os.W_OK | os.X_OK):
-        raise StoreError(path, f"its directory {directory} is not writable "
-                               "(the store needs its -wal, -shm and .lock files beside it)")
+        raise StoreError(
+            path,
+            f"its directory {directory} is not writable "
+            "(the store needs its -wal, -shm and .lock files beside it)",
+        )
     if os.path.isdir(path):
         raise StoreError(path, "is a directory")
     if os.path.exists(path) and not os.access(path, os.R_OK | os.W_OK):
@@ -127,8 +136,9 @@ def _schema_version(path: str) -> int:
         return 0
     with open(path, "rb") as file:
         if file.read(len(_HEADER)) != _HEADER:
-            raise StoreError(path, "not an mpsched store (not an SQLite database); "
-                                   "it was left untouched")
+            raise StoreError(
+                path, "not an mpsched store (not an SQLite database); it was left untouched"
+            )
     uri = f"file:{urllib.parse.quote(path)}?mode=ro"
     try:
         conn = sqlite3.connect(uri, uri=True, timeout=2.0)
@@ -146,16 +156,21 @@ def _read_version(conn: sqlite3.Connection, path: str) -> int:
     if app_id == 0 and not tables:
         return 0
     if app_id != APPLICATION_ID or "meta" not in tables:
-        raise StoreError(path, "not an mpsched store (an SQLite database of another "
-                               "program); it was left untouched")
+        raise StoreError(
+            path,
+            "not an mpsched store (an SQLite database of another program); it was left untouched",
+        )
     meta = dict(conn.execute("SELECT name, value FROM meta").fetchall())
     version = meta.get("schema_version")
     if meta.get("application") != "mpsched" or not isinstance(version, int) or version < 1:
         raise StoreError(path, f"not an mpsched store (meta {meta!r}); it was left untouched")
     if version > len(MIGRATIONS):
-        raise StoreError(path, f"its schema version {version} is newer than this mpsched "
-                               f"knows ({len(MIGRATIONS)}): open it with a newer mpsched; "
-                               "it was left untouched")
+        raise StoreError(
+            path,
+            f"its schema version {version} is newer than this mpsched "
+            f"knows ({len(MIGRATIONS)}): open it with a newer mpsched; "
+            "it was left untouched",
+        )
     return version
 
 
@@ -163,8 +178,9 @@ def connect_writer(path: str, durability: Durability) -> sqlite3.Connection:
     """The writer's connection, in WAL mode, with the schema migrated to the current one."""
     # cached_statements: every statement the writer runs stays prepared (a few dozen: its
     # multi-row ones take a power of two of rows, see execute_rows).
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=2.0,
-                           cached_statements=1024)
+    conn = sqlite3.connect(
+        path, isolation_level=None, check_same_thread=False, timeout=2.0, cached_statements=1024
+    )
     try:
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if mode != "wal":
@@ -191,8 +207,10 @@ def _migrate(conn: sqlite3.Connection, path: str) -> None:
             conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
         for step in MIGRATIONS[version:]:
             step(conn)
-        conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)",
-                         [("application", "mpsched"), ("schema_version", target)])
+        conn.executemany(
+            "INSERT OR REPLACE INTO meta VALUES (?, ?)",
+            [("application", "mpsched"), ("schema_version", target)],
+        )
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:

@@ -38,8 +38,7 @@ class GroupSync:
         self._synced = 0  # the last ticket an fdatasync() that began after its write covered
         self._idle = False
         self._stopping = False
-        self._thread = threading.Thread(target=self._loop, daemon=True,
-                                        name="mpsched-lease-sync")
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="mpsched-lease-sync")
         self._thread.start()
 
     def written(self, ticket: int) -> None:
@@ -84,9 +83,12 @@ class GroupSync:
                 os.fdatasync(self._fd)
             except OSError as exc:
                 if not failing:
-                    log.error("%s: fdatasync() failed (%s): the leases since its last "
-                              "success may not survive a power cut; trying again",
-                              self._path, exc.strerror)
+                    log.error(
+                        "%s: fdatasync() failed (%s): the leases since its last "
+                        "success may not survive a power cut; trying again",
+                        self._path,
+                        exc.strerror,
+                    )
                 failing = True
                 with self._cond:
                     if self._cond.wait_for(lambda: self._stopping, SYNC_BACKOFF):

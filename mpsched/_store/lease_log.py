@@ -34,6 +34,7 @@ log = logging.getLogger("mpsched.store")
 LIMIT = 128 << 10
 FLUSH_RETRY = 1.0  # seconds before the flusher tries again after a failed flush
 
+
 class LeaseLog:
     """The log of leases and requeues at ``path``. Thread-safe.
 
@@ -48,8 +49,9 @@ class LeaseLog:
         StoreError: the file could not be opened.
     """
 
-    def __init__(self, path: str, *, sync: bool, flush: Callable[[], None],
-                 limit: int | None = None) -> None:
+    def __init__(
+        self, path: str, *, sync: bool, flush: Callable[[], None], limit: int | None = None
+    ) -> None:
         self.path = path
         self._flush = flush
         self._region = LIMIT if limit is None else limit
@@ -76,8 +78,9 @@ class LeaseLog:
         # On _lock. The flusher thread waits on it for _flush_wanted to pass _committed (a
         # region was left), or for FLUSH_RETRY after a failed flush; ``release`` wakes it.
         self._flush_cond = threading.Condition(self._lock)
-        self._flusher = threading.Thread(target=self._flush_loop, daemon=True,
-                                         name="mpsched-lease-flush")
+        self._flusher = threading.Thread(
+            target=self._flush_loop, daemon=True, name="mpsched-lease-flush"
+        )
         self._flusher.start()
         # With ``sync``, the thread that fdatasync()s the records written (its own lock).
         self._syncer = GroupSync(self._fd, path) if sync else None
@@ -99,8 +102,12 @@ class LeaseLog:
         # Region 0 takes the first record of every epoch (and reset() leaves no other
         # epoch's records on disk): its epoch, or if a record torn there hides it, the next.
         epoch = runs[0][0][0]
-        found = {ticket: record for run in runs for run_epoch, ticket, record in run
-                 if run_epoch == epoch}
+        found = {
+            ticket: record
+            for run in runs
+            for run_epoch, ticket, record in run
+            if run_epoch == epoch
+        }
         return [found[ticket] for ticket in sorted(found)]
 
     def reset(self) -> None:
@@ -223,8 +230,11 @@ class LeaseLog:
                 (StoreFullError: no space); nothing changed.
         """
         if length > self._region:
-            raise StoreError(self.path, f"a record of {length} bytes is longer than a region "
-                                        f"of the lease log ({self._region} bytes)")
+            raise StoreError(
+                self.path,
+                f"a record of {length} bytes is longer than a region "
+                f"of the lease log ({self._region} bytes)",
+            )
         oldest = self._regions[0]
         if self._last[oldest] <= self._committed:
             self._regions.popleft()

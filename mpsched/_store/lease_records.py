@@ -52,13 +52,19 @@ def requeued(job_id: str, attempt: int) -> LogRecord:
     return LogRecord(job_id=job_id, running=False, attempt=attempt, worker_id=None)
 
 
-def ended(job_id: str, state: JobState, finished_wall: float,
-          outcome: bytes | None) -> LogRecord:
+def ended(job_id: str, state: JobState, finished_wall: float, outcome: bytes | None) -> LogRecord:
     """The record of a job's end (``state`` DONE or FAILED); it carries ``outcome`` only if
     that is at most OUTCOME_IN_LOG bytes."""
     kept = outcome if outcome is not None and len(outcome) <= OUTCOME_IN_LOG else None
-    return LogRecord(job_id=job_id, running=False, attempt=0, worker_id=None, ended=state,
-                     finished_wall=finished_wall, outcome=kept)
+    return LogRecord(
+        job_id=job_id,
+        running=False,
+        attempt=0,
+        worker_id=None,
+        ended=state,
+        finished_wall=finished_wall,
+        outcome=kept,
+    )
 
 
 def encode(record: LogRecord) -> bytes:
@@ -79,8 +85,9 @@ def _encode_rest(record: LogRecord) -> bytes:
     """What follows the job id in a record's body."""
     if record.ended is not None:
         outcome = record.outcome
-        return _END.pack(record.finished_wall, record.ended is JobState.FAILED,
-                         outcome is not None) + (outcome or b"")
+        return _END.pack(
+            record.finished_wall, record.ended is JobState.FAILED, outcome is not None
+        ) + (outcome or b"")
     return (record.worker_id or "").encode() if record.running else b""
 
 
@@ -93,10 +100,15 @@ def _decode(job_id: str, attempt: int, kind: int, rest: bytes) -> LogRecord | No
     if kind != _ENDED or len(rest) < _END.size:
         return None
     finished_wall, failed, has_outcome = _END.unpack_from(rest)
-    return LogRecord(job_id=job_id, running=False, attempt=attempt, worker_id=None,
-                     ended=JobState.FAILED if failed else JobState.DONE,
-                     finished_wall=finished_wall,
-                     outcome=rest[_END.size:] if has_outcome else None)
+    return LogRecord(
+        job_id=job_id,
+        running=False,
+        attempt=attempt,
+        worker_id=None,
+        ended=JobState.FAILED if failed else JobState.DONE,
+        finished_wall=finished_wall,
+        outcome=rest[_END.size :] if has_outcome else None,
+    )
 
 
 def latest(records: list[LogRecord]) -> dict[str, LogRecord]:
@@ -124,15 +136,14 @@ def read_run(data: bytes, at: int, end: int) -> list[tuple[int, int, LogRecord]]
     end = min(end, len(data))
     while at + _HEAD.size <= end:
         crc, length = _HEAD.unpack_from(data, at)
-        body = data[at + _HEAD.size:min(at + _HEAD.size + length, end)]
+        body = data[at + _HEAD.size : min(at + _HEAD.size + length, end)]
         if length < _BODY.size or len(body) < length or zlib.crc32(body) != crc:
             break
         epoch, ticket, attempt, kind, id_len = _BODY.unpack_from(body)
-        if (run and (epoch != run[-1][0] or ticket <= run[-1][1])) \
-                or _BODY.size + id_len > length:
+        if (run and (epoch != run[-1][0] or ticket <= run[-1][1])) or _BODY.size + id_len > length:
             break
-        job_id = body[_BODY.size:_BODY.size + id_len].decode()
-        record = _decode(job_id, attempt, kind, body[_BODY.size + id_len:])
+        job_id = body[_BODY.size : _BODY.size + id_len].decode()
+        record = _decode(job_id, attempt, kind, body[_BODY.size + id_len :])
         if record is None:
             break
         run.append((epoch, ticket, record))

@@ -37,8 +37,13 @@ class _Entry:
 
     def record(self, *, with_outcome: bool = True) -> JobRecord:
         listed = with_outcome or self.state is JobState.FAILED  # its error is listed
-        return record_of(self.current(), self.state, self.worker_id, self.finished_wall,
-                         self.outcome if listed else None)._replace(progress=self.progress)
+        return record_of(
+            self.current(),
+            self.state,
+            self.worker_id,
+            self.finished_wall,
+            self.outcome if listed else None,
+        )._replace(progress=self.progress)
 
 
 class MemoryStore(JournalStore):
@@ -51,8 +56,7 @@ class MemoryStore(JournalStore):
     jobs are kept as a SQLiteStore keeps them. Every call takes effect before it returns.
     """
 
-    def __init__(self, *, result_ttl: float = 0.0,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, *, result_ttl: float = 0.0, clock: Callable[[], float] = time.time) -> None:
         check_options(result_ttl)
         self._result_ttl = float(result_ttl)
         self._clock = clock  # wall clock: when a retained job expires
@@ -82,19 +86,26 @@ class MemoryStore(JournalStore):
             seqs = [e.job.seq for e in entries]
             return Recovery(
                 pending=[e.current() for e in entries if e.state is JobState.PENDING],
-                running=[RunningJob(job=e.current(), worker_id=e.worker_id or "")
-                         for e in entries if e.state is JobState.RUNNING],
-                next_seq=max(seqs) + 1 if seqs else 0)
+                running=[
+                    RunningJob(job=e.current(), worker_id=e.worker_id or "")
+                    for e in entries
+                    if e.state is JobState.RUNNING
+                ],
+                next_seq=max(seqs) + 1 if seqs else 0,
+            )
 
-    def submit(self, jobs: Sequence[StoredJob],
-               retry: Mapping[str, str] | None = None) -> list[str]:
+    def submit(
+        self, jobs: Sequence[StoredJob], retry: Mapping[str, str] | None = None
+    ) -> list[str]:
         with self._lock:
             self._check_open_locked()
             ids = self._resolve_keys_locked(jobs)
             new = [job for job, job_id in zip(jobs, ids, strict=True) if job_id == job.job_id]
-            if len({job.job_id for job in new}) < len(new) \
-                    or len({job.seq for job in new}) < len(new) \
-                    or any(j.job_id in self._entries or j.seq in self._seqs for j in new):
+            if (
+                len({job.job_id for job in new}) < len(new)
+                or len({job.seq for job in new}) < len(new)
+                or any(j.job_id in self._entries or j.seq in self._seqs for j in new)
+            ):
                 raise InvalidJobError("a job id or seq repeats one in the batch or the store")
             for job in new:
                 self._entries[job.job_id] = _Entry(job, JobState.PENDING, job.attempt)
@@ -109,8 +120,11 @@ class MemoryStore(JournalStore):
         held: dict[str, str] = {}
         ids: list[str] = []
         for job in jobs:
-            holder = None if job.key is None else (
-                held.get(job.key) or self._holder_locked(job.key, now))
+            holder = (
+                None
+                if job.key is None
+                else (held.get(job.key) or self._holder_locked(job.key, now))
+            )
             if holder is None and job.key is not None:
                 held[job.key] = job.job_id
             ids.append(job.job_id if holder is None else holder)
@@ -131,8 +145,9 @@ class MemoryStore(JournalStore):
             if entry is not None:
                 entry.state, entry.worker_id, entry.attempt = JobState.RUNNING, worker_id, attempt
 
-    def finish(self, job_id: str, state: JobState, outcome: bytes | None,
-               finished_wall: float) -> None:
+    def finish(
+        self, job_id: str, state: JobState, outcome: bytes | None, finished_wall: float
+    ) -> None:
         check_finish_state(state)
         with self._lock:
             self._check_open_locked()
@@ -147,8 +162,9 @@ class MemoryStore(JournalStore):
             if entry is not None:
                 entry.state, entry.worker_id, entry.attempt = JobState.PENDING, None, attempt
 
-    def requeue_ended(self, job_id: str, client_id: str,
-                      due_wall: float) -> tuple[StoredJob, str | None] | None:
+    def requeue_ended(
+        self, job_id: str, client_id: str, due_wall: float
+    ) -> tuple[StoredJob, str | None] | None:
         with self._lock:
             self._check_open_locked()
             entry = self._entries.get(job_id)
@@ -156,8 +172,10 @@ class MemoryStore(JournalStore):
                 return None
             key = entry.job.key
             if key is not None and self._keys.get(key, job_id) != job_id:
-                raise InvalidJobError(f"job {job_id} cannot be requeued: its key {key!r} is "
-                                      f"held by job {self._keys[key]}")
+                raise InvalidJobError(
+                    f"job {job_id} cannot be requeued: its key {key!r} is "
+                    f"held by job {self._keys[key]}"
+                )
             if key is not None:
                 self._keys[key] = job_id
             entry.job = entry.job._replace(client_id=client_id, due_wall=due_wall)
@@ -183,8 +201,10 @@ class MemoryStore(JournalStore):
 
     def jobs(self, state: JobState | None = None, limit: int | None = None) -> list[JobRecord]:
         with self._lock:
-            entries = sorted((e for e in self._entries.values()
-                              if state is None or e.state is state), key=lambda e: e.job.seq)
+            entries = sorted(
+                (e for e in self._entries.values() if state is None or e.state is state),
+                key=lambda e: e.job.seq,
+            )
             return [e.record(with_outcome=False) for e in entries[:limit]]
 
     def find_key(self, key: str) -> JobRecord | None:
@@ -227,8 +247,9 @@ class MemoryStore(JournalStore):
             return list(self._schedules.values())
 
     def _expired(self, entry: _Entry, now_wall: float) -> bool:
-        return entry.finished_wall is not None \
-            and entry.finished_wall <= now_wall - self._result_ttl
+        return (
+            entry.finished_wall is not None and entry.finished_wall <= now_wall - self._result_ttl
+        )
 
     def _holder_locked(self, key: str, now_wall: float) -> str | None:
         """The id of the job holding ``key``; an expired holder is forgotten here."""
@@ -241,8 +262,9 @@ class MemoryStore(JournalStore):
             return None
         return job_id
 
-    def _end_locked(self, entry: _Entry, state: JobState, outcome: bytes | None,
-                    finished_wall: float) -> None:
+    def _end_locked(
+        self, entry: _Entry, state: JobState, outcome: bytes | None, finished_wall: float
+    ) -> None:
         entry.state, entry.outcome, entry.finished_wall = state, outcome, finished_wall
         if state is JobState.CANCELLED and entry.job.key is not None:
             self._keys.pop(entry.job.key, None)

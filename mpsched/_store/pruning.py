@@ -14,8 +14,7 @@ from collections.abc import Callable
 log = logging.getLogger("mpsched.store")
 
 PRUNE_STEP = 500  # rows
-PRUNE_ROWS = ("DELETE FROM jobs WHERE seq IN "
-              "(SELECT seq FROM jobs WHERE finished_wall <= ? LIMIT ?)")
+PRUNE_ROWS = "DELETE FROM jobs WHERE seq IN (SELECT seq FROM jobs WHERE finished_wall <= ? LIMIT ?)"
 
 
 class Pruner:
@@ -24,8 +23,9 @@ class Pruner:
     Used by the holder of the writer's lead only (its housekeeping), so it needs no lock.
     """
 
-    def __init__(self, path: str, result_ttl: float, interval: float,
-                 clock: Callable[[], float]) -> None:
+    def __init__(
+        self, path: str, result_ttl: float, interval: float, clock: Callable[[], float]
+    ) -> None:
         self._path = path
         self._result_ttl = result_ttl
         self._interval = interval

@@ -47,8 +47,9 @@ class Readers:
             conn = self._idle.pop() if self._idle else None
         try:
             if conn is None:
-                conn = sqlite3.connect(self._uri, uri=True, isolation_level=None,
-                                       check_same_thread=False, timeout=2.0)
+                conn = sqlite3.connect(
+                    self._uri, uri=True, isolation_level=None, check_same_thread=False, timeout=2.0
+                )
             yield conn
         except sqlite3.Error as exc:
             raise translate(exc, self._path) from exc

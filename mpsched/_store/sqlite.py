@@ -88,8 +88,9 @@ from mpsched._store.writer import Writer
 log = logging.getLogger("mpsched.store")
 
 
-def _overlay(records: list[LogRecord], pending: list[StoredJob],
-             running: list[RunningJob]) -> tuple[list[StoredJob], list[RunningJob]]:
+def _overlay(
+    records: list[LogRecord], pending: list[StoredJob], running: list[RunningJob]
+) -> tuple[list[StoredJob], list[RunningJob]]:
     """Pending and running jobs as the lease log's records leave them (the last of each job
     wins; a job the log has ended, or SQLite has neither pending nor running, is finished,
     and stays so)."""
@@ -101,12 +102,15 @@ def _overlay(records: list[LogRecord], pending: list[StoredJob],
     for job_id, record in moves.items():
         if job_id in jobs:
             job, _worker = jobs[job_id]
-            jobs[job_id] = (job._replace(attempt=record.attempt),
-                            record.worker_id if record.running else None)
+            jobs[job_id] = (
+                job._replace(attempt=record.attempt),
+                record.worker_id if record.running else None,
+            )
     ordered = sorted(jobs.values(), key=lambda pair: pair[0].seq)
-    return ([job for job, worker in ordered if worker is None],
-            [RunningJob(job=job, worker_id=worker) for job, worker in ordered
-             if worker is not None])
+    return (
+        [job for job, worker in ordered if worker is None],
+        [RunningJob(job=job, worker_id=worker) for job, worker in ordered if worker is not None],
+    )
 
 
 def check_batching(batch_size: int, linger: float, idle: float) -> None:
@@ -138,10 +142,17 @@ class SQLiteStore(JournalStore):
         ConfigError: an option out of range, or an unknown durability.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, durability: DurabilityLike = "sync",
-                 result_ttl: float = DAY, clock: Callable[[], float] = time.time,
-                 batch_size: int = 512, linger: float = 0.0,
-                 prune_interval: float = 60.0) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        durability: DurabilityLike = "sync",
+        result_ttl: float = DAY,
+        clock: Callable[[], float] = time.time,
+        batch_size: int = 512,
+        linger: float = 0.0,
+        prune_interval: float = 60.0,
+    ) -> None:
         durability = Durability.coerce(durability)
         check_options(result_ttl)
         check_batching(batch_size, linger, prune_interval)
@@ -157,9 +168,15 @@ class SQLiteStore(JournalStore):
         except BaseException:
             os.close(self._lock_fd)
             raise
-        self._writer = Writer(conn, self._path, batch_size=batch_size, linger=linger,
-                              idle=prune_interval, housekeeping=pruner.step,
-                              multi=MULTI)
+        self._writer = Writer(
+            conn,
+            self._path,
+            batch_size=batch_size,
+            linger=linger,
+            idle=prune_interval,
+            housekeeping=pruner.step,
+            multi=MULTI,
+        )
         # Guards _leased and orders the writer's ops on a job with them: leases whose row
         # is not queued yet (job id -> worker, attempt). Their row is queued with the job's
         # finish, or at a flush. Taken after the lease log's lock, never before it.
@@ -167,9 +184,9 @@ class SQLiteStore(JournalStore):
         self._leased: dict[str, tuple[str, int]] = {}
         leases: LeaseLog | None = None
         try:
-            leases = self._leases = LeaseLog(self._path + "-leases",
-                                             sync=durability is Durability.SYNC,
-                                             flush=self.flush)
+            leases = self._leases = LeaseLog(
+                self._path + "-leases", sync=durability is Durability.SYNC, flush=self.flush
+            )
             self._fold_leases()
         except BaseException:
             if leases is not None:
@@ -184,14 +201,19 @@ class SQLiteStore(JournalStore):
         large, and not yet committed when the manager died) leaves the job ended, without
         an outcome (its watchers are told it was lost)."""
         moves, ends = split(self._leases.read())
-        rows = [("running" if r.running else "pending", r.worker_id, r.attempt, job_id)
-                for job_id, r in moves.items()]
-        end_rows = [(str(r.ended), r.outcome, r.finished_wall, job_id)
-                    for job_id, r in ends.items()]
+        rows = [
+            ("running" if r.running else "pending", r.worker_id, r.attempt, job_id)
+            for job_id, r in moves.items()
+        ]
+        end_rows = [
+            (str(r.ended), r.outcome, r.finished_wall, job_id) for job_id, r in ends.items()
+        ]
         if rows or end_rows:
+
             def fold(conn: sqlite3.Connection) -> None:
                 conn.executemany(FOLD, rows)
                 conn.executemany(FOLD_END, end_rows)
+
             self._writer.call(fold, len(rows) + len(end_rows))
         self._leases.reset()
 
@@ -213,45 +235,71 @@ class SQLiteStore(JournalStore):
         return self._writer.commit_latency()
 
     def size(self) -> int | None:
-        return sum(os.path.getsize(p) for p in (self._path, self._path + "-wal",
-                                                 self._leases.path) if os.path.exists(p))
+        return sum(
+            os.path.getsize(p)
+            for p in (self._path, self._path + "-wal", self._leases.path)
+            if os.path.exists(p)
+        )
 
     def recover(self) -> Recovery:
         with self._readers.connection() as conn, no_gc():
             conn.execute("BEGIN")  # one snapshot for the three reads
             try:
-                pending = list(map(stored_job, conn.execute(
-                    f"SELECT {STORED} FROM jobs WHERE state = 'pending' ORDER BY seq")))
-                rows = conn.execute(f"SELECT {STORED}, worker_id FROM jobs "
-                                    "WHERE state = 'running' ORDER BY seq")
-                running = [RunningJob(job=stored_job(stored), worker_id=worker_id)
-                           for *stored, worker_id in rows]
+                pending = list(
+                    map(
+                        stored_job,
+                        conn.execute(
+                            f"SELECT {STORED} FROM jobs WHERE state = 'pending' ORDER BY seq"
+                        ),
+                    )
+                )
+                rows = conn.execute(
+                    f"SELECT {STORED}, worker_id FROM jobs WHERE state = 'running' ORDER BY seq"
+                )
+                running = [
+                    RunningJob(job=stored_job(stored), worker_id=worker_id)
+                    for *stored, worker_id in rows
+                ]
                 [last] = conn.execute("SELECT max(seq) FROM jobs").fetchone()
-                retry = dict(conn.execute(
-                    "SELECT job_id, retry FROM jobs WHERE retry IS NOT NULL "
-                    "AND state IN ('pending', 'running')"))
+                retry = dict(
+                    conn.execute(
+                        "SELECT job_id, retry FROM jobs WHERE retry IS NOT NULL "
+                        "AND state IN ('pending', 'running')"
+                    )
+                )
             finally:
                 if conn.in_transaction:
                     conn.execute("COMMIT")
         records = self._leases.read()
         if records:  # leases and requeues SQLite may not have yet
             pending, running = _overlay(records, pending, running)
-        return Recovery(pending=pending, running=running,
-                        next_seq=0 if last is None else last + 1, retry=retry or None)
+        return Recovery(
+            pending=pending,
+            running=running,
+            next_seq=0 if last is None else last + 1,
+            retry=retry or None,
+        )
 
-    def submit(self, jobs: Sequence[StoredJob],
-               retry: Mapping[str, str] | None = None) -> list[str]:
+    def submit(
+        self, jobs: Sequence[StoredJob], retry: Mapping[str, str] | None = None
+    ) -> list[str]:
         jobs = list(jobs)
         if not jobs:
             return []
-        ids: list[str] = self._writer.call(lambda conn: self._insert(conn, jobs, retry),
-                                           len(jobs))
+        ids: list[str] = self._writer.call(lambda conn: self._insert(conn, jobs, retry), len(jobs))
         return ids
 
-    def submit_waiting(self, jobs: Sequence[StoredJob], parents: Sequence[After],
-                       retry: Mapping[str, str] | None = None) -> None:
-        rows = [(job.job_id, parent, parent in after.results, after.allow_failure)
-                for job, after in zip(jobs, parents, strict=True) for parent in after.parents]
+    def submit_waiting(
+        self,
+        jobs: Sequence[StoredJob],
+        parents: Sequence[After],
+        retry: Mapping[str, str] | None = None,
+    ) -> None:
+        rows = [
+            (job.job_id, parent, parent in after.results, after.allow_failure)
+            for job, after in zip(jobs, parents, strict=True)
+            for parent in after.parents
+        ]
         jobs = list(jobs)
 
         def insert(conn: sqlite3.Connection) -> None:
@@ -261,53 +309,73 @@ class SQLiteStore(JournalStore):
         self._writer.call(insert, len(jobs) + len(rows))
 
     def waiting(self) -> dict[str, After]:
-        self._writer.call(lambda conn: conn.execute(
-            "DELETE FROM job_parents WHERE job_id NOT IN "
-            "(SELECT job_id FROM jobs WHERE state = 'pending')"))
+        self._writer.call(
+            lambda conn: conn.execute(
+                "DELETE FROM job_parents WHERE job_id NOT IN "
+                "(SELECT job_id FROM jobs WHERE state = 'pending')"
+            )
+        )
         parents: dict[str, list[str]] = {}
         results: dict[str, list[str]] = {}
         allow: dict[str, bool] = {}
         with self._readers.connection() as conn:
             for job_id, parent, takes, allow_failure in conn.execute(
-                    "SELECT job_id, parent_id, takes_result, allow_failure FROM job_parents "
-                    "ORDER BY rowid"):
+                "SELECT job_id, parent_id, takes_result, allow_failure FROM job_parents "
+                "ORDER BY rowid"
+            ):
                 parents.setdefault(job_id, []).append(parent)
                 if takes:
                     results.setdefault(job_id, []).append(parent)
                 allow[job_id] = bool(allow_failure)
-        return {job_id: After(tuple(ids), tuple(results.get(job_id, ())), allow[job_id])
-                for job_id, ids in parents.items()}
+        return {
+            job_id: After(tuple(ids), tuple(results.get(job_id, ())), allow[job_id])
+            for job_id, ids in parents.items()
+        }
 
     def cancel(self, job_ids: Sequence[str], finished_wall: float) -> None:
         rows = [(finished_wall, job_id) for job_id in job_ids]
         if rows:
-            self._writer.call(lambda conn: conn.executemany(
-                "UPDATE jobs SET state = 'cancelled', finished_wall = ? "
-                "WHERE job_id = ? AND state = 'pending'", rows), len(rows))
+            self._writer.call(
+                lambda conn: conn.executemany(
+                    "UPDATE jobs SET state = 'cancelled', finished_wall = ? "
+                    "WHERE job_id = ? AND state = 'pending'",
+                    rows,
+                ),
+                len(rows),
+            )
 
     def lease(self, job_id: str, worker_id: str, attempt: int) -> None:
-        self._leases.append(leased(job_id, worker_id, attempt),
-                            lambda: self._defer_lease(job_id, worker_id, attempt))
+        self._leases.append(
+            leased(job_id, worker_id, attempt),
+            lambda: self._defer_lease(job_id, worker_id, attempt),
+        )
 
     def _defer_lease(self, job_id: str, worker_id: str, attempt: int) -> None:
         with self._leased_lock:
             self._leased[job_id] = (worker_id, attempt)
 
-    def finish(self, job_id: str, state: JobState, outcome: bytes | None,
-               finished_wall: float) -> None:
+    def finish(
+        self, job_id: str, state: JobState, outcome: bytes | None, finished_wall: float
+    ) -> None:
         check_finish_state(state)
         record = ended(job_id, state, finished_wall, outcome)
-        self._leases.append(record, lambda: self._queue_finish(job_id, state, outcome,
-                                                               finished_wall))
+        self._leases.append(
+            record, lambda: self._queue_finish(job_id, state, outcome, finished_wall)
+        )
         if outcome is not None and record.outcome is None:  # too long for the log
             try:
                 self._writer.flush()
             except StoreError as exc:  # the finish stays queued, retried in order
-                log.warning("the outcome of job %s (%d bytes) is not committed yet (%s); "
-                            "it is retried", job_id, len(outcome), exc)
+                log.warning(
+                    "the outcome of job %s (%d bytes) is not committed yet (%s); it is retried",
+                    job_id,
+                    len(outcome),
+                    exc,
+                )
 
-    def _queue_finish(self, job_id: str, state: JobState, outcome: bytes | None,
-                      finished_wall: float) -> None:
+    def _queue_finish(
+        self, job_id: str, state: JobState, outcome: bytes | None, finished_wall: float
+    ) -> None:
         ended = (state.value, outcome, finished_wall)
         with self._leased_lock:
             leased = self._leased.pop(job_id, None)
@@ -317,21 +385,23 @@ class SQLiteStore(JournalStore):
                 self._writer.post_update(FINISH_LEASED.one, (*ended, *leased, job_id), job_id)
 
     def requeue(self, job_id: str, attempt: int) -> None:
-        self._leases.append(requeued(job_id, attempt),
-                            lambda: self._queue_requeue(job_id, attempt))
+        self._leases.append(requeued(job_id, attempt), lambda: self._queue_requeue(job_id, attempt))
 
-    def requeue_ended(self, job_id: str, client_id: str,
-                      due_wall: float) -> tuple[StoredJob, str | None] | None:
+    def requeue_ended(
+        self, job_id: str, client_id: str, due_wall: float
+    ) -> tuple[StoredJob, str | None] | None:
         def requeue(conn: sqlite3.Connection) -> tuple[StoredJob, str | None] | None:
             try:
                 changed = conn.execute(REQUEUE_ENDED, (client_id, due_wall, job_id)).rowcount
             except sqlite3.IntegrityError:
-                raise InvalidJobError(f"job {job_id} cannot be requeued: its key is held by "
-                                      f"another job") from None
+                raise InvalidJobError(
+                    f"job {job_id} cannot be requeued: its key is held by another job"
+                ) from None
             if not changed:
                 return None
-            *row, retry = conn.execute(f"SELECT {STORED}, retry FROM jobs WHERE job_id = ?",
-                                       (job_id,)).fetchone()
+            *row, retry = conn.execute(
+                f"SELECT {STORED}, retry FROM jobs WHERE job_id = ?", (job_id,)
+            ).fetchone()
             fresh = fresh_retry(retry)
             if fresh != retry:
                 conn.execute(RETRY_STATE, (fresh, job_id))
@@ -353,8 +423,9 @@ class SQLiteStore(JournalStore):
             self._writer.post_update(REQUEUE.one, (attempt, job_id), job_id)
 
     def retried(self, job_id: str, attempt: int, due_wall: float, retry: str) -> None:
-        self._leases.append(requeued(job_id, attempt),
-                            lambda: self._queue_retried(job_id, attempt, due_wall, retry))
+        self._leases.append(
+            requeued(job_id, attempt), lambda: self._queue_retried(job_id, attempt, due_wall, retry)
+        )
         self._writer.flush()  # the back-off's due time survives a crash from here on
 
     def _queue_retried(self, job_id: str, attempt: int, due_wall: float, retry: str) -> None:
@@ -374,17 +445,19 @@ class SQLiteStore(JournalStore):
 
     def get(self, job_id: str) -> JobRecord | None:
         with self._readers.connection() as conn:
-            row = conn.execute(f"SELECT {RECORD}, outcome FROM jobs WHERE job_id = ?",
-                               (job_id,)).fetchone()
+            row = conn.execute(
+                f"SELECT {RECORD}, outcome FROM jobs WHERE job_id = ?", (job_id,)
+            ).fetchone()
         return None if row is None else job_record(row)
 
     def jobs(self, state: JobState | None = None, limit: int | None = None) -> list[JobRecord]:
         where = "" if state is None else "WHERE state = ?"
         params: tuple[object, ...] = () if state is None else (JobState(state).value,)
         with self._readers.connection() as conn:
-            rows = conn.execute(f"SELECT {RECORD}, {FAILED_OUTCOME} FROM jobs {where} "
-                                "ORDER BY seq LIMIT ?",
-                                (*params, -1 if limit is None else limit)).fetchall()
+            rows = conn.execute(
+                f"SELECT {RECORD}, {FAILED_OUTCOME} FROM jobs {where} ORDER BY seq LIMIT ?",
+                (*params, -1 if limit is None else limit),
+            ).fetchall()
         return [job_record(row) for row in rows]
 
     def find_key(self, key: str) -> JobRecord | None:
@@ -392,12 +465,14 @@ class SQLiteStore(JournalStore):
             row = conn.execute(
                 f"SELECT {RECORD}, outcome FROM jobs WHERE key = ? AND state <> 'cancelled' "
                 "AND (finished_wall IS NULL OR finished_wall > ?)",
-                (key, self._clock() - self._result_ttl)).fetchone()
+                (key, self._clock() - self._result_ttl),
+            ).fetchone()
         return None if row is None else job_record(row)
 
     def prune(self, now_wall: float) -> int:
         count: int = self._writer.call(
-            lambda conn: conn.execute(PRUNE, (now_wall - self._result_ttl,)).rowcount)
+            lambda conn: conn.execute(PRUNE, (now_wall - self._result_ttl,)).rowcount
+        )
         return count
 
     def close(self) -> None:
@@ -413,27 +488,40 @@ class SQLiteStore(JournalStore):
             os.close(self._lock_fd)
 
     def save_schedule(self, schedule: StoredSchedule) -> None:
-        self._writer.call(lambda conn: conn.execute(
-            "INSERT INTO schedules (schedule_id, spec, state) VALUES (?, ?, ?) "
-            "ON CONFLICT (schedule_id) DO UPDATE SET spec = excluded.spec, "
-            "state = excluded.state", schedule))
+        self._writer.call(
+            lambda conn: conn.execute(
+                "INSERT INTO schedules (schedule_id, spec, state) VALUES (?, ?, ?) "
+                "ON CONFLICT (schedule_id) DO UPDATE SET spec = excluded.spec, "
+                "state = excluded.state",
+                schedule,
+            )
+        )
 
     def update_schedule(self, schedule_id: str, state: bytes) -> None:
-        self._writer.post(lambda conn: conn.execute(
-            "UPDATE schedules SET state = ? WHERE schedule_id = ?", (state, schedule_id)))
+        self._writer.post(
+            lambda conn: conn.execute(
+                "UPDATE schedules SET state = ? WHERE schedule_id = ?", (state, schedule_id)
+            )
+        )
 
     def delete_schedule(self, schedule_id: str) -> None:
-        self._writer.call(lambda conn: conn.execute(
-            "DELETE FROM schedules WHERE schedule_id = ?", (schedule_id,)))
+        self._writer.call(
+            lambda conn: conn.execute("DELETE FROM schedules WHERE schedule_id = ?", (schedule_id,))
+        )
 
     def save_limit(self, name: str, form: str | None) -> None:
         if form is None:
-            self._writer.call(lambda conn: conn.execute(
-                "DELETE FROM limits WHERE name = ?", (name,)))
+            self._writer.call(
+                lambda conn: conn.execute("DELETE FROM limits WHERE name = ?", (name,))
+            )
         else:
-            self._writer.call(lambda conn: conn.execute(
-                "INSERT INTO limits (name, form) VALUES (?, ?) "
-                "ON CONFLICT (name) DO UPDATE SET form = excluded.form", (name, form)))
+            self._writer.call(
+                lambda conn: conn.execute(
+                    "INSERT INTO limits (name, form) VALUES (?, ?) "
+                    "ON CONFLICT (name) DO UPDATE SET form = excluded.form",
+                    (name, form),
+                )
+            )
 
     def saved_limits(self) -> dict[str, str]:
         with self._readers.connection() as conn:
@@ -443,20 +531,26 @@ class SQLiteStore(JournalStore):
     def schedules(self) -> list[StoredSchedule]:
         self.flush()  # states posted so far are readable
         with self._readers.connection() as conn:
-            rows = conn.execute("SELECT schedule_id, spec, state FROM schedules "
-                                "ORDER BY rowid").fetchall()
+            rows = conn.execute(
+                "SELECT schedule_id, spec, state FROM schedules ORDER BY rowid"
+            ).fetchall()
         return [StoredSchedule._make(row) for row in rows]
 
-    def _insert(self, conn: sqlite3.Connection, jobs: list[StoredJob],
-                retry: Mapping[str, str] | None = None) -> list[str]:
+    def _insert(
+        self,
+        conn: sqlite3.Connection,
+        jobs: list[StoredJob],
+        retry: Mapping[str, str] | None = None,
+    ) -> list[str]:
         """In the writer: resolve keys against the store, then insert the new jobs."""
         now = self._clock()
         held: dict[str, str] = {}
         ids: list[str] = []
         new: list[StoredJob] = []
         for job in jobs:
-            holder = None if job.key is None else (
-                held.get(job.key) or self._holder(conn, job.key, now))
+            holder = (
+                None if job.key is None else (held.get(job.key) or self._holder(conn, job.key, now))
+            )
             if holder is None:
                 new.append(job)
                 if job.key is not None:
@@ -466,16 +560,19 @@ class SQLiteStore(JournalStore):
             execute_rows(conn, insert_rows, new, ROWS_PER_INSERT)
         except sqlite3.IntegrityError as exc:
             raise InvalidJobError(
-                f"a job id or seq repeats one in the batch or the store ({exc})") from None
+                f"a job id or seq repeats one in the batch or the store ({exc})"
+            ) from None
         if retry:  # in the same transaction: a job is never stored without its policy
-            conn.executemany(RETRY_STATE, [(retry[job.job_id], job.job_id) for job in new
-                                           if job.job_id in retry])
+            conn.executemany(
+                RETRY_STATE, [(retry[job.job_id], job.job_id) for job in new if job.job_id in retry]
+            )
         return ids
 
     def _holder(self, conn: sqlite3.Connection, key: str, now: float) -> str | None:
         """The id of the job holding ``key``; an expired holder is deleted here."""
-        row = conn.execute("SELECT job_id, finished_wall FROM jobs "
-                           "WHERE key = ? AND state <> 'cancelled'", (key,)).fetchone()
+        row = conn.execute(
+            "SELECT job_id, finished_wall FROM jobs WHERE key = ? AND state <> 'cancelled'", (key,)
+        ).fetchone()
         if row is None:
             return None
         job_id, finished_wall = row

@@ -15,11 +15,15 @@ from mpsched._store.base import StoredJob
 
 # The columns of a StoredJob, and of a JobRecord but its outcome (selected after them when
 # it is wanted).
-STORED = ("job_id, client_id, key, name, payload, priority, due_wall, seq, timeout, retries, "
-          "attempt, submitted_wall, queue, limit_name")
-RECORD = ("job_id, client_id, key, name, priority, due_wall, seq, timeout, retries, attempt, "
-          "submitted_wall, state, worker_id, finished_wall, retry, progress, queue, "
-          "limit_name")
+STORED = (
+    "job_id, client_id, key, name, payload, priority, due_wall, seq, timeout, retries, "
+    "attempt, submitted_wall, queue, limit_name"
+)
+RECORD = (
+    "job_id, client_id, key, name, priority, due_wall, seq, timeout, retries, attempt, "
+    "submitted_wall, state, worker_id, finished_wall, retry, progress, queue, "
+    "limit_name"
+)
 # A listing's outcome column: a failed job's only (its error shows in the listing).
 FAILED_OUTCOME = "CASE WHEN state = 'failed' THEN outcome END"
 PRUNE = "DELETE FROM jobs WHERE finished_wall <= ?"
@@ -38,17 +42,21 @@ class ByJob(NamedTuple):
 def by_job(**columns: str | None) -> ByJob:
     """``columns``: column -> an SQL constant, or None for a parameter (in that order)."""
     params = [name for name, value in columns.items() if value is None]
-    one = ", ".join(f"{name} = {'?' if value is None else value}"
-                    for name, value in columns.items())
+    one = ", ".join(
+        f"{name} = {'?' if value is None else value}" for name, value in columns.items()
+    )
     many = ", ".join(
         f"{name} = {f'v.column{params.index(name) + 1}' if value is None else value}"
-        for name, value in columns.items())
+        for name, value in columns.items()
+    )
     row = f"({', '.join('?' * (len(params) + 1))})"
 
     @functools.lru_cache(maxsize=64)
     def for_rows(rows: int) -> str:
-        return (f"UPDATE jobs SET {many} FROM (VALUES {', '.join([row] * rows)}) AS v "
-                f"WHERE jobs.job_id = v.column{len(params) + 1}")
+        return (
+            f"UPDATE jobs SET {many} FROM (VALUES {', '.join([row] * rows)}) AS v "
+            f"WHERE jobs.job_id = v.column{len(params) + 1}"
+        )
 
     return ByJob(f"UPDATE jobs SET {one} WHERE job_id = ?", for_rows)
 
@@ -56,13 +64,15 @@ def by_job(**columns: str | None) -> ByJob:
 # Statements on one job, its id last: the writer runs a batch's consecutive ones together.
 LEASE = by_job(state="'running'", worker_id=None, attempt=None)
 FINISH = by_job(state=None, outcome=None, finished_wall=None)
-FINISH_LEASED = by_job(state=None, outcome=None, finished_wall=None, worker_id=None,
-                       attempt=None)
+FINISH_LEASED = by_job(state=None, outcome=None, finished_wall=None, worker_id=None, attempt=None)
 REQUEUE = by_job(state="'pending'", worker_id="NULL", attempt=None)
 PROGRESS = by_job(progress=None)
 # UPDATE ... FROM came with SQLite 3.33; older ones run a batch's rows by executemany().
-MULTI = {s.one: s.many for s in (LEASE, FINISH, FINISH_LEASED, REQUEUE)} \
-    if sqlite3.sqlite_version_info >= (3, 33) else {}
+MULTI = (
+    {s.one: s.many for s in (LEASE, FINISH, FINISH_LEASED, REQUEUE)}
+    if sqlite3.sqlite_version_info >= (3, 33)
+    else {}
+)
 # Rows of one INSERT, 14 parameters each: under SQLite's default limit of parameters per
 # statement, 32766 since SQLite 3.32 and 999 before.
 ROWS_PER_INSERT = 512 if sqlite3.sqlite_version_info >= (3, 32) else 64
@@ -75,9 +85,12 @@ def insert_rows(rows: int) -> str:
 
 
 # A failed or cancelled job pending again (Client.requeue): its end forgotten, no attempt.
-REQUEUE_ENDED = ("UPDATE jobs SET state = 'pending', attempt = 0, worker_id = NULL, "
-                 "finished_wall = NULL, outcome = NULL, progress = NULL, client_id = ?, "
-                 "due_wall = ? WHERE job_id = ? AND state IN ('failed', 'cancelled')")
+REQUEUE_ENDED = (
+    "UPDATE jobs SET state = 'pending', attempt = 0, worker_id = NULL, "
+    "finished_wall = NULL, outcome = NULL, progress = NULL, client_id = ?, "
+    "due_wall = ? WHERE job_id = ? AND state IN ('failed', 'cancelled')"
+)
+
 
 def fresh_retry(retry: str | None) -> str | None:
     """A requeued job's retry state: its policy, without the errors and notes of its
@@ -92,11 +105,15 @@ def fresh_retry(retry: str | None) -> str | None:
 
 
 # A job's last record in the lease log is its state unless it is finished or cancelled.
-FOLD = ("UPDATE jobs SET state = ?, worker_id = ?, attempt = ? "
-        "WHERE job_id = ? AND state IN ('pending', 'running')")
+FOLD = (
+    "UPDATE jobs SET state = ?, worker_id = ?, attempt = ? "
+    "WHERE job_id = ? AND state IN ('pending', 'running')"
+)
 # An end the log has and SQLite may not (after the lease or requeue before it, if any).
-FOLD_END = ("UPDATE jobs SET state = ?, outcome = ?, finished_wall = ? "
-            "WHERE job_id = ? AND state IN ('pending', 'running')")
+FOLD_END = (
+    "UPDATE jobs SET state = ?, outcome = ?, finished_wall = ? "
+    "WHERE job_id = ? AND state IN ('pending', 'running')"
+)
 
 
 # A row as a StoredJob, without the Python-level call of StoredJob._make: a million of these
@@ -108,13 +125,22 @@ def job_record(row: Sequence[Any]) -> JobRecord:
     """A row of the RECORD columns (and the outcome, if selected after them)."""
     stored, rest = row[:11], row[11:]
     state, worker_id, finished_wall, retry, progress, queue, limit, *outcome = rest
-    return JobRecord._make((*stored, JobState(state), worker_id, finished_wall,
-                            outcome[0] if outcome else None,
-                            None if retry is None else RetryState.decode(retry).error,
-                            progress, queue or DEFAULT_QUEUE, limit, None))
+    return JobRecord._make(
+        (
+            *stored,
+            JobState(state),
+            worker_id,
+            finished_wall,
+            outcome[0] if outcome else None,
+            None if retry is None else RetryState.decode(retry).error,
+            progress,
+            queue or DEFAULT_QUEUE,
+            limit,
+            None,
+        )
+    )
 
 
 # A job put back to pending after a failed attempt, due again at its back-off.
-RETRIED = by_job(state="'pending'", worker_id="NULL", attempt=None, due_wall=None,
-                 retry=None)
+RETRIED = by_job(state="'pending'", worker_id="NULL", attempt=None, due_wall=None, retry=None)
 RETRY_STATE = "UPDATE jobs SET retry = ? WHERE job_id = ?"

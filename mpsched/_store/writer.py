@@ -58,10 +58,17 @@ def _nothing(conn: sqlite3.Connection) -> None:
 class Writer:
     """The queue of one connection's ops, its lead, and the writer thread."""
 
-    def __init__(self, conn: sqlite3.Connection, path: str, *, batch_size: int,
-                 linger: float, idle: float,
-                 housekeeping: Callable[[sqlite3.Connection], bool],
-                 multi: Mapping[str, Callable[[int], str]] | None = None) -> None:
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        path: str,
+        *,
+        batch_size: int,
+        linger: float,
+        idle: float,
+        housekeeping: Callable[[sqlite3.Connection], bool],
+        multi: Mapping[str, Callable[[int], str]] | None = None,
+    ) -> None:
         # Used only by the holder of the lead, once started.
         self._committer = Committer(conn, path, multi or {})
         self._path = path
@@ -93,8 +100,7 @@ class Writer:
         self._closing = False  # no more ops: close() was called, or the writer stopped
         self._closed = False  # close() was called
         self._commit_seconds = Histogram(COMMIT_BOUNDS)  # each commit's time; on _mutex
-        self._thread = threading.Thread(target=self._run, name="mpsched-store-writer",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, name="mpsched-store-writer", daemon=True)
         self._thread.start()
 
     @property
@@ -185,8 +191,7 @@ class Writer:
                         return False  # the holder of the lead hands it on
                     self._busy = True
                     return True
-            if (self._writer_idle and not self._busy) \
-                    or before < self._batch_size <= self._rows:
+            if (self._writer_idle and not self._busy) or before < self._batch_size <= self._rows:
                 self._wake.notify()
             return False
 
@@ -282,12 +287,20 @@ class Writer:
                 retry.append(op)
         with self._mutex:
             if retry and self._closing:
-                log.error("the job store %s is closing and %d changes could not be written: "
-                          "%s", self._path, len(retry), exc)
+                log.error(
+                    "the job store %s is closing and %d changes could not be written: %s",
+                    self._path,
+                    len(retry),
+                    exc,
+                )
                 return
             if retry and not self._backoff:
-                log.warning("writes to the job store %s fail (%s); retrying %d changes",
-                            self._path, exc, len(retry))
+                log.warning(
+                    "writes to the job store %s fail (%s); retrying %d changes",
+                    self._path,
+                    exc,
+                    len(retry),
+                )
             self._backoff = min(MAX_BACKOFF, max(0.01, 2 * self._backoff)) if retry else 0.0
             if retry:
                 self._ops.extendleft(reversed(retry))
@@ -361,5 +374,4 @@ class Writer:
                     op.waiter.release()
             self._wake.notify()
         if any(op.waiter is None and op.error is None for op in queued):
-            log.error("the writer of the job store %s stopped with changes not written",
-                      self._path)
+            log.error("the writer of the job store %s stopped with changes not written", self._path)

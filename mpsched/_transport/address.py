@@ -18,7 +18,7 @@ def parse_address(text: str) -> Address:
         AddressError: anything else.
     """
     if text.startswith("unix:"):
-        path = text[len("unix:"):]
+        path = text[len("unix:") :]
         if not path:
             raise AddressError("unix: needs a path, as in unix:/run/mpsched.sock")
         return path
@@ -30,8 +30,10 @@ def parse_address(text: str) -> Address:
     host = host.strip("[]")
     if ":" in host:
         # multiprocessing.connection opens every TCP socket as AF_INET.
-        raise AddressError(f"bad address {text!r}: IPv6 is not supported; use an IPv4 "
-                           f"address, a host name or unix:PATH")
+        raise AddressError(
+            f"bad address {text!r}: IPv6 is not supported; use an IPv4 "
+            f"address, a host name or unix:PATH"
+        )
     return (host, int(port))
 
 

@@ -62,11 +62,12 @@ def private_file_problem(what: str, status: os.stat_result) -> str:
     process's effective user, and neither its group nor others have any access (mode 0600
     or 0400), like an ssh private key."""
     if status.st_uid != os.geteuid():
-        return (f"{what} belongs to {user_name(status.st_uid)}, not to "
-                f"{user_name(os.geteuid())} who runs mpsched; use a key file of your own")
+        return (
+            f"{what} belongs to {user_name(status.st_uid)}, not to "
+            f"{user_name(os.geteuid())} who runs mpsched; use a key file of your own"
+        )
     if status.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        return (f"{what} is readable by others (mode {stat.S_IMODE(status.st_mode):o}); "
-                f"chmod 600 it")
+        return f"{what} is readable by others (mode {stat.S_IMODE(status.st_mode):o}); chmod 600 it"
     return ""
 
 

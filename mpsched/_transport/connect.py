@@ -76,13 +76,21 @@ def client_connection(address: Any, authkey: bytes | None = None) -> FastConnect
         except _Dropped as exc:
             tries += 1
             if time.monotonic() + backoff > give_up:
-                raise ManagerBusyError(format_address(address), (
-                    f"it closed {tries} connection(s) during their handshake in "
-                    f"{CONNECT_TIMEOUT:g} s (the last: {exc.reason})")) from None
+                raise ManagerBusyError(
+                    format_address(address),
+                    (
+                        f"it closed {tries} connection(s) during their handshake in "
+                        f"{CONNECT_TIMEOUT:g} s (the last: {exc.reason})"
+                    ),
+                ) from None
             if tries == 1:
-                log.info("the manager at %s closed a connection during its handshake (%s); "
-                         "trying again for up to %g s", format_address(address),
-                         exc.reason, CONNECT_TIMEOUT)
+                log.info(
+                    "the manager at %s closed a connection during its handshake (%s); "
+                    "trying again for up to %g s",
+                    format_address(address),
+                    exc.reason,
+                    CONNECT_TIMEOUT,
+                )
         time.sleep(backoff)
         backoff = min(backoff * 2, BUSY_BACKOFF[1])
 
@@ -103,8 +111,12 @@ def _connection(address: Any, authkey: bytes | None) -> FastConnection:
         conn.set_deadline(None)
     except BaseException as exc:
         conn.close()
-        _raise_client_error(exc, f"the mpsched manager at {format_address(address)}", tls,
-                            tcp=family == socket.AF_INET)
+        _raise_client_error(
+            exc,
+            f"the mpsched manager at {format_address(address)}",
+            tls,
+            tcp=family == socket.AF_INET,
+        )
     return conn
 
 
@@ -125,16 +137,18 @@ def _connected(address: Any, family: int) -> socket.socket:
         sock.close()
         if exc.errno is not None:  # the kernel's own ETIMEDOUT
             raise
-        raise TimeoutError(errno.ETIMEDOUT, f"timed out connecting after "
-                                            f"{CONNECT_TIMEOUT:g} s") from None
+        raise TimeoutError(
+            errno.ETIMEDOUT, f"timed out connecting after {CONNECT_TIMEOUT:g} s"
+        ) from None
     except BaseException:
         sock.close()
         raise
     return sock
 
 
-def _handshake(conn: FastConnection, address: Any, authkey: bytes | None,
-               tls: ClientTls | None) -> None:
+def _handshake(
+    conn: FastConnection, address: Any, authkey: bytes | None, tls: ClientTls | None
+) -> None:
     """TLS (with ``tls``), then the key's challenges both ways (with ``authkey``).
 
     Raises:
@@ -187,8 +201,9 @@ class _Replay:
         self._conn.send_bytes(data)
 
 
-def _raise_client_error(exc: BaseException, where: str, tls: ClientTls | None, *,
-                        tcp: bool) -> NoReturn:
+def _raise_client_error(
+    exc: BaseException, where: str, tls: ClientTls | None, *, tcp: bool
+) -> NoReturn:
     """Raise ``exc`` as the error that says what went wrong in a client's handshake."""
     if isinstance(exc, _Dropped):  # the manager is there: the caller tries again
         raise exc from None
@@ -196,20 +211,26 @@ def _raise_client_error(exc: BaseException, where: str, tls: ClientTls | None, *
     hint = " (does it require TLS? give its CA with --tls-ca)" if tcp and not tls else ""
     if isinstance(exc, _StdAuthenticationError):
         raise AuthenticationError(
-            f"authentication with {where} failed ({exc}): wrong authkey?") from None
+            f"authentication with {where} failed ({exc}): wrong authkey?"
+        ) from None
     if isinstance(exc, ssl.SSLCertVerificationError):
-        raise TlsError(f"TLS: the certificate of {where} did not verify against "
-                       f"{_ca_name(tls)}: {exc.verify_message}") from None
+        raise TlsError(
+            f"TLS: the certificate of {where} did not verify against "
+            f"{_ca_name(tls)}: {exc.verify_message}"
+        ) from None
     if isinstance(exc, ssl.SSLError):
-        raise TlsError(f"TLS with {where} failed ({exc.reason or exc}): does it serve TLS, "
-                       f"and does it want a client certificate (--tls-cert, --tls-key)?"
-                       ) from None
+        raise TlsError(
+            f"TLS with {where} failed ({exc.reason or exc}): does it serve TLS, "
+            f"and does it want a client certificate (--tls-cert, --tls-key)?"
+        ) from None
     if isinstance(exc, TimeoutError):
-        raise TimeoutError(f"{where} did not finish the handshake within "
-                           f"{HANDSHAKE_TIMEOUT:g} s{hint}") from None
+        raise TimeoutError(
+            f"{where} did not finish the handshake within {HANDSHAKE_TIMEOUT:g} s{hint}"
+        ) from None
     if isinstance(exc, (EOFError, ConnectionError)):
         raise ConnectionResetError(
-            f"{where} closed the connection during the handshake{hint}") from None
+            f"{where} closed the connection during the handshake{hint}"
+        ) from None
     raise exc
 
 

@@ -46,7 +46,8 @@ WRITE = selectors.EVENT_WRITE
 # Python 3.12 names the digest in the challenge ("{sha256}...") and checks answers with
 # this; before, the challenge is bare random bytes and the answer their HMAC-MD5.
 _VERIFY: Callable[[bytes, bytes, bytes], None] | None = getattr(
-    connection, "_verify_challenge", None)
+    connection, "_verify_challenge", None
+)
 _MESSAGE_LENGTH: int = getattr(connection, "MESSAGE_LENGTH", 20)
 
 
@@ -59,7 +60,7 @@ def refusal(message: bytes | bytearray) -> str | None:
     """The reason a ``#REFUSED#`` message gives; None for any other message."""
     if not message.startswith(REFUSED):
         return None
-    text = bytes(message[len(REFUSED):]).decode("utf-8", "replace")
+    text = bytes(message[len(REFUSED) :]).decode("utf-8", "replace")
     return "".join(c if c.isprintable() else "?" for c in text)
 
 
@@ -122,8 +123,9 @@ class PendingHandshake:
     """One connection in its handshake; :meth:`advance` it whenever ``events`` are ready
     on ``fd``. Used by one thread at a time."""
 
-    def __init__(self, sock: socket.socket, peer: Any, timeout: float, *,
-                 tls: ssl.SSLContext | None) -> None:
+    def __init__(
+        self, sock: socket.socket, peer: Any, timeout: float, *, tls: ssl.SSLContext | None
+    ) -> None:
         sock.setblocking(False)
         if sock.family == socket.AF_INET:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -183,8 +185,9 @@ class PendingHandshake:
             raise EOFError
         self.heard = True
         assert self._tls is not None
-        self.sock = self._tls.wrap_socket(self.sock, server_side=True,
-                                          do_handshake_on_connect=False)
+        self.sock = self._tls.wrap_socket(
+            self.sock, server_side=True, do_handshake_on_connect=False
+        )
         self.stage = Stage.TLS
         return True
 
@@ -253,4 +256,4 @@ class PendingHandshake:
             return None
         if len(self._inbox) > end:  # an honest peer waits for our welcome
             raise OSError("it sent more than its answer to the challenge")
-        return self._inbox[_SHORT.size:end]
+        return self._inbox[_SHORT.size : end]

@@ -89,17 +89,23 @@ class HandshakeSlots:
             del mine[pending.fd]
             if not mine:
                 del self._by_host[host]
-            if (host in self._closed_by_host
-                    and len(mine) <= self._limits.per_address // 2):
-                log.info("handshakes from %s are below their cap again; closed %d of them "
-                         "meanwhile to make room", host, self._closed_by_host.pop(host))
+            if host in self._closed_by_host and len(mine) <= self._limits.per_address // 2:
+                log.info(
+                    "handshakes from %s are below their cap again; closed %d of them "
+                    "meanwhile to make room",
+                    host,
+                    self._closed_by_host.pop(host),
+                )
         if self._closed_total and len(self._all) <= self._limits.total // 2:
-            log.info("handshakes are below their cap again; closed %d meanwhile to make "
-                     "room", self._closed_total)
+            log.info(
+                "handshakes are below their cap again; closed %d meanwhile to make room",
+                self._closed_total,
+            )
             self._closed_total = 0
 
-    def oldest_to_close(self, host: str | None,
-                        limits: Limits) -> tuple[PendingHandshake, str] | None:
+    def oldest_to_close(
+        self, host: str | None, limits: Limits
+    ) -> tuple[PendingHandshake, str] | None:
         """The handshake to close so that one more from ``host`` fits, and what its peer is
         told; None when it fits."""
         self._limits = limits
@@ -108,19 +114,28 @@ class HandshakeSlots:
             closed = self._closed_by_host.get(host, 0) + 1
             self._closed_by_host[host] = closed
             if closed == 1:
-                log.warning("%d handshakes from %s are pending, its cap; closing the "
-                            "oldest of them for each new one", limits.per_address, host)
+                log.warning(
+                    "%d handshakes from %s are pending, its cap; closing the "
+                    "oldest of them for each new one",
+                    limits.per_address,
+                    host,
+                )
             return next(iter(mine.values())), (
                 f"its handshake was closed to make room: {limits.per_address} newer ones "
-                f"from {host} are pending (at most {limits.per_address} from one address)")
+                f"from {host} are pending (at most {limits.per_address} from one address)"
+            )
         if len(self._all) >= limits.total:
             self._closed_total += 1
             if self._closed_total == 1:
-                log.warning("%d connections are in their handshake, the cap; closing the "
-                            "oldest for each new one", limits.total)
+                log.warning(
+                    "%d connections are in their handshake, the cap; closing the "
+                    "oldest for each new one",
+                    limits.total,
+                )
             return next(iter(self._all.values())), (
                 f"its handshake was closed to make room: {limits.total} newer connections "
-                f"are in their handshake")
+                f"are in their handshake"
+            )
         return None
 
 
@@ -133,8 +148,12 @@ class HandshakeLoop:
     connections still in their handshake and ends the thread.
     """
 
-    def __init__(self, authkey: bytes, tls: ssl.SSLContext | None,
-                 on_proven: Callable[[FastConnection, Any], None]) -> None:
+    def __init__(
+        self,
+        authkey: bytes,
+        tls: ssl.SSLContext | None,
+        on_proven: Callable[[FastConnection, Any], None],
+    ) -> None:
         self._authkey = authkey
         self._tls = tls
         self._on_proven = on_proven
@@ -163,8 +182,7 @@ class HandshakeLoop:
         self._wake_reader.setblocking(False)
         self._wake_writer.setblocking(False)
         self._selector.register(self._wake_reader, READ)
-        self._thread = threading.Thread(target=self._run, name="mpsched-handshakes",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, name="mpsched-handshakes", daemon=True)
         self._thread.start()
 
     def running(self) -> bool:

@@ -75,13 +75,18 @@ def parse_http_address(address: str | int) -> tuple[str, int]:
         parsed = None
     if isinstance(parsed, tuple):
         return parsed
-    raise AddressError(f"bad HTTP address {address!r}: use a port (0 to 65535; on "
-                       f"{LOOPBACK}, this machine only) or HOST:PORT, with an IPv4 address "
-                       f"or a host name")
+    raise AddressError(
+        f"bad HTTP address {address!r}: use a port (0 to 65535; on "
+        f"{LOOPBACK}, this machine only) or HOST:PORT, with an IPv4 address "
+        f"or a host name"
+    )
 
 
-def http_config(address: str | int, token_file: str | os.PathLike[str] | None = None,
-                tls: TlsConfig | None = None) -> HttpConfig:
+def http_config(
+    address: str | int,
+    token_file: str | os.PathLike[str] | None = None,
+    tls: TlsConfig | None = None,
+) -> HttpConfig:
     """The status server's setting for ``address`` (``HOST:PORT`` or a port: see
     :func:`parse_http_address`), checked.
 
@@ -97,20 +102,26 @@ def http_config(address: str | int, token_file: str | os.PathLike[str] | None = 
     """
     host, port = parse_http_address(address)
     token = None if token_file is None else read_token(token_file)
-    config = HttpConfig(host=host, port=port, token=token,
-                        tls=tls if tls is not None and tls.cert is not None else None)
+    config = HttpConfig(
+        host=host,
+        port=port,
+        token=token,
+        tls=tls if tls is not None and tls.cert is not None else None,
+    )
     lacking = "" if config.loopback else missing(token=token, tls=config.tls)
     if lacking:
-        raise ConfigError("http", address, f"a loopback address (a port alone: "
-                                           f"{LOOPBACK}:PORT), or given {lacking}")
+        raise ConfigError(
+            "http",
+            address,
+            f"a loopback address (a port alone: {LOOPBACK}:PORT), or given {lacking}",
+        )
     return config
 
 
 def missing(*, token: object, tls: object) -> str:
     """What a status server on a non-loopback address lacks, in words ("" for nothing):
     it needs both a token and TLS."""
-    return " and ".join(what for what, given in ((TOKEN_FILE, token), (TLS, tls))
-                        if not given)
+    return " and ".join(what for what, given in ((TOKEN_FILE, token), (TLS, tls)) if not given)
 
 
 def read_token(path: str | os.PathLike[str]) -> bytes:
@@ -121,6 +132,8 @@ def read_token(path: str | os.PathLike[str]) -> bytes:
     """
     token = read_secret(path, "HTTP token file")
     if not all(0x21 <= byte < 0x7F for byte in token):
-        raise AuthenticationError(f"HTTP token file {path} holds characters an HTTP header "
-                                  f"cannot carry: use printable ASCII without spaces")
+        raise AuthenticationError(
+            f"HTTP token file {path} holds characters an HTTP header "
+            f"cannot carry: use printable ASCII without spaces"
+        )
     return token

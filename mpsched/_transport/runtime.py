@@ -59,8 +59,11 @@ def _usable_base(base: str) -> bool:
         status = os.stat(base)
     except OSError:
         return False
-    return (stat.S_ISDIR(status.st_mode) and status.st_uid == os.geteuid()
-            and os.access(base, os.W_OK | os.X_OK))
+    return (
+        stat.S_ISDIR(status.st_mode)
+        and status.st_uid == os.geteuid()
+        and os.access(base, os.W_OK | os.X_OK)
+    )
 
 
 def default_address() -> str:
@@ -103,8 +106,10 @@ def _unsafe(status: os.stat_result) -> str:
     if not stat.S_ISDIR(status.st_mode):
         return "it is not a directory"
     if status.st_uid != os.geteuid():
-        return (f"it belongs to {user_name(status.st_uid)}, not to "
-                f"{user_name(os.geteuid())} who runs mpsched")
+        return (
+            f"it belongs to {user_name(status.st_uid)}, not to "
+            f"{user_name(os.geteuid())} who runs mpsched"
+        )
     if stat.S_IMODE(status.st_mode) != 0o700:
         return f"its mode is {stat.S_IMODE(status.st_mode):o}, not 700 (chmod 700 it)"
     return ""
@@ -166,8 +171,9 @@ def find_authkey(address: Address, path: str | os.PathLike[str] | None = None) -
     return key
 
 
-def require_authkey(address: Address, path: str | os.PathLike[str] | None = None, *,
-                    give: str) -> bytes:
+def require_authkey(
+    address: Address, path: str | os.PathLike[str] | None = None, *, give: str
+) -> bytes:
     """:func:`find_authkey`, or the error that says why there is none.
 
     ``give`` completes "no authkey: ... or set MPSCHED_AUTHKEY" with how the caller passes
@@ -184,8 +190,10 @@ def require_authkey(address: Address, path: str | os.PathLike[str] | None = None
         return key
     if address == default_address():
         raise ManagerUnreachableError(
-            format_address(address), f"no local manager has run as this user (no key in "
-                                     f"{runtime_dir()}); python -m mpsched serve starts one")
+            format_address(address),
+            f"no local manager has run as this user (no key in "
+            f"{runtime_dir()}); python -m mpsched serve starts one",
+        )
     raise AuthenticationError(f"no authkey: {give} or set {AUTHKEY_ENV}")
 
 

@@ -81,15 +81,23 @@ class FastListener(connection.Listener):
     connection in it.
     """
 
-    def __init__(self, address: Any = None, family: str | None = None, backlog: int = 1,
-                 authkey: bytes | None = None) -> None:
+    def __init__(
+        self,
+        address: Any = None,
+        family: str | None = None,
+        backlog: int = 1,
+        authkey: bytes | None = None,
+    ) -> None:
         # managers.Server asks for 16: a burst of connections (a pool of workers starting,
         # peers turned away and retrying) would overflow it, and a connect() whose SYN is
         # dropped waits a second or more to try again.
         backlog = max(backlog, LISTEN_BACKLOG)
         if family is None:
-            family = (connection.address_type(address)  # type: ignore[attr-defined]
-                      if address else connection.default_family)  # type: ignore[attr-defined]
+            family = (
+                connection.address_type(address)  # type: ignore[attr-defined]
+                if address
+                else connection.default_family  # type: ignore[attr-defined]
+            )
         tls = current_tls() if family == "AF_INET" else None
         self.tls_context = None if tls is None else tls.server_context()
         self.closed = False
@@ -145,8 +153,7 @@ class HardenedServer(managers.Server):
 
     def __init__(self, registry: Any, address: Any, authkey: bytes, serializer: str) -> None:
         super().__init__(registry, address, authkey, serializer)
-        self.handshakes = HandshakeLoop(self.authkey, self.listener.tls_context,
-                                        self._on_proven)
+        self.handshakes = HandshakeLoop(self.authkey, self.listener.tls_context, self._on_proven)
 
     def accepter(self) -> None:
         """Accept connections and hand each to the handshake thread, until ``stop_event``
@@ -157,8 +164,12 @@ class HardenedServer(managers.Server):
         try:
             while (accepted := self._next_connection()) is not None:
                 sock, peer = accepted
-                self.handshakes.admit(sock, peer, connect.HANDSHAKE_TIMEOUT, Limits(
-                    total=MAX_HANDSHAKES, per_address=MAX_HANDSHAKES_PER_ADDRESS))
+                self.handshakes.admit(
+                    sock,
+                    peer,
+                    connect.HANDSHAKE_TIMEOUT,
+                    Limits(total=MAX_HANDSHAKES, per_address=MAX_HANDSHAKES_PER_ADDRESS),
+                )
         finally:
             self.handshakes.stop()
 
@@ -175,8 +186,12 @@ class HardenedServer(managers.Server):
                     return None
                 if exc.errno in _OUT_OF_RESOURCES:  # others: that one connection's problem
                     if not backoff:
-                        log.warning("accept() failed (%s); retrying after %g s, then "
-                                    "less often, until it works", exc, ACCEPT_BACKOFF[0])
+                        log.warning(
+                            "accept() failed (%s); retrying after %g s, then "
+                            "less often, until it works",
+                            exc,
+                            ACCEPT_BACKOFF[0],
+                        )
                     backoff = min(backoff * 2, ACCEPT_BACKOFF[1]) or ACCEPT_BACKOFF[0]
                     self._sleep(backoff)
                 continue
@@ -197,8 +212,9 @@ class HardenedServer(managers.Server):
             conn.close()
 
     def _start_handler(self, conn: FastConnection, peer: Any) -> threading.Thread:
-        thread = threading.Thread(target=self._serve_proven, args=(conn, peer),
-                                  name="mpsched-connection", daemon=True)
+        thread = threading.Thread(
+            target=self._serve_proven, args=(conn, peer), name="mpsched-connection", daemon=True
+        )
         thread.start()
         return thread
 
@@ -274,7 +290,9 @@ class HardenedServer(managers.Server):
 
 # The serializer name selects our client function in every process that imports this.
 managers.listener_client[SERIALIZER] = (  # type: ignore[attr-defined]
-    FastListener, connect.client_connection)
+    FastListener,
+    connect.client_connection,
+)
 
 
 def host_name() -> str:

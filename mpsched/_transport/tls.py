@@ -63,8 +63,7 @@ class TlsConfig:
             TlsError: no ``cert``, or a file that does not load.
         """
         if self.cert is None:
-            raise TlsError("serving TLS needs a certificate and its key (--tls-cert, "
-                           "--tls-key)")
+            raise TlsError("serving TLS needs a certificate and its key (--tls-cert, --tls-key)")
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         context.num_tickets = 0  # nobody resumes sessions; tickets would only be noise
@@ -97,16 +96,21 @@ class TlsConfig:
         try:
             context.load_cert_chain(str(self.cert), None if self.key is None else str(self.key))
         except (OSError, ssl.SSLError) as exc:
-            raise TlsError(f"cannot load TLS certificate {self.cert} with key "
-                           f"{self.key or '(in the certificate file)'}: {exc}") from None
+            raise TlsError(
+                f"cannot load TLS certificate {self.cert} with key "
+                f"{self.key or '(in the certificate file)'}: {exc}"
+            ) from None
 
     def _check_key_file(self) -> None:
         """Refuse a private key that another user owns or others can read, as an authkey
         file is refused (a file that cannot be read is left to ``load_cert_chain``)."""
         path = self.key if self.key is not None else self.cert
         assert path is not None  # only a config with a certificate loads a chain
-        what = (f"TLS key file {path}" if self.key is not None
-                else f"TLS certificate file {path}, which holds its key (no key file),")
+        what = (
+            f"TLS key file {path}"
+            if self.key is not None
+            else f"TLS certificate file {path}, which holds its key (no key file),"
+        )
         try:
             with open(path, "rb") as file:
                 status = os.fstat(file.fileno())

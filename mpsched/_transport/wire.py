@@ -92,8 +92,9 @@ class FastConnection:
             raise TimeoutError("the handshake deadline passed")
         self._sock.settimeout(left)
 
-    def start_tls(self, context: ssl.SSLContext, *, server_side: bool,
-                  server_hostname: str | None = None) -> None:
+    def start_tls(
+        self, context: ssl.SSLContext, *, server_side: bool, server_hostname: str | None = None
+    ) -> None:
         """Run the TLS handshake (within the deadline, if one is set); from then on every
         message travels encrypted.
 
@@ -102,9 +103,12 @@ class FastConnection:
             TimeoutError: it did not finish before the deadline.
         """
         assert not self._rest, "TLS must start before any message"
-        self._sock = context.wrap_socket(self._sock, server_side=server_side,
-                                         server_hostname=server_hostname,
-                                         do_handshake_on_connect=False)
+        self._sock = context.wrap_socket(
+            self._sock,
+            server_side=server_side,
+            server_hostname=server_hostname,
+            do_handshake_on_connect=False,
+        )
         self._tls = True
         self._readable = None  # decrypted data may wait in the ssl object, unseen by poll()
         if self._deadline is not None:
@@ -113,8 +117,7 @@ class FastConnection:
 
     def send(self, obj: Any) -> None:
         buffers: list[pickle.PickleBuffer] = []
-        data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL,
-                            buffer_callback=buffers.append)
+        data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL, buffer_callback=buffers.append)
         if buffers:
             self._send_with_buffers(data, [buffer.raw() for buffer in buffers])
         else:

@@ -101,7 +101,7 @@ class ClaimSlot:
         self._memory = memory if self.region is None else map_region(*self.region)
         self._view = memoryview(self._memory).cast("B")
         self._values: Any = (ctypes.c_int64 * _VALUES).from_buffer(self._memory)
-        self._kept = self._view[HEAD_BYTES:HEAD_BYTES + KEPT_BYTES]
+        self._kept = self._view[HEAD_BYTES : HEAD_BYTES + KEPT_BYTES]
 
     # ------------------------------------------------------------- the worker's side
 
@@ -143,7 +143,7 @@ class ClaimSlot:
     def entering(self, job_id: str) -> None:
         """The worker calls the job's callable next (a durable slot says so: read after the
         manager's death, a job its worker never entered is not an attempt)."""
-        self._view[_STARTED_JOB:_STARTED_JOB + DIGEST_BYTES] = job_digest(job_id)
+        self._view[_STARTED_JOB : _STARTED_JOB + DIGEST_BYTES] = job_digest(job_id)
 
     def keep(self, record: bytes) -> bool:
         """Keep one report's bytes until :meth:`forget_kept`; False if there is no room
@@ -153,8 +153,8 @@ class ClaimSlot:
         end = used + 4 + len(record)
         if end > KEPT_BYTES:
             return False
-        self._kept[used:used + 4] = len(record).to_bytes(4, "little")
-        self._kept[used + 4:end] = record
+        self._kept[used : used + 4] = len(record).to_bytes(4, "little")
+        self._kept[used + 4 : end] = record
         self._values[2] = end
         return True
 
@@ -190,8 +190,8 @@ class ClaimSlot:
     def name(self, worker_id: str) -> None:
         """Record whose slot this is (a durable slot is read by worker id at recovery)."""
         data = worker_id.encode()[:MAX_WORKER_ID]
-        self._view[_WORKER_ID + 2:_WORKER_ID + 2 + len(data)] = data
-        self._view[_WORKER_ID:_WORKER_ID + 2] = len(data).to_bytes(2, "little")
+        self._view[_WORKER_ID + 2 : _WORKER_ID + 2 + len(data)] = data
+        self._view[_WORKER_ID : _WORKER_ID + 2] = len(data).to_bytes(2, "little")
 
     def reopen(self) -> None:
         """A new batch goes to the worker: it may start every job of it. Without the lock:
@@ -225,34 +225,37 @@ def map_region(path: str, index: int) -> mmap.mmap:
 def read_kept(view: memoryview) -> list[bytes]:
     """The kept reports of the slot whose bytes are ``view``."""
     used = min(int.from_bytes(view[16:24], "little"), KEPT_BYTES)
-    kept = view[HEAD_BYTES:HEAD_BYTES + KEPT_BYTES]
+    kept = view[HEAD_BYTES : HEAD_BYTES + KEPT_BYTES]
     records, at = [], 0
     while at + 4 <= used:
-        size = int.from_bytes(kept[at:at + 4], "little")
+        size = int.from_bytes(kept[at : at + 4], "little")
         if at + 4 + size > used:
             break
-        records.append(bytes(kept[at + 4:at + 4 + size]))
+        records.append(bytes(kept[at + 4 : at + 4 + size]))
         at += 4 + size
     return records
 
 
 def read_owner(view: memoryview) -> str:
     """The worker id the slot ``view`` was last named for ("": none)."""
-    length = min(int.from_bytes(view[_WORKER_ID:_WORKER_ID + 2], "little"), MAX_WORKER_ID)
-    return bytes(view[_WORKER_ID + 2:_WORKER_ID + 2 + length]).decode(errors="replace")
+    length = min(int.from_bytes(view[_WORKER_ID : _WORKER_ID + 2], "little"), MAX_WORKER_ID)
+    return bytes(view[_WORKER_ID + 2 : _WORKER_ID + 2 + length]).decode(errors="replace")
 
 
 def read_left(view: memoryview) -> LeftBehind:
     """What the slot ``view`` says its worker left of its jobs. A kept report that does
     not read back (a slot written by something else) is left out, with a warning."""
-    entered = bytes(view[_STARTED_JOB:_STARTED_JOB + DIGEST_BYTES])
+    entered = bytes(view[_STARTED_JOB : _STARTED_JOB + DIGEST_BYTES])
     ended = []
     for record in read_kept(view):
         try:
             ended.append(report_from_wire(pickle.loads(record)))
         except Exception as exc:
-            log.warning("a kept report is unreadable (%s: %s); its job stays as it was",
-                        type(exc).__name__, exc)
+            log.warning(
+                "a kept report is unreadable (%s: %s); its job stays as it was",
+                type(exc).__name__,
+                exc,
+            )
     return LeftBehind(entered=entered if any(entered) else b"", ended=tuple(ended))
 
 

@@ -42,8 +42,9 @@ class ProgressSender:
         linger: seconds the thread waits after a send before the next one.
     """
 
-    def __init__(self, send: Callable[[list[ProgressUpdate]], None],
-                 linger: float = PROGRESS_LINGER) -> None:
+    def __init__(
+        self, send: Callable[[list[ProgressUpdate]], None], linger: float = PROGRESS_LINGER
+    ) -> None:
         self._send = send
         self._linger = linger
         # Guards _latest, _idle and _thread. The sender thread waits on _changed, untimed,
@@ -60,8 +61,9 @@ class ProgressSender:
         with self._lock:
             self._latest[lease_id] = (job_id, text)
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, daemon=True,
-                                                name="mpsched-progress")
+                self._thread = threading.Thread(
+                    target=self._run, daemon=True, name="mpsched-progress"
+                )
                 self._thread.start()
             elif self._idle:
                 self._changed.notify()
@@ -73,14 +75,19 @@ class ProgressSender:
                     self._idle = True
                     self._changed.wait()
                 self._idle = False
-                batch = [(lease_id, job_id, text)
-                         for lease_id, (job_id, text) in self._latest.items()]
+                batch = [
+                    (lease_id, job_id, text) for lease_id, (job_id, text) in self._latest.items()
+                ]
                 self._latest.clear()
             try:
                 self._send(batch)
             except Exception as exc:  # the job goes on; its next value may get through
-                log.warning("could not send the progress of %d job(s) (%s: %s)", len(batch),
-                            type(exc).__name__, exc)
+                log.warning(
+                    "could not send the progress of %d job(s) (%s: %s)",
+                    len(batch),
+                    type(exc).__name__,
+                    exc,
+                )
             time.sleep(self._linger)
 
 
@@ -94,8 +101,9 @@ _sender: ProgressSender | None = None
 _running: tuple[Assignment, float] | None = None  # the assignment, when it was due here
 
 
-def bind(send: Callable[[list[ProgressUpdate]], None] | None,
-         budget: Callable[[str], int] | None) -> None:
+def bind(
+    send: Callable[[list[ProgressUpdate]], None] | None, budget: Callable[[str], int] | None
+) -> None:
     """How this worker's jobs reach the manager: ``send`` takes a batch of progress
     updates, in the sender thread; ``budget`` asks for a job's retry budget
     (JobContext.max_retries), in the job's thread. None: they go nowhere."""
@@ -200,8 +208,10 @@ class JobContext:
             _progress_sender().put(lease.lease_id, lease.job_id, text)
 
     def __repr__(self) -> str:
-        return (f"JobContext(job_id={self.job_id!r}, attempt={self.attempt}, "
-                f"due={self.due.isoformat()!r}, schedule_id={self.schedule_id!r})")
+        return (
+            f"JobContext(job_id={self.job_id!r}, attempt={self.attempt}, "
+            f"due={self.due.isoformat()!r}, schedule_id={self.schedule_id!r})"
+        )
 
 
 def due_wall(assignment: Assignment, due: float) -> float:

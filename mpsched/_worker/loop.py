@@ -47,8 +47,10 @@ from mpsched._worker.stop_reasons import LoopEnd
 
 log = logging.getLogger("mpsched.worker")
 
-def worker_main(config: WorkerConfig, slot: ClaimSlot | None = None,
-                lifeline: Connection | None = None) -> None:
+
+def worker_main(
+    config: WorkerConfig, slot: ClaimSlot | None = None, lifeline: Connection | None = None
+) -> None:
     """Entry point of a local worker process: join the manager, serve until it stops.
 
     Args:
@@ -60,17 +62,26 @@ def worker_main(config: WorkerConfig, slot: ClaimSlot | None = None,
     """
     setup_process(config, lifeline)
     service = connect_service(config.address, config.authkey)
-    service.hello(make_hello(config.worker_id, remote=False, local_token=config.local_token,
-                             queues=config.queues))
+    service.hello(
+        make_hello(
+            config.worker_id, remote=False, local_token=config.local_token, queues=config.queues
+        )
+    )
     if slot is None:
         serve(service, config, lambda lease: None)
     else:
         serve(service, config, slot.received, slot=slot)
 
 
-def serve(service: ServiceProxy, config: WorkerConfig, received: Callable[[Lease], None],
-          drain: DrainState | None = None, long_poll: float = LONG_POLL,
-          timeouts: JobTimeouts | None = None, slot: ClaimSlot | None = None) -> LoopEnd:
+def serve(
+    service: ServiceProxy,
+    config: WorkerConfig,
+    received: Callable[[Lease], None],
+    drain: DrainState | None = None,
+    long_poll: float = LONG_POLL,
+    timeouts: JobTimeouts | None = None,
+    slot: ClaimSlot | None = None,
+) -> LoopEnd:
     """Take, run and report jobs until the manager stops (STOPPED), goes away (LOST) or
     dismisses this remote worker (DISMISSED: it left, its pool leaves), the worker drains
     (DRAINED), or it is time to recycle this process (RECYCLED: ``max_tasks`` /
@@ -95,8 +106,10 @@ def serve(service: ServiceProxy, config: WorkerConfig, received: Callable[[Lease
     worker_id = config.worker_id
     reports = Reports(partial(service.report, worker_id))
     # Its jobs' progress and their questions to the manager go through this join's proxy.
-    context.bind(lambda updates: service.progress(worker_id, updates),
-                 lambda job_id: service.retry_budget(job_id))
+    context.bind(
+        lambda updates: service.progress(worker_id, updates),
+        lambda job_id: service.retry_budget(job_id),
+    )
     state = _Batches(config, slot, service, remote=drain is not None)
     unsent: list[Report] = []
     try:
@@ -141,19 +154,24 @@ def _closed(reports: Reports) -> list[Report]:
 
 def _unanswered(reports: list[Report]) -> str:
     if len(reports) == 1:
-        return (f"; the report of job {reports[0].outcome.job_id} got no answer: its "
-                f"outcome is lost unless the manager recorded it")
+        return (
+            f"; the report of job {reports[0].outcome.job_id} got no answer: its "
+            f"outcome is lost unless the manager recorded it"
+        )
     if reports:
-        return (f"; the reports of jobs {', '.join(r.outcome.job_id for r in reports)} got "
-                f"no answer: their outcomes are lost unless the manager recorded them")
+        return (
+            f"; the reports of jobs {', '.join(r.outcome.job_id for r in reports)} got "
+            f"no answer: their outcomes are lost unless the manager recorded them"
+        )
     return ""
 
 
 class _Batches:
     """How many jobs a worker asks for at once, and running what it gets."""
 
-    def __init__(self, config: WorkerConfig, slot: ClaimSlot | None,
-                 service: ServiceProxy, *, remote: bool) -> None:
+    def __init__(
+        self, config: WorkerConfig, slot: ClaimSlot | None, service: ServiceProxy, *, remote: bool
+    ) -> None:
         self._config = config
         self._slot = slot
         self._service = service
@@ -178,8 +196,13 @@ class _Batches:
             more = min(more, self._config.max_tasks - self.done - 1)
         return max(more, 0)
 
-    def run_batch(self, batch: list[Assignment], received: Callable[[Lease], None],
-                  reports: Reports, timeouts: JobTimeouts | None) -> LoopEnd | None:
+    def run_batch(
+        self,
+        batch: list[Assignment],
+        received: Callable[[Lease], None],
+        reports: Reports,
+        timeouts: JobTimeouts | None,
+    ) -> LoopEnd | None:
         """Run the jobs of one take in order; returns None to take again, LOST (the
         manager is gone) or RECYCLED (time to leave)."""
         for i, assignment in enumerate(batch):
@@ -241,12 +264,19 @@ class _Batches:
 
 
 def _log_lost(worker_id: str, exc: BaseException, consequence: str) -> None:
-    log.warning("worker %s lost its manager (%s: %s)%s", worker_id, type(exc).__name__, exc,
-                consequence)
+    log.warning(
+        "worker %s lost its manager (%s: %s)%s", worker_id, type(exc).__name__, exc, consequence
+    )
 
 
-def _take(service: ServiceProxy, worker_id: str, reports: list[Report], long_poll: float,
-          drain: DrainState | None, more: int) -> list[Assignment]:
+def _take(
+    service: ServiceProxy,
+    worker_id: str,
+    reports: list[Report],
+    long_poll: float,
+    drain: DrainState | None,
+    more: int,
+) -> list[Assignment]:
     if drain is None:
         return service.take(worker_id, reports, long_poll, more)
     with drain.interruptible():

@@ -71,8 +71,9 @@ class _Verdict(enum.IntEnum):
 FATAL = {_Verdict.AUTH, _Verdict.VERSION, _Verdict.UNREACHABLE}
 
 
-def _child(config: WorkerConfig, lifeline: Connection, verdict: Any, joins: Connection,
-           slot: ClaimSlot) -> None:
+def _child(
+    config: WorkerConfig, lifeline: Connection, verdict: Any, joins: Connection, slot: ClaimSlot
+) -> None:
     config = replace(config, worker_id=f"{host_name()}:{os.getpid()}")
 
     def joined(worker_id: str) -> None:
@@ -96,8 +97,11 @@ def _child(config: WorkerConfig, lifeline: Connection, verdict: Any, joins: Conn
     sys.exit(int(said) if said in FATAL else 0)
 
 
-def _tell_manager(config: WorkerConfig, gone: list[tuple[str, int | None, LeftBehind | None]],
-                  orphan: Orphan | None = None) -> None:
+def _tell_manager(
+    config: WorkerConfig,
+    gone: list[tuple[str, int | None, LeftBehind | None]],
+    orphan: Orphan | None = None,
+) -> None:
     """Tell the manager, in a thread of the pool's, that each ``(worker id, exit code,
     what its slot says)`` of ``gone`` is gone; then ``orphan`` (whose slots they are) is
     forgotten."""
@@ -106,14 +110,21 @@ def _tell_manager(config: WorkerConfig, gone: list[tuple[str, int | None, LeftBe
         for worker_id, exitcode, left in gone:
             service.worker_exited(worker_id, exitcode, left)
     except Exception as exc:  # whatever it is, the heartbeat deadline still comes
-        log.warning("could not tell the manager at %s that worker(s) %s are gone (%s: %s); "
-                    "it will notice when their heartbeats stop",
-                    format_address(config.address), ", ".join(w for w, _, _ in gone),
-                    type(exc).__name__, exc)
+        log.warning(
+            "could not tell the manager at %s that worker(s) %s are gone (%s: %s); "
+            "it will notice when their heartbeats stop",
+            format_address(config.address),
+            ", ".join(w for w, _, _ in gone),
+            type(exc).__name__,
+            exc,
+        )
         return
     if orphan is not None:
-        log.info("told the manager what %d worker(s) of a pool that died had left in %s",
-                 len(gone), orphan.path)
+        log.info(
+            "told the manager what %d worker(s) of a pool that died had left in %s",
+            len(gone),
+            orphan.path,
+        )
         forget(orphan)
 
 
@@ -159,8 +170,10 @@ class WorkerPool:
         result = Exit.OK
         while self._workers or self._missing:
             joins = {w.joins: w for w in self._workers if w.joins is not None}
-            ready = wait([self._wake_r, *joins, *(w.proc.sentinel for w in self._workers)],
-                         self._start_delay())
+            ready = wait(
+                [self._wake_r, *joins, *(w.proc.sentinel for w in self._workers)],
+                self._start_delay(),
+            )
             if self._wake_r in ready:
                 os.read(self._wake_r, 4096)
             for conn in ready:
@@ -199,8 +212,11 @@ class WorkerPool:
                 self._tell([(w, None, left) for w, left in orphan.left.items()], orphan)
             self._slots.orphans = []
         if joined and self._failed_starts:
-            log.info("worker pid %s joined the manager after %d worker(s) died at start",
-                     worker.proc.pid, self._failed_starts)
+            log.info(
+                "worker pid %s joined the manager after %d worker(s) died at start",
+                worker.proc.pid,
+                self._failed_starts,
+            )
             self._failed_starts = 0
             self._backoff = RESTART_BACKOFF[0]
 
@@ -215,8 +231,11 @@ class WorkerPool:
             return Exit(said) if result == Exit.OK else result
         if said == _Verdict.DISMISSED:
             if not self._draining:
-                log.warning("the manager at %s dismissed this pool: its workers finish their "
-                            "jobs and it exits", format_address(self._config.address))
+                log.warning(
+                    "the manager at %s dismissed this pool: its workers finish their "
+                    "jobs and it exits",
+                    format_address(self._config.address),
+                )
             self._drain()
             return result
         if not self._draining:
@@ -239,9 +258,13 @@ class WorkerPool:
         """A worker died before it joined: the next start waits out the back-off."""
         self._failed_starts += 1
         if self._failed_starts == 1:  # once per streak, however long it lasts
-            log.warning("%s before it joined the manager; starting another in %g s, "
-                        "waiting twice as long (up to %g s) each time one dies so again",
-                        what, self._backoff, RESTART_BACKOFF[1])
+            log.warning(
+                "%s before it joined the manager; starting another in %g s, "
+                "waiting twice as long (up to %g s) each time one dies so again",
+                what,
+                self._backoff,
+                RESTART_BACKOFF[1],
+            )
         self._next_start = max(self._next_start, time.monotonic() + self._backoff)
         self._backoff = min(self._backoff * 2, RESTART_BACKOFF[1])
 
@@ -264,9 +287,11 @@ class WorkerPool:
         joins, theirs = self._ctx.Pipe(duplex=False)
         config = replace(self._config, wait_for_manager=patient)
         slot = self._slots.slot(self._ctx)
-        proc = self._ctx.Process(target=_child,
-                                 args=(config, self._lifeline_r, verdict, theirs, slot),
-                                 name="mpsched-remote-worker")
+        proc = self._ctx.Process(
+            target=_child,
+            args=(config, self._lifeline_r, verdict, theirs, slot),
+            name="mpsched-remote-worker",
+        )
         try:
             proc.start()
         except BrokenPipeError:
@@ -300,11 +325,16 @@ class WorkerPool:
         gone.append((worker.worker_id, exitcode, left))
         self._tell(gone)
 
-    def _tell(self, gone: list[tuple[str, int | None, LeftBehind | None]],
-              orphan: Orphan | None = None) -> None:
+    def _tell(
+        self, gone: list[tuple[str, int | None, LeftBehind | None]], orphan: Orphan | None = None
+    ) -> None:
         self._reporters = [r for r in self._reporters if r.is_alive()]
-        reporter = threading.Thread(target=_tell_manager, args=(self._config, gone, orphan),
-                                    name="mpsched-exit-report", daemon=True)
+        reporter = threading.Thread(
+            target=_tell_manager,
+            args=(self._config, gone, orphan),
+            name="mpsched-exit-report",
+            daemon=True,
+        )
         reporter.start()
         self._reporters.append(reporter)
 

@@ -63,8 +63,11 @@ class PoolSlots:
             self._lock_fd = os.open(path, os.O_RDONLY)
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
-            log.warning("no slot file for this pool's workers (%s): what a worker that dies "
-                        "ran to its end but did not report is taken for crashed", exc)
+            log.warning(
+                "no slot file for this pool's workers (%s): what a worker that dies "
+                "ran to its end but did not report is taken for crashed",
+                exc,
+            )
             self._close_lock()
             self._file = None
 

@@ -93,15 +93,19 @@ class DrainState:
 
 def setup_process(config: WorkerConfig, lifeline: Connection | None) -> None:
     """Logging, signals and the lifeline thread of a worker process."""
-    logging.basicConfig(level=config.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(name)s[%(process)d] %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=config.log_level,
+        stream=sys.stderr,
+        format="%(asctime)s %(name)s[%(process)d] %(levelname)s %(message)s",
+    )
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the owner, which drains
     faulthandler.enable()
     _tighten_timer_slack()
     set_tls(config.tls)  # a process's TLS setting is its own: started processes get none
     if lifeline is not None:
-        threading.Thread(target=_exit_with_parent, args=(lifeline,), daemon=True,
-                         name="mpsched-lifeline").start()
+        threading.Thread(
+            target=_exit_with_parent, args=(lifeline,), daemon=True, name="mpsched-lifeline"
+        ).start()
 
 
 PR_SET_TIMERSLACK = 29  # linux/prctl.h
@@ -118,12 +122,21 @@ def _tighten_timer_slack() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0)
 
 
-def make_hello(worker_id: str, *, remote: bool, local_token: str = "",
-               queues: tuple[str, ...] | None = None) -> WorkerHello:
+def make_hello(
+    worker_id: str, *, remote: bool, local_token: str = "", queues: tuple[str, ...] | None = None
+) -> WorkerHello:
     """This process's hello under ``worker_id``, serving ``queues`` (None: every one)."""
     python, cp = describe_versions()
-    return WorkerHello(worker_id=worker_id, pid=os.getpid(), host=host_name(), python=python,
-                       cloudpickle=cp, remote=remote, local_token=local_token, queues=queues)
+    return WorkerHello(
+        worker_id=worker_id,
+        pid=os.getpid(),
+        host=host_name(),
+        python=python,
+        cloudpickle=cp,
+        remote=remote,
+        local_token=local_token,
+        queues=queues,
+    )
 
 
 class JobTimeouts:
@@ -139,8 +152,9 @@ class JobTimeouts:
         timer: ``threading.Timer`` or a test's stand-in with the same signature.
     """
 
-    def __init__(self, on_expired: Callable[[], None],
-                 timer: Callable[..., Any] = threading.Timer) -> None:
+    def __init__(
+        self, on_expired: Callable[[], None], timer: Callable[..., Any] = threading.Timer
+    ) -> None:
         self._on_expired = on_expired
         self._timer = timer
         # Guards _running. A job's start and end take it in the worker's main thread; an

@@ -64,9 +64,12 @@ RECONNECT_MAX = 5.0  # the back-off doubles up to this
 HEARTBEAT_THREAD = "mpsched-heartbeat"
 
 
-def remote_worker_main(config: WorkerConfig, lifeline: Connection | None = None,
-                       joined: Callable[[str], None] | None = None,
-                       slot: ClaimSlot | None = None) -> LoopEnd:
+def remote_worker_main(
+    config: WorkerConfig,
+    lifeline: Connection | None = None,
+    joined: Callable[[str], None] | None = None,
+    slot: ClaimSlot | None = None,
+) -> LoopEnd:
     """Entry point of a remote worker process; returns why it ended: DISMISSED (the
     manager dismissed it: its pool leaves), DRAINED (SIGTERM) or RECYCLED (``max_tasks`` /
     ``max_memory``).
@@ -95,8 +98,12 @@ def remote_worker_main(config: WorkerConfig, lifeline: Connection | None = None,
         worker_id = f"{config.worker_id}.{rejoin}"
         try:
             service, heartbeat_timeout = _join(
-                config, worker_id, drain, patient=patient,
-                outage_logged=ended in (LoopEnd.LOST, LoopEnd.STOPPED))
+                config,
+                worker_id,
+                drain,
+                patient=patient,
+                outage_logged=ended in (LoopEnd.LOST, LoopEnd.STOPPED),
+            )
         except Draining:
             return LoopEnd.DRAINED
         patient = True  # joined once: from now on an unreachable manager is an outage
@@ -104,8 +111,9 @@ def remote_worker_main(config: WorkerConfig, lifeline: Connection | None = None,
             _carry(service, slot, worker_id)
         if joined is not None:
             joined(worker_id)
-        ended = _session(service, replace(config, worker_id=worker_id), heartbeat_timeout,
-                         drain, slot)
+        ended = _session(
+            service, replace(config, worker_id=worker_id), heartbeat_timeout, drain, slot
+        )
         if not _joins_again(ended, worker_id, config):
             return ended
         if ended in (LoopEnd.LOST, LoopEnd.STOPPED):
@@ -117,15 +125,19 @@ def _joins_again(ended: LoopEnd, worker_id: str, config: WorkerConfig) -> bool:
     """Whether a worker whose session ended so joins again (saying why when it matters)."""
     where = format_address(config.address)
     if ended == LoopEnd.STOPPED:
-        log.warning("worker %s: the manager at %s stopped; joining it again once it is back",
-                    worker_id, where)
+        log.warning(
+            "worker %s: the manager at %s stopped; joining it again once it is back",
+            worker_id,
+            where,
+        )
     elif ended == LoopEnd.DISMISSED:
         log.info("worker %s: the manager at %s dismissed it; leaving", worker_id, where)
     return ended in (LoopEnd.LOST, LoopEnd.STOPPED, LoopEnd.RETIRED)
 
 
-def _join(config: WorkerConfig, worker_id: str, drain: DrainState, *, patient: bool,
-          outage_logged: bool) -> tuple[ServiceProxy, float]:
+def _join(
+    config: WorkerConfig, worker_id: str, drain: DrainState, *, patient: bool, outage_logged: bool
+) -> tuple[ServiceProxy, float]:
     """Connect and say hello; returns the service and its heartbeat timeout.
 
     While ``patient``, an unreachable manager is retried with back-off; a busy one (it
@@ -146,23 +158,30 @@ def _join(config: WorkerConfig, worker_id: str, drain: DrainState, *, patient: b
         try:
             with drain.interruptible():
                 service = connect_service(config.address, config.authkey)
-                heartbeat_timeout = service.hello(make_hello(worker_id, remote=True,
-                                                             queues=config.queues))
+                heartbeat_timeout = service.hello(
+                    make_hello(worker_id, remote=True, queues=config.queues)
+                )
         except (EOFError, OSError) as exc:
             if service is not None:
                 service.discard()  # it went away after we connected
             if not patient and not isinstance(exc, ManagerBusyError):
                 raise
             if not outage_logged:
-                what = (f"the manager at {where} is busy ({exc.reason})"
-                        if isinstance(exc, ManagerBusyError)
-                        else f"no manager answers at {where} ({exc})")
+                what = (
+                    f"the manager at {where} is busy ({exc.reason})"
+                    if isinstance(exc, ManagerBusyError)
+                    else f"no manager answers at {where} ({exc})"
+                )
                 log.warning("worker %s: %s; retrying until it does", worker_id, what)
                 outage_logged = True
         else:
             if outage_logged:
-                log.info("worker %s: reconnected to the manager at %s after %.1f s",
-                         worker_id, where, time.monotonic() - since)
+                log.info(
+                    "worker %s: reconnected to the manager at %s after %.1f s",
+                    worker_id,
+                    where,
+                    time.monotonic() - since,
+                )
             return service, heartbeat_timeout
         with drain.interruptible():
             time.sleep(backoff)
@@ -179,15 +198,25 @@ def _carry(service: ServiceProxy, slot: ClaimSlot, worker_id: str) -> None:
         try:
             service.worker_exited(previous, None, LeftBehind(b"", left.ended))
         except (EOFError, OSError) as exc:
-            log.warning("worker %s: could not tell the manager what %s left (%s); telling "
-                        "it at the next join", worker_id, previous, exc)
+            log.warning(
+                "worker %s: could not tell the manager what %s left (%s); telling "
+                "it at the next join",
+                worker_id,
+                previous,
+                exc,
+            )
             return
         slot.forget_kept()
     slot.name(worker_id)
 
 
-def _session(service: ServiceProxy, config: WorkerConfig, heartbeat_timeout: float,
-             drain: DrainState, slot: ClaimSlot | None = None) -> LoopEnd:
+def _session(
+    service: ServiceProxy,
+    config: WorkerConfig,
+    heartbeat_timeout: float,
+    drain: DrainState,
+    slot: ClaimSlot | None = None,
+) -> LoopEnd:
     """Serve one joined connection; returns serve()'s end, or RETIRED (join again)."""
     # Several beats per timeout, whatever --heartbeat-interval says.
     interval = min(config.heartbeat_interval, heartbeat_timeout / 4)
@@ -197,21 +226,30 @@ def _session(service: ServiceProxy, config: WorkerConfig, heartbeat_timeout: flo
     try:
         connection = service.open_connection(HEARTBEAT_THREAD)
     except (EOFError, OSError) as exc:
-        log.warning("worker %s: lost the manager just after joining (%s)", config.worker_id,
-                    exc)
+        log.warning("worker %s: lost the manager just after joining (%s)", config.worker_id, exc)
         return LoopEnd.LOST
     # Set when this session ends; the heartbeat thread waits on it between beats.
     stop = threading.Event()
-    threading.Thread(target=_heartbeats,
-                     args=(service, connection, config.worker_id, interval, stop),
-                     daemon=True, name=HEARTBEAT_THREAD).start()
+    threading.Thread(
+        target=_heartbeats,
+        args=(service, connection, config.worker_id, interval, stop),
+        daemon=True,
+        name=HEARTBEAT_THREAD,
+    ).start()
     timeouts = JobTimeouts(functools.partial(_timed_out, service, config.worker_id))
     try:
-        return LoopEnd(serve(service, config, _acknowledger(service, config.worker_id), drain,
-                             timeouts=timeouts, slot=slot))
+        return LoopEnd(
+            serve(
+                service,
+                config,
+                _acknowledger(service, config.worker_id),
+                drain,
+                timeouts=timeouts,
+                slot=slot,
+            )
+        )
     except WorkerRetiredError:
-        log.warning("worker %s was declared gone by the manager; joining again",
-                    config.worker_id)
+        log.warning("worker %s was declared gone by the manager; joining again", config.worker_id)
         return LoopEnd.RETIRED
     finally:
         stop.set()
@@ -224,8 +262,13 @@ def _acknowledger(service: ServiceProxy, worker_id: str) -> Callable[[Lease], No
     return acknowledge
 
 
-def _heartbeats(service: ServiceProxy, connection: FastConnection, worker_id: str,
-                interval: float, stop: threading.Event) -> None:
+def _heartbeats(
+    service: ServiceProxy,
+    connection: FastConnection,
+    worker_id: str,
+    interval: float,
+    stop: threading.Event,
+) -> None:
     """Beat every ``interval`` seconds on ``connection`` until ``stop`` is set, or the
     manager says this worker is gone or stopping (the session's own calls hear it too).
     A beat that fails (the connection broke, or a new one could not be opened) is not
@@ -240,17 +283,26 @@ def _heartbeats(service: ServiceProxy, connection: FastConnection, worker_id: st
     while True:
         try:
             times = me.cpu_times()
-            service.heartbeat(worker_id, WorkerLoad(cpu_percent=me.cpu_percent(None),
-                                                    rss=me.memory_info().rss,
-                                                    cpu_seconds=times.user + times.system))
+            service.heartbeat(
+                worker_id,
+                WorkerLoad(
+                    cpu_percent=me.cpu_percent(None),
+                    rss=me.memory_info().rss,
+                    cpu_seconds=times.user + times.system,
+                ),
+            )
         except (WorkerRetiredError, SchedulerShutdownError):
             return
         except (EOFError, OSError) as exc:
             if stop.is_set():
                 return
             if not failing:
-                log.info("worker %s: a heartbeat failed (%s); trying again in %.1f s",
-                            worker_id, exc, interval)
+                log.info(
+                    "worker %s: a heartbeat failed (%s); trying again in %.1f s",
+                    worker_id,
+                    exc,
+                    interval,
+                )
                 failing = True
             broken = service.set_connection_aside()  # the next beat opens a new one
             if broken is not None:

@@ -37,8 +37,7 @@ CLOSE_WAIT = 10.0
 class Reports:
     """The reports a worker has not sent; ``send`` is what the reporter thread calls."""
 
-    def __init__(self, send: Callable[[list[Report]], None],
-                 after: float = REPORT_AFTER) -> None:
+    def __init__(self, send: Callable[[list[Report]], None], after: float = REPORT_AFTER) -> None:
         self._send = send
         self._after = after
         # Guards every field below. The reporter thread waits on _changed for a held report
@@ -72,8 +71,9 @@ class Reports:
                 if self._idle:
                     self._changed.notify()
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, daemon=True,
-                                                name="mpsched-reporter")
+                self._thread = threading.Thread(
+                    target=self._run, daemon=True, name="mpsched-reporter"
+                )
                 self._thread.start()
 
     def take_all(self) -> list[Report]:
@@ -119,8 +119,12 @@ class Reports:
                 try:
                     self._send(batch)
                 except Exception as exc:  # the main thread's next call finds out too
-                    log.warning("could not send %d report(s) early (%s: %s)", len(batch),
-                                type(exc).__name__, exc)
+                    log.warning(
+                        "could not send %d report(s) early (%s: %s)",
+                        len(batch),
+                        type(exc).__name__,
+                        exc,
+                    )
                 finally:
                     self._lock.acquire()
                     self._sending = False

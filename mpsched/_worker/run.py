@@ -46,8 +46,12 @@ def result_segment(config: WorkerConfig, assignment: Assignment) -> str:
     return ""
 
 
-def run(assignment: Assignment, start_at: float | None = None,
-        result_segment: str = "", entering: Callable[[str], None] | None = None) -> Outcome:
+def run(
+    assignment: Assignment,
+    start_at: float | None = None,
+    result_segment: str = "",
+    entering: Callable[[str], None] | None = None,
+) -> Outcome:
     """Unpickle and run one job; never raises: every failure becomes an Outcome.
 
     The callable is entered no sooner than ``start_at`` (this process's monotonic clock;
@@ -72,7 +76,8 @@ def run(assignment: Assignment, start_at: float | None = None,
     except BaseException as exc:
         unpickling = JobUnpicklingError(
             f"job {job_id}: the worker on {host_name()} (pid {os.getpid()}) could not "
-            f"unpickle it: {exc!r}{_unpickling_hint(exc)}")
+            f"unpickle it: {exc!r}{_unpickling_hint(exc)}"
+        )
         return _failure(job_id, unpickling, _format(exc), None, OutcomeKind.JOB_UNPICKLING)
     due = start_time(assignment) if start_at is None else start_at
     started = _wait_until(due)
@@ -96,15 +101,19 @@ def run(assignment: Assignment, start_at: float | None = None,
     except BaseException as exc:
         pickling = ResultPicklingError(
             f"job {job_id} returned a {type(result).__qualname__} that could not be pickled: "
-            f"{exc!r}")
+            f"{exc!r}"
+        )
         return _failure(job_id, pickling, _format(exc), started, OutcomeKind.RESULT_PICKLING)
     return Outcome(job_id=job_id, ok=True, payload=payload, traceback="", started=started)
 
 
 def _values(inputs: dict[str, Outcome]) -> dict[str, Any]:
     """Each parent's result, or its exception (a job that allows failure), by job id."""
-    return {job_id: loads(o.payload) if o.ok else remote_exception(o)
-            for job_id, o in inputs.items()}
+    return {
+        job_id: loads(o.payload) if o.ok else remote_exception(o) for job_id, o in inputs.items()
+    }
+
+
 def _kind(exc: BaseException, retry_filter: RetryFilter | None) -> str:
     """The outcome kind of a job's own exception: whether the manager may run it again."""
     if isinstance(exc, RetryLater):
@@ -147,12 +156,14 @@ def _unpickling_hint(exc: BaseException) -> str:
     """What to do about a job whose module (or a name in it) this worker cannot import."""
     if not isinstance(exc, (ImportError, AttributeError)):
         return ""
-    return (f". Workers import a job's functions by module name, from their working "
-            f"directory and PYTHONPATH (this worker's sys.path: {sys.path}); functions from "
-            f"__main__ and lambdas travel by value. For a module only the client has, send "
-            f"it by value: submit --by-value MODULE on the command line, or "
-            f"cloudpickle.register_pickle_by_value(module) in the submitting program before "
-            f"submitting; or install the module where the workers run.")
+    return (
+        f". Workers import a job's functions by module name, from their working "
+        f"directory and PYTHONPATH (this worker's sys.path: {sys.path}); functions from "
+        f"__main__ and lambdas travel by value. For a module only the client has, send "
+        f"it by value: submit --by-value MODULE on the command line, or "
+        f"cloudpickle.register_pickle_by_value(module) in the submitting program before "
+        f"submitting; or install the module where the workers run."
+    )
 
 
 def _wait_until(due: float) -> float:
@@ -177,8 +188,7 @@ def _wait_for_wall(at: float, now: float) -> float:
     return now
 
 
-def _failure(job_id: str, exc: BaseException, tb: str, started: float | None,
-             kind: str) -> Outcome:
+def _failure(job_id: str, exc: BaseException, tb: str, started: float | None, kind: str) -> Outcome:
     if isinstance(exc, SystemExit):
         exc = JobError(f"job {job_id} called sys.exit({exc.code!r})")
     elif not isinstance(exc, Exception):
@@ -187,10 +197,12 @@ def _failure(job_id: str, exc: BaseException, tb: str, started: float | None,
     try:
         payload = cloudpickle.dumps(exc)
     except BaseException:
-        payload = cloudpickle.dumps(JobError(
-            f"job {job_id} raised {type(exc).__qualname__}: {exc} (not picklable)"))
-    return Outcome(job_id=job_id, ok=False, payload=payload, traceback=tb, started=started,
-                   error_kind=kind)
+        payload = cloudpickle.dumps(
+            JobError(f"job {job_id} raised {type(exc).__qualname__}: {exc} (not picklable)")
+        )
+    return Outcome(
+        job_id=job_id, ok=False, payload=payload, traceback=tb, started=started, error_kind=kind
+    )
 
 
 def _format(exc: BaseException) -> str:

@@ -103,9 +103,13 @@ class SlotFile:
         except OSError as exc:
             if not self._full:
                 self._full = True
-                log.warning("could not grow %s (%s); a worker started now keeps its reports "
-                            "in memory only: a job it runs when the manager dies may be "
-                            "taken for crashed", self.path, exc)
+                log.warning(
+                    "could not grow %s (%s); a worker started now keeps its reports "
+                    "in memory only: a job it runs when the manager dies may be "
+                    "taken for crashed",
+                    self.path,
+                    exc,
+                )
             return None
         self._slots += 1
         return index
@@ -117,7 +121,7 @@ def read_traces(path: str) -> dict[str, LeftBehind]:
         data = memoryview(file.read())
     traces = {}
     for at in range(0, len(data) - SLOT_BYTES + 1, SLOT_SPAN):
-        view = data[at:at + SLOT_BYTES]
+        view = data[at : at + SLOT_BYTES]
         worker_id = read_owner(view)
         if worker_id:
             traces[worker_id] = read_left(view)

@@ -44,8 +44,9 @@ class Cluster:
 
 
 @pytest.fixture(scope="module", params=["tcp", "unix"])
-def cluster(request: pytest.FixtureRequest,
-            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def cluster(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Cluster]:
     """``serve`` (no local workers) and two ``worker --connect`` pools of one process each,
     over TCP loopback or over the default private Unix socket."""
     procs = Processes(tmp_path_factory.mktemp(f"cluster-{request.param}"))
@@ -53,8 +54,11 @@ def cluster(request: pytest.FixtureRequest,
         address = ["--address", "127.0.0.1:0"] if request.param == "tcp" else []
         manager = serve(procs, *address, "--workers", "0")
         pools = [start_pool(procs, manager) for _ in range(2)]
-        wait_for(lambda: all(len(pool_workers(manager, p)) == 1 for p in pools),
-                 START_TIMEOUT, "both pools joined")
+        wait_for(
+            lambda: all(len(pool_workers(manager, p)) == 1 for p in pools),
+            START_TIMEOUT,
+            "both pools joined",
+        )
         yield Cluster(request.param, manager)
     finally:
         procs.stop_all()
@@ -85,17 +89,17 @@ def test_serve_prints_its_address_and_a_private_0600_key_file(cluster: Cluster) 
         assert int(manager.address.rpartition(":")[2]) != 0
     else:
         assert manager.address.startswith("unix:")
-        assert Path(manager.address[len("unix:"):]).parent == manager.key_file.parent
+        assert Path(manager.address[len("unix:") :]).parent == manager.key_file.parent
     assert stat.S_IMODE(manager.key_file.parent.stat().st_mode) == 0o700
     assert stat.S_IMODE(manager.key_file.stat().st_mode) == 0o600
     assert len(manager.key) >= 32
 
 
 def test_remote_workers_run_jobs_of_clients_in_other_processes(
-        cluster: Cluster, procs: Processes) -> None:
+    cluster: Cluster, procs: Processes
+) -> None:
     manager = cluster.manager
-    submitted = procs.run("submit", "math:factorial", "--args", "[20]", "--wait",
-                          *manager.cli())
+    submitted = procs.run("submit", "math:factorial", "--args", "[20]", "--wait", *manager.cli())
     assert submitted.returncode == Exit.OK, submitted.stderr
     job_id, result = submitted.stdout.splitlines()
     assert result == "2432902008176640000" and job_id
@@ -107,8 +111,12 @@ def test_remote_workers_run_jobs_of_clients_in_other_processes(
 
 
 def test_status_json_shows_queue_workers_and_lateness(
-        cluster: Cluster, procs: Processes, connect_client: Callable[..., mpsched.Client],
-        fifo: str, tmp_path: Path) -> None:
+    cluster: Cluster,
+    procs: Processes,
+    connect_client: Callable[..., mpsched.Client],
+    fifo: str,
+    tmp_path: Path,
+) -> None:
     manager = cluster.manager
     client = connect_client(manager)
     release = tmp_path / "release"
@@ -121,14 +129,17 @@ def test_status_json_shows_queue_workers_and_lateness(
         release.touch()
         later.cancel()
     assert running.result(timeout=30) == "woke"
-    wait_for(lambda: {w.pid: w for w in manager.stats().workers}[job_pid].current_job is None,
-             what="the report reached the manager")
+    wait_for(
+        lambda: {w.pid: w for w in manager.stats().workers}[job_pid].current_job is None,
+        what="the report reached the manager",
+    )
     [after] = [w for w in manager.stats().workers if w.pid == job_pid]
     assert after.jobs_done == done_before + 1
 
 
-def _check_status_json(manager: Manager, procs: Processes, fifo: str,
-                       job_id: str) -> tuple[int, int]:
+def _check_status_json(
+    manager: Manager, procs: Processes, fifo: str, job_id: str
+) -> tuple[int, int]:
     """``status --json`` and ``status`` while a job runs; its worker's pid and job count."""
     [job_pid] = wait_started(fifo)
     shown = procs.run("status", "--json", *manager.cli())
@@ -139,8 +150,9 @@ def _check_status_json(manager: Manager, procs: Processes, fifo: str,
     assert q["pending"]["high"] >= 1
     assert q["in_flight"] >= 1 and q["next_due_in"] > 3000
     assert set(q["lateness"]) == {"p50", "p90", "p99", "max"}
-    assert q["lateness"]["p50"] <= q["lateness"]["p90"] <= q["lateness"]["p99"] \
-        <= q["lateness"]["max"]
+    assert (
+        q["lateness"]["p50"] <= q["lateness"]["p90"] <= q["lateness"]["p99"] <= q["lateness"]["max"]
+    )
     assert isinstance(status["throughput"], float) and status["throughput"] >= 0
     assert status["uptime"] > 0
     workers = {w["pid"]: w for w in status["workers"]}
@@ -158,10 +170,19 @@ def _check_status_json(manager: Manager, procs: Processes, fifo: str,
 
 
 def test_submit_prints_the_result_and_exits_1_when_the_job_fails(
-        cluster: Cluster, procs: Processes, tmp_path: Path) -> None:
+    cluster: Cluster, procs: Processes, tmp_path: Path
+) -> None:
     manager = cluster.manager
-    ok = procs.run("submit", "jobs:noop", "--kwargs", '{"x": [1, "two"]}', "--priority",
-                   "high", "--wait", *manager.cli())
+    ok = procs.run(
+        "submit",
+        "jobs:noop",
+        "--kwargs",
+        '{"x": [1, "two"]}',
+        "--priority",
+        "high",
+        "--wait",
+        *manager.cli(),
+    )
     assert ok.returncode == Exit.OK, ok.stderr
     assert ok.stdout.splitlines()[1] == '[1, "two"]'
 
@@ -171,8 +192,15 @@ def test_submit_prints_the_result_and_exits_1_when_the_job_fails(
     assert f"job {job_id} failed: ValueError: math domain error" in failed.stderr
 
     log = tmp_path / "ran.log"
-    fire = procs.run("submit", "jobs:record", "--args", json.dumps([str(log), "k1"]),
-                     "--delay", "0.2", *manager.cli())
+    fire = procs.run(
+        "submit",
+        "jobs:record",
+        "--args",
+        json.dumps([str(log), "k1"]),
+        "--delay",
+        "0.2",
+        *manager.cli(),
+    )
     assert fire.returncode == Exit.OK, fire.stderr
     wait_for(lambda: log.exists() and log.read_text() == "k1\n", what="the job ran")
 
@@ -184,15 +212,18 @@ def test_a_failed_job_shows_the_worker_s_traceback(cluster: Cluster, procs: Proc
     job_id = failed.stdout.strip()
     where = f'File "{jobs.__file__}", line {jobs.fail.__code__.co_firstlineno + 1}, in fail'
     err = failed.stderr
-    assert err.startswith(f"job {job_id} failed: ValueError: boom\nthe worker's traceback:\n"
-                          f"Traceback (most recent call last):\n"), err
+    assert err.startswith(
+        f"job {job_id} failed: ValueError: boom\nthe worker's traceback:\n"
+        f"Traceback (most recent call last):\n"
+    ), err
     assert where in err and err.endswith("ValueError: boom\n"), err
 
     # Without a store a manager forgets a job once its outcome is collected: `result`
     # waits for jobs of its own.
     def later() -> str:
-        done = procs.run("submit", "jobs:fail", "--args", '["boom"]', "--delay", "0.5",
-                         *manager.cli())
+        done = procs.run(
+            "submit", "jobs:fail", "--args", '["boom"]', "--delay", "0.5", *manager.cli()
+        )
         assert done.returncode == Exit.OK, done.stderr
         return done.stdout.strip()
 
@@ -209,31 +240,33 @@ def test_a_failed_job_shows_the_worker_s_traceback(cluster: Cluster, procs: Proc
 
 
 def test_a_result_json_cannot_hold_prints_as_its_repr_and_says_so(
-        cluster: Cluster, procs: Processes) -> None:
+    cluster: Cluster, procs: Processes
+) -> None:
     manager = cluster.manager
     done = procs.run("submit", "builtins:set", "--args", "[[1, 2]]", "--wait", *manager.cli())
     assert done.returncode == Exit.OK, done.stderr
     job_id, printed = done.stdout.splitlines()
     assert printed == "{1, 2}"
-    assert done.stderr == (f"mpsched: job {job_id} returned a set, which JSON cannot hold: "
-                           f"its repr follows\n")
-    as_json = procs.run("submit", "builtins:sorted", "--args", "[[2, 1]]", "--wait",
-                        *manager.cli())
+    assert done.stderr == (
+        f"mpsched: job {job_id} returned a set, which JSON cannot hold: its repr follows\n"
+    )
+    as_json = procs.run("submit", "builtins:sorted", "--args", "[[2, 1]]", "--wait", *manager.cli())
     assert as_json.stdout.splitlines()[1] == "[1, 2]" and as_json.stderr == ""
-    later = procs.run("submit", "builtins:set", "--args", "[[1, 2]]", "--delay", "0.5",
-                      *manager.cli()).stdout.strip()
+    later = procs.run(
+        "submit", "builtins:set", "--args", "[[1, 2]]", "--delay", "0.5", *manager.cli()
+    ).stdout.strip()
     shown = procs.run("result", later, "--wait", "--json", *manager.cli())
     assert shown.returncode == Exit.OK, shown.stderr
-    assert json.loads(shown.stdout) == {"job_id": later, "state": "done",
-                                        "result_repr": "{1, 2}"}
+    assert json.loads(shown.stdout) == {"job_id": later, "state": "done", "result_repr": "{1, 2}"}
 
 
 def test_submit_key_queues_one_job_per_key(cluster: Cluster, procs: Processes) -> None:
     manager = cluster.manager
     ids = []
     for _ in range(2):
-        done = procs.run("submit", "jobs:noop", "--delay", "3600", "--key", "nightly-report",
-                         *manager.cli())
+        done = procs.run(
+            "submit", "jobs:noop", "--delay", "3600", "--key", "nightly-report", *manager.cli()
+        )
         assert done.returncode == Exit.OK, done.stderr
         ids.append(done.stdout.strip())
     try:
@@ -268,14 +301,17 @@ CLIENT_ONLY = "only_the_client_has_it"
 
 
 def test_submit_by_value_sends_a_module_the_workers_cannot_import(
-        cluster: Cluster, procs: Processes, tmp_path: Path) -> None:
+    cluster: Cluster, procs: Processes, tmp_path: Path
+) -> None:
     manager = cluster.manager
     source = tmp_path / f"{CLIENT_ONLY}.py"
-    source.write_text("def triple(x):\n    return 3 * x\n\n\n"
-                      "def fail():\n    raise ValueError('sent by value')\n")
+    source.write_text(
+        "def triple(x):\n    return 3 * x\n\n\ndef fail():\n    raise ValueError('sent by value')\n"
+    )
     env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), procs.env["PYTHONPATH"]])}
-    missing = procs.run("submit", f"{CLIENT_ONLY}:triple", "--args", "[2]", "--wait",
-                        *manager.cli(), env=env)
+    missing = procs.run(
+        "submit", f"{CLIENT_ONLY}:triple", "--args", "[2]", "--wait", *manager.cli(), env=env
+    )
     assert missing.returncode == Exit.FAILURE
     err = missing.stderr
     assert "JobUnpicklingError" in err and f"No module named '{CLIENT_ONLY}'" in err, err
@@ -283,26 +319,50 @@ def test_submit_by_value_sends_a_module_the_workers_cannot_import(
     assert any(f"the worker on {socket.gethostname()} (pid {pid})" in err for pid in pids), err
     assert "this worker's sys.path: [" in err and "submit --by-value MODULE" in err, err
 
-    sent = procs.run("submit", f"{CLIENT_ONLY}:triple", "--args", "[2]", "--wait",
-                     "--by-value", CLIENT_ONLY, *manager.cli(), env=env)
+    sent = procs.run(
+        "submit",
+        f"{CLIENT_ONLY}:triple",
+        "--args",
+        "[2]",
+        "--wait",
+        "--by-value",
+        CLIENT_ONLY,
+        *manager.cli(),
+        env=env,
+    )
     assert sent.returncode == Exit.OK, sent.stderr
     assert sent.stdout.splitlines()[1] == "6"
-    failed = procs.run("submit", f"{CLIENT_ONLY}:fail", "--wait", "--by-value", CLIENT_ONLY,
-                       *manager.cli(), env=env)
+    failed = procs.run(
+        "submit",
+        f"{CLIENT_ONLY}:fail",
+        "--wait",
+        "--by-value",
+        CLIENT_ONLY,
+        *manager.cli(),
+        env=env,
+    )
     assert failed.returncode == Exit.FAILURE
     assert f'File "{source}", line 6, in fail' in failed.stderr, failed.stderr
-    unknown = procs.run("submit", f"{CLIENT_ONLY}:triple", "--by-value", "no_such_module",
-                        *manager.cli(), env=env)
+    unknown = procs.run(
+        "submit", f"{CLIENT_ONLY}:triple", "--by-value", "no_such_module", *manager.cli(), env=env
+    )
     assert unknown.returncode == Exit.USAGE
     assert unknown.stderr.startswith("mpsched: --by-value no_such_module: cannot import it")
 
 
 def test_ctrl_c_on_submit_wait_says_a_running_job_keeps_running(
-        cluster: Cluster, procs: Processes, fifo: str, tmp_path: Path) -> None:
+    cluster: Cluster, procs: Processes, fifo: str, tmp_path: Path
+) -> None:
     manager = cluster.manager
     release = tmp_path / "release"
-    waiting = procs.start("submit", "jobs:announce_then_wait", "--args",
-                          json.dumps([fifo, str(release), 60.0]), "--wait", *manager.cli())
+    waiting = procs.start(
+        "submit",
+        "jobs:announce_then_wait",
+        "--args",
+        json.dumps([fifo, str(release), 60.0]),
+        "--wait",
+        *manager.cli(),
+    )
     job_id = waiting.line()
     try:
         wait_started(fifo)
@@ -310,15 +370,18 @@ def test_ctrl_c_on_submit_wait_says_a_running_job_keeps_running(
         assert waiting.wait(10) == Exit.INTERRUPTED
         err = waiting.stderr()
         assert err.count("\n") == 1 and "Traceback" not in err, err
-        assert f"job {job_id} is running and will finish: python -m mpsched result {job_id} " \
-               f"--wait gets its result" in err, err
+        assert (
+            f"job {job_id} is running and will finish: python -m mpsched result {job_id} "
+            f"--wait gets its result" in err
+        ), err
         assert "queued" not in err and "cancel" not in err, err
     finally:  # the cluster serves the next tests: let the job end in any case
         release.touch()
 
 
 def test_ctrl_c_on_submit_wait_exits_at_once_and_leaves_the_job_queued(
-        cluster: Cluster, procs: Processes) -> None:
+    cluster: Cluster, procs: Processes
+) -> None:
     manager = cluster.manager
     waiting = procs.start("submit", "jobs:noop", "--delay", "3600", "--wait", *manager.cli())
     job_id = waiting.line()
@@ -336,21 +399,24 @@ def test_ctrl_c_on_submit_wait_exits_at_once_and_leaves_the_job_queued(
     assert still_queued
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    pytest.param(["no_such_module:f"], "no_such_module", id="unimportable-module"),
-    pytest.param(["math:no_such_function"], "no_such_function", id="missing-function"),
-    pytest.param(["math"], "module:function", id="not-a-target"),
-    pytest.param(["math:factorial", "--args", "[20"], "--args", id="args-not-json"),
-    pytest.param(["math:factorial", "--args", '{"a": 1}'], "JSON list", id="args-not-list"),
-    pytest.param(["math:factorial", "--at", "noon"], "--at", id="bad-at"),
-    pytest.param(["math:factorial", "--delay", "nan"], "delay", id="nan-delay"),
-    pytest.param(["math:factorial", "--delay", "1e300"], "year 9999", id="delay-past-9999"),
-    pytest.param(["math:factorial", "--timeout", "-1"], "timeout", id="negative-timeout"),
-    pytest.param(["math:factorial", "--retries", "-1"], "retries", id="negative-retries"),
-])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        pytest.param(["no_such_module:f"], "no_such_module", id="unimportable-module"),
+        pytest.param(["math:no_such_function"], "no_such_function", id="missing-function"),
+        pytest.param(["math"], "module:function", id="not-a-target"),
+        pytest.param(["math:factorial", "--args", "[20"], "--args", id="args-not-json"),
+        pytest.param(["math:factorial", "--args", '{"a": 1}'], "JSON list", id="args-not-list"),
+        pytest.param(["math:factorial", "--at", "noon"], "--at", id="bad-at"),
+        pytest.param(["math:factorial", "--delay", "nan"], "delay", id="nan-delay"),
+        pytest.param(["math:factorial", "--delay", "1e300"], "year 9999", id="delay-past-9999"),
+        pytest.param(["math:factorial", "--timeout", "-1"], "timeout", id="negative-timeout"),
+        pytest.param(["math:factorial", "--retries", "-1"], "retries", id="negative-retries"),
+    ],
+)
 def test_submit_refuses_bad_input_as_a_usage_error(
-        cluster: Cluster, argv: list[str], message: str,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    cluster: Cluster, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["submit", *argv, *cluster.manager.cli()]) == Exit.USAGE
     err = capsys.readouterr().err
     assert err.startswith("mpsched: ") and message in err
@@ -358,7 +424,8 @@ def test_submit_refuses_bad_input_as_a_usage_error(
 
 
 def test_wrong_key_is_refused_clearly_and_the_manager_keeps_working(
-        cluster: Cluster, procs: Processes, tmp_path: Path) -> None:
+    cluster: Cluster, procs: Processes, tmp_path: Path
+) -> None:
     manager = cluster.manager
     with pytest.raises(AuthenticationError, match="wrong authkey") as caught:
         mpsched.connect(manager.address, authkey=b"not the key")
@@ -367,14 +434,16 @@ def test_wrong_key_is_refused_clearly_and_the_manager_keeps_working(
     wrong = tmp_path / "wrong.key"
     wrong.write_bytes(b"not the key\n")
     wrong.chmod(0o600)
-    for command in (["status"], ["submit", "math:factorial", "--args", "[3]", "--wait"],
-                    ["worker", "--processes", "1"]):
+    for command in (
+        ["status"],
+        ["submit", "math:factorial", "--args", "[3]", "--wait"],
+        ["worker", "--processes", "1"],
+    ):
         refused = procs.run(*command, *manager.cli(wrong))
         assert refused.returncode == Exit.AUTH, (command, refused.stderr)
         assert "wrong authkey" in refused.stderr and "Traceback" not in refused.stderr
 
-    submitted = procs.run("submit", "math:factorial", "--args", "[3]", "--wait",
-                          *manager.cli())
+    submitted = procs.run("submit", "math:factorial", "--args", "[3]", "--wait", *manager.cli())
     assert submitted.returncode == Exit.OK and submitted.stdout.splitlines()[1] == "6"
     assert len(manager.remote_workers()) == 2
 
@@ -398,13 +467,19 @@ def test_a_different_python_or_cloudpickle_version_is_refused(cluster: Cluster) 
     assert len(manager.remote_workers()) == 2
 
 
-@pytest.mark.parametrize("command", [
-    pytest.param(["worker", "--processes", "1"], id="worker"),
-    pytest.param(["submit", "math:factorial", "--args", "[3]", "--wait"], id="submit"),
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        pytest.param(["worker", "--processes", "1"], id="worker"),
+        pytest.param(["submit", "math:factorial", "--args", "[3]", "--wait"], id="submit"),
+    ],
+)
 def test_the_cli_exits_with_version_when_refused(
-        cluster: Cluster, command: list[str], monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    cluster: Cluster,
+    command: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     python, cp = describe_versions()
     # an old install
     for module in ("mpsched._transport.sockets", "mpsched._client.core", "mpsched._cli.main"):
@@ -416,9 +491,19 @@ def test_the_cli_exits_with_version_when_refused(
 
 
 def test_stress_against_a_running_manager_with_remote_workers(
-        cluster: Cluster, procs: Processes) -> None:
-    done = procs.run("stress", "--producers", "2", "--jobs", "200", "--horizon", "0.5",
-                     *cluster.manager.cli(), timeout=120)
+    cluster: Cluster, procs: Processes
+) -> None:
+    done = procs.run(
+        "stress",
+        "--producers",
+        "2",
+        "--jobs",
+        "200",
+        "--horizon",
+        "0.5",
+        *cluster.manager.cli(),
+        timeout=120,
+    )
     assert done.returncode == Exit.OK, done.stdout + done.stderr
     assert done.stdout.splitlines()[-1] == "OK: 200 jobs ran exactly once, none early"
 
@@ -428,11 +513,22 @@ def test_stress_against_a_running_manager_with_remote_workers(
 
 @pytest.mark.parametrize("retries", [0, 1], ids=["no-retry", "retry"])
 def test_a_remote_worker_killed_mid_job_is_resolved_within_the_heartbeat_timeout(
-        procs: Processes, connect_client: Callable[..., mpsched.Client], fifo: str,
-        tmp_path: Path, retries: int) -> None:
+    procs: Processes,
+    connect_client: Callable[..., mpsched.Client],
+    fifo: str,
+    tmp_path: Path,
+    retries: int,
+) -> None:
     heartbeat_timeout = 2.0
-    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0",
-                    "--heartbeat-timeout", str(heartbeat_timeout))
+    manager = serve(
+        procs,
+        "--address",
+        "127.0.0.1:0",
+        "--workers",
+        "0",
+        "--heartbeat-timeout",
+        str(heartbeat_timeout),
+    )
     pool = start_pool(procs, manager)
     wait_for(lambda: len(pool_workers(manager, pool)) == 1, START_TIMEOUT, "pool joined")
     client = connect_client(manager)
@@ -460,11 +556,13 @@ def test_a_remote_worker_killed_mid_job_is_resolved_within_the_heartbeat_timeout
 
 
 def test_a_busy_remote_worker_with_default_heartbeats_survives_a_short_heartbeat_timeout(
-        procs: Processes, connect_client: Callable[..., mpsched.Client]) -> None:
+    procs: Processes, connect_client: Callable[..., mpsched.Client]
+) -> None:
     # Only the manager is told the timeout (shorter than the worker's default heartbeat
     # interval, 2 s); the worker's heartbeats must keep up with it.
-    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0",
-                    "--heartbeat-timeout", "1.5")
+    manager = serve(
+        procs, "--address", "127.0.0.1:0", "--workers", "0", "--heartbeat-timeout", "1.5"
+    )
     pool = procs.start("worker", *manager.cli(), "--processes", "1")
     pool.line()
     wait_for(lambda: len(pool_workers(manager, pool)) == 1, START_TIMEOUT, "pool joined")
@@ -474,10 +572,12 @@ def test_a_busy_remote_worker_with_default_heartbeats_survives_a_short_heartbeat
 
 
 def test_sigterm_drains_a_remote_pool(
-        procs: Processes, connect_client: Callable[..., mpsched.Client], fifo: str) -> None:
+    procs: Processes, connect_client: Callable[..., mpsched.Client], fifo: str
+) -> None:
     # A long heartbeat timeout: only a proper leave removes the workers in time.
-    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0",
-                    "--heartbeat-timeout", "60")
+    manager = serve(
+        procs, "--address", "127.0.0.1:0", "--workers", "0", "--heartbeat-timeout", "60"
+    )
     pool = start_pool(procs, manager, processes=2)
     wait_for(lambda: len(pool_workers(manager, pool)) == 2, START_TIMEOUT, "pool joined")
     children = procs.note_descendants(pool)
@@ -497,9 +597,9 @@ def test_sigterm_drains_a_remote_pool(
 
 
 def test_a_second_sigterm_kills_a_remote_pool(
-        procs: Processes, connect_client: Callable[..., mpsched.Client], fifo: str) -> None:
-    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0",
-                    "--heartbeat-timeout", "2")
+    procs: Processes, connect_client: Callable[..., mpsched.Client], fifo: str
+) -> None:
+    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0", "--heartbeat-timeout", "2")
     pool = start_pool(procs, manager)
     wait_for(lambda: len(pool_workers(manager, pool)) == 1, START_TIMEOUT, "pool joined")
     children = procs.note_descendants(pool)
@@ -515,9 +615,10 @@ def test_a_second_sigterm_kills_a_remote_pool(
 
 
 def test_serve_sigterm_finishes_the_running_job_and_leaves_no_process(
-        procs: Processes, connect_client: Callable[..., mpsched.Client], fifo: str) -> None:
+    procs: Processes, connect_client: Callable[..., mpsched.Client], fifo: str
+) -> None:
     manager = serve(procs, "--workers", "1")
-    runtime = Path(manager.address[len("unix:"):]).parent
+    runtime = Path(manager.address[len("unix:") :]).parent
     client = connect_client(manager)
     running = client.submit(jobs.announce_then_sleep, fifo, 1.5)
     [job_pid] = wait_started(fifo)
@@ -534,7 +635,8 @@ def test_serve_sigterm_finishes_the_running_job_and_leaves_no_process(
 
 
 def test_serve_sigterm_delivers_the_result_of_a_job_on_a_remote_worker(
-        procs: Processes, connect_client: Callable[..., mpsched.Client], fifo: str) -> None:
+    procs: Processes, connect_client: Callable[..., mpsched.Client], fifo: str
+) -> None:
     manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0")
     pool = start_pool(procs, manager)
     wait_for(lambda: len(pool_workers(manager, pool)) == 1, START_TIMEOUT, "pool joined")
@@ -545,15 +647,18 @@ def test_serve_sigterm_delivers_the_result_of_a_job_on_a_remote_worker(
     assert running.result(timeout=30) == "woke"
     assert manager.proc.wait() == Exit.OK, manager.proc.stderr()
     # The pool waits for the manager to come back (drain-workers-on-stop would end it).
-    wait_for(lambda: "joining it again once it is back" in pool.stderr(), 30,
-             "the pool heard of the stop")
+    wait_for(
+        lambda: "joining it again once it is back" in pool.stderr(),
+        30,
+        "the pool heard of the stop",
+    )
     assert pool.popen.poll() is None, pool.stderr()
 
 
 def test_serve_sigterm_kills_a_job_that_outlives_the_drain_timeout(
-        procs: Processes, connect_client: Callable[..., mpsched.Client], fifo: str) -> None:
-    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "1",
-                    "--drain-timeout", "1")
+    procs: Processes, connect_client: Callable[..., mpsched.Client], fifo: str
+) -> None:
+    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "1", "--drain-timeout", "1")
     client = connect_client(manager)
     stuck = client.submit(jobs.announce_then_sleep, fifo, 60)
     wait_started(fifo)
@@ -567,7 +672,8 @@ def test_serve_sigterm_kills_a_job_that_outlives_the_drain_timeout(
 
 
 def test_a_second_sigterm_stops_serve_at_once(
-        procs: Processes, connect_client: Callable[..., mpsched.Client], fifo: str) -> None:
+    procs: Processes, connect_client: Callable[..., mpsched.Client], fifo: str
+) -> None:
     manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "1")
     client = connect_client(manager)
     stuck = client.submit(jobs.announce_then_sleep, fifo, 60)
@@ -588,11 +694,12 @@ def make_key_file(path: Path) -> Path:
 
 
 def test_a_clean_stop_of_serve_prints_no_traceback_and_leaves_no_file(
-        procs: Processes, tmp_path: Path) -> None:
+    procs: Processes, tmp_path: Path
+) -> None:
     tmp = tmp_path / "tmp"  # multiprocessing's pymp-* directories go here
     tmp.mkdir()
     manager = serve(procs, "--workers", "1", env={"TMPDIR": str(tmp)})
-    runtime = Path(manager.address[len("unix:"):]).parent
+    runtime = Path(manager.address[len("unix:") :]).parent
     assert [p.name[:5] for p in tmp.iterdir()] == ["pymp-"]  # the forkserver's socket
     os.kill(manager.proc.pid, signal.SIGTERM)
     assert manager.proc.wait() == Exit.OK
@@ -603,17 +710,25 @@ def test_a_clean_stop_of_serve_prints_no_traceback_and_leaves_no_file(
 
 @pytest.mark.parametrize("where", ["local", "unix-path"])
 def test_a_second_sigterm_leaves_no_file_and_serve_starts_again(
-        procs: Processes, connect_client: Callable[..., mpsched.Client], fifo: str,
-        tmp_path: Path, where: str) -> None:
+    procs: Processes,
+    connect_client: Callable[..., mpsched.Client],
+    fifo: str,
+    tmp_path: Path,
+    where: str,
+) -> None:
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     env = {"TMPDIR": str(tmp)}
     args = []
     if where == "unix-path":
-        args = ["--address", f"unix:{procs.runtime_dir}/m.sock",
-                "--authkey-file", str(make_key_file(tmp_path / "key"))]
+        args = [
+            "--address",
+            f"unix:{procs.runtime_dir}/m.sock",
+            "--authkey-file",
+            str(make_key_file(tmp_path / "key")),
+        ]
     manager = serve(procs, *args, "--workers", "1", env=env)
-    socket_path = Path(manager.address[len("unix:"):])
+    socket_path = Path(manager.address[len("unix:") :])
     client = connect_client(manager)
     client.submit(jobs.announce_then_sleep, fifo, 60)
     wait_started(fifo)
@@ -626,8 +741,7 @@ def test_a_second_sigterm_leaves_no_file_and_serve_starts_again(
     assert_gone(family)
     assert not socket_path.exists() and list(tmp.iterdir()) == []
     if where == "local":  # what stays is the local key and the lock file, for the next
-        assert sorted(p.name for p in socket_path.parent.iterdir()) == ["authkey",
-                                                                       "manager.pid"]
+        assert sorted(p.name for p in socket_path.parent.iterdir()) == ["authkey", "manager.pid"]
     again = serve(procs, *args, "--workers", "0", env=env)
     assert again.address == manager.address and again.key == manager.key
     # A fresh process: this one's proxies keep a connection per address, now dead.
@@ -636,7 +750,8 @@ def test_a_second_sigterm_leaves_no_file_and_serve_starts_again(
 
 
 def test_serve_removes_a_stale_socket_and_refuses_a_live_one(
-        procs: Processes, tmp_path: Path) -> None:
+    procs: Processes, tmp_path: Path
+) -> None:
     socket_path = procs.runtime_dir / "m.sock"
     key = make_key_file(tmp_path / "key")
     args = ["--address", f"unix:{socket_path}", "--authkey-file", str(key), "--workers", "0"]
@@ -656,8 +771,16 @@ def test_serve_removes_a_stale_socket_and_refuses_a_live_one(
 
     not_a_socket = tmp_path / "notes.txt"
     not_a_socket.write_text("mine")
-    refused = procs.run("serve", "--address", f"unix:{not_a_socket}", "--authkey-file",
-                        str(key), "--workers", "0", timeout=30)
+    refused = procs.run(
+        "serve",
+        "--address",
+        f"unix:{not_a_socket}",
+        "--authkey-file",
+        str(key),
+        "--workers",
+        "0",
+        timeout=30,
+    )
     assert refused.returncode == Exit.USAGE and "not a socket" in refused.stderr
     assert not_a_socket.read_text() == "mine"
 
@@ -673,8 +796,9 @@ def test_silent_connections_do_not_pin_manager_threads(procs: Processes) -> None
     try:
         for source in ("127.0.0.2", "127.0.0.3"):  # each under its address's cap
             for _ in range(25):
-                silent.append(socket.create_connection((host, port), timeout=10,
-                                                       source_address=(source, 0)))
+                silent.append(
+                    socket.create_connection((host, port), timeout=10, source_address=(source, 0))
+                )
         for sock in silent:  # each one is in its handshake: it got the challenge
             data = b""
             while b"#CHALLENGE#" not in data:
@@ -712,12 +836,12 @@ def test_serve_refuses_a_public_address_without_a_key(procs: Processes) -> None:
 def test_serve_says_when_it_cannot_listen(procs: Processes, tmp_path: Path) -> None:
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
-        busy = procs.run("serve", "--address", f"127.0.0.1:{port}", "--workers", "0",
-                         timeout=30)
+        busy = procs.run("serve", "--address", f"127.0.0.1:{port}", "--workers", "0", timeout=30)
     assert busy.returncode == Exit.USAGE, busy.stderr
     assert f"cannot listen on 127.0.0.1:{port}" in busy.stderr
-    nowhere = procs.run("serve", "--address", f"unix:{tmp_path}/no/such/dir.sock",
-                        "--workers", "0", timeout=30)
+    nowhere = procs.run(
+        "serve", "--address", f"unix:{tmp_path}/no/such/dir.sock", "--workers", "0", timeout=30
+    )
     assert nowhere.returncode == Exit.USAGE and "cannot listen" in nowhere.stderr
     assert "Traceback" not in busy.stderr + nowhere.stderr
 
@@ -725,26 +849,28 @@ def test_serve_says_when_it_cannot_listen(procs: Processes, tmp_path: Path) -> N
 def test_serve_says_in_one_line_when_its_status_page_cannot_listen(procs: Processes) -> None:
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
-        busy = procs.run("serve", "--workers", "0", "--http", f"127.0.0.1:{port}",
-                         timeout=30)
+        busy = procs.run("serve", "--workers", "0", "--http", f"127.0.0.1:{port}", timeout=30)
     assert busy.returncode == Exit.USAGE, busy.stderr  # not 1: that is a failed job's
-    assert busy.stderr.strip() == (f"mpsched: cannot serve the status page on 127.0.0.1:"
-                                   f"{port}: Address already in use"), busy.stderr
+    assert busy.stderr.strip() == (
+        f"mpsched: cannot serve the status page on 127.0.0.1:{port}: Address already in use"
+    ), busy.stderr
     again = procs.run("status", timeout=30)  # it left no manager behind, nor its lock
     assert again.returncode != Exit.OK and "Traceback" not in again.stderr, again.stderr
 
 
-@pytest.mark.parametrize("argv", [
-    pytest.param(["worker", "--processes", "0"], id="worker-no-processes"),
-    pytest.param(["worker", "--heartbeat-interval", "0"], id="worker-zero-heartbeat"),
-    pytest.param(["serve", "--heartbeat-timeout", "-1"], id="serve-negative-heartbeat"),
-    pytest.param(["serve", "--max-pending", "0"], id="serve-max-pending-0"),
-    pytest.param(["serve", "--max-pending-bytes", "0"], id="serve-max-pending-bytes-0"),
-    pytest.param(["stress", "--jobs", "0"], id="stress-no-jobs"),
-    pytest.param(["stress", "--horizon", "inf"], id="stress-infinite-horizon"),
-])
-def test_bad_numbers_are_usage_errors(argv: list[str],
-                                      capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "argv",
+    [
+        pytest.param(["worker", "--processes", "0"], id="worker-no-processes"),
+        pytest.param(["worker", "--heartbeat-interval", "0"], id="worker-zero-heartbeat"),
+        pytest.param(["serve", "--heartbeat-timeout", "-1"], id="serve-negative-heartbeat"),
+        pytest.param(["serve", "--max-pending", "0"], id="serve-max-pending-0"),
+        pytest.param(["serve", "--max-pending-bytes", "0"], id="serve-max-pending-bytes-0"),
+        pytest.param(["stress", "--jobs", "0"], id="stress-no-jobs"),
+        pytest.param(["stress", "--horizon", "inf"], id="stress-infinite-horizon"),
+    ],
+)
+def test_bad_numbers_are_usage_errors(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         main([*argv, "--connect", "127.0.0.1:1"] if argv[0] == "worker" else argv)
     assert exited.value.code == Exit.USAGE
@@ -755,23 +881,32 @@ def test_key_files_others_can_read_are_refused(procs: Processes, tmp_path: Path)
     key_file = tmp_path / "key"
     key_file.write_bytes(b"secret\n")
     key_file.chmod(0o644)
-    for command in (["serve", "--address", "127.0.0.1:0", "--workers", "0"],
-                    ["status", "--connect", "127.0.0.1:1"],
-                    ["worker", "--connect", "127.0.0.1:1"]):
+    for command in (
+        ["serve", "--address", "127.0.0.1:0", "--workers", "0"],
+        ["status", "--connect", "127.0.0.1:1"],
+        ["worker", "--connect", "127.0.0.1:1"],
+    ):
         refused = procs.run(*command, "--authkey-file", str(key_file), timeout=30)
         assert refused.returncode == Exit.AUTH, (command, refused.stderr)
         assert "chmod 600" in refused.stderr and "Traceback" not in refused.stderr
 
 
 def test_clients_without_a_key_or_a_manager_get_clear_exit_codes(
-        procs: Processes, tmp_path: Path) -> None:
+    procs: Processes, tmp_path: Path
+) -> None:
     no_key = procs.run("status", "--connect", "127.0.0.1:1", timeout=30)
     assert no_key.returncode == Exit.AUTH and "no authkey" in no_key.stderr
     key_file = tmp_path / "key"
     key_file.write_bytes(b"secret\n")
     key_file.chmod(0o600)
-    nobody = procs.run("status", "--connect", f"unix:{tmp_path}/none.sock",
-                       "--authkey-file", str(key_file), timeout=30)
+    nobody = procs.run(
+        "status",
+        "--connect",
+        f"unix:{tmp_path}/none.sock",
+        "--authkey-file",
+        str(key_file),
+        timeout=30,
+    )
     assert nobody.returncode == Exit.UNREACHABLE and "no manager answers" in nobody.stderr
     bad = procs.run("status", "--connect", "nowhere", "--authkey-file", str(key_file))
     assert bad.returncode == Exit.USAGE and "HOST:PORT" in bad.stderr
@@ -780,16 +915,31 @@ def test_clients_without_a_key_or_a_manager_get_clear_exit_codes(
 # ------------------------------------------------------------------------------ stress, help
 
 
-@pytest.mark.parametrize(("inject", "code", "last"), [
-    pytest.param(None, Exit.OK, "OK: 300 jobs ran exactly once, none early", id="healthy"),
-    pytest.param("duplicate", Exit.FAILURE, "FAIL: 1 duplicated", id="duplicate"),
-    pytest.param("loss", Exit.FAILURE, "FAIL: 1 lost", id="loss"),
-])
+@pytest.mark.parametrize(
+    ("inject", "code", "last"),
+    [
+        pytest.param(None, Exit.OK, "OK: 300 jobs ran exactly once, none early", id="healthy"),
+        pytest.param("duplicate", Exit.FAILURE, "FAIL: 1 duplicated", id="duplicate"),
+        pytest.param("loss", Exit.FAILURE, "FAIL: 1 lost", id="loss"),
+    ],
+)
 def test_stress_exit_code_says_whether_every_job_ran_once(
-        procs: Processes, inject: str | None, code: Exit, last: str) -> None:
+    procs: Processes, inject: str | None, code: Exit, last: str
+) -> None:
     options = ["--inject", inject] if inject else []
-    done = procs.run("stress", "--producers", "2", "--workers", "2", "--jobs", "300",
-                     "--horizon", "0.5", *options, timeout=120)
+    done = procs.run(
+        "stress",
+        "--producers",
+        "2",
+        "--workers",
+        "2",
+        "--jobs",
+        "300",
+        "--horizon",
+        "0.5",
+        *options,
+        timeout=120,
+    )
     assert done.returncode == code, done.stdout + done.stderr
     assert done.stdout.splitlines()[-1].startswith(last), done.stdout
     if inject is None:
@@ -798,7 +948,8 @@ def test_stress_exit_code_says_whether_every_job_ran_once(
 
 @pytest.mark.parametrize("command", ["serve", "worker", "submit", "status", "demo", "stress"])
 def test_every_subcommand_has_help_with_an_example(
-        command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as exited:
         main([command, "--help"])
     assert exited.value.code == 0
@@ -818,15 +969,30 @@ def test_no_subcommand_prints_usage(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_submit_after_runs_a_job_once_its_parent_ended_and_jobs_shows_the_wait(
-        cluster: Cluster, procs: Processes, tmp_path: Path) -> None:
+    cluster: Cluster, procs: Processes, tmp_path: Path
+) -> None:
     manager = cluster.manager
     log = tmp_path / "ran.log"
-    parent = procs.run("submit", "jobs:record", "--args", json.dumps([str(log), "p"]),
-                       "--delay", "10", *manager.cli())
+    parent = procs.run(
+        "submit",
+        "jobs:record",
+        "--args",
+        json.dumps([str(log), "p"]),
+        "--delay",
+        "10",
+        *manager.cli(),
+    )
     assert parent.returncode == Exit.OK, parent.stderr
     parent_id = parent.stdout.strip()
-    child = procs.run("submit", "jobs:record", "--args", json.dumps([str(log), "c"]),
-                      "--after", parent_id, *manager.cli())
+    child = procs.run(
+        "submit",
+        "jobs:record",
+        "--args",
+        json.dumps([str(log), "c"]),
+        "--after",
+        parent_id,
+        *manager.cli(),
+    )
     assert child.returncode == Exit.OK, child.stderr
     child_id = child.stdout.strip()
     listed = procs.run("jobs", "--json", *manager.cli())

@@ -25,30 +25,48 @@ def token_file(tmp_path: Path, mode: int = 0o600) -> Path:
 
 
 def test_serve_refuses_a_non_loopback_page_without_a_token_and_tls(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["serve", "--http", "0.0.0.0:0"]) == Exit.UNSAFE
     assert capsys.readouterr().err == (
         "mpsched: refusing to serve the status page on 0.0.0.0:0 without a token file "
         "(--http-token-file) and TLS (--tls-cert, --tls-key): anyone who can connect to it "
         "could read the scheduler's jobs. Give both, or a loopback address (--http PORT "
-        "serves 127.0.0.1:PORT).\n")
-    assert main(["serve", "--http", "0.0.0.0:0", "--http-token-file",
-                 str(token_file(tmp_path))]) == Exit.UNSAFE
+        "serves 127.0.0.1:PORT).\n"
+    )
+    assert (
+        main(["serve", "--http", "0.0.0.0:0", "--http-token-file", str(token_file(tmp_path))])
+        == Exit.UNSAFE
+    )
     assert "without TLS (--tls-cert, --tls-key): " in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("address", [":8080", "10.0.0.1", "unix:/tmp/page.sock", "8o80"])
 def test_serve_says_what_an_http_address_may_be(
-        address: str, capsys: pytest.CaptureFixture[str]) -> None:
+    address: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["serve", "--http", address]) == Exit.USAGE
-    assert f"bad HTTP address {address!r}: use a port (0 to 65535; on 127.0.0.1, this " \
+    assert (
+        f"bad HTTP address {address!r}: use a port (0 to 65535; on 127.0.0.1, this "
         f"machine only) or HOST:PORT" in capsys.readouterr().err
+    )
 
 
 def test_serve_refuses_a_token_file_others_can_read_or_without_http(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["serve", "--http", "127.0.0.1:0", "--http-token-file",
-                 str(token_file(tmp_path, 0o644))]) == Exit.AUTH
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (
+        main(
+            [
+                "serve",
+                "--http",
+                "127.0.0.1:0",
+                "--http-token-file",
+                str(token_file(tmp_path, 0o644)),
+            ]
+        )
+        == Exit.AUTH
+    )
     assert "readable by others" in capsys.readouterr().err
     assert main(["serve", "--http-token-file", str(token_file(tmp_path))]) == Exit.USAGE
     assert "--http-token-file goes with --http" in capsys.readouterr().err
@@ -57,8 +75,9 @@ def test_serve_refuses_a_token_file_others_can_read_or_without_http(
 def get(url: str, token: str | None = None) -> tuple[int, str]:
     headers = {} if token is None else {"Authorization": f"Bearer {token}"}
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers),
-                                    timeout=10) as answer:
+        with urllib.request.urlopen(
+            urllib.request.Request(url, headers=headers), timeout=10
+        ) as answer:
             return answer.status, answer.read().decode()
     except urllib.error.HTTPError as error:
         return error.code, error.read().decode()
@@ -66,9 +85,19 @@ def get(url: str, token: str | None = None) -> tuple[int, str]:
 
 @pytest.mark.slow
 def test_serve_prints_where_its_page_is_and_serves_it_with_the_token(
-        procs: Processes, tmp_path: Path) -> None:
-    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "1", "--http",
-                    "127.0.0.1:0", "--http-token-file", str(token_file(tmp_path)))
+    procs: Processes, tmp_path: Path
+) -> None:
+    manager = serve(
+        procs,
+        "--address",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+        "--http",
+        "127.0.0.1:0",
+        "--http-token-file",
+        str(token_file(tmp_path)),
+    )
     lines = [manager.proc.line() for _ in range(3)]  # status, store, page
     page = re.search(r"page:\s+(http://127\.0\.0\.1:\d+/)#token=TOKEN", lines[2])
     assert page, lines

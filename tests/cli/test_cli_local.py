@@ -51,8 +51,9 @@ def ok(procs: Processes, *argv: str, timeout: float = 60.0) -> str:
 
 
 @pytest.fixture
-def in_process_clients(procs: Processes,
-                       monkeypatch: pytest.MonkeyPatch) -> Iterator[list[mpsched.Client]]:
+def in_process_clients(
+    procs: Processes, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[list[mpsched.Client]]:
     """This process sees ``procs``' runtime directory; its clients are detached at the end."""
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(procs.runtime_dir))
     monkeypatch.delenv("MPSCHED_AUTHKEY", raising=False)
@@ -66,7 +67,8 @@ def in_process_clients(procs: Processes,
 
 
 def test_every_command_finds_the_local_manager_with_no_flags(
-        procs: Processes, in_process_clients: list[mpsched.Client]) -> None:
+    procs: Processes, in_process_clients: list[mpsched.Client]
+) -> None:
     manager = serve(procs, "--workers", "0")
     assert manager.address == f"unix:{local_dir(procs)}/manager.sock"
     assert manager.key_file == local_dir(procs) / "authkey"
@@ -75,12 +77,15 @@ def test_every_command_finds_the_local_manager_with_no_flags(
     assert pool.line() == f"mpsched worker: 1 process joined {manager.address}"
     wait_for(lambda: len(pool_workers(manager, pool)) == 1, START_TIMEOUT, "the pool joined")
 
-    assert ok(procs, "submit", "math:factorial", "--args", "[20]",
-              "--wait").splitlines()[1] == "2432902008176640000"
+    assert (
+        ok(procs, "submit", "math:factorial", "--args", "[20]", "--wait").splitlines()[1]
+        == "2432902008176640000"
+    )
     assert "workers   1" in ok(procs, "status")
     later = ok(procs, "submit", "jobs:noop", "--delay", "3600").strip()
-    assert [job["job_id"] for job in json.loads(ok(procs, "jobs", "--state", "pending",
-                                                   "--json"))] == [later]
+    assert [
+        job["job_id"] for job in json.loads(ok(procs, "jobs", "--state", "pending", "--json"))
+    ] == [later]
     soon = ok(procs, "submit", "math:factorial", "--args", "[6]", "--delay", "1").strip()
     assert json.loads(ok(procs, "result", soon, "--wait", "--json"))["result"] == 720
     assert ok(procs, "cancel", later) == f"cancelled job {later}\n"
@@ -98,13 +103,15 @@ def test_a_second_local_serve_names_the_running_one_and_exits_8(procs: Processes
     assert second.stderr == (
         f"mpsched: this user's local manager is already running (pid {first.proc.pid}) on "
         f"{first.address}; python -m mpsched status shows it. Stop it first, or serve "
-        f"another with --address.\n")
+        f"another with --address.\n"
+    )
     assert {p: p.read_bytes() for p in local_dir(procs).iterdir() if p.is_file()} == files
     assert ok(procs, "status").startswith(f"manager {first.address}, up ")  # undisturbed
 
 
 def test_a_sigkilled_local_serve_is_replaced_and_old_command_lines_keep_working(
-        procs: Processes) -> None:
+    procs: Processes,
+) -> None:
     first = serve(procs, "--workers", "1")
     family = procs.note_descendants(first.proc)
     os.kill(first.proc.pid, signal.SIGKILL)
@@ -126,7 +133,8 @@ def test_a_sigkilled_local_serve_is_replaced_and_old_command_lines_keep_working(
 
 
 def test_connect_reaches_a_restarted_local_manager_from_the_same_process(
-        procs: Processes, in_process_clients: list[mpsched.Client]) -> None:
+    procs: Processes, in_process_clients: list[mpsched.Client]
+) -> None:
     first = serve(procs, "--workers", "1")
     in_process_clients.append(mpsched.connect())
     assert in_process_clients[0].submit(pow, 2, 5).result(timeout=60) == 32
@@ -140,15 +148,14 @@ def test_connect_reaches_a_restarted_local_manager_from_the_same_process(
 
 
 @pytest.mark.parametrize("where", ["tcp", "unix"])
-def test_a_local_address_without_a_key_uses_the_local_key(
-        procs: Processes, where: str) -> None:
+def test_a_local_address_without_a_key_uses_the_local_key(procs: Processes, where: str) -> None:
     address = "127.0.0.1:0" if where == "tcp" else f"unix:{procs.runtime_dir}/elsewhere.sock"
     manager = serve(procs, "--address", address, "--workers", "0")
     assert manager.key_file == local_dir(procs) / "authkey"
-    assert manager.proc.line() == f"  status: python -m mpsched status --connect " \
-                                  f"{manager.address}"
+    assert manager.proc.line() == f"  status: python -m mpsched status --connect {manager.address}"
     assert ok(procs, "status", "--connect", manager.address).startswith(
-        f"manager {manager.address}, up ")
+        f"manager {manager.address}, up "
+    )
 
 
 @pytest.fixture
@@ -160,7 +167,8 @@ def short_tmp() -> Iterator[Path]:
 
 
 def test_without_xdg_runtime_dir_the_local_manager_lives_in_the_temp_dir(
-        short_tmp: Path, procs: Processes) -> None:
+    short_tmp: Path, procs: Processes
+) -> None:
     procs.env.update({"XDG_RUNTIME_DIR": "", "TMPDIR": str(short_tmp)})
     manager = serve(procs, "--workers", "1")
     directory = short_tmp / f"mpsched-{os.geteuid()}"
@@ -179,8 +187,10 @@ def test_an_unsafe_runtime_directory_is_refused(procs: Processes) -> None:
         refused = procs.run(*command, timeout=60)
         expected = 1 if command[0] == "-c" else Exit.AUTH  # -c: a traceback, exit 1
         assert refused.returncode == expected, refused.stderr
-        assert f"refusing the runtime directory {local_dir(procs)}: its mode is 755, not " \
-               f"700 (chmod 700 it)" in refused.stderr
+        assert (
+            f"refusing the runtime directory {local_dir(procs)}: its mode is 755, not "
+            f"700 (chmod 700 it)" in refused.stderr
+        )
     assert list(local_dir(procs).iterdir()) == []  # no key, lock or socket written there
 
 
@@ -207,8 +217,7 @@ def test_every_help_example_parses() -> None:
             assert args.command == name
 
 
-def test_the_help_examples_that_talk_to_the_local_manager_run_as_written(
-        procs: Processes) -> None:
+def test_the_help_examples_that_talk_to_the_local_manager_run_as_written(procs: Processes) -> None:
     examples = help_examples()
     [local_serve] = [e for e in examples["serve"] if e == "python -m mpsched serve"]
     manager = serve(procs, *shlex.split(local_serve)[4:])

@@ -12,10 +12,18 @@ from mpsched._cli.jobs import format_jobs, format_progress, job_as_dict
 
 
 def info(progress: Any = None, error: str | None = None) -> JobInfo:
-    return JobInfo(job_id="a-1", name="mymod.crunch", state="running",
-                   due=datetime(2026, 12, 3, 9, 0, tzinfo=timezone.utc),
-                   priority=Priority.LOW, attempts=1, worker="w1", key=None, error=error,
-                   progress=progress)
+    return JobInfo(
+        job_id="a-1",
+        name="mymod.crunch",
+        state="running",
+        due=datetime(2026, 12, 3, 9, 0, tzinfo=timezone.utc),
+        priority=Priority.LOW,
+        attempts=1,
+        worker="w1",
+        key=None,
+        error=error,
+        progress=progress,
+    )
 
 
 def test_progress_shows_as_a_percentage_or_compact_json_cut_to_fit() -> None:

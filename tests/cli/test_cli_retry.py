@@ -28,18 +28,30 @@ def get(url: str) -> str:
 
 
 def test_submit_retry_runs_the_budget_with_back_off_and_jobs_shows_the_last_error(
-        procs: Processes, tmp_path: Path) -> None:
+    procs: Processes, tmp_path: Path
+) -> None:
     token = tmp_path / "token"
     token.write_text(TOKEN + "\n")
     token.chmod(0o600)
-    manager = serve(procs, "--workers", "1", "--http", "127.0.0.1:0", "--http-token-file",
-                    str(token))
+    manager = serve(
+        procs, "--workers", "1", "--http", "127.0.0.1:0", "--http-token-file", str(token)
+    )
     lines = [manager.proc.line() for _ in range(3)]  # status, store, page
     page = re.search(r"page:\s+(http://127\.0\.0\.1:\d+/)", lines[2])
     assert page, lines
     log = str(tmp_path / "starts.log")
-    failed = procs.run("submit", "retry_jobs:always_fail", "--args", json.dumps([log]),
-                       "--retry", "2", "--backoff", "0.1", "--wait", *manager.cli())
+    failed = procs.run(
+        "submit",
+        "retry_jobs:always_fail",
+        "--args",
+        json.dumps([log]),
+        "--retry",
+        "2",
+        "--backoff",
+        "0.1",
+        "--wait",
+        *manager.cli(),
+    )
     assert failed.returncode == Exit.FAILURE, failed.stderr
     assert "ValueError: boom 3" in failed.stderr
     starts = retry_jobs.starts(log)
@@ -47,9 +59,13 @@ def test_submit_retry_runs_the_budget_with_back_off_and_jobs_shows_the_last_erro
     assert starts[1] - starts[0] >= 0.09 and starts[2] - starts[1] >= 0.18
 
     later_log = str(tmp_path / "later.log")
-    waiting = procs.run("submit", "retry_jobs:later", "--args",
-                        json.dumps([later_log, 600, "rate limited by the API"]),
-                        *manager.cli())
+    waiting = procs.run(
+        "submit",
+        "retry_jobs:later",
+        "--args",
+        json.dumps([later_log, 600, "rate limited by the API"]),
+        *manager.cli(),
+    )
     job_id = waiting.stdout.strip()
     wait_for(lambda: len(retry_jobs.starts(later_log)) == 1, what="the first run")
 
@@ -64,11 +80,17 @@ def test_submit_retry_runs_the_budget_with_back_off_and_jobs_shows_the_last_erro
     assert re.search(r" 1 +- +- +mpsched\.RetryLater: rate limited by the API$", row), row
 
     reason = "mpsched.RetryLater: rate limited by the API"
-    [api] = [j for j in json.loads(get(page.group(1) + "api/jobs?state=pending"))
-             if j["job_id"] == job_id]
+    [api] = [
+        j
+        for j in json.loads(get(page.group(1) + "api/jobs?state=pending"))
+        if j["job_id"] == job_id
+    ]
     assert (api["attempts"], api["error"]) == (1, reason)
-    [shown] = [j for j in json.loads(get(page.group(1) + "api/dashboard"))["pending"]
-               if j["job_id"] == job_id]
+    [shown] = [
+        j
+        for j in json.loads(get(page.group(1) + "api/dashboard"))["pending"]
+        if j["job_id"] == job_id
+    ]
     assert (shown["attempts"], shown["error"]) == (1, reason)
     metrics = get(page.group(1) + "metrics")
     assert 'mpsched_jobs_retried_total{cause="exception"} 2' in metrics
@@ -79,14 +101,31 @@ def test_submit_retry_runs_the_budget_with_back_off_and_jobs_shows_the_last_erro
     assert procs.run("cancel", job_id, *manager.cli()).returncode == Exit.OK
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["--backoff", "2"], "--backoff needs --retry"),
-    (["--retry", "-1"], "max_retries"),
-    (["--retry", "2", "--retries", "1"], "not both"),
-    (["--retry", "2", "--backoff", "nan"], "backoff"),
-], ids=["backoff-alone", "negative", "with-retries", "nan-backoff"])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--backoff", "2"], "--backoff needs --retry"),
+        (["--retry", "-1"], "max_retries"),
+        (["--retry", "2", "--retries", "1"], "not both"),
+        (["--retry", "2", "--backoff", "nan"], "backoff"),
+    ],
+    ids=["backoff-alone", "negative", "with-retries", "nan-backoff"],
+)
 def test_submit_refuses_bad_retry_options_as_a_usage_error(
-        argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["submit", "math:factorial", "--args", "[3]", *argv,
-                 "--connect", "unix:/nonexistent/socket"]) == Exit.USAGE
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (
+        main(
+            [
+                "submit",
+                "math:factorial",
+                "--args",
+                "[3]",
+                *argv,
+                "--connect",
+                "unix:/nonexistent/socket",
+            ]
+        )
+        == Exit.USAGE
+    )
     assert message in capsys.readouterr().err

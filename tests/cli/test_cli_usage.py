@@ -53,14 +53,21 @@ def test_every_option_of_every_command_has_a_help_text() -> None:
 def test_options_taking_times_or_counts_say_their_unit() -> None:
     commands = subparsers(build_parser())
     units = {
-        ("serve", "--max-pending"): "jobs", ("serve", "--heartbeat-timeout"): "seconds",
+        ("serve", "--max-pending"): "jobs",
+        ("serve", "--heartbeat-timeout"): "seconds",
         ("serve", "--max-pending-bytes"): "bytes",
-        ("serve", "--drain-timeout"): "seconds", ("serve", "--workers"): "processes",
-        ("worker", "--processes"): "processes", ("worker", "--heartbeat-interval"): "seconds",
-        ("submit", "--delay"): "seconds", ("submit", "--timeout"): "seconds",
-        ("submit", "--retries"): "times", ("status", "--json"): "seconds",
-        ("stress", "--horizon"): "seconds", ("stress", "--jobs"): "jobs",
-        ("stress", "--producers"): "processes", ("stress", "--workers"): "processes",
+        ("serve", "--drain-timeout"): "seconds",
+        ("serve", "--workers"): "processes",
+        ("worker", "--processes"): "processes",
+        ("worker", "--heartbeat-interval"): "seconds",
+        ("submit", "--delay"): "seconds",
+        ("submit", "--timeout"): "seconds",
+        ("submit", "--retries"): "times",
+        ("status", "--json"): "seconds",
+        ("stress", "--horizon"): "seconds",
+        ("stress", "--jobs"): "jobs",
+        ("stress", "--producers"): "processes",
+        ("stress", "--workers"): "processes",
     }
     for (command, option), unit in units.items():
         [action] = [a for a in commands[command]._actions if option in a.option_strings]
@@ -68,19 +75,21 @@ def test_options_taking_times_or_counts_say_their_unit() -> None:
         assert unit in action.help.lower(), (command, option, action.help)
 
 
-def test_version_names_mpsched_python_and_cloudpickle(
-        capsys: pytest.CaptureFixture[str]) -> None:
+def test_version_names_mpsched_python_and_cloudpickle(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         main(["--version"])
     assert exited.value.code == 0
     out = capsys.readouterr().out
-    assert out.strip() == (f"mpsched {mpsched.__version__} (Python "
-                           f"{platform.python_version()}, cloudpickle "
-                           f"{cloudpickle.__version__})")
+    assert out.strip() == (
+        f"mpsched {mpsched.__version__} (Python "
+        f"{platform.python_version()}, cloudpickle "
+        f"{cloudpickle.__version__})"
+    )
 
 
 def test_top_level_help_lists_every_exit_code_and_the_key_file_format(
-        capsys: pytest.CaptureFixture[str]) -> None:
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     assert set(EXIT_MEANINGS) == set(Exit)
     with pytest.raises(SystemExit):
         main(["--help"])
@@ -96,26 +105,54 @@ def test_the_exit_docstring_explains_signal_codes() -> None:
     assert Exit.__doc__ is not None and "128 +" in Exit.__doc__
 
 
-@pytest.mark.parametrize(("argv", "command", "error"), [
-    pytest.param(["submit", "jobs:noop", "--every", "0", "--connect", "unix:/x"], "submit",
-                 "argument --every: must be", id="bad-value"),
-    pytest.param(["submit", "--delay", "1"], "submit",
-                 "the following arguments are required: target", id="missing-argument"),
-    pytest.param(["submit", "jobs:noop", "--connect", "unix:/x", "--priority", "urgent"],
-                 "submit", "argument --priority: invalid choice", id="bad-choice"),
-    pytest.param(["status", "--connect", "unix:/x", "--bogus"], "status",
-                 "unrecognized arguments: --bogus", id="unknown-option"),
-    pytest.param(["serve", "--workers", "-1"], "serve", "argument --workers: must be 0",
-                 id="serve-negative-workers"),
-    pytest.param(["no-such-command"], None, "argument COMMAND: invalid choice",
-                 id="unknown-command"),
-    pytest.param(["submit", "operator:add", "1", "x", "--connect", "unix:/x"], "submit",
-                 "unrecognized arguments: 1 x (the function's arguments go in --args as a "
-                 """JSON list: --args '[1, "x"]')""", id="arguments-after-the-target"),
-])
+@pytest.mark.parametrize(
+    ("argv", "command", "error"),
+    [
+        pytest.param(
+            ["submit", "jobs:noop", "--every", "0", "--connect", "unix:/x"],
+            "submit",
+            "argument --every: must be",
+            id="bad-value",
+        ),
+        pytest.param(
+            ["submit", "--delay", "1"],
+            "submit",
+            "the following arguments are required: target",
+            id="missing-argument",
+        ),
+        pytest.param(
+            ["submit", "jobs:noop", "--connect", "unix:/x", "--priority", "urgent"],
+            "submit",
+            "argument --priority: invalid choice",
+            id="bad-choice",
+        ),
+        pytest.param(
+            ["status", "--connect", "unix:/x", "--bogus"],
+            "status",
+            "unrecognized arguments: --bogus",
+            id="unknown-option",
+        ),
+        pytest.param(
+            ["serve", "--workers", "-1"],
+            "serve",
+            "argument --workers: must be 0",
+            id="serve-negative-workers",
+        ),
+        pytest.param(
+            ["no-such-command"], None, "argument COMMAND: invalid choice", id="unknown-command"
+        ),
+        pytest.param(
+            ["submit", "operator:add", "1", "x", "--connect", "unix:/x"],
+            "submit",
+            "unrecognized arguments: 1 x (the function's arguments go in --args as a "
+            """JSON list: --args '[1, "x"]')""",
+            id="arguments-after-the-target",
+        ),
+    ],
+)
 def test_a_command_line_argparse_refuses_is_one_line_and_a_pointer_to_help(
-        argv: list[str], command: str | None, error: str,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    argv: list[str], command: str | None, error: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as exited:
         main(argv)
     assert exited.value.code == Exit.USAGE
@@ -125,16 +162,25 @@ def test_a_command_line_argparse_refuses_is_one_line_and_a_pointer_to_help(
     assert err.count("\n") == 1 and "usage:" not in err, err
 
 
-@pytest.mark.parametrize(("argv", "error"), [
-    pytest.param(["submit", "no_such_module:f"], "cannot import no_such_module:f",
-                 id="unimportable"),
-    pytest.param(["submit", "math:factorial", "--args", "[20"], "--args is not JSON",
-                 id="args-not-json"),
-    pytest.param(["submit", "math:factorial", "--every", "5", "--wait"],
-                 "--wait cannot wait for a schedule", id="recurring-wait"),
-])
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        pytest.param(
+            ["submit", "no_such_module:f"], "cannot import no_such_module:f", id="unimportable"
+        ),
+        pytest.param(
+            ["submit", "math:factorial", "--args", "[20"], "--args is not JSON", id="args-not-json"
+        ),
+        pytest.param(
+            ["submit", "math:factorial", "--every", "5", "--wait"],
+            "--wait cannot wait for a schedule",
+            id="recurring-wait",
+        ),
+    ],
+)
 def test_a_command_line_a_command_refuses_is_one_line_and_a_pointer_to_help(
-        argv: list[str], error: str, capsys: pytest.CaptureFixture[str]) -> None:
+    argv: list[str], error: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main([*argv, "--connect", "unix:/nowhere"]) == Exit.USAGE
     err = capsys.readouterr().err
     assert err.startswith(f"mpsched: {error}"), err
@@ -142,18 +188,24 @@ def test_a_command_line_a_command_refuses_is_one_line_and_a_pointer_to_help(
 
 
 def test_options_of_seconds_say_what_they_want_in_the_same_words(
-        capsys: pytest.CaptureFixture[str]) -> None:
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     said = []
-    for argv in (["worker", "--heartbeat-interval", "0"], ["worker", "--heartbeat-interval",
-                                                            "-1"],
-                 ["serve", "--drain-timeout", "-1"], ["serve", "--drain-timeout", "soon"]):
+    for argv in (
+        ["worker", "--heartbeat-interval", "0"],
+        ["worker", "--heartbeat-interval", "-1"],
+        ["serve", "--drain-timeout", "-1"],
+        ["serve", "--drain-timeout", "soon"],
+    ):
         with pytest.raises(SystemExit):
             main([*argv, "--connect", "unix:/x"] if argv[0] == "worker" else argv)
         said.append(capsys.readouterr().err.split(": ", 2)[2].split(";")[0])
-    assert said == ["must be a finite number of seconds > 0, not 0",
-                    "must be a finite number of seconds > 0, not -1",
-                    "must be a finite number of seconds >= 0, not -1",
-                    "must be a finite number of seconds >= 0, not soon"]
+    assert said == [
+        "must be a finite number of seconds > 0, not 0",
+        "must be a finite number of seconds > 0, not -1",
+        "must be a finite number of seconds >= 0, not -1",
+        "must be a finite number of seconds >= 0, not soon",
+    ]
 
 
 # ------------------------------------------------------------------------------ status text
@@ -161,22 +213,36 @@ def test_options_of_seconds_say_what_they_want_in_the_same_words(
 
 def stats(next_due_in: float | None) -> Stats:
     queue = QueueStats(
-        pending={"high": 1, "medium": 0, "low": 0}, in_flight=0, submitted=1, completed=0,
-        failed=0, cancelled=0, retried=0, timed_out=0, started_early=0,
-        next_due_in=next_due_in, lateness={"p50": 0.0, "p90": 0.0, "p99": 0.0, "max": 0.0},
-        lateness_samples=0, wakeups=0, waiting=0)
+        pending={"high": 1, "medium": 0, "low": 0},
+        in_flight=0,
+        submitted=1,
+        completed=0,
+        failed=0,
+        cancelled=0,
+        retried=0,
+        timed_out=0,
+        started_early=0,
+        next_due_in=next_due_in,
+        lateness={"p50": 0.0, "p90": 0.0, "p99": 0.0, "max": 0.0},
+        lateness_samples=0,
+        wakeups=0,
+        waiting=0,
+    )
     worker = WorkerStatus("w1", 42, "host", False, 0, None, 0.0, 2**20)
     return Stats(queue, (worker,), uptime=7300.0, throughput=0.0)
 
 
-@pytest.mark.parametrize(("seconds", "text"), [
-    pytest.param(0.35, "350 ms", id="ms"),
-    pytest.param(1.24, "1.2 s", id="s"),
-    pytest.param(245, "4 min 05 s", id="min"),
-    pytest.param(3 * 3600 + 125, "3 h 02 min", id="h"),
-    pytest.param(12 * 86400 + 4 * 3600 + 59, "12 d 04 h", id="d"),
-    pytest.param(1e300, "more than 100 years", id="far"),
-])
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        pytest.param(0.35, "350 ms", id="ms"),
+        pytest.param(1.24, "1.2 s", id="s"),
+        pytest.param(245, "4 min 05 s", id="min"),
+        pytest.param(3 * 3600 + 125, "3 h 02 min", id="h"),
+        pytest.param(12 * 86400 + 4 * 3600 + 59, "12 d 04 h", id="d"),
+        pytest.param(1e300, "more than 100 years", id="far"),
+    ],
+)
 def test_format_duration(seconds: float, text: str) -> None:
     assert format_duration(seconds) == text
 
@@ -185,7 +251,7 @@ def test_status_shows_the_next_due_job_as_a_wait_and_a_local_time() -> None:
     now = datetime(2026, 12, 3, 9, 0, 0).timestamp()
     due = format_due(3 * 3600 + 125, now)
     assert due.startswith("due in 3 h 02 min (2026-12-03T12:02:05")
-    assert datetime.fromisoformat(due[due.index("(") + 1:-1]).timestamp() == now + 3 * 3600 + 125
+    assert datetime.fromisoformat(due[due.index("(") + 1 : -1]).timestamp() == now + 3 * 3600 + 125
     assert format_due(-1.23, now).startswith("overdue by 1.2 s (2026-12-03T08:59:58")
     assert format_due(None, now) == "-"
 
@@ -252,15 +318,23 @@ def silent_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 
 
 def command_line(command: str, address: str, key_file: Path) -> list[str]:
-    extra = {"submit": ["math:factorial", "--args", "[3]", "--wait"],
-             "worker": ["--processes", "1"], "stress": ["--jobs", "10"]}.get(command, [])
+    extra = {
+        "submit": ["math:factorial", "--args", "[3]", "--wait"],
+        "worker": ["--processes", "1"],
+        "stress": ["--jobs", "10"],
+    }.get(command, [])
     return [command, *extra, "--connect", address, "--authkey-file", str(key_file)]
 
 
 @pytest.mark.parametrize("command", ["status", "worker", "submit", "stress"])
 def test_every_client_command_says_what_is_at_a_wrong_address(
-        command: str, key_file: Path, tmp_path: Path, refused_port: int, chatty_server: str,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    command: str,
+    key_file: Path,
+    tmp_path: Path,
+    refused_port: int,
+    chatty_server: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     cases = {
         "nohost.invalid:7000": "unknown host nohost.invalid",
         f"127.0.0.1:{refused_port}": "nothing is listening there",
@@ -275,46 +349,62 @@ def test_every_client_command_says_what_is_at_a_wrong_address(
 
 
 def test_a_silent_server_is_not_a_manager(
-        key_file: Path, silent_server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    key_file: Path, silent_server: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(command_line("status", silent_server, key_file)) == Exit.UNREACHABLE
     err = capsys.readouterr().err
     # A TCP server that stays silent may also be a manager serving TLS: said too.
-    assert err == (f"mpsched: no manager answers at {silent_server}: what listens there is "
-                   f"not an mpsched manager (it sent no handshake in time; if it serves TLS, "
-                   f"connect with --tls-ca)\n")
+    assert err == (
+        f"mpsched: no manager answers at {silent_server}: what listens there is "
+        f"not an mpsched manager (it sent no handshake in time; if it serves TLS, "
+        f"connect with --tls-ca)\n"
+    )
 
 
 def test_connect_raises_a_connection_error_saying_what_is_there(
-        tmp_path: Path, refused_port: int, chatty_server: str, silent_server: str) -> None:
+    tmp_path: Path, refused_port: int, chatty_server: str, silent_server: str
+) -> None:
     for address, reason in [
-            ("nohost.invalid:7000", "unknown host"),
-            (f"127.0.0.1:{refused_port}", "nothing is listening there"),
-            (str(tmp_path / "none.sock"), "no such socket file"),
-            (chatty_server, "not an mpsched manager (it sent something else"),
-            (silent_server, "not an mpsched manager (it sent no handshake in time; if it "
-                            "serves TLS, connect with --tls-ca)")]:
+        ("nohost.invalid:7000", "unknown host"),
+        (f"127.0.0.1:{refused_port}", "nothing is listening there"),
+        (str(tmp_path / "none.sock"), "no such socket file"),
+        (chatty_server, "not an mpsched manager (it sent something else"),
+        (
+            silent_server,
+            "not an mpsched manager (it sent no handshake in time; if it "
+            "serves TLS, connect with --tls-ca)",
+        ),
+    ]:
         with pytest.raises(ManagerUnreachableError) as caught:
             mpsched.connect(address, authkey=b"secret")
         assert isinstance(caught.value, ConnectionError)
         assert reason in str(caught.value), (address, str(caught.value))
 
 
-@pytest.mark.parametrize(("error", "reason"), [
-    pytest.param(socket.gaierror(-2, "Name or service not known"), "unknown host db1",
-                 id="gaierror"),
-    pytest.param(ConnectionRefusedError(111, "Connection refused"), "nothing is listening",
-                 id="refused"),
-    pytest.param(PermissionError(13, "Permission denied"), "no permission", id="permission"),
-    pytest.param(OSError(113, "No route to host"), "cannot reach the host", id="no-route"),
-    pytest.param(BlockingIOError(11, "Resource temporarily unavailable"), "no handshake",
-                 id="silent"),
-    pytest.param(EOFError(), "hung up", id="eof"),
-    pytest.param(ConnectionResetError(104, "reset"), "hung up", id="reset"),
-    pytest.param(ConnectionResetError("closed during the handshake (does it require TLS?)"),
-                 "hung up during the handshake; if it serves TLS, connect with --tls-ca",
-                 id="reset-by-a-tls-server"),
-    pytest.param(AssertionError("message = b'hello'"), "sent something else", id="garbage"),
-])
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        pytest.param(
+            socket.gaierror(-2, "Name or service not known"), "unknown host db1", id="gaierror"
+        ),
+        pytest.param(
+            ConnectionRefusedError(111, "Connection refused"), "nothing is listening", id="refused"
+        ),
+        pytest.param(PermissionError(13, "Permission denied"), "no permission", id="permission"),
+        pytest.param(OSError(113, "No route to host"), "cannot reach the host", id="no-route"),
+        pytest.param(
+            BlockingIOError(11, "Resource temporarily unavailable"), "no handshake", id="silent"
+        ),
+        pytest.param(EOFError(), "hung up", id="eof"),
+        pytest.param(ConnectionResetError(104, "reset"), "hung up", id="reset"),
+        pytest.param(
+            ConnectionResetError("closed during the handshake (does it require TLS?)"),
+            "hung up during the handshake; if it serves TLS, connect with --tls-ca",
+            id="reset-by-a-tls-server",
+        ),
+        pytest.param(AssertionError("message = b'hello'"), "sent something else", id="garbage"),
+    ],
+)
 def test_unreachable_reasons(error: BaseException, reason: str) -> None:
     unreachable = ManagerUnreachableError.from_error("db1:7000", error)
     assert str(unreachable).startswith("no manager answers at db1:7000: ")
@@ -322,7 +412,7 @@ def test_unreachable_reasons(error: BaseException, reason: str) -> None:
 
 
 def test_a_wrong_address_is_still_a_usage_error(
-        key_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["status", "--connect", "nowhere", "--authkey-file", str(key_file)]) \
-        == Exit.USAGE
+    key_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["status", "--connect", "nowhere", "--authkey-file", str(key_file)]) == Exit.USAGE
     assert "HOST:PORT" in capsys.readouterr().err

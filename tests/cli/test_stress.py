@@ -21,15 +21,24 @@ JOBS_EACH = 2000
 
 
 def test_many_producers_and_workers_run_every_job_exactly_once_never_early(
-        make_scheduler, tmp_path):
+    make_scheduler, tmp_path
+):
     s = make_scheduler(workers=4)
     log_path = str(tmp_path / "runs.log")
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(PRODUCERS, mp_context=ctx) as producers:
-        reports = list(producers.map(
-            jobs.produce, [s.address] * PRODUCERS, [s.authkey] * PRODUCERS,
-            range(PRODUCERS), [JOBS_EACH] * PRODUCERS, [log_path] * PRODUCERS,
-            [2.0] * PRODUCERS, timeout=240))
+        reports = list(
+            producers.map(
+                jobs.produce,
+                [s.address] * PRODUCERS,
+                [s.authkey] * PRODUCERS,
+                range(PRODUCERS),
+                [JOBS_EACH] * PRODUCERS,
+                [log_path] * PRODUCERS,
+                [2.0] * PRODUCERS,
+                timeout=240,
+            )
+        )
     expected = {f"p{p}-{i}" for p in range(PRODUCERS) for i in range(JOBS_EACH)}
     assert sum(r["early"] for r in reports) == 0
     returned = Counter(k for r in reports for k in r["keys"])
@@ -52,15 +61,25 @@ def test_run_stress_passes_and_says_ok() -> None:
     assert run_stress(**STRESS, out=out) == 0, out.getvalue()
     report = out.getvalue()
     assert report.splitlines()[-1] == "OK: 600 jobs ran exactly once, none early", report
-    for label in ("jobs:", "producers:", "workers:", "elapsed:", "throughput:",
-                  "lateness, manager", "lateness, producers"):
+    for label in (
+        "jobs:",
+        "producers:",
+        "workers:",
+        "elapsed:",
+        "throughput:",
+        "lateness, manager",
+        "lateness, producers",
+    ):
         assert label in report, report
 
 
-@pytest.mark.parametrize(("inject", "named"), [
-    pytest.param("duplicate", "1 duplicated", id="duplicate"),
-    pytest.param("loss", "1 lost", id="loss"),
-])
+@pytest.mark.parametrize(
+    ("inject", "named"),
+    [
+        pytest.param("duplicate", "1 duplicated", id="duplicate"),
+        pytest.param("loss", "1 lost", id="loss"),
+    ],
+)
 def test_run_stress_verifier_catches_an_injected_fault(inject: str, named: str) -> None:
     out = io.StringIO()
     assert run_stress(**STRESS, inject=inject, out=out) == 1, out.getvalue()
@@ -72,31 +91,54 @@ def test_run_stress_verifier_catches_an_injected_fault(inject: str, named: str) 
 def test_run_stress_uses_a_running_manager(make_scheduler) -> None:
     s = make_scheduler(workers=2)
     out = io.StringIO()
-    assert run_stress(producers=2, workers=99, jobs=200, horizon=0.5, address=s.address,
-                      authkey=s.authkey, out=out) == 0, out.getvalue()
+    assert (
+        run_stress(
+            producers=2,
+            workers=99,
+            jobs=200,
+            horizon=0.5,
+            address=s.address,
+            authkey=s.authkey,
+            out=out,
+        )
+        == 0
+    ), out.getvalue()
     assert "OK: 200 jobs ran exactly once" in out.getvalue()
     assert s.stats().completed == 200
 
 
-@pytest.mark.parametrize("bad", [
-    pytest.param({"jobs": 0}, id="no-jobs"),
-    pytest.param({"producers": 0}, id="no-producers"),
-    pytest.param({"horizon": -1.0}, id="negative-horizon"),
-    pytest.param({"inject": "reorder"}, id="unknown-inject"),
-    pytest.param({"address": "/tmp/mpsched.sock"}, id="address-without-authkey"),
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param({"jobs": 0}, id="no-jobs"),
+        pytest.param({"producers": 0}, id="no-producers"),
+        pytest.param({"horizon": -1.0}, id="negative-horizon"),
+        pytest.param({"inject": "reorder"}, id="unknown-inject"),
+        pytest.param({"address": "/tmp/mpsched.sock"}, id="address-without-authkey"),
+    ],
+)
 def test_run_stress_refuses_bad_arguments(bad: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         run_stress(**{**STRESS, **bad}, out=io.StringIO())
 
 
 def test_stress_on_a_redis_store_kills_managers_and_every_job_still_runs_once(
-        shared_redis, redis_url):
+    shared_redis, redis_url
+):
     from mpsched._cli.stress_shared import run_shared_stress
 
     out = io.StringIO()
-    code = run_shared_stress(store=redis_url, managers=2, producers=2, workers=1, jobs=1000,
-                             horizon=2.0, kill_every=0.7, lease_timeout=1.0, out=out)
+    code = run_shared_stress(
+        store=redis_url,
+        managers=2,
+        producers=2,
+        workers=1,
+        jobs=1000,
+        horizon=2.0,
+        kill_every=0.7,
+        lease_timeout=1.0,
+        out=out,
+    )
     text = out.getvalue()
     assert code == 0, text
     assert "OK: 1000 jobs ran exactly once, none early" in text

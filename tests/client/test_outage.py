@@ -95,8 +95,7 @@ class FakeManager:
 
     def collect(self, client_id: str, timeout: float, waiting: int = 0) -> list[Outcome] | None:
         with self._lock:
-            self._changed.wait_for(lambda: self._outcomes or self._cut or self._closed,
-                                   timeout)
+            self._changed.wait_for(lambda: self._outcomes or self._cut or self._closed, timeout)
             if self._cut:
                 raise EOFError
             if self._closed and not self._outcomes:
@@ -104,8 +103,7 @@ class FakeManager:
             outcomes, self._outcomes = self._outcomes, []
             return outcomes
 
-    def submit(self, requests: list[JobRequest], timeout: float | None,
-               withdrawn: int = 0) -> None:
+    def submit(self, requests: list[JobRequest], timeout: float | None, withdrawn: int = 0) -> None:
         self.submitting.release()
         assert self.hold.wait(WAIT)
         self._check()
@@ -170,7 +168,8 @@ def clients() -> Iterator[Callable[..., Client]]:
 
 
 def test_with_a_store_outstanding_futures_wait_out_the_outage_and_resolve_by_id(
-        clients: Callable[..., Client]) -> None:
+    clients: Callable[..., Client],
+) -> None:
     first, comeback = FakeManager(store=True), Comeback()
     client = clients(first, comeback)
     early = client.submit(jobs.noop, 1)
@@ -178,8 +177,9 @@ def test_with_a_store_outstanding_futures_wait_out_the_outage_and_resolve_by_id(
     client.stats()  # both reached the manager
     first.cut()
     wait_for(lambda: client._core.link.outage is not None, WAIT, "the client noticed")
-    with pytest.raises(ManagerConnectionLostError, match=f"manager at {WHERE} .*nothing was "
-                                                         f"sent") as refused:
+    with pytest.raises(
+        ManagerConnectionLostError, match=f"manager at {WHERE} .*nothing was sent"
+    ) as refused:
         client.submit(jobs.noop, 3)
     assert isinstance(refused.value, SchedulerShutdownError)  # as it was before
     assert first.submitted == [[early.job_id, late.job_id]]  # the refused one never went
@@ -188,8 +188,9 @@ def test_with_a_store_outstanding_futures_wait_out_the_outage_and_resolve_by_id(
     assert not early.done() and not late.done()
 
     # Restarted on its store: it knows both jobs; the first ended while the client was away.
-    second = FakeManager(store=True, known={early.job_id: done(early.job_id, "early"),
-                                            late.job_id: None})
+    second = FakeManager(
+        store=True, known={early.job_id: done(early.job_id, "early"), late.job_id: None}
+    )
     comeback.manager = second
     assert early.result(WAIT) == "early"
     wait_for(lambda: client._core.link.outage is None, WAIT, "the client is back")
@@ -205,7 +206,8 @@ def test_with_a_store_outstanding_futures_wait_out_the_outage_and_resolve_by_id(
 
 @pytest.mark.parametrize("landed", [True, False], ids=["landed", "never-got-it"])
 def test_a_batch_whose_reply_was_lost_is_sent_again_only_if_the_manager_never_got_it(
-        clients: Callable[..., Client], landed: bool) -> None:
+    clients: Callable[..., Client], landed: bool
+) -> None:
     first, comeback = FakeManager(store=True), Comeback()
     client = clients(first, comeback)
     first.hold.clear()
@@ -215,8 +217,9 @@ def test_a_batch_whose_reply_was_lost_is_sent_again_only_if_the_manager_never_go
     first.cut_at_submit = landed
     first.hold.set()
     wait_for(lambda: client._core.link.outage is not None, WAIT, "the client noticed")
-    second = FakeManager(store=True, known=dict.fromkeys(
-        [on_its_way.job_id] if landed else []))  # its store has what landed
+    second = FakeManager(
+        store=True, known=dict.fromkeys([on_its_way.job_id] if landed else [])
+    )  # its store has what landed
     comeback.manager = second
     wait_for(lambda: client._core.link.outage is None, WAIT, "the client is back")
     client.stats()  # what the outbox held has been sent
@@ -231,7 +234,8 @@ def test_a_batch_whose_reply_was_lost_is_sent_again_only_if_the_manager_never_go
 
 
 def test_without_a_store_what_was_outstanding_fails_and_new_submits_work_once_back(
-        clients: Callable[..., Client]) -> None:
+    clients: Callable[..., Client],
+) -> None:
     first, comeback = FakeManager(store=False), Comeback()
     client = clients(first, comeback)
     sent = client.submit(jobs.noop, 1)
@@ -243,8 +247,11 @@ def test_without_a_store_what_was_outstanding_fails_and_new_submits_work_once_ba
     unsent = client.submit(jobs.noop, 3)
     first.cut()
     first.hold.set()
-    for future, says in ((sent, "may have run"), (on_its_way, "may have reached"),
-                         (unsent, "never sent, and did not run")):
+    for future, says in (
+        (sent, "may have run"),
+        (on_its_way, "may have reached"),
+        (unsent, "never sent, and did not run"),
+    ):
         error = future.exception(WAIT)
         assert isinstance(error, ManagerConnectionLostError), error
         assert error.address == WHERE and error.reason == "EOFError"
@@ -262,7 +269,8 @@ def test_without_a_store_what_was_outstanding_fails_and_new_submits_work_once_ba
 
 @pytest.mark.slow  # seconds of waiting: out of make test-fast
 def test_one_warning_per_outage_however_many_tries_it_takes(
-        clients: Callable[..., Client], caplog: pytest.LogCaptureFixture) -> None:
+    clients: Callable[..., Client], caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO, logger="mpsched.client")
     managers = [FakeManager(store=True) for _ in range(3)]
     comeback = Comeback()
@@ -270,8 +278,11 @@ def test_one_warning_per_outage_however_many_tries_it_takes(
     for lost, back in itertools.pairwise(managers):
         tries = comeback.tries
         lost.cut()
-        wait_for(lambda: comeback.tries >= tries + 3,  # noqa: B023 (called at once)
-                 WAIT, "three tries refused")
+        wait_for(
+            lambda: comeback.tries >= tries + 3,  # noqa: B023 (called at once)
+            WAIT,
+            "three tries refused",
+        )
         comeback.manager = back
         wait_for(lambda: back.opened, WAIT, "the client is back")  # noqa: B023 (at once)
         wait_for(lambda: client._core.link.outage is None, WAIT, "the outage ended")
@@ -279,12 +290,15 @@ def test_one_warning_per_outage_however_many_tries_it_takes(
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     infos = [r for r in caplog.records if "reconnected to the manager" in r.getMessage()]
     assert len(warnings) == 2 and len(infos) == 2, caplog.text
-    assert all(f"lost the connection to the manager at {WHERE} (EOFError); reconnecting"
-               in r.getMessage() for r in warnings)
+    assert all(
+        f"lost the connection to the manager at {WHERE} (EOFError); reconnecting" in r.getMessage()
+        for r in warnings
+    )
 
 
 def test_a_client_closed_during_an_outage_stops_trying_and_fails_what_it_waited_for(
-        clients: Callable[..., Client]) -> None:
+    clients: Callable[..., Client],
+) -> None:
     first, comeback = FakeManager(store=True), Comeback()
     client = clients(first, comeback)
     waiting = client.submit(jobs.noop, 1)
@@ -304,7 +318,8 @@ def test_a_client_closed_during_an_outage_stops_trying_and_fails_what_it_waited_
 
 
 def test_a_manager_that_refuses_the_client_ends_its_reconnecting(
-        clients: Callable[..., Client], caplog: pytest.LogCaptureFixture) -> None:
+    clients: Callable[..., Client], caplog: pytest.LogCaptureFixture
+) -> None:
     first, comeback = FakeManager(store=True), Comeback()
     comeback.refusal = mpsched.AuthenticationError("wrong authkey?")
     client = clients(first, comeback)
@@ -321,7 +336,8 @@ def test_a_manager_that_refuses_the_client_ends_its_reconnecting(
 
 
 def test_a_client_that_cannot_reconnect_says_so_to_its_futures_and_submits(
-        clients: Callable[..., Client]) -> None:
+    clients: Callable[..., Client],
+) -> None:
     first = FakeManager(store=True)
     client = clients(first, None, lost_advice="start a new one")
     waiting = client.submit(jobs.noop, 1)
@@ -329,7 +345,8 @@ def test_a_client_that_cannot_reconnect_says_so_to_its_futures_and_submits(
     first.cut()
     error = waiting.exception(WAIT)
     assert isinstance(error, ManagerConnectionLostError)
-    assert str(error) == f"lost the connection to the manager at {WHERE} (EOFError); " \
-                         f"start a new one"
+    assert (
+        str(error) == f"lost the connection to the manager at {WHERE} (EOFError); start a new one"
+    )
     with pytest.raises(ManagerConnectionLostError, match=r"start a new one$"):
         client.submit(jobs.noop, 2)

@@ -27,8 +27,7 @@ class FakeService:
     def use_connection(self, connection: object) -> None:
         pass
 
-    def submit(self, requests: list[JobRequest], timeout: float | None,
-               withdrawn: int = 0) -> None:
+    def submit(self, requests: list[JobRequest], timeout: float | None, withdrawn: int = 0) -> None:
         self.withdrawn += withdrawn
         self.entered.release()
         assert self.release.wait(WAIT)
@@ -139,8 +138,7 @@ class CountHeldService(FakeService):
         self.count_sending = threading.Event()
         self.count_release = threading.Event()
 
-    def submit(self, requests: list[JobRequest], timeout: float | None,
-               withdrawn: int = 0) -> None:
+    def submit(self, requests: list[JobRequest], timeout: float | None, withdrawn: int = 0) -> None:
         if not requests:
             self.count_sending.set()
             assert self.count_release.wait(WAIT)
@@ -170,8 +168,7 @@ def test_flush_waits_for_a_count_on_its_way_without_any_request() -> None:
 # ------------------------------------------------------------------------------ paused
 
 
-def test_a_paused_outbox_refuses_requests_and_sends_nothing_after_the_call_on_its_way(
-        outbox):
+def test_a_paused_outbox_refuses_requests_and_sends_nothing_after_the_call_on_its_way(outbox):
     box, service, _ = outbox
     assert box.put(req("a")) is True
     assert service.entered.acquire(timeout=WAIT)  # "a" is on its way

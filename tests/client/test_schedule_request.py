@@ -18,8 +18,12 @@ def _noop() -> None:
 
 def test_start_takes_a_delay_a_timedelta_epoch_seconds_or_a_datetime():
     def built(start: object) -> ScheduleSpec:
-        return build_spec(ScheduleRequest(kind=ScheduleKind.EVERY, schedule_id="s", interval=10,
-                                          start=start), _noop, (), {})  # type: ignore[arg-type]
+        return build_spec(
+            ScheduleRequest(kind=ScheduleKind.EVERY, schedule_id="s", interval=10, start=start),  # type: ignore[arg-type]
+            _noop,
+            (),
+            {},
+        )
 
     assert (built(5).start_delay, built(5).start_at) == (5.0, None)
     assert built(timedelta(minutes=1)).start_delay == 60.0
@@ -32,8 +36,9 @@ def test_start_takes_a_delay_a_timedelta_epoch_seconds_or_a_datetime():
 
 def test_the_default_id_is_stable_for_one_spec_and_differs_for_another():
     def built(interval: float, *args: object) -> ScheduleSpec:
-        return build_spec(ScheduleRequest(kind=ScheduleKind.EVERY, interval=interval), _noop,
-                          args, {})
+        return build_spec(
+            ScheduleRequest(kind=ScheduleKind.EVERY, interval=interval), _noop, args, {}
+        )
 
     assert built(10).schedule_id == built(10).schedule_id == default_id(built(10))
     assert built(10).schedule_id.startswith("_noop~")

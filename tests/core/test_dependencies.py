@@ -20,8 +20,9 @@ from mpsched._errors import InvalidJobError
 
 
 def job(job_id: str) -> Job:
-    return Job(job_id=job_id, client_id="c", payload=b"p-" + job_id.encode(), priority=2,
-               due=0.0, seq=0)
+    return Job(
+        job_id=job_id, client_id="c", payload=b"p-" + job_id.encode(), priority=2, due=0.0, seq=0
+    )
 
 
 def ok(job_id: str, value: bytes = b"r") -> Outcome:

@@ -43,8 +43,11 @@ def test_a_quantile_is_the_bound_of_its_bucket() -> None:
     assert histogram.snapshot().quantile(1.0) == math.inf
 
 
-@pytest.mark.parametrize("bounds", [(), (1.0, 1.0), (2.0, 1.0), (1.0, math.inf)],
-                         ids=["none", "equal", "decreasing", "infinite"])
+@pytest.mark.parametrize(
+    "bounds",
+    [(), (1.0, 1.0), (2.0, 1.0), (1.0, math.inf)],
+    ids=["none", "equal", "decreasing", "infinite"],
+)
 def test_bounds_must_be_finite_and_increasing(bounds: tuple[float, ...]) -> None:
     with pytest.raises(ValueError, match="finite and increasing"):
         Histogram(bounds)

@@ -180,14 +180,17 @@ def _request(**changes: Any) -> JobRequest:
     return JobRequest("j", "c", b"", 2, 0.0, None)._replace(**changes)
 
 
-@pytest.mark.parametrize("changes", [
-    pytest.param({"delay": 1e300}, id="delay-past-9999"),
-    pytest.param({"delay": None, "at": 1e300}, id="at-past-9999"),
-    pytest.param({"delay": None, "at": -1e300}, id="at-before-year-1"),
-    pytest.param({"timeout": True}, id="bool-timeout"),
-    pytest.param({"timeout": 0}, id="zero-timeout"),
-    pytest.param({"retries": -1}, id="negative-retries"),
-])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        pytest.param({"delay": 1e300}, id="delay-past-9999"),
+        pytest.param({"delay": None, "at": 1e300}, id="at-past-9999"),
+        pytest.param({"delay": None, "at": -1e300}, id="at-before-year-1"),
+        pytest.param({"timeout": True}, id="bool-timeout"),
+        pytest.param({"timeout": 0}, id="zero-timeout"),
+        pytest.param({"retries": -1}, id="negative-retries"),
+    ],
+)
 def test_check_request_rejects_what_cannot_be_represented(changes: dict[str, object]) -> None:
     with pytest.raises(InvalidJobError):
         check_request(_request(**changes))
@@ -198,11 +201,14 @@ def test_check_request_accepts_the_last_second_of_9999() -> None:
     check_request(_request(delay=3600.0, timeout=1, retries=2))
 
 
-@pytest.mark.parametrize("kwargs", [
-    pytest.param({"delay": 1e300}, id="delay"),
-    pytest.param({"at": 1e300}, id="at"),
-    pytest.param({"at": MAX_EPOCH + 1}, id="at-just-past"),
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        pytest.param({"delay": 1e300}, id="delay"),
+        pytest.param({"at": 1e300}, id="at"),
+        pytest.param({"at": MAX_EPOCH + 1}, id="at-just-past"),
+    ],
+)
 def test_the_client_rejects_overflowing_times_at_the_call_site(kwargs: dict[str, Any]) -> None:
     from mpsched._client.client import Client
 

@@ -63,8 +63,9 @@ class FakeClaims:
             return True
 
 
-def request(job_id: str, priority: int = MEDIUM, *, delay: float = 0.0,
-            timeout: float | None = None) -> JobRequest:
+def request(
+    job_id: str, priority: int = MEDIUM, *, delay: float = 0.0, timeout: float | None = None
+) -> JobRequest:
     return JobRequest(job_id, "client", job_id.encode(), priority, delay, None, timeout)
 
 
@@ -96,8 +97,9 @@ def queues(claims: FakeClaims) -> Iterator[list[JobQueue]]:
         queue.close()
 
 
-def fake_queue(queues: list[JobQueue], claims: FakeClaims | None,
-               order: Order = Order.TIME) -> JobQueue:
+def fake_queue(
+    queues: list[JobQueue], claims: FakeClaims | None, order: Order = Order.TIME
+) -> JobQueue:
     queue = JobQueue(clock=FakeClock(), order=order, claims=claims)
     queues.append(queue)
     return queue
@@ -111,7 +113,8 @@ ORDERS = pytest.mark.parametrize("order", [Order.TIME, Order.PRIORITY], ids=["ti
 
 @ORDERS
 def test_a_batch_is_the_head_and_due_jobs_after_it_in_heap_order(
-        queues: list[JobQueue], claims: FakeClaims, order: Order) -> None:
+    queues: list[JobQueue], claims: FakeClaims, order: Order
+) -> None:
     queue = fake_queue(queues, claims, order)
     queue.submit_many([request("m0"), request("m1")])
     clock = queue.clock
@@ -126,17 +129,26 @@ def test_a_batch_is_the_head_and_due_jobs_after_it_in_heap_order(
 
 
 def test_nothing_is_prefetched_without_claims_or_for_a_worker_with_no_slot(
-        queues: list[JobQueue], claims: FakeClaims) -> None:
+    queues: list[JobQueue], claims: FakeClaims
+) -> None:
     for queue, worker in ((fake_queue(queues, None), "a"), (fake_queue(queues, claims), "far")):
         queue.submit_many([request("j0"), request("j1")])
         assert ids(queue.take_batch(worker, 0, more=3)) == ["j0"]
 
 
 def test_prefetch_stops_at_a_job_not_due_with_a_timeout_or_refused(
-        queues: list[JobQueue], claims: FakeClaims) -> None:
+    queues: list[JobQueue], claims: FakeClaims
+) -> None:
     queue = fake_queue(queues, claims)
-    queue.submit_many([request("j0"), request("j1"), request("timed", timeout=5.0),
-                       request("j3"), request("later", delay=1.0)])
+    queue.submit_many(
+        [
+            request("j0"),
+            request("j1"),
+            request("timed", timeout=5.0),
+            request("j3"),
+            request("later", delay=1.0),
+        ]
+    )
     assert ids(queue.take_batch("a", 0, more=7)) == ["j0", "j1"]
     assert ids(queue.take_batch("b", 0, more=7)) == ["timed", "j3"]  # first: as any take
     queue.submit_many([request("run"), request("plain")])
@@ -170,7 +182,8 @@ def test_two_idle_takers_get_one_job_each_and_nothing_is_revoked(claims: FakeCla
 
 
 def test_an_idle_taker_takes_back_what_another_worker_has_not_started(
-        queues: list[JobQueue], claims: FakeClaims) -> None:
+    queues: list[JobQueue], claims: FakeClaims
+) -> None:
     queue = fake_queue(queues, claims)
     queue.submit_many([request(f"j{n}") for n in range(4)])
     batch = queue.take_batch("a", 0, more=3)
@@ -184,7 +197,8 @@ def test_an_idle_taker_takes_back_what_another_worker_has_not_started(
 
 
 def test_taking_back_leaves_the_jobs_already_started(
-        queues: list[JobQueue], claims: FakeClaims) -> None:
+    queues: list[JobQueue], claims: FakeClaims
+) -> None:
     queue = fake_queue(queues, claims)
     queue.submit_many([request(f"j{n}") for n in range(4)])
     batch = queue.take_batch("a", 0, more=3)
@@ -196,7 +210,8 @@ def test_taking_back_leaves_the_jobs_already_started(
 
 
 def test_a_worker_reporting_its_batch_leaves_nothing_to_take_back(
-        queues: list[JobQueue], claims: FakeClaims) -> None:
+    queues: list[JobQueue], claims: FakeClaims
+) -> None:
     queue = fake_queue(queues, claims)
     queue.submit_many([request(f"j{n}") for n in range(3)])
     batch = queue.take_batch("a", 0, more=2)
@@ -210,7 +225,8 @@ def test_a_worker_reporting_its_batch_leaves_nothing_to_take_back(
 
 @pytest.mark.parametrize("order", [Order.PRIORITY], ids=["priority"])
 def test_a_due_job_that_goes_first_takes_back_the_prefetched_jobs_after_it(
-        queues: list[JobQueue], claims: FakeClaims, order: Order) -> None:
+    queues: list[JobQueue], claims: FakeClaims, order: Order
+) -> None:
     queue = fake_queue(queues, claims, order)
     queue.submit_many([request(f"m{n}") for n in range(3)])
     batch = queue.take_batch("a", 0, more=2)
@@ -222,7 +238,8 @@ def test_a_due_job_that_goes_first_takes_back_the_prefetched_jobs_after_it(
 
 
 def test_a_job_that_goes_after_them_takes_nothing_back(
-        queues: list[JobQueue], claims: FakeClaims) -> None:
+    queues: list[JobQueue], claims: FakeClaims
+) -> None:
     queue = fake_queue(queues, claims)
     queue.submit_many([request(f"j{n}") for n in range(3)])
     queue.take_batch("a", 0, more=2)
@@ -234,7 +251,8 @@ def test_a_job_that_goes_after_them_takes_nothing_back(
 
 
 def test_a_requeued_job_goes_before_the_prefetched_ones(
-        queues: list[JobQueue], claims: FakeClaims) -> None:
+    queues: list[JobQueue], claims: FakeClaims
+) -> None:
     queue = fake_queue(queues, claims)
     queue.submit_many([request(f"j{n}") for n in range(4)])
     first = queue.take_batch("b", 0)  # j0, to a worker that will die
@@ -247,7 +265,8 @@ def test_a_requeued_job_goes_before_the_prefetched_ones(
 
 
 def test_cancelling_a_prefetched_job_takes_it_back_and_cancels_it(
-        queues: list[JobQueue], claims: FakeClaims) -> None:
+    queues: list[JobQueue], claims: FakeClaims
+) -> None:
     queue = fake_queue(queues, claims)
     queue.submit_many([request(f"j{n}") for n in range(3)])
     batch = queue.take_batch("a", 0, more=2)
@@ -260,7 +279,8 @@ def test_cancelling_a_prefetched_job_takes_it_back_and_cancels_it(
 
 
 def test_a_leaving_worker_gives_back_what_it_did_not_start(
-        queues: list[JobQueue], claims: FakeClaims) -> None:
+    queues: list[JobQueue], claims: FakeClaims
+) -> None:
     queue = fake_queue(queues, claims)
     queue.submit_many([request(f"j{n}") for n in range(4)])
     batch = queue.take_batch("a", 0, more=3)
@@ -285,7 +305,8 @@ def test_revoked_jobs_are_told_to_the_journal_as_pending_again(claims: FakeClaim
 
 
 def test_a_worker_whose_batch_is_being_taken_back_gets_nothing_until_that_ends(
-        claims: FakeClaims) -> None:
+    claims: FakeClaims,
+) -> None:
     clock = FakeClock()
     queue = JobQueue(clock=clock, claims=claims)
     queue.submit_many([request(f"j{n}") for n in range(3)])
@@ -361,8 +382,7 @@ def test_every_job_runs_once_or_is_cancelled_while_workers_steal_from_each_other
     def submit() -> None:
         for start in range(0, total, burst):
             priority = HIGH if start % (5 * burst) == 0 else MEDIUM
-            queue.submit_many([request(f"j{n}", priority)
-                               for n in range(start, start + burst)])
+            queue.submit_many([request(f"j{n}", priority) for n in range(start, start + burst)])
             submitted[0] = start + burst
             time.sleep(0.0005)  # bursts: workers find the heap empty and take back
 
@@ -397,7 +417,8 @@ def test_every_job_runs_once_or_is_cancelled_while_workers_steal_from_each_other
 
 
 def test_jobs_prefetched_are_in_flight_with_their_worker(
-        queues: list[JobQueue], claims: FakeClaims) -> None:
+    queues: list[JobQueue], claims: FakeClaims
+) -> None:
     queue = fake_queue(queues, claims)
     queue.submit_many([request("j0"), request("j1")])
     queue.take_batch("a", 0, more=1)

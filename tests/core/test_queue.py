@@ -98,8 +98,9 @@ class Taker(threading.Thread):
     def run(self) -> None:
         try:
             while self.limit is None or len(self.answers) < self.limit:
-                batch = self.queue.take_batch(self.worker_id, self.timeout, self.early,
-                                              queues=self.queues)
+                batch = self.queue.take_batch(
+                    self.worker_id, self.timeout, self.early, queues=self.queues
+                )
                 self.answers.append((batch[0] if batch else None, self.now()))
         except SchedulerShutdownError:
             self.shut_down = True
@@ -166,17 +167,18 @@ class Harness:
         now: Callable[[], float] | None = None,
         early: float = 0.0,
     ) -> Taker:
-        taker = Taker(queue, now or self.clock.now, worker_id, limit=limit, timeout=timeout,
-                      early=early)
+        taker = Taker(
+            queue, now or self.clock.now, worker_id, limit=limit, timeout=timeout, early=early
+        )
         self.threads.append(taker)
         taker.start()
         return taker
 
-    def taker_of(self, queue: JobQueue, worker_id: str, queues: tuple[str, ...], *,
-                 limit: int | None = None) -> Taker:
+    def taker_of(
+        self, queue: JobQueue, worker_id: str, queues: tuple[str, ...], *, limit: int | None = None
+    ) -> Taker:
         """A taker that serves ``queues`` only, in that order."""
-        taker = Taker(queue, self.clock.now, worker_id, limit=limit, timeout=FOREVER,
-                      queues=queues)
+        taker = Taker(queue, self.clock.now, worker_id, limit=limit, timeout=FOREVER, queues=queues)
         self.threads.append(taker)
         taker.start()
         return taker
@@ -338,8 +340,9 @@ def test_equal_at_values_in_one_batch_tie_break_by_priority_across_thread_switch
     clock = SwitchingClock()
     queue = harness.queue(clock=clock)
     at = clock.wall() + 3
-    queue.submit_many([request("high", HIGH, at=at), request("medium", MEDIUM, at=at),
-                       request("low", LOW, at=at)])
+    queue.submit_many(
+        [request("high", HIGH, at=at), request("medium", MEDIUM, at=at), request("low", LOW, at=at)]
+    )
     clock.advance(4)
     assert drain(queue) == ["high", "medium", "low"]
 
@@ -1288,8 +1291,9 @@ def test_submit_many_waits_for_room_for_the_whole_batch(harness: Harness) -> Non
 def test_early_take_hands_out_a_job_just_before_it_is_due(harness: Harness) -> None:
     queue = harness.queue()
     taken: list[Assignment | None] = []
-    thread = threading.Thread(target=lambda: taken.append(queue.take("w", FOREVER, early=0.25)),
-                              daemon=True)
+    thread = threading.Thread(
+        target=lambda: taken.append(queue.take("w", FOREVER, early=0.25)), daemon=True
+    )
     harness.threads.append(thread)
     queue.submit(request("job", delay=10.0))
     thread.start()
@@ -1323,8 +1327,7 @@ def test_stats_count_jobs_started_before_their_due_time(harness: Harness) -> Non
 # ------------------------------------------------------------- hardening: wake-ups, memory
 
 
-def test_room_wakes_a_smaller_batch_when_a_larger_one_still_does_not_fit(
-        harness: Harness) -> None:
+def test_room_wakes_a_smaller_batch_when_a_larger_one_still_does_not_fit(harness: Harness) -> None:
     queue = harness.queue(max_pending=3)
     for name in ("a", "b", "c"):
         queue.submit(request(name, delay=5))
@@ -1344,7 +1347,8 @@ def test_room_wakes_a_smaller_batch_when_a_larger_one_still_does_not_fit(
 
 
 def test_priority_order_never_hands_a_job_early_to_a_taker_that_may_not_get_it_early(
-        harness: Harness) -> None:
+    harness: Harness,
+) -> None:
     queue = harness.queue(order=Order.PRIORITY)
     queue.submit(request("urgent", HIGH))
     queue.submit(request("soon", LOW, delay=0.0015))
@@ -1358,7 +1362,8 @@ def test_priority_order_never_hands_a_job_early_to_a_taker_that_may_not_get_it_e
 
 @ORDERS
 def test_an_early_taker_still_gets_a_job_due_within_its_head_start(
-        harness: Harness, order: Order) -> None:
+    harness: Harness, order: Order
+) -> None:
     queue = harness.queue(order=order)
     queue.submit(request("soon", delay=0.001))
     assert queue.take("remote", 0) is None
@@ -1373,8 +1378,9 @@ class _NoWalk(dict):
 
 def test_stats_counts_pending_per_priority_without_walking_the_heap(harness: Harness) -> None:
     queue = harness.queue()
-    queue.submit_many([request("h", HIGH), request("m1"), request("m2", delay=9),
-                       request("l", LOW, delay=9)])
+    queue.submit_many(
+        [request("h", HIGH), request("m1"), request("m2", delay=9), request("l", LOW, delay=9)]
+    )
     assert queue.cancel("m2")
     assert take_now(queue) == "h"
     heap = queue._pending.only  # the one queue's heap, and its live jobs

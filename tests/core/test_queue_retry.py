@@ -18,8 +18,18 @@ def failed(job_id: str, kind: str = OutcomeKind.RETRYABLE) -> Outcome:
 
 
 def submit(queue: JobQueue, job_id: str = "j") -> None:
-    queue.submit(JobRequest(job_id, "c", b"p", Priority.MEDIUM.level, 0.0, None,
-                            retries=TERMS.max_retries, retry=TERMS))
+    queue.submit(
+        JobRequest(
+            job_id,
+            "c",
+            b"p",
+            Priority.MEDIUM.level,
+            0.0,
+            None,
+            retries=TERMS.max_retries,
+            retry=TERMS,
+        )
+    )
 
 
 def delay_of(outcome: Outcome):
@@ -59,8 +69,7 @@ def test_a_late_report_of_an_ended_lease_changes_nothing():
     assert assignment is not None
     queue.release_worker("w")
     outcome = failed("j")
-    assert queue.retry(assignment.lease.lease_id, outcome, "w", delay_of(outcome)) == \
-        (None, None)
+    assert queue.retry(assignment.lease.lease_id, outcome, "w", delay_of(outcome)) == (None, None)
 
 
 def test_retry_later_is_counted_apart_and_keeps_its_own_delay():

@@ -25,10 +25,25 @@ def harness() -> Iterator[Harness]:
     h.close()
 
 
-def job(job_id: str, *, queue: str = "default", limit: str | None = None,
-        delay: float = 0.0, retries: int = 0) -> JobRequest:
-    return JobRequest(job_id, "client-1", job_id.encode(), MEDIUM, delay, None,
-                      retries=retries, queue=queue, limit=limit)
+def job(
+    job_id: str,
+    *,
+    queue: str = "default",
+    limit: str | None = None,
+    delay: float = 0.0,
+    retries: int = 0,
+) -> JobRequest:
+    return JobRequest(
+        job_id,
+        "client-1",
+        job_id.encode(),
+        MEDIUM,
+        delay,
+        None,
+        retries=retries,
+        queue=queue,
+        limit=limit,
+    )
 
 
 def take(queue: JobQueue, worker: str = "w", queues: tuple[str, ...] | None = None) -> str | None:
@@ -52,11 +67,17 @@ def test_queue_lists_keep_their_order_and_refuse_repeats() -> None:
         check_queues(["gpu", "gpu"])
 
 
-@pytest.mark.parametrize(("form", "spec"), [
-    (2, LimitSpec(concurrency=2)), ("2", LimitSpec(concurrency=2)),
-    ("10/s", LimitSpec(rate=(10, 1.0))), ("5/m", LimitSpec(rate=(5, 60.0))),
-    ("1/h", LimitSpec(rate=(1, 3600.0))), ("2,10/s", LimitSpec(concurrency=2, rate=(10, 1.0))),
-])
+@pytest.mark.parametrize(
+    ("form", "spec"),
+    [
+        (2, LimitSpec(concurrency=2)),
+        ("2", LimitSpec(concurrency=2)),
+        ("10/s", LimitSpec(rate=(10, 1.0))),
+        ("5/m", LimitSpec(rate=(5, 60.0))),
+        ("1/h", LimitSpec(rate=(1, 3600.0))),
+        ("2,10/s", LimitSpec(concurrency=2, rate=(10, 1.0))),
+    ],
+)
 def test_limit_forms(form: object, spec: LimitSpec) -> None:
     assert parse_limit("x", form) == spec
     assert parse_limit("x", str(spec)) == spec  # the form it is shown in reads back
@@ -78,8 +99,9 @@ def test_limits_are_given_as_a_dict_or_as_name_equals_form() -> None:
 
 
 @ORDERS
-def test_a_taker_gets_jobs_of_its_queues_only_in_strict_order(harness: Harness,
-                                                               order: Order) -> None:
+def test_a_taker_gets_jobs_of_its_queues_only_in_strict_order(
+    harness: Harness, order: Order
+) -> None:
     queue = harness.queue(order=order)
     queue.submit_many([job("d1"), job("g1", queue="gpu"), job("d2"), job("g2", queue="gpu")])
     assert take(queue, queues=("gpu",)) == "g1"
@@ -232,8 +254,7 @@ def test_at_most_n_start_in_any_window(harness: Harness) -> None:
     assert starts[-1] - starts[0] <= 2.01
 
 
-def test_prefetch_passes_over_a_full_limit_and_stays_in_the_takers_queues(
-        harness: Harness) -> None:
+def test_prefetch_passes_over_a_full_limit_and_stays_in_the_takers_queues(harness: Harness) -> None:
     class Open:
         def reopen(self, worker_id: str) -> bool:
             return True
@@ -242,8 +263,9 @@ def test_prefetch_passes_over_a_full_limit_and_stays_in_the_takers_queues(
             return lowest
 
     queue = harness.queue(claims=Open(), limits={"x": LimitSpec(concurrency=1)})
-    queue.submit_many([job("a", limit="x"), job("b", limit="x"), job("c"),
-                       job("g", queue="gpu"), job("d")])
+    queue.submit_many(
+        [job("a", limit="x"), job("b", limit="x"), job("c"), job("g", queue="gpu"), job("d")]
+    )
     batch = queue.take_batch("w", FOREVER, more=7, queues=("default",))
     assert [a.lease.job_id for a in batch] == ["a", "c", "d"]
 

@@ -51,7 +51,8 @@ def taken_order(queue: JobQueue, clock: FakeClock) -> list[str]:
 
 @ORDERS
 def test_the_head_lists_pending_jobs_in_the_order_takers_get_them(
-        queues: list[JobQueue], clock: FakeClock, order: Order) -> None:
+    queues: list[JobQueue], clock: FakeClock, order: Order
+) -> None:
     queue = make(queues, clock, order)
     levels, delays = {}, {}
     for i in range(40):
@@ -85,7 +86,8 @@ def test_the_head_is_short_when_few_jobs_wait(queues: list[JobQueue], clock: Fak
 
 
 def test_the_head_of_a_large_heap_costs_only_the_jobs_it_lists(
-        queues: list[JobQueue], clock: FakeClock) -> None:
+    queues: list[JobQueue], clock: FakeClock
+) -> None:
     queue = make(queues, clock)
     queue.submit_many([request(f"j{i}", delay=(i * 7919) % 100_003) for i in range(100_000)])
     looked_at: list[int] = []
@@ -107,38 +109,46 @@ def test_the_head_of_a_large_heap_costs_only_the_jobs_it_lists(
 
 
 def test_running_jobs_carry_when_they_were_handed_out(
-        queues: list[JobQueue], clock: FakeClock) -> None:
+    queues: list[JobQueue], clock: FakeClock
+) -> None:
     queue = make(queues, clock)
     queue.submit(request("a"))
     clock.advance(2)
     assignment = queue.take("w1", 0)
     assert assignment is not None
     [running] = queue.leases.running()
-    assert (running.job.job_id, running.lease.worker_id, running.taken) == \
-        ("a", "w1", clock.now())
+    assert (running.job.job_id, running.lease.worker_id, running.taken) == ("a", "w1", clock.now())
     queue.complete(assignment.lease.lease_id, Outcome("a", True, b"", "", clock.now()))
     assert queue.leases.running() == []
 
 
 def test_lateness_counts_in_the_histogram_of_every_job_since_the_start(
-        queues: list[JobQueue], clock: FakeClock) -> None:
+    queues: list[JobQueue], clock: FakeClock
+) -> None:
     queue = make(queues, clock)
     queue.submit_many([request("a"), request("b"), request("c")])
     for started_late in (0.0002, 0.003, 12.0):
         assignment = queue.take("w", 0)
         assert assignment is not None and assignment.due is not None
-        queue.complete(assignment.lease.lease_id, Outcome(
-            assignment.lease.job_id, True, b"", "", assignment.due + started_late))
+        queue.complete(
+            assignment.lease.lease_id,
+            Outcome(assignment.lease.job_id, True, b"", "", assignment.due + started_late),
+        )
     histogram = queue.leases.lateness_histogram()
     assert histogram.observations == 3
     assert histogram.total == pytest.approx(12.0032)
     cumulative = dict(zip(histogram.bounds, histogram.cumulative(), strict=False))
-    assert (cumulative[0.00025], cumulative[0.005], cumulative[10.0], cumulative[30.0]) == \
-        (1, 2, 2, 3)
+    assert (cumulative[0.00025], cumulative[0.005], cumulative[10.0], cumulative[30.0]) == (
+        1,
+        2,
+        2,
+        3,
+    )
 
 
 def test_jobs_lost_with_their_worker_count_as_crashed_unless_they_timed_out(
-        queues: list[JobQueue], clock: FakeClock) -> None:
+    queues: list[JobQueue], clock: FakeClock
+) -> None:
     queue = make(queues, clock)
     queue.submit_many([request("crash"), request("late")])
     assignments = [queue.take("w", 0) for _ in range(2)]
@@ -151,7 +161,8 @@ def test_jobs_lost_with_their_worker_count_as_crashed_unless_they_timed_out(
 
 
 def test_lateness_percentiles_are_computed_outside_the_lock_or_not_at_all(
-        queues: list[JobQueue], clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    queues: list[JobQueue], clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
     queue = make(queues, clock)
     queue.submit(request("a"))
     assignment = queue.take("w", 0)

@@ -19,9 +19,25 @@ from mpsched._errors import ConfigError, ExtraMissingError, InvalidJobError
 
 
 def spec(**changes: Any) -> ScheduleSpec:
-    base = ScheduleSpec("s", ScheduleKind.EVERY, 10.0, Mode.RATE, "", "", None, None, 0.0,
-                        Overlap.SKIP, Catchup.LATEST, OnError.CONTINUE, 2, None, 0, "m:f",
-                        b"payload")
+    base = ScheduleSpec(
+        "s",
+        ScheduleKind.EVERY,
+        10.0,
+        Mode.RATE,
+        "",
+        "",
+        None,
+        None,
+        0.0,
+        Overlap.SKIP,
+        Catchup.LATEST,
+        OnError.CONTINUE,
+        2,
+        None,
+        0,
+        "m:f",
+        b"payload",
+    )
     return base._replace(**changes)
 
 
@@ -34,6 +50,7 @@ def cron(expr: str, tz: str, anchor: float = 0.0) -> Slots:
 
 
 # ------------------------------------------------------------------ slots
+
 
 def test_rate_slots_are_anchor_plus_k_intervals():
     slots = every()
@@ -71,10 +88,15 @@ def test_preview_lists_the_next_slots():
 
 # ------------------------------------------------------------------ plan
 
+
 def test_a_new_schedule_arms_its_first_slot():
     decision = plan(every(), None, None, 995.0, Trigger.BEGIN)
-    assert (decision.arm, decision.decided, decision.skipped, decision.missed) == \
-        (1000.0, 1000.0, 0, 0)
+    assert (decision.arm, decision.decided, decision.skipped, decision.missed) == (
+        1000.0,
+        1000.0,
+        0,
+        0,
+    )
 
 
 def test_a_run_that_ended_on_time_arms_the_next_slot():
@@ -130,16 +152,25 @@ def test_a_start_in_the_past_is_caught_up_as_catchup_says():
     assert (everything.arm, everything.owed_until) == (1000.0, 1040.0)
 
 
-@pytest.mark.parametrize(("catchup", "expected"), [
-    ("latest", (None, 1030.0, None, 3, False)),
-    ("all", (None, 1000.0, 1030.0, 0, False)),
-    ("skip", (1040.0, 1040.0, None, 4, True)),
-], ids=["latest", "all", "skip"])
+@pytest.mark.parametrize(
+    ("catchup", "expected"),
+    [
+        ("latest", (None, 1030.0, None, 3, False)),
+        ("all", (None, 1000.0, 1030.0, 0, False)),
+        ("skip", (1040.0, 1040.0, None, 4, True)),
+    ],
+    ids=["latest", "all", "skip"],
+)
 def test_downtime_with_an_armed_run_recovered(catchup: str, expected: tuple[object, ...]):
     # The run for 1000 was pending when the manager died; it comes back at 1035.
     decision = plan(every(catchup=catchup), 1000.0, None, 1035.0, Trigger.BEGIN, active=True)
-    assert (decision.arm, decision.decided, decision.owed_until, decision.missed,
-            decision.cancel_armed) == expected
+    assert (
+        decision.arm,
+        decision.decided,
+        decision.owed_until,
+        decision.missed,
+        decision.cancel_armed,
+    ) == expected
 
 
 def test_the_armed_run_recovered_on_time_changes_nothing():
@@ -148,6 +179,7 @@ def test_the_armed_run_recovered_on_time_changes_nothing():
 
 
 # ------------------------------------------------------------------ ids and jitter
+
 
 def test_run_ids_name_the_schedule_and_the_planned_utc_time():
     label = datetime(2026, 12, 3, 2, 30, tzinfo=timezone.utc).timestamp()
@@ -194,30 +226,53 @@ def test_a_daily_0230_runs_once_on_both_dst_days_in_berlin():
     zone = ZoneInfo("Europe/Berlin")
     slots = cron("30 2 * * *", "Europe/Berlin")
     spring = slots.preview(datetime(2026, 3, 28, 12, tzinfo=zone).timestamp(), 2)
-    assert [datetime.fromtimestamp(t, zone).strftime("%m-%d %H:%M") for t in spring] == \
-        ["03-29 03:00", "03-30 02:30"]
+    assert [datetime.fromtimestamp(t, zone).strftime("%m-%d %H:%M") for t in spring] == [
+        "03-29 03:00",
+        "03-30 02:30",
+    ]
     fall = slots.preview(datetime(2026, 10, 24, 12, tzinfo=zone).timestamp(), 2)
-    assert [datetime.fromtimestamp(t, zone).strftime("%m-%d %H:%M") for t in fall] == \
-        ["10-25 02:30", "10-26 02:30"]
+    assert [datetime.fromtimestamp(t, zone).strftime("%m-%d %H:%M") for t in fall] == [
+        "10-25 02:30",
+        "10-26 02:30",
+    ]
 
 
 # ------------------------------------------------------------------ validation
 
-@pytest.mark.parametrize("changes", [
-    {"mode": "fixed"}, {"overlap": "never"}, {"catchup": "none"}, {"on_error": "stop"},
-], ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"mode": "fixed"},
+        {"overlap": "never"},
+        {"catchup": "none"},
+        {"on_error": "stop"},
+    ],
+    ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()),
+)
 def test_an_unknown_option_word_is_a_config_error(changes: dict[str, object]):
     with pytest.raises(ConfigError, match=next(iter(changes))):
         check_spec(spec(**changes))
 
 
-@pytest.mark.parametrize("changes", [
-    {"interval": 0.0}, {"interval": float("nan")}, {"interval": float("inf")},
-    {"jitter": -1.0}, {"schedule_id": "a@b"}, {"schedule_id": ""}, {"schedule_id": "x" * 201},
-    {"start_at": 1e20}, {"kind": "yearly"},
-    {"kind": "cron", "cron": "61 * * * *"}, {"kind": "cron", "cron": "* * *"},
-    {"kind": "cron", "cron": "0 2 * * *", "tz": "Mars/Olympus"},
-], ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"interval": 0.0},
+        {"interval": float("nan")},
+        {"interval": float("inf")},
+        {"jitter": -1.0},
+        {"schedule_id": "a@b"},
+        {"schedule_id": ""},
+        {"schedule_id": "x" * 201},
+        {"start_at": 1e20},
+        {"kind": "yearly"},
+        {"kind": "cron", "cron": "61 * * * *"},
+        {"kind": "cron", "cron": "* * *"},
+        {"kind": "cron", "cron": "0 2 * * *", "tz": "Mars/Olympus"},
+    ],
+    ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()),
+)
 def test_a_bad_spec_is_an_invalid_job_error(changes: dict[str, object]):
     with pytest.raises(InvalidJobError):
         check_spec(spec(**changes))
@@ -231,7 +286,8 @@ def test_cron_without_cronsim_names_the_extra(monkeypatch: pytest.MonkeyPatch):
 
 
 def test_the_local_zone_comes_from_tz_and_an_unknown_one_is_passed_over(
-        monkeypatch: pytest.MonkeyPatch):
+    monkeypatch: pytest.MonkeyPatch,
+):
     from mpsched._core.recurring import local_zone_name
 
     monkeypatch.setenv("TZ", "America/New_York")

@@ -28,23 +28,47 @@ from mpsched._core.retrying import (
 
 def test_a_policy_is_a_frozen_picklable_value_with_the_documented_defaults():
     policy = RetryPolicy()
-    assert (policy.max_retries, policy.backoff, policy.factor, policy.max_backoff,
-            policy.jitter, policy.on, policy.never) == (3, 1.0, 2.0, 600.0, 0.1,
-                                                        (Exception,), ())
+    assert (
+        policy.max_retries,
+        policy.backoff,
+        policy.factor,
+        policy.max_backoff,
+        policy.jitter,
+        policy.on,
+        policy.never,
+    ) == (3, 1.0, 2.0, 600.0, 0.1, (Exception,), ())
     assert pickle.loads(pickle.dumps(policy)) == policy
     with pytest.raises(AttributeError):
         policy.max_retries = 5  # type: ignore[misc]
     assert RetryPolicy(2, on=KeyError).on == (KeyError,)  # one type alone is taken
 
 
-@pytest.mark.parametrize("bad", [
-    {"max_retries": -1}, {"max_retries": 1.5}, {"max_retries": True},
-    {"backoff": -0.1}, {"backoff": math.nan}, {"backoff": math.inf}, {"backoff": "1"},
-    {"max_backoff": -1.0}, {"max_backoff": 1e300}, {"backoff": 2e9}, {"factor": 0.5},
-    {"factor": math.nan}, {"factor": math.inf},
-    {"jitter": -0.01}, {"jitter": 1.5}, {"jitter": math.nan},
-    {"on": (int,)}, {"on": ("ValueError",)}, {"never": ValueError("x")}, {"never": 3},
-], ids=repr)
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"max_retries": -1},
+        {"max_retries": 1.5},
+        {"max_retries": True},
+        {"backoff": -0.1},
+        {"backoff": math.nan},
+        {"backoff": math.inf},
+        {"backoff": "1"},
+        {"max_backoff": -1.0},
+        {"max_backoff": 1e300},
+        {"backoff": 2e9},
+        {"factor": 0.5},
+        {"factor": math.nan},
+        {"factor": math.inf},
+        {"jitter": -0.01},
+        {"jitter": 1.5},
+        {"jitter": math.nan},
+        {"on": (int,)},
+        {"on": ("ValueError",)},
+        {"never": ValueError("x")},
+        {"never": 3},
+    ],
+    ids=repr,
+)
 def test_bad_values_raise_invalid_job_error_at_construction(bad):
     with pytest.raises(InvalidJobError) as raised:
         RetryPolicy(**bad)
@@ -93,8 +117,11 @@ def test_retry_later_has_its_own_delay_and_a_budget_of_three_without_a_policy():
 
 def test_retry_later_pickles_shows_its_reason_and_checks_its_delay():
     exc = pickle.loads(pickle.dumps(RetryLater(30, "rate limited by the API")))
-    assert (exc.delay, exc.reason, str(exc)) == (30.0, "rate limited by the API",
-                                                 "rate limited by the API")
+    assert (exc.delay, exc.reason, str(exc)) == (
+        30.0,
+        "rate limited by the API",
+        "rate limited by the API",
+    )
     assert str(RetryLater(1.5)) == "retry in 1.5 s"
     for bad in (-1, math.nan, "soon", 1e300, timedelta(days=100_000)):
         with pytest.raises(InvalidJobError):
@@ -111,16 +138,20 @@ def test_retry_and_retries_together_are_refused():
             coerce_retry(bad, 0)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(("policy", "exc", "retried"), [
-    (RetryPolicy(), ValueError(), True),
-    (RetryPolicy(), KeyboardInterrupt(), False),
-    (RetryPolicy(), SystemExit(1), False),
-    (RetryPolicy(on=(KeyboardInterrupt,)), KeyboardInterrupt(), True),
-    (RetryPolicy(on=(OSError,)), ValueError(), False),
-    (RetryPolicy(on=(OSError,)), ConnectionError(), True),
-    (RetryPolicy(never=(ConnectionError,)), ConnectionError(), False),
-    (RetryPolicy(never=(ConnectionError,)), OSError(), True),
-], ids=str)
+@pytest.mark.parametrize(
+    ("policy", "exc", "retried"),
+    [
+        (RetryPolicy(), ValueError(), True),
+        (RetryPolicy(), KeyboardInterrupt(), False),
+        (RetryPolicy(), SystemExit(1), False),
+        (RetryPolicy(on=(KeyboardInterrupt,)), KeyboardInterrupt(), True),
+        (RetryPolicy(on=(OSError,)), ValueError(), False),
+        (RetryPolicy(on=(OSError,)), ConnectionError(), True),
+        (RetryPolicy(never=(ConnectionError,)), ConnectionError(), False),
+        (RetryPolicy(never=(ConnectionError,)), OSError(), True),
+    ],
+    ids=str,
+)
 def test_on_and_never_filter_in_the_worker(policy, exc, retried):
     kind = RetryFilter(abs, policy).kind(exc)
     assert (kind == OutcomeKind.RETRYABLE) is retried
@@ -137,11 +168,28 @@ def test_notes_travel_after_the_traceback_and_become_the_exception_notes():
 
 
 def test_a_schedule_spec_stored_before_retries_existed_loads_without_a_policy():
-    spec = ScheduleSpec("s", ScheduleKind.EVERY, 60.0, Mode.RATE, "", "", None, None, 0.0,
-                        Overlap.SKIP, Catchup.LATEST, OnError.CONTINUE, 2, None, 3, "f", b"p",
-                        RetryPolicy(3).terms())
+    spec = ScheduleSpec(
+        "s",
+        ScheduleKind.EVERY,
+        60.0,
+        Mode.RATE,
+        "",
+        "",
+        None,
+        None,
+        0.0,
+        Overlap.SKIP,
+        Catchup.LATEST,
+        OnError.CONTINUE,
+        2,
+        None,
+        3,
+        "f",
+        b"p",
+        RetryPolicy(3).terms(),
+    )
     assert ScheduleSpec.of(tuple(spec)) == spec
-    before_retries = tuple(spec)[:ScheduleSpec._fields.index("retry")]
+    before_retries = tuple(spec)[: ScheduleSpec._fields.index("retry")]
     assert ScheduleSpec.of(before_retries) == spec._replace(retry=None)
 
 

@@ -27,8 +27,7 @@ from mpsched._protocol.records import (
 )
 from mpsched._transport.sockets import describe_versions
 
-JOB_CALLS = ("submit", "lease", "finish", "requeue", "cancel", "flush", "get", "jobs",
-             "find_key")
+JOB_CALLS = ("submit", "lease", "finish", "requeue", "cancel", "flush", "get", "jobs", "find_key")
 
 
 class NoJobCalls:
@@ -45,8 +44,9 @@ class NoJobCalls:
         return None
 
 
-def request(job_id: str, *, key: str | None = None, delay: float = 0.0,
-            name: str = "m:f") -> JobRequest:
+def request(
+    job_id: str, *, key: str | None = None, delay: float = 0.0, name: str = "m:f"
+) -> JobRequest:
     return JobRequest(job_id, "c", b"payload", 2, delay, None, key=key, name=name)
 
 
@@ -83,14 +83,22 @@ def test_jobs_run_without_any_store_call(service: ManagerService) -> None:
 
 
 def test_lookups_see_pending_and_running_jobs_and_forget_ended_ones(
-        service: ManagerService) -> None:
-    service.submit([request_to_wire(request("run", name="m:run")),
-                    request_to_wire(request("wait", delay=60, key="k", name="m:wait"))], None)
+    service: ManagerService,
+) -> None:
+    service.submit(
+        [
+            request_to_wire(request("run", name="m:run")),
+            request_to_wire(request("wait", delay=60, key="k", name="m:wait")),
+        ],
+        None,
+    )
     lease = take(service)
     journal = service.journal
     records = journal.jobs(None, None)
     assert [(r.job_id, r.state, r.name, r.worker_id) for r in records] == [
-        ("run", JobState.RUNNING, "m:run", "w"), ("wait", JobState.PENDING, "m:wait", None)]
+        ("run", JobState.RUNNING, "m:run", "w"),
+        ("wait", JobState.PENDING, "m:wait", None),
+    ]
     assert [r.job_id for r in journal.jobs("pending", None)] == ["wait"]
     assert journal.jobs(None, 1)[0].job_id == "run"
     wait = journal.get("wait")
@@ -104,11 +112,13 @@ def test_lookups_see_pending_and_running_jobs_and_forget_ended_ones(
 
 
 def test_a_limited_listing_makes_records_for_the_jobs_it_lists_only(
-        service: ManagerService, monkeypatch: pytest.MonkeyPatch) -> None:
+    service: ManagerService, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A million pending jobs listed 100 at a time must not cost a record for each of
     # them (seconds of the manager's time): the first ``limit`` are chosen first.
-    service.submit([request_to_wire(request(f"j{i}", delay=60 + (i * 7) % 50))
-                    for i in range(2000)], None)
+    service.submit(
+        [request_to_wire(request(f"j{i}", delay=60 + (i * 7) % 50)) for i in range(2000)], None
+    )
     journal = service.journal
     assert isinstance(journal, NoJournal)
     made = 0
@@ -141,15 +151,17 @@ def test_a_key_is_held_while_its_job_is_pending_or_running(service: ManagerServi
     assert submit("fourth") is None  # ended: the key is free
     assert service.cancel("fourth", "c")
     assert submit("fifth") is None  # cancelled: free again
-    assert service.submit([request_to_wire(request("a", key="x")),
-                           request_to_wire(request("b", key="x"))], None) == ["a", "a"]
+    assert service.submit(
+        [request_to_wire(request("a", key="x")), request_to_wire(request("b", key="x"))], None
+    ) == ["a", "a"]
 
 
 def test_a_refused_batch_leaves_its_keys_free(service: ManagerService) -> None:
     service.submit([request_to_wire(request("pending"))], None)
     with pytest.raises(InvalidJobError):
-        service.submit([request_to_wire(request("new", key="k")),
-                        request_to_wire(request("pending"))], None)
+        service.submit(
+            [request_to_wire(request("new", key="k")), request_to_wire(request("pending"))], None
+        )
     assert service.submit([request_to_wire(request("again", key="k"))], None) is None
 
 
@@ -169,25 +181,38 @@ def keeping(monkeypatch: pytest.MonkeyPatch) -> tuple[ManagerService, FakeClock]
     monkeypatch.setattr(_retained, "MAX_JOBS", 3)
     clock = FakeClock()
     queue = JobQueue(clock=clock)
-    service = ManagerService(queue, clock=clock,
-                             journal=NoJournal(queue, wall=clock.wall, result_ttl=60))
+    service = ManagerService(
+        queue, clock=clock, journal=NoJournal(queue, wall=clock.wall, result_ttl=60)
+    )
     python, cp = describe_versions()
     service.hello(WorkerHello("w", os.getpid(), "elsewhere", python, cp, True, ""))
     service.open_client(ClientHello("c", python, cp))
     return service, clock
 
 
-def run_to_end(service: ManagerService, job_id: str, *, ok: bool = True,
-               payload: bytes = b"result", key: str | None = None) -> None:
+def run_to_end(
+    service: ManagerService,
+    job_id: str,
+    *,
+    ok: bool = True,
+    payload: bytes = b"result",
+    key: str | None = None,
+) -> None:
     service.submit([request_to_wire(request(job_id, key=key))], None)
     lease = take(service)
-    service.finish("w", [report_to_wire(Report(lease, Outcome(job_id, ok, payload,
-                                                             "" if ok else "Traceback",
-                                                             None)))])
+    service.finish(
+        "w",
+        [
+            report_to_wire(
+                Report(lease, Outcome(job_id, ok, payload, "" if ok else "Traceback", None))
+            )
+        ],
+    )
 
 
 def test_an_ended_job_is_known_by_its_id_for_result_ttl(
-        keeping: tuple[ManagerService, FakeClock]) -> None:
+    keeping: tuple[ManagerService, FakeClock],
+) -> None:
     service, clock = keeping
     run_to_end(service, "done")
     run_to_end(service, "failed", ok=False, payload=b"error")
@@ -195,8 +220,10 @@ def test_an_ended_job_is_known_by_its_id_for_result_ttl(
     assert service.cancel("cancelled", "c")
     journal = service.journal
     assert [(r.job_id, r.state, r.worker_id) for r in journal.jobs(None, None)] == [
-        ("done", JobState.DONE, "w"), ("failed", JobState.FAILED, "w"),
-        ("cancelled", JobState.CANCELLED, None)]
+        ("done", JobState.DONE, "w"),
+        ("failed", JobState.FAILED, "w"),
+        ("cancelled", JobState.CANCELLED, None),
+    ]
     assert [r.job_id for r in journal.jobs("done", None)] == ["done"]
     assert [r.job_id for r in journal.jobs(None, 2)] == ["done", "failed"]
     assert [r.job_id for r in journal.jobs("cancelled", 1)] == ["cancelled"]
@@ -212,7 +239,8 @@ def test_an_ended_job_is_known_by_its_id_for_result_ttl(
 
 
 def test_the_oldest_ended_jobs_go_first_past_the_bound(
-        keeping: tuple[ManagerService, FakeClock]) -> None:
+    keeping: tuple[ManagerService, FakeClock],
+) -> None:
     service, _ = keeping
     for i in range(5):
         run_to_end(service, f"j{i}")
@@ -220,7 +248,8 @@ def test_the_oldest_ended_jobs_go_first_past_the_bound(
 
 
 def test_an_outcome_too_large_to_keep_says_so(
-        keeping: tuple[ManagerService, FakeClock], monkeypatch: pytest.MonkeyPatch) -> None:
+    keeping: tuple[ManagerService, FakeClock], monkeypatch: pytest.MonkeyPatch
+) -> None:
     service, _ = keeping
     monkeypatch.setattr(_retained, "MAX_OUTCOME", 10)
     run_to_end(service, "big", payload=b"x" * 11)
@@ -232,12 +261,12 @@ def test_an_outcome_too_large_to_keep_says_so(
 
 
 def test_a_kept_job_holds_its_key_until_it_is_forgotten(
-        keeping: tuple[ManagerService, FakeClock]) -> None:
+    keeping: tuple[ManagerService, FakeClock],
+) -> None:
     service, clock = keeping
 
     def submit(job_id: str) -> list[str] | None:
-        return service.submit([request_to_wire(request(job_id, key="nightly", delay=60))],
-                              None)
+        return service.submit([request_to_wire(request(job_id, key="nightly", delay=60))], None)
 
     run_to_end(service, "first", key="nightly")
     assert submit("second") == ["first"]  # ended, and kept: it stands for the key

@@ -60,7 +60,8 @@ def _watch_in_thread(journal: Journal, job_id: str) -> tuple[threading.Thread, l
 
 
 def test_a_finish_does_not_wait_for_a_watcher_s_flush(
-        journal: tuple[Journal, HeldFlush, JobQueue]) -> None:
+    journal: tuple[Journal, HeldFlush, JobQueue],
+) -> None:
     journal_, store, queue = journal
     store.hold.set()
     watcher, _ = _watch_in_thread(journal_, "B")
@@ -77,7 +78,8 @@ def test_a_finish_does_not_wait_for_a_watcher_s_flush(
 
 
 def test_a_job_ending_while_its_watcher_reads_is_handed_over_once(
-        journal: tuple[Journal, HeldFlush, JobQueue]) -> None:
+    journal: tuple[Journal, HeldFlush, JobQueue],
+) -> None:
     journal_, store, queue = journal
     store.hold.set()
     watcher, got = _watch_in_thread(journal_, "A")
@@ -91,7 +93,8 @@ def test_a_job_ending_while_its_watcher_reads_is_handed_over_once(
 
 
 def test_a_job_that_ended_before_the_watch_is_found_by_it(
-        journal: tuple[Journal, HeldFlush, JobQueue]) -> None:
+    journal: tuple[Journal, HeldFlush, JobQueue],
+) -> None:
     journal_, _, queue = journal
     job, outcome = _ended(queue, "A")
     assert journal_.finished(job, outcome, "w1") == set()

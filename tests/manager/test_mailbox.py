@@ -80,7 +80,11 @@ def test_one_reply_is_capped_by_count_and_the_rest_follows(monkeypatch):
         boxes.post("c", outcome(f"j{i}"))
     replies = [boxes.collect("c", 0) for _ in range(4)]
     assert [[o.job_id for o in r or []] for r in replies] == [
-        ["j0", "j1", "j2"], ["j3", "j4", "j5"], ["j6"], []]
+        ["j0", "j1", "j2"],
+        ["j3", "j4", "j5"],
+        ["j6"],
+        [],
+    ]
 
 
 def test_one_reply_is_capped_by_bytes_but_always_carries_one_outcome(monkeypatch):
@@ -104,8 +108,9 @@ def test_a_dropped_client_keeps_nothing():
     assert boxes.wait_collected(0)
 
 
-def collect_in_thread(boxes: Mailboxes, waiting: int) -> tuple[threading.Thread,
-                                                                 list[list[Outcome] | None]]:
+def collect_in_thread(
+    boxes: Mailboxes, waiting: int
+) -> tuple[threading.Thread, list[list[Outcome] | None]]:
     got: list[list[Outcome] | None] = []
     taker = threading.Thread(target=lambda: got.append(boxes.collect("c", 30, waiting)))
     taker.start()

@@ -45,14 +45,31 @@ KEPT_CANCELLED = 1000  # cancelled schedules a manager remembers, as the README 
 
 
 def spec(**changes: Any) -> ScheduleSpec:
-    base = ScheduleSpec("s", ScheduleKind.EVERY, 10.0, Mode.RATE, "", "", 5.0, None, 0.0,
-                        Overlap.SKIP, Catchup.LATEST, OnError.CONTINUE, 2, None, 0, "m:f",
-                        b"payload")
+    base = ScheduleSpec(
+        "s",
+        ScheduleKind.EVERY,
+        10.0,
+        Mode.RATE,
+        "",
+        "",
+        5.0,
+        None,
+        0.0,
+        Overlap.SKIP,
+        Catchup.LATEST,
+        OnError.CONTINUE,
+        2,
+        None,
+        0,
+        "m:f",
+        b"payload",
+    )
     return base._replace(**changes)
 
 
-def make_service(clock: FakeClock, store: SQLiteStore | None = None,
-                 max_pending: int | None = None) -> ManagerService:
+def make_service(
+    clock: FakeClock, store: SQLiteStore | None = None, max_pending: int | None = None
+) -> ManagerService:
     queue = JobQueue(clock=clock, max_pending=max_pending)
     journal = None if store is None else Journal(store, queue, wall=clock.wall)
     service = ManagerService(queue, clock=clock, journal=journal)
@@ -67,8 +84,9 @@ def open_store(tmp_path: Path, clock: FakeClock) -> SQLiteStore:
 
 
 @contextlib.contextmanager
-def restarted(tmp_path: Path, clock: FakeClock,
-              summary: list[str] | None = None) -> Iterator[ManagerService]:
+def restarted(
+    tmp_path: Path, clock: FakeClock, summary: list[str] | None = None
+) -> Iterator[ManagerService]:
     """A manager started again on the store: its jobs and schedules recovered (the
     schedules' summary line appended to ``summary``)."""
     store = open_store(tmp_path, clock)
@@ -119,7 +137,8 @@ def slot(clock: FakeClock, seconds_from_now: float) -> str:
 
 
 def test_runs_start_at_their_slots_and_the_next_is_armed_when_one_ends(
-        service: ManagerService, clock: FakeClock):
+    service: ManagerService, clock: FakeClock
+):
     first, second = slot(clock, 5), slot(clock, 15)
     service.add_schedule(tuple(spec()))
     clock.advance(4.9)
@@ -137,7 +156,8 @@ def test_runs_start_at_their_slots_and_the_next_is_armed_when_one_ends(
 
 
 def test_overlap_skip_runs_nothing_while_the_previous_run_is_running(
-        service: ManagerService, clock: FakeClock):
+    service: ManagerService, clock: FakeClock
+):
     service.add_schedule(tuple(spec()))
     clock.advance(5)
     run = take(service)
@@ -153,8 +173,7 @@ def test_overlap_skip_runs_nothing_while_the_previous_run_is_running(
     assert nxt.job_id == run_id("s", info.next_run.timestamp()) == info.next_run_id
 
 
-def test_overlap_allow_arms_the_next_run_when_one_starts(
-        service: ManagerService, clock: FakeClock):
+def test_overlap_allow_arms_the_next_run_when_one_starts(service: ManagerService, clock: FakeClock):
     service.add_schedule(tuple(spec(overlap="allow")))
     clock.advance(5)
     first = take(service)
@@ -164,7 +183,8 @@ def test_overlap_allow_arms_the_next_run_when_one_starts(
 
 
 def test_overlap_queue_runs_the_latest_late_slot_when_the_previous_run_ends(
-        service: ManagerService, clock: FakeClock):
+    service: ManagerService, clock: FakeClock
+):
     latest = slot(clock, 35)
     service.add_schedule(tuple(spec(overlap="queue")))
     clock.advance(5)
@@ -178,7 +198,8 @@ def test_overlap_queue_runs_the_latest_late_slot_when_the_previous_run_ends(
 
 
 def test_cancel_withdraws_the_armed_run_and_a_running_one_finishes(
-        service: ManagerService, clock: FakeClock):
+    service: ManagerService, clock: FakeClock
+):
     service.add_schedule(tuple(spec(overlap="allow")))
     clock.advance(5)
     running = take(service)
@@ -192,8 +213,7 @@ def test_cancel_withdraws_the_armed_run_and_a_running_one_finishes(
         service.schedule_control("s", "info")
 
 
-def test_pause_withdraws_and_resume_plans_from_now_on(
-        service: ManagerService, clock: FakeClock):
+def test_pause_withdraws_and_resume_plans_from_now_on(service: ManagerService, clock: FakeClock):
     service.add_schedule(tuple(spec()))
     info = service.schedule_control("s", "pause")
     assert info.paused and info.next_run is None
@@ -209,7 +229,8 @@ def test_pause_withdraws_and_resume_plans_from_now_on(
 
 @pytest.mark.parametrize("on_error", ["continue", "pause"])
 def test_a_failed_run_is_counted_and_on_error_decides_what_follows(
-        service: ManagerService, clock: FakeClock, on_error: str):
+    service: ManagerService, clock: FakeClock, on_error: str
+):
     service.add_schedule(tuple(spec(on_error=on_error)))
     clock.advance(5)
     run = take(service)
@@ -231,7 +252,8 @@ def test_adding_the_same_spec_again_changes_nothing(service: ManagerService, clo
 
 
 def test_a_changed_spec_replaces_the_schedule_and_keeps_its_counters(
-        service: ManagerService, clock: FakeClock):
+    service: ManagerService, clock: FakeClock
+):
     service.add_schedule(tuple(spec()))
     clock.advance(5)
     run = take(service)
@@ -243,8 +265,7 @@ def test_a_changed_spec_replaces_the_schedule_and_keeps_its_counters(
     assert len(service.list_schedules()) == 1
 
 
-def test_jitter_delays_each_run_by_its_own_fixed_offset(
-        service: ManagerService, clock: FakeClock):
+def test_jitter_delays_each_run_by_its_own_fixed_offset(service: ManagerService, clock: FakeClock):
     label = round(clock.wall() + 5, 6)
     offset = jitter_offset("s", label, 3.0)
     assert offset > 0.01
@@ -258,8 +279,9 @@ def test_jitter_delays_each_run_by_its_own_fixed_offset(
 
 def test_cron_runs_move_when_the_wall_clock_jumps(service: ManagerService, clock: FakeClock):
     clock.wall_offset = 1_800_000_000 - clock.now() - 1  # 1 s before a whole half hour
-    service.add_schedule(tuple(spec(kind="cron", interval=0.0, cron="*/30 * * * *",
-                                    tz="UTC", start_delay=None)))
+    service.add_schedule(
+        tuple(spec(kind="cron", interval=0.0, cron="*/30 * * * *", tz="UTC", start_delay=None))
+    )
     clock.wall_offset -= 600  # the wall clock is set back 10 minutes
     assert service.schedules.events.remap_cron() == 1
     clock.advance(1)
@@ -270,7 +292,8 @@ def test_cron_runs_move_when_the_wall_clock_jumps(service: ManagerService, clock
 
 
 def test_info_gives_the_next_run_as_an_aware_datetime_and_its_job_id(
-        service: ManagerService, clock: FakeClock):
+    service: ManagerService, clock: FakeClock
+):
     first = slot(clock, 5)
     info = service.add_schedule(tuple(spec()))
     assert info.next_run == datetime.fromtimestamp(round(clock.wall() + 5, 6), timezone.utc)
@@ -288,20 +311,28 @@ def test_info_gives_the_next_run_as_an_aware_datetime_and_its_job_id(
 
 def test_a_cron_schedule_s_next_run_is_in_its_zone(service: ManagerService, clock: FakeClock):
     clock.wall_offset = 1_800_000_000 - clock.now() - 1
-    info = service.add_schedule(tuple(spec(kind="cron", interval=0.0, cron="*/30 * * * *",
-                                           tz="Europe/Berlin", start_delay=None)))
+    info = service.add_schedule(
+        tuple(
+            spec(
+                kind="cron", interval=0.0, cron="*/30 * * * *", tz="Europe/Berlin", start_delay=None
+            )
+        )
+    )
     assert info.next_run is not None and str(info.next_run.tzinfo) == "Europe/Berlin"
     assert info.next_run.timestamp() == 1_800_000_000
 
 
 def test_the_manager_names_itself_when_it_lacks_cronsim(
-        service: ManagerService, monkeypatch: pytest.MonkeyPatch):
+    service: ManagerService, monkeypatch: pytest.MonkeyPatch
+):
     monkeypatch.setitem(sys.modules, "cronsim", None)  # import cronsim fails here
     with pytest.raises(ExtraMissingError) as caught:
-        service.add_schedule(tuple(spec(kind="cron", interval=0.0, cron="* * * * *",
-                                        start_delay=None)))
-    assert f"missing in the manager (pid {os.getpid()} on {socket.gethostname()})" in \
-        str(caught.value)
+        service.add_schedule(
+            tuple(spec(kind="cron", interval=0.0, cron="* * * * *", start_delay=None))
+        )
+    assert f"missing in the manager (pid {os.getpid()} on {socket.gethostname()})" in str(
+        caught.value
+    )
     assert "pip install 'mpsched[cron]'" in str(caught.value)
     assert pickle.loads(pickle.dumps(caught.value)).args == caught.value.args  # it travels
     assert service.list_schedules() == []
@@ -322,7 +353,8 @@ def test_the_latest_run_started_survives_a_restart(tmp_path: Path, clock: FakeCl
 
 
 def test_a_schedule_state_stored_before_last_run_was_kept_still_loads(
-        tmp_path: Path, clock: FakeClock):
+    tmp_path: Path, clock: FakeClock
+):
     store = open_store(tmp_path, clock)
     before = make_service(clock, store)
     armed = slot(clock, 5)
@@ -375,8 +407,11 @@ def test_a_stale_state_never_arms_a_slot_twice(tmp_path: Path, clock: FakeClock)
     [stored] = store.schedules()
     before.stop()
     # As if the manager died after the run was journalled but before its state was.
-    fresh = Schedules(before.journal, clock, lambda ids: None)._entry(
-        spec(), pickle.loads(stored.state)[0], "").state()
+    fresh = (
+        Schedules(before.journal, clock, lambda ids: None)
+        ._entry(spec(), pickle.loads(stored.state)[0], "")
+        .state()
+    )
     store.update_schedule("s", pickle.dumps(fresh))
     store.close()
 
@@ -428,7 +463,8 @@ def test_a_run_that_could_not_be_queued_is_planned_again(clock: FakeClock):
 
 
 def test_skipped_slots_are_logged_at_once_then_at_most_once_a_minute(
-        service: ManagerService, clock: FakeClock, caplog: pytest.LogCaptureFixture):
+    service: ManagerService, clock: FakeClock, caplog: pytest.LogCaptureFixture
+):
     service.add_schedule(tuple(spec()))
     clock.advance(5)
     for _ in range(2):  # each run takes 2.5 intervals: ends at 30, then at 60
@@ -438,8 +474,10 @@ def test_skipped_slots_are_logged_at_once_then_at_most_once_a_minute(
         finish(service, run)
         clock.advance(5)
     warnings = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
-    assert warnings == ["schedule s: 2 slot(s) skipped: the previous run was still pending "
-                        "or running (overlap='skip')"]
+    assert warnings == [
+        "schedule s: 2 slot(s) skipped: the previous run was still pending "
+        "or running (overlap='skip')"
+    ]
     run = take(service)
     assert run is not None
     clock.advance(25)
@@ -450,7 +488,8 @@ def test_skipped_slots_are_logged_at_once_then_at_most_once_a_minute(
 
 
 def test_a_replaced_schedule_warns_on_from_what_was_already_said(
-        service: ManagerService, clock: FakeClock, caplog: pytest.LogCaptureFixture):
+    service: ManagerService, clock: FakeClock, caplog: pytest.LogCaptureFixture
+):
     service.add_schedule(tuple(spec()))
     clock.advance(5)
     said = []
@@ -462,8 +501,9 @@ def test_a_replaced_schedule_warns_on_from_what_was_already_said(
         clock.advance(25)
         finish(service, run)
         clock.advance(5)
-        said.append([r.getMessage().split(":")[1] for r in caplog.records
-                     if "skipped" in r.getMessage()])
+        said.append(
+            [r.getMessage().split(":")[1] for r in caplog.records if "skipped" in r.getMessage()]
+        )
         caplog.clear()
     # At 30; nothing at 60, within the minute; at 90, what was skipped since 30.
     assert said == [[" 2 slot(s) skipped"], [], [" 4 slot(s) skipped"]]
@@ -471,10 +511,12 @@ def test_a_replaced_schedule_warns_on_from_what_was_already_said(
 
 
 def test_a_cron_run_is_never_handed_out_before_its_wall_clock_time(
-        service: ManagerService, clock: FakeClock):
+    service: ManagerService, clock: FakeClock
+):
     clock.wall_offset = 1_800_000_000 - clock.now() - 1  # 1 s before a whole half hour
-    service.add_schedule(tuple(spec(kind="cron", interval=0.0, cron="*/30 * * * *",
-                                    tz="UTC", start_delay=None)))
+    service.add_schedule(
+        tuple(spec(kind="cron", interval=0.0, cron="*/30 * * * *", tz="UTC", start_delay=None))
+    )
     clock.wall_offset -= 600  # set back 10 minutes, before the watcher has looked
     clock.advance(1)
     assert take(service) is None  # due on the monotonic clock, early on the wall clock
@@ -487,7 +529,8 @@ def test_a_cron_run_is_never_handed_out_before_its_wall_clock_time(
 
 
 def test_delay_mode_plans_each_run_an_interval_after_the_previous_one_ended(
-        service: ManagerService, clock: FakeClock):
+    service: ManagerService, clock: FakeClock
+):
     service.add_schedule(tuple(spec(mode="delay")))
     clock.advance(5)
     run = take(service)
@@ -503,7 +546,8 @@ def test_delay_mode_plans_each_run_an_interval_after_the_previous_one_ended(
 
 
 def test_a_run_is_due_at_its_slot_however_long_queueing_it_takes(
-        service: ManagerService, clock: FakeClock, monkeypatch: pytest.MonkeyPatch):
+    service: ManagerService, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+):
     submit = service.journal.submit
 
     def slow_submit(*args: Any, **kwargs: Any) -> Any:
@@ -519,8 +563,9 @@ def test_a_run_is_due_at_its_slot_however_long_queueing_it_takes(
 
 
 @pytest.fixture(params=["memory", "sqlite"])
-def either(request: pytest.FixtureRequest, clock: FakeClock,
-           tmp_path: Path) -> Iterator[ManagerService]:
+def either(
+    request: pytest.FixtureRequest, clock: FakeClock, tmp_path: Path
+) -> Iterator[ManagerService]:
     """A manager without a store, then one with a store."""
     store = None if request.param == "memory" else open_store(tmp_path, clock)
     service = make_service(clock, store)
@@ -540,7 +585,8 @@ def handed(service: ManagerService, job_id: str) -> Outcome | None:
 
 
 def test_watching_an_ended_run_hands_its_outcome_at_once_and_sends_nothing_more(
-        either: ManagerService, clock: FakeClock):
+    either: ManagerService, clock: FakeClock
+):
     python, cp = describe_versions()
     either.open_client(ClientHello("watcher", python, cp))
     either.add_schedule(tuple(spec()))
@@ -557,7 +603,8 @@ def test_watching_an_ended_run_hands_its_outcome_at_once_and_sends_nothing_more(
 
 
 def test_a_runs_outcome_is_kept_before_any_client_hears_that_it_ended(
-        service: ManagerService, clock: FakeClock, monkeypatch: pytest.MonkeyPatch):
+    service: ManagerService, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+):
     kept_when_posted: list[bool] = []
     post = service.mailboxes.post
 
@@ -574,9 +621,9 @@ def test_a_runs_outcome_is_kept_before_any_client_hears_that_it_ended(
     assert kept_when_posted == [True, True]  # its schedule's, then the watcher's
 
 
-
 def test_a_cancelled_schedule_keeps_its_runs_and_outcomes_for_result_ttl(
-        either: ManagerService, clock: FakeClock):
+    either: ManagerService, clock: FakeClock
+):
     either.add_schedule(tuple(spec()))
     clock.advance(5)
     run = take(either)
@@ -599,7 +646,8 @@ def test_a_cancelled_schedule_keeps_its_runs_and_outcomes_for_result_ttl(
 
 
 def test_a_run_under_way_when_its_schedule_is_cancelled_keeps_its_outcome(
-        either: ManagerService, clock: FakeClock):
+    either: ManagerService, clock: FakeClock
+):
     either.add_schedule(tuple(spec()))
     clock.advance(5)
     run = take(either)
@@ -626,7 +674,8 @@ def test_a_cancel_of_a_cancelled_schedule_says_it_was_cancelled(either: ManagerS
 
 
 def test_the_manager_forgets_the_earliest_cancelled_schedules_beyond_its_bound(
-        service: ManagerService):
+    service: ManagerService,
+):
     for i in range(KEPT_CANCELLED + 1):
         service.add_schedule(tuple(spec(schedule_id=f"s{i}", start_delay=3600.0)))
         service.schedule_control(f"s{i}", "cancel")
@@ -637,7 +686,8 @@ def test_the_manager_forgets_the_earliest_cancelled_schedules_beyond_its_bound(
 
 
 def test_a_cancelled_schedule_added_again_starts_afresh_and_lists_its_former_runs(
-        either: ManagerService, clock: FakeClock):
+    either: ManagerService, clock: FakeClock
+):
     either.add_schedule(tuple(spec()))
     clock.advance(5)
     run = take(either)

@@ -27,16 +27,18 @@ from mpsched._protocol.records import (
 from mpsched._transport.sockets import describe_versions
 
 
-def hello(worker_id: str, host: str, pid: int, *, remote: bool = True,
-          local_token: str = "") -> WorkerHello:
+def hello(
+    worker_id: str, host: str, pid: int, *, remote: bool = True, local_token: str = ""
+) -> WorkerHello:
     python, cp = describe_versions()
     return WorkerHello(worker_id, pid, host, python, cp, remote, local_token)
 
 
 def started_here(service: ManagerService, worker_id: str) -> WorkerHello:
     """The hello of a worker this manager's supervisor started (it holds the token)."""
-    return hello(worker_id, service.host, os.getpid(), remote=False,
-                 local_token=service.workers.local_token)
+    return hello(
+        worker_id, service.host, os.getpid(), remote=False, local_token=service.workers.local_token
+    )
 
 
 def run_one(service: ManagerService, worker_id: str) -> None:
@@ -92,8 +94,7 @@ def test_only_a_worker_the_manager_started_is_handed_jobs_early():
     service = ManagerService(queue, clock=clock)
     service.hello(hello("far", "some-other-host", 4242))
     service.hello(hello("same-name", service.host, os.getpid()))
-    service.hello(hello("no-token", service.host, os.getpid(), remote=False,
-                        local_token="guessed"))
+    service.hello(hello("no-token", service.host, os.getpid(), remote=False, local_token="guessed"))
     service.hello(started_here(service, "near"))
     soon = EARLY_HANDOFF / 2  # due within the early hand-off window
     for n in range(2):
@@ -147,9 +148,11 @@ def test_a_worker_declared_gone_is_refused_and_its_late_report_changes_nothing()
     assert service.lose_worker("w", exitcode=None) == 1  # requeued: it has a retry
     outcome = Outcome("job", True, b"", "", time.monotonic())
     report = report_to_wire(Report(assignment.lease.lease_id, outcome))
-    for call in (lambda: service.take("w", [report], 0),
-                 lambda: service.take("w", None, 0),
-                 lambda: service.heartbeat("w", WorkerLoad(0.0, 0))):
+    for call in (
+        lambda: service.take("w", [report], 0),
+        lambda: service.take("w", None, 0),
+        lambda: service.heartbeat("w", WorkerLoad(0.0, 0)),
+    ):
         with pytest.raises(WorkerRetiredError, match="declared gone"):
             call()
     assert service.mailboxes.collect("c", 0) == []
@@ -162,9 +165,12 @@ def test_the_manager_keeps_nothing_per_departed_worker():
     for n in range(50):
         service.hello(hello(f"w{n}", "some-other-host", 4242))
         service.lose_worker(f"w{n}", exitcode=0)
-    kept = [name for part in (service, service.workers)
-            for name, value in vars(part).items()
-            if isinstance(value, (set, dict)) and len(value) >= 50]
+    kept = [
+        name
+        for part in (service, service.workers)
+        for name, value in vars(part).items()
+        if isinstance(value, (set, dict)) and len(value) >= 50
+    ]
     assert not kept
     with pytest.raises(WorkerRetiredError, match="declared gone"):
         service.take("w7", None, 0)

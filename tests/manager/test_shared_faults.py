@@ -37,8 +37,7 @@ def paused(own_redis: Callable[..., Any], peers: Callable[..., Peer]) -> Any:
     return Paused()
 
 
-def test_a_claim_whose_answer_was_lost_gives_its_job_back_and_a_taker_gets_it(
-        paused: Any) -> None:
+def test_a_claim_whose_answer_was_lost_gives_its_job_back_and_a_taker_gets_it(paused: Any) -> None:
     peer = paused.peer
     got: list[Any] = []
     connected, go = threading.Event(), threading.Event()
@@ -80,8 +79,9 @@ def test_a_submit_whose_answer_was_lost_is_taken_once_and_said_to_be(paused: Any
         connected.set()
         go.wait(JOIN)
         try:
-            returned.append(peer.journal.submit(
-                [JobRequest("j1", "c1", b"payload", 2, 0.0, None)], None))
+            returned.append(
+                peer.journal.submit([JobRequest("j1", "c1", b"payload", 2, 0.0, None)], None)
+            )
         except BaseException as exc:
             failed.append(exc)
 
@@ -103,7 +103,8 @@ def test_a_submit_whose_answer_was_lost_is_taken_once_and_said_to_be(paused: Any
 
 
 def test_an_end_whose_answer_was_lost_is_sent_again_without_a_false_warning(
-        paused: Any, caplog: pytest.LogCaptureFixture) -> None:
+    paused: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     peer = paused.peer
     peer.submit("j1")
     got = peer.queue.take("w1", 5.0)
@@ -127,7 +128,8 @@ def test_an_end_whose_answer_was_lost_is_sent_again_without_a_false_warning(
 
 
 def test_a_listing_while_redis_is_paused_fails_in_time_and_the_outage_is_said_at_once(
-        paused: Any, caplog: pytest.LogCaptureFixture) -> None:
+    paused: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     peer = paused.peer
     with caplog.at_level(logging.INFO, logger="mpsched.manager"):
         paused.server.pause()
@@ -142,7 +144,8 @@ def test_a_listing_while_redis_is_paused_fails_in_time_and_the_outage_is_said_at
 
 
 def test_a_job_whose_worker_left_while_redis_was_down_goes_back_when_it_answers(
-        own_redis: Callable[..., Any], peers: Callable[..., Peer]) -> None:
+    own_redis: Callable[..., Any], peers: Callable[..., Peer]
+) -> None:
     server = own_redis(appendonly="yes", appendfsync="always")
     peer = peers("m1", url=server.url())
     peer.submit("j1")
@@ -159,7 +162,8 @@ def test_a_job_whose_worker_left_while_redis_was_down_goes_back_when_it_answers(
 
 
 def test_a_manager_paused_past_its_lease_hands_out_nothing_it_claimed_before(
-        peers: Callable[..., Peer], monkeypatch: pytest.MonkeyPatch) -> None:
+    peers: Callable[..., Peer], monkeypatch: pytest.MonkeyPatch
+) -> None:
     paused = peers("paused", lease=1.0)
     peer = peers("peer")  # takes back the paused manager's jobs when its lease runs out
     for job_id in ("j0", "j1"):
@@ -179,8 +183,11 @@ def test_a_manager_paused_past_its_lease_hands_out_nothing_it_claimed_before(
 
     monkeypatch.setattr(paused.store, "heartbeat", stalled)
     try:
-        wait_for(lambda: state(peer, "j1") == (JobState.FAILED, 1), 30,
-                 "the peer took the paused manager's job back")
+        wait_for(
+            lambda: state(peer, "j1") == (JobState.FAILED, 1),
+            30,
+            "the peer took the paused manager's job back",
+        )
     finally:
         resume.set()
     assert paused.queue.take("w1", 1.0) is None  # j1 is not handed out: it was taken back
@@ -194,7 +201,8 @@ def ended_message(job_id: str, outcome: bytes) -> bytes:
 
 
 def test_a_drain_that_fails_keeps_the_subscription_and_the_ends_it_carries(
-        peers: Callable[..., Peer], monkeypatch: pytest.MonkeyPatch) -> None:
+    peers: Callable[..., Peer], monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Right after a restart of Redis a thread's old connection fails once: the ends
     # already published to this manager must not go with the subscription.
     peer = peers("m1")
@@ -212,13 +220,17 @@ def test_a_drain_that_fails_keeps_the_subscription_and_the_ends_it_carries(
     pipe.publish(peer.store.base + "ch:m1", "1")  # its inbox has ends: a drain, that fails
     pipe.publish(peer.store.base + "ch:m1", ended_message("x", outcome))
     assert pipe.execute() == [1, 1]
-    wait_for(lambda: [o for _, o in peer.delivered if o.job_id == "x"], 10,
-             "the end published after the failed drain was delivered")
+    wait_for(
+        lambda: [o for _, o in peer.delivered if o.job_id == "x"],
+        10,
+        "the end published after the failed drain was delivered",
+    )
 
 
 @pytest.mark.slow  # seconds of waiting: out of make test-fast
 def test_a_cancel_whose_answer_was_lost_tells_the_jobs_client_once_redis_answers(
-        paused: Any) -> None:
+    paused: Any,
+) -> None:
     peer = paused.peer
     peer.submit("j0", delay=600)
     peer.submit("j1", delay=600)
@@ -229,8 +241,11 @@ def test_a_cancel_whose_answer_was_lost_tells_the_jobs_client_once_redis_answers
             peer.queue.cancel_jobs(["j1"])  # Redis cancels it when it resumes
     finally:
         paused.server.resume()
-    wait_for(lambda: [o for _, o in peer.delivered if o.job_id == "j1"], 30,
-             "the client of the job cancelled in the lost call was told")
+    wait_for(
+        lambda: [o for _, o in peer.delivered if o.job_id == "j1"],
+        30,
+        "the client of the job cancelled in the lost call was told",
+    )
     [(client, outcome)] = [(c, o) for c, o in peer.delivered if o.job_id == "j1"]
     assert client == "c1" and outcome.error_kind == OutcomeKind.CANCELLED
     assert state(peer, "j1")[0] is JobState.CANCELLED

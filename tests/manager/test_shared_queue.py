@@ -86,8 +86,7 @@ def waiting(queue: SharedQueue, count: int) -> None:
         time.sleep(0.01)
 
 
-def test_idle_takers_ask_nothing_and_a_submit_wakes_one_at_once(
-        peers: Callable[..., Peer]) -> None:
+def test_idle_takers_ask_nothing_and_a_submit_wakes_one_at_once(peers: Callable[..., Peer]) -> None:
     first, second = peers("m1"), peers("m2")
     takers = [Taker(first.queue, "w1"), Taker(first.queue, "w2"), Taker(second.queue, "w1")]
     waiting(first.queue, 2)
@@ -109,7 +108,8 @@ def test_idle_takers_ask_nothing_and_a_submit_wakes_one_at_once(
 
 @pytest.mark.slow  # seconds of waiting: out of make test-fast
 def test_one_manager_times_the_head_and_a_sooner_head_is_taken_on_time(
-        peers: Callable[..., Peer]) -> None:
+    peers: Callable[..., Peer],
+) -> None:
     first, second = peers("m1"), peers("m2")
     first.submit("later", delay=3.0)
     takers = [Taker(first.queue, "w1"), Taker(second.queue, "w1")]
@@ -127,8 +127,7 @@ def test_one_manager_times_the_head_and_a_sooner_head_is_taken_on_time(
 
 
 @pytest.mark.slow  # seconds of waiting: out of make test-fast
-def test_a_manager_whose_timers_end_late_times_the_head_on_time(
-        peers: Callable[..., Peer]) -> None:
+def test_a_manager_whose_timers_end_late_times_the_head_on_time(peers: Callable[..., Peer]) -> None:
     peer = peers("m1", clock=LateTimerClock(0.01))
     taker = Taker(peer.queue, "w1")
     waiting(peer.queue, 1)
@@ -141,8 +140,7 @@ def test_a_manager_whose_timers_end_late_times_the_head_on_time(
     assert 3.0 <= taker.ended - submitted < 3.012
 
 
-def test_a_manager_whose_clock_is_an_hour_off_runs_jobs_on_time(
-        peers: Callable[..., Peer]) -> None:
+def test_a_manager_whose_clock_is_an_hour_off_runs_jobs_on_time(peers: Callable[..., Peer]) -> None:
     ahead = peers("ahead", clock=ShiftedClock(+3600.0))
     behind = peers("behind", clock=ShiftedClock(-3600.0))
     for peer in (ahead, behind):
@@ -158,8 +156,8 @@ def test_a_manager_whose_clock_is_an_hour_off_runs_jobs_on_time(
 
 
 def test_an_outage_is_one_warning_and_the_manager_carries_on(
-        own_redis: Callable[..., Any], peers: Callable[..., Peer],
-        caplog: pytest.LogCaptureFixture) -> None:
+    own_redis: Callable[..., Any], peers: Callable[..., Peer], caplog: pytest.LogCaptureFixture
+) -> None:
     server = own_redis()
     peer = peers("m1", url=server.url())
     taker = Taker(peer.queue, "w1", timeout=30.0)
@@ -185,7 +183,8 @@ def test_an_outage_is_one_warning_and_the_manager_carries_on(
 
 
 def test_an_end_that_redis_could_not_take_is_sent_again_when_it_is_back(
-        own_redis: Callable[..., Any], peers: Callable[..., Peer]) -> None:
+    own_redis: Callable[..., Any], peers: Callable[..., Peer]
+) -> None:
     server = own_redis(appendonly="yes", appendfsync="always")
     peer = peers("m1", url=server.url())
     peer.submit("j1")
@@ -209,7 +208,8 @@ def test_an_end_that_redis_could_not_take_is_sent_again_when_it_is_back(
 
 
 def test_a_jobs_end_and_its_workers_next_job_travel_in_one_call(
-        peers: Callable[..., Peer], monkeypatch: pytest.MonkeyPatch) -> None:
+    peers: Callable[..., Peer], monkeypatch: pytest.MonkeyPatch
+) -> None:
     peer = peers("m1")
     for n in range(3):
         peer.submit(f"j{n}")
@@ -234,7 +234,8 @@ def test_a_jobs_end_and_its_workers_next_job_travel_in_one_call(
 
 
 def test_a_job_claimed_for_a_worker_that_dies_before_taking_it_goes_back_untouched(
-        peers: Callable[..., Peer]) -> None:
+    peers: Callable[..., Peer],
+) -> None:
     peer = peers("m1")
     peer.submit("j0")
     peer.submit("j1")
@@ -269,7 +270,8 @@ def counted_reports(peer: Peer, monkeypatch: pytest.MonkeyPatch) -> list[object]
 
 
 def test_a_batch_is_claimed_in_one_call_and_its_ends_with_the_next_batch_in_another(
-        peers: Callable[..., Peer], monkeypatch: pytest.MonkeyPatch, no_hold: None) -> None:
+    peers: Callable[..., Peer], monkeypatch: pytest.MonkeyPatch, no_hold: None
+) -> None:
     peer = peers("m1", claims=Slots())
     for n in range(6):
         peer.submit(f"j{n}")
@@ -292,7 +294,8 @@ def test_a_batch_is_claimed_in_one_call_and_its_ends_with_the_next_batch_in_anot
 
 
 def test_prefetched_jobs_held_up_are_given_back_in_order_and_a_peer_runs_them(
-        peers: Callable[..., Peer]) -> None:
+    peers: Callable[..., Peer],
+) -> None:
     slots = Slots()
     first, second = peers("m1", claims=slots), peers("m2")
     for n in range(4):
@@ -312,7 +315,8 @@ def test_prefetched_jobs_held_up_are_given_back_in_order_and_a_peer_runs_them(
 
 
 def test_a_cancel_through_another_manager_takes_a_prefetched_job_back_unless_it_started(
-        peers: Callable[..., Peer], no_hold: None) -> None:
+    peers: Callable[..., Peer], no_hold: None
+) -> None:
     slots = Slots()
     holder, other = peers("m1", claims=slots), peers("m2")
     for n in range(4):
@@ -336,7 +340,8 @@ def test_a_cancel_through_another_manager_takes_a_prefetched_job_back_unless_it_
 
 @pytest.mark.parametrize("through", ["other", "holder"])
 def test_a_cancel_of_a_clients_jobs_takes_back_those_prefetched_unless_started(
-        peers: Callable[..., Peer], no_hold: None, through: str) -> None:
+    peers: Callable[..., Peer], no_hold: None, through: str
+) -> None:
     slots = Slots()
     holder, other = peers("m1", claims=slots), peers("m2")
     for n in range(5):
@@ -351,8 +356,12 @@ def test_a_cancel_of_a_clients_jobs_takes_back_those_prefetched_unless_started(
     assert all(job.client_id == "c1" for job in cancelled)
     assert time.monotonic() - started < 1.0  # the holder answered: no wait for CANCEL_WAIT
     assert [state(holder, f"j{n}")[0] for n in range(5)] == [
-        JobState.RUNNING, JobState.RUNNING, JobState.PENDING, JobState.CANCELLED,
-        JobState.CANCELLED]
+        JobState.RUNNING,
+        JobState.RUNNING,
+        JobState.PENDING,
+        JobState.CANCELLED,
+        JobState.CANCELLED,
+    ]
     assert state(holder, "j2") == (JobState.PENDING, 0)  # c2's: back in the queue
     assert holder.queue.held() == 2  # j0 and j1 run to their ends
     record = holder.store.get("j1")
@@ -361,7 +370,8 @@ def test_a_cancel_of_a_clients_jobs_takes_back_those_prefetched_unless_started(
 
 
 def test_a_cancel_of_a_clients_jobs_waits_for_a_silent_holder_no_longer_than_its_bound(
-        peers: Callable[..., Peer], no_hold: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    peers: Callable[..., Peer], no_hold: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     slots = Slots()
     holder, other = peers("m1", claims=slots), peers("m2")
     stalled, resume = threading.Event(), threading.Event()
@@ -388,7 +398,8 @@ def test_a_cancel_of_a_clients_jobs_waits_for_a_silent_holder_no_longer_than_its
 
 
 def test_a_worker_that_leaves_gives_back_what_it_did_not_start(
-        peers: Callable[..., Peer], no_hold: None) -> None:
+    peers: Callable[..., Peer], no_hold: None
+) -> None:
     slots = Slots()
     peer = peers("m1", claims=slots)
     for n in range(4):
@@ -402,15 +413,15 @@ def test_a_worker_that_leaves_gives_back_what_it_did_not_start(
     # Its end claims w2's next job (j2), which w2 leaves without taking: it goes back too.
     outcome = Outcome("j1", True, b"", "", None)
     job = peer.queue.complete(again.lease.lease_id, outcome, "w2")
-    assert job is not None and peer.journal.finished_all([(job, outcome)], "w2",
-                                                         more=0) == [set()]
+    assert job is not None and peer.journal.finished_all([(job, outcome)], "w2", more=0) == [set()]
     assert state(peer, "j2") == (JobState.RUNNING, 1)
     assert peer.queue.revoke("w2") == 1
     assert state(peer, "j2") == (JobState.PENDING, 0)
 
 
 def test_the_ends_a_worker_hands_in_after_a_long_job_claim_it_one_job(
-        peers: Callable[..., Peer], no_hold: None) -> None:
+    peers: Callable[..., Peer], no_hold: None
+) -> None:
     peer = peers("m1", claims=Slots())
     for n in range(6):
         peer.submit(f"j{n}")
@@ -426,7 +437,8 @@ def test_the_ends_a_worker_hands_in_after_a_long_job_claim_it_one_job(
 
 
 def test_ends_a_worker_reports_while_it_runs_its_batch_claim_nothing_for_it(
-        peers: Callable[..., Peer], no_hold: None) -> None:
+    peers: Callable[..., Peer], no_hold: None
+) -> None:
     # Its reporter's ends, sent while the worker may still claim the rest of its batch
     # (here: all of it was revoked), must not hand it a batch: that would reopen its
     # claim slot, and it could start a job that went back to the queue.
@@ -449,10 +461,12 @@ def test_ends_a_worker_reports_while_it_runs_its_batch_claim_nothing_for_it(
 
 
 def test_a_bounded_submit_times_out_on_the_bound_it_met_and_one_that_never_fits_at_once(
-        redis_url: str) -> None:
+    redis_url: str,
+) -> None:
     store = RedisStore(redis_url)
-    queue = SharedQueue(store, manager_id="m1", lease_timeout=30.0, max_pending=2,
-                        max_pending_bytes=100)
+    queue = SharedQueue(
+        store, manager_id="m1", lease_timeout=30.0, max_pending=2, max_pending_bytes=100
+    )
     journal = SharedJournal(store, queue)
 
     def request(job_id: str, size: int) -> JobRequest:
@@ -478,19 +492,22 @@ def test_a_bounded_submit_times_out_on_the_bound_it_met_and_one_that_never_fits_
 
 
 def test_workers_get_the_frame_of_a_job_held_here_and_no_empty_frame_for_another_s(
-        peers: Callable[..., Peer]) -> None:
+    peers: Callable[..., Peer],
+) -> None:
     # m1 holds "held" in shared memory (its claim brings no payload: the frame names the
     # segment). A job framed for m1's shared memory but run on m2 loses its empty frame:
     # its client is elsewhere, so a large result goes inline, not into m2's memory.
     owner, other = peers("m1"), peers("m2")
     owner.queue.on_held_payload({"held": b"frame naming a segment"}.get)
     framed = frames.frame("", 0, (), b"pickle")
-    owner.store.submit_jobs([NewJob("held", "c1", None, "f", b"inline", 2, 0.0, None, None,
-                                    0, held=True)], "m1")
+    owner.store.submit_jobs(
+        [NewJob("held", "c1", None, "f", b"inline", 2, 0.0, None, None, 0, held=True)], "m1"
+    )
     first = owner.queue.take("w1", 5.0)
     assert first is not None and first.payload == b"frame naming a segment"
-    owner.store.submit_jobs([NewJob(f"j{n}", "c1", None, "f", framed, 2, 0.0, None, None, 0)
-                             for n in range(2)], "m1")
+    owner.store.submit_jobs(
+        [NewJob(f"j{n}", "c1", None, "f", framed, 2, 0.0, None, None, 0) for n in range(2)], "m1"
+    )
     mine = owner.queue.take("w2", 5.0)
     assert mine is not None and mine.payload == framed  # its client maps m1's memory
     theirs = other.queue.take("w1", 5.0)

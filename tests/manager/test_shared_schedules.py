@@ -16,18 +16,36 @@ from mpsched._manager.schedules import Schedules
 
 
 def every_ten_seconds() -> ScheduleSpec:
-    return ScheduleSpec("tick", ScheduleKind.EVERY, 10.0, Mode.RATE, "", "", 5.0, None, 0.0,
-                        Overlap.SKIP, Catchup.LATEST, OnError.CONTINUE, 2, None, 0, "m:f",
-                        b"payload")
+    return ScheduleSpec(
+        "tick",
+        ScheduleKind.EVERY,
+        10.0,
+        Mode.RATE,
+        "",
+        "",
+        5.0,
+        None,
+        0.0,
+        Overlap.SKIP,
+        Catchup.LATEST,
+        OnError.CONTINUE,
+        2,
+        None,
+        0,
+        "m:f",
+        b"payload",
+    )
 
 
 def test_one_schedule_added_on_two_managers_that_heard_nothing_of_each_other_is_one(
-        peers: Callable[..., Peer]) -> None:
+    peers: Callable[..., Peer],
+) -> None:
     # Neither manager hears the other's add (no subscriber passes it on): the store
     # alone makes the second take the first one's timeline.
     first, second = peers("m1"), peers("m2")
-    planners = [Schedules(peer.journal, SystemClock(), lambda jobs: None)
-                for peer in (first, second)]
+    planners = [
+        Schedules(peer.journal, SystemClock(), lambda jobs: None) for peer in (first, second)
+    ]
     planners[0].add(every_ten_seconds())
     time.sleep(0.01)  # the second is sent later: its own first slot would be later too
     planners[1].add(every_ten_seconds())

@@ -39,8 +39,9 @@ def supervised() -> Iterator[tuple[Supervisor, JobQueue, FakeClock]]:
     clock = FakeClock()
     queue = JobQueue(clock=clock)
     service = ManagerService(queue)
-    supervisor = Supervisor(service, ManagerConfig(authkey=b"k", workers=0,
-                                                   mp_method=StartMethod.SPAWN), address=None)
+    supervisor = Supervisor(
+        service, ManagerConfig(authkey=b"k", workers=0, mp_method=StartMethod.SPAWN), address=None
+    )
     python, cp = describe_versions()
     service.hello(WorkerHello("w1", _FakeProc.pid, "host", python, cp))
     supervisor._workers["w1"] = _Local(_FakeProc(), None)  # type: ignore[arg-type]
@@ -60,8 +61,8 @@ def _late_job_then_next(queue: JobQueue, clock: FakeClock) -> int:
 
 
 def test_a_job_past_its_timeout_gets_its_worker_killed_once(
-        supervised: tuple[Supervisor, JobQueue, FakeClock],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    supervised: tuple[Supervisor, JobQueue, FakeClock], monkeypatch: pytest.MonkeyPatch
+) -> None:
     supervisor, queue, clock = supervised
     killed: list[int] = []
     monkeypatch.setattr(supervisor_module, "kill_tree", killed.append)
@@ -72,8 +73,8 @@ def test_a_job_past_its_timeout_gets_its_worker_killed_once(
 
 
 def test_a_timeout_kill_never_hits_the_job_taken_after_the_late_one(
-        supervised: tuple[Supervisor, JobQueue, FakeClock],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    supervised: tuple[Supervisor, JobQueue, FakeClock], monkeypatch: pytest.MonkeyPatch
+) -> None:
     supervisor, queue, clock = supervised
     killed: list[int] = []
     monkeypatch.setattr(supervisor_module, "kill_tree", killed.append)
@@ -94,8 +95,8 @@ def test_a_timeout_kill_never_hits_the_job_taken_after_the_late_one(
 
 
 def test_a_timeout_kill_runs_outside_the_queue_s_lock(
-        supervised: tuple[Supervisor, JobQueue, FakeClock],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    supervised: tuple[Supervisor, JobQueue, FakeClock], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """psutil walking a process tree is slow: other workers' takes must not wait on it."""
     supervisor, queue, clock = supervised
     queue.submit(JobRequest("other", "c", b"", 2, 0.0, None))
@@ -116,8 +117,8 @@ def test_a_timeout_kill_runs_outside_the_queue_s_lock(
 
 
 def test_a_worker_being_killed_for_a_timeout_is_handed_no_other_job(
-        supervised: tuple[Supervisor, JobQueue, FakeClock],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    supervised: tuple[Supervisor, JobQueue, FakeClock], monkeypatch: pytest.MonkeyPatch
+) -> None:
     supervisor, queue, clock = supervised
     taken: list[Any] = []
     lease_id = _late_job_then_next(queue, clock)
@@ -152,8 +153,8 @@ def restore_nofile() -> Iterator[Callable[[int, int], None]]:
 
 @pytest.mark.slow
 def test_a_worker_that_cannot_be_restarted_is_retried_until_it_can(
-        make_scheduler: Callable[..., Scheduler],
-        restore_nofile: Callable[[int, int], None]) -> None:
+    make_scheduler: Callable[..., Scheduler], restore_nofile: Callable[[int, int], None]
+) -> None:
     s = make_scheduler(workers=1)
     manager = psutil.Process(s._manager_process.pid)
     [worker] = s.stats().workers
@@ -165,6 +166,9 @@ def test_a_worker_that_cannot_be_restarted_is_retried_until_it_can(
     wait_for(lambda: s.stats().worker_start_failures >= 2, 30, "failed restarts")
     assert s.stats().workers_missing == 1
     restore_nofile(manager.pid, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
-    wait_for(lambda: s.stats().workers_missing == 0 and len(s.stats().workers) == 1, 60,
-             "the worker replaced")
+    wait_for(
+        lambda: s.stats().workers_missing == 0 and len(s.stats().workers) == 1,
+        60,
+        "the worker replaced",
+    )
     assert s.submit(jobs.noop, 7).result(timeout=60) == 7

@@ -15,8 +15,9 @@ TOKEN = "t" * 32
 
 
 def hello(worker_id: str, *, remote: bool, host: str = "here") -> WorkerHello:
-    return WorkerHello(worker_id, os.getpid(), host, "3.x", "3", remote=remote,
-                       local_token="" if remote else TOKEN)
+    return WorkerHello(
+        worker_id, os.getpid(), host, "3.x", "3", remote=remote, local_token="" if remote else TOKEN
+    )
 
 
 def later_than(instant: float) -> float:
@@ -90,5 +91,10 @@ def test_a_worker_takes_the_lowest_slot_free_on_its_host() -> None:
     table.join(hello("e", remote=True))  # b's replacement
     table.join(hello("f", remote=True))
     slots = {s.worker_id: (s.host, s.slot) for s in table.statuses(since=0.0)[0]}
-    assert slots == {"a": ("here", 0), "c": ("there", 0), "d": ("here", 2),
-                     "e": ("here", 1), "f": ("here", 3)}
+    assert slots == {
+        "a": ("here", 0),
+        "c": ("there", 0),
+        "d": ("here", 2),
+        "e": ("here", 1),
+        "f": ("here", 3),
+    }

@@ -59,12 +59,10 @@ def test_writable_or_large_buffers_get_a_segment_of_their_own(prefix):
     shm.release(large)
 
 
-def test_free_segments_are_unlinked_when_idle_when_too_many_and_at_close(prefix,
-                                                                        monkeypatch):
+def test_free_segments_are_unlinked_when_idle_when_too_many_and_at_close(prefix, monkeypatch):
     clock = Clock()
     pool = SegmentPool(prefix, "c1", clock=clock)
-    names = [pool.pooled(pickle_job(jobs.noop, (bytes(BIG),), {}, pool=pool))
-             for _ in range(3)]
+    names = [pool.pooled(pickle_job(jobs.noop, (bytes(BIG),), {}, pool=pool)) for _ in range(3)]
     monkeypatch.setattr(_segment_pool, "MAX_FREE", 2 * BIG)
     for name in names:
         pool.returned(name)

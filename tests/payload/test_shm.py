@@ -161,8 +161,7 @@ def test_the_manager_unlinks_a_job_s_arguments_once_it_has_ended(prefix):
     segments.submitted(batch)
     segments.refused(batch[2:])  # a refused job stays its client's
     segments.ended(["a"])
-    assert sorted(shm.names(prefix)) == sorted(
-        frames.segment_of(payloads[j]) for j in ("b", "c"))
+    assert sorted(shm.names(prefix)) == sorted(frames.segment_of(payloads[j]) for j in ("b", "c"))
     segments.ended(["b", "c", "unknown"])
     assert shm.names(prefix) == [frames.segment_of(payloads["c"])]
     shm.release(payloads["c"])
@@ -170,8 +169,7 @@ def test_the_manager_unlinks_a_job_s_arguments_once_it_has_ended(prefix):
 
 def test_a_result_is_unlinked_once_every_recipient_collected_again(prefix):
     segments = owner(prefix)
-    result = Outcome("j", True, dumps_result(bytes(BIG), shm.result_name(prefix, 1)), "",
-                     None)
+    result = Outcome("j", True, dumps_result(bytes(BIG), shm.result_name(prefix, 1)), "", None)
     segments.posted(result, 2)  # its client and one watcher
     segments.handed("c", [result])
     segments.handed("w", [result])
@@ -184,8 +182,7 @@ def test_a_result_is_unlinked_once_every_recipient_collected_again(prefix):
 def test_a_result_nobody_collects_and_a_lost_lease_s_result_are_unlinked(prefix):
     segments = owner(prefix)
     boxes = Mailboxes(on_discard=segments.discarded)
-    result = Outcome("j", True, dumps_result(bytes(BIG), shm.result_name(prefix, 1)), "",
-                     None)
+    result = Outcome("j", True, dumps_result(bytes(BIG), shm.result_name(prefix, 1)), "", None)
     segments.posted(result, 1)
     boxes.post("gone-client", result)
     assert shm.names(prefix) == []

@@ -19,14 +19,14 @@ from mpsched._store.redis.store import RedisStore
 SHORT = 1.0  # seconds: the lease of the managers in these tests
 
 
-def claim(store: RedisStore, manager: str, lease: float = SHORT, want: int = 1,
-          **kw: Any) -> Any:
+def claim(store: RedisStore, manager: str, lease: float = SHORT, want: int = 1, **kw: Any) -> Any:
     return store.report(manager, lease, take=Take(want=want, worker=f"{manager}/w1", **kw))
 
 
 @pytest.mark.slow  # seconds of waiting: out of make test-fast
 def test_time_the_server_was_paused_counts_against_no_managers_lease(
-        own_redis: Callable[..., Any], open_redis_store: Callable[..., RedisStore]) -> None:
+    own_redis: Callable[..., Any], open_redis_store: Callable[..., RedisStore]
+) -> None:
     server = own_redis()
     first, second = open_redis_store(server.url()), open_redis_store(server.url())
     first.heartbeat("m1", SHORT, b"", join=True)
@@ -52,7 +52,8 @@ def test_time_the_server_was_paused_counts_against_no_managers_lease(
 
 
 def test_a_manager_that_leaves_gives_back_the_jobs_still_leased_to_it(
-        open_redis_store: Callable[..., RedisStore]) -> None:
+    open_redis_store: Callable[..., RedisStore],
+) -> None:
     # A claim whose answer was lost leaves a job leased to a manager that never knew it.
     store = open_redis_store()
     store.heartbeat("m1", SHORT, b"", join=True)
@@ -67,7 +68,8 @@ def test_a_manager_that_leaves_gives_back_the_jobs_still_leased_to_it(
 
 
 def test_a_manager_presumed_dead_finds_every_end_its_clients_are_owed_when_it_is_back(
-        open_redis_store: Callable[..., RedisStore]) -> None:
+    open_redis_store: Callable[..., RedisStore],
+) -> None:
     store = open_redis_store()
     store.heartbeat("owner", 0.3, b"", join=True)  # it will be paused past its lease
     store.heartbeat("peer", 30.0, b"", join=True)
@@ -79,15 +81,17 @@ def test_a_manager_presumed_dead_finds_every_end_its_clients_are_owed_when_it_is
         assert time.monotonic() < deadline, "the owner was never presumed dead"
         time.sleep(0.05)
     # While the owner is presumed dead, its job on the peer ends.
-    store.report("peer", 30.0, finishes=[
-        Finish(on_peer.job_id, on_peer.token, JobState.DONE, b"result")])
+    store.report(
+        "peer", 30.0, finishes=[Finish(on_peer.job_id, on_peer.token, JobState.DONE, b"result")]
+    )
     store.heartbeat("owner", 30.0, b"")  # back
     ended = {end.job_id: end.state for end in store.drain("owner")}
     assert ended == {on_peer.job_id: JobState.DONE, on_owner.job_id: JobState.FAILED}
 
 
 def test_an_end_from_a_manager_presumed_dead_replaces_the_failure_its_peer_recorded(
-        open_redis_store: Callable[..., RedisStore]) -> None:
+    open_redis_store: Callable[..., RedisStore],
+) -> None:
     store = open_redis_store()
     store.heartbeat("paused", 0.3, b"", join=True)
     store.heartbeat("peer", 30.0, b"", join=True)
@@ -100,8 +104,9 @@ def test_an_end_from_a_manager_presumed_dead_replaces_the_failure_its_peer_recor
     record = store.get(job.job_id)
     assert record is not None and record.state is JobState.FAILED
     failed = store.counts().failed
-    reply = store.report("paused", 30.0, finishes=[
-        Finish(job.job_id, job.token, JobState.DONE, b"its result")])
+    reply = store.report(
+        "paused", 30.0, finishes=[Finish(job.job_id, job.token, JobState.DONE, b"its result")]
+    )
     assert reply.finished == [3]  # recorded, in place of the failure
     record = store.get(job.job_id)
     assert record is not None and record.state is JobState.DONE
@@ -112,7 +117,8 @@ def test_an_end_from_a_manager_presumed_dead_replaces_the_failure_its_peer_recor
 
 
 def test_a_take_back_counts_each_dead_managers_jobs_on_its_own(
-        open_redis_store: Callable[..., RedisStore]) -> None:
+    open_redis_store: Callable[..., RedisStore],
+) -> None:
     store = open_redis_store()
     store.heartbeat("peer", 30.0, b"", join=True)
     store.submit_jobs([new("a1", retries=1), new("a2"), new("b1")], "peer")
@@ -131,7 +137,8 @@ def test_a_take_back_counts_each_dead_managers_jobs_on_its_own(
 
 
 def test_a_store_counts_the_jobs_it_keeps_at_one_command_a_look(
-        open_redis_store: Callable[..., RedisStore]) -> None:
+    open_redis_store: Callable[..., RedisStore],
+) -> None:
     store = open_redis_store()
     store.heartbeat("m1", 30.0, b"", join=True)
     assert store.kept() == 0
@@ -142,7 +149,8 @@ def test_a_store_counts_the_jobs_it_keeps_at_one_command_a_look(
 
 
 def test_ends_in_an_inbox_stay_there_until_a_drain_says_they_were_delivered(
-        open_redis_store: Callable[..., RedisStore]) -> None:
+    open_redis_store: Callable[..., RedisStore],
+) -> None:
     # A drain whose answer was lost (Redis paused past the manager's timeout) must not
     # take the ends with it: the next drain hands them over again.
     store = open_redis_store()

@@ -37,18 +37,29 @@ def backlog(store: RedisStore) -> None:
     """The queue tests' overdue backlog (tests/core/test_queue.py), due 5 s ago and
     later, and one HIGH job due in 5 s."""
     t0 = server_now(store) - 5.0
-    store.submit_jobs([new("medium-1a", at=t0 + 1), new("high-future", level=HIGH, delay=5),
-                       new("high-3", level=HIGH, at=t0 + 3),
-                       new("high-2", level=HIGH, at=t0 + 2)], "m1")
+    store.submit_jobs(
+        [
+            new("medium-1a", at=t0 + 1),
+            new("high-future", level=HIGH, delay=5),
+            new("high-3", level=HIGH, at=t0 + 3),
+            new("high-2", level=HIGH, at=t0 + 2),
+        ],
+        "m1",
+    )
     store.submit_jobs([new("low-0", level=LOW, at=t0), new("medium-1b", at=t0 + 1)], "m2")
 
 
-@pytest.mark.parametrize(("order", "expected"), [
-    (Order.TIME, ["low-0", "medium-1a", "medium-1b", "high-2", "high-3"]),
-    (Order.PRIORITY, ["high-2", "high-3", "medium-1a", "medium-1b", "low-0"]),
-], ids=["time", "priority"])
+@pytest.mark.parametrize(
+    ("order", "expected"),
+    [
+        (Order.TIME, ["low-0", "medium-1a", "medium-1b", "high-2", "high-3"]),
+        (Order.PRIORITY, ["high-2", "high-3", "medium-1a", "medium-1b", "low-0"]),
+    ],
+    ids=["time", "priority"],
+)
 def test_an_overdue_backlog_is_claimed_in_the_orders_key_by_any_manager(
-        open_redis_store: Callable[..., RedisStore], order: Order, expected: list[str]) -> None:
+    open_redis_store: Callable[..., RedisStore], order: Order, expected: list[str]
+) -> None:
     stores = [open_redis_store(order=order) for _ in range(2)]
     for name, store in zip(("m1", "m2"), stores, strict=True):
         store.heartbeat(name, LEASE, b"", join=True)
@@ -60,12 +71,19 @@ def test_an_overdue_backlog_is_claimed_in_the_orders_key_by_any_manager(
 
 
 def test_claims_take_the_due_jobs_by_priority_and_say_when_more_is_due(
-        managers: list[RedisStore]) -> None:
+    managers: list[RedisStore],
+) -> None:
     m1, _ = managers
     at = server_now(m1) - 1.0
-    m1.submit_jobs([new("low", level=LOW, at=at - 1), new("med", at=at),
-                    new("high", level=HIGH, at=at), new("later", level=HIGH, delay=30)],
-                   "m1")
+    m1.submit_jobs(
+        [
+            new("low", level=LOW, at=at - 1),
+            new("med", at=at),
+            new("high", level=HIGH, at=at),
+            new("later", level=HIGH, delay=30),
+        ],
+        "m1",
+    )
     first = take(m1, "m1")
     assert ids(first) == ["high"] and first.head_in is not None and first.head_in <= 0
     reply = take(m1, "m1", want=8)  # what is due, not what is due next
@@ -73,8 +91,7 @@ def test_claims_take_the_due_jobs_by_priority_and_say_when_more_is_due(
     assert reply.jobs[1].delay == 0 and reply.head_in is not None and reply.head_in > 25
 
 
-def test_equal_due_times_run_by_priority_then_submission(
-        managers: list[RedisStore]) -> None:
+def test_equal_due_times_run_by_priority_then_submission(managers: list[RedisStore]) -> None:
     m1, m2 = managers
     at = server_now(m1) + 0.2  # one instant, not yet due
     m1.submit_jobs([new("low", level=LOW, at=at), new("med-1", at=at)], "m1")
@@ -86,11 +103,18 @@ def test_equal_due_times_run_by_priority_then_submission(
 
 
 def test_a_retry_and_a_give_back_go_back_to_their_place_among_the_due_jobs(
-        managers: list[RedisStore]) -> None:
+    managers: list[RedisStore],
+) -> None:
     m1, m2 = managers
     at = server_now(m1) - 1.0
-    m1.submit_jobs([new("high", level=HIGH, at=at, retries=1), new("med", at=at - 1),
-                    new("low", level=LOW, at=at - 2)], "m1")
+    m1.submit_jobs(
+        [
+            new("high", level=HIGH, at=at, retries=1),
+            new("med", at=at - 1),
+            new("low", level=LOW, at=at - 2),
+        ],
+        "m1",
+    )
     [high] = take(m1, "m1").jobs
     assert high.job_id == "high"
     m1.report("m1", LEASE, requeues=[Requeue("high", high.token, True)])  # an attempt
@@ -104,12 +128,20 @@ def test_a_retry_and_a_give_back_go_back_to_their_place_among_the_due_jobs(
 
 
 def test_a_job_among_the_due_ones_is_listed_pending_and_cancels_by_id_or_client(
-        managers: list[RedisStore]) -> None:
+    managers: list[RedisStore],
+) -> None:
     m1, m2 = managers
     at = server_now(m1) - 1.0
-    m1.submit_jobs([new("a", level=HIGH, at=at), new("b", at=at), new("c", at=at),
-                    new("d", at=at, client="c2"), new("later", delay=30, client="c2")],
-                   "m1")
+    m1.submit_jobs(
+        [
+            new("a", level=HIGH, at=at),
+            new("b", at=at),
+            new("c", at=at),
+            new("d", at=at, client="c2"),
+            new("later", delay=30, client="c2"),
+        ],
+        "m1",
+    )
     assert ids(take(m1, "m1")) == ["a"]  # b, c and d now wait among the due jobs
     pending = [r.job_id for r in m2.jobs(JobState.PENDING)]
     assert pending == ["b", "c", "d", "later"]
@@ -133,7 +165,8 @@ def test_max_pending_counts_the_jobs_among_the_due_ones(managers: list[RedisStor
 
 
 def test_a_manager_with_another_order_is_refused_while_one_is_live(
-        open_redis_store: Callable[..., RedisStore], redis_url: str) -> None:
+    open_redis_store: Callable[..., RedisStore], redis_url: str
+) -> None:
     first = open_redis_store(order=Order.PRIORITY)
     first.heartbeat("m1", LEASE, b"", join=True)
     second = open_redis_store(order=Order.TIME)
@@ -148,12 +181,14 @@ def test_a_manager_with_another_order_is_refused_while_one_is_live(
 
 
 def test_with_no_manager_live_the_order_changes_and_nothing_is_stranded(
-        open_redis_store: Callable[..., RedisStore]) -> None:
+    open_redis_store: Callable[..., RedisStore],
+) -> None:
     first = open_redis_store(order=Order.PRIORITY)
     first.heartbeat("m1", LEASE, b"", join=True)
     at = server_now(first) - 1.0
-    first.submit_jobs([new("low", level=LOW, at=at - 1), new("high", level=HIGH, at=at),
-                       new("med", at=at)], "m1")
+    first.submit_jobs(
+        [new("low", level=LOW, at=at - 1), new("high", level=HIGH, at=at), new("med", at=at)], "m1"
+    )
     [high] = take(first, "m1").jobs  # low and med now wait among the due jobs
     assert high.job_id == "high"
     first.report("m1", LEASE, finishes=[Finish("high", high.token, JobState.DONE, b"")])
@@ -162,10 +197,10 @@ def test_with_no_manager_live_the_order_changes_and_nothing_is_stranded(
     second.heartbeat("m2", LEASE, b"", join=True)
     taken = take(second, "m2", want=8).jobs
     assert [j.job_id for j in taken] == ["low", "med"]  # back in time order
-    second.submit_jobs([new("low-2", level=LOW, at=at - 1), new("high-2", level=HIGH, at=at)],
-                       "m2")
-    second.report("m2", LEASE, finishes=[Finish(j.job_id, j.token, JobState.DONE, b"")
-                                         for j in taken])
+    second.submit_jobs([new("low-2", level=LOW, at=at - 1), new("high-2", level=HIGH, at=at)], "m2")
+    second.report(
+        "m2", LEASE, finishes=[Finish(j.job_id, j.token, JobState.DONE, b"") for j in taken]
+    )
     second.forget_manager("m2")  # it holds nothing
     third = open_redis_store(order=Order.PRIORITY)
     third.heartbeat("m3", LEASE, b"", join=True)
@@ -173,15 +208,15 @@ def test_with_no_manager_live_the_order_changes_and_nothing_is_stranded(
 
 
 def test_a_manager_back_from_the_dead_follows_the_stores_order(
-        open_redis_store: Callable[..., RedisStore], caplog: pytest.LogCaptureFixture) -> None:
+    open_redis_store: Callable[..., RedisStore], caplog: pytest.LogCaptureFixture
+) -> None:
     late = open_redis_store(order=Order.TIME)
     late.heartbeat("late", 0.2, b"", join=True)
     time.sleep(0.25)  # its lease runs out: it is presumed dead
     other = open_redis_store(order=Order.PRIORITY)
     other.heartbeat("m2", LEASE, b"", join=True)  # nobody live: the store's order changes
     at = server_now(other) - 1.0
-    other.submit_jobs([new("low", level=LOW, at=at - 1), new("high", level=HIGH, at=at)],
-                      "m2")
+    other.submit_jobs([new("low", level=LOW, at=at - 1), new("high", level=HIGH, at=at)], "m2")
     with caplog.at_level(logging.ERROR, logger="mpsched.store"):
         beat = late.heartbeat("late", LEASE, b"")
     assert beat.order is Order.PRIORITY and late.order is Order.PRIORITY

@@ -24,8 +24,9 @@ def store(open_redis_store: Callable[..., RedisStore]) -> RedisStore:
     return made
 
 
-def routed(job_id: str, queue: str = "default", limit: str | None = None,
-           retries: int = 0) -> NewJob:
+def routed(
+    job_id: str, queue: str = "default", limit: str | None = None, retries: int = 0
+) -> NewJob:
     return new(job_id, retries=retries)._replace(queue=queue, limit=limit)
 
 
@@ -34,20 +35,30 @@ def ids(reply: object) -> list[str]:
 
 
 def done(store: RedisStore, manager: str, job: object) -> None:
-    store.report(manager, LEASE, finishes=[Finish(job.job_id, job.token,  # type: ignore
-                                                  JobState.DONE, b"ok")])
+    store.report(
+        manager,
+        LEASE,
+        finishes=[
+            Finish(
+                job.job_id,  # type: ignore[attr-defined]
+                job.token,  # type: ignore[attr-defined]
+                JobState.DONE,
+                b"ok",
+            )
+        ],
+    )
 
 
 def test_a_worker_claims_from_its_queues_in_strict_order(store: RedisStore) -> None:
-    store.submit_jobs([routed("d1"), routed("g1", "gpu"), routed("d2"), routed("g2", "gpu")],
-                      "m1")
+    store.submit_jobs([routed("d1"), routed("g1", "gpu"), routed("d2"), routed("g2", "gpu")], "m1")
     assert ids(take(store, queues=("gpu",))) == ["g1"]
     assert ids(take(store, queues=("gpu", "default"), want=3)) == ["g2", "d1", "d2"]
     assert take(store, queues=("gpu",)).head_in is None
 
 
 def test_a_worker_of_every_queue_gets_the_first_due_and_no_other_queue_blocks(
-        store: RedisStore) -> None:
+    store: RedisStore,
+) -> None:
     store.submit_jobs([routed("r", "reports")], "m1")
     time.sleep(0.01)
     store.submit_jobs([routed("d")], "m1")
@@ -58,10 +69,12 @@ def test_a_worker_of_every_queue_gets_the_first_due_and_no_other_queue_blocks(
 
 
 def test_a_job_of_a_full_limit_is_parked_and_comes_back_when_a_slot_frees(
-        store: RedisStore) -> None:
+    store: RedisStore,
+) -> None:
     store.set_limit("exports", LimitSpec(concurrency=1))
-    store.submit_jobs([routed("e1", limit="exports"), routed("e2", limit="exports"),
-                       routed("p")], "m1")
+    store.submit_jobs(
+        [routed("e1", limit="exports"), routed("e2", limit="exports"), routed("p")], "m1"
+    )
     first = take(store)
     assert ids(first) == ["e1"]
     assert ids(take(store)) == ["p"]  # e2 is passed over
@@ -73,8 +86,7 @@ def test_a_job_of_a_full_limit_is_parked_and_comes_back_when_a_slot_frees(
     assert ids(take(store, "m2")) == ["e2"]
 
 
-def test_a_limit_holds_across_managers_and_a_requeue_gives_its_slot_back(
-        store: RedisStore) -> None:
+def test_a_limit_holds_across_managers_and_a_requeue_gives_its_slot_back(store: RedisStore) -> None:
     store.set_limit("x", LimitSpec(concurrency=2))
     store.submit_jobs([routed(f"j{i}", limit="x", retries=1) for i in range(4)], "m1")
     a, b = take(store, "m1"), take(store, "m2")
@@ -88,7 +100,8 @@ def test_a_limit_holds_across_managers_and_a_requeue_gives_its_slot_back(
 
 
 def test_a_dead_managers_slots_come_back_with_its_leases(
-        open_redis_store: Callable[..., RedisStore]) -> None:
+    open_redis_store: Callable[..., RedisStore],
+) -> None:
     store = open_redis_store()
     store.heartbeat("alive", LEASE, b"")
     store.heartbeat("doomed", 0.2, b"")
@@ -102,8 +115,7 @@ def test_a_dead_managers_slots_come_back_with_its_leases(
     assert ids(take(store, "alive")) == ["b"]
 
 
-def test_a_rate_admits_n_per_window_and_the_claim_says_when_it_opens(
-        store: RedisStore) -> None:
+def test_a_rate_admits_n_per_window_and_the_claim_says_when_it_opens(store: RedisStore) -> None:
     store.set_limit("api", LimitSpec(rate=(2, 1.0)))
     store.submit_jobs([routed(f"r{i}", limit="api") for i in range(3)], "m1")
     first = take(store, want=3)

@@ -21,20 +21,40 @@ from mpsched._store.redis.url import is_redis_url, parse_redis_url
 SECRET = "s3cr3t-pw"
 
 
-@pytest.mark.parametrize(("url", "redacted", "options"), [
-    ("redis://localhost", "redis://localhost:6379/0",
-     {"host": "localhost", "port": 6379, "db": 0}),
-    (f"redis://:{SECRET}@db1:7000/3?prefix=jobs.eu", "redis://:***@db1:7000/3?prefix=jobs.eu",
-     {"host": "db1", "port": 7000, "db": 3, "password": SECRET}),
-    ("unix:///run/redis.sock?db=2", "unix:///run/redis.sock?db=2",
-     {"unix_socket_path": "/run/redis.sock", "db": 2}),
-    (f"unix:///run/r.sock?password={SECRET}", "unix://:***@/run/r.sock?db=0",
-     {"unix_socket_path": "/run/r.sock", "password": SECRET}),
-    (f"rediss://app:{SECRET}@db1?ca=/etc/ca.pem&db=4", "rediss://app:***@db1:6379/4",
-     {"ssl": True, "ssl_ca_certs": "/etc/ca.pem", "username": "app", "db": 4}),
-], ids=["host", "password-db-prefix", "unix", "unix-password", "tls"])
+@pytest.mark.parametrize(
+    ("url", "redacted", "options"),
+    [
+        (
+            "redis://localhost",
+            "redis://localhost:6379/0",
+            {"host": "localhost", "port": 6379, "db": 0},
+        ),
+        (
+            f"redis://:{SECRET}@db1:7000/3?prefix=jobs.eu",
+            "redis://:***@db1:7000/3?prefix=jobs.eu",
+            {"host": "db1", "port": 7000, "db": 3, "password": SECRET},
+        ),
+        (
+            "unix:///run/redis.sock?db=2",
+            "unix:///run/redis.sock?db=2",
+            {"unix_socket_path": "/run/redis.sock", "db": 2},
+        ),
+        (
+            f"unix:///run/r.sock?password={SECRET}",
+            "unix://:***@/run/r.sock?db=0",
+            {"unix_socket_path": "/run/r.sock", "password": SECRET},
+        ),
+        (
+            f"rediss://app:{SECRET}@db1?ca=/etc/ca.pem&db=4",
+            "rediss://app:***@db1:6379/4",
+            {"ssl": True, "ssl_ca_certs": "/etc/ca.pem", "username": "app", "db": 4},
+        ),
+    ],
+    ids=["host", "password-db-prefix", "unix", "unix-password", "tls"],
+)
 def test_a_redis_url_gives_its_parts_and_hides_its_password(
-        url: str, redacted: str, options: dict[str, Any]) -> None:
+    url: str, redacted: str, options: dict[str, Any]
+) -> None:
     parsed = parse_redis_url(url)
     assert parsed.redacted == redacted
     assert SECRET not in repr(parsed)
@@ -47,11 +67,29 @@ def test_the_prefix_defaults_to_mpsched_and_names_the_hash_tag() -> None:
     assert parse_redis_url("redis://h?prefix=a-b_c.d").prefix == "a-b_c.d"
 
 
-@pytest.mark.parametrize("url", [
-    f"redis://:{SECRET}@h/1?db=2", f"redis://:{SECRET}@h?sslmode=x", "redis://h?prefix=a{b}",
-    "redis://h?prefix=", "redis://h:99999", "unix://", f"redis://:{SECRET}@h/x", "redis://",
-], ids=["two-dbs", "unknown-option", "braces", "empty-prefix", "port", "no-path", "db-word",
-        "no-host"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"redis://:{SECRET}@h/1?db=2",
+        f"redis://:{SECRET}@h?sslmode=x",
+        "redis://h?prefix=a{b}",
+        "redis://h?prefix=",
+        "redis://h:99999",
+        "unix://",
+        f"redis://:{SECRET}@h/x",
+        "redis://",
+    ],
+    ids=[
+        "two-dbs",
+        "unknown-option",
+        "braces",
+        "empty-prefix",
+        "port",
+        "no-path",
+        "db-word",
+        "no-host",
+    ],
+)
 def test_a_bad_redis_url_is_a_config_error_without_its_password(url: str) -> None:
     with pytest.raises(ConfigError) as caught:
         parse_redis_url(url)
@@ -65,8 +103,7 @@ def test_paths_are_not_redis_urls() -> None:
     assert is_redis_url("REDIS://h")
 
 
-def test_without_redis_py_a_redis_url_names_the_extra(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_redis_py_a_redis_url_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     real = importlib.import_module
 
     def no_redis(name: str, *args: Any) -> Any:
@@ -138,7 +175,8 @@ def test_a_missing_socket_file_is_a_store_error(tmp_path: Any) -> None:
 
 
 def test_a_port_where_something_else_answers_is_not_redis(
-        listener: Callable[[bytes | None], int]) -> None:
+    listener: Callable[[bytes | None], int],
+) -> None:
     port = listener(b"HTTP/1.1 400 Bad Request\r\n\r\n")
     assert "not a Redis server" in str(_refused(f"redis://:{SECRET}@127.0.0.1:{port}"))
 
@@ -152,8 +190,7 @@ def test_an_argument_the_redis_client_refuses_is_not_blamed_on_the_server() -> N
     assert said.startswith("the Redis client refused a command's argument"), said
 
 
-def test_a_silent_port_fails_within_the_timeout(
-        listener: Callable[[bytes | None], int]) -> None:
+def test_a_silent_port_fails_within_the_timeout(listener: Callable[[bytes | None], int]) -> None:
     port = listener(None)
     assert "no answer in time" in str(_refused(f"redis://127.0.0.1:{port}", timeout=0.5))
 
@@ -167,22 +204,25 @@ def test_a_wrong_or_missing_password_is_refused(own_redis: Callable[..., Any]) -
 
 
 def test_an_old_redis_is_refused_naming_both_versions(
-        shared_redis: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    shared_redis: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(redis_server_module, "MIN_VERSION", (99, 0))
     error = _refused(shared_redis.url())
     assert "needs Redis 99.0 or later" in str(error) and "the server runs Redis 7" in str(error)
 
 
 def test_a_server_that_may_evict_keys_is_refused_naming_the_setting(
-        own_redis: Callable[..., Any]) -> None:
+    own_redis: Callable[..., Any],
+) -> None:
     server = own_redis(maxmemory_policy="allkeys-lru")
     error = _refused(server.url())
     assert "maxmemory-policy is allkeys-lru" in str(error)
     assert "noeviction" in str(error)
 
 
-def test_no_persistence_starts_with_one_warning(own_redis: Callable[..., Any],
-                                                caplog: pytest.LogCaptureFixture) -> None:
+def test_no_persistence_starts_with_one_warning(
+    own_redis: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
     bare = own_redis()
     durable = own_redis(appendonly="yes", appendfsync="always")
     with caplog.at_level(logging.WARNING, logger="mpsched.store"):

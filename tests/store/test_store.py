@@ -75,8 +75,9 @@ def open_sqlite(tmp_path: Path, wall: Wall) -> Iterator[Callable[..., SQLiteStor
 
 
 @pytest.fixture(params=["memory", "sqlite"])
-def store(request: pytest.FixtureRequest, wall: Wall,
-          open_sqlite: Callable[..., SQLiteStore]) -> Iterator[JournalStore]:
+def store(
+    request: pytest.FixtureRequest, wall: Wall, open_sqlite: Callable[..., SQLiteStore]
+) -> Iterator[JournalStore]:
     if request.param == "sqlite":
         yield open_sqlite()
         return
@@ -107,7 +108,8 @@ def test_an_empty_store_recovers_nothing(store: JournalStore) -> None:
 
 
 def test_a_leased_job_comes_back_as_running_with_its_worker_and_attempt(
-        store: JournalStore) -> None:
+    store: JournalStore,
+) -> None:
     store.submit([job(1, retries=1), job(2)])
     store.lease("job-1", "worker-7", 1)
     recovery = store.recover()
@@ -182,18 +184,23 @@ def test_jobs_survive_closing_and_reopening(open_sqlite: Callable[..., SQLiteSto
 
 
 @pytest.mark.parametrize(("durability", "level"), [("sync", 2), ("process", 1)])
-def test_durability_sets_the_synchronous_pragma(open_sqlite: Callable[..., SQLiteStore],
-                                                durability: str, level: int) -> None:
+def test_durability_sets_the_synchronous_pragma(
+    open_sqlite: Callable[..., SQLiteStore], durability: str, level: int
+) -> None:
     store = open_sqlite(durability=durability)
     assert store.durability == durability
-    pragmas = store._writer.call(lambda conn: (
-        conn.execute("PRAGMA synchronous").fetchone()[0],
-        conn.execute("PRAGMA journal_mode").fetchone()[0]))
+    pragmas = store._writer.call(
+        lambda conn: (
+            conn.execute("PRAGMA synchronous").fetchone()[0],
+            conn.execute("PRAGMA journal_mode").fetchone()[0],
+        )
+    )
     assert pragmas == (level, "wal")
 
 
 def test_a_second_opener_is_refused_until_the_first_closes(
-        tmp_path: Path, open_sqlite: Callable[..., SQLiteStore]) -> None:
+    tmp_path: Path, open_sqlite: Callable[..., SQLiteStore]
+) -> None:
     first = open_sqlite()
     with pytest.raises(StoreLockedError) as refused:
         open_sqlite()
@@ -204,10 +211,12 @@ def test_a_second_opener_is_refused_until_the_first_closes(
     open_sqlite().submit([job(1)])
 
 
-@pytest.mark.parametrize("content", [b"hello, not a database\n" * 200,
-                                     b"SQLite format 3\x00" + b"\x00" * 8])
+@pytest.mark.parametrize(
+    "content", [b"hello, not a database\n" * 200, b"SQLite format 3\x00" + b"\x00" * 8]
+)
 def test_a_file_that_is_not_an_sqlite_store_is_refused_untouched(
-        tmp_path: Path, open_sqlite: Callable[..., SQLiteStore], content: bytes) -> None:
+    tmp_path: Path, open_sqlite: Callable[..., SQLiteStore], content: bytes
+) -> None:
     path = tmp_path / "other.dat"
     path.write_bytes(content)
     before = path.read_bytes()
@@ -217,14 +226,16 @@ def test_a_file_that_is_not_an_sqlite_store_is_refused_untouched(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["other.dat"]
 
 
-def test_an_empty_file_becomes_a_store(tmp_path: Path,
-                                       open_sqlite: Callable[..., SQLiteStore]) -> None:
+def test_an_empty_file_becomes_a_store(
+    tmp_path: Path, open_sqlite: Callable[..., SQLiteStore]
+) -> None:
     (tmp_path / "jobs.db").touch()
     open_sqlite().submit([job(1)])
 
 
 def test_a_foreign_sqlite_database_is_refused_untouched(
-        tmp_path: Path, open_sqlite: Callable[..., SQLiteStore]) -> None:
+    tmp_path: Path, open_sqlite: Callable[..., SQLiteStore]
+) -> None:
     path = tmp_path / "app.db"
     conn = sqlite3.connect(path)
     conn.execute("CREATE TABLE jobs (id INTEGER PRIMARY KEY, what TEXT)")
@@ -239,7 +250,8 @@ def test_a_foreign_sqlite_database_is_refused_untouched(
 
 
 def test_a_store_from_a_newer_schema_is_refused_untouched(
-        tmp_path: Path, open_sqlite: Callable[..., SQLiteStore]) -> None:
+    tmp_path: Path, open_sqlite: Callable[..., SQLiteStore]
+) -> None:
     store = open_sqlite()
     store.submit([job(1)])
     store.close()
@@ -260,8 +272,8 @@ def _add_tags(conn: sqlite3.Connection) -> None:
 
 
 def test_an_older_schema_is_migrated_forward_once(
-        tmp_path: Path, open_sqlite: Callable[..., SQLiteStore],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, open_sqlite: Callable[..., SQLiteStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
     old = open_sqlite()
     old.submit([job(1), job(2)])
     old.close()
@@ -271,15 +283,16 @@ def test_an_older_schema_is_migrated_forward_once(
         assert [j.job_id for j in store.recover().pending] == ["job-1", "job-2"]
         store.close()
     conn = sqlite3.connect(tmp_path / "jobs.db")
-    assert conn.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone() \
-        == (len(_store_file.MIGRATIONS),)  # the patched list: one step more
+    assert conn.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone() == (
+        len(_store_file.MIGRATIONS),
+    )  # the patched list: one step more
     assert conn.execute("SELECT count(*) FROM tags").fetchone() == (2,)
     conn.close()
 
 
 def test_a_failing_migration_leaves_the_store_as_it_was(
-        tmp_path: Path, open_sqlite: Callable[..., SQLiteStore],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, open_sqlite: Callable[..., SQLiteStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
     old = open_sqlite()
     old.submit([job(1)])
     old.close()
@@ -297,7 +310,8 @@ def test_a_failing_migration_leaves_the_store_as_it_was(
 
 
 def test_a_missing_directory_is_a_store_error_naming_the_path(
-        tmp_path: Path, open_sqlite: Callable[..., SQLiteStore]) -> None:
+    tmp_path: Path, open_sqlite: Callable[..., SQLiteStore]
+) -> None:
     path = tmp_path / "missing" / "jobs.db"
     with pytest.raises(StoreError, match="does not exist") as refused:
         open_sqlite(path)
@@ -353,7 +367,8 @@ def _describe_open(path: str) -> str:
 
 
 def test_a_corrupt_store_is_a_store_error_naming_the_path(
-        tmp_path: Path, open_sqlite: Callable[..., SQLiteStore]) -> None:
+    tmp_path: Path, open_sqlite: Callable[..., SQLiteStore]
+) -> None:
     store = open_sqlite()
     store.submit([job(n) for n in range(2000)])
     store.close()
@@ -366,16 +381,24 @@ def test_a_corrupt_store_is_a_store_error_naming_the_path(
 
 
 def test_bad_options_are_refused(open_sqlite: Callable[..., SQLiteStore]) -> None:
-    for options in ({"durability": "fast"}, {"result_ttl": -1}, {"batch_size": 0},
-                    {"linger": -0.1}, {"prune_interval": 0}):
+    for options in (
+        {"durability": "fast"},
+        {"result_ttl": -1},
+        {"batch_size": 0},
+        {"linger": -0.1},
+        {"prune_interval": 0},
+    ):
         with pytest.raises(ConfigError):
             open_sqlite(**options)
     open_sqlite().close()  # nothing was left locked
 
 
 def test_store_errors_keep_their_type_and_message_when_pickled() -> None:
-    for error in (StoreError("/x/jobs.db", "boom"), StoreLockedError("/x/jobs.db", 42),
-                  StoreFullError("/x/jobs.db")):
+    for error in (
+        StoreError("/x/jobs.db", "boom"),
+        StoreLockedError("/x/jobs.db", 42),
+        StoreFullError("/x/jobs.db"),
+    ):
         again = pickle.loads(pickle.dumps(error))
         assert type(again) is type(error) and str(again) == str(error)
         assert isinstance(again, OSError) and "/x/jobs.db" in str(again)
@@ -408,7 +431,8 @@ def test_concurrent_submits_share_commits(open_sqlite: Callable[..., SQLiteStore
 
 
 def test_ops_queued_during_a_commit_share_the_next_up_to_batch_size(
-        open_sqlite: Callable[..., SQLiteStore]) -> None:
+    open_sqlite: Callable[..., SQLiteStore],
+) -> None:
     store = open_sqlite(batch_size=4)  # no linger: the default
     store.submit([job(n) for n in range(10)])
     for n in range(10):
@@ -432,14 +456,16 @@ def test_ops_queued_during_a_commit_share_the_next_up_to_batch_size(
 
 
 def test_a_lone_submit_does_not_wait_for_a_full_batch(
-        open_sqlite: Callable[..., SQLiteStore]) -> None:
+    open_sqlite: Callable[..., SQLiteStore],
+) -> None:
     store = open_sqlite(batch_size=1_000_000, linger=0.002)
     _in_threads(1, lambda _: store.submit([job(1)]))
     assert store.commits == 1
 
 
 def test_an_op_that_breaks_a_rule_fails_alone_in_its_batch(
-        open_sqlite: Callable[..., SQLiteStore]) -> None:
+    open_sqlite: Callable[..., SQLiteStore],
+) -> None:
     with open_sqlite() as first:
         first.submit([job(1)])
     store = open_sqlite(batch_size=2, linger=5.0)  # a batch waits for both submitters
@@ -459,7 +485,8 @@ def test_an_op_that_breaks_a_rule_fails_alone_in_its_batch(
 
 
 def test_a_full_store_fails_that_batch_only_and_loses_nothing(
-        open_sqlite: Callable[..., SQLiteStore]) -> None:
+    open_sqlite: Callable[..., SQLiteStore],
+) -> None:
     store = open_sqlite()
     store.submit([job(1), job(2), job(3)])
     store.lease("job-1", "worker-1", 1)
@@ -492,7 +519,8 @@ def test_a_full_store_fails_that_batch_only_and_loses_nothing(
 
 
 def test_a_write_lock_held_by_another_program_fails_only_the_calls_it_blocked(
-        tmp_path: Path, open_sqlite: Callable[..., SQLiteStore]) -> None:
+    tmp_path: Path, open_sqlite: Callable[..., SQLiteStore]
+) -> None:
     store = open_sqlite()
     store.submit([job(1)])
     other = sqlite3.connect(tmp_path / "jobs.db", isolation_level=None)
@@ -513,7 +541,8 @@ class _WriterBug(BaseException):
 
 
 def test_callers_hear_of_a_writer_that_died_and_close_still_unlocks(
-        open_sqlite: Callable[..., SQLiteStore]) -> None:
+    open_sqlite: Callable[..., SQLiteStore],
+) -> None:
     store = open_sqlite()
     store.submit([job(1)])
 
@@ -528,8 +557,7 @@ def test_callers_hear_of_a_writer_that_died_and_close_still_unlocks(
     assert [j.job_id for j in open_sqlite().recover().pending] == ["job-1"]
 
 
-def test_the_writer_prunes_on_its_own(open_sqlite: Callable[..., SQLiteStore],
-                                      wall: Wall) -> None:
+def test_the_writer_prunes_on_its_own(open_sqlite: Callable[..., SQLiteStore], wall: Wall) -> None:
     store = open_sqlite(prune_interval=60.0)
     store.submit([job(1), job(2)])
     store.cancel(["job-1"], T0)
@@ -539,8 +567,11 @@ def test_the_writer_prunes_on_its_own(open_sqlite: Callable[..., SQLiteStore],
 
 
 def test_the_writers_prune_goes_a_step_per_transaction_and_finishes_on_its_own(
-        open_sqlite: Callable[..., SQLiteStore], wall: Wall, monkeypatch: pytest.MonkeyPatch,
-        caplog: pytest.LogCaptureFixture) -> None:
+    open_sqlite: Callable[..., SQLiteStore],
+    wall: Wall,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """A batch waits for one step of a prune at most, not for all of it; the idle writer
     goes on with the next step at once, not a prune interval later."""
     monkeypatch.setattr(_store_pruning, "PRUNE_STEP", 10)
@@ -575,7 +606,8 @@ def test_the_writers_prune_goes_a_step_per_transaction_and_finishes_on_its_own(
 
 
 def test_reads_see_commits_without_waiting_for_the_writer(
-        open_sqlite: Callable[..., SQLiteStore]) -> None:
+    open_sqlite: Callable[..., SQLiteStore],
+) -> None:
     store = open_sqlite()
     store.submit([job(1)])
     gate = threading.Event()
@@ -611,8 +643,8 @@ def test_results_are_kept_a_day_by_default(tmp_path: Path, wall: Wall) -> None:
 
 
 def test_a_version_1_store_gains_the_schedules_table_and_keeps_its_jobs(
-        tmp_path: Path, open_sqlite: Callable[..., SQLiteStore],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, open_sqlite: Callable[..., SQLiteStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(_store_file, "MIGRATIONS", _store_file.MIGRATIONS[:1])
     old = open_sqlite()
     old.close()
@@ -633,7 +665,10 @@ def _insert_v1_row(path: Path, stored: StoredJob) -> None:
     """A row as a version 1 store wrote it: without the columns added since."""
     conn = sqlite3.connect(path)
     with conn:
-        conn.execute("INSERT INTO jobs (job_id, client_id, key, name, payload, priority, "
-                     "due_wall, seq, timeout, retries, attempt, submitted_wall, state) "
-                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending')", stored[:12])
+        conn.execute(
+            "INSERT INTO jobs (job_id, client_id, key, name, payload, priority, "
+            "due_wall, seq, timeout, retries, attempt, submitted_wall, state) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending')",
+            stored[:12],
+        )
     conn.close()

@@ -35,11 +35,9 @@ def driver(request: pytest.FixtureRequest, wall: Wall, tmp_path: Path) -> Iterat
     if request.param == "memory":
         made = JournalDriver(MemoryStore(result_ttl=TTL, clock=wall), wall)
     elif request.param == "sqlite":
-        made = JournalDriver(SQLiteStore(tmp_path / "jobs.db", result_ttl=TTL, clock=wall),
-                             wall)
+        made = JournalDriver(SQLiteStore(tmp_path / "jobs.db", result_ttl=TTL, clock=wall), wall)
     else:
-        made = RedisDriver(RedisStore(request.getfixturevalue("redis_url"), result_ttl=TTL),
-                           wall)
+        made = RedisDriver(RedisStore(request.getfixturevalue("redis_url"), result_ttl=TTL), wall)
     yield made
     made.store.close()
 
@@ -50,15 +48,19 @@ def state_of(driver: Driver, job_id: str) -> JobState | None:
 
 
 @pytest.mark.parametrize("state", [JobState.DONE, JobState.FAILED])
-def test_a_finished_job_keeps_its_outcome_and_is_not_pending(driver: Driver,
-                                                             state: JobState) -> None:
+def test_a_finished_job_keeps_its_outcome_and_is_not_pending(
+    driver: Driver, state: JobState
+) -> None:
     driver.submit([job(1), job(2)])
     driver.lease("job-1", "worker-1")
     driver.finish("job-1", state, b"\x80opaque outcome", T0 + 10)
     found = record(driver, "job-1")
     assert found is not None
     assert (found.state, found.outcome, found.worker_id) == (
-        state, b"\x80opaque outcome", "worker-1")
+        state,
+        b"\x80opaque outcome",
+        "worker-1",
+    )
     assert found.finished_wall == driver.when(T0 + 10)
     assert driver.pending() == ["job-2"]
     assert driver.running() == []
@@ -190,10 +192,10 @@ def test_schedules_are_saved_replaced_updated_and_deleted_in_order(driver: Drive
     store.save_schedule(StoredSchedule("a", b"spec 2", b"s2"))  # replaced, keeps its place
     store.update_schedule("b", b"s3")
     store.update_schedule("unknown", b"ignored")
-    assert store.schedules() == [StoredSchedule("a", b"spec 2", b"s2"),
-                                 StoredSchedule("b", b"spec", b"s3")]
+    assert store.schedules() == [
+        StoredSchedule("a", b"spec 2", b"s2"),
+        StoredSchedule("b", b"spec", b"s3"),
+    ]
     store.delete_schedule("a")
     store.delete_schedule("unknown")
     assert [s.schedule_id for s in store.schedules()] == ["b"]
-
-

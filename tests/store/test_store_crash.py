@@ -98,12 +98,15 @@ def children() -> Iterator[list[subprocess.Popen[str]]]:
                 stream.close()
 
 
-def spawn(children: list[subprocess.Popen[str]], script: str,
-          *args: str) -> subprocess.Popen[str]:
+def spawn(children: list[subprocess.Popen[str]], script: str, *args: str) -> subprocess.Popen[str]:
     root = str(Path(__file__).parents[2])  # the checkout, for mpsched
-    child = subprocess.Popen([sys.executable, "-c", script, *args], text=True,
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             env={**os.environ, "PYTHONPATH": root})
+    child = subprocess.Popen(
+        [sys.executable, "-c", script, *args],
+        text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": root},
+    )
     children.append(child)
     return child
 
@@ -136,15 +139,22 @@ def outcome(job_id: str, length: int) -> bytes:
 
 @pytest.mark.slow
 def test_a_killed_writer_loses_nothing_it_acknowledged(
-        tmp_path: Path, children: list[subprocess.Popen[str]],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, children: list[subprocess.Popen[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(_store_leases, "LIMIT", REGION)  # the log is read as it was written
     path = tmp_path / "jobs.db"
     rng = random.Random(7)
     for round_ in range(ROUNDS):
         log = tmp_path / f"ack-{round_}.log"
-        child = spawn(children, CHILD, str(path), str(log), f"r{round_}",
-                      ("sync", "process")[round_ % 2], str(REGION))
+        child = spawn(
+            children,
+            CHILD,
+            str(path),
+            str(log),
+            f"r{round_}",
+            ("sync", "process")[round_ % 2],
+            str(REGION),
+        )
         assert child.stdout is not None and child.stdout.readline() == "ready\n"
         with contextlib.suppress(subprocess.TimeoutExpired):
             child.wait(rng.uniform(0.0, 0.25))  # the kill lands at a random instant
@@ -159,11 +169,13 @@ def check_round(path: Path, log: Path, prefix: str) -> None:
     with SQLiteStore(path) as store:
         recovery = store.recover()
         pending = {j.job_id: j for j in recovery.pending if j.job_id.startswith(prefix)}
-        running = {r.job.job_id: r.job for r in recovery.running
-                   if r.job.job_id.startswith(prefix)}
-        ended = {record.job_id: store.get(record.job_id)
-                 for state in (JobState.DONE, JobState.FAILED)
-                 for record in store.jobs(state, None) if record.job_id.startswith(prefix)}
+        running = {r.job.job_id: r.job for r in recovery.running if r.job.job_id.startswith(prefix)}
+        ended = {
+            record.job_id: store.get(record.job_id)
+            for state in (JobState.DONE, JobState.FAILED)
+            for record in store.jobs(state, None)
+            if record.job_id.startswith(prefix)
+        }
     assert not pending.keys() & running.keys()
     assert not ended.keys() & (pending.keys() | running.keys())
     for job_id, (state, length) in finished.items():  # a finish acknowledged stays finished
@@ -206,7 +218,8 @@ def _batch_number(job_id: str) -> int:
 
 @pytest.mark.slow
 def test_another_process_holding_the_store_keeps_it_until_it_ends(
-        tmp_path: Path, children: list[subprocess.Popen[str]]) -> None:
+    tmp_path: Path, children: list[subprocess.Popen[str]]
+) -> None:
     path = tmp_path / "jobs.db"
     holder = spawn(children, HOLDER, str(path))
     assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
@@ -221,7 +234,8 @@ def test_another_process_holding_the_store_keeps_it_until_it_ends(
 
 @pytest.mark.slow
 def test_a_killed_holder_releases_the_store(
-        tmp_path: Path, children: list[subprocess.Popen[str]]) -> None:
+    tmp_path: Path, children: list[subprocess.Popen[str]]
+) -> None:
     path = tmp_path / "jobs.db"
     holder = spawn(children, HOLDER, str(path))
     assert holder.stdout is not None and holder.stdout.readline() == "locked\n"

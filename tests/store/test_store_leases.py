@@ -41,8 +41,20 @@ JOIN = 30.0  # real seconds a test waits for the writer
 
 
 def job(n: int, retries: int = 0) -> StoredJob:
-    return StoredJob(f"job-{n}", "client-1", None, "tests.jobs:work", b"payload", 2, T0 + n,
-                     n, None, retries, 0, T0)
+    return StoredJob(
+        f"job-{n}",
+        "client-1",
+        None,
+        "tests.jobs:work",
+        b"payload",
+        2,
+        T0 + n,
+        n,
+        None,
+        retries,
+        0,
+        T0,
+    )
 
 
 @pytest.fixture
@@ -92,8 +104,9 @@ def row(path: Path, job_id: str) -> tuple[str, str | None, int]:
     """A job's state, worker and attempt as SQLite has them, read past the store."""
     conn = sqlite3.connect(path)
     try:
-        found = conn.execute("SELECT state, worker_id, attempt FROM jobs WHERE job_id = ?",
-                             (job_id,)).fetchone()
+        found = conn.execute(
+            "SELECT state, worker_id, attempt FROM jobs WHERE job_id = ?", (job_id,)
+        ).fetchone()
     finally:
         conn.close()
     assert found is not None
@@ -120,7 +133,8 @@ def no_room(at_least: int) -> Callable[[int, bytes, int], int]:
 
 
 def test_a_lease_is_durable_before_sqlite_has_it(
-        tmp_path: Path, open_store: Callable[..., SQLiteStore]) -> None:
+    tmp_path: Path, open_store: Callable[..., SQLiteStore]
+) -> None:
     store = open_store()
     store.submit([job(1), job(2, retries=2), job(3)])
     held = Held(store)
@@ -138,7 +152,9 @@ def test_a_lease_is_durable_before_sqlite_has_it(
     recovered = open_store(crashed)
     recovery = recovered.recover()
     assert [(r.job.job_id, r.worker_id, r.job.attempt) for r in recovery.running] == [
-        ("job-1", "w1", 1), ("job-2", "w1", 2)]
+        ("job-1", "w1", 1),
+        ("job-2", "w1", 2),
+    ]
     assert [(j.job_id, j.attempt) for j in recovery.pending] == [("job-3", 0)]
     # Opening folded the log into SQLite, for every reader of the file, and emptied it.
     assert row(crashed, "job-2") == ("running", "w1", 2)
@@ -146,7 +162,8 @@ def test_a_lease_is_durable_before_sqlite_has_it(
 
 
 def test_a_finished_job_stays_finished_whatever_the_log_says(
-        tmp_path: Path, open_store: Callable[..., SQLiteStore]) -> None:
+    tmp_path: Path, open_store: Callable[..., SQLiteStore]
+) -> None:
     store = open_store()
     store.submit([job(1), job(2)])
     store.lease("job-1", "w1", 1)
@@ -162,7 +179,8 @@ def test_a_finished_job_stays_finished_whatever_the_log_says(
 
 
 def test_a_finish_is_durable_before_sqlite_has_it_and_a_lost_outcome_says_so(
-        tmp_path: Path, open_store: Callable[..., SQLiteStore]) -> None:
+    tmp_path: Path, open_store: Callable[..., SQLiteStore]
+) -> None:
     store = open_store()
     store.submit([job(1), job(2, retries=1), job(3)])
     held = Held(store)
@@ -186,11 +204,15 @@ def test_a_finish_is_durable_before_sqlite_has_it_and_a_lost_outcome_says_so(
     recovery = recovered.recover()
     assert recovery.running == [] and recovery.pending == []  # none ran again, or crashed
     ended = {n: recovered.get(f"job-{n}") for n in (1, 2, 3)}
-    assert [(r.state, r.worker_id, r.attempt, r.finished_wall, r.outcome)
-            for r in ended.values() if r is not None] == [
+    assert [
+        (r.state, r.worker_id, r.attempt, r.finished_wall, r.outcome)
+        for r in ended.values()
+        if r is not None
+    ] == [
         (JobState.DONE, "w1", 1, T0 + 1, b"result-1"),
         (JobState.FAILED, "w2", 1, T0 + 2, b"error-2"),
-        (JobState.DONE, "w1", 1, T0 + 3, None)]
+        (JobState.DONE, "w1", 1, T0 + 3, None),
+    ]
     journal = Journal(recovered, JobQueue(clock=FakeClock()))
     lost = journal.watch("client-2", "job-3")  # told at once, not left waiting
     assert lost is not None and lost.error_kind == "outcome-lost" and not lost.ok
@@ -198,7 +220,8 @@ def test_a_finish_is_durable_before_sqlite_has_it_and_a_lost_outcome_says_so(
 
 
 def test_a_long_outcome_is_committed_before_finish_returns(
-        tmp_path: Path, open_store: Callable[..., SQLiteStore]) -> None:
+    tmp_path: Path, open_store: Callable[..., SQLiteStore]
+) -> None:
     store = open_store()
     store.submit([job(1)])
     store.lease("job-1", "w1", 1)
@@ -210,8 +233,7 @@ def test_a_long_outcome_is_committed_before_finish_returns(
     assert record is not None and record.outcome == long
 
 
-def test_recover_sees_leases_sqlite_has_not_written(
-        open_store: Callable[..., SQLiteStore]) -> None:
+def test_recover_sees_leases_sqlite_has_not_written(open_store: Callable[..., SQLiteStore]) -> None:
     store = open_store()
     store.submit([job(1), job(2)])
     held = Held(store)
@@ -225,7 +247,8 @@ def test_recover_sees_leases_sqlite_has_not_written(
 
 
 def test_a_closed_store_leaves_no_log_and_a_crashed_one_keeps_it(
-        tmp_path: Path, open_store: Callable[..., SQLiteStore]) -> None:
+    tmp_path: Path, open_store: Callable[..., SQLiteStore]
+) -> None:
     store = open_store()
     store.submit([job(1)])
     store.lease("job-1", "w1", 1)
@@ -247,8 +270,8 @@ def caught_up(log: LeaseLog) -> None:
 
 
 def test_regions_are_written_again_once_their_changes_are_committed(
-        tmp_path: Path, open_store: Callable[..., SQLiteStore],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, open_store: Callable[..., SQLiteStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(_store_leases, "LIMIT", 4096)
     store = open_store()
     store.submit([job(n) for n in range(1, 501)])
@@ -263,7 +286,8 @@ def test_regions_are_written_again_once_their_changes_are_committed(
 
 
 def test_a_lease_the_log_has_no_room_for_is_refused_and_leaves_the_job_pending(
-        open_store: Callable[..., SQLiteStore], monkeypatch: pytest.MonkeyPatch) -> None:
+    open_store: Callable[..., SQLiteStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(_store_leases, "LIMIT", 4096)  # ~100 leases a region
     store = open_store()
     store.submit([job(n) for n in range(1, 301)])
@@ -291,7 +315,8 @@ def test_a_lease_the_log_has_no_room_for_is_refused_and_leaves_the_job_pending(
 
 
 def test_a_sync_lease_is_handed_out_before_its_fdatasync_returns(
-        open_store: Callable[..., SQLiteStore], monkeypatch: pytest.MonkeyPatch) -> None:
+    open_store: Callable[..., SQLiteStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """With sync, a lease is written, not waited for: the log's syncer thread puts it on
     disk (~2 ms later), while the job is already on its way."""
     inside, go = threading.Event(), threading.Event()
@@ -315,8 +340,8 @@ def test_a_sync_lease_is_handed_out_before_its_fdatasync_returns(
 
 
 def test_a_store_whose_log_cannot_be_emptied_at_open_is_refused_and_leaves_nothing_behind(
-        tmp_path: Path, open_store: Callable[..., SQLiteStore],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, open_store: Callable[..., SQLiteStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(os, "pwrite", no_room(_store_leases.LIMIT))  # the log's zeros
     with pytest.raises(StoreFullError, match=r"jobs\.db-leases"):
         SQLiteStore(tmp_path / "jobs.db", durability="sync")
@@ -337,12 +362,13 @@ def test_records_read_back_in_order(open_log: Callable[..., LeaseLog]) -> None:
 
 
 def test_a_torn_last_record_is_dropped_and_the_rest_kept(
-        tmp_path: Path, open_log: Callable[..., LeaseLog]) -> None:
+    tmp_path: Path, open_log: Callable[..., LeaseLog]
+) -> None:
     log = open_log()
     for n in range(3):
         log.append(lease(n), lambda: None)
     path = tmp_path / "log"
-    whole = path.read_bytes()[:log._size]
+    whole = path.read_bytes()[: log._size]
     two = len(whole) - (len(whole) // 3)  # the records are the same size
     for cut in range(two, len(whole)):
         path.write_bytes(whole[:cut])
@@ -352,7 +378,8 @@ def test_a_torn_last_record_is_dropped_and_the_rest_kept(
 
 
 def test_records_left_behind_by_a_reuse_or_an_earlier_epoch_are_not_read(
-        tmp_path: Path, open_log: Callable[..., LeaseLog]) -> None:
+    tmp_path: Path, open_log: Callable[..., LeaseLog]
+) -> None:
     flushes: list[int] = []
     one = len(_record_bytes(tmp_path, lease(1)))
     log = open_log(flush=lambda: flushes.append(1), limit=2 * one)  # two records a region
@@ -379,7 +406,7 @@ def _record_bytes(tmp_path: Path, record: LogRecord) -> bytes:
     try:
         log.reset()
         log.append(record, lambda: None)
-        return (tmp_path / "measure").read_bytes()[:log._size]
+        return (tmp_path / "measure").read_bytes()[: log._size]
     finally:
         log.release(remove=True)
 
@@ -390,8 +417,8 @@ def failing() -> None:
 
 
 def test_a_failed_or_short_growth_keeps_the_records_and_the_next_append_grows_the_log(
-        tmp_path: Path, open_log: Callable[..., LeaseLog],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, open_log: Callable[..., LeaseLog], monkeypatch: pytest.MonkeyPatch
+) -> None:
     one = len(_record_bytes(tmp_path, lease(1)))
     log = open_log(limit=one, flush=failing)  # one record a region
     log.append(lease(1), lambda: None)
@@ -408,7 +435,8 @@ def test_a_failed_or_short_growth_keeps_the_records_and_the_next_append_grows_th
 
 
 def test_an_append_never_waits_for_the_store(
-        tmp_path: Path, open_log: Callable[..., LeaseLog]) -> None:
+    tmp_path: Path, open_log: Callable[..., LeaseLog]
+) -> None:
     """Leaving a region asks for a flush of the store; the append goes on at once. While
     the flush is under way the log grows; once it is done, the oldest regions come back."""
     inside, go = threading.Event(), threading.Event()
@@ -444,7 +472,8 @@ def test_an_append_never_waits_for_the_store(
 
 
 def test_what_is_read_is_the_latest_records_and_every_one_not_committed(
-        open_log: Callable[..., LeaseLog]) -> None:
+    open_log: Callable[..., LeaseLog],
+) -> None:
     """Whatever the flushes do, reading finds a tail of what was written, in order, that
     holds every record whose change the store may not have committed."""
     rng, flushes = random.Random(11), random.Random(12)
@@ -457,19 +486,24 @@ def test_what_is_read_is_the_latest_records_and_every_one_not_committed(
     written: list[LogRecord] = []
     for _ in range(2000):
         running = rng.random() < 0.7
-        record = LogRecord(f"job-{rng.randrange(10 ** rng.randrange(1, 6))}", running,
-                           rng.randrange(1, 4), "w1" if running else None)
+        record = LogRecord(
+            f"job-{rng.randrange(10 ** rng.randrange(1, 6))}",
+            running,
+            rng.randrange(1, 4),
+            "w1" if running else None,
+        )
         log.append(record, lambda: None)
         written.append(record)
         if rng.random() < 0.05:
             committed = log._committed  # records up to it may have been written over
             found = log.read()
-            assert found == written[len(written) - len(found):]
+            assert found == written[len(written) - len(found) :]
             assert len(found) >= len(written) - committed
 
 
 def test_a_record_whose_store_change_cannot_be_queued_is_wiped(
-        open_log: Callable[..., LeaseLog]) -> None:
+    open_log: Callable[..., LeaseLog],
+) -> None:
     log = open_log()
     log.append(lease(1), lambda: None)
 
@@ -482,7 +516,8 @@ def test_a_record_whose_store_change_cannot_be_queued_is_wiped(
 
 
 def test_process_appends_never_fdatasync(
-        open_log: Callable[..., LeaseLog], monkeypatch: pytest.MonkeyPatch) -> None:
+    open_log: Callable[..., LeaseLog], monkeypatch: pytest.MonkeyPatch
+) -> None:
     calls: list[int] = []
     monkeypatch.setattr(os, "fdatasync", calls.append)
     log = open_log()
@@ -493,7 +528,8 @@ def test_process_appends_never_fdatasync(
 
 
 def test_sync_appends_never_wait_and_one_fdatasync_covers_all_written_before_it(
-        open_log: Callable[..., LeaseLog], monkeypatch: pytest.MonkeyPatch) -> None:
+    open_log: Callable[..., LeaseLog], monkeypatch: pytest.MonkeyPatch
+) -> None:
     inside, go = threading.Event(), threading.Event()
     calls: list[int] = []
     real = os.fdatasync
@@ -521,7 +557,8 @@ def test_sync_appends_never_wait_and_one_fdatasync_covers_all_written_before_it(
 
 
 def test_release_syncs_what_an_interval_held_back(
-        open_log: Callable[..., LeaseLog], monkeypatch: pytest.MonkeyPatch) -> None:
+    open_log: Callable[..., LeaseLog], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(_group_sync, "SYNC_INTERVAL", 3600.0)
     calls: list[int] = []
     real = os.fdatasync
@@ -540,8 +577,10 @@ def test_release_syncs_what_an_interval_held_back(
 
 
 def test_a_failed_fdatasync_is_logged_and_tried_again(
-        open_log: Callable[..., LeaseLog], monkeypatch: pytest.MonkeyPatch,
-        caplog: pytest.LogCaptureFixture) -> None:
+    open_log: Callable[..., LeaseLog],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     monkeypatch.setattr(_group_sync, "SYNC_BACKOFF", 0.01)
     failures = [OSError(errno.EIO, os.strerror(errno.EIO))] * 3
     real = os.fdatasync
@@ -561,7 +600,8 @@ def test_a_failed_fdatasync_is_logged_and_tried_again(
 
 
 def test_a_failed_flush_keeps_every_region_and_the_log_grows_instead(
-        tmp_path: Path, open_log: Callable[..., LeaseLog]) -> None:
+    tmp_path: Path, open_log: Callable[..., LeaseLog]
+) -> None:
     one = len(_record_bytes(tmp_path, lease(1)))
     log = open_log(flush=failing, limit=one)
     for n in range(4):
@@ -571,7 +611,8 @@ def test_a_failed_flush_keeps_every_region_and_the_log_grows_instead(
 
 
 def test_a_flush_that_began_before_a_reset_commits_nothing_after_it(
-        tmp_path: Path, open_log: Callable[..., LeaseLog]) -> None:
+    tmp_path: Path, open_log: Callable[..., LeaseLog]
+) -> None:
     was_reset, again = threading.Event(), threading.Event()
     log: LeaseLog | None = None
 

@@ -18,14 +18,32 @@ def test_each_commit_is_timed_into_the_histogram(tmp_path: Path) -> None:
         latency = store.commit_latency()
         assert latency is not None
         before, commits = latency.observations, store.commits
-        store.submit([StoredJob("job-1", "client-1", None, "tests.jobs:work", b"payload", 2,
-                                T0, 1, None, 0, 0, T0)])
+        store.submit(
+            [
+                StoredJob(
+                    "job-1",
+                    "client-1",
+                    None,
+                    "tests.jobs:work",
+                    b"payload",
+                    2,
+                    T0,
+                    1,
+                    None,
+                    0,
+                    0,
+                    T0,
+                )
+            ]
+        )
         store._writer.call(lambda conn: time.sleep(0.05))  # a commit that takes 50 ms
         latency = store.commit_latency()
         assert latency is not None
         assert latency.observations - before == store.commits - commits >= 2
-        slow = latency.observations - dict(zip(latency.bounds, latency.cumulative(),
-                                               strict=False))[0.025]
+        slow = (
+            latency.observations
+            - dict(zip(latency.bounds, latency.cumulative(), strict=False))[0.025]
+        )
         assert slow >= 1 and latency.total >= 0.05
     finally:
         store.close()

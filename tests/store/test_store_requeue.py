@@ -21,20 +21,25 @@ WAIT = 30.0  # real seconds the child may take
 
 def job(job_id: str, key: str | None = None) -> StoredJob:
     seq = ord(job_id[0])
-    return StoredJob(job_id, "client-1", key, "jobs:work", b"payload", 1, 1000.0, seq, 30.0, 2,
-                     0, 900.0)
+    return StoredJob(
+        job_id, "client-1", key, "jobs:work", b"payload", 1, 1000.0, seq, 30.0, 2, 0, 900.0
+    )
 
 
 @pytest.fixture(params=["memory", "sqlite"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> MemoryStore | SQLiteStore:
-    made = (MemoryStore(result_ttl=3600) if request.param == "memory"
-            else SQLiteStore(tmp_path / "jobs.db", durability="process"))
+    made = (
+        MemoryStore(result_ttl=3600)
+        if request.param == "memory"
+        else SQLiteStore(tmp_path / "jobs.db", durability="process")
+    )
     request.addfinalizer(made.close)
     return made
 
 
 def test_a_failed_job_is_pending_again_with_its_options_and_a_new_client(
-        store: MemoryStore | SQLiteStore) -> None:
+    store: MemoryStore | SQLiteStore,
+) -> None:
     store.submit([job("a"), job("b")])
     store.lease("a", "w1", 1)
     store.finish("a", JobState.FAILED, b"outcome", 1010.0)
@@ -44,14 +49,20 @@ def test_a_failed_job_is_pending_again_with_its_options_and_a_new_client(
     store.flush()
     record = store.get("a")
     assert record is not None
-    assert (record.state, record.attempt, record.outcome, record.finished_wall,
-            record.worker_id) == (JobState.PENDING, 0, None, None, None)
+    assert (
+        record.state,
+        record.attempt,
+        record.outcome,
+        record.finished_wall,
+        record.worker_id,
+    ) == (JobState.PENDING, 0, None, None, None)
     assert [j.job_id for j in store.recover().pending] == ["a", "b"]
     assert store.requeue_ended("a", "client-2", 2000.0) is None  # pending now
 
 
 def test_a_cancelled_job_whose_key_another_job_took_is_not_requeued(
-        store: MemoryStore | SQLiteStore) -> None:
+    store: MemoryStore | SQLiteStore,
+) -> None:
     store.submit([job("a", key="k")])
     store.cancel(["a"], 1005.0)
     store.submit([job("b", key="k")])
@@ -63,8 +74,13 @@ def test_a_cancelled_job_whose_key_another_job_took_is_not_requeued(
 
 
 def test_a_move_after_an_end_in_the_lease_log_undoes_the_end() -> None:
-    records = [leased("a", "w1", 1), ended("a", JobState.FAILED, 1.0, b"x"),
-               requeued("a", 0), leased("b", "w1", 1), ended("b", JobState.DONE, 2.0, None)]
+    records = [
+        leased("a", "w1", 1),
+        ended("a", JobState.FAILED, 1.0, b"x"),
+        requeued("a", 0),
+        leased("b", "w1", 1),
+        ended("b", JobState.DONE, 2.0, None),
+    ]
     moves, ends = split(records)
     assert set(ends) == {"b"}
     assert moves["a"] == requeued("a", 0)
@@ -86,10 +102,12 @@ os._exit(0)  # as a SIGKILL: no close, the lease log holds the lease and the end
 
 
 def test_a_job_requeued_after_its_end_in_the_lease_log_is_pending_after_a_crash(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     path = tmp_path / "jobs.db"
-    child = subprocess.run([sys.executable, "-c", CHILD, str(path)], capture_output=True,
-                           text=True, timeout=WAIT)
+    child = subprocess.run(
+        [sys.executable, "-c", CHILD, str(path)], capture_output=True, text=True, timeout=WAIT
+    )
     assert child.returncode == 0, child.stderr
     store = SQLiteStore(path, durability="process")
     try:

@@ -29,8 +29,9 @@ JOIN = 30.0  # real seconds a test waits for a thread it started, or for the wri
 
 
 def job(n: int) -> StoredJob:
-    return StoredJob(f"job-{n}", "client-1", None, "tests.jobs:work", b"payload", 2, T0 + n,
-                     n, None, 0, 0, T0)
+    return StoredJob(
+        f"job-{n}", "client-1", None, "tests.jobs:work", b"payload", 2, T0 + n, n, None, 0, 0, T0
+    )
 
 
 @pytest.fixture
@@ -107,7 +108,8 @@ def state(store: SQLiteStore, job_id: str) -> tuple[JobState, str | None, int] |
 
 
 def test_a_lone_durable_call_commits_in_its_callers_thread(
-        open_store: Callable[..., SQLiteStore]) -> None:
+    open_store: Callable[..., SQLiteStore],
+) -> None:
     store = open_store()
     store.submit([job(1)])
     before = store.commits
@@ -127,7 +129,8 @@ def test_async_ops_are_written_without_a_flush(open_store: Callable[..., SQLiteS
 
 
 def test_a_flush_and_a_close_do_not_wait_out_the_linger(
-        open_store: Callable[..., SQLiteStore]) -> None:
+    open_store: Callable[..., SQLiteStore],
+) -> None:
     first = open_store()
     first.submit([job(1)])
     first.close()
@@ -143,7 +146,8 @@ def test_a_flush_and_a_close_do_not_wait_out_the_linger(
 
 
 def test_a_batch_applies_async_and_durable_ops_in_order(
-        open_store: Callable[..., SQLiteStore]) -> None:
+    open_store: Callable[..., SQLiteStore],
+) -> None:
     store = open_store()
     store.submit([job(n) for n in range(1, 6)])
     for n in (1, 2, 3):
@@ -171,15 +175,20 @@ def test_a_batch_applies_async_and_durable_ops_in_order(
 
 
 def test_a_failed_batch_fails_exactly_its_durable_callers(
-        open_store: Callable[..., SQLiteStore]) -> None:
+    open_store: Callable[..., SQLiteStore],
+) -> None:
     store = open_store(batch_size=3)
     store.submit([job(n) for n in range(1, 4)])
     store.lease("job-1", "w1", 1)
     held = Held(store)
     store.finish("job-1", JobState.DONE, b"one", T0)  # async: kept, retried, written
     lease = Caller(store, lambda: durable_lease(store, "job-2", "w1", 1))
-    broken = Caller(store, lambda: store._writer.call(
-        lambda conn: conn.execute("INSERT INTO no_such_table VALUES (1)")))
+    broken = Caller(
+        store,
+        lambda: store._writer.call(
+            lambda conn: conn.execute("INSERT INTO no_such_table VALUES (1)")
+        ),
+    )
     # A 4th row: the next batch.
     later = Caller(store, lambda: durable_lease(store, "job-3", "w2", 1))
     held.release()
@@ -193,13 +202,16 @@ def test_a_failed_batch_fails_exactly_its_durable_callers(
 
 
 def test_callers_queued_during_a_batch_share_the_next_commit(
-        open_store: Callable[..., SQLiteStore]) -> None:
+    open_store: Callable[..., SQLiteStore],
+) -> None:
     store = open_store()
     store.submit([job(n) for n in range(1, 9)])
     held = Held(store)
     before = store.commits
-    callers = [Caller(store, functools.partial(durable_lease, store, f"job-{n}", "w", 1))
-               for n in range(1, 9)]
+    callers = [
+        Caller(store, functools.partial(durable_lease, store, f"job-{n}", "w", 1))
+        for n in range(1, 9)
+    ]
     held.release()
     assert [c.join() for c in callers] == [None] * 8
     assert store.commits - before == 2  # the held batch, then one for all eight
@@ -207,7 +219,8 @@ def test_callers_queued_during_a_batch_share_the_next_commit(
 
 
 def test_a_statement_that_breaks_a_rule_fails_alone_in_its_run(
-        open_store: Callable[..., SQLiteStore], caplog: pytest.LogCaptureFixture) -> None:
+    open_store: Callable[..., SQLiteStore], caplog: pytest.LogCaptureFixture
+) -> None:
     store = open_store()
     keyed = job(1)._replace(key="k")
     store.submit([keyed])
@@ -228,7 +241,8 @@ def test_a_statement_that_breaks_a_rule_fails_alone_in_its_run(
 
 
 def test_with_sync_a_batch_nobody_waits_for_is_fsynced_too(
-        open_store: Callable[..., SQLiteStore]) -> None:
+    open_store: Callable[..., SQLiteStore],
+) -> None:
     """A finish is on disk within the writer's delay, not only at the next durable caller's
     commit (which may never come)."""
     store = open_store(durability="sync")
@@ -284,8 +298,9 @@ def test_batches_of_odd_sizes_are_written_whole(open_store: Callable[..., SQLite
     held.release()
     store.flush()
     states = [(record.job_id, record.state) for record in store.jobs()]
-    assert states == [(f"job-{n}", JobState.DONE if n <= 300 else JobState.PENDING)
-                      for n in range(1, 778)]
+    assert states == [
+        (f"job-{n}", JobState.DONE if n <= 300 else JobState.PENDING) for n in range(1, 778)
+    ]
 
 
 def test_an_insert_statement_stays_under_sqlites_limit_of_parameters(tmp_path: Path) -> None:

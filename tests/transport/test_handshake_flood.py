@@ -31,20 +31,30 @@ CONNECT_BOUND = 30.0  # s for one connect(): a hang, not a slow machine, exceeds
 
 
 def test_idle_sockets_from_several_hosts_keep_no_client_or_worker_out(
-        procs: Processes, connect_client: Callable[..., mpsched.Client],
-        tmp_path: Path) -> None:
+    procs: Processes, connect_client: Callable[..., mpsched.Client], tmp_path: Path
+) -> None:
     manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0")
     address = parse_address(manager.address)
     assert isinstance(address, tuple)  # a TCP one
     host, port = address
     status = tmp_path / "flood.json"
-    procs.start("-c", "import idle_peers; idle_peers.main()", host, str(port),
-                ",".join(SOURCES), str(PER_SOURCE), str(status))
+    procs.start(
+        "-c",
+        "import idle_peers; idle_peers.main()",
+        host,
+        str(port),
+        ",".join(SOURCES),
+        str(PER_SOURCE),
+        str(status),
+    )
     # Each host holds all the handshake slots it may have; each of its other sockets closes
     # its oldest and is closed in turn by the next, and reopened, again and again.
     held = len(SOURCES) * MAX_HANDSHAKES_PER_ADDRESS
-    wait_for(lambda: read_status(status)["holding"] >= held
-             and read_status(status)["refused"] > 0, 60, "the flood holds its slots")
+    wait_for(
+        lambda: read_status(status)["holding"] >= held and read_status(status)["refused"] > 0,
+        60,
+        "the flood holds its slots",
+    )
     pool = start_pool(procs, manager, processes=2)  # both workers connected
     # For longer than a handshake deadline: the flood's sockets are dropped at their
     # deadline and reopened meanwhile.
@@ -55,17 +65,16 @@ def test_idle_sockets_from_several_hosts_keep_no_client_or_worker_out(
         client = connect_client(manager)
         assert time.monotonic() - started < CONNECT_BOUND
         futures = [client.submit(math.factorial, n) for n in range(10)]
-        assert [f.result(timeout=60) for f in futures] == [math.factorial(n)
-                                                            for n in range(10)]
+        assert [f.result(timeout=60) for f in futures] == [math.factorial(n) for n in range(10)]
         client.shutdown()
-        submitted = procs.run("submit", "math:factorial", "--args", "[6]", "--wait",
-                              *manager.cli())
+        submitted = procs.run("submit", "math:factorial", "--args", "[6]", "--wait", *manager.cli())
         assert submitted.returncode == 0, submitted.stderr
         assert submitted.stdout.split()[-1] == "720"
         rounds += 1
     assert read_status(status)["dropped"] >= held  # every slot changed hands...
-    wait_for(lambda: read_status(status)["holding"] >= held, 30,
-             "the flood took its slots again")  # ...and was taken again
+    wait_for(
+        lambda: read_status(status)["holding"] >= held, 30, "the flood took its slots again"
+    )  # ...and was taken again
     assert len({w.pid for w in manager.remote_workers()}) == 2
     assert pool.popen.poll() is None
 
@@ -81,8 +90,9 @@ def _scrape(url: str) -> int:
         return int(answer.status)
 
 
-def _client_round(connect_client: Callable[..., mpsched.Client], manager: Manager,
-                  n: int) -> list[int]:
+def _client_round(
+    connect_client: Callable[..., mpsched.Client], manager: Manager, n: int
+) -> list[int]:
     started = time.monotonic()
     client = connect_client(manager)
     assert time.monotonic() - started < CONNECT_BOUND
@@ -94,10 +104,9 @@ def _client_round(connect_client: Callable[..., mpsched.Client], manager: Manage
 
 
 def test_idle_sockets_from_the_clients_own_address_keep_nobody_out(
-        procs: Processes, connect_client: Callable[..., mpsched.Client],
-        tmp_path: Path) -> None:
-    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0",
-                    "--http", "127.0.0.1:0")
+    procs: Processes, connect_client: Callable[..., mpsched.Client], tmp_path: Path
+) -> None:
+    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0", "--http", "127.0.0.1:0")
     page = next(line for line in (manager.proc.line() for _ in range(3)) if "page:" in line)
     found = re.search(r"page:\s+(http://127\.0\.0\.1:(\d+)/)", page)
     assert found, page
@@ -107,11 +116,24 @@ def test_idle_sockets_from_the_clients_own_address_keep_nobody_out(
     host, port = address
     flood, http_flood = tmp_path / "flood.json", tmp_path / "http-flood.json"
     for target, status in ((port, flood), (http_port, http_flood)):
-        procs.start("-c", "import idle_peers; idle_peers.main()", host, str(target),
-                    "127.0.0.1", str(FLOOD), str(status))
+        procs.start(
+            "-c",
+            "import idle_peers; idle_peers.main()",
+            host,
+            str(target),
+            "127.0.0.1",
+            str(FLOOD),
+            str(status),
+        )
     # More idle sockets than the caps: the manager holds what it may, the rest come again.
-    wait_for(lambda: read_status(flood)["holding"] >= MAX_HANDSHAKES_PER_ADDRESS
-             and read_status(http_flood)["closed"] > FLOOD, 60, "the floods hold their slots")
+    wait_for(
+        lambda: (
+            read_status(flood)["holding"] >= MAX_HANDSHAKES_PER_ADDRESS
+            and read_status(http_flood)["closed"] > FLOOD
+        ),
+        60,
+        "the floods hold their slots",
+    )
     closed_before = read_status(flood)["closed"]
     pool = start_pool(procs, manager, processes=2)  # started under the flood
     wait_for(lambda: len(pool_workers(manager, pool)) == 2, 60, "both workers joined")
@@ -119,11 +141,11 @@ def test_idle_sockets_from_the_clients_own_address_keep_nobody_out(
     rounds = 0
     with ThreadPoolExecutor(max_workers=5) as clients:
         while time.monotonic() < until or rounds < 3:
-            results = [clients.submit(_client_round, connect_client, manager, n)
-                       for n in range(5)]
+            results = [clients.submit(_client_round, connect_client, manager, n) for n in range(5)]
             assert _scrape(url) == 200
             assert [r.result(timeout=120) for r in results] == [
-                [math.factorial(n + i) for i in range(3)] for n in range(5)]
+                [math.factorial(n + i) for i in range(3)] for n in range(5)
+            ]
             rounds += 1
     assert read_status(flood)["closed"] > closed_before + FLOOD  # it went on all along
     assert pool.popen.poll() is None

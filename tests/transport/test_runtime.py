@@ -50,16 +50,21 @@ def test_the_directory_is_mpsched_in_xdg_runtime_dir(own_runtime_dir: Path) -> N
 
 
 def test_without_xdg_runtime_dir_it_is_a_per_uid_directory_in_the_temp_dir(
-        tmpdir_only: Path) -> None:
+    tmpdir_only: Path,
+) -> None:
     assert runtime_dir() == tmpdir_only / f"mpsched-{os.geteuid()}"
 
 
 @pytest.mark.parametrize("base", ["relative/dir", "missing", "a-file", "others"])
 def test_an_unusable_xdg_runtime_dir_falls_back_to_the_temp_dir(
-        base: str, tmpdir_only: Path, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    path = {"relative/dir": "relative/dir", "missing": str(tmp_path / "missing"),
-            "a-file": str(tmp_path / "a-file"), "others": str(tmp_path)}[base]
+    base: str, tmpdir_only: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = {
+        "relative/dir": "relative/dir",
+        "missing": str(tmp_path / "missing"),
+        "a-file": str(tmp_path / "a-file"),
+        "others": str(tmp_path),
+    }[base]
     (tmp_path / "a-file").write_text("")
     if base == "others":  # a directory that belongs to someone else
         monkeypatch.setattr(os, "geteuid", lambda: os.stat(tmp_path).st_uid + 1)
@@ -82,8 +87,8 @@ def test_the_directory_is_made_0700_whatever_the_umask(own_runtime_dir: Path) ->
 
 @pytest.mark.parametrize("kind", ["mode-0755", "symlink", "file", "another-users"])
 def test_an_unsafe_directory_is_refused_and_nothing_is_written_in_it(
-        kind: str, own_runtime_dir: Path, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    kind: str, own_runtime_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     if kind == "another-users":  # made in the temp dir by someone else, before us
         monkeypatch.delenv("XDG_RUNTIME_DIR")
         monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
@@ -99,12 +104,19 @@ def test_an_unsafe_directory_is_refused_and_nothing_is_written_in_it(
         path.mkdir(mode=0o700)
         if kind == "mode-0755":
             path.chmod(0o755)
-    problem = {"mode-0755": "its mode is 755, not 700 (chmod 700 it)",
-               "symlink": "it is a symbolic link", "file": "it is not a directory",
-               "another-users": "it belongs to "}[kind]
-    for call in (lambda: open_runtime_dir(create=True), lambda: open_runtime_dir(create=False),
-                 ensure_local_authkey, read_local_authkey,
-                 lambda: find_authkey(default_address())):
+    problem = {
+        "mode-0755": "its mode is 755, not 700 (chmod 700 it)",
+        "symlink": "it is a symbolic link",
+        "file": "it is not a directory",
+        "another-users": "it belongs to ",
+    }[kind]
+    for call in (
+        lambda: open_runtime_dir(create=True),
+        lambda: open_runtime_dir(create=False),
+        ensure_local_authkey,
+        read_local_authkey,
+        lambda: find_authkey(default_address()),
+    ):
         with pytest.raises(RuntimeDirError) as caught:
             call()
         assert str(caught.value).startswith(f"refusing the runtime directory {path}: {problem}")
@@ -129,7 +141,8 @@ def test_the_local_key_is_written_once_0600_and_reused(own_runtime_dir: Path) ->
 
 
 def test_a_key_written_meanwhile_by_another_serve_wins(
-        own_runtime_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    own_runtime_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     real_link = os.link
 
     def raced(src: str, dst: str) -> None:  # another serve links its key first
@@ -151,7 +164,8 @@ def test_a_local_key_file_others_can_read_is_refused(own_runtime_dir: Path) -> N
 
 
 def test_clients_find_the_local_key_for_local_addresses_only(
-        own_runtime_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    own_runtime_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     local = ("/some/where.sock", ("127.0.0.1", 7000), ("localhost", 7000), default_address())
     assert [find_authkey(address) for address in local] == [None] * 4
     key, _ = ensure_local_authkey()
@@ -166,12 +180,14 @@ def test_clients_find_the_local_key_for_local_addresses_only(
 
 
 def test_without_a_key_the_default_address_has_no_manager_others_no_key(
-        own_runtime_dir: Path) -> None:
+    own_runtime_dir: Path,
+) -> None:
     with pytest.raises(ManagerUnreachableError) as caught:
         require_authkey(default_address(), give="pass authkey=")
     assert str(caught.value) == (
         f"no manager answers at unix:{default_address()}: no local manager has run as this "
-        f"user (no key in {runtime_dir()}); python -m mpsched serve starts one")
+        f"user (no key in {runtime_dir()}); python -m mpsched serve starts one"
+    )
     for address in (("127.0.0.1", 7000), ("10.0.0.5", 7000)):
         with pytest.raises(AuthenticationError) as refused:
             require_authkey(address, give="pass authkey=")
@@ -200,15 +216,22 @@ def test_the_lock_admits_one_holder_and_names_its_pid(own_runtime_dir: Path) -> 
     os.close(again)
 
 
-def test_the_lock_of_a_killed_holder_is_free_and_its_pid_replaced(
-        own_runtime_dir: Path) -> None:
+def test_the_lock_of_a_killed_holder_is_free_and_its_pid_replaced(own_runtime_dir: Path) -> None:
     directory = open_runtime_dir(create=True)
     assert directory is not None
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import os, signal, sys; from pathlib import Path; "
-         "from mpsched._transport.runtime import take_manager_lock; "
-         "fd = take_manager_lock(Path(sys.argv[1])); print(fd is not None, flush=True); "
-         "signal.pause()", str(directory)], stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import os, signal, sys; from pathlib import Path; "
+            "from mpsched._transport.runtime import take_manager_lock; "
+            "fd = take_manager_lock(Path(sys.argv[1])); print(fd is not None, flush=True); "
+            "signal.pause()",
+            str(directory),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "True\n"
         assert take_manager_lock(directory) is None

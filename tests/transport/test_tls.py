@@ -44,25 +44,62 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
     where = tmp_path_factory.mktemp("certs")
 
     def openssl(*args: str) -> None:
-        subprocess.run(["openssl", *args], cwd=where, check=True, capture_output=True,
-                       timeout=60)
+        subprocess.run(["openssl", *args], cwd=where, check=True, capture_output=True, timeout=60)
 
     def authority(name: str) -> None:
-        openssl("req", "-x509", *EC_KEY, "-days", "2", "-keyout", f"{name}.key",
-                "-out", f"{name}.pem", "-subj", f"/CN=mpsched test {name}")
+        openssl(
+            "req",
+            "-x509",
+            *EC_KEY,
+            "-days",
+            "2",
+            "-keyout",
+            f"{name}.key",
+            "-out",
+            f"{name}.pem",
+            "-subj",
+            f"/CN=mpsched test {name}",
+        )
 
     def leaf(name: str, ca: str, serial: int) -> TlsConfig:
-        openssl("req", "-new", *EC_KEY, "-keyout", f"{name}.key", "-out", f"{name}.csr",
-                "-subj", f"/CN=mpsched test {name}")
-        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey",
-                f"{ca}.key", "-set_serial", str(serial), "-days", "2", "-out", f"{name}.pem")
+        openssl(
+            "req",
+            "-new",
+            *EC_KEY,
+            "-keyout",
+            f"{name}.key",
+            "-out",
+            f"{name}.csr",
+            "-subj",
+            f"/CN=mpsched test {name}",
+        )
+        openssl(
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            f"{ca}.pem",
+            "-CAkey",
+            f"{ca}.key",
+            "-set_serial",
+            str(serial),
+            "-days",
+            "2",
+            "-out",
+            f"{name}.pem",
+        )
         return TlsConfig(cert=where / f"{name}.pem", key=where / f"{name}.key")
 
     authority("ca")
     authority("other-ca")
-    return Certs(ca=where / "ca.pem", server=leaf("server", "ca", 1),
-                 client=leaf("client", "ca", 2), other_ca=where / "other-ca.pem",
-                 stranger=leaf("stranger", "other-ca", 3))
+    return Certs(
+        ca=where / "ca.pem",
+        server=leaf("server", "ca", 1),
+        client=leaf("client", "ca", 2),
+        other_ca=where / "other-ca.pem",
+        stranger=leaf("stranger", "other-ca", 3),
+    )
 
 
 @pytest.fixture
@@ -98,7 +135,8 @@ def _with_ca(certs: Certs, **more: Any) -> TlsConfig:
 
 
 def test_a_client_with_the_ca_talks_tls_to_the_server(
-        certs: Certs, serve: Callable[..., InProcessServer]) -> None:
+    certs: Certs, serve: Callable[..., InProcessServer]
+) -> None:
     server = serve(TlsConfig(cert=certs.server.cert, key=certs.server.key))
     set_tls(_with_ca(certs))
     with client_connection(server.address, KEY) as conn:
@@ -111,8 +149,8 @@ def test_a_client_with_the_ca_talks_tls_to_the_server(
 
 
 def test_a_peer_trickling_its_tls_hello_is_dropped_at_the_handshake_deadline(
-        certs: Certs, serve: Callable[..., InProcessServer],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    certs: Certs, serve: Callable[..., InProcessServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
     server = serve(TlsConfig(cert=certs.server.cert, key=certs.server.key))
     monkeypatch.setattr(connect, "HANDSHAKE_TIMEOUT", 0.5)
     # The start of a TLS record of 256 bytes, a byte every 0.1 s: 26 s in all.
@@ -122,8 +160,7 @@ def test_a_peer_trickling_its_tls_hello_is_dropped_at_the_handshake_deadline(
     with socket.create_connection(server.address) as peer:
         try:
             t0 = time.monotonic()
-            sender = threading.Thread(target=trickle, args=(peer, hello, 0.1, stop),
-                                      daemon=True)
+            sender = threading.Thread(target=trickle, args=(peer, hello, 0.1, stop), daemon=True)
             sender.start()
             assert read_until_closed(peer, timeout=60) == b""
             assert time.monotonic() - t0 < 5
@@ -133,8 +170,9 @@ def test_a_peer_trickling_its_tls_hello_is_dropped_at_the_handshake_deadline(
                 sender.join(30)
 
 
-def test_idle_tls_handshakes_cost_no_thread(certs: Certs,
-                                            serve: Callable[..., InProcessServer]) -> None:
+def test_idle_tls_handshakes_cost_no_thread(
+    certs: Certs, serve: Callable[..., InProcessServer]
+) -> None:
     server = serve(TlsConfig(cert=certs.server.cert, key=certs.server.key))
     threads_before = threading.active_count()
     hello = b"\x16\x03\x01\x01\x00" + b"\x01" * 16  # a ClientHello's first bytes
@@ -143,8 +181,9 @@ def test_idle_tls_handshakes_cost_no_thread(certs: Certs,
         for _ in range(10):
             peers.append(socket.create_connection(server.address))
             peers[-1].sendall(hello)
-        wait_for(lambda: server.server.handshakes.in_handshake() == 10, 30,
-                 "the server took them in")
+        wait_for(
+            lambda: server.server.handshakes.in_handshake() == 10, 30, "the server took them in"
+        )
         assert threading.active_count() <= threads_before
         set_tls(_with_ca(certs))
         with client_connection(server.address, KEY) as conn:  # served meanwhile
@@ -155,8 +194,8 @@ def test_idle_tls_handshakes_cost_no_thread(certs: Certs,
 
 
 def test_a_tls_client_over_its_address_cap_closes_the_oldest_which_hears_why_over_tls(
-        certs: Certs, serve: Callable[..., InProcessServer],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    certs: Certs, serve: Callable[..., InProcessServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
     server = serve(TlsConfig(cert=certs.server.cert, key=certs.server.key))
     monkeypatch.setattr(transport, "MAX_HANDSHAKES_PER_ADDRESS", 2)
     monkeypatch.setattr(connect, "HANDSHAKE_TIMEOUT", 60.0)  # silent ones stay
@@ -175,8 +214,10 @@ def test_a_tls_client_over_its_address_cap_closes_the_oldest_which_hears_why_ove
         with client_connection(server.address, KEY) as conn:
             assert _served_by(conn) == ("#RETURN", None)
         told = read_until_closed(in_tls, timeout=30)
-        assert told[4:] == (b"#REFUSED#its handshake was closed to make room: 2 newer ones "
-                            b"from 127.0.0.1 are pending (at most 2 from one address)")
+        assert told[4:] == (
+            b"#REFUSED#its handshake was closed to make room: 2 newer ones "
+            b"from 127.0.0.1 are pending (at most 2 from one address)"
+        )
         # One closed before its TLS handshake is closed without a word.
         peers.append(socket.create_connection(server.address))
         wait_for(lambda: server.server.handshakes.in_handshake() == 2, 30, "taken in")
@@ -190,19 +231,23 @@ def test_a_tls_client_over_its_address_cap_closes_the_oldest_which_hears_why_ove
 
 
 def test_a_bare_connect_and_close_to_a_tls_server_is_logged_quietly(
-        certs: Certs, serve: Callable[..., InProcessServer],
-        caplog: pytest.LogCaptureFixture) -> None:
+    certs: Certs, serve: Callable[..., InProcessServer], caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG, logger="mpsched.transport")
     server = serve(TlsConfig(cert=certs.server.cert, key=certs.server.key))
     socket.create_connection(server.address).close()
-    wait_for(lambda: any("closed before its handshake" in r.getMessage()
-                         for r in caplog.records), 30, "the close logged")
+    wait_for(
+        lambda: any("closed before its handshake" in r.getMessage() for r in caplog.records),
+        30,
+        "the close logged",
+    )
     [record] = [r for r in caplog.records if r.name == "mpsched.transport"]
     assert record.levelno == logging.DEBUG
 
 
 def test_the_authkey_is_still_required_under_tls(
-        certs: Certs, serve: Callable[..., InProcessServer]) -> None:
+    certs: Certs, serve: Callable[..., InProcessServer]
+) -> None:
     server = serve(TlsConfig(cert=certs.server.cert, key=certs.server.key))
     set_tls(_with_ca(certs))
     with pytest.raises(AuthenticationError, match="wrong authkey"):
@@ -210,8 +255,8 @@ def test_the_authkey_is_still_required_under_tls(
 
 
 def test_a_client_without_tls_fails_cleanly(
-        certs: Certs, serve: Callable[..., InProcessServer],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    certs: Certs, serve: Callable[..., InProcessServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
     server = serve(TlsConfig(cert=certs.server.cert, key=certs.server.key))
     monkeypatch.setattr(connect, "HANDSHAKE_TIMEOUT", 0.5)
     with pytest.raises((ConnectionError, TimeoutError), match="does it require TLS"):
@@ -222,8 +267,8 @@ def test_a_client_without_tls_fails_cleanly(
 
 
 def test_a_client_with_the_wrong_ca_refuses_the_server(
-        certs: Certs, serve: Callable[..., InProcessServer],
-        caplog: pytest.LogCaptureFixture) -> None:
+    certs: Certs, serve: Callable[..., InProcessServer], caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.WARNING, logger="mpsched.transport")
     server = serve(TlsConfig(cert=certs.server.cert, key=certs.server.key))
     set_tls(TlsConfig(ca=certs.other_ca))
@@ -235,7 +280,8 @@ def test_a_client_with_the_wrong_ca_refuses_the_server(
 
 
 def test_a_tls_client_against_a_plain_server_says_so(
-        certs: Certs, serve: Callable[..., InProcessServer]) -> None:
+    certs: Certs, serve: Callable[..., InProcessServer]
+) -> None:
     server = serve(None)
     set_tls(_with_ca(certs))
     with pytest.raises(TlsError, match="does it serve TLS"):
@@ -243,7 +289,8 @@ def test_a_tls_client_against_a_plain_server_says_so(
 
 
 def test_a_server_with_a_ca_requires_client_certificates_it_signed(
-        certs: Certs, serve: Callable[..., InProcessServer]) -> None:
+    certs: Certs, serve: Callable[..., InProcessServer]
+) -> None:
     server = serve(TlsConfig(cert=certs.server.cert, key=certs.server.key, ca=certs.ca))
     set_tls(_with_ca(certs))  # no client certificate
     with pytest.raises(TlsError, match="client certificate"):
@@ -256,10 +303,12 @@ def test_a_server_with_a_ca_requires_client_certificates_it_signed(
         assert _served_by(conn) == ("#RETURN", None)
 
 
-def test_unix_sockets_never_use_tls(certs: Certs, serve: Callable[..., InProcessServer],
-                                    tmp_path: Path) -> None:
-    server = serve(TlsConfig(cert=certs.server.cert, key=certs.server.key),
-                   str(tmp_path / "m.sock"))
+def test_unix_sockets_never_use_tls(
+    certs: Certs, serve: Callable[..., InProcessServer], tmp_path: Path
+) -> None:
+    server = serve(
+        TlsConfig(cert=certs.server.cert, key=certs.server.key), str(tmp_path / "m.sock")
+    )
     assert server.server.listener.tls_context is None
     set_tls(_with_ca(certs))
     with client_connection(server.address, KEY) as conn:
@@ -276,7 +325,8 @@ def test_serving_tls_needs_a_certificate(certs: Certs) -> None:
 
 
 def test_a_tcp_listener_refuses_to_start_without_a_certificate(
-        certs: Certs, serve: Callable[..., InProcessServer]) -> None:
+    certs: Certs, serve: Callable[..., InProcessServer]
+) -> None:
     with pytest.raises(TlsError, match="needs a certificate"):
         serve(TlsConfig(ca=certs.ca))
 
@@ -298,8 +348,7 @@ def _copy(source: Path, to: Path, mode: int) -> Path:
 
 
 @pytest.mark.parametrize("mode", [0o644, 0o640, 0o604], ids=oct)
-def test_a_key_file_others_can_read_is_refused(certs: Certs, tmp_path: Path,
-                                               mode: int) -> None:
+def test_a_key_file_others_can_read_is_refused(certs: Certs, tmp_path: Path, mode: int) -> None:
     assert certs.server.key is not None
     key = _copy(certs.server.key, tmp_path / "server.key", mode)
     refused = f"TLS key file {key} is readable by others \\(mode {mode:o}\\); chmod 600 it"
@@ -314,29 +363,36 @@ def test_a_key_file_others_can_read_is_refused(certs: Certs, tmp_path: Path,
 
 
 def test_a_certificate_file_that_holds_its_key_must_be_private_too(
-        certs: Certs, tmp_path: Path) -> None:
+    certs: Certs, tmp_path: Path
+) -> None:
     assert certs.server.key is not None and certs.server.cert is not None
     both = tmp_path / "both.pem"
     both.write_bytes(certs.server.cert.read_bytes() + certs.server.key.read_bytes())
     both.chmod(0o644)
-    with pytest.raises(TlsError, match=f"TLS certificate file {both}, which holds its key "
-                                       f"\\(no key file\\), is readable by others"):
+    with pytest.raises(
+        TlsError,
+        match=f"TLS certificate file {both}, which holds its key "
+        f"\\(no key file\\), is readable by others",
+    ):
         TlsConfig(cert=both).server_context()
     both.chmod(0o600)
     TlsConfig(cert=both).server_context()
 
 
-def test_another_users_key_file_is_refused(certs: Certs,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_another_users_key_file_is_refused(certs: Certs, monkeypatch: pytest.MonkeyPatch) -> None:
     owner = os.geteuid()
     monkeypatch.setattr(os, "geteuid", lambda: owner + 1)  # we are someone else now
-    with pytest.raises(TlsError, match=f"TLS key file {certs.server.key} belongs to "
-                                       f".*uid {owner}\\)?, not to .*uid {owner + 1}"):
+    with pytest.raises(
+        TlsError,
+        match=f"TLS key file {certs.server.key} belongs to "
+        f".*uid {owner}\\)?, not to .*uid {owner + 1}",
+    ):
         certs.server.server_context()
 
 
 def test_set_tls_returns_the_previous_setting_and_keeps_it_on_error(
-        certs: Certs, tmp_path: Path) -> None:
+    certs: Certs, tmp_path: Path
+) -> None:
     config = _with_ca(certs)
     before = set_tls(config)
     try:
@@ -358,8 +414,9 @@ def tls_pair(certs: Certs) -> Iterator[tuple[FastConnection, FastConnection]]:
     left, right = socket.socketpair()
     server, client = FastConnection(left), FastConnection(right)
     context = certs.server.server_context()
-    handshake = threading.Thread(target=server.start_tls, args=(context,),
-                                 kwargs={"server_side": True}, daemon=True)
+    handshake = threading.Thread(
+        target=server.start_tls, args=(context,), kwargs={"server_side": True}, daemon=True
+    )
     handshake.start()
     client.start_tls(_with_ca(certs).client_context(), server_side=False)
     handshake.join(30)
@@ -371,7 +428,8 @@ def tls_pair(certs: Certs) -> Iterator[tuple[FastConnection, FastConnection]]:
 
 @pytest.mark.parametrize("size", [0, 100, 16384, 65536, 300_000, 3_000_000])
 def test_fast_connection_frames_messages_over_tls(
-        tls_pair: tuple[FastConnection, FastConnection], size: int) -> None:
+    tls_pair: tuple[FastConnection, FastConnection], size: int
+) -> None:
     server, client = tls_pair
     payload = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
     sender = threading.Thread(target=client.send, args=({"payload": payload},), daemon=True)
@@ -382,7 +440,8 @@ def test_fast_connection_frames_messages_over_tls(
 
 
 def test_fast_connection_polls_data_the_tls_layer_holds(
-        tls_pair: tuple[FastConnection, FastConnection]) -> None:
+    tls_pair: tuple[FastConnection, FastConnection],
+) -> None:
     server, client = tls_pair
     # Two messages in one write: the tail of the first and all of the second share the
     # last TLS record, so after the first is read the second waits decrypted inside the
@@ -402,19 +461,26 @@ def test_fast_connection_polls_data_the_tls_layer_holds(
 
 
 @pytest.mark.slow  # seconds of waiting: out of make test-fast
-def test_serve_submit_and_status_over_tls_from_the_command_line(
-        certs: Certs, procs: Any) -> None:
+def test_serve_submit_and_status_over_tls_from_the_command_line(certs: Certs, procs: Any) -> None:
     from served import serve
 
     server, client = certs.server, certs.client
-    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "1",
-                    "--tls-cert", str(server.cert), "--tls-key", str(server.key),
-                    "--tls-ca", str(certs.ca))  # clients must show a certificate too
-    tls = ["--tls-ca", str(certs.ca), "--tls-cert", str(client.cert),
-           "--tls-key", str(client.key)]
+    manager = serve(
+        procs,
+        "--address",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+        "--tls-cert",
+        str(server.cert),
+        "--tls-key",
+        str(server.key),
+        "--tls-ca",
+        str(certs.ca),
+    )  # clients must show a certificate too
+    tls = ["--tls-ca", str(certs.ca), "--tls-cert", str(client.cert), "--tls-key", str(client.key)]
     # A local worker of the TLS manager ran the job: it joined over TLS as well.
-    done = procs.run("submit", "math:factorial", "--args", "[5]", "--wait",
-                         *manager.cli(), *tls)
+    done = procs.run("submit", "math:factorial", "--args", "[5]", "--wait", *manager.cli(), *tls)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split()[-1] == "120"
     status = procs.run("status", "--json", *manager.cli(), *tls)
@@ -427,38 +493,80 @@ def test_serve_submit_and_status_over_tls_from_the_command_line(
 
 
 def test_serve_and_worker_refuse_a_key_file_others_can_read(
-        certs: Certs, procs: Any, tmp_path: Path) -> None:
+    certs: Certs, procs: Any, tmp_path: Path
+) -> None:
     assert certs.server.key is not None and certs.client.key is not None
     open_key = _copy(certs.server.key, tmp_path / "server.key", 0o644)
-    served = procs.run("serve", "--address", "127.0.0.1:0", "--workers", "0",
-                       "--tls-cert", str(certs.server.cert), "--tls-key", str(open_key))
+    served = procs.run(
+        "serve",
+        "--address",
+        "127.0.0.1:0",
+        "--workers",
+        "0",
+        "--tls-cert",
+        str(certs.server.cert),
+        "--tls-key",
+        str(open_key),
+    )
     assert served.returncode == 3, served.stderr
-    assert served.stderr == (f"mpsched: TLS key file {open_key} is readable by others "
-                             f"(mode 644); chmod 600 it\n")
+    assert served.stderr == (
+        f"mpsched: TLS key file {open_key} is readable by others (mode 644); chmod 600 it\n"
+    )
     open_key = _copy(certs.client.key, tmp_path / "client.key", 0o640)
-    joined = procs.run("worker", "--connect", "127.0.0.1:1", "--tls-ca", str(certs.ca),
-                       "--tls-cert", str(certs.client.cert), "--tls-key", str(open_key))
+    joined = procs.run(
+        "worker",
+        "--connect",
+        "127.0.0.1:1",
+        "--tls-ca",
+        str(certs.ca),
+        "--tls-cert",
+        str(certs.client.cert),
+        "--tls-key",
+        str(open_key),
+    )
     assert joined.returncode == 3, joined.stderr
-    assert joined.stderr == (f"mpsched: TLS key file {open_key} is readable by others "
-                             f"(mode 640); chmod 600 it\n")
+    assert joined.stderr == (
+        f"mpsched: TLS key file {open_key} is readable by others (mode 640); chmod 600 it\n"
+    )
 
 
 def test_stress_floods_a_tls_manager_with_the_tls_options(certs: Certs, procs: Any) -> None:
     from served import serve
 
     server, client = certs.server, certs.client
-    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "1",
-                    "--tls-cert", str(server.cert), "--tls-key", str(server.key),
-                    "--tls-ca", str(certs.ca))  # the producers must show a certificate too
-    tls = ["--tls-ca", str(certs.ca), "--tls-cert", str(client.cert),
-           "--tls-key", str(client.key)]
-    flood = procs.run("stress", *manager.cli(), *tls, "--producers", "2", "--jobs", "100",
-                      "--horizon", "0.2", timeout=120)
+    manager = serve(
+        procs,
+        "--address",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+        "--tls-cert",
+        str(server.cert),
+        "--tls-key",
+        str(server.key),
+        "--tls-ca",
+        str(certs.ca),
+    )  # the producers must show a certificate too
+    tls = ["--tls-ca", str(certs.ca), "--tls-cert", str(client.cert), "--tls-key", str(client.key)]
+    flood = procs.run(
+        "stress",
+        *manager.cli(),
+        *tls,
+        "--producers",
+        "2",
+        "--jobs",
+        "100",
+        "--horizon",
+        "0.2",
+        timeout=120,
+    )
     assert flood.returncode == 0, flood.stdout + flood.stderr
     assert flood.stdout.splitlines()[-1] == "OK: 100 jobs ran exactly once, none early"
     # Its own manager listens on a Unix socket: TLS options there are a mistake, said so.
     own = procs.run("stress", "--tls-ca", str(certs.ca), "--jobs", "10")
     assert own.returncode == 2, own.stderr
-    assert own.stderr == ("mpsched: --tls-ca, --tls-cert and --tls-key need --connect: the "
-                          "manager stress starts itself listens on a Unix socket, without "
-                          "TLS; see python -m mpsched stress --help\n")
+    assert own.stderr == (
+        "mpsched: --tls-ca, --tls-cert and --tls-key need --connect: the "
+        "manager stress starts itself listens on a Unix socket, without "
+        "TLS; see python -m mpsched stress --help\n"
+    )

@@ -52,30 +52,36 @@ from mpsched._transport.wire import FastConnection
 # ------------------------------------------------------------------------------ addresses
 
 
-@pytest.mark.parametrize(("text", "address"), [
-    pytest.param("unix:/run/mpsched.sock", "/run/mpsched.sock", id="unix-scheme"),
-    pytest.param("unix:relative.sock", "relative.sock", id="unix-relative"),
-    pytest.param("/tmp/m.sock", "/tmp/m.sock", id="bare-path"),
-    pytest.param("127.0.0.1:7000", ("127.0.0.1", 7000), id="ipv4"),
-    pytest.param("localhost:0", ("localhost", 0), id="hostname-port-0"),
-    pytest.param("0.0.0.0:65535", ("0.0.0.0", 65535), id="max-port"),
-])
+@pytest.mark.parametrize(
+    ("text", "address"),
+    [
+        pytest.param("unix:/run/mpsched.sock", "/run/mpsched.sock", id="unix-scheme"),
+        pytest.param("unix:relative.sock", "relative.sock", id="unix-relative"),
+        pytest.param("/tmp/m.sock", "/tmp/m.sock", id="bare-path"),
+        pytest.param("127.0.0.1:7000", ("127.0.0.1", 7000), id="ipv4"),
+        pytest.param("localhost:0", ("localhost", 0), id="hostname-port-0"),
+        pytest.param("0.0.0.0:65535", ("0.0.0.0", 65535), id="max-port"),
+    ],
+)
 def test_parse_address(text: str, address: Any) -> None:
     assert parse_address(text) == address
 
 
-@pytest.mark.parametrize("text", [
-    pytest.param("unix:", id="unix-without-path"),
-    pytest.param("localhost", id="no-port"),
-    pytest.param("host:", id="empty-port"),
-    pytest.param(":7000", id="empty-host"),
-    pytest.param("host:http", id="named-port"),
-    pytest.param("host:-1", id="negative-port"),
-    pytest.param("host:65536", id="port-too-big"),
-    pytest.param("", id="empty"),
-    pytest.param("[::1]:7000", id="ipv6"),  # multiprocessing opens TCP sockets as AF_INET
-    pytest.param("::1:7000", id="ipv6-unbracketed"),
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("unix:", id="unix-without-path"),
+        pytest.param("localhost", id="no-port"),
+        pytest.param("host:", id="empty-port"),
+        pytest.param(":7000", id="empty-host"),
+        pytest.param("host:http", id="named-port"),
+        pytest.param("host:-1", id="negative-port"),
+        pytest.param("host:65536", id="port-too-big"),
+        pytest.param("", id="empty"),
+        pytest.param("[::1]:7000", id="ipv6"),  # multiprocessing opens TCP sockets as AF_INET
+        pytest.param("::1:7000", id="ipv6-unbracketed"),
+    ],
+)
 def test_parse_address_refuses(text: str) -> None:
     with pytest.raises(AddressError, match="unix") as caught:
         parse_address(text)
@@ -87,17 +93,20 @@ def test_format_address_round_trips(text: str) -> None:
     assert format_address(parse_address(text)) == text
 
 
-@pytest.mark.parametrize(("address", "loopback"), [
-    pytest.param("/run/mpsched.sock", True, id="unix"),
-    pytest.param(("127.0.0.1", 7000), True, id="127.0.0.1"),
-    pytest.param(("127.8.9.10", 7000), True, id="127/8"),
-    pytest.param(("::1", 7000), True, id="ipv6-loopback"),
-    pytest.param(("localhost", 7000), True, id="localhost"),
-    pytest.param(("0.0.0.0", 7000), False, id="any-ipv4"),
-    pytest.param(("::", 7000), False, id="any-ipv6"),
-    pytest.param(("10.0.0.5", 7000), False, id="private"),
-    pytest.param(("example.org", 7000), False, id="hostname"),
-])
+@pytest.mark.parametrize(
+    ("address", "loopback"),
+    [
+        pytest.param("/run/mpsched.sock", True, id="unix"),
+        pytest.param(("127.0.0.1", 7000), True, id="127.0.0.1"),
+        pytest.param(("127.8.9.10", 7000), True, id="127/8"),
+        pytest.param(("::1", 7000), True, id="ipv6-loopback"),
+        pytest.param(("localhost", 7000), True, id="localhost"),
+        pytest.param(("0.0.0.0", 7000), False, id="any-ipv4"),
+        pytest.param(("::", 7000), False, id="any-ipv6"),
+        pytest.param(("10.0.0.5", 7000), False, id="private"),
+        pytest.param(("example.org", 7000), False, id="hostname"),
+    ],
+)
 def test_is_loopback(address: Any, loopback: bool) -> None:
     assert is_loopback(address) is loopback
 
@@ -117,8 +126,9 @@ def _key_file(tmp_path: Path, content: bytes, mode: int) -> Path:
     return path
 
 
-def test_write_authkey_makes_a_0600_file_read_authkey_accepts(tmp_path: Path,
-                                                              no_env_key: None) -> None:
+def test_write_authkey_makes_a_0600_file_read_authkey_accepts(
+    tmp_path: Path, no_env_key: None
+) -> None:
     path = tmp_path / "authkey"
     key = write_authkey(path)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
@@ -142,8 +152,9 @@ def test_read_authkey_refuses_a_file_others_can_use(tmp_path: Path, mode: int) -
 
 
 @pytest.mark.parametrize("mode", [0o600, 0o400, 0o700], ids=oct)
-def test_read_authkey_strips_and_prefers_the_file(tmp_path: Path, mode: int,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_read_authkey_strips_and_prefers_the_file(
+    tmp_path: Path, mode: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(AUTHKEY_ENV, "from-env")
     assert read_authkey(_key_file(tmp_path, b"  secret\n", mode)) == b"secret"
 
@@ -164,18 +175,21 @@ def test_read_authkey_falls_back_to_the_environment(monkeypatch: pytest.MonkeyPa
     assert read_authkey(None) is None
 
 
-def test_read_authkey_refuses_another_users_file(tmp_path: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_read_authkey_refuses_another_users_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = _key_file(tmp_path, b"secret\n", 0o600)
     owner = os.geteuid()
     monkeypatch.setattr(os, "geteuid", lambda: owner + 1)  # we are someone else now
-    with pytest.raises(AuthenticationError,
-                       match=rf"{re.escape(str(path))} belongs to .*uid {owner}\)?, not to"):
+    with pytest.raises(
+        AuthenticationError, match=rf"{re.escape(str(path))} belongs to .*uid {owner}\)?, not to"
+    ):
         read_authkey(path)
 
 
-def test_read_authkey_names_an_owner_without_a_user_name(tmp_path: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_read_authkey_names_an_owner_without_a_user_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = _key_file(tmp_path, b"secret\n", 0o600)
     owner = os.geteuid()
     monkeypatch.setattr(os, "geteuid", lambda: owner + 1)
@@ -184,8 +198,9 @@ def test_read_authkey_names_an_owner_without_a_user_name(tmp_path: Path,
         raise KeyError(uid)
 
     monkeypatch.setattr(pwd, "getpwuid", no_such_user)
-    with pytest.raises(AuthenticationError,
-                       match=f"belongs to uid {owner}, not to uid {owner + 1} who runs"):
+    with pytest.raises(
+        AuthenticationError, match=f"belongs to uid {owner}, not to uid {owner + 1} who runs"
+    ):
         read_authkey(path)
 
 
@@ -201,7 +216,8 @@ def test_child_environment_drops_the_key_only(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_scrub_authkey_env_keeps_the_key_from_child_processes(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv(AUTHKEY_ENV, "secret")
     env = {AUTHKEY_ENV: "secret", "PATH": "/bin"}
     scrub_authkey_env(env)
@@ -209,8 +225,9 @@ def test_scrub_authkey_env_keeps_the_key_from_child_processes(
     scrub_authkey_env()
     assert AUTHKEY_ENV not in os.environ
     show = f"import os; print(os.environ.get({AUTHKEY_ENV!r}))"
-    child = subprocess.run([sys.executable, "-c", show], capture_output=True, text=True,
-                           check=True, timeout=60)
+    child = subprocess.run(
+        [sys.executable, "-c", show], capture_output=True, text=True, check=True, timeout=60
+    )
     assert child.stdout.strip() == "None"
     scrub_authkey_env()  # nothing left to remove: fine
 
@@ -227,8 +244,9 @@ def test_describe_versions() -> None:
 
 
 def _rcvtimeo(conn: Any) -> float:
-    seconds, micros = struct.unpack("ll", sockopt(conn, socket.SOL_SOCKET, socket.SO_RCVTIMEO,
-                                                  struct.calcsize("ll")))
+    seconds, micros = struct.unpack(
+        "ll", sockopt(conn, socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.calcsize("ll"))
+    )
     return float(seconds + micros / 1e6)
 
 
@@ -239,8 +257,11 @@ def _address(kind: str, tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 @pytest.fixture(params=["tcp", "unix"])
-def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
-           monkeypatch: pytest.MonkeyPatch) -> Iterator[InProcessServer]:
+def server(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[InProcessServer]:
     monkeypatch.setattr(connect, "HANDSHAKE_TIMEOUT", 0.5)
     running = InProcessServer(_address(request.param, tmp_path_factory)).start()
     yield running
@@ -254,7 +275,8 @@ def _connect(server: InProcessServer, key: bytes = KEY) -> Any:
 
 
 def test_client_connection_sets_nodelay_and_clears_the_handshake_timeout(
-        server: InProcessServer) -> None:
+    server: InProcessServer,
+) -> None:
     conn = client_connection(server.address, KEY)
     try:
         if isinstance(server.address, tuple):
@@ -272,8 +294,7 @@ def test_server_side_sets_nodelay(server: InProcessServer) -> None:
         assert server.server.nodelay == []
 
 
-def test_wrong_key_is_a_clear_error_and_the_server_keeps_serving(
-        server: InProcessServer) -> None:
+def test_wrong_key_is_a_clear_error_and_the_server_keeps_serving(server: InProcessServer) -> None:
     with pytest.raises(AuthenticationError, match="wrong authkey") as caught:
         _connect(server, b"wrong")
     assert format_address(server.address) in str(caught.value)
@@ -281,7 +302,8 @@ def test_wrong_key_is_a_clear_error_and_the_server_keeps_serving(
 
 
 def test_silent_connections_cost_no_thread_and_are_dropped_at_the_deadline(
-        server: InProcessServer) -> None:
+    server: InProcessServer,
+) -> None:
     family = socket.AF_INET if isinstance(server.address, tuple) else socket.AF_UNIX
     threads_before = threading.active_count()
     silent = []
@@ -297,8 +319,9 @@ def test_silent_connections_cost_no_thread_and_are_dropped_at_the_deadline(
         _connect(server)  # served meanwhile
         for sock in silent:  # the server closed each one at its deadline
             assert read_until_closed(sock, timeout=30) == b""
-        wait_for(lambda: server.server.handshakes.in_handshake() == 0, 10,
-                 "the handshake slots freed")
+        wait_for(
+            lambda: server.server.handshakes.in_handshake() == 0, 10, "the handshake slots freed"
+        )
         assert server.live_handlers() == 0
     finally:
         for sock in silent:
@@ -306,7 +329,8 @@ def test_silent_connections_cost_no_thread_and_are_dropped_at_the_deadline(
 
 
 def test_client_handshake_times_out_against_a_silent_server(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr(connect, "HANDSHAKE_TIMEOUT", 0.3)
     with socket.create_server(("127.0.0.1", 0)) as listener:
         t0 = time.monotonic()
@@ -316,7 +340,8 @@ def test_client_handshake_times_out_against_a_silent_server(
 
 
 def test_a_connect_that_gets_no_answer_times_out_as_an_unreachable_manager(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr(connect, "CONNECT_TIMEOUT", 1.0)
     with unanswered_address() as address:
         t0 = time.monotonic()
@@ -327,8 +352,10 @@ def test_a_connect_that_gets_no_answer_times_out_as_an_unreachable_manager(
             mpsched.connect(address, authkey=KEY)
         # Two connects of 1 s each (the kernel alone would retry for about two minutes).
         assert time.monotonic() - t0 < 10
-    assert str(caught.value) == (f"no manager answers at {address[0]}:{address[1]}: cannot "
-                                 f"reach the host (timed out connecting after 1 s)")
+    assert str(caught.value) == (
+        f"no manager answers at {address[0]}:{address[1]}: cannot "
+        f"reach the host (timed out connecting after 1 s)"
+    )
 
 
 # A frame whose length (250) is one the challenge functions accept (at most 256 bytes),
@@ -337,7 +364,8 @@ TRICKLE = struct.pack("!i", 250) + b"#CHALLENGE#" + b"x" * 239
 
 
 def test_a_peer_trickling_its_answer_is_dropped_at_the_handshake_deadline(
-        server: InProcessServer, threads: list[threading.Thread]) -> None:
+    server: InProcessServer, threads: list[threading.Thread]
+) -> None:
     # Each byte arrives well within the 0.5 s handshake timeout: a per-read timeout would
     # keep the connection for the whole 25 s the trickle lasts.
     family = socket.AF_INET if isinstance(server.address, tuple) else socket.AF_UNIX
@@ -356,7 +384,8 @@ def test_a_peer_trickling_its_answer_is_dropped_at_the_handshake_deadline(
 
 
 def test_the_client_handshake_deadline_covers_a_trickling_server(
-        monkeypatch: pytest.MonkeyPatch, threads: list[threading.Thread]) -> None:
+    monkeypatch: pytest.MonkeyPatch, threads: list[threading.Thread]
+) -> None:
     monkeypatch.setattr(connect, "HANDSHAKE_TIMEOUT", 0.5)
     stop = threading.Event()
 
@@ -392,11 +421,12 @@ def _closed_for_room(sock: socket.socket) -> str:
     data = read_until_closed(sock, timeout=30)
     (size,) = struct.unpack_from("!i", data)
     assert len(data) == 4 + size and data[4:].startswith(b"#REFUSED#"), data
-    return data[4 + len(b"#REFUSED#"):].decode()
+    return data[4 + len(b"#REFUSED#") :].decode()
 
 
 def test_a_connection_beyond_max_handshakes_closes_the_oldest_one_and_is_served(
-        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     monkeypatch.setattr(transport, "MAX_HANDSHAKES", 3)
     monkeypatch.setattr(connect, "HANDSHAKE_TIMEOUT", 60.0)  # silent ones stay
     caplog.set_level(logging.INFO, logger="mpsched.transport")
@@ -411,18 +441,19 @@ def test_a_connection_beyond_max_handshakes_closes_the_oldest_one_and_is_served(
         for oldest in range(3):
             _connect(running)
             assert _closed_for_room(peers[oldest]) == (
-                "its handshake was closed to make room: 3 newer connections are in their "
-                "handshake")
+                "its handshake was closed to make room: 3 newer connections are in their handshake"
+            )
             peers.append(socket.create_connection(running.address))
             _handshaking(peers[-1])
         warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
         assert [w.getMessage() for w in warnings] == [
-            "3 connections are in their handshake, the cap; closing the oldest for each "
-            "new one"]
+            "3 connections are in their handshake, the cap; closing the oldest for each new one"
+        ]
         for peer in peers:
             peer.close()  # their handshakes end at EOF, freeing the slots
-        wait_for(lambda: running.server.handshakes.in_handshake() == 0, 30,
-                 "the handshake slots freed")
+        wait_for(
+            lambda: running.server.handshakes.in_handshake() == 0, 30, "the handshake slots freed"
+        )
         assert "handshakes are below their cap again; closed 3 meanwhile" in caplog.text
     finally:
         for peer in peers:
@@ -456,7 +487,8 @@ def _served_from(source: str, address: Any) -> Any:
 
 
 def test_a_host_over_its_handshake_cap_closes_its_own_oldest_and_is_served(
-        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     monkeypatch.setattr(transport, "MAX_HANDSHAKES_PER_ADDRESS", 3)
     monkeypatch.setattr(connect, "HANDSHAKE_TIMEOUT", 60.0)  # silent ones stay
     caplog.set_level(logging.INFO, logger="mpsched.transport")
@@ -471,10 +503,12 @@ def test_a_host_over_its_handshake_cap_closes_its_own_oldest_and_is_served(
         _connect(running)
         assert _closed_for_room(mine[0]) == (
             "its handshake was closed to make room: 3 newer ones from 127.0.0.1 are pending "
-            "(at most 3 from one address)")
+            "(at most 3 from one address)"
+        )
         # Another host's handshakes are not touched.
-        wait_for(lambda: running.server.handshakes.in_handshake() == 5, 30,
-                 "the client's handshake over")
+        wait_for(
+            lambda: running.server.handshakes.in_handshake() == 5, 30, "the client's handshake over"
+        )
         for other in others:
             other.setblocking(False)
             with pytest.raises(BlockingIOError):
@@ -483,13 +517,18 @@ def test_a_host_over_its_handshake_cap_closes_its_own_oldest_and_is_served(
         warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
         assert [w.getMessage() for w in warnings] == [
             "3 handshakes from 127.0.0.1 are pending, its cap; closing the oldest of them "
-            "for each new one"]
+            "for each new one"
+        ]
         for peer in peers:
             peer.close()
-        wait_for(lambda: running.server.handshakes.in_handshake() == 0, 30,
-                 "the handshake slots freed")
-        assert re.search(r"handshakes from 127\.0\.0\.1 are below their cap again; closed "
-                         r"\d+ of them meanwhile to make room", caplog.text)
+        wait_for(
+            lambda: running.server.handshakes.in_handshake() == 0, 30, "the handshake slots freed"
+        )
+        assert re.search(
+            r"handshakes from 127\.0\.0\.1 are below their cap again; closed "
+            r"\d+ of them meanwhile to make room",
+            caplog.text,
+        )
     finally:
         for peer in peers:
             peer.close()
@@ -497,7 +536,8 @@ def test_a_host_over_its_handshake_cap_closes_its_own_oldest_and_is_served(
 
 
 def test_a_handshake_closed_each_time_is_tried_again_then_the_manager_is_busy(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # A listener that sends a challenge, then closes: as a manager making room does.
     monkeypatch.setattr(connect, "CONNECT_TIMEOUT", 1.0)
     listener = socket.create_server(("127.0.0.1", 0))
@@ -519,10 +559,14 @@ def test_a_handshake_closed_each_time_is_tried_again_then_the_manager_is_busy(
     closer.start()
     try:
         t0 = time.monotonic()
-        with pytest.raises(mpsched.ManagerBusyError, match=(
+        with pytest.raises(
+            mpsched.ManagerBusyError,
+            match=(
                 r"^the manager at 127\.0\.0\.1:\d+ is busy: it closed \d+ connection\(s\) "
                 r"during their handshake in 1 s \(the last: it closed the connection after "
-                r"its challenge\); try again later$")):
+                r"its challenge\); try again later$"
+            ),
+        ):
             client_connection(listener.getsockname(), KEY)
         assert time.monotonic() - t0 < 1.0 + connect.BUSY_BACKOFF[1] + 5
         assert len(tries) >= 4  # 0.02, 0.04, 0.08, 0.16, 0.32 s apart
@@ -532,17 +576,32 @@ def test_a_handshake_closed_each_time_is_tried_again_then_the_manager_is_busy(
         listener.close()
 
 
-@pytest.mark.parametrize(("answer", "reply", "logged"), [
-    pytest.param(struct.pack("!i", 16) + b"x" * 16, struct.pack("!i", 9) + b"#FAILURE#",
-                 "wrong authkey", id="wrong-digest"),
-    pytest.param(struct.pack("!i", 1000), b"", "bad message length 1000", id="too-long"),
-    pytest.param(struct.pack("!i", -1), b"", "bad message length -1", id="64-bit-length"),
-    pytest.param(struct.pack("!i", 2) + b"ab" + b"more", b"",
-                 "it sent more than its answer", id="more-than-an-answer"),
-])
+@pytest.mark.parametrize(
+    ("answer", "reply", "logged"),
+    [
+        pytest.param(
+            struct.pack("!i", 16) + b"x" * 16,
+            struct.pack("!i", 9) + b"#FAILURE#",
+            "wrong authkey",
+            id="wrong-digest",
+        ),
+        pytest.param(struct.pack("!i", 1000), b"", "bad message length 1000", id="too-long"),
+        pytest.param(struct.pack("!i", -1), b"", "bad message length -1", id="64-bit-length"),
+        pytest.param(
+            struct.pack("!i", 2) + b"ab" + b"more",
+            b"",
+            "it sent more than its answer",
+            id="more-than-an-answer",
+        ),
+    ],
+)
 def test_a_wrong_answer_is_refused_at_once(
-        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
-        answer: bytes, reply: bytes, logged: str) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    answer: bytes,
+    reply: bytes,
+    logged: str,
+) -> None:
     monkeypatch.setattr(connect, "HANDSHAKE_TIMEOUT", 60.0)  # not at the deadline
     caplog.set_level(logging.WARNING, logger="mpsched.transport")
     running = InProcessServer(("127.0.0.1", 0)).start()
@@ -552,15 +611,15 @@ def test_a_wrong_answer_is_refused_at_once(
             peer.sendall(answer)
             assert read_until_closed(peer, timeout=30) == reply
         wait_for(lambda: running.server.handshakes.in_handshake() == 0, 30, "slot freed")
-        assert re.search(rf"refused a connection from 127\.0\.0\.1:\d+: .*{logged}",
-                         caplog.text)
+        assert re.search(rf"refused a connection from 127\.0\.0\.1:\d+: .*{logged}", caplog.text)
         assert running.handlers == []  # no thread for any of it
     finally:
         running.stop()
 
 
 def test_a_peer_that_proved_its_key_then_stalls_is_dropped_at_the_deadline(
-        server: InProcessServer) -> None:
+    server: InProcessServer,
+) -> None:
     # Its serving thread reads the peer's own challenge within what is left of the 0.5 s.
     family = socket.AF_INET if isinstance(server.address, tuple) else socket.AF_UNIX
     sock = socket.socket(family)
@@ -578,7 +637,8 @@ def test_a_peer_that_proved_its_key_then_stalls_is_dropped_at_the_deadline(
 
 @pytest.mark.parametrize("sends", [b"", b"\x00\x00"], ids=["nothing", "half-a-header"])
 def test_a_bare_connect_and_close_is_logged_quietly_with_its_reason(
-        server: InProcessServer, caplog: pytest.LogCaptureFixture, sends: bytes) -> None:
+    server: InProcessServer, caplog: pytest.LogCaptureFixture, sends: bytes
+) -> None:
     caplog.set_level(logging.DEBUG, logger="mpsched.transport")
     family = socket.AF_INET if isinstance(server.address, tuple) else socket.AF_UNIX
     with socket.socket(family) as sock:
@@ -590,8 +650,9 @@ def test_a_bare_connect_and_close_is_logged_quietly_with_its_reason(
     assert record.levelno == (logging.INFO if sends else logging.DEBUG)
     where = "from 127.0.0.1:" if family == socket.AF_INET else "on the Unix socket"
     when = "during" if sends else "before"
-    assert re.fullmatch(rf"a connection {where}\d* closed {when} its handshake",
-                        record.getMessage())
+    assert re.fullmatch(
+        rf"a connection {where}\d* closed {when} its handshake", record.getMessage()
+    )
 
 
 class _FlakyAccept:
@@ -628,8 +689,12 @@ def test_a_burst_of_connections_waits_in_the_listen_backlog() -> None:
         while connected < len(burst) and time.monotonic() < deadline:
             for key, _ in selector.select(1.0):
                 selector.unregister(key.fileobj)
-                assert key.fileobj.getsockopt(  # type: ignore[union-attr]
-                    socket.SOL_SOCKET, socket.SO_ERROR) == 0
+                assert (
+                    key.fileobj.getsockopt(  # type: ignore[union-attr]
+                        socket.SOL_SOCKET, socket.SO_ERROR
+                    )
+                    == 0
+                )
                 connected += 1
         assert connected == len(burst)  # every one established, none accepted yet
     finally:
@@ -640,16 +705,22 @@ def test_a_burst_of_connections_waits_in_the_listen_backlog() -> None:
 
 
 def test_accept_out_of_descriptors_backs_off_then_resumes(
-        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.WARNING, logger="mpsched.transport")
     running = InProcessServer(("127.0.0.1", 0))
     waits: list[float] = []
     monkeypatch.setattr(running.server, "_sleep", waits.append)
     listener = running.server.listener
-    script: list[int | None] = [errno.ECONNABORTED, *[errno.EMFILE] * 6, None,
-                                errno.ENFILE, errno.ENFILE, None]
-    monkeypatch.setattr(listener, "accept_socket",
-                        _FlakyAccept(listener.accept_socket, script))
+    script: list[int | None] = [
+        errno.ECONNABORTED,
+        *[errno.EMFILE] * 6,
+        None,
+        errno.ENFILE,
+        errno.ENFILE,
+        None,
+    ]
+    monkeypatch.setattr(listener, "accept_socket", _FlakyAccept(listener.accept_socket, script))
     running.start()
     try:
         _connect(running)  # served after six EMFILE
@@ -664,7 +735,8 @@ def test_accept_out_of_descriptors_backs_off_then_resumes(
 
 
 def test_a_connection_without_a_thread_is_closed_and_the_server_goes_on(
-        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     running = InProcessServer(("127.0.0.1", 0))
     start_handler = running.server._start_handler
     failures = [RuntimeError("can't start new thread")]
@@ -697,8 +769,12 @@ def umask() -> Iterator[int]:
 
 def test_a_unix_socket_only_its_owner_can_connect_to(tmp_path: Path, umask: int) -> None:
     path = tmp_path / "m.sock"
-    server = HardenedServer(ServiceManager._registry,  # type: ignore[attr-defined]
-                            str(path), KEY, SERIALIZER)
+    server = HardenedServer(
+        ServiceManager._registry,  # type: ignore[attr-defined]
+        str(path),
+        KEY,
+        SERIALIZER,
+    )
     try:
         mode = path.stat().st_mode
         assert stat.S_ISSOCK(mode)
@@ -708,8 +784,7 @@ def test_a_unix_socket_only_its_owner_can_connect_to(tmp_path: Path, umask: int)
         server.listener.close()
 
 
-def test_on_disconnect_runs_in_the_connections_thread_when_it_ends(
-        server: InProcessServer) -> None:
+def test_on_disconnect_runs_in_the_connections_thread_when_it_ends(server: InProcessServer) -> None:
     ended: list[threading.Thread] = []
     called = threading.Event()  # set by the hook, waited on by the test
 
@@ -732,8 +807,9 @@ def test_on_disconnect_runs_in_the_connections_thread_when_it_ends(
     assert len(ended) == 1
 
 
-def test_a_failing_on_disconnect_is_logged(server: InProcessServer,
-                                           caplog: pytest.LogCaptureFixture) -> None:
+def test_a_failing_on_disconnect_is_logged(
+    server: InProcessServer, caplog: pytest.LogCaptureFixture
+) -> None:
     ran: list[threading.Thread] = []  # the connection's thread, which logs the failure
 
     def hook() -> None:
@@ -787,8 +863,8 @@ SIZES = [0, 1, 100, 65532, 65533, 65536, 300_000, 3_000_000]
 
 @pytest.mark.parametrize("size", SIZES)
 def test_fast_connection_speaks_multiprocessing_framing_both_ways(
-        pair: tuple[FastConnection, connection.Connection], threads: list[threading.Thread],
-        size: int) -> None:
+    pair: tuple[FastConnection, connection.Connection], threads: list[threading.Thread], size: int
+) -> None:
     fast, plain = pair
     data = os.urandom(size)
     _in_thread(threads, plain.send_bytes, data)
@@ -802,12 +878,18 @@ def test_fast_connection_speaks_multiprocessing_framing_both_ways(
 
 
 def test_fast_connection_keeps_bytes_read_past_a_message(
-        pair: tuple[FastConnection, connection.Connection]) -> None:
+    pair: tuple[FastConnection, connection.Connection],
+) -> None:
     fast, plain = pair
     for i in range(3):  # all three arrive before the first read
         plain.send(i)
-    assert [fast.recv(), fast.poll(), fast.recv(), fast.recv(), fast.poll()] == \
-        [0, True, 1, 2, False]
+    assert [fast.recv(), fast.poll(), fast.recv(), fast.recv(), fast.poll()] == [
+        0,
+        True,
+        1,
+        2,
+        False,
+    ]
 
 
 class _ScriptedSocket:
@@ -827,15 +909,14 @@ class _ScriptedSocket:
 
     def recv_into(self, view: memoryview) -> int:
         chunk = self.recv(len(view))
-        view[:len(chunk)] = chunk
+        view[: len(chunk)] = chunk
         return len(chunk)
 
     def close(self) -> None:
         self.chunks = []
 
 
-def _scripted(pair: tuple[FastConnection, connection.Connection],
-              *chunks: bytes) -> FastConnection:
+def _scripted(pair: tuple[FastConnection, connection.Connection], *chunks: bytes) -> FastConnection:
     fast = pair[0]
     fast._sock.close()
     fast._sock = _ScriptedSocket(*chunks)  # type: ignore[assignment]
@@ -843,15 +924,23 @@ def _scripted(pair: tuple[FastConnection, connection.Connection],
 
 
 def test_fast_connection_reassembles_headers_and_bodies_split_across_reads(
-        pair: tuple[FastConnection, connection.Connection]) -> None:
-    fast = _scripted(pair, b"\x00\x00", b"\x00\x05he", b"llo\x00\x00\x00\x03ab",
-                     b"c\xff\xff\xff\xff\x00\x00", b"\x00\x00\x00\x00\x00\x02", b"xy")
-    assert [fast.recv_bytes(), fast.recv_bytes(), fast.recv_bytes()] == [b"hello", b"abc",
-                                                                        b"xy"]
+    pair: tuple[FastConnection, connection.Connection],
+) -> None:
+    fast = _scripted(
+        pair,
+        b"\x00\x00",
+        b"\x00\x05he",
+        b"llo\x00\x00\x00\x03ab",
+        b"c\xff\xff\xff\xff\x00\x00",
+        b"\x00\x00\x00\x00\x00\x02",
+        b"xy",
+    )
+    assert [fast.recv_bytes(), fast.recv_bytes(), fast.recv_bytes()] == [b"hello", b"abc", b"xy"]
 
 
 def test_fast_connection_refuses_a_message_longer_than_maxlength(
-        pair: tuple[FastConnection, connection.Connection]) -> None:
+    pair: tuple[FastConnection, connection.Connection],
+) -> None:
     fast, plain = pair
     plain.send_bytes(b"x" * 300)
     with pytest.raises(OSError, match="bad message length 300"):
@@ -859,21 +948,26 @@ def test_fast_connection_refuses_a_message_longer_than_maxlength(
     assert fast.closed
 
 
-@pytest.mark.parametrize("chunks", [
-    pytest.param((), id="before-a-message"),
-    pytest.param((b"\x00\x00",), id="in-the-header"),
-    pytest.param((b"\x00\x00\x00\x05he",), id="in-a-short-body"),
-    pytest.param((b"\x00\x01\x00\x00" + b"x" * 100,), id="in-a-long-body"),
-])
+@pytest.mark.parametrize(
+    "chunks",
+    [
+        pytest.param((), id="before-a-message"),
+        pytest.param((b"\x00\x00",), id="in-the-header"),
+        pytest.param((b"\x00\x00\x00\x05he",), id="in-a-short-body"),
+        pytest.param((b"\x00\x01\x00\x00" + b"x" * 100,), id="in-a-long-body"),
+    ],
+)
 def test_fast_connection_raises_eof_when_the_peer_closes(
-        pair: tuple[FastConnection, connection.Connection], chunks: tuple[bytes, ...]) -> None:
+    pair: tuple[FastConnection, connection.Connection], chunks: tuple[bytes, ...]
+) -> None:
     fast = _scripted(pair, *chunks)
     with pytest.raises(EOFError):
         fast.recv_bytes()
 
 
 def test_fast_connection_sees_a_real_peer_close(
-        pair: tuple[FastConnection, connection.Connection]) -> None:
+    pair: tuple[FastConnection, connection.Connection],
+) -> None:
     fast, plain = pair
     plain.send(1)
     plain.close()

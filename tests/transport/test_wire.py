@@ -57,14 +57,12 @@ def read_size(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     return int(request.param)
 
 
-def test_a_pickle_buffer_crosses_out_of_band_into_a_buffer_of_its_own(pair, read_size,
-                                                                     in_thread):
+def test_a_pickle_buffer_crosses_out_of_band_into_a_buffer_of_its_own(pair, read_size, in_thread):
     sender, receiver = pair
     data, other = os.urandom(3 * BLOB), os.urandom(BLOB + 3)
 
     def send() -> None:
-        sender.send(("first", pickle.PickleBuffer(data),
-                     [pickle.PickleBuffer(bytearray(other))]))
+        sender.send(("first", pickle.PickleBuffer(data), [pickle.PickleBuffer(bytearray(other))]))
         sender.send(("plain", data[:10]))
         sender.send_bytes(b"raw")
 
@@ -125,7 +123,8 @@ def _voluntary_switches(tid: int) -> int:
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="needs Linux's /proc")
 def test_a_waiting_reader_is_not_woken_when_its_peer_takes_what_it_sent(
-        pair: tuple[FastConnection, FastConnection]) -> None:
+    pair: tuple[FastConnection, FastConnection],
+) -> None:
     # Linux wakes the waiters of a Unix socket when its peer takes in data it sent (room
     # freed): a caller blocked in recv() right after its send, as every proxy call is,
     # would be woken once for nothing per call, and once more by the reply.
@@ -154,16 +153,19 @@ def test_a_waiting_reader_is_not_woken_when_its_peer_takes_what_it_sent(
             peer.send(("reply", i))
     finally:
         thread.join(30)
-    assert switches and switches[0] < 1.5 * rounds, \
+    assert switches and switches[0] < 1.5 * rounds, (
         f"{switches[0] / rounds:.2f} sleeps per call: woken for nothing"
+    )
 
 
 def test_a_request_without_a_retry_policy_crosses_without_a_field_for_it(pair, in_thread):
     sender, receiver = pair
     terms = RetryPolicy(2).terms()
     big = os.urandom(BLOB)
-    plain, retried = JobRequest("a", "c", b"p", 2, 0.0, None), \
-        JobRequest("b", "c", big, 2, 0.0, None, retries=2, retry=terms)
+    plain, retried = (
+        JobRequest("a", "c", b"p", 2, 0.0, None),
+        JobRequest("b", "c", big, 2, 0.0, None, retries=2, retry=terms),
+    )
     routed = JobRequest("c", "c", b"p", 2, 0.0, None, queue="gpu", limit="exports")
     # without retry, queue and limit: the plain path pays no byte for any of them
     assert len(request_to_wire(plain)) == len(JobRequest._fields) - 3

@@ -32,8 +32,7 @@ def test_a_job_below_the_taken_back_mark_never_starts() -> None:
     assert not later.may_start(4, wait=0.0) and later.may_start(5, wait=0.0)
 
 
-def test_a_worker_whose_managers_lease_may_have_run_out_waits_for_its_next_heartbeat(
-        ) -> None:
+def test_a_worker_whose_managers_lease_may_have_run_out_waits_for_its_next_heartbeat() -> None:
     fenced = slot()
     fenced.fence(time.monotonic_ns() - 1, 0)  # its manager's last beat is too old
     assert not fenced.may_start(1, wait=0.05)  # in doubt: it does not start

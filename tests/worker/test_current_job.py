@@ -32,8 +32,9 @@ def unbound() -> Iterator[None]:
     context.bind(None, None)
 
 
-def assignment(fn: Any, *, job_id: str = "job-1", attempt: int = 1,
-               at: float | None = None) -> Assignment:
+def assignment(
+    fn: Any, *, job_id: str = "job-1", attempt: int = 1, at: float | None = None
+) -> Assignment:
     payload = cloudpickle.dumps((fn, (), {}))
     return Assignment(Lease(7, job_id, "w", attempt), payload, None, None, 0.0, at)
 
@@ -41,8 +42,13 @@ def assignment(fn: Any, *, job_id: str = "job-1", attempt: int = 1,
 def describe() -> dict[str, Any]:
     job = mpsched.current_job()
     assert job is not None
-    return {"job_id": job.job_id, "attempt": job.attempt, "due": job.due,
-            "schedule_id": job.schedule_id, "max_retries": job.max_retries}
+    return {
+        "job_id": job.job_id,
+        "attempt": job.attempt,
+        "due": job.due,
+        "schedule_id": job.schedule_id,
+        "max_retries": job.max_retries,
+    }
 
 
 def test_a_job_sees_its_context_and_none_is_left_after_it() -> None:
@@ -51,15 +57,20 @@ def test_a_job_sees_its_context_and_none_is_left_after_it() -> None:
     outcome = run(assignment(describe, attempt=2))
     seen = cloudpickle.loads(outcome.payload)
     assert (seen["job_id"], seen["attempt"], seen["schedule_id"], seen["max_retries"]) == (
-        "job-1", 2, None, 3)
+        "job-1",
+        2,
+        None,
+        3,
+    )
     assert before - 1 < seen["due"].timestamp() <= time.time()
     assert mpsched.current_job() is None
 
 
 def test_the_due_time_of_a_run_is_its_slot_and_of_an_at_job_its_instant() -> None:
     slot = datetime(2026, 12, 3, 2, 30, tzinfo=timezone.utc).timestamp()
-    seen = cloudpickle.loads(run(assignment(describe, job_id=run_id("nightly", slot)),
-                                 start_at=time.monotonic()).payload)
+    seen = cloudpickle.loads(
+        run(assignment(describe, job_id=run_id("nightly", slot)), start_at=time.monotonic()).payload
+    )
     assert (seen["schedule_id"], seen["due"].timestamp()) == ("nightly", slot)
     at = time.time() - 5.25
     seen = cloudpickle.loads(run(assignment(describe, at=at)).payload)
@@ -80,9 +91,22 @@ def test_good_progress_values_round_trip(value: Any) -> None:
     assert decode_progress(encode_progress(value)) == value
 
 
-@pytest.mark.parametrize("value", [
-    float("nan"), float("inf"), -0.01, 1.01, True, None, "50%", [0.5], {"a": {1, 2}},
-    {"text": "x" * MAX_PROGRESS}], ids=repr)
+@pytest.mark.parametrize(
+    "value",
+    [
+        float("nan"),
+        float("inf"),
+        -0.01,
+        1.01,
+        True,
+        None,
+        "50%",
+        [0.5],
+        {"a": {1, 2}},
+        {"text": "x" * MAX_PROGRESS},
+    ],
+    ids=repr,
+)
 def test_bad_progress_values_raise_value_error(value: Any) -> None:
     with pytest.raises(ValueError, match="progress"):
         encode_progress(value)

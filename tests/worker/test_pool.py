@@ -30,12 +30,16 @@ class DiesAsItStarts:
 
 @pytest.fixture
 def pool(tmp_path: Path) -> Iterator[WorkerPool]:
-    config = WorkerConfig(address=str(tmp_path / "no-manager.sock"), authkey=b"k",
-                          worker_id="")
+    config = WorkerConfig(address=str(tmp_path / "no-manager.sock"), authkey=b"k", worker_id="")
     pool = WorkerPool(config, 1, "spawn")
     real = multiprocessing.get_context("spawn")
-    pool._ctx = SimpleNamespace(RawValue=real.RawValue, RawArray=real.RawArray,
-                                Lock=real.Lock, Pipe=real.Pipe, Process=DiesAsItStarts)
+    pool._ctx = SimpleNamespace(
+        RawValue=real.RawValue,
+        RawArray=real.RawArray,
+        Lock=real.Lock,
+        Pipe=real.Pipe,
+        Process=DiesAsItStarts,
+    )
     yield pool
     pool._slots.close()
     pool._lifeline_r.close()
@@ -45,7 +49,8 @@ def pool(tmp_path: Path) -> Iterator[WorkerPool]:
 
 
 def test_a_worker_that_dies_while_it_is_started_is_started_again_after_the_back_off(
-        pool: WorkerPool, caplog: pytest.LogCaptureFixture) -> None:
+    pool: WorkerPool, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.WARNING, logger="mpsched.remote")
     pool._start(patient=False)  # it does not raise: the pool goes on
     assert pool._workers == [] and pool._missing == 1
@@ -56,5 +61,6 @@ def test_a_worker_that_dies_while_it_is_started_is_started_again_after_the_back_
     delay = pool._start_delay()
     assert delay is not None and RESTART_BACKOFF[0] < delay <= 2 * RESTART_BACKOFF[0]
     warned = [r.getMessage() for r in caplog.records]
-    assert len(warned) == 1 and "died as it started (broken pipe) before it joined" in \
-        warned[0], warned
+    assert len(warned) == 1 and "died as it started (broken pipe) before it joined" in warned[0], (
+        warned
+    )

@@ -42,13 +42,29 @@ time.monotonic_ns = lambda: _monotonic_ns() + {offset_ns!r}
 """
 
 
-def start_pool(procs: Processes, manager: Manager, processes: int, *options: str,
-               env: dict[str, str] | None = None) -> Proc:
-    pool = procs.start("worker", *manager.cli(), "--processes", str(processes),
-                       "--heartbeat-interval", "0.5", *options, env=env)
+def start_pool(
+    procs: Processes,
+    manager: Manager,
+    processes: int,
+    *options: str,
+    env: dict[str, str] | None = None,
+) -> Proc:
+    pool = procs.start(
+        "worker",
+        *manager.cli(),
+        "--processes",
+        str(processes),
+        "--heartbeat-interval",
+        "0.5",
+        *options,
+        env=env,
+    )
     assert f"{processes} process{'es' if processes > 1 else ''} joined" in pool.line()
-    wait_for(lambda: len(pool_workers(manager, pool)) == processes, START_TIMEOUT,
-             "the pool's workers joined")
+    wait_for(
+        lambda: len(pool_workers(manager, pool)) == processes,
+        START_TIMEOUT,
+        "the pool's workers joined",
+    )
     return pool
 
 
@@ -70,12 +86,16 @@ def key_file(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("offset", [3600.0, -3600.0], ids=["clock-ahead", "clock-behind"])
 def test_a_remote_worker_with_another_monotonic_clock_runs_jobs_on_time(
-        procs: Processes, connect_client: Callable[[Manager], mpsched.Client],
-        tmp_path: Path, offset: float) -> None:
+    procs: Processes,
+    connect_client: Callable[[Manager], mpsched.Client],
+    tmp_path: Path,
+    offset: float,
+) -> None:
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(
-        OFFSET_CLOCK.format(offset=offset, offset_ns=int(offset * 1e9)))
+        OFFSET_CLOCK.format(offset=offset, offset_ns=int(offset * 1e9))
+    )
     manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0")
     # Same host name, same machine: only its clock differs.
     pythonpath = os.pathsep.join([str(site), procs.env["PYTHONPATH"]])
@@ -104,17 +124,19 @@ def test_a_remote_worker_with_another_monotonic_clock_runs_jobs_on_time(
 
 @pytest.mark.parametrize("code", [0, int(Exit.AUTH)], ids=["exit-0", "exit-3-like-auth"])
 def test_a_job_that_ends_its_worker_process_is_replaced_whatever_the_exit_code(
-        procs: Processes, connect_client: Callable[[Manager], mpsched.Client],
-        code: int) -> None:
-    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0",
-                    "--heartbeat-timeout", "2")
+    procs: Processes, connect_client: Callable[[Manager], mpsched.Client], code: int
+) -> None:
+    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0", "--heartbeat-timeout", "2")
     pool = start_pool(procs, manager, 2)
     before = {w.pid for w in pool_workers(manager, pool)}
     client = connect_client(manager)
     doomed: mpsched.JobFuture[Any] = client.submit(os._exit, code)  # NoReturn
     assert isinstance(doomed.exception(timeout=30), mpsched.WorkerCrashedError)
-    wait_for(lambda: len(pool_workers(manager, pool)) == 2, START_TIMEOUT,
-             "the pool is back to 2 workers")
+    wait_for(
+        lambda: len(pool_workers(manager, pool)) == 2,
+        START_TIMEOUT,
+        "the pool is back to 2 workers",
+    )
     after = {w.pid for w in pool_workers(manager, pool)}
     assert len(after - before) == 1
     assert pool.popen.poll() is None, pool.stderr()
@@ -130,10 +152,11 @@ CRASH_SEEN = 30.0  # seconds within which the job of a dead remote worker must b
 
 @pytest.mark.parametrize("how", ["exit-3", "sigkill"])
 def test_a_remote_worker_that_dies_fails_its_job_at_once_naming_the_exit(
-        procs: Processes, connect_client: Callable[[Manager], mpsched.Client],
-        fifo: str, how: str) -> None:
-    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0",
-                    "--heartbeat-timeout", SILENT_FOR)
+    procs: Processes, connect_client: Callable[[Manager], mpsched.Client], fifo: str, how: str
+) -> None:
+    manager = serve(
+        procs, "--address", "127.0.0.1:0", "--workers", "0", "--heartbeat-timeout", SILENT_FOR
+    )
     pool = start_pool(procs, manager, 1)
     client = connect_client(manager)
     doomed: mpsched.JobFuture[object]
@@ -152,15 +175,15 @@ def test_a_remote_worker_that_dies_fails_its_job_at_once_naming_the_exit(
     # Its replacement runs the next job.
     wait_for(lambda: len(pool_workers(manager, pool)) == 1, START_TIMEOUT, "a replacement")
     assert client.submit(jobs.pid).result(timeout=30) in {
-        w.pid for w in pool_workers(manager, pool)}
+        w.pid for w in pool_workers(manager, pool)
+    }
     assert "missed its heartbeats" not in manager.proc.stderr()
 
 
 def test_a_death_the_manager_cannot_be_told_of_is_found_by_the_missed_heartbeats(
-        procs: Processes, connect_client: Callable[[Manager], mpsched.Client],
-        fifo: str) -> None:
-    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0",
-                    "--heartbeat-timeout", "3")
+    procs: Processes, connect_client: Callable[[Manager], mpsched.Client], fifo: str
+) -> None:
+    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0", "--heartbeat-timeout", "3")
     pool = start_pool(procs, manager, 1)
     client = connect_client(manager)
     doomed = client.submit(jobs.announce_then_sleep, fifo, 300)
@@ -168,23 +191,28 @@ def test_a_death_the_manager_cannot_be_told_of_is_found_by_the_missed_heartbeats
     os.kill(manager.proc.pid, signal.SIGSTOP)  # it takes connections, and answers none
     try:
         os.kill(pid, signal.SIGKILL)
-        wait_for(lambda: "could not tell the manager" in pool.stderr(), 30,
-                 "the pool gave up telling it")
+        wait_for(
+            lambda: "could not tell the manager" in pool.stderr(), 30, "the pool gave up telling it"
+        )
     finally:
         os.kill(manager.proc.pid, signal.SIGCONT)
     error = doomed.exception(timeout=CRASH_SEEN)
     assert isinstance(error, mpsched.WorkerCrashedError), error
     assert error.exitcode is None and "went away" in str(error), error
     # Said once the jobs it held are resolved (the count is in the line): right after.
-    wait_for(lambda: "missed its heartbeats" in manager.proc.stderr(), 10,
-             "the manager said why the worker was declared gone")
+    wait_for(
+        lambda: "missed its heartbeats" in manager.proc.stderr(),
+        10,
+        "the manager said why the worker was declared gone",
+    )
 
 
 def test_a_job_whose_remote_worker_died_runs_again_at_once_if_its_retries_allow(
-        procs: Processes, connect_client: Callable[[Manager], mpsched.Client],
-        tmp_path: Path) -> None:
-    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0",
-                    "--heartbeat-timeout", SILENT_FOR)
+    procs: Processes, connect_client: Callable[[Manager], mpsched.Client], tmp_path: Path
+) -> None:
+    manager = serve(
+        procs, "--address", "127.0.0.1:0", "--workers", "0", "--heartbeat-timeout", SILENT_FOR
+    )
     start_pool(procs, manager, 1)
     client = connect_client(manager)
     again = client.schedule(jobs.die_once, str(tmp_path / "died"), retries=1)
@@ -218,15 +246,24 @@ def _lines(path: Path) -> list[str]:
 
 
 def test_a_pool_whose_workers_die_at_start_backs_off_and_warns_once_a_streak(
-        procs: Processes, tmp_path: Path) -> None:
+    procs: Processes, tmp_path: Path
+) -> None:
     site, forks, healed = tmp_path / "site", tmp_path / "forks", tmp_path / "healed"
     site.mkdir()
     (site / "sitecustomize.py").write_text(
-        DIE_AT_START.format(healed=str(healed), forks=str(forks)))
+        DIE_AT_START.format(healed=str(healed), forks=str(forks))
+    )
     manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0")
     pythonpath = os.pathsep.join([str(site), procs.env["PYTHONPATH"]])
-    pool = procs.start("worker", *manager.cli(), "--processes", "1", "--log-level", "info",
-                       env={"PYTHONPATH": pythonpath})
+    pool = procs.start(
+        "worker",
+        *manager.cli(),
+        "--processes",
+        "1",
+        "--log-level",
+        "info",
+        env={"PYTHONPATH": pythonpath},
+    )
     wait_for(lambda: len(_lines(forks)) >= 6, 60, "six workers died at start")
     died = [float(line) for line in _lines(forks)[:6]]
     gaps = [later - earlier for earlier, later in itertools.pairwise(died)]
@@ -236,8 +273,11 @@ def test_a_pool_whose_workers_die_at_start_backs_off_and_warns_once_a_streak(
     assert log.count("before it joined the manager") == 1, log
     # A child killed as it is forked exits 7; or, if it died before the pool's start of it
     # returned, that start found its pipe closed (tests/worker/test_pool.py).
-    assert re.search(r"(exited with 7|died as it started \(broken pipe\)) before it joined "
-                     r"the manager; starting another in 0\.1 s", log), log
+    assert re.search(
+        r"(exited with 7|died as it started \(broken pipe\)) before it joined "
+        r"the manager; starting another in 0\.1 s",
+        log,
+    ), log
     assert pool.popen.poll() is None, log
 
     healed.touch()
@@ -249,7 +289,7 @@ def test_a_pool_whose_workers_die_at_start_backs_off_and_warns_once_a_streak(
     before = len(_lines(forks))
     os.kill(joined.pid, signal.SIGKILL)
     wait_for(lambda: len(_lines(forks)) >= before + 2, 60, "two more died at start")
-    first, second = (float(line) for line in _lines(forks)[before:before + 2])
+    first, second = (float(line) for line in _lines(forks)[before : before + 2])
     assert 0.1 - 0.001 <= second - first < 3.0  # not the 6.4 s or more the streak had reached
     log = pool.stderr()
     assert log.count("before it joined the manager; starting another in 0.1 s") == 2, log
@@ -260,19 +300,24 @@ def test_a_pool_whose_workers_die_at_start_backs_off_and_warns_once_a_streak(
 
 
 def test_a_remote_pool_waits_for_its_manager_to_come_back(
-        procs: Processes, connect_client: Callable[[Manager], mpsched.Client],
-        tmp_path: Path) -> None:
+    procs: Processes, connect_client: Callable[[Manager], mpsched.Client], tmp_path: Path
+) -> None:
     # The same address and key: a manager restarted in place.
-    where = ("--address", f"127.0.0.1:{free_port()}", "--workers", "0",
-             "--authkey-file", str(key_file(tmp_path)))
+    where = (
+        "--address",
+        f"127.0.0.1:{free_port()}",
+        "--workers",
+        "0",
+        "--authkey-file",
+        str(key_file(tmp_path)),
+    )
     first = serve(procs, *where)
     pool = start_pool(procs, first, 2, "--log-level", "info")
     doomed, survivor = (w.pid for w in pool_workers(first, pool))
 
     os.kill(first.proc.pid, signal.SIGKILL)  # gone without a word
     first.proc.wait()
-    wait_for(lambda: pool.stderr().count("lost its manager") == 2, 30,
-             "both workers noticed")
+    wait_for(lambda: pool.stderr().count("lost its manager") == 2, 30, "both workers noticed")
     # A worker that dies during the outage is replaced by one that waits too.
     psutil.Process(doomed).kill()
     wait_for(lambda: "starting another" in pool.stderr(), 30, "the pool replaced it")
@@ -292,7 +337,8 @@ def test_a_remote_pool_waits_for_its_manager_to_come_back(
 
 
 def test_an_idle_worker_that_loses_its_manager_says_no_finished_job_is_lost(
-        procs: Processes, connect_client: Callable[[Manager], mpsched.Client]) -> None:
+    procs: Processes, connect_client: Callable[[Manager], mpsched.Client]
+) -> None:
     manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0")
     pool = start_pool(procs, manager, 1)
     client = connect_client(manager)
@@ -310,11 +356,17 @@ RESTARTED_BOUND = 10.0  # s from a restarted manager's banner to a job its old p
 
 
 def test_a_remote_pool_rides_out_its_manager_stopped_and_started_again(
-        procs: Processes, connect_client: Callable[[Manager], mpsched.Client],
-        tmp_path: Path) -> None:
+    procs: Processes, connect_client: Callable[[Manager], mpsched.Client], tmp_path: Path
+) -> None:
     # As a deploy restarts a service: SIGTERM, then serve again at the same address and key.
-    where = ("--address", f"127.0.0.1:{free_port()}", "--workers", "0",
-             "--authkey-file", str(key_file(tmp_path)))
+    where = (
+        "--address",
+        f"127.0.0.1:{free_port()}",
+        "--workers",
+        "0",
+        "--authkey-file",
+        str(key_file(tmp_path)),
+    )
     manager = serve(procs, *where)
     pool = start_pool(procs, manager, 2)
     for restart in (1, 2):
@@ -333,9 +385,9 @@ def test_a_remote_pool_rides_out_its_manager_stopped_and_started_again(
 
 
 def test_a_remote_pool_exits_0_when_its_manager_stops_draining_its_workers(
-        procs: Processes) -> None:
-    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0",
-                    "--drain-workers-on-stop")
+    procs: Processes,
+) -> None:
+    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0", "--drain-workers-on-stop")
     pool = start_pool(procs, manager, 2)
     os.kill(manager.proc.pid, signal.SIGTERM)
     assert manager.proc.wait() == Exit.OK, manager.proc.stderr()
@@ -344,11 +396,12 @@ def test_a_remote_pool_exits_0_when_its_manager_stops_draining_its_workers(
 
 
 def test_drain_workers_lets_the_running_job_finish_and_the_pool_exit_0(
-        procs: Processes, connect_client: Callable[[Manager], mpsched.Client],
-        fifo: str) -> None:
+    procs: Processes, connect_client: Callable[[Manager], mpsched.Client], fifo: str
+) -> None:
     # A long heartbeat timeout: only a proper leave removes the workers in time.
-    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0",
-                    "--heartbeat-timeout", "60")
+    manager = serve(
+        procs, "--address", "127.0.0.1:0", "--workers", "0", "--heartbeat-timeout", "60"
+    )
     pool = start_pool(procs, manager, 2)
     children = procs.note_descendants(pool)
     client = connect_client(manager)
@@ -356,8 +409,9 @@ def test_drain_workers_lets_the_running_job_finish_and_the_pool_exit_0(
     wait_started(fifo)
     drained = procs.run("drain-workers", *manager.cli())
     assert drained.returncode == Exit.OK, drained.stderr
-    assert drained.stdout.startswith(f"told 2 remote workers of the manager at "
-                                     f"{manager.address} to leave"), drained.stdout
+    assert drained.stdout.startswith(
+        f"told 2 remote workers of the manager at {manager.address} to leave"
+    ), drained.stdout
     assert running.result(timeout=30) == "woke"  # it ran to its end
     assert pool.wait() == Exit.OK, pool.stderr()
     assert_gone(children)
@@ -368,24 +422,38 @@ def test_drain_workers_lets_the_running_job_finish_and_the_pool_exit_0(
     assert client.submit(jobs.pid).result(timeout=30) in {p.pid for p in later.descendants()}
 
 
-def test_a_pool_with_no_manager_at_its_address_fails_fast(
-        procs: Processes, tmp_path: Path) -> None:
+def test_a_pool_with_no_manager_at_its_address_fails_fast(procs: Processes, tmp_path: Path) -> None:
     t0 = time.monotonic()
-    nobody = procs.run("worker", "--connect", f"127.0.0.1:{free_port()}",
-                       "--authkey-file", str(key_file(tmp_path)), timeout=30)
+    nobody = procs.run(
+        "worker",
+        "--connect",
+        f"127.0.0.1:{free_port()}",
+        "--authkey-file",
+        str(key_file(tmp_path)),
+        timeout=30,
+    )
     assert nobody.returncode == Exit.UNREACHABLE, nobody.stderr
     assert "no manager answers" in nobody.stderr
     assert time.monotonic() - t0 < 15
 
 
 def test_a_pool_whose_manager_never_answers_the_connect_times_out(
-        procs: Processes, tmp_path: Path) -> None:
+    procs: Processes, tmp_path: Path
+) -> None:
     with unanswered_address() as (host, port):
         t0 = time.monotonic()
-        silent = procs.run("worker", "--connect", f"{host}:{port}",
-                           "--authkey-file", str(key_file(tmp_path)), timeout=60)
+        silent = procs.run(
+            "worker",
+            "--connect",
+            f"{host}:{port}",
+            "--authkey-file",
+            str(key_file(tmp_path)),
+            timeout=60,
+        )
         took = time.monotonic() - t0
     assert silent.returncode == Exit.UNREACHABLE, silent.stderr
-    assert silent.stderr == (f"mpsched: no manager answers at {host}:{port}: cannot reach "
-                             f"the host (timed out connecting after 10 s)\n")
+    assert silent.stderr == (
+        f"mpsched: no manager answers at {host}:{port}: cannot reach "
+        f"the host (timed out connecting after 10 s)\n"
+    )
     assert 10 <= took < 50  # CONNECT_TIMEOUT, not the kernel's two minutes of retries

@@ -69,8 +69,9 @@ class FakeService:
             return self.beat.wait_for(lambda: self.beats >= count, BEATS_SEEN)
 
 
-def run_session(monkeypatch: pytest.MonkeyPatch, service: FakeService,
-                beats: int) -> tuple[LoopEnd, list[bool]]:
+def run_session(
+    monkeypatch: pytest.MonkeyPatch, service: FakeService, beats: int
+) -> tuple[LoopEnd, list[bool]]:
     """Run one session whose serving loop returns STOPPED once ``beats`` beats went
     through (or BEATS_SEEN passed); returns its end and whether the beats came."""
     came: list[bool] = []
@@ -86,7 +87,8 @@ def run_session(monkeypatch: pytest.MonkeyPatch, service: FakeService,
 
 
 def test_the_heartbeat_connection_is_opened_before_its_thread_starts(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     service = FakeService()
     ended, came = run_session(monkeypatch, service, beats=2)
     assert (ended, came) == (LoopEnd.STOPPED, [True])
@@ -105,7 +107,8 @@ def test_beats_go_on_after_some_fail(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_manager_lost_before_the_heartbeat_connection_opens_ends_the_session_as_lost(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     service = FakeService(open_fails=True)
     ended, came = run_session(monkeypatch, service, beats=1)
     assert ended == LoopEnd.LOST

@@ -28,11 +28,21 @@ def kill_group(pid: int) -> None:
 
 
 def test_a_job_a_remote_worker_runs_through_a_sigkill_of_its_manager_ends_done_once(
-        procs: Processes, connect_client: Callable[[Manager], mpsched.Client],
-        tmp_path: Path, fifo: str) -> None:
+    procs: Processes, connect_client: Callable[[Manager], mpsched.Client], tmp_path: Path, fifo: str
+) -> None:
     store, release = tmp_path / "jobs.db", tmp_path / "release"
-    where = ("--store", str(store), "--address", f"127.0.0.1:{free_port()}", "--workers", "0",
-             "--authkey-file", str(key_file(tmp_path)), "--heartbeat-timeout", SILENT_FOR)
+    where = (
+        "--store",
+        str(store),
+        "--address",
+        f"127.0.0.1:{free_port()}",
+        "--workers",
+        "0",
+        "--authkey-file",
+        str(key_file(tmp_path)),
+        "--heartbeat-timeout",
+        SILENT_FOR,
+    )
     manager = serve(procs, *where)
     pool = start_pool(procs, manager, 1)
     client = connect_client(manager)
@@ -51,13 +61,14 @@ def test_a_job_a_remote_worker_runs_through_a_sigkill_of_its_manager_ends_done_o
 
 
 def test_a_job_a_remote_worker_ran_to_its_end_survives_a_sigkill_of_its_pool(
-        procs: Processes, connect_client: Callable[[Manager], mpsched.Client],
-        tmp_path: Path, fifo: str) -> None:
+    procs: Processes, connect_client: Callable[[Manager], mpsched.Client], tmp_path: Path, fifo: str
+) -> None:
     # The job ends while its manager is stopped, so its report cannot get there; then the
     # pool is SIGKILLed with its worker. The next pool finds the slot file, and tells.
     release = tmp_path / "release"
-    manager = serve(procs, "--address", "127.0.0.1:0", "--workers", "0",
-                    "--heartbeat-timeout", SILENT_FOR)
+    manager = serve(
+        procs, "--address", "127.0.0.1:0", "--workers", "0", "--heartbeat-timeout", SILENT_FOR
+    )
     pool = start_pool(procs, manager, 1)
     client = connect_client(manager)
     future = client.submit(jobs.announce_then_wait, fifo, str(release), 60)
@@ -66,15 +77,20 @@ def test_a_job_a_remote_worker_ran_to_its_end_survives_a_sigkill_of_its_pool(
     try:
         release.touch()
         [slots] = (procs.runtime_dir / "mpsched").glob("pool-*.workers")
+
         def kept() -> bool:
-            return any(r.outcome.job_id == future.job_id
-                       for left in read_traces(str(slots)).values() for r in left.ended)
+            return any(
+                r.outcome.job_id == future.job_id
+                for left in read_traces(str(slots)).values()
+                for r in left.ended
+            )
 
         try:
             wait_for(kept, START_TIMEOUT, "the worker kept its report")
         except AssertionError as exc:  # what the slot says, and what the pool said
-            raise AssertionError(f"{exc}; slots: {read_traces(str(slots))}; pool's "
-                                 f"stderr:\n{pool.stderr()}") from None
+            raise AssertionError(
+                f"{exc}; slots: {read_traces(str(slots))}; pool's stderr:\n{pool.stderr()}"
+            ) from None
         kill_group(pool.pid)
         pool.popen.wait()
     finally:

@@ -16,8 +16,10 @@ WAIT = 10.0
 
 
 def report(n: int) -> Report:
-    return Report(lease_id=n, outcome=Outcome(job_id=f"job-{n}", ok=True, payload=b"",
-                                              traceback="", started=None))
+    return Report(
+        lease_id=n,
+        outcome=Outcome(job_id=f"job-{n}", ok=True, payload=b"", traceback="", started=None),
+    )
 
 
 class Sent:
@@ -57,8 +59,7 @@ def test_held_reports_are_sent_when_the_batch_goes_on(reports: Reports, sent: Se
     assert reports.take_all() == []  # each report goes one way only
 
 
-def test_reports_taken_with_the_next_take_are_not_sent_again(
-        reports: Reports, sent: Sent) -> None:
+def test_reports_taken_with_the_next_take_are_not_sent_again(reports: Reports, sent: Sent) -> None:
     sent.gate.clear()
     reports.hold(report(1))
     reports.add(report(2))
@@ -70,7 +71,8 @@ def test_reports_taken_with_the_next_take_are_not_sent_again(
 
 
 def test_a_report_added_at_the_end_of_a_batch_waits_for_the_take(
-        reports: Reports, sent: Sent) -> None:
+    reports: Reports, sent: Sent
+) -> None:
     reports.add(report(1))
     reports.hold(report(2))  # a held one makes the reporter look
     assert sent.batches.get(timeout=WAIT) == [1, 2]  # what was pending went with it

@@ -30,8 +30,7 @@ T0 = 1.8e9
 
 
 def outcome(job_id: str, result: object) -> Outcome:
-    return Outcome(job_id=job_id, ok=True, payload=pickle.dumps(result), traceback="",
-                   started=1.0)
+    return Outcome(job_id=job_id, ok=True, payload=pickle.dumps(result), traceback="", started=1.0)
 
 
 def kept(job_id: str, result: object, lease_id: int = 1) -> bytes:
@@ -54,7 +53,8 @@ def store_path(tmp_path: Path) -> Iterator[Path]:
 
 
 def test_what_a_worker_process_wrote_is_read_back_by_a_manager_started_again(
-        store_path: Path) -> None:
+    store_path: Path,
+) -> None:
     slots = SlotFile(f"{store_path}-workers")
     first, second = slots.slot(CTX, "w1"), slots.slot(CTX, "w2")
     proc = CTX.Process(target=work_in_a_process, args=(first, "job-3", ["job-1", "job-2"]))
@@ -67,13 +67,14 @@ def test_what_a_worker_process_wrote_is_read_back_by_a_manager_started_again(
     assert set(traces) == {"w1", "w2"}
     w1 = traces["w1"]
     assert {r.outcome.job_id: pickle.loads(r.outcome.payload) for r in w1.ended} == {
-        "job-1": "result of job-1", "job-2": "result of job-2"}
+        "job-1": "result of job-1",
+        "job-2": "result of job-2",
+    }
     assert w1.entered_job("job-3") and not w1.entered_job("job-2")
     assert traces["w2"].ended == () and traces["w2"].entered_job("job-9")
 
 
-def test_a_slot_given_to_the_next_worker_says_nothing_of_the_one_before(
-        store_path: Path) -> None:
+def test_a_slot_given_to_the_next_worker_says_nothing_of_the_one_before(store_path: Path) -> None:
     slots = SlotFile(f"{store_path}-workers")
     old = slots.slot(CTX, "w1")
     old.entering("job-1")
@@ -96,8 +97,8 @@ def test_cleared_and_removed(store_path: Path) -> None:
 
 
 def test_a_file_that_cannot_grow_gives_anonymous_slots_and_says_so_once(
-        store_path: Path, monkeypatch: pytest.MonkeyPatch,
-        caplog: pytest.LogCaptureFixture) -> None:
+    store_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     def full(fd: int, data: bytes, offset: int) -> int:
         raise OSError(errno.ENOSPC, "No space left on device")
 
@@ -113,12 +114,25 @@ def test_a_file_that_cannot_grow_gives_anonymous_slots_and_says_so_once(
 
 
 def stored(n: int, retries: int = 0) -> StoredJob:
-    return StoredJob(f"job-{n}", "client-1", None, "tests.jobs:work", b"payload", 2, T0 + n,
-                     n, None, retries, 0, T0)
+    return StoredJob(
+        f"job-{n}",
+        "client-1",
+        None,
+        "tests.jobs:work",
+        b"payload",
+        2,
+        T0 + n,
+        n,
+        None,
+        retries,
+        0,
+        T0,
+    )
 
 
 def test_recovery_ends_what_ran_requeues_what_never_started_and_awaits_remote_workers(
-        store_path: Path) -> None:
+    store_path: Path,
+) -> None:
     # job-1 ran to its end (its report kept), job-2 was entered, job-3 was handed out with
     # them and never started, job-4 (retries=1) never started either, job-5 ran on a
     # worker with no slot here (a remote one, which may run it still): it stays in flight.
@@ -138,14 +152,16 @@ def test_recovery_ends_what_ran_requeues_what_never_started_and_awaits_remote_wo
     queue = JobQueue()
     try:
         summary, awaited = Journal(store, queue).recover(
-            queue.clock, SlotFile(f"{store_path}-workers").traces())
+            queue.clock, SlotFile(f"{store_path}-workers").traces()
+        )
         store.flush()
-        assert summary.endswith("of 5 running when the manager stopped, 1 had ended, 2 had "
-                                "not started, 1 wait for their remote worker to say how "
-                                "they ended, 0 will run again and 1 failed "
-                                "(WorkerCrashedError)")
-        assert {w: [j.job_id for j in jobs] for w, jobs in awaited.items()} == {
-            "r1": ["job-5"]}
+        assert summary.endswith(
+            "of 5 running when the manager stopped, 1 had ended, 2 had "
+            "not started, 1 wait for their remote worker to say how "
+            "they ended, 0 will run again and 1 failed "
+            "(WorkerCrashedError)"
+        )
+        assert {w: [j.job_id for j in jobs] for w, jobs in awaited.items()} == {"r1": ["job-5"]}
         held = queue.find("job-5")
         assert held is not None and held[1] == "r1" and held[0].attempt == 1
         one = store.get("job-1")

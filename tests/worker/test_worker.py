@@ -32,8 +32,9 @@ class ScriptedService:
         self.assignments = list(assignments)
         self.reports: list[Report] = []
 
-    def take(self, worker_id: str, reports: list[Report], timeout: float,
-             more: int = 0) -> list[Assignment]:
+    def take(
+        self, worker_id: str, reports: list[Report], timeout: float, more: int = 0
+    ) -> list[Assignment]:
         self.reports += reports
         if not self.assignments:
             raise SchedulerShutdownError("stopped")
@@ -44,8 +45,9 @@ class ScriptedService:
         self.reports += reports
 
 
-def assignment(lease_id: int, fn: Callable[..., Any], *args: Any,
-               timeout: float | None = None) -> Assignment:
+def assignment(
+    lease_id: int, fn: Callable[..., Any], *args: Any, timeout: float | None = None
+) -> Assignment:
     payload = cloudpickle.dumps((fn, args, {}))
     # due=None: a remote worker, which never gets the manager's clock.
     return Assignment(Lease(lease_id, f"job-{lease_id}", "w", 1), payload, None, timeout, 0.0)
@@ -86,8 +88,9 @@ class VanishingService(ScriptedService):
         self.vanish_at = vanish_at
         self.takes: list[tuple[bool, float]] = []  # (carried a report, timeout) per take
 
-    def take(self, worker_id: str, reports: list[Report], timeout: float,
-             more: int = 0) -> list[Assignment]:
+    def take(
+        self, worker_id: str, reports: list[Report], timeout: float, more: int = 0
+    ) -> list[Assignment]:
         self.takes.append((bool(reports), timeout))
         if len(self.takes) > self.vanish_at:
             raise EOFError
@@ -95,20 +98,33 @@ class VanishingService(ScriptedService):
         return [self.assignments.pop(0)] if self.assignments else []
 
 
-@pytest.mark.parametrize(("vanish_at", "says"), [
-    pytest.param(1, "the report of job job-1 got no answer: its outcome is lost unless the "
-                    "manager recorded it", id="while-reporting"),
-    pytest.param(2, "", id="idle"),
-])
+@pytest.mark.parametrize(
+    ("vanish_at", "says"),
+    [
+        pytest.param(
+            1,
+            "the report of job job-1 got no answer: its outcome is lost unless the "
+            "manager recorded it",
+            id="while-reporting",
+        ),
+        pytest.param(2, "", id="idle"),
+    ],
+)
 def test_a_remote_worker_hands_in_a_report_without_waiting_and_knows_if_it_was_answered(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture, vanish_at: int, says: str) -> None:
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, vanish_at: int, says: str
+) -> None:
     service = VanishingService([assignment(1, str, "done")], vanish_at)
     with caplog.at_level(logging.WARNING, logger="mpsched.worker"):
-        ended = serve(service, config(tmp_path), lambda lease_id: None, DrainState(),  # type: ignore[arg-type]
-                      long_poll=5.0)
+        ended = serve(
+            service,  # type: ignore[arg-type]
+            config(tmp_path),
+            lambda lease_id: None,
+            DrainState(),
+            long_poll=5.0,
+        )
     assert ended == "lost"
     # Take the job; hand its report in with a take that returns at once; then wait.
-    assert service.takes == [(False, 5.0), (True, 0.0), (False, 5.0)][:vanish_at + 1]
+    assert service.takes == [(False, 5.0), (True, 0.0), (False, 5.0)][: vanish_at + 1]
     [lost] = [r.getMessage() for r in caplog.records if "lost its manager" in r.getMessage()]
     assert lost.endswith(f"(EOFError: ){'; ' if says else ''}{says}"), lost
 
@@ -125,8 +141,9 @@ def test_a_local_worker_hands_in_a_report_with_its_long_poll(tmp_path: Path) -> 
 class FakeTimer:
     """A threading.Timer that fires only when the test says, even after cancel()."""
 
-    def __init__(self, interval: float, function: Callable[..., None],
-                 args: tuple[Any, ...] = ()) -> None:
+    def __init__(
+        self, interval: float, function: Callable[..., None], args: tuple[Any, ...] = ()
+    ) -> None:
         self.interval, self.function, self.args = interval, function, args
         self.daemon = False
         self.started = self.cancelled = False
@@ -159,27 +176,32 @@ def fire_timer(index: int) -> str:
 
 
 def test_a_late_timer_of_a_finished_job_spares_the_next_job(
-        tmp_path: Path, timers: list[FakeTimer]) -> None:
+    tmp_path: Path, timers: list[FakeTimer]
+) -> None:
     expired: list[str] = []
-    timeouts = JobTimeouts(lambda: expired.append(threading.current_thread().name),
-                           timer=FakeTimer)
-    service = ScriptedService([
-        assignment(1, str, "quick", timeout=5.0),  # its timer fires only after it finished
-        assignment(2, fire_timer, 0, timeout=5.0),  # job 1's late timer goes off in here
-        assignment(3, fire_timer, 0),  # no timeout of its own
-    ])
-    ended = serve(service, config(tmp_path), lambda lease_id: None, DrainState(),  # type: ignore[arg-type]
-                  timeouts=timeouts)
+    timeouts = JobTimeouts(lambda: expired.append(threading.current_thread().name), timer=FakeTimer)
+    service = ScriptedService(
+        [
+            assignment(1, str, "quick", timeout=5.0),  # its timer fires only after it finished
+            assignment(2, fire_timer, 0, timeout=5.0),  # job 1's late timer goes off in here
+            assignment(3, fire_timer, 0),  # no timeout of its own
+        ]
+    )
+    ended = serve(
+        service,  # type: ignore[arg-type]
+        config(tmp_path),
+        lambda lease_id: None,
+        DrainState(),
+        timeouts=timeouts,
+    )
     assert ended == "stopped"
-    assert outcomes(service) == [("job-1", "quick"), ("job-2", "fired 0"),
-                                 ("job-3", "fired 0")]
+    assert outcomes(service) == [("job-1", "quick"), ("job-2", "fired 0"), ("job-3", "fired 0")]
     assert expired == []  # jobs 2 and 3 were innocent
     assert [t.interval for t in timers] == [5.0, 5.0]
     assert all(t.started and t.cancelled and t.daemon for t in timers)
 
 
-def test_a_job_past_its_timeout_ends_the_worker(
-        tmp_path: Path, timers: list[FakeTimer]) -> None:
+def test_a_job_past_its_timeout_ends_the_worker(tmp_path: Path, timers: list[FakeTimer]) -> None:
     expired: list[str] = []
     timeouts = JobTimeouts(lambda: expired.append("exit"), timer=FakeTimer)
     service = ScriptedService([assignment(1, fire_timer, 0, timeout=0.5)])
@@ -216,7 +238,8 @@ def started(service: ScriptedService) -> float | None:
 
 
 def test_a_remote_worker_waits_the_managers_delay_from_receipt_on_its_own_clock(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     clock = FakeTime(now=-3600.0)  # nowhere near the manager's clock
     monkeypatch.setattr("mpsched._worker.run.time", clock)
     service = ScriptedService([assignment(1, str, "ran")._replace(delay=0.25)])
@@ -226,7 +249,8 @@ def test_a_remote_worker_waits_the_managers_delay_from_receipt_on_its_own_clock(
 
 
 def test_a_local_worker_waits_until_the_due_instant_it_shares_with_the_manager(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     clock = FakeTime(now=100.0)
     monkeypatch.setattr("mpsched._worker.run.time", clock)
     # Handed out early: the manager's clock is ours, the instant is what counts.
@@ -238,7 +262,8 @@ def test_a_local_worker_waits_until_the_due_instant_it_shares_with_the_manager(
 
 
 def test_a_local_worker_starts_an_at_job_no_sooner_than_its_wall_clock_time(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Due (on the shared monotonic clock) at 100.002, asked for at wall time 1000.005:
     # the wall clock fell 3 ms behind the monotonic one since the manager mapped it.
     clock = FakeTime(now=100.0, wall=1000.0)
@@ -250,10 +275,10 @@ def test_a_local_worker_starts_an_at_job_no_sooner_than_its_wall_clock_time(
     assert clock.time() >= 1000.005
 
 
-@pytest.mark.parametrize(("last_ms", "more"), [(0.1, 7), (2.0, 7), (5.0, 2), (10.0, 0),
-                                               (20.0, 0)])
+@pytest.mark.parametrize(("last_ms", "more"), [(0.1, 7), (2.0, 7), (5.0, 2), (10.0, 0), (20.0, 0)])
 def test_a_local_worker_asks_for_batches_of_cpu_heavy_jobs_of_a_few_ms(
-        last_ms: float, more: int) -> None:
+    last_ms: float, more: int
+) -> None:
     # Each take costs the manager a wake-up on the cores the jobs need: jobs of a few ms
     # come several at a time, as many as fit in BATCH_TIME (16 ms), up to PREFETCH.
     from mpsched._worker.claims import ClaimSlot

@@ -26,8 +26,9 @@ class Answering:
     """The threads that answer requests: one per request, MAX_ANSWERING at most; requests
     beyond it wait for one to finish, without a thread."""
 
-    def __init__(self, answer: Callable[[Connection], None],
-                 drop: Callable[[Connection], None]) -> None:
+    def __init__(
+        self, answer: Callable[[Connection], None], drop: Callable[[Connection], None]
+    ) -> None:
         """``answer`` answers a connection's request(s) in a thread; ``drop`` closes one
         that gets no thread."""
         self._answer = answer
@@ -46,8 +47,9 @@ class Answering:
                 return
             self._threads += 1
         try:
-            threading.Thread(target=self._run, args=(connection,), daemon=True,
-                             name="mpsched-http-answer").start()
+            threading.Thread(
+                target=self._run, args=(connection,), daemon=True, name="mpsched-http-answer"
+            ).start()
         except RuntimeError as exc:  # no thread to be had: this one closes
             log.error("status server: cannot answer a request: %s", exc)
             with self._lock:

@@ -72,8 +72,9 @@ class Connections:
         return max(Counter(c.host for c in every).values(), default=0) <= MAX_PER_ADDRESS // 2
 
     def _hosts_locked(self, host: str) -> int:
-        return (sum(1 for c in self._waiting if c.host == host)
-                + sum(1 for c in self._served if c.host == host))
+        return sum(1 for c in self._waiting if c.host == host) + sum(
+            1 for c in self._served if c.host == host
+        )
 
     def make_room(self, host: str) -> tuple[bool, Connection | None]:
         """Whether one more connection from ``host`` may open, and the waiting connection
@@ -90,17 +91,25 @@ class Connections:
             if oldest is None:
                 self._turned_away += 1
                 if self._turned_away == 1:
-                    log.warning("status server: turning connections from %s away: each of "
-                                "the %d open is being answered", host,
-                                len(self._waiting) + len(self._served))
+                    log.warning(
+                        "status server: turning connections from %s away: each of "
+                        "the %d open is being answered",
+                        host,
+                        len(self._waiting) + len(self._served),
+                    )
                 return False, None
             self._capped += 1
             if self._capped == 1:  # one warning per episode, not one per connection
-                log.warning("status server: %d connections open from %s, %d in all (at most "
-                            "%d from one address, %d in all); closing the oldest waiting one "
-                            "for each new one", mine, host,
-                            len(self._waiting) + len(self._served), MAX_PER_ADDRESS,
-                            MAX_CONNECTIONS)
+                log.warning(
+                    "status server: %d connections open from %s, %d in all (at most "
+                    "%d from one address, %d in all); closing the oldest waiting one "
+                    "for each new one",
+                    mine,
+                    host,
+                    len(self._waiting) + len(self._served),
+                    MAX_PER_ADDRESS,
+                    MAX_CONNECTIONS,
+                )
             return True, oldest
 
     def opened(self, connection: Connection) -> None:
@@ -138,9 +147,12 @@ class Connections:
             if not self._waiting and not self._served:
                 self._ended.notify_all()
             if (self._capped or self._turned_away) and self._below_caps_locked():
-                log.info("status server: below the caps again; closed %d waiting "
-                         "connection(s) and turned %d away meanwhile", self._capped,
-                         self._turned_away)
+                log.info(
+                    "status server: below the caps again; closed %d waiting "
+                    "connection(s) and turned %d away meanwhile",
+                    self._capped,
+                    self._turned_away,
+                )
                 self._capped = self._turned_away = 0
 
     def end_late(self) -> float | None:
@@ -171,7 +183,9 @@ class Connections:
         for connection in every:
             connection.shut_down()
         with self._lock:
-            if not self._ended.wait_for(lambda: not self._waiting and not self._served,
-                                        timeout):
-                log.warning("status server: %d connection(s) still open after %.0f s",
-                            len(self._waiting) + len(self._served), timeout)
+            if not self._ended.wait_for(lambda: not self._waiting and not self._served, timeout):
+                log.warning(
+                    "status server: %d connection(s) still open after %.0f s",
+                    len(self._waiting) + len(self._served),
+                    timeout,
+                )

@@ -24,9 +24,14 @@ WINDOW = 300.0  # seconds the chart covers
 class LatenessHistory:
     """Copies of a histogram over the last ``window`` seconds. Thread-safe."""
 
-    def __init__(self, read: Callable[[], HistogramSnapshot], *, every: float = EVERY,
-                 window: float = WINDOW,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        read: Callable[[], HistogramSnapshot],
+        *,
+        every: float = EVERY,
+        window: float = WINDOW,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         """``read``: returns the histogram as it is now (it takes the owner's lock)."""
         self._read = read
         self._every = every

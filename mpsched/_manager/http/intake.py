@@ -30,8 +30,10 @@ log = logging.getLogger("mpsched.http")
 MAX_HEAD = 16 * 1024  # bytes of a request line and headers
 ACCEPT_BATCH = 32  # connections accepted in a row before the waiting ones are read again
 _END_OF_HEAD = re.compile(rb"\n\r?\n")
-_TOO_MANY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
-             b"Content-Length: 21\r\nConnection: close\r\n\r\ntoo many connections\n")
+_TOO_MANY = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
+    b"Content-Length: 21\r\nConnection: close\r\n\r\ntoo many connections\n"
+)
 READ = selectors.EVENT_READ
 WRITE = selectors.EVENT_WRITE
 
@@ -46,9 +48,13 @@ class Intake:
     thread that runs :meth:`run`; ``on_request`` is called there with each connection
     whose head has arrived (``head`` holds it), which a thread then answers."""
 
-    def __init__(self, listener: socket.socket, connections: Connections,
-                 tls: ssl.SSLContext | None,
-                 on_request: Callable[[Connection], None]) -> None:
+    def __init__(
+        self,
+        listener: socket.socket,
+        connections: Connections,
+        tls: ssl.SSLContext | None,
+        on_request: Callable[[Connection], None],
+    ) -> None:
         self._listener = listener
         self._connections = connections
         self._tls = tls
@@ -105,8 +111,9 @@ class Intake:
                 if accept:
                     self._accept_some()
         except Exception:
-            log.exception("status server: the accepting thread failed; no more requests "
-                          "are answered")
+            log.exception(
+                "status server: the accepting thread failed; no more requests are answered"
+            )
         finally:
             self._close_all()
 
@@ -133,8 +140,9 @@ class Intake:
                 break
             self._step(oldest)  # what it sent may be a whole request: then it is answered
             if not oldest.served and oldest.sock.fileno() != -1:  # not closed by it either
-                log.debug("status server: closed a waiting connection from %s for room",
-                          oldest.host)
+                log.debug(
+                    "status server: closed a waiting connection from %s for room", oldest.host
+                )
                 self._close(oldest)
         if not may:
             if self._tls is None:  # over TLS there is no way to say why without a handshake
@@ -148,8 +156,9 @@ class Intake:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         connection = Connection(sock=sock, host=host, port=port)
         if self._tls is not None:
-            connection.sock = self._tls.wrap_socket(sock, server_side=True,
-                                                    do_handshake_on_connect=False)
+            connection.sock = self._tls.wrap_socket(
+                sock, server_side=True, do_handshake_on_connect=False
+            )
             connection.handshaking = True
         self._connections.opened(connection)
         self._selector.register(connection.sock, READ, connection)

@@ -46,8 +46,9 @@ class Response(NamedTuple):
 class HttpError(Exception):
     """A request that gets a 4xx: ``message`` is the answer's one line."""
 
-    def __init__(self, status: int, message: str,
-                 headers: tuple[tuple[str, str], ...] = ()) -> None:
+    def __init__(
+        self, status: int, message: str, headers: tuple[tuple[str, str], ...] = ()
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
@@ -69,11 +70,14 @@ def load_page() -> Page:
         bodies = re.findall(rf"<{tag}>(.*?)</{tag}>", html, re.DOTALL)
         return " ".join(
             f"'sha256-{base64.b64encode(hashlib.sha256(b.encode()).digest()).decode()}'"
-            for b in bodies)
+            for b in bodies
+        )
 
-    policy = (f"default-src 'none'; script-src {hashes('script')}; "
-              f"style-src {hashes('style')}; connect-src 'self'; img-src data:; "
-              f"base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+    policy = (
+        f"default-src 'none'; script-src {hashes('script')}; "
+        f"style-src {hashes('style')}; connect-src 'self'; img-src data:; "
+        f"base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    )
     return Page(html=html.encode(), policy=policy)
 
 
@@ -98,11 +102,16 @@ class Routes:
         if method == "POST":
             return self._act(parts, may_act)
         if split.path == "/":
-            return Response(status=200, content_type=HTML, body=self._page.html,
-                            headers=(("Content-Security-Policy", self._page.policy),))
+            return Response(
+                status=200,
+                content_type=HTML,
+                body=self._page.html,
+                headers=(("Content-Security-Policy", self._page.policy),),
+            )
         if split.path == "/metrics":
-            return Response(status=200, content_type=METRICS_TYPE,
-                            body=self._views.metrics().encode())
+            return Response(
+                status=200, content_type=METRICS_TYPE, body=self._views.metrics().encode()
+            )
         if split.path == "/api/status":
             return _json(self._views.status(), indent=2)
         if split.path == "/api/dashboard":
@@ -116,21 +125,31 @@ class Routes:
             return _json(shown)
         if _known_action(parts):
             raise HttpError(405, f"{split.path} takes POST", (("Allow", "POST"),))
-        raise HttpError(404, f"nothing at {split.path}: see / for the page, /metrics, "
-                             f"/api/status, /api/dashboard, /api/jobs")
+        raise HttpError(
+            404,
+            f"nothing at {split.path}: see / for the page, /metrics, "
+            f"/api/status, /api/dashboard, /api/jobs",
+        )
 
     def _act(self, parts: list[str], may_act: bool) -> Response:
         if not _known_action(parts):
-            raise HttpError(405, f"/{'/'.join(parts)} takes GET (or HEAD) only",
-                            (("Allow", "GET, HEAD"),))
+            raise HttpError(
+                405, f"/{'/'.join(parts)} takes GET (or HEAD) only", (("Allow", "GET, HEAD"),)
+            )
         if not may_act:
-            raise HttpError(403, "read-only: this server has no token (serve --http with "
-                                 "--http-token-file lets token holders act)")
+            raise HttpError(
+                403,
+                "read-only: this server has no token (serve --http with "
+                "--http-token-file lets token holders act)",
+            )
         kind, target, action = parts[1], parts[2], parts[3]
         if kind == "jobs":
             if not self._service.cancel(target, DASHBOARD_CLIENT):
-                raise HttpError(409, f"job {target!r} is not pending (running, ended, or "
-                                     f"unknown): only a pending job can be cancelled")
+                raise HttpError(
+                    409,
+                    f"job {target!r} is not pending (running, ended, or "
+                    f"unknown): only a pending job can be cancelled",
+                )
             return _json({"job_id": target, "cancelled": True})
         try:
             info = self._service.schedule_control(target, action)
@@ -140,16 +159,22 @@ class Routes:
 
 
 def _known_action(parts: list[str]) -> bool:
-    return len(parts) == 4 and parts[0] == "api" and (
-        (parts[1] == "jobs" and parts[3] == "cancel")
-        or (parts[1] == "schedules" and parts[3] in ("pause", "resume")))
+    return (
+        len(parts) == 4
+        and parts[0] == "api"
+        and (
+            (parts[1] == "jobs" and parts[3] == "cancel")
+            or (parts[1] == "schedules" and parts[3] in ("pause", "resume"))
+        )
+    )
 
 
 def _listing(query: str) -> tuple[JobState | None, int]:
     """``state`` and ``limit`` of ``/api/jobs``."""
     try:
-        fields = urllib.parse.parse_qs(query, keep_blank_values=True, strict_parsing=bool(query),
-                                       max_num_fields=4)
+        fields = urllib.parse.parse_qs(
+            query, keep_blank_values=True, strict_parsing=bool(query), max_num_fields=4
+        )
     except ValueError:
         raise HttpError(400, "the query does not parse: use ?state=STATE&limit=N") from None
     unknown = set(fields) - {"state", "limit"}
@@ -160,12 +185,14 @@ def _listing(query: str) -> tuple[JobState | None, int]:
     states = [s.value for s in JobState]
     if state and state not in states:
         raise HttpError(400, f"state must be one of {', '.join(states)}")
-    if not (limit.isascii() and limit.isdigit() and len(limit) <= 4
-            and 1 <= int(limit) <= MAX_LIMIT):
+    if not (
+        limit.isascii() and limit.isdigit() and len(limit) <= 4 and 1 <= int(limit) <= MAX_LIMIT
+    ):
         raise HttpError(400, f"limit must be a whole number from 1 to {MAX_LIMIT}")
     return (JobState(state) if state else None), int(limit)
 
 
 def _json(value: Any, indent: int | None = None) -> Response:
-    return Response(status=200, content_type=JSON,
-                    body=(json.dumps(value, indent=indent) + "\n").encode())
+    return Response(
+        status=200, content_type=JSON, body=(json.dumps(value, indent=indent) + "\n").encode()
+    )

@@ -63,16 +63,21 @@ IO_TIMEOUT = 5.0  # seconds one read or write may wait
 MAX_BODY = 1024  # bytes of a request body
 LISTEN_BACKLOG = 128  # connections the kernel holds for accept()
 STOP_WAIT = 2.0  # seconds stop() waits for the connections' threads
-SECURITY_HEADERS = (("Cache-Control", "no-store"), ("X-Content-Type-Options", "nosniff"),
-                    ("Referrer-Policy", "no-referrer"), ("X-Frame-Options", "DENY"))
+SECURITY_HEADERS = (
+    ("Cache-Control", "no-store"),
+    ("X-Content-Type-Options", "nosniff"),
+    ("Referrer-Policy", "no-referrer"),
+    ("X-Frame-Options", "DENY"),
+)
 
 
 class StatusAddressError(OSError):
     """The status server's address cannot be bound (in use, or not this host's)."""
 
     def __init__(self, where: str, cause: OSError) -> None:
-        super().__init__(cause.errno, f"cannot serve the status page on {where}: "
-                                      f"{cause.strerror or cause}")
+        super().__init__(
+            cause.errno, f"cannot serve the status page on {where}: {cause.strerror or cause}"
+        )
 
 
 class StatusServer:
@@ -85,8 +90,9 @@ class StatusServer:
         tls = None if config.tls is None else _context(config.tls)
         self._listener = _Listener(config, routes, tls)
         self.url = config.url(self._listener.server_address[1])
-        self._thread = threading.Thread(target=self._listener.intake.run,
-                                        name="mpsched-http", daemon=True)
+        self._thread = threading.Thread(
+            target=self._listener.intake.run, name="mpsched-http", daemon=True
+        )
 
     def start(self) -> None:
         self._thread.start()
@@ -136,8 +142,11 @@ class _Listener:
             try:
                 keep = not _Handler(connection, self).close_connection
             except Exception:  # a peer that went away mid-answer, or a TLS error
-                log.debug("status server: a connection from %s ended with an error",
-                          connection.host, exc_info=True)
+                log.debug(
+                    "status server: a connection from %s ended with an error",
+                    connection.host,
+                    exc_info=True,
+                )
                 keep = False
             if not keep or connection.ended:
                 self._drop(connection)
@@ -166,8 +175,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def __init__(self, connection: Connection, server: _Listener) -> None:
         self._connection = connection
-        super().__init__(connection.sock, (connection.host, connection.port),
-                         server)  # type: ignore[arg-type]
+        super().__init__(connection.sock, (connection.host, connection.port), server)  # type: ignore[arg-type]
 
     def setup(self) -> None:
         self.connection = self.request
@@ -195,8 +203,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             if not self.parse_request():
                 return  # it answered the error
         except TooLarge:
-            self.send_error(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE,
-                            f"request line and headers take more than {MAX_HEAD} bytes")
+            self.send_error(
+                HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE,
+                f"request line and headers take more than {MAX_HEAD} bytes",
+            )
             return
         except (TimeoutError, OSError):
             self.close_connection = True
@@ -214,8 +224,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _response(self) -> Response:
         try:
             if self.command not in ("GET", "HEAD", "POST"):
-                raise HttpError(405, f"{self.command} is not served: use GET (or POST for "
-                                     f"actions)", (("Allow", "GET, HEAD, POST"),))
+                raise HttpError(
+                    405,
+                    f"{self.command} is not served: use GET (or POST for actions)",
+                    (("Allow", "GET, HEAD, POST"),),
+                )
             self._check_host()
             may_act = self._check_token()
             self._skip_body()
@@ -225,8 +238,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return _error(exc.status, exc.message, exc.headers)
         except Exception:
             log.exception("status server: %s %s failed", self.command, self.path[:200])
-            return _error(500, "internal error of the status server; the manager's log "
-                               "says which")
+            return _error(500, "internal error of the status server; the manager's log says which")
 
     def _check_host(self) -> None:
         """Without a token, answer only requests for a loopback host: a page elsewhere whose
@@ -234,8 +246,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         host = self.headers.get("Host")
         if self.server.config.token is not None or host is None:
             return
-        name = host[1:host.find("]")] if host.startswith("[") else host.rpartition(":")[0] \
-            if ":" in host else host
+        name = (
+            host[1 : host.find("]")]
+            if host.startswith("[")
+            else host.rpartition(":")[0]
+            if ":" in host
+            else host
+        )
         if name.lower() in ("localhost", self.server.config.host.lower()):
             return
         with contextlib.suppress(ValueError):
@@ -252,14 +269,19 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         sent = self.headers.get("Authorization")
         scheme, _, given = (sent or "").partition(" ")
         if scheme.lower() == "bearer" and hmac.compare_digest(
-                given.strip().encode("latin-1", "replace"), token):
+            given.strip().encode("latin-1", "replace"), token
+        ):
             return True
         if self.command in ("GET", "HEAD") and self.path.partition("?")[0] == "/":
             return False
-        raise HttpError(401, "this server needs its token: send Authorization: Bearer TOKEN"
-                        if sent is None else "wrong token: this server takes the one in its "
-                        "--http-token-file, as Authorization: Bearer TOKEN",
-                        (("WWW-Authenticate", 'Bearer realm="mpsched"'),))
+        raise HttpError(
+            401,
+            "this server needs its token: send Authorization: Bearer TOKEN"
+            if sent is None
+            else "wrong token: this server takes the one in its "
+            "--http-token-file, as Authorization: Bearer TOKEN",
+            (("WWW-Authenticate", 'Bearer realm="mpsched"'),),
+        )
 
     def _skip_body(self) -> None:
         if self.headers.get("Transfer-Encoding"):
@@ -276,8 +298,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
             raise HttpError(408, "the request's body did not come in time") from None
 
-    def send_error(self, code: int, message: str | None = None,
-                   explain: str | None = None) -> None:
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """The stdlib's errors (a request that does not parse) as a status and one line."""
         self.close_connection = True
         if self.request_version == "HTTP/0.9":  # which would get a body without a status
@@ -287,9 +308,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _send(self, response: Response) -> None:
         try:
             self.send_response(response.status)
-            headers = [("Content-Type", response.content_type),
-                       ("Content-Length", str(len(response.body))), *SECURITY_HEADERS,
-                       *response.headers]
+            headers = [
+                ("Content-Type", response.content_type),
+                ("Content-Length", str(len(response.body))),
+                *SECURITY_HEADERS,
+                *response.headers,
+            ]
             if self.close_connection:
                 headers.append(("Connection", "close"))
             for name, value in headers:
@@ -307,5 +331,4 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 def _error(status: int, message: str, headers: tuple[tuple[str, str], ...] = ()) -> Response:
     line = "".join(c if c.isprintable() else "?" for c in message)
-    return Response(status=status, content_type=TEXT, body=f"{line}\n".encode(),
-                    headers=headers)
+    return Response(status=status, content_type=TEXT, body=f"{line}\n".encode(), headers=headers)

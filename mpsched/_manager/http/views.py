@@ -55,12 +55,17 @@ class Views:
 
     def metrics(self) -> str:
         store = self._service.journal.store
-        return render(MetricsInput(
-            stats=self._service.stats(lateness=False),
-            lateness=self._queue.leases.lateness_histogram(),
-            schedules=self._service.schedules.listing(), commit_latency=store.commit_latency(),
-            started_wall=self._started_wall, process=self._process_figures(),
-            build=self._build))
+        return render(
+            MetricsInput(
+                stats=self._service.stats(lateness=False),
+                lateness=self._queue.leases.lateness_histogram(),
+                schedules=self._service.schedules.listing(),
+                commit_latency=store.commit_latency(),
+                started_wall=self._started_wall,
+                process=self._process_figures(),
+                build=self._build,
+            )
+        )
 
     def _process_figures(self) -> ProcessFigures | None:
         """The manager process's CPU time, memory and descriptors, read now (one
@@ -68,10 +73,12 @@ class Views:
         try:
             with self._process.oneshot():
                 times = self._process.cpu_times()
-                return ProcessFigures(cpu_seconds=times.user + times.system,
-                                      rss=self._process.memory_info().rss,
-                                      open_fds=self._process.num_fds(),
-                                      start_time=self._process.create_time())
+                return ProcessFigures(
+                    cpu_seconds=times.user + times.system,
+                    rss=self._process.memory_info().rss,
+                    open_fds=self._process.num_fds(),
+                    start_time=self._process.create_time(),
+                )
         except (psutil.Error, OSError):  # e.g. no descriptor left to read /proc with
             return None
 
@@ -82,16 +89,28 @@ class Views:
         self.history.tick()
         recent, covered = self.history.recent()
         return {
-            "now": time.time(), "actions": actions,
-            "manager": {"host": self._service.host, "uptime": stats.uptime,
-                        "store": stats.store, "store_size": stats.store_size,
-                        "clients": stats.clients, "throughput": stats.throughput},
-            "counts": {"pending": {p.name: q.pending[p.name.lower()] for p in Priority},
-                       "running": q.in_flight, "submitted": q.submitted,
-                       "done": q.completed, "failed": q.failed - q.crashed - q.timed_out,
-                       "crashed": q.crashed, "timeout": q.timed_out,
-                       "cancelled": q.cancelled, "retried": q.retried_all,
-                       "next_due_in": q.next_due_in},
+            "now": time.time(),
+            "actions": actions,
+            "manager": {
+                "host": self._service.host,
+                "uptime": stats.uptime,
+                "store": stats.store,
+                "store_size": stats.store_size,
+                "clients": stats.clients,
+                "throughput": stats.throughput,
+            },
+            "counts": {
+                "pending": {p.name: q.pending[p.name.lower()] for p in Priority},
+                "running": q.in_flight,
+                "submitted": q.submitted,
+                "done": q.completed,
+                "failed": q.failed - q.crashed - q.timed_out,
+                "crashed": q.crashed,
+                "timeout": q.timed_out,
+                "cancelled": q.cancelled,
+                "retried": q.retried_all,
+                "next_due_in": q.next_due_in,
+            },
             "chart": chart(recent, covered),
             "workers": [dataclasses.asdict(w) for w in stats.workers],
             "workers_missing": stats.workers_missing,
@@ -115,8 +134,9 @@ class Views:
             listed += [self._pending(j) for j in self._queue.head(limit - len(listed))]
             listed += self._waiting(limit - len(listed))
         if state is not None and state.finished:
-            listed = [record_json(described(r))
-                      for r in self._service.journal.jobs(state.value, limit)]
+            listed = [
+                record_json(described(r)) for r in self._service.journal.jobs(state.value, limit)
+            ]
         return listed
 
     def job(self, job_id: str) -> JsonDict | None:
@@ -146,9 +166,21 @@ class Views:
 
     def _pending(self, job: Job) -> JsonDict:
         due_in = job.due - self._queue.clock.now()
-        return {**_job_fields(job.job_id, job.name, job.priority, time.time() + due_in,
-                              job.attempt, job.key, job.error, job.progress),
-                "state": "pending", "due_in": due_in, "worker": None}
+        return {
+            **_job_fields(
+                job.job_id,
+                job.name,
+                job.priority,
+                time.time() + due_in,
+                job.attempt,
+                job.key,
+                job.error,
+                job.progress,
+            ),
+            "state": "pending",
+            "due_in": due_in,
+            "worker": None,
+        }
 
     def _waiting(self, limit: int) -> list[JsonDict]:
         """Up to ``limit`` jobs that wait for their parents, in submission order."""
@@ -156,62 +188,114 @@ class Views:
         if workflows is None or not len(workflows) or limit <= 0:
             return []
         waiting = sorted(workflows.listing(), key=lambda entry: entry[0].seq)[:limit]
-        return [{**self._pending(job), "waiting_for": f"after {n} jobs"}
-                for job, n in waiting]
+        return [{**self._pending(job), "waiting_for": f"after {n} jobs"} for job, n in waiting]
 
     def _running(self, running: Running) -> JsonDict:
         job = running.job
         now = self._queue.clock.now()
-        return {**_job_fields(job.job_id, job.name, job.priority,
-                              time.time() + job.due - now, job.attempt, job.key, job.error,
-                              job.progress),
-                "state": "running", "worker": running.lease.worker_id,
-                "running_for": max(0.0, now - max(running.taken, job.due)),
-                "timeout": job.timeout}
+        return {
+            **_job_fields(
+                job.job_id,
+                job.name,
+                job.priority,
+                time.time() + job.due - now,
+                job.attempt,
+                job.key,
+                job.error,
+                job.progress,
+            ),
+            "state": "running",
+            "worker": running.lease.worker_id,
+            "running_for": max(0.0, now - max(running.taken, job.due)),
+            "timeout": job.timeout,
+        }
 
 
-def _job_fields(job_id: str, name: str, level: int, due_wall: float, attempts: int,
-                key: str | None, error: str | None, progress: str | None) -> JsonDict:
+def _job_fields(
+    job_id: str,
+    name: str,
+    level: int,
+    due_wall: float,
+    attempts: int,
+    key: str | None,
+    error: str | None,
+    progress: str | None,
+) -> JsonDict:
     """The fields every listed job has, named as ``jobs --json`` names them; ``error``:
     the last error's one line; ``progress``: the latest the job reported."""
-    return {"job_id": job_id, "name": name, "priority": Priority(level).name.lower(),
-            "due": iso(due_wall), "attempts": attempts, "key": key, "error": error,
-            "progress": decode_progress(progress)}
+    return {
+        "job_id": job_id,
+        "name": name,
+        "priority": Priority(level).name.lower(),
+        "due": iso(due_wall),
+        "attempts": attempts,
+        "key": key,
+        "error": error,
+        "progress": decode_progress(progress),
+    }
 
 
 def record_json(record: JobRecord) -> JsonDict:
     """A job as the journal knows it (ended ones, and lookups by id)."""
-    return {**_job_fields(record.job_id, record.name, record.priority, record.due_wall,
-                          record.attempt, record.key, record.error, record.progress),
-            "state": record.state.value, "due_in": record.due_wall - time.time(),
-            "worker": record.worker_id, "retries": record.retries, "timeout": record.timeout,
-            "finished": None if record.finished_wall is None else iso(record.finished_wall)}
+    return {
+        **_job_fields(
+            record.job_id,
+            record.name,
+            record.priority,
+            record.due_wall,
+            record.attempt,
+            record.key,
+            record.error,
+            record.progress,
+        ),
+        "state": record.state.value,
+        "due_in": record.due_wall - time.time(),
+        "worker": record.worker_id,
+        "retries": record.retries,
+        "timeout": record.timeout,
+        "finished": None if record.finished_wall is None else iso(record.finished_wall),
+    }
 
 
 def failure_json(failure: Failure) -> JsonDict:
-    return {"job_id": failure.job_id, "name": failure.name, "worker": failure.worker_id,
-            "attempts": failure.attempt, "failed": iso(failure.failed_wall),
-            "error": failure.error, "traceback": failure.traceback}
+    return {
+        "job_id": failure.job_id,
+        "name": failure.name,
+        "worker": failure.worker_id,
+        "attempts": failure.attempt,
+        "failed": iso(failure.failed_wall),
+        "error": failure.error,
+        "traceback": failure.traceback,
+    }
 
 
 def schedule_json(info: ScheduleInfo) -> JsonDict:
     """A schedule (``ScheduleInfo``) with its next run and its counters."""
     next_run = info.next_run
-    return {"schedule_id": info.schedule_id, "spec": info.spec, "name": info.name,
-            "paused": info.paused, "last_run": info.last_run,
-            "next_run": None if next_run is None else next_run.isoformat(),
-            "next_run_in": None if next_run is None else next_run.timestamp() - time.time(),
-            **info.counters._asdict()}
+    return {
+        "schedule_id": info.schedule_id,
+        "spec": info.spec,
+        "name": info.name,
+        "paused": info.paused,
+        "last_run": info.last_run,
+        "next_run": None if next_run is None else next_run.isoformat(),
+        "next_run_in": None if next_run is None else next_run.timestamp() - time.time(),
+        **info.counters._asdict(),
+    }
 
 
 def chart(recent: HistogramSnapshot, covered: float) -> JsonDict:
     """The lateness histogram of the last minutes: each bucket's upper bound (seconds; the
     last is None, above every bound) and count; the buckets of the median and the p99."""
-    return {"bounds": [*recent.bounds, None], "counts": list(recent.counts),
-            "jobs": recent.observations, "seconds": covered,
-            "mean": recent.total / recent.observations if recent.observations else None,
-            "p50": _bound(recent.quantile(0.5)),
-            "p99": _bound(recent.quantile(0.99))}
+    return {
+        "bounds": [*recent.bounds, None],
+        "counts": list(recent.counts),
+        "jobs": recent.observations,
+        "seconds": covered,
+        "mean": recent.total / recent.observations if recent.observations else None,
+        "p50": _bound(recent.quantile(0.5)),
+        "p99": _bound(recent.quantile(0.99)),
+    }
 
 
 def _bound(value: float | None) -> float | None:

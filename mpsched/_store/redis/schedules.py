@@ -18,12 +18,13 @@ def save(client: Any, base: str, schedule: StoredSchedule) -> None:
     pipe.hset(base + "s:spec", schedule.schedule_id, schedule.spec)
     pipe.hset(base + "s:state", schedule.schedule_id, schedule.state)
     pipe.incr(base + "s:seq")
-    order, = pipe.execute()[2:]
+    (order,) = pipe.execute()[2:]
     client.zadd(base + "s:order", {schedule.schedule_id: order}, nx=True)
 
 
-def save_unless_same(client: Any, base: str, schedule: StoredSchedule,
-                     same: Callable[[bytes], bool]) -> StoredSchedule | None:
+def save_unless_same(
+    client: Any, base: str, schedule: StoredSchedule, same: Callable[[bytes], bool]
+) -> StoredSchedule | None:
     """:func:`save`, unless the schedule recorded under its id has a spec ``same`` says is
     this one's: then that one is returned, unchanged. Optimistic (WATCH): a change of the
     schedules between the look and the write makes it look again."""
@@ -37,8 +38,7 @@ def save_unless_same(client: Any, base: str, schedule: StoredSchedule,
                 if spec is not None and same(spec):
                     state = pipe.hget(state_key, schedule.schedule_id) or b""
                     pipe.unwatch()
-                    return StoredSchedule(schedule_id=schedule.schedule_id, spec=spec,
-                                          state=state)
+                    return StoredSchedule(schedule_id=schedule.schedule_id, spec=spec, state=state)
                 pipe.multi()
                 pipe.hset(spec_key, schedule.schedule_id, schedule.spec)
                 pipe.hset(state_key, schedule.schedule_id, schedule.state)
@@ -72,6 +72,8 @@ def listing(client: Any, base: str) -> list[StoredSchedule]:
     pipe.hgetall(base + "s:spec")
     pipe.hgetall(base + "s:state")
     order, specs, states = pipe.execute()
-    return [StoredSchedule(schedule_id=sid.decode(), spec=specs[sid],
-                           state=states.get(sid, b""))
-            for sid in order if sid in specs]
+    return [
+        StoredSchedule(schedule_id=sid.decode(), spec=specs[sid], state=states.get(sid, b""))
+        for sid in order
+        if sid in specs
+    ]

@@ -47,12 +47,12 @@ def redis_module() -> ModuleType:
     try:
         return importlib.import_module("redis")
     except ImportError:
-        raise ExtraMissingError("Redis stores (store='redis://...')", "redis",
-                                "redis") from None
+        raise ExtraMissingError("Redis stores (store='redis://...')", "redis", "redis") from None
 
 
-def connect(url: RedisURL, *, timeout: float = CONNECT_TIMEOUT,
-            operation_timeout: float = OPERATION_TIMEOUT) -> Any:
+def connect(
+    url: RedisURL, *, timeout: float = CONNECT_TIMEOUT, operation_timeout: float = OPERATION_TIMEOUT
+) -> Any:
     """A redis-py client of the server ``url`` names, checked (see :func:`check_settings`).
 
     Raises:
@@ -76,9 +76,11 @@ def open_client(url: RedisURL, *, timeout: float) -> Any:
     never retried by redis-py (a store retries, with back-off, where it may)."""
     redis = redis_module()
     retry = importlib.import_module("redis.retry").Retry(
-        importlib.import_module("redis.backoff").NoBackoff(), 0)
-    return redis.Redis(socket_connect_timeout=timeout, socket_timeout=timeout, retry=retry,
-                       **url.client_options())
+        importlib.import_module("redis.backoff").NoBackoff(), 0
+    )
+    return redis.Redis(
+        socket_connect_timeout=timeout, socket_timeout=timeout, retry=retry, **url.client_options()
+    )
 
 
 def check_settings(client: Any, url: RedisURL) -> ServerSettings:
@@ -91,41 +93,50 @@ def check_settings(client: Any, url: RedisURL) -> ServerSettings:
         info = client.info("server")
         settings = _settings(client, info)
     except Exception as exc:
-        raise StoreError(url.redacted, describe(exc, password=url.password is not None)) \
-            from None
+        raise StoreError(url.redacted, describe(exc, password=url.password is not None)) from None
     if settings.version < MIN_VERSION:
         have = ".".join(map(str, settings.version))
         need = ".".join(map(str, MIN_VERSION))
-        raise StoreError(url.redacted, f"the server runs Redis {have}; mpsched needs Redis "
-                                       f"{need} or later")
+        raise StoreError(
+            url.redacted, f"the server runs Redis {have}; mpsched needs Redis {need} or later"
+        )
     if settings.eviction != "noeviction":
-        raise StoreError(url.redacted, f"the server's maxmemory-policy is "
-                                       f"{settings.eviction}: it may evict jobs when its "
-                                       f"memory is full; set maxmemory-policy noeviction")
+        raise StoreError(
+            url.redacted,
+            f"the server's maxmemory-policy is "
+            f"{settings.eviction}: it may evict jobs when its "
+            f"memory is full; set maxmemory-policy noeviction",
+        )
     return settings
 
 
 def warn_persistence(url: RedisURL, settings: ServerSettings) -> None:
     """One WARNING if the server keeps nothing on disk."""
     if not settings.appendonly and not settings.rdb:
-        log.warning("the Redis server of %s keeps nothing on disk (appendonly no, no RDB "
-                    "snapshots): a restart of Redis loses every job; set appendonly yes "
-                    "(appendfsync always: every acknowledged submit survives)", url.redacted)
+        log.warning(
+            "the Redis server of %s keeps nothing on disk (appendonly no, no RDB "
+            "snapshots): a restart of Redis loses every job; set appendonly yes "
+            "(appendfsync always: every acknowledged submit survives)",
+            url.redacted,
+        )
 
 
 def _settings(client: Any, info: dict[str, Any]) -> ServerSettings:
-    version = tuple(int(part) for part in str(info["redis_version"]).split(".")[:3]
-                    if part.isdigit())
+    version = tuple(
+        int(part) for part in str(info["redis_version"]).split(".")[:3] if part.isdigit()
+    )
     memory = client.info("memory")
     persistence = client.info("persistence")
     config = _config(client, "save", "appendfsync", "proto-max-bulk-len")
     return ServerSettings(
-        version=version, eviction=str(memory.get("maxmemory_policy", "noeviction")),
+        version=version,
+        eviction=str(memory.get("maxmemory_policy", "noeviction")),
         appendonly=bool(int(persistence.get("aof_enabled", 0))),
         appendfsync=config.get("appendfsync", "unknown"),
         # Where CONFIG is not allowed (some hosted Redis), assume snapshots are on.
         rdb=config.get("save", "unknown").strip() != "",
-        max_bulk=int(config.get("proto-max-bulk-len", 512 * 2**20)))
+        max_bulk=int(config.get("proto-max-bulk-len", 512 * 2**20)),
+    )
 
 
 def _config(client: Any, *names: str) -> dict[str, str]:
@@ -149,8 +160,9 @@ def describe(exc: BaseException, *, password: bool = True) -> str:
     redis = redis_module()
     text = str(exc)
     needs = ("NOAUTH", "Authentication required", "already authenticated")
-    if not password and (isinstance(exc, redis.AuthenticationError)
-                         or any(word in text for word in needs)):
+    if not password and (
+        isinstance(exc, redis.AuthenticationError) or any(word in text for word in needs)
+    ):
         return "the server needs a password: give it in the URL (redis://:PASSWORD@HOST)"
     if isinstance(exc, redis.AuthenticationError) or "WRONGPASS" in text:
         return "the server refused the password (or user) in the URL"
@@ -183,8 +195,11 @@ def check_store(store: str, *, lease_timeout: float) -> None:
             seconds.
         ExtraMissingError: the URL is a Redis one and redis-py is not installed.
     """
-    if isinstance(lease_timeout, bool) or not isinstance(lease_timeout, (int, float)) \
-            or not 0 < lease_timeout < float("inf"):
+    if (
+        isinstance(lease_timeout, bool)
+        or not isinstance(lease_timeout, (int, float))
+        or not 0 < lease_timeout < float("inf")
+    ):
         raise ConfigError("lease_timeout", lease_timeout, "a positive number of seconds")
     if not is_redis_url(store):
         return

@@ -126,10 +126,15 @@ class RedisStore(Store):
         StoreError: no usable Redis server answers there (see ``server.connect``).
     """
 
-    def __init__(self, url: str | RedisURL, *, result_ttl: float = 86400.0,
-                 timeout: float = CONNECT_TIMEOUT,
-                 operation_timeout: float = OPERATION_TIMEOUT,
-                 order: Order = Order.TIME) -> None:
+    def __init__(
+        self,
+        url: str | RedisURL,
+        *,
+        result_ttl: float = 86400.0,
+        timeout: float = CONNECT_TIMEOUT,
+        operation_timeout: float = OPERATION_TIMEOUT,
+        order: Order = Order.TIME,
+    ) -> None:
         check_options(result_ttl)
         self.url = parse_redis_url(url) if isinstance(url, str) else url
         self.result_ttl = float(result_ttl)
@@ -142,8 +147,9 @@ class RedisStore(Store):
             checking.close()
         warn_persistence(self.url, self.settings)
         self.client = open_client(self.url, timeout=operation_timeout)
-        self.scripts = Scripts(self.client, self.base, ttl=self.result_ttl, keep=DELIVERY_KEEP,
-                               order=order)
+        self.scripts = Scripts(
+            self.client, self.base, ttl=self.result_ttl, keep=DELIVERY_KEEP, order=order
+        )
         # Guards _closed; nobody waits on it.
         self._lock = threading.Lock()
         self._closed = False
@@ -190,8 +196,7 @@ class RedisStore(Store):
         """The largest job or result payload this server takes, in bytes."""
         return self.settings.max_bulk - PAYLOAD_MARGIN
 
-    def submit_after(self, jobs: Sequence[NewJob], afters: Sequence[After],
-                     owner: str) -> None:
+    def submit_after(self, jobs: Sequence[NewJob], afters: Sequence[After], owner: str) -> None:
         """Add jobs that wait for their parents (``afters``, one each), all or none: each
         becomes due once its last parent ended (see after.lua).
 
@@ -209,9 +214,16 @@ class RedisStore(Store):
                 raise JobNotFoundError(parent) from None
             raise
 
-    def submit_jobs(self, jobs: Sequence[NewJob], owner: str, *, if_absent: bool = False,
-                    max_pending: int | None = None, max_pending_bytes: int | None = None,
-                    again: bool = False) -> tuple[list[str], str | None]:
+    def submit_jobs(
+        self,
+        jobs: Sequence[NewJob],
+        owner: str,
+        *,
+        if_absent: bool = False,
+        max_pending: int | None = None,
+        max_pending_bytes: int | None = None,
+        again: bool = False,
+    ) -> tuple[list[str], str | None]:
         """Add jobs, all or none, due on the server's clock; ``owner`` is the manager that
         delivers their ends to their clients. The batch is added only if the queue then
         holds at most ``max_pending`` pending jobs and ``max_pending_bytes`` bytes of
@@ -231,19 +243,38 @@ class RedisStore(Store):
             StoreUnavailableError, StoreError: as :meth:`errors`.
         """
         with self.errors():
-            return self.scripts.submit(jobs, owner, if_absent=if_absent,
-                                       max_pending=max_pending,
-                                       max_pending_bytes=max_pending_bytes, again=again)
+            return self.scripts.submit(
+                jobs,
+                owner,
+                if_absent=if_absent,
+                max_pending=max_pending,
+                max_pending_bytes=max_pending_bytes,
+                again=again,
+            )
 
-    def report(self, me: str, lease_timeout: float, finishes: Sequence[Finish] = (),
-               requeues: Sequence[Requeue] = (), take: Take | None = None,
-               answers: Sequence[str] = ()) -> Reply:
+    def report(
+        self,
+        me: str,
+        lease_timeout: float,
+        finishes: Sequence[Finish] = (),
+        requeues: Sequence[Requeue] = (),
+        take: Take | None = None,
+        answers: Sequence[str] = (),
+    ) -> Reply:
         """End leases, put jobs back, answer the cancels (by nonce) that waited for them,
         then claim (see the claim script), in one call; ``me`` renews its leases for
         ``lease_timeout`` seconds."""
         with self.errors():
-            return self.scripts.claim(me, lease_timeout, finishes, requeues, take or Take(),
-                                      span=LEAD_SPAN, grace=LEAD_GRACE, answers=answers)
+            return self.scripts.claim(
+                me,
+                lease_timeout,
+                finishes,
+                requeues,
+                take or Take(),
+                span=LEAD_SPAN,
+                grace=LEAD_GRACE,
+                answers=answers,
+            )
 
     def cancel_jobs(self, me: str, job_ids: Sequence[str]) -> list[Withdrawn]:
         """Cancel those of ``job_ids`` that are pending; the managers of their clients and
@@ -251,16 +282,18 @@ class RedisStore(Store):
         with self.errors():
             return self.scripts.cancel(me, job_ids)[0]
 
-    def cancel_or_ask(self, me: str, job_ids: Sequence[str],
-                      nonce: str) -> tuple[list[Withdrawn], list[Held]]:
+    def cancel_or_ask(
+        self, me: str, job_ids: Sequence[str], nonce: str
+    ) -> tuple[list[Withdrawn], list[Held]]:
         """:meth:`cancel_jobs`; and those a manager holds prefetched are marked under
         ``nonce``, and that manager asked to give them back (see the cancel script):
         :meth:`settle_cancel` says which were."""
         with self.errors():
             return self.scripts.cancel(me, job_ids, nonce=nonce)
 
-    def settle_cancel(self, me: str, nonce: str, job_ids: Sequence[str], *, asked: int,
-                      wait: float) -> list[Withdrawn]:
+    def settle_cancel(
+        self, me: str, nonce: str, job_ids: Sequence[str], *, asked: int, wait: float
+    ) -> list[Withdrawn]:
         """Wait up to ``wait`` seconds for the ``asked`` managers that :meth:`cancel_or_ask`
         asked to answer (on a list of the server's: no polling), then settle: those of
         ``job_ids`` that were given back and cancelled; the others had started (their
@@ -275,14 +308,16 @@ class RedisStore(Store):
             self.client.delete(answer)
             return self.scripts.cancel(me, job_ids, nonce=nonce, settle=True)[0]
 
-    def cancel_client(self, me: str, client_id: str, *,
-                      not_due_only: bool = False) -> list[Withdrawn]:
+    def cancel_client(
+        self, me: str, client_id: str, *, not_due_only: bool = False
+    ) -> list[Withdrawn]:
         """Cancel every pending job of a client (only those not yet due)."""
         with self.errors():
             return self.scripts.cancel(me, (), client_id, not_due_only)[0]
 
-    def cancel_client_or_ask(self, me: str, client_id: str,
-                             nonce: str) -> tuple[list[Withdrawn], list[Held]]:
+    def cancel_client_or_ask(
+        self, me: str, client_id: str, nonce: str
+    ) -> tuple[list[Withdrawn], list[Held]]:
         """:meth:`cancel_client`; and the client's jobs that any live manager holds
         prefetched (found among the managers' leases) are marked under ``nonce`` and
         their managers asked, as by :meth:`cancel_or_ask`."""
@@ -316,8 +351,9 @@ class RedisStore(Store):
         heartbeat found that to be another (see :meth:`heartbeat`)."""
         return self.scripts.order
 
-    def heartbeat(self, me: str, lease_timeout: float, status: bytes, *,
-                  join: bool = False) -> Beat:
+    def heartbeat(
+        self, me: str, lease_timeout: float, status: bytes, *, join: bool = False
+    ) -> Beat:
         """Say ``me`` is alive for ``lease_timeout`` more seconds, with its status; take
         back the jobs of managers presumed dead. The store takes :attr:`order` when no
         other manager is live; else a manager that joins (``join``) with another order
@@ -336,13 +372,18 @@ class RedisStore(Store):
                 if not theirs:
                     raise
                 raise ConfigError(
-                    "order", self.order.value,
+                    "order",
+                    self.order.value,
                     f"{theirs[0]!r} (the order of the live managers of the store "
-                    f"{self.url.redacted})") from None
+                    f"{self.url.redacted})",
+                ) from None
         if beat.order is not self.order:
-            log.error("the job store %s has order=%r now (a manager started with it while "
-                      "this one was presumed dead): this manager follows it",
-                      self.url.redacted, beat.order.value)
+            log.error(
+                "the job store %s has order=%r now (a manager started with it while "
+                "this one was presumed dead): this manager follows it",
+                self.url.redacted,
+                beat.order.value,
+            )
             self.scripts.order = beat.order
         return beat
 
@@ -414,8 +455,10 @@ class RedisStore(Store):
                 pipe.zcard(prefix + "due")
                 pipe.zcard(prefix + "rdy")
             counts = pipe.execute()
-        return {name: counts[2 * k] + counts[2 * k + 1]
-                for k, name in enumerate([DEFAULT_QUEUE, *names])}
+        return {
+            name: counts[2 * k] + counts[2 * k + 1]
+            for k, name in enumerate([DEFAULT_QUEUE, *names])
+        }
 
     def publish_schedule(self, schedule_id: str) -> None:
         """Tell every manager (``{p}:sched``) that a schedule changed in the store."""
@@ -512,8 +555,9 @@ class RedisStore(Store):
         with self.errors():
             stored_schedules.save(self.client, self.base, schedule)
 
-    def save_schedule_unless_same(self, schedule: StoredSchedule,
-                                  same: Callable[[bytes], bool]) -> StoredSchedule | None:
+    def save_schedule_unless_same(
+        self, schedule: StoredSchedule, same: Callable[[bytes], bool]
+    ) -> StoredSchedule | None:
         """Record a schedule, unless one with its id is recorded already whose spec
         ``same`` says is this one's: then that one, as recorded (its timeline), is
         returned and nothing is written. One step across managers: of two that add the
@@ -545,8 +589,10 @@ class RedisStore(Store):
 def _bounds(spec: LimitSpec) -> str:
     """A limit's bounds as the scripts read them: "concurrency,count,window_us"."""
     count, window = spec.rate if spec.rate is not None else ("", None)
-    return (f"{'' if spec.concurrency is None else spec.concurrency},{count},"
-            f"{'' if window is None else round(window * US)}")
+    return (
+        f"{'' if spec.concurrency is None else spec.concurrency},{count},"
+        f"{'' if window is None else round(window * US)}"
+    )
 
 
 def _spec(bounds: str) -> LimitSpec:

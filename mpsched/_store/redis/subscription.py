@@ -17,8 +17,12 @@ class Subscription:
     """Messages on ``channels``, on a redis-py PubSub of its own; ``errors`` is the store's
     mapping of redis-py's exceptions (RedisStore.errors)."""
 
-    def __init__(self, pubsub: Any, channels: Sequence[str],
-                 errors: Callable[[], AbstractContextManager[None]]) -> None:
+    def __init__(
+        self,
+        pubsub: Any,
+        channels: Sequence[str],
+        errors: Callable[[], AbstractContextManager[None]],
+    ) -> None:
         self._pubsub = pubsub
         self._errors = errors
         # Messages that came while the subscriptions were being confirmed: a message on

@@ -22,8 +22,10 @@ DEFAULT_PORT = 6379
 # A prefix goes between the braces of a Redis Cluster hash tag: no braces, no spaces.
 PREFIX_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 QUERY_OPTIONS = frozenset({"db", "prefix", "password", "ca", "cert", "key"})
-EXPECTED = ("a SQLite file, or a Redis URL: redis://[:PASSWORD@]HOST[:PORT][/DB], "
-            "rediss://... (TLS) or unix:///PATH, with ?db=N and ?prefix=NAME")
+EXPECTED = (
+    "a SQLite file, or a Redis URL: redis://[:PASSWORD@]HOST[:PORT][/DB], "
+    "rediss://... (TLS) or unix:///PATH, with ?db=N and ?prefix=NAME"
+)
 
 
 def is_redis_url(store: str) -> bool:
@@ -66,15 +68,19 @@ class RedisURL:
 
     def client_options(self) -> dict[str, Any]:
         """Keyword arguments for ``redis.Redis`` (timeouts are the caller's)."""
-        options: dict[str, Any] = {"db": self.db, "username": self.username,
-                                   "password": self.password}
+        options: dict[str, Any] = {
+            "db": self.db,
+            "username": self.username,
+            "password": self.password,
+        }
         if self.path is not None:
             options["unix_socket_path"] = self.path
         else:
             options.update(host=self.host, port=self.port)
         if self.tls:
-            options.update(ssl=True, ssl_ca_certs=self.ca, ssl_certfile=self.cert,
-                           ssl_keyfile=self.key)
+            options.update(
+                ssl=True, ssl_ca_certs=self.ca, ssl_certfile=self.cert, ssl_keyfile=self.key
+            )
         return options
 
 
@@ -95,38 +101,58 @@ def parse_redis_url(url: str) -> RedisURL:
     if scheme not in SCHEMES:
         raise ConfigError("store", _scrub(url), EXPECTED)
     query = _query(url, parts.query)
-    password = _one(query, "password") or (unquote(parts.password) if parts.password
-                                          else None)
+    password = _one(query, "password") or (unquote(parts.password) if parts.password else None)
     username = unquote(parts.username) if parts.username else None
     given = _one(query, "prefix")
     prefix = DEFAULT_PREFIX if given is None else given
     if not PREFIX_PATTERN.fullmatch(prefix):
-        raise ConfigError("store", _scrub(url), "a URL whose ?prefix= is 1 to 64 letters, "
-                          "digits or _ . : -")
+        raise ConfigError(
+            "store", _scrub(url), "a URL whose ?prefix= is 1 to 64 letters, digits or _ . : -"
+        )
     db_text = _one(query, "db")
     if scheme == "unix":
         if not parts.path or (parts.netloc not in ("", "localhost") and "@" not in parts.netloc):
             raise ConfigError("store", _scrub(url), "a unix:///PATH URL with an absolute path")
-        return RedisURL(scheme=scheme, host=None, port=None, path=parts.path,
-                        db=_db(url, db_text), prefix=prefix, username=username,
-                        password=password)
+        return RedisURL(
+            scheme=scheme,
+            host=None,
+            port=None,
+            path=parts.path,
+            db=_db(url, db_text),
+            prefix=prefix,
+            username=username,
+            password=password,
+        )
     if not parts.hostname:
         raise ConfigError("store", _scrub(url), f"{EXPECTED} (no host)")
     path_db = parts.path.strip("/")
     if path_db and db_text is not None and path_db != db_text:
         raise ConfigError("store", _scrub(url), "a URL with one database number, not two")
-    return RedisURL(scheme=scheme, host=parts.hostname, port=port or DEFAULT_PORT, path=None,
-                    db=_db(url, db_text if db_text is not None else path_db or None),
-                    prefix=prefix, username=username, password=password,
-                    ca=_one(query, "ca"), cert=_one(query, "cert"), key=_one(query, "key"))
+    return RedisURL(
+        scheme=scheme,
+        host=parts.hostname,
+        port=port or DEFAULT_PORT,
+        path=None,
+        db=_db(url, db_text if db_text is not None else path_db or None),
+        prefix=prefix,
+        username=username,
+        password=password,
+        ca=_one(query, "ca"),
+        cert=_one(query, "cert"),
+        key=_one(query, "key"),
+    )
 
 
 def _query(url: str, query: str) -> dict[str, list[str]]:
     options = parse_qs(query, keep_blank_values=True)
     unknown = sorted(set(options) - QUERY_OPTIONS)
     if unknown:
-        raise ConfigError("store", _scrub(url), f"a URL whose options are among "
-                          f"{', '.join(sorted(QUERY_OPTIONS))} (unknown: {', '.join(unknown)})")
+        raise ConfigError(
+            "store",
+            _scrub(url),
+            f"a URL whose options are among "
+            f"{', '.join(sorted(QUERY_OPTIONS))} (unknown: {', '.join(unknown)})",
+        )
     return options
 
 
@@ -152,4 +178,3 @@ def _scrub(url: str) -> str:
 def shown_store(store: str) -> str:
     """A ``store=`` string as messages show it: a Redis URL without its password."""
     return parse_redis_url(store).redacted if is_redis_url(store) else store
-

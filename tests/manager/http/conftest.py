@@ -30,8 +30,9 @@ from mpsched._transport.tls import TlsConfig
 
 TOKEN = b"s3cret-token-for-tests"
 WORKERS = ("w1", "w2")
-TRACEBACK = ('Traceback (most recent call last):\n  File "jobs.py", line 26, in fail\n'
-             "ValueError: boom\n")
+TRACEBACK = (
+    'Traceback (most recent call last):\n  File "jobs.py", line 26, in fail\nValueError: boom\n'
+)
 
 
 @pytest.fixture
@@ -43,8 +44,9 @@ def clock() -> FakeClock:
 def service(clock: FakeClock) -> Iterator[ManagerService]:
     """A manager's service with two remote workers that joined (on host "elsewhere")."""
     queue = JobQueue(clock=clock)
-    service = ManagerService(queue, clock=clock,
-                             journal=NoJournal(queue, wall=clock.wall, result_ttl=600.0))
+    service = ManagerService(
+        queue, clock=clock, journal=NoJournal(queue, wall=clock.wall, result_ttl=600.0)
+    )
     python, cp = describe_versions()
     for worker_id in WORKERS:
         service.hello(WorkerHello(worker_id, os.getpid(), "elsewhere", python, cp, True, ""))
@@ -57,8 +59,9 @@ def serve(service: ManagerService) -> Iterator[Callable[..., StatusServer]]:
     """Start status servers of ``service``; each is stopped when the test ends."""
     started: list[StatusServer] = []
 
-    def start(token: bytes | None = None, host: str = "127.0.0.1",
-              tls: TlsConfig | None = None) -> StatusServer:
+    def start(
+        token: bytes | None = None, host: str = "127.0.0.1", tls: TlsConfig | None = None
+    ) -> StatusServer:
         server = StatusServer(HttpConfig(host=host, port=0, token=token, tls=tls), service)
         started.append(server)
         server.start()
@@ -87,8 +90,14 @@ def port_of(server: StatusServer) -> int:
     return int(server.url.rsplit(":", 1)[1].strip("/"))
 
 
-def request(server: StatusServer, path: str, *, method: str = "GET", token: bytes | None = None,
-            headers: dict[str, str] | None = None) -> Answer:
+def request(
+    server: StatusServer,
+    path: str,
+    *,
+    method: str = "GET",
+    token: bytes | None = None,
+    headers: dict[str, str] | None = None,
+) -> Answer:
     """One request on a connection of its own."""
     conn = http.client.HTTPConnection("127.0.0.1", port_of(server), timeout=10)
     try:
@@ -115,19 +124,39 @@ def raw_exchange(server: StatusServer, data: bytes) -> bytes:
     return received
 
 
-def submit(service: ManagerService, job_id: str, priority: Priority = Priority.MEDIUM,
-           delay: float = 0.0, retries: int = 0) -> None:
+def submit(
+    service: ManagerService,
+    job_id: str,
+    priority: Priority = Priority.MEDIUM,
+    delay: float = 0.0,
+    retries: int = 0,
+) -> None:
     assert isinstance(service.queue, JobQueue)
-    service.queue.submit(JobRequest(job_id, "client", b"payload", priority.level, delay, None,
-                                    retries=retries, name=f"jobs:{job_id}"))
+    service.queue.submit(
+        JobRequest(
+            job_id,
+            "client",
+            b"payload",
+            priority.level,
+            delay,
+            None,
+            retries=retries,
+            name=f"jobs:{job_id}",
+        )
+    )
 
 
 def run(service: ManagerService, worker: str, ok: bool = True) -> str:
     """``worker`` takes the next due job and reports it; returns its id."""
     [wire] = service.take(worker, None, 0)
     assignment = assignment_from_wire(wire)
-    outcome = Outcome(assignment.lease.job_id, ok, pickle.dumps(7 if ok else ValueError()),
-                      "" if ok else TRACEBACK, None)
+    outcome = Outcome(
+        assignment.lease.job_id,
+        ok,
+        pickle.dumps(7 if ok else ValueError()),
+        "" if ok else TRACEBACK,
+        None,
+    )
     service.finish(worker, [report_to_wire(Report(assignment.lease.lease_id, outcome))])
     return assignment.lease.job_id
 
@@ -136,9 +165,29 @@ def run(service: ManagerService, worker: str, ok: bool = True) -> str:
 def self_signed(tmp_path_factory: pytest.TempPathFactory) -> TlsConfig:
     """A certificate that is its own CA, made with the openssl CLI; key mode 0600."""
     where = tmp_path_factory.mktemp("http-cert")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2", "-keyout",
-                    "key.pem", "-out", "cert.pem", "-subj", "/CN=mpsched http test"],
-                   cwd=where, check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "2",
+            "-keyout",
+            "key.pem",
+            "-out",
+            "cert.pem",
+            "-subj",
+            "/CN=mpsched http test",
+        ],
+        cwd=where,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     os.chmod(where / "key.pem", 0o600)
     return TlsConfig(cert=Path(where / "cert.pem"), key=Path(where / "key.pem"))

@@ -15,8 +15,8 @@ from mpsched._protocol.codec import assignment_from_wire
 
 
 def test_a_running_job_shows_its_latest_progress_and_an_ended_one_keeps_it(
-        service: ManagerService, clock: FakeClock,
-        serve: Callable[..., StatusServer]) -> None:
+    service: ManagerService, clock: FakeClock, serve: Callable[..., StatusServer]
+) -> None:
     server = serve()
     submit(service, "long")
     [wire] = service.take("w1", None, 0)
@@ -31,15 +31,20 @@ def test_a_running_job_shows_its_latest_progress_and_an_ended_one_keeps_it(
 
 
 def test_a_failed_job_shows_its_error_and_traceback_after_newer_failures(
-        service: ManagerService, clock: FakeClock,
-        serve: Callable[..., StatusServer]) -> None:
+    service: ManagerService, clock: FakeClock, serve: Callable[..., StatusServer]
+) -> None:
     server = serve()
     for n in range(KEEP + 1):  # the first is no longer among the dashboard's failures
         submit(service, f"bad-{n}")
         assert run(service, "w1", ok=False) == f"bad-{n}"
     first = request(server, "/api/jobs/bad-0").json()
-    assert (first["state"], first["error"], first["traceback"]) == \
-        ("failed", "ValueError: boom", TRACEBACK)
+    assert (first["state"], first["error"], first["traceback"]) == (
+        "failed",
+        "ValueError: boom",
+        TRACEBACK,
+    )
     listed = request(server, "/api/jobs?state=failed&limit=2").json()
     assert [(j["job_id"], j["error"]) for j in listed] == [
-        ("bad-0", "ValueError: boom"), ("bad-1", "ValueError: boom")]
+        ("bad-0", "ValueError: boom"),
+        ("bad-1", "ValueError: boom"),
+    ]

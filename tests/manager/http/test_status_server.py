@@ -54,7 +54,8 @@ def token_file(tmp_path: Path, content: bytes = TOKEN, mode: int = 0o600) -> Pat
 
 
 def test_a_non_loopback_address_needs_a_token_and_tls(
-        tmp_path: Path, self_signed: TlsConfig) -> None:
+    tmp_path: Path, self_signed: TlsConfig
+) -> None:
     with pytest.raises(ConfigError, match="token file"):
         http_config("0.0.0.0:8080")
     with pytest.raises(ConfigError, match="TLS"):
@@ -66,11 +67,18 @@ def test_a_non_loopback_address_needs_a_token_and_tls(
     assert http_config("127.0.0.1:0").token is None  # loopback: read-only without one
 
 
-@pytest.mark.parametrize(("content", "mode", "problem"), [
-    (TOKEN, 0o644, "readable by others"), (b"  ", 0o600, "is empty"),
-    ("tök en".encode(), 0o600, "cannot carry")], ids=["readable", "empty", "not-a-header"])
+@pytest.mark.parametrize(
+    ("content", "mode", "problem"),
+    [
+        (TOKEN, 0o644, "readable by others"),
+        (b"  ", 0o600, "is empty"),
+        ("tök en".encode(), 0o600, "cannot carry"),
+    ],
+    ids=["readable", "empty", "not-a-header"],
+)
 def test_a_token_file_must_be_private_and_hold_a_token(
-        tmp_path: Path, content: bytes, mode: int, problem: str) -> None:
+    tmp_path: Path, content: bytes, mode: int, problem: str
+) -> None:
     with pytest.raises(AuthenticationError, match=problem):
         http_config("127.0.0.1:0", token_file(tmp_path, content, mode))
 
@@ -81,22 +89,28 @@ def test_an_address_must_be_host_and_port_or_a_port_on_loopback() -> None:
             http_config(bad)  # type: ignore[arg-type]
     for port in ("8080", 8080):
         config = http_config(port)
-        assert (config.host, config.port, config.url()) == \
-            ("127.0.0.1", 8080, "http://127.0.0.1:8080/")
+        assert (config.host, config.port, config.url()) == (
+            "127.0.0.1",
+            8080,
+            "http://127.0.0.1:8080/",
+        )
 
 
 def test_the_url_of_a_server_on_every_interface_names_this_host(
-        tmp_path: Path, self_signed: TlsConfig) -> None:
+    tmp_path: Path, self_signed: TlsConfig
+) -> None:
     config = http_config("0.0.0.0:8443", token_file(tmp_path), self_signed)
     assert config.url(8443) == f"https://{socket.gethostname()}:8443/"
 
 
 def test_with_a_token_every_request_carries_it_but_the_page(
-        serve: Callable[..., StatusServer]) -> None:
+    serve: Callable[..., StatusServer],
+) -> None:
     server = serve(token=TOKEN)
-    for token, says in ((None, "this server needs its token: send Authorization: Bearer"),
-                        (b"wrong-token", "wrong token: this server takes the one in its "
-                                         "--http-token-file")):
+    for token, says in (
+        (None, "this server needs its token: send Authorization: Bearer"),
+        (b"wrong-token", "wrong token: this server takes the one in its --http-token-file"),
+    ):
         answer = request(server, "/api/dashboard", token=token)
         assert answer.status == 401 and answer.headers["WWW-Authenticate"].startswith("Bearer")
         assert one_line(answer.body).startswith(says)
@@ -107,7 +121,8 @@ def test_with_a_token_every_request_carries_it_but_the_page(
 
 
 def test_without_a_token_the_server_is_read_only(
-        service: ManagerService, serve: Callable[..., StatusServer]) -> None:
+    service: ManagerService, serve: Callable[..., StatusServer]
+) -> None:
     submit(service, "later", delay=60)
     server = serve()
     answer = request(server, "/api/jobs/later/cancel", method="POST")
@@ -116,13 +131,33 @@ def test_without_a_token_the_server_is_read_only(
 
 
 def test_a_token_holder_cancels_a_pending_job_and_pauses_and_resumes_a_schedule(
-        service: ManagerService, clock: FakeClock,
-        serve: Callable[..., StatusServer]) -> None:
+    service: ManagerService, clock: FakeClock, serve: Callable[..., StatusServer]
+) -> None:
     submit(service, "later", Priority.LOW, delay=60)
     assert isinstance(service.queue, JobQueue)
-    service.add_schedule(tuple(ScheduleSpec(
-        "tick", ScheduleKind.EVERY, 10.0, Mode.RATE, "", "", 5.0, None, 0.0, Overlap.SKIP,
-        Catchup.LATEST, OnError.CONTINUE, 2, None, 0, "jobs:tick", b"payload")))
+    service.add_schedule(
+        tuple(
+            ScheduleSpec(
+                "tick",
+                ScheduleKind.EVERY,
+                10.0,
+                Mode.RATE,
+                "",
+                "",
+                5.0,
+                None,
+                0.0,
+                Overlap.SKIP,
+                Catchup.LATEST,
+                OnError.CONTINUE,
+                2,
+                None,
+                0,
+                "jobs:tick",
+                b"payload",
+            )
+        )
+    )
     server = serve(token=TOKEN)
     answer = request(server, "/api/jobs/later/cancel", method="POST", token=TOKEN)
     assert answer.status == 200 and answer.json() == {"job_id": "later", "cancelled": True}
@@ -139,13 +174,13 @@ def test_a_token_holder_cancels_a_pending_job_and_pauses_and_resumes_a_schedule(
 
 
 def test_https_with_a_token_on_every_interface(
-        serve: Callable[..., StatusServer], self_signed: TlsConfig) -> None:
+    serve: Callable[..., StatusServer], self_signed: TlsConfig
+) -> None:
     server = serve(token=TOKEN, host="0.0.0.0", tls=self_signed)
     assert server.url.startswith(f"https://{socket.gethostname()}:")
     context = ssl.create_default_context(cafile=str(self_signed.cert))
     context.check_hostname = False
-    conn = http.client.HTTPSConnection("127.0.0.1", port_of(server), timeout=10,
-                                       context=context)
+    conn = http.client.HTTPSConnection("127.0.0.1", port_of(server), timeout=10, context=context)
     try:
         conn.request("GET", "/metrics", headers={"Authorization": f"Bearer {TOKEN.decode()}"})
         answer = conn.getresponse()
@@ -159,36 +194,69 @@ def test_https_with_a_token_on_every_interface(
 # ------------------------------------------------------------------------ bad requests
 
 
-@pytest.mark.parametrize(("path", "status"), [
-    ("/nothing-here", 404), ("/api/jobs?state=bogus", 400), ("/api/jobs?limit=0", 400),
-    ("/api/jobs?limit=many", 400), ("/api/jobs?limit=99999999999999999999", 400),
-    ("/api/jobs?limit=1&limit=2", 400), ("/api/jobs?colour=red", 400),
-    ("/api/jobs?%zz", 400), ("/api/jobs/", 404), ("/api/jobs/x/y/z/w", 404)])
+@pytest.mark.parametrize(
+    ("path", "status"),
+    [
+        ("/nothing-here", 404),
+        ("/api/jobs?state=bogus", 400),
+        ("/api/jobs?limit=0", 400),
+        ("/api/jobs?limit=many", 400),
+        ("/api/jobs?limit=99999999999999999999", 400),
+        ("/api/jobs?limit=1&limit=2", 400),
+        ("/api/jobs?colour=red", 400),
+        ("/api/jobs?%zz", 400),
+        ("/api/jobs/", 404),
+        ("/api/jobs/x/y/z/w", 404),
+    ],
+)
 def test_a_bad_path_or_query_gets_a_4xx_and_one_line(
-        serve: Callable[..., StatusServer], path: str, status: int) -> None:
+    serve: Callable[..., StatusServer], path: str, status: int
+) -> None:
     answer = request(serve(), path)
     assert answer.status == status, answer.text
     assert answer.headers["Content-Type"].startswith("text/plain")
     one_line(answer.body)
 
 
-@pytest.mark.parametrize(("raw", "status"), [
-    (b"NOT HTTP AT ALL\r\n\r\n", 400),
-    (b"PUT /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n", 405),
-    (b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"x" * 20_000 + b"\r\n\r\n", 431),
-    (b"GET /" + b"a" * 20_000 + b" HTTP/1.1\r\n\r\n", 431),
-    (b"POST /api/jobs/x/cancel HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 99999\r\n\r\n",
-     413),
-    (b"POST /api/jobs/x/cancel HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-     b"Transfer-Encoding: chunked\r\n\r\n", 411),
-    (b"GET /metrics HTTP/1.1\r\nHost: evil.example:80\r\nConnection: close\r\n\r\n", 421),
-    (b"GET /metrics HTTP/9.9\r\n\r\n", 505),
-], ids=["garbage", "put", "huge-header", "huge-line", "huge-body", "chunked",
-        "rebound-host", "version"])
+@pytest.mark.parametrize(
+    ("raw", "status"),
+    [
+        (b"NOT HTTP AT ALL\r\n\r\n", 400),
+        (b"PUT /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n", 405),
+        (b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"x" * 20_000 + b"\r\n\r\n", 431),
+        (b"GET /" + b"a" * 20_000 + b" HTTP/1.1\r\n\r\n", 431),
+        (
+            b"POST /api/jobs/x/cancel HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 99999\r\n\r\n",
+            413,
+        ),
+        (
+            b"POST /api/jobs/x/cancel HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n",
+            411,
+        ),
+        (b"GET /metrics HTTP/1.1\r\nHost: evil.example:80\r\nConnection: close\r\n\r\n", 421),
+        (b"GET /metrics HTTP/9.9\r\n\r\n", 505),
+    ],
+    ids=[
+        "garbage",
+        "put",
+        "huge-header",
+        "huge-line",
+        "huge-body",
+        "chunked",
+        "rebound-host",
+        "version",
+    ],
+)
 def test_a_malformed_request_gets_a_4xx_and_one_line(
-        serve: Callable[..., StatusServer], raw: bytes, status: int) -> None:
-    answer = raw_exchange(serve(), raw if b"Connection" in raw or b"HTTP/1.1" not in raw
-                          else raw.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n", 1))
+    serve: Callable[..., StatusServer], raw: bytes, status: int
+) -> None:
+    answer = raw_exchange(
+        serve(),
+        raw
+        if b"Connection" in raw or b"HTTP/1.1" not in raw
+        else raw.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n", 1),
+    )
     head, _, body = answer.partition(b"\r\n\r\n")
     assert status_of(head) == status, answer[:300]
     one_line(body)
@@ -198,8 +266,10 @@ def test_head_is_get_without_the_body(serve: Callable[..., StatusServer]) -> Non
     server = serve()
     length = len(request(server, "/").body)
     with connect(server) as sock:  # one kept-alive connection: a body would garble the next
-        sock.sendall(b"HEAD / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
-                     b"GET /nothing HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        sock.sendall(
+            b"HEAD / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+            b"GET /nothing HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+        )
         received = b""
         while chunk := sock.recv(65536):
             received += chunk
@@ -214,8 +284,10 @@ def test_head_is_get_without_the_body(serve: Callable[..., StatusServer]) -> Non
 
 
 def test_an_error_of_the_server_is_logged_and_answered_500_in_one_line(
-        serve: Callable[..., StatusServer], monkeypatch: pytest.MonkeyPatch,
-        caplog: pytest.LogCaptureFixture) -> None:
+    serve: Callable[..., StatusServer],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     server = serve()
 
     def broken(*args: object, **kwargs: object) -> None:
@@ -239,8 +311,9 @@ def quick_deadline(monkeypatch: pytest.MonkeyPatch) -> Iterator[float]:
 
 
 def connect(server: StatusServer, source: str = "127.0.0.1") -> socket.socket:
-    sock = socket.create_connection(("127.0.0.1", port_of(server)), timeout=10,
-                                    source_address=(source, 0))
+    sock = socket.create_connection(
+        ("127.0.0.1", port_of(server)), timeout=10, source_address=(source, 0)
+    )
     return sock
 
 
@@ -257,15 +330,17 @@ def _still_open(sock: socket.socket) -> bool:
 
 
 def test_idle_connections_past_the_cap_of_one_address_make_room_oldest_first(
-        serve: Callable[..., StatusServer], caplog: pytest.LogCaptureFixture) -> None:
+    serve: Callable[..., StatusServer], caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.WARNING, logger="mpsched.http")
     server = serve()
     connections = server._listener.connections
     others = [connect(server, source="127.0.0.2") for _ in range(3)]
     idle = [connect(server) for _ in range(MAX_PER_ADDRESS)]
     try:
-        wait_for(lambda: len(connections.socks()) == MAX_PER_ADDRESS + 3,
-                 what="every connection counted")
+        wait_for(
+            lambda: len(connections.socks()) == MAX_PER_ADDRESS + 3, what="every connection counted"
+        )
         # A request past 127.0.0.1's cap is answered: the oldest idle one makes room.
         assert request(server, "/metrics").status == 200
         assert idle[0].recv(1) == b""
@@ -283,8 +358,8 @@ def test_idle_connections_past_the_cap_of_one_address_make_room_oldest_first(
 
 
 def test_a_client_trickling_its_request_is_cut_off_at_its_deadline_and_others_are_served(
-        service: ManagerService, serve: Callable[..., StatusServer],
-        quick_deadline: float) -> None:
+    service: ManagerService, serve: Callable[..., StatusServer], quick_deadline: float
+) -> None:
     server = serve()
     with connect(server) as slow:
         started = time.monotonic()
@@ -305,7 +380,8 @@ def test_a_client_trickling_its_request_is_cut_off_at_its_deadline_and_others_ar
 
 
 def test_idle_clients_do_not_stop_the_queue_or_other_requests(
-        service: ManagerService, serve: Callable[..., StatusServer]) -> None:
+    service: ManagerService, serve: Callable[..., StatusServer]
+) -> None:
     server = serve()
     stuck = [connect(server) for _ in range(MAX_PER_ADDRESS - 1)]
     for sock in stuck:
@@ -355,12 +431,15 @@ def test_answers_go_out_without_waiting_for_acks(serve: Callable[..., StatusServ
 
 
 def test_a_client_that_expects_100_continue_hears_it_at_once(
-        serve: Callable[..., StatusServer]) -> None:
+    serve: Callable[..., StatusServer],
+) -> None:
     server = serve(token=TOKEN)
     with connect(server) as sock:
-        sock.sendall(b"POST /api/jobs/x/cancel HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: "
-                     b"Bearer " + TOKEN + b"\r\nContent-Length: 2\r\nExpect: 100-continue"
-                     b"\r\n\r\n")
+        sock.sendall(
+            b"POST /api/jobs/x/cancel HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: "
+            b"Bearer " + TOKEN + b"\r\nContent-Length: 2\r\nExpect: 100-continue"
+            b"\r\n\r\n"
+        )
         assert sock.recv(25).startswith(b"HTTP/1.1 100 Continue")  # before any body is sent
         sock.sendall(b"{}")
         received = b""
@@ -372,13 +451,18 @@ def test_a_client_that_expects_100_continue_hears_it_at_once(
 
 
 def test_a_body_that_never_comes_is_a_408_not_an_error_of_the_server(
-        serve: Callable[..., StatusServer], monkeypatch: pytest.MonkeyPatch,
-        caplog: pytest.LogCaptureFixture) -> None:
+    serve: Callable[..., StatusServer],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     monkeypatch.setattr(server_module, "IO_TIMEOUT", 0.2)
     server = serve(token=TOKEN)
     with caplog.at_level(logging.ERROR, logger="mpsched.http"):
-        answer = raw_exchange(server, b"POST /api/jobs/x/cancel HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                              b"Authorization: Bearer " + TOKEN + b"\r\nContent-Length: 9\r\n"
-                              b"\r\n{")
+        answer = raw_exchange(
+            server,
+            b"POST /api/jobs/x/cancel HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Authorization: Bearer " + TOKEN + b"\r\nContent-Length: 9\r\n"
+            b"\r\n{",
+        )
     assert status_of(answer) == 408
     assert not caplog.records
