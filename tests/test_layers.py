@@ -120,7 +120,7 @@ LAYERS: list[tuple[str, list[set[str]]]] = [
         [
             {"job_future", "outbox", "link", "store_failures"},
             {"outage", "schedule_handle", "future_table"},
-            {"results"},
+            {"results", "cancels", "watches", "unsent"},
             {"core"},
             {"base"},
             {"recurring"},

@@ -9,6 +9,11 @@ outcomes from the manager in batches (mpsched._client.results) and resolves them
 kept apart from the ``Client`` object so that the thread never holds a Client (or
 Scheduler) alive: dropping the last reference lets its finalizer stop the manager.
 
+Its other roles are named helpers it owns: ``Cancels`` takes jobs back
+(mpsched._client.cancels), ``Watches`` asks for jobs named by id (mpsched._client.watches),
+and ``UnsentBatches`` deals with the batches the outbox could not send
+(mpsched._client.unsent).
+
 When the connection to the manager is lost, a client that can reconnect (a client of
 ``mpsched.connect()``) rides the outage out in its result thread (mpsched._client.outage), and
 carries on under the same client id once a manager answers at the address again. A client
@@ -23,24 +28,23 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
+from mpsched._client.cancels import Cancels
 from mpsched._client.future_table import FutureTable
 from mpsched._client.job_future import JobFuture, settle_cancelled
 from mpsched._client.link import DISCONNECTED, ManagerLink
 from mpsched._client.outbox import Outbox
 from mpsched._client.results import serve_outcomes
-from mpsched._client.store_failures import StoreFailures
+from mpsched._client.unsent import UnsentBatches
+from mpsched._client.watches import Watches
 from mpsched._core.job import JobRequest, Outcome, OutcomeKind, Payload
 from mpsched._errors import (
-    InvalidJobError,
     ManagerConnectionLostError,
     MpschedError,
     PayloadTooLargeError,
     ResultUnpicklingError,
     SchedulerShutdownError,
-    StoreError,
-    StoreUnavailableError,
 )
 from mpsched._payload import frames, shm
 from mpsched._payload.pickling import loads, remote_exception
@@ -53,8 +57,6 @@ from mpsched._transport.sockets import describe_versions
 from mpsched._transport.wire import FastConnection
 
 log = logging.getLogger("mpsched.client")
-
-T = TypeVar("T")
 
 MAP_BATCH = 256  # jobs per manager call in map()
 
@@ -100,14 +102,14 @@ class ClientCore:
         self.batch_size = min(MAP_BATCH, max_pending or MAP_BATCH)
         # A bounded queue must report QueueFullError at the call site: send synchronously.
         bounded = max_pending is not None or options.max_pending_bytes is not None
-        # One line when the manager's store starts failing this client's batches, and
-        # one when it stops: never a line per batch.
-        self._store_failures = StoreFailures(self.client_id)
+        unsent = UnsentBatches(self.client_id, self.link, self._futures, self.release)
         self.outbox = (
             None
             if bounded
-            else Outbox(service, self._unsent, self.release, on_sent=self._store_failures.sent)
+            else Outbox(service, unsent.refused, self.release, on_sent=unsent.store_failures.sent)
         )
+        self._cancels = Cancels(self.client_id, self.link, self._futures, self.outbox, self.ended)
+        self._watches = Watches(self, self.client_id, self.link, self._futures, self.resolve)
         self._thread = self._start_result_thread(service)
 
     def _start_result_thread(self, service: ServiceProxy) -> threading.Thread:
@@ -174,71 +176,28 @@ class ClientCore:
             self.outbox.wait_sent(job_id, timeout)
 
     def watch(self, job_id: str) -> JobFuture[Any]:
-        """A future for any job the manager knows (this client's own, another's, or one
-        from before a restart): done already if the job has ended, else the manager sends
-        its outcome here too.
-
-        Raises:
-            JobNotFoundError: the manager knows no such job.
-            SchedulerShutdownError: the client is closed.
-            ManagerConnectionLostError: the manager is unreachable.
-        """
-        future: JobFuture[Any] = JobFuture(self, job_id, watched=True)
-        kept = self._futures.watch(future)
-        if kept is not future:
-            return kept
-        outcome = self._ask_for(job_id, lambda service: service.watch(self.client_id, job_id))
-        if outcome is not None:  # it has ended: resolved before the caller sees it
-            self.resolve(outcome)
-        return future
+        """A future for any job the manager knows; see :meth:`Watches.watch`."""
+        return self._watches.watch(job_id)
 
     def requeue(self, job_id: str) -> JobFuture[Any]:
-        """Put a failed or cancelled job back in the queue by id (Client.requeue); its
-        end comes to this client, to the future returned, registered before the manager
-        is asked so that no end can come first.
+        """Put a failed or cancelled job back in the queue; see :meth:`Watches.requeue`."""
+        return self._watches.requeue(job_id)
 
-        Raises:
-            InvalidJobError: this client waits for the job already (it is pending or
-                running), or the manager refused (see ManagerService.requeue).
-            JobNotFoundError, SchedulerShutdownError, ManagerConnectionLostError.
-        """
-        future: JobFuture[Any] = JobFuture(self, job_id)
-        if self._futures.watch(future) is not future:
-            raise InvalidJobError(
-                f"job {job_id} cannot be requeued: it is pending or "
-                f"running (only a failed or cancelled job can be)"
-            )
-        self._ask_for(job_id, lambda service: service.requeue(self.client_id, job_id))
-        return future
+    def cancel_job(self, job_id: str) -> bool:
+        """Take a job back; True if the caller now settles its future (see Cancels)."""
+        return self._cancels.cancel_job(job_id)
 
-    def _ask_for(self, job_id: str, call: Callable[[ServiceProxy], T]) -> T:
-        """``call`` the manager for a future of ``job_id`` just registered; on any error
-        the future is forgotten, and a lost connection raised as the link says."""
-        service = self.service
-        try:
-            return call(service)
-        except DISCONNECTED as exc:
-            self.forget(job_id)
-            if isinstance(exc, StoreError):
-                raise
-            raise self.link.lost(exc, service) from exc
-        except BaseException:
-            self.forget(job_id)
-            raise
+    def cancel_jobs(self, job_ids: list[str]) -> int:
+        """Cancel several jobs with one manager call at most; returns how many were."""
+        return self._cancels.cancel_jobs(job_ids)
+
+    def cancel_pending(self, *, not_due_only: bool = False) -> int:
+        """Cancel every job of this client not yet taken; see :meth:`Cancels.cancel_pending`."""
+        return self._cancels.cancel_pending(not_due_only=not_due_only)
 
     def leave_not_due(self, why: str) -> int:
-        """Stop waiting for this client's jobs not yet due (a store keeps them for the next
-        manager): their futures fail with SchedulerShutdownError. Returns how many."""
-        if self.outbox is not None:
-            self.outbox.flush()
-        with contextlib.suppress(*DISCONNECTED):
-            job_ids = self.service.not_due(self.client_id)
-            futures = self._futures.pop_many(job_ids)
-            for future in futures:
-                if future.set_running_or_notify_cancel():
-                    future.set_exception(SchedulerShutdownError(f"job {future.id_nowait} {why}"))
-            return len(futures)
-        return 0
+        """Stop waiting for this client's jobs not yet due; see :meth:`Cancels.leave_not_due`."""
+        return self._cancels.leave_not_due(why)
 
     def fail_watched(self, error: MpschedError) -> None:
         """Fail the futures of jobs this client only watches (it will not wait for them)."""
@@ -252,89 +211,12 @@ class ClientCore:
         return self._futures.pop(job_id) is not None
 
     def outstanding(self) -> list[JobFuture[Any]]:
+        """The futures this client still waits for, left in."""
         return self._futures.futures()
 
     def waiting(self) -> int:
         """How many outcomes this client still waits for (its unresolved futures)."""
         return len(self._futures)
-
-    def _unsent(self, requests: list[JobRequest], error: BaseException) -> None:
-        # A batch the manager refused: its store could not take it (the manager carries
-        # on, so does this client: those futures fail with the store's error), or the
-        # manager is stopping (the client closes). Or the connection was lost, and the
-        # batch may or may not have reached the manager: one with a store tells after the
-        # outage (until then the futures wait); else they fail.
-        failure: BaseException = error
-        if isinstance(error, DISCONNECTED) and not isinstance(error, StoreError):
-            failure = self.link.lost(
-                error,
-                self.service,
-                "the job may have reached the "
-                "manager (and may run) or not: without a store nothing "
-                "tells which",
-            )
-            if self._futures.hold_in_doubt(requests):
-                log.info(
-                    "a batch of %d job(s) lost its connection on its way; the "
-                    "manager is asked about it once it is back",
-                    len(requests),
-                )
-                return
-        if isinstance(error, StoreUnavailableError):
-            self._store_failures.failed(len(requests), error)
-        else:
-            log.error("could not send %d job(s) to the manager: %r", len(requests), error)
-        stopping = not isinstance(error, DISCONNECTED)  # StoreError is one
-        if stopping:
-            failure = SchedulerShutdownError(f"the job could not be sent to the manager: {error!r}")
-        futures = self._futures.pop_many([r.job_id for r in requests], close=stopping)
-        self.release(requests)
-        for future in futures:
-            if future.set_running_or_notify_cancel():
-                future.set_exception(failure)
-
-    def cancel_job(self, job_id: str) -> bool:
-        """Take a job back from the outbox or the heap. True if it will never run and
-        the caller now owns its future (it left ``_futures``: settle it)."""
-        if self.outbox is not None and self.outbox.withdraw(job_id):
-            return self.forget(job_id)
-        try:
-            removed = self.link.ask(lambda service: service.cancel(job_id, self.client_id))
-        except ManagerConnectionLostError:
-            return False
-        if removed:
-            self.ended([job_id])
-        return removed and self.forget(job_id)
-
-    def cancel_jobs(self, job_ids: list[str]) -> int:
-        """Cancel several jobs with one manager call at most; returns how many were
-        cancelled (the others had started, or finished)."""
-        withdrawn: list[str] = []
-        rest: list[str] = []
-        for job_id in job_ids:
-            unsent = self.outbox is not None and self.outbox.withdraw(job_id)
-            (withdrawn if unsent else rest).append(job_id)
-        removed: list[str] = []
-        if rest:
-            with contextlib.suppress(*DISCONNECTED):
-                removed = self.service.cancel_many(rest)
-        self.ended(removed)
-        return self._settle(withdrawn + removed)
-
-    def cancel_pending(self, *, not_due_only: bool = False) -> int:
-        """Cancel every job of this client not yet taken (shutdown(cancel_futures)); with
-        ``not_due_only``, after sending what is unsent, only those whose due time is still
-        ahead (interpreter exit). Returns how many were cancelled."""
-        cancelled = 0
-        if self.outbox is not None:
-            if not not_due_only:
-                cancelled += self._settle(self.outbox.withdraw_all())  # waiters hear at once
-            self.outbox.flush()  # a batch on its way must land before we cancel the rest
-        with contextlib.suppress(*DISCONNECTED):
-            removed = self.service.cancel_client(self.client_id, not_due_only)
-            self.ended(removed)
-            cancelled += self._settle(removed)
-        return cancelled
 
     def check_payload(self, payload: Payload) -> None:
         """Refuse, at the call site, a job pickle larger than the store takes (with the
@@ -372,12 +254,8 @@ class ClientCore:
         for segment in self._futures.free_segments(job_ids):
             self.pool.returned(segment)
 
-    def _settle(self, cancelled_ids: list[str]) -> int:
-        for future in self._futures.pop_many(cancelled_ids):
-            settle_cancelled(future)
-        return len(cancelled_ids)
-
     def _collect_loop(self, connection: FastConnection) -> None:
+        """The result thread: resolve outcomes until it ends, then close the client."""
         self.link.service.use_connection(connection)
         # However this thread ends, every outstanding future fails and the client closes:
         # nobody else would ever resolve them.
@@ -403,10 +281,11 @@ class ClientCore:
         return self._futures.job_ids()
 
     def take_in_doubt(self) -> list[JobRequest]:
-        """The batches whose submit lost its connection (see _unsent), handed over."""
+        """The batches whose submit lost its connection (see UnsentBatches.refused), handed over."""
         return self._futures.take_in_doubt()
 
     def resolve(self, outcome: Outcome) -> None:
+        """Resolve a job's future with its outcome (nothing if it has none any more)."""
         future = self._futures.pop(outcome.job_id)
         if future is None:
             return
@@ -431,11 +310,13 @@ class ClientCore:
         future.set_exception(remote_exception(outcome))
 
     def fail(self, job_ids: list[str], error: MpschedError) -> None:
+        """Fail the futures of these jobs, of those this client still has."""
         for future in self._futures.pop_many(job_ids):
             if future.set_running_or_notify_cancel():
                 future.set_exception(error)
 
     def fail_all(self, error: MpschedError) -> None:
+        """Fail every future this client has."""
         for future in self._futures.pop_all():
             if future.set_running_or_notify_cancel():
                 future.set_exception(error)
