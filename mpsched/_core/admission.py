@@ -23,7 +23,7 @@ from mpsched._core.queues import PendingQueues
 class Admission:
     """The limits of one JobQueue and the parked jobs' way back into its heaps.
 
-    ``push`` is the queue's move of a job into its heap (it tells takers of a new head).
+    ``push`` is the move of a job into the heap (HandOut's: it tells takers of a new head).
     """
 
     def __init__(

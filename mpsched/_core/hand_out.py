@@ -12,6 +12,11 @@ instead of all of them.
 A worker that leaves has its prefetched jobs taken back (revoke) or its leases ended and
 its id retired (release_worker, retire_if_leased).
 
+It owns the parts a take consults: the Prefetcher (jobs handed out ahead) and the
+Admission (limits). Every part moves jobs into and out of the heap through its
+:meth:`HandOut.push_locked` and :meth:`HandOut.pop_due_locked`, which tell the takers,
+the prefetched jobs and the waiting submitters what changed.
+
 No lock of its own: it shares its JobQueue's. Methods ending in ``_locked`` are called
 with it held; the others take it.
 """
@@ -25,8 +30,10 @@ from mpsched._core.admission import Admission
 from mpsched._core.clock import Clock, Waitable, ahead
 from mpsched._core.job import Assignment, Job
 from mpsched._core.leases import Leases, LostLease
-from mpsched._core.prefetch import Prefetcher
+from mpsched._core.limits import Limits
+from mpsched._core.prefetch import Claims, Prefetcher
 from mpsched._core.queues import PendingQueues, Queues
+from mpsched._core.room import Room
 from mpsched._core.wall_offset import WallOffset
 from mpsched._errors import SchedulerShutdownError
 
@@ -47,11 +54,9 @@ class _Takers:
 
 
 class HandOut:
-    """The taking side of one JobQueue, guarded by that queue's ``lock``.
-
-    ``push`` and ``pop_due`` are the queue's moves of a job into and out of its heap (they
-    tell takers of a new head, prefetched jobs of one that goes before them, and
-    submitters of room).
+    """The taking side of one JobQueue, guarded by that queue's ``lock``: its takers, the
+    jobs it hands out ahead (``prefetch``), its limits (``admission``), and the heap's two
+    moves every part goes through (:meth:`push_locked`, :meth:`pop_due_locked`).
     """
 
     def __init__(
@@ -59,23 +64,31 @@ class HandOut:
         lock: threading.Lock,
         clock: Clock,
         pending: PendingQueues,
+        room: Room,
         wall: WallOffset,
         leases: Leases,
-        prefetch: Prefetcher,
-        admission: Admission,
-        *,
-        push: Callable[[Job], None],
-        pop_due: Callable[[float, float, Queues], Job | None],
+        limits: Limits,
+        claims: Claims | None,
     ) -> None:
         self._lock = lock  # the queue's: guards every field below
         self._clock = clock
         self._pending = pending
+        self._room = room
         self._wall = wall
         self._leases = leases
-        self._prefetch = prefetch
-        self._admission = admission
-        self._push = push
-        self._pop_due = pop_due
+        self.admission = Admission(limits, clock, pending, push=self.push_locked)
+        leases.on_limited_end = self.admission.ended_locked
+        self.prefetch = Prefetcher(
+            lock,
+            clock,
+            pending,
+            leases,
+            wall,
+            claims,
+            self.admission,
+            push=self.push_locked,
+            pop_due=self.pop_due_locked,
+        )
         # The takers of each list of queues (None: every queue); the plain path has one.
         self._groups: dict[Queues, _Takers] = {None: _Takers(clock.condition(lock))}
         self.waiting = 0  # takers and submitters inside a wait
@@ -88,6 +101,23 @@ class HandOut:
         if group is None:
             group = self._groups[queues] = _Takers(self._clock.condition(self._lock))
         return group
+
+    def push_locked(self, job: Job) -> None:
+        """Put ``job`` in the heap: a taker is told of a new head, and a prefetched job it
+        goes before is to be revoked (``Prefetcher.revoke_called_for``, after the lock)."""
+        self._pending.push(job)
+        if self._pending.is_head(job):
+            self.new_head_locked()
+        if self.prefetch:
+            self.prefetch.overtaken_locked(job, self._clock.now())
+
+    def pop_due_locked(self, now: float, early: float = 0.0, queues: Queues = None) -> Job | None:
+        """The next job due (``early`` seconds ahead) of ``queues`` out of its heap; room
+        is made."""
+        job = self._pending.pop_due(now, early, queues)
+        if job is not None:
+            self._room.left_locked()
+        return job
 
     def pass_lead_locked(self, queues: Queues = None) -> None:
         """A taker leaves: if takers wait, work remains and no one leads, wake one, so
@@ -115,21 +145,21 @@ class HandOut:
         worker), or None when the taker must wait."""
         if self.closed:
             raise SchedulerShutdownError("the queue is closed")
-        self._prefetch.revoke_called_for_locked()  # a job put back may go before them
+        self.prefetch.revoke_called_for_locked()  # a job put back may go before them
         if self._leases.retired_locked(worker_id):
             # A dead worker's call can outlive it in a server thread; handing it a job
             # would leave that job in flight with no one to run it.
             return []
-        if self._prefetch.revoking_locked(worker_id):
+        if self.prefetch.revoking_locked(worker_id):
             return None
         now = self._clock.now()
-        admission = self._admission
+        admission = self.admission
         if admission.opens:
             admission.reopen_locked(now)
         while True:
-            if self._prefetch and self._prefetch.take_back_locked(worker_id, now, queues):
+            if self.prefetch and self.prefetch.take_back_locked(worker_id, now, queues):
                 continue  # what went back to the heap goes first: pop it
-            job = self._pop_due(now, early, queues)
+            job = self.pop_due_locked(now, early, queues)
             if job is None:
                 return None
             if job.at is not None and self._held_locked(job, now):
@@ -140,7 +170,7 @@ class HandOut:
             if more and not self._takers_waiting:
                 return [
                     first,
-                    *self._prefetch.hand_locked(worker_id, now, more, prefetchable, queues),
+                    *self.prefetch.hand_locked(worker_id, now, more, prefetchable, queues),
                 ]
             return [first]
 
@@ -154,11 +184,11 @@ class HandOut:
         remaining = deadline - now
         if remaining <= 0:
             return False
-        if self._prefetch.revoking_locked(worker_id):
-            self.wait_locked(self._prefetch.revoke_done, remaining)
+        if self.prefetch.revoking_locked(worker_id):
+            self.wait_locked(self.prefetch.revoke_done, remaining)
             return True
         head_due = self._pending.head_due(queues)
-        opens = self._admission.next_open_locked()
+        opens = self.admission.next_open_locked()
         if opens is not None:  # a rate window with parked jobs opens then: a due time too
             head_due = opens if head_due is None else min(head_due, opens)
         group = self._group_locked(queues)
@@ -187,20 +217,20 @@ class HandOut:
         if due is None:
             return False
         job.due = due
-        self._push(job)
+        self.push_locked(job)
         return True
 
     def revoke(self, worker_id: str) -> int:
         """``worker_id``'s prefetched jobs back in the heap (JobQueue.revoke)."""
         with self._lock:
-            returned = self._prefetch.revoke_locked(worker_id)
-        self._prefetch.revoke_called_for()
+            returned = self.prefetch.revoke_locked(worker_id)
+        self.prefetch.revoke_called_for()
         return returned
 
     def release_worker(self, worker_id: str) -> list[LostLease]:
         """End a gone worker's leases, and retire its id (JobQueue.release_worker)."""
         with self._lock:
-            self._prefetch.drop_locked(worker_id)
+            self.prefetch.drop_locked(worker_id)
             return self._leases.release_worker_locked(worker_id, self._clock.now())
 
     def retire_if_leased(self, worker_id: str, lease_id: int) -> bool:

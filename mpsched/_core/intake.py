@@ -1,11 +1,12 @@
 """Intake: jobs into a JobQueue's heap, and out of it unrun.
 
 Submits (due times, seqs, the wait for room of a bounded queue), jobs put back
-(recovered from a store, requeued after a lost lease, handed out but not journalled),
-cancels and moves; the submission counter, and the submitted, cancelled and retried
-counts. A change of the heap's head hands the lead on to a taker
-(``HandOut.new_head_locked``), and a job that enters due may go before a prefetched one,
-whose worker is then revoked once the lock is let go (mpsched._core.prefetch).
+(recovered from a store, requeued after a lost lease, retried after a failed attempt,
+handed out but not journalled), jobs a store says are in flight, cancels and moves; the
+submission counter, and the submitted, cancelled and retried counts. A change of the
+heap's head hands the lead on to a taker (``HandOut.new_head_locked``), and a job that
+enters due may go before a prefetched one, whose worker is then revoked once the lock is
+let go (mpsched._core.prefetch).
 
 No lock of its own: it shares its JobQueue's. Methods ending in ``_locked`` are called
 with it held; the others take it.
@@ -20,10 +21,8 @@ from collections.abc import Callable
 
 from mpsched._core.clock import Clock
 from mpsched._core.hand_out import HandOut
-from mpsched._core.job import Job, JobRequest, check_request
+from mpsched._core.job import Job, JobRequest, Outcome, OutcomeKind, check_name, check_request
 from mpsched._core.leases import Leases
-from mpsched._core.limits import Limits
-from mpsched._core.prefetch import Prefetcher
 from mpsched._core.queues import PendingQueues
 from mpsched._core.room import Room
 from mpsched._core.wall_offset import WallOffset
@@ -31,11 +30,9 @@ from mpsched._errors import InvalidJobError
 
 
 class Intake:
-    """The submitting side of one JobQueue, guarded by that queue's ``lock``.
-
-    ``push`` is the queue's move of a job into its heap (it tells takers of a new head, and
-    prefetched jobs of one that goes before them).
-    """
+    """The submitting side of one JobQueue, guarded by that queue's ``lock``. Jobs go in
+    by ``HandOut.push_locked``, which tells takers of a new head, and prefetched jobs of
+    one that goes before them."""
 
     def __init__(
         self,
@@ -45,11 +42,7 @@ class Intake:
         room: Room,
         wall: WallOffset,
         leases: Leases,
-        prefetch: Prefetcher,
         hand_out: HandOut,
-        limits: Limits,
-        *,
-        push: Callable[[Job], None],
     ) -> None:
         self._lock = lock  # the queue's: guards every field below
         self._clock = clock
@@ -57,10 +50,10 @@ class Intake:
         self._room = room
         self._wall = wall
         self._leases = leases
-        self._prefetch = prefetch
+        self._prefetch = hand_out.prefetch
         self._hand_out = hand_out
-        self._limits = limits
-        self._push = push
+        self._limits = hand_out.admission.limits
+        self._push = hand_out.push_locked
         self._wait_locked = hand_out.wait_locked  # a submitter's wait for room, counted
         self._seq = itertools.count()
         self.submitted = self.cancelled = self.retried = 0
@@ -91,13 +84,7 @@ class Intake:
             ]
             self._room.wait_locked(now, timeout, len(requests), size, self._wait_locked)
             # Checked after the wait: another submitter may have queued an id meanwhile.
-            for request in requests:
-                if request.limit is not None:
-                    self._limits.check(request.limit)
-                if request.job_id in self._pending:
-                    raise InvalidJobError(f"job id {request.job_id!r} is already pending")
-                if refuse_running and self._leases.find_locked(request.job_id):
-                    raise InvalidJobError(f"job id {request.job_id!r} is already running")
+            self._check_new_locked(requests, refuse_running)
             old_head = self._pending.heads()
             order = seqs if seqs is not None else [next(self._seq) for _ in requests]
             planned = due is not None  # on this clock: the requests' own times are not used
@@ -130,6 +117,26 @@ class Intake:
                 self._prefetch.overtaken_locked(min(due_now, key=self._pending.key), now)
         self._prefetch.revoke_called_for()
 
+    def _check_new_locked(self, requests: list[JobRequest], refuse_running: bool) -> None:
+        """Refuse a batch that names an unknown limit, or the id of a pending job (of a
+        job in flight too, with ``refuse_running``)."""
+        for request in requests:
+            if request.limit is not None:
+                self._limits.check(request.limit)
+            if request.job_id in self._pending:
+                raise InvalidJobError(f"job id {request.job_id!r} is already pending")
+            if refuse_running and self._leases.find_locked(request.job_id):
+                raise InvalidJobError(f"job id {request.job_id!r} is already running")
+
+    def check_routes(self, requests: list[JobRequest]) -> None:
+        """Refuse a request naming an invalid queue or limit, or an undeclared limit
+        (JobQueue.check_routes)."""
+        for request in requests:
+            check_name("queue", request.queue)
+        with self._lock:
+            for request in requests:
+                self._limits.check(request.limit)
+
     def reserve_seqs(self, count: int) -> list[int]:
         """``count`` submission counters, taken now (JobQueue.reserve_seqs)."""
         with self._lock:
@@ -143,6 +150,16 @@ class Intake:
             self.submitted += len(jobs)
             if len(self._pending):
                 self._hand_out.new_head_locked()
+
+    def hold_in_flight(self, worker_id: str, jobs: list[Job]) -> None:
+        """Jobs a store says ran on ``worker_id`` put in flight with it, each with its
+        limit's slot (JobQueue.hold_in_flight)."""
+        with self._lock:
+            now = self._clock.now()
+            for job in jobs:
+                if job.limit is not None:
+                    self._limits.hold_locked(job.limit)
+                self._leases.hold_locked(job, worker_id, now)
 
     def return_lease(self, lease_id: int) -> Job | None:
         """A job just handed out back in the heap, as never received
@@ -191,15 +208,31 @@ class Intake:
         self._prefetch.revoke_called_for()
         return True
 
-    def retry_locked(self, job: Job, due: float, *, later: bool) -> None:
-        """A job whose attempt failed back in the heap, due at ``due`` (JobQueue.retry);
-        ``later``: it asked for it, by RetryLater."""
-        job.due, job.at = due, None  # its own time now: the wall clock's is behind it
-        if later:
-            self.retried_later += 1
-        else:
-            self.retried_exception += 1
-        self._push(job)
+    def retry(
+        self,
+        lease_id: int,
+        outcome: Outcome,
+        worker_id: str,
+        delay_of: Callable[[Job], float | None],
+    ) -> tuple[Job | None, float | None]:
+        """A failed attempt's lease ended, and its job back in the heap in the same step,
+        due ``delay_of(job)`` seconds from now; or ended for good (JobQueue.retry)."""
+        with self._lock:
+            self._prefetch.started_locked(worker_id, lease_id)
+            job = self._leases.job_locked(lease_id)
+            delay = None if job is None or self._hand_out.closed else delay_of(job)
+            if delay is None:
+                return self._leases.complete_locked(lease_id, outcome), None
+            self._leases.complete_locked(lease_id, outcome, final=False)
+            assert job is not None
+            job.due, job.at = self._clock.now() + delay, None  # the wall clock's is behind it
+            if outcome.error_kind == OutcomeKind.RETRYABLE:
+                self.retried_exception += 1
+            else:  # it asked for it, by RetryLater
+                self.retried_later += 1
+            self._push(job)
+        self._prefetch.revoke_called_for()
+        return job, delay
 
     def cancel_jobs(self, job_ids: list[str]) -> list[Job]:
         """The pending jobs among ``job_ids`` out of the heap (JobQueue.cancel_jobs)."""

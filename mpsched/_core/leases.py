@@ -178,6 +178,14 @@ class Leases:
         flight = self._by_job.get(job_id)
         return None if flight is None else (flight.job, flight.lease)
 
+    def set_progress_locked(self, lease_id: int, job_id: str, progress: str) -> bool:
+        """Note the progress of ``job_id`` if it is in flight under ``lease_id``."""
+        flight = self._by_job.get(job_id)
+        if flight is None or flight.lease.lease_id != lease_id:
+            return False
+        flight.job.progress = progress
+        return True
+
     def jobs_locked(self) -> list[tuple[Job, Lease]]:
         """Every job in flight, with its lease."""
         return [(f.job, f.lease) for f in self._in_flight.values()]

@@ -207,9 +207,9 @@ class Prefetcher:
 
     Shares its JobQueue's lock, like Leases: methods ending in ``_locked`` are called with
     it held, and a revocation lets go of it while the worker's slot changes (the three
-    steps above). ``push`` and ``pop_due`` are the queue's own (they signal takers and
-    submitters); ``on_returned`` is told of each job a revocation put back in the heap
-    (see JobQueue).
+    steps above). ``push`` and ``pop_due`` are the heap's moves (HandOut's: they signal
+    takers and submitters); ``on_returned`` is told of each job a revocation put back in
+    the heap (see JobQueue).
     """
 
     def __init__(

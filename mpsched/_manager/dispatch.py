@@ -15,11 +15,10 @@ from collections.abc import Callable
 
 from mpsched._core.clock import Clock
 from mpsched._core.job import Assignment, Job
-from mpsched._core.queue import JobQueue
+from mpsched._core.queue_like import JobQueueLike
 from mpsched._errors import SchedulerShutdownError, WorkerDismissedError
 from mpsched._manager.journal import BaseJournal
 from mpsched._manager.schedule_events import ScheduleEvents
-from mpsched._manager.shared_queue import SharedQueue
 from mpsched._manager.worker_table import WorkerTable
 from mpsched._payload.segments import Segments
 from mpsched._protocol.codec import AssignmentWire, assignment_to_wire
@@ -39,7 +38,7 @@ class Dispatch:
 
     def __init__(
         self,
-        queue: JobQueue | SharedQueue,
+        queue: JobQueueLike,
         journal: BaseJournal,
         schedules: ScheduleEvents,
         workers: WorkerTable,

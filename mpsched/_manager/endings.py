@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from mpsched._core.job import Job, Lease, Outcome, OutcomeKind
 from mpsched._core.leases import LostLease
-from mpsched._core.queue import JobQueue
+from mpsched._core.queue_like import JobQueueLike
 from mpsched._core.retrying import error_line, is_retry_kind, retry_cause, retry_delay
 from mpsched._errors import (
     JobTimeoutError,
@@ -30,7 +30,6 @@ from mpsched._manager.failures import RecentFailures
 from mpsched._manager.journal import BaseJournal, cancelled, failure
 from mpsched._manager.mailbox import Mailboxes
 from mpsched._manager.retries import final_outcome, note_attempt, note_crash
-from mpsched._manager.shared_queue import SharedQueue
 from mpsched._manager.worker_table import WorkerTable
 from mpsched._payload.segments import Segments
 from mpsched._protocol.codec import report_from_wire
@@ -54,7 +53,7 @@ class Endings:
 
     def __init__(
         self,
-        queue: JobQueue | SharedQueue,
+        queue: JobQueueLike,
         journal: BaseJournal,
         segments: Segments,
         mailboxes: Mailboxes,

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 from fakeclock import FakeClock
 
-import mpsched._core.queue as queue_module
+import mpsched._core.lookups as lookups_module
 from mpsched._core.job import JobRequest, Order, Outcome, Priority
 from mpsched._core.leases import percentiles
 from mpsched._core.queue import JobQueue
@@ -175,7 +175,7 @@ def test_lateness_percentiles_are_computed_outside_the_lock_or_not_at_all(
         sorted_under_lock.append(queue._lock.locked())
         return real(samples)
 
-    monkeypatch.setattr(queue_module, "percentiles", watched)
+    monkeypatch.setattr(lookups_module, "percentiles", watched)
     assert queue.stats().lateness["max"] == 0.5
     assert sorted_under_lock == [False]
     without = queue.stats(lateness=False)
