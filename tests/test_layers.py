@@ -58,7 +58,7 @@ LAYERS: list[tuple[str, list[set[str]]]] = [
                 "redis.views",
             },
             {"redis.subscription"},
-            {"redis.session"},
+            {"deferred_leases", "job_rows", "recovery", "schedule_rows", "redis.session"},
             {
                 "redis.schedules",
                 "redis.cancels",
