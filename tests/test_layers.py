@@ -47,7 +47,7 @@ LAYERS: list[tuple[str, list[set[str]]]] = [
                 "redis.script_runner",
             },
             {
-                "writer",
+                "op_queue",
                 "statements",
                 "readers",
                 "lease_log",
@@ -57,7 +57,7 @@ LAYERS: list[tuple[str, list[set[str]]]] = [
                 "redis.scripts",
                 "redis.views",
             },
-            {"redis.subscription"},
+            {"writer", "redis.subscription"},
             {"deferred_leases", "job_rows", "recovery", "schedule_rows", "redis.session"},
             {
                 "redis.schedules",
