@@ -29,88 +29,53 @@ them read the last commit while the writer writes, so a listing never waits for 
 (:mod:`mpsched._store.readers`).
 
 Opening the file (checks, lock file, schema) is :mod:`mpsched._store.file`'s part; the SQL
-of the jobs table is :mod:`mpsched._store.statements`'.
+of the jobs table is :mod:`mpsched._store.statements`'. The store's collaborators:
+:mod:`~mpsched._store.deferred_leases` (lease rows not queued yet),
+:mod:`~mpsched._store.job_rows` (submits, cancels, requeues, prunes),
+:mod:`~mpsched._store.recovery` (the lease log folded in, recovery) and
+:mod:`~mpsched._store.schedule_rows` (schedules and limits).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import sqlite3
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
 from mpsched._core.histogram import HistogramSnapshot
 from mpsched._core.job import After, JobRecord, JobState
 from mpsched._core.options import Durability, DurabilityLike
-from mpsched._errors import ConfigError, InvalidJobError, StoreError
+from mpsched._errors import ConfigError, StoreError
+from mpsched._store import recovery
 from mpsched._store.base import (
     DAY,
     JournalStore,
     Recovery,
-    RunningJob,
     StoredJob,
     StoredSchedule,
     check_finish_state,
     check_options,
 )
-from mpsched._store.commit import execute_rows
+from mpsched._store.deferred_leases import DeferredLeases
 from mpsched._store.file import connect_writer, open_checked
+from mpsched._store.job_rows import JobRows
 from mpsched._store.lease_log import LeaseLog
-from mpsched._store.lease_records import LogRecord, ended, leased, requeued, split
+from mpsched._store.lease_records import ended, leased, requeued
 from mpsched._store.pruning import Pruner
-from mpsched._store.readers import Readers, no_gc
+from mpsched._store.readers import Readers
+from mpsched._store.schedule_rows import ScheduleRows
 from mpsched._store.statements import (
     FAILED_OUTCOME,
-    FINISH,
-    FINISH_LEASED,
-    FOLD,
-    FOLD_END,
-    LEASE,
     MULTI,
     PROGRESS,
-    PRUNE,
     RECORD,
-    REQUEUE,
-    REQUEUE_ENDED,
-    RETRIED,
     RETRY_STATE,
-    ROWS_PER_INSERT,
-    STORED,
-    fresh_retry,
-    insert_rows,
     job_record,
-    stored_job,
 )
 from mpsched._store.writer import Writer
 
 log = logging.getLogger("mpsched.store")
-
-
-def _overlay(
-    records: list[LogRecord], pending: list[StoredJob], running: list[RunningJob]
-) -> tuple[list[StoredJob], list[RunningJob]]:
-    """Pending and running jobs as the lease log's records leave them (the last of each job
-    wins; a job the log has ended, or SQLite has neither pending nor running, is finished,
-    and stays so)."""
-    moves, ends = split(records)
-    jobs: dict[str, tuple[StoredJob, str | None]] = {job.job_id: (job, None) for job in pending}
-    jobs.update((r.job.job_id, (r.job, r.worker_id)) for r in running)
-    for job_id in ends:
-        jobs.pop(job_id, None)
-    for job_id, record in moves.items():
-        if job_id in jobs:
-            job, _worker = jobs[job_id]
-            jobs[job_id] = (
-                job._replace(attempt=record.attempt),
-                record.worker_id if record.running else None,
-            )
-    ordered = sorted(jobs.values(), key=lambda pair: pair[0].seq)
-    return (
-        [job for job, worker in ordered if worker is None],
-        [RunningJob(job=job, worker_id=worker) for job, worker in ordered if worker is not None],
-    )
 
 
 def check_batching(batch_size: int, linger: float, idle: float) -> None:
@@ -177,45 +142,21 @@ class SQLiteStore(JournalStore):
             housekeeping=pruner.step,
             multi=MULTI,
         )
-        # Guards _leased and orders the writer's ops on a job with them: leases whose row
-        # is not queued yet (job id -> worker, attempt). Their row is queued with the job's
-        # finish, or at a flush. Taken after the lease log's lock, never before it.
-        self._leased_lock = threading.Lock()
-        self._leased: dict[str, tuple[str, int]] = {}
+        self._deferred = DeferredLeases(self._writer)
+        self._rows = JobRows(self._writer, self._readers, clock, self._result_ttl)
+        self._schedules = ScheduleRows(self._writer, self._readers, self.flush)
         leases: LeaseLog | None = None
         try:
             leases = self._leases = LeaseLog(
                 self._path + "-leases", sync=durability is Durability.SYNC, flush=self.flush
             )
-            self._fold_leases()
+            recovery.fold_leases(leases, self._writer)
         except BaseException:
             if leases is not None:
                 leases.release(remove=False)  # its syncer thread too
             self._writer.close()
             os.close(self._lock_fd)
             raise
-
-    def _fold_leases(self) -> None:
-        """Apply the lease log's last lease or requeue of each job to SQLite, and then the
-        ends it has, then empty the log. An end whose outcome the log does not carry (too
-        large, and not yet committed when the manager died) leaves the job ended, without
-        an outcome (its watchers are told it was lost)."""
-        moves, ends = split(self._leases.read())
-        rows = [
-            ("running" if r.running else "pending", r.worker_id, r.attempt, job_id)
-            for job_id, r in moves.items()
-        ]
-        end_rows = [
-            (str(r.ended), r.outcome, r.finished_wall, job_id) for job_id, r in ends.items()
-        ]
-        if rows or end_rows:
-
-            def fold(conn: sqlite3.Connection) -> None:
-                conn.executemany(FOLD, rows)
-                conn.executemany(FOLD_END, end_rows)
-
-            self._writer.call(fold, len(rows) + len(end_rows))
-        self._leases.reset()
 
     @property
     def location(self) -> str:
@@ -242,43 +183,7 @@ class SQLiteStore(JournalStore):
         )
 
     def recover(self) -> Recovery:
-        with self._readers.connection() as conn, no_gc():
-            conn.execute("BEGIN")  # one snapshot for the three reads
-            try:
-                pending = list(
-                    map(
-                        stored_job,
-                        conn.execute(
-                            f"SELECT {STORED} FROM jobs WHERE state = 'pending' ORDER BY seq"
-                        ),
-                    )
-                )
-                rows = conn.execute(
-                    f"SELECT {STORED}, worker_id FROM jobs WHERE state = 'running' ORDER BY seq"
-                )
-                running = [
-                    RunningJob(job=stored_job(stored), worker_id=worker_id)
-                    for *stored, worker_id in rows
-                ]
-                [last] = conn.execute("SELECT max(seq) FROM jobs").fetchone()
-                retry = dict(
-                    conn.execute(
-                        "SELECT job_id, retry FROM jobs WHERE retry IS NOT NULL "
-                        "AND state IN ('pending', 'running')"
-                    )
-                )
-            finally:
-                if conn.in_transaction:
-                    conn.execute("COMMIT")
-        records = self._leases.read()
-        if records:  # leases and requeues SQLite may not have yet
-            pending, running = _overlay(records, pending, running)
-        return Recovery(
-            pending=pending,
-            running=running,
-            next_seq=0 if last is None else last + 1,
-            retry=retry or None,
-        )
+        return recovery.recover(self._readers, self._leases)
 
     def submit(
         self, jobs: Sequence[StoredJob], retry: Mapping[str, str] | None = None
@@ -286,7 +191,8 @@ class SQLiteStore(JournalStore):
         jobs = list(jobs)
         if not jobs:
             return []
-        ids: list[str] = self._writer.call(lambda conn: self._insert(conn, jobs, retry), len(jobs))
+        rows = self._rows
+        ids: list[str] = self._writer.call(lambda conn: rows.insert(conn, jobs, retry), len(jobs))
         return ids
 
     def submit_waiting(
@@ -295,73 +201,28 @@ class SQLiteStore(JournalStore):
         parents: Sequence[After],
         retry: Mapping[str, str] | None = None,
     ) -> None:
-        rows = [
-            (job.job_id, parent, parent in after.results, after.allow_failure)
-            for job, after in zip(jobs, parents, strict=True)
-            for parent in after.parents
-        ]
-        jobs = list(jobs)
-
-        def insert(conn: sqlite3.Connection) -> None:
-            self._insert(conn, jobs, retry)
-            conn.executemany("INSERT OR REPLACE INTO job_parents VALUES (?, ?, ?, ?)", rows)
-
-        self._writer.call(insert, len(jobs) + len(rows))
+        self._rows.submit_waiting(jobs, parents, retry)
 
     def waiting(self) -> dict[str, After]:
-        self._writer.call(
-            lambda conn: conn.execute(
-                "DELETE FROM job_parents WHERE job_id NOT IN "
-                "(SELECT job_id FROM jobs WHERE state = 'pending')"
-            )
-        )
-        parents: dict[str, list[str]] = {}
-        results: dict[str, list[str]] = {}
-        allow: dict[str, bool] = {}
-        with self._readers.connection() as conn:
-            for job_id, parent, takes, allow_failure in conn.execute(
-                "SELECT job_id, parent_id, takes_result, allow_failure FROM job_parents "
-                "ORDER BY rowid"
-            ):
-                parents.setdefault(job_id, []).append(parent)
-                if takes:
-                    results.setdefault(job_id, []).append(parent)
-                allow[job_id] = bool(allow_failure)
-        return {
-            job_id: After(tuple(ids), tuple(results.get(job_id, ())), allow[job_id])
-            for job_id, ids in parents.items()
-        }
+        return self._rows.waiting()
 
     def cancel(self, job_ids: Sequence[str], finished_wall: float) -> None:
-        rows = [(finished_wall, job_id) for job_id in job_ids]
-        if rows:
-            self._writer.call(
-                lambda conn: conn.executemany(
-                    "UPDATE jobs SET state = 'cancelled', finished_wall = ? "
-                    "WHERE job_id = ? AND state = 'pending'",
-                    rows,
-                ),
-                len(rows),
-            )
+        self._rows.cancel(job_ids, finished_wall)
 
     def lease(self, job_id: str, worker_id: str, attempt: int) -> None:
+        deferred = self._deferred
         self._leases.append(
             leased(job_id, worker_id, attempt),
-            lambda: self._defer_lease(job_id, worker_id, attempt),
+            lambda: deferred.lease(job_id, worker_id, attempt),
         )
-
-    def _defer_lease(self, job_id: str, worker_id: str, attempt: int) -> None:
-        with self._leased_lock:
-            self._leased[job_id] = (worker_id, attempt)
 
     def finish(
         self, job_id: str, state: JobState, outcome: bytes | None, finished_wall: float
     ) -> None:
         check_finish_state(state)
         record = ended(job_id, state, finished_wall, outcome)
-        self._leases.append(
-            record, lambda: self._queue_finish(job_id, state, outcome, finished_wall)
-        )
+        deferred = self._deferred
+        self._leases.append(record, lambda: deferred.finish(job_id, state, outcome, finished_wall))
         if outcome is not None and record.outcome is None:  # too long for the log
             try:
                 self._writer.flush()
@@ -373,41 +234,14 @@ class SQLiteStore(JournalStore):
                     exc,
                 )
 
-    def _queue_finish(
-        self, job_id: str, state: JobState, outcome: bytes | None, finished_wall: float
-    ) -> None:
-        ended = (state.value, outcome, finished_wall)
-        with self._leased_lock:
-            leased = self._leased.pop(job_id, None)
-            if leased is None:
-                self._writer.post_update(FINISH.one, (*ended, job_id), job_id)
-            else:  # one row update for the lease and its end
-                self._writer.post_update(FINISH_LEASED.one, (*ended, *leased, job_id), job_id)
-
     def requeue(self, job_id: str, attempt: int) -> None:
-        self._leases.append(requeued(job_id, attempt), lambda: self._queue_requeue(job_id, attempt))
+        deferred = self._deferred
+        self._leases.append(requeued(job_id, attempt), lambda: deferred.requeue(job_id, attempt))
 
     def requeue_ended(
         self, job_id: str, client_id: str, due_wall: float
     ) -> tuple[StoredJob, str | None] | None:
-        def requeue(conn: sqlite3.Connection) -> tuple[StoredJob, str | None] | None:
-            try:
-                changed = conn.execute(REQUEUE_ENDED, (client_id, due_wall, job_id)).rowcount
-            except sqlite3.IntegrityError:
-                raise InvalidJobError(
-                    f"job {job_id} cannot be requeued: its key is held by another job"
-                ) from None
-            if not changed:
-                return None
-            *row, retry = conn.execute(
-                f"SELECT {STORED}, retry FROM jobs WHERE job_id = ?", (job_id,)
-            ).fetchone()
-            fresh = fresh_retry(retry)
-            if fresh != retry:
-                conn.execute(RETRY_STATE, (fresh, job_id))
-            return stored_job(row), fresh
-
-        requeued_job: tuple[StoredJob, str | None] | None = self._writer.call(requeue)
+        requeued_job = self._rows.requeue_ended(job_id, client_id, due_wall)
         if requeued_job is not None:
             # After its end in the lease log, if the log has it: the end no longer holds
             # (lease_records.split), and a restart finds the job pending.
@@ -417,30 +251,18 @@ class SQLiteStore(JournalStore):
     def set_progress(self, job_id: str, progress: str) -> None:
         self._writer.post_update(PROGRESS.one, (progress, job_id), job_id)
 
-    def _queue_requeue(self, job_id: str, attempt: int) -> None:
-        with self._leased_lock:
-            self._leased.pop(job_id, None)
-            self._writer.post_update(REQUEUE.one, (attempt, job_id), job_id)
-
     def retried(self, job_id: str, attempt: int, due_wall: float, retry: str) -> None:
+        deferred = self._deferred
         self._leases.append(
-            requeued(job_id, attempt), lambda: self._queue_retried(job_id, attempt, due_wall, retry)
+            requeued(job_id, attempt), lambda: deferred.retried(job_id, attempt, due_wall, retry)
         )
         self._writer.flush()  # the back-off's due time survives a crash from here on
-
-    def _queue_retried(self, job_id: str, attempt: int, due_wall: float, retry: str) -> None:
-        with self._leased_lock:
-            self._leased.pop(job_id, None)
-            self._writer.post_update(RETRIED.one, (attempt, due_wall, retry, job_id), job_id)
 
     def retry_ended(self, job_id: str, retry: str) -> None:
         self._writer.post_update(RETRY_STATE, (retry, job_id), job_id)
 
     def flush(self) -> None:
-        with self._leased_lock:  # the rows of leases so far, then wait for all of it
-            leased, self._leased = self._leased, {}
-            for job_id, (worker_id, attempt) in leased.items():
-                self._writer.post_update(LEASE.one, (worker_id, attempt, job_id), job_id)
+        self._deferred.queue_all()  # the rows of leases so far, then wait for all of it
         self._writer.flush()
 
     def get(self, job_id: str) -> JobRecord | None:
@@ -470,10 +292,7 @@ class SQLiteStore(JournalStore):
         return None if row is None else job_record(row)
 
     def prune(self, now_wall: float) -> int:
-        count: int = self._writer.call(
-            lambda conn: conn.execute(PRUNE, (now_wall - self._result_ttl,)).rowcount
-        )
-        return count
+        return self._rows.prune(now_wall)
 
     def close(self) -> None:
         self._readers.close()  # first: the writer's connection, closing last, checkpoints
@@ -488,95 +307,19 @@ class SQLiteStore(JournalStore):
             os.close(self._lock_fd)
 
     def save_schedule(self, schedule: StoredSchedule) -> None:
-        self._writer.call(
-            lambda conn: conn.execute(
-                "INSERT INTO schedules (schedule_id, spec, state) VALUES (?, ?, ?) "
-                "ON CONFLICT (schedule_id) DO UPDATE SET spec = excluded.spec, "
-                "state = excluded.state",
-                schedule,
-            )
-        )
+        self._schedules.save_schedule(schedule)
 
     def update_schedule(self, schedule_id: str, state: bytes) -> None:
-        self._writer.post(
-            lambda conn: conn.execute(
-                "UPDATE schedules SET state = ? WHERE schedule_id = ?", (state, schedule_id)
-            )
-        )
+        self._schedules.update_schedule(schedule_id, state)
 
     def delete_schedule(self, schedule_id: str) -> None:
-        self._writer.call(
-            lambda conn: conn.execute("DELETE FROM schedules WHERE schedule_id = ?", (schedule_id,))
-        )
+        self._schedules.delete_schedule(schedule_id)
 
     def save_limit(self, name: str, form: str | None) -> None:
-        if form is None:
-            self._writer.call(
-                lambda conn: conn.execute("DELETE FROM limits WHERE name = ?", (name,))
-            )
-        else:
-            self._writer.call(
-                lambda conn: conn.execute(
-                    "INSERT INTO limits (name, form) VALUES (?, ?) "
-                    "ON CONFLICT (name) DO UPDATE SET form = excluded.form",
-                    (name, form),
-                )
-            )
+        self._schedules.save_limit(name, form)
 
     def saved_limits(self) -> dict[str, str]:
-        with self._readers.connection() as conn:
-            rows = conn.execute("SELECT name, form FROM limits ORDER BY name").fetchall()
-        return dict(rows)
+        return self._schedules.saved_limits()
 
     def schedules(self) -> list[StoredSchedule]:
-        self.flush()  # states posted so far are readable
-        with self._readers.connection() as conn:
-            rows = conn.execute(
-                "SELECT schedule_id, spec, state FROM schedules ORDER BY rowid"
-            ).fetchall()
-        return [StoredSchedule._make(row) for row in rows]
-
-    def _insert(
-        self,
-        conn: sqlite3.Connection,
-        jobs: list[StoredJob],
-        retry: Mapping[str, str] | None = None,
-    ) -> list[str]:
-        """In the writer: resolve keys against the store, then insert the new jobs."""
-        now = self._clock()
-        held: dict[str, str] = {}
-        ids: list[str] = []
-        new: list[StoredJob] = []
-        for job in jobs:
-            holder = (
-                None if job.key is None else (held.get(job.key) or self._holder(conn, job.key, now))
-            )
-            if holder is None:
-                new.append(job)
-                if job.key is not None:
-                    held[job.key] = job.job_id
-            ids.append(job.job_id if holder is None else holder)
-        try:
-            execute_rows(conn, insert_rows, new, ROWS_PER_INSERT)
-        except sqlite3.IntegrityError as exc:
-            raise InvalidJobError(
-                f"a job id or seq repeats one in the batch or the store ({exc})"
-            ) from None
-        if retry:  # in the same transaction: a job is never stored without its policy
-            conn.executemany(
-                RETRY_STATE, [(retry[job.job_id], job.job_id) for job in new if job.job_id in retry]
-            )
-        return ids
-
-    def _holder(self, conn: sqlite3.Connection, key: str, now: float) -> str | None:
-        """The id of the job holding ``key``; an expired holder is deleted here."""
-        row = conn.execute(
-            "SELECT job_id, finished_wall FROM jobs WHERE key = ? AND state <> 'cancelled'", (key,)
-        ).fetchone()
-        if row is None:
-            return None
-        job_id, finished_wall = row
-        if finished_wall is not None and finished_wall <= now - self._result_ttl:
-            conn.execute("DELETE FROM jobs WHERE job_id = ?", (job_id,))
-            return None
-        return str(job_id)
+        return self._schedules.schedules()

@@ -73,7 +73,7 @@ class Caller:
     def __init__(self, store: SQLiteStore, call: Callable[[], object]) -> None:
         self.error: BaseException | None = None
         self._store = store
-        self._queued_before = len(store._writer._ops)
+        self._queued_before = len(store._writer._queue._ops)
         self._thread = threading.Thread(target=self._run, args=(call,))
         self._thread.start()
         self.wait_queued()
@@ -86,7 +86,7 @@ class Caller:
 
     def wait_queued(self) -> None:
         deadline = time.monotonic() + JOIN
-        while len(self._store._writer._ops) <= self._queued_before:
+        while len(self._store._writer._queue._ops) <= self._queued_before:
             assert time.monotonic() < deadline, "the call never queued its op"
             time.sleep(0.001)
 

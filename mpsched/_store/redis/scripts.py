@@ -1,22 +1,13 @@
 """The Lua scripts of a Redis store (``lua/``), called by name; the argument lists they
 take and the replies they give, in Python.
 
-Each script is ``common.lua`` followed by its own file, called by its SHA (EVALSHA) and
-loaded again when the server has forgotten it (a restart). Every thread calls them on a
-connection of its own, straight through redis-py's connection (a command out, a reply in):
-its client's pool, retry and reply-callback layers cost more CPU than the call itself, on
-the path every job takes. Those connections are made from the pool's settings but are
-not the pool's: a pool counts the connections it made and refuses more past its cap,
-and one lost here is never given back to it.
+Each script is ``common.lua`` followed by its own file. How they are called (by SHA, each
+thread on a connection of its own) is :mod:`mpsched._store.redis.script_runner`'s part.
 """
 
 from __future__ import annotations
 
-import hashlib
-import importlib
-import threading
 from collections.abc import Sequence
-from importlib import resources
 from typing import Any
 
 from mpsched._core.job import DEFAULT_QUEUE, After, JobState, Order
@@ -33,42 +24,11 @@ from mpsched._store.redis.records import (
     TakenBack,
     Withdrawn,
 )
+from mpsched._store.redis.script_runner import ScriptRunner
 
-NAMES = (
-    "submit",
-    "claim",
-    "cancel",
-    "watch",
-    "drain",
-    "heartbeat",
-    "leave",
-    "jobs",
-    "prune",
-    "unclaim",
-    "progress",
-    "requeue",
-    "limit",
-    "after",
-)
 US = 1_000_000  # microseconds per second
 # The bound a submit found reached (submit.lua's `full`), as QueueFullError names it.
 FULL = {1: "jobs", 2: "payload bytes"}
-
-
-class Unanswered(Exception):
-    """A script went out whole and its answer did not come (a timeout, or the connection
-    lost on the way back): the server may have run it, or may run it yet. ``cause`` is
-    redis-py's error."""
-
-    def __init__(self, cause: BaseException) -> None:
-        super().__init__(str(cause))
-        self.cause = cause
-
-
-def source(name: str) -> str:
-    """The text of script ``name``: the shared helpers, then the script."""
-    folder = resources.files("mpsched._store.redis").joinpath("lua")
-    return folder.joinpath("common.lua").read_text() + folder.joinpath(f"{name}.lua").read_text()
 
 
 def _us(seconds: float) -> int:
@@ -94,84 +54,20 @@ class Scripts:
     def __init__(
         self, client: Any, base: str, *, ttl: float, keep: float, order: Order = Order.TIME
     ) -> None:
-        self._base = base
         # Read by every claim, replaced by the heartbeat thread when the store's order is
         # another (one reference, swapped whole: no lock).
         self.order = order
-        self._due_key = base + "due"  # every key shares its hash slot
         self._ttl_ms = str(_us(ttl) // 1000)
         self._keep_ms = str(_us(keep) // 1000)
-        self._sources = {name: source(name) for name in NAMES}
-        self._shas = {
-            name: hashlib.sha1(text.encode()).hexdigest() for name, text in self._sources.items()
-        }
-        self._pool = client.connection_pool
-        errors = importlib.import_module("redis").exceptions
-        self._no_script = errors.NoScriptError
-        self._lost = (errors.ConnectionError, errors.TimeoutError, OSError)
-        self._timeout = errors.TimeoutError
-        # Each thread's own connection (made on its first call), and all of them, so that
-        # close() can end them; the list is guarded by _lock (nobody waits on it).
-        self._local = threading.local()
-        self._lock = threading.Lock()
-        self._connections: list[Any] = []
-
-    def _connection(self) -> Any:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = self._local.conn = self._pool.connection_class(**self._pool.connection_kwargs)
-            with self._lock:
-                self._connections.append(conn)
-        return conn
-
-    def _lose(self, conn: Any) -> None:
-        """Close a connection that failed; the thread's next call makes another."""
-        conn.disconnect()
-        self._local.conn = None
-        with self._lock:
-            if conn in self._connections:
-                self._connections.remove(conn)
-
-    def _call(self, name: str, *args: Any) -> Any:
-        """Run script ``name``; Unanswered when it went out and no answer came (it may
-        have run); redis-py's error when it did not go out (it did not run)."""
-        conn = self._connection()
-        command = ("EVALSHA", self._shas[name], 1, self._due_key, self._base, *args)
-        sent = False
-        try:
-            conn.send_command(*command)
-            sent = True
-            try:
-                return conn.read_response()
-            except self._no_script:  # the server restarted since: load it, call it again
-                sent = False
-                conn.send_command("SCRIPT", "LOAD", self._sources[name])
-                conn.read_response()
-                conn.send_command(*command)
-                sent = True
-                return conn.read_response()
-        except self._lost as exc:
-            self._lose(conn)
-            if not isinstance(exc, self._timeout):
-                self.reset()  # the server went away: every other connection is stale
-            if sent:
-                raise Unanswered(exc) from exc
-            raise
+        self._runner = ScriptRunner(client, base)
 
     def reset(self) -> None:
-        """Close every thread's connection; each thread's next call opens another (a
-        restarted server answers none of the old ones)."""
-        with self._lock:
-            connections = list(self._connections)
-        for conn in connections:
-            conn.disconnect()
+        """Close every thread's connection: ``ScriptRunner.reset``."""
+        self._runner.reset()
 
     def close(self) -> None:
         """Close every thread's connection."""
-        with self._lock:
-            connections, self._connections = self._connections, []
-        for conn in connections:
-            conn.disconnect()
+        self._runner.close()
 
     def submit(
         self,
@@ -220,7 +116,7 @@ class Scripts:
             args.append(len(routed))
             for route in routed:
                 args += route
-        holders, full = self._call("submit", *args)
+        holders, full = self._runner.call("submit", *args)
         return [_text(h) for h in holders], FULL.get(full)
 
     def submit_after(self, jobs: Sequence[NewJob], afters: Sequence[After], owner: str) -> None:
@@ -243,7 +139,7 @@ class Scripts:
                 len(after.results),
                 *after.results,
             ]
-        self._call("after", *args)
+        self._runner.call("after", *args)
 
     def claim(
         self,
@@ -280,7 +176,7 @@ class Scripts:
             take.claim,
             self.order.value,
         ]
-        finished, requeued, jobs, head_us, leader, leader_ms, registered = self._call(
+        finished, requeued, jobs, head_us, leader, leader_ms, registered = self._runner.call(
             "claim", *args
         )
         return Reply(
@@ -303,7 +199,7 @@ class Scripts:
         nonce: str = "",
         settle: bool = False,
     ) -> tuple[list[Withdrawn], list[Held]]:
-        rows = self._call(
+        rows = self._runner.call(
             "cancel",
             me,
             self._ttl_ms,
@@ -328,7 +224,7 @@ class Scripts:
         )
 
     def watch(self, me: str, job_id: str) -> StoredEnd | None:
-        row = self._call("watch", me, job_id)
+        row = self._runner.call("watch", me, job_id)
         if not row:
             return None
         state, outcome, crashed, client = row
@@ -351,11 +247,11 @@ class Scripts:
                 client_id=_opt(c) or "",
                 owner=_opt(w) or "",
             )
-            for i, s, o, x, c, w in self._call("drain", me, count, done)
+            for i, s, o, x, c, w in self._runner.call("drain", me, count, done)
         ]
 
     def heartbeat(self, me: str, lease: float, status: bytes, *, join: bool = False) -> Beat:
-        before, reaped, failed, requeued, next_ms, order, taken = self._call(
+        before, reaped, failed, requeued, next_ms, order, taken = self._runner.call(
             "heartbeat",
             me,
             _us(lease) // 1000,
@@ -381,27 +277,29 @@ class Scripts:
         )
 
     def leave(self, me: str) -> int:
-        return int(self._call("leave", me, self._ttl_ms, self._keep_ms))
+        return int(self._runner.call("leave", me, self._ttl_ms, self._keep_ms))
 
     def unclaim(self, me: str, claims: Sequence[str]) -> list[str]:
-        return [_text(i) for i in self._call("unclaim", me, self._ttl_ms, self._keep_ms, *claims)]
+        return [
+            _text(i) for i in self._runner.call("unclaim", me, self._ttl_ms, self._keep_ms, *claims)
+        ]
 
     def jobs(self, state: JobState | None, limit: int | None) -> list[list[Any]]:
-        return list(self._call("jobs", "" if state is None else state.value, limit or 0))
+        return list(self._runner.call("jobs", "" if state is None else state.value, limit or 0))
 
     def prune(self, count: int) -> int:
-        return int(self._call("prune", count))
+        return int(self._runner.call("prune", count))
 
     def requeue(self, me: str, job_id: str, client_id: str) -> int | str:
         """1 or 2 (it became the head) when the job was put back, else why not (requeue.lua)."""
-        reply = self._call("requeue", me, job_id, client_id)
+        reply = self._runner.call("requeue", me, job_id, client_id)
         return reply if isinstance(reply, int) else _text(reply)
 
     def progress(self, updates: Sequence[tuple[str, str, str]]) -> int:
-        return int(self._call("progress", *(part for update in updates for part in update)))
+        return int(self._runner.call("progress", *(part for update in updates for part in update)))
 
     def set_limit(self, name: str, bounds: str) -> None:
-        self._call("limit", name, bounds)
+        self._runner.call("limit", name, bounds)
 
 
 def _claimed(row: list[Any]) -> Claimed:

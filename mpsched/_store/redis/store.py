@@ -47,26 +47,19 @@ forgotten ids from the listing indexes.
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import threading
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
-from mpsched._core.job import DEFAULT_QUEUE, After, JobRecord, JobState, Order
-from mpsched._core.limits import WINDOWS, LimitSpec
-from mpsched._errors import (
-    ConfigError,
-    InvalidJobError,
-    JobNotFoundError,
-    StoreError,
-    StoreInDoubtError,
-    StoreUnavailableError,
-)
+from mpsched._core.job import After, JobRecord, JobState, Order
+from mpsched._core.limits import LimitSpec
+from mpsched._errors import StoreUnavailableError
 from mpsched._store.base import Store, StoredSchedule, check_options
-from mpsched._store.redis import schedules as stored_schedules
-from mpsched._store.redis import views
+from mpsched._store.redis import listings
+from mpsched._store.redis.cancels import Cancels
+from mpsched._store.redis.job_changes import JobChanges
+from mpsched._store.redis.listings import Listings
+from mpsched._store.redis.membership import Membership
 from mpsched._store.redis.records import (
     Beat,
     Finish,
@@ -80,21 +73,12 @@ from mpsched._store.redis.records import (
     Take,
     Withdrawn,
 )
-from mpsched._store.redis.scripts import US, Scripts, Unanswered
-from mpsched._store.redis.server import (
-    CONNECT_TIMEOUT,
-    OPERATION_TIMEOUT,
-    ServerSettings,
-    check_settings,
-    describe,
-    open_client,
-    redis_module,
-    warn_persistence,
-)
+from mpsched._store.redis.schedules import Schedules
+from mpsched._store.redis.scripts import Scripts
+from mpsched._store.redis.server import CONNECT_TIMEOUT, OPERATION_TIMEOUT
+from mpsched._store.redis.session import Session
 from mpsched._store.redis.subscription import Subscription
 from mpsched._store.redis.url import RedisURL, parse_redis_url
-
-log = logging.getLogger("mpsched.store")
 
 # An ended job that another manager's inbox names is kept at least this long, whatever
 # result_ttl says, so that manager can read its outcome and hand it to its client.
@@ -109,6 +93,10 @@ PAYLOAD_MARGIN = 64 * 1024
 
 class RedisStore(Store):
     """A queue in Redis that managers share as peers (see the module docstring).
+
+    Submits and claims run here; the rest is its collaborators': ``Session`` (the server,
+    its channels, its errors), ``Cancels``, ``Membership`` (heartbeats, the inbox),
+    ``JobChanges``, ``Listings`` (what it shows) and ``Schedules``.
 
     Args:
         url: a ``redis://``, ``rediss://`` or ``unix://`` URL (a string or parsed).
@@ -139,55 +127,28 @@ class RedisStore(Store):
         self.url = parse_redis_url(url) if isinstance(url, str) else url
         self.result_ttl = float(result_ttl)
         self.base = "{" + self.url.prefix + "}:"
-        self._redis = redis_module()
-        checking = open_client(self.url, timeout=timeout)
-        try:
-            self.settings: ServerSettings = check_settings(checking, self.url)
-        finally:
-            checking.close()
-        warn_persistence(self.url, self.settings)
-        self.client = open_client(self.url, timeout=operation_timeout)
+        # Told of every call that found the server not answering (a manager's outage).
+        self.on_unavailable: Callable[[StoreUnavailableError], None] = lambda exc: None
+        session = self._session = Session(
+            self.url,
+            timeout=timeout,
+            operation_timeout=operation_timeout,
+            on_unavailable=lambda exc: self.on_unavailable(exc),
+        )
+        self.settings = session.settings
+        self.client = session.client
         self.scripts = Scripts(
             self.client, self.base, ttl=self.result_ttl, keep=DELIVERY_KEEP, order=order
         )
-        # Guards _closed; nobody waits on it.
-        self._lock = threading.Lock()
-        self._closed = False
-        # Told of every call that found the server not answering (a manager's outage).
-        self.on_unavailable: Callable[[StoreUnavailableError], None] = lambda exc: None
+        self._cancels = Cancels(session, self.scripts, self.base)
+        self._membership = Membership(session, self.scripts)
+        self._listings = Listings(session, self.scripts, self.base)
+        self._schedules = Schedules(session, self.base)
+        self._changes = JobChanges(session, self.scripts)
 
-    # ------------------------------------------------------------------ errors
-
-    @contextlib.contextmanager
-    def errors(self) -> Iterator[None]:
-        """Turn what redis-py raises into the store's errors: StoreUnavailableError when
-        the server does not answer (StoreInDoubtError when it took a script and gave no
-        answer: it may have run it), InvalidJobError for a job the store refused, else
-        StoreError; all naming the URL without its password."""
-        if self._closed:
-            raise StoreError(self.url.redacted, "the store is closed")
-        try:
-            yield
-        except Unanswered as exc:
-            doubt = StoreInDoubtError(self.url.redacted, describe(exc.cause))
-            self.on_unavailable(doubt)
-            raise doubt from None
-        except (self._redis.ConnectionError, self._redis.TimeoutError, OSError) as exc:
-            if isinstance(exc, StoreError):
-                raise
-            if not isinstance(exc, self._redis.TimeoutError):
-                # The server went away: its idle pooled connections are stale too.
-                self.client.connection_pool.disconnect(inuse_connections=False)
-            error = StoreUnavailableError(self.url.redacted, describe(exc))
-            self.on_unavailable(error)
-            raise error from None
-        except self._redis.ResponseError as exc:
-            text = str(exc)
-            if "DUPLICATE" in text:
-                raise InvalidJobError(text.split("DUPLICATE ", 1)[-1]) from None
-            raise StoreError(self.url.redacted, describe(exc)) from None
-        except self._redis.RedisError as exc:
-            raise StoreError(self.url.redacted, describe(exc)) from None
+    def errors(self) -> AbstractContextManager[None]:
+        """The store's errors for what redis-py raises: see ``Session.errors``."""
+        return self._session.errors()
 
     # ------------------------------------------------------------------ the queue
 
@@ -197,22 +158,8 @@ class RedisStore(Store):
         return self.settings.max_bulk - PAYLOAD_MARGIN
 
     def submit_after(self, jobs: Sequence[NewJob], afters: Sequence[After], owner: str) -> None:
-        """Add jobs that wait for their parents (``afters``, one each), all or none: each
-        becomes due once its last parent ended (see after.lua).
-
-        Raises:
-            JobNotFoundError: a parent the store does not know; nothing was added.
-            InvalidJobError: a job id the store holds already.
-            StoreUnavailableError, StoreError: as :meth:`submit_jobs`.
-        """
-        try:
-            with self.errors():
-                self.scripts.submit_after(jobs, afters, owner)
-        except StoreError as exc:
-            if "NOTFOUND " in str(exc):
-                parent = str(exc).split("NOTFOUND ", 1)[1].split()[0].rstrip(")'\"")
-                raise JobNotFoundError(parent) from None
-            raise
+        """Add jobs that wait for their parents: ``JobChanges.submit_after``."""
+        self._changes.submit_after(jobs, afters, owner)
 
     def submit_jobs(
         self,
@@ -242,7 +189,7 @@ class RedisStore(Store):
                 repeated in the batch; nothing was added.
             StoreUnavailableError, StoreError: as :meth:`errors`.
         """
-        with self.errors():
+        with self._session.errors():
             return self.scripts.submit(
                 jobs,
                 owner,
@@ -264,7 +211,7 @@ class RedisStore(Store):
         """End leases, put jobs back, answer the cancels (by nonce) that waited for them,
         then claim (see the claim script), in one call; ``me`` renews its leases for
         ``lease_timeout`` seconds."""
-        with self.errors():
+        with self._session.errors():
             return self.scripts.claim(
                 me,
                 lease_timeout,
@@ -277,215 +224,100 @@ class RedisStore(Store):
             )
 
     def cancel_jobs(self, me: str, job_ids: Sequence[str]) -> list[Withdrawn]:
-        """Cancel those of ``job_ids`` that are pending; the managers of their clients and
-        watchers are told (``me`` tells its own: ``Withdrawn.mine``)."""
-        with self.errors():
-            return self.scripts.cancel(me, job_ids)[0]
+        """Cancel pending jobs: ``Cancels.cancel_jobs``."""
+        return self._cancels.cancel_jobs(me, job_ids)
 
     def cancel_or_ask(
         self, me: str, job_ids: Sequence[str], nonce: str
     ) -> tuple[list[Withdrawn], list[Held]]:
-        """:meth:`cancel_jobs`; and those a manager holds prefetched are marked under
-        ``nonce``, and that manager asked to give them back (see the cancel script):
-        :meth:`settle_cancel` says which were."""
-        with self.errors():
-            return self.scripts.cancel(me, job_ids, nonce=nonce)
+        """Cancel pending jobs, ask for prefetched ones: ``Cancels.cancel_or_ask``."""
+        return self._cancels.cancel_or_ask(me, job_ids, nonce)
 
     def settle_cancel(
         self, me: str, nonce: str, job_ids: Sequence[str], *, asked: int, wait: float
     ) -> list[Withdrawn]:
-        """Wait up to ``wait`` seconds for the ``asked`` managers that :meth:`cancel_or_ask`
-        asked to answer (on a list of the server's: no polling), then settle: those of
-        ``job_ids`` that were given back and cancelled; the others had started (their
-        cancel failed), or their manager did not answer in time."""
-        with self.errors():
-            answer = f"{self.base}cr:{nonce}"
-            deadline = time.monotonic() + wait
-            while asked > 0 and (left := deadline - time.monotonic()) > 0:
-                if self.client.blpop([answer], timeout=max(left, 0.001)) is None:
-                    break
-                asked -= 1
-            self.client.delete(answer)
-            return self.scripts.cancel(me, job_ids, nonce=nonce, settle=True)[0]
+        """Wait for the managers asked, then settle: ``Cancels.settle_cancel``."""
+        return self._cancels.settle_cancel(me, nonce, job_ids, asked=asked, wait=wait)
 
     def cancel_client(
         self, me: str, client_id: str, *, not_due_only: bool = False
     ) -> list[Withdrawn]:
         """Cancel every pending job of a client (only those not yet due)."""
-        with self.errors():
-            return self.scripts.cancel(me, (), client_id, not_due_only)[0]
+        return self._cancels.cancel_client(me, client_id, not_due_only=not_due_only)
 
     def cancel_client_or_ask(
         self, me: str, client_id: str, nonce: str
     ) -> tuple[list[Withdrawn], list[Held]]:
-        """:meth:`cancel_client`; and the client's jobs that any live manager holds
-        prefetched (found among the managers' leases) are marked under ``nonce`` and
-        their managers asked, as by :meth:`cancel_or_ask`."""
-        with self.errors():
-            return self.scripts.cancel(me, (), client_id, nonce=nonce)
+        """Cancel a client's jobs, ask for prefetched ones: ``Cancels.cancel_client_or_ask``."""
+        return self._cancels.cancel_client_or_ask(me, client_id, nonce)
 
     def not_yet_due(self, client_id: str) -> list[str]:
         """The ids of a client's pending jobs not yet due by the server's clock."""
-        with self.errors():
-            now_s, now_us = self.client.time()
-            now = now_s * US + now_us
-            ids = self.client.zrangebyscore(f"{self.base}c:{client_id}", f"({now}", "+inf")
-        return [i.decode() for i in ids]
+        return self._cancels.not_yet_due(client_id)
 
     def watch(self, me: str, job_id: str) -> StoredEnd | None:
-        """Watch a job from ``me``: None for an unknown job, else where it stands
-        (``StoredEnd.state``); unless it has ended, ``me`` is told when it ends (its inbox)."""
-        with self.errors():
-            return self.scripts.watch(me, job_id)
+        """Watch a job from ``me``: ``Membership.watch``."""
+        return self._membership.watch(me, job_id)
 
     def drain(self, me: str, count: int = 500, done: int = 0) -> list[StoredEnd]:
-        """Up to ``count`` ended jobs from the head of ``me``'s inbox, once the ``done``
-        ones the last call returned are dropped (``me`` delivered them): an answer that
-        was lost is answered again."""
-        with self.errors():
-            return self.scripts.drain(me, count, done)
+        """Ended jobs from ``me``'s inbox: ``Membership.drain``."""
+        return self._membership.drain(me, count, done)
 
     @property
     def order(self) -> Order:
-        """The order this manager's claims follow: its own, or the store's once a
-        heartbeat found that to be another (see :meth:`heartbeat`)."""
+        """The order this manager's claims follow: ``Membership.order``."""
         return self.scripts.order
 
     def heartbeat(
         self, me: str, lease_timeout: float, status: bytes, *, join: bool = False
     ) -> Beat:
-        """Say ``me`` is alive for ``lease_timeout`` more seconds, with its status; take
-        back the jobs of managers presumed dead. The store takes :attr:`order` when no
-        other manager is live; else a manager that joins (``join``) with another order
-        is refused, and one that beats again after it was presumed dead follows the
-        store's (logged).
-
-        Raises:
-            ConfigError: (``join``) a live manager of the store has another order.
-            StoreUnavailableError, StoreError: as :meth:`errors`.
-        """
-        with self.errors():
-            try:
-                beat = self.scripts.heartbeat(me, lease_timeout, status, join=join)
-            except self._redis.ResponseError as exc:
-                theirs = str(exc).partition("ORDER ")[2].split()
-                if not theirs:
-                    raise
-                raise ConfigError(
-                    "order",
-                    self.order.value,
-                    f"{theirs[0]!r} (the order of the live managers of the store "
-                    f"{self.url.redacted})",
-                ) from None
-        if beat.order is not self.order:
-            log.error(
-                "the job store %s has order=%r now (a manager started with it while "
-                "this one was presumed dead): this manager follows it",
-                self.url.redacted,
-                beat.order.value,
-            )
-            self.scripts.order = beat.order
-        return beat
+        """Say ``me`` is alive, take back the jobs of the dead: ``Membership.heartbeat``."""
+        return self._membership.heartbeat(me, lease_timeout, status, join=join)
 
     def forget_manager(self, me: str) -> int:
-        """Forget a manager that stops; a job still leased to it (a claim whose answer
-        it never had) goes back to the queue, its attempt not counted. Returns how many
-        did."""
-        with self.errors():
-            return self.scripts.leave(me)
+        """Forget a manager that stops: ``Membership.forget_manager``."""
+        return self._membership.forget_manager(me)
 
     def unclaim(self, me: str, claims: Sequence[str]) -> list[str]:
-        """Undo the claims (by Take.claim) whose answers ``me`` never had: their jobs
-        still leased to it go back to the queue, their attempts not counted. Call it
-        once the server has answered a later call (every such claim has run by then, or
-        never will). Returns the ids put back."""
-        with self.errors():
-            return self.scripts.unclaim(me, claims)
+        """Undo the claims whose answers ``me`` never had: ``Membership.unclaim``."""
+        return self._membership.unclaim(me, claims)
 
     def managers(self) -> list[ManagerRecord]:
         """Every live manager, by id, with its last heartbeat."""
-        with self.errors():
-            return views.managers(self.client, self.base)
+        return self._listings.managers()
 
     def counts(self) -> QueueCounts:
         """The queue's counters across every manager."""
-        with self.errors():
-            return views.counts(self.client, self.base)
+        return self._listings.counts()
 
     def head(self, n: int) -> list[tuple[JobRecord, float]]:
-        """The next ``n`` pending jobs in claim order, each with the seconds until it is
-        due on the server's clock (<= 0: due). With order="priority", the jobs due
-        already come first by (priority, due, seq); of those that came due since the last
-        claim, only the first ``n`` by due time are looked at."""
-        if n <= 0:
-            return []
-        with self.errors():
-            return views.head(self.client, self.base, n, self.order)
-
-    # ------------------------------------------------------------ queues and limits
+        """The next ``n`` pending jobs in claim order: ``Listings.head``."""
+        return self._listings.head(n, self.order)
 
     def set_limit(self, name: str, spec: LimitSpec | None) -> None:
         """Declare, change or (None) forget a limit for every manager of the store."""
-        with self.errors():
-            self.scripts.set_limit(name, "" if spec is None else _bounds(spec))
+        with self._session.errors():
+            self.scripts.set_limit(name, "" if spec is None else listings.bounds(spec))
 
     def limits(self) -> dict[str, LimitSpec]:
         """The store's limits by name."""
-        with self.errors():
-            found = self.client.hgetall(self.base + "limits")
-        return {name.decode(): _spec(bounds.decode()) for name, bounds in found.items()}
+        return self._listings.limits()
 
     def parked_limit(self, job_id: str) -> str | None:
         """The limit a pending job waits for, if it is parked behind it."""
-        with self.errors():
-            level, seq, limit = self.client.hmget(f"{self.base}j:{job_id}", "pr", "s", "lim")
-            if limit is None or level is None:
-                return None
-            member = f"{int(level)}{int(seq):016d}:{job_id}"
-            parked = self.client.zscore(f"{self.base}lim:{limit.decode()}:park", member)
-        return None if parked is None else limit.decode()
+        return self._listings.parked_limit(job_id)
 
     def pending_by_queue(self) -> dict[str, int]:
         """Pending jobs per queue (not those parked behind a limit)."""
-        with self.errors():
-            names = sorted(n.decode() for n in self.client.smembers(self.base + "queues"))
-            pipe = self.client.pipeline(transaction=False)
-            for name in [DEFAULT_QUEUE, *names]:
-                prefix = self.base if name == DEFAULT_QUEUE else f"{self.base}q:{name}:"
-                pipe.zcard(prefix + "due")
-                pipe.zcard(prefix + "rdy")
-            counts = pipe.execute()
-        return {
-            name: counts[2 * k] + counts[2 * k + 1]
-            for k, name in enumerate([DEFAULT_QUEUE, *names])
-        }
-
-    def publish_schedule(self, schedule_id: str) -> None:
-        """Tell every manager (``{p}:sched``) that a schedule changed in the store."""
-        with self.errors():
-            self.client.publish(self.base + "sched", schedule_id)
+        return self._listings.pending_by_queue()
 
     def subscriber(self) -> Any:
-        """A redis-py PubSub on this store's server (the caller subscribes and reads it)."""
-        with self.errors():
-            return self.client.pubsub(ignore_subscribe_messages=False)
+        """A redis-py PubSub on this store's server: ``Session.subscriber``."""
+        return self._session.subscriber()
 
     def subscribe(self, channels: Sequence[str]) -> Subscription:
-        """Listen on ``channels`` (on a connection of its own), once the server confirmed
-        each subscription.
-
-        Raises:
-            StoreUnavailableError, StoreError: as :meth:`errors`.
-        """
-        with self.errors():
-            pubsub = self.client.pubsub()
-            try:
-                return Subscription(pubsub, channels, self.errors)
-            except BaseException:
-                pubsub.close()
-                raise
-
-    # ------------------------------------------------------------------ records
+        """Listen on ``channels``: ``Session.subscribe``."""
+        return self._session.subscribe(channels)
 
     @property
     def location(self) -> str:
@@ -493,111 +325,67 @@ class RedisStore(Store):
 
     def size(self) -> int | None:
         """Bytes the Redis server uses (all of it: other data on it included)."""
-        with self.errors():
-            return int(self.client.info("memory")["used_memory"])
+        return self._listings.size()
 
     def kept(self) -> int | None:
-        """The job records this deployment keeps (one ZCARD: its listing index, which
-        forgets expired ids at the next prune)."""
-        with self.errors():
-            return int(self.client.zcard(self.base + "all"))
+        return self._listings.kept()
 
     def flush(self) -> None:
         """Nothing to wait for: every call is done on the server when it returns."""
-        if self._closed:
-            raise StoreError(self.url.redacted, "the store is closed")
+        self._session.check_open()
 
     def get(self, job_id: str) -> JobRecord | None:
-        with self.errors():
-            return views.get(self.client, self.base, job_id)
+        return self._listings.get(job_id)
 
     def payload(self, job_id: str) -> bytes:
         """The payload Redis keeps of job ``job_id`` (b"" for none)."""
-        with self.errors():
-            return self.client.hget(f"{self.base}j:{job_id}", "p") or b""
+        return self._listings.payload(job_id)
 
     def jobs(self, state: JobState | None = None, limit: int | None = None) -> list[JobRecord]:
-        with self.errors():
-            rows = self.scripts.jobs(state, limit)
-        return [views.record(row[0].decode(), row[1:-1], row[-1] or None) for row in rows]
+        return self._listings.jobs(state, limit)
 
     def requeue_ended(self, me: str, job_id: str, client_id: str) -> int | str:
-        """Put a failed or cancelled job back in the queue, due now (requeue.lua): 1, or 2
-        when it became the head; else the word that says why not."""
-        with self.errors():
-            return self.scripts.requeue(me, job_id, client_id)
+        """Put an ended job back in the queue: ``JobChanges.requeue_ended``."""
+        return self._changes.requeue_ended(me, job_id, client_id)
 
     def set_progress(self, updates: Sequence[tuple[str, str, str]]) -> int:
-        """Record the latest progress of running jobs: (job id, its lease's token, JSON
-        text) each; an update of a job that no longer runs under that lease is dropped.
-        Returns how many were recorded."""
-        with self.errors():
-            return self.scripts.progress(updates)
+        """Record the latest progress of running jobs: ``JobChanges.set_progress``."""
+        return self._changes.set_progress(updates)
 
     def find_key(self, key: str) -> JobRecord | None:
-        with self.errors():
-            holder = self.client.get(f"{self.base}k:{key}")
-        return None if holder is None else self.get(holder.decode())
+        return self._listings.find_key(key)
 
     def prune(self, now_wall: float | None = None) -> int:
-        """Drop from the listings the ended jobs Redis has forgotten (it expires them by
-        itself, ``result_ttl`` after they ended); returns how many. ``now_wall`` is not
-        used: the server's clock decides."""
-        dropped = 0
-        while True:
-            with self.errors():
-                step = self.scripts.prune(1000)
-            dropped += step
-            if step < 1000:
-                return dropped
+        """Drop the forgotten ended jobs from the listings: ``Listings.prune``.
+        ``now_wall`` is not used: the server's clock decides."""
+        return self._listings.prune()
+
+    # ------------------------------------------------------------------ schedules
 
     def save_schedule(self, schedule: StoredSchedule) -> None:
-        with self.errors():
-            stored_schedules.save(self.client, self.base, schedule)
+        self._schedules.save(schedule)
 
     def save_schedule_unless_same(
         self, schedule: StoredSchedule, same: Callable[[bytes], bool]
     ) -> StoredSchedule | None:
-        """Record a schedule, unless one with its id is recorded already whose spec
-        ``same`` says is this one's: then that one, as recorded (its timeline), is
-        returned and nothing is written. One step across managers: of two that add the
-        same schedule at once, one writes and the other gets what it wrote."""
-        with self.errors():
-            return stored_schedules.save_unless_same(self.client, self.base, schedule, same)
+        """Record a schedule unless the same is: ``Schedules.save_unless_same``."""
+        return self._schedules.save_unless_same(schedule, same)
 
     def update_schedule(self, schedule_id: str, state: bytes) -> None:
-        with self.errors():
-            stored_schedules.update(self.client, self.base, schedule_id, state)
+        self._schedules.update(schedule_id, state)
 
     def delete_schedule(self, schedule_id: str) -> None:
-        with self.errors():
-            stored_schedules.delete(self.client, self.base, schedule_id)
+        self._schedules.delete(schedule_id)
 
     def schedules(self) -> list[StoredSchedule]:
-        with self.errors():
-            return stored_schedules.listing(self.client, self.base)
+        return self._schedules.listing()
+
+    def publish_schedule(self, schedule_id: str) -> None:
+        """Tell every manager (``{p}:sched``) that a schedule changed in the store."""
+        self._schedules.publish(schedule_id)
 
     def close(self) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
+        if not self._session.close():
+            return
         self.scripts.close()
         self.client.close()
-
-
-def _bounds(spec: LimitSpec) -> str:
-    """A limit's bounds as the scripts read them: "concurrency,count,window_us"."""
-    count, window = spec.rate if spec.rate is not None else ("", None)
-    return (
-        f"{'' if spec.concurrency is None else spec.concurrency},{count},"
-        f"{'' if window is None else round(window * US)}"
-    )
-
-
-def _spec(bounds: str) -> LimitSpec:
-    concurrency, count, window = bounds.split(",")
-    rate = None if not count else (int(count), int(window) / US)
-    if rate is not None and rate[1] not in WINDOWS.values():
-        rate = None
-    return LimitSpec(concurrency=int(concurrency) if concurrency else None, rate=rate)
