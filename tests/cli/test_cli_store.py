@@ -404,7 +404,9 @@ def test_jobs_cancel_and_result_round_trip_and_outlive_a_restart(
     failed_id = out.split()[0]
     code, out, err = run("submit", "jobs:noop", "--delay", "3600", "--priority", "high")
     later_id = out.strip()
-    code, out, err = run("submit", "jobs:noop", "--args", '["after"]', "--delay", "3")
+    # due in 20 s: still pending at the listings below even when each command takes seconds
+    # on a loaded machine, and run after the restart at the end
+    code, out, err = run("submit", "jobs:noop", "--args", '["after"]', "--delay", "20")
     soon_id = out.strip()
 
     code, out, err = run("jobs", "--json")
