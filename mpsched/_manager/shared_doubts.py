@@ -9,24 +9,19 @@ from __future__ import annotations
 
 import itertools
 import logging
-import threading
 
-from mpsched._store.redis.store import RedisStore
+from mpsched._manager.shared_leases import SharedLeases
 
 log = logging.getLogger("mpsched.manager")
 
 
 class LostAnswers:
-    """The claims and cancels of one manager whose answers Redis lost.
+    """The claims and cancels of one manager whose answers Redis lost."""
 
-    Args:
-        lock: the shared queue's lock, which guards the lists kept here.
-    """
-
-    def __init__(self, store: RedisStore, manager_id: str, lock: threading.Lock) -> None:
-        self._store = store
-        self._me = manager_id
-        self._lock = lock
+    def __init__(self, shared: SharedLeases) -> None:
+        self._store = shared.store
+        self._me = shared.manager_id
+        self._lock = shared.lock  # the queue's: guards the lists below
         self._claims_made = itertools.count(1)  # names each claim of this manager's
         # Claims that went out and got no answer (Redis may have run them): undone by
         # the link once Redis answers again (settle).

@@ -44,13 +44,10 @@ class KnownLimits:
 def shared_stats(
     counts: QueueCounts,
     done: Outcomes,
-    *,
     lateness: bool,
     withdrawn: int,
-    waiting: int,
-    wakeups: int,
-    prefetched: int,
-    given_back: int,
+    waits: tuple[int, int],
+    prefetch: tuple[int, int],
 ) -> QueueStats:
     """The stats of a shared queue: its counters across every manager (``counts``), with
     the lateness and waits of this one.
@@ -58,7 +55,11 @@ def shared_stats(
     Args:
         done: this manager's outcomes; ``lateness`` False: no percentiles.
         withdrawn: jobs this manager cancelled before Redis counted them.
+        waits: takers waiting now, and their wake-ups so far.
+        prefetch: prefetched jobs handed out so far, and of those given back.
     """
+    waiting, wakeups = waits
+    prefetched, given_back = prefetch
     return QueueStats(
         pending={
             "high": counts.pending[1],

@@ -32,57 +32,34 @@ import logging
 import threading
 from collections.abc import Callable
 
-from mpsched._core.clock import Clock
 from mpsched._core.job import Assignment, Job
-from mpsched._core.leases import Leases
 from mpsched._core.prefetch import PREFETCH_HOLD, Claims, Prefetched
-from mpsched._errors import StoreUnavailableError
-from mpsched._manager.store_outage import StoreOutage
-from mpsched._store.redis.records import Claimed, Held, Requeue, Withdrawn
-from mpsched._store.redis.store import RedisStore
+from mpsched._manager.shared_give_backs import GiveBacks
+from mpsched._manager.shared_leases import SharedLeases
+from mpsched._store.redis.records import Claimed, Requeue
 
 log = logging.getLogger("mpsched.manager")
 
-CANCEL_WAIT = 2.0  # seconds a cancel waits for the manager asked to give a job back
-
 
 class SharedPrefetch:
-    """The prefetched jobs of one manager on a shared queue, and its give-backs.
+    """The prefetched jobs of one manager on a shared queue.
 
     Args:
-        lock: the shared queue's lock; it guards every field here, the lease table
-            ``leases`` and ``tokens`` (job id -> its lease's token, in flight here).
+        shared: the queue's lock (it guards every field here), leases and tokens.
+        give_backs: where the jobs its workers never started go back to Redis.
         claims: the local workers' claim slots (None: nothing is ever prefetched).
     """
 
-    def __init__(
-        self,
-        store: RedisStore,
-        *,
-        manager_id: str,
-        lease_timeout: float,
-        lock: threading.Lock,
-        clock: Clock,
-        leases: Leases,
-        tokens: dict[str, str],
-        outage: StoreOutage,
-        claims: Claims | None,
-    ) -> None:
-        self._store = store
-        self._me = manager_id
-        self._lease_timeout = lease_timeout
-        self._lock = lock
-        self._clock = clock
-        self._leases = leases
-        self._tokens = tokens
-        self._outage = outage
+    def __init__(self, shared: SharedLeases, give_backs: GiveBacks, claims: Claims | None) -> None:
+        self._lock = shared.lock
+        self._clock = shared.clock
+        self._give_backs = give_backs
         self._claims = claims
         self._prefetched = Prefetched()  # under self._lock, as every field below
         self._prefetchable: Callable[[Job], bool] | None = None  # Dispatch's predicate
         self._more: dict[str, int] = {}  # worker id -> jobs beyond one its takes ask for
-        self._unreturned: list[Requeue] = []  # give-backs Redis could not take yet
         self._batches = 0  # batches with prefetched jobs handed out so far
-        self._handed = self._given_back = 0  # prefetched jobs handed out; given back
+        self._handed = 0  # prefetched jobs handed out so far
         self._closed = False
         self._hold_idle = True  # the watcher waits untimed: a batch handed must wake it
         self._hold_thread: threading.Thread | None = None
@@ -90,10 +67,10 @@ class SharedPrefetch:
         # (timed), for the next look while batches follow each other (timed), or, idle,
         # for a batch to be handed out (untimed). Notified by a batch handed out while it
         # is idle, and by close() (all).
-        self._holds = clock.condition(lock)
+        self._holds = self._clock.condition(self._lock)
         # A taker whose worker's prefetched jobs are being revoked waits here until that
         # ends; notified (all) at the end of every revocation.
-        self._revoke_done = clock.condition(lock)
+        self._revoke_done = self._clock.condition(self._lock)
 
     # ------------------------------------------------------------------ handing out
 
@@ -186,22 +163,9 @@ class SharedPrefetch:
 
     def counts_locked(self) -> tuple[int, int]:
         """Prefetched jobs handed out so far, and of those given back."""
-        return self._handed, self._given_back
+        return self._handed, self._give_backs.given_back
 
     # ------------------------------------------------------------------ giving back
-
-    def drop_leases_locked(self, assignments: list[Assignment]) -> list[Requeue]:
-        """End the leases of jobs handed out here that never started; the requeues that
-        give them back to Redis (the caller's to send)."""
-        back = []
-        for assignment in assignments:
-            token = self._tokens.pop(assignment.lease.job_id, None)
-            if (
-                self._leases.drop_locked(assignment.lease.lease_id) is not None
-                and token is not None
-            ):
-                back.append(Requeue(job_id=assignment.lease.job_id, token=token, retry=False))
-        return back
 
     def revoke(self, worker_id: str) -> list[Requeue]:
         """Revoke the prefetched jobs ``worker_id`` has not started (the three steps of
@@ -219,46 +183,10 @@ class SharedPrefetch:
             with self._lock:
                 entries = self._prefetched.end_revoke_locked(worker_id, cut)
                 self._revoke_done.notify_all()
-                back = []
+                back: list[Requeue] = []
                 for lease_id, job in entries:
-                    token = self._tokens.pop(job.job_id, None)
-                    if self._leases.drop_locked(lease_id) is not None and token is not None:
-                        back.append(Requeue(job_id=job.job_id, token=token, retry=False))
+                    self._give_backs.drop_locked(lease_id, job.job_id, back)
         return back
-
-    def give_back(self, requeues: list[Requeue], answers: tuple[str, ...] = ()) -> None:
-        """Put jobs this manager's workers never started back in Redis (no attempt), and
-        answer the cancels that waited for them, in one call; kept for the heartbeat to
-        send again when Redis does not answer."""
-        if not requeues and not answers:
-            return
-        try:
-            reply = self._store.report(
-                self._me, self._lease_timeout, requeues=requeues, answers=answers
-            )
-        except StoreUnavailableError:
-            with self._lock:
-                self._unreturned += requeues
-            self._outage.held("job(s) to put back", len(requeues))
-            return
-        with self._lock:
-            self._given_back += sum(1 for r in reply.requeued if r in (1, 2, 4))
-
-    def keep_unreturned(self, requeues: list[Requeue]) -> None:
-        """Keep give-backs Redis could not take, after those kept so far."""
-        with self._lock:
-            self._unreturned += requeues
-
-    def take_unreturned(self) -> list[Requeue]:
-        """The give-backs Redis could not take yet (the caller sends them again)."""
-        with self._lock:
-            unreturned, self._unreturned = self._unreturned, []
-            return unreturned
-
-    def put_back_unreturned(self, requeues: list[Requeue]) -> None:
-        """Keep give-backs that could not be sent again, before those kept since."""
-        with self._lock:
-            self._unreturned[:0] = requeues
 
     def give_back_for_cancel(self, job_ids: list[str], nonce: str | None) -> None:
         """A cancel waits for ``job_ids``: give back the unstarted prefetched jobs of
@@ -271,25 +199,7 @@ class SharedPrefetch:
         back: list[Requeue] = []
         for worker_id in sorted(holders):
             back += self.revoke(worker_id)
-        self.give_back(back, () if nonce is None else (nonce,))
-
-    def settle_cancel(self, nonce: str, withdrawn: list[Withdrawn], asked: list[Held]) -> list[Job]:
-        """Finish a cancel under ``nonce``: give back this manager's own prefetched jobs
-        it asked for, wait (CANCEL_WAIT at most) for the other managers asked, and settle;
-        the jobs cancelled (their ids and clients) whose end this manager tells."""
-        if asked:
-            mine = [w.job_id for w in asked if w.holder == self._me]
-            if mine:
-                self.give_back_for_cancel(mine, None)
-            others = {w.holder for w in asked if w.holder != self._me}
-            withdrawn += self._store.settle_cancel(
-                self._me,
-                nonce,
-                [w.job_id for w in asked],
-                asked=len(others),
-                wait=CANCEL_WAIT,
-            )
-        return withdrawn_jobs(withdrawn)
+        self._give_backs.give_back(back, () if nonce is None else (nonce,))
 
     # ------------------------------------------------------------------ the watcher
 
@@ -319,7 +229,7 @@ class SharedPrefetch:
                     back: list[Requeue] = []
                     for worker_id in held:
                         back += self.revoke(worker_id)
-                    self.give_back(back)
+                    self._give_backs.give_back(back)
                 except Exception:  # the watcher must outlive any error of its own
                     log.exception("giving back prefetched jobs failed")
                 finally:
@@ -331,14 +241,6 @@ class SharedPrefetch:
             self._closed = True
             self._holds.notify_all()
             self._revoke_done.notify_all()
-
-
-def withdrawn_jobs(withdrawn: list[Withdrawn]) -> list[Job]:
-    """The jobs a cancel withdrew, as a queue returns them (their ids and clients)."""
-    return [
-        Job(job_id=w.job_id, client_id=w.client_id, payload=b"", priority=0, due=0.0, seq=0)
-        for w in withdrawn
-    ]
 
 
 def _stub(claimed: Claimed) -> Job:

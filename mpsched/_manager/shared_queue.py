@@ -29,7 +29,9 @@ under its lock:
   (mpsched._manager.shared_fence): whether those leases are still this manager's;
 - Takers (mpsched._manager.shared_takers): claims, and hand-outs to workers;
 - TakerWaits (mpsched._manager.shared_waits): when takers ask Redis, how long they wait;
-- SharedPrefetch (mpsched._manager.shared_prefetch): jobs claimed beyond one, give-backs;
+- SharedPrefetch (mpsched._manager.shared_prefetch): jobs claimed beyond one;
+- GiveBacks (mpsched._manager.shared_give_backs): jobs put back in Redis;
+- SharedCancels (mpsched._manager.shared_cancels): cancels, which may ask peers;
 - LostAnswers (mpsched._manager.shared_doubts): calls whose answers Redis lost;
 - ClaimedPayloads (mpsched._manager.shared_payloads): the payloads of claimed jobs;
 - KnownLimits (mpsched._manager.shared_listing): the store's limits, as last read.
@@ -37,8 +39,6 @@ under its lock:
 
 from __future__ import annotations
 
-import logging
-import secrets
 import threading
 from collections.abc import Callable
 
@@ -47,19 +47,19 @@ from mpsched._core.job import Assignment, Job, JobRequest, Lease, Outcome, Paylo
 from mpsched._core.leases import Leases, LostLease
 from mpsched._core.limits import LimitSpec
 from mpsched._core.prefetch import Claims
-from mpsched._errors import StoreInDoubtError, StoreUnavailableError
+from mpsched._errors import StoreInDoubtError
+from mpsched._manager.shared_cancels import SharedCancels
 from mpsched._manager.shared_doubts import LostAnswers
 from mpsched._manager.shared_fence import LeaseFence
+from mpsched._manager.shared_give_backs import GiveBacks
+from mpsched._manager.shared_leases import SharedLeases
 from mpsched._manager.shared_listing import KnownLimits, head_jobs, shared_stats
-from mpsched._manager.shared_payloads import ClaimedPayloads
-from mpsched._manager.shared_prefetch import SharedPrefetch, withdrawn_jobs
+from mpsched._manager.shared_prefetch import SharedPrefetch
 from mpsched._manager.shared_takers import Takers
 from mpsched._manager.shared_waits import TakerWaits
 from mpsched._manager.store_outage import StoreOutage
-from mpsched._store.redis.records import Finish, Requeue
+from mpsched._store.redis.records import Finish
 from mpsched._store.redis.store import RedisStore
-
-log = logging.getLogger("mpsched.manager")
 
 
 class SharedQueue:
@@ -93,65 +93,35 @@ class SharedQueue:
         self.store = store
         self.manager_id = manager_id
         self.lease_timeout = lease_timeout
-        self._clock = clock if clock is not None else SystemClock()
-        self._max_pending = max_pending
-        self._max_pending_bytes = max_pending_bytes
+        self.clock = clock if clock is not None else SystemClock()
+        self.max_pending = max_pending
+        self.max_pending_bytes = max_pending_bytes
         self.outage = outage if outage is not None else StoreOutage(store.location)
         # Guards this manager's leases and takers' state: the lease table, the tokens,
         # and every field of the helpers below. Never held across a call to Redis:
         # takers claim outside it and take it again to hand the job out.
         self._lock = threading.Lock()
-        self.leases = Leases(self._lock, self._clock)
+        self.leases = Leases(self._lock, self.clock)
         # Whether this manager's leases are still its own (a pause past its lease):
         # nothing claimed is handed out, or started by a local worker, past it.
-        self.fence = LeaseFence(lease_timeout, self._clock.now)
-        self._tokens: dict[str, str] = {}  # job id -> its lease's token, in flight here
+        self.fence = LeaseFence(lease_timeout, self.clock.now)
         self._withdrawn = 0  # jobs cancelled here before Redis counted them
+        shared = SharedLeases(
+            store, manager_id, lease_timeout, self._lock, self.clock, self.leases, self.outage
+        )
+        self._tokens = shared.tokens  # job id -> its lease's token, in flight here
         self._limits = KnownLimits(store)
-        # The calls whose answers were lost, and this manager's prefetched jobs and
-        # give-backs: the link sends again what Redis could not take.
-        self.doubts = LostAnswers(store, manager_id, self._lock)
-        self._payloads = ClaimedPayloads(store, manager_id)
-        self._waits = TakerWaits(self._lock, self._clock)
-        self.prefetch = SharedPrefetch(
-            store,
-            manager_id=manager_id,
-            lease_timeout=lease_timeout,
-            lock=self._lock,
-            clock=self._clock,
-            leases=self.leases,
-            tokens=self._tokens,
-            outage=self.outage,
-            claims=claims,
-        )
+        self._waits = TakerWaits(self._lock, self.clock)
+        # What the link sends again once Redis answers: the calls whose answers were
+        # lost, and the jobs Redis could not take back.
+        self.doubts = LostAnswers(shared)
+        self.give_backs = GiveBacks(shared)
+        self._prefetch = SharedPrefetch(shared, self.give_backs, claims)
         self._takers = Takers(
-            store,
-            manager_id=manager_id,
-            lease_timeout=lease_timeout,
-            lock=self._lock,
-            clock=self._clock,
-            leases=self.leases,
-            fence=self.fence,
-            tokens=self._tokens,
-            outage=self.outage,
-            prefetch=self.prefetch,
-            waits=self._waits,
-            doubts=self.doubts,
-            payloads=self._payloads,
+            shared, self.fence, self._waits, self._prefetch, self.give_backs, self.doubts
         )
+        self._cancels = SharedCancels(store, manager_id, self._prefetch, self.doubts)
         store.on_unavailable = self.outage
-
-    @property
-    def clock(self) -> Clock:
-        return self._clock
-
-    @property
-    def max_pending(self) -> int | None:
-        return self._max_pending
-
-    @property
-    def max_pending_bytes(self) -> int | None:
-        return self._max_pending_bytes
 
     def on_unregistered(self, callback: Callable[[], None]) -> None:
         """Called when a claim finds this manager presumed dead (it should register again
@@ -159,10 +129,9 @@ class SharedQueue:
         self._takers.unregistered = callback
 
     def on_held_payload(self, lookup: Callable[[str], Payload | None]) -> None:
-        """Where the payloads of the jobs this manager holds in shared memory come from
-        (mpsched._payload.segments.Segments.held_payload): a claim of one of those brings
-        no payload from Redis."""
-        self._payloads.held_payload = lookup
+        """Where the payloads of jobs held in shared memory here come from
+        (mpsched._payload.segments): a claim of one of those brings no payload from Redis."""
+        self._takers.payloads.held_payload = lookup
 
     def set_on_returned(self, on_returned: Callable[[Job], None] | None) -> None:
         """Jobs go back to Redis by requeue (SharedQueue.requeue), never by revocation."""
@@ -197,7 +166,7 @@ class SharedQueue:
             SchedulerShutdownError: the queue was closed; the taker should exit.
         """
         takers = self._takers
-        deadline = self._clock.now() + timeout
+        deadline = self.clock.now() + timeout
         with self._lock:
             ready = takers.begin_locked(worker_id, early, more, prefetchable, queues, deadline)
         if ready is not None and takers.fenced(worker_id, ready):
@@ -213,12 +182,9 @@ class SharedQueue:
         """Record jobs' ends under their leases (Finish), and, when their worker's take
         hands them in (``more`` set: it waits for its next jobs) and it holds no other
         job, claim that worker's next due job, with ``more`` jobs beyond it, in the same
-        call (its take hands them out). Returns each finish's result (0: the lease was
-        stale and nothing was recorded; 1; 2: deliver it here).
-
-        Only a take claims: ends that come while the worker runs more of its batch (its
-        reporter's), or after it left, must not hand it a batch, whose claim slot would
-        be reopened under the feet of a revocation of the jobs it has not started.
+        call (its take hands them out; see Takers.next_take_locked). Returns each
+        finish's result (0: the lease was stale and nothing was recorded; 1; 2: deliver
+        it here).
 
         Raises:
             StoreUnavailableError: Redis did not answer; nothing is known to be recorded.
@@ -275,7 +241,7 @@ class SharedQueue:
         started every job of its batch up to this one."""
         with self._lock:
             if worker_id:
-                self.prefetch.started_locked(worker_id, lease_id)
+                self._prefetch.started_locked(worker_id, lease_id)
         return self.leases.complete(lease_id, outcome)
 
     def retry(
@@ -297,27 +263,8 @@ class SharedQueue:
         self.leases.fail(job, timed_out=timed_out)
 
     def requeue(self, job: Job, *, retry: bool) -> bool:
-        """Put a job whose lease was lost back in Redis (an attempt if ``retry``), at once
-        or, when Redis does not answer, once it does (the link sends it again); False
-        when Redis refused it (the lease was stale)."""
-        token = self.pop_token(job.job_id)
-        if token is None:
-            return False
-        back = Requeue(job_id=job.job_id, token=token, retry=retry)
-        try:
-            reply = self.store.report(self.manager_id, self.lease_timeout, requeues=[back])
-        except StoreUnavailableError:
-            self.prefetch.keep_unreturned([back])
-            self.outage.held("job(s) to put back")
-            if not retry:
-                job.attempt -= 1
-            return True
-        if not reply.requeued[0]:
-            log.warning("job %s was not put back: another manager took it over", job.job_id)
-            return False
-        if not retry:
-            job.attempt -= 1
-        return True
+        """Put a job whose lease was lost back in Redis (see GiveBacks.requeue)."""
+        return self.give_backs.requeue(job, retry=retry)
 
     def return_lease(self, lease_id: int) -> Job | None:
         """Give back a job just handed out that must not run: never received."""
@@ -328,19 +275,11 @@ class SharedQueue:
         return job
 
     def retire_if_leased(self, worker_id: str, lease_id: int) -> bool:
-        with self._lock:
-            if not self.leases.holds_locked(lease_id):
-                return False
-            self._takers.retire_locked(worker_id, self._clock.now())
-            return True
+        return self._takers.retire_if_leased(worker_id, lease_id)
 
     def release_worker(self, worker_id: str) -> list[LostLease]:
         """End every lease a worker holds and retire its id (as JobQueue's)."""
-        with self._lock:
-            now = self._clock.now()
-            self._takers.release_locked(worker_id, now)
-            self.prefetch.forget_worker_locked(worker_id)
-            return self.leases.release_worker_locked(worker_id, now)
+        return self._takers.release_worker(worker_id)
 
     def expired(self) -> tuple[list[Lease], float | None]:
         return self.leases.expired()
@@ -352,47 +291,23 @@ class SharedQueue:
         """Jobs in flight here."""
         return len(self.leases.held())
 
-    # ------------------------------------------------------------------ giving back
+    # ------------------------------------------------------------------ giving back, cancels
 
     def revoke(self, worker_id: str) -> int:
-        """A worker leaves to be replaced: give back the prefetched jobs it did not start
-        and the batch claimed for it that it never took; returns how many."""
-        with self._lock:
-            back = self.prefetch.drop_leases_locked(self._takers.pop_ready_locked(worker_id))
-        back += self.prefetch.revoke(worker_id)
-        self.prefetch.give_back(back)
-        return len(back)
+        """A worker leaves to be replaced: give back what it did not start (Takers.revoke)."""
+        return self._takers.revoke(worker_id)
 
     def give_back_for_cancel(self, job_ids: list[str], nonce: str | None) -> None:
         """A cancel waits for ``job_ids`` (see SharedPrefetch.give_back_for_cancel)."""
-        self.prefetch.give_back_for_cancel(job_ids, nonce)
-
-    # ------------------------------------------------------------------ cancels
+        self._prefetch.give_back_for_cancel(job_ids, nonce)
 
     def cancel_jobs(self, job_ids: list[str]) -> list[Job]:
-        """Cancel those of ``job_ids`` that are pending, or prefetched by any manager and
-        not started yet (that manager gives them back first, within CANCEL_WAIT); the
-        jobs cancelled (their ids and clients) whose end this manager tells."""
-        nonce = secrets.token_hex(8)
-        try:
-            withdrawn, asked = self.store.cancel_or_ask(self.manager_id, job_ids, nonce)
-        except StoreInDoubtError:
-            self.doubts.recheck(job_ids)  # cancelled, maybe: its clients are told once it answers
-            raise
-        return self.prefetch.settle_cancel(nonce, withdrawn, asked)
+        """Cancel pending jobs, and prefetched ones (see SharedCancels.cancel_jobs)."""
+        return self._cancels.cancel_jobs(job_ids)
 
     def cancel_client_jobs(self, client_id: str, *, not_due_only: bool = False) -> list[Job]:
-        """Cancel every pending job of a client, and those of its jobs that any manager
-        holds prefetched and has not started (as :meth:`cancel_jobs`: within CANCEL_WAIT;
-        a job that started runs to its end). With ``not_due_only``, only its pending jobs
-        not yet due: a prefetched job is due."""
-        if not_due_only:
-            return withdrawn_jobs(
-                self.store.cancel_client(self.manager_id, client_id, not_due_only=True)
-            )
-        nonce = secrets.token_hex(8)
-        withdrawn, asked = self.store.cancel_client_or_ask(self.manager_id, client_id, nonce)
-        return self.prefetch.settle_cancel(nonce, withdrawn, asked)
+        """Cancel a client's jobs (see SharedCancels.cancel_client_jobs)."""
+        return self._cancels.cancel_client_jobs(client_id, not_due_only=not_due_only)
 
     def not_due(self, client_id: str) -> list[str]:
         return self.store.not_yet_due(client_id)
@@ -414,31 +329,19 @@ class SharedQueue:
         counts = self.store.counts()
         with self._lock:
             done = self.leases.outcomes_locked(samples=lateness)
-            waiting, wakeups = self._waits.counts_locked()
-            prefetched, given_back = self.prefetch.counts_locked()
+            waits, prefetch = self._waits.counts_locked(), self._prefetch.counts_locked()
             withdrawn = self._withdrawn
-        return shared_stats(
-            counts,
-            done,
-            lateness=lateness,
-            withdrawn=withdrawn,
-            waiting=waiting,
-            wakeups=wakeups,
-            prefetched=prefetched,
-            given_back=given_back,
-        )
+        return shared_stats(counts, done, lateness, withdrawn, waits, prefetch)
 
     def head(self, n: int) -> list[Job]:
-        """The next ``n`` pending jobs in the order claims would take them (a listing),
-        due on this manager's clock."""
-        return head_jobs(self.store, n, self._clock.now())
+        """The next ``n`` pending jobs in claim order (see shared_listing.head_jobs)."""
+        return head_jobs(self.store, n, self.clock.now())
 
     def __len__(self) -> int:
         return sum(self.store.counts().pending.values())
 
     def check_routes(self, requests: list[JobRequest]) -> None:
-        """Raises InvalidJobError when a request names a queue or a limit that is not
-        valid, or a limit the store does not know."""
+        """Check the queues and limits requests name (see KnownLimits.check_routes)."""
         self._limits.check_routes(requests)
 
     def pending_by_queue(self) -> dict[str, int]:
@@ -458,4 +361,4 @@ class SharedQueue:
     def close(self) -> None:
         """Stop: every waiting or future ``take`` raises SchedulerShutdownError."""
         self._waits.close()
-        self.prefetch.close()
+        self._prefetch.close()

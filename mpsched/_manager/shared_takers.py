@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import logging
 import pickle
-import threading
 from collections.abc import Callable
 
-from mpsched._core.clock import Clock
 from mpsched._core.job import Assignment, Job, JobState, Outcome, OutcomeKind
-from mpsched._core.leases import Leases
+from mpsched._core.leases import LostLease
 from mpsched._core.result_of import attach_inputs
 from mpsched._core.retrying import RetryState
 from mpsched._errors import (
@@ -28,12 +26,12 @@ from mpsched._errors import (
 )
 from mpsched._manager.shared_doubts import LostAnswers
 from mpsched._manager.shared_fence import LeaseFence
+from mpsched._manager.shared_give_backs import GiveBacks
+from mpsched._manager.shared_leases import SharedLeases
 from mpsched._manager.shared_payloads import ClaimedPayloads
 from mpsched._manager.shared_prefetch import SharedPrefetch
 from mpsched._manager.shared_waits import ASK, TakerWaits
-from mpsched._manager.store_outage import StoreOutage
 from mpsched._store.redis.records import Claimed, Reply, Requeue, Take
-from mpsched._store.redis.store import RedisStore
 
 log = logging.getLogger("mpsched.manager")
 
@@ -41,43 +39,32 @@ GONE_MEMORY = 120.0  # as JobQueue's: a retired worker's late take gets nothing
 
 
 class Takers:
-    """The claims and hand-outs of one manager's takers on a shared queue.
-
-    Args:
-        lock: the shared queue's lock; it guards every field here, the lease table
-            ``leases`` and ``tokens`` (job id -> its lease's token, in flight here).
-    """
+    """The claims and hand-outs of one manager's takers on a shared queue (``shared``:
+    the queue's lock, which guards every field here, its leases and tokens)."""
 
     def __init__(
         self,
-        store: RedisStore,
-        *,
-        manager_id: str,
-        lease_timeout: float,
-        lock: threading.Lock,
-        clock: Clock,
-        leases: Leases,
+        shared: SharedLeases,
         fence: LeaseFence,
-        tokens: dict[str, str],
-        outage: StoreOutage,
-        prefetch: SharedPrefetch,
         waits: TakerWaits,
+        prefetch: SharedPrefetch,
+        give_backs: GiveBacks,
         doubts: LostAnswers,
-        payloads: ClaimedPayloads,
     ) -> None:
-        self._store = store
-        self._me = manager_id
-        self._lease_timeout = lease_timeout
-        self._lock = lock
-        self._clock = clock
-        self._leases = leases
+        self._store = shared.store
+        self._me = shared.manager_id
+        self._lease_timeout = shared.lease_timeout
+        self._lock = shared.lock
+        self._clock = shared.clock
+        self._leases = shared.leases
+        self._tokens = shared.tokens
+        self._outage = shared.outage
         self._fence = fence
-        self._tokens = tokens
-        self._outage = outage
-        self._prefetch = prefetch
         self._waits = waits
+        self._prefetch = prefetch
+        self._give_backs = give_backs
         self._doubts = doubts
-        self._payloads = payloads
+        self.payloads = ClaimedPayloads(shared.store, shared.manager_id)
         # Called when a claim finds this manager presumed dead (it registers again).
         self.unregistered: Callable[[], None] = lambda: None
         # A worker's next job, claimed in the call that recorded its last one's end (one
@@ -133,13 +120,13 @@ class Takers:
             return True
         with self._lock:
             self._prefetch.drop_locked(worker_id)
-            back = self._prefetch.drop_leases_locked(batch)
+            back = self._give_backs.drop_batch_locked(batch)
         log.warning(
             "%d job(s) claimed before this manager was presumed dead (or while "
             "its heartbeats went unanswered) were not handed out",
             len(batch),
         )
-        self._prefetch.give_back(back)
+        self._give_backs.give_back(back)
         return False
 
     def take_once(self, worker_id: str, early: float, deadline: float) -> list[Assignment] | None:
@@ -179,7 +166,7 @@ class Takers:
                     waits.wait_locked(remaining if wait is None else min(wait, remaining), lead)
                 return None
         finally:
-            self._prefetch.give_back(back)  # claimed, but not to be handed out (without the lock)
+            self._give_backs.give_back(back)  # claimed, but not to be handed out (without the lock)
 
     def _claim(self, worker_id: str, early: float, want: int, others_wait: bool) -> Reply | None:
         """One claim of up to ``want`` jobs (``others_wait``: another taker of ours waits
@@ -208,9 +195,9 @@ class Takers:
         if not reply.registered:
             self.unregistered()
         try:
-            return self._payloads.of(reply)
+            return self.payloads.of(reply)
         except StoreUnavailableError as exc:
-            self._prefetch.give_back(requeues_of(reply))  # claimed, but not to be handed out
+            self._give_backs.give_back(requeues_of(reply))  # claimed, but not to be handed out
             self._outage(exc)
             return None
 
@@ -232,7 +219,12 @@ class Takers:
 
     def next_take_locked(self, worker_id: str | None, more: int | None) -> Take | None:
         """The claim that goes with a worker's reports: only when its take hands them in
-        (``more`` set) and it holds no other job (see SharedQueue.report_ends)."""
+        (``more`` set) and it holds no other job (see SharedQueue.report_ends).
+
+        Only a take claims: ends that come while the worker runs more of its batch (its
+        reporter's), or after it left, must not hand it a batch, whose claim slot would
+        be reopened under the feet of a revocation of the jobs it has not started.
+        """
         if worker_id is not None and more is not None:
             self._prefetch.asked_locked(worker_id, more)
         early = self._early.get(worker_id or "")
@@ -261,37 +253,50 @@ class Takers:
         """Keep the batch claimed with ``worker_id``'s reports for its next take; give
         it back if its payloads cannot be read, or the worker left or the queue closed."""
         try:
-            reply = self._payloads.of(reply)
+            reply = self.payloads.of(reply)
         except StoreUnavailableError:
-            self._prefetch.give_back(requeues_of(reply))  # the ends are recorded: keep them
+            self._give_backs.give_back(requeues_of(reply))  # the ends are recorded: keep them
             return
         back = requeues_of(reply)
         with self._lock:
             if not self._waits.closed and worker_id not in self._gone:
                 self._ready[worker_id], back = self._hand_out_locked(worker_id, reply, early)
-        self._prefetch.give_back(back)
+        self._give_backs.give_back(back)
 
     # ------------------------------------------------------------------ workers
 
-    def pop_ready_locked(self, worker_id: str) -> list[Assignment]:
-        """The batch claimed for ``worker_id`` that it never took (it leaves)."""
-        return self._ready.pop(worker_id, [])
+    def revoke(self, worker_id: str) -> int:
+        """A worker leaves to be replaced: give back the prefetched jobs it did not start
+        and the batch claimed for it that it never took; returns how many."""
+        with self._lock:
+            back = self._give_backs.drop_batch_locked(self._ready.pop(worker_id, []))
+        back += self._prefetch.revoke(worker_id)
+        self._give_backs.give_back(back)
+        return len(back)
 
-    def retire_locked(self, worker_id: str, now: float) -> None:
-        """``worker_id`` is retired: a late take of it gets nothing."""
-        self._gone.pop(worker_id, None)
-        self._gone[worker_id] = now
+    def retire_if_leased(self, worker_id: str, lease_id: int) -> bool:
+        """Retire ``worker_id`` if it holds ``lease_id``: a late take of it gets nothing."""
+        with self._lock:
+            if not self._leases.holds_locked(lease_id):
+                return False
+            self._gone.pop(worker_id, None)
+            self._gone[worker_id] = self._clock.now()
+            return True
 
-    def release_locked(self, worker_id: str, now: float) -> None:
-        """``worker_id`` is released: forget it, and the workers retired long ago."""
-        self._gone[worker_id] = now
-        self._ready.pop(worker_id, None)  # its leases are released with the others
-        self._early.pop(worker_id, None)
-        self._queues.pop(worker_id, None)
-        for old, when in list(self._gone.items()):
-            if when >= now - GONE_MEMORY:
-                break
-            del self._gone[old]
+    def release_worker(self, worker_id: str) -> list[LostLease]:
+        """End every lease a worker holds and retire its id (as JobQueue's)."""
+        with self._lock:
+            now = self._clock.now()
+            self._gone[worker_id] = now
+            self._ready.pop(worker_id, None)  # its leases are released with the others
+            self._prefetch.forget_worker_locked(worker_id)
+            self._early.pop(worker_id, None)
+            self._queues.pop(worker_id, None)
+            for old, when in list(self._gone.items()):
+                if when >= now - GONE_MEMORY:
+                    break
+                del self._gone[old]
+            return self._leases.release_worker_locked(worker_id, now)
 
 
 def requeues_of(reply: Reply | None) -> list[Requeue]:
