@@ -26,7 +26,7 @@ import shared_jobs
 from processes import wait_for
 from served import Manager, serve
 
-from mpsched._manager.shared_prefetch import CANCEL_WAIT
+from mpsched._manager.shared_cancels import CANCEL_WAIT
 
 pytestmark = pytest.mark.slow
 

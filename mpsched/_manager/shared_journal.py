@@ -21,7 +21,6 @@ import time
 from collections.abc import Callable
 
 from mpsched._core.job import (
-    DEFAULT_QUEUE,
     After,
     Assignment,
     Job,
@@ -30,18 +29,12 @@ from mpsched._core.job import (
     JobState,
     Outcome,
     OutcomeKind,
-    check_request,
 )
 from mpsched._core.retrying import RetryState
-from mpsched._core.room import check_fits
 from mpsched._errors import (
     DependencyFailedError,
-    InvalidJobError,
     JobError,
     JobNotFoundError,
-    PayloadTooLargeError,
-    QueueFullError,
-    StoreInDoubtError,
     StoreUnavailableError,
     WorkerCrashedError,
 )
@@ -53,18 +46,14 @@ from mpsched._manager.journal import (
     not_requeueable,
 )
 from mpsched._manager.shared_queue import SharedQueue
+from mpsched._manager.shared_submits import SharedSubmits
 from mpsched._payload import frames, shm
 from mpsched._payload.segments import Segments
 from mpsched._protocol.records import ManagerStatus, WorkerStatus
-from mpsched._store.redis.records import AFTER, Finish, NewJob, StoredEnd, retry_end
+from mpsched._store.redis.records import AFTER, Finish, StoredEnd, retry_end
 from mpsched._store.redis.store import RedisStore
 
 log = logging.getLogger("mpsched.manager")
-
-FULL_RETRY = (0.01, 0.2)  # a submit to a full queue tries again after these (doubling)
-# How long a submit whose answer was lost is sent again, until Redis says whether it took
-# the first (a resent batch is taken once: RedisStore.submit_jobs's ``again``).
-DOUBT_WAIT = 30.0
 
 # How the service hands an outcome to a client and the other clients watching its job.
 Deliver = Callable[[str, Outcome, set[str]], None]
@@ -88,12 +77,13 @@ class SharedJournal(BaseJournal):
         # again by the link (mpsched._manager.shared_link), in order.
         self._unsent: list[Finish] = []
         self._segments = Segments()  # none until hold_segments()
+        self._submits = SharedSubmits(store, queue)
 
     def hold_segments(self, segments: Segments) -> None:
         """This manager's shared-memory segments: a job submitted here with a segment
         goes to Redis inline and keeps its segment here for this manager's workers
         (mpsched._payload.segments), until its end comes here."""
-        self._segments = segments
+        self._segments = self._submits.segments = segments
         self.shared_queue.on_held_payload(segments.held_payload)
 
     @property
@@ -115,42 +105,7 @@ class SharedJournal(BaseJournal):
             JobNotFoundError: a parent the store does not know.
             StoreUnavailableError, StoreError: Redis did not take them.
         """
-        for request in requests:
-            check_request(request)
-            if request.queue != DEFAULT_QUEUE or request.limit is not None:
-                raise InvalidJobError(
-                    "a job with parents (after=, ResultOf) takes no queue= or limit= with "
-                    "a Redis store yet: it runs in the default queue, without a limit"
-                )
-        requests, _held = self._segments.for_store(requests)
-        for request in requests:
-            if len(request.payload) > self.store.max_payload:
-                raise PayloadTooLargeError(
-                    len(request.payload),
-                    self.store.max_payload,
-                    f"the Redis store {self.store.location}",
-                )
-        self.store.submit_after(
-            [
-                NewJob(
-                    job_id=r.job_id,
-                    client_id=r.client_id,
-                    key=None,
-                    name=r.name,
-                    payload=r.payload,
-                    priority=r.priority,
-                    delay=r.delay,
-                    at=r.at,
-                    timeout=r.timeout,
-                    retries=r.retries,
-                    held=False,
-                    retry=None if r.retry is None else RetryState(r.retry).encode(),
-                )
-                for r in requests
-            ],
-            afters,
-            self.manager_id,
-        )
+        self._submits.submit_after(requests, afters)
 
     def submit(
         self, requests: list[JobRequest], timeout: float | None, due: float | None = None
@@ -169,99 +124,7 @@ class SharedJournal(BaseJournal):
             StoreInDoubtError: Redis took the batch and its answer was lost, and it did
                 not answer again within DOUBT_WAIT: the jobs may be queued.
         """
-        for request in requests:
-            check_request(request)
-        requests, held = self._segments.for_store(requests)
-        for request in requests:
-            if len(request.payload) > self.store.max_payload:
-                raise PayloadTooLargeError(
-                    len(request.payload),
-                    self.store.max_payload,
-                    f"the Redis store {self.store.location}",
-                )
-        max_pending = self.shared_queue.max_pending
-        max_bytes = self.shared_queue.max_pending_bytes
-        check_fits(len(requests), sum(len(r.payload) for r in requests), max_pending, max_bytes)
-        jobs = [
-            NewJob(
-                job_id=r.job_id,
-                client_id=r.client_id,
-                key=r.key,
-                name=r.name,
-                payload=r.payload,
-                priority=r.priority,
-                delay=r.delay,
-                at=r.at,
-                timeout=r.timeout,
-                retries=r.retries,
-                held=r.job_id in held,
-                retry=None if r.retry is None else RetryState(r.retry).encode(),
-                queue=r.queue,
-                limit=r.limit,
-            )
-            for r in requests
-        ]
-        run = due is not None
-        deadline = None if timeout is None else time.monotonic() + timeout
-        pause = FULL_RETRY[0]
-        while True:
-            holders, full = self._submit_once(jobs, run, max_pending, max_bytes)
-            if full is None:
-                break
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                bound = max_pending if full == "jobs" else max_bytes
-                assert bound is not None
-                raise QueueFullError(bound, timeout, full)
-            time.sleep(pause if left is None else min(pause, left))
-            pause = min(pause * 2, FULL_RETRY[1])
-        same = all(h == r.job_id for h, r in zip(holders, requests, strict=True))
-        return None if same and not run else holders
-
-    def _submit_once(
-        self, jobs: list[NewJob], run: bool, max_pending: int | None, max_bytes: int | None
-    ) -> tuple[list[str], str | None]:
-        """One submit of ``jobs``; one whose answer was lost is sent again (as such) until
-        Redis answers, for DOUBT_WAIT at most: it says whether the first was taken.
-
-        Raises:
-            StoreInDoubtError: Redis did not answer again within DOUBT_WAIT.
-            StoreUnavailableError: it was not sent: nothing was added.
-        """
-        try:
-            return self.store.submit_jobs(
-                jobs,
-                self.manager_id,
-                if_absent=run,
-                max_pending=max_pending,
-                max_pending_bytes=max_bytes,
-            )
-        except StoreInDoubtError as doubt:
-            error = doubt
-        deadline = time.monotonic() + DOUBT_WAIT
-        pause = FULL_RETRY[1]
-        while time.monotonic() < deadline:
-            time.sleep(min(pause, max(deadline - time.monotonic(), 0.0)))
-            pause = min(pause * 2, 1.0)
-            try:
-                return self.store.submit_jobs(
-                    jobs,
-                    self.manager_id,
-                    if_absent=run,
-                    max_pending=max_pending,
-                    max_pending_bytes=max_bytes,
-                    again=True,
-                )
-            except StoreUnavailableError as exc:
-                if isinstance(exc, StoreInDoubtError):
-                    error = exc
-        ids = ", ".join(job.job_id for job in jobs[:5]) + (", ..." if len(jobs) > 5 else "")
-        raise StoreInDoubtError(
-            self.store.location,
-            f"{error.reason}; the job(s) {ids} may "
-            f"be queued and may run: look them up by id "
-            f"(Client.job); with key= a job may be submitted again",
-        )
+        return self._submits.submit(requests, timeout, due)
 
     def lease(self, assignment: Assignment) -> bool:
         return True  # the claim recorded it

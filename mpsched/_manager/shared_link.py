@@ -275,34 +275,17 @@ class SharedLink:
                 taken.requeued,
                 taken.failed,
             )
-        mine = []
-        for job_id, worker, client, here in beat.failed:
-            log.error(
-                "job %s: its worker %s went away with its manager; failed (WorkerCrashedError)",
-                job_id,
-                worker,
-            )
-            if here:
-                mine.append(
-                    StoredEnd(
-                        job_id=job_id,
-                        state=None,
-                        outcome=None,
-                        crashed_worker=worker,
-                        client_id=client,
-                        owner=self._me,
-                    )
-                )
+        mine = _crashed(beat.failed, self._me)
         if mine:
             self._journal.deliver_ended(mine)
 
     def _send_unsent(self) -> None:
         """Send again the finishes, and the prefetched jobs given back, that Redis could
         not take; undo the claims whose answers were lost (Redis answered a beat since)."""
-        self._queue.settle_doubtful()
+        self._queue.doubts.settle()
         self._recheck()
         unsent = self._journal.take_unsent()
-        unreturned = self._queue.take_unreturned()
+        unreturned = self._queue.give_backs.take_unreturned()
         if not unsent and not unreturned:
             return
         try:
@@ -311,7 +294,7 @@ class SharedLink:
             )
         except StoreError:
             self._journal.put_back_unsent(unsent)
-            self._queue.put_back_unreturned(unreturned)
+            self._queue.give_backs.put_back_unreturned(unreturned)
             raise
         for finish, result in zip(unsent, reply.finished, strict=True):
             if result == 3:
@@ -326,7 +309,7 @@ class SharedLink:
     def _recheck(self) -> None:
         """Tell this manager's clients the ends of jobs that a call whose answer was lost
         may have made (a cancel): each is looked up, and watched if it goes on."""
-        job_ids = self._queue.take_recheck()
+        job_ids = self._queue.doubts.take_recheck()
         ended = []
         try:
             for job_id in job_ids:
@@ -334,7 +317,7 @@ class SharedLink:
                 if end is not None and end.state not in (JobState.PENDING, JobState.RUNNING):
                     ended.append(end)
         except StoreError:
-            self._queue.recheck(job_ids)
+            self._queue.doubts.recheck(job_ids)
             raise
         if ended:
             self._journal.deliver_ended(ended)
@@ -344,3 +327,27 @@ class SharedLink:
             self._outage(exc)
         else:
             log.error("job store link: %s: %s", type(exc).__name__, exc)
+
+
+def _crashed(failed: list[tuple[str, str, str, bool]], me: str) -> list[StoredEnd]:
+    """Log the jobs failed with their workers as a beat took back a dead peer's jobs;
+    the ends of those this manager delivers (``me``: its id)."""
+    mine = []
+    for job_id, worker, client, here in failed:
+        log.error(
+            "job %s: its worker %s went away with its manager; failed (WorkerCrashedError)",
+            job_id,
+            worker,
+        )
+        if here:
+            mine.append(
+                StoredEnd(
+                    job_id=job_id,
+                    state=None,
+                    outcome=None,
+                    crashed_worker=worker,
+                    client_id=client,
+                    owner=me,
+                )
+            )
+    return mine

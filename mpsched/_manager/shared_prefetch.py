@@ -29,56 +29,38 @@ the lock. One that Redis could not take is kept and sent again by the link's hea
 from __future__ import annotations
 
 import logging
-import secrets
 import threading
 from collections.abc import Callable
 
-from mpsched._core.clock import Clock
-from mpsched._core.job import Assignment, Job, Outcome
+from mpsched._core.job import Assignment, Job
 from mpsched._core.prefetch import PREFETCH_HOLD, Claims, Prefetched
-from mpsched._errors import StoreInDoubtError, StoreUnavailableError
-from mpsched._manager.shared_queue_base import SharedQueueBase
-from mpsched._manager.store_outage import StoreOutage
-from mpsched._store.redis.records import Claimed, Held, Requeue, Withdrawn
-from mpsched._store.redis.store import RedisStore
+from mpsched._manager.shared_give_backs import GiveBacks
+from mpsched._manager.shared_leases import SharedLeases
+from mpsched._store.redis.records import Claimed, Requeue
 
 log = logging.getLogger("mpsched.manager")
 
-CANCEL_WAIT = 2.0  # seconds a cancel waits for the manager asked to give a job back
 
+class SharedPrefetch:
+    """The prefetched jobs of one manager on a shared queue.
 
-class SharedPrefetch(SharedQueueBase):
-    """Prefetched jobs on a shared queue (arguments: as SharedQueueBase's, and ``claims``:
-    the local workers' claim slots; None: nothing is ever prefetched)."""
+    Args:
+        shared: the queue's lock (it guards every field here), leases and tokens.
+        give_backs: where the jobs its workers never started go back to Redis.
+        claims: the local workers' claim slots (None: nothing is ever prefetched).
+    """
 
-    def __init__(
-        self,
-        store: RedisStore,
-        *,
-        manager_id: str,
-        lease_timeout: float,
-        clock: Clock | None = None,
-        max_pending: int | None = None,
-        max_pending_bytes: int | None = None,
-        outage: StoreOutage | None = None,
-        claims: Claims | None = None,
-    ) -> None:
-        super().__init__(
-            store,
-            manager_id=manager_id,
-            lease_timeout=lease_timeout,
-            clock=clock,
-            max_pending=max_pending,
-            max_pending_bytes=max_pending_bytes,
-            outage=outage,
-        )
+    def __init__(self, shared: SharedLeases, give_backs: GiveBacks, claims: Claims | None) -> None:
+        self._lock = shared.lock
+        self._clock = shared.clock
+        self._give_backs = give_backs
         self._claims = claims
         self._prefetched = Prefetched()  # under self._lock, as every field below
         self._prefetchable: Callable[[Job], bool] | None = None  # Dispatch's predicate
         self._more: dict[str, int] = {}  # worker id -> jobs beyond one its takes ask for
-        self._unreturned: list[Requeue] = []  # give-backs Redis could not take yet
         self._batches = 0  # batches with prefetched jobs handed out so far
-        self._handed = self._given_back = 0  # prefetched jobs handed out; given back
+        self._handed = 0  # prefetched jobs handed out so far
+        self._closed = False
         self._hold_idle = True  # the watcher waits untimed: a batch handed must wake it
         self._hold_thread: threading.Thread | None = None
         # The hold watcher waits here: for the oldest batch held to reach PREFETCH_HOLD
@@ -92,21 +74,39 @@ class SharedPrefetch(SharedQueueBase):
 
     # ------------------------------------------------------------------ handing out
 
-    def _batch_size_locked(self, worker_id: str) -> int:
+    def asked_locked(
+        self, worker_id: str, more: int, prefetchable: Callable[[Job], bool] | None = None
+    ) -> None:
+        """A take of ``worker_id`` asks for ``more`` jobs beyond one (``prefetchable``:
+        which jobs may be, the same for every take)."""
+        self._more[worker_id] = more
+        if prefetchable is not None:
+            self._prefetchable = prefetchable
+
+    def batch_size_locked(self, worker_id: str, others_wait: int) -> int:
         """How many jobs to claim for ``worker_id`` at once: 1, or with prefetched ones
-        when its worker asks for them, no other taker of ours waits for work, and no
-        revocation of it is under way."""
+        when its worker asks for them, no other taker of ours waits for work
+        (``others_wait``), and no revocation of it is under way."""
         more = self._more.get(worker_id, 0)
         if (
             more <= 0
             or self._claims is None
-            or self._waiting
+            or others_wait
             or not self._prefetched.may_hand_locked(worker_id)
         ):
             return 1
         return 1 + more
 
-    def _grant_locked(
+    def may_hand_locked(self, worker_id: str) -> bool:
+        """Whether no revocation of ``worker_id``'s prefetched jobs is under way."""
+        return self._prefetched.may_hand_locked(worker_id)
+
+    def wait_revoked_locked(self, worker_id: str, deadline: float) -> None:
+        """Wait until no revocation of ``worker_id``'s jobs is under way, or close."""
+        while not self._prefetched.may_hand_locked(worker_id) and not self._closed:
+            self._revoke_done.wait(max(deadline - self._clock.now(), 0.001))
+
+    def grant_locked(
         self, worker_id: str, jobs: list[Claimed], grant: Callable[[Claimed], Assignment]
     ) -> tuple[list[Assignment], list[Requeue]]:
         """Lease ``jobs`` to ``worker_id`` (``grant`` leases one); returns the batch, and
@@ -144,17 +144,30 @@ class SharedPrefetch(SharedQueueBase):
         elif self._hold_idle:
             self._holds.notify()
 
-    def complete(self, lease_id: int, outcome: Outcome, worker_id: str = "") -> Job | None:
-        """End a lease with its worker's outcome: it started every job of its batch up to
-        this one."""
-        with self._lock:
-            if worker_id:
-                self._prefetched.started_locked(worker_id, lease_id)
-        return super().complete(lease_id, outcome, worker_id)
+    def started_locked(self, worker_id: str, lease_id: int) -> None:
+        """``worker_id`` started every job of its batch up to ``lease_id``."""
+        self._prefetched.started_locked(worker_id, lease_id)
+
+    def forget_locked(self, worker_id: str) -> None:
+        """``worker_id``'s last batch is over."""
+        self._prefetched.forget_locked(worker_id)
+
+    def drop_locked(self, worker_id: str) -> None:
+        """``worker_id`` left, or its batch was not handed out: forget its entries."""
+        self._prefetched.drop_locked(worker_id)
+
+    def forget_worker_locked(self, worker_id: str) -> None:
+        """``worker_id`` is released: forget its entries and what its takes asked for."""
+        self._prefetched.drop_locked(worker_id)
+        self._more.pop(worker_id, None)
+
+    def counts_locked(self) -> tuple[int, int]:
+        """Prefetched jobs handed out so far, and of those given back."""
+        return self._handed, self._give_backs.given_back
 
     # ------------------------------------------------------------------ giving back
 
-    def _revoke(self, worker_id: str) -> list[Requeue]:
+    def revoke(self, worker_id: str) -> list[Requeue]:
         """Revoke the prefetched jobs ``worker_id`` has not started (the three steps of
         mpsched._core.prefetch); their leases end here, and the requeues that give them
         back to Redis are the caller's to send. Called without the lock."""
@@ -170,57 +183,10 @@ class SharedPrefetch(SharedQueueBase):
             with self._lock:
                 entries = self._prefetched.end_revoke_locked(worker_id, cut)
                 self._revoke_done.notify_all()
-                back = []
+                back: list[Requeue] = []
                 for lease_id, job in entries:
-                    token = self._tokens.pop(job.job_id, None)
-                    if self.leases.drop_locked(lease_id) is not None and token is not None:
-                        back.append(Requeue(job_id=job.job_id, token=token, retry=False))
+                    self._give_backs.drop_locked(lease_id, job.job_id, back)
         return back
-
-    def give_back(self, requeues: list[Requeue], answers: tuple[str, ...] = ()) -> None:
-        """Put jobs this manager's workers never started back in Redis (no attempt), and
-        answer the cancels that waited for them, in one call; kept for the heartbeat to
-        send again when Redis does not answer."""
-        if not requeues and not answers:
-            return
-        try:
-            reply = self.store.report(
-                self.manager_id, self.lease_timeout, requeues=requeues, answers=answers
-            )
-        except StoreUnavailableError:
-            with self._lock:
-                self._unreturned += requeues
-            self.outage.held("job(s) to put back", len(requeues))
-            return
-        with self._lock:
-            self._given_back += sum(1 for r in reply.requeued if r in (1, 2, 4))
-
-    def take_unreturned(self) -> list[Requeue]:
-        """The give-backs Redis could not take yet (the caller sends them again)."""
-        with self._lock:
-            unreturned, self._unreturned = self._unreturned, []
-            return unreturned
-
-    def put_back_unreturned(self, requeues: list[Requeue]) -> None:
-        with self._lock:
-            self._unreturned[:0] = requeues
-
-    def revoke(self, worker_id: str) -> int:
-        """A worker leaves to be replaced: give back the prefetched jobs it did not start
-        and the batch claimed for it that it never took; returns how many."""
-        with self._lock:
-            ready = self._ready.pop(worker_id, [])
-            back = []
-            for assignment in ready:
-                token = self._tokens.pop(assignment.lease.job_id, None)
-                if (
-                    self.leases.drop_locked(assignment.lease.lease_id) is not None
-                    and token is not None
-                ):
-                    back.append(Requeue(job_id=assignment.lease.job_id, token=token, retry=False))
-        back += self._revoke(worker_id)
-        self.give_back(back)
-        return len(back)
 
     def give_back_for_cancel(self, job_ids: list[str], nonce: str | None) -> None:
         """A cancel waits for ``job_ids``: give back the unstarted prefetched jobs of
@@ -232,55 +198,8 @@ class SharedPrefetch(SharedQueueBase):
             }
         back: list[Requeue] = []
         for worker_id in sorted(holders):
-            back += self._revoke(worker_id)
-        self.give_back(back, () if nonce is None else (nonce,))
-
-    def cancel_jobs(self, job_ids: list[str]) -> list[Job]:
-        """Cancel those of ``job_ids`` that are pending, or prefetched by any manager and
-        not started yet (that manager gives them back first, within CANCEL_WAIT); the
-        jobs cancelled (their ids and clients) whose end this manager tells."""
-        nonce = secrets.token_hex(8)
-        try:
-            return self._settle(nonce, *self.store.cancel_or_ask(self.manager_id, job_ids, nonce))
-        except StoreInDoubtError:
-            self.recheck(job_ids)  # cancelled, maybe: its clients are told once it answers
-            raise
-
-    def cancel_client_jobs(self, client_id: str, *, not_due_only: bool = False) -> list[Job]:
-        """Cancel every pending job of a client, and those of its jobs that any manager
-        holds prefetched and has not started (as :meth:`cancel_jobs`: within CANCEL_WAIT;
-        a job that started runs to its end). With ``not_due_only``, only its pending jobs
-        not yet due: a prefetched job is due."""
-        if not_due_only:
-            return super().cancel_client_jobs(client_id, not_due_only=True)
-        nonce = secrets.token_hex(8)
-        return self._settle(
-            nonce, *self.store.cancel_client_or_ask(self.manager_id, client_id, nonce)
-        )
-
-    def _settle(self, nonce: str, withdrawn: list[Withdrawn], asked: list[Held]) -> list[Job]:
-        """Finish a cancel under ``nonce``: give back this manager's own prefetched jobs
-        it asked for, wait (CANCEL_WAIT at most) for the other managers asked, and settle;
-        the jobs cancelled, as :meth:`cancel_jobs` returns them."""
-        if asked:
-            mine = [w.job_id for w in asked if w.holder == self.manager_id]
-            if mine:
-                self.give_back_for_cancel(mine, None)
-            others = {w.holder for w in asked if w.holder != self.manager_id}
-            withdrawn += self.store.settle_cancel(
-                self.manager_id,
-                nonce,
-                [w.job_id for w in asked],
-                asked=len(others),
-                wait=CANCEL_WAIT,
-            )
-        return [
-            Job(job_id=w.job_id, client_id=w.client_id, payload=b"", priority=0, due=0.0, seq=0)
-            for w in withdrawn
-        ]
-
-    def _prefetch_counts_locked(self) -> tuple[int, int]:
-        return self._handed, self._given_back
+            back += self.revoke(worker_id)
+        self._give_backs.give_back(back, () if nonce is None else (nonce,))
 
     # ------------------------------------------------------------------ the watcher
 
@@ -309,16 +228,17 @@ class SharedPrefetch(SharedQueueBase):
                 try:
                     back: list[Requeue] = []
                     for worker_id in held:
-                        back += self._revoke(worker_id)
-                    self.give_back(back)
+                        back += self.revoke(worker_id)
+                    self._give_backs.give_back(back)
                 except Exception:  # the watcher must outlive any error of its own
                     log.exception("giving back prefetched jobs failed")
                 finally:
                     self._lock.acquire()
 
     def close(self) -> None:
-        super().close()
+        """Stop the watcher, and every taker waiting for a revocation to end."""
         with self._lock:
+            self._closed = True
             self._holds.notify_all()
             self._revoke_done.notify_all()
 

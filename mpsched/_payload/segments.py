@@ -23,7 +23,7 @@ store, which must hold every payload whole (any manager may run a job, and this 
 die): a job's arguments once, at its submit (:meth:`Segments.for_store`), and a result once,
 for the store. The manager keeps the job's segment and its framed payload while the job
 is pending or running, so that its own claims take the job without its payload and hand
-its workers the frame (mpsched._manager.shared_queue_base); the segment is unlinked when
+its workers the frame (mpsched._manager.shared_payloads); the segment is unlinked when
 the job ends wherever it ran (its end comes to this manager, which serves its client).
 """
 

@@ -16,7 +16,7 @@ from shared_peers import Peer, Taker, state
 from mpsched._core.clock import SystemClock
 from mpsched._core.job import JobRequest, JobState, Outcome
 from mpsched._errors import InvalidJobError, QueueFullError
-from mpsched._manager import shared_prefetch
+from mpsched._manager import shared_cancels, shared_prefetch
 from mpsched._manager.journal import encode
 from mpsched._manager.shared_journal import SharedJournal
 from mpsched._manager.shared_queue import SharedQueue
@@ -389,7 +389,7 @@ def test_a_cancel_of_a_clients_jobs_waits_for_a_silent_holder_no_longer_than_its
         assert [job.job_id for job in other.queue.cancel_client_jobs("c1")] == ["j3"]
         took = time.monotonic() - started
         assert stalled.is_set()
-        assert shared_prefetch.CANCEL_WAIT <= took < shared_prefetch.CANCEL_WAIT + 1.0
+        assert shared_cancels.CANCEL_WAIT <= took < shared_cancels.CANCEL_WAIT + 1.0
     finally:
         resume.set()
     # The cancel settled without them: they are unmarked, held by their manager still.
