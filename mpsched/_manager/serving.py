@@ -62,7 +62,7 @@ def serve(
     workers: LocalWorkers,
 ) -> int:
     """Serve ``service`` until it is told to stop, then drain and stop; returns an exit
-    code (see :func:`run_manager`)."""
+    code (see mpsched._manager.main.run_manager)."""
     recovered_lines = _recover_schedules(config, service, recovered)
     server = _listen(config, service)
     supervisor = Supervisor(service, config, server.address, *workers)
