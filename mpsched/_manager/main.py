@@ -25,31 +25,25 @@ import secrets
 import signal
 import sys
 import tempfile
-import threading
 from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import NamedTuple
 
 from mpsched._core.limits import LimitSpec, parse_limit
 from mpsched._core.queue import JobQueue
-from mpsched._errors import ConfigError, MpschedError, StoreError
-from mpsched._manager.journal import BaseJournal, NoJournal
+from mpsched._core.queue_like import JobQueueLike
+from mpsched._errors import StoreError
+from mpsched._manager.journal import BaseJournal
+from mpsched._manager.no_journal import NoJournal
 from mpsched._manager.service import ManagerService
-from mpsched._manager.shared_journal import SharedJournal, encode_status
-from mpsched._manager.shared_link import SharedLink
+from mpsched._manager.serving import LocalWorkers, serve
+from mpsched._manager.shared_journal import SharedJournal
 from mpsched._manager.shared_queue import SharedQueue
 from mpsched._manager.store_journal import Journal
 from mpsched._manager.store_outage import StoreOutage
-from mpsched._manager.supervisor import Supervisor
 from mpsched._payload.segments import Segments
 from mpsched._payload.shm import payload_size
-from mpsched._protocol.proxy import (
-    ServiceManager,
-    serve_object,
-)
 from mpsched._protocol.records import (
-    STOP,
-    STOP_NOW,
     ManagerConfig,
     ManagerFailed,
     ManagerReady,
@@ -57,13 +51,7 @@ from mpsched._protocol.records import (
 from mpsched._store.redis.store import RedisStore
 from mpsched._store.redis.url import is_redis_url
 from mpsched._store.sqlite import SQLiteStore
-from mpsched._transport.address import format_address
-from mpsched._transport.authkey import scrub_authkey_env
-from mpsched._transport.sockets import SERIALIZER, HardenedServer, host_name
-
-if TYPE_CHECKING:
-    from mpsched._manager.http.server import StatusServer
-from mpsched._transport.tls import set_tls
+from mpsched._transport.sockets import host_name
 from mpsched._worker.claims import LocalClaims
 from mpsched._worker.slot_file import AnonymousSlots, SlotFile, SlotSource
 
@@ -118,7 +106,7 @@ def run_manager(
         )
         for worker_id in awaited:  # their jobs are in flight: see Journal.recover
             service.workers.await_worker(worker_id)
-        return _serve(config, control, on_ready, service, recovered, _Workers(claims, slots))
+        return serve(config, control, on_ready, service, recovered, LocalWorkers(claims, slots))
     finally:
         segments.close()
         journal.store.close()
@@ -179,18 +167,11 @@ class _Opened(NamedTuple):
     """What a manager serves from: its queue, its journal, what was recovered (one line),
     where its local workers' claim slots live, and the remote workers it awaits."""
 
-    queue: JobQueue | SharedQueue
+    queue: JobQueueLike
     journal: BaseJournal
     recovered: str
     slots: SlotSource
     awaited: tuple[str, ...] = ()
-
-
-class _Workers(NamedTuple):
-    """The local workers' claim slots: the queue's, and where they are made."""
-
-    claims: LocalClaims
-    slots: SlotSource
 
 
 def _open_queue(config: ManagerConfig, claims: LocalClaims) -> _Opened:
@@ -252,154 +233,3 @@ def _open_journal(config: ManagerConfig, queue: JobQueue) -> _Opened:
     if summary:
         log.info("%s", summary)
     return _Opened(queue, journal, summary, slots, tuple(awaited))
-
-
-def _serve(
-    config: ManagerConfig,
-    control: Connection | None,
-    on_ready: Callable[[ManagerReady, ManagerService], None] | None,
-    service: ManagerService,
-    recovered: str,
-    workers: _Workers,
-) -> int:
-    service.schedules.keep_cancelled_for(config.result_ttl)
-    summary = service.schedules.recover()
-    if summary:
-        log.info("%s", summary)
-    recovered_lines = tuple(line for line in (recovered, summary) if line)
-    serve_object(service)
-    # The key is in config: workers and the jobs they run must not inherit it.
-    scrub_authkey_env()
-    set_tls(config.tls)  # the listener below, and this process's own connections
-    # Not BaseManager.get_server(): it builds a plain Server and ignores _Server.
-    server = HardenedServer(
-        ServiceManager._registry,  # type: ignore[attr-defined]
-        config.address,
-        config.authkey,
-        SERIALIZER,
-    )
-    server.on_disconnect = service.connection_closed
-    # serve_client reads stop_event, which only serve_forever would create; we run the
-    # accepter ourselves so that this thread can supervise.
-    server.stop_event = threading.Event()  # type: ignore[attr-defined]
-    threading.Thread(target=server.accepter, name="mpsched-accept", daemon=True).start()
-    supervisor = Supervisor(service, config, server.address, *workers)
-    grace, now = config.drain_timeout, False
-    status: StatusServer | None = None
-    link: SharedLink | None = None
-    try:
-        link, error = _link(service, server.address)
-        if error is not None and control is None:
-            raise error  # serve says it as it does when the store cannot be opened
-        failure = "" if error is None else str(error)
-        if not failure:
-            status, failure = _start_status(config, service, control is None)
-        failure = failure or _start(supervisor, config)
-        if failure:
-            if control is not None:
-                control.send(ManagerFailed(failure, error))
-            log.error("manager start-up failed: %s", failure)
-            return 1
-        if link is not None:
-            link.beat_now()  # its status, with the workers that joined
-        ready = ManagerReady(
-            address=server.address,
-            pid=os.getpid(),
-            recovered=recovered_lines,
-            http_url="" if status is None else status.url,
-        )
-        if control is not None:
-            control.send(ready)
-        if on_ready is not None:
-            on_ready(ready, service)
-        reason = supervisor.watch(control)
-        now = reason == STOP_NOW
-        if reason != STOP:
-            grace = 0.0
-        return 0
-    finally:
-        service.stop()
-        if now:  # the owner asked for the running jobs to be killed (a second Ctrl-C)
-            log.info("stopping now: killed %d worker(s) running a job", supervisor.kill_busy())
-        elif not service.wait_drained(grace):
-            log.warning("jobs still running after %.0f s; stopping their workers", grace)
-        if status is not None:  # it showed the drain; nothing is left to show
-            status.stop()
-        supervisor.stop_workers(grace=2.0)
-        if isinstance(workers.slots, SlotFile) and service.wait_drained(0.0):
-            workers.slots.remove()  # no job left running: nothing in it to read
-        if link is not None:
-            link.stop()  # after the workers: their last ends are in the store
-        if config.drain_workers_on_stop:
-            # A dismissed worker between two takes must hear it before the sockets close;
-            # else it takes the stop for a restart and waits for the manager to come back.
-            service.wait_workers_told(0.0 if grace == 0 else 2.0)
-        service.mailboxes.close()
-        # Let connected clients take the last outcomes before the sockets close.
-        service.mailboxes.wait_collected(0.0 if grace == 0 else 5.0)
-
-
-def _start_status(
-    config: ManagerConfig, service: ManagerService, foreground: bool
-) -> tuple[StatusServer | None, str]:
-    """The status server the config asks for, serving; or why it could not start.
-
-    Raises:
-        StatusAddressError: (``foreground``: a ``serve``) its address cannot be bound.
-    """
-    if config.http is None:
-        return None, ""
-    # Imported here: a manager without a status page (most) starts ~0.1 s sooner.
-    from mpsched._manager.http.server import StatusAddressError, StatusServer
-
-    where = f"{config.http.host}:{config.http.port}"
-    try:
-        status = StatusServer(config.http, service)
-    except OSError as exc:  # an address in use, or not this host's
-        if foreground:
-            raise StatusAddressError(where, exc) from exc
-        return None, f"cannot serve HTTP on {where}: {exc}"
-    except MpschedError as exc:  # TLS files that do not load
-        return None, f"cannot serve HTTP on {where}: {exc}"
-    status.start()
-    return status, ""
-
-
-def _link(
-    service: ManagerService, address: Any
-) -> tuple[SharedLink | None, StoreError | ConfigError | None]:
-    """With a shared store: this manager registered in it, listening to it, renewing its
-    leases (mpsched._manager.shared_link); and why not (None when it is): the store
-    failed, or it runs in another order (ConfigError)."""
-    journal = service.journal
-    if not isinstance(journal, SharedJournal):
-        return None, None
-    queue = journal.shared_queue
-    where, pid = format_address(address), os.getpid()
-
-    def status() -> bytes:
-        return encode_status(service.host, pid, where, service.workers.statuses(since=0.0)[0])
-
-    link = SharedLink(
-        journal.store,
-        queue,
-        journal,
-        outage=queue.outage,
-        status=status,
-        on_schedule=service.schedules.sync,
-    )
-    queue.on_unregistered(link.beat_now)
-    try:
-        link.start()
-    except (StoreError, ConfigError) as exc:  # the caller logs it
-        return None, exc
-    return link, None
-
-
-def _start(supervisor: Supervisor, config: ManagerConfig) -> str:
-    try:
-        supervisor.start_workers()
-        return str(supervisor.await_workers(config.start_timeout))
-    except Exception as exc:
-        log.exception("manager start-up failed")
-        return f"{type(exc).__name__}: {exc}"

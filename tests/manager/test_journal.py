@@ -13,7 +13,7 @@ from mpsched._core.job import JobRecord, JobRequest, JobState, Outcome, OutcomeK
 from mpsched._core.queue import JobQueue
 from mpsched._errors import InvalidJobError, JobNotFoundError
 from mpsched._manager import retained as _retained
-from mpsched._manager.journal import NoJournal
+from mpsched._manager.no_journal import NoJournal
 from mpsched._manager.service import ManagerService
 from mpsched._protocol.codec import (
     assignment_from_wire,

@@ -20,7 +20,7 @@ from fakeclock import FakeClock
 from mpsched._core.job import JobRequest, Outcome, Priority
 from mpsched._core.queue import JobQueue
 from mpsched._manager.http.server import StatusServer
-from mpsched._manager.journal import NoJournal
+from mpsched._manager.no_journal import NoJournal
 from mpsched._manager.service import ManagerService
 from mpsched._protocol.codec import assignment_from_wire, report_to_wire
 from mpsched._protocol.records import Report, WorkerHello
