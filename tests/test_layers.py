@@ -21,7 +21,7 @@ LAYERS: list[tuple[str, list[set[str]]]] = [
     (
         "_core",
         [
-            {"options", "histogram", "retrying", "progress"},
+            {"options", "histogram", "retrying", "progress", "job_checks"},
             {"job"},
             {"clock", "recurring", "limits", "result_of", "dependencies"},
             {"leases", "heap", "planning", "wall_offset"},
@@ -132,7 +132,15 @@ LAYERS: list[tuple[str, list[set[str]]]] = [
     (
         "_cli",
         [
-            {"options", "formats", "managers"},
+            {"values", "formats", "managers"},
+            {"options", "stress_report"},
+            {
+                "query_options",
+                "serve_options",
+                "submit_options",
+                "stress_options",
+                "stress_producers",
+            },
             {"parser", "connection"},
             {"demo", "stress", "serve", "jobs", "status", "drain"},
             {"schedules", "stress_shared"},

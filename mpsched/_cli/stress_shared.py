@@ -2,7 +2,7 @@
 
 ``run_shared_stress`` starts ``managers`` ``serve`` processes on one Redis store (each on
 a Unix socket of the run's own, with ``workers`` local workers and a short lease), then
-producer processes that connect to them in turn and submit the jobs (stress.produce).
+producer processes that connect to them in turn and submit the jobs (stress_producers.produce).
 While they run, a manager is SIGKILLed with its workers every ``kill_every`` seconds and
 started again at the same address: its clients reconnect and re-attach their futures by
 id, its pending jobs wait in Redis, and the jobs it ran are taken back by its peers once
@@ -36,18 +36,20 @@ from pathlib import Path
 from typing import TextIO
 
 from mpsched._cli.formats import plural
-from mpsched._cli.stress import (
+from mpsched._cli.stress_producers import (
     RESULT_MARGIN,
+    ProducerSpec,
+    record,
+    report_of,
+    run_producers,
+)
+from mpsched._cli.stress_report import (
     ProducerFailed,
     ProducerReport,
-    ProducerSpec,
     StressReport,
     collect,
     job_keys,
     print_report,
-    record,
-    report_of,
-    run_producers,
     verify,
 )
 from mpsched._client.client import Client, connect
@@ -212,7 +214,7 @@ def _connect(spec: ProducerSpec) -> Client:
 
 
 def produce_shared(spec: ProducerSpec, link: Connection) -> None:
-    """A producer process of a shared-store run (as stress.produce, but its manager may
+    """A producer process of a shared-store run (as stress_producers.produce, but its manager may
     be killed under it: a submit refused during the outage is made again, and a job that
     failed because its manager died as it ran is reported as crashed)."""
     try:
