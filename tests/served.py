@@ -164,8 +164,9 @@ class Processes:
         for popen in self._popens:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 popen.wait(10)
-            if popen.stdout is not None:
-                popen.stdout.close()
+            for pipe in (popen.stdout, popen.stderr):  # run()'s stderr too, if it timed out
+                if pipe is not None:
+                    pipe.close()
         shutil.rmtree(self.runtime_dir, ignore_errors=True)
 
 
@@ -191,7 +192,11 @@ class Manager:
         return connect_service(parse_address(self.address), self.key)
 
     def stats(self) -> Stats:
-        return self.service().stats()
+        service = self.service()
+        try:
+            return service.stats()
+        finally:
+            service.discard()  # closes its connections now, not at collection
 
     def remote_workers(self) -> list[WorkerStatus]:
         return [w for w in self.stats().workers if w.remote]

@@ -33,7 +33,7 @@ import threading
 import time
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import TextIO
+from typing import IO, TextIO
 
 from mpsched._cli.formats import plural
 from mpsched._cli.stress_producers import (
@@ -114,8 +114,9 @@ class Managers:
         assert proc.stdout is not None
         line = proc.stdout.readline()  # "mpsched manager listening on ..."
         if b"listening" not in line:
+            proc.stdout.close()  # stop() ends the process
             raise RuntimeError(f"manager {n} did not start: {self._logs[n].read_text()[-2000:]}")
-        threading.Thread(target=proc.stdout.read, daemon=True).start()  # drain the rest
+        threading.Thread(target=_drain, args=(proc.stdout,), daemon=True).start()
 
     def kill(self, n: int) -> None:
         """SIGKILL manager ``n`` with everything it started."""
@@ -137,6 +138,13 @@ class Managers:
                 proc.wait(30)
             except subprocess.TimeoutExpired:
                 self.kill(n)
+
+
+def _drain(stream: IO[bytes]) -> None:
+    """Read what a manager prints after its first line, then close the pipe: its end of
+    it closes once the manager and the workers of its session are gone."""
+    with stream:
+        stream.read()
 
 
 def run_shared_stress(
