@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +109,7 @@ class Processes:
         }
         self.env.pop(AUTHKEY_ENV, None)
         self._popens: list[subprocess.Popen[str]] = []
+        self.proxies: list[ServiceProxy] = []  # of the managers started, to discard at the end
         self._descendants: list[psutil.Process] = []  # noted while running, for orphans
         self._count = 0
 
@@ -152,6 +153,8 @@ class Processes:
         return found
 
     def stop_all(self) -> None:
+        for proxy in self.proxies:
+            proxy.discard()
         for popen in self._popens:
             with contextlib.suppress(psutil.NoSuchProcess):
                 self._descendants.extend(psutil.Process(popen.pid).children(recursive=True))
@@ -164,8 +167,9 @@ class Processes:
         for popen in self._popens:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 popen.wait(10)
-            if popen.stdout is not None:
-                popen.stdout.close()
+            for pipe in (popen.stdout, popen.stderr):  # run()'s stderr too, if it timed out
+                if pipe is not None:
+                    pipe.close()
         shutil.rmtree(self.runtime_dir, ignore_errors=True)
 
 
@@ -179,6 +183,8 @@ class Manager:
     proc: Proc
     address: str  # as printed: "127.0.0.1:4242" or "unix:/..."
     key_file: Path
+    # The proxies service() made, discarded (their connections closed) by stop_all().
+    proxies: list[ServiceProxy] = field(default_factory=list)
 
     @property
     def key(self) -> bytes:
@@ -188,10 +194,15 @@ class Manager:
         return ["--connect", self.address, "--authkey-file", str(key_file or self.key_file)]
 
     def service(self) -> ServiceProxy:
-        return connect_service(parse_address(self.address), self.key)
+        self.proxies.append(connect_service(parse_address(self.address), self.key))
+        return self.proxies[-1]
 
     def stats(self) -> Stats:
-        return self.service().stats()
+        service = connect_service(parse_address(self.address), self.key)
+        try:
+            return service.stats()
+        finally:
+            service.discard()  # closes its connections now, not at collection
 
     def remote_workers(self) -> list[WorkerStatus]:
         return [w for w in self.stats().workers if w.remote]
@@ -209,7 +220,7 @@ def serve(
     assert int(listening.group(2)) == proc.pid, first
     join = proc.line()
     assert join.startswith("  join:   python -m mpsched worker"), join
-    return Manager(proc, listening.group(1), Path(listening.group(3)))
+    return Manager(proc, listening.group(1), Path(listening.group(3)), procs.proxies)
 
 
 def start_pool(procs: Processes, manager: Manager, processes: int = 1) -> Proc:

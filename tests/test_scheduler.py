@@ -364,7 +364,8 @@ def test_a_schedulers_status_page_is_loopback_only(tmp_path):
 def test_a_port_alone_serves_the_status_page_on_loopback(make_scheduler):
     s = make_scheduler(workers=1, http=0)
     assert s.http_url is not None and s.http_url.startswith("http://127.0.0.1:")
-    assert urllib.request.urlopen(s.http_url + "metrics", timeout=10).status == 200
+    with urllib.request.urlopen(s.http_url + "metrics", timeout=10) as answer:
+        assert answer.status == 200
 
 
 def test_workers_not_ready_in_start_timeout_raise_instead_of_hanging():

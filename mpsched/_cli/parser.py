@@ -14,18 +14,17 @@ import textwrap
 from collections.abc import Sequence
 from typing import NoReturn
 
-from mpsched._cli.options import (
+from mpsched._cli.options import client_options
+from mpsched._cli.query_options import (
     cancel_options,
-    client_options,
     jobs_options,
     result_options,
     schedules_options,
-    serve_options,
     status_options,
-    stress_options,
-    submit_options,
-    worker_options,
 )
+from mpsched._cli.serve_options import serve_options, worker_options
+from mpsched._cli.stress_options import stress_options
+from mpsched._cli.submit_options import submit_options
 from mpsched._core.options import Option
 from mpsched._protocol.records import Exit
 from mpsched._transport.authkey import AUTHKEY_ENV
@@ -173,6 +172,7 @@ def build_parser() -> Parser:
     commands = _Commands(parser)
     _running_commands(commands)
     _query_commands(commands)
+    _job_commands(commands)
     _tool_commands(commands)
     parser.commands = commands.parsers()
     return parser
@@ -259,7 +259,7 @@ def _running_commands(commands: _Commands) -> None:
 
 
 def _query_commands(commands: _Commands) -> None:
-    """The commands that ask a running manager about its jobs, or cancel one."""
+    """The commands that ask a running manager about its jobs and schedules."""
     command = commands.add
     status_options(
         client_options(
@@ -288,6 +288,11 @@ def _query_commands(commands: _Commands) -> None:
             )
         )
     )
+
+
+def _job_commands(commands: _Commands) -> None:
+    """The commands that act on one job of a running manager, by its id."""
+    command = commands.add
     cancel_options(
         client_options(
             command(

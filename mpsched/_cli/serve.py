@@ -121,15 +121,7 @@ def run_serve(args: argparse.Namespace, out: TextIO) -> int:
     try:
         http = status_server(args)
     except ConfigError:
-        tls = tls_from_args(args)
-        lacking = missing(token=args.http_token_file, tls=tls and tls.cert)
-        print(
-            f"mpsched: refusing to serve the status page on {args.http} without "
-            f"{lacking}: anyone who can connect to it could read the scheduler's jobs. "
-            f"Give {'both' if ' and ' in lacking else 'it'}, or a loopback address "
-            f"(--http PORT serves {LOOPBACK}:PORT).",
-            file=sys.stderr,
-        )
+        _refuse_page(args)
         return Exit.UNSAFE
     if explicit is None and address is not None and not is_loopback(address):
         print(
@@ -139,11 +131,7 @@ def run_serve(args: argparse.Namespace, out: TextIO) -> int:
             file=sys.stderr,
         )
         return Exit.UNSAFE
-    if explicit is None:
-        local_key, local_file = ensure_local_authkey()
-        key = ServeKey(key=local_key, file=local_file, local=True)
-    else:
-        key = ServeKey(key=explicit, file=args.authkey_file, local=False)
+    key = _serve_key(args, explicit)
     files = ServeFiles()
     if address is None:
         address = _take_local_socket(files)
@@ -161,6 +149,32 @@ def run_serve(args: argparse.Namespace, out: TextIO) -> int:
     # through the manager's clean-up, and the exit finalizers remove the files.
     signal.signal(signal.SIGTERM, _exit_before_ready)
     return _run_served(args, out, key, address, files, http)
+
+
+def _refuse_page(args: argparse.Namespace) -> None:
+    """Say on stderr why ``--http`` on a non-loopback address is refused: what it lacks."""
+    tls = tls_from_args(args)
+    lacking = missing(token=args.http_token_file, tls=tls and tls.cert)
+    print(
+        f"mpsched: refusing to serve the status page on {args.http} without "
+        f"{lacking}: anyone who can connect to it could read the scheduler's jobs. "
+        f"Give {'both' if ' and ' in lacking else 'it'}, or a loopback address "
+        f"(--http PORT serves {LOOPBACK}:PORT).",
+        file=sys.stderr,
+    )
+
+
+def _serve_key(args: argparse.Namespace, explicit: bytes | None) -> ServeKey:
+    """The key given (``explicit``: the file's, else $MPSCHED_AUTHKEY's), else this
+    user's local key, written at the first serve that needs it.
+
+    Raises:
+        RuntimeDirError: the runtime directory is another user's or open to others.
+    """
+    if explicit is None:
+        local_key, local_file = ensure_local_authkey()
+        return ServeKey(key=local_key, file=local_file, local=True)
+    return ServeKey(key=explicit, file=args.authkey_file, local=False)
 
 
 def status_server(args: argparse.Namespace) -> HttpConfig | None:
@@ -233,28 +247,8 @@ def _run_served(
     files: ServeFiles,
     http: HttpConfig | None,
 ) -> int:
-    config = ManagerConfig(
-        authkey=key.key,
-        workers=args.workers,
-        mp_method=StartMethod.default(),
-        address=address,
-        order=Order(args.order),
-        max_pending=args.max_pending,
-        max_pending_bytes=args.max_pending_bytes,
-        log_level=logging.getLogger().getEffectiveLevel(),
-        heartbeat_timeout=args.heartbeat_timeout,
-        drain_timeout=args.drain_timeout,
-        tls=tls_from_args(args),
-        store=store_path(args.store),
-        durability=Durability.coerce(args.durability),
-        result_ttl=args.result_ttl,
-        http=http,
-        lease_timeout=args.lease_timeout,
-        drain_workers_on_stop=args.drain_workers_on_stop,
-        queues=args.queues,
-        limits=tuple(args.limit),
-    )
-
+    """Run the manager until it stops; print its banner once it listens."""
+    config = manager_config(args, key.key, address, http)
     listening = False
 
     def ready(message: ManagerReady, service: ManagerService) -> None:
@@ -289,6 +283,33 @@ def _run_served(
             raise
         print(f"mpsched: cannot listen on {format_address(address)}: {exc}", file=sys.stderr)
         return Exit.USAGE
+
+
+def manager_config(
+    args: argparse.Namespace, authkey: bytes, address: Address, http: HttpConfig | None
+) -> ManagerConfig:
+    """The manager serve's options ask for, listening at ``address`` with ``authkey``."""
+    return ManagerConfig(
+        authkey=authkey,
+        workers=args.workers,
+        mp_method=StartMethod.default(),
+        address=address,
+        order=Order(args.order),
+        max_pending=args.max_pending,
+        max_pending_bytes=args.max_pending_bytes,
+        log_level=logging.getLogger().getEffectiveLevel(),
+        heartbeat_timeout=args.heartbeat_timeout,
+        drain_timeout=args.drain_timeout,
+        tls=tls_from_args(args),
+        store=store_path(args.store),
+        durability=Durability.coerce(args.durability),
+        result_ttl=args.result_ttl,
+        http=http,
+        lease_timeout=args.lease_timeout,
+        drain_workers_on_stop=args.drain_workers_on_stop,
+        queues=args.queues,
+        limits=tuple(args.limit),
+    )
 
 
 def client_flags(where: str, key: ServeKey, *, default: bool) -> str:

@@ -2,7 +2,7 @@
 
 ``run_shared_stress`` starts ``managers`` ``serve`` processes on one Redis store (each on
 a Unix socket of the run's own, with ``workers`` local workers and a short lease), then
-producer processes that connect to them in turn and submit the jobs (stress.produce).
+producer processes that connect to them in turn and submit the jobs (stress_producers.produce).
 While they run, a manager is SIGKILLed with its workers every ``kill_every`` seconds and
 started again at the same address: its clients reconnect and re-attach their futures by
 id, its pending jobs wait in Redis, and the jobs it ran are taken back by its peers once
@@ -33,21 +33,23 @@ import threading
 import time
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import TextIO
+from typing import IO, TextIO
 
 from mpsched._cli.formats import plural
-from mpsched._cli.stress import (
+from mpsched._cli.stress_producers import (
     RESULT_MARGIN,
+    ProducerSpec,
+    record,
+    report_of,
+    run_producers,
+)
+from mpsched._cli.stress_report import (
     ProducerFailed,
     ProducerReport,
-    ProducerSpec,
     StressReport,
     collect,
     job_keys,
     print_report,
-    record,
-    report_of,
-    run_producers,
     verify,
 )
 from mpsched._client.client import Client, connect
@@ -112,8 +114,9 @@ class Managers:
         assert proc.stdout is not None
         line = proc.stdout.readline()  # "mpsched manager listening on ..."
         if b"listening" not in line:
+            proc.stdout.close()  # stop() ends the process
             raise RuntimeError(f"manager {n} did not start: {self._logs[n].read_text()[-2000:]}")
-        threading.Thread(target=proc.stdout.read, daemon=True).start()  # drain the rest
+        threading.Thread(target=_drain, args=(proc.stdout,), daemon=True).start()
 
     def kill(self, n: int) -> None:
         """SIGKILL manager ``n`` with everything it started."""
@@ -135,6 +138,13 @@ class Managers:
                 proc.wait(30)
             except subprocess.TimeoutExpired:
                 self.kill(n)
+
+
+def _drain(stream: IO[bytes]) -> None:
+    """Read what a manager prints after its first line, then close the pipe: its end of
+    it closes once the manager and the workers of its session are gone."""
+    with stream:
+        stream.read()
 
 
 def run_shared_stress(
@@ -212,7 +222,7 @@ def _connect(spec: ProducerSpec) -> Client:
 
 
 def produce_shared(spec: ProducerSpec, link: Connection) -> None:
-    """A producer process of a shared-store run (as stress.produce, but its manager may
+    """A producer process of a shared-store run (as stress_producers.produce, but its manager may
     be killed under it: a submit refused during the outage is made again, and a job that
     failed because its manager died as it ran is reported as crashed)."""
     try:

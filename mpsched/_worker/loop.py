@@ -105,11 +105,7 @@ def serve(
     """
     worker_id = config.worker_id
     reports = Reports(partial(service.report, worker_id))
-    # Its jobs' progress and their questions to the manager go through this join's proxy.
-    context.bind(
-        lambda updates: service.progress(worker_id, updates),
-        lambda job_id: service.retry_budget(job_id),
-    )
+    _bind_context(service, worker_id)
     state = _Batches(config, slot, service, remote=drain is not None)
     unsent: list[Report] = []
     try:
@@ -122,28 +118,42 @@ def serve(
                 batch = _take(service, worker_id, unsent, wait, drain, state.more())
             except Draining:
                 break
-            except WorkerDismissedError:  # the take's own reports went in before it
-                _leave(config, worker_id, _closed(reports), drain is not None)
-                return LoopEnd.DISMISSED
-            except SchedulerShutdownError:
-                return LoopEnd.STOPPED
-            except (EOFError, OSError) as exc:
-                _log_lost(worker_id, exc, _unanswered(unsent))
-                return LoopEnd.LOST
+            except (SchedulerShutdownError, EOFError, OSError) as exc:
+                return _take_failed(exc, config, reports, unsent, drain is not None)
             unsent = []
             state.delivered(reports)
             end = state.run_batch(batch, received, reports, timeouts)
             if end is not None:
                 if end == LoopEnd.RECYCLED:
                     log.info("worker %s recycles after %d job(s)", worker_id, state.done)
-                    unsent = _closed(reports)
-                    _leave(config, worker_id, unsent, drain is not None)
+                    _leave(config, worker_id, _closed(reports), drain is not None)
                 return end
     finally:
         reports.close()
     unsent += _closed(reports)
     _leave(config, worker_id, unsent, drain is not None)
     return LoopEnd.DRAINED
+
+
+def _bind_context(service: ServiceProxy, worker_id: str) -> None:
+    """Send its jobs' progress and their questions to the manager through this join's proxy."""
+    context.bind(
+        lambda updates: service.progress(worker_id, updates),
+        lambda job_id: service.retry_budget(job_id),
+    )
+
+
+def _take_failed(
+    exc: BaseException, config: WorkerConfig, reports: Reports, unsent: list[Report], remote: bool
+) -> LoopEnd:
+    """How the loop ends when a take raised ``exc``: dismissed (it leaves), stopped, or lost."""
+    if isinstance(exc, WorkerDismissedError):  # the take's own reports went in before it
+        _leave(config, config.worker_id, _closed(reports), remote)
+        return LoopEnd.DISMISSED
+    if isinstance(exc, SchedulerShutdownError):
+        return LoopEnd.STOPPED
+    _log_lost(config.worker_id, exc, _unanswered(unsent))
+    return LoopEnd.LOST
 
 
 def _closed(reports: Reports) -> list[Report]:
