@@ -105,6 +105,15 @@ def announce_then_wait(fifo: str, release: str, timeout: float) -> str:
     return "woke"
 
 
+def record_once_released(log_path: str, key: str, release: str, timeout: float) -> str:
+    """Wait until the file ``release`` exists (at most ``timeout`` s), then record ``key``."""
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(release) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    append_line(log_path, key)
+    return key
+
+
 def die_once(marker: str) -> str:
     """SIGKILL our own worker the first time; succeed the next."""
     import signal

@@ -972,14 +972,12 @@ def test_submit_after_runs_a_job_once_its_parent_ended_and_jobs_shows_the_wait(
     cluster: Cluster, procs: Processes, tmp_path: Path
 ) -> None:
     manager = cluster.manager
-    log = tmp_path / "ran.log"
-    parent = procs.run(
+    log, release = tmp_path / "ran.log", tmp_path / "release"
+    parent = procs.run(  # runs until the test releases it, however slow the commands below
         "submit",
-        "jobs:record",
+        "jobs:record_once_released",
         "--args",
-        json.dumps([str(log), "p"]),
-        "--delay",
-        "10",
+        json.dumps([str(log), "p", str(release), 60]),
         *manager.cli(),
     )
     assert parent.returncode == Exit.OK, parent.stderr
@@ -1001,6 +999,8 @@ def test_submit_after_runs_a_job_once_its_parent_ended_and_jobs_shows_the_wait(
     assert waits[child_id] == "after 1 jobs" and waits[parent_id] is None
     table = procs.run("jobs", *manager.cli())
     assert "pending, after 1 jobs" in table.stdout
+    assert not log.exists()
+    release.touch()
     done = procs.run("result", child_id, "--wait", *manager.cli())
     assert done.returncode == Exit.OK, done.stderr
     assert log.read_text() == "p\nc\n"
