@@ -39,11 +39,15 @@ from contextlib import contextmanager
 
 from mpsched._core.job import JobState
 from mpsched._store.base import StoredJob
+from mpsched._store.commit import ROWS_PER_STATEMENT, execute_rows
 from mpsched._store.file import MIGRATIONS
 from mpsched._store.lease_log import LeaseLog
 from mpsched._store.lease_records import LogRecord
-from mpsched._store.sqlite import _FINISH_LEASED, _PRUNE, _PRUNE_STEP, PRUNE_STEP, SQLiteStore
-from mpsched._store.writer import ROWS_PER_STATEMENT, execute_rows
+from mpsched._store.pruning import PRUNE_ROWS as _PRUNE_STEP
+from mpsched._store.pruning import PRUNE_STEP
+from mpsched._store.sqlite import SQLiteStore
+from mpsched._store.statements import FINISH_LEASED as _FINISH_LEASED
+from mpsched._store.statements import PRUNE as _PRUNE
 
 JOBS = 20_000
 _runs = itertools.count()  # one new file per measurement
