@@ -77,7 +77,7 @@ format: $(STAMP)  ## ruff format and ruff's import order on every Python file (t
 	$(PY) -m ruff check --select I --fix --quiet .
 
 lint: $(STAMP)  ## ruff, and mypy: strict on mpsched/, every function body in tests/ and examples/
-	$(PY) -m ruff check mpsched tests examples docs/_hooks
+	$(PY) -m ruff check mpsched tests examples docs/_hooks benchmarks
 	$(PY) -m ruff format --check --quiet .
 	$(PY) -m mypy
 

@@ -204,7 +204,8 @@ def bench(workers: int, jobs: int, span: float, repeats: int) -> Section:
     per_job = column(mine, "wakeups_per_job")
     section.targets.append(
         Target(
-            "herd: O(1) wake-ups per job with 32 workers (this harness: ≤ 3; no number in the issue)",
+            "herd: O(1) wake-ups per job with 32 workers"
+            " (this harness: ≤ 3; no number in the issue)",
             f"{summarise(per_job)} per job; signal-all wakes {summarise(fewer)}x more",
             median(per_job) <= 3,
         )
