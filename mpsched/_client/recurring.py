@@ -13,7 +13,9 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
-from mpsched._client.base import ClientBase
+from mpsched._client.core import ClientCore
+from mpsched._client.job_future import JobFuture
+from mpsched._client.known_limits import KnownLimits
 from mpsched._client.schedule_handle import Schedule
 from mpsched._core.job import DEFAULT_QUEUE, Priority, check_name, check_run
 from mpsched._core.options import (
@@ -144,149 +146,40 @@ def default_id(spec: ScheduleSpec) -> str:
     return f"{short}~{digest}"
 
 
-class RecurringClient(ClientBase):
-    """The recurring-job methods of :class:`~mpsched.Client`."""
+class RecurringJobs:
+    """Adds a client's schedules to the manager and hands out their handles."""
 
-    def every(
+    def __init__(
+        self, core: ClientCore, limits: KnownLimits, watch: Callable[[str], JobFuture[Any]]
+    ) -> None:
+        self._core = core
+        self._link = core.link
+        self._limits = limits
+        self._watch = watch  # a future for a run, by its job id (Client.job)
+
+    def add(
         self,
-        interval: float | timedelta,
+        asked: ScheduleRequest,
         fn: Callable[..., Any],
-        /,
-        *args: Any,
-        mode: ModeLike = "rate",
-        start: float | timedelta | datetime | None = None,
-        id: str | None = None,
-        overlap: OverlapLike = "skip",
-        catchup: CatchupLike = "latest",
-        jitter: float = 0.0,
-        on_error: OnErrorLike = "continue",
-        priority: Priority | str = Priority.MEDIUM,
-        timeout: float | None = None,
-        retries: int = 0,
-        retry: int | RetryPolicy | None = None,
-        queue: str = DEFAULT_QUEUE,
-        limit: str | None = None,
-        **kwargs: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
     ) -> Schedule:
-        """Run ``fn(*args, **kwargs)`` every ``interval`` seconds (or a timedelta).
-
-        Args:
-            mode: "rate": runs are planned at start + k * interval (no drift); "delay":
-                each run is planned ``interval`` after the previous one ended.
-            start: the first run: a delay in seconds or a timedelta, epoch seconds (a
-                number from 1e9, i.e. 2001, on) or a datetime. Default: one interval from
-                now. A start in the past is caught up as ``catchup`` says.
-            id: the schedule's name. Adding a schedule whose id exists is an upsert: the
-                same spec changes nothing, a changed one replaces it and keeps its last run.
-                Default: the callable's name and a digest of what and when it runs.
-            overlap: when a slot comes while the previous run is pending or running:
-                "skip" it (counted), "queue" it until that run ends, or "allow" both.
-            catchup: slots missed (manager down, backlog): "latest" runs one of them (the
-                latest), "all" runs each, "skip" none; all are counted and logged.
-            jitter: each run starts up to this many seconds after its slot, the same
-                offset for a slot whichever manager plans it.
-            on_error: "continue" (a failed run does not stop the schedule) or "pause".
-            priority, timeout, retries, retry, queue, limit: as for :meth:`schedule`,
-                for every run; each run gets the retry policy and a budget of its own.
-
-        Each run is a job with id ``"{id}@{planned UTC time}"``. Returns the
-        :class:`Schedule`; it lives in the manager, beyond this client.
-
-        Raises:
-            InvalidJobError: a bad interval, start, option or id. JobPicklingError: ``fn``
-            or its arguments cannot be pickled. StoreError: it could not be recorded.
-        """
-        asked = ScheduleRequest(
-            kind=ScheduleKind.EVERY,
-            interval=interval,
-            mode=mode,
-            start=start,
-            schedule_id=id,
-            overlap=overlap,
-            catchup=catchup,
-            jitter=jitter,
-            on_error=on_error,
-            priority=priority,
-            timeout=timeout,
-            retries=retries,
-            retry=retry,
-            queue=queue,
-            limit=limit,
-        )
-        self._check_limit(limit)
-        return self._add_schedule(build_spec(asked, fn, args, kwargs))
-
-    def cron(
-        self,
-        expr: str,
-        fn: Callable[..., Any],
-        /,
-        *args: Any,
-        tz: str | None = None,
-        id: str | None = None,
-        overlap: OverlapLike = "skip",
-        catchup: CatchupLike = "latest",
-        jitter: float = 0.0,
-        on_error: OnErrorLike = "continue",
-        priority: Priority | str = Priority.MEDIUM,
-        timeout: float | None = None,
-        retries: int = 0,
-        retry: int | RetryPolicy | None = None,
-        queue: str = DEFAULT_QUEUE,
-        limit: str | None = None,
-        **kwargs: Any,
-    ) -> Schedule:
-        """Run ``fn(*args, **kwargs)`` at the times of a five-field cron expression,
-        evaluated in zone ``tz`` (an IANA name; default: the manager's local zone) with
-        Debian cron's DST rules: a daily 02:30 job runs at 03:00 on the spring-forward
-        day and once on the fall-back day. Needs ``pip install 'mpsched[cron]'``.
-
-        The other options are those of :meth:`every`.
-
-        Raises:
-            ExtraMissingError: cronsim is not installed, here or in the manager (an
-                ImportError); its message says which process lacks it.
-            InvalidJobError: an invalid expression or an unknown zone; as :meth:`every`.
-        """
-        asked = ScheduleRequest(
-            kind=ScheduleKind.CRON,
-            cron=expr,
-            tz=tz,
-            schedule_id=id,
-            overlap=overlap,
-            catchup=catchup,
-            jitter=jitter,
-            on_error=on_error,
-            priority=priority,
-            timeout=timeout,
-            retries=retries,
-            retry=retry,
-            queue=queue,
-            limit=limit,
-        )
-        self._check_limit(limit)
-        return self._add_schedule(build_spec(asked, fn, args, kwargs))
-
-    def schedules(self) -> list[Schedule]:
-        """Every schedule of the manager, whichever client added it."""
-        infos = self._core.link.ask(lambda service: service.list_schedules())
-        return [Schedule(self._core.link, info, self.job) for info in infos]
-
-    def get_schedule(self, schedule_id: str) -> Schedule:
-        """The handle of one schedule of the manager, by its id.
-
-        Raises:
-            ScheduleNotFoundError: the manager has no such schedule (its ``cancelled`` is
-                True for one cancelled within ``result_ttl``).
-            ManagerConnectionLostError: the manager is unreachable.
-        """
-        info = self._core.link.ask(
-            lambda service: service.schedule_control(schedule_id, ScheduleAction.INFO)
-        )
-        return Schedule(self._core.link, info, self.job)
-
-    def _add_schedule(self, spec: ScheduleSpec) -> Schedule:
+        """Check ``asked`` (raises as ``Client.every``), then add it; its handle."""
+        self._limits.check(asked.limit)
+        spec = build_spec(asked, fn, args, kwargs)
         if self._core.closed:
             raise SchedulerShutdownError("cannot add schedules after shutdown")
-        info = self._core.link.ask(lambda service: service.add_schedule(spec))
-        return Schedule(self._core.link, info, self.job)
+        info = self._link.ask(lambda service: service.add_schedule(spec))
+        return Schedule(self._link, info, self._watch)
+
+    def all(self) -> list[Schedule]:
+        """Every schedule of the manager, whichever client added it."""
+        infos = self._link.ask(lambda service: service.list_schedules())
+        return [Schedule(self._link, info, self._watch) for info in infos]
+
+    def get(self, schedule_id: str) -> Schedule:
+        """The handle of one schedule, by id; raises as ``Client.get_schedule``."""
+        info = self._link.ask(
+            lambda service: service.schedule_control(schedule_id, ScheduleAction.INFO)
+        )
+        return Schedule(self._link, info, self._watch)
