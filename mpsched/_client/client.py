@@ -23,10 +23,17 @@ from mpsched._client.dialing import dial, opened
 from mpsched._client.job_future import JobFuture, MapResults
 from mpsched._client.known_limits import KnownLimits
 from mpsched._client.lookups import Lookups
-from mpsched._client.recurring import RecurringJobs, ScheduleRequest
+from mpsched._client.recurring import RecurringJobs, RunTerms, ScheduleRequest, SlotRules
 from mpsched._client.schedule_handle import Schedule
-from mpsched._client.submit_path import SubmitPath
-from mpsched._core.job import DEFAULT_QUEUE, JobInfo, JobStateLike, Priority
+from mpsched._client.submit_path import MEDIUM, SubmitPath
+from mpsched._core.job import (
+    DEFAULT_QUEUE,
+    JobInfo,
+    JobStateLike,
+    Priority,
+    check_job,
+    due_arguments,
+)
 from mpsched._core.options import CatchupLike, ModeLike, OnErrorLike, OverlapLike
 from mpsched._core.recurring import ScheduleKind
 from mpsched._core.result_of import made as result_of_made
@@ -201,8 +208,11 @@ class Client(Executor):
                 queue,
                 limit,
             )
+        delay, at = due_arguments(delay, at)  # checked: seconds from now, or epoch seconds
+        level = Priority.coerce(priority).level
+        check_job(level, delay, at, timeout, retries, key)  # the manager's check, here
         return self._submits.one(
-            fn, args, kwargs, delay, at, priority, timeout, retries, key, retry, queue, limit
+            fn, args, kwargs, delay, at, level, timeout, retries, key, retry, queue, limit
         )
 
     @overload
@@ -224,7 +234,7 @@ class Client(Executor):
             return self._dependents.schedule(
                 fn, args, kwargs, None, None, Priority.MEDIUM, None, 0, None, None, False
             )
-        return self._submits.one(fn, args, kwargs, None, None, Priority.MEDIUM)
+        return self._submits.one(fn, args, kwargs, 0.0, None, MEDIUM)  # due now
 
     @overload
     def map(
@@ -310,10 +320,10 @@ class Client(Executor):
             jitter: each run starts up to this many seconds after its slot, the same
                 offset for a slot whichever manager plans it.
             on_error: "continue" (a failed run does not stop the schedule) or "pause".
-            priority, timeout, retries, retry, queue, limit: as for :meth:`schedule`,
-                for every run; each run gets the retry policy and a budget of its own.
 
-        Each run is a job with id ``"{id}@{planned UTC time}"``. Returns the
+        ``priority``, ``timeout``, ``retries``, ``retry``, ``queue`` and ``limit`` are as
+        for :meth:`schedule`, for every run; each run gets the retry policy and a budget of
+        its own. Each run is a job with id ``"{id}@{planned UTC time}"``. Returns the
         :class:`Schedule`; it lives in the manager, beyond this client.
 
         Raises:
@@ -321,15 +331,10 @@ class Client(Executor):
             or its arguments cannot be pickled. StoreError: it could not be recorded.
         """
         asked = ScheduleRequest(
-            kind=ScheduleKind.EVERY,
-            interval=interval,
-            mode=mode,
-            start=start,
-            schedule_id=id,
-            overlap=overlap,
-            catchup=catchup,
-            jitter=jitter,
-            on_error=on_error,
+            kind=ScheduleKind.EVERY, interval=interval, mode=mode, start=start, schedule_id=id
+        )
+        rules = SlotRules(overlap=overlap, catchup=catchup, jitter=jitter, on_error=on_error)
+        run = RunTerms(
             priority=priority,
             timeout=timeout,
             retries=retries,
@@ -337,7 +342,7 @@ class Client(Executor):
             queue=queue,
             limit=limit,
         )
-        return self._recurring.add(asked, fn, args, kwargs)
+        return self._recurring.add(asked._replace(rules=rules, run=run), fn, args, kwargs)
 
     def cron(
         self,
@@ -371,15 +376,9 @@ class Client(Executor):
                 ImportError); its message says which process lacks it.
             InvalidJobError: an invalid expression or an unknown zone; as :meth:`every`.
         """
-        asked = ScheduleRequest(
-            kind=ScheduleKind.CRON,
-            cron=expr,
-            tz=tz,
-            schedule_id=id,
-            overlap=overlap,
-            catchup=catchup,
-            jitter=jitter,
-            on_error=on_error,
+        asked = ScheduleRequest(kind=ScheduleKind.CRON, cron=expr, tz=tz, schedule_id=id)
+        rules = SlotRules(overlap=overlap, catchup=catchup, jitter=jitter, on_error=on_error)
+        run = RunTerms(
             priority=priority,
             timeout=timeout,
             retries=retries,
@@ -387,7 +386,7 @@ class Client(Executor):
             queue=queue,
             limit=limit,
         )
-        return self._recurring.add(asked, fn, args, kwargs)
+        return self._recurring.add(asked._replace(rules=rules, run=run), fn, args, kwargs)
 
     def schedules(self) -> list[Schedule]:
         """Every schedule of the manager, whichever client added it."""

@@ -58,15 +58,15 @@ class DependentJobs:
             raise InvalidJobError(f"allow_failure must be a bool, not {allow_failure!r}")
         results = result_parents(args, kwargs)
         parents = dict.fromkeys([*_parent_ids(after), *results])
+        if parents and key is not None:
+            raise InvalidJobError("a job with parents (after=, ResultOf) cannot have a key")
+        delay, at = due_arguments(delay, at)  # checked: seconds from now, or epoch seconds
+        level = Priority.coerce(priority).level
+        check_job(level, delay, at, timeout, retries, key)  # the manager's check, here
         if not parents:  # after=[]: a first job of a loop that builds a graph
             return self._submits.one(
-                fn, args, kwargs, delay, at, priority, timeout, retries, key, retry, queue, limit
+                fn, args, kwargs, delay, at, level, timeout, retries, key, retry, queue, limit
             )
-        if key is not None:
-            raise InvalidJobError("a job with parents (after=, ResultOf) cannot have a key")
-        delay_s, at_s = due_arguments(delay, at)
-        level = Priority.coerce(priority).level
-        check_job(level, delay_s, at_s, timeout, retries)
         if queue != DEFAULT_QUEUE:
             check_name("queue", queue)
         if limit is not None:
@@ -76,8 +76,8 @@ class DependentJobs:
             client_id=self._core.client_id,
             payload=b"",
             priority=level,
-            delay=delay_s,
-            at=at_s,
+            delay=delay,
+            at=at,
             timeout=timeout,
             retries=retries,
             name=job_name(fn),

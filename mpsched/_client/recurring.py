@@ -44,6 +44,26 @@ from mpsched._payload.pickling import job_name, pickle_job
 EPOCH_FROM = 1e9  # a start= number at least this large is epoch seconds (2001-09-09 on)
 
 
+class SlotRules(NamedTuple):
+    """What a schedule does with its slots, as ``every()`` or ``cron()`` is asked."""
+
+    overlap: OverlapLike = "skip"
+    catchup: CatchupLike = "latest"
+    jitter: float = 0.0
+    on_error: OnErrorLike = "continue"
+
+
+class RunTerms(NamedTuple):
+    """The terms of each run of a schedule, as ``every()`` or ``cron()`` is asked."""
+
+    priority: Priority | str = Priority.MEDIUM
+    timeout: float | None = None
+    retries: int = 0
+    retry: int | RetryPolicy | None = None
+    queue: str = DEFAULT_QUEUE
+    limit: str | None = None
+
+
 class ScheduleRequest(NamedTuple):
     """A schedule as ``every()`` or ``cron()`` is asked for it, before any check."""
 
@@ -54,16 +74,8 @@ class ScheduleRequest(NamedTuple):
     cron: str = ""  # cron: the expression
     tz: str | None = None  # cron
     schedule_id: str | None = None  # None: default_id()
-    overlap: OverlapLike = "skip"
-    catchup: CatchupLike = "latest"
-    jitter: float = 0.0
-    on_error: OnErrorLike = "continue"
-    priority: Priority | str = Priority.MEDIUM
-    timeout: float | None = None
-    retries: int = 0
-    retry: int | RetryPolicy | None = None
-    queue: str = DEFAULT_QUEUE
-    limit: str | None = None
+    rules: SlotRules = SlotRules()
+    run: RunTerms = RunTerms()
 
 
 def build_spec(
@@ -76,13 +88,14 @@ def build_spec(
             "a schedule cannot have parents (after=, allow_failure=, "
             "ResultOf): its runs may be the parents of other jobs"
         )
-    priority = Priority.coerce(asked.priority).level
-    check_run(priority, asked.timeout, asked.retries)
-    policy = coerce_retry(asked.retry, asked.retries)
-    retries = asked.retries if policy is None else policy.max_retries
-    check_name("queue", asked.queue)
-    if asked.limit is not None:
-        check_name("limit", asked.limit)
+    rules, run = asked.rules, asked.run
+    priority = Priority.coerce(run.priority).level
+    check_run(priority, run.timeout, run.retries)
+    policy = coerce_retry(run.retry, run.retries)
+    retries = run.retries if policy is None else policy.max_retries
+    check_name("queue", run.queue)
+    if run.limit is not None:
+        check_name("limit", run.limit)
     kind = ScheduleKind.coerce(asked.kind)
     interval = to_seconds(asked.interval, "interval") if kind == ScheduleKind.EVERY else 0.0
     start_delay, start_at = _start(asked.start)
@@ -100,18 +113,18 @@ def build_spec(
         tz=tz or "",
         start_delay=start_delay,
         start_at=start_at,
-        jitter=to_seconds(asked.jitter, "jitter"),
-        overlap=Overlap.coerce(asked.overlap),
-        catchup=Catchup.coerce(asked.catchup),
-        on_error=OnError.coerce(asked.on_error),
+        jitter=to_seconds(rules.jitter, "jitter"),
+        overlap=Overlap.coerce(rules.overlap),
+        catchup=Catchup.coerce(rules.catchup),
+        on_error=OnError.coerce(rules.on_error),
         priority=priority,
-        timeout=asked.timeout,
+        timeout=run.timeout,
         retries=retries,
         name=job_name(fn),
         payload=pickle_job(fn if policy is None else RetryFilter(fn, policy), args, kwargs),
         retry=None if policy is None else policy.terms(),
-        queue=asked.queue,
-        limit=asked.limit,
+        queue=run.queue,
+        limit=run.limit,
     )
     if asked.schedule_id is None:
         spec = spec._replace(schedule_id=default_id(spec))
@@ -165,7 +178,7 @@ class RecurringJobs:
         kwargs: dict[str, Any],
     ) -> Schedule:
         """Check ``asked`` (raises as ``Client.every``), then add it; its handle."""
-        self._limits.check(asked.limit)
+        self._limits.check(asked.run.limit)
         spec = build_spec(asked, fn, args, kwargs)
         if self._core.closed:
             raise SchedulerShutdownError("cannot add schedules after shutdown")

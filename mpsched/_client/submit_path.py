@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from datetime import datetime, timedelta
 from typing import Any
 
 from mpsched._client.core import ClientCore
@@ -17,15 +16,15 @@ from mpsched._core.job import (
     DEFAULT_QUEUE,
     JobRequest,
     Priority,
-    check_job,
     check_name,
-    due_arguments,
 )
 from mpsched._core.retrying import RetryFilter, RetryPolicy, coerce_retry
 from mpsched._errors import QueueFullError, SchedulerShutdownError, StoreError
 from mpsched._payload.by_value import cloudpickle_dumps
 from mpsched._payload.pickling import fast_dumps, job_name, pickle_job
 from mpsched._payload.shm import payload_size
+
+MEDIUM = Priority.MEDIUM.level  # submit()'s priority level
 
 
 class SubmitPath:
@@ -41,9 +40,9 @@ class SubmitPath:
         fn: Callable[..., Any],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
-        delay: float | timedelta | None,
-        at: float | datetime | None,
-        priority: Priority | str,
+        delay: float | None,
+        at: float | None,
+        level: int,
         timeout: float | None = None,
         retries: int = 0,
         key: str | None = None,
@@ -51,10 +50,9 @@ class SubmitPath:
         queue: str = DEFAULT_QUEUE,
         limit: str | None = None,
     ) -> JobFuture[Any]:
-        """One job without parents, checked as the manager checks it; its future."""
-        delay_s, at_s = due_arguments(delay, at)
-        level = Priority.coerce(priority).level
-        check_job(level, delay_s, at_s, timeout, retries, key)  # the manager's check, here
+        """One job without parents; its future. The caller checked ``delay``, ``at`` (as
+        ``due_arguments`` returns them), the priority ``level``, ``timeout``, ``retries``
+        and ``key`` with ``check_job``, as the manager checks them."""
         if queue != DEFAULT_QUEUE:
             check_name("queue", queue)
         if limit is not None:
@@ -76,8 +74,8 @@ class SubmitPath:
             client_id=core.client_id,
             payload=payload,
             priority=level,
-            delay=delay_s,
-            at=at_s,
+            delay=delay,
+            at=at,
             timeout=timeout,
             retries=retries,
             key=key,
