@@ -39,7 +39,8 @@ class Closing:
 
     def __init__(self, core: ClientCore) -> None:
         self._core = core
-        # Guards closer: shutdown() may be called from several threads.
+        # Guards closer: shutdown() may be called from several threads. Held for a look
+        # and a start; shutdown, detach, leave_on and the exit hook wait on it briefly.
         self._shutdown_lock = threading.Lock()
         self.closer: threading.Thread | None = None  # shutdown()'s, which drains and stops
         self._set_aside: list[Any] = []  # manager connections closed by stop() (leave_on)
