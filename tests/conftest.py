@@ -44,9 +44,9 @@ def stop_hard(scheduler: Scheduler) -> None:
     if process is not None:
         process.stop_now()
     scheduler._finalizer()  # stops the manager, which stops its workers
-    if scheduler._closer is not None:
-        scheduler._closer.join(30)
-        assert not scheduler._closer.is_alive(), "shutdown thread did not finish"
+    if scheduler._closing.closer is not None:
+        scheduler._closing.closer.join(30)
+        assert not scheduler._closing.closer.is_alive(), "shutdown thread did not finish"
 
 
 @pytest.fixture(autouse=True)

@@ -111,8 +111,8 @@ SUCCESSFUL_FUTURE = _future("successful")
 def _stop(scheduler: Scheduler) -> None:
     scheduler.shutdown(wait=False, cancel_futures=True)
     scheduler._finalizer()
-    if scheduler._closer is not None:
-        scheduler._closer.join(30)
+    if scheduler._closing.closer is not None:
+        scheduler._closing.closer.join(30)
 
 
 @pytest.fixture(scope="module")
@@ -707,8 +707,8 @@ def test_shutdown_no_wait(make_scheduler):
     res = s.map(abs, range(-5, 5))
     pids = process_ids(s)
     s.shutdown(wait=False)
-    assert s._closer is not None
-    s._closer.join(WAIT)
+    assert s._closing.closer is not None
+    s._closing.closer.join(WAIT)
     assert_gone(pids)
     # Every result was computed before the scheduler stopped.
     assert list(res) == [abs(v) for v in range(-5, 5)]
@@ -728,7 +728,7 @@ def test_shutdown_after_a_failed_task_with_max_tasks_gh132969(make_scheduler, wo
     assert result == 1
     pids = process_ids(s)
     s.shutdown(wait=False)
-    assert s._closer is not None
-    s._closer.join(WAIT)
-    assert not s._closer.is_alive()
+    assert s._closing.closer is not None
+    s._closing.closer.join(WAIT)
+    assert not s._closing.closer.is_alive()
     assert_gone(pids)

@@ -327,8 +327,8 @@ def test_a_ctrl_c_while_the_exit_waits_for_running_jobs_says_what_it_waits_for(
     def interrupted() -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(s, "_exit_work", interrupted)
-    s._at_exit()
+    monkeypatch.setattr(s._closing, "exit_work", interrupted)
+    s._closing.at_exit()
     assert running.result(timeout=0) == "woke"
     [message] = [r.getMessage() for r in caplog.records if r.name == "mpsched.client"]
     assert message.startswith(

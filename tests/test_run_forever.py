@@ -253,7 +253,7 @@ def test_a_block_that_ends_without_a_store_names_the_schedules_it_drops_once(
         s.every(60, jobs.noop, 2, id="also")
         s.every(60, jobs.noop, 3, id="cancelled").cancel()
     s.shutdown()
-    s._at_exit()  # nor at the interpreter's exit: said once
+    s._closing.at_exit()  # nor at the interpreter's exit: said once
     [message] = _dropped(caplog)
     assert message.startswith(DROPPED + "2 schedules end with it: "), message
     assert _named(message) == ["also", "hourly"], message

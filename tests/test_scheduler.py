@@ -217,7 +217,7 @@ def test_shutdown_without_wait_returns_at_once_and_finishes_later(make_scheduler
     s.shutdown(wait=False)
     assert time.monotonic() - t0 < 0.5
     assert future.result(timeout=30)[0] == "bg"
-    s._closer.join(30)
+    s._closing.closer.join(30)
     assert not s._manager_process.is_alive()
 
 

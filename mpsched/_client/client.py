@@ -1,64 +1,53 @@
 """The client side: Client (the Executor API) and connect().
 
-``schedule``/``submit``/``map`` validate and pickle the job here, at the call site, send it
-to the manager and return a :class:`~mpsched._client.job_future.JobFuture`; the client's
-result thread (mpsched._client.core) collects outcomes and resolves the futures.
-
-A Client is built in layers, each a module: its core and lookups by id
-(mpsched._client.base), recurring jobs (mpsched._client.recurring), closing
-(mpsched._client.closing), and here submitting.
+A Client holds a named collaborator for each of its roles and delegates to it: the submit
+path (mpsched._client.submit_path), jobs with parents (mpsched._client.dependents), the
+limits it knows (mpsched._client.known_limits), lookups by id (mpsched._client.lookups),
+recurring schedules (mpsched._client.recurring) and closing (mpsched._client.closing).
+Its futures, outbox and result thread are its core (mpsched._client.core).
 """
 
 from __future__ import annotations
 
-import functools
-import logging
 import time
 from collections.abc import Callable, Coroutine, Iterable, Iterator
 from concurrent.futures import Executor
 from datetime import datetime, timedelta
-from typing import Any, ParamSpec, TypeVar, overload
+from types import TracebackType
+from typing import Any, Literal, ParamSpec, TypeVar, overload
 
-from mpsched._client.closing import ClosingClient
+from mpsched._client.closing import Closing
+from mpsched._client.core import ClientCore
+from mpsched._client.dependents import DependentJobs
+from mpsched._client.dialing import dial, opened
 from mpsched._client.job_future import JobFuture, MapResults
-from mpsched._client.link import DISCONNECTED
-from mpsched._client.outbox import Outbox
+from mpsched._client.known_limits import KnownLimits
+from mpsched._client.lookups import Lookups
+from mpsched._client.recurring import RecurringJobs, RunTerms, ScheduleRequest, SlotRules
+from mpsched._client.schedule_handle import Schedule
+from mpsched._client.submit_path import MEDIUM, SubmitPath
 from mpsched._core.job import (
     DEFAULT_QUEUE,
-    After,
-    JobRequest,
+    JobInfo,
+    JobStateLike,
     Priority,
     check_job,
-    check_name,
     due_arguments,
 )
+from mpsched._core.options import CatchupLike, ModeLike, OnErrorLike, OverlapLike
+from mpsched._core.recurring import ScheduleKind
 from mpsched._core.result_of import made as result_of_made
 from mpsched._core.result_of import result_parents
-from mpsched._core.retrying import RetryFilter, RetryPolicy, coerce_retry
-from mpsched._errors import (
-    InvalidJobError,
-    ManagerUnreachableError,
-    QueueFullError,
-    SchedulerShutdownError,
-    StoreError,
-)
-from mpsched._payload.by_value import cloudpickle_dumps
-from mpsched._payload.pickling import fast_dumps, job_name, pickle_job
-from mpsched._payload.shm import payload_size
-from mpsched._protocol.proxy import (
-    ServiceProxy,
-    connect_service,
-)
-from mpsched._transport.address import format_address, parse_address
-from mpsched._transport.runtime import default_address, require_authkey
-
-log = logging.getLogger("mpsched.client")
+from mpsched._core.retrying import RetryPolicy
+from mpsched._errors import InvalidJobError
+from mpsched._protocol.proxy import ServiceProxy
+from mpsched._protocol.records import Stats
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
 
-class Client(ClosingClient, Executor):
+class Client(Executor):
     """Submits jobs to a running manager and resolves their futures.
 
     Use :class:`Scheduler`, which also starts the manager and its workers. The path of one
@@ -73,10 +62,21 @@ class Client(ClosingClient, Executor):
         reconnect: Callable[[], ServiceProxy] | None = None,
         lost_advice: str = "",
     ) -> None:
-        """``submit_timeout``: as for :class:`Scheduler`; ``reconnect``, ``lost_advice``:
-        see :class:`~mpsched._client.base.ClientBase`."""
-        self._submit_timeout = submit_timeout
-        super().__init__(service, reconnect=reconnect, lost_advice=lost_advice)
+        """``submit_timeout``: as for :class:`Scheduler`. ``reconnect`` connects to the
+        manager's address again, after the connection was lost (None: the client closes
+        instead, its futures failed with ManagerConnectionLostError, whose message ends
+        with ``lost_advice``)."""
+        core = self._core = ClientCore(service, reconnect=reconnect, lost_advice=lost_advice)
+        self._limits = KnownLimits(core.link)
+        self._lookups = Lookups(core)
+        self._submits = SubmitPath(core, self._limits, submit_timeout)
+        self._dependents = DependentJobs(core, self._limits, self._submits)
+        self._recurring = RecurringJobs(core, self._limits, self._lookups.job)
+        self._closing = self._closing_for(core)
+
+    def _closing_for(self, core: ClientCore) -> Closing:
+        """How this client closes (a Scheduler's also stops its manager)."""
+        return Closing(core)
 
     @overload
     def schedule(
@@ -192,7 +192,7 @@ class Client(ClosingClient, Executor):
             or allow_failure
             or (result_of_made() and result_parents(args, kwargs))
         ):
-            return self._schedule_after(
+            return self._dependents.schedule(
                 fn,
                 args,
                 kwargs,
@@ -208,106 +208,12 @@ class Client(ClosingClient, Executor):
                 queue,
                 limit,
             )
-        return self._schedule(
-            fn,
-            args,
-            kwargs,
-            delay,
-            at,
-            priority,
-            timeout,
-            retries,
-            key,
-            retry=retry,
-            queue=queue,
-            limit=limit,
-        )
-
-    def _schedule_after(
-        self,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        delay: float | timedelta | None,
-        at: float | datetime | None,
-        priority: Priority | str,
-        timeout: float | None,
-        retries: int,
-        key: str | None,
-        after: Iterable[JobFuture[Any] | str] | None,
-        allow_failure: bool,
-        retry: int | RetryPolicy | None = None,
-        queue: str = DEFAULT_QUEUE,
-        limit: str | None = None,
-    ) -> JobFuture[Any]:
-        """:meth:`schedule` of a job with parents: sent at once, so that an unknown
-        parent raises here."""
-        if not isinstance(allow_failure, bool):
-            raise InvalidJobError(f"allow_failure must be a bool, not {allow_failure!r}")
-        results = result_parents(args, kwargs)
-        parents = dict.fromkeys([*_parent_ids(after), *results])
-        if not parents:  # after=[]: a first job of a loop that builds a graph
-            return self._schedule(
-                fn,
-                args,
-                kwargs,
-                delay,
-                at,
-                priority,
-                timeout,
-                retries,
-                key,
-                retry=retry,
-                queue=queue,
-                limit=limit,
-            )
-        if key is not None:
-            raise InvalidJobError("a job with parents (after=, ResultOf) cannot have a key")
-        delay_s, at_s = due_arguments(delay, at)
+        delay, at = due_arguments(delay, at)  # checked: seconds from now, or epoch seconds
         level = Priority.coerce(priority).level
-        check_job(level, delay_s, at_s, timeout, retries)
-        if queue != DEFAULT_QUEUE:
-            check_name("queue", queue)
-        if limit is not None:
-            self._check_limit(limit)
-        core = self._core
-        terms = None
-        if retry is not None:  # the worker gets the policy's filter with the callable
-            policy = coerce_retry(retry, retries)
-            assert policy is not None
-            terms, retries, fn_run = policy.terms(), policy.max_retries, RetryFilter(fn, policy)
-        payload = pickle_job(fn if terms is None else fn_run, args, kwargs, pool=core.pool)
-        core.check_payload(payload)
-        if core.outbox is not None:
-            core.outbox.flush()  # parents this client just submitted are known there
-        future = core.new_future(payload)
-        request = JobRequest(
-            job_id=future.id_nowait,
-            client_id=core.client_id,
-            payload=payload,
-            priority=level,
-            delay=delay_s,
-            at=at_s,
-            timeout=timeout,
-            retries=retries,
-            name=job_name(fn),
-            retry=terms,
-            queue=queue,
-            limit=limit,
+        check_job(level, delay, at, timeout, retries, key)  # the manager's check, here
+        return self._submits.one(
+            fn, args, kwargs, delay, at, level, timeout, retries, key, retry, queue, limit
         )
-        links = After(tuple(parents), tuple(results), allow_failure)
-        service = core.service
-        try:
-            service.submit_after([request], [links])
-        except BaseException as exc:
-            core.forget(future.id_nowait)
-            core.release([request])
-            if isinstance(exc, DISCONNECTED):
-                raise core.link.lost(
-                    exc, service, "the job may have reached the manager (and may run) or not"
-                ) from exc
-            raise
-        return future
 
     @overload
     def submit(
@@ -325,113 +231,10 @@ class Client(ClosingClient, Executor):
         :meth:`schedule`.
         """
         if result_of_made() and result_parents(args, kwargs):
-            return self._schedule_after(
+            return self._dependents.schedule(
                 fn, args, kwargs, None, None, Priority.MEDIUM, None, 0, None, None, False
             )
-        return self._schedule(fn, args, kwargs, None, None, Priority.MEDIUM)
-
-    def _schedule(
-        self,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        delay: float | timedelta | None,
-        at: float | datetime | None,
-        priority: Priority | str,
-        timeout: float | None = None,
-        retries: int = 0,
-        key: str | None = None,
-        retry: int | RetryPolicy | None = None,
-        queue: str = DEFAULT_QUEUE,
-        limit: str | None = None,
-    ) -> JobFuture[Any]:
-        delay_s, at_s = due_arguments(delay, at)
-        level = Priority.coerce(priority).level
-        check_job(level, delay_s, at_s, timeout, retries, key)  # the manager's check, here
-        if queue != DEFAULT_QUEUE:
-            check_name("queue", queue)
-        if limit is not None:
-            self._check_limit(limit)
-        core = self._core
-        terms = None
-        if retry is not None:  # the worker gets the policy's filter with the callable
-            policy = coerce_retry(retry, retries)
-            assert policy is not None
-            terms, retries, fn_run = policy.terms(), policy.max_retries, RetryFilter(fn, policy)
-        payload = pickle_job(fn if terms is None else fn_run, args, kwargs, pool=core.pool)
-        core.check_payload(payload)
-        # Sent at once, a keyed submit learns which job holds its key; the rest go
-        # write-behind (the request is built once, whole: a _replace costs ~1-2 us).
-        outbox = None if key is not None else core.outbox
-        future = None if outbox is None else core.new_future(payload)
-        request = JobRequest(
-            job_id="" if future is None else future.id_nowait,
-            client_id=core.client_id,
-            payload=payload,
-            priority=level,
-            delay=delay_s,
-            at=at_s,
-            timeout=timeout,
-            retries=retries,
-            key=key,
-            name=job_name(fn),
-            retry=terms,
-            queue=queue,
-            limit=limit,
-        )
-        if outbox is None or future is None:  # (either both are None or neither)
-            [future] = self._send_batch([request])
-        elif not outbox.put(request):
-            raise core.refuse(future.id_nowait)  # the manager was lost since new_future()
-        return future
-
-    def _send_batch(self, jobs: list[JobRequest]) -> list[JobFuture[Any]]:
-        """Register a future per job and queue them in one call: all or none (their
-        ``job_id`` is the future's)."""
-        if self._core.outbox is not None:
-            self._core.outbox.flush()  # earlier submits first: the seq order is call order
-        futures = [self._core.new_future(request.payload) for request in jobs]
-        requests = [
-            request._replace(job_id=future.id_nowait)
-            for future, request in zip(futures, jobs, strict=True)
-        ]
-        try:
-            holders = self._send(requests)
-        except BaseException:
-            for future in futures:
-                self._core.forget(future.id_nowait)
-            self._core.release(requests)
-            raise
-        for i, holder in enumerate(holders or ()):
-            if holder != futures[i].id_nowait:  # its key was held: the holder's future stands
-                self._core.ended([futures[i].id_nowait])
-                self._core.forget(futures[i].id_nowait)
-                futures[i] = self._core.watch(holder)
-        return futures
-
-    def _send(self, requests: list[JobRequest]) -> list[str] | None:
-        # The manager bounds each wait for room; we repeat until our own deadline.
-        timeout = self._submit_timeout
-        deadline = None if timeout is None else time.monotonic() + timeout
-        service = self._core.service
-        while True:
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            try:
-                return service.submit(requests, remaining)
-            except QueueFullError:
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise
-                if self._core.closed:
-                    raise SchedulerShutdownError("shut down while waiting for room") from None
-            except StoreError:
-                raise
-            except DISCONNECTED as exc:
-                raise self._core.link.lost(
-                    exc,
-                    service,
-                    "the job may have reached the manager (and may run) or "
-                    "not; this client reconnects by itself",
-                ) from exc
+        return self._submits.one(fn, args, kwargs, 0.0, None, MEDIUM)  # due now
 
     @overload
     def map(
@@ -476,110 +279,261 @@ class Client(ClosingClient, Executor):
         if isinstance(chunksize, bool) or not isinstance(chunksize, int) or chunksize < 1:
             raise InvalidJobError(f"chunksize must be an int >= 1, not {chunksize!r}")
         deadline = None if timeout is None else time.monotonic() + timeout
-        jobs = self._map_jobs(fn, iterables)
-        # Every item pickled: now queue them all, write-behind or in batches.
-        outbox = self._core.outbox
-        futures = self._send_all(jobs) if outbox is None else self._put_all(jobs, outbox)
-        return MapResults(self._core, futures, deadline)
+        return MapResults(self._core, self._submits.map(fn, iterables), deadline)
 
-    def _map_jobs(
-        self, fn: Callable[..., Any], iterables: tuple[Iterable[Any], ...]
-    ) -> list[JobRequest]:
-        """map()'s jobs, one per item, each pickled (the callable once for all); on an
-        error, the segments of those pickled already are released."""
-        pickle_job(fn, (), {})  # a clear JobPicklingError if the callable cannot pickle
-        fn_bytes = fast_dumps(fn) or cloudpickle_dumps(fn)  # pickled once for all items
-        name = job_name(fn)
-        jobs: list[JobRequest] = []
-        try:
-            for args in zip(*iterables):  # noqa: B905 - stop at the shortest
-                payload = pickle_job(fn, args, {}, fn_bytes, self._core.pool)
-                self._core.check_payload(payload)
-                jobs.append(
-                    JobRequest(
-                        job_id="",
-                        client_id=self._core.client_id,
-                        payload=payload,
-                        priority=Priority.MEDIUM.level,
-                        delay=0.0,
-                        at=None,
-                        name=name,
-                    )
-                )
-        except BaseException:
-            self._core.release(jobs)
-            raise
-        return jobs
+    def every(
+        self,
+        interval: float | timedelta,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        mode: ModeLike = "rate",
+        start: float | timedelta | datetime | None = None,
+        id: str | None = None,
+        overlap: OverlapLike = "skip",
+        catchup: CatchupLike = "latest",
+        jitter: float = 0.0,
+        on_error: OnErrorLike = "continue",
+        priority: Priority | str = Priority.MEDIUM,
+        timeout: float | None = None,
+        retries: int = 0,
+        retry: int | RetryPolicy | None = None,
+        queue: str = DEFAULT_QUEUE,
+        limit: str | None = None,
+        **kwargs: Any,
+    ) -> Schedule:
+        """Run ``fn(*args, **kwargs)`` every ``interval`` seconds (or a timedelta).
 
-    def _put_all(self, jobs: list[JobRequest], outbox: Outbox) -> list[JobFuture[Any]]:
-        """Hand every job to ``outbox``, all or none; their futures."""
-        futures: list[JobFuture[Any]] = []
-        try:
-            for request in jobs:
-                futures.append(self._core.new_future(request.payload))
-                if not outbox.put(request._replace(job_id=futures[-1].id_nowait)):
-                    error = self._core.refuse(futures.pop().id_nowait)
-                    for future in futures:  # all or nothing: the manager was lost
-                        future.cancel()
-                    raise error
-        except BaseException:
-            self._core.release(jobs[len(futures) :])
-            raise
-        return futures
+        Args:
+            mode: "rate": runs are planned at start + k * interval (no drift); "delay":
+                each run is planned ``interval`` after the previous one ended.
+            start: the first run: a delay in seconds or a timedelta, epoch seconds (a
+                number from 1e9, i.e. 2001, on) or a datetime. Default: one interval from
+                now. A start in the past is caught up as ``catchup`` says.
+            id: the schedule's name. Adding a schedule whose id exists is an upsert: the
+                same spec changes nothing, a changed one replaces it and keeps its last run.
+                Default: the callable's name and a digest of what and when it runs.
+            overlap: when a slot comes while the previous run is pending or running:
+                "skip" it (counted), "queue" it until that run ends, or "allow" both.
+            catchup: slots missed (manager down, backlog): "latest" runs one of them (the
+                latest), "all" runs each, "skip" none; all are counted and logged.
+            jitter: each run starts up to this many seconds after its slot, the same
+                offset for a slot whichever manager plans it.
+            on_error: "continue" (a failed run does not stop the schedule) or "pause".
 
-    def _send_all(self, jobs: list[JobRequest]) -> list[JobFuture[Any]]:
-        """Send every job in batches that fit a bounded queue, all or none; their futures."""
-        futures: list[JobFuture[Any]] = []
-        batches = _batches(jobs, self._core.batch_size, self._core.max_pending_bytes)
-        try:
-            while batches:
-                futures += self._send_batch(batches.pop(0))
-        except BaseException:
-            for future in futures:  # all or nothing: take back the batches already queued
-                future.cancel()
-            self._core.release([r for batch in batches for r in batch])  # never sent
-            raise
-        return futures
+        ``priority``, ``timeout``, ``retries``, ``retry``, ``queue`` and ``limit`` are as
+        for :meth:`schedule`, for every run; each run gets the retry policy and a budget of
+        its own. Each run is a job with id ``"{id}@{planned UTC time}"``. Returns the
+        :class:`Schedule`; it lives in the manager, beyond this client.
 
+        Raises:
+            InvalidJobError: a bad interval, start, option or id. JobPicklingError: ``fn``
+            or its arguments cannot be pickled. StoreError: it could not be recorded.
+        """
+        asked = ScheduleRequest(
+            kind=ScheduleKind.EVERY, interval=interval, mode=mode, start=start, schedule_id=id
+        )
+        rules = SlotRules(overlap=overlap, catchup=catchup, jitter=jitter, on_error=on_error)
+        run = RunTerms(
+            priority=priority,
+            timeout=timeout,
+            retries=retries,
+            retry=retry,
+            queue=queue,
+            limit=limit,
+        )
+        return self._recurring.add(asked._replace(rules=rules, run=run), fn, args, kwargs)
 
-def _parent_ids(after: Iterable[JobFuture[Any] | str] | JobFuture[Any] | str | None) -> list[str]:
-    """The job ids ``after=`` names: futures or ids, or one of them alone."""
-    if after is None:
-        return []
-    if isinstance(after, (str, JobFuture)):
-        after = [after]
-    try:
-        items = list(after)
-    except TypeError:
-        raise InvalidJobError(f"after= takes JobFutures or job ids, not {after!r}") from None
-    ids: list[str] = []
-    for item in items:
-        if isinstance(item, JobFuture):
-            ids.append(item.id_nowait)
-        elif isinstance(item, str) and item:
-            ids.append(item)
-        else:
-            raise InvalidJobError(f"after= takes JobFutures or job ids, not {item!r}")
-    return ids
+    def cron(
+        self,
+        expr: str,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        tz: str | None = None,
+        id: str | None = None,
+        overlap: OverlapLike = "skip",
+        catchup: CatchupLike = "latest",
+        jitter: float = 0.0,
+        on_error: OnErrorLike = "continue",
+        priority: Priority | str = Priority.MEDIUM,
+        timeout: float | None = None,
+        retries: int = 0,
+        retry: int | RetryPolicy | None = None,
+        queue: str = DEFAULT_QUEUE,
+        limit: str | None = None,
+        **kwargs: Any,
+    ) -> Schedule:
+        """Run ``fn(*args, **kwargs)`` at the times of a five-field cron expression,
+        evaluated in zone ``tz`` (an IANA name; default: the manager's local zone) with
+        Debian cron's DST rules: a daily 02:30 job runs at 03:00 on the spring-forward
+        day and once on the fall-back day. Needs ``pip install 'mpsched[cron]'``.
 
+        The other options are those of :meth:`every`.
 
-def _batches(jobs: list[JobRequest], count: int, max_bytes: int | None) -> list[list[JobRequest]]:
-    """``jobs`` in consecutive batches of at most ``count`` jobs and (when bounded) at most
-    ``max_bytes`` payload bytes, so that each batch can fit a bounded queue."""
-    batches: list[list[JobRequest]] = []
-    size = 0
-    for job in jobs:
-        weight = payload_size(job.payload) if max_bytes is not None else 0
-        if (
-            not batches
-            or len(batches[-1]) >= count
-            or (max_bytes is not None and size + weight > max_bytes)
-        ):
-            batches.append([])
-            size = 0
-        batches[-1].append(job)
-        size += weight
-    return batches
+        Raises:
+            ExtraMissingError: cronsim is not installed, here or in the manager (an
+                ImportError); its message says which process lacks it.
+            InvalidJobError: an invalid expression or an unknown zone; as :meth:`every`.
+        """
+        asked = ScheduleRequest(kind=ScheduleKind.CRON, cron=expr, tz=tz, schedule_id=id)
+        rules = SlotRules(overlap=overlap, catchup=catchup, jitter=jitter, on_error=on_error)
+        run = RunTerms(
+            priority=priority,
+            timeout=timeout,
+            retries=retries,
+            retry=retry,
+            queue=queue,
+            limit=limit,
+        )
+        return self._recurring.add(asked._replace(rules=rules, run=run), fn, args, kwargs)
+
+    def schedules(self) -> list[Schedule]:
+        """Every schedule of the manager, whichever client added it."""
+        return self._recurring.all()
+
+    def get_schedule(self, schedule_id: str) -> Schedule:
+        """The handle of one schedule of the manager, by its id.
+
+        Raises:
+            ScheduleNotFoundError: the manager has no such schedule (its ``cancelled`` is
+                True for one cancelled within ``result_ttl``).
+            ManagerConnectionLostError: the manager is unreachable.
+        """
+        return self._recurring.get(schedule_id)
+
+    def limits(self) -> dict[str, str]:
+        """The manager's limits by name, each in its form (``"2"``, ``"10/s"``,
+        ``"2,10/s"``; ``""`` for one without a bound)."""
+        return self._limits.fetch()
+
+    def set_limit(
+        self, name: str, *, concurrency: int | None = None, rate: str | None = None
+    ) -> None:
+        """Declare or change the limit ``name`` on the manager, at once and for every
+        client; kept in the store when there is one.
+
+        Args:
+            concurrency: at most this many of its jobs run at once (None: no bound).
+            rate: at most N starts in any second, minute or hour: ``"10/s"``, ``"N/m"``,
+                ``"N/h"`` (None: no bound).
+
+        Raises:
+            InvalidJobError: a bad name, a bound below 1, or a rate in another form.
+        """
+        self._limits.declare(name, concurrency, rate)
+
+    def stats(self) -> Stats:
+        """Pending jobs per priority, in flight, completed, failed, workers and lateness.
+
+        Jobs this client submitted (or cancelled) before the call are counted. Lateness is
+        how long after its due time a job started, in seconds (p50, p90, p99, max over
+        the last 10,000 jobs of workers that share the manager's clock); times are in
+        seconds and memory in bytes throughout.
+
+        Raises:
+            ManagerConnectionLostError: the manager is unreachable.
+        """
+        return self._lookups.stats()
+
+    def job(self, job_id: str) -> JobFuture[Any]:
+        """A future for any job this manager knows by id: this client's, another client's
+        (``submit`` prints the id), or, with a store, one from before a manager restart.
+
+        Raises:
+            InvalidJobError: ``job_id`` is not a non-empty string.
+            JobNotFoundError: no such job: unknown, or ended and forgotten (ended jobs stay
+                known for ``result_ttl``; without a store, the 100,000 latest at most).
+            SchedulerShutdownError: this client is shut down.
+            ManagerConnectionLostError: the manager is unreachable.
+        """
+        return self._lookups.job(job_id)
+
+    def jobs(self, state: JobStateLike | None = None, limit: int | None = None) -> list[JobInfo]:
+        """The jobs the manager knows, in submission order: every client's, pending and
+        running ones, and with a store the finished ones it retains.
+
+        Args:
+            state: only jobs in this state: "pending", "running", "done", "failed" or
+                "cancelled".
+            limit: at most this many.
+
+        Raises:
+            ConfigError: an unknown state, or a limit that is not a positive int.
+            ManagerConnectionLostError: the manager is unreachable.
+        """
+        return self._lookups.jobs(state, limit)
+
+    def job_info(self, job_id: str) -> JobInfo:
+        """One job the manager knows, as :meth:`jobs` lists it, looked up by its id.
+
+        Raises:
+            InvalidJobError: ``job_id`` is not a non-empty string.
+            JobNotFoundError: no such job: unknown, or finished and forgotten.
+            ManagerConnectionLostError: the manager is unreachable.
+        """
+        return self._lookups.job_info(job_id)
+
+    def requeue(self, job_id: str) -> JobFuture[Any]:
+        """Run a failed or cancelled job again: it is pending again, due now, under the
+        same id, with its priority, timeout, retries and key, and no attempt made.
+
+        Returns a new future for it (its end comes to this client, whichever submitted
+        it). The job's arguments are kept while the job is (``result_ttl``).
+
+        Raises:
+            InvalidJobError: ``job_id`` is not a non-empty string; the job is pending,
+                running or done; its arguments were not kept (they went through shared
+                memory); its key is held by another job now.
+            JobNotFoundError: no such job: unknown, or ended and forgotten.
+            ManagerConnectionLostError: the manager is unreachable.
+        """
+        return self._lookups.requeue(job_id)
+
+    def cancel(self, job_id: str) -> bool:
+        """Cancel a pending job by id, whichever client submitted it; True if it was
+        pending and will never run (its future, wherever it is, ends cancelled).
+
+        Raises:
+            ManagerConnectionLostError: the manager is unreachable and the job is another
+                client's (one of this client's own returns False then, unless it was not
+                sent yet: that one is taken back).
+        """
+        return self._lookups.cancel(job_id)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Take no more jobs; stop once every outstanding future is done.
+
+        Args:
+            wait: block until all jobs finished and everything stopped. With False this
+                returns at once and a background thread finishes the work (the program still
+                waits for it before exiting, as with any Executor).
+            cancel_futures: first cancel every job still pending in the heap.
+        """
+        self._closing.shutdown(wait, cancel_futures)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> Literal[False]:
+        """Leaving the ``with`` block: ``shutdown(wait=True)``, unless an exception leaves
+        it (or a Ctrl-C comes while it waits): then the jobs not yet started are cancelled
+        (as with ``cancel_futures=True``), one line on stderr (a logging warning) names the
+        running jobs it waits for, and a Ctrl-C while it waits stops them at once and
+        raises SystemExit(130), or KeyboardInterrupt in an interactive session (see
+        ``Closing.leave_on``)."""
+        self._closing.leave_block(exc)
+        return False
+
+    def detach(self) -> None:
+        """Close this client without waiting for its jobs: every job already submitted
+        reaches the manager and stays queued there, and runs. Futures whose outcome had
+        arrived are resolved; every other future fails here with SchedulerShutdownError,
+        and that job's outcome is discarded when it comes. (``submit`` without ``--wait``
+        uses this.)"""
+        self._closing.detach()
 
 
 def connect(
@@ -635,34 +589,9 @@ def connect(
             ``CONNECT_TIMEOUT``: it made room for newer connections (a flood of idle
             ones), or it was stopping.
     """
-    if address is None:
-        address = default_address()
-    elif isinstance(address, str):
-        address = parse_address(address)
-    if isinstance(authkey, str):  # the text of a key file: its bytes are UTF-8
-        authkey = authkey.encode()
-    # Surrounding whitespace is stripped, as from a key file (its trailing newline).
-    key = authkey.strip() if authkey is not None else require_authkey(address, give="pass authkey=")
-    try:
-        service = connect_service(address, key)
-    # AssertionError: Python < 3.12's handshake asserts that the peer sent a challenge.
-    except (*DISCONNECTED, AssertionError) as exc:
-        raise ManagerUnreachableError.from_error(format_address(address), exc) from exc
-    try:
-        return Client(
-            service,
-            submit_timeout=submit_timeout,
-            reconnect=functools.partial(connect_service, address, key),
-        )
-    except ManagerUnreachableError:  # dropped a thread's connection: it said why
-        service.discard()
-        raise
-    except DISCONNECTED as exc:
-        # It answered the first connection, then not the client's threads' (a stall
-        # longer than a handshake may take, or it went away).
-        service.discard()
-        raise ManagerUnreachableError(
-            format_address(address),
-            "it answered, then stopped answering while the client "
-            f"opened its connections ({type(exc).__name__}: {exc})",
-        ) from exc
+    service, reconnect, shown = dial(address, authkey)
+    return opened(
+        lambda: Client(service, submit_timeout=submit_timeout, reconnect=reconnect),
+        service,
+        shown,
+    )

@@ -4,9 +4,10 @@ Ctrl-C while it waits), ``detach``, and the interpreter's exit.
 A client still open when the interpreter exits is closed by a hook that runs with
 threading's own exit hooks (see :func:`_close_at_exit`), in the process that made it only:
 a child that fork made forgets its parent's clients (:func:`_forget_open_clients`).
-A Scheduler (mpsched._client.scheduler) overrides the steps that differ for a client that
-owns its manager: what the exit does (``_exit_work``), what becomes of jobs not started
-(``_drop_not_started``), a second Ctrl-C (``_stop_now``) and the last step (``_stop``).
+A Scheduler's closing (mpsched._client.manager_closing) overrides the steps that differ for
+a client that owns its manager: what the exit does (``exit_work``), what becomes of jobs
+not started (``drop_not_started``), a second Ctrl-C (``stop_now``) and the last step
+(``stop``).
 """
 
 from __future__ import annotations
@@ -18,101 +19,78 @@ import os
 import sys
 import threading
 import weakref
-from collections.abc import Callable
-from types import TracebackType
-from typing import Any, Literal
+from typing import Any
 
+from mpsched._client.core import ClientCore
 from mpsched._client.job_future import JobFuture
 from mpsched._client.link import DISCONNECTED
-from mpsched._client.recurring import RecurringClient
 from mpsched._errors import SchedulerShutdownError
-from mpsched._protocol.proxy import ServiceProxy
 
 log = logging.getLogger("mpsched.client")
 
 
-class ClosingClient(RecurringClient):
-    """The ways a client closes, and what each does with the jobs it has not seen end."""
+class Closing:
+    """The ways a client closes, and what each does with the jobs it has not seen end.
 
-    def __init__(
-        self,
-        service: ServiceProxy,
-        *,
-        reconnect: Callable[[], ServiceProxy] | None = None,
-        lost_advice: str = "",
-    ) -> None:
-        super().__init__(service, reconnect=reconnect, lost_advice=lost_advice)
-        # Guards _closer: shutdown() may be called from several threads.
+    A Scheduler's (mpsched._client.manager_closing) overrides the steps that differ for a
+    client that owns its manager: :meth:`exit_work`, :meth:`drop_not_started`,
+    :meth:`stop_now` and :meth:`stop`.
+    """
+
+    def __init__(self, core: ClientCore) -> None:
+        self._core = core
+        # Guards closer: shutdown() may be called from several threads. Held for a look
+        # and a start; shutdown, detach, leave_on and the exit hook wait on it briefly.
         self._shutdown_lock = threading.Lock()
-        self._closer: threading.Thread | None = None
-        self._set_aside: list[Any] = []  # manager connections closed by _stop() (_leave_on)
-        self._stopped = False  # _stop() ran: nothing is left to drop, say or wait for
+        self.closer: threading.Thread | None = None  # shutdown()'s, which drains and stops
+        self._set_aside: list[Any] = []  # manager connections closed by stop() (leave_on)
+        self._stopped = False  # stop() ran: nothing is left to drop, say or wait for
         _close_at_exit(self)
 
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        """Take no more jobs; stop once every outstanding future is done.
-
-        Args:
-            wait: block until all jobs finished and everything stopped. With False this
-                returns at once and a background thread finishes the work (the program still
-                waits for it before exiting, as with any Executor).
-            cancel_futures: first cancel every job still pending in the heap.
-        """
+    def shutdown(self, wait: bool, cancel_futures: bool) -> None:
+        """As ``Client.shutdown``."""
         with self._shutdown_lock:
             first = self._core.shut()
             if first:
                 if cancel_futures:
                     self._core.cancel_pending()
-                self._closer = threading.Thread(
-                    target=self._drain_and_stop, name="mpsched-shutdown"
-                )
-                self._closer.start()
+                self.closer = threading.Thread(target=self.drain_and_stop, name="mpsched-shutdown")
+                self.closer.start()
             elif cancel_futures:
                 self._core.cancel_pending()
-            closer = self._closer
+            closer = self.closer
         if wait and closer is not None:
             _join(closer)
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> Literal[False]:
-        """Leaving the ``with`` block: ``shutdown(wait=True)``, unless an exception leaves
-        it (or a Ctrl-C comes while it waits): then the jobs not yet started are cancelled
-        (as with ``cancel_futures=True``), one line on stderr (a logging warning) names the
-        running jobs it waits for, and a Ctrl-C while it waits stops them at once and
-        raises SystemExit(130), or KeyboardInterrupt in an interactive session (see
-        :meth:`_leave_on`)."""
+    def leave_block(self, exc: BaseException | None) -> None:
+        """Leaving a ``with`` block, as ``Client.__exit__`` says."""
         if exc is None:
             try:
-                self.shutdown(wait=True)
+                self.shutdown(wait=True, cancel_futures=False)
             except KeyboardInterrupt as interrupt:
-                self._leave_on(interrupt, "left the with block")
+                self.leave_on(interrupt, "left the with block")
                 raise
-            return False
-        self._leave_on(exc, "left the with block")
-        return False
+            return
+        self.leave_on(exc, "left the with block")
 
-    def _leave_on(self, exc: BaseException, how: str, *, at_exit: bool = False) -> None:
+    def leave_on(self, exc: BaseException, how: str, *, at_exit: bool = False) -> None:
         """An exception ends this client's work: take no more jobs, drop those not yet
-        started (:meth:`_drop_not_started`), say so and which running jobs it waits for
+        started (:meth:`drop_not_started`), say so and which running jobs it waits for
         (one warning line, which reaches stderr even where logging is not set up: the
         program was interrupted, and its user must learn why it does not end yet), and
-        wait for them. A Ctrl-C during all that stops them now (:meth:`_stop_now`), says
+        wait for them. A Ctrl-C during all that stops them now (:meth:`stop_now`), says
         so in one line, and raises SystemExit(130), as a shell reports a Ctrl-C (in an
         interactive session, KeyboardInterrupt: back to the prompt); at interpreter exit
         it just returns (the exit status is already the program's)."""
         with self._shutdown_lock:
             self._core.shut()
-        closer = self._closer
+        closer = self.closer
         if self._stopped and (closer is None or not closer.is_alive()):
             return  # left already (run_forever() on a Ctrl-C, then its with block)
         again = "again " if isinstance(exc, KeyboardInterrupt) else ""
         try:
             self._set_connection_aside()  # ``exc`` may have cut a call short
-            notes = self._drop_not_started()
+            notes = self.drop_not_started()
             self._core.fail_watched(
                 SchedulerShutdownError(
                     f"this client stopped waiting for the job: {type(exc).__name__} {how}"
@@ -122,21 +100,19 @@ class ClosingClient(RecurringClient):
             if running:
                 notes.append(
                     f"waiting for {count(len(running), 'running job')}: "
-                    f"{self._describe(running)}; press Ctrl-C {again}to stop "
+                    f"{self.describe(running)}; press Ctrl-C {again}to stop "
                     f"{'it' if len(running) == 1 else 'them'} now"
                 )
             if notes:
                 log.warning("mpsched: %s %s: %s", type(exc).__name__, how, "; ".join(notes))
-            closer = self._closer
+            closer = self.closer
             if closer is not None:  # shutdown() began: its thread drains and stops
                 _join(closer)
             else:
-                self._drain_and_stop()
+                self.drain_and_stop()
         except KeyboardInterrupt:
             self._set_connection_aside()
-            log.warning(
-                "mpsched: Ctrl-C %s: %s", again.strip() or "while waiting", self._stop_now()
-            )
+            log.warning("mpsched: Ctrl-C %s: %s", again.strip() or "while waiting", self.stop_now())
             if at_exit:
                 return
             if hasattr(sys, "ps1"):  # an interactive session: back to its prompt
@@ -148,18 +124,18 @@ class ClosingClient(RecurringClient):
         if connection is not None:
             self._set_aside.append(connection)
 
-    def _drop_not_started(self) -> list[str]:
+    def drop_not_started(self) -> list[str]:
         """Cancel this client's jobs that have not started; returns what it did, in
         clauses of one line (none for nothing)."""
         cancelled = self._core.cancel_pending()
         return [f"cancelled {count(cancelled, 'job')} not started"] if cancelled else []
 
-    def _stop_now(self) -> str:
+    def stop_now(self) -> str:
         """Stop waiting for this client's running jobs; returns what became of them. They
         belong to a long-running manager: they run on, and their outcomes are dropped."""
         running = self._core.outstanding()
-        described = self._describe(running) if running else ""
-        self._stop()
+        described = self.describe(running) if running else ""
+        self.stop()
         if not running:
             return "stopped waiting"
         runs = "runs" if len(running) == 1 else "run"
@@ -168,7 +144,7 @@ class ClosingClient(RecurringClient):
             f"manager: {described}"
         )
 
-    def _describe(self, futures: list[JobFuture[Any]], most: int = 3) -> str:
+    def describe(self, futures: list[JobFuture[Any]], most: int = 3) -> str:
         """The jobs of ``futures`` as a line names them: callable and id, a few at most."""
         names: dict[str, str] = {}
         with contextlib.suppress(*DISCONNECTED):
@@ -181,42 +157,41 @@ class ClosingClient(RecurringClient):
         return ", ".join(shown) + more
 
     def detach(self) -> None:
-        """Close this client without waiting for its jobs: every job already submitted
-        reaches the manager and stays queued there, and runs. Futures whose outcome had
-        arrived are resolved; every other future fails here with SchedulerShutdownError,
-        and that job's outcome is discarded when it comes. (``submit`` without ``--wait``
-        uses this.)"""
+        """As ``Client.detach``."""
         with self._shutdown_lock:
             self._core.shut()
-        self._stop()
+        self.stop()
 
-    def _at_exit(self) -> None:
+    def at_exit(self) -> None:
         """The interpreter is exiting: later submits raise, and what this client already
-        submitted is not lost (see :meth:`_exit_work`). A program that ends on Ctrl-C
+        submitted is not lost (see :meth:`exit_work`). A program that ends on Ctrl-C
         (an uncaught KeyboardInterrupt) is treated as leaving a ``with`` block on it
-        (:meth:`_leave_on`), and so is a Ctrl-C while the exit waits for jobs."""
+        (:meth:`leave_on`), and so is a Ctrl-C while the exit waits for jobs."""
         interrupt = _ending_interrupt()
         with self._shutdown_lock:
             first = self._core.shut(exiting=True)
-            closer = self._closer
+            closer = self.closer
         if interrupt is not None and (first or (closer is not None and closer.is_alive())):
-            self._leave_on(interrupt, "ended the program", at_exit=True)
+            self.leave_on(interrupt, "ended the program", at_exit=True)
         elif first:  # else shut down already; a closer thread is joined by the interpreter
             try:
-                self._exit_work()
+                self.exit_work()
             except KeyboardInterrupt as exc:
-                self._leave_on(exc, "while the program exits", at_exit=True)
+                self.leave_on(exc, "while the program exits", at_exit=True)
 
-    def _exit_work(self) -> None:
+    def exit_work(self) -> None:
+        """What the interpreter's exit does with this client's jobs."""
         # A client of a long-lived manager: what it submitted is sent, and runs there.
-        self._stop()
+        self.stop()
 
-    def _drain_and_stop(self) -> None:
+    def drain_and_stop(self) -> None:
+        """Wait until every outstanding future is done, then :meth:`stop`."""
         while futures := self._core.outstanding():
             concurrent.futures.wait(futures, _wake_interval())
-        self._stop()
+        self.stop()
 
-    def _stop(self) -> None:
+    def stop(self) -> None:
+        """The last step: close the client's core and the connections set aside."""
         self._core.close()
         while self._set_aside:
             with contextlib.suppress(OSError):
@@ -224,19 +199,19 @@ class ClosingClient(RecurringClient):
         self._stopped = True
 
 
-# Clients still open, closed (oldest first) when the interpreter exits. The hook runs
-# with threading's own exit hooks, as concurrent.futures' executors do: before atexit
-# functions (multiprocessing's among them, which would stop a manager) and while the
-# clients' daemon threads still run.
-_open_clients: weakref.WeakSet[ClosingClient] = weakref.WeakSet()
+# The closings of clients still open, closed (oldest first) when the interpreter exits.
+# The hook runs with threading's own exit hooks, as concurrent.futures' executors do:
+# before atexit functions (multiprocessing's among them, which would stop a manager) and
+# while the clients' daemon threads still run.
+_open_clients: weakref.WeakSet[Closing] = weakref.WeakSet()
 _exit_hook = threading.Lock()  # guards the one-time registration below; nobody waits on it
 _exit_hook_registered = False
 
 
-def _close_at_exit(client: ClosingClient) -> None:
+def _close_at_exit(closing: Closing) -> None:
     global _exit_hook_registered
     with _exit_hook:
-        _open_clients.add(client)
+        _open_clients.add(closing)
         if not _exit_hook_registered:
             threading._register_atexit(_close_open_clients)  # type: ignore[attr-defined]
             _exit_hook_registered = True
@@ -253,11 +228,11 @@ os.register_at_fork(after_in_child=_forget_open_clients)
 
 
 def _close_open_clients() -> None:
-    for client in list(_open_clients):
+    for closing in list(_open_clients):
         try:
-            client._at_exit()
+            closing.at_exit()
         except Exception:
-            log.exception("could not close %r at interpreter exit", client)
+            log.exception("could not close %r at interpreter exit", closing)
 
 
 # How often a wait in the main thread wakes up. A signal that lands just as the thread starts

@@ -19,8 +19,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mpsched._client.client import Client
-from mpsched._client.closing import count
+from mpsched._client.closing import Closing
+from mpsched._client.core import ClientCore
 from mpsched._client.forever import DroppedSchedules, wait_for_stop
+from mpsched._client.manager_closing import ManagerClosing
 from mpsched._core.job import Order, check_queues
 from mpsched._core.limits import parse_limits
 from mpsched._core.options import Durability, DurabilityLike
@@ -132,25 +134,21 @@ class Scheduler(Client):
     ) -> None:
         workers = _worker_count(workers, max_workers)
         _check_bounds(max_tasks_per_worker, max_memory_per_worker, max_pending, max_pending_bytes)
-        durability = Durability.coerce(durability)
-        check_options(result_ttl)
-        order = Order.coerce(order)
-        store = _store(store, lease_timeout)
-        subscribed = check_queues(queues)
-        declared = tuple((name, str(spec)) for name, spec in parse_limits(limits).items())
-        config = ManagerConfig(
+        config = ManagerConfig(  # its options checked in this order
+            durability=Durability.coerce(durability),
+            result_ttl=_result_ttl(result_ttl),
+            order=Order.coerce(order),
+            store=_store(store, lease_timeout),
+            queues=check_queues(queues),
+            limits=tuple((name, str(spec)) for name, spec in parse_limits(limits).items()),
             authkey=secrets.token_hex(32).encode(),
             workers=workers,
             mp_method=_start_method(mp_context),
-            order=order,
             max_pending=max_pending,
             start_timeout=start_timeout,
             log_level=logging.getLogger("mpsched").getEffectiveLevel(),
             max_tasks_per_worker=max_tasks_per_worker,
             max_memory_per_worker=max_memory_per_worker,
-            store=store,
-            durability=durability,
-            result_ttl=float(result_ttl),
             max_pending_bytes=max_pending_bytes,
             shared_memory=bool(shared_memory),
             lease_timeout=float(lease_timeout),
@@ -158,15 +156,9 @@ class Scheduler(Client):
             # Over the control socket only: the workers share this process's key, so
             # that a multiprocessing.Manager's proxies travel in jobs.
             process_authkey=bytes(multiprocessing.current_process().authkey),
-            queues=subscribed,
-            limits=declared,
         )
         service, pid = self._start_manager(config, start_timeout)
         self.workers = workers
-        # Without a store, the schedules the manager holds end with it: said once.
-        self._dropped = DroppedSchedules()
-        if self._store is not None:
-            self._dropped.hush()
         super().__init__(
             service, submit_timeout=submit_timeout, lost_advice=_lost_advice(pid, self._store)
         )
@@ -196,6 +188,20 @@ class Scheduler(Client):
         self._finalizer = multiprocessing.util.Finalize(self, process.stop, exitpriority=10)
         return service, ready.pid
 
+    def _closing_for(self, core: ClientCore) -> Closing:
+        """This Scheduler's closing, which stops its manager (see :class:`Client`)."""
+        # Without a store, the schedules the manager holds end with it: said once.
+        dropped = DroppedSchedules()
+        if self._store is not None:
+            dropped.hush()
+        return ManagerClosing(
+            core,
+            process=self._manager_process,
+            store=self._store,
+            dropped=dropped,
+            stop_manager=self._finalizer,
+        )
+
     def run_forever(self) -> None:
         """Run this Scheduler's schedules and jobs until SIGTERM or Ctrl-C, then shut down.
 
@@ -222,15 +228,17 @@ class Scheduler(Client):
             ManagerConnectionLostError: the manager was lost (it died); nothing restarts it.
         """
         self._check_something_to_run()
+        closing = self._closing
+        assert isinstance(closing, ManagerClosing)
         try:
             if wait_for_stop(self._core.link.closed):
                 log.info("run_forever(): SIGTERM; shutting down")
-                self._dropped.hush()
+                closing.dropped.hush()
             lost = self._core.link.refusal()
             self.shutdown(wait=True)
         except KeyboardInterrupt as interrupt:
-            self._dropped.hush()
-            self._leave_on(interrupt, "stopped run_forever()")
+            closing.dropped.hush()
+            closing.leave_on(interrupt, "stopped run_forever()")
             raise
         if lost is not None:
             raise lost
@@ -246,71 +254,6 @@ class Scheduler(Client):
         queue = self.stats().queue
         if not queue.in_flight and not sum(queue.pending.values()):
             raise NothingToRunError()
-
-    def _say_dropped_schedules(self) -> None:
-        self._dropped.say(lambda: self._core.link.ask(lambda service: service.list_schedules()))
-
-    def _stop(self) -> None:
-        self._say_dropped_schedules()
-        super()._stop()
-        self._finalizer()
-
-    def _exit_work(self) -> None:
-        # As ProcessPoolExecutor does at exit: what is due runs to completion. Jobs due
-        # later would keep the program alive until then: a store keeps them for the next
-        # manager on it; without one they are dropped, loudly.
-        if self._store is not None:
-            kept = self._core.leave_not_due(f"stays pending in the store {self._store}")
-            if kept:
-                log.warning(
-                    "interpreter exit: %d job(s) not yet due stay pending in the store "
-                    "%s; a Scheduler or serve started on it runs them",
-                    kept,
-                    self._store,
-                )
-        elif dropped := self._core.cancel_pending(not_due_only=True):
-            log.warning(
-                "interpreter exit: dropped %d job(s) not yet due. To run them, call "
-                "shutdown(wait=True) before the program ends, give the Scheduler a store "
-                "(store=...) to keep them for the next one, or submit them to a "
-                "long-running manager (python -m mpsched serve) with mpsched.connect()",
-                dropped,
-            )
-        # Jobs of other clients watched by id die with this manager: no waiting for them.
-        self._core.fail_watched(
-            SchedulerShutdownError(
-                "the interpreter exited, and this Scheduler's manager with it, before the job ended"
-            )
-        )
-        self._drain_and_stop()
-
-    def _drop_not_started(self) -> list[str]:
-        # With a store, jobs not yet due stay pending in it for the next manager on it.
-        if self._store is None:
-            return super()._drop_not_started()
-        kept = self._core.leave_not_due(f"stays pending in the store {self._store}")
-        cancelled = self._core.cancel_jobs(
-            [f.job_id for f in self._core.outstanding() if not f.watched]
-        )
-        notes = [f"cancelled {count(cancelled, 'job')} not started"] if cancelled else []
-        if kept:
-            notes.append(
-                f"{count(kept, 'job')} due later {'stays' if kept == 1 else 'stay'} "
-                f"pending in the store {self._store}"
-            )
-        return notes
-
-    def _stop_now(self) -> str:
-        # The manager kills its workers, and the jobs they run, at once.
-        running = self._core.outstanding()
-        described = self._describe(running) if running else ""
-        self._say_dropped_schedules()
-        self._manager_process.stop_now()
-        self._stop()
-        stopped = "stopped the manager and its workers"
-        if not running:
-            return stopped
-        return f"{stopped}, killing {count(len(running), 'running job')}: {described}"
 
     def __repr__(self) -> str:
         return f"<Scheduler workers={self.workers} address={self.address!r}>"
@@ -339,6 +282,16 @@ def _status_page(
             "(python -m mpsched serve --http has)",
         )
     return http_config(http, token_file)
+
+
+def _result_ttl(result_ttl: float) -> float:
+    """``result_ttl``, checked as a store checks it.
+
+    Raises:
+        ConfigError: as ``check_options``.
+    """
+    check_options(result_ttl)
+    return float(result_ttl)
 
 
 def _store(store: str | os.PathLike[str] | None, lease_timeout: float) -> str | None:
