@@ -139,7 +139,7 @@ LAYERS: list[tuple[str, list[set[str]]]] = [
             {"core"},
             {"known_limits", "lookups", "closing"},
             {"recurring", "submit_path", "forever"},
-            {"dependents", "manager_closing"},
+            {"dependents", "manager_closing", "manager_calls"},
             {"client"},
             {"scheduler"},
         ],
