@@ -282,10 +282,11 @@ def test_dropping_another_proxy_leaves_a_new_client_s_opening_connection_alone(
 
 
 def test_a_stray_decref_does_not_take_the_served_service_away(
-    make_scheduler: Callable[..., mpsched.Scheduler],
+    make_scheduler: Callable[..., mpsched.Scheduler], request: pytest.FixtureRequest
 ) -> None:
     s = make_scheduler(workers=1)
     proxy = connect_service(s.address, s.authkey)
+    request.addfinalizer(proxy.discard)  # its connections close with the test
     # More than there are proxies of it (the Scheduler's, this one, its worker's), as
     # proxies of an earlier manager at the address would send, collected after a restart,
     # if the object they referred to had the same id there.

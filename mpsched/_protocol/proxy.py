@@ -13,8 +13,8 @@ import multiprocessing
 import threading
 import weakref
 from collections.abc import Callable
-from multiprocessing.managers import BaseManager, BaseProxy, dispatch  # type: ignore[attr-defined]
-from multiprocessing.util import ForkAwareLocal
+from multiprocessing.managers import BaseManager, BaseProxy, State, dispatch  # type: ignore[attr-defined]
+from multiprocessing.util import Finalize, ForkAwareLocal
 from typing import Any, TypeVar
 
 from mpsched._core.job import (
@@ -83,16 +83,33 @@ class ServiceProxy(BaseProxy):
         # Guards _connections and _discarded; held briefly, by open_connection() and by
         # discard(). Nobody waits on it.
         self._connections_lock = threading.Lock()
-        # The connections this proxy opened that are still referenced: weak, so that a
-        # thread that ends takes its connection with it.
-        self._connections: weakref.WeakSet[Any] = weakref.WeakSet()
+        # The connections this proxy opened and has not closed yet: each is closed when
+        # the thread that used it ends, or when the proxy is discarded or collected.
+        self._connections: set[Any] = set()
         self._discarded = False
+        weakref.finalize(self, _close_all, self._connections, self._connections_lock)
         if incref:
-            self._incref()  # type: ignore[attr-defined]
+            self._incref()
+
+    def _incref(self) -> None:
+        # BaseProxy._incref, closing its connection and with a decref that closes its own.
+        if self._owned_by_manager:  # type: ignore[attr-defined]
+            return
+        token, authkey = self._token, self._authkey  # type: ignore[attr-defined]
+        with contextlib.closing(self._Client(token.address, authkey=authkey)) as conn:  # type: ignore[attr-defined]
+            dispatch(conn, None, "incref", (self._id,))  # type: ignore[attr-defined]
+        self._idset.add(self._id)  # type: ignore[attr-defined]
+        state = self._manager and self._manager._state  # type: ignore[attr-defined]
+        self._close = Finalize(
+            self,
+            _decref,
+            args=(token, authkey, state, self._idset, self._Client),  # type: ignore[attr-defined]
+            exitpriority=10,
+        )
 
     def _connect(self) -> None:
         # A thread's first call, in a thread that was given no connection.
-        self._tls.connection = self.open_connection(threading.current_thread().name)
+        self.use_connection(self.open_connection(threading.current_thread().name))
 
     def open_connection(self, thread_name: str) -> FastConnection:
         """A new connection to the manager, authenticated and ready for calls, for the
@@ -125,8 +142,15 @@ class ServiceProxy(BaseProxy):
 
     def use_connection(self, connection: FastConnection) -> None:
         """Make ``connection`` (from :meth:`open_connection`) the calling thread's: its
-        calls through this proxy go on it."""
+        calls through this proxy go on it. It is closed when the thread ends."""
         self._tls.connection = connection
+        weakref.finalize(
+            threading.current_thread(),
+            _close_one,
+            self._connections,
+            self._connections_lock,
+            connection,
+        )
 
     def _refuse_if_discarded_locked(self) -> None:
         if self._discarded:
@@ -392,7 +416,45 @@ def connect_service(address: Any, authkey: bytes) -> ServiceProxy:
     Raises:
         AuthenticationError: wrong key. OSError: nothing answers at ``address``.
     """
+    # What BaseManager.connect() and manager.service() do, closing each connection they
+    # open rather than leaving it to the garbage collector.
     manager = ServiceManager(address=address, authkey=authkey, serializer=SERIALIZER)
-    manager.connect()
-    proxy: ServiceProxy = manager.service()  # type: ignore[attr-defined]
+    client = manager._Client  # type: ignore[attr-defined]
+    with contextlib.closing(client(address, authkey=authkey)) as conn:
+        dispatch(conn, None, "dummy")
+    manager._state.value = State.STARTED  # type: ignore[attr-defined]
+    token, exposed = manager._create("service")  # type: ignore[attr-defined]
+    proxy = ServiceProxy(token, SERIALIZER, manager=manager, authkey=authkey, exposed=exposed)
+    with contextlib.closing(client(address, authkey=authkey)) as conn:
+        dispatch(conn, None, "decref", (token.id,))  # the proxy holds its own reference
     return proxy
+
+
+def _decref(token: Any, authkey: bytes | None, state: Any, idset: Any, client: Any) -> None:
+    """Tell the manager a collected proxy no longer refers to its object (BaseProxy._decref,
+    closing its connection; the proxy's own are closed by _close_all)."""
+    idset.discard(token.id)
+    if state is None or state.value == State.STARTED:
+        try:
+            with contextlib.closing(client(token.address, authkey=authkey)) as conn:
+                dispatch(conn, None, "decref", (token.id,))
+        except Exception:  # the manager is gone: nothing refers to anything there any more
+            pass
+
+
+def _close_one(connections: set[Any], lock: threading.Lock, connection: Any) -> None:
+    """Close a connection of a proxy's whose thread ended."""
+    with lock:
+        connections.discard(connection)
+    with contextlib.suppress(OSError):
+        connection.close()
+
+
+def _close_all(connections: set[Any], lock: threading.Lock) -> None:
+    """Close every connection of a proxy that was collected."""
+    with lock:
+        closing = list(connections)
+        connections.clear()
+    for connection in closing:
+        with contextlib.suppress(OSError):
+            connection.close()
