@@ -16,7 +16,8 @@ log = logging.getLogger("mpsched.manager")
 # waits up to LINGER for more, so that under load one reply carries many outcomes: a
 # reply costs the manager and the client a wake-up and a call each, whatever it carries.
 # A client that waits for nothing more (one job at a time) gets its outcome at once. It
-# only delays results, never job starts.
+# only delays results, never job starts. A result thread that finds the box empty first
+# waits LINGER for them all, and is woken once they are in, not also for the first.
 BATCH = 64
 LINGER = 0.010
 # One collect() reply carries at most this many outcomes and, past the first, this many
@@ -31,8 +32,8 @@ class _Mailbox:
     ready: threading.Condition  # over Mailboxes._lock; its client's result thread waits
     outcomes: deque[Outcome] = field(default_factory=deque)
     closed: bool = False
-    # How many outcomes its waiter waits for (the first, or more while it lingers): post()
-    # notifies it when there are that many, not before.
+    # How many outcomes its waiter waits for (the first, or more while it lingers or
+    # gathers them in an empty box): post() notifies it when there are that many, not before.
     wanted: int = 1
 
 
@@ -79,14 +80,7 @@ class Mailboxes:
             box = self._boxes.get(client_id)
             if box is None:
                 return None
-            box.ready.wait_for(lambda: bool(box.outcomes) or box.closed, timeout)
-            enough = min(waiting, BATCH)
-            if box.outcomes and len(box.outcomes) < enough and not box.closed:
-                box.wanted = enough
-                try:
-                    box.ready.wait_for(lambda: len(box.outcomes) >= enough or box.closed, LINGER)
-                finally:
-                    box.wanted = 1
+            self._wait_locked(box, timeout, min(waiting, BATCH))
             if not box.outcomes:
                 if box.closed:
                     self._boxes.pop(client_id, None)
@@ -102,6 +96,23 @@ class Mailboxes:
             if not box.outcomes:
                 self._emptied.notify_all()
             return outcomes
+
+    @staticmethod
+    def _wait_locked(box: _Mailbox, timeout: float, enough: int) -> None:
+        """Wait up to ``timeout`` for an outcome, then up to LINGER for ``enough`` of them.
+
+        An empty box whose client waits for several is first given LINGER to gather them,
+        its collector woken only once they are in: under a stream of outcomes that is one
+        wake-up a reply, not one for the first and one for the rest. Each outcome still
+        waits at most LINGER after it came.
+        """
+        if enough > 1 and timeout >= LINGER and not box.outcomes and not box.closed:
+            if _wait_for_locked(box, enough, LINGER):
+                return
+            timeout -= LINGER
+        box.ready.wait_for(lambda: bool(box.outcomes) or box.closed, timeout)
+        if box.outcomes and len(box.outcomes) < enough and not box.closed:
+            _wait_for_locked(box, enough, LINGER)
 
     def close(self, client_id: str | None = None) -> None:
         """Close one client's mailbox, or all; its result thread gets what is left.
@@ -142,3 +153,14 @@ class Mailboxes:
             return self._emptied.wait_for(
                 lambda: not any(box.outcomes for box in self._boxes.values()), timeout
             )
+
+
+def _wait_for_locked(box: _Mailbox, enough: int, seconds: float) -> bool:
+    """Wait up to ``seconds`` for ``enough`` outcomes in ``box`` (post() notifies when
+    there are that many); True if it holds any, or was closed."""
+    box.wanted = enough
+    try:
+        box.ready.wait_for(lambda: len(box.outcomes) >= enough or box.closed, seconds)
+    finally:
+        box.wanted = 1
+    return bool(box.outcomes) or box.closed
