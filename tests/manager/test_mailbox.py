@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 from mpsched._core.job import Outcome
 from mpsched._manager.mailbox import Mailboxes
@@ -140,3 +141,40 @@ def test_a_client_that_waits_for_one_outcome_gets_it_at_once(monkeypatch):
     boxes.post("c", outcome("j"))
     taker.join(20)
     assert not taker.is_alive() and [o.job_id for o in got[0] or []] == ["j"]
+
+
+class CountingCondition(threading.Condition):
+    """A condition that counts its notify() calls: each wakes the collector once."""
+
+    notified = 0
+
+    def notify(self, n: int = 1) -> None:
+        self.notified += 1
+        super().notify(n)
+
+
+def test_a_collector_on_an_empty_box_is_woken_once_for_what_its_client_waits_for(
+    monkeypatch,
+):
+    # Not once for the first outcome and again for the rest: a wake-up of the manager's
+    # result thread per reply, not two.
+    monkeypatch.setattr("mpsched._manager.mailbox.LINGER", 30.0)
+    boxes = Mailboxes()
+    boxes.open("c")
+    box = boxes._boxes["c"]
+    box.ready = CountingCondition(boxes._lock)
+    taker, got = collect_in_thread(boxes, waiting=3)
+    try:
+        deadline = time.monotonic() + 10
+        while box.wanted != 3:  # the collector waits, for all three
+            assert time.monotonic() < deadline, "the collector did not wait for three"
+            time.sleep(0.001)
+        for i in range(3):
+            boxes.post("c", outcome(f"j{i}"))
+        taker.join(20)
+        woken = box.ready.notified
+    finally:
+        boxes.close("c")  # ends the collector's wait whatever happened
+        taker.join(20)
+    assert [o.job_id for o in got[0] or []] == ["j0", "j1", "j2"]
+    assert woken == 1
