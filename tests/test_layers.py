@@ -80,7 +80,7 @@ LAYERS: list[tuple[str, list[set[str]]]] = [
             {"runtime"},
         ],
     ),
-    ("_protocol", [{"records"}, {"codec"}, {"proxy"}]),
+    ("_protocol", [{"records", "closing"}, {"codec"}, {"proxy"}]),
     ("_payload", [{"frames", "by_value"}, {"shm"}, {"segment_pool", "segments"}, {"pickling"}]),
     (
         "_worker",

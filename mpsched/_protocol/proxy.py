@@ -27,6 +27,7 @@ from mpsched._core.job import (
 )
 from mpsched._core.recurring import ScheduleInfo, ScheduleSpec
 from mpsched._errors import SchedulerShutdownError
+from mpsched._protocol.closing import close_all, close_one, decref
 from mpsched._protocol.codec import (
     OutcomeWire,
     ReportWire,
@@ -87,7 +88,7 @@ class ServiceProxy(BaseProxy):
         # the thread that used it ends, or when the proxy is discarded or collected.
         self._connections: set[Any] = set()
         self._discarded = False
-        weakref.finalize(self, _close_all, self._connections, self._connections_lock)
+        weakref.finalize(self, close_all, self._connections, self._connections_lock)
         if incref:
             self._incref()
 
@@ -102,7 +103,7 @@ class ServiceProxy(BaseProxy):
         state = self._manager and self._manager._state  # type: ignore[attr-defined]
         self._close = Finalize(
             self,
-            _decref,
+            decref,
             args=(token, authkey, state, self._idset, self._Client),  # type: ignore[attr-defined]
             exitpriority=10,
         )
@@ -146,7 +147,7 @@ class ServiceProxy(BaseProxy):
         self._tls.connection = connection
         weakref.finalize(
             threading.current_thread(),
-            _close_one,
+            close_one,
             self._connections,
             self._connections_lock,
             connection,
@@ -165,9 +166,9 @@ class ServiceProxy(BaseProxy):
             self._discarded = True
             connections = list(self._connections)
             self._connections.clear()
-        decref = getattr(self, "_close", None)
-        if decref is not None:
-            decref.cancel()
+        pending_decref = getattr(self, "_close", None)
+        if pending_decref is not None:
+            pending_decref.cancel()
         for conn in connections:
             with contextlib.suppress(OSError):
                 conn.close()
@@ -428,33 +429,3 @@ def connect_service(address: Any, authkey: bytes) -> ServiceProxy:
     with contextlib.closing(client(address, authkey=authkey)) as conn:
         dispatch(conn, None, "decref", (token.id,))  # the proxy holds its own reference
     return proxy
-
-
-def _decref(token: Any, authkey: bytes | None, state: Any, idset: Any, client: Any) -> None:
-    """Tell the manager a collected proxy no longer refers to its object (BaseProxy._decref,
-    closing its connection; the proxy's own are closed by _close_all)."""
-    idset.discard(token.id)
-    if state is None or state.value == State.STARTED:
-        try:
-            with contextlib.closing(client(token.address, authkey=authkey)) as conn:
-                dispatch(conn, None, "decref", (token.id,))
-        except Exception:  # the manager is gone: nothing refers to anything there any more
-            pass
-
-
-def _close_one(connections: set[Any], lock: threading.Lock, connection: Any) -> None:
-    """Close a connection of a proxy's whose thread ended."""
-    with lock:
-        connections.discard(connection)
-    with contextlib.suppress(OSError):
-        connection.close()
-
-
-def _close_all(connections: set[Any], lock: threading.Lock) -> None:
-    """Close every connection of a proxy that was collected."""
-    with lock:
-        closing = list(connections)
-        connections.clear()
-    for connection in closing:
-        with contextlib.suppress(OSError):
-            connection.close()
