@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
@@ -28,6 +29,11 @@ from mpsched._core.result_of import attach_inputs
 from mpsched._errors import DependencyFailedError, InvalidJobError, JobNotFoundError
 from mpsched._manager.journal import BaseJournal, cancelled, decode, failure
 from mpsched._payload import frames, shm
+
+# A parent the manager does not know may be one that is ending: out of the queue, its end
+# not yet journalled (without a store, nothing holds it for that moment). A submit waits
+# this long for the ends under way before it calls the parent unknown.
+UNKNOWN_WAIT = 1.0
 
 log = logging.getLogger("mpsched.manager")
 
@@ -63,13 +69,16 @@ class Workflows:
         # parents' states until the jobs are in the graph (and journalled), and by each
         # end's count-down until the children it let go are in the heap or journalled
         # failed, so that no parent ends unseen and a job is always found somewhere.
-        # Taken before the queue's lock and the journal's, never after. Nobody waits on
-        # it otherwise.
+        # Taken before the queue's lock and the journal's, never after. A submit whose
+        # parent is unknown waits on _counted, below, which lets it go.
         self._lock = threading.Lock()
         self._graph = DependencyGraph()
         # Submits under way (written under the lock): while one is, every end is looked
         # at, since the graph may be about to hold children of the job that ends.
         self._adding = 0
+        # Over the graph's lock: a submit that found a parent unknown waits here for the
+        # next end to be counted down (_ended_all notifies it), then looks again.
+        self._counted = threading.Condition(self._lock)
         self.deliver: Deliver | None = None  # set by the service, which delivers ends
 
     # ------------------------------------------------------------------ submit
@@ -89,8 +98,7 @@ class Workflows:
         with self._lock:
             self._adding += 1
             try:
-                known = {r.job_id for r in requests}
-                states = [self._parents_locked(after, known) for after in afters]
+                states = self._all_parents_locked(requests, afters)
                 jobs = [self._job(r, seq) for r, seq in zip(requests, seqs, strict=True)]
                 self._journal.waiting(jobs, requests, afters)
                 self._queue.count_submitted(len(jobs))
@@ -103,6 +111,28 @@ class Workflows:
             finally:
                 self._adding -= 1
         self._ended_all(self._deliver(failed))
+
+    def _all_parents_locked(
+        self, requests: list[JobRequest], afters: list[After]
+    ) -> list[tuple[list[str], dict[str, Outcome]]]:
+        """Each job's parents not ended and those ended (``_parents_locked``). A parent
+        that is unknown may be ending: wait for the ends under way, up to UNKNOWN_WAIT,
+        letting the lock go meanwhile, then look at every parent again.
+
+        Raises:
+            JobNotFoundError: a parent still unknown after UNKNOWN_WAIT.
+        """
+        known = {r.job_id for r in requests}
+        deadline: float | None = None
+        while True:
+            try:
+                return [self._parents_locked(after, known) for after in afters]
+            except JobNotFoundError:
+                now = time.monotonic()
+                deadline = now + UNKNOWN_WAIT if deadline is None else deadline
+                if now >= deadline:
+                    raise
+                self._counted.wait(deadline - now)  # ends count down meanwhile
 
     def _parents_locked(
         self, after: After, batch: set[str]
@@ -167,6 +197,7 @@ class Workflows:
                         outcome = _inline(outcome)
                     verdicts += self._graph.ended(job_id, outcome)
                 failed = self._settle_locked(verdicts)
+                self._counted.notify_all()  # a submit may wait for this end
             ends = self._deliver(failed)
 
     def _settle_locked(self, verdicts: list[Released | Failed]) -> list[_Failure]:
