@@ -53,7 +53,7 @@ tools:  ## install the programs the tests start (redis-server, chromium) with ap
 	  fi; \
 	done
 
-test: $(STAMP)  ## the whole test suite, in 2 processes (~7 min on 2 cores); needs make tools once
+test: $(STAMP)  ## the whole test suite, in 2 processes (~9 min on 2 cores); needs make tools once
 	$(PY) -m pytest -n 2
 
 test-fast: $(STAMP)  ## the tests not marked slow (under 2 min)
@@ -76,7 +76,7 @@ format: $(STAMP)  ## ruff format and ruff's import order on every Python file (t
 	$(PY) -m ruff format .
 	$(PY) -m ruff check --select I --fix --quiet .
 
-lint: $(STAMP)  ## ruff, and mypy: strict on mpsched/, every function body in tests/ and examples/
+lint: $(STAMP)  ## ruff's checks (also benchmarks/) and format check, and mypy: strict on mpsched/, every function body in tests/ and examples/
 	$(PY) -m ruff check mpsched tests examples docs/_hooks benchmarks
 	$(PY) -m ruff format --check --quiet .
 	$(PY) -m mypy
