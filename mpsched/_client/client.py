@@ -166,8 +166,8 @@ class Client(ManagerCalls, Executor):
         On an error nothing was queued, but for one case: a synchronous submit whose
         connection broke may have arrived. Submit a keyed job again: its key finds it.
         """
-        parents = after is not None or allow_failure
-        if parents or (result_of_made() and result_parents(args, kwargs)):
+        dependent = after is not None or allow_failure  # else only a ResultOf makes it one
+        if dependent or (result_of_made() and result_parents(args, kwargs)):
             terms = (delay, at, priority, timeout, retries, key, after, allow_failure)
             return self._dependents.schedule(fn, args, kwargs, *terms, retry, queue, limit)
         delay, at = due_arguments(delay, at)  # checked: seconds from now, or epoch seconds
