@@ -113,6 +113,7 @@ class Dispatch:
                 raise WorkerDismissedError(
                     f"the manager stops and dismissed worker {worker_id}: its pool leaves"
                 ) from None
+            self._workers.told_stop(worker_id)
             raise
 
     def _prefetchable(self, job: Job) -> bool:

@@ -174,10 +174,10 @@ def _shut_down(
         slots.remove()  # no job left running: nothing in it to read
     if serving.link is not None:
         serving.link.stop()  # after the workers: their last ends are in the store
-    if config.drain_workers_on_stop:
-        # A dismissed worker between two takes must hear it before the sockets close;
-        # else it takes the stop for a restart and waits for the manager to come back.
-        service.wait_workers_told(0.0 if grace == 0 else 2.0)
+    # A remote worker must hear the stop (or its dismissal) before the sockets close: one
+    # that finds them closed first says it lost its manager, and a dismissed one would wait
+    # for the manager to come back. A worker still running a job is not waited for past 2 s.
+    service.wait_workers_told(0.0 if grace == 0 else 2.0)
     service.mailboxes.close()
     # Let connected clients take the last outcomes before the sockets close.
     service.mailboxes.wait_collected(0.0 if grace == 0 else 5.0)

@@ -76,7 +76,7 @@ class _Registered:
     # its old id until its pool or its next join says what became of them, or it is silent
     # past the heartbeat timeout (its heartbeat thread may beat under that id meanwhile).
     awaited: bool = False
-    told: bool = False  # ... and a take of it was answered so
+    told: bool = False  # a take of it was answered with its dismissal or the stop
     proc: psutil.Process | None = field(default=None, repr=False)  # local workers only
     cpu: CpuMeter | None = None  # local workers only; read and moved under the table's lock
 
@@ -91,8 +91,8 @@ class WorkerTable:
         self._clock = clock
         # Guards _workers (with each one's CPU meter) and _finished.
         self._lock = threading.Lock()
-        # A manager stopping with --drain-workers-on-stop waits here (wait_told) until every
-        # dismissed worker has been told; dismissal() notifies it each time one is.
+        # A stopping manager waits here (wait_told) until every remote worker has been told
+        # of its dismissal or of the stop; dismissal() and told_stop() notify it each time.
         self._told = threading.Condition(self._lock)
         self._workers: dict[str, _Registered] = {}
         self._finished: deque[float] = deque(maxlen=100_000)  # completion times
@@ -217,12 +217,27 @@ class WorkerTable:
             self._told.notify_all()
             return True
 
+    def told_stop(self, worker_id: str) -> None:
+        """Note that a take of ``worker_id`` was answered with the manager's stop."""
+        with self._lock:
+            worker = self._workers.get(worker_id)
+            if worker is not None:
+                worker.told = True
+                self._told.notify_all()
+
     def wait_told(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds until every dismissed worker still registered has
-        been told (so its pool leaves instead of waiting for the manager to come back)."""
+        """Wait up to ``timeout`` seconds until every remote worker still registered has
+        been told of its dismissal or of the stop, but for those running a job that were
+        not dismissed. A pool not told would take the closed sockets for a lost manager."""
+
+        def waited_for(worker: _Registered) -> bool:
+            if not worker.hello.remote or worker.awaited:
+                return False
+            return worker.dismissed or worker.current is None
+
         with self._lock:
             return self._told.wait_for(
-                lambda: all(w.told for w in self._workers.values() if w.dismissed), timeout
+                lambda: all(w.told for w in self._workers.values() if waited_for(w)), timeout
             )
 
     def busy(self) -> set[str]:

@@ -277,10 +277,29 @@ def test_a_stopping_manager_dismisses_no_remote_worker_by_default():
     service = ManagerService(JobQueue(), heartbeat_timeout=10)
     service.hello(hello("far", "some-other-host", 4242))
     service.stop()
-    assert service.wait_workers_told(0) is True  # nobody to tell: it will come back
     with pytest.raises(SchedulerShutdownError) as stopped:
         service.take("far", None, 0)
     assert not isinstance(stopped.value, WorkerDismissedError)  # it joins again later
+
+
+def test_a_stopping_manager_knows_when_each_idle_remote_worker_heard_the_stop():
+    # Its sockets must not close before: a pool that finds them closed says it lost its
+    # manager, not that the manager stopped.
+    from mpsched._errors import SchedulerShutdownError
+
+    queue = JobQueue()
+    service = ManagerService(queue, heartbeat_timeout=10)
+    service.mailboxes.open("c")
+    service.hello(hello("idle", "some-other-host", 4242))
+    service.hello(hello("busy", "some-other-host", 4243))
+    service.hello(started_here(service, "near"))  # a local worker: its manager stops it
+    queue.submit(JobRequest("job-0", "c", b"", 2, 0.0, None))
+    assert service.take("busy", None, 0)  # it runs job-0 past the stop
+    service.stop()
+    assert service.wait_workers_told(0) is False  # between two takes: not told yet
+    with pytest.raises(SchedulerShutdownError):
+        service.take("idle", None, 0)
+    assert service.wait_workers_told(0) is True
 
 
 def test_drain_workers_dismisses_the_remote_workers_after_their_reports():
