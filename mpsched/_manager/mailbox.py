@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import math
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,11 +17,16 @@ log = logging.getLogger("mpsched.manager")
 # A result thread that finds fewer outcomes than its client still waits for (up to BATCH)
 # waits up to LINGER for more, so that under load one reply carries many outcomes: a
 # reply costs the manager and the client a wake-up and a call each, whatever it carries.
-# A client that waits for nothing more (one job at a time) gets its outcome at once. It
-# only delays results, never job starts. A result thread that finds the box empty first
-# waits LINGER for them all, and is woken once they are in, not also for the first.
+# It lingers only while outcomes stream in: while, on average (GAP_WEIGHT), they come less
+# than LINGER / 2 apart, so that more are due within LINGER. Outcomes further apart go at
+# once (jobs longer than LINGER, even two workers ending theirs together): lingering would
+# hold each back by LINGER and wake the thread for nothing. A client that waits for nothing
+# more (one job at a time) gets its outcome at once. Lingering only delays results, never
+# job starts. A result thread that finds the box empty while outcomes stream first waits
+# LINGER for them all, and is woken once they are in, not also for the first.
 BATCH = 64
 LINGER = 0.010
+GAP_WEIGHT = 0.25  # of the latest gap between two outcomes in their moving average
 # One collect() reply carries at most this many outcomes and, past the first, this many
 # payload bytes: a reply must never fail to pickle or exhaust memory. The rest waits for
 # the next call, which returns at once.
@@ -35,6 +42,14 @@ class _Mailbox:
     # How many outcomes its waiter waits for (the first, or more while it lingers or
     # gathers them in an empty box): post() notifies it when there are that many, not before.
     wanted: int = 1
+    # When the latest outcome came (monotonic), and the moving average of the gaps between
+    # outcomes (each counted as at most 2 * LINGER: further apart is apart enough).
+    last_post: float = -math.inf
+    gap: float = math.inf
+
+    def streaming(self) -> bool:
+        """Whether outcomes come close enough together for lingering to gather some."""
+        return self.gap < LINGER / 2
 
 
 class Mailboxes:
@@ -61,6 +76,9 @@ class Mailboxes:
         with self._lock:
             box = self._boxes.get(client_id)
             if box is not None:
+                now = time.monotonic()
+                gap, box.last_post = min(now - box.last_post, 2 * LINGER), now
+                box.gap = gap if box.gap > 2 * LINGER else box.gap + (gap - box.gap) * GAP_WEIGHT
                 box.outcomes.append(outcome)
                 if len(box.outcomes) == box.wanted:  # what its waiter waits for
                     box.ready.notify()
@@ -99,19 +117,21 @@ class Mailboxes:
 
     @staticmethod
     def _wait_locked(box: _Mailbox, timeout: float, enough: int) -> None:
-        """Wait up to ``timeout`` for an outcome, then up to LINGER for ``enough`` of them.
+        """Wait up to ``timeout`` for an outcome, then, while outcomes stream in, up to
+        LINGER for ``enough`` of them.
 
         An empty box whose client waits for several is first given LINGER to gather them,
         its collector woken only once they are in: under a stream of outcomes that is one
-        wake-up a reply, not one for the first and one for the rest. Each outcome still
-        waits at most LINGER after it came.
+        wake-up a reply, not one for the first and one for the rest. Each outcome waits at
+        most LINGER after it came.
         """
-        if enough > 1 and timeout >= LINGER and not box.outcomes and not box.closed:
+        if enough > 1 and timeout >= LINGER and box.streaming() and not box.outcomes:
             if _wait_for_locked(box, enough, LINGER):
                 return
+            box.gap += (2 * LINGER - box.gap) * GAP_WEIGHT  # LINGER without one: a gap
             timeout -= LINGER
         box.ready.wait_for(lambda: bool(box.outcomes) or box.closed, timeout)
-        if box.outcomes and len(box.outcomes) < enough and not box.closed:
+        if box.outcomes and len(box.outcomes) < enough and box.streaming() and not box.closed:
             _wait_for_locked(box, enough, LINGER)
 
     def close(self, client_id: str | None = None) -> None:

@@ -118,12 +118,20 @@ def collect_in_thread(
     return taker, got
 
 
+def streaming(boxes: Mailboxes) -> None:
+    """Outcomes for client "c" back to back, collected: its outcomes stream in."""
+    for i in range(8):
+        boxes.post("c", outcome(f"s{i}"))
+    assert len(boxes.collect("c", 0) or []) == 8
+
+
 def test_a_client_that_waits_for_more_gets_its_outcomes_in_one_reply(monkeypatch):
     # Under load a reply costs the manager and the client a wake-up each: one carries as
     # many of the outcomes the client waits for as come within LINGER.
     monkeypatch.setattr("mpsched._manager.mailbox.LINGER", 30.0)
     boxes = Mailboxes()
     boxes.open("c")
+    streaming(boxes)
     taker, got = collect_in_thread(boxes, waiting=3)
     for i in range(3):
         boxes.post("c", outcome(f"j{i}"))
@@ -161,6 +169,7 @@ def test_a_collector_on_an_empty_box_is_woken_once_for_what_its_client_waits_for
     monkeypatch.setattr("mpsched._manager.mailbox.LINGER", 30.0)
     boxes = Mailboxes()
     boxes.open("c")
+    streaming(boxes)
     box = boxes._boxes["c"]
     box.ready = CountingCondition(boxes._lock)
     taker, got = collect_in_thread(boxes, waiting=3)
@@ -178,3 +187,72 @@ def test_a_collector_on_an_empty_box_is_woken_once_for_what_its_client_waits_for
         taker.join(20)
     assert [o.job_id for o in got[0] or []] == ["j0", "j1", "j2"]
     assert woken == 1
+
+
+def test_outcomes_further_apart_than_linger_go_at_once(monkeypatch):
+    # Jobs longer than LINGER end one by one: lingering for company that does not come
+    # would hold each outcome back by LINGER and wake the collector for nothing.
+    monkeypatch.setattr("mpsched._manager.mailbox.LINGER", 30.0)
+    boxes = Mailboxes()
+    boxes.open("c")
+    box = boxes._boxes["c"]
+    box.ready = CountingCondition(boxes._lock)
+    takers = []
+    try:
+        for _ in range(2):
+            taker, got = collect_in_thread(boxes, waiting=5)
+            takers.append(taker)
+            boxes.post("c", outcome("j"))
+            taker.join(20)  # well before LINGER
+            assert not taker.is_alive() and [o.job_id for o in got[0] or []] == ["j"]
+            box.last_post -= 60.0  # the next job ends a minute after this one
+        woken = box.ready.notified
+    finally:
+        boxes.close("c")  # ends a collector's wait whatever happened
+        for taker in takers:
+            taker.join(20)
+    assert woken == 2  # once for each outcome
+
+
+def test_two_outcomes_together_after_a_pause_are_not_held_back(monkeypatch):
+    # Two workers that end long jobs at the same moment: no stream, nothing more is due.
+    monkeypatch.setattr("mpsched._manager.mailbox.LINGER", 30.0)
+    boxes = Mailboxes()
+    boxes.open("c")
+    box = boxes._boxes["c"]
+    for i in range(2):
+        box.last_post -= 60.0  # a minute after the last pair
+        boxes.post("c", outcome(f"a{i}"))
+        boxes.post("c", outcome(f"b{i}"))
+        taker, got = collect_in_thread(boxes, waiting=5)
+        try:
+            taker.join(20)  # well before LINGER
+            assert not taker.is_alive() and [o.job_id for o in got[0] or []] == [f"a{i}", f"b{i}"]
+        finally:
+            boxes.close("c") if taker.is_alive() else None
+            taker.join(20)
+
+
+def test_a_stream_that_ends_leaves_the_next_outcome_unheld(monkeypatch):
+    # The last of a stream: the collector waits LINGER for more, none come; it then waits
+    # for the next outcome alone, not for company again.
+    monkeypatch.setattr("mpsched._manager.mailbox.LINGER", 0.05)
+    boxes = Mailboxes()
+    boxes.open("c")
+    box = boxes._boxes["c"]
+    streaming(boxes)
+    assert boxes.collect("c", 0.06, 5) == []  # lingered 0.05 s: the stream has ended
+    taker, got = collect_in_thread(boxes, waiting=5)
+    try:
+        deadline = time.monotonic() + 10
+        while not box.ready._waiters:  # type: ignore[attr-defined]  # the collector waits
+            assert time.monotonic() < deadline, "the collector did not wait"
+            time.sleep(0.001)
+        assert box.wanted == 1  # for one outcome, not for five
+        box.last_post -= 60.0  # the next outcome comes a minute later
+        boxes.post("c", outcome("j"))
+        taker.join(20)
+        assert not taker.is_alive() and [o.job_id for o in got[0] or []] == ["j"]
+    finally:
+        boxes.close("c")
+        taker.join(20)
