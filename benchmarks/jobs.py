@@ -53,6 +53,12 @@ def burn(loops: int) -> tuple[float, float]:
     return started, time.thread_time() - cpu
 
 
+def spin_then_stamp(loops: int) -> float:
+    """``spin(loops)``, then the job's end on the wall clock (the result-latency job)."""
+    spin(loops)
+    return time.time()
+
+
 def calibrate_burn(seconds: float, trials: int = 5) -> int:
     """How many ``spin`` loops take ``seconds`` of this thread's CPU.
 
