@@ -128,16 +128,17 @@ def test_one_manager_times_the_head_and_a_sooner_head_is_taken_on_time(
 
 @pytest.mark.slow  # seconds of waiting: out of make test-fast
 def test_a_manager_whose_timers_end_late_times_the_head_on_time(peers: Callable[..., Peer]) -> None:
-    peer = peers("m1", clock=LateTimerClock(0.01))
+    # 1.5% late, just under what the waits allow for (AHEAD_SHARE, 1/64).
+    peer = peers("m1", clock=LateTimerClock(0.015))
     taker = Taker(peer.queue, "w1")
     waiting(peer.queue, 1)
     submitted = time.monotonic()
     peer.submit("head", delay=3.0)
     taker.join(JOIN)
     assert taker.got is not None and taker.ended is not None
-    # One wait of the whole delay would end 30 ms late; waits that end early, then
-    # another claim, leave the claim's round trip.
-    assert 3.0 <= taker.ended - submitted < 3.012
+    # One wait of the whole delay would end 45 ms late; waits that end early, then
+    # another claim, leave the claim's round trip (and a loaded machine's wake-up).
+    assert 3.0 <= taker.ended - submitted < 3.025
 
 
 def test_a_manager_whose_clock_is_an_hour_off_runs_jobs_on_time(peers: Callable[..., Peer]) -> None:
