@@ -76,7 +76,7 @@ format: $(STAMP)  ## ruff format and ruff's import order on every Python file (t
 	$(PY) -m ruff format .
 	$(PY) -m ruff check --select I --fix --quiet .
 
-lint: $(STAMP)  ## ruff's checks (also benchmarks/) and format check, and mypy: strict on mpsched/, every function body in tests/ and examples/
+lint: $(STAMP)  ## ruff's checks (also benchmarks/) and format check, and mypy: strict on mpsched/, every function body in tests/, examples/ and benchmarks/
 	$(PY) -m ruff check mpsched tests examples docs/_hooks benchmarks
 	$(PY) -m ruff format --check --quiet .
 	$(PY) -m mypy

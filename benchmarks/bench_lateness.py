@@ -20,6 +20,7 @@ import contextlib
 import sched
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from functools import partial
 from typing import Any
@@ -205,7 +206,7 @@ def _check_lead(name: str, first: float) -> None:
 
 
 WATCHED = "mpsched, page open + /metrics scraped"
-CONTENDERS = {
+CONTENDERS: dict[str, Callable[[list[float]], Run]] = {
     "mpsched": run_mpsched,
     WATCHED: partial(run_mpsched, watched=True),
     "APScheduler 3 (process pool)": run_apscheduler,

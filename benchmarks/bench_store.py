@@ -20,10 +20,15 @@ import os
 import tempfile
 import threading
 import time
+from typing import Literal
 
 from mpsched._core.job import JobState
 from mpsched._store.base import StoredJob
 from mpsched._store.sqlite import SQLiteStore
+
+# The str forms SQLiteStore's durability takes.
+DurabilityName = Literal["sync", "process"]
+DURABILITIES: tuple[DurabilityName, ...] = ("sync", "process")
 
 BATCH = 512
 
@@ -49,7 +54,9 @@ def jobs(start: int, count: int) -> list[StoredJob]:
     ]
 
 
-def submit_rate(directory: str, durability: str, total: int, threads: int) -> tuple[float, int]:
+def submit_rate(
+    directory: str, durability: DurabilityName, total: int, threads: int
+) -> tuple[float, int]:
     path = os.path.join(directory, f"submit-{durability}-{threads}.db")
     share = total // threads
     batches = [
@@ -72,7 +79,9 @@ def submit_rate(directory: str, durability: str, total: int, threads: int) -> tu
         return share * threads / elapsed, store.commits
 
 
-def lease_rate(directory: str, durability: str, total: int, threads: int) -> tuple[float, int]:
+def lease_rate(
+    directory: str, durability: DurabilityName, total: int, threads: int
+) -> tuple[float, int]:
     path = os.path.join(directory, f"lease-{durability}-{threads}.db")
     with SQLiteStore(path, durability=durability) as store:
         for start in range(0, total, BATCH):
@@ -114,14 +123,14 @@ def main() -> None:
     parser.add_argument("--dir", default=None, help="where the stores go (default: a tmp dir)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=args.dir) as directory:
-        for durability in ("sync", "process"):
+        for durability in DURABILITIES:
             for threads in (1, 4):
                 rate, commits = submit_rate(directory, durability, args.submit, threads)
                 print(
                     f"submit {args.submit} jobs, {durability:7}, {threads} thread(s): "
                     f"{rate:9,.0f} jobs/s, {commits} commits"
                 )
-        for durability in ("sync", "process"):
+        for durability in DURABILITIES:
             for threads in (1, 4):
                 rate, commits = lease_rate(directory, durability, args.lease, threads)
                 print(

@@ -36,6 +36,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import Literal
 
 from mpsched._core.job import JobState
 from mpsched._store.base import StoredJob
@@ -48,6 +49,10 @@ from mpsched._store.pruning import PRUNE_STEP
 from mpsched._store.sqlite import SQLiteStore
 from mpsched._store.statements import FINISH_LEASED as _FINISH_LEASED
 from mpsched._store.statements import PRUNE as _PRUNE
+
+# The str forms SQLiteStore's durability takes.
+DurabilityName = Literal["sync", "process"]
+DURABILITIES: tuple[DurabilityName, ...] = ("process", "sync")
 
 JOBS = 20_000
 _runs = itertools.count()  # one new file per measurement
@@ -75,7 +80,7 @@ def _jobs(count: int) -> list[StoredJob]:
     ]
 
 
-def store_alone(directory: str, durability: str) -> tuple[float, float]:
+def store_alone(directory: str, durability: DurabilityName) -> tuple[float, float]:
     """CPU µs per job: submitting, then leasing and finishing."""
     store = SQLiteStore(os.path.join(directory, f"alone-{next(_runs)}.db"), durability=durability)
     try:
@@ -95,7 +100,7 @@ def store_alone(directory: str, durability: str) -> tuple[float, float]:
     return (submitted - start) / JOBS * 1e6, (ended - submitted) / JOBS * 1e6
 
 
-def lease_waits(directory: str, durability: str) -> tuple[float, float]:
+def lease_waits(directory: str, durability: DurabilityName) -> tuple[float, float]:
     """Wall-clock ms of the longest lease and the 99.9th percentile, over JOBS leases (each
     job finished after it): what a take may wait for in the store, region changes of the
     lease log included."""
@@ -320,14 +325,14 @@ def main() -> None:
     args = parser.parse_args()
     print(f"SQLite {sqlite3.sqlite_version}, {JOBS:,} jobs, median of {args.repeats}")
     with tempfile.TemporaryDirectory(dir="/var/tmp") as directory:
-        for durability in ("process", "sync"):
+        for durability in DURABILITIES:
             runs = [store_alone(directory, durability) for _ in range(args.repeats)]
             print(
                 f"store alone, {durability}: submit "
                 f"{statistics.median(r[0] for r in runs):.1f} µs, lease + finish "
                 f"{statistics.median(r[1] for r in runs):.1f} µs of CPU per job"
             )
-        for durability in ("process", "sync"):
+        for durability in DURABILITIES:
             waits = [lease_waits(directory, durability) for _ in range(args.repeats)]
             print(
                 f"a lease's wait, {durability}: longest "

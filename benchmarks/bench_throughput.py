@@ -74,10 +74,11 @@ def _run_mpsched(
         roles = mpsched_processes(s)
         before = {role: cpu_seconds(procs) for role, procs in roles.items()}
         kernel0 = {role: kernel_cpu_seconds(procs) for role, procs in roles.items()}
-        with (
-            watching(s.http_url) if watched else contextlib.nullcontext({}) as requests,
-            OtherLoad() as other,
-        ):
+        # Annotated: mypy joins the two context managers' types to ABC, which has no __enter__.
+        watch: contextlib.AbstractContextManager[dict[str, float]] = (
+            watching(s.http_url) if watched else contextlib.nullcontext({})
+        )
+        with watch as requests, OtherLoad() as other:
             start = time.perf_counter()
             pending = submit_all(s)
             submitted = time.perf_counter()

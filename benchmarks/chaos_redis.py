@@ -115,8 +115,13 @@ class Redis:
         try:
             while time.monotonic() < deadline:
                 with contextlib.suppress(redis.RedisError, OSError):
-                    if client.ping() and not int(client.info("persistence")["loading"]):
-                        return time.time()
+                    if client.ping():
+                        persistence = client.info("persistence")
+                        # redis-py 5 (the one arq allows) types even a sync
+                        # client's reply Awaitable[Any] | Any.
+                        assert isinstance(persistence, dict)
+                        if not int(persistence["loading"]):
+                            return time.time()
                 time.sleep(0.005)
         finally:
             client.close()

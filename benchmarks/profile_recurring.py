@@ -4,13 +4,15 @@
 
 Runs ``every(interval, stamp_run, ...)`` on 2 workers, as section 9 of the benchmarks does,
 with probes patched into the manager and the workers (nothing in mpsched/ changes): what
-the Scheduler's manager process runs is wrapped so that, in the manager, ``Schedules._arm_
-locked`` (a run is queued), ``JobQueue.take`` (the heap handed a run to a taker),
-``ManagerService.take`` (the reply is about to be sent) and ``ManagerService._complete``
-(a run's report arrived) append a line with ``time.monotonic()`` to a file, and the workers
-it starts do the same around ``_take`` (the reply arrived) and ``_wait_until`` (the sleep
-to the due instant of an early hand-off). Each run's due instant is the manager's own
-(``Assignment.due``), so its offset is measured on the manager's timeline.
+the Scheduler's manager process runs is wrapped so that, in the manager,
+``RunPlanner._arm_locked`` (a run is queued), ``JobQueue.take_batch`` (the heap handed a
+run to a taker), ``ManagerService.take`` (the reply is about to be sent) and
+``Endings.complete_all`` (a run's report arrived, and after it was handled) append a line
+with ``time.monotonic()`` to a file, and the workers it starts do the same around
+``_take`` (the reply arrived, in ``mpsched._worker.loop``) and ``_wait_until`` (the sleep to
+the due instant of an early hand-off, in ``mpsched._worker.run``). Each run's due instant
+is the manager's own (``Assignment.due``), so its offset is measured on the manager's
+timeline.
 
 Every probe costs a few microseconds per run (one ``os.write``); the offsets are a little
 higher than the benchmark's, and they are only compared with each other.
@@ -26,8 +28,21 @@ import sys
 import tempfile
 import time
 from functools import wraps
+from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mpsched._core.job import Assignment
+    from mpsched._core.queue import JobQueue
+    from mpsched._manager.endings import Endings
+    from mpsched._manager.schedule_entry import ScheduleEntry
+    from mpsched._manager.schedule_runs import RunPlanner
+    from mpsched._manager.service import ManagerService
+    from mpsched._protocol.codec import AssignmentWire
+    from mpsched._protocol.records import Report
+    from mpsched._worker.claims import ClaimSlot
+    from mpsched._worker.process import WorkerConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -48,86 +63,91 @@ def _note(kind: str, job_id: str, *values: float) -> None:
         os.close(fd)
 
 
-def manager_with_probes(*args: Any, **kwargs: Any) -> int:
+def manager_with_probes(control: Connection) -> int:
     """What the manager process runs: install the probes, then run the real manager."""
     from mpsched._core import queue as _queue
-    from mpsched._manager import schedules as _schedules
+    from mpsched._core.recurring import run_id
+    from mpsched._manager import endings as _endings
+    from mpsched._manager import schedule_runs as _schedule_runs
     from mpsched._manager import service as _service
     from mpsched._manager import supervisor as _supervisor
-    from mpsched._protocol.codec import (
-        assignment_from_wire,
-    )
+    from mpsched._protocol.codec import assignment_from_wire
 
-    take = _queue.JobQueue.take
+    take_batch = _queue.JobQueue.take_batch
 
-    @wraps(take)
-    def queue_take(self: Any, *a: Any, **k: Any) -> Any:
-        got = take(self, *a, **k)
-        if got is not None:
+    @wraps(take_batch)
+    def queue_take_batch(self: JobQueue, *a: Any, **k: Any) -> list[Assignment]:
+        batch = take_batch(self, *a, **k)
+        for got in batch:
             _note("heap", got.lease.job_id, got.due or 0.0)
-        return got
+        return batch
 
     serve_take = _service.ManagerService.take
 
     @wraps(serve_take)
-    def service_take(self: Any, *a: Any, **k: Any) -> Any:
-        got = serve_take(self, *a, **k)
-        if got is not None:
-            _note("reply", assignment_from_wire(got).lease.job_id)
-        return got
+    def service_take(self: ManagerService, *a: Any, **k: Any) -> list[AssignmentWire]:
+        batch = serve_take(self, *a, **k)
+        for wire in batch:
+            _note("reply", assignment_from_wire(wire).lease.job_id)
+        return batch
 
-    complete = _service.ManagerService._complete
+    complete_all = _endings.Endings.complete_all
 
-    @wraps(complete)
-    def service_complete(self: Any, report: Any, **k: Any) -> None:
-        _note("report", report.outcome.job_id, report.outcome.started or 0.0)
-        complete(self, report, **k)
-        _note("rearmed", report.outcome.job_id)
+    @wraps(complete_all)
+    def endings_complete_all(self: Endings, reports: list[Report], *a: Any, **k: Any) -> int:
+        for report in reports:
+            _note("report", report.outcome.job_id, report.outcome.started or 0.0)
+        ended = complete_all(self, reports, *a, **k)
+        for report in reports:
+            _note("rearmed", report.outcome.job_id)
+        return ended
 
-    arm = _schedules.Schedules._arm_locked
+    arm = _schedule_runs.RunPlanner._arm_locked
 
     @wraps(arm)
-    def arm_locked(self: Any, entry: Any, label: float) -> None:
-        arm(self, entry, label)
-        _note("arm", _run_id(entry, label), self._due(entry, label))
+    def arm_locked(self: RunPlanner, entry: ScheduleEntry, label: float) -> bool:
+        armed = arm(self, entry, label)
+        if armed:
+            _note("arm", run_id(entry.spec.schedule_id, label), self.due(entry, label))
+        return armed
 
-    _queue.JobQueue.take = queue_take  # type: ignore[method-assign]
+    # Probes replace the methods on their classes: what mypy refuses by default.
+    _queue.JobQueue.take_batch = queue_take_batch  # type: ignore[method-assign]
     _service.ManagerService.take = service_take  # type: ignore[method-assign]
-    _service.ManagerService._complete = service_complete  # type: ignore[method-assign]
-    _schedules.Schedules._arm_locked = arm_locked  # type: ignore[method-assign]
+    _endings.Endings.complete_all = endings_complete_all  # type: ignore[method-assign]
+    _schedule_runs.RunPlanner._arm_locked = arm_locked  # type: ignore[method-assign]
+    # The name the supervisor starts its workers with (imported there, not re-exported).
     _supervisor.worker_main = worker_with_probes  # type: ignore[attr-defined]
     from mpsched._manager.main import run_owned
 
-    return run_owned(*args, **kwargs)
+    return run_owned(control)
 
 
-def _run_id(entry: Any, label: float) -> str:
-    from mpsched._core.recurring import run_id
-
-    return run_id(entry.spec.schedule_id, label)
-
-
-def worker_with_probes(*args: Any, **kwargs: Any) -> Any:
+def worker_with_probes(
+    config: WorkerConfig, slot: ClaimSlot | None = None, lifeline: Connection | None = None
+) -> None:
     """A worker process's target: probes around the take and the wait, then the real one."""
-    from mpsched._worker import loop as _worker
+    from mpsched._worker import loop as _loop
+    from mpsched._worker import run as _run
 
-    take = _worker._take
+    take = _loop._take
 
-    def probed_take(*a: Any, **k: Any) -> Any:
-        got = take(*a, **k)
-        if got is not None:
+    @wraps(take)
+    def probed_take(*a: Any, **k: Any) -> list[Assignment]:
+        batch = take(*a, **k)
+        for got in batch:
             _note("arrived", got.lease.job_id, got.due if got.due is not None else 0.0)
-        return got
+        return batch
 
-    wait_until = _worker._wait_until
+    wait_until = _run._wait_until
 
     def probed_wait(due: float) -> float:
         _note("sleep", "-", due)
         return wait_until(due)
 
-    _worker._take = probed_take
-    _worker._wait_until = probed_wait
-    return _worker.worker_main(*args, **kwargs)
+    _loop._take = probed_take
+    _run._wait_until = probed_wait
+    _loop.worker_main(config, slot, lifeline)
 
 
 def one_round(runs: int, interval: float, probes: str, records: str) -> None:
