@@ -68,7 +68,7 @@ class Client(ManagerCalls, Executor):
         self._limits = KnownLimits(core.link)
         self._lookups = Lookups(core)
         self._submits = SubmitPath(core, self._limits, submit_timeout)
-        self._dependents = DependentJobs(core, self._limits, self._submits)
+        self._dependents = DependentJobs(core, self._submits)
         self._recurring = RecurringJobs(core, self._limits, self._lookups.job)
         self._closing = self._closing_for(core)
 

@@ -9,7 +9,6 @@ from typing import Any
 
 from mpsched._client.core import ClientCore
 from mpsched._client.job_future import JobFuture
-from mpsched._client.known_limits import KnownLimits
 from mpsched._client.link import DISCONNECTED
 from mpsched._client.submit_path import SubmitPath
 from mpsched._core.job import (
@@ -18,21 +17,19 @@ from mpsched._core.job import (
     JobRequest,
     Priority,
     check_job,
-    check_name,
     due_arguments,
 )
 from mpsched._core.result_of import result_parents
-from mpsched._core.retrying import RetryFilter, RetryPolicy, coerce_retry
+from mpsched._core.retrying import RetryPolicy
 from mpsched._errors import InvalidJobError
-from mpsched._payload.pickling import job_name, pickle_job
+from mpsched._payload.pickling import job_name
 
 
 class DependentJobs:
     """``schedule()`` and ``submit()`` of a job that runs after others."""
 
-    def __init__(self, core: ClientCore, limits: KnownLimits, submits: SubmitPath) -> None:
+    def __init__(self, core: ClientCore, submits: SubmitPath) -> None:
         self._core = core
-        self._limits = limits
         self._submits = submits  # a job whose after= names no parent is an ordinary one
 
     def schedule(
@@ -67,45 +64,23 @@ class DependentJobs:
             return self._submits.one(
                 fn, args, kwargs, delay, at, level, timeout, retries, key, retry, queue, limit
             )
-        if queue != DEFAULT_QUEUE:
-            check_name("queue", queue)
-        if limit is not None:
-            self._limits.check(limit)
+        self._submits.check_routing(queue, limit)
+        payload, retries, terms = self._submits.payload(fn, args, kwargs, retries, retry)
         request = JobRequest(
             job_id="",
             client_id=self._core.client_id,
-            payload=b"",
+            payload=payload,
             priority=level,
             delay=delay,
             at=at,
             timeout=timeout,
             retries=retries,
             name=job_name(fn),
+            retry=terms,
             queue=queue,
             limit=limit,
         )
-        request = self._pickled(request, fn, args, kwargs, retry)
         return self._send(request, After(tuple(parents), tuple(results), allow_failure))
-
-    def _pickled(
-        self,
-        request: JobRequest,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        retry: int | RetryPolicy | None,
-    ) -> JobRequest:
-        """``request`` with its payload: ``fn`` and its arguments, pickled and checked;
-        with a retry policy, the worker gets the policy's filter with the callable."""
-        terms = None
-        retries = request.retries
-        if retry is not None:
-            policy = coerce_retry(retry, retries)
-            assert policy is not None
-            terms, retries, fn = policy.terms(), policy.max_retries, RetryFilter(fn, policy)
-        payload = pickle_job(fn, args, kwargs, pool=self._core.pool)
-        self._core.check_payload(payload)
-        return request._replace(payload=payload, retries=retries, retry=terms)
 
     def _send(self, request: JobRequest, links: After) -> JobFuture[Any]:
         """Register the job's future and send it with its parents, now."""

@@ -18,7 +18,7 @@ from mpsched._core.job import (
     Priority,
     check_name,
 )
-from mpsched._core.retrying import RetryFilter, RetryPolicy, coerce_retry
+from mpsched._core.retrying import RetryFilter, RetryPolicy, RetryTerms, coerce_retry
 from mpsched._errors import QueueFullError, SchedulerShutdownError, StoreError
 from mpsched._payload.by_value import cloudpickle_dumps
 from mpsched._payload.pickling import fast_dumps, job_name, pickle_job
@@ -53,18 +53,9 @@ class SubmitPath:
         """One job without parents; its future. The caller checked ``delay``, ``at`` (as
         ``due_arguments`` returns them), the priority ``level``, ``timeout``, ``retries``
         and ``key`` with ``check_job``, as the manager checks them."""
-        if queue != DEFAULT_QUEUE:
-            check_name("queue", queue)
-        if limit is not None:
-            self._limits.check(limit)
+        self.check_routing(queue, limit)
         core = self._core
-        terms = None
-        if retry is not None:  # the worker gets the policy's filter with the callable
-            policy = coerce_retry(retry, retries)
-            assert policy is not None
-            terms, retries, fn_run = policy.terms(), policy.max_retries, RetryFilter(fn, policy)
-        payload = pickle_job(fn if terms is None else fn_run, args, kwargs, pool=core.pool)
-        core.check_payload(payload)
+        payload, retries, terms = self.payload(fn, args, kwargs, retries, retry)
         # Sent at once, a keyed submit learns which job holds its key; the rest go
         # write-behind (the request is built once, whole: a _replace costs ~1-2 us).
         outbox = None if key is not None else core.outbox
@@ -89,6 +80,32 @@ class SubmitPath:
         elif not outbox.put(request):
             raise core.refuse(future.id_nowait)  # the manager was lost since new_future()
         return future
+
+    def check_routing(self, queue: str, limit: str | None) -> None:
+        """Raise here, as the manager would, for a bad queue name or an unknown limit."""
+        if queue != DEFAULT_QUEUE:
+            check_name("queue", queue)
+        if limit is not None:
+            self._limits.check(limit)
+
+    def payload(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        retries: int,
+        retry: int | RetryPolicy | None,
+    ) -> tuple[bytes, int, RetryTerms | None]:
+        """A job's payload, pickled and checked, with its retry budget and its policy's
+        terms: with a policy, the worker gets the policy's filter with the callable."""
+        terms = None
+        if retry is not None:
+            policy = coerce_retry(retry, retries)
+            assert policy is not None
+            terms, retries, fn = policy.terms(), policy.max_retries, RetryFilter(fn, policy)
+        payload = pickle_job(fn, args, kwargs, pool=self._core.pool)
+        self._core.check_payload(payload)
+        return payload, retries, terms
 
     def send_batch(self, jobs: list[JobRequest]) -> list[JobFuture[Any]]:
         """Register a future per job and queue them in one call: all or none (their
