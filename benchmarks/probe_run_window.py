@@ -1,0 +1,408 @@
+"""A probe, not mpsched: what a trickle costs a manager per job on this machine, by mechanism.
+
+    python benchmarks/probe_run_window.py [--rate 1000] [--seconds 5] [--job-ms 1] [--sweep-ms 5]
+
+Section 11's trickle (jobs due evenly, ``--rate`` a second, ``--job-ms`` of CPU each, two
+worker processes) run by two bare mechanisms written for this probe, each a few dozen
+lines of Python with none of mpsched's bookkeeping (no journal, leases, futures or
+results to a client):
+
+- **rpc**: what mpsched does today. Each worker sends its report and asks for its next
+  job over a socket; a manager thread per worker answers with the next job once it is due
+  within 2 ms (``EARLY_HANDOFF``), and the worker sleeps until the job's due time itself.
+  One manager wake-up per job, whatever the code around it.
+- **window**: the shared-memory run window proposed for local workers
+  (``docs/design/run-window.md``). The manager keeps the soonest jobs in a shared table;
+  an idle worker claims the head itself, under a process-shared lock, when it is due, and
+  writes its report into the table. It rings the manager (a byte on a pipe) only if no
+  sweep is due within ``--sweep-ms``; the manager sweeps the table (takes the reports,
+  refills it) when rung or when that time passes. Wake-ups per job: one per sweep, shared
+  by the jobs that ended since the last one.
+
+Printed per mechanism: the manager's CPU per job (its process CPU clock, ns), the workers'
+CPU beyond the jobs' own, the manager's wake-ups per job, and the lateness of the jobs'
+starts. The figures bound what each mechanism can reach here; they are not mpsched's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import mmap
+import multiprocessing as mp
+import os
+import pickle
+import select
+import socket
+import struct
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import wait as wait_futures
+from multiprocessing.process import BaseProcess
+from multiprocessing.synchronize import Lock
+from pathlib import Path
+from typing import TypeAlias
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.append(str(ROOT))
+
+from benchmarks._common import percentiles, scheduler  # noqa: E402
+from benchmarks._threads import process_cpu_seconds  # noqa: E402
+from benchmarks.bench_cpu_trickle import lead  # noqa: E402
+from benchmarks.jobs import burn, calibrate_burn, noop  # noqa: E402
+
+WORKERS = 2
+EARLY = 0.002  # mpsched's EARLY_HANDOFF
+
+# The window: a header (next free slot to fill, next slot to claim, the time (ns,
+# monotonic) by which the manager sweeps anyway, 0: rung or idle) and SLOTS slots of
+# (state, due, started, cpu): EMPTY -> READY (the manager) -> CLAIMED (a worker) -> DONE
+# (that worker) -> EMPTY (the manager's sweep).
+SLOTS = 64
+EMPTY, READY, CLAIMED, DONE = 0, 1, 2, 3
+_HEAD = struct.Struct("qqq")
+_SLOT = struct.Struct("qddd")
+
+
+class FileLock:
+    """A ``fcntl`` record lock on a file: the kernel releases it when its holder dies, which
+    a POSIX semaphore does not (the design page's "a worker killed mid-claim"). Each
+    process opens the file itself (record locks belong to the process)."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._fd = -1
+
+    def __enter__(self) -> None:
+        if self._fd < 0:  # first use in this process
+            self._fd = os.open(self._path, os.O_RDWR)
+        fcntl.lockf(self._fd, fcntl.LOCK_EX)
+
+    def __exit__(self, *exc: object) -> None:
+        fcntl.lockf(self._fd, fcntl.LOCK_UN)
+
+
+WindowLock: TypeAlias = Lock | FileLock
+
+
+def _slot_at(i: int) -> int:
+    return _HEAD.size + (i % SLOTS) * _SLOT.size
+
+
+class Result:
+    def __init__(self, name: str, jobs: int, manager_cpu: float, workers_extra: float) -> None:
+        self.name = name
+        self.jobs = jobs
+        self.manager_cpu = manager_cpu
+        self.workers_extra = workers_extra
+        self.wakes = 0  # -1: not counted
+        self.late: list[float] = []
+        self.client_cpu: float | None = None
+
+    def line(self) -> str:
+        late = percentiles(self.late)
+        wakes = "n/a " if self.wakes < 0 else f"{self.wakes / self.jobs:.2f}"
+        client = (
+            "" if self.client_cpu is None else f" (client {self.client_cpu / self.jobs * 1e6:.1f})"
+        )
+        return (
+            f"{self.name:<18} manager {self.manager_cpu / self.jobs * 1e6:6.1f} µs/job{client}, "
+            f"wake-ups {wakes}/job; workers beyond the jobs "
+            f"{self.workers_extra / self.jobs * 1e6:6.1f} µs/job; lateness p50 "
+            f"{late['p50'] * 1e3:.3f} ms, p99 {late['p99'] * 1e3:.3f} ms"
+        )
+
+
+# ---------------------------------------------------------------------------- window
+
+
+def _window_worker(buf: mmap.mmap, lock: WindowLock, ring: int, loops: int, sweep: float) -> None:
+    while True:
+        with lock:
+            fill, claim, _ = _HEAD.unpack_from(buf, 0)
+            if claim >= fill:
+                state, due = EMPTY, 0.0
+            else:
+                state, due, _, _ = _SLOT.unpack_from(buf, _slot_at(claim))
+            now = time.monotonic()
+            if state == READY and due <= now:
+                _SLOT.pack_into(buf, _slot_at(claim), CLAIMED, due, now, 0.0)
+                _HEAD.pack_into(buf, 0, fill, claim + 1, _HEAD.unpack_from(buf, 0)[2])
+                mine = claim
+            else:
+                mine = -1
+        if mine < 0:
+            if due < 0:  # the end
+                return
+            # Sleep until the head is due (the probe fills the window in due order; the
+            # design wakes sleepers on a new head with a futex, see the design page).
+            time.sleep(max(0.0, min(due - now, 0.001)) if due else 0.0005)
+            continue
+        started = time.monotonic()
+        _, cpu = burn(loops)
+        with lock:
+            _SLOT.pack_into(buf, _slot_at(mine), DONE, due, started, cpu)
+            fill, claim, sweep_by = _HEAD.unpack_from(buf, 0)
+            rung = sweep_by == 0
+            if rung:  # the manager waits for a ring: ring once (the other need not)
+                _HEAD.pack_into(buf, 0, fill, claim, time.monotonic_ns() + int(sweep * 1e9))
+        if rung:
+            os.write(ring, b"x")
+
+
+def run_window(dues: list[float], loops: int, sweep: float, file_lock: bool = False) -> Result:
+    buf = mmap.mmap(-1, _HEAD.size + SLOTS * _SLOT.size)
+    with tempfile.NamedTemporaryFile(prefix="probe-window-") as locked:
+        lock: WindowLock = FileLock(locked.name) if file_lock else mp.get_context("fork").Lock()
+        result = _run_window(buf, lock, dues, loops, sweep)
+    result.name = "window, fcntl lock" if file_lock else "window"
+    return result
+
+
+def _run_window(
+    buf: mmap.mmap, lock: WindowLock, dues: list[float], loops: int, sweep: float
+) -> Result:
+    r, w = os.pipe()
+    ctx = mp.get_context("fork")
+    workers = [
+        ctx.Process(target=_window_worker, args=(buf, lock, w, loops, sweep))
+        for _ in range(WORKERS)
+    ]
+    for p in workers:
+        p.start()
+    try:
+        return _manage_window(buf, lock, r, workers, dues, sweep)
+    finally:
+        _stop(workers)
+        os.close(r)
+        os.close(w)
+
+
+def _stop(workers: Sequence[BaseProcess]) -> None:
+    for p in workers:
+        p.join(10)
+        if p.is_alive():
+            p.kill()
+            p.join()
+
+
+def _manage_window(
+    buf: mmap.mmap,
+    lock: WindowLock,
+    r: int,
+    workers: Sequence[BaseProcess],
+    dues: list[float],
+    sweep: float,
+) -> Result:
+    me = os.getpid()
+    cpu0 = process_cpu_seconds(me) or 0.0
+    wcpu0 = [process_cpu_seconds(p.pid or 0) or 0.0 for p in workers]
+    pending = 0  # next job of dues to put in the window
+    collected = 0
+    swept = 0  # next slot to sweep
+    own = 0.0
+    result = Result("window", len(dues), 0.0, 0.0)
+    while collected < len(dues):
+        # Streaming (the last sweep found ends): look again at the time promised to the
+        # workers, who do not ring meanwhile. Idle: wait for a ring (the next end), or
+        # until the window needs a refill.
+        with lock:
+            sweep_by = _HEAD.unpack_from(buf, 0)[2]
+        if sweep_by:
+            timeout: float | None = max(0.0, sweep_by / 1e9 - time.monotonic())
+        else:
+            timeout = sweep if pending < len(dues) else None
+        ready, _, _ = select.select([r], [], [], timeout)
+        if ready:
+            os.read(r, 4096)
+        result.wakes += 1
+        with lock:
+            fill, claim, _ = _HEAD.unpack_from(buf, 0)
+            ended = 0
+            while swept < claim:
+                state, due, started, cpu = _SLOT.unpack_from(buf, _slot_at(swept))
+                if state != DONE:
+                    break
+                result.late.append(started - due)
+                own += cpu
+                _SLOT.pack_into(buf, _slot_at(swept), EMPTY, 0.0, 0.0, 0.0)
+                swept += 1
+                ended += 1
+            collected += ended
+            while pending < len(dues) and fill - swept < SLOTS:
+                _SLOT.pack_into(buf, _slot_at(fill), READY, dues[pending], 0.0, 0.0)
+                fill += 1
+                pending += 1
+            promise = time.monotonic_ns() + int(sweep * 1e9) if ended else 0
+            _HEAD.pack_into(buf, 0, fill, claim, promise)
+    with lock:  # the end: a head due "before" anything, that no one claims
+        fill, claim, _ = _HEAD.unpack_from(buf, 0)
+        _SLOT.pack_into(buf, _slot_at(fill), EMPTY, -1.0, 0.0, 0.0)
+        _HEAD.pack_into(buf, 0, fill + 1, claim, 0)
+    result.manager_cpu = (process_cpu_seconds(me) or 0.0) - cpu0
+    wcpu = [
+        (process_cpu_seconds(p.pid or 0) or 0.0) - c for p, c in zip(workers, wcpu0, strict=True)
+    ]
+    result.workers_extra = sum(wcpu) - own
+    return result
+
+
+# ---------------------------------------------------------------------------- rpc
+
+
+def _rpc_worker(sock: socket.socket, loops: int) -> None:
+    report: tuple[float, float, float] | None = None
+    while True:
+        data = pickle.dumps(report)
+        sock.sendall(struct.pack("!I", len(data)) + data)
+        size = struct.unpack("!I", _recv(sock, 4))[0]
+        due = pickle.loads(_recv(sock, size))
+        if due is None:
+            return
+        while (now := time.monotonic()) < due:
+            time.sleep(due - now)
+        started = time.monotonic()
+        _, cpu = burn(loops)
+        report = (due, started, cpu)
+
+
+def _recv(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise EOFError
+        data += chunk
+    return data
+
+
+class _Heap:
+    """The jobs' due times in order, and the condition takers wait on for the head."""
+
+    def __init__(self, dues: list[float]) -> None:
+        self.dues = dues
+        self.next = 0
+        self.cond = threading.Condition()
+        self.reports: list[tuple[float, float, float]] = []
+
+    def take(self) -> float | None:
+        with self.cond:
+            while True:
+                if self.next >= len(self.dues):
+                    return None
+                due = self.dues[self.next]
+                wait = due - EARLY - time.monotonic()
+                if wait <= 0:
+                    self.next += 1
+                    self.cond.notify()  # the next head is someone else's to time
+                    return due
+                self.cond.wait(wait)
+
+
+def _serve(sock: socket.socket, heap: _Heap, wakes: list[int]) -> None:
+    while True:
+        size = struct.unpack("!I", _recv(sock, 4))[0]
+        wakes[0] += 1
+        report = pickle.loads(_recv(sock, size))
+        if report is not None:
+            with heap.cond:
+                heap.reports.append(report)
+        data = pickle.dumps(heap.take())
+        sock.sendall(struct.pack("!I", len(data)) + data)
+        if data == pickle.dumps(None):
+            return
+
+
+def run_rpc(dues: list[float], loops: int) -> Result:
+    ctx = mp.get_context("fork")
+    pairs = [socket.socketpair() for _ in range(WORKERS)]
+    workers = [ctx.Process(target=_rpc_worker, args=(b, loops)) for _, b in pairs]
+    for p in workers:
+        p.start()
+    try:
+        return _manage_rpc([a for a, _ in pairs], workers, dues)
+    finally:
+        _stop(workers)
+        for a, b in pairs:
+            a.close()
+            b.close()
+
+
+def _manage_rpc(
+    socks: list[socket.socket], workers: Sequence[BaseProcess], dues: list[float]
+) -> Result:
+    heap = _Heap(dues)
+    wakes = [0]
+    me = os.getpid()
+    cpu0 = process_cpu_seconds(me) or 0.0
+    wcpu0 = [process_cpu_seconds(p.pid or 0) or 0.0 for p in workers]
+    threads = [threading.Thread(target=_serve, args=(a, heap, wakes)) for a in socks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    result = Result("rpc", len(dues), (process_cpu_seconds(me) or 0.0) - cpu0, 0.0)
+    wcpu = [
+        (process_cpu_seconds(p.pid or 0) or 0.0) - c for p, c in zip(workers, wcpu0, strict=True)
+    ]
+    result.wakes = wakes[0]
+    result.late = [started - due for due, started, _ in heap.reports]
+    result.workers_extra = sum(wcpu) - sum(cpu for _, _, cpu in heap.reports)
+    return result
+
+
+# ---------------------------------------------------------------------------- mpsched
+
+
+def run_mpsched(jobs: int, rate: int, loops: int) -> Result:
+    """mpsched itself on the same trickle, for scale: its manager's CPU per job in the due
+    phase (the client's is printed after it), its workers' beyond the jobs."""
+    with scheduler(workers=WORKERS) as s:
+        wait_futures([s.submit(noop) for _ in range(20)])
+        manager = s._manager_process.pid
+        workers = [w.pid for w in s.stats().workers]
+        first = time.time() + lead(jobs)
+        ats = [first + i / rate for i in range(jobs)]
+        futures = [s.schedule(burn, loops, at=at) for at in ats]
+        s.stats()  # every submit is in: the due phase starts
+        pids = [os.getpid(), manager, *workers]
+        cpu0 = [process_cpu_seconds(pid) or 0.0 for pid in pids]
+        wait_futures(futures)
+        cpu = [(process_cpu_seconds(pid) or 0.0) - c for pid, c in zip(pids, cpu0, strict=True)]
+    outcomes = [f.result() for f in futures]
+    result = Result("mpsched", jobs, cpu[1], sum(cpu[2:]) - sum(c for _, c in outcomes))
+    result.late = [start - at for (start, _), at in zip(outcomes, ats, strict=True)]
+    result.wakes = -1  # not counted
+    result.client_cpu = cpu[0]
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rate", type=int, default=1_000, help="jobs a second")
+    parser.add_argument("--seconds", type=float, default=5.0, help="the trickle's span")
+    parser.add_argument("--job-ms", type=float, default=1.0, help="CPU per job")
+    parser.add_argument("--sweep-ms", type=float, default=5.0, help="window: sweep period")
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args(argv)
+    loops = calibrate_burn(args.job_ms / 1000)
+    jobs = int(args.rate * args.seconds)
+    for _ in range(args.repeats):
+        print(run_mpsched(jobs, args.rate, loops).line(), flush=True)
+        for name in ("rpc", "window", "fcntl"):
+            start = time.monotonic() + 0.3
+            dues = [start + i / args.rate for i in range(jobs)]
+            if name == "rpc":
+                result = run_rpc(dues, loops)
+            else:
+                result = run_window(dues, loops, args.sweep_ms / 1000, name == "fcntl")
+            print(result.line(), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
