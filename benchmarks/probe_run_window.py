@@ -1,27 +1,33 @@
-"""A probe, not mpsched: what a trickle costs a manager per job on this machine, by mechanism.
+"""A probe: what a job costs a manager on this machine, by mechanism, mpsched's included.
 
-    python benchmarks/probe_run_window.py [--rate 1000] [--seconds 5] [--job-ms 1] [--sweep-ms 5]
+    python benchmarks/probe_run_window.py [--rate 1000] [--seconds 5] [--job-ms 1]
+        [--sweep-ms 5] [--repeats 2] [--at-once]
 
 Section 11's trickle (jobs due evenly, ``--rate`` a second, ``--job-ms`` of CPU each, two
-worker processes) run by two bare mechanisms written for this probe, each a few dozen
-lines of Python with none of mpsched's bookkeeping (no journal, leases, futures or
-results to a client):
+worker processes), or with ``--at-once`` its batch (``--rate`` x ``--seconds`` jobs all
+due at one instant), run by mpsched and by two bare mechanisms written for this probe.
+Each bare one is a few dozen lines of Python with none of mpsched's bookkeeping: no
+journal, leases or futures, and no results sent to a client.
 
-- **rpc**: what mpsched does today. Each worker sends its report and asks for its next
-  job over a socket; a manager thread per worker answers with the next job once it is due
-  within 2 ms (``EARLY_HANDOFF``), and the worker sleeps until the job's due time itself.
-  One manager wake-up per job, whatever the code around it.
+- **mpsched**: a ``Scheduler(workers=2)``, every job ``schedule(at=...)``; the window
+  starts once every submit is in. Its client's CPU is printed too.
+- **rpc**: a take as mpsched makes it today, bare. Each worker sends its report and asks
+  for its next job over a socket; a manager thread per worker answers with the next job
+  once it is due within 2 ms (``EARLY_HANDOFF``), and the worker sleeps until the job's
+  due time itself. One manager wake-up per job.
 - **window**: the shared-memory run window proposed for local workers
   (``docs/design/run-window.md``). The manager keeps the soonest jobs in a shared table;
   an idle worker claims the head itself, under a process-shared lock, when it is due, and
   writes its report into the table. It rings the manager (a byte on a pipe) only if no
-  sweep is due within ``--sweep-ms``; the manager sweeps the table (takes the reports,
-  refills it) when rung or when that time passes. Wake-ups per job: one per sweep, shared
-  by the jobs that ended since the last one.
+  sweep is promised; while ends come in, the manager sweeps every ``--sweep-ms`` (takes
+  the reports, refills the table) without being rung. Run twice: with a POSIX semaphore
+  and with a ``fcntl`` record lock.
 
-Printed per mechanism: the manager's CPU per job (its process CPU clock, ns), the workers'
-CPU beyond the jobs' own, the manager's wake-ups per job, and the lateness of the jobs'
-starts. The figures bound what each mechanism can reach here; they are not mpsched's.
+Printed per mechanism: the manager's CPU per job (its process CPU clock), the workers'
+CPU beyond the jobs' own, the manager's wake-ups per job, the lateness of the jobs' starts
+and, with ``--at-once``, section 11's efficiency (the jobs' own CPU / 2 / the time from
+their due instant to the last end). The bare figures bound what each mechanism can reach
+here; they are not mpsched's.
 """
 
 from __future__ import annotations
@@ -102,6 +108,10 @@ class Result:
         self.wakes = 0  # -1: not counted
         self.late: list[float] = []
         self.client_cpu: float | None = None
+        self.own = 0.0  # the jobs' own CPU seconds
+        # Seconds from the first due time to the last job's end (0: not printed); with every
+        # job due at once, the jobs' own CPU / WORKERS / span is section 11's efficiency.
+        self.span = 0.0
 
     def line(self) -> str:
         late = percentiles(self.late)
@@ -109,11 +119,12 @@ class Result:
         client = (
             "" if self.client_cpu is None else f" (client {self.client_cpu / self.jobs * 1e6:.1f})"
         )
+        efficiency = f"; efficiency {self.own / WORKERS / self.span:.3f}" if self.span else ""
         return (
             f"{self.name:<18} manager {self.manager_cpu / self.jobs * 1e6:6.1f} µs/job{client}, "
             f"wake-ups {wakes}/job; workers beyond the jobs "
             f"{self.workers_extra / self.jobs * 1e6:6.1f} µs/job; lateness p50 "
-            f"{late['p50'] * 1e3:.3f} ms, p99 {late['p99'] * 1e3:.3f} ms"
+            f"{late['p50'] * 1e3:.3f} ms, p99 {late['p99'] * 1e3:.3f} ms{efficiency}"
         )
 
 
@@ -205,6 +216,7 @@ def _manage_window(
     collected = 0
     swept = 0  # next slot to sweep
     own = 0.0
+    last_end = 0.0
     result = Result("window", len(dues), 0.0, 0.0)
     while collected < len(dues):
         # Streaming (the last sweep found ends): look again at the time promised to the
@@ -228,6 +240,7 @@ def _manage_window(
                 if state != DONE:
                     break
                 result.late.append(started - due)
+                last_end = max(last_end, started + cpu)
                 own += cpu
                 _SLOT.pack_into(buf, _slot_at(swept), EMPTY, 0.0, 0.0, 0.0)
                 swept += 1
@@ -248,6 +261,7 @@ def _manage_window(
         (process_cpu_seconds(p.pid or 0) or 0.0) - c for p, c in zip(workers, wcpu0, strict=True)
     ]
     result.workers_extra = sum(wcpu) - own
+    result.own, result.span = own, last_end - min(dues)
     return result
 
 
@@ -352,13 +366,15 @@ def _manage_rpc(
     result.wakes = wakes[0]
     result.late = [started - due for due, started, _ in heap.reports]
     result.workers_extra = sum(wcpu) - sum(cpu for _, _, cpu in heap.reports)
+    result.own = sum(cpu for _, _, cpu in heap.reports)
+    result.span = max(started + cpu for _, started, cpu in heap.reports) - min(dues)
     return result
 
 
 # ---------------------------------------------------------------------------- mpsched
 
 
-def run_mpsched(jobs: int, rate: int, loops: int) -> Result:
+def run_mpsched(jobs: int, rate: int, loops: int, at_once: bool = False) -> Result:
     """mpsched itself on the same trickle, for scale: its manager's CPU per job in the due
     phase (the client's is printed after it), its workers' beyond the jobs."""
     with scheduler(workers=WORKERS) as s:
@@ -366,7 +382,7 @@ def run_mpsched(jobs: int, rate: int, loops: int) -> Result:
         manager = s._manager_process.pid
         workers = [w.pid for w in s.stats().workers]
         first = time.time() + lead(jobs)
-        ats = [first + i / rate for i in range(jobs)]
+        ats = [first if at_once else first + i / rate for i in range(jobs)]
         futures = [s.schedule(burn, loops, at=at) for at in ats]
         s.stats()  # every submit is in: the due phase starts
         pids = [os.getpid(), manager, *workers]
@@ -378,6 +394,8 @@ def run_mpsched(jobs: int, rate: int, loops: int) -> Result:
     result.late = [start - at for (start, _), at in zip(outcomes, ats, strict=True)]
     result.wakes = -1  # not counted
     result.client_cpu = cpu[0]
+    result.own = sum(c for _, c in outcomes)
+    result.span = max(start + c for start, c in outcomes) - first
     return result
 
 
@@ -388,18 +406,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--job-ms", type=float, default=1.0, help="CPU per job")
     parser.add_argument("--sweep-ms", type=float, default=5.0, help="window: sweep period")
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument(
+        "--at-once",
+        action="store_true",
+        help="every job due at the same instant (section 11's batch) instead of a trickle",
+    )
     args = parser.parse_args(argv)
     loops = calibrate_burn(args.job_ms / 1000)
     jobs = int(args.rate * args.seconds)
     for _ in range(args.repeats):
-        print(run_mpsched(jobs, args.rate, loops).line(), flush=True)
+        results = [run_mpsched(jobs, args.rate, loops, args.at_once)]
         for name in ("rpc", "window", "fcntl"):
             start = time.monotonic() + 0.3
-            dues = [start + i / args.rate for i in range(jobs)]
+            dues = [start if args.at_once else start + i / args.rate for i in range(jobs)]
             if name == "rpc":
                 result = run_rpc(dues, loops)
             else:
                 result = run_window(dues, loops, args.sweep_ms / 1000, name == "fcntl")
+            results.append(result)
+        for result in results:
+            if not args.at_once:
+                result.span = 0.0  # a trickle's span is its schedule's: no efficiency
             print(result.line(), flush=True)
     return 0
 
