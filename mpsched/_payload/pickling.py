@@ -126,6 +126,8 @@ def dumps_result(result: Any, segment: str = "") -> bytes:
     Raises:
         Exception: whatever pickling raised.
     """
+    if _plain(result):  # most results: nothing to look for, nothing by value
+        return pickle.dumps(result, pickle.HIGHEST_PROTOCOL)
     if segment:
         framed = dumps_framed(result, partial(write_as, segment), job=False)
         if framed is not None:
@@ -218,6 +220,20 @@ def _own_bytearray(buffer: Any) -> bytearray:
 
 _CONTAINERS = frozenset((tuple, list, dict))
 _BYTES = frozenset((bytes, bytearray))
+# Values the C pickler writes by value whatever they hold, that never go out of band and
+# never name a module: None, booleans, numbers and strings. A result that is one of them,
+# or a short tuple of them, is pickled at once (no look for large buffers, no check for
+# names in the main module).
+_ATOMS = frozenset((type(None), bool, int, float, complex, str))
+_PLAIN_TUPLE = 8
+
+
+def _plain(obj: Any) -> bool:
+    """Whether ``obj`` is an atom or a tuple of at most _PLAIN_TUPLE atoms."""
+    kind = type(obj)
+    if kind in _ATOMS:
+        return True
+    return kind is tuple and len(obj) <= _PLAIN_TUPLE and all(type(item) in _ATOMS for item in obj)
 
 
 def _wrap(obj: Any, budget: list[int], depth: int, seen: dict[int, _Big]) -> Any:

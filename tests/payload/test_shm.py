@@ -17,7 +17,7 @@ from mpsched._core.job import JobRequest, Outcome, PayloadOptions
 from mpsched._core.queue import JobQueue
 from mpsched._errors import InvalidJobError, QueueFullError
 from mpsched._manager.mailbox import Mailboxes
-from mpsched._payload import frames, shm
+from mpsched._payload import frames, pickling, shm
 from mpsched._payload.pickling import dumps_result, loads, pickle_job
 from mpsched._payload.segment_pool import SegmentPool
 from mpsched._payload.segments import Segments
@@ -92,6 +92,28 @@ def test_a_payload_for_a_remote_worker_carries_its_buffers_itself(prefix):
     assert jobs.inspect_mapped(mapped) == ("bytearray", True, 255)  # a copy it may write
     assert shm.inline(carried) is carried
     assert shm.inline(job_payload(prefix, b"small"))[:4] == frames.MAGIC
+
+
+@pytest.mark.parametrize(
+    "result",
+    [None, True, 7, 10**40, 2.5, 3 + 4j, "text naming __main__", (1, "x", None, 2.0)],
+    ids=repr,
+)
+def test_a_plain_result_is_pickled_at_once(prefix, monkeypatch, result):
+    # None, numbers, strings and short tuples of them hold nothing to look for: the C
+    # pickler takes them without the walk for large buffers or the check for names in
+    # the main module (a string that only mentions __main__ included).
+    def no_walk(*args: object) -> object:
+        raise AssertionError("a plain result was walked for large buffers")
+
+    monkeypatch.setattr(pickling, "_wrap", no_walk)
+    payload = dumps_result(result, shm.result_name(prefix, 21))
+    assert payload[:1] == b"\x80" and loads(payload) == result
+    assert shm.names(prefix) == []
+    with pytest.raises(AssertionError, match="walked"):  # anything else is still looked at
+        dumps_result([result])
+    with pytest.raises(AssertionError, match="walked"):
+        dumps_result(tuple(range(9)))
 
 
 def test_a_result_goes_to_the_segment_named_for_its_lease(prefix):
