@@ -50,6 +50,7 @@ class Reports:
         self._pending: list[Report] = []
         self._oldest = 0.0  # when the oldest held report was made (monotonic)
         self._held = False  # some of _pending is held (the reporter may send it)
+        self._recent = False  # a report was held since the reporter's last look
         self._sending = False  # the reporter is sending a batch
         self._idle = True  # the reporter waits untimed: a held report must wake it
         self._closed = False
@@ -65,10 +66,12 @@ class Reports:
         is not over within REPORT_AFTER seconds."""
         with self._lock:
             self._pending.append(report)
+            self._recent = True
             if not self._held:
                 self._held = True
                 self._oldest = time.monotonic()
-                if self._idle:
+                if self._idle:  # from now on it looks on its own, while batches follow
+                    self._idle = False
                     self._changed.notify()
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -105,10 +108,11 @@ class Reports:
                     if self._idle:
                         self._changed.wait()  # until hold() or close()
                     else:  # batches may follow: look again in a while
+                        self._recent = False
                         self._changed.wait(self._after)
-                        self._idle = not self._held  # nothing held all along: sleep
+                        # Nothing held since the last look, nor now: sleep until hold().
+                        self._idle = not self._held and not self._recent
                     continue
-                self._idle = False
                 wait = self._oldest + self._after - time.monotonic()
                 if wait > 0:
                     self._changed.wait(wait)

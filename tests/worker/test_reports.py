@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -99,3 +100,44 @@ def test_the_reporter_is_started_only_when_a_report_is_held(sent: Sent) -> None:
     assert made.take_all() == [report(1)]
     made.close()
     assert "mpsched-reporter" not in {t.name for t in threading.enumerate()} - before
+
+
+def test_batches_that_follow_each_other_wake_the_reporter_once(sent: Sent) -> None:
+    # Each batch ends (its reports taken) before the reporter gets to look: it must go on
+    # looking on its own while batches follow, not be woken again for each one.
+    made = Reports(sent, after=0.5)
+    wakes = 0
+    notify = made._changed.notify
+
+    def counted(n: int = 1) -> None:
+        nonlocal wakes
+        wakes += 1
+        notify(n)
+
+    made._changed.notify = counted  # type: ignore[method-assign]
+    try:
+        for n in range(200):
+            made.hold(report(2 * n))
+            made.add(report(2 * n + 1))
+            assert len(made.take_all()) == 2  # the batch's take
+            threading.Event().wait(0.0005)  # the take's round trip: the reporter may run
+    finally:
+        made.close()
+    assert wakes <= 3  # once, and again only after a whole look with nothing held
+    assert sent.batches.empty()  # nothing was held long enough to be sent early
+
+
+def test_an_idle_reporter_is_woken_by_the_next_held_report(sent: Sent) -> None:
+    made = Reports(sent, after=0.01)
+    try:
+        made.hold(report(1))
+        assert sent.batches.get(timeout=WAIT) == [1]
+        # A look with nothing held since the last one: it sleeps, untimed, until a hold.
+        deadline = time.monotonic() + WAIT
+        while not made._idle:  # read without the lock: a bool, polled
+            assert time.monotonic() < deadline
+            threading.Event().wait(0.002)
+        made.hold(report(2))
+        assert sent.batches.get(timeout=WAIT) == [2]
+    finally:
+        made.close()
