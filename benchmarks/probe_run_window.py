@@ -134,7 +134,7 @@ class Result:
 def _window_worker(buf: mmap.mmap, lock: WindowLock, ring: int, loops: int, sweep: float) -> None:
     while True:
         with lock:
-            fill, claim, _ = _HEAD.unpack_from(buf, 0)
+            fill, claim, sweep_by = _HEAD.unpack_from(buf, 0)
             if claim >= fill:
                 state, due = EMPTY, 0.0
             else:
@@ -142,7 +142,7 @@ def _window_worker(buf: mmap.mmap, lock: WindowLock, ring: int, loops: int, swee
             now = time.monotonic()
             if state == READY and due <= now:
                 _SLOT.pack_into(buf, _slot_at(claim), CLAIMED, due, now, 0.0)
-                _HEAD.pack_into(buf, 0, fill, claim + 1, _HEAD.unpack_from(buf, 0)[2])
+                _HEAD.pack_into(buf, 0, fill, claim + 1, sweep_by)
                 mine = claim
             else:
                 mine = -1
@@ -320,14 +320,15 @@ class _Heap:
 def _serve(sock: socket.socket, heap: _Heap, wakes: list[int]) -> None:
     while True:
         size = struct.unpack("!I", _recv(sock, 4))[0]
-        wakes[0] += 1
         report = pickle.loads(_recv(sock, size))
-        if report is not None:
-            with heap.cond:
+        with heap.cond:
+            wakes[0] += 1  # two serving threads count here: under the lock
+            if report is not None:
                 heap.reports.append(report)
-        data = pickle.dumps(heap.take())
+        due = heap.take()
+        data = pickle.dumps(due)
         sock.sendall(struct.pack("!I", len(data)) + data)
-        if data == pickle.dumps(None):
+        if due is None:
             return
 
 
