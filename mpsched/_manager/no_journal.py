@@ -8,7 +8,6 @@ for ``result_ttl``. It keeps the keys of live jobs so that ``key=`` works the sa
 
 from __future__ import annotations
 
-import heapq
 import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
@@ -149,11 +148,11 @@ class NoJournal(BaseJournal):
                 self._release_key_locked(job.job_id)
             return self._watchers.pop(job.job_id, set()) if self._watchers else set()
 
-    def _forgotten_locked(self, dropped: Sequence[Ended]) -> None:
-        """Ended jobs no longer kept let go of their keys."""
+    def _forgotten_locked(self, dropped: Sequence[str]) -> None:
+        """Ended jobs no longer kept (by id) let go of their keys."""
         if dropped and self._keys:
-            for ended in dropped:
-                self._release_key_locked(ended.job.job_id)
+            for job_id in dropped:
+                self._release_key_locked(job_id)
 
     def requeued(self, job: Job) -> None:
         pass  # nothing is journalled: the job is back in the heap, which is the record
@@ -234,9 +233,7 @@ class NoJournal(BaseJournal):
         ended: list[Ended] = []
         if wanted is None or wanted.finished:
             with self._lock:
-                ended = [e for e in self._ended.all_locked() if wanted is None or e.state is wanted]
-            if limit is not None:
-                ended = heapq.nsmallest(limit, ended, key=lambda e: e.job.seq)
+                ended = self._ended.all_locked(wanted, limit)
         # Ended jobs alone: no copy of every pending one (a million of them, maybe); and
         # records only for the jobs listed, the first ``limit`` chosen before.
         live = self.queue.jobs(wanted, limit) if wanted is None or not wanted.finished else []
