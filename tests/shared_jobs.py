@@ -38,11 +38,15 @@ def gated(log_path: str, key: str, gate: str = "") -> str:
 
 
 def runs(log_path: str) -> list[Run]:
-    """Every run logged, in log order."""
+    """Every run logged, in log order. Read while runs append, the log may end in half a
+    line: a line that straddles a page is copied into the file a page at a time, and a
+    reader may see the first page's part alone. Only whole lines count."""
     if not os.path.exists(log_path):
         return []
     with open(log_path) as log:
-        return [Run(k, float(s), int(p)) for k, s, p in (line.split() for line in log)]
+        text = log.read()
+    whole = text[: text.rfind("\n") + 1]
+    return [Run(k, float(s), int(p)) for k, s, p in (line.split() for line in whole.splitlines())]
 
 
 def gate(log_path: str, key: str, path: str, timeout: float = 30.0) -> str:

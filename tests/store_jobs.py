@@ -54,9 +54,10 @@ def read_log(log_path: str) -> dict[str, list[float]]:
     if not os.path.exists(log_path):
         return runs
     with open(log_path) as log:
-        for line in log:
-            key, started = line.split()
-            runs.setdefault(key, []).append(float(started))
+        text = log.read()
+    for line in text[: text.rfind("\n") + 1].splitlines():  # whole lines: see shared_jobs.runs
+        key, started = line.split()
+        runs.setdefault(key, []).append(float(started))
     return runs
 
 
