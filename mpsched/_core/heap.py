@@ -5,13 +5,18 @@ call every method with its lock held. Jobs wait in ``delayed``, keyed ``(due, le
 ``order="priority"`` the jobs already due move to ``ready``, keyed ``(level, due, seq)``.
 A cancelled job is marked, not searched for: a heap drops it when it reaches the top, and
 both heaps are rebuilt once stale entries outnumber live ones.
+
+An entry holds its job's id, not the Job: a tuple of strings and numbers, which the
+garbage collector stops tracking, so a full collection in the manager walks one object
+per pending job, not two. The Job is in ``_live``; an entry is stale once its id is not
+there, or names a job of another seq or due time (the same job moved: ``reschedule``).
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import TypeVar
 
 from mpsched._core.job import Job, Order, Payload, Priority
 
@@ -26,8 +31,8 @@ class PendingJobs:
         nothing is counted)."""
         self._order = order
         self._sizer = sizer
-        self._delayed: list[tuple[float, int, int, Job]] = []
-        self._ready: list[tuple[int, float, int, Job]] = []
+        self._delayed: list[tuple[float, int, int, str]] = []  # (due, level, seq, job id)
+        self._ready: list[tuple[int, float, int, str]] = []  # (level, due, seq, job id)
         self._live: dict[str, Job] = {}  # heaps hold cancelled entries too
         self._stale = 0  # cancelled entries still in a heap
         self.levels = dict.fromkeys((p.level for p in Priority), 0)  # live jobs per level
@@ -45,19 +50,23 @@ class PendingJobs:
     def get(self, job_id: str) -> Job | None:
         return self._live.get(job_id)
 
-    def head(self) -> Job | None:
-        """The job at the top of the delayed heap (cancelled or not), to tell a new head."""
-        return self._delayed[0][3] if self._delayed else None
+    def head(self) -> tuple[float, int, int, str] | None:
+        """The entry at the top of the delayed heap (stale or not), to tell a new head."""
+        return self._delayed[0] if self._delayed else None
+
+    def is_head(self, job: Job) -> bool:
+        """Whether ``job`` (just pushed) is at the top of the delayed heap."""
+        return bool(self._delayed) and self._delayed[0] == _delayed_entry(job)
 
     def push(self, job: Job) -> None:
         self._count(job, +1)
-        heapq.heappush(self._delayed, (job.due, job.priority, job.seq, job))
+        heapq.heappush(self._delayed, _delayed_entry(job))
 
     def restore(self, jobs: Iterable[Job]) -> None:
         """Add many jobs at once (recovery): one heapify instead of a push each."""
         for job in jobs:
             self._count(job, +1)
-            self._delayed.append((job.due, job.priority, job.seq, job))
+            self._delayed.append(_delayed_entry(job))
         heapq.heapify(self._delayed)
 
     def remove(self, job_id: str) -> Job | None:
@@ -96,13 +105,13 @@ class PendingJobs:
         self._drop_stale_heads()
         if self._order is Order.TIME:
             if self._delayed and self._delayed[0][0] <= now + early:
-                return self._delayed[0][3]
+                return self._live[self._delayed[0][3]]
             return None
         self._promote(now)
         if self._ready:
-            return self._ready[0][3]
+            return self._live[self._ready[0][3]]
         if early and self._delayed and self._delayed[0][0] <= now + early:
-            return self._delayed[0][3]
+            return self._live[self._delayed[0][3]]
         return None
 
     def pop_first(self) -> Job | None:
@@ -119,20 +128,20 @@ class PendingJobs:
         self._drop_stale_heads()
         if self._order is Order.TIME:
             due = self._delayed and self._delayed[0][0] <= now
-            return self._delayed[0][3] if due else None
+            return self._live[self._delayed[0][3]] if due else None
         self._promote(now)
-        return self._ready[0][3] if self._ready else None
+        return self._live[self._ready[0][3]] if self._ready else None
 
     def _promote(self, now: float) -> None:
         """``order="priority"``: move the jobs due by ``now`` to the ready heap. Only jobs
         really due move there: a job in it is due for every taker, including one that must
         never get a job early (a worker on another clock)."""
         while self._delayed and self._delayed[0][0] <= now:
-            job = heapq.heappop(self._delayed)[3]
-            if job.cancelled:
+            entry = heapq.heappop(self._delayed)
+            if self._stale_delayed(entry):
                 self._stale -= 1
             else:
-                heapq.heappush(self._ready, (job.priority, job.due, job.seq, job))
+                heapq.heappush(self._ready, (entry[1], entry[0], entry[2], entry[3]))
         self._drop_stale_heads()
 
     def key(self, job: Job) -> tuple[float | int, ...]:
@@ -146,10 +155,13 @@ class PendingJobs:
     def first(self, n: int) -> list[Job]:
         """Up to ``n`` live jobs in the order takers would get them (the ready heap's,
         then the delayed heap's), without popping any: O(n log n), whatever the heaps hold."""
-        jobs = _smallest(self._ready, n)
-        return jobs + _smallest(self._delayed, n - len(jobs))
+        ready = _smallest(self._ready, n, self._stale_ready)
+        delayed = _smallest(self._delayed, n - len(ready), self._stale_delayed)
+        return [self._live[entry[3]] for entry in (*ready, *delayed)]
 
-    def _taken(self, job: Job) -> Job:
+    def _taken(self, job_id: str) -> Job:
+        """The job of an entry just popped from a top that _drop_stale_heads left live."""
+        job = self._live[job_id]
         self._count(job, -1)
         return job
 
@@ -159,8 +171,8 @@ class PendingJobs:
         self._count(job, -1)
         self._drop_stale_heads()
         if self._stale > COMPACT_AFTER and self._stale > len(self._live):
-            self._delayed = [e for e in self._delayed if not e[3].cancelled]
-            self._ready = [e for e in self._ready if not e[3].cancelled]
+            self._delayed = [e for e in self._delayed if not self._stale_delayed(e)]
+            self._ready = [e for e in self._ready if not self._stale_ready(e)]
             heapq.heapify(self._delayed)
             heapq.heapify(self._ready)
             self._stale = 0
@@ -174,25 +186,43 @@ class PendingJobs:
         if self._sizer is not None:
             self.bytes += sign * self._sizer(job.payload)
 
+    def _stale_delayed(self, entry: tuple[float, int, int, str]) -> bool:
+        job = self._live.get(entry[3])
+        return job is None or job.seq != entry[2] or job.due != entry[0]
+
+    def _stale_ready(self, entry: tuple[int, float, int, str]) -> bool:
+        job = self._live.get(entry[3])
+        return job is None or job.seq != entry[2] or job.due != entry[1]
+
     def _drop_stale_heads(self) -> None:
-        while self._delayed and self._delayed[0][3].cancelled:
+        while self._delayed and self._stale_delayed(self._delayed[0]):
             heapq.heappop(self._delayed)
             self._stale -= 1
-        while self._ready and self._ready[0][3].cancelled:
+        while self._ready and self._stale_ready(self._ready[0]):
             heapq.heappop(self._ready)
             self._stale -= 1
 
 
-def _smallest(heap: Sequence[tuple[Any, Any, Any, Job]], n: int) -> list[Job]:
+def _delayed_entry(job: Job) -> tuple[float, int, int, str]:
+    return (job.due, job.priority, job.seq, job.job_id)
+
+
+Entry = TypeVar("Entry", tuple[float, int, int, str], tuple[int, float, int, str])
+
+
+def _smallest(heap: Sequence[Entry], n: int, stale: Callable[[Entry], bool]) -> list[Entry]:
     """The ``n`` smallest live entries of ``heap``, in order: a walk from the top that
-    only ever looks at the children of what it took (a heap's k smallest)."""
-    jobs: list[Job] = []
+    only ever looks at the children of what it took (a heap's k smallest). A job moved
+    to the same due time has two live entries until one is popped: it counts once."""
+    entries: list[Entry] = []
+    seen: set[str] = set()
     frontier = [(heap[0], 0)] if heap and n > 0 else []
-    while frontier and len(jobs) < n:
+    while frontier and len(entries) < n:
         entry, index = heapq.heappop(frontier)
-        if not entry[3].cancelled:
-            jobs.append(entry[3])
+        if not stale(entry) and entry[3] not in seen:
+            seen.add(entry[3])
+            entries.append(entry)
         for child in (2 * index + 1, 2 * index + 2):
             if child < len(heap):
                 heapq.heappush(frontier, (heap[child], child))
-    return jobs
+    return entries

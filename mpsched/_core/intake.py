@@ -279,7 +279,7 @@ class Intake:
         self._prefetch.revoke_called_for()
         return True
 
-    def _removed_locked(self, cancelled: int, old_head: tuple[Job | None, ...]) -> None:
+    def _removed_locked(self, cancelled: int, old_head: tuple[object, ...]) -> None:
         """After jobs left the heap unrun: count them, wake submitters waiting for room,
         and hand the lead on if the head changed (``old_head``: the top before)."""
         self.cancelled += cancelled

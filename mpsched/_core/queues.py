@@ -141,15 +141,15 @@ class PendingQueues:
                 return job
         return None
 
-    def heads(self) -> tuple[Job | None, ...]:
-        """Each queue's head, to tell whether one changed."""
+    def heads(self) -> tuple[object, ...]:
+        """Each queue's head entry, to tell whether one changed (compared by value)."""
         if self._single is not None:
             return (self._single.head(),)
         return tuple(heap.head() for heap in self._queues.values())
 
     def is_head(self, job: Job) -> bool:
         """Whether ``job`` (just pushed) is its queue's head."""
-        return self._queues[job.queue].head() is job
+        return self._queues[job.queue].is_head(job)
 
     def park(self, job: Job) -> None:
         """``job`` (just popped) waits for a slot of its limit."""
