@@ -171,8 +171,8 @@ class PendingJobs:
         self._count(job, -1)
         self._drop_stale_heads()
         if self._stale > COMPACT_AFTER and self._stale > len(self._live):
-            self._delayed = [e for e in self._delayed if not self._stale_delayed(e)]
-            self._ready = [e for e in self._ready if not self._stale_ready(e)]
+            self._delayed = _live_entries(self._delayed, self._stale_delayed)
+            self._ready = _live_entries(self._ready, self._stale_ready)
             heapq.heapify(self._delayed)
             heapq.heapify(self._ready)
             self._stale = 0
@@ -208,6 +208,18 @@ def _delayed_entry(job: Job) -> tuple[float, int, int, str]:
 
 
 Entry = TypeVar("Entry", tuple[float, int, int, str], tuple[int, float, int, str])
+
+
+def _live_entries(heap: Sequence[Entry], stale: Callable[[Entry], bool]) -> list[Entry]:
+    """The live entries of ``heap``, one per job (a job moved to the same due time has
+    two alike): what a rebuilt heap keeps, so that no stale entry outlives the count."""
+    seen: set[str] = set()
+    entries: list[Entry] = []
+    for entry in heap:
+        if not stale(entry) and entry[3] not in seen:
+            seen.add(entry[3])
+            entries.append(entry)
+    return entries
 
 
 def _smallest(heap: Sequence[Entry], n: int, stale: Callable[[Entry], bool]) -> list[Entry]:

@@ -4,12 +4,15 @@ seq and due time, never at its old place."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 
 import pytest
 from fakeclock import FakeClock
 
-from mpsched._core.job import JobRequest, Order
+from mpsched._core import heap as heap_module
+from mpsched._core.heap import PendingJobs
+from mpsched._core.job import Job, JobRequest, Order
 from mpsched._core.queue import JobQueue
 
 ORDERS = pytest.mark.parametrize("order", [Order.TIME, Order.PRIORITY], ids=["time", "priority"])
@@ -66,3 +69,25 @@ def test_a_job_moved_to_its_own_time_is_listed_and_run_once(order: Order) -> Non
     clock.advance(10.0)
     assert take_now(queue) == "same"
     assert take_now(queue) is None and len(queue) == 0 and queue.head(5) == []
+
+
+def test_a_rebuilt_heap_keeps_one_entry_of_a_job_moved_to_its_own_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(heap_module, "COMPACT_AFTER", 2)
+    pending = PendingJobs(Order.TIME, None)
+    first = Job("first", "client", b"p", 2, 1.0, 0)  # keeps the others off the top
+    pending.push(first)
+    same = Job("same", "client", b"p", 2, 10.0, 1)
+    others = [Job(f"o{i}", "client", b"p", 2, 5.0, i + 2) for i in range(4)]
+    for job in (same, *others):
+        pending.push(job)
+    assert pending.remove("same") is same
+    pending.push(dataclasses.replace(same, cancelled=False))  # as Intake.reschedule does
+    for job in others:  # stale entries now outnumber live jobs: the heaps are rebuilt
+        pending.remove(job.job_id)
+    assert pending.pop_due(now=1.0) is first
+    taken = pending.pop_due(now=10.0)
+    assert taken is not None and taken.job_id == "same"
+    assert pending.pop_due(now=10.0) is None and len(pending) == 0
+    assert pending._stale == 0  # no entry of it outlived the rebuild's count
