@@ -37,16 +37,22 @@ def gated(log_path: str, key: str, gate: str = "") -> str:
     return key
 
 
-def runs(log_path: str) -> list[Run]:
-    """Every run logged, in log order. Read while runs append, the log may end in half a
-    line: a line that straddles a page is copied into the file a page at a time, and a
-    reader may see the first page's part alone. Only whole lines count."""
+def whole_lines(log_path: str) -> list[str]:
+    """The lines of a log that runs append to, without a half line at its end: a line
+    that straddles a page is copied into the file a page at a time, and a reader may see
+    the first page's part alone. Empty for a log not written yet."""
     if not os.path.exists(log_path):
         return []
     with open(log_path) as log:
         text = log.read()
-    whole = text[: text.rfind("\n") + 1]
-    return [Run(k, float(s), int(p)) for k, s, p in (line.split() for line in whole.splitlines())]
+    return text[: text.rfind("\n") + 1].splitlines()
+
+
+def runs(log_path: str) -> list[Run]:
+    """Every run logged, in log order (whole lines only)."""
+    return [
+        Run(k, float(s), int(p)) for k, s, p in (line.split() for line in whole_lines(log_path))
+    ]
 
 
 def gate(log_path: str, key: str, path: str, timeout: float = 30.0) -> str:

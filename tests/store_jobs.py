@@ -11,6 +11,8 @@ import os
 import signal
 import time
 
+from shared_jobs import whole_lines
+
 
 def record_at(log_path: str, key: str) -> str:
     """Log this run's key and wall-clock start time (epoch seconds); return the key."""
@@ -51,11 +53,7 @@ def stop_manager_then_sleep(log_path: str, key: str, manager_pid: int, fifo: str
 def read_log(log_path: str) -> dict[str, list[float]]:
     """The start times of each key's runs, in log order."""
     runs: dict[str, list[float]] = {}
-    if not os.path.exists(log_path):
-        return runs
-    with open(log_path) as log:
-        text = log.read()
-    for line in text[: text.rfind("\n") + 1].splitlines():  # whole lines: see shared_jobs.runs
+    for line in whole_lines(log_path):
         key, started = line.split()
         runs.setdefault(key, []).append(float(started))
     return runs
