@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -63,6 +64,7 @@ LATER_GROUP = 50  # submitted together
 def run_once(seconds: float, prefill: int, later_jobs: int) -> dict[str, float]:
     """One run, in this process, with mpsched from ``sys.path``; the hook must be on it."""
     import mpsched
+    from benchmarks._common import percentiles
     from benchmarks.jobs import burn, calibrate_burn, noop
     from mpsched import Scheduler
 
@@ -74,8 +76,8 @@ def run_once(seconds: float, prefill: int, later_jobs: int) -> dict[str, float]:
     late: list[float] = []  # appended by the client's result thread
     with Scheduler(workers=WORKERS) as s:
         manager = s._manager_process.pid
-        for start in range(0, prefill, 10_000):
-            wait_futures([s.submit(noop) for _ in range(min(10_000, prefill - start))])
+        for done in range(0, prefill, 10_000):
+            wait_futures([s.submit(noop) for _ in range(min(10_000, prefill - done))])
         first = time.time() + AHEAD + 0.5
         ats = [first + i / RATE for i in range(jobs)]
         later: list[Future[Any]] = []
@@ -99,33 +101,32 @@ def run_once(seconds: float, prefill: int, later_jobs: int) -> dict[str, float]:
                 later.extend(s.schedule(noop, delay=3600) for _ in range(LATER_GROUP))
 
         threads = [threading.Thread(target=feed), threading.Thread(target=queue_up)]
-        window = (time.monotonic() + (first - time.time()), 0.0)
+        start = time.monotonic() + (first - time.time())  # of the stream, on the manager's clock
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
         wait_futures(streamed, timeout=seconds + 120)
-        window = (window[0], time.monotonic())
+        end = time.monotonic()
         for future in later:
             future.cancel()
         s.shutdown(wait=True, cancel_futures=True)
-    late.sort()
     pauses = []
     path = Path(pauses_dir, str(manager))
     if path.exists():
         for line in path.read_text().splitlines():
             when, pause = (float(x) for x in line.split())
-            if window[0] <= when <= window[1]:
+            if start <= when <= end:
                 pauses.append(pause)
 
-    def rank(q: float) -> float:
-        return late[min(len(late) - 1, max(0, int(q * len(late) + 0.5) - 1))] * 1e3
-
+    ranked = percentiles(late)  # nearest rank, as every section's
+    ordered = sorted(late)
+    p999 = ordered[min(len(ordered) - 1, math.ceil(0.999 * len(ordered)) - 1)]
     return {
-        "late_p50_ms": rank(0.5),
-        "late_p99_ms": rank(0.99),
-        "late_p999_ms": rank(0.999),
-        "late_max_ms": late[-1] * 1e3,
+        "late_p50_ms": ranked["p50"] * 1e3,
+        "late_p99_ms": ranked["p99"] * 1e3,
+        "late_p999_ms": p999 * 1e3,
+        "late_max_ms": ranked["max"] * 1e3,
         "full_collections": float(len(pauses)),
         "full_pause_max_ms": max(pauses, default=0.0) * 1e3,
         "full_pause_total_ms": sum(pauses) * 1e3,
