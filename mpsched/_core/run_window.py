@@ -143,19 +143,15 @@ class RunWindow:
         return (entry.level, entry.due, entry.seq)
 
     # ------------------------------------------------------------------ reading
+    # Each method reads the head once: in shared memory a read is a struct unpack.
 
     def ready_locked(self) -> list[Entry]:
         """The entries not claimed yet, in the order workers get them."""
-        head = self._rows.head()
-        return [
-            self._rows.entry((head.ready_first + i) % self._capacity)
-            for i in range(head.ready_count)
-        ]
+        return self._ready(self._rows.head())
 
     def room_locked(self) -> int:
         """How many more entries fit before the manager sweeps."""
-        head = self._rows.head()
-        return self._capacity - head.ready_count - head.claims_count
+        return self._room(self._rows.head())
 
     def generation_locked(self) -> int:
         """A count that moves when sleepers must look again (see the module docstring)."""
@@ -163,38 +159,56 @@ class RunWindow:
 
     def wake_at_locked(self) -> float | None:
         """When the next entry falls due (None: the window is empty)."""
-        head = self._rows.head()
+        return self._wake_at(self._rows.head())
+
+    def _ready(self, head: Head) -> list[Entry]:
+        entry, first, capacity = self._rows.entry, head.ready_first, self._capacity
+        return [entry((first + i) % capacity) for i in range(head.ready_count)]
+
+    def _room(self, head: Head) -> int:
+        return self._capacity - head.ready_count - head.claims_count
+
+    def _wake_at(self, head: Head) -> float | None:
         if not head.ready_count:
             return None
         if self._by_time:  # sorted by due time: the first is due first
             return self._rows.entry(head.ready_first).due
-        return min(entry.due for entry in self.ready_locked())
+        return min(entry.due for entry in self._ready(head))
 
     # ------------------------------------------------------------------ the manager's side
 
-    def fill_locked(self, entries: list[Entry]) -> int:
+    def fill_locked(self, entries: list[Entry], *, backlog: bool | None = None) -> int:
         """Append ``entries``, the next jobs popped from the heap in its order, as far as
-        there is room; returns how many went in (the rest stay in the heap).
+        there is room; returns how many went in (the rest stay in the heap). ``backlog``:
+        whether jobs wait in the heap beyond these (None: as it was).
 
         Raises:
             ValueError: an entry sorts before the window's last: place it instead.
         """
         head = self._rows.head()
-        count = min(len(entries), self.room_locked())
-        last = self._last_locked()
+        count = min(len(entries), self._room(head))
+        if head.ready_count:
+            last: Entry | None = self._rows.entry(
+                (head.ready_first + head.ready_count - 1) % self._capacity
+            )
+        else:
+            last = None
         for entry in entries[:count]:
             if last is not None and self._key(entry) < self._key(last):
                 raise ValueError(f"lease {entry.lease_id} sorts before the window's last entry")
             last = entry
-        if not count:
-            return 0
-        woken_at = self.wake_at_locked()
+        woken_at = self._wake_at(head)
         for i, entry in enumerate(entries[:count]):
             self._rows.set_entry((head.ready_first + head.ready_count + i) % self._capacity, entry)
-        soonest = min(entry.due for entry in entries[:count])
-        sooner = woken_at is None or soonest < woken_at  # by time: only into an empty window
+        soonest = min((entry.due for entry in entries[:count]), default=None)
+        # By time, an entry appended is due first only in an empty window.
+        sooner = soonest is not None and (woken_at is None or soonest < woken_at)
         self._rows.set_head(
-            head._replace(ready_count=head.ready_count + count, generation=head.generation + sooner)
+            head._replace(
+                ready_count=head.ready_count + count,
+                generation=head.generation + sooner,
+                backlog=head.backlog if backlog is None else backlog,
+            )
         )
         return count
 
@@ -203,17 +217,17 @@ class RunWindow:
         (None: nothing): with the window full, its last entry, or ``entry`` itself when it
         sorts after that one. Sleepers are to be woken (``generation``) when it is due
         before every other entry."""
-        woken_at = self.wake_at_locked()
-        ready = self.ready_locked()
+        head = self._rows.head()
+        woken_at = self._wake_at(head)
+        ready = self._ready(head)
         key = self._key(entry)
         at = next((i for i, e in enumerate(ready) if key < self._key(e)), len(ready))
         out = None
-        if self.room_locked() == 0:
+        if self._room(head) == 0:
             if at == len(ready):
                 return entry
             out = ready.pop()
         ready.insert(at, entry)
-        head = self._rows.head()
         for i in range(at, len(ready)):
             self._rows.set_entry((head.ready_first + i) % self._capacity, ready[i])
         sooner = woken_at is None or entry.due < woken_at
@@ -225,16 +239,19 @@ class RunWindow:
     def take_back_locked(self, lease_ids: Collection[int]) -> list[Entry]:
         """Take the entries of ``lease_ids`` out of the window, in order, for the heap.
         An entry claimed already is not among them: its worker runs it."""
-        ready = self.ready_locked()
+        head = self._rows.head()
+        ready = self._ready(head)
         back = [entry for entry in ready if entry.lease_id in lease_ids]
         if back:  # the rest fall due no sooner: sleepers need not look again
-            self._rewrite_locked([entry for entry in ready if entry.lease_id not in lease_ids])
+            kept = [entry for entry in ready if entry.lease_id not in lease_ids]
+            self._rewrite_locked(head, kept)
         return back
 
     def take_back_all_locked(self) -> list[Entry]:
         """Every entry not claimed yet, out of the window, in order (the manager stops)."""
-        back = self.ready_locked()
-        self._rewrite_locked([])
+        head = self._rows.head()
+        back = self._ready(head)
+        self._rewrite_locked(head, [])
         return back
 
     def set_backlog_locked(self, backlog: bool) -> None:
@@ -308,14 +325,7 @@ class RunWindow:
         self._rows.set_head(head._replace(sweep_by=now + self._period))
         return True
 
-    def _last_locked(self) -> Entry | None:
-        head = self._rows.head()
-        if not head.ready_count:
-            return None
-        return self._rows.entry((head.ready_first + head.ready_count - 1) % self._capacity)
-
-    def _rewrite_locked(self, ready: list[Entry]) -> None:
-        head = self._rows.head()
+    def _rewrite_locked(self, head: Head, ready: list[Entry]) -> None:
         for i, entry in enumerate(ready):
             self._rows.set_entry((head.ready_first + i) % self._capacity, entry)
         self._rows.set_head(head._replace(ready_count=len(ready)))

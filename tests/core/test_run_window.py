@@ -125,11 +125,16 @@ def test_a_report_rings_only_while_no_sweep_is_promised() -> None:
 
 def test_a_claim_rings_for_a_refill_only_when_jobs_wait_and_few_entries_are_left() -> None:
     w = window(capacity=8)  # rings below 2 entries left
-    w.fill_locked([entry(n, 0.0) for n in range(1, 4)])
+    w.fill_locked([entry(n, 0.0) for n in range(1, 4)], backlog=True)
     w.claim_locked(1, T0)
     assert not w.ring_locked(T0, claimed=True)  # two left
     w.claim_locked(1, T0)
-    assert not w.ring_locked(T0, claimed=True)  # one left, but nothing waits in the heap
+    assert w.ring_locked(T0, claimed=True)  # one left, and jobs wait in the heap
+    w.sweep_locked(T0, ended=0)  # the manager sweeps the claims,
+    w.sweep_locked(T0 + 0.005, ended=0)  # then finds nothing: no sweep promised
+    w.set_backlog_locked(False)  # and nothing more waits in the heap
+    w.claim_locked(1, T0)
+    assert not w.ring_locked(T0, claimed=True)  # none left, but nothing to refill
     w.set_backlog_locked(True)
     assert w.ring_locked(T0, claimed=True)
 
