@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, list[set[str]]]] = [
             {"options", "histogram", "retrying", "progress", "job_checks"},
             {"job"},
             {"clock", "recurring", "limits", "result_of", "dependencies"},
-            {"leases", "heap", "planning", "wall_offset"},
+            {"leases", "heap", "planning", "wall_offset", "run_window"},
             {"queues"},
             {"room", "admission", "queue_like"},
             {"prefetch"},
@@ -85,7 +85,7 @@ LAYERS: list[tuple[str, list[set[str]]]] = [
     (
         "_worker",
         [
-            {"stop_reasons", "claims", "reports", "process", "context"},
+            {"stop_reasons", "claims", "reports", "process", "context", "window_file"},
             {"run", "slot_file"},
             {"loop", "pool_slots"},
             {"remote"},
