@@ -22,6 +22,10 @@ journal, leases or futures, and no results sent to a client.
   sweep is promised; while ends come in, the manager sweeps every ``--sweep-ms`` (takes
   the reports, refills the table) without being rung. Run twice: with a POSIX semaphore
   and with a ``fcntl`` record lock.
+- **window, RunWindow**: the same, on mpsched's own window (``mpsched._core.run_window``
+  over a ``mpsched._worker.window_file.WindowFile``, its ``flock``), each worker's reports
+  in a shared row of its own that the manager reads under the window's lock as it sweeps.
+  What the structure costs over the bare window.
 
 Printed per mechanism: the manager's CPU per job (its process CPU clock), the workers'
 CPU beyond the jobs' own, the manager's wake-ups per job, the lateness of the jobs' starts
@@ -33,6 +37,7 @@ here; they are not mpsched's.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import mmap
 import multiprocessing as mp
@@ -45,12 +50,12 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import wait as wait_futures
 from multiprocessing.process import BaseProcess
 from multiprocessing.synchronize import Lock
 from pathlib import Path
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -60,6 +65,8 @@ from benchmarks._common import percentiles, scheduler  # noqa: E402
 from benchmarks._threads import process_cpu_seconds  # noqa: E402
 from benchmarks.bench_cpu_trickle import lead  # noqa: E402
 from benchmarks.jobs import burn, calibrate_burn, noop  # noqa: E402
+from mpsched._core.run_window import Entry, RunWindow  # noqa: E402
+from mpsched._worker.window_file import WindowFile  # noqa: E402
 
 WORKERS = 2
 EARLY = 0.002  # mpsched's EARLY_HANDOFF
@@ -128,6 +135,38 @@ class Result:
         )
 
 
+class CpuClocks:
+    """The CPU clocks of this process (the manager) and of the workers, from now on."""
+
+    def __init__(self, workers: Sequence[BaseProcess]) -> None:
+        self._pids = [os.getpid(), *(p.pid or 0 for p in workers)]
+        self._start = [process_cpu_seconds(pid) or 0.0 for pid in self._pids]
+
+    def spent(self) -> list[float]:
+        """Seconds of CPU since then: the manager's, then each worker's."""
+        return [
+            (process_cpu_seconds(pid) or 0.0) - start
+            for pid, start in zip(self._pids, self._start, strict=True)
+        ]
+
+    def close(self, result: Result, own: float, last_end: float, first_due: float) -> Result:
+        """Fill in ``result``'s CPU figures: the jobs' ``own`` CPU, their ``last_end``."""
+        manager, *workers = self.spent()
+        result.manager_cpu, result.workers_extra = manager, sum(workers) - own
+        result.own, result.span = own, last_end - first_due
+        return result
+
+
+def wait_for_sweep(ring: int, sweep_by: float, idle_timeout: float | None) -> None:
+    """Until the time promised to the workers (``sweep_by``, monotonic seconds) while ends
+    stream in, who do not ring meanwhile. Idle (0): until a ring (the next end) or, if
+    the window needs refills, ``idle_timeout``."""
+    timeout = max(0.0, sweep_by - time.monotonic()) if sweep_by else idle_timeout
+    ready, _, _ = select.select([ring], [], [], timeout)
+    if ready:
+        os.read(ring, 4096)
+
+
 # ---------------------------------------------------------------------------- window
 
 
@@ -178,19 +217,28 @@ def _run_window(
     buf: mmap.mmap, lock: WindowLock, dues: list[float], loops: int, sweep: float
 ) -> Result:
     r, w = os.pipe()
+    try:
+        with forked(_window_worker, lambda _: (buf, lock, w, loops, sweep)) as workers:
+            return _manage_window(buf, lock, r, workers, dues, sweep)
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+@contextlib.contextmanager
+def forked(
+    target: Callable[..., None], args_of: Callable[[int], tuple[Any, ...]]
+) -> Iterator[Sequence[BaseProcess]]:
+    """WORKERS processes forked on ``target`` (worker n with ``args_of(n)``), stopped
+    (joined, killed if need be) at the end."""
     ctx = mp.get_context("fork")
-    workers = [
-        ctx.Process(target=_window_worker, args=(buf, lock, w, loops, sweep))
-        for _ in range(WORKERS)
-    ]
+    workers = [ctx.Process(target=target, args=args_of(n)) for n in range(WORKERS)]
     for p in workers:
         p.start()
     try:
-        return _manage_window(buf, lock, r, workers, dues, sweep)
+        yield workers
     finally:
         _stop(workers)
-        os.close(r)
-        os.close(w)
 
 
 def _stop(workers: Sequence[BaseProcess]) -> None:
@@ -209,9 +257,7 @@ def _manage_window(
     dues: list[float],
     sweep: float,
 ) -> Result:
-    me = os.getpid()
-    cpu0 = process_cpu_seconds(me) or 0.0
-    wcpu0 = [process_cpu_seconds(p.pid or 0) or 0.0 for p in workers]
+    clocks = CpuClocks(workers)
     pending = 0  # next job of dues to put in the window
     collected = 0
     swept = 0  # next slot to sweep
@@ -219,18 +265,9 @@ def _manage_window(
     last_end = 0.0
     result = Result("window", len(dues), 0.0, 0.0)
     while collected < len(dues):
-        # Streaming (the last sweep found ends): look again at the time promised to the
-        # workers, who do not ring meanwhile. Idle: wait for a ring (the next end), or
-        # until the window needs a refill.
         with lock:
             sweep_by = _HEAD.unpack_from(buf, 0)[2]
-        if sweep_by:
-            timeout: float | None = max(0.0, sweep_by / 1e9 - time.monotonic())
-        else:
-            timeout = sweep if pending < len(dues) else None
-        ready, _, _ = select.select([r], [], [], timeout)
-        if ready:
-            os.read(r, 4096)
+        wait_for_sweep(r, sweep_by / 1e9, sweep if pending < len(dues) else None)
         result.wakes += 1
         with lock:
             fill, claim, _ = _HEAD.unpack_from(buf, 0)
@@ -256,13 +293,113 @@ def _manage_window(
         fill, claim, _ = _HEAD.unpack_from(buf, 0)
         _SLOT.pack_into(buf, _slot_at(fill), EMPTY, -1.0, 0.0, 0.0)
         _HEAD.pack_into(buf, 0, fill + 1, claim, 0)
-    result.manager_cpu = (process_cpu_seconds(me) or 0.0) - cpu0
-    wcpu = [
-        (process_cpu_seconds(p.pid or 0) or 0.0) - c for p, c in zip(workers, wcpu0, strict=True)
-    ]
-    result.workers_extra = sum(wcpu) - own
-    result.own, result.span = own, last_end - min(dues)
-    return result
+    return clocks.close(result, own, last_end, min(dues))
+
+
+# ---------------------------------------------------------------------------- RunWindow
+
+
+def _runwindow_worker(
+    rows: WindowFile, taker: int, reports: Any, stop: Any, ring: int, loops: int
+) -> None:
+    """A worker of the window built on mpsched's own rules (RunWindow over a WindowFile):
+    it claims, runs, writes its report into its row of ``reports`` (a count, then
+    (due, started, cpu) each) and rings only if no sweep is promised."""
+    window = RunWindow(rows)
+    base = taker * (1 + 3 * REPORTS)
+    while True:
+        with rows.lock:
+            now = time.monotonic()
+            claim = window.claim_locked(taker, now)
+            due = window.wake_at_locked() if claim is None else None
+            refill = claim is not None and window.ring_locked(now, claimed=True)
+        if refill:
+            os.write(ring, b"x")
+        if claim is None:
+            if stop.value:
+                return
+            now = time.monotonic()
+            # Sleep until the first entry is due, as the bare window's workers do.
+            time.sleep(max(0.0, min(due - now, 0.001)) if due else 0.0005)
+            continue
+        started = time.monotonic()
+        _, cpu = burn(loops)
+        with rows.lock:
+            count = int(reports[base])
+            at = base + 1 + 3 * (count % REPORTS)
+            reports[at : at + 3] = [float(claim.lease_id), started, cpu]
+            reports[base] = count + 1
+            rung = window.ring_locked(time.monotonic())
+        if rung:
+            os.write(ring, b"x")
+
+
+REPORTS = 256  # reports a worker's row holds before the manager's sweep reads them
+
+
+def run_runwindow(dues: list[float], loops: int, sweep: float) -> Result:
+    with tempfile.TemporaryDirectory(prefix="probe-runwindow-") as directory:
+        rows = WindowFile(os.path.join(directory, "window"), SLOTS, create=True)
+        try:
+            return _run_runwindow(rows, dues, loops, sweep)
+        finally:
+            rows.close()
+
+
+def _run_runwindow(rows: WindowFile, dues: list[float], loops: int, sweep: float) -> Result:
+    r, w = os.pipe()
+    ctx = mp.get_context("fork")
+    reports = ctx.RawArray("d", WORKERS * (1 + 3 * REPORTS))
+    stop = ctx.RawValue("b", 0)
+    try:
+        with forked(_runwindow_worker, lambda n: (rows, n, reports, stop, w, loops)) as workers:
+            try:
+                return _manage_runwindow(rows, reports, r, workers, dues, sweep)
+            finally:
+                stop.value = 1  # before the workers are joined
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def _manage_runwindow(
+    rows: WindowFile,
+    reports: Any,
+    r: int,
+    workers: Sequence[BaseProcess],
+    dues: list[float],
+    sweep: float,
+) -> Result:
+    window = RunWindow(rows, sweep_period=sweep)
+    clocks = CpuClocks(workers)
+    pending = 0  # next job of dues to put in the window
+    read = [0] * WORKERS  # reports read from each worker's row
+    own = 0.0
+    last_end = 0.0
+    result = Result("window, RunWindow", len(dues), 0.0, 0.0)
+    while sum(read) < len(dues):
+        with rows.lock:
+            sweep_by = rows.head().sweep_by
+        wait_for_sweep(r, sweep_by, sweep if pending < len(dues) else None)
+        result.wakes += 1
+        with rows.lock:  # reports are read under the same hold as the sweep
+            ended = 0
+            for taker in range(WORKERS):
+                base = taker * (1 + 3 * REPORTS)
+                while read[taker] < int(reports[base]):
+                    at = base + 1 + 3 * (read[taker] % REPORTS)
+                    lease, started, cpu = reports[at : at + 3]
+                    result.late.append(started - dues[int(lease) - 1])
+                    last_end = max(last_end, started + cpu)
+                    own += cpu
+                    read[taker] += 1
+                    ended += 1
+            window.sweep_locked(time.monotonic(), ended)
+            room = min(window.room_locked(), len(dues) - pending)
+            batch = [Entry(pending + n + 1, dues[pending + n], 2, pending + n) for n in range(room)]
+            taken = window.fill_locked(batch, backlog=pending + len(batch) < len(dues))
+            pending += taken
+    return clocks.close(result, own, last_end, min(dues))
 
 
 # ---------------------------------------------------------------------------- rpc
@@ -352,24 +489,18 @@ def _manage_rpc(
 ) -> Result:
     heap = _Heap(dues)
     wakes = [0]
-    me = os.getpid()
-    cpu0 = process_cpu_seconds(me) or 0.0
-    wcpu0 = [process_cpu_seconds(p.pid or 0) or 0.0 for p in workers]
+    clocks = CpuClocks(workers)
     threads = [threading.Thread(target=_serve, args=(a, heap, wakes)) for a in socks]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    result = Result("rpc", len(dues), (process_cpu_seconds(me) or 0.0) - cpu0, 0.0)
-    wcpu = [
-        (process_cpu_seconds(p.pid or 0) or 0.0) - c for p, c in zip(workers, wcpu0, strict=True)
-    ]
+    result = Result("rpc", len(dues), 0.0, 0.0)
     result.wakes = wakes[0]
     result.late = [started - due for due, started, _ in heap.reports]
-    result.workers_extra = sum(wcpu) - sum(cpu for _, _, cpu in heap.reports)
-    result.own = sum(cpu for _, _, cpu in heap.reports)
-    result.span = max(started + cpu for _, started, cpu in heap.reports) - min(dues)
-    return result
+    own = sum(cpu for _, _, cpu in heap.reports)
+    last_end = max(started + cpu for _, started, cpu in heap.reports)
+    return clocks.close(result, own, last_end, min(dues))
 
 
 # ---------------------------------------------------------------------------- mpsched
@@ -417,11 +548,13 @@ def main(argv: list[str] | None = None) -> int:
     jobs = int(args.rate * args.seconds)
     for _ in range(args.repeats):
         results = [run_mpsched(jobs, args.rate, loops, args.at_once)]
-        for name in ("rpc", "window", "fcntl"):
+        for name in ("rpc", "window", "fcntl", "runwindow"):
             start = time.monotonic() + 0.3
             dues = [start if args.at_once else start + i / args.rate for i in range(jobs)]
             if name == "rpc":
                 result = run_rpc(dues, loops)
+            elif name == "runwindow":
+                result = run_runwindow(dues, loops, args.sweep_ms / 1000)
             else:
                 result = run_window(dues, loops, args.sweep_ms / 1000, name == "fcntl")
             results.append(result)
