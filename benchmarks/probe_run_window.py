@@ -65,7 +65,8 @@ from benchmarks._common import percentiles, scheduler  # noqa: E402
 from benchmarks._threads import process_cpu_seconds  # noqa: E402
 from benchmarks.bench_cpu_trickle import lead  # noqa: E402
 from benchmarks.jobs import burn, calibrate_burn, noop  # noqa: E402
-from mpsched._core.run_window import Entry, RunWindow  # noqa: E402
+from mpsched._core.clock import SystemClock  # noqa: E402
+from mpsched._core.run_window import Entry, RunWindow, claim_next  # noqa: E402
 from mpsched._worker.window_file import WindowFile  # noqa: E402
 
 WORKERS = 2
@@ -299,6 +300,14 @@ def _manage_window(
 # ---------------------------------------------------------------------------- RunWindow
 
 
+REPORTS = 256  # reports a worker's row holds before the manager's sweep reads them
+STOP_LOOK = 0.05  # seconds between two looks of an idle worker at the probe's stop
+
+
+def ring_at(ring: int) -> None:
+    os.write(ring, b"x")
+
+
 def _runwindow_worker(
     rows: WindowFile, taker: int, reports: Any, stop: Any, ring: int, loops: int
 ) -> None:
@@ -306,21 +315,15 @@ def _runwindow_worker(
     it claims, runs, writes its report into its row of ``reports`` (a count, then
     (due, started, cpu) each) and rings only if no sweep is promised."""
     window = RunWindow(rows)
+    clock = SystemClock()
     base = taker * (1 + 3 * REPORTS)
     while True:
-        with rows.lock:
-            now = time.monotonic()
-            claim = window.claim_locked(taker, now)
-            due = window.wake_at_locked() if claim is None else None
-            refill = claim is not None and window.ring_locked(now, claimed=True)
-        if refill:
-            os.write(ring, b"x")
+        # Asleep on the window's futex until the first entry is due or one due sooner
+        # comes in; a look at ``stop`` every STOP_LOOK.
+        claim = claim_next(window, rows.lock, rows, clock, taker, STOP_LOOK, lambda: ring_at(ring))
         if claim is None:
             if stop.value:
                 return
-            now = time.monotonic()
-            # Sleep until the first entry is due, as the bare window's workers do.
-            time.sleep(max(0.0, min(due - now, 0.001)) if due else 0.0005)
             continue
         started = time.monotonic()
         _, cpu = burn(loops)
@@ -331,10 +334,7 @@ def _runwindow_worker(
             reports[base] = count + 1
             rung = window.ring_locked(time.monotonic())
         if rung:
-            os.write(ring, b"x")
-
-
-REPORTS = 256  # reports a worker's row holds before the manager's sweep reads them
+            ring_at(ring)
 
 
 def run_runwindow(dues: list[float], loops: int, sweep: float) -> Result:
@@ -397,8 +397,11 @@ def _manage_runwindow(
             window.sweep_locked(time.monotonic(), ended)
             room = min(window.room_locked(), len(dues) - pending)
             batch = [Entry(pending + n + 1, dues[pending + n], 2, pending + n) for n in range(room)]
-            taken = window.fill_locked(batch, backlog=pending + len(batch) < len(dues))
-            pending += taken
+            generation = window.generation_locked()
+            pending += window.fill_locked(batch, backlog=pending + len(batch) < len(dues))
+            moved = window.generation_locked() != generation
+        if moved:
+            rows.wake_all()
     return clocks.close(result, own, last_end, min(dues))
 
 

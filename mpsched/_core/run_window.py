@@ -25,11 +25,11 @@ holds it for a few reads and writes, never across a wait.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from contextlib import AbstractContextManager
 from typing import Any, NamedTuple, Protocol
 
-from mpsched._core.clock import Clock, Waitable, ahead
+from mpsched._core.clock import Clock, ahead
 
 # How long after a sweep that found ends the manager sweeps again without being rung:
 # while ends stream in, one sweep serves several, and the workers ring no one.
@@ -331,30 +331,47 @@ class RunWindow:
         self._rows.set_head(head._replace(ready_count=len(ready)))
 
 
+class Sleeper(Protocol):
+    """How a worker waits for the window: a condition in a test, a futex on the head's
+    ``generation`` in shared memory (mpsched._worker.window_file)."""
+
+    def sleep(self, generation: int, timeout: float) -> None:
+        """Wait, without the window's lock, until ``generation`` has moved on from the
+        value given or ``timeout`` seconds have passed; it may return sooner."""
+
+
 def claim_next(
     window: RunWindow,
     lock: AbstractContextManager[Any],
-    woken: Waitable,
+    sleeper: Sleeper,
     clock: Clock,
     taker: int,
     timeout: float,
+    ring: Callable[[], None] | None = None,
 ) -> Claim | None:
     """Claim the next entry for worker ``taker`` as soon as it is due, waiting at most
     ``timeout`` seconds; None if none was claimed in time.
 
-    ``lock`` is the window's lock; ``woken`` a condition over it, notified when
-    ``generation`` moves (a placed entry became the first). A sleeper wakes for the next
-    due time on its own.
+    ``lock`` is the window's lock. Between two looks the worker sleeps until the first
+    entry is due, or until ``generation`` moves (an entry due sooner came in): whoever
+    moves it wakes the sleepers. ``ring`` rings the manager, once the lock is let go,
+    when the claim left the window for a refill (:meth:`RunWindow.ring_locked`).
     """
     deadline = clock.now() + timeout
-    with lock:
-        while True:
+    while True:
+        with lock:
             now = clock.now()
             claim = window.claim_locked(taker, now)
             if claim is not None:
-                return claim
-            if now >= deadline:
+                refill = ring is not None and window.ring_locked(now, claimed=True)
+            elif now >= deadline:
                 return None
-            due = window.wake_at_locked()
-            until = deadline if due is None else min(due, deadline)
-            woken.wait(ahead(until - now))
+            else:
+                due = window.wake_at_locked()
+                generation = window.generation_locked()
+        if claim is not None:
+            if refill and ring is not None:
+                ring()
+            return claim
+        until = deadline if due is None else min(due, deadline)
+        sleeper.sleep(generation, ahead(until - now))

@@ -12,15 +12,23 @@ The lock is a ``flock`` on the file, which the kernel drops when its holder dies
 killed inside a claim does not leave the window locked, as it would a POSIX semaphore.
 A ``flock`` belongs to an open file description, so each process opens the file itself;
 threads of one process share it, so a thread lock serialises them first.
+
+A worker with nothing due sleeps on a futex on the head's ``generation`` (its low 32 bits)
+until the first entry is due (:meth:`WindowFile.sleep`); whoever moves ``generation``
+wakes every sleeper (:meth:`WindowFile.wake_all`). The kernel compares the word before it
+sleeps, so a move made after the worker looked is never missed.
 """
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import mmap
 import os
+import platform
 import struct
 import threading
+import time
 from typing import Any
 
 from mpsched._core.run_window import Claim, Entry, Head
@@ -30,6 +38,20 @@ _HEAD = struct.Struct("=qqqqqd?")
 _ENTRY = struct.Struct("=qdqq")  # lease id, due, level, seq
 _CLAIM = struct.Struct("=qqd")  # lease id, taker, started
 HEAD_BYTES = 64
+_GENERATION = 32  # the offset of the head's generation (the fifth int64)
+
+# futex(2): its system call number by machine (the same on every Linux of that machine);
+# a wait and a wake between processes (not FUTEX_PRIVATE_FLAG).
+_SYS_FUTEX = {"x86_64": 202, "aarch64": 98, "riscv64": 98}.get(platform.machine())
+_FUTEX_WAIT, _FUTEX_WAKE = 0, 1
+_WAKE_ALL = 2**31 - 1
+_LIBC = ctypes.CDLL(None, use_errno=True)  # its functions let go of the GIL
+# Elsewhere a sleeper looks again this often instead (no futex number known here).
+POLL = 0.001
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
 
 
 def window_bytes(capacity: int) -> int:
@@ -110,6 +132,7 @@ class WindowFile:
         finally:
             os.close(fd)
         self._view = memoryview(self._map)
+        self._word = ctypes.c_uint32.from_buffer(self._map, _GENERATION)  # the futex
         self._entries = HEAD_BYTES
         self._claims = HEAD_BYTES + capacity * _ENTRY.size
         self.lock = WindowLock(path)
@@ -123,8 +146,32 @@ class WindowFile:
     def close(self) -> None:
         """Unmap the file and close the lock's (the window must not be in use here)."""
         self.lock.close()
+        del self._word  # it holds the mapping open
         self._view.release()
         self._map.close()
+
+    # -------------------------------------------------------------- sleeping
+
+    def sleep(self, generation: int, timeout: float) -> None:
+        """Wait, without the lock, until the head's ``generation`` has moved on from
+        ``generation`` or ``timeout`` seconds have passed; it may return sooner
+        (mpsched._core.run_window.Sleeper)."""
+        if timeout <= 0:
+            return
+        if _SYS_FUTEX is None:
+            time.sleep(min(timeout, POLL))
+            return
+        seconds = int(timeout)
+        wait = _Timespec(seconds, int((timeout - seconds) * 1e9))
+        address = ctypes.c_void_p(ctypes.addressof(self._word))
+        expected = ctypes.c_uint32(generation & 0xFFFFFFFF)
+        _LIBC.syscall(_SYS_FUTEX, address, _FUTEX_WAIT, expected, ctypes.byref(wait), None, 0)
+
+    def wake_all(self) -> None:
+        """Wake every worker asleep in :meth:`sleep`: call it after moving ``generation``."""
+        if _SYS_FUTEX is not None:
+            address = ctypes.c_void_p(ctypes.addressof(self._word))
+            _LIBC.syscall(_SYS_FUTEX, address, _FUTEX_WAKE, _WAKE_ALL, None, None, 0)
 
     # -------------------------------------------------------------- WindowRows
 

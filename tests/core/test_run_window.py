@@ -139,6 +139,26 @@ def test_a_claim_rings_for_a_refill_only_when_jobs_wait_and_few_entries_are_left
     assert w.ring_locked(T0, claimed=True)
 
 
+def test_a_claim_that_leaves_the_window_low_rings_through_claim_next() -> None:
+    w, lock, rings = window(capacity=4), threading.Lock(), []
+    w.fill_locked([entry(1, 0.0), entry(2, 0.0)], backlog=True)
+    clock = FakeClock(start=T0)
+    never = NeverWoken()
+    claim = claim_next(w, lock, never, clock, 1, 0.0, lambda: rings.append(1))
+    assert claim is not None and claim.lease_id == 1 and rings == []  # one left: enough
+    claim = claim_next(w, lock, never, clock, 1, 0.0, lambda: rings.append(2))
+    assert claim is not None and claim.lease_id == 2 and rings == [2]  # none left
+    assert claim_next(w, lock, never, clock, 1, 0.0, lambda: rings.append(3)) is None
+    assert rings == [2]
+
+
+class NeverWoken:
+    """A Sleeper for a worker that never waits (its timeout is 0)."""
+
+    def sleep(self, generation: int, timeout: float) -> None:
+        raise AssertionError("a worker with no time to wait slept")
+
+
 # ---------------------------------------------------------------------- threads
 
 
@@ -164,9 +184,15 @@ class Workers:
             self.threads.append(thread)
             thread.start()
 
+    def sleep(self, generation: int, timeout: float) -> None:
+        """The Sleeper of these threads: a condition over the window's lock."""
+        with self.lock:
+            if self.window.generation_locked() == generation:
+                self.woken.wait(timeout)
+
     def _run(self, taker: int) -> None:
         while True:
-            claim = claim_next(self.window, self.lock, self.woken, self.clock, taker, 60.0)
+            claim = claim_next(self.window, self.lock, self, self.clock, taker, 60.0)
             with self.lock:
                 if claim is not None:
                     self.claims.append(claim)

@@ -16,9 +16,12 @@ from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier, Event
 from pathlib import Path
 
+import psutil
 import pytest
+from processes import wait_for
 
-from mpsched._core.run_window import EMPTY_HEAD, Claim, Entry, ListRows, RunWindow
+from mpsched._core.clock import SystemClock
+from mpsched._core.run_window import EMPTY_HEAD, Claim, Entry, ListRows, RunWindow, claim_next
 from mpsched._worker.window_file import WindowFile
 
 CTX = multiprocessing.get_context("spawn")
@@ -193,3 +196,77 @@ def test_a_file_too_small_for_the_window_is_refused(tmp_path: Path) -> None:
     WindowFile(str(tmp_path / "small"), 2, create=True).close()
     with pytest.raises(ValueError, match="holds no window of 64 rows"):
         WindowFile(str(tmp_path / "small"), 64)
+
+
+def sleep_then_claim(rows: WindowFile, asleep: Event, out: Queue[Claim | None]) -> None:
+    """A worker that finds the window empty, says so, sleeps on it and claims."""
+    window = RunWindow(rows)
+    with rows.lock:
+        generation = rows.head().generation
+    asleep.set()
+    rows.sleep(generation, 600.0)  # only a move of the generation ends it in time
+    out.put(claim_next(window, rows.lock, rows, SystemClock(), 0, 0.0))
+
+
+def test_a_sleeping_worker_wakes_when_an_entry_comes_in(
+    window_file: WindowFile, processes: list[BaseProcess]
+) -> None:
+    asleep, out = CTX.Event(), CTX.Queue()
+    worker = CTX.Process(target=sleep_then_claim, args=(window_file, asleep, out))
+    processes.append(worker)
+    worker.start()
+    assert asleep.wait(JOIN)
+    wait_for(lambda: psutil.Process(worker.pid).status() == psutil.STATUS_SLEEPING)
+    window = RunWindow(window_file)
+    with window_file.lock:
+        window.fill_locked([Entry(1, time.monotonic(), 2, 1)])  # into an empty window
+    window_file.wake_all()
+    claim = out.get(timeout=JOIN)
+    assert claim is not None and claim.lease_id == 1
+
+
+def test_a_sleep_ends_at_its_timeout_or_at_once_if_the_generation_moved(
+    window_file: WindowFile,
+) -> None:
+    start = time.monotonic()
+    window_file.sleep(0, 0.05)
+    assert time.monotonic() - start >= 0.05
+    start = time.monotonic()
+    window_file.sleep(1, 60.0)  # the generation is 0: it moved on from 1 already
+    assert time.monotonic() - start < JOIN
+
+
+def claim_as_due(rows: WindowFile, taker: int, count: int, out: Queue[list[Claim]]) -> None:
+    """A worker claiming ``count`` entries in turn, each when it falls due, asleep between."""
+    window = RunWindow(rows)
+    claims: list[Claim] = []
+    while len(claims) < count:
+        claim = claim_next(window, rows.lock, rows, SystemClock(), taker, JOIN)
+        assert claim is not None
+        claims.append(claim)
+    out.put(claims)
+
+
+def test_workers_asleep_between_entries_claim_each_once_and_never_early(
+    window_file: WindowFile, processes: list[BaseProcess]
+) -> None:
+    out = CTX.Queue()
+    processes += [
+        CTX.Process(target=claim_as_due, args=(window_file, taker, 5, out)) for taker in range(2)
+    ]
+    for proc in processes:
+        proc.start()
+    window = RunWindow(window_file)
+    start = time.monotonic() + 0.2
+    entries = [Entry(n, start + n * 0.01, 2, n) for n in range(1, 11)]  # 10 ms apart
+    with window_file.lock:
+        window.fill_locked(entries)
+    window_file.wake_all()
+    claims = [claim for _ in processes for claim in out.get(timeout=JOIN)]
+    by_lease = {claim.lease_id: claim for claim in claims}
+    assert sorted(by_lease) == list(range(1, 11)) and len(claims) == 10
+    for entry in entries:
+        assert by_lease[entry.lease_id].started >= entry.due
+    with window_file.lock:
+        swept = window.sweep_locked(time.monotonic(), ended=0)
+    assert [claim.lease_id for claim in swept] == list(range(1, 11))  # claimed in order
