@@ -169,6 +169,7 @@ class Workers:
 
     clock: FakeClock
     window: RunWindow
+    # The window's lock; it also guards claims and stop.
     lock: threading.Lock = field(default_factory=threading.Lock)
     claims: list[Claim] = field(default_factory=list)
     threads: list[threading.Thread] = field(default_factory=list)
