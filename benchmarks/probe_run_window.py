@@ -26,6 +26,9 @@ journal, leases or futures, and no results sent to a client.
   over a ``mpsched._worker.window_file.WindowFile``, its ``flock``), each worker's reports
   in a shared row of its own that the manager reads under the window's lock as it sweeps.
   What the structure costs over the bare window.
+- **window + books**: the same, with mpsched's books kept in the manager as its service
+  keeps them (``Books``): each job leased as it goes in the window, each end completed as
+  a worker's report is, the client's mailbox emptied at each sweep. No client, no store.
 
 Printed per mechanism: the manager's CPU per job (its process CPU clock), the workers'
 CPU beyond the jobs' own, the manager's wake-ups per job, the lateness of the jobs' starts
@@ -66,7 +69,14 @@ from benchmarks._threads import process_cpu_seconds  # noqa: E402
 from benchmarks.bench_cpu_trickle import lead  # noqa: E402
 from benchmarks.jobs import burn, calibrate_burn, noop  # noqa: E402
 from mpsched._core.clock import SystemClock  # noqa: E402
+from mpsched._core.job import JobRequest, Outcome  # noqa: E402
+from mpsched._core.queue import JobQueue  # noqa: E402
 from mpsched._core.run_window import Entry, RunWindow, claim_next  # noqa: E402
+from mpsched._manager.no_journal import NoJournal  # noqa: E402
+from mpsched._manager.service import ManagerService  # noqa: E402
+from mpsched._protocol.codec import report_to_wire  # noqa: E402
+from mpsched._protocol.records import Report, WorkerHello  # noqa: E402
+from mpsched._transport.sockets import describe_versions  # noqa: E402
 from mpsched._worker.window_file import WindowFile  # noqa: E402
 
 WORKERS = 2
@@ -337,16 +347,104 @@ def _runwindow_worker(
             ring_at(ring)
 
 
-def run_runwindow(dues: list[float], loops: int, sweep: float) -> Result:
+class BareBooks:
+    """The bare window's books: a job is its due time, and an end is only counted."""
+
+    name = "window, RunWindow"
+
+    def __init__(self, dues: list[float]) -> None:
+        self.dues = dues
+        self._next = 0  # the next job to put in the window
+
+    def next_entries(self, room: int) -> list[Entry]:
+        """Up to ``room`` jobs for the window, in heap order."""
+        count = min(room, len(self.dues) - self._next)
+        first, self._next = self._next, self._next + count
+        return [Entry(n + 1, self.dues[n], 2, n) for n in range(first, first + count)]
+
+    def backlog(self) -> bool:
+        return self._next < len(self.dues)
+
+    def due_of(self, lease_id: int) -> float:
+        return self.dues[lease_id - 1]
+
+    def ended(self, ends: list[tuple[int, float]]) -> None:
+        """(lease id, start) of each job that ended since the last sweep."""
+
+
+class Books(BareBooks):
+    """mpsched's books, in the manager's process as its service keeps them: every job is
+    submitted to a JobQueue first; a job is leased as it goes in the window (a take of
+    its own, ``early`` by the window's span); each end is completed as a worker's report
+    is (``Endings.complete_all``: the lease, the journal that keeps ended jobs a day, the
+    client's mailbox), and the mailbox is emptied at each sweep. No client, no store."""
+
+    name = "window + books"
+
+    def __init__(self, dues: list[float]) -> None:
+        super().__init__(dues)
+        self._queue = JobQueue()
+        self._service = ManagerService(self._queue, journal=NoJournal(self._queue, result_ttl=DAY))
+        self._service.mailboxes.open("client")
+        python, cloudpickle_version = describe_versions()
+        here = self._service.host
+        token = self._service.workers.local_token
+        self._service.hello(
+            WorkerHello(WINDOW, os.getpid(), here, python, cloudpickle_version, False, token)
+        )
+        payload = pickle.dumps((burn, (1,), {}))
+        for n, due in enumerate(dues):
+            delay = max(0.0, due - time.monotonic())
+            self._queue.submit(JobRequest(f"job-{n}", "client", payload, 2, delay, None))
+        self._leases: dict[int, tuple[str, float]] = {}  # lease id -> job id, due
+
+    def next_entries(self, room: int) -> list[Entry]:
+        entries = []
+        for _ in range(room):
+            assignment = self._queue.take(WINDOW, 0.0, early=WINDOW_SPAN)
+            if assignment is None:
+                break
+            lease, due = assignment.lease, assignment.due
+            assert due is not None
+            self._leases[lease.lease_id] = (lease.job_id, due)
+            entries.append(Entry(lease.lease_id, due, 2, lease.lease_id))
+        return entries
+
+    def backlog(self) -> bool:
+        return len(self._queue) > 0
+
+    def due_of(self, lease_id: int) -> float:
+        return self._leases[lease_id][1]
+
+    def ended(self, ends: list[tuple[int, float]]) -> None:
+        if not ends:
+            return
+        reports = []
+        for lease_id, started in ends:
+            job_id, _ = self._leases.pop(lease_id)
+            outcome = Outcome(job_id, True, RESULT, "", started)
+            reports.append(report_to_wire(Report(lease_id, outcome)))
+        self._service.report(WINDOW, reports)
+        self._service.mailboxes.collect("client", 0.0)
+
+
+WINDOW = "window"  # the worker id the window's leases are held under
+WINDOW_SPAN = 1.0  # seconds ahead a job may go in the window
+DAY = 86_400.0  # the manager's default result_ttl: ended jobs are kept that long
+RESULT = pickle.dumps((0.0, 0.0))  # a burn's result, as a worker pickles it
+
+
+def run_runwindow(dues: list[float], loops: int, sweep: float, books: bool = False) -> Result:
+    """The window on mpsched's own rules; with ``books``, the manager keeps mpsched's books."""
     with tempfile.TemporaryDirectory(prefix="probe-runwindow-") as directory:
         rows = WindowFile(os.path.join(directory, "window"), SLOTS, create=True)
         try:
-            return _run_runwindow(rows, dues, loops, sweep)
+            return _run_runwindow(rows, Books(dues) if books else BareBooks(dues), loops, sweep)
         finally:
             rows.close()
 
 
-def _run_runwindow(rows: WindowFile, dues: list[float], loops: int, sweep: float) -> Result:
+def _run_runwindow(rows: WindowFile, books: BareBooks, loops: int, sweep: float) -> Result:
     r, w = os.pipe()
     ctx = mp.get_context("fork")
     reports = ctx.RawArray("d", WORKERS * (1 + 3 * REPORTS))
@@ -354,7 +452,7 @@ def _run_runwindow(rows: WindowFile, dues: list[float], loops: int, sweep: float
     try:
         with forked(_runwindow_worker, lambda n: (rows, n, reports, stop, w, loops)) as workers:
             try:
-                return _manage_runwindow(rows, reports, r, workers, dues, sweep)
+                return _manage_runwindow(rows, reports, r, workers, books, sweep)
             finally:
                 stop.value = 1  # before the workers are joined
     finally:
@@ -367,42 +465,41 @@ def _manage_runwindow(
     reports: Any,
     r: int,
     workers: Sequence[BaseProcess],
-    dues: list[float],
+    books: BareBooks,
     sweep: float,
 ) -> Result:
     window = RunWindow(rows, sweep_period=sweep)
+    jobs, first_due = len(books.dues), min(books.dues)
     clocks = CpuClocks(workers)
-    pending = 0  # next job of dues to put in the window
     read = [0] * WORKERS  # reports read from each worker's row
     own = 0.0
     last_end = 0.0
-    result = Result("window, RunWindow", len(dues), 0.0, 0.0)
-    while sum(read) < len(dues):
+    result = Result(books.name, jobs, 0.0, 0.0)
+    while sum(read) < jobs:
         with rows.lock:
             sweep_by = rows.head().sweep_by
-        wait_for_sweep(r, sweep_by, sweep if pending < len(dues) else None)
+        wait_for_sweep(r, sweep_by, sweep if books.backlog() else None)
         result.wakes += 1
+        ends: list[tuple[int, float]] = []
         with rows.lock:  # reports are read under the same hold as the sweep
-            ended = 0
             for taker in range(WORKERS):
                 base = taker * (1 + 3 * REPORTS)
                 while read[taker] < int(reports[base]):
                     at = base + 1 + 3 * (read[taker] % REPORTS)
                     lease, started, cpu = reports[at : at + 3]
-                    result.late.append(started - dues[int(lease) - 1])
+                    ends.append((int(lease), started))
+                    result.late.append(started - books.due_of(int(lease)))
                     last_end = max(last_end, started + cpu)
                     own += cpu
                     read[taker] += 1
-                    ended += 1
-            window.sweep_locked(time.monotonic(), ended)
-            room = min(window.room_locked(), len(dues) - pending)
-            batch = [Entry(pending + n + 1, dues[pending + n], 2, pending + n) for n in range(room)]
+            window.sweep_locked(time.monotonic(), len(ends))
             generation = window.generation_locked()
-            pending += window.fill_locked(batch, backlog=pending + len(batch) < len(dues))
+            window.fill_locked(books.next_entries(window.room_locked()), backlog=books.backlog())
             moved = window.generation_locked() != generation
         if moved:
             rows.wake_all()
-    return clocks.close(result, own, last_end, min(dues))
+        books.ended(ends)  # after the lock: workers claim meanwhile
+    return clocks.close(result, own, last_end, first_due)
 
 
 # ---------------------------------------------------------------------------- rpc
@@ -551,13 +648,13 @@ def main(argv: list[str] | None = None) -> int:
     jobs = int(args.rate * args.seconds)
     for _ in range(args.repeats):
         results = [run_mpsched(jobs, args.rate, loops, args.at_once)]
-        for name in ("rpc", "window", "fcntl", "runwindow"):
+        for name in ("rpc", "window", "fcntl", "runwindow", "books"):
             start = time.monotonic() + 0.3
             dues = [start if args.at_once else start + i / args.rate for i in range(jobs)]
             if name == "rpc":
                 result = run_rpc(dues, loops)
-            elif name == "runwindow":
-                result = run_runwindow(dues, loops, args.sweep_ms / 1000)
+            elif name in ("runwindow", "books"):
+                result = run_runwindow(dues, loops, args.sweep_ms / 1000, name == "books")
             else:
                 result = run_window(dues, loops, args.sweep_ms / 1000, name == "fcntl")
             results.append(result)
