@@ -1,7 +1,7 @@
 """A probe: what a job costs a manager on this machine, by mechanism, mpsched's included.
 
     python benchmarks/probe_run_window.py [--rate 1000] [--seconds 5] [--job-ms 1]
-        [--sweep-ms 5] [--repeats 2] [--at-once]
+        [--sweep-ms 5] [--repeats 2] [--at-once] [--books-warm]
 
 Section 11's trickle (jobs due evenly, ``--rate`` a second, ``--job-ms`` of CPU each, two
 worker processes), or with ``--at-once`` its batch (``--rate`` x ``--seconds`` jobs all
@@ -29,6 +29,7 @@ journal, leases or futures, and no results sent to a client.
 - **window + books**: the same, with mpsched's books kept in the manager as its service
   keeps them (``Books``): each job leased as it goes in the window, each end completed as
   a worker's report is, the client's mailbox emptied at each sweep. No client, no store.
+  ``--books-warm`` times those books alone, warm, in one process, and exits.
 
 Printed per mechanism: the manager's CPU per job (its process CPU clock), the workers'
 CPU beyond the jobs' own, the manager's wake-ups per job, the lateness of the jobs' starts
@@ -434,6 +435,20 @@ DAY = 86_400.0  # the manager's default result_ttl: ended jobs are kept that lon
 RESULT = pickle.dumps((0.0, 0.0))  # a burn's result, as a worker pickles it
 
 
+def books_warm(jobs: int = 20_000, batch: int = 5) -> tuple[float, float]:
+    """The books' cost per job, warm, in this process alone: (µs to lease jobs for the
+    window, µs to complete their ends), ``batch`` jobs a sweep."""
+    books = Books([time.monotonic() - 1.0] * jobs)  # all due
+    fill = ends = 0.0
+    for _ in range(jobs // batch):
+        start = time.perf_counter()
+        entries = books.next_entries(batch)
+        middle = time.perf_counter()
+        books.ended([(entry.lease_id, middle) for entry in entries])
+        fill, ends = fill + middle - start, ends + time.perf_counter() - middle
+    return fill / jobs * 1e6, ends / jobs * 1e6
+
+
 def run_runwindow(dues: list[float], loops: int, sweep: float, books: bool = False) -> Result:
     """The window on mpsched's own rules; with ``books``, the manager keeps mpsched's books."""
     with tempfile.TemporaryDirectory(prefix="probe-runwindow-") as directory:
@@ -643,7 +658,16 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="every job due at the same instant (section 11's batch) instead of a trickle",
     )
+    parser.add_argument(
+        "--books-warm",
+        action="store_true",
+        help="only time the books of 'window + books' warm, in this process, and exit",
+    )
     args = parser.parse_args(argv)
+    if args.books_warm:
+        fill, ends = books_warm()
+        print(f"books, warm: {fill:.1f} µs a job to lease it, {ends:.1f} µs to complete its end")
+        return 0
     loops = calibrate_burn(args.job_ms / 1000)
     jobs = int(args.rate * args.seconds)
     for _ in range(args.repeats):
