@@ -40,6 +40,15 @@ def processes() -> Iterator[list[BaseProcess]]:
 
 
 @pytest.fixture
+def threads() -> Iterator[list[threading.Thread]]:
+    """Threads a test starts: joined whatever the test left them doing (each ends alone)."""
+    started: list[threading.Thread] = []
+    yield started
+    for thread in started:
+        thread.join(JOIN)
+
+
+@pytest.fixture
 def window_file(tmp_path: Path) -> Iterator[WindowFile]:
     rows = WindowFile(str(tmp_path / "window"), 16, create=True)
     yield rows
@@ -86,14 +95,14 @@ def count_up(rows: WindowFile, times: int, go: Barrier) -> None:
 
 
 def test_the_lock_excludes_other_processes_and_other_threads(
-    window_file: WindowFile, processes: list[BaseProcess]
+    window_file: WindowFile, processes: list[BaseProcess], threads: list[threading.Thread]
 ) -> None:
     times = 20_000  # ~50 ms each: the four overlap, in and out of the GIL
     go = CTX.Barrier(5)  # they start together
     processes += [CTX.Process(target=count_up, args=(window_file, times, go)) for _ in range(2)]
     for proc in processes:
         proc.start()
-    threads = [threading.Thread(target=count_up, args=(window_file, times, go)) for _ in range(2)]
+    threads += [threading.Thread(target=count_up, args=(window_file, times, go)) for _ in range(2)]
     for thread in threads:
         thread.start()
     go.wait(JOIN)
