@@ -316,11 +316,17 @@ class RunWindow:
     def ring_locked(self, now: float, *, claimed: bool = False) -> bool:
         """Whether a worker must ring the manager: it reported an end, or (``claimed``)
         its claim left few entries while jobs wait in the heap; and no sweep is promised.
-        If so, a sweep is promised from now on, so that no other worker rings too."""
+        A claim that left none rings unless a sweep is due already: jobs shorter than a
+        sweep period would leave the workers idle until it. If it rings, a sweep counts
+        as promised (by now, for an empty window), so that no other worker rings too."""
         head = self._rows.head()
+        if claimed:
+            if not head.backlog or head.ready_count >= self._low:
+                return False
+            if head.ready_count == 0 and head.sweep_by > now:
+                self._rows.set_head(head._replace(sweep_by=now))
+                return True
         if head.sweep_by:
-            return False
-        if claimed and not (head.backlog and head.ready_count < self._low):
             return False
         self._rows.set_head(head._replace(sweep_by=now + self._period))
         return True

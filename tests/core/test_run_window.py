@@ -159,6 +159,18 @@ class NeverWoken:
         raise AssertionError("a worker with no time to wait slept")
 
 
+def test_a_claim_that_empties_the_window_rings_even_with_a_sweep_promised() -> None:
+    w = window(capacity=8)
+    w.fill_locked([entry(n, 0.0) for n in range(1, 3)], backlog=True)
+    w.sweep_locked(T0, ended=1)  # ends stream in: the next sweep is promised by T0 + 5 ms
+    w.claim_locked(1, T0)
+    assert not w.ring_locked(T0, claimed=True)  # one left: the promised sweep refills
+    w.claim_locked(2, T0)
+    assert w.ring_locked(T0, claimed=True)  # none left: the workers would idle till then
+    assert not w.ring_locked(T0, claimed=True)  # rung: a sweep is due now
+    assert not w.ring_locked(T0)  # a report need not ring either
+
+
 # ---------------------------------------------------------------------- threads
 
 
