@@ -370,14 +370,12 @@ def claim_next(
             claim = window.claim_locked(taker, now)
             if claim is not None:
                 refill = ring is not None and window.ring_locked(now, claimed=True)
-            elif now >= deadline:
+                break
+            if now >= deadline:
                 return None
-            else:
-                due = window.wake_at_locked()
-                generation = window.generation_locked()
-        if claim is not None:
-            if refill and ring is not None:
-                ring()
-            return claim
+            due, generation = window.wake_at_locked(), window.generation_locked()
         until = deadline if due is None else min(due, deadline)
         sleeper.sleep(generation, ahead(until - now))
+    if refill and ring is not None:
+        ring()
+    return claim
