@@ -174,6 +174,41 @@ class HandOut:
                 ]
             return [first]
 
+    def lease_ahead_locked(
+        self,
+        taker: str,
+        now: float,
+        horizon: float,
+        most: int,
+        eligible: Callable[[Job], bool] | None = None,
+    ) -> list[Assignment]:
+        """Up to ``most`` of the next jobs of every queue, due within ``horizon`` seconds,
+        out of the heap in its order and in flight under ``taker``'s leases, in one hold
+        of the lock: a run window's fill (docs/design/run-window.md). It stops at the
+        first job ``eligible`` refuses, one under a limit, and an ``at=`` job the wall
+        clock would start early, so that every job left sorts after those taken.
+
+        Raises:
+            SchedulerShutdownError: the queue is closed.
+        """
+        if self.closed:
+            raise SchedulerShutdownError("the queue is closed")
+        batch: list[Assignment] = []
+        fresh: float | None = None  # the wall clock's offset, read once for the batch
+        while len(batch) < most:
+            heap = self._pending.due_heap(now, None, horizon)
+            job = None if heap is None else heap.peek_due(now, horizon)
+            if job is None or job.limit is not None or (eligible and not eligible(job)):
+                break
+            if job.at is not None:
+                fresh = self._wall.fresh() if fresh is None else fresh
+                if self._wall.early_locked(job, now, fresh):
+                    break  # a take puts it back at its new time
+            popped = self.pop_due_locked(now, horizon)
+            assert popped is job
+            batch.append(self._leases.grant_locked(job, taker, now))
+        return batch
+
     def wait_for_work_locked(
         self, worker_id: str, deadline: float, early: float, queues: Queues = None
     ) -> bool:
@@ -219,6 +254,22 @@ class HandOut:
         job.due = due
         self.push_locked(job)
         return True
+
+    def lease_ahead(
+        self,
+        taker: str,
+        horizon: float,
+        most: int,
+        eligible: Callable[[Job], bool] | None = None,
+    ) -> list[Assignment]:
+        """:meth:`lease_ahead_locked` from now, taking the lock. Not a take: no taker
+        waits, and nothing is prefetched or taken back.
+
+        Raises:
+            SchedulerShutdownError: the queue is closed.
+        """
+        with self._lock:
+            return self.lease_ahead_locked(taker, self._clock.now(), horizon, most, eligible)
 
     def revoke(self, worker_id: str) -> int:
         """``worker_id``'s prefetched jobs back in the heap (JobQueue.revoke)."""

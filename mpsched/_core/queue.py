@@ -105,7 +105,7 @@ class JobQueue(JobQueueLike):
         self._pending = pending = PendingQueues(Order.coerce(order), bytes_of)
         self._room = room = Room(lock, clock, pending, max_pending, max_pending_bytes, sizer)
         self._wall = wall = WallOffset(clock)
-        self._hand_out = hand_out = HandOut(
+        self.hand_out = hand_out = HandOut(
             lock, clock, pending, room, wall, leases, Limits(limits), claims
         )
         self._admission, self._prefetch = hand_out.admission, hand_out.prefetch
@@ -254,7 +254,7 @@ class JobQueue(JobQueueLike):
         """Each prefetched job is revocable until ``worker_id`` claims it, and a take ends
         the taker's previous batch (which jobs, and when: mpsched._core.prefetch). A taker
         handed a job ``early`` waits for ``Assignment.due`` itself."""
-        hand_out = self._hand_out
+        hand_out = self.hand_out
         with self._lock:
             self._prefetch.forget_locked(worker_id)
             deadline = self._clock.now() + timeout
@@ -270,13 +270,13 @@ class JobQueue(JobQueueLike):
                     hand_out.pass_lead_locked(queues)
 
     def revoke(self, worker_id: str) -> int:
-        return self._hand_out.revoke(worker_id)
+        return self.hand_out.revoke(worker_id)
 
     def release_worker(self, worker_id: str) -> list[LostLease]:
-        return self._hand_out.release_worker(worker_id)
+        return self.hand_out.release_worker(worker_id)
 
     def retire_if_leased(self, worker_id: str, lease_id: int) -> bool:
-        return self._hand_out.retire_if_leased(worker_id, lease_id)
+        return self.hand_out.retire_if_leased(worker_id, lease_id)
 
     def complete(self, lease_id: int, outcome: Outcome, worker_id: str = "") -> Job | None:
         with self._lock:
@@ -307,7 +307,7 @@ class JobQueue(JobQueueLike):
     def close(self) -> None:
         """Every waiting or future ``submit`` raises SchedulerShutdownError too."""
         with self._lock:
-            self._hand_out.close_locked()
+            self.hand_out.close_locked()
             self._room.close_locked()
 
     def find(self, job_id: str) -> tuple[Job, str | None] | None:
