@@ -27,8 +27,9 @@ journal, leases or futures, and no results sent to a client.
   in a shared row of its own that the manager reads under the window's lock as it sweeps.
   What the structure costs over the bare window.
 - **window + books**: the same, with mpsched's books kept in the manager as its service
-  keeps them (``Books``): each job leased as it goes in the window, each end completed as
-  a worker's report is, the client's mailbox emptied at each sweep. No client, no store.
+  keeps them (``Books``): the jobs that go in the window leased together, each end
+  completed as a worker's report is, the client's mailbox emptied at each sweep. No
+  client, no store.
   ``--books-warm`` times those books alone, warm, in one process, and exits.
 
 Printed per mechanism: the manager's CPU per job (its process CPU clock), the workers'
@@ -375,10 +376,11 @@ class BareBooks:
 
 class Books(BareBooks):
     """mpsched's books, in the manager's process as its service keeps them: every job is
-    submitted to a JobQueue first; a job is leased as it goes in the window (a take of
-    its own, ``early`` by the window's span); each end is completed as a worker's report
-    is (``Endings.complete_all``: the lease, the journal that keeps ended jobs a day, the
-    client's mailbox), and the mailbox is emptied at each sweep. No client, no store."""
+    submitted to a JobQueue first; the jobs that go in the window are leased together
+    (``HandOut.lease_ahead``, the window's span ahead); each end is completed as a
+    worker's report is (``Endings.complete_all``: the lease, the journal that keeps ended
+    jobs a day, the client's mailbox), and the mailbox is emptied at each sweep. No
+    client, no store."""
 
     name = "window + books"
 
@@ -401,10 +403,7 @@ class Books(BareBooks):
 
     def next_entries(self, room: int) -> list[Entry]:
         entries = []
-        for _ in range(room):
-            assignment = self._queue.take(WINDOW, 0.0, early=WINDOW_SPAN)
-            if assignment is None:
-                break
+        for assignment in self._queue.hand_out.lease_ahead(WINDOW, WINDOW_SPAN, room):
             lease, due = assignment.lease, assignment.due
             assert due is not None
             self._leases[lease.lease_id] = (lease.job_id, due)
