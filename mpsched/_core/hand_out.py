@@ -204,7 +204,10 @@ class HandOut:
                 fresh = self._wall.fresh() if fresh is None else fresh
                 if self._wall.early_locked(job, now, fresh):
                     break  # a take puts it back at its new time
-            popped = self.pop_due_locked(now, horizon)
+            # From the heap it came from: the one default queue's, or its own queue's,
+            # without looking across every queue again.
+            own = None if self._pending.only is not None else (job.queue,)
+            popped = self.pop_due_locked(now, horizon, own)
             assert popped is job
             batch.append(self._leases.grant_locked(job, taker, now))
         return batch

@@ -21,8 +21,9 @@ def job(
     priority: int = MEDIUM,
     at: float | None = None,
     limit: str | None = None,
+    queue: str = "default",
 ) -> JobRequest:
-    return JobRequest(job_id, "c", job_id.encode(), priority, delay, at, limit=limit)
+    return JobRequest(job_id, "c", job_id.encode(), priority, delay, at, limit=limit, queue=queue)
 
 
 def leased(queue: JobQueue, horizon: float, most: int = 10, **kwargs: object) -> list[str]:
@@ -43,6 +44,13 @@ def test_the_next_jobs_within_the_horizon_come_in_heap_order_under_leases() -> N
     clock.advance(0.5)
     taken = queue.take("w", 0)
     assert taken is not None and taken.lease.job_id == "later"
+
+
+def test_jobs_of_several_queues_come_in_their_order_across_the_queues() -> None:
+    queue = JobQueue(clock=FakeClock())
+    for n, name in enumerate(["a", "b", "a", "b", "default"]):
+        queue.submit(job(f"{name}{n}", n * 0.001, queue=name))
+    assert leased(queue, 0.01) == ["a0", "b1", "a2", "b3", "default4"]
 
 
 def test_at_most_as_many_as_asked_and_the_rest_stay_in_order() -> None:
