@@ -133,6 +133,7 @@ class WindowFile:
             os.close(fd)
         self._view = memoryview(self._map)
         self._word = ctypes.c_uint32.from_buffer(self._map, _GENERATION)  # the futex
+        self._futex = ctypes.c_void_p(ctypes.addressof(self._word))
         self._entries = HEAD_BYTES
         self._claims = HEAD_BYTES + capacity * _ENTRY.size
         self.lock = WindowLock(path)
@@ -146,7 +147,7 @@ class WindowFile:
     def close(self) -> None:
         """Unmap the file and close the lock's (the window must not be in use here)."""
         self.lock.close()
-        del self._word  # it holds the mapping open
+        del self._word, self._futex  # the word holds the mapping open
         self._view.release()
         self._map.close()
 
@@ -163,15 +164,13 @@ class WindowFile:
             return
         seconds = int(timeout)
         wait = _Timespec(seconds, int((timeout - seconds) * 1e9))
-        address = ctypes.c_void_p(ctypes.addressof(self._word))
         expected = ctypes.c_uint32(generation & 0xFFFFFFFF)
-        _LIBC.syscall(_SYS_FUTEX, address, _FUTEX_WAIT, expected, ctypes.byref(wait), None, 0)
+        _LIBC.syscall(_SYS_FUTEX, self._futex, _FUTEX_WAIT, expected, ctypes.byref(wait), None, 0)
 
     def wake_all(self) -> None:
         """Wake every worker asleep in :meth:`sleep`: call it after moving ``generation``."""
         if _SYS_FUTEX is not None:
-            address = ctypes.c_void_p(ctypes.addressof(self._word))
-            _LIBC.syscall(_SYS_FUTEX, address, _FUTEX_WAKE, _WAKE_ALL, None, None, 0)
+            _LIBC.syscall(_SYS_FUTEX, self._futex, _FUTEX_WAKE, _WAKE_ALL, None, None, 0)
 
     # -------------------------------------------------------------- WindowRows
 
